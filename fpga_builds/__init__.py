@@ -1,0 +1,1 @@
+"""tensorfab.fpga_builds"""

@@ -1,0 +1,180 @@
+"""The instruction set, declared once.
+
+Every instruction and the micro-op are declared here as :class:`~.fields.Format`
+objects whose widths are derived from a :class:`~.config.HwConfig`. Nothing else in
+tensorfab writes a bit position.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from functools import cache
+
+from .config import HwConfig
+from .fields import Field, Format
+
+#: Width of the loop-extent fields of GEMM and ALU (as VTA's LOOP_ITER_WIDTH).
+LOOP_ITER_WIDTH = 14
+#: Width of the 2-D transfer size and stride fields of LOAD and STORE.
+XFER_WIDTH = 16
+#: Width of each of the four padding fields of LOAD.
+PAD_WIDTH = 4
+#: Width of the ALU immediate (signed, sign-extended to the accumulator width).
+IMM_WIDTH = 16
+#: Largest shift amount of SHR, SHR_RND and SHL.
+MAX_SHIFT = 31
+
+
+class Opcode(IntEnum):
+    """Instruction opcodes; codes 5 to 7 are illegal."""
+
+    LOAD = 0
+    STORE = 1
+    GEMM = 2
+    ALU = 3
+    FINISH = 4
+
+
+class Buffer(IntEnum):
+    """On-chip buffer a LOAD writes."""
+
+    UOP = 0
+    WGT = 1
+    INP = 2
+    ACC = 3
+
+
+class AluOp(IntEnum):
+    """Vector ALU operations over accumulator entries; codes 9 to 15 are illegal."""
+
+    ADD = 0
+    MUL = 1
+    MIN = 2
+    MAX = 3
+    SHR = 4
+    SHR_RND = 5
+    SHL = 6
+    CLIP = 7
+    MOV = 8
+
+
+class Engine(IntEnum):
+    """The three engines; every opcode runs on exactly one of them."""
+
+    LOAD = 0
+    COMPUTE = 1
+    STORE = 2
+
+
+ENGINE_OF: dict[Opcode, Engine] = {
+    Opcode.LOAD: Engine.LOAD,
+    Opcode.STORE: Engine.STORE,
+    Opcode.GEMM: Engine.COMPUTE,
+    Opcode.ALU: Engine.COMPUTE,
+    Opcode.FINISH: Engine.COMPUTE,
+}
+"""Which engine executes each opcode."""
+
+
+def _header() -> tuple[Field, ...]:
+    return (
+        Field("opcode", 3, "operation (LOAD=0, STORE=1, GEMM=2, ALU=3, FINISH=4)",
+              enum=Opcode),
+        Field("pop_prev", 1, "wait for and pop a token from the previous stage"),
+        Field("pop_next", 1, "wait for and pop a token from the next stage"),
+        Field("push_prev", 1, "push a token to the previous stage when done"),
+        Field("push_next", 1, "push a token to the next stage when done"),
+    )
+
+
+def _loop_fields(cfg: HwConfig) -> tuple[Field, ...]:
+    return (
+        Field("uop_begin", cfg.uop_bits, "first micro-op index"),
+        Field("uop_end", cfg.uop_bits + 1, "one past the last micro-op index"),
+        Field("iter_out", LOOP_ITER_WIDTH, "outer loop extent (>= 1)"),
+        Field("iter_in", LOOP_ITER_WIDTH, "inner loop extent (>= 1)"),
+    )
+
+
+def _raw_formats(cfg: HwConfig) -> dict[Opcode, tuple[Field, ...]]:
+    sram_bits = max(cfg.inp_bits, cfg.wgt_bits, cfg.acc_bits, cfg.uop_bits)
+    xfer = (
+        Field("dram", cfg.dram_addr_width, "DRAM base, in entries of the transferred tile"),
+        Field("y", XFER_WIDTH, "rows to transfer (>= 1)"),
+        Field("x", XFER_WIDTH, "entries per row (>= 1)"),
+        Field("stride", XFER_WIDTH, "DRAM distance between rows, in entries"),
+    )
+    return {
+        Opcode.LOAD: _header() + (
+            Field("buffer", 2, "destination buffer (UOP=0, WGT=1, INP=2, ACC=3)", enum=Buffer),
+            Field("sram", sram_bits, "first destination entry"),
+        ) + xfer + (
+            Field("pad_top", PAD_WIDTH, "zero rows before the data"),
+            Field("pad_bottom", PAD_WIDTH, "zero rows after the data"),
+            Field("pad_left", PAD_WIDTH, "zero entries before each row"),
+            Field("pad_right", PAD_WIDTH, "zero entries after each row"),
+        ),
+        Opcode.STORE: _header() + (
+            Field("sram", cfg.acc_bits, "first accumulator entry to store"),
+        ) + xfer,
+        Opcode.GEMM: _header() + (
+            Field("reset", 1, "write zeros to the addressed accumulators instead of MACs"),
+        ) + _loop_fields(cfg) + (
+            Field("acc_factor_out", cfg.acc_bits, "accumulator index step per outer iteration"),
+            Field("acc_factor_in", cfg.acc_bits, "accumulator index step per inner iteration"),
+            Field("inp_factor_out", cfg.inp_bits, "input index step per outer iteration"),
+            Field("inp_factor_in", cfg.inp_bits, "input index step per inner iteration"),
+            Field("wgt_factor_out", cfg.wgt_bits, "weight index step per outer iteration"),
+            Field("wgt_factor_in", cfg.wgt_bits, "weight index step per inner iteration"),
+        ),
+        Opcode.ALU: _header() + (
+            Field("op", 4, "ALU operation (see AluOp)", enum=AluOp),
+            Field("use_imm", 1, "second operand is the immediate, not an accumulator"),
+            Field("imm", IMM_WIDTH, "signed immediate operand", signed=True),
+        ) + _loop_fields(cfg) + (
+            Field("dst_factor_out", cfg.acc_bits, "destination step per outer iteration"),
+            Field("dst_factor_in", cfg.acc_bits, "destination step per inner iteration"),
+            Field("src_factor_out", cfg.acc_bits, "source step per outer iteration"),
+            Field("src_factor_in", cfg.acc_bits, "source step per inner iteration"),
+        ),
+        Opcode.FINISH: _header(),
+    }
+
+
+def _round_word(bits: int) -> int:
+    width = 64
+    while width < bits:
+        width *= 2
+    return width
+
+
+@cache
+def insn_width(cfg: HwConfig) -> int:
+    """Instruction word width in bits: the widest format rounded up to a power of two."""
+    return _round_word(max(sum(f.width for f in fs) for fs in _raw_formats(cfg).values()))
+
+
+@cache
+def insn_formats(cfg: HwConfig) -> dict[Opcode, Format]:
+    """Every instruction format for ``cfg``, keyed by opcode."""
+    width = insn_width(cfg)
+    return {op: Format(op.name.lower(), fs, width) for op, fs in _raw_formats(cfg).items()}
+
+
+@cache
+def uop_format(cfg: HwConfig) -> Format:
+    """The micro-op format: accumulator (destination), source and weight indices."""
+    fields = (
+        Field("acc", cfg.acc_bits, "accumulator (destination) index"),
+        Field("src", cfg.src_bits, "input index (GEMM) or accumulator source index (ALU)"),
+        Field("wgt", cfg.wgt_bits, "weight index (GEMM; ignored by ALU)"),
+    )
+    width = 32
+    while width < sum(f.width for f in fields):
+        width *= 2
+    return Format("uop", fields, width)
+
+
+def header_format(cfg: HwConfig) -> Format:
+    """The fields every instruction starts with (opcode and dependency flags)."""
+    return Format("header", _header(), insn_width(cfg))

@@ -1,0 +1,324 @@
+"""Instructions and micro-ops as Python objects, with encode, decode and legality checks.
+
+The attribute names of these dataclasses are the field names of the formats in
+:mod:`.formats`; positions and widths come only from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .config import HwConfig
+from .csr import ErrorCode
+from .errors import IllegalInstruction
+from .fields import FieldRangeError
+from .formats import (
+    ENGINE_OF,
+    MAX_SHIFT,
+    AluOp,
+    Buffer,
+    Engine,
+    Opcode,
+    insn_formats,
+    insn_width,
+    uop_format,
+)
+
+SHIFT_OPS = frozenset({AluOp.SHR, AluOp.SHR_RND, AluOp.SHL})
+
+
+@dataclass(frozen=True)
+class Insn:
+    """Base of all instructions: the four dependency-token flags."""
+
+    opcode: ClassVar[Opcode]
+    pop_prev: bool = False
+    pop_next: bool = False
+    push_prev: bool = False
+    push_next: bool = False
+
+    @property
+    def engine(self) -> Engine:
+        """Engine that executes this instruction."""
+        return ENGINE_OF[self.opcode]
+
+    @property
+    def mnemonic(self) -> str:
+        """Assembly mnemonic (``load.inp``, ``alu.add``, ``gemm``...)."""
+        return self.opcode.name.lower()
+
+    def values(self) -> dict[str, int]:
+        """Field values keyed by format field name (opcode included)."""
+        out = {"opcode": int(self.opcode)}
+        for f in dataclasses.fields(self):
+            out[f.name] = int(getattr(self, f.name))
+        return out
+
+
+@dataclass(frozen=True)
+class Load(Insn):
+    """2-D DMA from DRAM into an on-chip buffer, with zero padding on four sides.
+
+    Writes ``(pad_top + y + pad_bottom) × (pad_left + x + pad_right)`` consecutive
+    entries starting at ``sram``; row ``r`` of the data comes from DRAM entries
+    ``dram + r*stride .. dram + r*stride + x - 1``.
+    """
+
+    opcode: ClassVar[Opcode] = Opcode.LOAD
+    buffer: Buffer = Buffer.INP
+    sram: int = 0
+    dram: int = 0
+    y: int = 1
+    x: int = 1
+    stride: int = 1
+    pad_top: int = 0
+    pad_bottom: int = 0
+    pad_left: int = 0
+    pad_right: int = 0
+
+    @property
+    def mnemonic(self) -> str:
+        return f"load.{self.buffer.name.lower()}"
+
+    @property
+    def rows(self) -> int:
+        """Rows written including padding."""
+        return self.pad_top + self.y + self.pad_bottom
+
+    @property
+    def cols(self) -> int:
+        """Entries per row written including padding."""
+        return self.pad_left + self.x + self.pad_right
+
+
+@dataclass(frozen=True)
+class Store(Insn):
+    """2-D DMA of accumulator entries, narrowed to int8 (low byte), into DRAM."""
+
+    opcode: ClassVar[Opcode] = Opcode.STORE
+    sram: int = 0
+    dram: int = 0
+    y: int = 1
+    x: int = 1
+    stride: int = 1
+
+
+@dataclass(frozen=True)
+class Gemm(Insn):
+    """``acc[a] += inp[i] @ wgt[w].T`` over micro-ops inside a two-level loop."""
+
+    opcode: ClassVar[Opcode] = Opcode.GEMM
+    reset: bool = False
+    uop_begin: int = 0
+    uop_end: int = 1
+    iter_out: int = 1
+    iter_in: int = 1
+    acc_factor_out: int = 0
+    acc_factor_in: int = 0
+    inp_factor_out: int = 0
+    inp_factor_in: int = 0
+    wgt_factor_out: int = 0
+    wgt_factor_in: int = 0
+
+
+@dataclass(frozen=True)
+class Alu(Insn):
+    """``acc[dst] = op(acc[dst], acc[src] or imm)`` over micro-ops inside a two-level loop."""
+
+    opcode: ClassVar[Opcode] = Opcode.ALU
+    op: AluOp = AluOp.ADD
+    use_imm: bool = False
+    imm: int = 0
+    uop_begin: int = 0
+    uop_end: int = 1
+    iter_out: int = 1
+    iter_in: int = 1
+    dst_factor_out: int = 0
+    dst_factor_in: int = 0
+    src_factor_out: int = 0
+    src_factor_in: int = 0
+
+    @property
+    def mnemonic(self) -> str:
+        return f"alu.{self.op.name.lower()}"
+
+
+@dataclass(frozen=True)
+class Finish(Insn):
+    """End of the program: the core reports done once load and store are idle."""
+
+    opcode: ClassVar[Opcode] = Opcode.FINISH
+
+
+@dataclass(frozen=True)
+class Uop:
+    """A micro-op: accumulator, source and weight indices."""
+
+    acc: int = 0
+    src: int = 0
+    wgt: int = 0
+
+
+INSN_CLASSES: dict[Opcode, type[Insn]] = {
+    Opcode.LOAD: Load,
+    Opcode.STORE: Store,
+    Opcode.GEMM: Gemm,
+    Opcode.ALU: Alu,
+    Opcode.FINISH: Finish,
+}
+
+
+def _bool_fields(cls: type[Insn]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls) if isinstance(f.default, bool))
+
+
+def buffer_depth(cfg: HwConfig, buffer: Buffer) -> int:
+    """Entries of the on-chip buffer ``buffer``."""
+    return {Buffer.UOP: cfg.uop_depth, Buffer.WGT: cfg.wgt_depth,
+            Buffer.INP: cfg.inp_depth, Buffer.ACC: cfg.acc_depth}[buffer]
+
+
+def buffer_entry_bytes(cfg: HwConfig, buffer: Buffer) -> int:
+    """Bytes one entry of ``buffer`` occupies in DRAM."""
+    return {Buffer.UOP: uop_format(cfg).bytes, Buffer.WGT: cfg.wgt_entry_bytes,
+            Buffer.INP: cfg.inp_entry_bytes, Buffer.ACC: cfg.acc_entry_bytes}[buffer]
+
+
+def _illegal(insn: Insn, field: str, message: str, index: int | None,
+             code: ErrorCode = ErrorCode.BAD_FIELD) -> IllegalInstruction:
+    return IllegalInstruction(f"{insn.mnemonic}: {message}", code=code, index=index,
+                              engine=insn.engine.name.lower(), field=field)
+
+
+def check_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> None:
+    """Raise :class:`IllegalInstruction` if ``insn`` is not legal for ``cfg``.
+
+    Checks the rules that do not depend on run-time state: dependency flags that
+    name a stage the engine does not have, zero sizes, indices past a buffer's
+    depth, empty micro-op ranges, zero loop extents, shift amounts and canonical
+    immediates.
+    """
+    if insn.engine is Engine.LOAD:
+        for flag in ("pop_prev", "push_prev"):
+            if getattr(insn, flag):
+                raise _illegal(insn, flag, "the load engine has no previous stage", index)
+    if insn.engine is Engine.STORE:
+        for flag in ("pop_next", "push_next"):
+            if getattr(insn, flag):
+                raise _illegal(insn, flag, "the store engine has no next stage", index)
+    if isinstance(insn, Load | Store):
+        for name in ("y", "x"):
+            if getattr(insn, name) < 1:
+                raise _illegal(insn, name, f"{name} = 0: transfers must be at least 1", index)
+        depth = buffer_depth(cfg, insn.buffer) if isinstance(insn, Load) else cfg.acc_depth
+        if insn.sram >= depth:
+            raise _illegal(insn, "sram", f"sram = {insn.sram} is past the buffer depth {depth}",
+                           index)
+    if isinstance(insn, Load) and insn.buffer is Buffer.UOP:
+        for name in ("pad_top", "pad_bottom", "pad_left", "pad_right"):
+            if getattr(insn, name):
+                raise _illegal(insn, name, "micro-op loads cannot be padded", index)
+    if isinstance(insn, Gemm | Alu):
+        if insn.uop_end > cfg.uop_depth:
+            raise _illegal(insn, "uop_end", f"uop_end = {insn.uop_end} is past the micro-op "
+                           f"buffer depth {cfg.uop_depth}", index)
+        if insn.uop_begin >= insn.uop_end:
+            raise _illegal(insn, "uop_end", f"empty micro-op range {insn.uop_begin}:"
+                           f"{insn.uop_end}", index)
+        for name in ("iter_out", "iter_in"):
+            if getattr(insn, name) < 1:
+                raise _illegal(insn, name, f"{name} = 0: loop extents must be at least 1",
+                               index)
+    if isinstance(insn, Alu):
+        if insn.use_imm and insn.op in SHIFT_OPS and not 0 <= insn.imm <= MAX_SHIFT:
+            raise _illegal(insn, "imm", f"shift amount {insn.imm} outside 0..{MAX_SHIFT}",
+                           index)
+        if not insn.use_imm and insn.imm != 0:
+            raise _illegal(insn, "imm", "imm must be 0 when use_imm is clear", index)
+
+
+def encode_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> int:
+    """Encode a legal instruction into an integer of :func:`insn_width` bits.
+
+    Raises
+    ------
+    IllegalInstruction
+        If the instruction breaks an ISA rule or a value does not fit its field.
+    """
+    check_insn(insn, cfg, index)
+    fmt = insn_formats(cfg)[insn.opcode]
+    try:
+        return fmt.pack(insn.values())
+    except FieldRangeError as exc:
+        raise _illegal(insn, exc.field, str(exc), index) from exc
+
+
+def decode_insn(word: int, cfg: HwConfig, index: int | None = None) -> Insn:
+    """Decode an instruction word, rejecting every illegal encoding.
+
+    Raises
+    ------
+    IllegalInstruction
+        Unknown opcode, set reserved bits, an enum value out of range, or any rule
+        of :func:`check_insn`; the error names the index and field.
+    """
+    if word < 0 or word >> insn_width(cfg):
+        raise IllegalInstruction(f"word does not fit {insn_width(cfg)} bits", index=index,
+                                 code=ErrorCode.RESERVED_BITS, field="opcode")
+    opcode_bits = word & 0b111
+    try:
+        opcode = Opcode(opcode_bits)
+    except ValueError:
+        raise IllegalInstruction(f"unknown opcode {opcode_bits}", index=index,
+                                 code=ErrorCode.BAD_OPCODE, field="opcode") from None
+    fmt = insn_formats(cfg)[opcode]
+    cls = INSN_CLASSES[opcode]
+    if word & fmt.reserved_mask:
+        raise IllegalInstruction(
+            f"{opcode.name.lower()}: reserved bits set (mask {word & fmt.reserved_mask:#x})",
+            index=index, code=ErrorCode.RESERVED_BITS, engine=ENGINE_OF[opcode].name.lower(),
+            field="reserved")
+    values = fmt.unpack(word)
+    kwargs: dict[str, object] = {}
+    for f in fmt.fields:
+        if f.name == "opcode":
+            continue
+        v = values[f.name]
+        if f.enum is not None:
+            try:
+                kwargs[f.name] = f.enum(v)
+            except ValueError:
+                raise IllegalInstruction(
+                    f"{opcode.name.lower()}: {f.name} = {v} is not a valid {f.enum.__name__}",
+                    index=index, code=ErrorCode.BAD_FIELD,
+                    engine=ENGINE_OF[opcode].name.lower(), field=f.name) from None
+        elif f.name in _bool_fields(cls):
+            kwargs[f.name] = bool(v)
+        else:
+            kwargs[f.name] = v
+    insn = cls(**kwargs)  # type: ignore[arg-type]
+    check_insn(insn, cfg, index)
+    return insn
+
+
+def encode_uop(uop: Uop, cfg: HwConfig, index: int | None = None) -> int:
+    """Encode a micro-op into its word.
+
+    Raises
+    ------
+    IllegalInstruction
+        If an index does not fit its field (code UOP_RANGE).
+    """
+    try:
+        return uop_format(cfg).pack(dataclasses.asdict(uop))
+    except FieldRangeError as exc:
+        raise IllegalInstruction(f"micro-op {index}: {exc}", code=ErrorCode.UOP_RANGE,
+                                 field=exc.field) from exc
+
+
+def decode_uop(word: int, cfg: HwConfig) -> Uop:
+    """Decode a micro-op word (reserved bits ignored, as the hardware does)."""
+    v = uop_format(cfg).unpack(word)
+    return Uop(acc=v["acc"], src=v["src"], wgt=v["wgt"])

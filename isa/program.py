@@ -1,0 +1,333 @@
+"""Programs: instructions, micro-op table, named DRAM segments, the DRAM image and the
+binary file format.
+
+DRAM layout of a program image (byte addresses, every region aligned to
+:func:`dram_alignment`)::
+
+    0            instruction stream (insn_width/8 bytes per instruction)
+    uops         micro-op table (the segment named ``uops``)
+    <segments>   user segments in declaration order
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import HwConfig
+from .csr import ErrorCode
+from .errors import BinaryFormatError, ProgramError
+from .formats import Opcode, insn_width, uop_format
+from .insn import Finish, Insn, Uop, check_insn, decode_insn, decode_uop, encode_insn, encode_uop
+
+DTYPES: dict[str, np.dtype] = {
+    "int8": np.dtype(np.int8),
+    "uint8": np.dtype(np.uint8),
+    "int32": np.dtype(np.int32),
+}
+"""Element types a segment may hold."""
+
+UOP_SEGMENT = "uops"
+"""Reserved segment name of the micro-op table."""
+
+MAGIC = b"TFABPROG"
+VERSION = 1
+
+
+@dataclass
+class Segment:
+    """A named region of DRAM with a shape and an element type.
+
+    Parameters
+    ----------
+    name : str
+        Symbol used in assembly (``dram=x+32``).
+    dtype : str
+        One of :data:`DTYPES`.
+    shape : tuple[int, ...]
+        Array shape; the segment holds ``prod(shape)`` elements, row-major.
+    data : numpy.ndarray | None
+        Initial contents (cast to ``dtype``); ``None`` means zeros.
+    output : bool
+        Marks a result the executors return by name.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    data: np.ndarray | None = None
+    output: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ProgramError(f"segment {self.name!r}: dtype {self.dtype!r} is not one of "
+                               f"{', '.join(DTYPES)}")
+        self.shape = tuple(int(s) for s in self.shape)
+        if not self.shape or any(s < 1 for s in self.shape):
+            raise ProgramError(f"segment {self.name!r}: shape {self.shape} must have "
+                               "positive extents")
+        if self.data is not None:
+            arr = np.asarray(self.data)
+            if arr.size != self.size:
+                raise ProgramError(f"segment {self.name!r}: data has {arr.size} elements, "
+                                   f"shape {self.shape} needs {self.size}")
+            info = np.iinfo(DTYPES[self.dtype])
+            if arr.size and (arr.min() < info.min or arr.max() > info.max):
+                raise ProgramError(f"segment {self.name!r}: data outside the {self.dtype} "
+                                   f"range {info.min}..{info.max}")
+            self.data = arr.astype(DTYPES[self.dtype]).reshape(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape))
+
+    @property
+    def nbytes(self) -> int:
+        """Size in bytes."""
+        return self.size * DTYPES[self.dtype].itemsize
+
+
+def dram_alignment(cfg: HwConfig) -> int:
+    """Byte alignment of every DRAM region: the largest tile, word or bus beat."""
+    return max(cfg.inp_entry_bytes, cfg.wgt_entry_bytes, cfg.acc_entry_bytes,
+               cfg.out_entry_bytes, uop_format(cfg).bytes, insn_width(cfg) // 8,
+               cfg.mem_bus_bytes)
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+@dataclass(frozen=True)
+class Region:
+    """Placement of a named region in the DRAM image."""
+
+    name: str
+    offset: int
+    nbytes: int
+
+
+@dataclass
+class Program:
+    """A complete program for one :class:`HwConfig`.
+
+    Parameters
+    ----------
+    config : HwConfig
+        Configuration the program is encoded for.
+    insns : list[Insn]
+        Instruction stream; must end with its only FINISH.
+    uops : list[Uop]
+        Micro-op table, placed in DRAM as segment ``uops`` for LOAD.UOP to read.
+    segments : list[Segment]
+        User DRAM segments, laid out in order after the micro-ops.
+    """
+
+    config: HwConfig
+    insns: list[Insn] = field(default_factory=list)
+    uops: list[Uop] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.segments]
+        for n in names:
+            if n == UOP_SEGMENT:
+                raise ProgramError(f"segment name {UOP_SEGMENT!r} is reserved for micro-ops")
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise ProgramError(f"segment {dup!r} is declared twice")
+
+    # ------------------------------------------------------------------- structure
+    def segment(self, name: str) -> Segment:
+        """The segment called ``name``."""
+        for s in self.segments:
+            if s.name == name:
+                return s
+        raise KeyError(f"program has no segment {name!r} "
+                       f"(segments: {', '.join(s.name for s in self.segments) or 'none'})")
+
+    @property
+    def insn_bytes(self) -> int:
+        """Bytes per instruction word."""
+        return insn_width(self.config) // 8
+
+    def layout(self) -> dict[str, Region]:
+        """Placement of instructions (``insns``), micro-ops and segments in DRAM."""
+        align = dram_alignment(self.config)
+        regions: dict[str, Region] = {}
+        pos = 0
+        regions["insns"] = Region("insns", 0, len(self.insns) * self.insn_bytes)
+        pos = _align(regions["insns"].nbytes, align)
+        uop_bytes = len(self.uops) * uop_format(self.config).bytes
+        regions[UOP_SEGMENT] = Region(UOP_SEGMENT, pos, uop_bytes)
+        pos = _align(pos + uop_bytes, align)
+        for s in self.segments:
+            regions[s.name] = Region(s.name, pos, s.nbytes)
+            pos = _align(pos + s.nbytes, align)
+        regions["end"] = Region("end", pos, 0)
+        return regions
+
+    @property
+    def dram_size(self) -> int:
+        """Bytes of the DRAM image."""
+        return self.layout()["end"].offset
+
+    def validate(self) -> None:
+        """Check every instruction and the FINISH rule.
+
+        Raises
+        ------
+        ProgramError
+            An illegal instruction, a missing FINISH, or an instruction after FINISH.
+        """
+        for i, insn in enumerate(self.insns):
+            check_insn(insn, self.config, i)
+            if isinstance(insn, Finish) and i != len(self.insns) - 1:
+                raise ProgramError("FINISH must be the last instruction; "
+                                   f"{len(self.insns) - 1 - i} instruction(s) follow it",
+                                   code=ErrorCode.NO_FINISH, index=i, engine="compute")
+        if not self.insns or not isinstance(self.insns[-1], Finish):
+            raise ProgramError("the program does not end with FINISH",
+                               code=ErrorCode.NO_FINISH, index=len(self.insns))
+        if self.dram_size > self.config.dram_bytes:
+            raise ProgramError(f"the DRAM image needs {self.dram_size} bytes, more than the "
+                               f"{self.config.dram_addr_width}-bit address space",
+                               code=ErrorCode.DRAM_RANGE)
+
+    # ------------------------------------------------------------------ DRAM image
+    def encode_insns(self) -> np.ndarray:
+        """Instruction stream as little-endian bytes."""
+        nb = self.insn_bytes
+        out = bytearray()
+        for i, insn in enumerate(self.insns):
+            out += encode_insn(insn, self.config, i).to_bytes(nb, "little")
+        return np.frombuffer(bytes(out), dtype=np.uint8).copy()
+
+    def encode_uops(self) -> np.ndarray:
+        """Micro-op table as little-endian bytes."""
+        nb = uop_format(self.config).bytes
+        out = bytearray()
+        for i, u in enumerate(self.uops):
+            out += encode_uop(u, self.config, i).to_bytes(nb, "little")
+        return np.frombuffer(bytes(out), dtype=np.uint8).copy()
+
+    def dram_image(self) -> np.ndarray:
+        """The initial DRAM contents as a ``uint8`` array of :attr:`dram_size` bytes."""
+        lay = self.layout()
+        img = np.zeros(lay["end"].offset, dtype=np.uint8)
+        insns = self.encode_insns()
+        img[: insns.size] = insns
+        uops = self.encode_uops()
+        off = lay[UOP_SEGMENT].offset
+        img[off: off + uops.size] = uops
+        for s in self.segments:
+            if s.data is not None:
+                r = lay[s.name]
+                img[r.offset: r.offset + r.nbytes] = np.ascontiguousarray(s.data).view(np.uint8
+                                                                                      ).ravel()
+        return img
+
+    def read_segment(self, image: np.ndarray, name: str) -> np.ndarray:
+        """A copy of segment ``name`` read out of a DRAM image, with its shape and dtype."""
+        s = self.segment(name)
+        r = self.layout()[name]
+        raw = np.ascontiguousarray(image[r.offset: r.offset + r.nbytes])
+        return raw.view(DTYPES[s.dtype]).reshape(s.shape).copy()
+
+    def outputs(self, image: np.ndarray) -> dict[str, np.ndarray]:
+        """Every segment marked ``output``, read from ``image``."""
+        return {s.name: self.read_segment(image, s.name) for s in self.segments if s.output}
+
+    # -------------------------------------------------------------- binary format
+    def to_bytes(self) -> bytes:
+        """Serialize to the ``.bin`` format (header JSON, words, segment data)."""
+        header = {
+            "config": self.config.to_dict(),
+            "n_insns": len(self.insns),
+            "n_uops": len(self.uops),
+            "segments": [{"name": s.name, "dtype": s.dtype, "shape": list(s.shape),
+                          "output": s.output, "has_data": s.data is not None}
+                         for s in self.segments],
+        }
+        hdr = json.dumps(header, separators=(",", ":")).encode()
+        parts = [MAGIC, struct.pack("<II", VERSION, len(hdr)), hdr,
+                 self.encode_insns().tobytes(), self.encode_uops().tobytes()]
+        parts += [np.ascontiguousarray(s.data).tobytes() for s in self.segments
+                  if s.data is not None]
+        return b"".join(parts)
+
+    @classmethod
+    def from_bytes(cls, blob: bytes, source: str = "<bytes>") -> Program:
+        """Read a program written by :meth:`to_bytes`.
+
+        Raises
+        ------
+        BinaryFormatError
+            Bad magic or version, truncation, or trailing bytes.
+        IllegalInstruction
+            An instruction word that does not decode (names its index).
+        """
+        if blob[:8] != MAGIC:
+            raise BinaryFormatError(f"{source}: not a tensorfab program (bad magic)")
+        try:
+            version, hlen = struct.unpack_from("<II", blob, 8)
+            header = json.loads(blob[16: 16 + hlen])
+        except (struct.error, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BinaryFormatError(f"{source}: unreadable header: {exc}") from exc
+        if version != VERSION:
+            raise BinaryFormatError(f"{source}: version {version}, this tensorfab reads "
+                                    f"{VERSION}")
+        cfg = HwConfig.from_dict(header["config"])
+        pos = 16 + hlen
+        nb = insn_width(cfg) // 8
+        ub = uop_format(cfg).bytes
+
+        def take(n: int, what: str) -> bytes:
+            nonlocal pos
+            if pos + n > len(blob):
+                raise BinaryFormatError(f"{source}: truncated in {what}")
+            chunk = blob[pos: pos + n]
+            pos += n
+            return chunk
+
+        insns = [decode_insn(int.from_bytes(take(nb, f"instruction {i}"), "little"), cfg, i)
+                 for i in range(header["n_insns"])]
+        uops = [decode_uop(int.from_bytes(take(ub, f"micro-op {i}"), "little"), cfg)
+                for i in range(header["n_uops"])]
+        segs = []
+        for s in header["segments"]:
+            data = None
+            if s["has_data"]:
+                dt = DTYPES[s["dtype"]]
+                n = int(np.prod(s["shape"])) * dt.itemsize
+                data = np.frombuffer(take(n, f"segment {s['name']}"), dtype=dt).reshape(
+                    s["shape"])
+            segs.append(Segment(s["name"], s["dtype"], tuple(s["shape"]), data, s["output"]))
+        if pos != len(blob):
+            raise BinaryFormatError(f"{source}: {len(blob) - pos} trailing bytes")
+        return cls(cfg, insns, uops, segs)
+
+    # ----------------------------------------------------------------- statistics
+    def count_by_opcode(self) -> dict[str, int]:
+        """Number of instructions of each opcode."""
+        counts = {op.name.lower(): 0 for op in Opcode}
+        for insn in self.insns:
+            counts[insn.opcode.name.lower()] += 1
+        return counts
+
+
+def decode_stream(words: Iterable[int], cfg: HwConfig) -> list[Insn]:
+    """Decode instruction words, naming the index of the first illegal one."""
+    return [decode_insn(w, cfg, i) for i, w in enumerate(words)]
+
+
+def words_from_bytes(raw: Sequence[int] | np.ndarray, cfg: HwConfig) -> list[int]:
+    """Split little-endian instruction bytes into words."""
+    nb = insn_width(cfg) // 8
+    data = bytes(np.asarray(raw, dtype=np.uint8))
+    return [int.from_bytes(data[i: i + nb], "little") for i in range(0, len(data), nb)]
