@@ -207,7 +207,8 @@ class HwConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         for key in data:
             if key not in known:
-                raise ConfigError(key, data[key], f"unknown field (known: {', '.join(sorted(known))})")
+                raise ConfigError(key, data[key],
+                                  f"unknown field (known: {', '.join(sorted(known))})")
         return cls(**data)
 
     @classmethod

@@ -130,7 +130,7 @@ def _raw_formats(cfg: HwConfig) -> dict[Opcode, tuple[Field, ...]]:
         Opcode.ALU: _header() + (
             Field("op", 4, "ALU operation (see AluOp)", enum=AluOp),
             Field("use_imm", 1, "second operand is the immediate, not an accumulator"),
-            Field("imm", IMM_WIDTH, "signed immediate operand", signed=True),
+            Field("imm", IMM_WIDTH, "immediate operand", signed=True),
         ) + _loop_fields(cfg) + (
             Field("dst_factor_out", cfg.acc_bits, "destination step per outer iteration"),
             Field("dst_factor_in", cfg.acc_bits, "destination step per inner iteration"),

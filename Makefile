@@ -1,0 +1,37 @@
+# The two commands of the README: `make demo` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: setup demo test test-all lint isa-doc bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/tensorfab demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/pytest -n 2 -m "not slow"
+
+test-all: $(STAMP)
+	$(BIN)/pytest -n 2
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+isa-doc: $(STAMP)
+	$(BIN)/python -m tensorfab.isa.docgen docs/isa.md
+
+bench: $(STAMP)
+	$(BIN)/python benches/fsim_gemm.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

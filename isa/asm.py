@@ -1,0 +1,375 @@
+"""Assembler: text to :class:`~.program.Program`.
+
+Syntax (one statement per line; ``;`` or ``#`` start a comment)::
+
+    .config default                        ; preset name, or inline JSON
+    .segment x int8 4,16                   ; name, dtype, shape [output] [file=x.npy]
+    .data x 1 2 3 ...                      ; initial values, appended in order
+    .uop acc=0 src=0 wgt=0                 ; next micro-op of the table
+    load.inp sram=0 dram=x+32 y=4 x=16 stride=64 pad=1,1,0,0 pop_next
+    gemm uop=0:4 iter=2,3 acc=1,4 inp=16,0 wgt=0,1 reset push_next
+    alu.shr_rnd uop=0:1 iter=1,16 dst=0,1 imm=3
+    store sram=0 dram=out y=1 x=4 stride=4 pop_prev
+    finish
+
+``dram`` accepts a number, a segment name, or ``name+N`` / ``name-N``; units are
+entries of the tile moved (see docs/isa.md). Errors are :class:`~.errors.AsmError`
+naming the file, line and column.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .asm_syntax import IMPLIED, mnemonic_table, vocabulary
+from .config import ConfigError, HwConfig, get_config
+from .errors import AsmError, ProgramError, TensorfabError
+from .formats import Buffer, Opcode, uop_format
+from .insn import INSN_CLASSES, Insn, Uop, buffer_entry_bytes, encode_insn
+from .program import DTYPES, UOP_SEGMENT, Program, Segment
+
+_TOKEN = re.compile(r"\S+")
+_INT = re.compile(r"[+-]?(0x[0-9a-fA-F_]+|0b[01_]+|[0-9_]+)$")
+_SYMBOL = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(?:([+-])(.+))?$")
+
+
+@dataclass
+class _Tok:
+    text: str
+    col: int
+
+
+@dataclass
+class _PendingInsn:
+    line: int
+    opcode: Opcode
+    values: dict[str, object]
+    cols: dict[str, int]
+    dram: tuple[str | None, int, int] | None = None  # (symbol, offset, column)
+    mnemonic_col: int = 1
+
+
+@dataclass
+class _State:
+    source: str
+    base_dir: Path | None
+    config: HwConfig | None = None
+    config_line: int = 0
+    segments: dict[str, Segment] = field(default_factory=dict)
+    seg_lines: dict[str, int] = field(default_factory=dict)
+    seg_data: dict[str, list[int]] = field(default_factory=dict)
+    seg_files: dict[str, np.ndarray] = field(default_factory=dict)
+    uops: list[tuple[int, dict[str, int], dict[str, int]]] = field(default_factory=list)
+    insns: list[_PendingInsn] = field(default_factory=list)
+
+
+def _err(st: _State, line: int, col: int, msg: str) -> AsmError:
+    return AsmError(msg, line=line, column=col, source=st.source)
+
+
+def _parse_int(st: _State, line: int, tok: _Tok, text: str | None = None) -> int:
+    s = tok.text if text is None else text
+    if not _INT.match(s):
+        raise _err(st, line, tok.col, f"expected an integer, got {s!r}")
+    return int(s.replace("_", ""), 0)
+
+
+def _split_kv(st: _State, line: int, tok: _Tok) -> tuple[str, _Tok]:
+    key, sep, val = tok.text.partition("=")
+    if not sep or not key or not val:
+        raise _err(st, line, tok.col, f"expected key=value, got {tok.text!r}")
+    return key, _Tok(val, tok.col + len(key) + 1)
+
+
+def tokenize(line_text: str) -> list[_Tok]:
+    """Split a line into tokens with 1-based columns, dropping the comment."""
+    cut = len(line_text)
+    for c in ";#":
+        i = line_text.find(c)
+        if i >= 0:
+            cut = min(cut, i)
+    return [_Tok(m.group(), m.start() + 1) for m in _TOKEN.finditer(line_text[:cut])]
+
+
+# --------------------------------------------------------------------- directives
+def _directive(st: _State, line: int, toks: list[_Tok]) -> None:
+    name = toks[0].text
+    if name == ".config":
+        if len(toks) < 2:
+            raise _err(st, line, toks[0].col, ".config needs a preset name or JSON")
+        arg = " ".join(t.text for t in toks[1:])
+        try:
+            cfg = (HwConfig.from_json(arg) if arg.startswith("{") else get_config(arg))
+        except ConfigError as exc:
+            raise _err(st, line, toks[1].col, str(exc)) from exc
+        if st.config is not None and st.config != cfg:
+            raise _err(st, line, toks[1].col,
+                       f".config {cfg.name} conflicts with the config given ({st.config.name})")
+        st.config, st.config_line = cfg, line
+    elif name == ".segment":
+        if len(toks) < 4:
+            raise _err(st, line, toks[0].col, ".segment needs NAME DTYPE SHAPE")
+        seg, dt, shp = toks[1], toks[2], toks[3]
+        if not re.match(r"[A-Za-z_][A-Za-z0-9_.]*$", seg.text):
+            raise _err(st, line, seg.col, f"bad segment name {seg.text!r}")
+        if seg.text == UOP_SEGMENT or seg.text in ("insns", "end"):
+            raise _err(st, line, seg.col, f"segment name {seg.text!r} is reserved")
+        if seg.text in st.segments:
+            raise _err(st, line, seg.col, f"segment {seg.text!r} already declared on line "
+                       f"{st.seg_lines[seg.text]}")
+        if dt.text not in DTYPES:
+            raise _err(st, line, dt.col, f"dtype {dt.text!r} is not one of {', '.join(DTYPES)}")
+        shape = []
+        for part in shp.text.split(","):
+            v = _parse_int(st, line, shp, part)
+            if v < 1:
+                raise _err(st, line, shp.col, f"shape extent {v} must be positive")
+            shape.append(v)
+        output = False
+        for t in toks[4:]:
+            if t.text == "output":
+                output = True
+            elif t.text.startswith("file="):
+                st.seg_files[seg.text] = _load_side_file(st, line, t, seg.text, dt.text, shape)
+            else:
+                raise _err(st, line, t.col, f"unexpected {t.text!r} (expected output or file=)")
+        st.segments[seg.text] = Segment(seg.text, dt.text, tuple(shape), None, output)
+        st.seg_lines[seg.text] = line
+    elif name == ".data":
+        if len(toks) < 2:
+            raise _err(st, line, toks[0].col, ".data needs a segment name")
+        seg = toks[1]
+        if seg.text not in st.segments:
+            raise _err(st, line, seg.col, f"no segment {seg.text!r} declared before .data")
+        if seg.text in st.seg_files:
+            raise _err(st, line, seg.col, f"segment {seg.text!r} already takes its data from "
+                       "a file")
+        vals = st.seg_data.setdefault(seg.text, [])
+        for t in toks[2:]:
+            for part in filter(None, t.text.split(",")):
+                vals.append(_parse_int(st, line, t, part))
+    elif name == ".uop":
+        vals: dict[str, int] = {}
+        cols: dict[str, int] = {}
+        names = [f.name for f in uop_format(st.config or get_config("default")).fields]
+        for t in toks[1:]:
+            key, val = _split_kv(st, line, t)
+            if key not in names:
+                raise _err(st, line, t.col, f"micro-ops have fields {', '.join(names)}, "
+                           f"not {key!r}")
+            if key in vals:
+                raise _err(st, line, t.col, f"{key} given twice")
+            vals[key] = _parse_int(st, line, val)
+            cols[key] = t.col
+        st.uops.append((line, vals, cols))
+    else:
+        raise _err(st, line, toks[0].col, f"unknown directive {name!r}")
+
+
+def _load_side_file(st: _State, line: int, tok: _Tok, seg: str, dtype: str,
+                    shape: list[int]) -> np.ndarray:
+    rel = tok.text[len("file="):]
+    path = Path(rel) if st.base_dir is None else st.base_dir / rel
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise _err(st, line, tok.col, f"cannot read {path}: {exc}") from exc
+    if arr.size != int(np.prod(shape)):
+        raise _err(st, line, tok.col, f"{path} holds {arr.size} values, segment {seg!r} "
+                   f"needs {int(np.prod(shape))}")
+    return arr
+
+
+# -------------------------------------------------------------------- instructions
+_MNEMONICS = mnemonic_table()
+
+
+def _instruction(st: _State, cfg: HwConfig, line: int, toks: list[_Tok]) -> None:
+    mn = toks[0].text.lower()
+    if mn not in _MNEMONICS:
+        close = [m for m in _MNEMONICS if m.split(".")[0] == mn.split(".")[0]]
+        hint = f" (did you mean one of {', '.join(close)}?)" if close else ""
+        raise _err(st, line, toks[0].col, f"unknown mnemonic {toks[0].text!r}{hint}")
+    opcode, implied = _MNEMONICS[mn]
+    voc = vocabulary(cfg, opcode)
+    p = _PendingInsn(line, opcode, dict(implied), {}, mnemonic_col=toks[0].col)
+    for t in toks[1:]:
+        if "=" not in t.text:
+            if t.text not in voc.flags:
+                raise _err(st, line, t.col, f"{mn} has no flag {t.text!r} (flags: "
+                           f"{', '.join(voc.flags)})")
+            if t.text in p.values:
+                raise _err(st, line, t.col, f"{t.text} given twice")
+            p.values[t.text] = True
+            p.cols[t.text] = t.col
+            continue
+        key, val = _split_kv(st, line, t)
+        k = voc.key(key)
+        if k is None and key in voc.flags:
+            raise _err(st, line, t.col, f"{key} is a flag: write it as a bare word, "
+                       "without a value")
+        if k is None:
+            raise _err(st, line, t.col, f"{mn} has no field {key!r} (fields: "
+                       f"{', '.join(k.name for k in voc.keys)})")
+        if any(f in p.values for f in k.fields):
+            raise _err(st, line, t.col, f"{key} given twice")
+        if k.name == "dram":
+            p.dram = _parse_dram(st, line, val)
+            p.cols["dram"] = t.col
+            continue
+        parts = val.text.split(k.sep) if k.is_group else [val.text]
+        if len(parts) != len(k.fields):
+            raise _err(st, line, val.col, f"{key} takes {len(k.fields)} values separated by "
+                       f"{k.sep!r}, got {val.text!r}")
+        for f, part in zip(k.fields, parts, strict=True):
+            p.values[f] = _parse_int(st, line, val, part)
+            p.cols[f] = t.col
+        for implied_field, by_key in IMPLIED.items():
+            if by_key == key:
+                p.values[implied_field] = True
+                p.cols[implied_field] = t.col
+    st.insns.append(p)
+
+
+def _parse_dram(st: _State, line: int, val: _Tok) -> tuple[str | None, int, int]:
+    if _INT.match(val.text):
+        return (None, _parse_int(st, line, val), val.col)
+    m = _SYMBOL.match(val.text)
+    if not m:
+        raise _err(st, line, val.col, f"expected a DRAM address (number, name or name+N), "
+                   f"got {val.text!r}")
+    name, sign, off = m.groups()
+    n = 0
+    if sign:
+        n = _parse_int(st, line, val, off) * (-1 if sign == "-" else 1)
+    return (name, n, val.col)
+
+
+def _resolve(st: _State, prog: Program, p: _PendingInsn, index: int) -> Insn:
+    cfg = prog.config
+    values = dict(p.values)
+    if p.dram is not None:
+        sym, off, col = p.dram
+        if sym is None:
+            values["dram"] = off
+        else:
+            regions = prog.layout()
+            if sym not in regions or sym in ("insns", "end"):
+                known = ", ".join([UOP_SEGMENT, *st.segments]) or "none"
+                raise _err(st, p.line, col, f"unknown segment {sym!r} (known: {known})")
+            unit = (buffer_entry_bytes(cfg, values.get("buffer", Buffer.INP))
+                    if p.opcode is Opcode.LOAD else cfg.out_entry_bytes)
+            base = regions[sym].offset
+            if base % unit:
+                raise _err(st, p.line, col, f"segment {sym!r} at byte {base} is not aligned "
+                           f"to {unit}-byte entries")
+            values["dram"] = base // unit + off
+            if values["dram"] < 0:
+                raise _err(st, p.line, col, f"{sym}{off:+d} is a negative address")
+    cls = INSN_CLASSES[p.opcode]
+    try:
+        insn = cls(**values)  # type: ignore[arg-type]
+        encode_insn(insn, cfg, index)
+    except ProgramError as exc:
+        col = p.mnemonic_col
+        voc = vocabulary(cfg, p.opcode)
+        if exc.field is not None:
+            key = voc.key_of_field(exc.field)
+            col = p.cols.get(exc.field, p.cols.get(key.name if key else "", col))
+        raise _err(st, p.line, col, exc.detail) from exc
+    return insn
+
+
+def assemble(text: str, config: HwConfig | str | None = None, *, source: str = "<asm>",
+             base_dir: str | Path | None = None) -> Program:
+    """Assemble program text.
+
+    Parameters
+    ----------
+    text : str
+        Assembly source.
+    config : HwConfig | str | None
+        Config to assemble for. If the text has a ``.config`` line it must agree.
+        With neither, the ``default`` preset is used.
+    source : str
+        File name used in error messages.
+    base_dir : str | Path | None
+        Folder that ``file=`` side files are relative to.
+
+    Raises
+    ------
+    AsmError
+        Any syntax or semantic error, with line and column.
+    """
+    st = _State(source, Path(base_dir) if base_dir is not None else None)
+    if config is not None:
+        st.config = get_config(config) if isinstance(config, str) else config
+    lines = text.splitlines()
+    # .config must be known before the widths of fields are; take it in a first pass.
+    for n, raw in enumerate(lines, 1):
+        toks = tokenize(raw)
+        if toks and toks[0].text == ".config":
+            _directive(st, n, toks)
+    cfg = st.config or get_config("default")
+    st.config = cfg
+    for n, raw in enumerate(lines, 1):
+        toks = tokenize(raw)
+        if not toks or toks[0].text == ".config":
+            continue
+        if toks[0].text.startswith("."):
+            _directive(st, n, toks)
+        else:
+            _instruction(st, cfg, n, toks)
+    return _build(st, cfg)
+
+
+def _build(st: _State, cfg: HwConfig) -> Program:
+    segments = []
+    for name, seg in st.segments.items():
+        data: np.ndarray | None = st.seg_files.get(name)
+        if name in st.seg_data:
+            vals = st.seg_data[name]
+            if len(vals) != seg.size:
+                raise _err(st, st.seg_lines[name], 1, f"segment {name!r} has {len(vals)} "
+                           f".data values, shape {seg.shape} needs {seg.size}")
+            data = np.array(vals, dtype=np.int64)
+        try:
+            segments.append(Segment(name, seg.dtype, seg.shape, data, seg.output))
+        except ProgramError as exc:
+            raise _err(st, st.seg_lines[name], 1, exc.detail) from exc
+    ufmt = uop_format(cfg)
+    uops = []
+    for i, (line, vals, cols) in enumerate(st.uops):
+        for key, v in vals.items():
+            f = ufmt.field(key)
+            if not f.lo <= v <= f.hi:
+                raise _err(st, line, cols[key], f"micro-op {i}: {key} = {v} does not fit "
+                           f"{f.width} bits (0..{f.hi})")
+        uops.append(Uop(**vals))
+    if not st.insns:
+        raise _err(st, len(st.seg_lines) + 1, 1, "no instructions")
+    placeholder = [INSN_CLASSES[p.opcode]() for p in st.insns]
+    prog = Program(cfg, placeholder, uops, segments)
+    prog.insns = [_resolve(st, prog, p, i) for i, p in enumerate(st.insns)]
+    try:
+        prog.validate()
+    except ProgramError as exc:
+        idx = exc.index if exc.index is not None else len(st.insns) - 1
+        line = st.insns[min(idx, len(st.insns) - 1)].line
+        raise _err(st, line, 1, str(exc)) from exc
+    return prog
+
+
+def assemble_file(path: str | Path, config: HwConfig | str | None = None) -> Program:
+    """Assemble a ``.s`` file (side files are relative to its folder)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise TensorfabError(f"cannot read {path}: {exc.strerror}") from exc
+    return assemble(text, config, source=str(path), base_dir=path.parent)
+
