@@ -3,7 +3,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import programs
-
 from tensorfab.isa import (
     PRESETS,
     AsmError,
@@ -126,5 +125,5 @@ def test_binary_errors():
     hdr_len = int.from_bytes(blob[12:16], "little")
     bad = bytearray(blob)
     bad[16 + hdr_len] = 7
-    with pytest.raises(IllegalInstruction, match="instruction 0.*unknown opcode 7"):
+    with pytest.raises(IllegalInstruction, match=r"instruction 0.*unknown opcode 7"):
         Program.from_bytes(bytes(bad))

@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from tensorfab.isa import PRESETS, ConfigError, HwConfig, get_config
 
 

@@ -4,7 +4,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import alus, configs, gemms, insns, loads, stores, uops
-
 from tensorfab.isa import (
     PRESETS,
     Alu,
@@ -119,7 +118,7 @@ def test_decoded_illegal_field_reports_index():
     # a legal GEMM word with iter_out forced to 0 by hand
     fmt = insn_formats(DEFAULT)[Gemm.opcode]
     word = fmt.pack(Gemm(uop_end=2).values() | {"iter_out": 0})
-    with pytest.raises(IllegalInstruction, match="instruction 4.*iter_out"):
+    with pytest.raises(IllegalInstruction, match=r"instruction 4.*iter_out"):
         decode_insn(word, DEFAULT, index=4)
 
 
