@@ -17,7 +17,7 @@ from tensorfab.isa.config import ConfigError, HwConfig
 from tensorfab.isa.formats import insn_formats, insn_width, uop_format
 from tensorfab.isa.program import MAGIC
 
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 class CliError(TensorfabError):

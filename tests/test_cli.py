@@ -1,0 +1,83 @@
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tensorfab.cli import main
+from tensorfab.demo import example_path
+from tensorfab.isa import PRESETS
+
+
+def test_config_show_prints_json_with_derived_values(capsys):
+    assert main(["config", "show", "default"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["block_in"] == 16
+    assert out["derived"]["peak_macs_per_cycle"] == 256
+    assert out["derived"]["field_widths"]["gemm"]["uop_begin"] == 13
+    assert out["derived"]["insn_width"] == 128
+
+
+def test_config_show_unknown_is_a_clear_error(capsys):
+    assert main(["config", "show", "huge"]) == 2
+    assert "not a preset" in capsys.readouterr().err
+
+
+def test_asm_disasm_round_trip(tmp_path, capsys):
+    src = tmp_path / "p.s"
+    shutil.copy(example_path(), src)
+    assert main(["asm", str(src), "-o", str(tmp_path / "p.bin"), "--config", "default"]) == 0
+    assert "11 instructions" in capsys.readouterr().out
+    assert main(["disasm", str(tmp_path / "p.bin")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(".config default\n")
+    (tmp_path / "q.s").write_text(text)
+    assert main(["asm", str(tmp_path / "q.s"), "-o", str(tmp_path / "q.bin")]) == 0
+    assert (tmp_path / "q.bin").read_bytes() == (tmp_path / "p.bin").read_bytes()
+
+
+def test_asm_refuses_to_overwrite_a_foreign_file(tmp_path, capsys):
+    src = tmp_path / "p.s"
+    shutil.copy(example_path(), src)
+    precious = tmp_path / "notes.bin"
+    precious.write_text("my notes")
+    assert main(["asm", str(src), "-o", str(precious)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert precious.read_text() == "my notes"
+    assert main(["asm", str(src), "-o", str(precious), "--force"]) == 0
+    # our own output may be replaced without --force
+    assert main(["asm", str(src), "-o", str(precious)]) == 0
+
+
+def test_asm_error_names_file_line_column(tmp_path, capsys):
+    src = tmp_path / "bad.s"
+    src.write_text(".config tiny\nfinish\ngemm uop=0:1 iter=1,1 wgt=1,0\n")
+    assert main(["asm", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.s:2:1" in err and "FINISH must be the last" in err
+
+
+def test_config_mismatch_between_binary_and_option(tmp_path, capsys):
+    src = tmp_path / "p.s"
+    shutil.copy(example_path(), src)
+    assert main(["asm", str(src)]) == 0
+    assert main(["disasm", str(tmp_path / "p.bin")]) == 0
+    capsys.readouterr()
+    assert main(["sim", str(tmp_path / "p.bin"), "--config", "tiny"]) == 2
+    assert "not 'tiny'" in capsys.readouterr().err
+
+
+def test_console_script_is_installed():
+    exe = Path(sys.executable).parent / "tensorfab"
+    res = subprocess.run([str(exe), "config", "list"], capture_output=True, text=True,
+                         check=True)
+    for name in PRESETS:
+        assert name in res.stdout
+
+
+@pytest.mark.parametrize("missing", ["nope.s"])
+def test_missing_file(missing, capsys):
+    assert main(["sim", missing]) == 2
+    assert "no such file" in capsys.readouterr().err
