@@ -112,6 +112,11 @@ class HwConfig:
         if not isinstance(bus, int) or not _is_pow2(bus) or not 8 <= bus <= 1024:
             raise ConfigError("mem_bus_width", bus,
                               "must be a power of two between 8 and 1024 bits")
+        smallest = min(self.inp_entry_bytes, self.wgt_entry_bytes, self.out_entry_bytes)
+        if smallest % (bus // 8):
+            raise ConfigError("mem_bus_width", bus,
+                              f"must divide every tile: the smallest (input, weight or output "
+                              f"entry) is {smallest * 8} bits")
         if not isinstance(self.clock_mhz, int | float) or not 0 < self.clock_mhz <= 2000:
             raise ConfigError("clock_mhz", self.clock_mhz, "must be in (0, 2000]")
         if not isinstance(self.name, str) or not self.name:
@@ -180,14 +185,14 @@ class HwConfig:
         return 1 << self.dram_addr_width
 
     def buffer_bytes(self) -> dict[str, int]:
-        """On-chip buffer sizes in bytes, by buffer name (micro-ops at their DRAM size)."""
+        """On-chip buffer sizes in bytes, by buffer name (micro-ops at their used bits)."""
         from .formats import uop_format
 
         return {
             "inp": self.inp_depth * self.inp_entry_bytes,
             "wgt": self.wgt_depth * self.wgt_entry_bytes,
             "acc": self.acc_depth * self.acc_entry_bytes,
-            "uop": self.uop_depth * uop_format(self).bytes,
+            "uop": self.uop_depth * -(-uop_format(self).used_bits // 8),
         }
 
     # ------------------------------------------------------------------ serialisation

@@ -150,8 +150,10 @@ def _round_word(bits: int) -> int:
 
 @cache
 def insn_width(cfg: HwConfig) -> int:
-    """Instruction word width in bits: the widest format rounded up to a power of two."""
-    return _round_word(max(sum(f.width for f in fs) for fs in _raw_formats(cfg).values()))
+    """Instruction word width in bits: the widest format rounded up to a power of two,
+    and at least one memory-bus beat."""
+    used = max(sum(f.width for f in fs) for fs in _raw_formats(cfg).values())
+    return max(_round_word(used), cfg.mem_bus_width)
 
 
 @cache
@@ -172,7 +174,8 @@ def uop_format(cfg: HwConfig) -> Format:
     width = 32
     while width < sum(f.width for f in fields):
         width *= 2
-    return Format("uop", fields, width)
+    # whole bus beats, so that every DMA transfer is a whole number of beats
+    return Format("uop", fields, max(width, cfg.mem_bus_width))
 
 
 def header_format(cfg: HwConfig) -> Format:
