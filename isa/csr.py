@@ -52,6 +52,8 @@ CSRS: tuple[Csr, ...] = (
     Csr("LOAD_INSNS", 0x3C, "ro", "instructions retired by the load engine"),
     Csr("COMPUTE_INSNS", 0x40, "ro", "instructions retired by the compute engine"),
     Csr("STORE_INSNS", 0x44, "ro", "instructions retired by the store engine"),
+    Csr("DRAM_SIZE", 0x48, "rw", "bytes of DRAM the core may touch (0: the whole address "
+        "space); loads and stores past it raise DRAM_RANGE"),
 )
 
 CSR_BY_NAME: dict[str, Csr] = {c.name: c for c in CSRS}
