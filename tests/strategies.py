@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
+
 from tensorfab.isa import (
     PRESETS,
     Alu,

@@ -3,6 +3,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import programs
+
 from tensorfab.isa import (
     PRESETS,
     AsmError,

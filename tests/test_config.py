@@ -1,6 +1,7 @@
 import json
 
 import pytest
+
 from tensorfab.isa import PRESETS, ConfigError, HwConfig, get_config
 
 

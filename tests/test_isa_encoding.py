@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import alus, configs, gemms, insns, loads, stores, uops
+
 from tensorfab.isa import (
     PRESETS,
     Alu,

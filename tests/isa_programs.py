@@ -1,0 +1,347 @@
+"""Directed ISA test programs, modeled on TVM VTA's ``test_vta_insn.py``.
+
+Every builder takes a :class:`~tensorfab.isa.HwConfig` and a numpy ``Generator`` and
+returns ``(program, inputs)``: the complete program (inputs already in its segments,
+results in the segments marked ``output``) and a dict of the values a reference
+needs — the logical input arrays and any immediate the builder drew. Expected
+outputs are deliberately *not* computed here: the functional-simulator tests and the
+RTL tests each check results against their own references.
+
+Conventions shared by the builders:
+
+* The load engine first loads the micro-op table, then the data; its last LOAD pushes
+  one ``l2c`` token. The compute engine's first instruction pops it and its last one
+  pushes one ``c2s`` token, which the first STORE pops. Programs whose compute phase
+  would otherwise be empty use a *relay*: a GEMM ``reset`` of one scratch accumulator
+  (the buffer's last entry) that no output reads.
+* ALU programs observe all 32 bits of their results: the result region is copied
+  (``MOV``) into three more regions that are shifted right by 8, 16 and 24 (``SHR``),
+  and the four regions are stored as output ``out`` of shape
+  ``(4, n, batch, block_out)``: byte lane ``l`` of every element.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tensorfab.compiler import GemmTiling, ProgramBuilder, build_blocked_gemm
+from tensorfab.isa import Alu, AluOp, Buffer, Gemm, HwConfig, Load, Program, Segment, Store, Uop
+
+Inputs = dict[str, np.ndarray]
+
+#: Shift operations: immediates must be 0..31.
+SHIFT_OPS = (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL)
+#: ALU test geometry: rows x columns of accumulator entries.
+ALU_ROWS, ALU_COLS = 4, 8
+
+
+def _i32(rng: np.random.Generator, shape: tuple[int, ...], lo: int = -(1 << 31),
+         hi: int = (1 << 31) - 1) -> np.ndarray:
+    return rng.integers(lo, hi, size=shape, endpoint=True, dtype=np.int64).astype(np.int32)
+
+
+def _i8(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.integers(-128, 127, size=shape, endpoint=True, dtype=np.int8)
+
+
+def _relay(bld: ProgramBuilder, relay_uop: int, **flags: bool) -> int:
+    """Compute-engine no-op carrying tokens: reset the scratch accumulator."""
+    return bld.emit(Gemm(reset=True, uop_begin=relay_uop, uop_end=relay_uop + 1, **flags))
+
+
+# ------------------------------------------------------------------ load / store
+def build_load_store_acc(cfg: HwConfig, rng: np.random.Generator, *, rows: int = 3,
+                         cols: int = 5) -> tuple[Program, Inputs]:
+    """Save/load of outputs: 2-D ``load.acc`` then 2-D ``store`` (low-byte narrowing).
+
+    ``X`` is ``(rows, cols + 1, batch, block_out)`` int32 (full range); the load reads
+    its first ``cols`` entries of each row (stride ``cols + 1``) into accumulators
+    ``0 .. rows*cols-1``; the store writes them to output ``out``
+    ``(rows, cols + 2, batch, block_out)`` int8 with stride ``cols + 2``, so the last
+    two entries of each output row stay zero.
+    """
+    e = (cfg.batch, cfg.block_out)
+    x = _i32(rng, (rows, cols + 1, *e))
+    bld = ProgramBuilder(cfg)
+    bld.add_segment(Segment("X", "int32", x.shape, x))
+    bld.add_segment(Segment("out", "int8", (rows, cols + 2, *e), output=True))
+    relay = bld.add_uops([Uop(acc=cfg.acc_depth - 1)])[0]
+    bld.load_uops()
+    bld.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, y=rows, x=cols, stride=cols + 1,
+                  push_next=True), segment="X")
+    _relay(bld, relay, pop_prev=True, push_next=True)
+    bld.emit(Store(sram=0, dram=0, y=rows, x=cols, stride=cols + 2, pop_prev=True),
+             segment="out")
+    return bld.build(), {"X": x}
+
+
+# ----------------------------------------------------------------- padded loads
+PAD_CASES: dict[str, tuple[int, int, int, int]] = {
+    "top": (2, 0, 0, 0),
+    "bottom": (0, 2, 0, 0),
+    "left": (0, 0, 2, 0),
+    "right": (0, 0, 0, 2),
+    "all": (1, 2, 3, 1),
+}
+"""Padding ``(top, bottom, left, right)`` of the padded-load tests, by name."""
+
+PAD_Y, PAD_X = 3, 4
+"""Data block of the padded-load tests: rows, entries per row (DRAM stride ``PAD_X + 2``)."""
+
+
+def build_padded_load_inp(cfg: HwConfig, rng: np.random.Generator,
+                          pad: Sequence[int]) -> tuple[Program, Inputs]:
+    """Padded ``load.inp``, observed through a GEMM with an identity weight.
+
+    ``X`` is ``(PAD_Y, PAD_X + 2, batch, block_in)`` int8; the first ``PAD_X`` entries of
+    each row are loaded with padding ``pad = (top, bottom, left, right)`` into input
+    entries that were first filled with non-zero junk (``J``), so zero padding is
+    observable. One weight entry ``W = eye(block_out, block_in)`` maps each input
+    entry to an accumulator entry (``acc[e] = inp[e] @ W.T``), stored as output ``out``
+    ``(rows, cols, batch, block_out)`` int8 with ``rows = top + PAD_Y + bottom`` and
+    ``cols = left + PAD_X + right``.
+    """
+    top, bottom, left, right = (int(p) for p in pad)
+    rows, cols = top + PAD_Y + bottom, left + PAD_X + right
+    n = rows * cols
+    x = _i8(rng, (PAD_Y, PAD_X + 2, cfg.batch, cfg.block_in))
+    junk = rng.integers(1, 127, size=(n, cfg.batch, cfg.block_in), endpoint=True,
+                        dtype=np.int8)
+    w = np.eye(cfg.block_out, cfg.block_in, dtype=np.int8)[None]
+    bld = ProgramBuilder(cfg)
+    bld.add_segment(Segment("X", "int8", x.shape, x))
+    bld.add_segment(Segment("J", "int8", junk.shape, junk))
+    bld.add_segment(Segment("W", "int8", w.shape, w))
+    bld.add_segment(Segment("out", "int8", (rows, cols, cfg.batch, cfg.block_out),
+                            output=True))
+    u = bld.add_uops([Uop(acc=0, src=0, wgt=0)])[0]
+    bld.load_uops()
+    bld.emit(Load(buffer=Buffer.WGT, sram=0, dram=0, y=1, x=1, stride=1), segment="W")
+    bld.emit(Load(buffer=Buffer.INP, sram=0, dram=0, y=1, x=n, stride=n), segment="J")
+    bld.emit(Load(buffer=Buffer.INP, sram=0, dram=0, y=PAD_Y, x=PAD_X, stride=PAD_X + 2,
+                  pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right,
+                  push_next=True), segment="X")
+    loop = {"iter_out": rows, "iter_in": cols, "acc_factor_out": cols, "acc_factor_in": 1}
+    bld.emit(Gemm(reset=True, uop_begin=u, uop_end=u + 1, pop_prev=True, **loop))
+    bld.emit(Gemm(uop_begin=u, uop_end=u + 1, inp_factor_out=cols, inp_factor_in=1,
+                  push_next=True, **loop))
+    bld.emit(Store(sram=0, dram=0, y=rows, x=cols, stride=cols, pop_prev=True),
+             segment="out")
+    return bld.build(), {"X": x, "J": junk, "W": w}
+
+
+def build_padded_load_acc(cfg: HwConfig, rng: np.random.Generator,
+                          pad: Sequence[int]) -> tuple[Program, Inputs]:
+    """Padded ``load.acc`` over non-zero junk, then ``store``.
+
+    ``X`` is ``(PAD_Y, PAD_X + 2, batch, block_out)`` int32 loaded as in
+    :func:`build_padded_load_inp`; output ``out`` is ``(rows, cols, batch, block_out)``
+    int8 (low bytes).
+    """
+    top, bottom, left, right = (int(p) for p in pad)
+    rows, cols = top + PAD_Y + bottom, left + PAD_X + right
+    n = rows * cols
+    e = (cfg.batch, cfg.block_out)
+    x = _i32(rng, (PAD_Y, PAD_X + 2, *e))
+    junk = _i32(rng, (n, *e), 1, 127)
+    bld = ProgramBuilder(cfg)
+    bld.add_segment(Segment("X", "int32", x.shape, x))
+    bld.add_segment(Segment("J", "int32", junk.shape, junk))
+    bld.add_segment(Segment("out", "int8", (rows, cols, *e), output=True))
+    relay = bld.add_uops([Uop(acc=cfg.acc_depth - 1)])[0]
+    bld.load_uops()
+    bld.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, y=1, x=n, stride=n), segment="J")
+    bld.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, y=PAD_Y, x=PAD_X, stride=PAD_X + 2,
+                  pad_top=top, pad_bottom=bottom, pad_left=left, pad_right=right,
+                  push_next=True), segment="X")
+    _relay(bld, relay, pop_prev=True, push_next=True)
+    bld.emit(Store(sram=0, dram=0, y=rows, x=cols, stride=cols, pop_prev=True),
+             segment="out")
+    return bld.build(), {"X": x, "J": junk}
+
+
+# ------------------------------------------------------------------------- GEMM
+GEMM_SIZES: dict[str, tuple[int, int, int]] = {
+    "tiny": (64, 64, 64),
+    "small": (128, 256, 256),
+    "default": (256, 512, 512),
+}
+"""``(m, n, k)`` of the blocked-GEMM tests per preset: several tiles at 1, 2, 4 threads."""
+
+
+def build_gemm(cfg: HwConfig, rng: np.random.Generator, *, m: int | None = None,
+               n: int | None = None, k: int | None = None, vthreads: int = 1,
+               tiling: GemmTiling | None = None,
+               epilogue: Sequence[tuple[AluOp, int]] | None = None
+               ) -> tuple[Program, Inputs]:
+    """Blocked GEMM through :func:`~tensorfab.compiler.build_blocked_gemm`.
+
+    Sizes default to :data:`GEMM_SIZES` for the preset (else ``(8*batch, 8*block_out,
+    8*block_in)``). Inputs: ``A`` ``(m, k)`` and ``B`` ``(k, n)`` int8 (logical, not
+    packed); output ``C`` is packed (see :func:`~tensorfab.compiler.unpack_outputs`).
+    """
+    dm, dn, dk = GEMM_SIZES.get(cfg.name, (8 * cfg.batch, 8 * cfg.block_out,
+                                           8 * cfg.block_in))
+    m, n, k = m or dm, n or dn, k or dk
+    a = _i8(rng, (m, k))
+    b = _i8(rng, (k, n))
+    prog = build_blocked_gemm(cfg, m, n, k, vthreads=vthreads, a=a, b=b, tiling=tiling,
+                              epilogue=epilogue)
+    return prog, {"A": a, "B": b}
+
+
+# -------------------------------------------------------------------------- ALU
+def _alu_program(cfg: HwConfig, x: np.ndarray, y: np.ndarray | None,
+                 ops: Sequence[tuple[AluOp, int | None]],
+                 extra_inputs: Inputs) -> tuple[Program, Inputs]:
+    """Apply ``ops`` in order to ``X`` (operand ``Y`` where an op's immediate is None)
+    and store the four byte lanes of the result.
+
+    Accumulator map: result ``[0, n)``, lanes 1..3 ``[n, 4n)``, operand ``[4n, 5n)``.
+    The op loop covers the ``ALU_ROWS x ALU_COLS`` entries with two micro-ops (even
+    and odd columns), ``iter_out`` over rows and ``iter_in`` over column pairs.
+    """
+    e = (cfg.batch, cfg.block_out)
+    n = ALU_ROWS * ALU_COLS
+    bld = ProgramBuilder(cfg)
+    bld.add_segment(Segment("X", "int32", (n, *e), x))
+    if y is not None:
+        bld.add_segment(Segment("Y", "int32", (n, *e), y))
+    bld.add_segment(Segment("out", "int8", (4, n, *e), output=True))
+    k_op = bld.add_uops([Uop(acc=c, src=4 * n + c) for c in range(2)])[0]
+    k_lane = bld.add_uops([Uop(acc=n, src=0)])[0]
+    k_shr = bld.add_uops([Uop(acc=lane * n, src=lane * n) for lane in (1, 2, 3)])[0]
+    bld.load_uops()
+    bld.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, y=1, x=n, stride=n,
+                  push_next=y is None), segment="X")
+    if y is not None:
+        bld.emit(Load(buffer=Buffer.ACC, sram=4 * n, dram=0, y=1, x=n, stride=n,
+                      push_next=True), segment="Y")
+    first = True
+    for op, imm in ops:
+        bld.emit(Alu(op=op, use_imm=imm is not None, imm=0 if imm is None else int(imm),
+                     uop_begin=k_op, uop_end=k_op + 2, iter_out=ALU_ROWS,
+                     iter_in=ALU_COLS // 2, dst_factor_out=ALU_COLS, dst_factor_in=2,
+                     src_factor_out=ALU_COLS, src_factor_in=2, pop_prev=first))
+        first = False
+    # Byte lanes: copy the result to lanes 1..3, shift lane l right by 8*l.
+    bld.emit(Alu(op=AluOp.MOV, uop_begin=k_lane, uop_end=k_lane + 1, iter_out=3, iter_in=n,
+                 dst_factor_out=n, dst_factor_in=1, src_factor_out=0, src_factor_in=1,
+                 pop_prev=first))
+    for lane in (1, 2, 3):
+        bld.emit(Alu(op=AluOp.SHR, use_imm=True, imm=8 * lane, uop_begin=k_shr + lane - 1,
+                     uop_end=k_shr + lane, iter_out=1, iter_in=n, dst_factor_in=1,
+                     src_factor_in=1, push_next=lane == 3))
+    bld.emit(Store(sram=0, dram=0, y=4, x=n, stride=n, pop_prev=True), segment="out")
+    inputs: Inputs = {"X": x, **extra_inputs}
+    if y is not None:
+        inputs["Y"] = y
+    return bld.build(), inputs
+
+
+def _alu_shape(cfg: HwConfig) -> tuple[int, ...]:
+    return (ALU_ROWS * ALU_COLS, cfg.batch, cfg.block_out)
+
+
+def random_imm(op: AluOp, rng: np.random.Generator) -> int:
+    """A legal random immediate for ``op``: 0..31 for shifts, 0..32767 for CLIP, any
+    16-bit value otherwise."""
+    if op in SHIFT_OPS:
+        return int(rng.integers(0, 31, endpoint=True))
+    if op is AluOp.CLIP:
+        return int(rng.integers(0, (1 << 15) - 1, endpoint=True))
+    return int(rng.integers(-(1 << 15), (1 << 15) - 1, endpoint=True))
+
+
+def build_alu(cfg: HwConfig, rng: np.random.Generator, op: AluOp, *, use_imm: bool,
+              imm: int | None = None) -> tuple[Program, Inputs]:
+    """One ALU operation with an immediate or a vector operand, on full-range int32.
+
+    Inputs: ``X`` (first operand, also the destination), ``Y`` (vector operand; only
+    without ``use_imm``) of shape ``(ALU_ROWS*ALU_COLS, batch, block_out)`` int32, and
+    ``imm`` (0-d int64; only with ``use_imm``; random legal value unless given).
+    Output ``out``: the result's four byte lanes (see the module docstring).
+    """
+    op = AluOp(op)
+    x = _i32(rng, _alu_shape(cfg))
+    if use_imm:
+        imm = random_imm(op, rng) if imm is None else int(imm)
+        return _alu_program(cfg, x, None, [(op, imm)], {"imm": np.array(imm)})
+    y = _i32(rng, _alu_shape(cfg))
+    return _alu_program(cfg, x, y, [(op, None)], {})
+
+
+def build_relu(cfg: HwConfig, rng: np.random.Generator) -> tuple[Program, Inputs]:
+    """ReLU: ``alu.max imm=0`` on full-range ``X``. Output as :func:`build_alu`."""
+    x = _i32(rng, _alu_shape(cfg))
+    return _alu_program(cfg, x, None, [(AluOp.MAX, 0)], {})
+
+
+def build_requant(cfg: HwConfig, rng: np.random.Generator) -> tuple[Program, Inputs]:
+    """Shift-and-scale requantisation: ``MUL imm=mul``, ``SHR_RND imm=shift``,
+    ``CLIP imm=127``.
+
+    ``X`` holds GEMM-like sums in ``[-2^16, 2^16]``, ``mul`` is in ``[1, 2^14]`` and
+    ``shift`` in ``[16, 24]``, so products stay within int32 and a fair share of the
+    results saturate. Inputs: ``X``, ``mul``, ``shift`` (0-d). Output as
+    :func:`build_alu` (lane 0 is the int8 result).
+    """
+    x = _i32(rng, _alu_shape(cfg), -(1 << 16), 1 << 16)
+    mul = int(rng.integers(1, 1 << 14, endpoint=True))
+    shift = int(rng.integers(16, 24, endpoint=True))
+    return _alu_program(cfg, x, None,
+                        [(AluOp.MUL, mul), (AluOp.SHR_RND, shift), (AluOp.CLIP, 127)],
+                        {"mul": np.array(mul), "shift": np.array(shift)})
+
+
+def build_alu_reduction(cfg: HwConfig, rng: np.random.Generator, op: AluOp = AluOp.MAX,
+                        *, groups: int = 4, width: int = 5) -> tuple[Program, Inputs]:
+    """Reduction through ALU loop order (max-pooling style): ``dst`` fixed, ``src``
+    moving, each iteration seeing the previous ones' results.
+
+    ``X`` is ``(groups, width, batch, block_out)`` int32 at accumulators
+    ``[groups, groups*(1+width))``; ``MOV`` copies column 0 of each group to
+    accumulator ``g``, then one ``op`` instruction folds columns 1..width-1 in
+    (``iter_out`` over groups, ``iter_in`` over columns). Output ``out``
+    ``(groups, batch, block_out)`` int8: low bytes of the reductions.
+    """
+    e = (cfg.batch, cfg.block_out)
+    x = _i32(rng, (groups, width, *e))
+    bld = ProgramBuilder(cfg)
+    bld.add_segment(Segment("X", "int32", x.shape, x))
+    bld.add_segment(Segment("out", "int8", (groups, *e), output=True))
+    k_mov = bld.add_uops([Uop(acc=0, src=groups)])[0]
+    k_red = bld.add_uops([Uop(acc=0, src=groups + 1)])[0]
+    bld.load_uops()
+    bld.emit(Load(buffer=Buffer.ACC, sram=groups, dram=0, y=1, x=groups * width,
+                  stride=groups * width, push_next=True), segment="X")
+    bld.emit(Alu(op=AluOp.MOV, uop_begin=k_mov, uop_end=k_mov + 1, iter_out=groups,
+                 iter_in=1, dst_factor_out=1, src_factor_out=width, pop_prev=True))
+    bld.emit(Alu(op=AluOp(op), uop_begin=k_red, uop_end=k_red + 1, iter_out=groups,
+                 iter_in=width - 1, dst_factor_out=1, dst_factor_in=0,
+                 src_factor_out=width, src_factor_in=1, push_next=True))
+    bld.emit(Store(sram=0, dram=0, y=1, x=groups, stride=groups, pop_prev=True),
+             segment="out")
+    return bld.build(), {"X": x}
+
+
+__all__ = [
+    "ALU_COLS",
+    "ALU_ROWS",
+    "GEMM_SIZES",
+    "PAD_CASES",
+    "PAD_X",
+    "PAD_Y",
+    "SHIFT_OPS",
+    "build_alu",
+    "build_alu_reduction",
+    "build_gemm",
+    "build_load_store_acc",
+    "build_padded_load_acc",
+    "build_padded_load_inp",
+    "build_relu",
+    "build_requant",
+    "random_imm",
+]
