@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+
 from tensorfab.isa import (
     PRESETS,
     Alu,

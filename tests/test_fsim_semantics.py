@@ -13,6 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+
 from tensorfab.isa import (
     PRESETS,
     Alu,
@@ -270,6 +271,45 @@ def test_alu_sequential_dependencies() -> None:
         np.testing.assert_array_equal(got[:, 0, :], w)
 
 
+@pytest.mark.parametrize("seed", range(16))
+def test_alu_random_loops_fast_equals_reference(seed: int) -> None:
+    """Random ops, operands, loop extents, factors (often 0: repeated destinations,
+    overlapping sources and destinations) against the loop of docs/isa.md."""
+    rng = np.random.default_rng(1000 + seed)
+    n = 40
+    vals = rng.integers(-3000, 3000, (n, 1, 4)).astype(np.int32)
+    vals[rng.random((n, 1, 4)) < 0.2] = I32_MAX
+    body: list[Insn] = []
+    uops: list[Uop] = []
+    want = [[int(v) for v in row] for row in vals[:, 0, :]]
+    for _ in range(4):
+        op = AluOp(int(rng.integers(0, len(AluOp))))
+        o, i_ = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        f = [int(rng.choice([0, 0, 1, 2, 5])) for _ in range(4)]
+        span_d = (o - 1) * f[0] + (i_ - 1) * f[1]
+        span_s = (o - 1) * f[2] + (i_ - 1) * f[3]
+        us = [Uop(acc=int(rng.integers(0, n - span_d)), src=int(rng.integers(0, n - span_s)))
+              for _ in range(int(rng.integers(1, 4)))]
+        use_imm = bool(rng.random() < 0.3)
+        imm = int(rng.integers(0, 32)) if op in (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL) \
+            else int(rng.integers(-32768, 32768))
+        insn = Alu(op=op, use_imm=use_imm, imm=imm if use_imm else 0, uop_begin=len(uops),
+                   uop_end=len(uops) + len(us), iter_out=o, iter_in=i_, dst_factor_out=f[0],
+                   dst_factor_in=f[1], src_factor_out=f[2], src_factor_in=f[3])
+        uops += us
+        body.append(insn)
+        for i in range(o):
+            for j in range(i_):
+                for u in us:
+                    d = u.acc + i * f[0] + j * f[1]
+                    src = u.src + i * f[2] + j * f[3]
+                    b = [imm] * 4 if use_imm else list(want[src])
+                    want[d] = [ref_alu(op, x, y) for x, y in zip(want[d], b, strict=True)]
+    for fast in (True, False):
+        got = run_compute(TINY, body, uops, n, acc0=vals, fast=fast)
+        np.testing.assert_array_equal(got[:, 0, :], want, err_msg=f"fast={fast}")
+
+
 # ----------------------------------------------------------------------------- GEMM
 def ref_gemm(acc: np.ndarray, inp: np.ndarray, wgt: np.ndarray, insn: Gemm,
              uops: list[Uop]) -> None:
@@ -326,7 +366,7 @@ def random_gemm(rng: np.random.Generator, cfg: HwConfig, n_acc: int, n_inp: int,
 
 
 @pytest.mark.parametrize("cfg", [TINY, BATCH2], ids=lambda c: c.name)
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(12))
 def test_gemm_random_loops_fast_equals_reference(cfg: HwConfig, seed: int) -> None:
     rng = np.random.default_rng(seed)
     b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
@@ -560,3 +600,34 @@ def test_run_result_interface_and_given_image() -> None:
     np.testing.assert_array_equal(sim.run(prog, big).outputs["out"], acc0 * 3)
     with pytest.raises(ProgramError, match="needs"):
         sim.run(prog, image[:-1])
+
+
+def test_gemm_long_reduction_and_every_matmul_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    """300 micro-ops into one accumulator (a non-affine table: float64 products), and
+    the same with the float32 / int64 products forced."""
+    import tensorfab.sim.fsim_gemm as fsim_gemm
+
+    cfg = TINY
+    rng = np.random.default_rng(11)
+    inp = rng.integers(-128, 128, (256, 1, 4)).astype(np.int8)
+    wgt = rng.integers(-128, 128, (128, 4, 4)).astype(np.int8)
+    uops = [Uop(acc=0, src=k % 256, wgt=(7 * k) % 128) for k in range(300)]
+    insn = Gemm(uop_begin=0, uop_end=300, iter_out=2, acc_factor_out=1, inp_factor_out=0)
+    want = np.zeros((2, 1, 4), dtype=np.int64)
+    ref_gemm(want, inp, wgt, insn, uops)
+    got = run_compute(cfg, [insn], uops, 2, inp=inp, wgt=wgt)
+    np.testing.assert_array_equal(got, want)
+    for dtype in (np.int64, np.float64):
+        monkeypatch.setattr(fsim_gemm, "_compute_dtype", lambda terms, dt=dtype: np.dtype(dt))
+        got = run_compute(cfg, [insn], uops, 2, inp=inp, wgt=wgt)
+        np.testing.assert_array_equal(got, want, err_msg=str(dtype))
+
+
+def test_get_device() -> None:
+    from tensorfab.isa import TensorfabError
+    from tensorfab.sim import get_device
+
+    dev = get_device("fsim")
+    assert isinstance(dev, FunctionalSimulator) and dev.name == "fsim"
+    with pytest.raises(TensorfabError, match="unknown executor 'nope'"):
+        get_device("nope")

@@ -1,0 +1,282 @@
+"""The bit-exact functional simulator.
+
+:class:`FunctionalSimulator` decodes the instruction stream from the DRAM image and
+runs the three engines (load, compute, store) as in-order instruction streams that
+synchronize only through the four dependency-token queues, exactly as
+``docs/isa.md`` specifies. A scheduler runs each engine as far as it can, round
+robin; an instruction starts when every queue it pops holds a token, takes effect
+at once, then pushes its tokens as room appears in their queues. The simulator
+also checks what the hardware cannot: deadlocks (:class:`~.errors.DeadlockError`),
+unbalanced tokens (:class:`~.errors.TokenError`) and races between engines
+(:class:`~.errors.RaceError`, see :mod:`.race`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+from tensorfab.isa import (
+    Alu,
+    Engine,
+    ErrorCode,
+    Finish,
+    Gemm,
+    Insn,
+    Load,
+    Program,
+    ProgramError,
+    Store,
+    decode_insn,
+)
+from tensorfab.isa.program import words_from_bytes
+
+from .blas import single_threaded_blas
+from .device import Device, RunResult
+from .errors import DeadlockError, TokenError, Wait
+from .fsim_alu import exec_alu
+from .fsim_gemm import exec_gemm
+from .fsim_mem import exec_load, exec_store
+from .machine import Machine
+from .race import ENGINE_NAMES, Access, access_clock
+
+#: Queue names by short key.
+QUEUE_NAMES = {"l2c": "load→compute", "c2l": "compute→load", "c2s": "compute→store",
+               "s2c": "store→compute"}
+#: Per engine: dependency flag -> queue it pops.
+POPS: dict[Engine, tuple[tuple[str, str], ...]] = {
+    Engine.LOAD: (("pop_next", "c2l"),),
+    Engine.COMPUTE: (("pop_prev", "l2c"), ("pop_next", "s2c")),
+    Engine.STORE: (("pop_prev", "c2s"),),
+}
+#: Per engine: dependency flag -> queue it pushes.
+PUSHES: dict[Engine, tuple[tuple[str, str], ...]] = {
+    Engine.LOAD: (("push_next", "l2c"),),
+    Engine.COMPUTE: (("push_prev", "c2l"), ("push_next", "c2s")),
+    Engine.STORE: (("push_prev", "s2c"),),
+}
+
+#: Per queue: the engine that pushes it and the flag that does.
+QUEUE_PUSHER = {"l2c": ("load", "push_next"), "c2l": ("compute", "push_prev"),
+                "c2s": ("compute", "push_next"), "s2c": ("store", "push_prev")}
+
+Token = tuple[tuple[int, int, int], int]  # (pusher's vector clock, pusher's index)
+
+
+class _EngineState:
+    """Progress of one engine through its instruction stream."""
+
+    def __init__(self, engine: Engine, stream: list[tuple[int, Insn]]) -> None:
+        self.engine = engine
+        self.name = ENGINE_NAMES[engine]
+        self.stream = stream
+        self.pos = 0
+        self.pending: list[tuple[str, str]] = []  # pushes left for stream[pos]
+        self.clock = [0, 0, 0]
+
+    @property
+    def done(self) -> bool:
+        return self.pos == len(self.stream)
+
+    def waits(self, queues: dict[str, deque[Token]]) -> list[Wait]:
+        """Why the engine cannot progress (empty if done)."""
+        if self.done:
+            return []
+        index, insn = self.stream[self.pos]
+        if self.pending:
+            return [Wait(self.name, index, insn.mnemonic, "push", QUEUE_NAMES[q], flag)
+                    for flag, q in self.pending]
+        return [Wait(self.name, index, insn.mnemonic, "pop", QUEUE_NAMES[q], flag)
+                for flag, q in POPS[self.engine] if getattr(insn, flag) and not queues[q]]
+
+
+def check_finish(insns: Sequence[Insn]) -> None:
+    """Raise ``NO_FINISH`` unless FINISH is the last instruction and appears once."""
+    for i, insn in enumerate(insns):
+        if isinstance(insn, Finish) and i != len(insns) - 1:
+            raise ProgramError(f"FINISH must be the last instruction; {len(insns) - 1 - i} "
+                               "instruction(s) follow it", code=ErrorCode.NO_FINISH, index=i,
+                               engine="compute", field="opcode")
+    if not insns or not isinstance(insns[-1], Finish):
+        raise ProgramError("the program does not end with FINISH", code=ErrorCode.NO_FINISH,
+                           index=len(insns), engine="compute", field="opcode")
+
+
+def decode_image(program: Program, dram: np.ndarray) -> list[Insn]:
+    """Decode the program's instructions from the DRAM image (they start at byte 0).
+
+    Raises
+    ------
+    IllegalInstruction
+        An illegal word, naming its index.
+    ProgramError
+        ``NO_FINISH`` if the decoded stream breaks the FINISH rule.
+    """
+    cfg = program.config
+    n = len(program.insns)
+    words = words_from_bytes(dram[: n * program.insn_bytes], cfg)
+    decoded: dict[int, Insn] = {}  # a word decodes the same wherever it is
+    insns = []
+    for i, w in enumerate(words):
+        insn = decoded.get(w)
+        if insn is None:
+            insn = decoded[w] = decode_insn(w, cfg, i)
+        insns.append(insn)
+    check_finish(insns)
+    return insns
+
+
+class FunctionalSimulator(Device):
+    """Bit-exact, untimed executor with token-discipline and race checking.
+
+    Parameters
+    ----------
+    fast : bool
+        Evaluate GEMM instructions as dense contractions and ALU instructions in one
+        shot where loop order cannot matter (default). ``False`` evaluates iteration
+        by iteration; the results are identical (used to test the fast paths).
+
+    Examples
+    --------
+    >>> result = FunctionalSimulator().run(program)  # doctest: +SKIP
+    >>> result.outputs["C"]  # doctest: +SKIP
+    """
+
+    name = "fsim"
+
+    def __init__(self, fast: bool = True) -> None:
+        self.fast = fast
+
+    def run(self, program: Program, dram: np.ndarray | None = None) -> RunResult:
+        """Execute ``program`` on a copy of ``dram`` (default ``program.dram_image()``).
+
+        Raises
+        ------
+        ProgramError
+            An illegal instruction (also one patched into the image), a memory range
+            error (``SRAM_RANGE``, ``DRAM_RANGE``, ``UOP_RANGE``), or missing FINISH.
+        DeadlockError, TokenError, RaceError
+            Broken token discipline.
+        """
+        check_finish(program.insns)
+        program.validate()
+        image = self.initial_image(program, dram)
+        insns = decode_image(program, image)
+        streams: list[list[tuple[int, Insn]]] = [[], [], []]
+        for i, insn in enumerate(insns):
+            streams[insn.engine].append((i, insn))
+        machine = Machine(program, image, streams)
+        with single_threaded_blas():
+            _Run(machine, streams, program.config.dep_queue_depth, self.fast).run()
+        return RunResult(dram=image, outputs=program.outputs(image),
+                         counters=machine.counters, cycles=None, device=self.name)
+
+
+class _Run:
+    """The scheduler of one run."""
+
+    def __init__(self, machine: Machine, streams: list[list[tuple[int, Insn]]],
+                 capacity: int, fast: bool) -> None:
+        self.m = machine
+        self.capacity = capacity
+        self.fast = fast
+        self.queues: dict[str, deque[Token]] = {q: deque() for q in QUEUE_NAMES}
+        self.engines = [_EngineState(Engine(e), streams[e]) for e in range(3)]
+
+    def run(self) -> None:
+        engines = self.engines
+        while True:
+            progress = False
+            for e in engines:
+                while self._step(e):
+                    progress = True
+            if all(e.done for e in engines) or not progress:
+                break
+        compute = engines[Engine.COMPUTE]
+        if not compute.done:
+            waits = [w for e in engines for w in e.waits(self.queues)]
+            raise DeadlockError(waits, [e.name for e in engines if e.done])
+        self._check_end()
+
+    def _step(self, e: _EngineState) -> bool:
+        """Advance ``e`` by one action (start an instruction, or push pending tokens);
+        return whether anything happened."""
+        if e.pending:
+            return self._push(e)
+        if e.done:
+            return False
+        index, insn = e.stream[e.pos]
+        pops = [q for flag, q in POPS[e.engine] if getattr(insn, flag)]
+        if any(not self.queues[q] for q in pops):
+            return False
+        for q in pops:
+            clock, _ = self.queues[q].popleft()
+            e.clock = [max(a, b) for a, b in zip(e.clock, clock, strict=True)]
+        e.clock[e.engine] = e.pos + 1
+        access = Access(index, int(e.engine), e.pos + 1, insn.mnemonic,
+                        access_clock(e.engine, e.clock))
+        self._execute(access, insn)
+        e.pending = [(flag, q) for flag, q in PUSHES[e.engine] if getattr(insn, flag)]
+        self._push(e)
+        return True
+
+    def _push(self, e: _EngineState) -> bool:
+        """Push the pending tokens that fit; retire the instruction once all are in."""
+        index = e.stream[e.pos][0]
+        still = []
+        moved = False
+        for flag, q in e.pending:
+            if len(self.queues[q]) < self.capacity:
+                self.queues[q].append(((e.clock[0], e.clock[1], e.clock[2]), index))
+                moved = True
+            else:
+                still.append((flag, q))
+        e.pending = still
+        if not still:
+            e.pos += 1
+            c = self.m.counters
+            if e.engine is Engine.LOAD:
+                c.load_insns += 1
+            elif e.engine is Engine.COMPUTE:
+                c.compute_insns += 1
+            else:
+                c.store_insns += 1
+        return moved
+
+    def _execute(self, access: Access, insn: Insn) -> None:
+        if isinstance(insn, Gemm):
+            exec_gemm(self.m, access, insn, self.fast)
+        elif isinstance(insn, Alu):
+            exec_alu(self.m, access, insn, self.fast)
+        elif isinstance(insn, Load):
+            exec_load(self.m, access, insn)
+        elif isinstance(insn, Store):
+            exec_store(self.m, access, insn)
+
+    def _check_end(self) -> None:
+        """After FINISH: no engine may still wait, no token may be left over."""
+        waits = [w for e in self.engines for w in e.waits(self.queues)]
+        if waits:
+            waits.sort(key=lambda w: w.index)
+            first = waits[0]
+            lines = "; ".join(w.describe() for w in waits)
+            kind = "underflow" if first.action == "pop" else "overflow"
+            raise TokenError(f"token {kind} after FINISH: {lines}", queue=first.queue,
+                             waits=waits, index=first.index, engine=first.engine,
+                             field=first.flag)
+        for q, tokens in self.queues.items():
+            if tokens:
+                pushers = [index for _, index in tokens]
+                pusher, flag = QUEUE_PUSHER[q]
+                listed = ", ".join(str(i) for i in pushers)
+                raise TokenError(
+                    f"{len(tokens)} token(s) left in {QUEUE_NAMES[q]} at the end of the "
+                    f"program, pushed by {pusher} instruction(s) {listed} and never popped",
+                    queue=QUEUE_NAMES[q], count=len(tokens), pushers=pushers,
+                    index=pushers[0], engine=pusher, field=flag)
+
+
+__all__ = ["POPS", "PUSHES", "QUEUE_NAMES", "FunctionalSimulator", "check_finish",
+           "decode_image"]

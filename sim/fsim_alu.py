@@ -1,0 +1,211 @@
+"""ALU: ``acc[d] = OP(acc[d], acc[s] or imm)`` over micro-ops in a two-level loop.
+
+Iterations take effect in loop order. The instruction is evaluated in one shot
+when that order cannot matter (distinct destinations, no source read after an
+earlier iteration wrote it), with ``ufunc.at`` for reductions of commutative
+operations into repeated destinations, in waves of distinct destinations for other
+operations whose sources are not destinations, and otherwise iteration by iteration
+(each vectorized over the ``batch × block_out`` vector).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorfab.isa import Alu, AluOp
+
+from .machine import Machine, check_loop_index, check_uop_field
+from .race import Access, Gather, Span
+
+_AT_UFUNC = {AluOp.ADD: np.add, AluOp.MUL: np.multiply, AluOp.MIN: np.minimum,
+             AluOp.MAX: np.maximum}
+
+
+def alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    """``OP(a, b)`` element-wise on int32 values, wrapped to int32.
+
+    Parameters
+    ----------
+    op : AluOp
+        The operation.
+    a : numpy.ndarray
+        Destination operand (any integer dtype holding int32 values).
+    b : numpy.ndarray | int
+        Source operand or sign-extended immediate, broadcastable to ``a``.
+
+    Returns
+    -------
+    numpy.ndarray
+        int32 result with ``a``'s shape.
+    """
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    if op is AluOp.ADD:
+        r = a + b
+    elif op is AluOp.MUL:
+        r = a * b
+    elif op is AluOp.MIN:
+        r = np.minimum(a, b)
+    elif op is AluOp.MAX:
+        r = np.maximum(a, b)
+    elif op is AluOp.SHR:
+        r = a >> (b & 31)
+    elif op is AluOp.SHR_RND:
+        s = b & 31
+        mask = (np.int64(1) << s) - 1
+        thr = (mask >> 1) + (a < 0)
+        r = (a >> s) + ((a & mask) > thr)
+    elif op is AluOp.SHL:
+        r = a << (b & 31)
+    elif op is AluOp.CLIP:
+        r = np.minimum(np.maximum(a, -b - 1), b)
+    elif op is AluOp.MOV:
+        r = np.broadcast_to(b, np.broadcast_shapes(a.shape, b.shape))
+    else:  # pragma: no cover - decode rejects ops 9..15
+        raise ValueError(f"unknown ALU op {op!r}")
+    return np.broadcast_to(r, a.shape).astype(np.int32)
+
+
+def _indices(insn: Alu, base: np.ndarray, f_out: int, f_in: int) -> np.ndarray:
+    i = np.arange(insn.iter_out, dtype=np.int64)[:, None, None] * f_out
+    j = np.arange(insn.iter_in, dtype=np.int64)[None, :, None] * f_in
+    return (base[None, None, :] + i + j).ravel()
+
+
+def _ranks(d: np.ndarray) -> np.ndarray:
+    """For each iteration, how many earlier iterations have the same destination."""
+    order = np.argsort(d, kind="stable")
+    sd = d[order]
+    start = np.r_[True, sd[1:] != sd[:-1]]
+    group_start = np.maximum.accumulate(np.where(start, np.arange(sd.size), 0))
+    ranks = np.empty(d.size, dtype=np.int64)
+    ranks[order] = np.arange(sd.size) - group_start
+    return ranks
+
+
+def _sequential(acc: np.ndarray, op: AluOp, d: np.ndarray, s: np.ndarray | None,
+                imm: int) -> None:
+    for t in range(d.size):
+        b = imm if s is None else acc[s[t]]
+        acc[d[t]] = alu_apply(op, acc[d[t]], b)
+
+
+def _strategy(op: AluOp, d: np.ndarray, s: np.ndarray | None, depth: int
+              ) -> tuple[str, np.ndarray | None]:
+    """How to evaluate iterations with destinations ``d`` and sources ``s`` so that the
+    result equals loop order: ``oneshot``, ``ufunc`` (``ufunc.at`` reduction),
+    ``waves`` (with the per-iteration wave number) or ``sequential``."""
+    counts = np.bincount(d, minlength=depth)
+    if counts.max() <= 1:
+        if s is not None:
+            first_writer = np.full(depth, d.size, dtype=np.int64)
+            first_writer[d] = np.arange(d.size)
+            if bool((first_writer[s] < np.arange(d.size)).any()):
+                return "sequential", None  # reads a value an earlier iteration wrote
+        return "oneshot", None
+    if s is not None and bool(counts[s].any()):
+        return "sequential", None  # a source is also a (repeated) destination
+    if op in _AT_UFUNC:
+        return "ufunc", None
+    return "waves", _ranks(d)
+
+
+def _evaluate(acc: np.ndarray, op: AluOp, d: np.ndarray, s: np.ndarray | None, imm: int,
+              strategy: str, ranks: np.ndarray | None) -> None:
+    if strategy == "sequential":
+        _sequential(acc, op, d, s, imm)
+    elif strategy == "oneshot":
+        b = imm if s is None else acc[s]
+        acc[d] = alu_apply(op, acc[d], b)
+    elif strategy == "ufunc":
+        b = np.int32(imm) if s is None else acc[s]
+        _AT_UFUNC[op].at(acc, d, b)  # int32 arithmetic wraps modulo 2^32
+    else:
+        assert ranks is not None
+        for r in range(int(ranks.max()) + 1):
+            sel = ranks == r
+            dd = d[sel]
+            b = imm if s is None else acc[s[sel]]
+            acc[dd] = alu_apply(op, acc[dd], b)
+
+
+@dataclass(frozen=True)
+class AluPlan:
+    """Range-checked indices and evaluation strategy of an ALU instruction (they
+    depend only on it and the micro-op table).
+
+    Attributes
+    ----------
+    uops : Span
+        Micro-op entries read.
+    d, s : numpy.ndarray
+        Destination and source index of every iteration in loop order (``s`` is
+        ``None`` with an immediate).
+    strategy : str
+        See :func:`_strategy`.
+    ranks : numpy.ndarray | None
+        Wave of each iteration for the ``waves`` strategy.
+    """
+
+    uops: Span
+    d: np.ndarray
+    s: np.ndarray | None
+    strategy: str
+    ranks: np.ndarray | None
+
+
+def plan_alu(m: Machine, access: Access, insn: Alu, fast: bool = True) -> AluPlan:
+    """Range-check an ALU instruction against the current micro-op table and plan it.
+
+    Raises
+    ------
+    ProgramError
+        ``UOP_RANGE`` or ``SRAM_RANGE``, naming the instruction of ``access``.
+    """
+    cfg = m.cfg
+    lo, hi = insn.uop_begin, insn.uop_end
+    ua, us = m.uop_acc[lo:hi], m.uop_src[lo:hi]
+    loops = (insn.iter_out, insn.iter_in)
+    check_uop_field(access, ua, lo, "acc", "acc", cfg.acc_depth)
+    check_loop_index(access, ua, lo, loops, (insn.dst_factor_out, insn.dst_factor_in),
+                     ("dst_factor_out", "dst_factor_in", "acc"), "acc", cfg.acc_depth)
+    if not insn.use_imm:
+        check_uop_field(access, us, lo, "src", "acc", cfg.acc_depth)
+        check_loop_index(access, us, lo, loops, (insn.src_factor_out, insn.src_factor_in),
+                         ("src_factor_out", "src_factor_in", "src"), "acc", cfg.acc_depth)
+    d = _indices(insn, ua, insn.dst_factor_out, insn.dst_factor_in)
+    s = None if insn.use_imm else _indices(insn, us, insn.src_factor_out,
+                                           insn.src_factor_in)
+    strategy, ranks = _strategy(insn.op, d, s, cfg.acc_depth) if fast else ("sequential", None)
+    return AluPlan(Span(lo, hi), d, s, strategy, ranks)
+
+
+def exec_alu(m: Machine, access: Access, insn: Alu, fast: bool = True) -> None:
+    """Execute an ALU instruction (range checks, race checks, effect, counters).
+
+    Plans are cached per instruction until the next micro-op load.
+
+    Parameters
+    ----------
+    fast : bool
+        Use one-shot and wave evaluation where loop order cannot matter; ``False``
+        runs every iteration in order (same result, for testing).
+    """
+    key = (insn, fast)
+    plan = m.plans.get(key)
+    if plan is None:
+        plan = m.remember(key, plan_alu(m, access, insn, fast))
+    tr = m.trackers
+    tr["uop"].read(access, plan.uops)
+    if plan.s is not None:
+        tr["acc"].read(access, Gather(plan.s))
+    tr["acc"].read(access, Gather(plan.d))
+    tr["acc"].write(access, Gather(plan.d))
+    m.counters.alu_uops += plan.d.size
+    m.counters.alu_ops += plan.d.size * m.cfg.batch * m.cfg.block_out
+    _evaluate(m.acc, insn.op, plan.d, plan.s, insn.imm, plan.strategy, plan.ranks)
+
+
+__all__ = ["AluPlan", "alu_apply", "exec_alu", "plan_alu"]
