@@ -7,6 +7,7 @@ The attribute names of these dataclasses are the field names of the formats in
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -170,6 +171,7 @@ INSN_CLASSES: dict[Opcode, type[Insn]] = {
 }
 
 
+@functools.cache
 def _bool_fields(cls: type[Insn]) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if isinstance(f.default, bool))
 

@@ -24,7 +24,9 @@ class Wait:
     mnemonic : str
         Its mnemonic.
     action : str
-        ``pop`` (the queue is empty) or ``push`` (the queue is full).
+        ``pop`` (the queue is empty), ``push`` (the queue is full), ``fetch`` (the
+        engine's next instruction is not dispatched yet) or ``dispatch`` (fetch waits
+        for room in an engine's command queue; ``engine`` is then ``fetch``).
     queue : str
         Queue name, e.g. ``load→compute``.
     flag : str
@@ -40,6 +42,12 @@ class Wait:
 
     def describe(self) -> str:
         """One line: ``compute engine at instruction 7 (gemm) waits to pop from ...``."""
+        if self.action == "dispatch":
+            return (f"fetch at instruction {self.index} ({self.mnemonic}) waits for room in "
+                    f"the {self.queue}")
+        if self.action == "fetch":
+            return (f"{self.engine} engine waits for fetch to dispatch instruction "
+                    f"{self.index} ({self.mnemonic})")
         if self.action == "pop":
             what = f"pop from {self.queue} (empty)"
         else:

@@ -80,11 +80,13 @@ class _EngineState:
     def done(self) -> bool:
         return self.pos == len(self.stream)
 
-    def waits(self, queues: dict[str, deque[Token]]) -> list[Wait]:
+    def waits(self, queues: dict[str, deque[Token]], fetched: int) -> list[Wait]:
         """Why the engine cannot progress (empty if done)."""
         if self.done:
             return []
         index, insn = self.stream[self.pos]
+        if index >= fetched:
+            return [Wait(self.name, index, insn.mnemonic, "fetch", "", "")]
         if self.pending:
             return [Wait(self.name, index, insn.mnemonic, "push", QUEUE_NAMES[q], flag)
                     for flag, q in self.pending]
@@ -184,6 +186,30 @@ class _Run:
         self.fast = fast
         self.queues: dict[str, deque[Token]] = {q: deque() for q in QUEUE_NAMES}
         self.engines = [_EngineState(Engine(e), streams[e]) for e in range(3)]
+        # Fetch dispatches in program order; each engine holds at most its command
+        # queue plus the instruction it executes, as the hardware does.
+        self.order = sorted((index, insn) for stream in streams for index, insn in stream)
+        self.cmd_capacity = machine.program.config.cmd_queue_depth + 1
+        self.inflight = [0, 0, 0]
+        self.fetched = 0
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        while self.fetched < len(self.order):
+            engine = self.order[self.fetched][1].engine
+            if self.inflight[engine] >= self.cmd_capacity:
+                return
+            self.inflight[engine] += 1
+            self.fetched += 1
+
+    def _waits(self) -> list[Wait]:
+        waits = [w for e in self.engines for w in e.waits(self.queues, self.fetched)]
+        if self.fetched < len(self.order):
+            index, insn = self.order[self.fetched]
+            waits.append(Wait("fetch", index, insn.mnemonic, "dispatch",
+                              f"{ENGINE_NAMES[insn.engine]} engine's command queue "
+                              f"(full: {self.cmd_capacity} instructions)", ""))
+        return waits
 
     def run(self) -> None:
         engines = self.engines
@@ -196,8 +222,7 @@ class _Run:
                 break
         compute = engines[Engine.COMPUTE]
         if not compute.done:
-            waits = [w for e in engines for w in e.waits(self.queues)]
-            raise DeadlockError(waits, [e.name for e in engines if e.done])
+            raise DeadlockError(self._waits(), [e.name for e in engines if e.done])
         self._check_end()
 
     def _step(self, e: _EngineState) -> bool:
@@ -208,6 +233,8 @@ class _Run:
         if e.done:
             return False
         index, insn = e.stream[e.pos]
+        if index >= self.fetched:
+            return False
         pops = [q for flag, q in POPS[e.engine] if getattr(insn, flag)]
         if any(not self.queues[q] for q in pops):
             return False
@@ -236,6 +263,8 @@ class _Run:
         e.pending = still
         if not still:
             e.pos += 1
+            self.inflight[e.engine] -= 1
+            self._dispatch()
             c = self.m.counters
             if e.engine is Engine.LOAD:
                 c.load_insns += 1
@@ -257,7 +286,7 @@ class _Run:
 
     def _check_end(self) -> None:
         """After FINISH: no engine may still wait, no token may be left over."""
-        waits = [w for e in self.engines for w in e.waits(self.queues)]
+        waits = [w for e in self.engines for w in e.waits(self.queues, self.fetched)]
         if waits:
             waits.sort(key=lambda w: w.index)
             first = waits[0]

@@ -375,3 +375,29 @@ def test_image_smaller_than_program() -> None:
     with pytest.raises(ProgramError, match="DRAM image has") as info:
         run(prog, prog.dram_image()[:-4])
     assert info.value.code is ErrorCode.DRAM_RANGE
+
+
+def test_full_command_queue_deadlocks_like_hardware():
+    """Fetch dispatches in order: loads piling up behind a load that waits on compute
+    block the compute instruction that would release it."""
+    from tensorfab.isa import Buffer, Finish, Gemm, HwConfig, Load, Program, Segment, Uop
+
+    cfg = HwConfig(name="q", block_in=4, block_out=4, inp_depth=64, wgt_depth=64,
+                   acc_depth=64, uop_depth=64, cmd_queue_depth=2, mem_bus_width=32)
+    seg = Segment("x", "int8", (4, 4))
+    depth = cfg.cmd_queue_depth + 1
+    # load 0 waits for a compute token; the loads after it fill the load engine's
+    # queue, so fetch never dispatches the GEMM (index depth + 1) that pushes the token.
+    loads = [Load(buffer=Buffer.INP, dram=0, pop_next=True)]
+    loads += [Load(buffer=Buffer.INP, sram=k + 1, dram=0) for k in range(depth)]
+    prog = Program(cfg, [*loads, Gemm(push_prev=True), Finish()], [Uop()], [seg])
+    with pytest.raises(DeadlockError) as exc:
+        FunctionalSimulator().run(prog)
+    msg = str(exc.value)
+    assert f"fetch at instruction {depth} (load.inp) waits for room in the load engine's " \
+           f"command queue (full: {depth} instructions)" in msg
+    assert f"compute engine waits for fetch to dispatch instruction {depth + 1} (gemm)" in msg
+    assert "load engine at instruction 0 (load.inp) waits to pop from compute→load" in msg
+    # with one load fewer the GEMM is dispatched and the program runs to the end
+    ok = Program(cfg, [*loads[:-1], Gemm(push_prev=True), Finish()], [Uop()], [seg])
+    FunctionalSimulator().run(ok)
