@@ -43,7 +43,7 @@ def run_demo(console: Console) -> int:
     prog = assemble_file(path)
     console.print(f"[bold]assembled[/] {EXAMPLE}: {len(prog.insns)} instructions, "
                   f"{len(prog.uops)} micro-ops, {prog.dram_size} bytes of DRAM, "
-                  f"config {prog.config.name}")
+                  f"config {prog.config.name}", soft_wrap=True)
     t0 = time.perf_counter()
     result = FunctionalSimulator().run(prog)
     dt = time.perf_counter() - t0
@@ -51,7 +51,9 @@ def run_demo(console: Console) -> int:
     want = reference(prog.segment("A").data, prog.segment("W").data,
                      prog.segment("bias").data)
     ok = np.array_equal(got, want)
-    table = Table(title=f"functional simulator, {dt * 1e3:.1f} ms")
+    console.print(f"[bold]ran[/] on the functional simulator in {dt * 1e3:.1f} ms",
+                  soft_wrap=True)
+    table = Table(title="counters")
     table.add_column("counter")
     table.add_column("value", justify="right")
     for k, v in result.counters.to_dict().items():
@@ -60,5 +62,6 @@ def run_demo(console: Console) -> int:
     mism = int(np.count_nonzero(got != want))
     verdict = "[bold green]PASS[/]" if ok else f"[bold red]FAIL[/] ({mism} elements differ)"
     console.print(f"result check against numpy: {verdict} ({got.size} outputs, "
-                  f"{np.count_nonzero(got)} non-zero, range {got.min()}..{got.max()})")
+                  f"{np.count_nonzero(got)} non-zero, range {got.min()}..{got.max()})",
+                  soft_wrap=True)
     return 0 if ok else 1
