@@ -1,0 +1,301 @@
+"""The compute engine: GEMM and ALU micro-op loops over the on-chip buffers, and FINISH."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from tensorfab.isa import ErrorCode, HwConfig, Opcode, uop_format
+from tensorfab.isa.formats import LOOP_ITER_WIDTH, header_format
+
+from .alu import alu_lane
+from .gemm import GemmCore
+from .layouts import format_layout, insn_layout, uop_layout
+from .signatures import (
+    BufReadSignature,
+    BufWriteSignature,
+    ErrorSignature,
+    InsnStreamLayout,
+    TokenSignature,
+)
+
+__all__ = ["ComputeEngine"]
+
+#: Width of the index arithmetic: wide enough for any base + (2^14-1) * factor sum.
+INDEX_WIDTH = 32
+
+
+class ComputeEngine(wiring.Component):
+    """Executes GEMM, ALU and FINISH, one micro-op per cycle in steady state.
+
+    Pipeline of one loop iteration (``S0`` issues the micro-op read)::
+
+        S0  read uop[u]
+        S1  indices = uop + loop offsets, range checks;
+            GEMM: read inp[x], wgt[w]          ALU: read acc[d], acc[s]
+        S2  GEMM: products enter the GemmCore  ALU: OP(acc[d], b) -> write acc[d]
+        S2+L-1  GEMM: read acc[a]  (L = GemmCore.LATENCY)
+        S2+L    GEMM: write acc[a] + products (or 0 with reset)
+
+    Every read-modify-write of the accumulator spans exactly one cycle (read issued
+    the cycle before the write, read ports transparent to the write port), so
+    back-to-back micro-ops on the same accumulator entry, and ALU iterations that
+    read what an earlier iteration wrote, need no stall. The pipeline drains at the
+    end of each instruction before its tokens are pushed.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Accelerator configuration.
+    """
+
+    def __init__(self, cfg: HwConfig) -> None:
+        self.cfg = cfg
+        inp_bits = cfg.batch * cfg.block_in * cfg.inp_width
+        wgt_bits = cfg.block_out * cfg.block_in * cfg.wgt_width
+        acc_bits = cfg.batch * cfg.block_out * cfg.acc_width
+        super().__init__({
+            "insn": In(stream.Signature(InsnStreamLayout(cfg))),
+            "pop_prev": In(TokenSignature),
+            "push_prev": Out(TokenSignature),
+            "pop_next": In(TokenSignature),
+            "push_next": Out(TokenSignature),
+            "uop_rd": Out(BufReadSignature(cfg.uop_bits, uop_format(cfg).used_bits)),
+            "inp_rd": Out(BufReadSignature(cfg.inp_bits, inp_bits)),
+            "wgt_rd": Out(BufReadSignature(cfg.wgt_bits, wgt_bits)),
+            "acc_rd_dst": Out(BufReadSignature(cfg.acc_bits, acc_bits)),
+            "acc_rd_src": Out(BufReadSignature(cfg.acc_bits, acc_bits)),
+            "acc_wr": Out(BufWriteSignature(cfg.acc_bits, acc_bits)),
+            "halt": In(1),
+            "error": Out(ErrorSignature),
+            "busy": Out(1),
+            "stall": Out(1),
+            "retire": Out(1),
+            "idle": Out(1),
+            "finished": Out(1),
+            "gemm_busy": Out(1),
+            "alu_busy": Out(1),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        cfg = self.cfg
+        m = Module()
+        m.submodules.gemm = gemm = GemmCore(cfg)
+        lat = gemm.LATENCY
+        lanes = cfg.batch * cfg.block_out
+
+        # ------------------------------------------------------------ instruction
+        word = Signal(self.insn.payload.word.shape())
+        index = Signal(32)
+        opcode = Signal(3)
+        g = data.View(insn_layout(cfg, Opcode.GEMM), word)
+        a = data.View(insn_layout(cfg, Opcode.ALU), word)
+        is_gemm = opcode == Opcode.GEMM
+        is_alu = opcode == Opcode.ALU
+
+        # loop counters and incremental offsets (acc/dst, inp/src, wgt)
+        u = Signal(cfg.uop_bits + 1)
+        j = Signal(LOOP_ITER_WIDTH)
+        i = Signal(LOOP_ITER_WIDTH)
+        row = [Signal(INDEX_WIDTH, name=f"row{k}") for k in range(3)]
+        cur = [Signal(INDEX_WIDTH, name=f"cur{k}") for k in range(3)]
+        f_out = [Mux(is_gemm, g.acc_factor_out, a.dst_factor_out),
+                 Mux(is_gemm, g.inp_factor_out, a.src_factor_out),
+                 Mux(is_gemm, g.wgt_factor_out, 0)]
+        f_in = [Mux(is_gemm, g.acc_factor_in, a.dst_factor_in),
+                Mux(is_gemm, g.inp_factor_in, a.src_factor_in),
+                Mux(is_gemm, g.wgt_factor_in, 0)]
+        uop_begin = Mux(is_gemm, g.uop_begin, a.uop_begin)
+        uop_end = Mux(is_gemm, g.uop_end, a.uop_end)
+        iter_out = Mux(is_gemm, g.iter_out, a.iter_out)
+        iter_in = Mux(is_gemm, g.iter_in, a.iter_in)
+        # every format starts with the header (opcode and flags): FINISH's layout is it
+        hdr = data.View(format_layout(header_format(cfg)), word)
+        flags = {name: getattr(hdr, name)
+                 for name in ("pop_prev", "pop_next", "push_prev", "push_next")}
+
+        error = Signal()
+        err_code = Signal(4)
+        finished = Signal()
+        m.d.comb += [self.error.valid.eq(error), self.error.code.eq(err_code),
+                     self.error.index.eq(index), self.finished.eq(finished)]
+
+        # ------------------------------------------------------------- pipeline
+        s1_valid = Signal()
+        s1_off = [Signal(INDEX_WIDTH, name=f"s1_off{k}") for k in range(3)]
+        s2_valid = Signal()
+        s2_addr = Signal(cfg.acc_bits)
+        s2_reset = Signal()
+        # GEMM delay line: entry k is the micro-op at stage S2+k
+        dl_valid = [Signal(name=f"dl_valid{k}") for k in range(lat + 1)]
+        dl_addr = [Signal(cfg.acc_bits, name=f"dl_addr{k}") for k in range(lat + 1)]
+        dl_reset = [Signal(name=f"dl_reset{k}") for k in range(lat + 1)]
+        s2_alu = Signal()
+        alu_op = Signal(4)
+        use_imm = Signal()
+        imm = Signal(signed(32))
+
+        issuing = Signal()
+        m.d.sync += s1_valid.eq(issuing & ~self.halt & ~error)
+        m.d.comb += [self.uop_rd.addr.eq(u), self.uop_rd.en.eq(issuing)]
+        with m.If(issuing):
+            m.d.sync += [s1_off[k].eq(cur[k]) for k in range(3)]
+
+        # S1: indices and range checks
+        uop_raw = Signal(uop_format(cfg).width)
+        m.d.comb += uop_raw.eq(Cat(self.uop_rd.data, Const(0, uop_format(cfg).width
+                                                          - uop_format(cfg).used_bits)))
+        uop = data.View(uop_layout(cfg), uop_raw)
+        idx_a = Signal(INDEX_WIDTH)
+        idx_s = Signal(INDEX_WIDTH)
+        idx_w = Signal(INDEX_WIDTH)
+        m.d.comb += [idx_a.eq(uop.acc + s1_off[0]), idx_s.eq(uop.src + s1_off[1]),
+                     idx_w.eq(uop.wgt + s1_off[2])]
+        src_depth = Mux(is_gemm, cfg.inp_depth, cfg.acc_depth)
+        uop_bad = s1_valid & (uop.src >= src_depth)
+        range_bad = s1_valid & ((idx_a >= cfg.acc_depth) | (idx_s >= src_depth)
+                                | (is_gemm & (idx_w >= cfg.wgt_depth)))
+        s1_ok = s1_valid & ~uop_bad & ~range_bad & ~error & ~self.halt
+        with m.If(uop_bad & ~error):
+            m.d.sync += [error.eq(1), err_code.eq(ErrorCode.UOP_RANGE)]
+        with m.Elif(range_bad & ~error):
+            m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
+
+        m.d.comb += [
+            self.inp_rd.addr.eq(idx_s), self.inp_rd.en.eq(s1_ok & is_gemm),
+            self.wgt_rd.addr.eq(idx_w), self.wgt_rd.en.eq(s1_ok & is_gemm),
+            self.acc_rd_src.addr.eq(idx_s), self.acc_rd_src.en.eq(s1_ok & is_alu),
+        ]
+        m.d.sync += [s2_valid.eq(s1_ok), s2_addr.eq(idx_a), s2_reset.eq(g.reset & is_gemm),
+                     s2_alu.eq(is_alu)]
+
+        # GEMM products and delay line
+        m.d.comb += [gemm.inp.eq(self.inp_rd.data), gemm.wgt.eq(self.wgt_rd.data),
+                     gemm.in_valid.eq(s2_valid & ~s2_alu)]
+        m.d.comb += [dl_valid[0].eq(s2_valid & ~s2_alu), dl_addr[0].eq(s2_addr),
+                     dl_reset[0].eq(s2_reset)]
+        for k in range(1, lat + 1):
+            m.d.sync += [dl_valid[k].eq(dl_valid[k - 1]), dl_addr[k].eq(dl_addr[k - 1]),
+                         dl_reset[k].eq(dl_reset[k - 1])]
+        wb_valid, wb_addr, wb_reset = dl_valid[lat], dl_addr[lat], dl_reset[lat]
+
+        # the destination read: ALU at S1, GEMM one cycle before its write-back
+        if lat == 0:
+            gemm_rd_valid, gemm_rd_addr = s1_ok & is_gemm, idx_a
+        else:
+            gemm_rd_valid, gemm_rd_addr = dl_valid[lat - 1], dl_addr[lat - 1]
+        with m.If(s1_ok & is_alu):
+            m.d.comb += [self.acc_rd_dst.addr.eq(idx_a), self.acc_rd_dst.en.eq(1)]
+        with m.Else():
+            m.d.comb += [self.acc_rd_dst.addr.eq(gemm_rd_addr),
+                         self.acc_rd_dst.en.eq(gemm_rd_valid)]
+
+        # write-back: GEMM at S2+L, ALU at S2 (never both: the pipeline drains
+        # between instructions)
+        acc_old = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes),
+                            self.acc_rd_dst.data)
+        src_vec = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes),
+                            self.acc_rd_src.data)
+        prod = gemm.result
+        gemm_new = Signal(self.acc_wr.data.shape())
+        alu_new = Signal(self.acc_wr.data.shape())
+        m.d.comb += gemm_new.eq(Cat(*[
+            Mux(wb_reset, 0, (acc_old[k] + prod[k].as_unsigned())[:cfg.acc_width])
+            for k in range(lanes)]))
+        lanes_out = []
+        for k in range(lanes):
+            b = Mux(use_imm, imm.as_unsigned(), src_vec[k])[:cfg.acc_width]
+            lanes_out.append(alu_lane(m, alu_op, acc_old[k].as_signed(), b.as_signed(),
+                                      cfg.acc_width))
+        m.d.comb += alu_new.eq(Cat(*lanes_out))
+        alu_wb = s2_valid & s2_alu
+        with m.If(alu_wb):
+            m.d.comb += [self.acc_wr.addr.eq(s2_addr), self.acc_wr.data.eq(alu_new),
+                         self.acc_wr.en.eq(1)]
+        with m.Elif(wb_valid):
+            m.d.comb += [self.acc_wr.addr.eq(wb_addr), self.acc_wr.data.eq(gemm_new),
+                         self.acc_wr.en.eq(1)]
+        m.d.comb += [self.gemm_busy.eq(s2_valid & ~s2_alu), self.alu_busy.eq(alu_wb)]
+        in_flight = s1_valid | s2_valid | Cat(*dl_valid).any()
+
+        # ------------------------------------------------------------------- FSM
+        pops_ready = ((~flags["pop_prev"] | self.pop_prev.valid)
+                      & (~flags["pop_next"] | self.pop_next.valid))
+        pushes_ready = ((~flags["push_prev"] | self.push_prev.ready)
+                        & (~flags["push_next"] | self.push_next.ready))
+        last_u = u + 1 == uop_end
+        last_j = j + 1 == iter_in
+        last_i = i + 1 == iter_out
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.insn.ready.eq(~self.halt & ~error & ~finished)
+                with m.If(self.insn.valid & self.insn.ready):
+                    m.d.sync += [word.eq(self.insn.payload.word),
+                                 index.eq(self.insn.payload.index),
+                                 opcode.eq(data.View(format_layout(header_format(cfg)),
+                                                     self.insn.payload.word).opcode)]
+                    m.next = "POP"
+            with m.State("POP"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(self.halt | error):
+                    m.next = "HALTED"
+                with m.Elif(pops_ready):
+                    m.d.comb += [self.pop_prev.ready.eq(flags["pop_prev"]),
+                                 self.pop_next.ready.eq(flags["pop_next"])]
+                    m.d.sync += [u.eq(uop_begin), j.eq(0), i.eq(0),
+                                 alu_op.eq(a.op), use_imm.eq(a.use_imm),
+                                 imm.eq(a.imm)]
+                    m.d.sync += [row[k].eq(0) for k in range(3)]
+                    m.d.sync += [cur[k].eq(0) for k in range(3)]
+                    with m.If(opcode == Opcode.FINISH):
+                        m.next = "PUSH"
+                    with m.Else():
+                        m.next = "RUN"
+                with m.Else():
+                    m.d.comb += self.stall.eq(1)
+            with m.State("RUN"):
+                m.d.comb += [self.busy.eq(1), issuing.eq(~self.halt & ~error)]
+                with m.If(self.halt | error):
+                    m.next = "HALTED"
+                with m.Else():
+                    with m.If(~last_u):
+                        m.d.sync += u.eq(u + 1)
+                    with m.Else():
+                        m.d.sync += u.eq(uop_begin)
+                        with m.If(~last_j):
+                            m.d.sync += j.eq(j + 1)
+                            m.d.sync += [cur[k].eq(cur[k] + f_in[k]) for k in range(3)]
+                        with m.Else():
+                            m.d.sync += j.eq(0)
+                            m.d.sync += [row[k].eq(row[k] + f_out[k]) for k in range(3)]
+                            m.d.sync += [cur[k].eq(row[k] + f_out[k]) for k in range(3)]
+                            with m.If(~last_i):
+                                m.d.sync += i.eq(i + 1)
+                            with m.Else():
+                                m.next = "DRAIN"
+            with m.State("DRAIN"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(self.halt | error):
+                    m.next = "HALTED"
+                with m.Elif(~in_flight):
+                    m.next = "PUSH"
+            with m.State("PUSH"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(self.halt | error):
+                    m.next = "HALTED"
+                with m.Elif(pushes_ready):
+                    m.d.comb += [self.push_prev.valid.eq(flags["push_prev"]),
+                                 self.push_next.valid.eq(flags["push_next"]),
+                                 self.retire.eq(1)]
+                    with m.If(opcode == Opcode.FINISH):
+                        m.d.sync += finished.eq(1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += self.stall.eq(1)
+            with m.State("HALTED"):
+                pass
+        m.d.comb += self.idle.eq(~self.busy & ~in_flight)
+        return m
+

@@ -1,0 +1,183 @@
+"""The accelerator core: fetch, three engines, token queues, buffers, CSRs, one memory port."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, ResetInserter, Signal, unsigned
+from amaranth.lib import fifo, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out, connect
+
+from tensorfab.isa import HwConfig
+
+from .arbiter import MemArbiter
+from .compute import ComputeEngine
+from .csr import CsrBlock, CsrBusSignature
+from .fetch import Fetch
+from .load import LoadEngine
+from .mem_port import MemPortSignature
+from .signatures import (
+    InsnStreamLayout,
+    acc_entry_bits,
+    inp_entry_bits,
+    uop_entry_bits,
+    wgt_entry_bits,
+)
+from .store import StoreEngine
+from .token_queue import TokenQueue
+
+__all__ = ["Core"]
+
+
+class Core(wiring.Component):
+    """The whole accelerator behind a CSR bus and one memory port.
+
+    The host writes INSN_BASE, INSN_COUNT and DRAM_SIZE, then 1 to CTRL; the core
+    runs until FINISH has retired and the load and store engines are idle (STATUS
+    done) or until the first error (STATUS error, with ERROR_CODE and ERROR_INDEX).
+    A start clears the engines, queues, counters and error registers.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Accelerator configuration.
+
+    Attributes
+    ----------
+    csr : In(CsrBusSignature)
+        Host register access (see :data:`tensorfab.isa.CSRS`).
+    mem : Out(MemPortSignature(cfg))
+        The memory port (docs/architecture.md).
+    done : Out(1)
+        STATUS.done, for an interrupt line.
+    """
+
+    def __init__(self, cfg: HwConfig) -> None:
+        self.cfg = cfg
+        super().__init__({
+            "csr": In(CsrBusSignature),
+            "mem": Out(MemPortSignature(cfg)),
+            "done": Out(1),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        cfg = self.cfg
+        m = Module()
+        m.submodules.csrs = csrs = CsrBlock()
+        connect(m, wiring.flipped(self.csr), csrs.bus)
+        start = csrs.start
+
+        def cleared(name: str, block: wiring.Component) -> wiring.Component:
+            """Add ``block`` under ``name``, reset by every start."""
+            m.submodules[name] = ResetInserter(start)(block)
+            return block
+
+        m.submodules.fetch = fetch = Fetch(cfg)
+        load = cleared("load", LoadEngine(cfg))
+        compute = cleared("compute", ComputeEngine(cfg))
+        store = cleared("store", StoreEngine(cfg))
+        m.submodules.arbiter = arbiter = MemArbiter(cfg)
+        connect(m, fetch.mem, arbiter.fetch)
+        connect(m, load.mem, arbiter.load)
+        connect(m, store.mem, arbiter.store)
+        connect(m, arbiter.port, wiring.flipped(self.mem))
+
+        m.d.comb += [fetch.start.eq(start), fetch.insn_base.eq(csrs.insn_base),
+                     fetch.insn_count.eq(csrs.insn_count)]
+        for engine in (load, store):
+            m.d.comb += engine.dram_size.eq(csrs.dram_size)
+        m.d.comb += [store.insn_base.eq(csrs.insn_base), store.insn_count.eq(csrs.insn_count)]
+
+        # command queues: with the instruction an engine holds, each engine takes up to
+        # cmd_queue_depth + 1 instructions, as the functional simulator models
+        isl = InsnStreamLayout(cfg)
+        queues_empty = []
+        for name, src, dst in (("load", fetch.load_insn, load.insn),
+                               ("compute", fetch.compute_insn, compute.insn),
+                               ("store", fetch.store_insn, store.insn)):
+            q = cleared(f"{name}_cmds", fifo.SyncFIFOBuffered(
+                width=isl.size, depth=cfg.cmd_queue_depth))
+            m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid),
+                         src.ready.eq(q.w_rdy),
+                         dst.payload.eq(q.r_data), dst.valid.eq(q.r_rdy),
+                         q.r_en.eq(dst.ready)]
+            queues_empty.append(q.level == 0)
+
+        # dependency-token queues
+        for name, producer, consumer in (("l2c", load.push_next, compute.pop_prev),
+                                         ("c2l", compute.push_prev, load.pop_next),
+                                         ("c2s", compute.push_next, store.pop_prev),
+                                         ("s2c", store.push_prev, compute.pop_next)):
+            tq = cleared(f"tokens_{name}", TokenQueue(cfg.dep_queue_depth))
+            m.d.comb += [tq.push_valid.eq(producer.valid), producer.ready.eq(tq.push_ready),
+                         consumer.valid.eq(tq.pop_valid), tq.pop_ready.eq(consumer.ready)]
+
+        # on-chip buffers
+        def buffer(name: str, width: int, depth: int) -> Memory:
+            mem = Memory(shape=unsigned(width), depth=depth, init=[])
+            m.submodules[f"{name}_buf"] = mem
+            return mem
+
+        inp = buffer("inp", inp_entry_bits(cfg), cfg.inp_depth)
+        wgt = buffer("wgt", wgt_entry_bits(cfg), cfg.wgt_depth)
+        uop = buffer("uop", uop_entry_bits(cfg), cfg.uop_depth)
+        acc = buffer("acc", acc_entry_bits(cfg), cfg.acc_depth)
+        for mem, wr, rd in ((inp, load.inp_wr, compute.inp_rd),
+                            (wgt, load.wgt_wr, compute.wgt_rd),
+                            (uop, load.uop_wr, compute.uop_rd)):
+            wp = mem.write_port()
+            rp = mem.read_port(transparent_for=(wp,))
+            m.d.comb += [wp.addr.eq(wr.addr), wp.data.eq(wr.data), wp.en.eq(wr.en),
+                         wr.ready.eq(1), rp.addr.eq(rd.addr), rp.en.eq(rd.en),
+                         rd.data.eq(rp.data)]
+        # the accumulators: one write port shared by compute (priority) and load
+        acc_wp = acc.write_port()
+        with m.If(compute.acc_wr.en):
+            m.d.comb += [acc_wp.addr.eq(compute.acc_wr.addr),
+                         acc_wp.data.eq(compute.acc_wr.data), acc_wp.en.eq(1)]
+        with m.Else():
+            m.d.comb += [acc_wp.addr.eq(load.acc_wr.addr), acc_wp.data.eq(load.acc_wr.data),
+                         acc_wp.en.eq(load.acc_wr.en)]
+        m.d.comb += [compute.acc_wr.ready.eq(1), load.acc_wr.ready.eq(~compute.acc_wr.en)]
+        for rd in (compute.acc_rd_dst, compute.acc_rd_src, store.acc_rd):
+            rp = acc.read_port(transparent_for=(acc_wp,))
+            m.d.comb += [rp.addr.eq(rd.addr), rp.en.eq(rd.en), rd.data.eq(rp.data)]
+
+        # status, first error, halt
+        running = Signal()
+        done = Signal()
+        error = Signal()
+        err_code = Signal(4)
+        err_index = Signal(32)
+        reporters = (fetch, load, compute, store)
+        with m.If(start):
+            m.d.sync += [running.eq(1), done.eq(0), error.eq(0), err_code.eq(0),
+                         err_index.eq(0)]
+        with m.Elif(running):
+            with m.If(~error):
+                for r in reversed(reporters):  # the first listed wins a tie
+                    with m.If(r.error.valid):
+                        m.d.sync += [error.eq(1), err_code.eq(r.error.code),
+                                     err_index.eq(r.error.index)]
+            all_idle = (compute.finished & fetch.idle & load.idle & store.idle
+                        & compute.idle)
+            for e in queues_empty:
+                all_idle &= e
+            with m.If(error | all_idle):
+                m.d.sync += running.eq(0)
+                with m.If(~error):
+                    m.d.sync += done.eq(1)
+        for r in reporters:
+            m.d.comb += r.halt.eq(error)
+        m.d.comb += [
+            self.done.eq(done),
+            csrs.busy.eq(running), csrs.done.eq(done), csrs.error.eq(error),
+            csrs.error_code.eq(err_code), csrs.error_index.eq(err_index),
+            csrs.running.eq(running),
+            csrs.load_busy.eq(load.busy), csrs.load_stall.eq(load.stall),
+            csrs.compute_busy.eq(compute.busy), csrs.compute_stall.eq(compute.stall),
+            csrs.store_busy.eq(store.busy), csrs.store_stall.eq(store.stall),
+            csrs.gemm_busy.eq(compute.gemm_busy), csrs.alu_busy.eq(compute.alu_busy),
+            csrs.load_retire.eq(load.retire), csrs.compute_retire.eq(compute.retire),
+            csrs.store_retire.eq(store.retire),
+        ]
+        return m
