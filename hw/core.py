@@ -25,7 +25,12 @@ from .signatures import (
 from .store import StoreEngine
 from .token_queue import TokenQueue
 
-__all__ = ["Core"]
+__all__ = ["ACTIVITY", "Core"]
+
+#: Bits of :attr:`Core.activity`, LSB first: what each engine does this cycle, for
+#: timelines (busy = holds an instruction, stall = waits on a dependency token).
+ACTIVITY: tuple[str, ...] = ("load_busy", "load_stall", "compute_busy", "compute_stall",
+                             "gemm_busy", "alu_busy", "store_busy", "store_stall")
 
 
 class Core(wiring.Component):
@@ -49,6 +54,8 @@ class Core(wiring.Component):
         The memory port (docs/architecture.md).
     done : Out(1)
         STATUS.done, for an interrupt line.
+    activity : Out(len(ACTIVITY))
+        Per-cycle engine activity bits, named by :data:`ACTIVITY`.
     """
 
     def __init__(self, cfg: HwConfig) -> None:
@@ -57,6 +64,7 @@ class Core(wiring.Component):
             "csr": In(CsrBusSignature),
             "mem": Out(MemPortSignature(cfg)),
             "done": Out(1),
+            "activity": Out(len(ACTIVITY)),
         })
 
     def elaborate(self, platform: object) -> Module:
@@ -168,6 +176,11 @@ class Core(wiring.Component):
                     m.d.sync += done.eq(1)
         for r in reporters:
             m.d.comb += r.halt.eq(error)
+        events = {"load_busy": load.busy, "load_stall": load.stall,
+                  "compute_busy": compute.busy, "compute_stall": compute.stall,
+                  "gemm_busy": compute.gemm_busy, "alu_busy": compute.alu_busy,
+                  "store_busy": store.busy, "store_stall": store.stall}
+        m.d.comb += [self.activity[k].eq(events[name]) for k, name in enumerate(ACTIVITY)]
         m.d.comb += [
             self.done.eq(done),
             csrs.busy.eq(running), csrs.done.eq(done), csrs.error.eq(error),
