@@ -33,7 +33,8 @@ from amaranth.lib import wiring
 
 from tensorfab.isa import HwConfig
 
-__all__ = ["LINT_WAIVERS", "generate_verilog", "lint", "verilator_binary", "verilator_env"]
+__all__ = ["CORE_LINT_WAIVERS", "CORE_TOP", "LINT_WAIVERS", "core_verilog", "generate_verilog", "lint",
+           "verilator_binary", "verilator_env"]
 
 #: Verilator waivers for Amaranth-generated Verilog (see the module docstring).
 LINT_WAIVERS: tuple[str, ...] = (
@@ -41,6 +42,29 @@ LINT_WAIVERS: tuple[str, ...] = (
     "-Wno-UNUSEDSIGNAL",
     "-Wno-PROCASSINIT",
 )
+
+
+#: Waivers for the whole core, on top of :data:`LINT_WAIVERS`, each for a pattern that
+#: Amaranth's back end emits in larger designs: ``!`` applied to a multi-bit
+#: ``Value.any()`` reduction (WIDTHTRUNC), ``case`` statements of FSMs and
+#: ``Switch`` without a default arm, whose other values hold the previous
+#: assignment (CASEINCOMPLETE), and every submodule written into one file
+#: (DECLFILENAME).
+CORE_LINT_WAIVERS: tuple[str, ...] = LINT_WAIVERS + (
+    "-Wno-WIDTHTRUNC",
+    "-Wno-CASEINCOMPLETE",
+    "-Wno-DECLFILENAME",
+)
+
+#: Top-level module name of the core's Verilog.
+CORE_TOP = "tensorfab_core"
+
+
+def core_verilog(cfg: HwConfig) -> str:
+    """Verilog of the whole :class:`~tensorfab.hw.core.Core` for ``cfg``."""
+    from .core import Core
+
+    return generate_verilog(cfg, Core(cfg), CORE_TOP)
 
 
 def _snake(name: str) -> str:

@@ -156,6 +156,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_hw(args: argparse.Namespace) -> int:
+    from tensorfab.hw.verilog import CORE_LINT_WAIVERS, CORE_TOP, core_verilog, lint
+
+    cfg = get_config(args.config)
+    text = core_verilog(cfg)
+    if args.action == "lint":
+        problems = lint(text, CORE_TOP, CORE_LINT_WAIVERS)
+        for line in problems:
+            print(line)
+        print(f"{CORE_TOP} ({cfg.name}): "
+              + ("lint clean" if not problems else f"{len(problems)} lint problem(s)"))
+        return 0 if not problems else 1
+    out = Path(args.output or f"{CORE_TOP}_{cfg.name}.v")
+    _check_writable(out, args.force,
+                    lambda p: p.read_text(errors="replace").startswith(f"// {CORE_TOP}:"))
+    out.write_text(text)
+    print(f"{out}: {CORE_TOP} for config {cfg.name}, {len(text.splitlines())} lines")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from tensorfab.demo import run_demo
 
@@ -199,6 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name")
     b.add_argument("--json", action="store_true", help="print only the JSON line")
     b.set_defaults(func=cmd_bench)
+
+    h = sub.add_parser("hw", help="generate or lint the core's Verilog")
+    h.add_argument("action", choices=["verilog", "lint"])
+    h.add_argument("--config", default="default", help="preset name or JSON file")
+    h.add_argument("-o", "--output", help="Verilog file (default tensorfab_core_NAME.v)")
+    h.add_argument("--force", action="store_true", help="overwrite any existing output")
+    h.set_defaults(func=cmd_hw)
 
     m = sub.add_parser("demo", help="assemble and run the example GEMM+ALU program")
     m.set_defaults(func=cmd_demo)

@@ -50,8 +50,13 @@ def build_core(cfg: HwConfig) -> Build:
 
 def run_on_core(programs: Sequence[Program], workdir: Path, *, seed: int = 1,
                 latency: tuple[int, int] = (1, 6), p_ready: float = 0.8,
-                max_cycles: int = 200_000) -> list[CoreRun]:
-    """Run ``programs`` (all for one config) on the RTL; one result per program."""
+                max_cycles: int = 200_000,
+                images: Sequence[np.ndarray | None] | None = None) -> list[CoreRun]:
+    """Run ``programs`` (all for one config) on the RTL; one result per program.
+
+    ``images`` optionally replaces a program's DRAM image (e.g. with a patched,
+    illegal instruction word).
+    """
     cfg = programs[0].config
     assert all(p.config == cfg for p in programs), "one config per run"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -61,7 +66,11 @@ def run_on_core(programs: Sequence[Program], workdir: Path, *, seed: int = 1,
     for k, prog in enumerate(programs):
         path = workdir / f"{k}.bin"
         path.write_bytes(prog.to_bytes())
-        items.append({"binary": str(path), "max_cycles": max_cycles})
+        item = {"binary": str(path), "max_cycles": max_cycles}
+        if images is not None and images[k] is not None:
+            np.save(workdir / f"{k}.image.npy", images[k])
+            item["image"] = str(workdir / f"{k}.image.npy")
+        items.append(item)
     job = workdir / "job.json"
     job.write_text(json.dumps({"out": str(out), "programs": items, "seed": seed,
                                "latency": list(latency), "p_ready": p_ready}))

@@ -54,7 +54,7 @@ async def run_programs(dut) -> None:
     dut.rst.value = 0
     for k, item in enumerate(job["programs"]):
         prog = Program.from_bytes(Path(item["binary"]).read_bytes())
-        image = prog.dram_image()
+        image = np.load(item["image"]) if item.get("image") else prog.dram_image()
         # a fresh reset and memory per program: an error may leave reads in flight
         await FallingEdge(dut.clk)
         dut.rst.value = 1

@@ -1,4 +1,10 @@
-"""The whole core on Verilator, compared with the functional simulator."""
+"""The whole core on Verilator under cocotb, compared with the functional simulator.
+
+Every directed ISA program of the foundation suite (tests/isa_programs.py) runs on
+the RTL for presets tiny, small and default under a memory with random latency and
+back-pressure; the final DRAM image and the instruction counters must equal the
+functional simulator's. One simulator process runs all programs of a preset.
+"""
 
 from __future__ import annotations
 
@@ -6,31 +12,152 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from isa_programs import build_gemm, build_load_store_acc
+from isa_programs import (
+    PAD_CASES,
+    build_alu,
+    build_alu_reduction,
+    build_gemm,
+    build_load_store_acc,
+    build_padded_load_acc,
+    build_padded_load_inp,
+    build_relu,
+    build_requant,
+)
 
-from rtl.core_harness import run_on_core
-from tensorfab.isa import PRESETS
+from rtl.core_harness import CoreRun, run_on_core
+from tensorfab.hw.verilog import CORE_LINT_WAIVERS, CORE_TOP, core_verilog, lint
+from tensorfab.isa import (
+    PRESETS,
+    AluOp,
+    Buffer,
+    ErrorCode,
+    Finish,
+    Load,
+    Program,
+    Segment,
+    Store,
+    Uop,
+    insn_formats,
+)
+from tensorfab.isa.formats import Opcode
 from tensorfab.sim import FunctionalSimulator
 
-
-def check_against_fsim(runs) -> None:
-    for k, r in enumerate(runs):
-        ref = FunctionalSimulator().run(r.program)
-        assert not r.timed_out, f"program {k}: no done/error within the cycle limit"
-        assert r.error is None, f"program {k}: core error {r.error} at {r.csrs['ERROR_INDEX']}"
-        assert r.done
-        mism = np.flatnonzero(r.dram != ref.dram)
-        assert mism.size == 0, (f"program {k}: {mism.size} DRAM bytes differ, first at "
-                                f"{mism[0]:#x} (layout {r.program.layout()})")
-        c = ref.counters
-        assert (r.csrs["LOAD_INSNS"], r.csrs["COMPUTE_INSNS"], r.csrs["STORE_INSNS"]) == (
-            c.load_insns, c.compute_insns, c.store_insns)
+PRESET_NAMES = ["tiny", "small", "default"]
 
 
-@pytest.mark.parametrize("preset", ["tiny"])
-def test_smoke(preset: str, tmp_path: Path) -> None:
+def directed_programs(preset: str) -> dict[str, Program]:
+    """Every directed program of the foundation suite, by name."""
     cfg = PRESETS[preset]
-    rng = np.random.default_rng(0)
-    progs = [build_load_store_acc(cfg, rng)[0],
-             build_gemm(cfg, rng, m=8, n=8, k=8, vthreads=1)[0]]
-    check_against_fsim(run_on_core(progs, tmp_path))
+    rng = np.random.default_rng(7)
+    progs: dict[str, Program] = {"save_load_out": build_load_store_acc(cfg, rng)[0]}
+    for side, pad in PAD_CASES.items():
+        progs[f"padded_inp_{side}"] = build_padded_load_inp(cfg, rng, pad)[0]
+        progs[f"padded_acc_{side}"] = build_padded_load_acc(cfg, rng, pad)[0]
+    dims = {"tiny": (8, 8, 16), "small": (16, 16, 32), "default": (16, 32, 64)}[preset]
+    for v in (1, 2, 4):
+        m, n, k = dims
+        progs[f"gemm_vt{v}"] = build_gemm(cfg, rng, m=m, n=n, k=k, vthreads=v)[0]
+    for op in AluOp:
+        for use_imm in (True, False):
+            progs[f"alu_{op.name.lower()}_{'imm' if use_imm else 'vec'}"] = build_alu(
+                cfg, rng, op, use_imm=use_imm)[0]
+    progs["relu"] = build_relu(cfg, rng)[0]
+    progs["requant"] = build_requant(cfg, rng)[0]
+    for op in (AluOp.MAX, AluOp.ADD):
+        progs[f"alu_reduction_{op.name.lower()}"] = build_alu_reduction(cfg, rng, op)[0]
+    return progs
+
+
+def assert_matches_fsim(name: str, run: CoreRun) -> None:
+    ref = FunctionalSimulator().run(run.program)
+    assert not run.timed_out, f"{name}: no done/error within the cycle limit"
+    assert run.error is None, (f"{name}: core error {run.error.name} at instruction "
+                               f"{run.csrs['ERROR_INDEX']}")
+    assert run.done
+    mism = np.flatnonzero(run.dram != ref.dram)
+    if mism.size:
+        regions = {n: r for n, r in run.program.layout().items() if r.nbytes}
+        where = next((n for n, r in regions.items()
+                      if r.offset <= mism[0] < r.offset + r.nbytes), "?")
+        raise AssertionError(f"{name}: {mism.size} DRAM bytes differ from fsim, first at "
+                             f"{mism[0]:#x} in segment {where}")
+    c = ref.counters
+    got = (run.csrs["LOAD_INSNS"], run.csrs["COMPUTE_INSNS"], run.csrs["STORE_INSNS"])
+    assert got == (c.load_insns, c.compute_insns, c.store_insns), name
+    assert run.csrs["GEMM_BUSY"] == c.gemm_uops, name
+
+
+@pytest.fixture(scope="module", params=PRESET_NAMES)
+def directed_runs(request, tmp_path_factory) -> tuple[str, dict[str, CoreRun]]:
+    preset = request.param
+    progs = directed_programs(preset)
+    runs = run_on_core(list(progs.values()), tmp_path_factory.mktemp(f"core-{preset}"),
+                       seed=11)
+    return preset, dict(zip(progs, runs, strict=True))
+
+
+def test_directed_programs_match_fsim(directed_runs) -> None:
+    preset, runs = directed_runs
+    failures = []
+    for name, run in runs.items():
+        try:
+            assert_matches_fsim(name, run)
+        except AssertionError as exc:
+            failures.append(str(exc))
+    assert not failures, f"{preset}: {len(failures)} of {len(runs)} programs differ:\n" \
+        + "\n".join(failures)
+
+
+def _tiny_error_programs() -> tuple[list[Program], list[np.ndarray | None], list[tuple]]:
+    """Programs that must stop the core with an error, and the expected (code, index)."""
+    cfg = PRESETS["tiny"]
+    seg = Segment("x", "int8", (8, 4), np.arange(32) - 16)
+    out = Segment("y", "int8", (8, 4), output=True)
+    ok = [Load(buffer=Buffer.ACC, sram=0, dram=0, y=1, x=1, push_next=True),
+          Finish(pop_prev=True)]
+    progs: list[Program] = []
+    images: list[np.ndarray | None] = []
+    expect: list[tuple] = []
+
+    def add(insns, code, index, patch=None):
+        p = Program(cfg, insns, [Uop()], [seg, out])
+        image = None
+        if patch is not None:
+            image = p.dram_image()
+            nb = p.insn_bytes
+            image[patch[0] * nb: (patch[0] + 1) * nb] = np.frombuffer(
+                patch[1].to_bytes(nb, "little"), dtype=np.uint8)
+        progs.append(p)
+        images.append(image)
+        expect.append((code, index))
+
+    base = [Load(buffer=Buffer.INP, sram=0, dram=0, y=1, x=1), *ok]
+    # illegal words patched into the stream at index 1
+    add(base, ErrorCode.BAD_OPCODE, 1, (1, 7))
+    fmt = insn_formats(cfg)[Opcode.FINISH]
+    add(base, ErrorCode.RESERVED_BITS, 1, (1, int(Opcode.FINISH) | 1 << (fmt.width - 1)))
+    # DMA past the end of DRAM (the image is a few hundred bytes)
+    far = Load(buffer=Buffer.INP, sram=0, dram=1 << 16, y=1, x=1)
+    add([Load(buffer=Buffer.INP, y=1, x=1), far, *ok], ErrorCode.DRAM_RANGE, 1)
+    # SRAM block past the buffer
+    deep = Load(buffer=Buffer.INP, sram=cfg.inp_depth - 2, dram=0, y=2, x=2)
+    add([deep, *ok], ErrorCode.SRAM_RANGE, 0)
+    # store into the instruction stream
+    add([*ok[:1], Store(sram=0, dram=0, y=1, x=1), ok[1]], ErrorCode.DRAM_RANGE, 1)
+    return progs, images, expect
+
+
+def test_errors_stop_the_core_with_code_and_index(tmp_path: Path) -> None:
+    progs, images, expect = _tiny_error_programs()
+    runs = run_on_core(progs, tmp_path, images=images, max_cycles=20_000)
+    for k, (run, (code, index)) in enumerate(zip(runs, expect, strict=True)):
+        assert not run.timed_out, f"case {k}: the core hung instead of reporting {code.name}"
+        assert run.error is code, f"case {k}: expected {code.name}, got {run.error}"
+        assert run.csrs["ERROR_INDEX"] == index, f"case {k}: wrong index"
+        assert not run.done
+
+
+@pytest.mark.parametrize("preset", ["tiny", pytest.param("default", marks=pytest.mark.slow)])
+def test_core_verilog_lints_clean(preset: str) -> None:
+    text = core_verilog(PRESETS[preset])
+    assert lint(text, CORE_TOP, CORE_LINT_WAIVERS) == []
