@@ -33,8 +33,8 @@ from amaranth.lib import wiring
 
 from tensorfab.isa import HwConfig
 
-__all__ = ["CORE_LINT_WAIVERS", "CORE_TOP", "LINT_WAIVERS", "core_verilog", "generate_verilog", "lint",
-           "verilator_binary", "verilator_env"]
+__all__ = ["CORE_LINT_WAIVERS", "CORE_TOP", "LINT_WAIVERS", "core_verilog", "generate_verilog",
+           "lint", "verilator_binary", "verilator_env"]
 
 #: Verilator waivers for Amaranth-generated Verilog (see the module docstring).
 LINT_WAIVERS: tuple[str, ...] = (

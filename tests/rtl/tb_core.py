@@ -81,7 +81,7 @@ async def run_programs(dut) -> None:
         csrs = {c.name: await csr_read(dut, c.name) for c in CSRS}
         if status & STATUS_DONE:
             await mem.wait_idle(timeout=1000)
-        mem._task.cancel()  # TODO: MemModel.stop()
+        mem.stop()
         np.save(out / f"{k}.dram.npy", mem.data.copy())
         (out / f"{k}.json").write_text(json.dumps({
             "csrs": csrs, "timed_out": not status & (STATUS_DONE | STATUS_ERROR),

@@ -1,0 +1,138 @@
+"""Memory arbiter: fetch, load and store share one memory port."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from tensorfab.isa import HwConfig
+
+from .mem_port import LEN_WIDTH, MemPortSignature, MemReadSignature, MemWriteSignature
+
+__all__ = ["MemArbiter"]
+
+#: Master numbers in the outstanding-read FIFO.
+FETCH, LOAD, STORE = 0, 1, 2
+
+
+class MemArbiter(wiring.Component):
+    """Grants whole commands round robin and routes data beats in command order.
+
+    A granted read command records ``(master, len)`` in a FIFO of outstanding
+    reads; read beats from the port go to the master at its head, ``len + 1`` of
+    them. A granted write command records its ``len`` in a FIFO of outstanding
+    writes; the store's write beats are forwarded only while that FIFO holds a
+    command, so the port never sees a beat before its command. A master whose
+    FIFO is full is not granted. The command choice is held while the port stalls
+    it, as :mod:`amaranth.lib.stream` requires.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Address and bus widths.
+    outstanding : int
+        Depth of each of the two FIFOs: commands that may be in flight.
+
+    Attributes
+    ----------
+    fetch, load : In(MemReadSignature(cfg))
+        Read masters.
+    store : In(MemWriteSignature(cfg))
+        The write master.
+    port : Out(MemPortSignature(cfg))
+        The memory port.
+    """
+
+    def __init__(self, cfg: HwConfig, outstanding: int = 4) -> None:
+        self.cfg = cfg
+        self.outstanding = outstanding
+        super().__init__({
+            "fetch": In(MemReadSignature(cfg)),
+            "load": In(MemReadSignature(cfg)),
+            "store": In(MemWriteSignature(cfg)),
+            "port": Out(MemPortSignature(cfg)),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        m.submodules.rd_fifo = rd_fifo = SyncFIFO(width=1 + LEN_WIDTH, depth=self.outstanding)
+        m.submodules.wr_fifo = wr_fifo = SyncFIFO(width=LEN_WIDTH, depth=self.outstanding)
+        masters = [self.fetch, self.load, self.store]
+
+        # ---- command grant (round robin, choice held while the port stalls)
+        eligible = [self.fetch.cmd.valid & rd_fifo.w_rdy, self.load.cmd.valid & rd_fifo.w_rdy,
+                    self.store.cmd.valid & wr_fifo.w_rdy]
+        last = Signal(range(3), init=STORE)  # last granted master
+        held = Signal()
+        held_sel = Signal(range(3))
+        choice = Signal(range(3))
+        sel = Signal(range(3))
+        # priority order after `last`: (last+1, last+2, last)
+        with m.Switch(last):
+            for lv in range(3):
+                with m.Case(lv):
+                    order = [(lv + 1) % 3, (lv + 2) % 3, lv]
+                    with m.If(eligible[order[0]]):
+                        m.d.comb += choice.eq(order[0])
+                    with m.Elif(eligible[order[1]]):
+                        m.d.comb += choice.eq(order[1])
+                    with m.Else():
+                        m.d.comb += choice.eq(order[2])
+        m.d.comb += sel.eq(Mux(held, held_sel, choice))
+        port_cmd = self.port.cmd
+        with m.Switch(sel):
+            for i, mst in enumerate(masters):
+                with m.Case(i):
+                    m.d.comb += [
+                        port_cmd.valid.eq(eligible[i]),
+                        port_cmd.payload.addr.eq(mst.cmd.payload.addr),
+                        port_cmd.payload.len.eq(mst.cmd.payload.len),
+                        port_cmd.payload.write.eq(i == STORE),
+                        mst.cmd.ready.eq(port_cmd.ready & eligible[i]),
+                    ]
+        with m.If(port_cmd.valid & port_cmd.ready):
+            m.d.sync += [held.eq(0), last.eq(sel)]
+        with m.Elif(port_cmd.valid):
+            m.d.sync += [held.eq(1), held_sel.eq(sel)]
+        fire = port_cmd.valid & port_cmd.ready
+        m.d.comb += [
+            rd_fifo.w_data.eq(((sel == LOAD) << LEN_WIDTH) | port_cmd.payload.len),
+            rd_fifo.w_en.eq(fire & (sel != STORE)),
+            wr_fifo.w_data.eq(port_cmd.payload.len),
+            wr_fifo.w_en.eq(fire & (sel == STORE)),
+        ]
+
+        # ---- read data back to the master at the head of the read FIFO
+        rd_count = Signal(LEN_WIDTH)
+        head_load = rd_fifo.r_data[LEN_WIDTH]
+        head_len = rd_fifo.r_data[:LEN_WIDTH]
+        rdata = self.port.rdata
+        for mst, is_head in ((self.fetch, ~head_load), (self.load, head_load)):
+            m.d.comb += [mst.rdata.payload.eq(rdata.payload),
+                         mst.rdata.valid.eq(rdata.valid & rd_fifo.r_rdy & is_head)]
+        m.d.comb += rdata.ready.eq(rd_fifo.r_rdy & Mux(head_load, self.load.rdata.ready,
+                                                                self.fetch.rdata.ready))
+        with m.If(rdata.valid & rdata.ready):
+            with m.If(rd_count == head_len):
+                m.d.sync += rd_count.eq(0)
+                m.d.comb += rd_fifo.r_en.eq(1)
+            with m.Else():
+                m.d.sync += rd_count.eq(rd_count + 1)
+
+        # ---- write data from the store for its granted commands
+        wr_count = Signal(LEN_WIDTH)
+        wdata = self.port.wdata
+        m.d.comb += [
+            wdata.payload.eq(self.store.wdata.payload),
+            wdata.valid.eq(self.store.wdata.valid & wr_fifo.r_rdy),
+            self.store.wdata.ready.eq(wdata.ready & wr_fifo.r_rdy),
+        ]
+        with m.If(wdata.valid & wdata.ready):
+            with m.If(wr_count == wr_fifo.r_data):
+                m.d.sync += wr_count.eq(0)
+                m.d.comb += wr_fifo.r_en.eq(1)
+            with m.Else():
+                m.d.sync += wr_count.eq(wr_count + 1)
+        return m

@@ -1,0 +1,203 @@
+"""The fetch unit: reads the instruction stream, checks each word, dispatches it."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from tensorfab.isa import ErrorCode, HwConfig, Opcode, insn_width
+
+from .insn_check import InsnCheck
+from .layouts import insn_layout
+from .mem_port import LEN_WIDTH, MAX_BURST, MemReadSignature
+from .signatures import ErrorSignature, InsnStreamLayout
+
+__all__ = ["Fetch"]
+
+
+class Fetch(wiring.Component):
+    """Reads instructions ``0 .. insn_count-1`` from ``insn_base`` and dispatches them.
+
+    Words are read with burst reads of up to ``buffer_words // 2`` words (several
+    beats per word when the instruction is wider than the bus), at most
+    ``buffer_words`` words being requested or buffered at once, so the unit never
+    refuses a read beat (it cannot block the memory port for the engines). Each
+    word at the head of the buffer is checked by :class:`~.insn_check.InsnCheck`
+    and handed, with its index, to the stream of its engine (LOAD to load, STORE to
+    store, GEMM, ALU and FINISH to compute) in program order. The unit stops after
+    dispatching FINISH. It reports the first illegal word (its code and index),
+    ``NO_FINISH`` with index ``insn_count`` when the count runs out without FINISH,
+    and ``NO_FINISH`` with FINISH's index when FINISH is not the last instruction.
+    After FINISH, an error or ``halt`` it drains the reads still in flight.
+
+    The command queues between this unit and the engines are not part of it.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Configuration.
+    buffer_words : int
+        Instruction words requested or buffered at once (at least 2).
+
+    Attributes
+    ----------
+    start : In(1)
+        Pulse: fetch the stream (ignored while busy).
+    insn_base : In(32)
+        Byte address of instruction 0 (sampled at ``start``).
+    insn_count : In(32)
+        Number of instructions (sampled at ``start``).
+    mem : Out(MemReadSignature(cfg))
+        Memory reads.
+    load_insn, compute_insn, store_insn : Out(stream.Signature(InsnStreamLayout(cfg)))
+        Dispatched instructions.
+    error : Out(ErrorSignature)
+        ``BAD_OPCODE``, ``RESERVED_BITS``, ``BAD_FIELD`` or ``NO_FINISH`` (one-cycle pulse).
+    halt : In(1)
+        Stop dispatching (the core had an error).
+    busy : Out(1)
+        Fetching, dispatching or draining.
+    idle : Out(1)
+        Not busy (no read in flight).
+    finished : Out(1)
+        FINISH was dispatched (held until the next ``start``).
+    """
+
+    def __init__(self, cfg: HwConfig, buffer_words: int = 8) -> None:
+        self.cfg = cfg
+        self.beats_per_word = insn_width(cfg) // cfg.mem_bus_width
+        self.buffer_words = buffer_words
+        self.chunk = max(1, min(buffer_words // 2, MAX_BURST // self.beats_per_word))
+        assert buffer_words >= 2 and self.chunk * self.beats_per_word <= MAX_BURST
+        isl = InsnStreamLayout(cfg)
+        super().__init__({
+            "start": In(1),
+            "insn_base": In(32),
+            "insn_count": In(32),
+            "mem": Out(MemReadSignature(cfg)),
+            "load_insn": Out(stream.Signature(isl)),
+            "compute_insn": Out(stream.Signature(isl)),
+            "store_insn": Out(stream.Signature(isl)),
+            "error": Out(ErrorSignature),
+            "halt": In(1),
+            "busy": Out(1),
+            "idle": Out(1),
+            "finished": Out(1),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        cfg = self.cfg
+        m = Module()
+        W = cfg.mem_bus_width
+        kw = self.beats_per_word
+        iw = insn_width(cfg)
+        insn_bytes = iw // 8
+        D = self.buffer_words
+
+        flush = Signal()
+        fifo = SyncFIFO(width=iw, depth=D)
+        m.submodules.fifo = ResetInserter({"sync": flush})(fifo)
+        m.submodules.check = check = InsnCheck(cfg)
+
+        count = Signal(32)
+        req_left = Signal(32)  # words still to request
+        req_addr = Signal(cfg.dram_addr_width)
+        reserved = Signal(range(D + 1))  # words requested, not yet in the buffer
+        outstanding = Signal(range(D * kw + 1))  # beats requested, not yet received
+        disp_idx = Signal(32)
+        cmd_stuck = Signal()
+        issuing = Signal()
+
+        # ---- read commands
+        cmd = self.mem.cmd
+        n = Signal(range(self.chunk + 1))
+        m.d.comb += [
+            n.eq(Mux(req_left > self.chunk, self.chunk, req_left)),
+            cmd.payload.addr.eq(req_addr),
+            cmd.payload.len.eq((n * kw - 1)[:LEN_WIDTH]),
+            cmd.valid.eq(cmd_stuck | (issuing & ~self.halt & (req_left != 0)
+                                      & (fifo.level + reserved + n <= D))),
+        ]
+        cmd_fire = cmd.valid & cmd.ready
+        m.d.sync += cmd_stuck.eq(cmd.valid & ~cmd.ready)
+        with m.If(cmd_fire):
+            m.d.sync += [req_left.eq(req_left - n), req_addr.eq(req_addr + n * insn_bytes)]
+
+        # ---- beats -> words (a read beat is never refused)
+        rdata = self.mem.rdata
+        m.d.comb += rdata.ready.eq(1)
+        rfire = rdata.valid
+        word_done = Signal()
+        if kw > 1:
+            beat = Signal(range(kw))
+            shreg = Signal((kw - 1) * W)
+            with m.If(rfire):
+                m.d.sync += [beat.eq(Mux(beat == kw - 1, 0, beat + 1)),
+                             shreg.eq(Cat(shreg[W:], rdata.payload.data))]
+            m.d.comb += [word_done.eq(rfire & (beat == kw - 1)),
+                         fifo.w_data.eq(Cat(shreg, rdata.payload.data))]
+        else:
+            m.d.comb += [word_done.eq(rfire), fifo.w_data.eq(rdata.payload.data)]
+        m.d.comb += fifo.w_en.eq(word_done & ~flush)
+        m.d.sync += [
+            reserved.eq(reserved + Mux(cmd_fire, n, 0) - word_done),
+            outstanding.eq(outstanding + Mux(cmd_fire, n * kw, 0) - rfire),
+        ]
+
+        # ---- check and dispatch
+        head = insn_layout(cfg, Opcode.LOAD)(fifo.r_data)
+        m.d.comb += check.word.eq(fifo.r_data)
+        targets = {Opcode.LOAD: self.load_insn, Opcode.STORE: self.store_insn,
+                   Opcode.GEMM: self.compute_insn, Opcode.ALU: self.compute_insn,
+                   Opcode.FINISH: self.compute_insn}
+        for s in (self.load_insn, self.compute_insn, self.store_insn):
+            m.d.comb += [s.payload.word.eq(fifo.r_data), s.payload.index.eq(disp_idx)]
+        is_finish = head.opcode == Opcode.FINISH
+        dispatching = Signal()
+        ready = Signal()
+        with m.Switch(head.opcode):
+            for op, s in targets.items():
+                with m.Case(op):
+                    m.d.comb += [s.valid.eq(dispatching), ready.eq(s.ready)]
+        disp_fire = dispatching & ready
+        m.d.comb += fifo.r_en.eq(disp_fire)
+        finished = Signal()
+        m.d.comb += [self.finished.eq(finished), self.error.index.eq(disp_idx)]
+        with m.If(disp_fire):
+            m.d.sync += disp_idx.eq(disp_idx + 1)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += [self.idle.eq(1), flush.eq(1)]
+                with m.If(self.start):
+                    m.d.sync += [count.eq(self.insn_count), req_left.eq(self.insn_count),
+                                 req_addr.eq(self.insn_base), disp_idx.eq(0),
+                                 finished.eq(0)]
+                    m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += [self.busy.eq(1), issuing.eq(1)]
+                with m.If(self.halt):
+                    m.next = "DRAIN"
+                with m.Elif(disp_idx == count):
+                    m.d.comb += [self.error.valid.eq(1), self.error.code.eq(ErrorCode.NO_FINISH)]
+                    m.next = "DRAIN"
+                with m.Elif(fifo.r_rdy):
+                    with m.If(~check.ok):
+                        m.d.comb += [self.error.valid.eq(1), self.error.code.eq(check.code)]
+                        m.next = "DRAIN"
+                    with m.Elif(is_finish & (disp_idx != count - 1)):
+                        m.d.comb += [self.error.valid.eq(1),
+                                     self.error.code.eq(ErrorCode.NO_FINISH)]
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.d.comb += dispatching.eq(1)
+                        with m.If(ready & is_finish):
+                            m.d.sync += finished.eq(1)
+                            m.next = "DRAIN"
+            with m.State("DRAIN"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(~cmd_stuck & (outstanding == 0)):
+                    m.next = "IDLE"
+        return m

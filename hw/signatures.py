@@ -1,0 +1,114 @@
+"""Interfaces shared by fetch, the engines, the token queues, the buffers and the core.
+
+See docs/architecture.md, section "Hardware (hw/)". Every signature is seen from
+the side that drives ``valid`` (the producer) unless stated otherwise.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from tensorfab.isa import HwConfig, insn_width, uop_format
+
+from .mem_port import MemPortSignature, MemReadSignature, MemWriteSignature
+
+__all__ = [
+    "BufReadSignature",
+    "BufWriteSignature",
+    "ErrorSignature",
+    "InsnStreamLayout",
+    "MemPortSignature",
+    "MemReadSignature",
+    "MemWriteSignature",
+    "TokenSignature",
+    "acc_entry_bits",
+    "inp_entry_bits",
+    "uop_entry_bits",
+    "wgt_entry_bits",
+]
+
+
+def InsnStreamLayout(cfg: HwConfig) -> data.StructLayout:
+    """Payload of an instruction stream: the ``word`` and its ``index`` in the program.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Gives the instruction width.
+
+    Returns
+    -------
+    amaranth.lib.data.StructLayout
+    """
+    return data.StructLayout({"word": unsigned(insn_width(cfg)), "index": unsigned(32)})
+
+
+#: A dependency token, from the producer's side: ``valid`` offers (or requests) a
+#: token, ``ready`` takes it. An engine pops with ``In(TokenSignature)`` (the queue
+#: drives ``valid`` = not empty, the engine ``ready`` = pop) and pushes with
+#: ``Out(TokenSignature)`` (the engine drives ``valid`` = push, the queue
+#: ``ready`` = not full). A token moves when both are high.
+TokenSignature = wiring.Signature({"valid": Out(1), "ready": In(1)})
+
+#: An error report: ``valid`` is a one-cycle pulse carrying ``code`` (an
+#: :class:`~tensorfab.isa.ErrorCode`) and ``index`` (the instruction's index); the
+#: core latches the first one.
+ErrorSignature = wiring.Signature({"valid": Out(1), "code": Out(4), "index": Out(32)})
+
+
+def BufWriteSignature(addr_width: int, data_width: int) -> wiring.Signature:
+    """A buffer write port, from the writer's side.
+
+    An entry is written at the clock edge where ``en`` and ``ready`` are both high
+    (the core ties ``ready`` to 1 except on the shared accumulator port).
+
+    Parameters
+    ----------
+    addr_width, data_width : int
+        Entry index and entry widths.
+
+    Returns
+    -------
+    amaranth.lib.wiring.Signature
+    """
+    return wiring.Signature({"addr": Out(addr_width), "data": Out(data_width),
+                             "en": Out(1), "ready": In(1)})
+
+
+def BufReadSignature(addr_width: int, data_width: int) -> wiring.Signature:
+    """A synchronous buffer read port, from the reader's side.
+
+    ``data`` holds entry ``addr`` the cycle after ``en`` was high.
+
+    Parameters
+    ----------
+    addr_width, data_width : int
+        Entry index and entry widths.
+
+    Returns
+    -------
+    amaranth.lib.wiring.Signature
+    """
+    return wiring.Signature({"addr": Out(addr_width), "en": Out(1), "data": In(data_width)})
+
+
+def inp_entry_bits(cfg: HwConfig) -> int:
+    """Bits of one input-buffer entry (``batch × block_in`` int8)."""
+    return cfg.inp_entry_bytes * 8
+
+
+def wgt_entry_bits(cfg: HwConfig) -> int:
+    """Bits of one weight-buffer entry (``block_out × block_in`` int8)."""
+    return cfg.wgt_entry_bytes * 8
+
+
+def acc_entry_bits(cfg: HwConfig) -> int:
+    """Bits of one accumulator entry (``batch × block_out`` int32)."""
+    return cfg.acc_entry_bytes * 8
+
+
+def uop_entry_bits(cfg: HwConfig) -> int:
+    """Bits of one on-chip micro-op entry (the used low bits of the micro-op word)."""
+    return uop_format(cfg).used_bits
