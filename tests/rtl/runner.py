@@ -222,7 +222,8 @@ def build(component: Any, name: str, params: Mapping[str, Any] | None = None, *,
     if waves and os.environ.get("TENSORFAB_WAVES", "").lower() == "fst":
         args += ["--trace-fst"]  # needs the lz4 headers (liblz4-dev) to compile
     digest = hashlib.sha256(
-        json.dumps([text, args, sorted(params.items())], default=str).encode()).hexdigest()
+        json.dumps([text, args, waves, sorted(params.items())], default=str).encode()
+    ).hexdigest()
     key = f"{name}-{_slug(params)}-{digest[:16]}"
     directory = cache_root() / key
     marker = directory / "build.ok"
