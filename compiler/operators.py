@@ -1,0 +1,209 @@
+"""Operator entry points: int8 conv2d, dense and batched matmul with fused epilogues.
+
+Each function packs its operands into the blocked layouts, schedules (the caller's
+:class:`.Schedule` or :func:`.default_schedule`), lowers to a
+:class:`~tensorfab.isa.Program` and returns a :class:`CompiledOp` that runs it on any
+:class:`~tensorfab.sim.Device` and unpacks the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorfab.isa import HwConfig, Program
+
+from .epilogue import Epilogue
+from .layout import pack_activation, pack_bias_for, pack_weight, unpack_output
+from .lower import lower
+from .schedule import Schedule
+from .tile_plan import TilePlan
+from .tile_search import default_schedule
+from .workload import Workload
+
+
+@dataclass
+class CompiledOp:
+    """A lowered operator.
+
+    Attributes
+    ----------
+    workload : Workload
+        Its shape.
+    schedule : Schedule
+        The schedule used (print it to see the primitives).
+    plan : TilePlan
+        The resolved tiling.
+    epilogue : Epilogue
+        The fused epilogue.
+    program : Program
+        The program; its output segment is ``out``.
+    out_shape : tuple[int, ...]
+        Shape of the unpacked result.
+    """
+
+    workload: Workload
+    schedule: Schedule
+    plan: TilePlan
+    epilogue: Epilogue
+    program: Program
+    out_shape: tuple[int, ...]
+
+    def unpack(self, packed: np.ndarray) -> np.ndarray:
+        """The unpacked int8 result from the packed ``out`` segment."""
+        wl, cfg = self.workload, self.program.config
+        g = wl.groups
+        per = packed.shape[0] // g
+        parts = [unpack_output(cfg, packed[i * per:(i + 1) * per], wl.batch, wl.out_channels)
+                 for i in range(g)]
+        return np.stack(parts).reshape(self.out_shape)
+
+    def run(self, device: object = "fsim") -> np.ndarray:
+        """Run on ``device`` (a :class:`~tensorfab.sim.Device` or its name) and return the
+        unpacked result."""
+        from tensorfab.sim import Device, get_device
+
+        dev = get_device(device) if isinstance(device, str) else device
+        assert isinstance(dev, Device)
+        return self.unpack(dev.run(self.program).outputs["out"])
+
+
+def _epilogue(epilogue: Epilogue | None, bias: np.ndarray | None) -> Epilogue:
+    ep = epilogue or Epilogue()
+    if bias is not None:
+        return dataclasses.replace(ep, bias=True)
+    if ep.bias:
+        raise ValueError("the epilogue asks for a bias but none was given")
+    return ep
+
+
+def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedule | None,
+              vthreads: int) -> Schedule:
+    if schedule is None:
+        return default_schedule(workload, cfg, vthreads, bias=ep.bias,
+                                n_alu_ops=len(ep.alu_ops()))
+    if schedule.workload != workload or schedule.cfg != cfg:
+        raise ValueError("the schedule was made for another workload or config")
+    if schedule.bias != ep.bias:
+        raise ValueError(f"the schedule was made with bias={schedule.bias}, the epilogue "
+                         f"has bias={ep.bias}")
+    return schedule
+
+
+def _int8(name: str, a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a)
+    if a.size and (a.min() < -128 or a.max() > 127):
+        raise ValueError(f"{name} has values outside the int8 range")
+    return a.astype(np.int8)
+
+
+def _bias(bias: np.ndarray | None, out_channels: int, groups: int, cfg: HwConfig
+          ) -> np.ndarray | None:
+    if bias is None:
+        return None
+    b = np.asarray(bias)
+    if b.shape == (out_channels,):
+        b = np.broadcast_to(b, (groups, out_channels))
+    if b.shape != (groups, out_channels):
+        raise ValueError(f"bias has shape {np.shape(bias)}, expected ({out_channels},)"
+                         + (f" or ({groups}, {out_channels})" if groups > 1 else ""))
+    if b.size and (b.min() < -(1 << 31) or b.max() >= 1 << 31):
+        raise ValueError("bias has values outside the int32 range")
+    return np.concatenate([pack_bias_for(cfg, b[i].astype(np.int32)) for i in range(groups)])
+
+
+def conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, *,
+           stride: int | tuple[int, int] = 1,
+           padding: int | tuple[int, int] | tuple[int, int, int, int] = 0,
+           epilogue: Epilogue | None = None, schedule: Schedule | None = None,
+           vthreads: int = 2) -> CompiledOp:
+    """Compile an int8 2-D convolution ``(N, C, H, W) * (O, C, KH, KW)``.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Target.
+    x, w : numpy.ndarray
+        Input (NCHW) and weights (OIHW), int8 values.
+    bias : numpy.ndarray | None
+        ``(O,)`` int32 bias (turns on the epilogue's bias).
+    stride, padding
+        As in :meth:`.Workload.conv2d`.
+    epilogue : Epilogue | None
+        ReLU, requantization, clip.
+    schedule : Schedule | None
+        A schedule of the same workload (default: :func:`.default_schedule`).
+    vthreads : int
+        Virtual threads of the default schedule.
+
+    Returns
+    -------
+    CompiledOp
+        Its result is ``(N, O, OH, OW)`` int8.
+    """
+    x, w = _int8("x", x), _int8("w", w)
+    if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"shapes {x.shape} and {w.shape} are not NCHW and OIHW with equal C")
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    wl = Workload.conv2d(n, c, h, wd, o, (kh, kw), stride, padding)
+    ep = _epilogue(epilogue, bias)
+    sched = _schedule(wl, cfg, ep, schedule, vthreads)
+    plan = sched.plan()
+    prog = lower(plan, ep, inp=pack_activation(cfg, x), wgt=pack_weight(cfg, w),
+                 bias=_bias(bias, o, 1, cfg))
+    return CompiledOp(wl, sched, plan, ep, prog, (n, o, wl.out_height, wl.out_width))
+
+
+def batch_matmul(cfg: HwConfig, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
+                 *, epilogue: Epilogue | None = None, schedule: Schedule | None = None,
+                 vthreads: int = 2) -> CompiledOp:
+    """Compile ``out[g] = a[g] @ b[g]`` for ``a`` ``(G, M, K)`` and ``b`` ``(G, K, N)``
+    int8 (one program; each group has its own operands).
+
+    ``bias`` is ``(N,)`` (shared) or ``(G, N)``. The result is ``(G, M, N)`` int8.
+    """
+    a, b = _int8("a", a), _int8("b", b)
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise ValueError(f"shapes {a.shape} and {b.shape} are not (G, M, K) and (G, K, N)")
+    g, m, k = a.shape
+    n = b.shape[2]
+    wl = Workload.dense(m, k, n, groups=g)
+    ep = _epilogue(epilogue, bias)
+    sched = _schedule(wl, cfg, ep, schedule, vthreads)
+    plan = sched.plan()
+    inp = np.concatenate([pack_activation(cfg, a[i].reshape(m, k, 1, 1)) for i in range(g)])
+    wgt = np.concatenate([pack_weight(cfg, b[i].T.reshape(n, k, 1, 1)) for i in range(g)])
+    prog = lower(plan, ep, inp=inp, wgt=wgt, bias=_bias(bias, n, g, cfg))
+    return CompiledOp(wl, sched, plan, ep, prog, (g, m, n))
+
+
+def dense(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, *,
+          epilogue: Epilogue | None = None, schedule: Schedule | None = None,
+          vthreads: int = 2) -> CompiledOp:
+    """Compile ``x @ w.T`` for ``x`` ``(M, K)`` and ``w`` ``(N, K)`` int8 (the layout of
+    ONNX ``Gemm(transB=1)`` and PyTorch ``Linear``); ``bias`` is ``(N,)``. The result is
+    ``(M, N)`` int8."""
+    x, w = np.asarray(x), np.asarray(w)
+    if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"shapes {x.shape} and {w.shape} are not (M, K) and (N, K)")
+    op = batch_matmul(cfg, x[None], w.T[None], bias, epilogue=epilogue, schedule=schedule,
+                      vthreads=vthreads)
+    op.out_shape = (x.shape[0], w.shape[0])
+    return op
+
+
+def compile_workload(workload: Workload, cfg: HwConfig, epilogue: Epilogue | None = None, *,
+                     schedule: Schedule | None = None, vthreads: int = 2) -> CompiledOp:
+    """Compile ``workload`` without operand data (zeros), e.g. for statistics."""
+    ep = epilogue or Epilogue()
+    sched = _schedule(workload, cfg, ep, schedule, vthreads)
+    plan = sched.plan()
+    out_shape = (workload.groups, workload.batch, workload.out_channels,
+                 workload.out_height, workload.out_width)
+    return CompiledOp(workload, sched, plan, ep, lower(plan, ep), out_shape)
+
+
+__all__ = ["CompiledOp", "batch_matmul", "compile_workload", "conv2d", "dense"]

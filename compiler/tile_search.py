@@ -1,0 +1,152 @@
+"""Default schedules: a tile search over buffer capacity and the cost model.
+
+For every combination of candidate tile sizes (balanced sizes ``ceil(extent / q)``
+along each axis) and two loop orders (weights reused across spatial tiles, or inputs
+reused across output-channel tiles), :func:`search_plan` keeps the tilings whose
+slots fit the buffers (``depth // vthreads``) and whose micro-op kernels fit
+``uop_depth``, and ranks them by :func:`.cost_model.estimate_cost`: among the tilings
+within :data:`CYCLE_TOLERANCE` of the fastest, the one with the least DRAM traffic wins
+(then the fewest instructions, then the fewest steps). Compute-bound layers thus still
+get the tiling that reuses data best. :func:`default_schedule` returns the winner as a
+:class:`.Schedule` written with ``tile``, ``reorder`` and ``virtual_thread``
+primitives, so it prints and replays like a hand-written one.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import product
+
+from tensorfab.isa import HwConfig
+
+from .cost_model import CostEstimate, estimate_cost
+from .schedule import Schedule, ScheduleError, max_pad
+from .tensorize import GEMM_LOOPS, MAX_ITER, gemm_dims, kernel_size
+from .tile_plan import AXES, OUTER_AXES, TilePlan
+from .workload import Workload
+
+#: Tilings within this fraction of the fastest estimate count as equally fast; among
+#: them the one moving the fewest DRAM bytes (then issuing the fewest instructions) wins.
+CYCLE_TOLERANCE = 0.03
+#: Loop orders tried: weights stay while spatial tiles change; inputs stay while
+#: output-channel tiles change.
+ORDERS: tuple[tuple[str, ...], ...] = (("b", "oc", "oh", "ow"), ("b", "oh", "ow", "oc"))
+
+
+def tile_candidates(extent: int) -> list[int]:
+    """Balanced tile sizes ``ceil(extent / q)`` for ``q = 1 .. extent``, descending."""
+    return sorted({-(-extent // q) for q in range(1, extent + 1)}, reverse=True)
+
+
+def _fits(plan: TilePlan, n_threads: int) -> bool:
+    cfg = plan.cfg
+    v = plan.vthreads
+    if plan.inp_entries() > cfg.inp_depth // v or plan.wgt_entries() > cfg.wgt_depth // v:
+        return False
+    if plan.acc_entries > cfg.acc_depth // v:
+        return False
+    tics = {size for _, size in plan.ic_tiles()}
+    gemm = sum(kernel_size(gemm_dims(plan, t), GEMM_LOOPS) for t in tics)
+    bias = plan.tile("b") * plan.tile("oc") if plan.bias else 1
+    return (gemm + bias + 1) * n_threads <= cfg.uop_depth
+
+
+def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: bool = False,
+                n_alu_ops: int = 0) -> TilePlan:
+    """The cheapest tiling of ``workload`` with ``vthreads`` threads (see the module
+    docstring).
+
+    Raises
+    ------
+    ScheduleError
+        No tiling fits (the message names the smallest footprints tried).
+    """
+    if not 1 <= vthreads <= cfg.dep_queue_depth:
+        raise ScheduleError(f"virtual_thread({vthreads})", "dep_queue_depth",
+                            f"vthreads must be in 1..{cfg.dep_queue_depth}")
+    if max(workload.padding) > max_pad(cfg):
+        raise ScheduleError("workload", "pad field", f"padding {workload.padding} exceeds "
+                            f"the LOAD's {max_pad(cfg)}-entry pad")
+    ext = workload.extents(cfg)
+    cands = {a: tile_candidates(ext[a]) for a in AXES}
+    pitches = (("inp", cfg.inp_depth // vthreads), ("wgt", cfg.wgt_depth // vthreads),
+               ("acc", cfg.acc_depth // vthreads))
+    found: list[tuple[CostEstimate, TilePlan]] = []
+    kh, kw = workload.kernel
+    orders = ORDERS if not workload.is_dense else (("b", "oc", "oh", "ow"),
+                                                    ("oh", "ow", "b", "oc"))
+    for tn, toc in product(cands["b"], cands["oc"]):
+        if tn * toc > cfg.acc_depth // vthreads:
+            continue
+        for th, tw in product(cands["oh"], cands["ow"]):
+            out = tn * toc * th * tw + (toc if bias else 0)
+            if out > cfg.acc_depth // vthreads or out // tw > MAX_ITER:
+                continue
+            for tic in cands["ic"]:
+                if toc * tic * kh * kw > cfg.wgt_depth // vthreads:
+                    continue
+                tiles = (("b", tn), ("oc", toc), ("oh", th), ("ow", tw), ("ic", tic))
+                for order in orders:
+                    plan = TilePlan(workload, cfg, tiles, order, vthreads, pitches, bias)
+                    if plan.inp_entries() > cfg.inp_depth // vthreads:
+                        break
+                    n_threads = min(vthreads, plan.n_output_tiles)
+                    if not _fits(plan, n_threads):
+                        break
+                    found.append((estimate_cost(plan, n_alu_ops), plan))
+    if not found:
+        raise ScheduleError("tile search", "buffer capacity",
+                            f"no tiling of {workload.describe()} fits the {cfg.name} "
+                            f"buffers with {vthreads} virtual threads")
+    fastest = min(est.cycles for est, _ in found)
+    near = [(est.dram_bytes, est.insns, est.steps, i) for i, (est, _) in enumerate(found)
+            if est.cycles <= fastest * (1 + CYCLE_TOLERANCE)]
+    return found[min(near)[3]][1]
+
+
+def schedule_for(plan: TilePlan) -> Schedule:
+    """A :class:`Schedule` reproducing ``plan`` with primitives (only what differs from
+    the defaults is recorded)."""
+    s = Schedule(plan.workload, plan.cfg, bias=plan.bias)
+    ext = plan.extents
+    split = {a: plan.tile(a) for a in AXES if plan.tile(a) != ext[a]}
+    if split:
+        s.tile(**split)
+    if plan.order != OUTER_AXES:
+        s.reorder(*plan.order)
+    if plan.vthreads != 1:
+        s.virtual_thread(plan.vthreads)
+    return s
+
+
+def default_schedule(workload: Workload, cfg: HwConfig, vthreads: int = 2, *,
+                     bias: bool = False, n_alu_ops: int = 0) -> Schedule:
+    """The searched schedule of ``workload`` (see :func:`search_plan`) with up to
+    ``vthreads`` threads: when no tiling fits that many slots (e.g. a large kernel's
+    taps overflow a weight slot), fewer threads are used.
+
+    Raises
+    ------
+    ScheduleError
+        Not even one thread's tiling fits the config.
+    """
+    vthreads = max(1, min(vthreads, cfg.dep_queue_depth))
+    for v in range(vthreads, 0, -1):
+        try:
+            plan = search_plan(workload, cfg, v, bias=bias, n_alu_ops=n_alu_ops)
+        except ScheduleError:
+            if v == 1:
+                raise
+            continue
+        return schedule_for(plan)
+    raise AssertionError("unreachable")
+
+
+def search_space(workload: Workload, cfg: HwConfig) -> int:
+    """Number of tilings the search enumerates (before pruning), per loop order."""
+    ext = workload.extents(cfg)
+    return math.prod(len(tile_candidates(ext[a])) for a in AXES)
+
+
+__all__ = ["ORDERS", "default_schedule", "schedule_for", "search_plan", "search_space",
+           "tile_candidates"]
