@@ -81,3 +81,22 @@ def test_console_script_is_installed():
 def test_missing_file(missing, capsys):
     assert main(["sim", missing]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_gemm_busy_fraction_from_intervals():
+    from tensorfab.sim.bench_rtl_gemm import gemm_busy_fraction
+    from tensorfab.sim.trace import Interval
+
+    ivs = [Interval("load", "busy", 0, 50), Interval("gemm", "busy", 10, 40),
+           Interval("gemm", "busy", 45, 105), Interval("store", "busy", 100, 120)]
+    assert gemm_busy_fraction(ivs) == (10, 105, 90)
+    with pytest.raises(ValueError, match="no GEMM"):
+        gemm_busy_fraction(ivs[:1])
+
+
+def test_bench_names_are_registered(capsys):
+    from tensorfab.sim.benches import BENCHES
+
+    assert {"fsim-gemm", "rtl-gemm-busy", "rtl-speed"} <= set(BENCHES)
+    assert main(["bench", "no-such-bench"]) == 2
+    assert "unknown benchmark" in capsys.readouterr().err
