@@ -15,6 +15,20 @@ def _fsim_gemm() -> dict[str, Any]:
     return run_fsim_gemm_bench()
 
 
+def _rtl_speed() -> dict[str, Any]:
+    from .bench_rtl import run_rtl_speed_bench
+
+    return run_rtl_speed_bench()
+
+
+def _rtl_gemm_busy() -> dict[str, Any]:
+    from .bench_rtl_gemm import run_rtl_gemm_busy_bench
+
+    return run_rtl_gemm_busy_bench()
+
+
 BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
+    "rtl-speed": _rtl_speed,
+    "rtl-gemm-busy": _rtl_gemm_busy,
 }

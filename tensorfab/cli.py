@@ -118,7 +118,24 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
     prog = load_program(args.file, args.config)
     device = get_device(args.target)
+    if args.trace or args.plot:
+        if not hasattr(device, "trace"):
+            raise CliError(f"--trace and --plot need an executor that records timelines "
+                           f"(--target rtl), not {args.target}")
+        device.trace = True
     result = device.run(prog)
+    intervals = getattr(result, "intervals", None) or []
+    if args.trace:
+        from tensorfab.sim.trace import write_chrome_trace
+
+        write_chrome_trace(intervals, args.trace)
+        print(f"wrote {args.trace} ({len(intervals)} intervals)", file=sys.stderr)
+    if args.plot:
+        from tensorfab.sim.trace import plot_timeline
+
+        plot_timeline(intervals, args.plot, cycles=result.cycles,
+                      title=f"{Path(args.file).name} on {device.name} ({prog.config.name})")
+        print(f"wrote {args.plot}", file=sys.stderr)
     if args.outputs:
         import numpy as np
 
@@ -208,11 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("sim", help="run a program (.s or .bin) on an executor")
     s.add_argument("file")
-    s.add_argument("--target", default="fsim", help="executor (fsim)")
+    s.add_argument("--target", default="fsim", help="executor (fsim, rtl)")
     s.add_argument("--config", help="preset name or JSON file")
     s.add_argument("--json", action="store_true", help="print the result summary as JSON")
     s.add_argument("--outputs", help="save output segments to this .npz")
     s.add_argument("--force", action="store_true", help="overwrite any existing output")
+    s.add_argument("--trace", metavar="OUT.json",
+                   help="write engine timelines as Perfetto/Chrome trace JSON (rtl)")
+    s.add_argument("--plot", metavar="OUT.png", help="draw engine timelines as a PNG (rtl)")
     s.set_defaults(func=cmd_sim)
 
     b = sub.add_parser("bench", help="run a benchmark; the last line is its JSON")

@@ -39,25 +39,10 @@ os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
 
 from amaranth.back import verilog
 
-from tensorfab.hw.verilog import LINT_WAIVERS, verilator_env
+from tensorfab.sim.verilator_tools import VERILATOR_WAIVERS, verilator_env
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS_DIR = Path(__file__).resolve().parents[1]
-
-#: Waivers of every build: the lint waivers of :mod:`tensorfab.hw.verilog` plus
-#: warnings enabled by default that Amaranth output may also trip in larger
-#: designs (implicit truncation, concatenations extended by context, case
-#: statements over partial ranges, unused parameters, module names unrelated
-#: to the file name).
-VERILATOR_WAIVERS: tuple[str, ...] = (
-    *LINT_WAIVERS,
-    "-Wno-WIDTHTRUNC",
-    "-Wno-WIDTHCONCAT",
-    "-Wno-UNUSEDPARAM",
-    "-Wno-DECLFILENAME",
-    "-Wno-CASEINCOMPLETE",
-    "-Wno-CASEOVERLAP",
-)
 
 #: Lines of a failing log kept in exception messages.
 LOG_TAIL = 60
