@@ -1,0 +1,686 @@
+"""Build the RTL executor's harness: ``Core(cfg)`` in Verilator plus the C++ memory
+model, as one shared library per configuration, cached.
+
+:func:`build_harness`
+
+1. converts ``Core(cfg)`` to Verilog (:func:`tensorfab.hw.verilog.core_verilog`) and
+   wraps it in :data:`TOP`, which registers the host's CSR bus and the reset
+   (:func:`harness_wrapper`: the core's next-state logic then depends on registers
+   only, which Verilator evaluates once per cycle instead of once per input change);
+2. writes ``tf_config.h``: the field offsets of
+   :func:`~tensorfab.hw.mem_port.MemCmdLayout`, the CSR offsets of
+   :data:`~tensorfab.isa.CSRS`, the activity bits of :data:`~tensorfab.hw.core.ACTIVITY`
+   and the Verilated port names, all computed here (:func:`config_header`);
+3. verilates (``--cc -O3 --x-assign fast --x-initial fast --noassert``, the
+   simulation waivers of :mod:`.verilator_tools`) and writes ``tf_model.h``: one
+   evaluation per clock cycle when no output the harness samples before an edge
+   depends on an input (checked in the generated code), else two;
+4. compiles the model's hot code, the harness (``sim/harness/*.cpp``) and Verilator's
+   runtime with ``-O3 -march=native -fPIC`` (the model's one-time code with
+   ``-O0``), by default profile-guided: an instrumented library runs
+   :func:`training_program` in a child process, then the hot code is compiled again
+   with the profile;
+5. links ``libtfharness.so``, which :mod:`tensorfab.sim.rtl` loads with :mod:`ctypes`.
+
+Cache
+-----
+A build lives in ``<cache>/<key>/`` where the key hashes the configuration, the
+sources of :mod:`tensorfab.hw` (the RTL), the harness sources and this module, the
+Amaranth and Verilator versions, the C++ compiler, the host CPU (the code is built
+with ``-march=native``) and every flag; a finished build holds ``build.ok``. The
+cache folder is ``$TENSORFAB_HARNESS_CACHE`` if set, else ``build/harness/`` of the
+source checkout the package runs from, else ``~/.cache/tensorfab/harness``. A file
+lock per key makes concurrent processes (pytest-xdist workers) build a key once;
+Verilator's runtime objects are compiled once per flags into
+``<cache>/_runtime-<hash>/``. ``TENSORFAB_BUILD_JOBS`` caps parallel compiler jobs
+(default: the CPU count). A failed build raises :class:`HarnessBuildError` with the
+failing command's error lines and output tail; the whole log stays in
+``<cache>/<key>/build.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from tensorfab.isa import CSRS, HwConfig, Program, TensorfabError
+from tensorfab.isa.csr import STATUS_BUSY, STATUS_DONE, STATUS_ERROR
+
+from .verilator_tools import (
+    VERILATOR_WAIVERS,
+    relevant_log,
+    verilator_env,
+    verilator_root,
+    verilator_version,
+)
+
+__all__ = [
+    "DEFAULT_THREADS",
+    "HARNESS_ABI",
+    "TOP",
+    "HarnessBuild",
+    "HarnessBuildError",
+    "build_harness",
+    "cache_root",
+    "config_header",
+    "harness_key",
+]
+
+#: Module name of the core in the generated Verilog.
+CORE = "tensorfab_core"
+#: Top-level module of the harness build: the core with its host inputs registered
+#: (:func:`harness_wrapper`).
+TOP = "tf_harness_top"
+#: Core inputs the wrapper registers: the host's CSR bus and the reset.
+REGISTERED_INPUTS: tuple[str, ...] = ("rst", "csr__addr", "csr__w_en", "csr__w_data")
+#: Prefix of the Verilated classes.
+PREFIX = "Vcore"
+#: Version of the harness's C API (``tf_abi``); bump on any change of it.
+HARNESS_ABI = 1
+#: Verilator threads of the default build (``--threads``); 1 measured faster
+#: (docs/architecture.md, "RTL executor").
+DEFAULT_THREADS = 1
+#: Name of the shared library in a build folder.
+LIBRARY = "libtfharness.so"
+
+HARNESS_DIR = Path(__file__).resolve().parent / "harness"
+#: Outputs the harness samples before each clock edge: with one evaluation per
+#: cycle they must depend on registers only (see :func:`_input_dependent_outputs`).
+SAMPLED_OUTPUTS: tuple[str, ...] = ("mem__cmd__valid", "mem__cmd__payload",
+                                    "mem__wdata__valid", "mem__wdata__payload",
+                                    "mem__rdata__ready", "activity")
+#: Member of the Verilated root holding the clock's value at the last evaluation.
+CLK_PREV = "__Vtrigprevexpr___TOP__clk__0"
+#: Harness sources copied into every build (and hashed into its key).
+HARNESS_SOURCES = ("harness.cpp", "mem_model.h", "port_bits.h")
+HW_DIR = Path(__file__).resolve().parents[1] / "hw"
+
+#: Verilator arguments of every harness build, before the waivers.
+VERILATOR_ARGS: tuple[str, ...] = ("-O3", "--x-assign", "fast", "--x-initial", "fast",
+                                   "--noassert")
+#: C++ flags of the model's hot code, the harness and Verilator's runtime.
+CXX_FAST: tuple[str, ...] = ("-O3", "-march=native")
+#: C++ flags of the model's code that runs once (construction, initial settle).
+CXX_SLOW: tuple[str, ...] = ("-O0",)
+CXX_COMMON: tuple[str, ...] = ("-std=gnu++17", "-fPIC", "-w")
+#: Extra flags of the instrumented and of the final compile with profile guidance.
+PGO_GENERATE: tuple[str, ...] = ("-fprofile-generate", "-fprofile-update=single")
+PGO_USE: tuple[str, ...] = ("-fprofile-use", "-fprofile-correction")
+
+
+class HarnessBuildError(TensorfabError):
+    """Verilator or the C++ compiler failed; the message holds the relevant log lines."""
+
+
+@dataclass(frozen=True)
+class HarnessBuild:
+    """A built harness library.
+
+    Attributes
+    ----------
+    config : HwConfig
+        Configuration of the core inside.
+    key : str
+        Cache key (folder name).
+    directory : Path
+        Build folder (``core.v``, ``tf_config.h``, ``obj/``, ``build.log``).
+    library : Path
+        The shared library.
+    threads : int
+        Verilator ``--threads`` of the model.
+    build_seconds : float
+        Time the build took; 0 when it came from the cache.
+    clocking : str
+        How the harness clocks the model (one or two evaluations per cycle, and why).
+    """
+
+    config: HwConfig
+    key: str
+    directory: Path
+    library: Path
+    threads: int
+    build_seconds: float
+    clocking: str
+
+
+def _source_checkout() -> Path | None:
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def cache_root() -> Path:
+    """Folder holding the harness builds (see the module docstring)."""
+    env = os.environ.get("TENSORFAB_HARNESS_CACHE")
+    if env:
+        return Path(env)
+    repo = _source_checkout()
+    if repo is not None and os.access(repo, os.W_OK):
+        return repo / "build" / "harness"
+    return Path.home() / ".cache" / "tensorfab" / "harness"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------- the header
+def _port(name: str) -> str:
+    """C++ member name Verilator gives the port ``name`` (``__`` is escaped)."""
+    return name.replace("__", "___05F")
+
+
+#: Harness macro -> Verilog port of ``Core``.
+PORTS: dict[str, str] = {
+    "TF_PORT_CSR_ADDR": "csr__addr",
+    "TF_PORT_CSR_W_EN": "csr__w_en",
+    "TF_PORT_CSR_W_DATA": "csr__w_data",
+    "TF_PORT_CSR_R_DATA": "csr__r_data",
+    "TF_PORT_CMD_VALID": "mem__cmd__valid",
+    "TF_PORT_CMD_READY": "mem__cmd__ready",
+    "TF_PORT_CMD_PAYLOAD": "mem__cmd__payload",
+    "TF_PORT_WDATA_VALID": "mem__wdata__valid",
+    "TF_PORT_WDATA_READY": "mem__wdata__ready",
+    "TF_PORT_WDATA_PAYLOAD": "mem__wdata__payload",
+    "TF_PORT_RDATA_VALID": "mem__rdata__valid",
+    "TF_PORT_RDATA_READY": "mem__rdata__ready",
+    "TF_PORT_RDATA_PAYLOAD": "mem__rdata__payload",
+}
+
+
+def config_header(cfg: HwConfig) -> str:
+    """``tf_config.h`` for ``cfg``: everything the C++ harness knows about the core.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Configuration.
+
+    Returns
+    -------
+    str
+        C++ header text.
+    """
+    from tensorfab.hw.core import ACTIVITY
+    from tensorfab.hw.mem_port import MemCmdLayout, MemDataLayout
+
+    cmd = MemCmdLayout(cfg)
+    if cmd.size > 64:
+        raise HarnessBuildError(f"memory command payload of {cmd.size} bits: the harness "
+                                "reads at most 64")
+    data_bits = MemDataLayout(cfg)["data"].shape.width
+    lines = [
+        "// Generated by tensorfab.sim.rtl_build for one HwConfig; do not edit.",
+        "#ifndef TENSORFAB_TF_CONFIG_H_",
+        "#define TENSORFAB_TF_CONFIG_H_",
+        f"#define TF_ABI {HARNESS_ABI}",
+        f'#define TF_TOP_HEADER "{PREFIX}.h"',
+        f"#define TF_TOP_CLASS {PREFIX}",
+        f"#define TF_CONFIG_JSON {json.dumps(json.dumps(cfg.to_dict(), sort_keys=True))}",
+        f"#define TF_BUS_BYTES {data_bits // 8}",
+        "// memory command payload fields (hw.mem_port.MemCmdLayout)",
+    ]
+    for name in ("addr", "write", "len"):
+        lines.append(f"#define TF_CMD_{name.upper()}_OFFSET {cmd[name].offset}")
+        lines.append(f"#define TF_CMD_{name.upper()}_WIDTH {cmd[name].shape.width}")
+    lines.append("// CSR byte offsets (tensorfab.isa.CSRS)")
+    lines += [f"#define TF_CSR_{c.name} {c.offset:#x}" for c in CSRS]
+    lines += [f"#define TF_STATUS_BUSY {STATUS_BUSY:#x}", f"#define TF_STATUS_DONE "
+              f"{STATUS_DONE:#x}", f"#define TF_STATUS_ERROR {STATUS_ERROR:#x}"]
+    lines.append("// activity bits (hw.core.ACTIVITY)")
+    lines += [f"#define TF_ACT_{name.upper()} {k}" for k, name in enumerate(ACTIVITY)]
+    lines.append(f"#define TF_ACTIVITY_BITS {len(ACTIVITY)}")
+    lines.append("// Verilated port members")
+    lines += [f"#define {macro} {_port(port)}" for macro, port in PORTS.items()]
+    lines += ["#endif", ""]
+    return "\n".join(lines)
+
+
+def harness_wrapper(core_verilog: str) -> str:
+    """Verilog of :data:`TOP`: the core with the host's CSR bus and the reset
+    registered once, every other port passed through.
+
+    Amaranth computes every register's next value combinationally, including the
+    synchronous reset and the start pulse that a CSR write raises; driven straight
+    from top-level inputs, that whole next-state logic would be input-dependent and
+    Verilator would evaluate it again on every input change. Registered, it depends
+    on state only. A CSR write or a reset then reaches the core one cycle later; the
+    memory port is untouched, so the core's timing is exactly the same.
+
+    Parameters
+    ----------
+    core_verilog : str
+        The core's Verilog (:func:`tensorfab.hw.verilog.core_verilog`).
+
+    Returns
+    -------
+    str
+    """
+    body = core_verilog[core_verilog.index(f"module {CORE}("):]
+    body = body[: body.index("endmodule")]
+    ports = re.findall(r"^\s*(input|output)\s+(\[\d+:0\]\s+)?([\w$]+)\s*;", body, re.M)
+    names = [p[2] for p in ports]
+    missing = [n for n in ("clk", *REGISTERED_INPUTS) if n not in names]
+    if missing:
+        raise HarnessBuildError(f"module {CORE} has no port(s) {', '.join(missing)}")
+    lines = ["// Generated by tensorfab.sim.rtl_build: the core with its CSR bus and reset "
+             "registered.", f"module {TOP}({', '.join(names)});"]
+    regs, conns = [], []
+    for direction, width, name in ports:
+        width = (width or "").strip()
+        lines.append(f"  {direction} {width + ' ' if width else ''}{name};")
+        if name in REGISTERED_INPUTS:
+            regs.append(f"  reg {width + ' ' if width else ''}{name}_q = 0;")
+            conns.append(f"    .{name}({name}_q)")
+        else:
+            conns.append(f"    .{name}({name})")
+    lines += regs
+    lines.append("  always @(posedge clk) begin")
+    lines += [f"    {n}_q <= {n};" for n in REGISTERED_INPUTS]
+    lines.append("  end")
+    lines.append(f"  {CORE} core (")
+    lines.append(",\n".join(conns))
+    lines += ["  );", "endmodule", ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------ the key
+def _hash_tree(h: hashlib._Hash, folder: Path, pattern: str) -> None:
+    for path in sorted(folder.glob(pattern)):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+
+
+def _cxx() -> str:
+    return os.environ.get("CXX", "c++")
+
+
+@cache
+def _host_cpu() -> str:
+    """The host CPU (model and a hash of its feature flags): ``-march=native`` code is
+    only valid on such a CPU, so it is part of every key."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine()
+    model = re.search(r"^model name\s*:\s*(.*)$", text, re.M)
+    flags = re.search(r"^flags\s*:\s*(.*)$", text, re.M)
+    digest = hashlib.sha256((flags.group(1) if flags else "").encode()).hexdigest()[:12]
+    return f"{platform.machine()} {model.group(1) if model else ''} {digest}"
+
+
+@cache
+def _cxx_version() -> str:
+    proc = subprocess.run([_cxx(), "--version"], capture_output=True, text=True, check=False)
+    return proc.stdout.splitlines()[0] if proc.stdout else proc.stderr.strip()
+
+
+def harness_key(cfg: HwConfig, threads: int = DEFAULT_THREADS,
+                verilator_args: Sequence[str] = (), cxxflags: Sequence[str] = (),
+                two_evals: bool = False, pgo: bool = True) -> str:
+    """Cache key of a harness build (readable prefix and a hash of every input).
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Configuration.
+    threads : int
+        Verilator threads.
+    verilator_args, cxxflags : sequence of str
+        Extra Verilator arguments and C++ flags.
+    two_evals : bool
+        Forced two evaluations per cycle.
+    pgo : bool
+        Profile-guided build.
+
+    Returns
+    -------
+    str
+    """
+    import amaranth
+
+    h = hashlib.sha256()
+    h.update(json.dumps({"config": cfg.to_dict(), "threads": threads, "abi": HARNESS_ABI,
+                         "two_evals": two_evals,
+                         "verilator_args": [*VERILATOR_ARGS, *VERILATOR_WAIVERS,
+                                            *verilator_args],
+                         "cxx": [*CXX_COMMON, *CXX_FAST, *CXX_SLOW, *cxxflags],
+                         "amaranth": amaranth.__version__, "verilator": verilator_version(),
+                         "compiler": _cxx_version(), "cpu": _host_cpu(), "pgo": pgo},
+                        sort_keys=True).encode())
+    _hash_tree(h, HW_DIR, "*.py")
+    _hash_tree(h, HARNESS_DIR, "*.[ch]*")
+    _hash_tree(h, Path(__file__).parent, "rtl_build.py")  # the wrapper, the build steps
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", cfg.name)[:24]
+    tags = f"t{threads}{'-2e' if two_evals else ''}{'' if pgo else '-nopgo'}"
+    return f"core-{slug}-{tags}-{h.hexdigest()[:16]}"
+
+
+# ---------------------------------------------------------------------- the build
+class _Log:
+    """The build log: every command with its output, appended as it runs."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.write_text("")
+
+    def run(self, cmd: Sequence[str], cwd: Path, what: str) -> None:
+        proc = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, check=False)
+        with self.path.open("a") as fh:
+            fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+        if proc.returncode:
+            output = f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
+            raise HarnessBuildError(
+                f"{what} failed (exit {proc.returncode}); full log in {self.path}\n"
+                + relevant_log(output))
+
+
+def _make_vars(mk: Path) -> dict[str, list[str]]:
+    """``VAR += a b`` assignments of a Verilator ``*_classes.mk``."""
+    out: dict[str, list[str]] = {}
+    text = mk.read_text().replace("\\\n", " ")
+    for m in re.finditer(r"^(\w+)[ \t]*\+?=[ \t]*([^#\n]*)$", text, re.M):
+        out.setdefault(m.group(1), []).extend(m.group(2).split())
+    return out
+
+
+def _cppflags(defines: dict[str, list[str]]) -> list[str]:
+    """Preprocessor flags of Verilator's makefiles (include path, ``VM_*`` switches)."""
+    root = verilator_root()
+    flags = [f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}", "-DVERILATOR=1"]
+    for var in ("VM_COVERAGE", "VM_SC", "VM_TIMING", "VM_TRACE", "VM_TRACE_FST",
+                "VM_TRACE_VCD", "VM_TRACE_SAIF"):
+        flags.append(f"-D{var}={(defines.get(var) or ['0'])[0]}")
+    return flags
+
+
+def _jobs() -> int:
+    return max(1, int(os.environ.get("TENSORFAB_BUILD_JOBS", os.cpu_count() or 1)))
+
+
+def _compile_all(log: _Log, jobs: list[tuple[list[str], Path, str]]) -> None:
+    """Run compile jobs in parallel; the first failure cancels the jobs not started."""
+    with ThreadPoolExecutor(max_workers=_jobs()) as pool:
+        futures = [pool.submit(log.run, cmd, cwd, what) for cmd, cwd, what in jobs]
+        for f in as_completed(futures):
+            if f.exception() is not None:
+                for other in futures:
+                    other.cancel()
+                raise f.exception()  # type: ignore[misc]
+
+
+def _functions(text: str) -> Iterator[tuple[str, str]]:
+    """``(name, body)`` of the top-level C++ function definitions in ``text``."""
+    starts = [m for m in re.finditer(r"^(?:VL_ATTR_COLD )?[\w:<>*& ]+?\b(\w+)\([^;{]*\)\s*\{",
+                                     text, re.M)]
+    for k, m in enumerate(starts):
+        end = starts[k + 1].start() if k + 1 < len(starts) else len(text)
+        yield m.group(1), text[m.end():end]
+
+
+def _input_dependent_outputs(obj: Path) -> list[str]:
+    """Sampled outputs that the Verilated model assigns in its input-combinational
+    (``ico``) region, i.e. that depend combinationally on an input."""
+    found: set[str] = set()
+    pats = {p: re.compile(rf"\b{re.escape(_port(p))}\s*(\[[^\]]*\]\s*)?=(?!=)")
+            for p in SAMPLED_OUTPUTS}
+    for cpp in sorted(obj.glob(f"{PREFIX}___024root*.cpp")):
+        for name, body in _functions(cpp.read_text()):
+            if "ico" not in name.removeprefix(f"{PREFIX}___024root"):
+                continue
+            found |= {p for p, pat in pats.items() if pat.search(body)}
+    return sorted(found)
+
+
+def _model_header(obj: Path, two_evals: bool) -> tuple[str, str]:
+    """``tf_model.h`` (how the harness clocks the model) and a note for the log."""
+    root_header = obj / f"{PREFIX}___024root.h"
+    mealy = _input_dependent_outputs(obj)
+    if two_evals:
+        one, why = False, "two evaluations per cycle (requested)"
+    elif mealy:
+        one, why = False, ("two evaluations per cycle: outputs depending on inputs: "
+                           + ", ".join(mealy))
+    elif not root_header.exists() or CLK_PREV not in root_header.read_text():
+        one, why = False, f"two evaluations per cycle: no {CLK_PREV} in the model"
+    else:
+        one, why = True, "one evaluation per cycle"
+    lines = ["// Generated by tensorfab.sim.rtl_build after Verilator ran; do not edit.",
+             f"// {why}", f"#define TF_ONE_EVAL {int(one)}"]
+    if one:
+        lines += [f'#define TF_ROOT_HEADER "{root_header.name}"', f"#define TF_CLK_PREV {CLK_PREV}"]
+    return "\n".join(lines) + "\n", why
+
+
+def _runtime_objects(cppflags: list[str], cxxflags: Sequence[str], log: _Log) -> list[Path]:
+    """Verilator's runtime (``verilated.o``, ``verilated_threads.o``), compiled once per
+    flags into the cache."""
+    root = verilator_root()
+    sources = ("verilated", "verilated_threads")
+    flags = [*CXX_COMMON, *CXX_FAST, *cxxflags, *cppflags]
+    digest = hashlib.sha256(json.dumps([flags, verilator_version(), _cxx_version(),
+                                        _host_cpu()]).encode()).hexdigest()[:16]
+    folder = cache_root() / f"_runtime-{digest}"
+    objs = [folder / f"{s}.o" for s in sources]
+    if (folder / "ok").exists():
+        return objs
+    with _locked(cache_root() / f"_runtime-{digest}.lock"):
+        if (folder / "ok").exists():
+            return objs
+        folder.mkdir(parents=True, exist_ok=True)
+        _compile_all(log, [([_cxx(), *flags, "-c", str(root / "include" / f"{s}.cpp"), "-o",
+                             str(folder / f"{s}.o")], folder, f"compiling Verilator's {s}.cpp")
+                           for s in sources])
+        (folder / "ok").write_text("")
+    return objs
+
+
+def _build(cfg: HwConfig, directory: Path, threads: int, verilator_args: Sequence[str],
+           cxxflags: Sequence[str], two_evals: bool, pgo: bool) -> str:
+    from tensorfab.hw.verilog import CORE_TOP, core_verilog
+
+    verilator_env()
+    # Verilator's scripts call `python3`; make it this interpreter's
+    bindir = str(Path(sys.executable).parent)
+    os.environ["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
+    log = _Log(directory / "build.log")
+    assert CORE_TOP == CORE
+    text = core_verilog(cfg)
+    (directory / "core.v").write_text(text)
+    (directory / "top.v").write_text(harness_wrapper(text))
+    (directory / "tf_config.h").write_text(config_header(cfg))
+    for name in HARNESS_SOURCES:
+        shutil.copy2(HARNESS_DIR / name, directory / name)
+    obj = directory / "obj"
+    vargs = [str(verilator_root() / "bin" / "verilator"), "--cc", "top.v", "core.v", "--top-module",
+             TOP, "--prefix", PREFIX, "--Mdir", "obj", *VERILATOR_ARGS]
+    if threads > 1:
+        vargs += ["--threads", str(threads)]
+    vargs += [*VERILATOR_WAIVERS, *verilator_args]
+    log.run(vargs, directory, "Verilator")
+    header = (obj / f"{PREFIX}.h").read_text()
+    missing = [p for p in PORTS.values() if _port(p) not in header]
+    if missing:
+        raise HarnessBuildError(f"the Verilated core has no port(s) {', '.join(missing)} "
+                                f"(see {obj / PREFIX}.h)")
+    model_header, scheme = _model_header(obj, two_evals)
+    (directory / "tf_model.h").write_text(model_header)
+    mk = _make_vars(obj / f"{PREFIX}_classes.mk")
+    cpp = [f"-I{obj}", *_cppflags(mk)]
+    fast = [*mk.get("VM_CLASSES_FAST", []), *mk.get("VM_SUPPORT_FAST", [])]
+    slow = [*mk.get("VM_CLASSES_SLOW", []), *mk.get("VM_SUPPORT_SLOW", [])]
+
+    def hot(extra: Sequence[str]) -> list[tuple[list[str], Path, str]]:
+        # the harness first: its errors (ours) show up before the model's long compile
+        jobs = [([_cxx(), *CXX_COMMON, *CXX_FAST, *cxxflags, *extra, *cpp, f"-I{directory}",
+                  "-c", "harness.cpp", "-o", "harness.o"], directory, "compiling the harness")]
+        jobs += [([_cxx(), *CXX_COMMON, *CXX_FAST, *cxxflags, *extra, *cpp, "-c", f"{n}.cpp",
+                   "-o", f"{n}.o"], obj, f"compiling the Verilated model ({n}.cpp)")
+                 for n in fast]
+        return jobs
+
+    cold = [([_cxx(), *CXX_COMMON, *CXX_SLOW, *cxxflags, *cpp, "-c", f"{n}.cpp", "-o",
+              f"{n}.o"], obj, f"compiling the Verilated model ({n}.cpp)") for n in slow]
+    runtime = _runtime_objects(_cppflags(mk), cxxflags, log)
+    objects = [directory / "harness.o", *[obj / f"{n}.o" for n in fast + slow], *runtime]
+
+    def link(extra: Sequence[str]) -> None:
+        log.run([_cxx(), "-shared", "-o", LIBRARY, *map(str, objects), "-pthread",
+                 "-Wl,-Bsymbolic", *extra], directory, "linking the harness")
+
+    if not pgo:
+        _compile_all(log, hot(()) + cold)
+        link(())
+        return scheme
+    # profile-guided: an instrumented library runs a training program in a child
+    # process, then the hot code is compiled again with the profile
+    _compile_all(log, hot(PGO_GENERATE) + cold)
+    link(["-fprofile-generate"])
+    (directory / "config.json").write_text(cfg.to_json())
+    proc = subprocess.run([sys.executable, "-m", "tensorfab.sim.rtl_build", "--train",
+                           str(directory)], capture_output=True, text=True, check=False,
+                          cwd=directory)
+    with log.path.open("a") as fh:
+        fh.write(f"$ (training run)\n{proc.stdout}{proc.stderr}")
+    if proc.returncode:
+        note = "; profile-guided optimisation skipped (the training run failed, see build.log)"
+        _compile_all(log, hot(()))
+    else:
+        note = f"; profile-guided ({proc.stdout.strip().splitlines()[-1]})"
+        _compile_all(log, hot(PGO_USE))
+    link(())
+    return scheme + note
+
+
+_BUILT: dict[str, HarnessBuild] = {}
+
+
+def build_harness(cfg: HwConfig, *, threads: int = DEFAULT_THREADS,
+                  verilator_args: Sequence[str] = (), cxxflags: Sequence[str] = (),
+                  two_evals: bool = False, pgo: bool = True) -> HarnessBuild:
+    """The harness library for ``cfg``, built unless the cache has it.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Configuration of the core.
+    threads : int
+        Verilator ``--threads`` (1: single-threaded model).
+    verilator_args : sequence of str
+        More Verilator arguments (part of the key).
+    cxxflags : sequence of str
+        More C++ compiler flags (part of the key), e.g. ``-march=native``.
+    two_evals : bool
+        Evaluate the model twice per cycle (clock low, then high) even when one
+        evaluation is exact (for comparing the two).
+    pgo : bool
+        Profile-guided: compile the model instrumented, run :func:`training_program`
+        on it, compile the hot code again with the profile (about 15 % faster runs,
+        a longer build).
+
+    Returns
+    -------
+    HarnessBuild
+
+    Raises
+    ------
+    HarnessBuildError
+        Verilator, the compiler or the linker failed; the message holds the command,
+        its error lines and the end of its output (the whole log is in the build
+        folder's ``build.log``).
+    """
+    if threads < 1:
+        raise ValueError(f"threads = {threads} must be at least 1")
+    key = harness_key(cfg, threads, verilator_args, cxxflags, two_evals, pgo)
+    if key in _BUILT:
+        return _BUILT[key]
+    root = cache_root()
+    directory = root / key
+    library = directory / LIBRARY
+    marker = directory / "build.ok"
+    seconds = 0.0
+    if not marker.exists():
+        with _locked(root / f"{key}.lock"):
+            if not marker.exists():
+                if directory.exists():
+                    shutil.rmtree(directory)  # a failed or interrupted build
+                directory.mkdir(parents=True)
+                start = time.monotonic()
+                scheme = _build(cfg, directory, threads, verilator_args, cxxflags, two_evals,
+                                pgo)
+                seconds = time.monotonic() - start
+                (directory / "config.json").write_text(cfg.to_json())
+                marker.write_text(json.dumps({"seconds": round(seconds, 2),
+                                              "threads": threads, "clocking": scheme}))
+    info = json.loads(marker.read_text())
+    built = HarnessBuild(cfg, key, directory, library, threads, seconds, info["clocking"])
+    _BUILT[key] = built
+    return built
+
+
+# ---------------------------------------------------------------------- training
+def training_program(cfg: HwConfig) -> Program:
+    """The program a profile-guided build trains on: a blocked GEMM of
+    ``16·max(block_in, block_out)`` per side with two virtual threads and a
+    shift-and-clip ALU epilogue (loads, GEMM, ALU, stores, all token queues)."""
+    from tensorfab.compiler import build_blocked_gemm
+    from tensorfab.isa import AluOp
+
+    side = 16 * max(cfg.block_in, cfg.block_out)
+    m = -(-side // cfg.batch) * cfg.batch
+    vthreads = 2 if cfg.dep_queue_depth >= 2 else 1
+    return build_blocked_gemm(cfg, m, side, side, vthreads=vthreads,
+                              epilogue=[(AluOp.SHR, 4), (AluOp.CLIP, 127)])
+
+
+def _train(directory: Path) -> str:
+    """Run :func:`training_program` on the (instrumented) library in ``directory``."""
+    from .rtl import Harness, RunStatus
+
+    cfg = HwConfig.from_json((directory / "config.json").read_text())
+    built = HarnessBuild(cfg, directory.name, directory, directory / LIBRARY, 1, 0.0,
+                         "training")
+    prog = training_program(cfg)
+    image = prog.dram_image()
+    with Harness(built) as h:
+        h.load_dram(image)
+        h.reset()
+        h.start(0, len(prog.insns), image.size)
+        status = h.run(50_000_000, 10_000)
+        if status is not RunStatus.DONE:
+            raise HarnessBuildError(f"the training program ended with {status.name}")
+        return f"trained on {h.run_cycles} cycles"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tensorfab.sim.rtl_build --train DIR`` (used by profile-guided builds)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "--train":
+        print("usage: python -m tensorfab.sim.rtl_build --train BUILD_DIR", file=sys.stderr)
+        return 2
+    print(_train(Path(args[1])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

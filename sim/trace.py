@@ -1,0 +1,172 @@
+"""Engine timelines: activity intervals, Chrome/Perfetto trace JSON and a PNG plot.
+
+The RTL executor records, for each activity bit of the core
+(:data:`tensorfab.hw.core.ACTIVITY`), the run-length intervals of cycles in which
+it was high. Bit ``<track>_<kind>`` gives an :class:`Interval` on track ``<track>``
+(``load``, ``compute``, ``gemm``, ``alu``, ``store``) of kind ``busy`` (the engine
+holds an instruction; the GEMM core or ALU accepts a micro-op) or ``stall`` (of
+those cycles, waiting on a dependency token). A stall interval lies inside a busy
+interval of the same track.
+
+:func:`write_chrome_trace` writes the Trace Event Format read by Perfetto
+(ui.perfetto.dev) and ``chrome://tracing``: one thread (track) per engine, busy
+slices with the stall slices nested inside them. :func:`plot_timeline` draws the
+same as a PNG with matplotlib.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+__all__ = ["TRACKS", "Interval", "plot_timeline", "trace_events", "write_chrome_trace"]
+
+#: Tracks in display order.
+TRACKS: tuple[str, ...] = ("load", "compute", "gemm", "alu", "store")
+
+
+class Interval(NamedTuple):
+    """Cycles ``[start, end)`` in which ``track`` was ``kind`` (``busy``/``stall``).
+
+    Cycles count from the first cycle after the start (CTRL write) of the run.
+    """
+
+    track: str
+    kind: str
+    start: int
+    end: int
+
+    @property
+    def cycles(self) -> int:
+        """Length in cycles."""
+        return self.end - self.start
+
+
+def _tracks(intervals: Sequence[Interval]) -> list[str]:
+    seen = {iv.track for iv in intervals}
+    return [t for t in TRACKS if t in seen] + sorted(seen - set(TRACKS))
+
+
+def trace_events(intervals: Iterable[Interval], *, clock_mhz: float | None = None,
+                 process: str = "tensorfab core") -> dict[str, Any]:
+    """The Trace Event Format object of ``intervals``.
+
+    Parameters
+    ----------
+    intervals : iterable of Interval
+        Activity intervals.
+    clock_mhz : float, optional
+        Core clock: timestamps become microseconds at that clock. Without it one
+        cycle is shown as one microsecond (the format's time unit), so the time axis
+        reads in cycles.
+    process : str
+        Name of the process row holding the tracks.
+
+    Returns
+    -------
+    dict
+        ``{"traceEvents": [...], "displayTimeUnit": ..., "otherData": {...}}``.
+    """
+    ivs = list(intervals)
+    scale = 1.0 / clock_mhz if clock_mhz else 1.0
+    tracks = _tracks(ivs)
+    tid = {t: k + 1 for k, t in enumerate(tracks)}
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": process}}]
+    for t in tracks:
+        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid[t],
+                       "args": {"name": t}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid[t],
+                       "args": {"sort_index": tid[t]}})
+    # busy before stall at equal start, so viewers nest the stall inside the busy slice
+    order = sorted(ivs, key=lambda iv: (iv.start, iv.kind != "busy", -iv.end))
+    for iv in order:
+        events.append({"name": iv.kind, "cat": iv.track, "ph": "X", "pid": 1,
+                       "tid": tid[iv.track], "ts": iv.start * scale,
+                       "dur": (iv.end - iv.start) * scale,
+                       "args": {"first_cycle": iv.start, "cycles": iv.end - iv.start}})
+    unit = f"1 us = {clock_mhz} cycles" if clock_mhz else "1 us = 1 cycle"
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"time_unit": unit, "clock_mhz": clock_mhz}}
+
+
+def write_chrome_trace(intervals: Iterable[Interval], path: str | Path, *,
+                       clock_mhz: float | None = None) -> Path:
+    """Write ``intervals`` as Chrome/Perfetto trace JSON (one track per engine).
+
+    Parameters
+    ----------
+    intervals : iterable of Interval
+        Activity intervals (e.g. :attr:`tensorfab.sim.rtl.RtlRunResult.intervals`).
+    path : str or Path
+        Output ``.json``.
+    clock_mhz : float, optional
+        See :func:`trace_events`.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    path = Path(path)
+    path.write_text(json.dumps(trace_events(intervals, clock_mhz=clock_mhz)))
+    return path
+
+
+#: Colours of the plot by kind.
+_COLOURS = {"busy": "#3b7dd8", "stall": "#e8833a"}
+
+
+def plot_timeline(intervals: Iterable[Interval], path: str | Path, *,
+                  title: str | None = None, cycles: int | None = None) -> Path:
+    """Draw ``intervals`` as a PNG timeline: one row per engine, busy in blue and
+    token stalls in orange over it.
+
+    Parameters
+    ----------
+    intervals : iterable of Interval
+        Activity intervals.
+    path : str or Path
+        Output ``.png``.
+    title : str, optional
+        Figure title.
+    cycles : int, optional
+        Length of the run (the x axis ends there); default the last interval's end.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    ivs = list(intervals)
+    tracks = _tracks(ivs) or list(TRACKS)
+    end = cycles if cycles is not None else max((iv.end for iv in ivs), default=1)
+    fig, ax = plt.subplots(figsize=(12, 0.6 * len(tracks) + 1.4))
+    for row, track in enumerate(reversed(tracks)):
+        for kind, (lo, height) in (("busy", (0.15, 0.7)), ("stall", (0.3, 0.4))):
+            bars = [(iv.start, iv.end - iv.start) for iv in ivs
+                    if iv.track == track and iv.kind == kind]
+            if bars:
+                ax.broken_barh(bars, (row + lo, height), facecolors=_COLOURS[kind],
+                               linewidth=0)
+    ax.set_yticks([r + 0.5 for r in range(len(tracks))], list(reversed(tracks)))
+    ax.set_ylim(0, len(tracks))
+    ax.set_xlim(0, max(end, 1))
+    ax.set_xlabel("cycle")
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in _COLOURS.items()],
+              loc="upper right", fontsize="small")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
