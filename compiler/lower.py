@@ -36,7 +36,7 @@ from .tensorize import (
     reset_kernel,
 )
 from .tile_plan import TilePlan
-from .tokens import Emitted, Step, insert_tokens
+from .tokens import Emitted, Step, dispatch_order, insert_tokens
 
 
 class _Geometry:
@@ -148,6 +148,11 @@ class _Lowering:
                 and geo.ob * th * tw <= MAX_XFER):
             return [(Store(sram=base, dram=geo.out(t["g"], t["b"], t["oc"], 0, 0), y=tn,
                            x=toc * th * tw, stride=geo.ob * th * tw), "out")]
+        if tw == geo.ow and th * tw <= MAX_XFER and geo.oh * geo.ow <= MAX_XFER:
+            # full-width rows: each channel block's rows are contiguous in DRAM
+            return [(Store(sram=base + n * toc * th * tw,
+                           dram=geo.out(t["g"], t["b"] + n, t["oc"], t["oh"], 0), y=toc,
+                           x=th * tw, stride=geo.oh * geo.ow), "out") for n in range(tn)]
         out: list[Emitted] = []
         for n in range(tn):
             for o in range(toc):
@@ -203,6 +208,28 @@ class _Lowering:
                         step.stores = self.stores(v, t)
                     steps.append(step)
         return steps
+
+
+class _EpilogueShape:
+    """What the lowering needs of an epilogue when only its shape is known."""
+
+    def __init__(self, bias: bool, n_alu_ops: int) -> None:
+        self.bias = bias
+        self._ops = [(AluOp.MAX, 0)] * n_alu_ops
+
+    def alu_ops(self) -> list[tuple[AluOp, int]]:
+        return list(self._ops)
+
+
+def plan_instructions(plan: TilePlan, n_alu_ops: int = 0) -> list[Emitted]:
+    """The instructions :func:`lower` emits for ``plan`` (with an epilogue of
+    ``n_alu_ops`` ALU instructions and the plan's bias), in dispatch order, without
+    FINISH and DRAM addresses: enough to estimate the program's timing."""
+    low = _Lowering(plan, _EpilogueShape(plan.bias, n_alu_ops))  # type: ignore[arg-type]
+    steps = low.steps()
+    uops: Emitted = (Load(buffer=Buffer.UOP, y=1, x=len(low.kernels), stride=len(low.kernels)),
+                     "uops")
+    return [uops, *dispatch_order(insert_tokens(steps), plan.cfg)]
 
 
 def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray | None = None,
@@ -263,9 +290,9 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
         bld.add_segment(Segment("zeros", "int8", (rows * cols, cfg.batch, cfg.block_in)))
     bld.add_uops(low.kernels.uops)
     bld.load_uops()
-    for insn, seg in insert_tokens(steps):
+    for insn, seg in dispatch_order(insert_tokens(steps), cfg):
         bld.emit(insn, segment=seg)
     return bld.build()
 
 
-__all__ = ["lower"]
+__all__ = ["lower", "plan_instructions"]

@@ -142,8 +142,13 @@ def gemm_kernel(plan: TilePlan, vthread: int, tic: int) -> Kernel:
 
 
 def reset_kernel(plan: TilePlan, vthread: int) -> Kernel:
-    """GEMM-reset kernel zeroing ``vthread``'s output tile."""
+    """GEMM-reset kernel zeroing ``vthread``'s output tile: one micro-op and one
+    contiguous inner loop over the whole tile when it fits the loop field, the form the
+    compute engine zeroes many entries per cycle (docs/architecture.md, "Fast reset")."""
     a = plan.slot_base("acc", vthread)
+    if plan.out_entries <= MAX_ITER:
+        return make_kernel([Dim("entries", plan.out_entries, (1, 0, 0))], {"entries"},
+                           (a, 0, 0))
     return make_kernel(tile_dims(plan, 3), {"rows", "ow"}, (a, 0, 0))
 
 

@@ -20,14 +20,22 @@ from itertools import product
 from tensorfab.isa import HwConfig
 
 from .cost_model import CostEstimate, estimate_cost
+from .lower import plan_instructions
 from .schedule import Schedule, ScheduleError, max_pad
 from .tensorize import GEMM_LOOPS, MAX_ITER, gemm_dims, kernel_size
 from .tile_plan import AXES, OUTER_AXES, TilePlan
+from .timing import simulate
 from .workload import Workload
 
 #: Tilings within this fraction of the fastest estimate count as equally fast; among
 #: them the one moving the fewest DRAM bytes (then issuing the fewest instructions) wins.
 CYCLE_TOLERANCE = 0.03
+#: Candidates (the fastest estimates, and the least traffic among the near-fastest) the
+#: search lowers and times with :func:`.timing.simulate` when ``refine`` is on.
+REFINE_CANDIDATES = 6
+#: Simulated cycles within this fraction of the fastest count as equally fast; the
+#: least DRAM traffic wins among them.
+SIM_TOLERANCE = 0.01
 #: Loop orders tried: weights stay while spatial tiles change; inputs stay while
 #: output-channel tiles change.
 ORDERS: tuple[tuple[str, ...], ...] = (("b", "oc", "oh", "ow"), ("b", "oh", "ow", "oc"))
@@ -52,7 +60,7 @@ def _fits(plan: TilePlan, n_threads: int) -> bool:
 
 
 def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: bool = False,
-                n_alu_ops: int = 0) -> TilePlan:
+                n_alu_ops: int = 0, refine: bool = True) -> TilePlan:
     """The cheapest tiling of ``workload`` with ``vthreads`` threads (see the module
     docstring).
 
@@ -99,9 +107,23 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: b
                             f"no tiling of {workload.describe()} fits the {cfg.name} "
                             f"buffers with {vthreads} virtual threads")
     fastest = min(est.cycles for est, _ in found)
-    near = [(est.dram_bytes, est.insns, est.steps, i) for i, (est, _) in enumerate(found)
-            if est.cycles <= fastest * (1 + CYCLE_TOLERANCE)]
-    return found[min(near)[3]][1]
+    near = sorted((est.dram_bytes, est.insns, est.steps, i) for i, (est, _) in enumerate(found)
+                  if est.cycles <= fastest * (1 + CYCLE_TOLERANCE))
+    if not refine:
+        return found[near[0][3]][1]
+    by_cycles = sorted(range(len(found)), key=lambda i: (found[i][0].cycles, i))
+    shortlist = list(dict.fromkeys([i for *_, i in near[:REFINE_CANDIDATES]]
+                                   + by_cycles[:REFINE_CANDIDATES]))
+    scored = []
+    for i in shortlist:
+        plan = found[i][1]
+        timing = simulate([insn for insn, _ in plan_instructions(plan, n_alu_ops)], cfg)
+        if timing is not None:
+            scored.append((timing.cycles, found[i][0].dram_bytes, i))
+    if not scored:
+        return found[near[0][3]][1]
+    best = min(c for c, _, _ in scored)
+    return found[min((d, i) for c, d, i in scored if c <= best * (1 + SIM_TOLERANCE))[1]][1]
 
 
 def schedule_for(plan: TilePlan) -> Schedule:

@@ -33,7 +33,9 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tensorfab.isa import Engine, Insn, ProgramError
+from tensorfab.isa import Engine, HwConfig, Insn, ProgramError
+
+from .timing import simulate
 
 Emitted = tuple[Insn, str | None]
 """An instruction and the DRAM segment its address is relative to (LOAD/STORE)."""
@@ -197,4 +199,31 @@ def check_program_order(insns: Sequence[Insn], capacity: int) -> dict[str, int]:
     return peak
 
 
-__all__ = ["Emitted", "Step", "check_program_order", "insert_tokens"]
+def dispatch_order(emitted: Sequence[Emitted], cfg: HwConfig) -> list[Emitted]:
+    """``emitted`` reordered so that the in-order fetch unit dispatches instructions in
+    about the order the engines start them.
+
+    Fetch hands instructions to bounded command queues in program order, so an engine
+    whose queue is full (say, the stores of a tile waiting for its computation) blocks
+    the dispatch of every later instruction, including the loads another virtual
+    thread could run meanwhile. Sorting by the start times :func:`.timing.simulate`
+    predicts without fetch keeps each engine's own order (hence which push every pop
+    takes) and puts each instruction after the ones it waits for. The original order
+    is kept if the reordered one would pop a token before its push or overfill a queue
+    in program order (:func:`check_program_order`).
+    """
+    insns = [insn for insn, _ in emitted]
+    timing = simulate(insns, cfg, fetch=False)
+    if timing is None:
+        return list(emitted)
+    start = timing.start
+    order = sorted(range(len(insns)), key=lambda i: (start[i], i))
+    out = [emitted[i] for i in order]
+    try:
+        check_program_order([insn for insn, _ in out], cfg.dep_queue_depth)
+    except ProgramError:
+        return list(emitted)
+    return out
+
+
+__all__ = ["Emitted", "Step", "check_program_order", "dispatch_order", "insert_tokens"]

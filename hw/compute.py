@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import ErrorCode, HwConfig, Opcode, uop_format
+from tensorfab.isa.config import log2
 from tensorfab.isa.formats import LOOP_ITER_WIDTH, header_format
 
 from .alu import alu_lane
@@ -18,6 +19,8 @@ from .signatures import (
     ErrorSignature,
     InsnStreamLayout,
     TokenSignature,
+    ZeroSignature,
+    zero_lanes,
 )
 
 __all__ = ["ComputeEngine"]
@@ -44,10 +47,30 @@ class ComputeEngine(wiring.Component):
     read what an earlier iteration wrote, need no stall. The pipeline drains at the
     end of each instruction before its tokens are pushed.
 
+    **Fast reset.** A GEMM with ``reset`` whose accumulator indices run in contiguous
+    lines (one micro-op, ``acc_factor_in = 1``, every input and weight factor 0, as
+    compilers emit it) does not go through the pipeline: after reading its micro-op
+    it zeroes each line ``uop.acc + i·acc_factor_out + [0, iter_in)`` through
+    :attr:`acc_zero`, up to :func:`~.signatures.zero_lanes` entries per cycle (the
+    part of the line within one zero-flag row). Range checks and errors are those
+    of the micro-op loop; :attr:`gemm_uops` counts every entry zeroed.
+
     Parameters
     ----------
     cfg : HwConfig
         Accelerator configuration.
+
+    Attributes
+    ----------
+    acc_zero : Out(ZeroSignature(cfg))
+        Bulk zeroing of accumulator entries (fast reset).
+    gemm_busy, alu_busy : Out(1)
+        The GEMM path (a micro-op entering the GEMM core, or a fast-reset cycle) or
+        the ALU accepts work this cycle.
+    gemm_uops : Out(...)
+        GEMM micro-ops executed this cycle (1 in the pipeline, up to
+        ``zero_lanes(cfg)`` in a fast reset).
+
     """
 
     def __init__(self, cfg: HwConfig) -> None:
@@ -76,6 +99,8 @@ class ComputeEngine(wiring.Component):
             "finished": Out(1),
             "gemm_busy": Out(1),
             "alu_busy": Out(1),
+            "gemm_uops": Out(range(zero_lanes(cfg) + 1)),
+            "acc_zero": Out(ZeroSignature(cfg)),
         })
 
     def elaborate(self, platform: object) -> Module:
@@ -216,8 +241,29 @@ class ComputeEngine(wiring.Component):
         with m.Elif(wb_valid):
             m.d.comb += [self.acc_wr.addr.eq(wb_addr), self.acc_wr.data.eq(gemm_new),
                          self.acc_wr.en.eq(1)]
-        m.d.comb += [self.gemm_busy.eq(s2_valid & ~s2_alu), self.alu_busy.eq(alu_wb)]
+        gemm_slow = s2_valid & ~s2_alu
+        m.d.comb += [self.gemm_busy.eq(gemm_slow), self.alu_busy.eq(alu_wb),
+                     self.gemm_uops.eq(gemm_slow)]
         in_flight = s1_valid | s2_valid | Cat(*dl_valid).any()
+
+        # ------------------------------------------------------------ fast reset
+        lanes = zero_lanes(cfg)
+        lb = log2(lanes)
+        fast_reset = (is_gemm & g.reset & (g.uop_end == g.uop_begin + 1)
+                      & (g.acc_factor_in == 1) & (g.inp_factor_out == 0)
+                      & (g.inp_factor_in == 0) & (g.wgt_factor_out == 0)
+                      & (g.wgt_factor_in == 0))
+        z_line = Signal(INDEX_WIDTH)  # first entry of the current line
+        z_a = Signal(INDEX_WIDTH)  # next entry to zero
+        z_left = Signal(LOOP_ITER_WIDTH + 1)  # entries of the line still to zero
+        z_off = Signal(lb)
+        z_k = Signal(range(lanes + 1))  # entries zeroed this cycle
+        z_ones = Signal(lanes + 1)
+        m.d.comb += [z_off.eq(z_a[:lb]),
+                     z_k.eq(Mux(z_left < lanes - z_off, z_left, lanes - z_off)),
+                     z_ones.eq((Const(1, lanes + 1) << z_k) - 1),
+                     self.acc_zero.row.eq(z_a >> lb),
+                     self.acc_zero.mask.eq((z_ones << z_off)[:lanes])]
 
         # ------------------------------------------------------------------- FSM
         pops_ready = ((~flags["pop_prev"] | self.pop_prev.valid)
@@ -251,6 +297,8 @@ class ComputeEngine(wiring.Component):
                     m.d.sync += [cur[k].eq(0) for k in range(3)]
                     with m.If(opcode == Opcode.FINISH):
                         m.next = "PUSH"
+                    with m.Elif(fast_reset):
+                        m.next = "ZERO_UOP"
                     with m.Else():
                         m.next = "RUN"
                 with m.Else():
@@ -275,6 +323,40 @@ class ComputeEngine(wiring.Component):
                                 m.d.sync += i.eq(i + 1)
                             with m.Else():
                                 m.next = "DRAIN"
+            with m.State("ZERO_UOP"):  # fast reset: read the micro-op
+                m.d.comb += [self.busy.eq(1), self.uop_rd.en.eq(1)]
+                with m.If(self.halt | error):
+                    m.next = "HALTED"
+                with m.Else():
+                    m.next = "ZERO_CHECK"
+            with m.State("ZERO_CHECK"):  # its fields, as the micro-op loop checks them
+                m.d.comb += self.busy.eq(1)
+                with m.If(self.halt | error):
+                    m.next = "HALTED"
+                with m.Elif(uop.src >= cfg.inp_depth):
+                    m.d.sync += [error.eq(1), err_code.eq(ErrorCode.UOP_RANGE)]
+                with m.Elif(uop.wgt >= cfg.wgt_depth):
+                    m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
+                with m.Else():
+                    m.d.sync += [z_line.eq(uop.acc), z_a.eq(uop.acc), z_left.eq(iter_in)]
+                    m.next = "ZERO"
+            with m.State("ZERO"):  # fast reset: zero up to `lanes` entries per cycle
+                m.d.comb += self.busy.eq(1)
+                with m.If(self.halt | error):
+                    m.next = "HALTED"
+                with m.Elif(z_a >= cfg.acc_depth):
+                    m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
+                with m.Else():
+                    m.d.comb += [self.acc_zero.en.eq(1), self.gemm_busy.eq(1),
+                                 self.gemm_uops.eq(z_k)]
+                    with m.If(z_k == z_left):  # line done
+                        m.d.sync += [z_line.eq(z_line + g.acc_factor_out),
+                                     z_a.eq(z_line + g.acc_factor_out), z_left.eq(iter_in),
+                                     i.eq(i + 1)]
+                        with m.If(last_i):
+                            m.next = "PUSH"
+                    with m.Else():
+                        m.d.sync += [z_a.eq(z_a + z_k), z_left.eq(z_left - z_k)]
             with m.State("DRAIN"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(self.halt | error):

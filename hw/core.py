@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, ResetInserter, Signal, unsigned
+from amaranth.hdl import Const, Module, Mux, ResetInserter, Signal, unsigned
 from amaranth.lib import fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect
 
 from tensorfab.isa import HwConfig
+from tensorfab.isa.config import log2
 
 from .arbiter import MemArbiter
 from .compute import ComputeEngine
@@ -21,6 +22,7 @@ from .signatures import (
     inp_entry_bits,
     uop_entry_bits,
     wgt_entry_bits,
+    zero_lanes,
 )
 from .store import StoreEngine
 from .token_queue import TokenQueue
@@ -144,11 +146,30 @@ class Core(wiring.Component):
                          acc_wp.data.eq(compute.acc_wr.data), acc_wp.en.eq(1)]
         with m.Else():
             m.d.comb += [acc_wp.addr.eq(load.acc_wr.addr), acc_wp.data.eq(load.acc_wr.data),
-                         acc_wp.en.eq(load.acc_wr.en)]
-        m.d.comb += [compute.acc_wr.ready.eq(1), load.acc_wr.ready.eq(~compute.acc_wr.en)]
+                         acc_wp.en.eq(load.acc_wr.en & ~compute.acc_zero.en)]
+        m.d.comb += [compute.acc_wr.ready.eq(1),
+                     load.acc_wr.ready.eq(~compute.acc_wr.en & ~compute.acc_zero.en)]
+        # zero flags (fast reset): one bit per accumulator entry, `lanes` per row; a set
+        # flag makes its entry read as zero, every write of the entry clears it
+        lanes = zero_lanes(cfg)
+        lb = log2(lanes)
+        zflags = Memory(shape=unsigned(lanes), depth=cfg.acc_depth // lanes, init=[])
+        m.submodules.acc_zero_flags = zflags
+        zf_wp = zflags.write_port(granularity=1)
+        with m.If(compute.acc_zero.en):
+            m.d.comb += [zf_wp.addr.eq(compute.acc_zero.row), zf_wp.en.eq(compute.acc_zero.mask),
+                         zf_wp.data.eq(Const((1 << lanes) - 1, lanes))]
+        with m.Elif(acc_wp.en):
+            m.d.comb += [zf_wp.addr.eq(acc_wp.addr >> lb),
+                         zf_wp.en.eq(Const(1, lanes) << acc_wp.addr[:lb]), zf_wp.data.eq(0)]
         for rd in (compute.acc_rd_dst, compute.acc_rd_src, store.acc_rd):
             rp = acc.read_port(transparent_for=(acc_wp,))
-            m.d.comb += [rp.addr.eq(rd.addr), rp.en.eq(rd.en), rd.data.eq(rp.data)]
+            zp = zflags.read_port(transparent_for=(zf_wp,))
+            lane = Signal(max(1, lb))
+            with m.If(rd.en):
+                m.d.sync += lane.eq(rd.addr[:lb])
+            m.d.comb += [rp.addr.eq(rd.addr), rp.en.eq(rd.en), zp.addr.eq(rd.addr >> lb),
+                         zp.en.eq(rd.en), rd.data.eq(Mux(zp.data.bit_select(lane, 1), 0, rp.data))]
 
         # status, first error, halt
         running = Signal()
@@ -189,7 +210,7 @@ class Core(wiring.Component):
             csrs.load_busy.eq(load.busy), csrs.load_stall.eq(load.stall),
             csrs.compute_busy.eq(compute.busy), csrs.compute_stall.eq(compute.stall),
             csrs.store_busy.eq(store.busy), csrs.store_stall.eq(store.stall),
-            csrs.gemm_busy.eq(compute.gemm_busy), csrs.alu_busy.eq(compute.alu_busy),
+            csrs.gemm_uops.eq(compute.gemm_uops), csrs.alu_busy.eq(compute.alu_busy),
             csrs.load_retire.eq(load.retire), csrs.compute_retire.eq(compute.retire),
             csrs.store_retire.eq(store.retire),
         ]

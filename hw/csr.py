@@ -20,13 +20,14 @@ CsrBusSignature = wiring.Signature({
 """A register bus from the host's side: byte address, write strobe and data; the read
 data is combinational (valid in the cycle ``addr`` is presented)."""
 
-#: Counter registers and the event input of :class:`CsrBlock` that increments each.
+#: Counter registers and the event input of :class:`CsrBlock` that increments each
+#: (by one per cycle it is high; ``gemm_uops`` is a count added every cycle).
 COUNTERS: dict[str, str] = {
     "CYCLES": "running",
     "LOAD_BUSY": "load_busy", "LOAD_STALL": "load_stall",
     "COMPUTE_BUSY": "compute_busy", "COMPUTE_STALL": "compute_stall",
     "STORE_BUSY": "store_busy", "STORE_STALL": "store_stall",
-    "GEMM_BUSY": "gemm_busy", "ALU_BUSY": "alu_busy",
+    "GEMM_BUSY": "gemm_uops", "ALU_BUSY": "alu_busy",
     "LOAD_INSNS": "load_retire", "COMPUTE_INSNS": "compute_retire",
     "STORE_INSNS": "store_retire",
 }
@@ -39,8 +40,8 @@ class CsrBlock(wiring.Component):
 
     ``start`` pulses for one cycle when the host writes 1 to bit 0 of CTRL while the
     core is not busy; it clears the counters and the error registers. Counters
-    count cycles in which their event input is high, from ``start`` until ``done``
-    or ``error``.
+    count cycles in which their event input is high (GEMM_BUSY adds ``gemm_uops``,
+    the micro-ops executed that cycle), from ``start`` until ``done`` or ``error``.
 
     Attributes
     ----------
@@ -66,6 +67,7 @@ class CsrBlock(wiring.Component):
         }
         members |= {name.lower(): Out(32) for name in _WRITABLE}
         members |= {event: In(1) for event in COUNTERS.values()}
+        members["gemm_uops"] = In(8)
         super().__init__(members)
 
     def elaborate(self, platform: object) -> Module:
@@ -85,8 +87,8 @@ class CsrBlock(wiring.Component):
         for name, event in COUNTERS.items():
             with m.If(start):
                 m.d.sync += regs[name].eq(0)
-            with m.Elif(counting & getattr(self, event)):
-                m.d.sync += regs[name].eq(regs[name] + 1)
+            with m.Elif(counting & (getattr(self, event) != 0)):
+                m.d.sync += regs[name].eq(regs[name] + getattr(self, event))
         m.d.comb += regs["STATUS"].eq((self.busy * STATUS_BUSY) | (self.done * STATUS_DONE)
                                       | (self.error * STATUS_ERROR))
         m.d.comb += [regs["ERROR_CODE"].eq(self.error_code),

@@ -96,7 +96,7 @@ class GemmCore(wiring.Component):
             if level % self.levels_per_stage == 0 or level == self.tree_depth:
                 regs = []
                 for j, value in enumerate(pairs):
-                    reg = Signal(value.shape(), name=f"{name}_l{level}_{j}")
+                    reg = Signal(value.shape(), name=f"{name}_l{level}_{j}", reset_less=True)
                     m.d.sync += reg.eq(value)
                     regs.append(reg)
                 pairs = regs
@@ -107,15 +107,17 @@ class GemmCore(wiring.Component):
         """Build the pipeline."""
         m = Module()
         cfg = self.cfg
-        inp_r = Signal(self.inp.shape())
-        wgt_r = Signal(self.wgt.shape())
+        # Datapath registers need no reset (only the valid chain does); leaving it out
+        # also spares Verilator a reset multiplexer per register and cycle.
+        inp_r = Signal(self.inp.shape(), reset_less=True)
+        wgt_r = Signal(self.wgt.shape(), reset_less=True)
         m.d.sync += [inp_r.eq(self.inp), wgt_r.eq(self.wgt)]
 
         # accumulator and valid travel alongside the products and the tree
         acc_delay = [self.acc_in]
         valid_delay = [self.in_valid]
         for stage in range(self.latency - 1):
-            acc_d = Signal(self.acc_in.shape(), name=f"acc_d{stage}")
+            acc_d = Signal(self.acc_in.shape(), name=f"acc_d{stage}", reset_less=True)
             valid_d = Signal(name=f"valid_d{stage}")
             m.d.sync += [acc_d.eq(acc_delay[-1]), valid_d.eq(valid_delay[-1])]
             acc_delay.append(acc_d)
@@ -126,7 +128,8 @@ class GemmCore(wiring.Component):
             for o in range(cfg.block_out):
                 products = []
                 for k in range(cfg.block_in):
-                    prod = Signal(signed(cfg.inp_width + cfg.wgt_width), name=f"p{b}_{o}_{k}")
+                    prod = Signal(signed(cfg.inp_width + cfg.wgt_width), name=f"p{b}_{o}_{k}",
+                                  reset_less=True)
                     m.d.sync += prod.eq(inp_r[b][k] * wgt_r[o][k])
                     products.append(prod)
                 total = self._tree(m, products, f"s{b}_{o}")

@@ -23,10 +23,12 @@ __all__ = [
     "MemReadSignature",
     "MemWriteSignature",
     "TokenSignature",
+    "ZeroSignature",
     "acc_entry_bits",
     "inp_entry_bits",
     "uop_entry_bits",
     "wgt_entry_bits",
+    "zero_lanes",
 ]
 
 
@@ -92,6 +94,27 @@ def BufReadSignature(addr_width: int, data_width: int) -> wiring.Signature:
     amaranth.lib.wiring.Signature
     """
     return wiring.Signature({"addr": Out(addr_width), "en": Out(1), "data": In(data_width)})
+
+
+#: Accumulator entries one zero-flag row covers (at most; see :func:`zero_lanes`).
+ZERO_LANES = 16
+
+
+def zero_lanes(cfg: HwConfig) -> int:
+    """Accumulator entries whose zero flags share one row of the zero-flag memory: a
+    fast reset zeroes at most this many entries per cycle."""
+    return min(ZERO_LANES, cfg.acc_depth)
+
+
+def ZeroSignature(cfg: HwConfig) -> wiring.Signature:
+    """Bulk zeroing of accumulator entries, from the compute engine's side.
+
+    When ``en`` is high, entries ``row · L + k`` for every set bit ``k`` of ``mask``
+    (``L`` = :func:`zero_lanes`) read as zero from the next cycle on, until written.
+    """
+    lanes = zero_lanes(cfg)
+    row_bits = max(1, (cfg.acc_depth // lanes - 1).bit_length())
+    return wiring.Signature({"en": Out(1), "row": Out(row_bits), "mask": Out(lanes)})
 
 
 def inp_entry_bits(cfg: HwConfig) -> int:
