@@ -49,6 +49,8 @@ from tensorfab.isa.csr import STATUS_DONE
 
 from .device import Counters, Device, RunResult
 from .errors import Wait
+from .fsim import POPS, PUSHES, QUEUE_NAMES
+from .race import ENGINE_NAMES
 from .rtl_build import DEFAULT_THREADS, HARNESS_ABI, HarnessBuild, build_harness
 from .trace import Interval
 
@@ -63,20 +65,6 @@ __all__ = [
     "RunStatus",
 ]
 
-ENGINE_NAMES = ("load", "compute", "store")
-QUEUE_NAMES = {"l2c": "load→compute", "c2l": "compute→load", "c2s": "compute→store",
-               "s2c": "store→compute"}
-#: Per engine: dependency flag -> queue it pops / pushes (as the functional simulator).
-POPS: dict[Engine, tuple[tuple[str, str], ...]] = {
-    Engine.LOAD: (("pop_next", "c2l"),),
-    Engine.COMPUTE: (("pop_prev", "l2c"), ("pop_next", "s2c")),
-    Engine.STORE: (("pop_prev", "c2s"),),
-}
-PUSHES: dict[Engine, tuple[tuple[str, str], ...]] = {
-    Engine.LOAD: (("push_next", "l2c"),),
-    Engine.COMPUTE: (("push_prev", "c2l"), ("push_next", "c2s")),
-    Engine.STORE: (("push_prev", "s2c"),),
-}
 #: Error codes the fetch unit reports from the instruction word alone.
 _DECODE_CODES = (ErrorCode.BAD_OPCODE, ErrorCode.RESERVED_BITS, ErrorCode.BAD_FIELD)
 

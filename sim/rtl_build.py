@@ -40,8 +40,6 @@ failing command's error lines and output tail; the whole log stays in
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -62,6 +60,7 @@ from tensorfab.isa.csr import STATUS_BUSY, STATUS_DONE, STATUS_ERROR
 
 from .verilator_tools import (
     VERILATOR_WAIVERS,
+    file_lock,
     relevant_log,
     verilator_env,
     verilator_root,
@@ -171,17 +170,6 @@ def cache_root() -> Path:
     if repo is not None and os.access(repo, os.W_OK):
         return repo / "build" / "harness"
     return Path.home() / ".cache" / "tensorfab" / "harness"
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 # --------------------------------------------------------------------- the header
@@ -484,7 +472,7 @@ def _runtime_objects(cppflags: list[str], cxxflags: Sequence[str], log: _Log) ->
     objs = [folder / f"{s}.o" for s in sources]
     if (folder / "ok").exists():
         return objs
-    with _locked(cache_root() / f"_runtime-{digest}.lock"):
+    with file_lock(cache_root() / f"_runtime-{digest}.lock"):
         if (folder / "ok").exists():
             return objs
         folder.mkdir(parents=True, exist_ok=True)
@@ -620,7 +608,7 @@ def build_harness(cfg: HwConfig, *, threads: int = DEFAULT_THREADS,
     marker = directory / "build.ok"
     seconds = 0.0
     if not marker.exists():
-        with _locked(root / f"{key}.lock"):
+        with file_lock(root / f"{key}.lock"):
             if not marker.exists():
                 if directory.exists():
                     shutil.rmtree(directory)  # a failed or interrupted build

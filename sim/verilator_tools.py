@@ -8,14 +8,17 @@ runner of ``tests/rtl`` and the RTL executor's harness share them).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import re
 import subprocess
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
 from tensorfab.hw.verilog import LINT_WAIVERS, verilator_binary, verilator_env
 
-__all__ = ["VERILATOR_WAIVERS", "relevant_log", "verilator_env", "verilator_root",
+__all__ = ["VERILATOR_WAIVERS", "file_lock", "relevant_log", "verilator_env", "verilator_root",
            "verilator_version"]
 
 #: Waivers of every simulation build: the lint waivers of :mod:`tensorfab.hw.verilog`
@@ -70,3 +73,16 @@ def relevant_log(text: str, tail: int = 40, max_errors: int = 40) -> str:
     errors = [ln for ln in lines if _ERROR_LINE.search(ln)]
     head = "\n".join(errors[:max_errors]) or "(no error line found)"
     return f"--- error lines ---\n{head}\n--- log tail ---\n" + "\n".join(lines[-tail:])
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) for the ``with`` body, so
+    that concurrent processes (pytest-xdist workers) build one cache entry once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -345,3 +345,38 @@ __all__ = [
     "build_requant",
     "random_imm",
 ]
+
+
+#: GEMM sizes (m, n, k) of the directed suite per preset.
+DIRECTED_GEMM_DIMS = {"tiny": (8, 8, 16), "small": (16, 16, 32), "default": (16, 32, 64)}
+
+
+def directed_programs(cfg: HwConfig, *, large_gemm: bool = False) -> dict[str, Program]:
+    """Every directed program of the foundation suite, by name, with seeded data.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        A preset (its name picks the GEMM size; others use the ``small`` size).
+    large_gemm : bool
+        Add ``gemm_large_vt2``, a GEMM of :func:`build_gemm`'s default size.
+    """
+    rng = np.random.default_rng(7)
+    progs: dict[str, Program] = {"save_load_out": build_load_store_acc(cfg, rng)[0]}
+    for side, pad in PAD_CASES.items():
+        progs[f"padded_inp_{side}"] = build_padded_load_inp(cfg, rng, pad)[0]
+        progs[f"padded_acc_{side}"] = build_padded_load_acc(cfg, rng, pad)[0]
+    m, n, k = DIRECTED_GEMM_DIMS.get(cfg.name, DIRECTED_GEMM_DIMS["small"])
+    for v in (1, 2, 4):
+        progs[f"gemm_vt{v}"] = build_gemm(cfg, rng, m=m, n=n, k=k, vthreads=v)[0]
+    for op in AluOp:
+        for use_imm in (True, False):
+            progs[f"alu_{op.name.lower()}_{'imm' if use_imm else 'vec'}"] = build_alu(
+                cfg, rng, op, use_imm=use_imm)[0]
+    progs["relu"] = build_relu(cfg, rng)[0]
+    progs["requant"] = build_requant(cfg, rng)[0]
+    for op in (AluOp.MAX, AluOp.ADD):
+        progs[f"alu_reduction_{op.name.lower()}"] = build_alu_reduction(cfg, rng, op)[0]
+    if large_gemm:
+        progs["gemm_large_vt2"] = build_gemm(cfg, rng, vthreads=2)[0]
+    return progs

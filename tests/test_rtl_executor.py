@@ -19,14 +19,11 @@ import numpy as np
 import pytest
 from isa_programs import (
     PAD_CASES,
-    build_alu,
-    build_alu_reduction,
     build_gemm,
     build_load_store_acc,
-    build_padded_load_acc,
     build_padded_load_inp,
-    build_relu,
     build_requant,
+    directed_programs,
 )
 
 from tensorfab.hw.core import ACTIVITY
@@ -64,30 +61,6 @@ from tensorfab.sim.trace import TRACKS, Interval, plot_timeline, write_chrome_tr
 TINY = PRESETS["tiny"]
 
 
-def directed_programs(preset: str) -> dict[str, Program]:
-    """Every directed program of the foundation suite, by name (as tests/rtl/test_core)."""
-    cfg = PRESETS[preset]
-    rng = np.random.default_rng(7)
-    progs: dict[str, Program] = {"save_load_out": build_load_store_acc(cfg, rng)[0]}
-    for side, pad in PAD_CASES.items():
-        progs[f"padded_inp_{side}"] = build_padded_load_inp(cfg, rng, pad)[0]
-        progs[f"padded_acc_{side}"] = build_padded_load_acc(cfg, rng, pad)[0]
-    dims = {"tiny": (8, 8, 16), "small": (16, 16, 32), "default": (16, 32, 64)}[preset]
-    for v in (1, 2, 4):
-        m, n, k = dims
-        progs[f"gemm_vt{v}"] = build_gemm(cfg, rng, m=m, n=n, k=k, vthreads=v)[0]
-    progs["gemm_large_vt2"] = build_gemm(cfg, rng, vthreads=2)[0]
-    for op in AluOp:
-        for use_imm in (True, False):
-            progs[f"alu_{op.name.lower()}_{'imm' if use_imm else 'vec'}"] = build_alu(
-                cfg, rng, op, use_imm=use_imm)[0]
-    progs["relu"] = build_relu(cfg, rng)[0]
-    progs["requant"] = build_requant(cfg, rng)[0]
-    for op in (AluOp.MAX, AluOp.ADD):
-        progs[f"alu_reduction_{op.name.lower()}"] = build_alu_reduction(cfg, rng, op)[0]
-    return progs
-
-
 def _where(program: Program, offset: int) -> str:
     return next((n for n, r in program.layout().items()
                  if r.nbytes and r.offset <= offset < r.offset + r.nbytes), "?")
@@ -98,7 +71,7 @@ def _where(program: Program, offset: int) -> str:
 def test_directed_programs_match_fsim(preset: str) -> None:
     sim = RtlSimulator()
     failures = []
-    for name, prog in directed_programs(preset).items():
+    for name, prog in directed_programs(PRESETS[preset], large_gemm=True).items():
         ref = FunctionalSimulator().run(prog)
         res = sim.run(prog)
         assert isinstance(res, RtlRunResult) and res.device == "rtl"

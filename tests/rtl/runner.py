@@ -19,8 +19,6 @@ TENSORFAB_RTL_BUILD
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -30,7 +28,7 @@ import sys
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +37,7 @@ os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
 
 from amaranth.back import verilog
 
-from tensorfab.sim.verilator_tools import VERILATOR_WAIVERS, verilator_env
+from tensorfab.sim.verilator_tools import VERILATOR_WAIVERS, file_lock, verilator_env
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS_DIR = Path(__file__).resolve().parents[1]
@@ -99,17 +97,6 @@ def _slug(params: Mapping[str, Any]) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text)[:60]
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 #: Verilator runtime objects that depend only on the installed Verilator and the
 #: tracing mode, shared between builds to skip recompiling them.
 RUNTIME_OBJECTS = ("verilated", "verilated_dpi", "verilated_vpi", "verilated_threads",
@@ -153,7 +140,7 @@ def _keep_runtime(directory: Path, waves: bool) -> None:
     cached = _runtime_cache(waves)
     if (cached / "ok").exists():
         return
-    with _locked(cache_root() / f"{cached.name}.lock"):
+    with file_lock(cache_root() / f"{cached.name}.lock"):
         if (cached / "ok").exists():
             return
         cached.mkdir(parents=True, exist_ok=True)
@@ -215,7 +202,7 @@ def build(component: Any, name: str, params: Mapping[str, Any] | None = None, *,
     if marker.exists():
         return Build(name, params, directory, text, waves, 0.0)
     verilator_env()
-    with _locked(cache_root() / f"{key}.lock"):
+    with file_lock(cache_root() / f"{key}.lock"):
         if marker.exists():
             return Build(name, params, directory, text, waves, 0.0)
         directory.mkdir(parents=True, exist_ok=True)

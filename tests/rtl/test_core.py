@@ -12,23 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from isa_programs import (
-    PAD_CASES,
-    build_alu,
-    build_alu_reduction,
-    build_gemm,
-    build_load_store_acc,
-    build_padded_load_acc,
-    build_padded_load_inp,
-    build_relu,
-    build_requant,
-)
+from isa_programs import directed_programs
 
 from rtl.core_harness import CoreRun, run_on_core
 from tensorfab.hw.verilog import CORE_LINT_WAIVERS, CORE_TOP, core_verilog, lint
 from tensorfab.isa import (
     PRESETS,
-    AluOp,
     Buffer,
     ErrorCode,
     Finish,
@@ -43,29 +32,6 @@ from tensorfab.isa.formats import Opcode
 from tensorfab.sim import FunctionalSimulator
 
 PRESET_NAMES = ["tiny", "small", "default"]
-
-
-def directed_programs(preset: str) -> dict[str, Program]:
-    """Every directed program of the foundation suite, by name."""
-    cfg = PRESETS[preset]
-    rng = np.random.default_rng(7)
-    progs: dict[str, Program] = {"save_load_out": build_load_store_acc(cfg, rng)[0]}
-    for side, pad in PAD_CASES.items():
-        progs[f"padded_inp_{side}"] = build_padded_load_inp(cfg, rng, pad)[0]
-        progs[f"padded_acc_{side}"] = build_padded_load_acc(cfg, rng, pad)[0]
-    dims = {"tiny": (8, 8, 16), "small": (16, 16, 32), "default": (16, 32, 64)}[preset]
-    for v in (1, 2, 4):
-        m, n, k = dims
-        progs[f"gemm_vt{v}"] = build_gemm(cfg, rng, m=m, n=n, k=k, vthreads=v)[0]
-    for op in AluOp:
-        for use_imm in (True, False):
-            progs[f"alu_{op.name.lower()}_{'imm' if use_imm else 'vec'}"] = build_alu(
-                cfg, rng, op, use_imm=use_imm)[0]
-    progs["relu"] = build_relu(cfg, rng)[0]
-    progs["requant"] = build_requant(cfg, rng)[0]
-    for op in (AluOp.MAX, AluOp.ADD):
-        progs[f"alu_reduction_{op.name.lower()}"] = build_alu_reduction(cfg, rng, op)[0]
-    return progs
 
 
 def assert_matches_fsim(name: str, run: CoreRun) -> None:
@@ -90,7 +56,7 @@ def assert_matches_fsim(name: str, run: CoreRun) -> None:
 @pytest.fixture(scope="module", params=PRESET_NAMES)
 def directed_runs(request, tmp_path_factory) -> tuple[str, dict[str, CoreRun]]:
     preset = request.param
-    progs = directed_programs(preset)
+    progs = directed_programs(PRESETS[preset])
     runs = run_on_core(list(progs.values()), tmp_path_factory.mktemp(f"core-{preset}"),
                        seed=11)
     return preset, dict(zip(progs, runs, strict=True))
