@@ -1,21 +1,28 @@
-"""Analytic cost model: cycles ≈ Σ over tiles of max(compute, DRAM bytes / bus bytes).
+"""Analytic cost model: cycles ≈ the busiest resource, with the pipeline's fill and drain.
 
-For one output tile (all its reduction steps) the model counts
+For one output tile (all its reduction steps) the model counts the work of each
+resource:
 
-* compute cycles: one per GEMM micro-op execution (``b·oc·oh·ow`` output entries ×
-  ``ic·KH·KW`` reduction entries), plus one per accumulator entry for the reset or bias
-  move and for each epilogue ALU operation, plus :data:`INSN_ISSUE_CYCLES` per
-  compute instruction;
-* DRAM cycles: bytes moved over the memory bus (``mem_bus_width / 8`` bytes per cycle) —
-  input windows, weight and bias tiles (only when the thread's slot does not already hold
-  them), the int8 output tile, and every instruction word fetched — plus
-  :data:`DMA_SETUP_CYCLES` per LOAD or STORE and :data:`DMA_ROW_CYCLES` per row moved.
+* compute engine: one cycle per GEMM micro-op execution (``b·oc·oh·ow`` output entries
+  × ``ic·KH·KW`` reduction entries), one per accumulator entry for the bias move (or
+  one per :data:`.timing.FAST_RESET_LANES` entries for the fast reset) and for each
+  epilogue ALU operation, plus :data:`INSN_ISSUE_CYCLES` per compute instruction;
+* load engine: the bus beats of the input windows, weight and bias tiles it loads (a
+  tile a region already holds is not loaded, see :func:`operand_loads`), one cycle per
+  padding entry, and :data:`DMA_SETUP_CYCLES` per LOAD;
+* store engine: the beats of the int8 output tile and :data:`STORE_SETUP_CYCLES` per
+  STORE;
+* memory bus: every byte loaded, stored or fetched as an instruction word, at
+  ``mem_bus_width / 8`` bytes per cycle.
 
-With ``V >= 2`` virtual threads the load, compute and store engines overlap, so a tile
-costs the larger of the two (plus one unhidden load to fill the pipeline); with one
-thread they serialize and add up. Slot reuse depends on the loop order: with a single
-reduction step, a run of ``R`` consecutive tiles sharing an input (or weight) tile
-spreads round-robin over the threads and is loaded ``min(R, V)`` times.
+With ``V >= 2`` virtual threads (or one thread with room for two tiles of each operand)
+loads run ahead of the computation: the estimate is the largest of the first tile's
+loads (it finds nothing on chip) plus the remaining computation, all loads plus one
+tile's computation, the stores, and the bus; with one thread the computation also
+waits for the previous tile's store, and with one region per operand everything
+serializes. The last tile's store (drain) and the micro-op load are added.
+:mod:`.timing` simulates a built program instead; the tile search uses it to rank this
+model's best candidates.
 
 :func:`program_traffic` and :func:`roofline_cycles` measure a built program instead.
 """
@@ -36,14 +43,15 @@ from tensorfab.isa import (
 )
 
 from .tile_plan import OUTER_AXES, TilePlan, tile_starts
+from .timing import DEFAULT_TIMING, FAST_RESET_LANES
 
-#: Cycles the compute engine spends per instruction beyond its micro-ops (issue,
-#: pipeline fill and drain).
-INSN_ISSUE_CYCLES = 16
-#: Cycles a LOAD or STORE spends before its first beat (address phase, latency).
-DMA_SETUP_CYCLES = 64
-#: Cycles per row of a 2-D transfer (one burst each).
-DMA_ROW_CYCLES = 4
+#: Cycles the compute engine spends per instruction beyond its micro-ops (micro-op
+#: read, pipeline fill and drain, tokens).
+INSN_ISSUE_CYCLES = DEFAULT_TIMING.compute_fixed
+#: Cycles a LOAD spends besides its beats (decode, checks, the memory's read latency).
+DMA_SETUP_CYCLES = DEFAULT_TIMING.load_fixed
+#: Cycles a STORE spends besides its beats.
+STORE_SETUP_CYCLES = DEFAULT_TIMING.store_fixed
 
 _KEY_AXES = {"inp": ("b", "oh", "ow"), "wgt": ("oc",), "bias": ("oc",)}
 
@@ -73,19 +81,37 @@ class CostEstimate:
     steps: int
 
 
-def _reload_fraction(plan: TilePlan, operand: str, n_kt: int, threads: int) -> float:
-    """Fraction of tiles whose step must (re)load ``operand``."""
-    if n_kt > 1 and operand != "bias":
-        return 1.0
+def operand_loads(plan: TilePlan, operand: str) -> float:
+    """Times the plan loads a tile of ``operand`` (``inp``, ``wgt`` or ``bias``) in all.
+
+    Tiles are cached in the operand's regions (:mod:`.residency`), shared by the
+    threads: consecutive output tiles sharing the tile (the loops inside the innermost
+    axis the tile depends on) load it once when the regions hold every reduction step's
+    tile, else once per group of ``vthreads`` tiles; when the key recurs after an outer
+    loop, it is loaded again unless the regions hold every tile visited in between.
+    The bias tile stays per thread.
+    """
     ext = plan.extents
     counts = {a: len(tile_starts(ext[a], plan.tile(a))) for a in OUTER_AXES}
+    n_kt = len(plan.ic_tiles()) if operand != "bias" else 1
     depends = _KEY_AXES[operand]
-    run = 1  # consecutive tiles sharing the key: the loops inside the innermost key axis
-    for axis in reversed(plan.order):
-        if axis in depends:
-            break
-        run *= counts[axis]
-    return min(run, threads) / run
+    threads = min(plan.vthreads, plan.n_output_tiles)
+    order = plan.order
+    inner = max(i for i, a in enumerate(order) if a in depends)
+    run = math.prod(counts[a] for a in order[inner + 1:])
+    distinct = math.prod(counts[a] for a in depends) * n_kt * plan.workload.groups
+    outer = [a for a in order[:inner] if a not in depends]
+    recur = math.prod(counts[a] for a in outer)
+    if operand == "bias":
+        per_run = min(run, threads)
+        return distinct * per_run * recur
+    regions = plan.regions(operand)
+    per_run = 1 if n_kt == 1 or regions >= n_kt + threads - 1 else math.ceil(run / threads)
+    period = math.prod(counts[a] for a in order[order.index(outer[-1]) + 1:]
+                       if a in depends) * n_kt if outer else 0
+    if outer and regions >= period + threads:
+        recur = 1
+    return distinct * per_run * recur
 
 
 def estimate_cost(plan: TilePlan, n_alu_ops: int = 0) -> CostEstimate:
@@ -110,36 +136,68 @@ def estimate_cost(plan: TilePlan, n_alu_ops: int = 0) -> CostEstimate:
     tn, toc = plan.tile("b"), plan.tile("oc")
     merged_inp = rows == wl.height and cols == wl.width and plan.row_step == 1 \
         and max(wl.padding) == 0
-    f_inp = _reload_fraction(plan, "inp", len(kts), threads)
-    f_wgt = _reload_fraction(plan, "wgt", len(kts), threads)
-    f_bias = _reload_fraction(plan, "bias", len(kts), threads)
+    f_inp = operand_loads(plan, "inp") / (n_tiles * len(kts))
+    f_wgt = operand_loads(plan, "wgt") / (n_tiles * len(kts))
+    f_bias = operand_loads(plan, "bias") / n_tiles if plan.bias else 0.0
 
     gemm = sum(out_entries * tic * kh * kw for _, tic in kts)
-    alu = out_entries * (1 + n_alu_ops)
+    lanes = min(FAST_RESET_LANES, cfg.acc_depth)
+    init = out_entries if plan.bias else math.ceil(out_entries / lanes) + 1
+    alu = init + out_entries * n_alu_ops
     n_compute = len(kts) + 1 + n_alu_ops
     inp_bytes = sum(tn * tic * rows * cols for _, tic in kts) * cfg.inp_entry_bytes * f_inp
     wgt_bytes = sum(toc * tic * kh * kw for _, tic in kts) * cfg.wgt_entry_bytes * f_wgt
-    bias_bytes = toc * cfg.acc_entry_bytes * f_bias if plan.bias else 0.0
+    bias_bytes = toc * cfg.acc_entry_bytes * f_bias
     out_bytes = out_entries * cfg.out_entry_bytes
     n_inp_loads = sum(1 if merged_inp else tn * tic for _, tic in kts) * f_inp
     n_wgt_loads = len(kts) * f_wgt
-    n_stores = 1 if (plan.tile("oh"), plan.tile("ow")) == (wl.out_height, wl.out_width) \
-        else tn * toc
-    n_dma = n_inp_loads + n_wgt_loads + n_stores + (f_bias if plan.bias else 0)
-    inp_rows = 1 if merged_inp else rows
-    n_rows = (n_inp_loads * inp_rows + n_wgt_loads * toc
-              + (tn if n_stores == 1 else n_stores * plan.tile("oh")))
-    n_insns = n_compute + n_dma
+    full = (plan.tile("oh"), plan.tile("ow")) == (wl.out_height, wl.out_width)
+    n_stores = 1 if full else (tn if plan.tile("ow") == wl.out_width else tn * toc)
+    n_loads = n_inp_loads + n_wgt_loads + f_bias
+    pad = _padding_entries(plan) * f_inp
+    n_insns = n_compute + n_loads + n_stores
     tile_bytes = inp_bytes + wgt_bytes + bias_bytes + out_bytes + n_insns * insn_bytes
     compute = gemm + alu + n_compute * INSN_ISSUE_CYCLES
-    dram = tile_bytes / bus + n_dma * DMA_SETUP_CYCLES + n_rows * DMA_ROW_CYCLES
-    per_tile = max(compute, dram) if threads > 1 else compute + dram
+    load = (inp_bytes + wgt_bytes + bias_bytes) / bus + n_loads * DMA_SETUP_CYCLES + pad
+    store = out_bytes / bus + n_stores * STORE_SETUP_CYCLES
+    # the first tile finds nothing on chip: its loads come before most computation
+    first = (sum(tn * tic * rows * cols for _, tic in kts) * cfg.inp_entry_bytes
+             + sum(toc * tic * kh * kw for _, tic in kts) * cfg.wgt_entry_bytes) / bus \
+        + sum(1 if merged_inp else tn * tic + 1 for _, tic in kts) * DMA_SETUP_CYCLES \
+        + _padding_entries(plan)
     uop_bytes = _uop_estimate(plan) * uop_format(cfg).bytes
-    fill = (dram / max(1, len(kts))) if threads > 1 else 0.0
-    cycles = n_tiles * per_tile + fill + uop_bytes / bus
+    if threads > 1 or min(plan.regions("inp"), plan.regions("wgt")) > 1:
+        # loads run ahead of the computation, step by step (a flow shop: the loads of a
+        # prefix of the steps, then the computation of the rest)
+        n_kt = len(kts)
+        busy = compute + (store if threads == 1 else 0.0)  # per tile
+        total = n_tiles * busy
+        step = busy / n_kt
+        cycles = max(first / n_kt + total, first + total - busy + step,
+                     n_tiles * load + step, n_tiles * store, n_tiles * tile_bytes / bus)
+    else:
+        cycles = n_tiles * (compute + store + load)
+    cycles += store + uop_bytes / bus
     return CostEstimate(cycles=cycles, compute_cycles=n_tiles * compute,
                         dram_bytes=n_tiles * tile_bytes + uop_bytes, insns=n_tiles * n_insns,
                         steps=n_tiles * len(kts))
+
+
+def _padding_entries(plan: TilePlan) -> float:
+    """Average padding entries of one step's input window (zero rows and columns the
+    LOAD writes), over the tiles: ``window - data``."""
+    wl = plan.workload
+    rows, cols = plan.window
+    pt, pb, pl, pr = wl.padding
+    if max(wl.padding) == 0:
+        return 0.0
+    th, tw = plan.tile("oh"), plan.tile("ow")
+    n_h = len(tile_starts(wl.out_height, th))
+    n_w = len(tile_starts(wl.out_width, tw))
+    pad_rows = (pt + pb) / n_h
+    pad_cols = (pl + pr) / n_w
+    per_plane = pad_rows * cols + pad_cols * rows
+    return plan.tile("b") * plan.tile("ic") * per_plane
 
 
 def _uop_estimate(plan: TilePlan) -> int:
@@ -172,5 +230,5 @@ def roofline_cycles(cfg_macs_per_cycle: int, bus_bytes: int, macs: int, dram_byt
     return max(macs / cfg_macs_per_cycle, dram_bytes / bus_bytes)
 
 
-__all__ = ["DMA_ROW_CYCLES", "DMA_SETUP_CYCLES", "INSN_ISSUE_CYCLES", "CostEstimate",
-           "estimate_cost", "program_traffic", "roofline_cycles"]
+__all__ = ["DMA_SETUP_CYCLES", "INSN_ISSUE_CYCLES", "STORE_SETUP_CYCLES", "CostEstimate",
+           "estimate_cost", "operand_loads", "program_traffic", "roofline_cycles"]

@@ -11,21 +11,24 @@ the first axis):
 
 Output tiles are dealt round-robin to the virtual threads in groups of ``vthreads``;
 within a group the reduction (input-channel) tiles run outermost, so every thread
-advances one step at a time. A step loads what its thread's slot does not already
-hold (the input window with the LOAD's zero padding, the weight tile, the bias tile),
-then runs: at the first reduction tile, the bias move into the accumulators (or a GEMM
-reset), one GEMM over the tile, and at the last reduction tile the ALU epilogue
-followed by the stores. Dependency tokens come from :func:`.tokens.insert_tokens`.
+advances one step at a time (:mod:`.residency`). A step loads the operand tiles no
+region holds yet (the input window with the LOAD's zero padding, the weight tile) and
+the bias tile its thread's slot does not hold, then runs: at the first reduction tile,
+the bias move into the accumulators (or a GEMM reset), one GEMM over the tile, and at
+the last reduction tile the ALU epilogue followed by the stores. Dependency tokens come
+from :func:`.tokens.insert_tokens`; :func:`.tokens.dispatch_order` then orders the
+instructions for the in-order fetch unit.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tensorfab.isa import Alu, AluOp, Buffer, Gemm, Load, Program, Segment, Store
+from tensorfab.isa import Alu, AluOp, Buffer, Gemm, HwConfig, Load, Program, Segment, Store
 
 from .builder import ProgramBuilder
 from .epilogue import Epilogue
+from .residency import plan_steps
 from .schedule import MAX_XFER
 from .tensorize import (
     Kernel,
@@ -94,7 +97,8 @@ class _Lowering:
         self.needs_zeros = False
 
     # ------------------------------------------------------------------ loads
-    def input_loads(self, v: int, t: dict[str, int], c0: int, tic: int) -> list[Emitted]:
+    def input_loads(self, region: int, t: dict[str, int], c0: int, tic: int
+                    ) -> list[Emitted]:
         plan, geo, wl = self.plan, self.geo, self.plan.workload
         rows, cols = plan.window
         rstep = plan.row_step
@@ -103,7 +107,7 @@ class _Lowering:
         y0, x0 = t["oh"] * sh - pt, t["ow"] * sw - pl
         top, bottom = _pads(y0, rows, rstep, geo.h)
         left, right = _pads(x0, cols, 1, geo.w)
-        base = plan.slot_base("inp", v)
+        base = plan.slot_base("inp", region)
         tn = plan.tile("b")
         if (rstep == 1 and (rows, cols) == (geo.h, geo.w) and (y0, x0) == (0, 0)
                 and tic * rows * cols <= MAX_XFER and geo.cb * geo.h * geo.w <= MAX_XFER):
@@ -126,10 +130,10 @@ class _Lowering:
                                  pad_left=left, pad_right=right), "inp"))
         return out
 
-    def weight_load(self, v: int, t: dict[str, int], c0: int, tic: int) -> Emitted:
+    def weight_load(self, region: int, t: dict[str, int], c0: int, tic: int) -> Emitted:
         geo = self.geo
         taps = geo.kh * geo.kw
-        return (Load(buffer=Buffer.WGT, sram=self.plan.slot_base("wgt", v),
+        return (Load(buffer=Buffer.WGT, sram=self.plan.slot_base("wgt", region),
                      dram=geo.wgt(t["g"], t["oc"], c0), y=self.plan.tile("oc"), x=tic * taps,
                      stride=geo.cb * taps), "wgt")
 
@@ -167,47 +171,55 @@ class _Lowering:
 
     # ----------------------------------------------------------------- steps
     def steps(self) -> list[Step]:
-        plan, kt_tiles = self.plan, self.plan.ic_tiles()
-        tiles = list(plan.output_tiles())
-        n_vt = plan.vthreads
-        held: dict[tuple[int, str], object] = {}
+        plan = self.plan
+        held: dict[int, object] = {}  # thread -> bias tile its slot holds
+        gemms: dict[tuple[int, int, int, int], Gemm] = {}  # (thread, tic, regions) -> GEMM
         steps: list[Step] = []
         alu_ops = self.ep.alu_ops()
-        for g0 in range(0, len(tiles), n_vt):
-            group = tiles[g0: g0 + n_vt]
-            for kt, (c0, tic) in enumerate(kt_tiles):
-                first, last = kt == 0, kt == len(kt_tiles) - 1
-                for v, t in enumerate(group):
-                    step = Step(vthread=v, tile=g0 + v)
-                    if first and self.ep.bias:
-                        key = (t["g"], t["oc"])
-                        if held.get((v, "bias")) != key:
-                            step.loads.append(self.bias_load(v, t))
-                            held[(v, "bias")] = key
-                    key_i = (t["g"], t["b"], t["oh"], t["ow"], c0)
-                    if held.get((v, "inp")) != key_i:
-                        step.loads += self.input_loads(v, t, c0, tic)
-                        held[(v, "inp")] = key_i
-                    key_w = (t["g"], t["oc"], c0)
-                    if held.get((v, "wgt")) != key_w:
-                        step.loads.append(self.weight_load(v, t, c0, tic))
-                        held[(v, "wgt")] = key_w
-                    if first:
-                        if self.ep.bias:
-                            k = bias_kernel(plan, v)
-                            step.compute.append(_alu(k, self.kernels.add(k), AluOp.MOV, None))
-                        else:
-                            k = reset_kernel(plan, v)
-                            step.compute.append(_gemm(k, self.kernels.add(k), reset=True))
-                    k = gemm_kernel(plan, v, tic)
-                    step.compute.append(_gemm(k, self.kernels.add(k)))
-                    if last:
-                        k = alu_kernel(plan, v)
-                        for op, imm in alu_ops:
-                            step.compute.append(_alu(k, self.kernels.add(k), op, imm))
-                        step.stores = self.stores(v, t)
-                    steps.append(step)
+        for sl in plan_steps(plan):
+            v, t, c0, tic = sl.vthread, sl.start, sl.c0, sl.tic
+            step = Step(vthread=v, tile=sl.tile,
+                        reads=(("inp", sl.inp_region), ("wgt", sl.wgt_region)))
+            writes: list[tuple[str, int]] = []
+            if sl.first and self.ep.bias:
+                key = (t["g"], t["oc"])
+                if held.get(v) != key:
+                    step.loads.append(self.bias_load(v, t))
+                    writes.append(("bias", v))
+                    held[v] = key
+                step.reads = (*step.reads, ("bias", v))  # type: ignore[misc]
+            if sl.load_inp:
+                step.loads += self.input_loads(sl.inp_region, t, c0, tic)
+                writes.append(("inp", sl.inp_region))
+            if sl.load_wgt:
+                step.loads.append(self.weight_load(sl.wgt_region, t, c0, tic))
+                writes.append(("wgt", sl.wgt_region))
+            step.writes = tuple(writes)
+            if sl.first:
+                if self.ep.bias:
+                    k = bias_kernel(plan, v)
+                    step.compute.append(_alu(k, self.kernels.add(k), AluOp.MOV, None))
+                else:
+                    k = reset_kernel(plan, v)
+                    step.compute.append(_gemm(k, self.kernels.add(k), reset=True))
+            key = (v, tic, sl.inp_region, sl.wgt_region)
+            if key not in gemms:
+                k = gemm_kernel(plan, v, tic, sl.inp_region, sl.wgt_region)
+                gemms[key] = _gemm(k, self.kernels.add(k))
+            step.compute.append(gemms[key])
+            if sl.last:
+                k = alu_kernel(plan, v)
+                for op, imm in alu_ops:
+                    step.compute.append(_alu(k, self.kernels.add(k), op, imm))
+                step.stores = self.stores(v, t)
+            steps.append(step)
         return steps
+
+
+def lookahead(cfg: HwConfig) -> int:
+    """Steps the loads may run ahead of the computation (bounds the tokens in flight
+    below the queues' capacity)."""
+    return max(1, cfg.dep_queue_depth - 1)
 
 
 class _EpilogueShape:
@@ -229,7 +241,7 @@ def plan_instructions(plan: TilePlan, n_alu_ops: int = 0) -> list[Emitted]:
     steps = low.steps()
     uops: Emitted = (Load(buffer=Buffer.UOP, y=1, x=len(low.kernels), stride=len(low.kernels)),
                      "uops")
-    return [uops, *dispatch_order(insert_tokens(steps), plan.cfg)]
+    return [uops, *dispatch_order(insert_tokens(steps, lookahead(plan.cfg)), plan.cfg)]
 
 
 def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray | None = None,
@@ -290,7 +302,7 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
         bld.add_segment(Segment("zeros", "int8", (rows * cols, cfg.batch, cfg.block_in)))
     bld.add_uops(low.kernels.uops)
     bld.load_uops()
-    for insn, seg in dispatch_order(insert_tokens(steps), cfg):
+    for insn, seg in dispatch_order(insert_tokens(steps, lookahead(cfg)), cfg):
         bld.emit(insn, segment=seg)
     return bld.build()
 

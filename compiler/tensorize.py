@@ -134,10 +134,15 @@ def kernel_size(dims: list[Dim], loop_candidates: Set[str]) -> int:
     return math.prod(d.extent for d in choose_loops(dims, loop_candidates)[1])
 
 
-def gemm_kernel(plan: TilePlan, vthread: int, tic: int) -> Kernel:
-    """The GEMM kernel of one step of ``vthread`` with ``tic`` input-channel blocks."""
-    base = (plan.slot_base("acc", vthread), plan.slot_base("inp", vthread),
-            plan.slot_base("wgt", vthread))
+def gemm_kernel(plan: TilePlan, vthread: int, tic: int, inp_region: int | None = None,
+                wgt_region: int | None = None) -> Kernel:
+    """The GEMM kernel of one step of ``vthread`` with ``tic`` input-channel blocks,
+    reading input and weight regions ``inp_region`` and ``wgt_region`` (default: the
+    thread's number)."""
+    ri = vthread if inp_region is None else inp_region
+    rw = vthread if wgt_region is None else wgt_region
+    base = (plan.slot_base("acc", vthread), plan.slot_base("inp", ri),
+            plan.slot_base("wgt", rw))
     return make_kernel(gemm_dims(plan, tic), GEMM_LOOPS, base)
 
 
@@ -165,12 +170,12 @@ def alu_kernel(plan: TilePlan, vthread: int) -> Kernel:
 
 
 def kernel_uop_count(plan: TilePlan) -> int:
-    """Micro-ops of every distinct kernel the plan needs, over all virtual threads."""
-    tics = {size for _, size in plan.ic_tiles()}
-    per_thread = sum(kernel_size(gemm_dims(plan, t), GEMM_LOOPS) for t in tics)
-    per_thread += kernel_size(bias_dims(plan), {"b", "oc", "pix"}) if plan.bias else 1
-    per_thread += 1  # element-wise ALU kernel
-    return per_thread * min(plan.vthreads, plan.n_output_tiles)
+    """Micro-ops of every distinct kernel the plan needs: a GEMM kernel per thread,
+    reduction-tile size and pair of regions its steps read (:mod:`.residency`), a reset
+    or bias kernel and an element-wise ALU kernel per thread."""
+    from .residency import _gemm_uops, _other_uops, plan_steps
+
+    return _gemm_uops(plan, plan_steps(plan)) + _other_uops(plan)
 
 
 class KernelTable:

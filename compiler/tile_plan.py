@@ -58,8 +58,10 @@ class TilePlan:
     vthreads : int
         Virtual threads.
     pitches : tuple[tuple[str, int], ...]
-        Entries between the slots of consecutive virtual threads in ``inp``, ``wgt``
-        and ``acc`` (thread ``v`` owns ``[v·pitch, v·pitch + footprint)``).
+        Entries between consecutive regions of ``inp`` and ``wgt`` (operand tiles cached
+        for every thread, see :mod:`.residency`) and between the accumulator slots of
+        consecutive virtual threads (thread ``v`` owns ``[v·pitch, v·pitch +
+        acc_entries)`` of ``acc``).
     bias : bool
         A bias tile is kept in the accumulator slot after the output tile.
     """
@@ -127,8 +129,16 @@ class TilePlan:
         """Accumulator entries of one slot: output tile plus bias tile."""
         return self.out_entries + (self.tile("oc") if self.bias else 0)
 
+    def regions(self, buffer: str) -> int:
+        """Regions of ``inp`` or ``wgt`` that cache operand tiles (:mod:`.residency`):
+        every ``pitch`` entries, as many as the buffer holds."""
+        fp = self.inp_entries() if buffer == "inp" else self.wgt_entries()
+        depth = self.cfg.inp_depth if buffer == "inp" else self.cfg.wgt_depth
+        return (depth - fp) // self.pitch(buffer) + 1 if fp <= depth else 0
+
     def slot_base(self, buffer: str, vthread: int) -> int:
-        """First entry of ``vthread``'s slot in ``buffer``."""
+        """First entry of ``vthread``'s accumulator slot, or of region ``vthread`` of
+        ``inp`` / ``wgt``."""
         return vthread * self.pitch(buffer)
 
     # -------------------------------------------------------------------- iteration
@@ -157,9 +167,11 @@ class TilePlan:
         return n
 
     def describe(self) -> str:
-        """Compact text, e.g. ``b1 oc4 oh14 ow56 ic4 order=b,oc,oh,ow vt=2``."""
+        """Compact text, e.g. ``b1 oc4 oh14 ow56 ic4 order=b,oc,oh,ow vt=2 regions=2,2``
+        (the input and weight regions, see :meth:`regions`)."""
         t = " ".join(f"{a}{self.tile(a)}" for a in AXES)
-        return f"{t} order={','.join(self.order)} vt={self.vthreads}"
+        return (f"{t} order={','.join(self.order)} vt={self.vthreads} "
+                f"regions={self.regions('inp')},{self.regions('wgt')}")
 
 
 __all__ = ["AXES", "OUTER_AXES", "TilePlan", "reduction_tiles", "tile_starts"]

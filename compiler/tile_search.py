@@ -1,15 +1,18 @@
 """Default schedules: a tile search over buffer capacity and the cost model.
 
 For every combination of candidate tile sizes (balanced sizes ``ceil(extent / q)``
-along each axis) and two loop orders (weights reused across spatial tiles, or inputs
-reused across output-channel tiles), :func:`search_plan` keeps the tilings whose
-slots fit the buffers (``depth // vthreads``) and whose micro-op kernels fit
-``uop_depth``, and ranks them by :func:`.cost_model.estimate_cost`: among the tilings
-within :data:`CYCLE_TOLERANCE` of the fastest, the one with the least DRAM traffic wins
-(then the fewest instructions, then the fewest steps). Compute-bound layers thus still
-get the tiling that reuses data best. :func:`default_schedule` returns the winner as a
-:class:`.Schedule` written with ``tile``, ``reorder`` and ``virtual_thread``
-primitives, so it prints and replays like a hand-written one.
+along each axis), two loop orders (weights reused across spatial tiles, or inputs
+reused across output-channel tiles) and two placements of the operand regions (one per
+thread, ``depth // vthreads`` apart, or packed as tightly as the tiles allow, see
+:mod:`.residency`), :func:`search_plan` keeps the tilings whose tiles fit the buffers
+(``depth // vthreads``) and whose micro-op kernels fit ``uop_depth``, and ranks them by
+:func:`.cost_model.estimate_cost`. The :data:`REFINE_CANDIDATES` fastest estimates and
+as many of the least traffic among those within :data:`CYCLE_TOLERANCE` of the fastest
+are then lowered and timed by :func:`.timing.simulate`; the fastest wins, ties (within
+:data:`SIM_TOLERANCE`) going to the least DRAM traffic. :func:`default_schedule`
+returns the winner as a :class:`.Schedule` written with ``tile``, ``reorder``,
+``virtual_thread`` and ``place`` primitives, so it prints and replays like a
+hand-written one.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ CYCLE_TOLERANCE = 0.03
 #: Candidates (the fastest estimates, and the least traffic among the near-fastest) the
 #: search lowers and times with :func:`.timing.simulate` when ``refine`` is on.
 REFINE_CANDIDATES = 6
+#: Candidates with more steps than this are not timed (lowering and timing grow with
+#: the steps; such tilings are rarely the fastest).
+REFINE_MAX_STEPS = 1000
 #: Simulated cycles within this fraction of the fastest count as equally fast; the
 #: least DRAM traffic wins among them.
 SIM_TOLERANCE = 0.01
@@ -102,6 +108,11 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: b
                     if not _fits(plan, n_threads):
                         break
                     found.append((estimate_cost(plan, n_alu_ops), plan))
+                    packed = (("inp", plan.inp_entries()), ("wgt", plan.wgt_entries()),
+                              pitches[2])
+                    if packed != pitches:
+                        plan = TilePlan(workload, cfg, tiles, order, vthreads, packed, bias)
+                        found.append((estimate_cost(plan, n_alu_ops), plan))
     if not found:
         raise ScheduleError("tile search", "buffer capacity",
                             f"no tiling of {workload.describe()} fits the {cfg.name} "
@@ -111,8 +122,10 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: b
                   if est.cycles <= fastest * (1 + CYCLE_TOLERANCE))
     if not refine:
         return found[near[0][3]][1]
-    by_cycles = sorted(range(len(found)), key=lambda i: (found[i][0].cycles, i))
-    shortlist = list(dict.fromkeys([i for *_, i in near[:REFINE_CANDIDATES]]
+    small = [i for i in range(len(found)) if found[i][0].steps <= REFINE_MAX_STEPS]
+    by_cycles = sorted(small, key=lambda i: (found[i][0].cycles, i))
+    near_small = [i for *_, i in near if found[i][0].steps <= REFINE_MAX_STEPS]
+    shortlist = list(dict.fromkeys(near_small[:REFINE_CANDIDATES]
                                    + by_cycles[:REFINE_CANDIDATES]))
     scored = []
     for i in shortlist:
@@ -138,6 +151,9 @@ def schedule_for(plan: TilePlan) -> Schedule:
         s.reorder(*plan.order)
     if plan.vthreads != 1:
         s.virtual_thread(plan.vthreads)
+    for buffer in ("inp", "wgt", "acc"):
+        if plan.pitch(buffer) != getattr(plan.cfg, f"{buffer}_depth") // plan.vthreads:
+            s.place(buffer, plan.pitch(buffer))
     return s
 
 

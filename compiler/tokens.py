@@ -2,35 +2,39 @@
 
 A lowering describes its work as :class:`Step` objects, in program order, without any
 dependency flag. Each step belongs to one virtual thread and one output tile: its
-loads fill the thread's *load slot* (input, weight and bias tiles), its compute reads
-that slot and accumulates into the thread's *accumulator slot*, and the last step of a
-tile carries the stores that drain the accumulator slot to DRAM. Steps that reuse what
-the slot already holds have no loads.
+loads fill on-chip *resources* (:attr:`Step.writes`: input and weight regions, the
+thread's bias tile), its compute reads resources (:attr:`Step.reads`) and accumulates
+into the thread's *accumulator slot*, and the last step of a tile carries the stores
+that drain the accumulator slot to DRAM. Steps whose operands are already on chip
+have no loads. By default a step's loads write, and its compute reads, the one
+resource ``("slot", vthread)``: each thread has its own load slot.
 
 :func:`insert_tokens` sets the flags that make every such program race-free and
-deadlock-free, for any number of threads:
+deadlock-free:
 
-* load → compute: the last load of a step pushes ``l2c``; the step's first compute
-  instruction pops it;
-* compute → load (slot reuse): the first load of a step pops ``c2l``, pushed by the last
-  compute instruction of the previous step of the same thread (which, the compute engine
-  being in order, has finished every read of that slot);
+* load → compute: a step's compute waits for the latest load of every resource it
+  reads (the last LOAD of that step pushes ``l2c``, the compute's first instruction
+  pops it);
+* compute → load (reuse): a step's loads wait for the last computation that read the
+  resources they overwrite (its last compute instruction pushes ``c2l``, the first
+  LOAD pops it) and, to bound the tokens in flight, for the computation ``lookahead``
+  steps back;
 * compute → store: the last compute instruction of a tile pushes ``c2s``; the tile's
   first store pops it;
-* store → compute (accumulator reuse): the last store of a tile pushes ``s2c`` when its
-  thread has a later tile, whose first compute instruction pops it.
+* store → compute (accumulator reuse): a tile's first computation waits for the stores
+  of the previous tile of its thread (the last of them pushes ``s2c``).
 
-Every pop is matched by a push that comes earlier in program order, and the queues are
-FIFOs, so the ``k``-th pop must take the ``k``-th push: this holds when threads reuse
-their slots in the order they were first taken (round-robin), and is checked. At most
-one token per thread waits in each queue, so ``vthreads <= dep_queue_depth`` suffices.
+The engines run in order, so a wait for step ``k`` covers every earlier step of the
+same engine: a wait already implied by an earlier one of the same queue gets no token.
+The tokens a queue carries are therefore pushed and popped in the same order (the
+``k``-th pop takes the ``k``-th push), and every pop takes a push that comes earlier
+in program order.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from tensorfab.isa import Engine, HwConfig, Insn, ProgramError
@@ -48,7 +52,7 @@ class Step:
     Attributes
     ----------
     vthread : int
-        Owner of the slots the step uses.
+        Owner of the accumulator slot the step uses.
     tile : int
         Output tile the step accumulates into; a tile's steps are consecutive among
         its thread's steps.
@@ -56,6 +60,12 @@ class Step:
         LOAD and STORE instructions with their segments.
     compute : list[Insn]
         GEMM and ALU instructions (at least one).
+    writes : tuple | None
+        Resources the loads overwrite (default: ``("slot", vthread)`` if there are
+        loads).
+    reads : tuple | None
+        Resources the compute reads besides the accumulator slot (default:
+        ``("slot", vthread)``).
     """
 
     vthread: int
@@ -63,6 +73,18 @@ class Step:
     loads: list[Emitted] = field(default_factory=list)
     compute: list[Insn] = field(default_factory=list)
     stores: list[Emitted] = field(default_factory=list)
+    writes: tuple[Hashable, ...] | None = None
+    reads: tuple[Hashable, ...] | None = None
+
+    def written(self) -> tuple[Hashable, ...]:
+        """Resources the loads overwrite."""
+        if self.writes is not None:
+            return self.writes
+        return (("slot", self.vthread),) if self.loads else ()
+
+    def read(self) -> tuple[Hashable, ...]:
+        """Resources the compute reads."""
+        return self.reads if self.reads is not None else (("slot", self.vthread),)
 
 
 def _flag(insn: Insn, **flags: bool) -> Insn:
@@ -70,26 +92,36 @@ def _flag(insn: Insn, **flags: bool) -> Insn:
     return dataclasses.replace(insn, **on) if on else insn
 
 
-def _check_fifo(pairs: list[tuple[int, int]], queue: str) -> None:
-    """``pairs`` of (pushing step, popping step): by pop order, pushes must increase."""
-    pushes = [p for p, _ in sorted(pairs, key=lambda pair: pair[1])]
-    if any(a >= b for a, b in itertools.pairwise(pushes)):
-        raise ProgramError(f"slot reuse is not in first-use order: the {queue} tokens would "
-                           "be popped out of FIFO order")
+def _chain(needs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``(waiting step, step waited for)`` in the waiting engine's order -> the pairs that
+    need a token (those not implied by an earlier wait of the same queue)."""
+    out = []
+    waited = -1
+    for s, need in needs:
+        if need > waited:
+            out.append((s, need))
+            waited = need
+    return out
 
 
-def insert_tokens(steps: Sequence[Step]) -> list[Emitted]:
+def insert_tokens(steps: Sequence[Step], lookahead: int | None = None) -> list[Emitted]:
     """Flag the steps' instructions with dependency tokens and flatten them in program
     order (per step: loads, compute, stores).
+
+    Parameters
+    ----------
+    steps : sequence of Step
+        The work, in program order.
+    lookahead : int | None
+        Loads of step ``s`` also wait for the computation of step ``s - lookahead``
+        (``None``: no such bound), which bounds the ``l2c`` tokens in flight.
 
     Raises
     ------
     ProgramError
         A step without compute instructions, stores before a tile's last step, a tile
-        split between threads or interrupted, or slot reuse out of FIFO order.
+        split between threads or interrupted, or a tile without stores.
     """
-    last_step: dict[int, int] = {}          # thread -> last step index so far
-    load_prev: dict[int, int] = {}          # load step -> previous step of its thread
     tile_thread: dict[int, int] = {}
     tile_first: dict[int, int] = {}
     tile_last: dict[int, int] = {}
@@ -109,41 +141,60 @@ def insert_tokens(steps: Sequence[Step]) -> list[Emitted]:
                 tile_prev[st.tile] = thread_tile[st.vthread]
             thread_tile[st.vthread] = st.tile
         tile_last[st.tile] = s
-        if st.loads and st.vthread in last_step:
-            load_prev[s] = last_step[st.vthread]
-        last_step[st.vthread] = s
     for t, s in tile_last.items():
+        if not steps[s].stores:
+            raise ProgramError(f"tile {t} has no store")
         for s2 in range(tile_first[t], s):
             if steps[s2].tile == t and steps[s2].stores:
                 raise ProgramError(f"step {s2}: stores before the last step of tile {t}")
-    _check_fifo([(p, s) for s, p in load_prev.items()], "compute→load")
-    _check_fifo([(tile_last[p], tile_first[t]) for t, p in tile_prev.items()],
-                "store→compute")
-    push_c2l = set(load_prev.values())
-    push_s2c = set(tile_prev.values())
+
+    # what each engine waits for, in its own order
+    last_load: dict[Hashable, int] = {}     # resource -> latest step loading it
+    last_read: dict[Hashable, int] = {}     # resource -> latest step computing from it
+    need_l2c: list[tuple[int, int]] = []
+    need_c2l: list[tuple[int, int]] = []
+    need_s2c: list[tuple[int, int]] = []
+    for s, st in enumerate(steps):
+        if st.loads:
+            need = max((last_read.get(r, -1) for r in st.written()), default=-1)
+            if lookahead is not None:
+                need = max(need, s - lookahead)
+            need_c2l.append((s, need))
+            for r in st.written():
+                last_load[r] = s
+        need_l2c.append((s, max((last_load.get(r, -1) for r in st.read()), default=-1)))
+        for r in st.read():
+            last_read[r] = s
+        if tile_first[st.tile] == s and st.tile in tile_prev:
+            need_s2c.append((s, tile_last[tile_prev[st.tile]]))
+    l2c = _chain(need_l2c)   # (compute step, load step)
+    c2l = _chain(need_c2l)   # (load step, compute step)
+    s2c = _chain(need_s2c)   # (compute step, store step)
+    pop_l2c = {s for s, _ in l2c}
+    push_l2c = {p for _, p in l2c}
+    pop_c2l = {s for s, _ in c2l}
+    push_c2l = {p for _, p in c2l}
+    pop_s2c = {s for s, _ in s2c}
+    push_s2c = {p for _, p in s2c}
 
     out: list[Emitted] = []
     for s, st in enumerate(steps):
         loads = list(st.loads)
         if loads:
             insn, seg = loads[0]
-            loads[0] = (_flag(insn, pop_next=s in load_prev), seg)
+            loads[0] = (_flag(insn, pop_next=s in pop_c2l), seg)
             insn, seg = loads[-1]
-            loads[-1] = (_flag(insn, push_next=True), seg)
+            loads[-1] = (_flag(insn, push_next=s in push_l2c), seg)
         compute = list(st.compute)
-        first_of_tile = tile_first[st.tile] == s
         last_of_tile = tile_last[st.tile] == s
-        compute[0] = _flag(compute[0], pop_prev=bool(loads),
-                           pop_next=first_of_tile and st.tile in tile_prev)
+        compute[0] = _flag(compute[0], pop_prev=s in pop_l2c, pop_next=s in pop_s2c)
         compute[-1] = _flag(compute[-1], push_prev=s in push_c2l, push_next=last_of_tile)
         stores = list(st.stores)
         if last_of_tile:
-            if not stores:
-                raise ProgramError(f"tile {st.tile} has no store")
             insn, seg = stores[0]
             stores[0] = (_flag(insn, pop_prev=True), seg)
             insn, seg = stores[-1]
-            stores[-1] = (_flag(insn, push_prev=st.tile in push_s2c), seg)
+            stores[-1] = (_flag(insn, push_prev=s in push_s2c), seg)
         out += loads
         out += [(c, None) for c in compute]
         out += stores

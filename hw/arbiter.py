@@ -20,6 +20,12 @@ FETCH, LOAD, STORE = 0, 1, 2
 class MemArbiter(wiring.Component):
     """Grants whole commands round robin and routes data beats in command order.
 
+    A read command is granted only while the beats of the reads granted and not yet
+    delivered, its own included, stay within ``read_beats`` (or none are in flight):
+    the memory serves commands in order, so a deep queue of reads would hold up every
+    write behind it; ``read_beats`` above the memory's latency (in beats) keeps the
+    reads at full bandwidth.
+
     A granted read command records ``(master, len)`` in a FIFO of outstanding
     reads; read beats from the port go to the master at its head, ``len + 1`` of
     them. A granted write command records its ``len`` in a FIFO of outstanding
@@ -34,6 +40,8 @@ class MemArbiter(wiring.Component):
         Address and bus widths.
     outstanding : int
         Depth of each of the two FIFOs: commands that may be in flight.
+    read_beats : int
+        Read beats that may be in flight (granted, not delivered).
 
     Attributes
     ----------
@@ -45,9 +53,10 @@ class MemArbiter(wiring.Component):
         The memory port.
     """
 
-    def __init__(self, cfg: HwConfig, outstanding: int = 4) -> None:
+    def __init__(self, cfg: HwConfig, outstanding: int = 16, read_beats: int = 64) -> None:
         self.cfg = cfg
         self.outstanding = outstanding
+        self.read_beats = read_beats
         super().__init__({
             "fetch": In(MemReadSignature(cfg)),
             "load": In(MemReadSignature(cfg)),
@@ -61,8 +70,14 @@ class MemArbiter(wiring.Component):
         m.submodules.wr_fifo = wr_fifo = SyncFIFO(width=LEN_WIDTH, depth=self.outstanding)
         masters = [self.fetch, self.load, self.store]
 
+        # ---- read-beat budget: beats of granted reads not yet delivered
+        in_flight = Signal(16)
+        room = [(in_flight == 0) | (in_flight + mst.cmd.payload.len + 1 <= self.read_beats)
+                for mst in (self.fetch, self.load)]
+
         # ---- command grant (round robin, choice held while the port stalls)
-        eligible = [self.fetch.cmd.valid & rd_fifo.w_rdy, self.load.cmd.valid & rd_fifo.w_rdy,
+        eligible = [self.fetch.cmd.valid & rd_fifo.w_rdy & room[0],
+                    self.load.cmd.valid & rd_fifo.w_rdy & room[1],
                     self.store.cmd.valid & wr_fifo.w_rdy]
         last = Signal(range(3), init=STORE)  # last granted master
         held = Signal()
@@ -114,6 +129,9 @@ class MemArbiter(wiring.Component):
                          mst.rdata.valid.eq(rdata.valid & rd_fifo.r_rdy & is_head)]
         m.d.comb += rdata.ready.eq(rd_fifo.r_rdy & Mux(head_load, self.load.rdata.ready,
                                                                 self.fetch.rdata.ready))
+        granted_read = Signal(LEN_WIDTH + 1)
+        m.d.comb += granted_read.eq(Mux(fire & (sel != STORE), port_cmd.payload.len + 1, 0))
+        m.d.sync += in_flight.eq(in_flight + granted_read - (rdata.valid & rdata.ready))
         with m.If(rdata.valid & rdata.ready):
             with m.If(rd_count == head_len):
                 m.d.sync += rd_count.eq(0)

@@ -35,7 +35,7 @@ class LoadEngine(wiring.Component):
     For each instruction: pop the ``pop_next`` token if asked; check the block
     fits the buffer (``SRAM_RANGE``) and every row lies below ``dram_size``
     (``DRAM_RANGE``) before any memory access; issue one burst read per data row
-    (split at 256 beats) while a sequencer walks the padded block in row-major
+    (split at ``max_burst`` beats) while a sequencer walks the padded block in row-major
     order, writing a zero entry per cycle in the padding and, in the data region,
     one beat per cycle, an entry being written with its last beat; when the last
     entry is written, push the ``push_next`` token if asked and retire.
@@ -47,6 +47,9 @@ class LoadEngine(wiring.Component):
     ----------
     cfg : HwConfig
         Configuration.
+    max_burst : int
+        Longest read burst, in beats: longer rows are split, so the reads of a long
+        transfer leave gaps in the memory's command queue for the store engine.
 
     Attributes
     ----------
@@ -71,8 +74,10 @@ class LoadEngine(wiring.Component):
         instruction; nothing in flight.
     """
 
-    def __init__(self, cfg: HwConfig) -> None:
+    def __init__(self, cfg: HwConfig, max_burst: int = 32) -> None:
         self.cfg = cfg
+        assert 1 <= max_burst <= MAX_BURST
+        self.max_burst = max_burst
         bits = {Buffer.INP: (cfg.inp_bits, inp_entry_bits(cfg)),
                 Buffer.WGT: (cfg.wgt_bits, wgt_entry_bits(cfg)),
                 Buffer.UOP: (cfg.uop_bits, uop_entry_bits(cfg)),
@@ -141,8 +146,9 @@ class LoadEngine(wiring.Component):
         stride_bytes = Signal(aw)
         outstanding = Signal(32)  # beats requested, not yet received
         cmd_stuck = Signal()  # command offered last cycle and not taken
-        burst = Signal(range(MAX_BURST + 1))
-        m.d.comb += burst.eq(Mux(beats_left > MAX_BURST, MAX_BURST, beats_left))
+        mb = self.max_burst
+        burst = Signal(range(mb + 1))
+        m.d.comb += burst.eq(Mux(beats_left > mb, mb, beats_left))
         cmd = self.mem.cmd
         m.d.comb += [cmd.payload.addr.eq(cur_addr), cmd.payload.len.eq((burst - 1)[:LEN_WIDTH])]
         cmd_fire = cmd.valid & cmd.ready

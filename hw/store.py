@@ -31,7 +31,7 @@ class StoreEngine(wiring.Component):
     ``dram_size`` and outside the instruction stream ``[insn_base, insn_base +
     insn_count × insn_bytes)`` (``DRAM_RANGE``); then read the accumulator entries
     in order (one per cycle, a few ahead in a small FIFO), keep the low byte of
-    every element, and write each row with burst writes (split at 256 beats), one
+    every element, and write each row with burst writes (split at ``max_burst`` beats), one
     beat per cycle; when the last beat is accepted, push the ``push_prev`` token if
     asked and retire.
 
@@ -45,6 +45,9 @@ class StoreEngine(wiring.Component):
         Configuration.
     fifo_depth : int
         Narrowed entries read ahead of the memory.
+    max_burst : int
+        Longest write burst, in beats (longer rows are split, so a long store leaves
+        gaps in the memory's command queue for reads).
 
     Attributes
     ----------
@@ -71,9 +74,11 @@ class StoreEngine(wiring.Component):
         instruction; nothing in flight.
     """
 
-    def __init__(self, cfg: HwConfig, fifo_depth: int = 6) -> None:
+    def __init__(self, cfg: HwConfig, fifo_depth: int = 6, max_burst: int = 32) -> None:
         self.cfg = cfg
         self.fifo_depth = fifo_depth
+        assert 1 <= max_burst <= MAX_BURST
+        self.max_burst = max_burst
         super().__init__({
             "insn": In(stream.Signature(InsnStreamLayout(cfg))),
             "pop_prev": In(TokenSignature),
@@ -171,8 +176,9 @@ class StoreEngine(wiring.Component):
         row_addr = Signal(aw)
         stride_bytes = Signal(aw)
         cmd_stuck = Signal()
-        burst = Signal(range(MAX_BURST + 1))
-        m.d.comb += [burst.eq(Mux(beats_left > MAX_BURST, MAX_BURST, beats_left)),
+        mb = self.max_burst
+        burst = Signal(range(mb + 1))
+        m.d.comb += [burst.eq(Mux(beats_left > mb, mb, beats_left)),
                      cmd.payload.addr.eq(cur_addr),
                      cmd.payload.len.eq((burst - 1)[:LEN_WIDTH])]
         cmd_fire = cmd.valid & cmd.ready

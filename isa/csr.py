@@ -47,7 +47,8 @@ CSRS: tuple[Csr, ...] = (
     Csr("COMPUTE_STALL", 0x28, "ro", "of those, cycles waiting on a dependency token"),
     Csr("STORE_BUSY", 0x2C, "ro", "cycles the store engine held an instruction"),
     Csr("STORE_STALL", 0x30, "ro", "of those, cycles waiting on a dependency token"),
-    Csr("GEMM_BUSY", 0x34, "ro", "cycles the GEMM core accepted a micro-op"),
+    Csr("GEMM_BUSY", 0x34, "ro", "GEMM micro-ops executed (one per cycle through the GEMM "
+        "core; a fast reset zeroes several accumulators a cycle)"),
     Csr("ALU_BUSY", 0x38, "ro", "cycles the ALU accepted a micro-op"),
     Csr("LOAD_INSNS", 0x3C, "ro", "instructions retired by the load engine"),
     Csr("COMPUTE_INSNS", 0x40, "ro", "instructions retired by the compute engine"),

@@ -1,6 +1,8 @@
 """Benchmarks the ``tensorfab bench NAME`` command runs, by name.
 
-Each returns a JSON-ready dict; the command prints it as its last line.
+Each returns a JSON-ready dict; the command prints it as its last line. A benchmark
+whose function takes ``target`` (or ``plot``) accepts the command's ``--target`` (or
+``--plot``) option.
 """
 
 from __future__ import annotations
@@ -27,8 +29,16 @@ def _rtl_gemm_busy() -> dict[str, Any]:
     return run_rtl_gemm_busy_bench()
 
 
-BENCHES: dict[str, Callable[[], dict[str, Any]]] = {
+def _conv2d(target: str = "rtl", plot: str | None = None) -> dict[str, Any]:
+    from .bench_conv2d import run_conv2d_bench
+
+    kw: dict[str, Any] = {} if plot is None else {"plot": plot or None}
+    return run_conv2d_bench(target, **kw)
+
+
+BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
     "rtl-gemm-busy": _rtl_gemm_busy,
+    "conv2d": _conv2d,
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -165,7 +166,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.name not in BENCHES:
         raise CliError(f"unknown benchmark {args.name!r} (known: {', '.join(BENCHES)})")
-    result = BENCHES[args.name]()
+    fn = BENCHES[args.name]
+    params = inspect.signature(fn).parameters
+    kwargs = {}
+    for opt in ("target", "plot"):
+        value = getattr(args, opt)
+        if value is not None:
+            if opt not in params:
+                raise CliError(f"benchmark {args.name!r} has no --{opt} option")
+            kwargs[opt] = value
+    result = fn(**kwargs)
     if not args.json:
         for k, v in result.items():
             print(f"{k:24s} {v}")
@@ -238,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="run a benchmark; the last line is its JSON")
     b.add_argument("name")
     b.add_argument("--json", action="store_true", help="print only the JSON line")
+    b.add_argument("--target", help="executor of benchmarks that take one (conv2d: rtl, fsim)")
+    b.add_argument("--plot", metavar="OUT.png",
+                   help="PNG of benchmarks that draw one ('' for none)")
     b.set_defaults(func=cmd_bench)
 
     h = sub.add_parser("hw", help="generate or lint the core's Verilog")

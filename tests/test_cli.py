@@ -97,6 +97,42 @@ def test_gemm_busy_fraction_from_intervals():
 def test_bench_names_are_registered(capsys):
     from tensorfab.sim.benches import BENCHES
 
-    assert {"fsim-gemm", "rtl-gemm-busy", "rtl-speed"} <= set(BENCHES)
+    assert {"fsim-gemm", "rtl-gemm-busy", "rtl-speed", "conv2d"} <= set(BENCHES)
     assert main(["bench", "no-such-bench"]) == 2
     assert "unknown benchmark" in capsys.readouterr().err
+    assert main(["bench", "fsim-gemm", "--target", "rtl"]) == 2
+    assert "no --target option" in capsys.readouterr().err
+
+
+def test_bench_conv2d_passes_target_and_plot(monkeypatch, capsys, tmp_path):
+    import tensorfab.sim.bench_conv2d as bench
+
+    seen = {}
+
+    def fake(target="rtl", config="default", **kw):
+        seen.update(kw, target=target)
+        return {"bench": "conv2d", "target": target}
+
+    monkeypatch.setattr(bench, "run_conv2d_bench", fake)
+    assert main(["bench", "conv2d", "--target", "fsim", "--plot", str(tmp_path / "u.png"),
+                 "--json"]) == 0
+    assert seen == {"target": "fsim", "plot": str(tmp_path / "u.png")}
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["target"] == "fsim"
+
+
+def test_conv2d_bench_on_rtl(tmp_path):
+    """One layer, two thread counts: the record, the best count and the PNG."""
+    from tensorfab.sim.bench_conv2d import run_conv2d_bench
+
+    out = run_conv2d_bench("rtl", layers=["C10"], vthreads=(1, 2), plot=tmp_path / "u.png")
+    assert out["all_correct"]
+    rec = out["layers"]["C10"]["2"]
+    assert {"cycles", "macs", "utilization", "roofline_cycles"} <= set(rec)
+    assert rec["utilization"] == pytest.approx(rec["macs"] / (rec["cycles"] * 256), abs=1e-4)
+    assert rec["roofline_cycles"] >= rec["macs"] / 256
+    assert abs(rec["model_cycles"] - rec["cycles"]) < 0.05 * rec["cycles"]
+    best = out["best"]["C10"]
+    assert out["mean_utilization_best"] == best["utilization"] > 0.8
+    assert best["memory_heavy"] and best["speedup_2_over_1"] > 1
+    assert (tmp_path / "u.png").read_bytes()[:4] == b"\x89PNG"
+    json.dumps(out)
