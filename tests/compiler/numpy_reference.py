@@ -76,3 +76,20 @@ def dense_acc(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def batch_matmul_acc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a[g] @ b[g]`` in int64."""
     return np.einsum("gmk,gkn->gmn", np.asarray(a, np.int64), np.asarray(b, np.int64))
+
+
+def resnet_conv_case(wl):
+    """Seeded int8 inputs, weights and int32 bias for a ResNet conv workload.
+
+    The seed comes from the layer's name via CRC-32, so the data is the same in every
+    process (``hash()`` of a string is salted per process).
+    """
+    import zlib
+
+    rng = np.random.default_rng(zlib.crc32(wl.name.encode()))
+    x = np.clip(rng.normal(0, 40, (1, wl.in_channels, wl.height, wl.width)), -128, 127
+                ).astype(np.int8)
+    w = np.clip(rng.normal(0, 40, (wl.out_channels, wl.in_channels, *wl.kernel)), -128, 127
+                ).astype(np.int8)
+    bias = rng.integers(-(1 << 16), 1 << 16, wl.out_channels).astype(np.int32)
+    return x, w, bias

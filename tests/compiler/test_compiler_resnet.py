@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from numpy_reference import conv2d_acc, dense_acc, epilogue
+from numpy_reference import conv2d_acc, dense_acc, epilogue, resnet_conv_case
 
 from tensorfab.compiler import (
     DENSE_LAYERS,
@@ -41,12 +41,7 @@ def requant_epilogue(reduction: int) -> Epilogue:
 @pytest.mark.parametrize(("name", "vthreads"), cases(RESNET18_CONV))
 def test_resnet18_conv(name, vthreads):
     wl = RESNET18_CONV[name]
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
-    x = np.clip(rng.normal(0, 40, (1, wl.in_channels, wl.height, wl.width)), -128, 127
-                ).astype(np.int8)
-    w = np.clip(rng.normal(0, 40, (wl.out_channels, wl.in_channels, *wl.kernel)), -128, 127
-                ).astype(np.int8)
-    bias = rng.integers(-(1 << 16), 1 << 16, wl.out_channels).astype(np.int32)
+    x, w, bias = resnet_conv_case(wl)
     ep = requant_epilogue(wl.in_channels * wl.kernel[0] * wl.kernel[1])
     op = conv2d(CFG, x, w, bias, stride=wl.stride, padding=wl.padding, epilogue=ep,
                 vthreads=vthreads)
