@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, ResetInserter, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, unsigned
 from amaranth.lib import fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect
@@ -128,17 +128,31 @@ class Core(wiring.Component):
             return mem
 
         inp = buffer("inp", inp_entry_bits(cfg), cfg.inp_depth)
-        wgt = buffer("wgt", wgt_entry_bits(cfg), cfg.wgt_depth)
         uop = buffer("uop", uop_entry_bits(cfg), cfg.uop_depth)
         acc = buffer("acc", acc_entry_bits(cfg), cfg.acc_depth)
         for mem, wr, rd in ((inp, load.inp_wr, compute.inp_rd),
-                            (wgt, load.wgt_wr, compute.wgt_rd),
                             (uop, load.uop_wr, compute.uop_rd)):
             wp = mem.write_port()
             rp = mem.read_port(transparent_for=(wp,))
             m.d.comb += [wp.addr.eq(wr.addr), wp.data.eq(wr.data), wp.en.eq(wr.en),
                          wr.ready.eq(1), rp.addr.eq(rd.addr), rp.en.eq(rd.en),
                          rd.data.eq(rp.data)]
+        # the weights: banks of 64 bits, written together, read together. The GEMM core
+        # takes each 64-bit half of a weight column from its own bank, which Verilator
+        # then holds as one machine word. The read port is not transparent: a race-free
+        # program never reads an entry in the cycle the load engine writes it (the
+        # compute engine waits for the load's token).
+        bank_bits = min(64, wgt_entry_bits(cfg))
+        wgt_data = []
+        for i in range(wgt_entry_bits(cfg) // bank_bits):
+            bank = buffer(f"wgt{i}", bank_bits, cfg.wgt_depth)
+            wp = bank.write_port()
+            rp = bank.read_port()
+            m.d.comb += [wp.addr.eq(load.wgt_wr.addr), wp.en.eq(load.wgt_wr.en),
+                         wp.data.eq(load.wgt_wr.data[bank_bits * i:][:bank_bits]),
+                         rp.addr.eq(compute.wgt_rd.addr), rp.en.eq(compute.wgt_rd.en)]
+            wgt_data.append(rp.data)
+        m.d.comb += [load.wgt_wr.ready.eq(1), compute.wgt_rd.data.eq(Cat(*wgt_data))]
         # the accumulators: one write port shared by compute (priority) and load
         acc_wp = acc.write_port()
         with m.If(compute.acc_wr.en):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -12,6 +12,7 @@ from tensorfab.isa.config import log2
 from .layouts import insn_layout
 from .mem_port import LEN_WIDTH, MAX_BURST, MemReadSignature
 from .signatures import (
+    WGT_OFFSET,
     BufWriteSignature,
     ErrorSignature,
     InsnStreamLayout,
@@ -99,6 +100,43 @@ class LoadEngine(wiring.Component):
             members[name] = Out(BufWriteSignature(*bits[buf]))
         super().__init__(members)
 
+    def _weight_columns(self, m: Module, beat: Value, fire: Value, data: Value) -> Value:
+        """Assemble a weight tile in the buffer's format (:func:`wgt_entry_order`:
+        column-major, offset by :data:`WGT_OFFSET`) as it arrives.
+
+        Beats bring the tile row-major. Column ``k`` has its own shift register,
+        which takes its bytes from the beats that carry them (one byte per beat
+        when a beat is shorter than a row, else one per row in the beat). The
+        columns the last beat feeds hold one beat's share less and take it from
+        ``data`` directly, as the shift register of the other buffers does.
+
+        Returns
+        -------
+        Value
+            The entry to write with the tile's last beat.
+        """
+        cfg = self.cfg
+        n_in, n_out = cfg.block_in, cfg.block_out
+        beat_bytes = cfg.mem_bus_bytes
+        per_beat = max(1, beat_bytes // n_in)  # bytes of one column in a beat
+        phases = max(1, n_in // beat_bytes)  # beats of one tile row
+        phase = beat[:log2(phases)] if phases > 1 else Const(0, 1)
+        columns = []
+        for k in range(n_in):
+            new = Cat(*[(data[8 * (q * n_in + k % beat_bytes):][:8] + WGT_OFFSET)[:8]
+                        for q in range(per_beat)])
+            col_phase = k // beat_bytes if phases > 1 else 0
+            last = col_phase == phases - 1
+            width = 8 * (n_out - per_beat if last else n_out)
+            if width == 0:
+                columns.append(new)
+                continue
+            col = Signal(width, name=f"wcol{k}", reset_less=True)
+            with m.If(fire & (phase == col_phase)):
+                m.d.sync += col.eq(Cat(col[8 * per_beat:], new)[:width])
+            columns.append(Cat(col, new) if last else col)
+        return Cat(*columns)
+
     def elaborate(self, platform: object) -> Module:
         cfg = self.cfg
         m = Module()
@@ -109,7 +147,8 @@ class LoadEngine(wiring.Component):
         assert [int(b) for b in bufs] == list(range(4))
         entry_shift = [log2(buffer_entry_bytes(cfg, b)) for b in bufs]  # bytes per entry
         beat_shift = [s - bus_shift for s in entry_shift]  # beats per entry
-        kmax = max(1 << s for s in beat_shift)
+        # beats per entry of the buffers assembled in the shift register (all but WGT)
+        kmax = max(1 << beat_shift[b] for b in bufs if b != Buffer.WGT)
 
         # ---- the instruction being executed
         lay = insn_layout(cfg, Opcode.LOAD)
@@ -167,9 +206,10 @@ class LoadEngine(wiring.Component):
         r = Signal(18)
         c = Signal(18)
         waddr = Signal(max(cfg.inp_bits, cfg.wgt_bits, cfg.uop_bits, cfg.acc_bits))
-        bc = Signal(range(max(kmax, 2)))  # beat within the entry
-        k_last = Signal(range(max(kmax, 2)))
-        m.d.comb += k_last.eq((Const(1, range(kmax + 1)) << sh_beats) - 1)
+        kall = max(1 << s for s in beat_shift)
+        bc = Signal(range(max(kall, 2)))  # beat within the entry
+        k_last = Signal(range(max(kall, 2)))
+        m.d.comb += k_last.eq((Const(1, range(kall + 1)) << sh_beats) - 1)
         shreg = Signal(max((kmax - 1) * W, 1))
         is_data = Signal()
         m.d.comb += is_data.eq((r >= word.pad_top) & (r < word.pad_top + word.y)
@@ -180,14 +220,22 @@ class LoadEngine(wiring.Component):
         seq_on = Signal()  # the sequencer may write this cycle
         advance = Signal()
         seq_end = (r == rows - 1) & (c == cols - 1)
+        rfire = rdata.valid & rdata.ready
+        wgt_entry = self._weight_columns(m, bc, rfire & (buf == Buffer.WGT), rdata.payload.data)
         for b in bufs:
             port = getattr(self, PORT_OF[b])
             kb = 1 << beat_shift[b]
-            entry = Cat(shreg[(kmax - kb) * W:], rdata.payload.data) if kb > 1 \
-                else rdata.payload.data
+            pad = 0
+            if b == Buffer.WGT:
+                entry = wgt_entry
+                pad = int.from_bytes(bytes([WGT_OFFSET]) * (len(port.data) // 8), "little")
+            elif kb > 1:
+                entry = Cat(shreg[(kmax - kb) * W:], rdata.payload.data)
+            else:
+                entry = rdata.payload.data
             m.d.comb += [
                 port.addr.eq(waddr),
-                port.data.eq(Mux(is_data, entry[:len(port.data)], 0)),
+                port.data.eq(Mux(is_data, entry[:len(port.data)], pad)),
                 port.en.eq(seq_on & (buf == b) & (~is_data | (rdata.valid & last_beat))),
             ]
         with m.If(advance):
@@ -196,10 +244,10 @@ class LoadEngine(wiring.Component):
                 m.d.sync += [c.eq(0), r.eq(r + 1)]
             with m.Else():
                 m.d.sync += c.eq(c + 1)
-        rfire = rdata.valid & rdata.ready
         with m.If(rfire):
             m.d.sync += bc.eq(Mux(last_beat, 0, bc + 1))
-            if kmax > 1:
+        if kmax > 1:
+            with m.If(rfire & (buf != Buffer.WGT)):
                 m.d.sync += shreg.eq(Cat(shreg[W:], rdata.payload.data))
         m.d.sync += outstanding.eq(outstanding + Mux(cmd_fire, burst, 0) - rfire)
 

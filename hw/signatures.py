@@ -15,6 +15,7 @@ from tensorfab.isa import HwConfig, insn_width, uop_format
 from .mem_port import MemPortSignature, MemReadSignature, MemWriteSignature
 
 __all__ = [
+    "WGT_OFFSET",
     "BufReadSignature",
     "BufWriteSignature",
     "ErrorSignature",
@@ -28,6 +29,7 @@ __all__ = [
     "inp_entry_bits",
     "uop_entry_bits",
     "wgt_entry_bits",
+    "wgt_entry_order",
     "zero_lanes",
 ]
 
@@ -125,6 +127,33 @@ def inp_entry_bits(cfg: HwConfig) -> int:
 def wgt_entry_bits(cfg: HwConfig) -> int:
     """Bits of one weight-buffer entry (``block_out × block_in`` int8)."""
     return cfg.wgt_entry_bytes * 8
+
+
+#: The weight buffer holds each int8 weight ``w`` as the unsigned byte ``w + 128``
+#: (offset binary: the two's-complement byte with its sign bit inverted).
+WGT_OFFSET = 128
+
+
+def wgt_entry_order(cfg: HwConfig) -> list[int]:
+    """Where the load engine puts each byte of a weight tile in the buffer entry.
+
+    A weight tile is ``w[o][k]`` row-major in DRAM (byte ``o·block_in + k``); the
+    buffer keeps it column-major, ``w[o][k]`` at byte ``k·block_out + o`` of the
+    entry, so that the GEMM core finds the weights that share an activation side
+    by side (:class:`~tensorfab.hw.gemm.GemmCore`), and each byte offset by
+    :data:`WGT_OFFSET` (a padding entry is all ``0x80``: weights of zero).
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Gives ``block_in`` and ``block_out``.
+
+    Returns
+    -------
+    list of int
+        Entry byte of each DRAM tile byte: ``order[o·block_in + k] = k·block_out + o``.
+    """
+    return [k * cfg.block_out + o for o in range(cfg.block_out) for k in range(cfg.block_in)]
 
 
 def acc_entry_bits(cfg: HwConfig) -> int:

@@ -22,6 +22,11 @@ def gemm_reference(inp: np.ndarray, wgt: np.ndarray, acc: np.ndarray) -> np.ndar
     return ((r + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
 
 
+def wgt_port(wgt: np.ndarray) -> np.ndarray:
+    """The weight buffer's format the core takes: column-major, sign bits inverted."""
+    return wgt.T.view(np.uint8) ^ 0x80
+
+
 def tiles(cfg: HwConfig, rng: np.random.Generator, count: int) -> list[Tile]:
     """Random tiles, plus extremes: all -128 (largest positive sums), mixed
     -128/127, and accumulators near the int32 limits so the sum wraps."""
@@ -64,7 +69,7 @@ async def run_stream(dut, cfg: HwConfig, work: list[Tile], gaps: random.Random |
         if i < len(work) and not (gaps and gaps.random() < 0.3):
             inp, wgt, acc = work[i]
             dut.inp.value = pack(inp, "<i1")
-            dut.wgt.value = pack(wgt, "<i1")
+            dut.wgt.value = pack(wgt_port(wgt), "<u1")
             dut.acc_in.value = pack(acc, "<i4")
             dut.in_valid.value = 1
             i += 1
@@ -105,7 +110,7 @@ async def gemm_latency(dut) -> None:
     inp, wgt, acc = tiles(cfg, np.random.default_rng(0), 1)[-1]
     await FallingEdge(dut.clk)
     dut.inp.value = pack(inp, "<i1")
-    dut.wgt.value = pack(wgt, "<i1")
+    dut.wgt.value = pack(wgt_port(wgt), "<u1")
     dut.acc_in.value = pack(acc, "<i4")
     dut.in_valid.value = 1
     await FallingEdge(dut.clk)

@@ -50,7 +50,9 @@ class Reference:
     """Sequential model of LOAD and STORE (docs/isa.md) over byte-level state.
 
     Buffers hold one Python int per entry in the on-chip format (bytes of the DRAM
-    entry, little-endian; a micro-op keeps its used low bits).
+    entry, little-endian; a micro-op keeps its used low bits; a weight tile,
+    ``block_out × block_in`` row-major in DRAM, is kept column-major with every
+    byte's sign bit inverted, so a padding weight entry is all ``0x80``).
     """
 
     def __init__(self, cfg: HwConfig, dram: np.ndarray, bufs: dict[str, list[int]]) -> None:
@@ -66,10 +68,13 @@ class Reference:
         for r in range(insn.rows):
             for c in range(insn.cols):
                 dr, dc = r - insn.pad_top, c - insn.pad_left
-                value = 0
+                raw = np.zeros(eb, dtype=np.uint8)
                 if 0 <= dr < insn.y and 0 <= dc < insn.x:
                     a = (insn.dram + dr * insn.stride + dc) * eb
-                    value = int.from_bytes(self.dram[a: a + eb].tobytes(), "little") & mask
+                    raw = self.dram[a: a + eb]
+                if insn.buffer is Buffer.WGT:
+                    raw = raw.reshape(cfg.block_out, cfg.block_in).T ^ 0x80
+                value = int.from_bytes(raw.tobytes(), "little") & mask
                 buf[insn.sram + r * insn.cols + c] = value
 
     def store(self, insn: Store) -> None:
