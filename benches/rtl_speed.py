@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> dict:
               f"{result['harness_cycles']:,} cycles")
         print(f"  harness   {rate('harness_cycles_per_s')} "
               f"(long GEMM: {rate('harness_long_cycles_per_s')})")
+        per_cpu = ", ".join(f"CPU {cpu}: {v:,.0f}"
+                            for cpu, v in result["harness_cycles_per_s_by_cpu"].items())
+        print(f"  harness per CPU (fastest run on each): {per_cpu}")
         print(f"  cocotb    {rate('cocotb_cycles_per_s')}  cycles match: "
               f"{result['cycles_match']}")
         print(f"  pysim     {rate('pysim_cycles_per_s')}")

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import HwConfig
 
-from .signatures import WGT_OFFSET
+from .signatures import WGT_OFFSET, wgt_entry_order
 
 __all__ = ["GemmCore"]
 
@@ -173,6 +173,7 @@ class GemmCore(wiring.Component):
         act = [[self._delayed(m, (inp_bits[8 * (b * n_in + k):][:8] + OFFSET)[:8], f"a{b}_{k}")
                 for k in range(n_in)] for b in range(cfg.batch)]
         wgt_bits = self.wgt.as_value()
+        order = wgt_entry_order(cfg)  # entry byte of w[o][k]: order[o·block_in + k]
         halves = [min(8, n_out - 8 * h) for h in range(-(-n_out // 8))]  # bytes per half
         # groups: (half, parity) -> the bytes j of the half in its 16-bit lanes
         groups = [(h, par, list(range(par, n, 2))) for h, n in enumerate(halves)
@@ -181,7 +182,8 @@ class GemmCore(wiring.Component):
         for k in range(n_in):
             row = []
             for h, par, js in groups:
-                half = wgt_bits[8 * (k * n_out + 8 * h):][:8 * halves[h]] >> (8 * par)
+                first = order[8 * h * n_in + k]  # w[8h][k]; w[8h + j][k] follows it
+                half = wgt_bits[8 * first:][:8 * halves[h]] >> (8 * par)
                 width = 16 * (len(js) - 1) + 8
                 row.append(self._delayed(m, (half & mask(BYTE_LANES, len(half)))[:width],
                                          f"w{k}_{h}_{par}"))
