@@ -6,7 +6,8 @@ four commands outstanding):
 
 ``harness``
     the RTL executor (:class:`~tensorfab.sim.rtl.RtlSimulator`): Verilator plus the
-    C++ memory model, the whole program, the fastest of ``repeat`` runs;
+    C++ memory model, the whole program, the fastest of ``repeat`` runs on each CPU
+    (:func:`harness_speed`);
 ``cocotb``
     the cocotb testbench of ``tests/rtl`` (``rtl.core_harness.run_on_core``): the
     same Verilator core clocked from Python with the cocotb memory model, the whole
