@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from numpy_reference import conv2d_acc, dense_acc, epilogue, resnet_conv_case
+from resnet_epilogue import requant_epilogue
 
 from tensorfab.compiler import (
     DENSE_LAYERS,
@@ -28,14 +29,6 @@ FAST = {("C2", 2), ("C4", 1), ("C8", 4), ("C11", 2), ("fc1000", 2), ("proj", 1)}
 def cases(layers):
     return [pytest.param(name, v, marks=() if (name, v) in FAST else pytest.mark.slow,
                          id=f"{name}-vt{v}") for name in layers for v in (1, 2, 4)]
-
-
-def requant_epilogue(reduction: int) -> Epilogue:
-    # int8 activations ~ N(0, 40), weights ~ N(0, 40): a scale mapping ±4σ of the sum
-    # into int8
-    sigma = 40 * 40 * np.sqrt(reduction)
-    mult, shift = quantize_multiplier(127 / (4 * sigma), accumulator_bound(reduction, 1 << 16))
-    return Epilogue(requant=(mult, shift), relu=True)
 
 
 @pytest.mark.parametrize(("name", "vthreads"), cases(RESNET18_CONV))

@@ -12,15 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from numpy_reference import conv2d_acc, dense_acc, epilogue, resnet_conv_case
+from resnet_epilogue import requant_epilogue
 
 from tensorfab.compiler import (
     RESNET18_CONV,
     Epilogue,
-    accumulator_bound,
     check_program_order,
     conv2d,
     dense,
-    quantize_multiplier,
 )
 from tensorfab.compiler.timing import simulate
 from tensorfab.isa import PRESETS
@@ -42,12 +41,6 @@ def run_rtl(op):
     np.testing.assert_array_equal(res.dram, ref.dram)
     assert res.counters == ref.counters
     return res, op.unpack(res.outputs["out"])
-
-
-def requant_epilogue(reduction: int) -> Epilogue:
-    sigma = 40 * 40 * np.sqrt(reduction)
-    mult, shift = quantize_multiplier(127 / (4 * sigma), accumulator_bound(reduction, 1 << 16))
-    return Epilogue(requant=(mult, shift), relu=True)
 
 
 @pytest.mark.parametrize(("name", "vthreads"), [
