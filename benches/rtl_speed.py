@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"  cocotb    {rate('cocotb_cycles_per_s')}  cycles match: "
               f"{result['cycles_match']}")
         print(f"  pysim     {rate('pysim_cycles_per_s')}")
+        if result.get("plot"):
+            print(f"  chart: {result['plot']}")
         print(f"  target {result['target_cycles_per_s']:,} cycles/s: "
               f"{'met' if result['meets_target'] else 'NOT met'}")
     print(json.dumps(result))

@@ -37,8 +37,8 @@ from tensorfab.isa.csr import STATUS_DONE, STATUS_ERROR
 
 from .rtl import MemoryTiming, RtlSimulator
 
-__all__ = ["TARGET_CYCLES_PER_S", "cocotb_speed", "harness_speed", "pysim_speed",
-           "run_rtl_speed_bench"]
+__all__ = ["TARGET_CYCLES_PER_S", "cocotb_speed", "harness_speed", "plot_rtl_speed",
+           "pysim_speed", "run_rtl_speed_bench"]
 
 #: Harness speed the default config should reach.
 TARGET_CYCLES_PER_S = 1_000_000
@@ -273,7 +273,8 @@ def run_rtl_speed_bench(m: int = 64, n: int = 256, k: int = 512, *, repeat: int 
                         pysim_seconds: float = 15.0, latency: int = BENCH_LATENCY,
                         cfg: HwConfig | None = None, with_cocotb: bool = True,
                         with_pysim: bool = True, long_gemm: tuple[int, int, int] | None = (
-                            512, 512, 512), workdir: Path | None = None
+                            512, 512, 512), workdir: Path | None = None,
+                        plot: str | Path | None = "build/bench/rtl-speed-{config}.png"
                         ) -> dict[str, Any]:
     """Simulate one GEMM program with the harness, cocotb and Amaranth's simulator.
 
@@ -298,6 +299,9 @@ def run_rtl_speed_bench(m: int = 64, n: int = 256, k: int = 512, *, repeat: int 
         skips it.
     workdir : Path, optional
         Scratch folder of the cocotb run (default: a fresh temporary folder).
+    plot : str or Path, optional
+        PNG of the rates (:func:`plot_rtl_speed`; ``{config}`` is filled in); None:
+        no plot. Its path is returned as ``plot``.
 
     Returns
     -------
@@ -351,4 +355,46 @@ def run_rtl_speed_bench(m: int = 64, n: int = 256, k: int = 512, *, repeat: int 
     best = max(h["cycles_per_s"], out.get("harness_long_cycles_per_s", 0.0))
     out["target_cycles_per_s"] = TARGET_CYCLES_PER_S
     out["meets_target"] = best >= TARGET_CYCLES_PER_S
+    if plot is not None:
+        out["plot"] = str(plot_rtl_speed(out, str(plot).format(config=cfg.name)))
     return out
+
+
+def plot_rtl_speed(result: dict[str, Any], path: str | Path) -> Path:
+    """Bar chart (log scale) of the simulators' rates in ``result`` (the dict
+    :func:`run_rtl_speed_bench` returns): the harness on each CPU, cocotb and
+    Amaranth's simulator where they ran, and the target as a line; returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    bars: list[tuple[str, float]] = []
+    for key, label in (("harness_cycles_per_s_by_cpu", "harness"),
+                       ("harness_long_cycles_per_s_by_cpu", "harness, 512³")):
+        for cpu, rate in (result.get(key) or {}).items():
+            bars.append((f"{label}\nCPU {cpu}", rate))
+    for key, label in (("cocotb_cycles_per_s", "cocotb"), ("pysim_cycles_per_s",
+                                                            "Amaranth sim")):
+        if result.get(key):
+            bars.append((label, result[key]))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(bars)), 4.0))
+    ax.bar(range(len(bars)), [r for _, r in bars], color="tab:blue")
+    for i, (_, rate) in enumerate(bars):
+        ax.annotate(f"{rate:,.0f}", (i, rate), ha="center", va="bottom", fontsize=8)
+    ax.axhline(result["target_cycles_per_s"], color="gray", lw=0.8, ls="--",
+               label=f"target {result['target_cycles_per_s']:,} cycles/s")
+    ax.set_xticks(range(len(bars)), [name for name, _ in bars], fontsize=8)
+    ax.set_yscale("log")
+    rates = [r for _, r in bars] + [result["target_cycles_per_s"]]
+    ax.set_ylim(min(100.0, min(rates) / 3), max(rates) * 3)
+    ax.set_ylabel("simulated cycles per second")
+    ax.set_title(f"{result['config']} preset, {result['m']}×{result['n']}×{result['k']} GEMM",
+                 fontsize=10)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -17,10 +17,11 @@ def _fsim_gemm() -> dict[str, Any]:
     return run_fsim_gemm_bench()
 
 
-def _rtl_speed() -> dict[str, Any]:
+def _rtl_speed(plot: str | None = None) -> dict[str, Any]:
     from .bench_rtl import run_rtl_speed_bench
 
-    return run_rtl_speed_bench()
+    kw: dict[str, Any] = {} if plot is None else {"plot": plot or None}
+    return run_rtl_speed_bench(**kw)
 
 
 def _rtl_gemm_busy() -> dict[str, Any]:

@@ -8,7 +8,7 @@ import numpy as np
 
 from tensorfab.isa import PRESETS
 from tensorfab.sim import FunctionalSimulator
-from tensorfab.sim.bench_rtl import bench_memory, bench_program, harness_speed
+from tensorfab.sim.bench_rtl import bench_memory, bench_program, harness_speed, plot_rtl_speed
 
 TINY = PRESETS["tiny"]
 
@@ -28,3 +28,14 @@ def test_harness_speed_times_every_cpu_and_restores_affinity() -> None:
     # the timed runs computed the program's result
     ref = FunctionalSimulator().run(prog)
     assert np.array_equal(h["result"].dram, ref.dram)
+
+
+def test_plot_rtl_speed_writes_a_png(tmp_path) -> None:
+    result = {"config": "default", "m": 64, "n": 256, "k": 512,
+              "harness_cycles_per_s_by_cpu": {"0": 1.5e6, "1": 0.8e6},
+              "harness_long_cycles_per_s_by_cpu": {"0": 1.6e6, "1": 1.2e6},
+              "cocotb_cycles_per_s": 2000.0, "pysim_cycles_per_s": None,
+              "target_cycles_per_s": 1_000_000}
+    path = plot_rtl_speed(result, tmp_path / "sub" / "speed.png")
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
