@@ -35,21 +35,24 @@ class GemmCore(wiring.Component):
     The weight tile arrives in the weight buffer's format
     (:func:`tensorfab.hw.signatures.wgt_entry_order`): column-major and offset to
     unsigned bytes (``w' = w + 128``, an inverted sign bit). Activations are
-    offset the same way (``a' = a + 128``) as they are registered, and one
-    multiplier forms two products that share an activation: ``a'_k`` times a
-    weight word holding ``w'_{o,k}`` and ``w'_{o+4,k}`` 32 bits apart (the
-    operand packing FPGA vendors use to fit two int8 products into one DSP).
-    Products are below 2^16 and their sums over ``block_in`` below 2^32, so the
-    lanes never carry into each other and one adder sums two lanes. With
-    ``S = Σ a'w'``, ``A = Σ a'`` and ``W = Σ w'`` over ``k``::
+    offset the same way (``a' = a + 128``) as they are registered. Each 64-bit half
+    of a weight column is split into its even and its odd bytes, each byte in a
+    16-bit lane, and one multiplier forms four products that share an activation:
+    ``a'_k`` times such a word (the operand packing FPGA vendors use to fit several
+    int8 products into one DSP block). A product is below 2^16, so it stays in its
+    lane. The products are then regrouped into 32-bit lanes, two to a 64-bit word,
+    where their sums over ``block_in`` (below 2^32) never carry into the next
+    lane, so one adder sums two channels. With ``S = Σ a'w'``, ``A = Σ a'`` and
+    ``W = Σ w'`` over ``k``::
 
         Σ a·w = S − 128 (A + W) + 16384 · block_in
 
-    The trees for ``A`` (per batch row) and ``W`` (per channel, packed like the
-    products) run one stage ahead of the product tree and are delayed to meet it.
-    Compared with one signed multiplier per product this halves the multipliers
-    and adders, and it is what makes the Verilator model fast (about 6x fewer
-    operations per cycle than separate signed products).
+    The trees for ``A`` (per batch row) and ``W`` (per channel, summed in the
+    16-bit lanes of the weight words) run one stage ahead of the product tree and
+    are delayed to meet it. Verilator evaluates about five machine operations per
+    product this way, against about twenty for separate sign-extended products.
+    Synthesis needs as many DSP blocks as before and more carry logic
+    (docs/architecture.md, "RTL executor", "Speed").
 
     Parameters
     ----------
