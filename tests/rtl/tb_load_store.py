@@ -41,8 +41,11 @@ BUF_NAMES = {Buffer.INP: "inp", Buffer.WGT: "wgt", Buffer.UOP: "uop", Buffer.ACC
 
 
 def config() -> HwConfig:
-    """The configuration of the build under test."""
-    return PRESETS[params_from_env()["preset"]]
+    """The configuration of the build under test (a preset, or a whole config)."""
+    params = params_from_env()
+    if "config" in params:
+        return HwConfig.from_dict(params["config"])
+    return PRESETS[params["preset"]]
 
 
 # ----------------------------------------------------------------------- reference
