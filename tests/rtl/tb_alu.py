@@ -6,9 +6,8 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge
 
+from rtl.pipeline_driver import drive_pipeline, reset_pipeline
 from rtl.runner import params_from_env
 from rtl.vectors import pack, unpack
 from tensorfab.isa import PRESETS, AluOp
@@ -103,27 +102,16 @@ async def run_stream(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], lanes: 
                      gaps: random.Random | None = None) -> None:
     """Drive ``ops`` back to back (or with random idle cycles) and check every result."""
     expected = [alu_reference(op, a, b) for op, a, b in ops]
-    got: list[np.ndarray] = []
-    i = 0
-    idle = 0
-    while len(got) < len(ops):
-        await FallingEdge(dut.clk)
-        if int(dut.out_valid.value):
-            got.append(unpack(dut.result.value.to_unsigned(), "<i4", lanes))
-        if i < len(ops) and not (gaps and gaps.random() < 0.3):
-            op, a, b = ops[i]
-            dut.op.value = op
-            dut.a.value = pack(a, "<i4")
-            dut.b.value = pack(b, "<i4")
-            dut.in_valid.value = 1
-            i += 1
-            idle = 0
-        else:
-            dut.in_valid.value = 0
-            idle += 1
-            assert idle < 20, "results stopped arriving"
-    await FallingEdge(dut.clk)
-    assert not int(dut.out_valid.value), "more results than inputs"
+
+    def apply(item: tuple[int, np.ndarray, np.ndarray]) -> None:
+        op, a, b = item
+        dut.op.value = op
+        dut.a.value = pack(a, "<i4")
+        dut.b.value = pack(b, "<i4")
+
+    got = await drive_pipeline(dut, ops, apply,
+                               lambda: unpack(dut.result.value.to_unsigned(), "<i4", lanes),
+                               gaps=gaps, max_idle=20)
     for n, ((op, a, b), want, have) in enumerate(zip(ops, expected, got, strict=True)):
         if not np.array_equal(want, have):
             bad = np.nonzero(want != have)[0]
@@ -135,14 +123,7 @@ async def run_stream(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], lanes: 
 
 async def reset(dut) -> None:
     """Start the clock and hold reset for two cycles."""
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.in_valid.value = 0
-    dut.op.value = 0
-    dut.a.value = 0
-    dut.b.value = 0
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 2)
-    dut.rst.value = 0
+    await reset_pipeline(dut, (dut.op, dut.a, dut.b))
 
 
 @cocotb.test()

@@ -6,9 +6,9 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge
+from cocotb.triggers import FallingEdge
 
+from rtl.pipeline_driver import drive_pipeline, reset_pipeline
 from rtl.runner import params_from_env
 from rtl.vectors import pack, unpack
 from tensorfab.isa import PRESETS, HwConfig
@@ -55,31 +55,21 @@ async def run_stream(dut, cfg: HwConfig, work: list[Tile], gaps: random.Random |
     """Drive tiles (back to back or with idle cycles) and compare every result."""
     expected = [gemm_reference(*t) for t in work]
     shape_a = (cfg.batch, cfg.block_out)
-    got: list[np.ndarray] = []
-    products: list[np.ndarray] = []
-    i = 0
-    idle = 0
-    while len(got) < len(work):
-        await FallingEdge(dut.clk)
-        if int(dut.out_valid.value):
-            got.append(unpack(dut.acc_out.value.to_unsigned(), "<i4", shape_a[0] * shape_a[1])
-                       .reshape(shape_a))
-            products.append(unpack(dut.result.value.to_unsigned(), "<i4",
-                                   shape_a[0] * shape_a[1]).reshape(shape_a))
-        if i < len(work) and not (gaps and gaps.random() < 0.3):
-            inp, wgt, acc = work[i]
-            dut.inp.value = pack(inp, "<i1")
-            dut.wgt.value = pack(wgt_port(wgt), "<u1")
-            dut.acc_in.value = pack(acc, "<i4")
-            dut.in_valid.value = 1
-            i += 1
-            idle = 0
-        else:
-            dut.in_valid.value = 0
-            idle += 1
-            assert idle < 30, "results stopped arriving"
-    await FallingEdge(dut.clk)
-    assert not int(dut.out_valid.value), "more results than inputs"
+    lanes = shape_a[0] * shape_a[1]
+
+    def apply(tile: Tile) -> None:
+        inp, wgt, acc = tile
+        dut.inp.value = pack(inp, "<i1")
+        dut.wgt.value = pack(wgt_port(wgt), "<u1")
+        dut.acc_in.value = pack(acc, "<i4")
+
+    def capture() -> tuple[np.ndarray, np.ndarray]:
+        return (unpack(dut.acc_out.value.to_unsigned(), "<i4", lanes).reshape(shape_a),
+                unpack(dut.result.value.to_unsigned(), "<i4", lanes).reshape(shape_a))
+
+    outputs = await drive_pipeline(dut, work, apply, capture, gaps=gaps, max_idle=30)
+    got = [acc_out for acc_out, _ in outputs]
+    products = [result for _, result in outputs]
     for n, (want, have) in enumerate(zip(expected, got, strict=True)):
         assert np.array_equal(want, have), f"tile #{n}: want\n{want}\ngot\n{have}"
     for n, ((inp, wgt, _), have) in enumerate(zip(work, products, strict=True)):
@@ -89,12 +79,7 @@ async def run_stream(dut, cfg: HwConfig, work: list[Tile], gaps: random.Random |
 
 async def reset(dut) -> None:
     """Start the clock and hold reset for two cycles."""
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    for port in (dut.in_valid, dut.inp, dut.wgt, dut.acc_in):
-        port.value = 0
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 2)
-    dut.rst.value = 0
+    await reset_pipeline(dut, (dut.inp, dut.wgt, dut.acc_in))
 
 
 def _cfg() -> HwConfig:

@@ -1,0 +1,54 @@
+"""cocotb driving of a fully pipelined unit (``in_valid`` in, ``out_valid`` out, no
+back-pressure): reset, then a stream of inputs with the results collected in order."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, FallingEdge
+
+T = TypeVar("T")
+
+
+async def reset_pipeline(dut, inputs: Sequence[Any]) -> None:
+    """Start the clock, zero ``in_valid`` and ``inputs``, hold reset for two cycles."""
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    for port in (dut.in_valid, *inputs):
+        port.value = 0
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 2)
+    dut.rst.value = 0
+
+
+async def drive_pipeline(dut, items: Sequence[T], apply: Callable[[T], None],
+                         capture: Callable[[], Any], *, gaps: random.Random | None = None,
+                         max_idle: int = 30) -> list[Any]:
+    """Feed ``items`` one per cycle (or with random idle cycles when ``gaps`` is given)
+    and return ``capture()`` of every cycle with ``out_valid``, in order.
+
+    ``apply(item)`` sets the unit's inputs; ``in_valid`` is driven here. Fails when no
+    result arrives for ``max_idle`` idle cycles, or when more results than inputs come.
+    """
+    got: list[Any] = []
+    i = 0
+    idle = 0
+    while len(got) < len(items):
+        await FallingEdge(dut.clk)
+        if int(dut.out_valid.value):
+            got.append(capture())
+        if i < len(items) and not (gaps and gaps.random() < 0.3):
+            apply(items[i])
+            dut.in_valid.value = 1
+            i += 1
+            idle = 0
+        else:
+            dut.in_valid.value = 0
+            idle += 1
+            assert idle < max_idle, "results stopped arriving"
+    await FallingEdge(dut.clk)
+    assert not int(dut.out_valid.value), "more results than inputs"
+    return got
