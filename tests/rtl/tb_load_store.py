@@ -125,6 +125,16 @@ class TB:
         self.cycle = 0
         self.stall_cycles = {"load": 0, "store": 0}
 
+    @classmethod
+    def full_speed(cls, dut, *, seed: int, mem_size: int) -> TB:
+        """A testbench where nothing stalls: memory latency 1, every handshake ready,
+        no gaps between instructions, every buffer write accepted at once."""
+        tb = cls(dut, seed=seed, mem_size=mem_size, latency=(1, 1), cmd_ready=1.0,
+                 wdata_ready=1.0, rdata_valid=1.0, max_outstanding=8)
+        tb.gap_p = 0.0
+        tb.ready_p = dict.fromkeys(tb.ready_p, 1.0)
+        return tb
+
     async def reset(self) -> None:
         dut = self.dut
         cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
@@ -364,10 +374,7 @@ async def long_rows_full_speed(dut) -> None:
     rng = random.Random(3)
     bus = cfg.mem_bus_bytes
     src_bytes = 2 * 300 * max(cfg.inp_entry_bytes, cfg.wgt_entry_bytes, bus)
-    tb = TB(dut, seed=3, mem_size=src_bytes + 4096, latency=(1, 1), cmd_ready=1.0,
-            wdata_ready=1.0, rdata_valid=1.0, max_outstanding=8)
-    tb.gap_p = 0.0
-    tb.ready_p = {"inp": 1.0, "wgt": 1.0, "uop": 1.0, "acc": 1.0}
+    tb = TB.full_speed(dut, seed=3, mem_size=src_bytes + 4096)
     tb.mem.data[:src_bytes] = np.frombuffer(rng.randbytes(src_bytes), dtype=np.uint8)
     init = random_buffers(cfg, rng)
     ref = Reference(cfg, tb.mem.data, init)
@@ -406,10 +413,7 @@ async def store_full_speed(dut) -> None:
     ob = cfg.out_entry_bytes
     x = min(cfg.acc_depth // 2, -(-300 * bus // ob))
     out_base = 4 * cfg.acc_depth * cfg.acc_entry_bytes
-    tb = TB(dut, seed=6, mem_size=out_base + 4 * x * ob, latency=(1, 1), cmd_ready=1.0,
-            wdata_ready=1.0, rdata_valid=1.0, max_outstanding=8)
-    tb.gap_p = 0.0
-    tb.ready_p = {"inp": 1.0, "wgt": 1.0, "uop": 1.0, "acc": 1.0}
+    tb = TB.full_speed(dut, seed=6, mem_size=out_base + 4 * x * ob)
     tb.mem.data[:out_base] = np.frombuffer(rng.randbytes(out_base), dtype=np.uint8)
     init = random_buffers(cfg, rng)
     ref = Reference(cfg, tb.mem.data, init)
