@@ -26,20 +26,26 @@ def blocks(extent: int, block: int) -> int:
     return -(-extent // block)
 
 
+def _pack_blocked(x: np.ndarray, first: int, second: int, what: str) -> np.ndarray:
+    """Pack a 4-D ``(A, B, H, W)`` tensor into ``(A/first, B/second, H, W, first,
+    second)``, zero-padding ``A`` and ``B``; ``what`` names the expected shape."""
+    x = np.asarray(x)
+    if x.ndim != 4:
+        raise ValueError(f"expected {what}, got shape {x.shape}")
+    a, b, h, w = x.shape
+    ab, bb = blocks(a, first), blocks(b, second)
+    padded = np.zeros((ab * first, bb * second, h, w), dtype=x.dtype)
+    padded[:a, :b] = x
+    return np.ascontiguousarray(
+        padded.reshape(ab, first, bb, second, h, w).transpose(0, 2, 4, 5, 1, 3))
+
+
 def pack_nchw(x: np.ndarray, batch: int, block: int) -> np.ndarray:
     """Pack an ``(N, C, H, W)`` tensor into ``(N/batch, C/block, H, W, batch, block)``.
 
     ``N`` and ``C`` are zero-padded up to multiples of ``batch`` and ``block``.
     """
-    x = np.asarray(x)
-    if x.ndim != 4:
-        raise ValueError(f"expected an (N, C, H, W) tensor, got shape {x.shape}")
-    n, c, h, w = x.shape
-    nb, cb = blocks(n, batch), blocks(c, block)
-    padded = np.zeros((nb * batch, cb * block, h, w), dtype=x.dtype)
-    padded[:n, :c] = x
-    return np.ascontiguousarray(
-        padded.reshape(nb, batch, cb, block, h, w).transpose(0, 2, 4, 5, 1, 3))
+    return _pack_blocked(x, batch, block, "an (N, C, H, W) tensor")
 
 
 def unpack_nchw(packed: np.ndarray, n: int, c: int) -> np.ndarray:
@@ -59,15 +65,7 @@ def unpack_nchw(packed: np.ndarray, n: int, c: int) -> np.ndarray:
 def pack_oihw(w: np.ndarray, block_out: int, block_in: int) -> np.ndarray:
     """Pack ``(O, I, KH, KW)`` weights into ``(O/bo, I/bi, KH, KW, bo, bi)``, zero-padding
     ``O`` and ``I``."""
-    w = np.asarray(w)
-    if w.ndim != 4:
-        raise ValueError(f"expected (O, I, KH, KW) weights, got shape {w.shape}")
-    o, i, kh, kw = w.shape
-    ob, ib = blocks(o, block_out), blocks(i, block_in)
-    padded = np.zeros((ob * block_out, ib * block_in, kh, kw), dtype=w.dtype)
-    padded[:o, :i] = w
-    return np.ascontiguousarray(
-        padded.reshape(ob, block_out, ib, block_in, kh, kw).transpose(0, 2, 4, 5, 1, 3))
+    return _pack_blocked(w, block_out, block_in, "(O, I, KH, KW) weights")
 
 
 def pack_bias(bias: np.ndarray, batch: int, block_out: int) -> np.ndarray:

@@ -99,6 +99,15 @@ def test_pack_oihw_rows_are_output_channels():
     assert p[1, 1, 1, 2, 2, 0] == 0 and p[1, 1, 1, 2, 1, 1] == 0  # padded o and i
 
 
+def test_packing_a_tensor_of_the_wrong_rank_names_the_shape():
+    with pytest.raises(ValueError, match=r"expected an \(N, C, H, W\) tensor, got shape "
+                                         r"\(2, 3, 4\)"):
+        pack_nchw(np.zeros((2, 3, 4)), 1, 4)
+    with pytest.raises(ValueError, match=r"expected \(O, I, KH, KW\) weights, got shape "
+                                         r"\(6, 5\)"):
+        pack_oihw(np.zeros((6, 5)), 4, 4)
+
+
 def test_pack_bias_repeats_over_batch():
     b = np.array([1, -2, 3], dtype=np.int32)
     p = pack_bias(b, 2, 4)
