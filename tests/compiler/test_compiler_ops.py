@@ -44,14 +44,18 @@ def epilogues(draw):
 
 
 @st.composite
-def conv_cases(draw):
-    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    pad = tuple(draw(st.integers(0, 3)) for _ in range(4))
-    h = draw(st.integers(max(1, kh - pad[0] - pad[1]), 9))
-    w = draw(st.integers(max(1, kw - pad[2] - pad[3]), 9))
-    return dict(n=draw(st.integers(1, 3)), c=draw(st.integers(1, 20)), h=h, w=w,
-                o=draw(st.integers(1, 20)), kernel=(kh, kw),
-                stride=(draw(st.integers(1, 3)), draw(st.integers(1, 3))), padding=pad)
+def conv_cases(draw, kernel: int = 4, pad: int = 3, size: int = 9, n: int = 3,
+               channels: int = 20, stride: int = 3):
+    """conv2d shapes up to the given bounds (kernel side, padding, input side, batch,
+    channels, stride), every one with at least one output pixel."""
+    kh, kw = draw(st.integers(1, kernel)), draw(st.integers(1, kernel))
+    pads = tuple(draw(st.integers(0, pad)) for _ in range(4))
+    h = draw(st.integers(max(1, kh - pads[0] - pads[1]), size))
+    w = draw(st.integers(max(1, kw - pads[2] - pads[3]), size))
+    return dict(n=draw(st.integers(1, n)), c=draw(st.integers(1, channels)), h=h, w=w,
+                o=draw(st.integers(1, channels)), kernel=(kh, kw),
+                stride=(draw(st.integers(1, stride)), draw(st.integers(1, stride))),
+                padding=pads)
 
 
 def random_schedule(draw, wl, cfg, bias):
@@ -191,15 +195,8 @@ def test_no_padded_input_copy_in_dram():
 
 
 # ---------------------------------------------------------------- bigger sweeps (slow)
-@st.composite
-def big_conv_cases(draw):
-    kh, kw = draw(st.integers(1, 7)), draw(st.integers(1, 7))
-    pad = tuple(draw(st.integers(0, 4)) for _ in range(4))
-    h = draw(st.integers(max(1, kh - pad[0] - pad[1]), 24))
-    w = draw(st.integers(max(1, kw - pad[2] - pad[3]), 24))
-    return dict(n=draw(st.integers(1, 4)), c=draw(st.integers(1, 80)), h=h, w=w,
-                o=draw(st.integers(1, 80)), kernel=(kh, kw),
-                stride=(draw(st.integers(1, 4)), draw(st.integers(1, 4))), padding=pad)
+def big_conv_cases():
+    return conv_cases(kernel=7, pad=4, size=24, n=4, channels=80, stride=4)
 
 
 _SLOW = settings(max_examples=150, deadline=None,
