@@ -30,6 +30,8 @@ import numpy as np
 
 from tensorfab.isa import PRESETS, HwConfig
 
+from .png_figure import png_figure
+
 __all__ = ["MEMORY_HEAVY", "TARGETS", "plot_utilization", "run_conv2d_bench"]
 
 #: Targets of the benchmark (issue #5).
@@ -244,33 +246,25 @@ def plot_utilization(result: dict[str, Any], path: str | Path) -> Path:
     utilization its roofline allows as a marker; returns ``path``."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     names = list(result["layers"])
     vts = [str(v) for v in result["vthreads"]]
     width = 0.8 / max(1, len(vts))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(names)), 4.2))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for k, v in enumerate(vts):
-        xs = [i + (k - (len(vts) - 1) / 2) * width for i in range(len(names))]
-        util = [result["layers"][n][v]["utilization"] or 0.0 for n in names]
-        roof = [result["layers"][n][v]["roofline_utilization"] for n in names]
-        ax.bar(xs, util, width * 0.9, color=colors[k % len(colors)], label=f"{v} thread"
-               + ("s" if v != "1" else ""))
-        ax.scatter(xs, roof, marker="_", s=200, color="black", zorder=3,
-                   label="roofline bound" if k == 0 else None)
-    ax.axhline(TARGETS["mean_utilization_best"], color="gray", lw=0.8, ls="--")
-    ax.set_xticks(range(len(names)), names)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("MAC utilization")
-    mean = result.get("mean_utilization_best")
-    ax.set_title(f"conv2d on {result['target']} ({result['config']}): mean of best "
-                 f"= {mean}")
-    ax.legend(loc="lower left", fontsize=8, ncols=len(vts) + 1)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    with png_figure(path, (max(6.0, 1.1 * len(names)), 4.2)) as (_fig, ax):
+        colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+        for k, v in enumerate(vts):
+            xs = [i + (k - (len(vts) - 1) / 2) * width for i in range(len(names))]
+            util = [result["layers"][n][v]["utilization"] or 0.0 for n in names]
+            roof = [result["layers"][n][v]["roofline_utilization"] for n in names]
+            ax.bar(xs, util, width * 0.9, color=colors[k % len(colors)], label=f"{v} thread"
+                   + ("s" if v != "1" else ""))
+            ax.scatter(xs, roof, marker="_", s=200, color="black", zorder=3,
+                       label="roofline bound" if k == 0 else None)
+        ax.axhline(TARGETS["mean_utilization_best"], color="gray", lw=0.8, ls="--")
+        ax.set_xticks(range(len(names)), names)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("MAC utilization")
+        mean = result.get("mean_utilization_best")
+        ax.set_title(f"conv2d on {result['target']} ({result['config']}): mean of best "
+                     f"= {mean}")
+        ax.legend(loc="lower left", fontsize=8, ncols=len(vts) + 1)
+    return Path(path)

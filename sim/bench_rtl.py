@@ -35,6 +35,7 @@ import numpy as np
 from tensorfab.isa import CSR_BY_NAME, PRESETS, HwConfig, Program
 from tensorfab.isa.csr import STATUS_DONE, STATUS_ERROR
 
+from .png_figure import png_figure
 from .rtl import MemoryTiming, RtlSimulator
 
 __all__ = ["TARGET_CYCLES_PER_S", "cocotb_speed", "harness_speed", "plot_rtl_speed",
@@ -364,37 +365,28 @@ def plot_rtl_speed(result: dict[str, Any], path: str | Path) -> Path:
     """Bar chart (log scale) of the simulators' rates in ``result`` (the dict
     :func:`run_rtl_speed_bench` returns): the harness on each CPU, cocotb and
     Amaranth's simulator where they ran, and the target as a line; returns ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     bars: list[tuple[str, float]] = []
-    for key, label in (("harness_cycles_per_s_by_cpu", "harness"),
-                       ("harness_long_cycles_per_s_by_cpu", "harness, 512³")):
+    short_gemm = f"{result['m']}×{result['n']}×{result['k']}"
+    long_gemm = "×".join(str(d) for d in result.get("harness_long_gemm") or ())
+    for key, label in (("harness_cycles_per_s_by_cpu", f"harness\n{short_gemm}"),
+                       ("harness_long_cycles_per_s_by_cpu", f"harness\n{long_gemm}")):
         for cpu, rate in (result.get(key) or {}).items():
             bars.append((f"{label}\nCPU {cpu}", rate))
     for key, label in (("cocotb_cycles_per_s", "cocotb"), ("pysim_cycles_per_s",
                                                             "Amaranth sim")):
         if result.get(key):
             bars.append((label, result[key]))
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(bars)), 4.0))
-    ax.bar(range(len(bars)), [r for _, r in bars], color="tab:blue")
-    for i, (_, rate) in enumerate(bars):
-        ax.annotate(f"{rate:,.0f}", (i, rate), ha="center", va="bottom", fontsize=8)
-    ax.axhline(result["target_cycles_per_s"], color="gray", lw=0.8, ls="--",
-               label=f"target {result['target_cycles_per_s']:,} cycles/s")
-    ax.set_xticks(range(len(bars)), [name for name, _ in bars], fontsize=8)
-    ax.set_yscale("log")
-    rates = [r for _, r in bars] + [result["target_cycles_per_s"]]
-    ax.set_ylim(min(100.0, min(rates) / 3), max(rates) * 3)
-    ax.set_ylabel("simulated cycles per second")
-    ax.set_title(f"{result['config']} preset, {result['m']}×{result['n']}×{result['k']} GEMM",
-                 fontsize=10)
-    ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    with png_figure(path, (max(5.0, 1.3 * len(bars)), 4.0)) as (_fig, ax):
+        ax.bar(range(len(bars)), [r for _, r in bars], color="tab:blue")
+        for i, (_, rate) in enumerate(bars):
+            ax.annotate(f"{rate:,.0f}", (i, rate), ha="center", va="bottom", fontsize=8)
+        ax.axhline(result["target_cycles_per_s"], color="gray", lw=0.8, ls="--",
+                   label=f"target {result['target_cycles_per_s']:,} cycles/s")
+        ax.set_xticks(range(len(bars)), [name for name, _ in bars], fontsize=8)
+        ax.set_yscale("log")
+        rates = [r for _, r in bars] + [result["target_cycles_per_s"]]
+        ax.set_ylim(min(100.0, min(rates) / 3), max(rates) * 3)
+        ax.set_ylabel("simulated cycles per second")
+        ax.set_title(f"RTL simulation of GEMMs, {result['config']} preset", fontsize=10)
+        ax.legend(loc="upper right", fontsize=8)
+    return Path(path)

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .png_figure import png_figure
+
 __all__ = ["TRACKS", "Interval", "plot_timeline", "trace_events", "write_chrome_trace"]
 
 #: Tracks in display order.
@@ -140,33 +142,25 @@ def plot_timeline(intervals: Iterable[Interval], path: str | Path, *,
     Path
         ``path``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
     ivs = list(intervals)
     tracks = _tracks(ivs) or list(TRACKS)
     end = cycles if cycles is not None else max((iv.end for iv in ivs), default=1)
-    fig, ax = plt.subplots(figsize=(12, 0.6 * len(tracks) + 1.4))
-    for row, track in enumerate(reversed(tracks)):
-        for kind, (lo, height) in (("busy", (0.15, 0.7)), ("stall", (0.3, 0.4))):
-            bars = [(iv.start, iv.end - iv.start) for iv in ivs
-                    if iv.track == track and iv.kind == kind]
-            if bars:
-                ax.broken_barh(bars, (row + lo, height), facecolors=_COLOURS[kind],
-                               linewidth=0)
-    ax.set_yticks([r + 0.5 for r in range(len(tracks))], list(reversed(tracks)))
-    ax.set_ylim(0, len(tracks))
-    ax.set_xlim(0, max(end, 1))
-    ax.set_xlabel("cycle")
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in _COLOURS.items()],
-              loc="upper right", fontsize="small")
-    if title:
-        ax.set_title(title)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    with png_figure(path, (12, 0.6 * len(tracks) + 1.4), dpi=120) as (_fig, ax):
+        for row, track in enumerate(reversed(tracks)):
+            for kind, (lo, height) in (("busy", (0.15, 0.7)), ("stall", (0.3, 0.4))):
+                bars = [(iv.start, iv.end - iv.start) for iv in ivs
+                        if iv.track == track and iv.kind == kind]
+                if bars:
+                    ax.broken_barh(bars, (row + lo, height), facecolors=_COLOURS[kind],
+                                   linewidth=0)
+        ax.set_yticks([r + 0.5 for r in range(len(tracks))], list(reversed(tracks)))
+        ax.set_ylim(0, len(tracks))
+        ax.set_xlim(0, max(end, 1))
+        ax.set_xlabel("cycle")
+        ax.legend(handles=[Patch(color=c, label=k) for k, c in _COLOURS.items()],
+                  loc="upper right", fontsize="small")
+        if title:
+            ax.set_title(title)
+    return Path(path)
