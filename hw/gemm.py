@@ -130,17 +130,14 @@ class GemmCore(wiring.Component):
                 pairs.append(terms[-1])
             level += 1
             if level % self.levels_per_stage == 0 or level == self.tree_depth:
-                regs = []
-                for j, value in enumerate(pairs):
-                    reg = Signal(value.shape(), name=f"{name}_l{level}_{j}", reset_less=True)
-                    m.d.sync += reg.eq(value)
-                    regs.append(reg)
-                pairs = regs
+                pairs = [self._delayed(m, value, f"{name}_l{level}_{j}")
+                         for j, value in enumerate(pairs)]
             terms = pairs
         return terms[0]
 
     @staticmethod
     def _delayed(m: Module, value: Value, name: str) -> Signal:
+        """``value`` one cycle later, in a datapath register (no reset)."""
         reg = Signal(value.shape(), name=name, reset_less=True)
         m.d.sync += reg.eq(value)
         return reg
@@ -221,10 +218,9 @@ class GemmCore(wiring.Component):
         acc_delay = [self.acc_in]
         valid_delay = [self.in_valid]
         for stage in range(self.latency - 1):
-            acc_d = Signal(self.acc_in.shape(), name=f"acc_d{stage}", reset_less=True)
-            valid_d = Signal(name=f"valid_d{stage}")
-            m.d.sync += [acc_d.eq(acc_delay[-1]), valid_d.eq(valid_delay[-1])]
-            acc_delay.append(acc_d)
+            valid_d = Signal(name=f"valid_d{stage}")  # the valid chain keeps its reset
+            m.d.sync += valid_d.eq(valid_delay[-1])
+            acc_delay.append(self._delayed(m, acc_delay[-1], f"acc_d{stage}"))
             valid_delay.append(valid_d)
         acc = acc_delay[-1]
 
