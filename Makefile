@@ -31,7 +31,7 @@ isa-doc: $(STAMP)
 	$(BIN)/python -m tensorfab.isa.docgen docs/isa.md
 
 bench: $(STAMP)
-	$(BIN)/python benches/fsim_gemm.py
+	$(BIN)/python -m tensorfab.benches.fsim_gemm
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

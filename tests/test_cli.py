@@ -84,7 +84,7 @@ def test_missing_file(missing, capsys):
 
 
 def test_gemm_busy_fraction_from_intervals():
-    from tensorfab.sim.bench_rtl_gemm import gemm_busy_fraction
+    from tensorfab.benches.rtl_gemm_busy import gemm_busy_fraction
     from tensorfab.sim.trace import Interval
 
     ivs = [Interval("load", "busy", 0, 50), Interval("gemm", "busy", 10, 40),
@@ -95,7 +95,7 @@ def test_gemm_busy_fraction_from_intervals():
 
 
 def test_bench_names_are_registered(capsys):
-    from tensorfab.sim.benches import BENCHES
+    from tensorfab.benches import BENCHES
 
     assert {"fsim-gemm", "rtl-gemm-busy", "rtl-speed", "conv2d"} <= set(BENCHES)
     assert main(["bench", "no-such-bench"]) == 2
@@ -105,7 +105,7 @@ def test_bench_names_are_registered(capsys):
 
 
 def test_bench_conv2d_passes_target_and_plot(monkeypatch, capsys, tmp_path):
-    import tensorfab.sim.bench_conv2d as bench
+    import tensorfab.benches.conv2d as bench
 
     seen = {}
 
@@ -122,7 +122,7 @@ def test_bench_conv2d_passes_target_and_plot(monkeypatch, capsys, tmp_path):
 
 def test_conv2d_bench_on_rtl(tmp_path):
     """One layer, two thread counts: the record, the best count and the PNG."""
-    from tensorfab.sim.bench_conv2d import run_conv2d_bench
+    from tensorfab.benches.conv2d import run_conv2d_bench
 
     out = run_conv2d_bench("rtl", layers=["C10"], vthreads=(1, 2), plot=tmp_path / "u.png")
     assert out["all_correct"]

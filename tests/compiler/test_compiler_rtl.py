@@ -21,7 +21,7 @@ from tensorfab.compiler import (
     conv2d,
     dense,
 )
-from tensorfab.compiler.timing import simulate
+from tensorfab.compiler.tensor.timing import simulate
 from tensorfab.isa import PRESETS
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.rtl import RtlSimulator

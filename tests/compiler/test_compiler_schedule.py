@@ -12,7 +12,7 @@ from tensorfab.compiler import (
     Workload,
     default_schedule,
 )
-from tensorfab.compiler.tile_search import search_plan
+from tensorfab.compiler.tensor.tile_search import search_plan
 from tensorfab.isa import PRESETS
 
 CFG = PRESETS["default"]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from tensorfab.compiler import RESNET18_CONV, Schedule, check_program_order, compile_workload
-from tensorfab.compiler.lower import plan_instructions
-from tensorfab.compiler.residency import assign_regions, plan_steps, thread_regions
-from tensorfab.compiler.tile_search import search_plan
-from tensorfab.compiler.timing import DEFAULT_TIMING, fast_reset, insn_work, simulate
-from tensorfab.compiler.tokens import dispatch_order, insert_tokens
+from tensorfab.compiler.tensor.lower import plan_instructions
+from tensorfab.compiler.tensor.residency import assign_regions, plan_steps, thread_regions
+from tensorfab.compiler.tensor.tile_search import search_plan
+from tensorfab.compiler.tensor.timing import DEFAULT_TIMING, fast_reset, insn_work, simulate
+from tensorfab.compiler.tensor.tokens import dispatch_order, insert_tokens
 from tensorfab.isa import PRESETS, Buffer, Engine, Gemm, Load, Store
 from tensorfab.sim import FunctionalSimulator
 
@@ -103,7 +103,7 @@ def test_simulate_shares_the_bus_and_detects_deadlock():
 def test_dispatch_order_keeps_engine_order_and_tokens():
     wl = RESNET18_CONV["C7"]
     plan = search_plan(wl, CFG, 2, refine=False)
-    from tensorfab.compiler.lower import _EpilogueShape, _Lowering, lookahead
+    from tensorfab.compiler.tensor.lower import _EpilogueShape, _Lowering, lookahead
 
     steps = _Lowering(plan, _EpilogueShape(False, 0)).steps()
     emitted = insert_tokens(steps, lookahead(CFG))

@@ -19,7 +19,7 @@ from tensorfab.compiler import (
     insert_tokens,
     program_traffic,
 )
-from tensorfab.compiler.residency import plan_steps
+from tensorfab.compiler.tensor.residency import plan_steps
 from tensorfab.isa import PRESETS, Buffer, Gemm, Load, ProgramError, Store
 from tensorfab.sim import FunctionalSimulator
 

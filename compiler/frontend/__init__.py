@@ -1,0 +1,1 @@
+"""tensorfab.compiler.frontend: model importers (ONNX)."""

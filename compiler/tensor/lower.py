@@ -1,0 +1,310 @@
+"""Lowering of a scheduled operator (:class:`~.tile_plan.TilePlan`) to a Program.
+
+DRAM segments, all in the blocked layouts of :mod:`.layout` (``G`` groups stacked on
+the first axis):
+
+``inp``  int8 ``(G·N/BATCH, C/BLOCK_IN, H, W, BATCH, BLOCK_IN)``
+``wgt``  int8 ``(G·O/BLOCK_OUT, C/BLOCK_IN, KH, KW, BLOCK_OUT, BLOCK_IN)``
+``bias`` int32 ``(G·O/BLOCK_OUT, BATCH, BLOCK_OUT)`` (with a bias epilogue)
+``out``  int8 ``(G·N/BATCH, O/BLOCK_OUT, OH, OW, BATCH, BLOCK_OUT)``, the output
+``zeros`` int8, only when some input window lies wholly in the padding
+
+Output tiles are dealt round-robin to the virtual threads in groups of ``vthreads``;
+within a group the reduction (input-channel) tiles run outermost, so every thread
+advances one step at a time (:mod:`.residency`). A step loads the operand tiles no
+region holds yet (the input window with the LOAD's zero padding, the weight tile) and
+the bias tile its thread's slot does not hold, then runs: at the first reduction tile,
+the bias move into the accumulators (or a GEMM reset), one GEMM over the tile, and at
+the last reduction tile the ALU epilogue followed by the stores. Dependency tokens come
+from :func:`.tokens.insert_tokens`; :func:`.tokens.dispatch_order` then orders the
+instructions for the in-order fetch unit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorfab.isa import Alu, AluOp, Buffer, Gemm, HwConfig, Load, Program, Segment, Store
+from tensorfab.isa.builder import ProgramBuilder
+
+from .epilogue import Epilogue
+from .residency import plan_steps
+from .schedule import MAX_XFER
+from .tensorize import (
+    Kernel,
+    KernelTable,
+    alu_kernel,
+    bias_kernel,
+    gemm_kernel,
+    reset_kernel,
+)
+from .tile_plan import TilePlan
+from .tokens import Emitted, Step, dispatch_order, insert_tokens
+
+
+class _Geometry:
+    """DRAM entry indices of the four tensors."""
+
+    def __init__(self, plan: TilePlan) -> None:
+        wl, ext = plan.workload, plan.extents
+        self.nb, self.cb, self.ob = ext["b"], ext["ic"], ext["oc"]
+        self.h, self.w = wl.height, wl.width
+        self.kh, self.kw = wl.kernel
+        self.oh, self.ow = wl.out_height, wl.out_width
+
+    def inp(self, g: int, n: int, c: int, y: int, x: int) -> int:
+        return (((g * self.nb + n) * self.cb + c) * self.h + y) * self.w + x
+
+    def wgt(self, g: int, o: int, c: int) -> int:
+        return ((g * self.ob + o) * self.cb + c) * self.kh * self.kw
+
+    def out(self, g: int, n: int, o: int, y: int, x: int) -> int:
+        return (((g * self.nb + n) * self.ob + o) * self.oh + y) * self.ow + x
+
+
+def _pads(start: int, count: int, step: int, size: int) -> tuple[int, int]:
+    """How many window positions ``start + i·step`` (``i < count``) fall before 0 and how
+    many at or past ``size``."""
+    before = min(count, max(0, -(start // step)))  # ceil(-start / step), clamped
+    first_after = max(before, min(count, -((start - size) // step)))  # ceil((size-start)/step)
+    return before, count - first_after
+
+
+def _gemm(kernel: Kernel, span: tuple[int, int], *, reset: bool = False) -> Gemm:
+    (no, so), (ni, si) = kernel.outer, kernel.inner
+    return Gemm(reset=reset, uop_begin=span[0], uop_end=span[1], iter_out=no, iter_in=ni,
+                acc_factor_out=so[0], acc_factor_in=si[0],
+                inp_factor_out=so[1] if not reset else 0,
+                inp_factor_in=si[1] if not reset else 0,
+                wgt_factor_out=so[2] if not reset else 0,
+                wgt_factor_in=si[2] if not reset else 0)
+
+
+def _alu(kernel: Kernel, span: tuple[int, int], op: AluOp, imm: int | None) -> Alu:
+    (no, so), (ni, si) = kernel.outer, kernel.inner
+    return Alu(op=op, use_imm=imm is not None, imm=imm or 0, uop_begin=span[0],
+               uop_end=span[1], iter_out=no, iter_in=ni, dst_factor_out=so[0],
+               dst_factor_in=si[0], src_factor_out=so[1], src_factor_in=si[1])
+
+
+class _Lowering:
+    def __init__(self, plan: TilePlan, epilogue: Epilogue) -> None:
+        self.plan = plan
+        self.cfg = plan.cfg
+        self.ep = epilogue
+        self.geo = _Geometry(plan)
+        self.kernels = KernelTable()
+        self.needs_zeros = False
+
+    # ------------------------------------------------------------------ loads
+    def input_loads(self, region: int, t: dict[str, int], c0: int, tic: int
+                    ) -> list[Emitted]:
+        plan, geo, wl = self.plan, self.geo, self.plan.workload
+        rows, cols = plan.window
+        rstep = plan.row_step
+        sh, sw = wl.stride
+        pt, _, pl, _ = wl.padding
+        y0, x0 = t["oh"] * sh - pt, t["ow"] * sw - pl
+        top, bottom = _pads(y0, rows, rstep, geo.h)
+        left, right = _pads(x0, cols, 1, geo.w)
+        base = plan.slot_base("inp", region)
+        tn = plan.tile("b")
+        if (rstep == 1 and (rows, cols) == (geo.h, geo.w) and (y0, x0) == (0, 0)
+                and tic * rows * cols <= MAX_XFER and geo.cb * geo.h * geo.w <= MAX_XFER):
+            # the window is the whole image: one 2-D transfer over batch × channels
+            return [(Load(buffer=Buffer.INP, sram=base, dram=geo.inp(t["g"], t["b"], c0, 0, 0),
+                          y=tn, x=tic * rows * cols, stride=geo.cb * geo.h * geo.w), "inp")]
+        y, x = rows - top - bottom, cols - left - right
+        out: list[Emitted] = []
+        for n in range(tn):
+            for c in range(tic):
+                sram = base + (n * tic + c) * rows * cols
+                if y <= 0 or x <= 0:  # the whole window is padding
+                    self.needs_zeros = True
+                    out.append((Load(buffer=Buffer.INP, sram=sram, dram=0, y=rows, x=cols,
+                                     stride=cols), "zeros"))
+                    continue
+                dram = geo.inp(t["g"], t["b"] + n, c0 + c, y0 + top * rstep, x0 + left)
+                out.append((Load(buffer=Buffer.INP, sram=sram, dram=dram, y=y, x=x,
+                                 stride=rstep * geo.w, pad_top=top, pad_bottom=bottom,
+                                 pad_left=left, pad_right=right), "inp"))
+        return out
+
+    def weight_load(self, region: int, t: dict[str, int], c0: int, tic: int) -> Emitted:
+        geo = self.geo
+        taps = geo.kh * geo.kw
+        return (Load(buffer=Buffer.WGT, sram=self.plan.slot_base("wgt", region),
+                     dram=geo.wgt(t["g"], t["oc"], c0), y=self.plan.tile("oc"), x=tic * taps,
+                     stride=geo.cb * taps), "wgt")
+
+    def bias_load(self, v: int, t: dict[str, int]) -> Emitted:
+        plan = self.plan
+        toc = plan.tile("oc")
+        return (Load(buffer=Buffer.ACC, sram=plan.slot_base("acc", v) + plan.out_entries,
+                     dram=t["g"] * self.geo.ob + t["oc"], y=1, x=toc, stride=toc), "bias")
+
+    # ----------------------------------------------------------------- stores
+    def stores(self, v: int, t: dict[str, int]) -> list[Emitted]:
+        plan, geo = self.plan, self.geo
+        tn, toc, th, tw = (plan.tile(a) for a in ("b", "oc", "oh", "ow"))
+        base = plan.slot_base("acc", v)
+        if ((th, tw) == (geo.oh, geo.ow) and toc * th * tw <= MAX_XFER
+                and geo.ob * th * tw <= MAX_XFER):
+            return [(Store(sram=base, dram=geo.out(t["g"], t["b"], t["oc"], 0, 0), y=tn,
+                           x=toc * th * tw, stride=geo.ob * th * tw), "out")]
+        if tw == geo.ow and th * tw <= MAX_XFER and geo.oh * geo.ow <= MAX_XFER:
+            # full-width rows: each channel block's rows are contiguous in DRAM
+            return [(Store(sram=base + n * toc * th * tw,
+                           dram=geo.out(t["g"], t["b"] + n, t["oc"], t["oh"], 0), y=toc,
+                           x=th * tw, stride=geo.oh * geo.ow), "out") for n in range(tn)]
+        out: list[Emitted] = []
+        for n in range(tn):
+            for o in range(toc):
+                sram = base + (n * toc + o) * th * tw
+                dram = geo.out(t["g"], t["b"] + n, t["oc"] + o, t["oh"], t["ow"])
+                if tw == geo.ow:
+                    out.append((Store(sram=sram, dram=dram, y=1, x=th * tw, stride=th * tw),
+                                "out"))
+                else:
+                    out.append((Store(sram=sram, dram=dram, y=th, x=tw, stride=geo.ow), "out"))
+        return out
+
+    # ----------------------------------------------------------------- steps
+    def steps(self) -> list[Step]:
+        plan = self.plan
+        held: dict[int, object] = {}  # thread -> bias tile its slot holds
+        gemms: dict[tuple[int, int, int, int], Gemm] = {}  # (thread, tic, regions) -> GEMM
+        steps: list[Step] = []
+        alu_ops = self.ep.alu_ops()
+        for sl in plan_steps(plan):
+            v, t, c0, tic = sl.vthread, sl.start, sl.c0, sl.tic
+            step = Step(vthread=v, tile=sl.tile,
+                        reads=(("inp", sl.inp_region), ("wgt", sl.wgt_region)))
+            writes: list[tuple[str, int]] = []
+            if sl.first and self.ep.bias:
+                key = (t["g"], t["oc"])
+                if held.get(v) != key:
+                    step.loads.append(self.bias_load(v, t))
+                    writes.append(("bias", v))
+                    held[v] = key
+                step.reads = (*step.reads, ("bias", v))  # type: ignore[misc]
+            if sl.load_inp:
+                step.loads += self.input_loads(sl.inp_region, t, c0, tic)
+                writes.append(("inp", sl.inp_region))
+            if sl.load_wgt:
+                step.loads.append(self.weight_load(sl.wgt_region, t, c0, tic))
+                writes.append(("wgt", sl.wgt_region))
+            step.writes = tuple(writes)
+            if sl.first:
+                if self.ep.bias:
+                    k = bias_kernel(plan, v)
+                    step.compute.append(_alu(k, self.kernels.add(k), AluOp.MOV, None))
+                else:
+                    k = reset_kernel(plan, v)
+                    step.compute.append(_gemm(k, self.kernels.add(k), reset=True))
+            key = (v, tic, sl.inp_region, sl.wgt_region)
+            if key not in gemms:
+                k = gemm_kernel(plan, v, tic, sl.inp_region, sl.wgt_region)
+                gemms[key] = _gemm(k, self.kernels.add(k))
+            step.compute.append(gemms[key])
+            if sl.last:
+                k = alu_kernel(plan, v)
+                for op, imm in alu_ops:
+                    step.compute.append(_alu(k, self.kernels.add(k), op, imm))
+                step.stores = self.stores(v, t)
+            steps.append(step)
+        return steps
+
+
+def lookahead(cfg: HwConfig) -> int:
+    """Steps the loads may run ahead of the computation (bounds the tokens in flight
+    below the queues' capacity)."""
+    return max(1, cfg.dep_queue_depth - 1)
+
+
+class _EpilogueShape:
+    """What the lowering needs of an epilogue when only its shape is known."""
+
+    def __init__(self, bias: bool, n_alu_ops: int) -> None:
+        self.bias = bias
+        self._ops = [(AluOp.MAX, 0)] * n_alu_ops
+
+    def alu_ops(self) -> list[tuple[AluOp, int]]:
+        return list(self._ops)
+
+
+def plan_instructions(plan: TilePlan, n_alu_ops: int = 0) -> list[Emitted]:
+    """The instructions :func:`lower` emits for ``plan`` (with an epilogue of
+    ``n_alu_ops`` ALU instructions and the plan's bias), in dispatch order, without
+    FINISH and DRAM addresses: enough to estimate the program's timing."""
+    low = _Lowering(plan, _EpilogueShape(plan.bias, n_alu_ops))  # type: ignore[arg-type]
+    steps = low.steps()
+    uops: Emitted = (Load(buffer=Buffer.UOP, y=1, x=len(low.kernels), stride=len(low.kernels)),
+                     "uops")
+    return [uops, *dispatch_order(insert_tokens(steps, lookahead(plan.cfg)), plan.cfg)]
+
+
+def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray | None = None,
+          wgt: np.ndarray | None = None, bias: np.ndarray | None = None) -> Program:
+    """The program computing ``plan``'s operator with ``epilogue``.
+
+    Parameters
+    ----------
+    plan : TilePlan
+        A validated tiling (:meth:`.Schedule.plan`); its ``bias`` must match the
+        epilogue's.
+    epilogue : Epilogue | None
+        Fused epilogue (default: none, outputs are the accumulators' low bytes).
+    inp, wgt, bias : numpy.ndarray | None
+        Packed segment contents (shapes in the module docstring); zeros when omitted.
+
+    Returns
+    -------
+    Program
+        With segments ``inp``, ``wgt``, ``bias`` (if any), ``out`` (the output) and
+        ``zeros`` (if needed).
+    """
+    ep = epilogue or Epilogue()
+    if ep.bias != plan.bias:
+        raise ValueError(f"the epilogue {'has' if ep.bias else 'has no'} bias but the "
+                         f"schedule was made {'with' if plan.bias else 'without'} one")
+    cfg, wl = plan.cfg, plan.workload
+    ext = plan.extents
+    g = wl.groups
+    shapes = {
+        "inp": ("int8", (g * ext["b"], ext["ic"], wl.height, wl.width, cfg.batch,
+                         cfg.block_in)),
+        "wgt": ("int8", (g * ext["oc"], ext["ic"], wl.kernel[0], wl.kernel[1],
+                         cfg.block_out, cfg.block_in)),
+        "bias": ("int32", (g * ext["oc"], cfg.batch, cfg.block_out)),
+    }
+    data = {"inp": inp, "wgt": wgt, "bias": bias}
+    low = _Lowering(plan, ep)
+    steps = low.steps()
+    bld = ProgramBuilder(cfg)
+    for name in ("inp", "wgt", "bias"):
+        if name == "bias" and not ep.bias:
+            if bias is not None:
+                raise ValueError("bias data given without a bias epilogue")
+            continue
+        dtype, shape = shapes[name]
+        arr = data[name]
+        if arr is not None:
+            arr = np.asarray(arr)
+            if arr.shape != shape:
+                raise ValueError(f"{name} has shape {arr.shape}, the layout needs {shape}")
+        bld.add_segment(Segment(name, dtype, shape, arr))
+    bld.add_segment(Segment("out", "int8", (g * ext["b"], ext["oc"], wl.out_height,
+                                            wl.out_width, cfg.batch, cfg.block_out),
+                            output=True))
+    if low.needs_zeros:
+        rows, cols = plan.window
+        bld.add_segment(Segment("zeros", "int8", (rows * cols, cfg.batch, cfg.block_in)))
+    bld.add_uops(low.kernels.uops)
+    bld.load_uops()
+    for insn, seg in dispatch_order(insert_tokens(steps, lookahead(cfg)), cfg):
+        bld.emit(insn, segment=seg)
+    return bld.build()
+
+
+__all__ = ["lower", "plan_instructions"]

@@ -1,0 +1,1 @@
+"""tensorfab.hil: hardware in the loop (host-link protocol host side, board devices)."""

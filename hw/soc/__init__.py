@@ -1,0 +1,1 @@
+"""tensorfab.hw.soc: SoC tops around the core (memory, UART host bridge, LEDs)."""

@@ -1,0 +1,1 @@
+"""tensorfab.runtime: graph executor and CPU kernels; never imports the compiler."""
