@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from tensorfab.isa import ErrorCode, HwConfig, Opcode, uop_format
 from tensorfab.isa.config import log2
 from tensorfab.isa.formats import LOOP_ITER_WIDTH, header_format
+from tensorfab.isa.insn import fast_reset_condition
 
 from .alu import alu_lane
 from .gemm import GemmCore
@@ -249,10 +250,7 @@ class ComputeEngine(wiring.Component):
         # ------------------------------------------------------------ fast reset
         lanes = zero_lanes(cfg)
         lb = log2(lanes)
-        fast_reset = (is_gemm & g.reset & (g.uop_end == g.uop_begin + 1)
-                      & (g.acc_factor_in == 1) & (g.inp_factor_out == 0)
-                      & (g.inp_factor_in == 0) & (g.wgt_factor_out == 0)
-                      & (g.wgt_factor_in == 0))
+        fast_reset = is_gemm & fast_reset_condition(g)
         z_line = Signal(INDEX_WIDTH)  # first entry of the current line
         z_a = Signal(INDEX_WIDTH)  # next entry to zero
         z_left = Signal(LOOP_ITER_WIDTH + 1)  # entries of the line still to zero

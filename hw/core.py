@@ -7,8 +7,9 @@ from amaranth.lib import fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect
 
-from tensorfab.isa import HwConfig
+from tensorfab.isa import Engine, HwConfig
 from tensorfab.isa.config import log2
+from tensorfab.isa.formats import TOKEN_QUEUES
 
 from .arbiter import MemArbiter
 from .compute import ComputeEngine
@@ -113,11 +114,11 @@ class Core(wiring.Component):
             queues_empty.append(q.level == 0)
 
         # dependency-token queues
-        for name, producer, consumer in (("l2c", load.push_next, compute.pop_prev),
-                                         ("c2l", compute.push_prev, load.pop_next),
-                                         ("c2s", compute.push_next, store.pop_prev),
-                                         ("s2c", store.push_prev, compute.pop_next)):
-            tq = cleared(f"tokens_{name}", TokenQueue(cfg.dep_queue_depth))
+        engines = {Engine.LOAD: load, Engine.COMPUTE: compute, Engine.STORE: store}
+        for spec in TOKEN_QUEUES:
+            producer = getattr(engines[spec.producer], spec.push)
+            consumer = getattr(engines[spec.consumer], spec.pop)
+            tq = cleared(f"tokens_{spec.name}", TokenQueue(cfg.dep_queue_depth))
             m.d.comb += [tq.push_valid.eq(producer.valid), producer.ready.eq(tq.push_ready),
                          consumer.valid.eq(tq.pop_valid), tq.pop_ready.eq(consumer.ready)]
 

@@ -11,6 +11,8 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import HwConfig, insn_width, uop_format
+from tensorfab.isa.formats import FAST_RESET_LANES
+from tensorfab.isa.insn import fast_reset_lanes
 
 from .mem_port import MemPortSignature, MemReadSignature, MemWriteSignature
 
@@ -99,13 +101,14 @@ def BufReadSignature(addr_width: int, data_width: int) -> wiring.Signature:
 
 
 #: Accumulator entries one zero-flag row covers (at most; see :func:`zero_lanes`).
-ZERO_LANES = 16
+ZERO_LANES = FAST_RESET_LANES
 
 
 def zero_lanes(cfg: HwConfig) -> int:
     """Accumulator entries whose zero flags share one row of the zero-flag memory: a
-    fast reset zeroes at most this many entries per cycle."""
-    return min(ZERO_LANES, cfg.acc_depth)
+    fast reset zeroes at most this many entries per cycle
+    (:func:`tensorfab.isa.insn.fast_reset_lanes`)."""
+    return fast_reset_lanes(cfg)
 
 
 def ZeroSignature(cfg: HwConfig) -> wiring.Signature:

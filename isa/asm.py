@@ -29,7 +29,7 @@ from .asm_syntax import IMPLIED, mnemonic_table, vocabulary
 from .config import ConfigError, HwConfig, get_config
 from .errors import AsmError, ProgramError, TensorfabError
 from .formats import Buffer, Opcode, uop_format
-from .insn import INSN_CLASSES, Insn, Uop, buffer_entry_bytes, encode_insn
+from .insn import INSN_CLASSES, Insn, Uop, dram_unit_of, encode_insn
 from .program import DTYPES, UOP_SEGMENT, Program, Segment
 
 _TOKEN = re.compile(r"\S+")
@@ -261,8 +261,7 @@ def _resolve(st: _State, prog: Program, p: _PendingInsn, index: int) -> Insn:
             if sym not in regions or sym in ("insns", "end"):
                 known = ", ".join([UOP_SEGMENT, *st.segments]) or "none"
                 raise _err(st, p.line, col, f"unknown segment {sym!r} (known: {known})")
-            unit = (buffer_entry_bytes(cfg, values.get("buffer", Buffer.INP))
-                    if p.opcode is Opcode.LOAD else cfg.out_entry_bytes)
+            unit = dram_unit_of(cfg, p.opcode, values.get("buffer", Buffer.INP))
             base = regions[sym].offset
             if base % unit:
                 raise _err(st, p.line, col, f"segment {sym!r} at byte {base} is not aligned "

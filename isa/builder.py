@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from .config import HwConfig
 from .errors import ProgramError
 from .formats import Buffer
-from .insn import Finish, Insn, Load, Store, Uop, buffer_entry_bytes
+from .insn import Finish, Insn, Load, Store, Uop, segment_dram
 from .program import UOP_SEGMENT, Program, Segment
 
 
@@ -109,13 +109,11 @@ class ProgramBuilder:
         for i, (insn, seg) in enumerate(zip(self._insns, self._seg_of, strict=True)):
             if seg is not None:
                 assert isinstance(insn, Load | Store)
-                eb = (buffer_entry_bytes(self.cfg, insn.buffer) if isinstance(insn, Load)
-                      else self.cfg.out_entry_bytes)
-                off = layout[seg].offset
-                if off % eb:
-                    raise ProgramError(f"segment {seg!r} at byte {off} is not aligned to "
-                                       f"{eb}-byte entries", index=i)
-                insn = dataclasses.replace(insn, dram=insn.dram + off // eb)
+                try:
+                    base = segment_dram(self.cfg, insn, seg, layout[seg].offset)
+                except ValueError as e:
+                    raise ProgramError(str(e), index=i) from None
+                insn = dataclasses.replace(insn, dram=insn.dram + base)
             resolved.append(insn)
         prog.insns = resolved
         prog.validate()

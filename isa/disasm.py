@@ -10,7 +10,7 @@ import numpy as np
 
 from .asm_syntax import ALWAYS_PRINTED, IMPLIED, defaults, vocabulary
 from .config import PRESETS
-from .insn import INSN_CLASSES, Insn, Load, buffer_entry_bytes
+from .insn import INSN_CLASSES, Insn, dram_unit
 from .program import Program
 
 DATA_PER_LINE = 16
@@ -18,8 +18,7 @@ DATA_PER_LINE = 16
 
 def _dram_text(prog: Program, insn: Insn, dram: int) -> str:
     cfg = prog.config
-    unit = (buffer_entry_bytes(cfg, insn.buffer) if isinstance(insn, Load)
-            else cfg.out_entry_bytes)
+    unit = dram_unit(cfg, insn)
     byte = dram * unit
     for name, r in prog.layout().items():
         if name in ("insns", "end") or r.nbytes == 0:

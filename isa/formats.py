@@ -7,6 +7,7 @@ tensorfab writes a bit position.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 from functools import cache
 
@@ -23,6 +24,17 @@ PAD_WIDTH = 4
 IMM_WIDTH = 16
 #: Largest shift amount of SHR, SHR_RND and SHL.
 MAX_SHIFT = 31
+#: Largest extent of a GEMM/ALU loop (the loop-extent fields are unsigned).
+MAX_ITER = (1 << LOOP_ITER_WIDTH) - 1
+#: Largest LOAD/STORE size or stride (the transfer fields are unsigned).
+MAX_XFER = (1 << XFER_WIDTH) - 1
+#: Range of the signed ALU immediate.
+IMM_MIN, IMM_MAX = -(1 << (IMM_WIDTH - 1)), (1 << (IMM_WIDTH - 1)) - 1
+#: Largest multiplier a MUL immediate holds (the immediate is signed).
+MAX_IMM_MULTIPLIER = IMM_MAX
+#: Accumulator entries the compute engine zeroes per cycle in a fast reset (at most;
+#: see :func:`~.insn.fast_reset_lanes`).
+FAST_RESET_LANES = 16
 
 
 class Opcode(IntEnum):
@@ -74,6 +86,47 @@ ENGINE_OF: dict[Opcode, Engine] = {
     Opcode.FINISH: Engine.COMPUTE,
 }
 """Which engine executes each opcode."""
+
+
+@dataclass(frozen=True)
+class TokenQueue:
+    """One dependency-token queue between two engines.
+
+    The producer pushes a token with the instruction flag ``push`` (``push_next`` or
+    ``push_prev``); the consumer pops it with ``pop``. Every executor (the functional
+    simulator, its race detector, the hardware core, the random-program generator)
+    derives its queues from :data:`TOKEN_QUEUES`.
+    """
+
+    name: str
+    producer: Engine
+    push: str
+    consumer: Engine
+    pop: str
+
+    @property
+    def label(self) -> str:
+        """``load→compute`` and so on."""
+        return f"{self.producer.name.lower()}→{self.consumer.name.lower()}"
+
+
+TOKEN_QUEUES: tuple[TokenQueue, ...] = (
+    TokenQueue("l2c", Engine.LOAD, "push_next", Engine.COMPUTE, "pop_prev"),
+    TokenQueue("c2l", Engine.COMPUTE, "push_prev", Engine.LOAD, "pop_next"),
+    TokenQueue("c2s", Engine.COMPUTE, "push_next", Engine.STORE, "pop_prev"),
+    TokenQueue("s2c", Engine.STORE, "push_prev", Engine.COMPUTE, "pop_next"),
+)
+"""The four dependency-token queues (as VTA's): load↔compute and compute↔store."""
+
+
+def token_pops(engine: Engine) -> tuple[tuple[str, str], ...]:
+    """``(flag, queue name)`` of every queue ``engine`` pops from."""
+    return tuple((q.pop, q.name) for q in TOKEN_QUEUES if q.consumer is engine)
+
+
+def token_pushes(engine: Engine) -> tuple[tuple[str, str], ...]:
+    """``(flag, queue name)`` of every queue ``engine`` pushes to."""
+    return tuple((q.push, q.name) for q in TOKEN_QUEUES if q.producer is engine)
 
 
 def _header() -> tuple[Field, ...]:

@@ -17,6 +17,7 @@ from .errors import IllegalInstruction
 from .fields import FieldRangeError
 from .formats import (
     ENGINE_OF,
+    FAST_RESET_LANES,
     MAX_SHIFT,
     AluOp,
     Buffer,
@@ -186,6 +187,59 @@ def buffer_entry_bytes(cfg: HwConfig, buffer: Buffer) -> int:
     """Bytes one entry of ``buffer`` occupies in DRAM."""
     return {Buffer.UOP: uop_format(cfg).bytes, Buffer.WGT: cfg.wgt_entry_bytes,
             Buffer.INP: cfg.inp_entry_bytes, Buffer.ACC: cfg.acc_entry_bytes}[buffer]
+
+
+def dram_unit_of(cfg: HwConfig, opcode: Opcode, buffer: Buffer = Buffer.INP) -> int:
+    """Bytes per unit of the ``dram`` field of a LOAD into ``buffer`` (entries of the
+    buffer) or of a STORE (output entries)."""
+    if opcode is Opcode.LOAD:
+        return buffer_entry_bytes(cfg, buffer)
+    if opcode is Opcode.STORE:
+        return cfg.out_entry_bytes
+    raise ValueError(f"{opcode.name} has no dram field")
+
+
+def dram_unit(cfg: HwConfig, insn: Insn) -> int:
+    """Bytes per unit of ``insn``'s ``dram`` field (:func:`dram_unit_of`)."""
+    return dram_unit_of(cfg, insn.opcode, getattr(insn, "buffer", Buffer.INP))
+
+
+def segment_dram(cfg: HwConfig, insn: Insn, segment: str, byte_offset: int) -> int:
+    """The ``dram`` value addressing the first entry of a segment at ``byte_offset``.
+
+    Raises
+    ------
+    ValueError
+        If the segment does not start on a whole entry of ``insn``'s transfer.
+    """
+    unit = dram_unit(cfg, insn)
+    if byte_offset % unit:
+        raise ValueError(f"segment {segment!r} at byte {byte_offset} is not aligned to "
+                         f"{unit}-byte entries")
+    return byte_offset // unit
+
+
+def fast_reset_lanes(cfg: HwConfig) -> int:
+    """Accumulator entries a fast reset zeroes per cycle (one zero-flag row)."""
+    return min(FAST_RESET_LANES, cfg.acc_depth)
+
+
+def fast_reset_condition(g):
+    """The fast-reset condition over a GEMM's fields: a reset with one micro-op, a
+    contiguous inner loop and no input or weight steps.
+
+    Written with ``&`` and ``==`` only, so that it evaluates both on a :class:`Gemm`
+    (to a bool) and on the hardware's decoded instruction view (to an Amaranth value).
+    """
+    return (g.reset & (g.uop_end == g.uop_begin + 1) & (g.acc_factor_in == 1)
+            & (g.inp_factor_out == 0) & (g.inp_factor_in == 0)
+            & (g.wgt_factor_out == 0) & (g.wgt_factor_in == 0))
+
+
+def is_fast_reset(insn: Insn) -> bool:
+    """Whether the compute engine zeroes this GEMM's accumulators many per cycle
+    (:func:`fast_reset_condition`)."""
+    return isinstance(insn, Gemm) and bool(fast_reset_condition(insn))
 
 
 def _illegal(insn: Insn, field: str, message: str, index: int | None,

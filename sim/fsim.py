@@ -31,6 +31,7 @@ from tensorfab.isa import (
     Store,
     decode_insn,
 )
+from tensorfab.isa.formats import TOKEN_QUEUES, token_pops, token_pushes
 from tensorfab.isa.program import words_from_bytes
 
 from .blas import single_threaded_blas
@@ -42,25 +43,14 @@ from .fsim_mem import exec_load, exec_store
 from .machine import Machine
 from .race import ENGINE_NAMES, Access, access_clock
 
-#: Queue names by short key.
-QUEUE_NAMES = {"l2c": "load→compute", "c2l": "compute→load", "c2s": "compute→store",
-               "s2c": "store→compute"}
+#: Queue names by short key (:data:`tensorfab.isa.formats.TOKEN_QUEUES`).
+QUEUE_NAMES = {q.name: q.label for q in TOKEN_QUEUES}
 #: Per engine: dependency flag -> queue it pops.
-POPS: dict[Engine, tuple[tuple[str, str], ...]] = {
-    Engine.LOAD: (("pop_next", "c2l"),),
-    Engine.COMPUTE: (("pop_prev", "l2c"), ("pop_next", "s2c")),
-    Engine.STORE: (("pop_prev", "c2s"),),
-}
+POPS: dict[Engine, tuple[tuple[str, str], ...]] = {e: token_pops(e) for e in Engine}
 #: Per engine: dependency flag -> queue it pushes.
-PUSHES: dict[Engine, tuple[tuple[str, str], ...]] = {
-    Engine.LOAD: (("push_next", "l2c"),),
-    Engine.COMPUTE: (("push_prev", "c2l"), ("push_next", "c2s")),
-    Engine.STORE: (("push_prev", "s2c"),),
-}
-
+PUSHES: dict[Engine, tuple[tuple[str, str], ...]] = {e: token_pushes(e) for e in Engine}
 #: Per queue: the engine that pushes it and the flag that does.
-QUEUE_PUSHER = {"l2c": ("load", "push_next"), "c2l": ("compute", "push_prev"),
-                "c2s": ("compute", "push_next"), "s2c": ("store", "push_prev")}
+QUEUE_PUSHER = {q.name: (q.producer.name.lower(), q.push) for q in TOKEN_QUEUES}
 
 Token = tuple[tuple[int, int, int], int]  # (pusher's vector clock, pusher's index)
 

@@ -41,11 +41,8 @@ from tensorfab.isa import (
     Uop,
 )
 from tensorfab.isa.builder import ProgramBuilder
+from tensorfab.isa.formats import MAX_ITER, MAX_XFER
 
-#: Largest value of the 14-bit GEMM/ALU loop-extent fields.
-_MAX_ITER = (1 << 14) - 1
-#: Largest value of the 16-bit LOAD/STORE size and stride fields.
-_MAX_XFER = (1 << 16) - 1
 #: Fixed cost of one tile step (instruction issue, DMA latency), in cycles, when
 #: ranking tilings.
 _STEP_OVERHEAD_CYCLES = 64
@@ -142,8 +139,8 @@ class GemmTiling:
                              f"exceeds the {ac}-entry slice of acc_depth")
         if v * (self.tk + 2) > cfg.uop_depth:
             raise ValueError(f"{self}: {v * (self.tk + 2)} micro-ops exceed uop_depth")
-        if max(self.tm, self.tn) > _MAX_ITER:
-            raise ValueError(f"{self}: tile extent exceeds the loop field ({_MAX_ITER})")
+        if max(self.tm, self.tn) > MAX_ITER:
+            raise ValueError(f"{self}: tile extent exceeds the loop field ({MAX_ITER})")
 
 
 def _tile_candidates(extent: int, limit: int) -> list[int]:
@@ -179,8 +176,8 @@ def choose_tiling(cfg: HwConfig, m: int, n: int, k: int, vthreads: int = 1) -> G
         raise ValueError(f"vthreads = {vthreads}: the buffers cannot be split that many ways")
     bus = cfg.mem_bus_bytes
     best: tuple[tuple[int, int, int], GemmTiling] | None = None
-    for tm in _tile_candidates(M, min(ic, ac, _MAX_ITER)):
-        for tn in _tile_candidates(N, min(wc, ac // tm, _MAX_ITER)):
+    for tm in _tile_candidates(M, min(ic, ac, MAX_ITER)):
+        for tn in _tile_candidates(N, min(wc, ac // tm, MAX_ITER)):
             tk_max = min(K, ic // tm, wc // tn, uop_tk)
             if tk_max < 1:
                 continue
@@ -278,8 +275,8 @@ def build_blocked_gemm(cfg: HwConfig, m: int, n: int, k: int, *, vthreads: int =
             raise ValueError(f"{name} has values outside the int8 range")
     M, N, K = m // cfg.batch, n // cfg.block_out, k // cfg.block_in
     for name, value in (("k/block_in", K), ("n/block_out", N)):
-        if value > _MAX_XFER:
-            raise ValueError(f"{name} = {value} exceeds the {_MAX_XFER} DRAM stride field")
+        if value > MAX_XFER:
+            raise ValueError(f"{name} = {value} exceeds the {MAX_XFER} DRAM stride field")
     if tiling is None:
         tiling = choose_tiling(cfg, m, n, k, vthreads)
     elif tiling.vthreads != vthreads:

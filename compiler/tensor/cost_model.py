@@ -5,7 +5,7 @@ resource:
 
 * compute engine: one cycle per GEMM micro-op execution (``b·oc·oh·ow`` output entries
   × ``ic·KH·KW`` reduction entries), one per accumulator entry for the bias move (or
-  one per :data:`.timing.FAST_RESET_LANES` entries for the fast reset) and for each
+  one per :data:`tensorfab.isa.formats.FAST_RESET_LANES` entries for the fast reset) and for each
   epilogue ALU operation, plus :data:`INSN_ISSUE_CYCLES` per compute instruction;
 * load engine: the bus beats of the input windows, weight and bias tiles it loads (a
   tile a region already holds is not loaded, see :func:`operand_loads`), one cycle per
@@ -41,9 +41,10 @@ from tensorfab.isa import (
     insn_width,
     uop_format,
 )
+from tensorfab.isa.insn import fast_reset_lanes
 
 from .tile_plan import OUTER_AXES, TilePlan, tile_starts
-from .timing import DEFAULT_TIMING, FAST_RESET_LANES
+from .timing import DEFAULT_TIMING
 
 #: Cycles the compute engine spends per instruction beyond its micro-ops (micro-op
 #: read, pipeline fill and drain, tokens).
@@ -141,7 +142,7 @@ def estimate_cost(plan: TilePlan, n_alu_ops: int = 0) -> CostEstimate:
     f_bias = operand_loads(plan, "bias") / n_tiles if plan.bias else 0.0
 
     gemm = sum(out_entries * tic * kh * kw for _, tic in kts)
-    lanes = min(FAST_RESET_LANES, cfg.acc_depth)
+    lanes = fast_reset_lanes(cfg)
     init = out_entries if plan.bias else math.ceil(out_entries / lanes) + 1
     alu = init + out_entries * n_alu_ops
     n_compute = len(kts) + 1 + n_alu_ops

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tensorfab.isa import AluOp
+from tensorfab.isa.formats import IMM_MAX as _IMM_MAX
+from tensorfab.isa.formats import IMM_MIN as _IMM_MIN
 
 from .quantize import MAX_MULTIPLIER, MAX_SHIFT
-
-_IMM_MIN, _IMM_MAX = -(1 << 15), (1 << 15) - 1
 
 
 @dataclass(frozen=True)

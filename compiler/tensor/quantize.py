@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import math
 
-#: Largest multiplier the signed 16-bit immediate holds.
-MAX_MULTIPLIER = (1 << 15) - 1
-#: Largest shift SHR_RND accepts as an immediate.
-MAX_SHIFT = 31
+from tensorfab.isa.formats import MAX_IMM_MULTIPLIER as MAX_MULTIPLIER
+from tensorfab.isa.formats import MAX_SHIFT
+
 #: Largest int32.
 INT32_MAX = (1 << 31) - 1
 #: Largest magnitude of an int8 × int8 product.

@@ -29,13 +29,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tensorfab.isa import HwConfig, Opcode, insn_formats
+from tensorfab.isa.formats import MAX_XFER
 
 from .tensorize import MAX_ITER, kernel_uop_count
 from .tile_plan import AXES, OUTER_AXES, TilePlan, tile_starts
 from .workload import Workload
 
 #: Largest LOAD/STORE size or stride field.
-MAX_XFER = (1 << 16) - 1
 #: Buffers a schedule places.
 BUFFERS = ("inp", "wgt", "acc")
 

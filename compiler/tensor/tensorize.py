@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from itertools import product
 
 from tensorfab.isa import Uop
+from tensorfab.isa.formats import MAX_ITER
 
 from .tile_plan import TilePlan
 
 #: Largest value of the 14-bit GEMM/ALU loop-extent fields.
-MAX_ITER = (1 << 14) - 1
 #: Dims a GEMM may run as hardware loops (the output axes).
 GEMM_LOOPS = frozenset({"b", "oc", "oh", "ow"})
 

@@ -24,24 +24,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tensorfab.isa import Alu, Engine, Gemm, HwConfig, Insn, Load, Store, buffer_entry_bytes
+from tensorfab.isa.formats import FAST_RESET_LANES, TOKEN_QUEUES, token_pops, token_pushes
+from tensorfab.isa.insn import fast_reset_lanes, is_fast_reset
 
 __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams", "fast_reset",
            "insn_work", "simulate"]
 
-#: Accumulator entries the compute engine zeroes per cycle in a fast reset
-#: (``hw.signatures.ZERO_LANES``; at most ``acc_depth``).
-FAST_RESET_LANES = 16
-
-#: (pushing engine, flag), (popping engine, flag) of each token queue.
-_QUEUES = {
-    "l2c": ((Engine.LOAD, "push_next"), (Engine.COMPUTE, "pop_prev")),
-    "c2l": ((Engine.COMPUTE, "push_prev"), (Engine.LOAD, "pop_next")),
-    "c2s": ((Engine.COMPUTE, "push_next"), (Engine.STORE, "pop_prev")),
-    "s2c": ((Engine.STORE, "push_prev"), (Engine.COMPUTE, "pop_next")),
-}
 _EPS = 1e-9
-_POPS = {e: [(q, f) for q, (_, (pe, f)) in _QUEUES.items() if pe is e] for e in Engine}
-_PUSHES = {e: [(q, f) for q, ((pe, f), _) in _QUEUES.items() if pe is e] for e in Engine}
+_POPS = {e: [(q, f) for f, q in token_pops(e)] for e in Engine}
+_PUSHES = {e: [(q, f) for f, q in token_pushes(e)] for e in Engine}
 
 
 @dataclass(frozen=True)
@@ -83,12 +74,7 @@ class TimingParams:
 DEFAULT_TIMING = TimingParams()
 
 
-def fast_reset(insn: Gemm) -> bool:
-    """Whether the compute engine zeroes this GEMM's accumulators many per cycle (a
-    reset with one micro-op, a contiguous inner loop and no input or weight steps)."""
-    return (insn.reset and insn.uop_end - insn.uop_begin == 1 and insn.acc_factor_in == 1
-            and not (insn.inp_factor_out or insn.inp_factor_in or insn.wgt_factor_out
-                     or insn.wgt_factor_in))
+fast_reset = is_fast_reset  # the old name of the ISA's predicate
 
 
 def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
@@ -102,8 +88,8 @@ def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
         return params.load_fixed + params.pad_entry * pad, insn.y * row / rate
     if isinstance(insn, Store):
         return params.store_fixed, float(insn.y * insn.x * cfg.out_entry_bytes // bus)
-    if isinstance(insn, Gemm) and fast_reset(insn):
-        lanes = min(FAST_RESET_LANES, cfg.acc_depth)
+    if is_fast_reset(insn):
+        lanes = fast_reset_lanes(cfg)
         lines = insn.iter_out * (math.ceil(insn.iter_in / lanes) + 1)
         return params.compute_fixed + lines, 0.0
     if isinstance(insn, Gemm | Alu):
@@ -154,7 +140,7 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     engines = list(Engine)
     n_eng = len(engines)
     eng_of = [int(insn.engine) for insn in insns]
-    queues = list(_QUEUES)
+    queues = [q.name for q in TOKEN_QUEUES]
     q_index = {q: k for k, q in enumerate(queues)}
     # per instruction: queues it pops and pushes (indices)
     pops = [tuple(q_index[q] for q, f in _POPS[insn.engine] if getattr(insn, f))

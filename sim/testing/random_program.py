@@ -62,7 +62,8 @@ from tensorfab.isa import (
     get_config,
 )
 from tensorfab.isa.disasm import format_insn
-from tensorfab.isa.formats import MAX_SHIFT
+from tensorfab.isa.formats import MAX_SHIFT, token_pops, token_pushes
+from tensorfab.isa.insn import segment_dram
 
 #: Name of the informational segment recording how a program was generated.
 META_SEGMENT = "random_meta"
@@ -88,12 +89,8 @@ _SHIFT_OPS = (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL)
 _NEVER = -(1 << 40)  # "written by no store" in the feedback tracker
 
 # Flags: which queue each (engine, flag) pushes to or pops from.
-_POPS = {Engine.LOAD: (("pop_next", "c2l"),),
-         Engine.COMPUTE: (("pop_prev", "l2c"), ("pop_next", "s2c")),
-         Engine.STORE: (("pop_prev", "c2s"),)}
-_PUSHES = {Engine.LOAD: (("push_next", "l2c"),),
-           Engine.COMPUTE: (("push_prev", "c2l"), ("push_next", "c2s")),
-           Engine.STORE: (("push_prev", "s2c"),)}
+_POPS = {e: token_pops(e) for e in Engine}
+_PUSHES = {e: token_pushes(e) for e in Engine}
 
 
 def _fingerprint(cfg: HwConfig) -> int:
@@ -844,11 +841,8 @@ class _Generator:
             insn = it.insn
             if it.seg is not None:
                 assert isinstance(insn, Load | Store)
-                eb = buffer_entry_bytes(self.cfg, insn.buffer) if isinstance(insn, Load) \
-                    else self.cfg.out_entry_bytes
-                off = layout[it.seg].offset
-                assert off % eb == 0
-                insn = dataclasses.replace(insn, dram=insn.dram + off // eb)
+                base = segment_dram(self.cfg, insn, it.seg, layout[it.seg].offset)
+                insn = dataclasses.replace(insn, dram=insn.dram + base)
             resolved.append(insn)
         prog.insns = resolved
         prog.validate()
