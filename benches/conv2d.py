@@ -115,12 +115,7 @@ def run_conv2d_bench(target: str = "rtl", config: str | HwConfig = "default",
         of two threads over one), ``mean_utilization_best``, ``targets`` (each target
         and whether it is met), ``all_correct`` and context.
     """
-    from tensorfab.compiler import (
-        RESNET18_CONV,
-        conv2d,
-        program_traffic,
-        roofline_cycles,
-    )
+    from tensorfab.compiler import RESNET18_CONV, conv2d, program_traffic, roofline_cycles
     from tensorfab.compiler.tensor.timing import simulate
     from tensorfab.sim import FunctionalSimulator, get_device
 

@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 
-from tensorfab.compiler import build_blocked_gemm, choose_tiling, unpack_outputs
 from tensorfab.isa import PRESETS, HwConfig
+from tensorfab.sim.testing.blocked_gemm import build_blocked_gemm, choose_tiling, unpack_outputs
 
 #: Throughput the functional simulator should reach on the 512³ GEMM.
 TARGET_MACS_PER_S = 1e9

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from tensorfab.compiler.tensor.blocked_gemm import GemmTiling, build_blocked_gemm, unpack_outputs
 from tensorfab.isa import PRESETS, HwConfig
+from tensorfab.sim.testing.blocked_gemm import GemmTiling, build_blocked_gemm, unpack_outputs
 
 
 def gemm_busy_fraction(intervals) -> tuple[int, int, int]:

@@ -56,7 +56,7 @@ def bench_memory(latency: int = BENCH_LATENCY) -> MemoryTiming:
 
 def bench_program(cfg: HwConfig, m: int, n: int, k: int, vthreads: int = 2) -> Program:
     """The benchmark's GEMM program."""
-    from tensorfab.compiler import build_blocked_gemm
+    from tensorfab.sim.testing.blocked_gemm import build_blocked_gemm
 
     return build_blocked_gemm(cfg, m, n, k, vthreads=vthreads,
                               rng=np.random.default_rng(0))

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import TensorfabError
 
-class ConfigError(ValueError):
+
+class ConfigError(TensorfabError, ValueError):
     """An invalid :class:`HwConfig`: the message names the field and the rule it breaks."""
 
     def __init__(self, field_name: str, value: Any, rule: str) -> None:

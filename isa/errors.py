@@ -10,7 +10,13 @@ from .csr import ErrorCode
 
 
 class TensorfabError(Exception):
-    """Base class of tensorfab's errors."""
+    """Base class of tensorfab's errors: the command line reports any of them in one
+    line (``tensorfab: <message>``, exit status 2)."""
+
+
+class UsageError(TensorfabError, ValueError):
+    """An argument of the Python API outside its documented range (a ``ValueError``
+    too, so callers that catch that keep working)."""
 
 
 class ProgramError(TensorfabError):

@@ -11,8 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
+from .errors import TensorfabError
 
-class FieldRangeError(ValueError):
+
+class FieldRangeError(TensorfabError, ValueError):
     """A value does not fit the field it is meant for."""
 
     def __init__(self, fmt: str, field: str, value: int, lo: int, hi: int) -> None:

@@ -46,6 +46,7 @@ from tensorfab.isa import (
     decode_insn,
 )
 from tensorfab.isa.csr import STATUS_DONE
+from tensorfab.isa.errors import UsageError
 
 from .device import Counters, Device, RunResult
 from .errors import Wait
@@ -118,7 +119,7 @@ class MemoryTiming:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if not isinstance(value, int) or value < 1 or value >= 1 << 32:
-                raise ValueError(f"MemoryTiming.{f.name} = {value!r} must be an integer "
+                raise UsageError(f"MemoryTiming.{f.name} = {value!r} must be an integer "
                                  "between 1 and 2**32 - 1")
 
 
@@ -239,7 +240,7 @@ class Harness:
         m = memory
         if self._lib.tf_set_mem(self.handle, m.read_latency, m.write_latency, m.bandwidth,
                                 m.max_outstanding, m.read_buffer):
-            raise ValueError(f"invalid memory timing {memory}")
+            raise UsageError(f"invalid memory timing {memory}")
         self.memory = memory
 
     def set_attribution(self, insn_region: tuple[int, int],
@@ -597,7 +598,7 @@ class RtlSimulator(Device):
                  cxxflags: Sequence[str] = (), pgo: bool = True) -> None:
         self.memory = memory if memory is not None else DEFAULT_MEMORY
         if max_cycles < 1 or hang_cycles < 0:
-            raise ValueError("max_cycles must be positive and hang_cycles not negative")
+            raise UsageError("max_cycles must be positive and hang_cycles not negative")
         self.max_cycles = max_cycles
         self.hang_cycles = hang_cycles
         self.trace = trace

@@ -57,6 +57,7 @@ from pathlib import Path
 
 from tensorfab.isa import CSRS, HwConfig, Program, TensorfabError
 from tensorfab.isa.csr import STATUS_BUSY, STATUS_DONE, STATUS_ERROR
+from tensorfab.isa.errors import UsageError
 
 from .verilator_tools import (
     VERILATOR_WAIVERS,
@@ -598,7 +599,7 @@ def build_harness(cfg: HwConfig, *, threads: int = DEFAULT_THREADS,
         folder's ``build.log``).
     """
     if threads < 1:
-        raise ValueError(f"threads = {threads} must be at least 1")
+        raise UsageError(f"threads = {threads} must be at least 1")
     key = harness_key(cfg, threads, verilator_args, cxxflags, two_evals, pgo)
     if key in _BUILT:
         return _BUILT[key]
@@ -631,8 +632,8 @@ def training_program(cfg: HwConfig) -> Program:
     """The program a profile-guided build trains on: a blocked GEMM of
     ``16·max(block_in, block_out)`` per side with two virtual threads and a
     shift-and-clip ALU epilogue (loads, GEMM, ALU, stores, all token queues)."""
-    from tensorfab.compiler import build_blocked_gemm
     from tensorfab.isa import AluOp
+    from tensorfab.sim.testing.blocked_gemm import build_blocked_gemm
 
     side = 16 * max(cfg.block_in, cfg.block_out)
     m = -(-side // cfg.batch) * cfg.batch

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tensorfab.isa import PRESETS, Program, TensorfabError, get_config
-from tensorfab.isa.config import ConfigError, HwConfig
+from tensorfab.isa.config import HwConfig
 from tensorfab.isa.formats import insn_formats, insn_width, uop_format
 from tensorfab.isa.program import MAGIC
 
@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (TensorfabError, ConfigError) as exc:
+    except TensorfabError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:

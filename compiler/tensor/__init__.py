@@ -9,19 +9,7 @@ dependency tokens.
 """
 
 from tensorfab.isa.builder import ProgramBuilder
-
-from .blocked_gemm import (
-    GemmTiling,
-    build_blocked_gemm,
-    choose_tiling,
-    gemm_stats,
-    pack_activations,
-    pack_weights,
-    unpack_outputs,
-)
-from .cost_model import CostEstimate, estimate_cost, program_traffic, roofline_cycles
-from .epilogue import Epilogue
-from .layout import (
+from tensorfab.isa.layout import (
     pack_activation,
     pack_bias,
     pack_nchw,
@@ -30,6 +18,10 @@ from .layout import (
     unpack_nchw,
     unpack_output,
 )
+
+from .cost_model import CostEstimate, estimate_cost, program_traffic, roofline_cycles
+from .epilogue import Epilogue
+from .errors import CompileError
 from .lower import lower
 from .operators import CompiledOp, batch_matmul, compile_workload, conv2d, dense
 from .quantize import accumulator_bound, quantize_multiplier
@@ -42,10 +34,10 @@ from .workload import DENSE_LAYERS, RESNET18_CONV, Workload
 __all__ = [
     "DENSE_LAYERS",
     "RESNET18_CONV",
+    "CompileError",
     "CompiledOp",
     "CostEstimate",
     "Epilogue",
-    "GemmTiling",
     "Primitive",
     "ProgramBuilder",
     "Schedule",
@@ -55,29 +47,23 @@ __all__ = [
     "Workload",
     "accumulator_bound",
     "batch_matmul",
-    "build_blocked_gemm",
     "check_program_order",
-    "choose_tiling",
     "compile_workload",
     "conv2d",
     "default_schedule",
     "dense",
     "estimate_cost",
-    "gemm_stats",
     "insert_tokens",
     "lower",
     "pack_activation",
-    "pack_activations",
     "pack_bias",
     "pack_nchw",
     "pack_oihw",
     "pack_weight",
-    "pack_weights",
     "program_traffic",
     "quantize_multiplier",
     "roofline_cycles",
     "search_plan",
     "unpack_nchw",
     "unpack_output",
-    "unpack_outputs",
 ]

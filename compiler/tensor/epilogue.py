@@ -8,6 +8,7 @@ from tensorfab.isa import AluOp
 from tensorfab.isa.formats import IMM_MAX as _IMM_MAX
 from tensorfab.isa.formats import IMM_MIN as _IMM_MIN
 
+from .errors import CompileError
 from .quantize import MAX_MULTIPLIER, MAX_SHIFT
 
 
@@ -47,13 +48,13 @@ class Epilogue:
         if self.requant is not None:
             mult, shift = self.requant
             if not 0 <= mult <= MAX_MULTIPLIER:
-                raise ValueError(f"requant multiplier {mult} outside 0..{MAX_MULTIPLIER}")
+                raise CompileError(f"requant multiplier {mult} outside 0..{MAX_MULTIPLIER}")
             if not 0 <= shift <= MAX_SHIFT:
-                raise ValueError(f"requant shift {shift} outside 0..{MAX_SHIFT}")
+                raise CompileError(f"requant shift {shift} outside 0..{MAX_SHIFT}")
         if self.clip is not None:
             lo, hi = self.clip
             if not _IMM_MIN <= lo <= hi <= _IMM_MAX:
-                raise ValueError(f"clip bounds {self.clip} must satisfy {_IMM_MIN} <= lo <= "
+                raise CompileError(f"clip bounds {self.clip} must satisfy {_IMM_MIN} <= lo <= "
                                  f"hi <= {_IMM_MAX}")
 
     def alu_ops(self) -> list[tuple[AluOp, int]]:

@@ -28,6 +28,7 @@ from tensorfab.isa import Alu, AluOp, Buffer, Gemm, HwConfig, Load, Program, Seg
 from tensorfab.isa.builder import ProgramBuilder
 
 from .epilogue import Epilogue
+from .errors import CompileError
 from .residency import plan_steps
 from .schedule import MAX_XFER
 from .tensorize import (
@@ -266,7 +267,7 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
     """
     ep = epilogue or Epilogue()
     if ep.bias != plan.bias:
-        raise ValueError(f"the epilogue {'has' if ep.bias else 'has no'} bias but the "
+        raise CompileError(f"the epilogue {'has' if ep.bias else 'has no'} bias but the "
                          f"schedule was made {'with' if plan.bias else 'without'} one")
     cfg, wl = plan.cfg, plan.workload
     ext = plan.extents
@@ -285,14 +286,14 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
     for name in ("inp", "wgt", "bias"):
         if name == "bias" and not ep.bias:
             if bias is not None:
-                raise ValueError("bias data given without a bias epilogue")
+                raise CompileError("bias data given without a bias epilogue")
             continue
         dtype, shape = shapes[name]
         arr = data[name]
         if arr is not None:
             arr = np.asarray(arr)
             if arr.shape != shape:
-                raise ValueError(f"{name} has shape {arr.shape}, the layout needs {shape}")
+                raise CompileError(f"{name} has shape {arr.shape}, the layout needs {shape}")
         bld.add_segment(Segment(name, dtype, shape, arr))
     bld.add_segment(Segment("out", "int8", (g * ext["b"], ext["oc"], wl.out_height,
                                             wl.out_width, cfg.batch, cfg.block_out),

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorfab.isa import HwConfig, Program
+from tensorfab.isa.layout import pack_activation, pack_bias_for, pack_weight, unpack_output
 
 from .epilogue import Epilogue
-from .layout import pack_activation, pack_bias_for, pack_weight, unpack_output
+from .errors import CompileError
 from .lower import lower
 from .schedule import Schedule
 from .tile_plan import TilePlan
@@ -75,7 +76,7 @@ def _epilogue(epilogue: Epilogue | None, bias: np.ndarray | None) -> Epilogue:
     if bias is not None:
         return dataclasses.replace(ep, bias=True)
     if ep.bias:
-        raise ValueError("the epilogue asks for a bias but none was given")
+        raise CompileError("the epilogue asks for a bias but none was given")
     return ep
 
 
@@ -85,9 +86,9 @@ def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedul
         return default_schedule(workload, cfg, vthreads, bias=ep.bias,
                                 n_alu_ops=len(ep.alu_ops()))
     if schedule.workload != workload or schedule.cfg != cfg:
-        raise ValueError("the schedule was made for another workload or config")
+        raise CompileError("the schedule was made for another workload or config")
     if schedule.bias != ep.bias:
-        raise ValueError(f"the schedule was made with bias={schedule.bias}, the epilogue "
+        raise CompileError(f"the schedule was made with bias={schedule.bias}, the epilogue "
                          f"has bias={ep.bias}")
     return schedule
 
@@ -95,7 +96,7 @@ def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedul
 def _int8(name: str, a: np.ndarray) -> np.ndarray:
     a = np.asarray(a)
     if a.size and (a.min() < -128 or a.max() > 127):
-        raise ValueError(f"{name} has values outside the int8 range")
+        raise CompileError(f"{name} has values outside the int8 range")
     return a.astype(np.int8)
 
 
@@ -107,10 +108,10 @@ def _bias(bias: np.ndarray | None, out_channels: int, groups: int, cfg: HwConfig
     if b.shape == (out_channels,):
         b = np.broadcast_to(b, (groups, out_channels))
     if b.shape != (groups, out_channels):
-        raise ValueError(f"bias has shape {np.shape(bias)}, expected ({out_channels},)"
+        raise CompileError(f"bias has shape {np.shape(bias)}, expected ({out_channels},)"
                          + (f" or ({groups}, {out_channels})" if groups > 1 else ""))
     if b.size and (b.min() < -(1 << 31) or b.max() >= 1 << 31):
-        raise ValueError("bias has values outside the int32 range")
+        raise CompileError("bias has values outside the int32 range")
     return np.concatenate([pack_bias_for(cfg, b[i].astype(np.int32)) for i in range(groups)])
 
 
@@ -145,7 +146,7 @@ def conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None 
     """
     x, w = _int8("x", x), _int8("w", w)
     if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1]:
-        raise ValueError(f"shapes {x.shape} and {w.shape} are not NCHW and OIHW with equal C")
+        raise CompileError(f"shapes {x.shape} and {w.shape} are not NCHW and OIHW with equal C")
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     wl = Workload.conv2d(n, c, h, wd, o, (kh, kw), stride, padding)
@@ -167,7 +168,7 @@ def batch_matmul(cfg: HwConfig, a: np.ndarray, b: np.ndarray, bias: np.ndarray |
     """
     a, b = _int8("a", a), _int8("b", b)
     if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
-        raise ValueError(f"shapes {a.shape} and {b.shape} are not (G, M, K) and (G, K, N)")
+        raise CompileError(f"shapes {a.shape} and {b.shape} are not (G, M, K) and (G, K, N)")
     g, m, k = a.shape
     n = b.shape[2]
     wl = Workload.dense(m, k, n, groups=g)
@@ -188,7 +189,7 @@ def dense(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None =
     ``(M, N)`` int8."""
     x, w = np.asarray(x), np.asarray(w)
     if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
-        raise ValueError(f"shapes {x.shape} and {w.shape} are not (M, K) and (N, K)")
+        raise CompileError(f"shapes {x.shape} and {w.shape} are not (M, K) and (N, K)")
     op = batch_matmul(cfg, x[None], w.T[None], bias, epilogue=epilogue, schedule=schedule,
                       vthreads=vthreads)
     op.out_shape = (x.shape[0], w.shape[0])

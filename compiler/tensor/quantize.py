@@ -33,6 +33,8 @@ import math
 from tensorfab.isa.formats import MAX_IMM_MULTIPLIER as MAX_MULTIPLIER
 from tensorfab.isa.formats import MAX_SHIFT
 
+from .errors import CompileError
+
 #: Largest int32.
 INT32_MAX = (1 << 31) - 1
 #: Largest magnitude of an int8 × int8 product.
@@ -43,7 +45,7 @@ def accumulator_bound(reduction: int, bias_bound: int = 0) -> int:
     """Largest ``|acc|`` of a sum of ``reduction`` int8 × int8 products plus a bias of
     magnitude at most ``bias_bound``."""
     if reduction < 0 or bias_bound < 0:
-        raise ValueError("reduction and bias_bound must be non-negative")
+        raise CompileError("reduction and bias_bound must be non-negative")
     return reduction * MAX_PRODUCT + bias_bound
 
 
@@ -75,12 +77,12 @@ def quantize_multiplier(real_scale: float, acc_bound: int = INT32_MAX // MAX_MUL
         the bound (``round(real_scale) · acc_bound`` would overflow int32).
     """
     if not math.isfinite(real_scale) or real_scale <= 0:
-        raise ValueError(f"real_scale = {real_scale!r} must be positive and finite")
+        raise CompileError(f"real_scale = {real_scale!r} must be positive and finite")
     if acc_bound < 1:
-        raise ValueError(f"acc_bound = {acc_bound} must be positive")
+        raise CompileError(f"acc_bound = {acc_bound} must be positive")
     cap = min(MAX_MULTIPLIER, INT32_MAX // acc_bound)
     if cap < 1:
-        raise ValueError(f"acc_bound = {acc_bound} leaves no multiplier: every product "
+        raise CompileError(f"acc_bound = {acc_bound} leaves no multiplier: every product "
                          "would overflow int32")
     best: tuple[int, int] | None = None
     for shift in range(MAX_SHIFT + 1):
@@ -89,7 +91,7 @@ def quantize_multiplier(real_scale: float, acc_bound: int = INT32_MAX // MAX_MUL
             break
         best = (mult, shift)
     if best is None:
-        raise ValueError(f"real_scale = {real_scale} needs a multiplier of at least "
+        raise CompileError(f"real_scale = {real_scale} needs a multiplier of at least "
                          f"{round(real_scale)}, above the limit {cap} for acc_bound = "
                          f"{acc_bound}")
     if best[0] == 0:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from tensorfab.isa import HwConfig, Opcode, insn_formats
 from tensorfab.isa.formats import MAX_XFER
 
+from .errors import CompileError
 from .tensorize import MAX_ITER, kernel_uop_count
 from .tile_plan import AXES, OUTER_AXES, TilePlan, tile_starts
 from .workload import Workload
@@ -40,7 +41,7 @@ from .workload import Workload
 BUFFERS = ("inp", "wgt", "acc")
 
 
-class ScheduleError(ValueError):
+class ScheduleError(CompileError):
     """An invalid schedule.
 
     Attributes

@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tensorfab.isa import HwConfig
+from tensorfab.isa.layout import blocks
 
-from .layout import blocks
+from .errors import CompileError
 
 
 @dataclass(frozen=True)
@@ -55,19 +56,19 @@ class Workload:
         for f in ("batch", "in_channels", "height", "width", "out_channels", "groups"):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 1:
-                raise ValueError(f"Workload.{f} = {v!r} must be a positive integer")
+                raise CompileError(f"Workload.{f} = {v!r} must be a positive integer")
         object.__setattr__(self, "kernel", tuple(int(k) for k in self.kernel))
         object.__setattr__(self, "stride", tuple(int(s) for s in self.stride))
         object.__setattr__(self, "padding", tuple(int(p) for p in self.padding))
         if len(self.kernel) != 2 or min(self.kernel) < 1:
-            raise ValueError(f"Workload.kernel = {self.kernel} must be two positive sizes")
+            raise CompileError(f"Workload.kernel = {self.kernel} must be two positive sizes")
         if len(self.stride) != 2 or min(self.stride) < 1:
-            raise ValueError(f"Workload.stride = {self.stride} must be two positive steps")
+            raise CompileError(f"Workload.stride = {self.stride} must be two positive steps")
         if len(self.padding) != 4 or min(self.padding) < 0:
-            raise ValueError(f"Workload.padding = {self.padding} must be four non-negative "
+            raise CompileError(f"Workload.padding = {self.padding} must be four non-negative "
                              "sizes (top, bottom, left, right)")
         if self.out_height < 1 or self.out_width < 1:
-            raise ValueError(f"{self}: the kernel does not fit the padded input")
+            raise CompileError(f"{self}: the kernel does not fit the padded input")
 
     # ------------------------------------------------------------------ constructors
     @classmethod

@@ -62,6 +62,7 @@ from tensorfab.isa import (
     get_config,
 )
 from tensorfab.isa.disasm import format_insn
+from tensorfab.isa.errors import UsageError
 from tensorfab.isa.formats import MAX_SHIFT, token_pops, token_pushes
 from tensorfab.isa.insn import segment_dram
 
@@ -139,7 +140,7 @@ class _Generator:
     def __init__(self, cfg: HwConfig, seed: int, vthreads: int | None,
                  max_steps: int | None) -> None:
         if not isinstance(seed, int | np.integer) or seed < 0:
-            raise ValueError(f"seed = {seed!r} must be a non-negative integer")
+            raise UsageError(f"seed = {seed!r} must be a non-negative integer")
         self.cfg = cfg
         self.seed = int(seed)
         self.rng = np.random.default_rng(np.random.SeedSequence([int(seed),
@@ -156,11 +157,11 @@ class _Generator:
         else:
             V = int(vthreads)
             if not 1 <= V <= v_max:
-                raise ValueError(f"vthreads = {vthreads} must be between 1 and {v_max} "
+                raise UsageError(f"vthreads = {vthreads} must be between 1 and {v_max} "
                                  "(dep_queue_depth, and entries of the smallest buffer)")
         max_steps = DEFAULT_MAX_STEPS if max_steps is None else int(max_steps)
         if max_steps < 1:
-            raise ValueError(f"max_steps = {max_steps} must be at least 1")
+            raise UsageError(f"max_steps = {max_steps} must be at least 1")
         self.V = V
         self.scratch_acc = cfg.acc_depth - 1
         self.relay_uop = cfg.uop_depth - 1

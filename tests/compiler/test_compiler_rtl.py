@@ -14,13 +14,7 @@ import pytest
 from numpy_reference import conv2d_acc, dense_acc, epilogue, resnet_conv_case
 from resnet_epilogue import requant_epilogue
 
-from tensorfab.compiler import (
-    RESNET18_CONV,
-    Epilogue,
-    check_program_order,
-    conv2d,
-    dense,
-)
+from tensorfab.compiler import RESNET18_CONV, Epilogue, check_program_order, conv2d, dense
 from tensorfab.compiler.tensor.timing import simulate
 from tensorfab.isa import PRESETS
 from tensorfab.sim import FunctionalSimulator

@@ -25,15 +25,15 @@ from support.isa_programs import (
     build_requant,
 )
 
-from tensorfab.compiler import (
+from tensorfab.isa import PRESETS, Alu, AluOp, Buffer, Gemm, Load, Program, Store, uop_format
+from tensorfab.sim import FunctionalSimulator
+from tensorfab.sim.testing.blocked_gemm import (
     GemmTiling,
     build_blocked_gemm,
     pack_activations,
     pack_weights,
     unpack_outputs,
 )
-from tensorfab.isa import PRESETS, Alu, AluOp, Buffer, Gemm, Load, Program, Store, uop_format
-from tensorfab.sim import FunctionalSimulator
 
 PRESET_NAMES = ["tiny", "small", "default"]
 

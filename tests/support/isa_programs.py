@@ -26,8 +26,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tensorfab.compiler import GemmTiling, ProgramBuilder, build_blocked_gemm
-from tensorfab.isa import Alu, AluOp, Buffer, Gemm, HwConfig, Load, Program, Segment, Store, Uop
+from tensorfab.isa import (
+    Alu,
+    AluOp,
+    Buffer,
+    Gemm,
+    HwConfig,
+    Load,
+    Program,
+    ProgramBuilder,
+    Segment,
+    Store,
+    Uop,
+)
+from tensorfab.sim.testing.blocked_gemm import GemmTiling, build_blocked_gemm
 
 Inputs = dict[str, np.ndarray]
 

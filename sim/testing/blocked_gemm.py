@@ -1,4 +1,6 @@
-"""Hand-scheduled blocked GEMM with virtual threads, and a small program builder.
+"""Hand-scheduled blocked GEMM with virtual threads: a fixture of the tests and of the
+RTL benchmarks (whose cycle counts the timing model is calibrated on), not public API;
+users compile GEMMs with :func:`tensorfab.compiler.dense`.
 
 :func:`build_blocked_gemm` emits a complete :class:`~tensorfab.isa.Program` computing
 ``C[m, n] = A[m, k] @ B[k, n]`` (int8 operands, int32 accumulation, int8 results)
@@ -41,7 +43,9 @@ from tensorfab.isa import (
     Uop,
 )
 from tensorfab.isa.builder import ProgramBuilder
+from tensorfab.isa.errors import UsageError
 from tensorfab.isa.formats import MAX_ITER, MAX_XFER
+from tensorfab.isa.layout import pack_nchw, pack_oihw, unpack_nchw
 
 #: Fixed cost of one tile step (instruction issue, DMA latency), in cycles, when
 #: ranking tilings.
@@ -54,42 +58,30 @@ def _check_dims(cfg: HwConfig, m: int, n: int, k: int) -> None:
                                          ("n", n, cfg.block_out, "block_out"),
                                          ("k", k, cfg.block_in, "block_in")):
         if not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name} = {value!r} must be a positive integer")
+            raise UsageError(f"{name} = {value!r} must be a positive integer")
         if value % unit:
-            raise ValueError(f"{name} = {value} is not a multiple of {unit_name} = {unit}")
+            raise UsageError(f"{name} = {value} is not a multiple of {unit_name} = {unit}")
 
 
 def pack_activations(cfg: HwConfig, a: np.ndarray) -> np.ndarray:
-    """Pack an ``(m, k)`` activation matrix into input entries.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``(m/batch, k/block_in, batch, block_in)``, same dtype as ``a``.
-    """
+    """Pack an ``(m, k)`` activation matrix into input entries
+    ``(m/batch, k/block_in, batch, block_in)`` (:func:`~tensorfab.isa.layout.pack_nchw`
+    of the matrix as ``m × k × 1 × 1``)."""
     a = np.asarray(a)
     m, k = a.shape
     _check_dims(cfg, m, cfg.block_out, k)
-    return np.ascontiguousarray(
-        a.reshape(m // cfg.batch, cfg.batch, k // cfg.block_in, cfg.block_in)
-        .transpose(0, 2, 1, 3))
+    return np.ascontiguousarray(pack_nchw(a[:, :, None, None], cfg.batch, cfg.block_in)[:, :, 0, 0])
 
 
 def pack_weights(cfg: HwConfig, b: np.ndarray) -> np.ndarray:
-    """Pack a ``(k, n)`` weight matrix into weight entries (one output channel per row).
-
-    Returns
-    -------
-    numpy.ndarray
-        ``(n/block_out, k/block_in, block_out, block_in)`` where entry ``[nb, kb]`` is
-        ``b[kb*block_in:(kb+1)*block_in, nb*block_out:(nb+1)*block_out].T``.
-    """
+    """Pack a ``(k, n)`` weight matrix into weight entries
+    ``(n/block_out, k/block_in, block_out, block_in)``, one output channel per row
+    (:func:`~tensorfab.isa.layout.pack_oihw` of ``bᵀ`` as ``n × k × 1 × 1``)."""
     b = np.asarray(b)
     k, n = b.shape
     _check_dims(cfg, cfg.batch, n, k)
     return np.ascontiguousarray(
-        b.reshape(k // cfg.block_in, cfg.block_in, n // cfg.block_out, cfg.block_out)
-        .transpose(2, 0, 3, 1))
+        pack_oihw(b.T[:, :, None, None], cfg.block_out, cfg.block_in)[:, :, 0, 0])
 
 
 def unpack_outputs(cfg: HwConfig, c: np.ndarray) -> np.ndarray:
@@ -97,9 +89,9 @@ def unpack_outputs(cfg: HwConfig, c: np.ndarray) -> np.ndarray:
     c = np.asarray(c)
     mb, nb, batch, bo = c.shape
     if (batch, bo) != (cfg.batch, cfg.block_out):
-        raise ValueError(f"output entries are {batch}x{bo}, the config's are "
+        raise UsageError(f"output entries are {batch}x{bo}, the config's are "
                          f"{cfg.batch}x{cfg.block_out}")
-    return np.ascontiguousarray(c.transpose(0, 2, 1, 3).reshape(mb * batch, nb * bo))
+    return unpack_nchw(c[:, :, None, None], mb * batch, nb * bo)[:, :, 0, 0]
 
 
 # ------------------------------------------------------------------------ tiling
@@ -126,21 +118,21 @@ class GemmTiling:
         """Raise ``ValueError`` if one thread's tile does not fit its buffer slices."""
         v = self.vthreads
         if min(self.tm, self.tn, self.tk, v) < 1:
-            raise ValueError(f"{self}: extents and vthreads must be positive")
+            raise UsageError(f"{self}: extents and vthreads must be positive")
         ic, wc, ac = cfg.inp_depth // v, cfg.wgt_depth // v, cfg.acc_depth // v
         if self.tm * self.tk > ic:
-            raise ValueError(f"{self}: input tile of {self.tm * self.tk} entries exceeds "
+            raise UsageError(f"{self}: input tile of {self.tm * self.tk} entries exceeds "
                              f"the {ic}-entry slice of inp_depth")
         if self.tn * self.tk > wc:
-            raise ValueError(f"{self}: weight tile of {self.tn * self.tk} entries exceeds "
+            raise UsageError(f"{self}: weight tile of {self.tn * self.tk} entries exceeds "
                              f"the {wc}-entry slice of wgt_depth")
         if self.tm * self.tn > ac:
-            raise ValueError(f"{self}: accumulator tile of {self.tm * self.tn} entries "
+            raise UsageError(f"{self}: accumulator tile of {self.tm * self.tn} entries "
                              f"exceeds the {ac}-entry slice of acc_depth")
         if v * (self.tk + 2) > cfg.uop_depth:
-            raise ValueError(f"{self}: {v * (self.tk + 2)} micro-ops exceed uop_depth")
+            raise UsageError(f"{self}: {v * (self.tk + 2)} micro-ops exceed uop_depth")
         if max(self.tm, self.tn) > MAX_ITER:
-            raise ValueError(f"{self}: tile extent exceeds the loop field ({MAX_ITER})")
+            raise UsageError(f"{self}: tile extent exceeds the loop field ({MAX_ITER})")
 
 
 def _tile_candidates(extent: int, limit: int) -> list[int]:
@@ -167,13 +159,13 @@ def choose_tiling(cfg: HwConfig, m: int, n: int, k: int, vthreads: int = 1) -> G
     """
     _check_dims(cfg, m, n, k)
     if vthreads < 1:
-        raise ValueError(f"vthreads = {vthreads} must be at least 1")
+        raise UsageError(f"vthreads = {vthreads} must be at least 1")
     M, N, K = m // cfg.batch, n // cfg.block_out, k // cfg.block_in
     v = vthreads
     ic, wc, ac = cfg.inp_depth // v, cfg.wgt_depth // v, cfg.acc_depth // v
     uop_tk = cfg.uop_depth // v - 2
     if min(ic, wc, ac, uop_tk) < 1:
-        raise ValueError(f"vthreads = {vthreads}: the buffers cannot be split that many ways")
+        raise UsageError(f"vthreads = {vthreads}: the buffers cannot be split that many ways")
     bus = cfg.mem_bus_bytes
     best: tuple[tuple[int, int, int], GemmTiling] | None = None
     for tm in _tile_candidates(M, min(ic, ac, MAX_ITER)):
@@ -194,7 +186,7 @@ def choose_tiling(cfg: HwConfig, m: int, n: int, k: int, vthreads: int = 1) -> G
             if best is None or key < best[0]:
                 best = (key, GemmTiling(tm, tn, tk, v))
     if best is None:
-        raise ValueError(f"no tile of a {m}x{n}x{k} GEMM fits the {cfg.name} buffers "
+        raise UsageError(f"no tile of a {m}x{n}x{k} GEMM fits the {cfg.name} buffers "
                          f"with {vthreads} virtual threads")
     return best[1]
 
@@ -260,7 +252,7 @@ def build_blocked_gemm(cfg: HwConfig, m: int, n: int, k: int, *, vthreads: int =
     """
     _check_dims(cfg, m, n, k)
     if not 1 <= vthreads <= cfg.dep_queue_depth:
-        raise ValueError(f"vthreads = {vthreads} must be between 1 and dep_queue_depth = "
+        raise UsageError(f"vthreads = {vthreads} must be between 1 and dep_queue_depth = "
                          f"{cfg.dep_queue_depth}")
     rng = rng if rng is not None else np.random.default_rng(0)
     if a is None:
@@ -270,17 +262,17 @@ def build_blocked_gemm(cfg: HwConfig, m: int, n: int, k: int, *, vthreads: int =
     for name, arr, shape in (("a", a, (m, k)), ("b", b, (k, n))):
         arr = np.asarray(arr)
         if arr.shape != shape:
-            raise ValueError(f"{name} has shape {arr.shape}, expected {shape}")
+            raise UsageError(f"{name} has shape {arr.shape}, expected {shape}")
         if arr.size and (arr.min() < -128 or arr.max() > 127):
-            raise ValueError(f"{name} has values outside the int8 range")
+            raise UsageError(f"{name} has values outside the int8 range")
     M, N, K = m // cfg.batch, n // cfg.block_out, k // cfg.block_in
     for name, value in (("k/block_in", K), ("n/block_out", N)):
         if value > MAX_XFER:
-            raise ValueError(f"{name} = {value} exceeds the {MAX_XFER} DRAM stride field")
+            raise UsageError(f"{name} = {value} exceeds the {MAX_XFER} DRAM stride field")
     if tiling is None:
         tiling = choose_tiling(cfg, m, n, k, vthreads)
     elif tiling.vthreads != vthreads:
-        raise ValueError(f"tiling.vthreads = {tiling.vthreads} but vthreads = {vthreads}")
+        raise UsageError(f"tiling.vthreads = {tiling.vthreads} but vthreads = {vthreads}")
     tiling.check(cfg)
     epilogue = list(epilogue or [])
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorfab.isa import HwConfig
+from .config import HwConfig
+from .errors import UsageError
 
 
 def blocks(extent: int, block: int) -> int:
@@ -31,7 +32,7 @@ def _pack_blocked(x: np.ndarray, first: int, second: int, what: str) -> np.ndarr
     second)``, zero-padding ``A`` and ``B``; ``what`` names the expected shape."""
     x = np.asarray(x)
     if x.ndim != 4:
-        raise ValueError(f"expected {what}, got shape {x.shape}")
+        raise UsageError(f"expected {what}, got shape {x.shape}")
     a, b, h, w = x.shape
     ab, bb = blocks(a, first), blocks(b, second)
     padded = np.zeros((ab * first, bb * second, h, w), dtype=x.dtype)
@@ -53,10 +54,10 @@ def unpack_nchw(packed: np.ndarray, n: int, c: int) -> np.ndarray:
     ``(n, c, H, W)``, dropping the padding."""
     packed = np.asarray(packed)
     if packed.ndim != 6:
-        raise ValueError(f"expected a packed 6-D tensor, got shape {packed.shape}")
+        raise UsageError(f"expected a packed 6-D tensor, got shape {packed.shape}")
     nb, cb, h, w, batch, block = packed.shape
     if n > nb * batch or c > cb * block:
-        raise ValueError(f"({n}, {c}) does not fit a packed tensor of {nb * batch} rows and "
+        raise UsageError(f"({n}, {c}) does not fit a packed tensor of {nb * batch} rows and "
                          f"{cb * block} channels")
     full = packed.transpose(0, 4, 1, 5, 2, 3).reshape(nb * batch, cb * block, h, w)
     return np.ascontiguousarray(full[:n, :c])
@@ -72,7 +73,7 @@ def pack_bias(bias: np.ndarray, batch: int, block_out: int) -> np.ndarray:
     """Pack an ``(O,)`` int32 bias into ``(O/bo, batch, bo)``, repeated over ``batch``."""
     bias = np.asarray(bias)
     if bias.ndim != 1:
-        raise ValueError(f"expected an (O,) bias, got shape {bias.shape}")
+        raise UsageError(f"expected an (O,) bias, got shape {bias.shape}")
     ob = blocks(bias.shape[0], block_out)
     padded = np.zeros(ob * block_out, dtype=np.int32)
     padded[: bias.shape[0]] = bias
@@ -90,7 +91,7 @@ def unpack_output(cfg: HwConfig, y: np.ndarray, n: int, c: int) -> np.ndarray:
     """:func:`unpack_nchw` for an output tensor (``batch × block_out`` entries)."""
     y = np.asarray(y)
     if y.shape[-2:] != (cfg.batch, cfg.block_out):
-        raise ValueError(f"output entries are {y.shape[-2:]}, the config's are "
+        raise UsageError(f"output entries are {y.shape[-2:]}, the config's are "
                          f"{(cfg.batch, cfg.block_out)}")
     return unpack_nchw(y, n, c)
 
