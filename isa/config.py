@@ -186,17 +186,6 @@ class HwConfig:
         """Largest DRAM the address width can reach."""
         return 1 << self.dram_addr_width
 
-    def buffer_bytes(self) -> dict[str, int]:
-        """On-chip buffer sizes in bytes, by buffer name (micro-ops at their used bits)."""
-        from .formats import uop_format
-
-        return {
-            "inp": self.inp_depth * self.inp_entry_bytes,
-            "wgt": self.wgt_depth * self.wgt_entry_bytes,
-            "acc": self.acc_depth * self.acc_entry_bytes,
-            "uop": self.uop_depth * -(-uop_format(self).used_bits // 8),
-        }
-
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
         """Parameters as a plain dict (JSON-ready)."""

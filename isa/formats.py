@@ -234,3 +234,13 @@ def uop_format(cfg: HwConfig) -> Format:
 def header_format(cfg: HwConfig) -> Format:
     """The fields every instruction starts with (opcode and dependency flags)."""
     return Format("header", _header(), insn_width(cfg))
+
+
+def buffer_bytes(cfg: HwConfig) -> dict[str, int]:
+    """On-chip buffer sizes in bytes, by buffer name (micro-ops at their used bits)."""
+    return {
+        "inp": cfg.inp_depth * cfg.inp_entry_bytes,
+        "wgt": cfg.wgt_depth * cfg.wgt_entry_bytes,
+        "acc": cfg.acc_depth * cfg.acc_entry_bytes,
+        "uop": cfg.uop_depth * -(-uop_format(cfg).used_bits // 8),
+    }

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from tensorfab.isa import PRESETS, Program, TensorfabError, get_config
 from tensorfab.isa.config import HwConfig
-from tensorfab.isa.formats import insn_formats, insn_width, uop_format
+from tensorfab.isa.formats import buffer_bytes, insn_formats, insn_width, uop_format
 from tensorfab.isa.program import MAGIC
 
 err_console = Console(stderr=True, soft_wrap=True)
@@ -62,7 +62,7 @@ def config_summary(cfg: HwConfig) -> dict:
         "config": cfg.to_dict(),
         "derived": {
             "peak_macs_per_cycle": cfg.peak_macs_per_cycle,
-            "buffer_bytes": cfg.buffer_bytes(),
+            "buffer_bytes": buffer_bytes(cfg),
             "entry_bytes": {"inp": cfg.inp_entry_bytes, "wgt": cfg.wgt_entry_bytes,
                             "acc": cfg.acc_entry_bytes, "out": cfg.out_entry_bytes,
                             "uop": uop_format(cfg).bytes},

@@ -22,9 +22,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .tensorize import GEMM_LOOPS, bias_dims, gemm_dims, kernel_size
 from .tile_plan import TilePlan
 
-__all__ = ["StepSlots", "assign_regions", "plan_steps", "step_sequence", "thread_regions"]
+__all__ = ["StepSlots", "assign_regions", "kernel_uop_count", "plan_steps", "step_sequence",
+           "thread_regions"]
 
 
 @dataclass(frozen=True)
@@ -146,9 +148,14 @@ def thread_regions(keys: list[tuple[int, ...]], owners: list[int]) -> list[tuple
     return out
 
 
-def _gemm_uops(plan: TilePlan, steps: list[StepSlots]) -> int:
-    from .tensorize import GEMM_LOOPS, gemm_dims, kernel_size
+def kernel_uop_count(plan: TilePlan) -> int:
+    """Micro-ops of every distinct kernel the plan needs: a GEMM kernel per thread,
+    reduction-tile size and pair of regions its steps read, a reset or bias kernel and
+    an element-wise ALU kernel per thread."""
+    return _gemm_uops(plan, plan_steps(plan)) + _other_uops(plan)
 
+
+def _gemm_uops(plan: TilePlan, steps: list[StepSlots]) -> int:
     sizes = {size: kernel_size(gemm_dims(plan, size), GEMM_LOOPS)
              for _, size in plan.ic_tiles()}
     combos = {(s.vthread, s.tic, s.inp_region, s.wgt_region) for s in steps}
@@ -157,8 +164,6 @@ def _gemm_uops(plan: TilePlan, steps: list[StepSlots]) -> int:
 
 def _other_uops(plan: TilePlan) -> int:
     """Micro-ops of the reset or bias kernel and the element-wise ALU kernel."""
-    from .tensorize import bias_dims, kernel_size
-
     per_thread = kernel_size(bias_dims(plan), {"b", "oc", "pix"}) if plan.bias else 1
     return (per_thread + 1) * min(plan.vthreads, plan.n_output_tiles)
 

@@ -32,7 +32,8 @@ from tensorfab.isa import HwConfig, Opcode, insn_formats
 from tensorfab.isa.formats import MAX_XFER
 
 from .errors import CompileError
-from .tensorize import MAX_ITER, kernel_uop_count
+from .residency import kernel_uop_count
+from .tensorize import MAX_ITER
 from .tile_plan import AXES, OUTER_AXES, TilePlan, tile_starts
 from .workload import Workload
 

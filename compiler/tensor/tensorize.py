@@ -169,15 +169,6 @@ def alu_kernel(plan: TilePlan, vthread: int) -> Kernel:
     return make_kernel(tile_dims(plan, 2), {"rows", "ow"}, (a, a))
 
 
-def kernel_uop_count(plan: TilePlan) -> int:
-    """Micro-ops of every distinct kernel the plan needs: a GEMM kernel per thread,
-    reduction-tile size and pair of regions its steps read (:mod:`.residency`), a reset
-    or bias kernel and an element-wise ALU kernel per thread."""
-    from .residency import _gemm_uops, _other_uops, plan_steps
-
-    return _gemm_uops(plan, plan_steps(plan)) + _other_uops(plan)
-
-
 class KernelTable:
     """Micro-op kernels, each distinct one stored once; returns ``(begin, end)``."""
 
@@ -199,5 +190,5 @@ class KernelTable:
 
 
 __all__ = ["GEMM_LOOPS", "MAX_ITER", "Dim", "Kernel", "KernelTable", "alu_kernel", "bias_kernel",
-           "choose_loops", "gemm_dims", "gemm_kernel", "kernel_size", "kernel_uop_count",
+           "choose_loops", "gemm_dims", "gemm_kernel", "kernel_size",
            "make_kernel", "reset_kernel", "tile_dims"]

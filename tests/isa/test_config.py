@@ -3,6 +3,7 @@ import json
 import pytest
 
 from tensorfab.isa import PRESETS, ConfigError, HwConfig, get_config
+from tensorfab.isa.formats import buffer_bytes
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
@@ -14,7 +15,7 @@ def test_presets_round_trip_json(name):
 
 def test_default_matches_vta_buffers():
     cfg = PRESETS["default"]
-    sizes = cfg.buffer_bytes()
+    sizes = buffer_bytes(cfg)
     assert (cfg.batch, cfg.block_in, cfg.block_out) == (1, 16, 16)
     assert sizes == {"inp": 32 * 1024, "wgt": 256 * 1024, "acc": 128 * 1024, "uop": 32 * 1024}
     assert cfg.mem_bus_width == 64
@@ -23,7 +24,7 @@ def test_default_matches_vta_buffers():
 
 def test_tiny_fits_an_ice40up5k():
     # iCE40UP5K: 120 kbit of block RAM (15 KiB); tiny must leave room for queues
-    assert sum(PRESETS["tiny"].buffer_bytes().values()) <= 12 * 1024
+    assert sum(buffer_bytes(PRESETS["tiny"]).values()) <= 12 * 1024
     assert PRESETS["large"].peak_macs_per_cycle >= 1024
 
 

@@ -55,7 +55,7 @@ from tensorfab.sim.rtl import (
     RtlSimulator,
     RunStatus,
 )
-from tensorfab.sim.rtl_build import HarnessBuildError, build_harness, config_header
+from tensorfab.sim.rtl.build import HarnessBuildError, build_harness, config_header
 from tensorfab.sim.trace import TRACKS, Interval, plot_timeline, write_chrome_trace
 
 TINY = PRESETS["tiny"]
@@ -366,7 +366,7 @@ def test_concurrent_processes_build_a_key_once(tmp_path: Path) -> None:
     import sys
 
     code = ("from tensorfab.isa import PRESETS\n"
-            "from tensorfab.sim.rtl_build import build_harness\n"
+            "from tensorfab.sim.rtl.build import build_harness\n"
             "print(build_harness(PRESETS['tiny'], pgo=False).build_seconds)\n")
     env = {**os.environ, "TENSORFAB_HARNESS_CACHE": str(tmp_path)}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,

@@ -1,0 +1,192 @@
+"""The ``rtl`` device: :class:`RtlSimulator` and its :class:`RtlRunResult`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tensorfab.isa import (
+    HwConfig,
+    Program,
+)
+from tensorfab.isa.csr import STATUS_DONE
+from tensorfab.isa.errors import UsageError
+
+from ..device import Counters, Device, RunResult
+from ..trace import Interval
+from .build import DEFAULT_THREADS, HarnessBuild, build_harness
+from .diagnosis import HangError, core_error, describe_hang, load_plan, reset_uops
+from .harness import DEFAULT_MEMORY, Harness, HarnessError, MemoryTiming, RunStatus
+
+
+# ----------------------------------------------------------------------- results
+@dataclass
+class RtlRunResult(RunResult):
+    """:class:`~tensorfab.sim.RunResult` of the RTL executor, with what the core and
+    the memory model report.
+
+    Attributes
+    ----------
+    csrs : dict[str, int]
+        Every CSR at the end of the run.
+    memory : dict[str, int]
+        Memory-model statistics (:meth:`Harness.stats`).
+    intervals : list[Interval] | None
+        Engine activity intervals when traced.
+    """
+
+    csrs: dict[str, int] = field(default_factory=dict)
+    memory: dict[str, int] = field(default_factory=dict)
+    intervals: list[Interval] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        out["csrs"] = dict(self.csrs)
+        out["memory"] = dict(self.memory)
+        return out
+
+
+# ---------------------------------------------------------------------- the device
+class RtlSimulator(Device):
+    """Cycle-accurate executor: the Amaranth core in Verilator, driven from C++.
+
+    Parameters
+    ----------
+    memory : MemoryTiming, optional
+        Memory model timing (default :data:`DEFAULT_MEMORY`: 20-cycle read latency,
+        8 bytes per cycle).
+    max_cycles : int
+        Cycle limit of a run; past it :class:`HangError` (reason ``limit``).
+    hang_cycles : int
+        Cycles with no engine working and the memory port idle after which the run
+        stops with :class:`HangError` (reason ``hang``); 0 waits for ``max_cycles``.
+    trace : bool
+        Record engine activity intervals (:attr:`RtlRunResult.intervals`).
+    threads : int
+        Verilator threads of the model (see docs/architecture.md for measurements).
+    verilator_args, cxxflags : sequence of str
+        Extra build flags (part of the build's cache key).
+    pgo : bool
+        Profile-guided build of the model (faster runs, longer first build).
+
+    Examples
+    --------
+    >>> res = RtlSimulator(trace=True).run(program)  # doctest: +SKIP
+    >>> res.cycles, res.counters.gemm_uops  # doctest: +SKIP
+    """
+
+    name = "rtl"
+
+    #: Cycles :meth:`run` clocks per call into the library (keeps Ctrl-C responsive).
+    CHUNK = 50_000_000
+
+    def __init__(self, memory: MemoryTiming | None = None, *, max_cycles: int = 500_000_000,
+                 hang_cycles: int = 10_000, trace: bool = False,
+                 threads: int = DEFAULT_THREADS, verilator_args: Sequence[str] = (),
+                 cxxflags: Sequence[str] = (), pgo: bool = True) -> None:
+        self.memory = memory if memory is not None else DEFAULT_MEMORY
+        if max_cycles < 1 or hang_cycles < 0:
+            raise UsageError("max_cycles must be positive and hang_cycles not negative")
+        self.max_cycles = max_cycles
+        self.hang_cycles = hang_cycles
+        self.trace = trace
+        self.threads = threads
+        self.verilator_args = tuple(verilator_args)
+        self.cxxflags = tuple(cxxflags)
+        self.pgo = pgo
+
+    def build(self, cfg: HwConfig) -> HarnessBuild:
+        """The harness library for ``cfg`` (built unless cached)."""
+        return build_harness(cfg, threads=self.threads, verilator_args=self.verilator_args,
+                             cxxflags=self.cxxflags, pgo=self.pgo)
+
+    def harness(self, cfg: HwConfig) -> Harness:
+        """A fresh core instance for ``cfg`` with this simulator's memory timing."""
+        return Harness(self.build(cfg), self.memory)
+
+    def run(self, program: Program, dram: np.ndarray | None = None) -> RtlRunResult:
+        """Run ``program`` on the core from a copy of ``dram`` (default its image).
+
+        Raises
+        ------
+        ProgramError
+            The core's STATUS.error (code and index from ERROR_CODE and ERROR_INDEX;
+            :class:`~tensorfab.isa.IllegalInstruction` for illegal words).
+        HangError
+            No done or error: nothing happening for ``hang_cycles`` cycles, or
+            ``max_cycles`` reached.
+        HarnessError
+            The memory model faulted (an access outside the image).
+        HarnessBuildError
+            The harness could not be built.
+        """
+        image = self.initial_image(program, dram)
+        cfg = program.config
+        with self.harness(cfg) as h:
+            h.load_dram(image)
+            h.reset()
+            h.set_attribution((0, len(program.insns) * program.insn_bytes), load_plan(program))
+            h.start(0, len(program.insns), image.size)
+            status = RunStatus.LIMIT
+            left = self.max_cycles
+            while left > 0:
+                chunk = min(left, self.CHUNK)
+                status = h.run(chunk, self.hang_cycles, self.trace)
+                if status is not RunStatus.LIMIT:
+                    break
+                left -= chunk
+            if self.trace and status is RunStatus.LIMIT:
+                h.close_trace()
+            csrs = h.read_csrs()
+            if status is RunStatus.FAULT:
+                raise HarnessError(f"memory fault after {h.run_cycles} cycles: {h.message} "
+                                   "(the core should have reported DRAM_RANGE)")
+            if status is RunStatus.ERROR:
+                raise core_error(program, image, csrs["ERROR_CODE"], csrs["ERROR_INDEX"])
+            if status in (RunStatus.LIMIT, RunStatus.HANG):
+                raise self._hang(program, h, csrs, status)
+            assert csrs["STATUS"] & STATUS_DONE
+            if not h.drain():
+                raise HarnessError(f"the core reported done with {h.message or 'memory'} "
+                                   "commands still pending")
+            final = h.read_dram()
+            mem = h.stats()
+            intervals = h.intervals() if self.trace else None
+        return RtlRunResult(dram=final, outputs=program.outputs(final),
+                            counters=self._counters(program, csrs, mem),
+                            cycles=csrs["CYCLES"], device=self.name, csrs=csrs, memory=mem,
+                            intervals=intervals)
+
+    def _hang(self, program: Program, h: Harness, csrs: dict[str, int],
+              status: RunStatus) -> HangError:
+        activity = h.activity
+        waits, engines, retired, last = describe_hang(program, csrs, activity)
+        cycles = h.run_cycles
+        if status is RunStatus.HANG:
+            reason = "hang"
+            head = (f"the core hung: no engine working and the memory idle for "
+                    f"{self.hang_cycles} cycles (at cycle {cycles})")
+        else:
+            reason = "limit"
+            head = f"the core did not finish within {self.max_cycles} cycles"
+        msg = f"{head}: " + "; ".join(engines.values())
+        return HangError(msg, reason=reason, cycles=cycles, waits=waits, engines=engines,
+                         retired=retired, last_retired=last, csrs=csrs, activity=activity)
+
+    @staticmethod
+    def _counters(program: Program, csrs: Mapping[str, int], mem: Mapping[str, int]
+                  ) -> Counters:
+        cfg = program.config
+        gemm_uops = csrs["GEMM_BUSY"]
+        return Counters(
+            load_insns=csrs["LOAD_INSNS"], compute_insns=csrs["COMPUTE_INSNS"],
+            store_insns=csrs["STORE_INSNS"],
+            load_bytes_inp=mem["bytes_load_inp"], load_bytes_wgt=mem["bytes_load_wgt"],
+            load_bytes_acc=mem["bytes_load_acc"], load_bytes_uop=mem["bytes_load_uop"],
+            store_bytes=mem["bytes_written"],
+            gemm_uops=gemm_uops,
+            gemm_macs=max(0, gemm_uops - reset_uops(program)) * cfg.peak_macs_per_cycle,
+            alu_uops=csrs["ALU_BUSY"], alu_ops=csrs["ALU_BUSY"] * cfg.batch * cfg.block_out)
