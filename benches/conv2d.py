@@ -35,6 +35,7 @@ from tensorfab.compiler import RESNET18_CONV
 from tensorfab.isa import PRESETS, HwConfig
 from tensorfab.sim import DEVICES
 from tensorfab.sim.png_figure import png_figure
+from tensorfab.sim.testing.numpy_reference import conv2d_acc
 
 __all__ = ["MEMORY_HEAVY", "TARGETS", "plot_utilization", "run_conv2d_bench"]
 
@@ -48,19 +49,7 @@ MEMORY_HEAVY = 0.5
 def reference(x: np.ndarray, w: np.ndarray, stride: tuple[int, int],
               padding: tuple[int, int, int, int]) -> np.ndarray:
     """Low bytes of the exact convolution (the benchmark has no epilogue)."""
-    n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
-    (sh, sw), (pt, pb, pl, pr) = stride, padding
-    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), dtype=np.int64)
-    xp[:, :, pt:pt + h, pl:pl + wd] = x
-    oh = (h + pt + pb - kh) // sh + 1
-    ow = (wd + pl + pr - kw) // sw + 1
-    out = np.zeros((n, o, oh, ow), dtype=np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            win = xp[:, :, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw]
-            out += np.einsum("nchw,oc->nohw", win, w[:, :, i, j].astype(np.int64))
-    return (out & 0xFF).astype(np.uint8).view(np.int8)
+    return (conv2d_acc(x, w, stride, padding) & 0xFF).astype(np.uint8).view(np.int8)
 
 
 def _bytes_per_cycle(cfg: HwConfig, device: Any) -> float:

@@ -4,34 +4,12 @@ functional simulator and check it against numpy."""
 from __future__ import annotations
 
 import time
-from importlib import resources
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-EXAMPLE = "gemm_requant.s"
-MULT, SHIFT = 3, 11  # the epilogue constants of the example (see its first line)
-
-
-def example_path() -> str:
-    """File system path of the shipped example program."""
-    return str(resources.files("tensorfab") / "examples" / EXAMPLE)
-
-
-def reference(a: np.ndarray, w: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """numpy reference of the example: packed A, packed W, bias -> packed C (int8)."""
-    m, kb, blk = a.shape
-    nb = w.shape[0]
-    a_full = a.reshape(m, kb * blk).astype(np.int64)
-    b_full = w.transpose(1, 3, 0, 2).reshape(kb * blk, nb * blk).astype(np.int64)
-    acc = a_full @ b_full + bias.reshape(-1)
-    acc = acc * MULT
-    # round half away from zero, as gemmlowp's RoundingDivideByPOT
-    q = np.sign(acc) * ((np.abs(acc) + (1 << (SHIFT - 1))) >> SHIFT)
-    q = np.clip(q, -128, 127)
-    q = np.maximum(q, 0)
-    return q.astype(np.int8).reshape(m, nb, blk)
+from tensorfab.example import EXAMPLE, example_path, reference
 
 
 def run_demo(console: Console) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tensorfab.cli import main
-from tensorfab.demo import example_path
+from tensorfab.example import example_path
 from tensorfab.isa import PRESETS
 
 
@@ -136,3 +136,33 @@ def test_conv2d_bench_on_rtl(tmp_path):
     assert best["memory_heavy"] and best["speedup_2_over_1"] > 1
     assert (tmp_path / "u.png").read_bytes()[:4] == b"\x89PNG"
     json.dumps(out)
+
+
+def test_shipped_example_is_generated_from_its_module() -> None:
+    """tensorfab/examples/gemm_requant.s is what tensorfab.example generates (rewrite
+    it with ``python -m tensorfab.example --write``)."""
+    from tensorfab.example import example_source
+
+    assert example_path().read_text() == example_source()
+
+
+def test_example_reference_matches_an_independent_computation() -> None:
+    """The demo's reference, checked on the example's own data by a plain loop."""
+
+    from tensorfab.example import MULT, SHIFT, reference
+    from tensorfab.isa.asm import assemble_file
+
+    prog = assemble_file(example_path())
+    a, w, bias = (prog.segment(s).data for s in ("A", "W", "bias"))
+    got = reference(a, w, bias)
+    m, kb, blk = a.shape
+    nb = w.shape[0]
+    for i in range(m):
+        for n in range(nb * blk):
+            acc = int(bias.reshape(-1)[n]) + sum(
+                int(a[i, k // blk, k % blk]) * int(w[n // blk, k // blk, n % blk, k % blk])
+                for k in range(kb * blk))
+            p = acc * MULT
+            q = (abs(p) + (1 << (SHIFT - 1))) >> SHIFT
+            q = max(0, min(127, q if p >= 0 else -q))
+            assert got[i, n // blk, n % blk] == q

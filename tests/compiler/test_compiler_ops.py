@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from numpy_reference import batch_matmul_acc, conv2d_acc, dense_acc, epilogue
 
 from tensorfab.compiler import (
     Epilogue,
@@ -21,6 +20,7 @@ from tensorfab.compiler import (
 )
 from tensorfab.isa import PRESETS
 from tensorfab.sim import FunctionalSimulator
+from tensorfab.sim.testing.numpy_reference import batch_matmul_acc, conv2d_acc, dense_acc, epilogue
 
 FSIM = FunctionalSimulator()
 

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from numpy_reference import round_shift
 
 from tensorfab.compiler import (
     Epilogue,
@@ -18,6 +17,7 @@ from tensorfab.compiler import (
     unpack_nchw,
 )
 from tensorfab.isa import AluOp
+from tensorfab.sim.testing.numpy_reference import round_shift
 
 
 @settings(max_examples=300, deadline=None)

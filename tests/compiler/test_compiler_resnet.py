@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from numpy_reference import conv2d_acc, dense_acc, epilogue, resnet_conv_case
 from resnet_epilogue import requant_epilogue
 
 from tensorfab.compiler import (
@@ -20,6 +19,7 @@ from tensorfab.compiler import (
 )
 from tensorfab.isa import PRESETS
 from tensorfab.sim import FunctionalSimulator
+from tensorfab.sim.testing.numpy_reference import conv2d_acc, dense_acc, epilogue, resnet_conv_case
 
 CFG = PRESETS["default"]
 #: (layer, vthreads) pairs kept in the default run; the rest are marked slow.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from numpy_reference import conv2d_acc, dense_acc, epilogue, resnet_conv_case
 from resnet_epilogue import requant_epilogue
 
 from tensorfab.compiler import RESNET18_CONV, Epilogue, check_program_order, conv2d, dense
@@ -19,6 +18,7 @@ from tensorfab.compiler.tensor.timing import simulate
 from tensorfab.isa import PRESETS
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.rtl import RtlSimulator
+from tensorfab.sim.testing.numpy_reference import conv2d_acc, dense_acc, epilogue, resnet_conv_case
 
 RTL = RtlSimulator()
 FSIM = FunctionalSimulator()

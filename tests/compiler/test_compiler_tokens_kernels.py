@@ -138,7 +138,7 @@ def test_other_presets_run_correctly(preset):
     x = rng.integers(-128, 128, (1, 70, 9, 9), dtype=np.int8)
     w = rng.integers(-128, 128, (40, 70, 3, 3), dtype=np.int8)
     got = conv2d(cfg, x, w, stride=2, padding=1, vthreads=2).run()
-    from numpy_reference import conv2d_acc, epilogue
+    from tensorfab.sim.testing.numpy_reference import conv2d_acc, epilogue
     np.testing.assert_array_equal(got, epilogue(conv2d_acc(x, w, (2, 2), (1, 1, 1, 1))))
 
 

@@ -1,5 +1,6 @@
 """Independent numpy references for the compiler's operators (int64 arithmetic, wrapped
-to int32 where the accelerator wraps). Shares no code with tensorfab.compiler."""
+to int32 where the accelerator wraps), used by the tests and the benchmarks alike.
+Shares no code with tensorfab.compiler."""
 
 from __future__ import annotations
 
