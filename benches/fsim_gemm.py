@@ -9,8 +9,9 @@ import time
 
 import numpy as np
 
+from tensorfab.compiler import dense
+from tensorfab.compiler.tensor.tile_plan import AXES
 from tensorfab.isa import PRESETS, HwConfig
-from tensorfab.sim.testing.blocked_gemm import build_blocked_gemm, choose_tiling, unpack_outputs
 
 #: Throughput the functional simulator should reach on the 512³ GEMM.
 TARGET_MACS_PER_S = 1e9
@@ -18,7 +19,8 @@ TARGET_MACS_PER_S = 1e9
 
 def run_fsim_gemm_bench(m: int = 512, n: int = 512, k: int = 512, vthreads: int = 2,
                         cfg: HwConfig | None = None, seed: int = 0, repeat: int = 3) -> dict:
-    """Build a blocked ``m × n × k`` GEMM, run it on the functional simulator, check it.
+    """Compile an ``m × n × k`` GEMM with :func:`tensorfab.compiler.dense` (what users
+    run), run it on the functional simulator, check it.
 
     Only the simulator runs are timed (not building the program or checking results);
     the program runs ``repeat`` times on fresh simulators and the fastest run counts,
@@ -55,8 +57,9 @@ def run_fsim_gemm_bench(m: int = 512, n: int = 512, k: int = 512, vthreads: int 
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
     b = rng.integers(-128, 128, size=(k, n), dtype=np.int8)
-    tiling = choose_tiling(cfg, m, n, k, vthreads)
-    prog = build_blocked_gemm(cfg, m, n, k, vthreads=vthreads, a=a, b=b, tiling=tiling)
+    op = dense(cfg, a, b.T, vthreads=vthreads)
+    prog = op.program
+    tiling = {axis: op.plan.tile(axis) for axis in AXES}
     dram = prog.dram_image()
     want = (a.astype(np.int64) @ b.astype(np.int64) & 0xFF).astype(np.uint8).view(np.int8)
     macs = m * n * k
@@ -66,7 +69,7 @@ def run_fsim_gemm_bench(m: int = 512, n: int = 512, k: int = 512, vthreads: int 
         t0 = time.perf_counter()
         res = sim.run(prog, image)
         times.append(time.perf_counter() - t0)
-        got = unpack_outputs(cfg, res.outputs["C"])
+        got = op.unpack(res.outputs["out"])
         if not np.array_equal(got, want):
             bad = int(np.count_nonzero(got != want))
             raise AssertionError(f"fsim GEMM {m}x{n}x{k} is wrong: {bad} of {got.size} "
@@ -80,7 +83,8 @@ def run_fsim_gemm_bench(m: int = 512, n: int = 512, k: int = 512, vthreads: int 
         "config": cfg.name,
         "m": m, "n": n, "k": k,
         "vthreads": vthreads,
-        "tiling": {"tm": tiling.tm, "tn": tiling.tn, "tk": tiling.tk},
+        "tiling": tiling,
+        "compiler": "dense",
         "insns": len(prog.insns),
         "macs": macs,
         "seconds": seconds,
