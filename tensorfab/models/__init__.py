@@ -1,0 +1,1 @@
+"""Models made by code in the repository (trained or seeded), shipped as ONNX."""
