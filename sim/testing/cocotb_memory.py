@@ -45,12 +45,12 @@ import numpy as np
 from cocotb.triggers import FallingEdge, ReadOnly
 
 from tensorfab.hw.mem_port import MemCmdLayout
-from tensorfab.isa import HwConfig
+from tensorfab.isa import HwConfig, TensorfabError
 
 __all__ = ["MemCommand", "MemModel", "MemProtocolError"]
 
 
-class MemProtocolError(AssertionError):
+class MemProtocolError(TensorfabError, AssertionError):
     """The design broke the memory-port protocol or accessed memory out of range."""
 
 

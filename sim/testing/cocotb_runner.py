@@ -36,6 +36,7 @@ os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
 
 from amaranth.back import verilog
 
+from tensorfab.isa import TensorfabError
 from tensorfab.sim.verilator_tools import VERILATOR_WAIVERS, file_lock, verilator_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,11 +45,11 @@ REPO = Path(__file__).resolve().parents[2]
 LOG_TAIL = 60
 
 
-class VerilatorBuildError(RuntimeError):
+class VerilatorBuildError(TensorfabError, RuntimeError):
     """Verilator or the C++ compiler failed; the message holds the relevant log lines."""
 
 
-class SimulationFailure(AssertionError):
+class SimulationFailure(TensorfabError, AssertionError):
     """A cocotb test failed or the simulator did not finish."""
 
 

@@ -194,3 +194,27 @@ def test_every_package_folder_is_installed() -> None:
     listed = {d.resolve() for d in dirs.values()}
     found = {p.parent.resolve() for d in dirs.values() for p in d.rglob("__init__.py")}
     assert not found - listed, sorted(str(p.relative_to(REPO)) for p in found - listed)
+
+
+def test_every_project_exception_derives_from_tensorfab_error() -> None:
+    """Each exception class the packages define has TensorfabError as a base, so the
+    command line reports it in one line (checked on the source: any class whose bases
+    name an Error/Exception/Failure must reach TensorfabError)."""
+    import importlib
+    import inspect
+
+    from tensorfab.isa import TensorfabError
+
+    bad = []
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+        if not classes:
+            continue
+        mod = importlib.import_module(name)
+        for cls_name in classes:
+            cls = getattr(mod, cls_name, None)
+            if inspect.isclass(cls) and issubclass(cls, BaseException) \
+                    and not issubclass(cls, TensorfabError):
+                bad.append(f"{name}.{cls_name}")
+    assert not bad, bad
