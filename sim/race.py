@@ -19,13 +19,15 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from tensorfab.isa import Engine
+
 from .errors import RaceError
 
 #: Writer-engine code of an entry nobody wrote (initial contents).
 NOBODY = 3
 #: A sequence number larger than any.
 INF = np.iinfo(np.int64).max
-ENGINE_NAMES = ("load", "compute", "store")
+ENGINE_NAMES = tuple(e.name.lower() for e in Engine)
 
 
 # ------------------------------------------------------------------------- selections
