@@ -1,0 +1,714 @@
+"""The operator registry: each IR operator's arity, attributes and type rule.
+
+A type rule takes the argument types and the call's attributes and returns the result
+type, or raises :class:`~tensorfab.compiler.graph.types.TypeInferenceError` naming the
+mismatching dims (the caller adds which call it was). Operator names are shared with the
+CPU kernels of :mod:`tensorfab.runtime.kernels`, which implement each of them in numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tensorfab.runtime.layout_transform import parse_layout
+
+from .device import VirtualDevice
+from .types import (
+    Dim,
+    GraphError,
+    TensorType,
+    TupleType,
+    Type,
+    TypeInferenceError,
+    as_tensor_type,
+    check_dtype,
+)
+
+TypeRule = Callable[[list[Type], Mapping[str, Any]], Type]
+
+FLOAT_DTYPES = ("float32", "float64", "float16")
+QUANT_DTYPES = ("int8", "uint8")
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """An IR operator: name, argument count (``None``: any number ≥ 1), attribute
+    defaults (every attribute the op takes; ``REQUIRED`` marks those without a default),
+    type rule, one-line description."""
+
+    name: str
+    num_args: int | tuple[int, int] | None
+    attrs: Mapping[str, Any]
+    type_rule: TypeRule
+    doc: str
+
+
+REQUIRED = object()
+OPS: dict[str, OpDef] = {}
+
+
+def register(name: str, num_args: int | tuple[int, int] | None, attrs: Mapping[str, Any],
+             doc: str) -> Callable[[TypeRule], TypeRule]:
+    """Decorator registering a type rule as operator ``name``."""
+    def wrap(rule: TypeRule) -> TypeRule:
+        if name in OPS:
+            raise GraphError(f"operator {name} is registered twice")
+        OPS[name] = OpDef(name, num_args, dict(attrs), rule, doc)
+        return rule
+    return wrap
+
+
+def get_op(name: str) -> OpDef:
+    """The :class:`OpDef` of ``name``, or a :class:`GraphError` listing the known ops."""
+    try:
+        return OPS[name]
+    except KeyError:
+        raise GraphError(f"unknown operator {name!r}; known: {', '.join(sorted(OPS))}") from None
+
+
+def normalize_attrs(op: OpDef, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """``attrs`` with the op's defaults filled in; unknown or missing ones raise."""
+    unknown = set(attrs) - set(op.attrs)
+    if unknown:
+        raise GraphError(f"{op.name}: unknown attributes {sorted(unknown)}; it takes "
+                         f"{sorted(op.attrs) or 'none'}")
+    out = {}
+    for k, default in op.attrs.items():
+        if k in attrs:
+            out[k] = attrs[k]
+        elif default is REQUIRED:
+            raise GraphError(f"{op.name}: attribute {k!r} is required")
+        else:
+            out[k] = default
+    return out
+
+
+def check_arity(op: OpDef, n: int) -> None:
+    """Raise unless ``n`` arguments suit ``op``."""
+    want = op.num_args
+    if want is None:
+        ok, text = n >= 1, "at least 1"
+    elif isinstance(want, tuple):
+        ok, text = want[0] <= n <= want[1], f"{want[0]} to {want[1]}"
+    else:
+        ok, text = n == want, str(want)
+    if not ok:
+        raise GraphError(f"{op.name} takes {text} arguments, got {n}")
+
+
+# ----------------------------------------------------------------------------- helpers
+def _t(types: list[Type], i: int) -> TensorType:
+    return as_tensor_type(types[i], f"argument {i}")
+
+
+def _fail(msg: str) -> TypeInferenceError:
+    return TypeInferenceError(msg)
+
+
+def _same_dtype(types: list[Type]) -> str:
+    dtypes = [_t(types, i).dtype for i in range(len(types))]
+    if len(set(dtypes)) > 1:
+        raise _fail(f"argument dtypes differ: {', '.join(dtypes)}")
+    return dtypes[0]
+
+
+def _want_dtype(t: TensorType, allowed: tuple[str, ...], what: str) -> None:
+    if t.dtype not in allowed:
+        raise _fail(f"{what} has dtype {t.dtype}; expected one of {', '.join(allowed)}")
+
+
+def broadcast_dim(a: Dim, b: Dim, where: str = "") -> Dim:
+    """Broadcast two dims (numpy rules; a symbol broadcasts only with itself or 1)."""
+    if a == b:
+        return a
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    raise _fail(f"dims {a} and {b}{where} do not broadcast")
+
+
+def broadcast_shapes(*shapes: tuple[Dim, ...]) -> tuple[Dim, ...]:
+    """Numpy broadcasting of shapes with symbolic dims; errors name the dims and axis."""
+    ndim = max(len(s) for s in shapes)
+    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for axis in range(ndim):
+        d: Dim = 1
+        for s in padded:
+            d = broadcast_dim(d, s[axis], f" (axis {axis} of shapes "
+                              f"{', '.join(str(tuple(x)) for x in shapes)})")
+        out.append(d)
+    return tuple(out)
+
+
+def _axis(axis: int, ndim: int, what: str = "axis") -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise _fail(f"{what} {axis} is out of range for rank {ndim}")
+    return axis % ndim if ndim else 0
+
+
+def _static(d: Dim, what: str) -> int:
+    if not isinstance(d, int):
+        raise _fail(f"{what} is the symbol {d!r}; it must be static")
+    return d
+
+
+def _prod(dims: tuple[Dim, ...], what: str) -> int:
+    return math.prod(_static(d, what) for d in dims)
+
+
+# --------------------------------------------------------------------- elementwise ops
+def _binary(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    a, b = _t(types, 0), _t(types, 1)
+    dtype = _same_dtype(types)
+    return TensorType(broadcast_shapes(a.shape, b.shape), dtype)
+
+
+for _name, _doc in [("add", "a + b"), ("subtract", "a - b"), ("multiply", "a * b"),
+                    ("divide", "a / b (integer division truncates toward zero)"),
+                    ("power", "a ** b"), ("maximum", "max(a, b)"),
+                    ("minimum", "min(a, b)")]:
+    register(_name, 2, {}, f"elementwise {_doc}, numpy broadcasting")(_binary)
+
+
+def _unary_float(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _want_dtype(x, FLOAT_DTYPES, "the input")
+    return x
+
+
+def _unary_any(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    return _t(types, 0)
+
+
+for _name, _doc in [("sigmoid", "1 / (1 + exp(-x))"), ("tanh", "tanh(x)"),
+                    ("erf", "the error function"), ("sqrt", "square root"),
+                    ("exp", "exp(x)"), ("hard_swish", "x * hard_sigmoid(x, 1/6, 1/2)")]:
+    register(_name, 1, {}, f"elementwise {_doc}")(_unary_float)
+register("relu", 1, {}, "elementwise max(x, 0)")(_unary_any)
+register("negative", 1, {}, "elementwise -x")(_unary_any)
+register("leaky_relu", 1, {"alpha": 0.01}, "x if x >= 0 else alpha * x")(_unary_float)
+register("hard_sigmoid", 1, {"alpha": 0.2, "beta": 0.5},
+         "max(0, min(1, alpha * x + beta))")(_unary_float)
+register("clip", 1, {"a_min": None, "a_max": None},
+         "min(max(x, a_min), a_max); a bound of None is absent")(_unary_any)
+register("identity", 1, {}, "x")(_unary_any)
+
+
+@register("cast", 1, {"dtype": REQUIRED}, "convert to dtype (float to int truncates)")
+def _cast(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    return TensorType(_t(types, 0).shape, check_dtype(attrs["dtype"]))
+
+
+@register("where", 3, {}, "cond ? x : y, numpy broadcasting")
+def _where(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    c, x, y = _t(types, 0), _t(types, 1), _t(types, 2)
+    if c.dtype != "bool":
+        raise _fail(f"the condition has dtype {c.dtype}, not bool")
+    dtype = _same_dtype(types[1:])
+    return TensorType(broadcast_shapes(c.shape, x.shape, y.shape), dtype)
+
+
+# ------------------------------------------------------------------------------ nn ops
+def _nchw(t: TensorType, what: str) -> None:
+    if t.ndim != 4:
+        raise _fail(f"{what} has shape {t.shape}; expected 4 dims (N, C, H, W)")
+
+
+def _window_out(size: Dim, k: int, stride: int, pad: int, dilation: int, ceil: bool,
+                what: str) -> int:
+    size = _static(size, what)
+    span = dilation * (k - 1) + 1
+    room = size + pad - span
+    if room < 0:
+        raise _fail(f"{what}: window of extent {span} does not fit input {size} with "
+                    f"padding {pad}")
+    return (-(-room // stride) if ceil else room // stride) + 1
+
+
+def _pair(attrs: Mapping[str, Any], key: str, n: int = 2) -> tuple[int, ...]:
+    v = tuple(attrs[key])
+    if len(v) != n:
+        raise _fail(f"attribute {key}={v} must have {n} values")
+    return v
+
+
+@register("nn.conv2d", 2,
+          {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
+           "data_layout": "NCHW", "kernel_layout": "OIHW"},
+          "2-D convolution; padding is (top, left, bottom, right); blocked layouts "
+          "NCHW{b}n{c}c / OIHW{o}o{i}i as on the accelerator")
+def _conv2d(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x, w = _t(types, 0), _t(types, 1)
+    dtype = _same_dtype(types)
+    return TensorType(conv2d_shape(x, w, attrs), dtype)
+
+
+def conv2d_shape(x: TensorType, w: TensorType, attrs: Mapping[str, Any]) -> tuple[Dim, ...]:
+    """Output shape of a 2-D convolution (plain or blocked layouts)."""
+    sh, sw = _pair(attrs, "strides")
+    dh, dw = _pair(attrs, "dilation")
+    pt, pl, pb, pr = _pair(attrs, "padding", 4)
+    groups = attrs["groups"]
+    d_layout = parse_layout(attrs["data_layout"])
+    k_layout = parse_layout(attrs["kernel_layout"])
+    if d_layout.base != "NCHW" or k_layout.base != "OIHW":
+        raise _fail(f"layouts {attrs['data_layout']}/{attrs['kernel_layout']}: expected "
+                    "NCHW[{b}n{c}c] data and OIHW[{o}o{i}i] weights")
+    if x.ndim != d_layout.ndim:
+        raise _fail(f"data has shape {x.shape}; layout {attrs['data_layout']} has "
+                    f"{d_layout.ndim} dims")
+    if w.ndim != k_layout.ndim:
+        raise _fail(f"weight has shape {w.shape}; layout {attrs['kernel_layout']} has "
+                    f"{k_layout.ndim} dims")
+    blocked = d_layout.blocks or k_layout.blocks
+    if blocked:
+        if groups != 1:
+            raise _fail("blocked layouts take groups=1 only")
+        if x.shape[1] != w.shape[1] or x.shape[5] != w.shape[5]:
+            raise _fail(f"input channel blocks of data {x.shape} (dims 1, 5) and weight "
+                        f"{w.shape} (dims 1, 5) differ")
+        kh, kw = _static(w.shape[2], "kernel height"), _static(w.shape[3], "kernel width")
+        oh = _window_out(x.shape[2], kh, sh, pt + pb, dh, False, "height")
+        ow = _window_out(x.shape[3], kw, sw, pl + pr, dw, False, "width")
+        return (x.shape[0], w.shape[0], oh, ow, x.shape[4], w.shape[4])
+    n, c, h, wd = x.shape
+    o, ci, kh, kw = w.shape
+    if groups < 1:
+        raise _fail(f"groups={groups} must be at least 1")
+    c_static = _static(c, "input channel count")
+    if c_static % groups or _static(o, "output channel count") % groups:
+        raise _fail(f"groups={groups} does not divide input channels {c} and output "
+                    f"channels {o}")
+    if ci != c_static // groups:
+        raise _fail(f"weight input channels {ci} (weight dim 1 of {w.shape}) != data "
+                    f"channels {c} (data dim 1 of {x.shape}) / groups {groups}")
+    oh = _window_out(h, _static(kh, "kernel height"), sh, pt + pb, dh, False, "height")
+    ow = _window_out(wd, _static(kw, "kernel width"), sw, pl + pr, dw, False, "width")
+    return (n, o, oh, ow)
+
+
+@register("qnn.conv2d_integer", 4,
+          {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
+           "data_layout": "NCHW", "kernel_layout": "OIHW"},
+          "integer convolution (x - x_zero_point) * (w - w_zero_point), int32 result")
+def _conv2d_integer(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x, w = _t(types, 0), _t(types, 1)
+    _want_dtype(x, QUANT_DTYPES, "the data")
+    _want_dtype(w, QUANT_DTYPES, "the weight")
+    _zero_point(types, 2, x, None)
+    _zero_point(types, 3, w, 0 if _t(types, 3).ndim else None)
+    return TensorType(conv2d_shape(x, w, attrs), "int32")
+
+
+def _zero_point(types: list[Type], i: int, of: TensorType, axis: int | None) -> None:
+    zp = _t(types, i)
+    if zp.dtype != of.dtype:
+        raise _fail(f"zero point (argument {i}) has dtype {zp.dtype}, its tensor {of.dtype}")
+    _scale_shape(zp, of, axis, f"zero point (argument {i})")
+
+
+def _scale_shape(s: TensorType, of: TensorType, axis: int | None, what: str) -> None:
+    if s.ndim == 0 or s.shape == (1,):
+        return
+    if s.ndim != 1 or axis is None:
+        raise _fail(f"{what} has shape {s.shape}; expected a scalar"
+                    + ("" if axis is None else f" or ({of.shape[axis]},)"))
+    if s.shape[0] != of.shape[axis]:
+        raise _fail(f"{what} has {s.shape[0]} values, axis {axis} of {of.shape} has "
+                    f"{of.shape[axis]}")
+
+
+@register("matmul", 2, {}, "numpy matmul (batched, broadcasting)")
+def _matmul(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    a, b = _t(types, 0), _t(types, 1)
+    dtype = _same_dtype(types)
+    return TensorType(matmul_shape(a, b), dtype)
+
+
+def matmul_shape(a: TensorType, b: TensorType) -> tuple[Dim, ...]:
+    """Result shape of numpy's matmul, with errors naming the contracted dims."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise _fail("matmul operands must have at least one dim")
+    ash = (1, *a.shape) if a.ndim == 1 else a.shape
+    bsh = (*b.shape, 1) if b.ndim == 1 else b.shape
+    if ash[-1] != bsh[-2]:
+        raise _fail(f"contracted dims differ: {ash[-1]} (last of {a.shape}) vs "
+                    f"{bsh[-2]} (dim -2 of {b.shape})")
+    batch = broadcast_shapes(ash[:-2], bsh[:-2])
+    out = (*batch, ash[-2], bsh[-1])
+    if a.ndim == 1:
+        out = out[:-2] + out[-1:]
+    if b.ndim == 1:
+        out = out[:-1]
+    return out
+
+
+@register("qnn.matmul_integer", 4, {},
+          "integer matmul (a - a_zero_point) @ (b - b_zero_point), int32 result")
+def _matmul_integer(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    a, b = _t(types, 0), _t(types, 1)
+    _want_dtype(a, QUANT_DTYPES, "a")
+    _want_dtype(b, QUANT_DTYPES, "b")
+    _zero_point(types, 2, a, a.ndim - 2 if a.ndim >= 2 else None)
+    _zero_point(types, 3, b, b.ndim - 1)
+    return TensorType(matmul_shape(a, b), "int32")
+
+
+@register("nn.batch_norm", 5, {"epsilon": 1e-5},
+          "inference batch norm over axis 1: (x - mean) / sqrt(var + eps) * gamma + beta")
+def _batch_norm(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _want_dtype(x, FLOAT_DTYPES, "the input")
+    if x.ndim < 2:
+        raise _fail(f"input has shape {x.shape}; expected at least 2 dims")
+    for i, what in enumerate(("gamma", "beta", "mean", "var"), start=1):
+        p = _t(types, i)
+        if p.shape != (x.shape[1],):
+            raise _fail(f"{what} has shape {p.shape}; expected ({x.shape[1]},) "
+                        f"(channels, dim 1 of {x.shape})")
+    _same_dtype(types)
+    return x
+
+
+def _pool(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _nchw(x, "the input")
+    kh, kw = _pair(attrs, "pool_size")
+    sh, sw = _pair(attrs, "strides")
+    dh, dw = _pair(attrs, "dilation")
+    pt, pl, pb, pr = _pair(attrs, "padding", 4)
+    ceil = attrs["ceil_mode"]
+    oh = _window_out(x.shape[2], kh, sh, pt + pb, dh, ceil, "height")
+    ow = _window_out(x.shape[3], kw, sw, pl + pr, dw, ceil, "width")
+    return TensorType((x.shape[0], x.shape[1], oh, ow), x.dtype)
+
+
+_POOL_ATTRS = {"pool_size": REQUIRED, "strides": (1, 1), "padding": (0, 0, 0, 0),
+               "dilation": (1, 1), "ceil_mode": False}
+register("nn.max_pool2d", 1, _POOL_ATTRS, "2-D max pooling (padding is -inf)")(_pool)
+register("nn.avg_pool2d", 1, {**_POOL_ATTRS, "count_include_pad": False},
+         "2-D average pooling")(_pool)
+
+
+def _global_pool(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    if x.ndim < 3:
+        raise _fail(f"input has shape {x.shape}; expected (N, C, spatial...)")
+    return TensorType((*x.shape[:2], *(1,) * (x.ndim - 2)), x.dtype)
+
+
+register("nn.global_avg_pool2d", 1, {}, "mean over the spatial dims (kept as 1)")(
+    _global_pool)
+register("nn.global_max_pool2d", 1, {}, "max over the spatial dims (kept as 1)")(
+    _global_pool)
+
+
+@register("nn.lrn", 1, {"size": REQUIRED, "alpha": 1e-4, "beta": 0.75, "bias": 1.0},
+          "local response normalization across channels (ONNX LRN)")
+def _lrn(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _want_dtype(x, FLOAT_DTYPES, "the input")
+    if x.ndim < 3:
+        raise _fail(f"input has shape {x.shape}; expected (N, C, spatial...)")
+    return x
+
+
+@register("nn.softmax", 1, {"axis": -1}, "softmax along axis")
+def _softmax(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _want_dtype(x, FLOAT_DTYPES, "the input")
+    _axis(attrs["axis"], x.ndim)
+    return x
+
+
+@register("nn.layer_norm", 3, {"axis": -1, "epsilon": 1e-5},
+          "normalize over dims axis..end, then * gamma + beta (broadcast)")
+def _layer_norm(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _want_dtype(x, FLOAT_DTYPES, "the input")
+    axis = _axis(attrs["axis"], x.ndim)
+    norm = x.shape[axis:]
+    for i, what in ((1, "gamma"), (2, "beta")):
+        p = _t(types, i)
+        if broadcast_shapes(p.shape, norm) != norm:
+            raise _fail(f"{what} has shape {p.shape}; it must broadcast to the normalized "
+                        f"dims {norm}")
+    _same_dtype(types)
+    return x
+
+
+@register("nn.pad", 1, {"pads": REQUIRED, "mode": "constant", "value": 0.0},
+          "pad; pads are (begin of each axis..., end of each axis...) as in ONNX; mode "
+          "constant, reflect or edge")
+def _pad(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    pads = tuple(attrs["pads"])
+    if len(pads) != 2 * x.ndim:
+        raise _fail(f"pads has {len(pads)} values; rank {x.ndim} needs {2 * x.ndim}")
+    if attrs["mode"] not in ("constant", "reflect", "edge"):
+        raise _fail(f"mode {attrs['mode']!r}: expected constant, reflect or edge")
+    shape = []
+    for i, d in enumerate(x.shape):
+        if pads[i] == 0 and pads[i + x.ndim] == 0:
+            shape.append(d)
+        else:
+            shape.append(_static(d, f"padded dim {i}") + pads[i] + pads[i + x.ndim])
+    return TensorType(tuple(shape), x.dtype)
+
+
+# ----------------------------------------------------------------------------- shapes
+@register("reshape", 1, {"newshape": REQUIRED},
+          "reshape; newshape entries: an int, 0 (copy the input dim, ONNX), -1 (inferred) "
+          "or a symbol")
+def _reshape(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    return TensorType(reshape_shape(x.shape, tuple(attrs["newshape"])), x.dtype)
+
+
+def reshape_shape(shape: tuple[Dim, ...], newshape: tuple[Any, ...]) -> tuple[Dim, ...]:
+    """Resolve a reshape target with 0 (copy), -1 (infer) and symbols."""
+    out: list[Dim] = []
+    infer = None
+    for i, d in enumerate(newshape):
+        if d == 0 and isinstance(d, int):
+            if i >= len(shape):
+                raise _fail(f"newshape {newshape}: 0 at position {i} has no input dim")
+            out.append(shape[i])
+        elif d == -1:
+            if infer is not None:
+                raise _fail(f"newshape {newshape} has more than one -1")
+            infer = i
+            out.append(-1)
+        elif isinstance(d, str) or (isinstance(d, int) and d > 0):
+            out.append(d)
+        else:
+            raise _fail(f"newshape {newshape}: entry {d!r} is not valid")
+    # cancel symbols present on both sides, then compare the static products
+    left = list(shape)
+    right = [d for d in out if d != -1]
+    for d in list(right):
+        if isinstance(d, str) and d in left:
+            left.remove(d)
+            right.remove(d)
+    if any(isinstance(d, str) for d in left + right):
+        raise _fail(f"cannot reshape {shape} to {newshape}: symbolic dims do not match")
+    total, known = math.prod(left), math.prod(right)
+    if infer is not None:
+        if known == 0 or total % known:
+            raise _fail(f"cannot reshape {shape} to {newshape}: {total} elements do not "
+                        f"divide by {known}")
+        out[infer] = total // known
+    elif total != known:
+        raise _fail(f"cannot reshape {shape} ({total} elements) to {tuple(out)} "
+                    f"({known} elements)")
+    return tuple(out)
+
+
+@register("flatten", 1, {"axis": 1}, "reshape to (prod(dims[:axis]), prod(dims[axis:]))")
+def _flatten(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    axis = attrs["axis"] % (x.ndim + 1) if x.ndim else 0
+    head, tail = x.shape[:axis], x.shape[axis:]
+
+    def merged(dims: tuple[Dim, ...]) -> Dim:
+        if len(dims) == 1:
+            return dims[0]
+        return _prod(dims, "a flattened dim")
+    return TensorType((merged(head) if head else 1, merged(tail) if tail else 1), x.dtype)
+
+
+@register("transpose", 1, {"axes": None}, "permute dims (default: reverse them)")
+def _transpose(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    axes = attrs["axes"]
+    axes = tuple(range(x.ndim))[::-1] if axes is None else tuple(a % x.ndim for a in axes)
+    if sorted(axes) != list(range(x.ndim)):
+        raise _fail(f"axes {attrs['axes']} are not a permutation of rank {x.ndim}")
+    return TensorType(tuple(x.shape[a] for a in axes), x.dtype)
+
+
+@register("squeeze", 1, {"axes": None}, "drop dims of extent 1 (all of them by default)")
+def _squeeze(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    if attrs["axes"] is None:
+        axes = {i for i, d in enumerate(x.shape) if d == 1}
+    else:
+        axes = {_axis(a, x.ndim) for a in attrs["axes"]}
+        for a in axes:
+            if x.shape[a] != 1:
+                raise _fail(f"cannot squeeze axis {a} of {x.shape}: extent {x.shape[a]}")
+    return TensorType(tuple(d for i, d in enumerate(x.shape) if i not in axes), x.dtype)
+
+
+@register("expand_dims", 1, {"axes": REQUIRED},
+          "insert dims of extent 1 at axes of the result (ONNX Unsqueeze)")
+def _expand_dims(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    rank = x.ndim + len(attrs["axes"])
+    axes = sorted(_axis(a, rank) for a in attrs["axes"])
+    if len(set(axes)) != len(axes):
+        raise _fail(f"axes {attrs['axes']} repeat")
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return TensorType(tuple(shape), x.dtype)
+
+
+@register("concatenate", None, {"axis": 0}, "join the arguments along axis")
+def _concatenate(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    ts = [_t(types, i) for i in range(len(types))]
+    dtype = _same_dtype(types)
+    x = ts[0]
+    axis = _axis(attrs["axis"], x.ndim)
+    for i, t in enumerate(ts):
+        if t.ndim != x.ndim:
+            raise _fail(f"argument {i} has rank {t.ndim}, argument 0 rank {x.ndim}")
+        for d in range(x.ndim):
+            if d != axis and t.shape[d] != x.shape[d]:
+                raise _fail(f"dim {d} differs: {t.shape[d]} (argument {i}, {t.shape}) vs "
+                            f"{x.shape[d]} (argument 0, {x.shape})")
+    shape = list(x.shape)
+    shape[axis] = sum(_static(t.shape[axis], f"concatenated dim {axis}") for t in ts)
+    return TensorType(tuple(shape), dtype)
+
+
+@register("split", 1, {"axis": 0, "sections": REQUIRED},
+          "split into a tuple of parts whose extents along axis are sections")
+def _split(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    axis = _axis(attrs["axis"], x.ndim)
+    sections = tuple(attrs["sections"])
+    extent = _static(x.shape[axis], f"split axis {axis}")
+    if sum(sections) != extent or any(s < 0 for s in sections):
+        raise _fail(f"sections {sections} do not add up to dim {axis} of {x.shape}")
+    fields = []
+    for s in sections:
+        shape = list(x.shape)
+        shape[axis] = s
+        fields.append(TensorType(tuple(shape), x.dtype))
+    return TupleType(tuple(fields))
+
+
+@register("strided_slice", 1, {"begin": REQUIRED, "end": REQUIRED, "axes": REQUIRED,
+                               "steps": REQUIRED},
+          "slice axes[i] from begin[i] to end[i] by steps[i] (ONNX Slice semantics)")
+def _strided_slice(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    shape = list(x.shape)
+    begin, end, axes, steps = (tuple(attrs[k]) for k in ("begin", "end", "axes", "steps"))
+    if not len(begin) == len(end) == len(axes) == len(steps):
+        raise _fail("begin, end, axes and steps differ in length")
+    for b, e, a, s in zip(begin, end, axes, steps, strict=True):
+        a = _axis(a, x.ndim)
+        n = _static(x.shape[a], f"sliced dim {a}")
+        if s == 0:
+            raise _fail(f"step 0 on axis {a}")
+        shape[a] = len(range(*slice(b, e, s).indices(n)))
+    return TensorType(tuple(shape), x.dtype)
+
+
+@register("take", 2, {"axis": 0}, "gather entries of data along axis at integer indices")
+def _take(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x, idx = _t(types, 0), _t(types, 1)
+    if idx.dtype not in ("int32", "int64"):
+        raise _fail(f"indices have dtype {idx.dtype}; expected int32 or int64")
+    axis = _axis(attrs["axis"], x.ndim)
+    return TensorType((*x.shape[:axis], *idx.shape, *x.shape[axis + 1:]), x.dtype)
+
+
+@register("shape_of", 1, {}, "the shape as an int64 vector")
+def _shape_of(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    return TensorType((_t(types, 0).ndim,), "int64")
+
+
+@register("mean", 1, {"axes": None, "keepdims": True}, "mean over axes (all by default)")
+def _mean(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _want_dtype(x, FLOAT_DTYPES, "the input")
+    axes = (set(range(x.ndim)) if attrs["axes"] is None
+            else {_axis(a, x.ndim) for a in attrs["axes"]})
+    if attrs["keepdims"]:
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    else:
+        shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return TensorType(shape, x.dtype)
+
+
+# --------------------------------------------------------------------------- quantized
+@register("qnn.quantize", 3, {"axis": 1, "out_dtype": "int8"},
+          "saturate(round_half_even(x / scale) + zero_point); per-axis scale allowed")
+def _quantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x, s = _t(types, 0), _t(types, 1)
+    _want_dtype(x, ("float32",), "the input")
+    if s.dtype != "float32":
+        raise _fail(f"scale has dtype {s.dtype}, not float32")
+    axis = _axis(attrs["axis"], x.ndim) if x.ndim else None
+    _scale_shape(s, x, axis, "scale")
+    out = TensorType(x.shape, check_dtype(attrs["out_dtype"]))
+    _zero_point(types, 2, out, axis)
+    return out
+
+
+@register("qnn.dequantize", 3, {"axis": 1},
+          "(x - zero_point) * scale as float32; per-axis scale allowed")
+def _dequantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x, s = _t(types, 0), _t(types, 1)
+    _want_dtype(x, (*QUANT_DTYPES, "int32"), "the input")
+    if s.dtype != "float32":
+        raise _fail(f"scale has dtype {s.dtype}, not float32")
+    axis = _axis(attrs["axis"], x.ndim) if x.ndim else None
+    _scale_shape(s, x, axis, "scale")
+    _zero_point(types, 2, x, axis)
+    return TensorType(x.shape, "float32")
+
+
+@register("qnn.requantize", 3, {"axis": 1, "out_dtype": "int8"},
+          "int32 to int8/uint8: saturate(round_half_even(float32(x) * scale) + zero_point)")
+def _requantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x, s = _t(types, 0), _t(types, 1)
+    _want_dtype(x, ("int32",), "the input")
+    if s.dtype != "float32":
+        raise _fail(f"scale has dtype {s.dtype}, not float32")
+    axis = _axis(attrs["axis"], x.ndim) if x.ndim else None
+    _scale_shape(s, x, axis, "scale")
+    out = TensorType(x.shape, check_dtype(attrs["out_dtype"]))
+    _want_dtype(out, QUANT_DTYPES, "out_dtype")
+    _zero_point(types, 2, out, axis)
+    return out
+
+
+# ------------------------------------------------------------ devices and layouts
+@register("on_device", 1, {"device": REQUIRED},
+          "annotation: the argument is computed on device (the planner removes it)")
+def _on_device(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    if not isinstance(attrs["device"], VirtualDevice):
+        raise _fail(f"device={attrs['device']!r} is not a virtual device")
+    return types[0]
+
+
+@register("device_copy", 1, {"src_device": REQUIRED, "dst_device": REQUIRED},
+          "copy the argument from src_device to dst_device")
+def _device_copy(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    for k in ("src_device", "dst_device"):
+        if not isinstance(attrs[k], VirtualDevice):
+            raise _fail(f"{k}={attrs[k]!r} is not a virtual device")
+    return types[0]
+
+
+@register("layout_transform", 1, {"src_layout": REQUIRED, "dst_layout": REQUIRED},
+          "relayout between NCHW/OIHW and the accelerator's blocked NCHW{b}n{c}c / "
+          "OIHW{o}o{i}i (blocked extents zero-padded)")
+def _layout_transform(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    from tensorfab.runtime.layout_transform import LayoutError, transformed_shape
+
+    x = _t(types, 0)
+    try:
+        shape = transformed_shape(x.shape, attrs["src_layout"], attrs["dst_layout"])
+    except LayoutError as e:
+        raise _fail(str(e)) from None
+    return TensorType(shape, x.dtype)
