@@ -18,6 +18,7 @@ from .fields import FieldRangeError
 from .formats import (
     ENGINE_OF,
     MAX_SHIFT,
+    SHIFT_OPS,
     AluOp,
     Buffer,
     Engine,
@@ -26,8 +27,6 @@ from .formats import (
     insn_width,
     uop_format,
 )
-
-SHIFT_OPS = frozenset({AluOp.SHR, AluOp.SHR_RND, AluOp.SHL})
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from pathlib import Path
 from tensorfab.isa import PRESETS, insn_formats
 from tensorfab.isa.docgen import render
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "isa.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "isa.md"
 
 
 def test_isa_doc_matches_declaration():
