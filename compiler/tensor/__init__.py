@@ -33,6 +33,7 @@ from .layout import (
 from .lower import lower
 from .operators import CompiledOp, batch_matmul, compile_workload, conv2d, dense
 from .quantize import accumulator_bound, quantize_multiplier
+from .requant import fold_input_zero_point, quantize_multiplier_q31, quantize_multipliers
 from .schedule import Primitive, Schedule, ScheduleError
 from .tile_plan import TilePlan
 from .tile_search import default_schedule, search_plan
@@ -63,6 +64,7 @@ __all__ = [
     "default_schedule",
     "dense",
     "estimate_cost",
+    "fold_input_zero_point",
     "gemm_stats",
     "insert_tokens",
     "lower",
@@ -75,6 +77,8 @@ __all__ = [
     "pack_weights",
     "program_traffic",
     "quantize_multiplier",
+    "quantize_multiplier_q31",
+    "quantize_multipliers",
     "roofline_cycles",
     "search_plan",
     "unpack_nchw",
