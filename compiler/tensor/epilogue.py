@@ -52,6 +52,12 @@ class Epilogue:
         ``multiplier · 2^(shift - 31)``); required with ``multiplier``.
     zero_point : int
         Output zero point, -128..127.
+    headroom : int
+        Bits the accumulators leave unused (``|a| < 2^(31 - headroom)``). A channel
+        with a right shift ``r`` shifts ``a`` left by ``k = min(headroom, 31 - r)``
+        before MULHI and right by ``r + k`` after it, so MULHI's rounding falls ``k``
+        bits further below the result's and the result is closer to
+        ``round(a · scale)``; 0 (the default) is TFLite's arithmetic bit for bit.
     """
 
     bias: bool = False
@@ -61,6 +67,7 @@ class Epilogue:
     multiplier: tuple[int, ...] | None = None
     shift: tuple[int, ...] | None = None
     zero_point: int = 0
+    headroom: int = 0
 
     def __post_init__(self) -> None:
         for name in ("multiplier", "shift"):
@@ -86,6 +93,8 @@ class Epilogue:
             raise ValueError("a per-channel epilogue needs both multiplier and shift")
         if not -128 <= self.zero_point <= 127:
             raise ValueError(f"zero_point {self.zero_point} outside -128..127")
+        if not 0 <= self.headroom <= 31:
+            raise ValueError(f"headroom {self.headroom} outside 0..31")
         if self.multiplier is None or self.shift is None:
             return
         if self.requant is not None:
@@ -102,7 +111,7 @@ class Epilogue:
 
     @classmethod
     def from_scales(cls, real_scales: np.ndarray, *, zero_point: int = 0, relu: bool = False,
-                    bias: bool = False) -> Epilogue:
+                    bias: bool = False, acc_bound: int | None = None) -> Epilogue:
         """Exact per-channel requantization from real scales (TFLite's
         ``QuantizeMultiplier`` per channel, :func:`.requant.quantize_multipliers`).
 
@@ -114,10 +123,16 @@ class Epilogue:
             Output zero point.
         relu, bias : bool
             As the attributes.
+        acc_bound : int | None
+            The largest accumulator magnitude (:func:`.quantize.accumulator_bound`):
+            sets :attr:`headroom` to the bits it leaves free. ``None``: no headroom,
+            TFLite's arithmetic exactly.
         """
         mult, exp = quantize_multipliers(np.asarray(real_scales).reshape(-1))
+        headroom = 0 if acc_bound is None else max(0, 31 - int(acc_bound).bit_length())
         return cls(bias=bias, relu=relu, multiplier=tuple(int(m) for m in mult),
-                   shift=tuple(int(e) for e in exp), zero_point=zero_point)
+                   shift=tuple(int(e) for e in exp), zero_point=zero_point,
+                   headroom=headroom)
 
     @property
     def per_channel(self) -> bool:
@@ -135,11 +150,20 @@ class Epilogue:
         positive), ``multiplier``, ``right_shift`` (only if some exponent is negative)."""
         if self.shift is None:
             return []
-        names = ["left_shift"] if max(self.shift) > 0 else []
+        left, right = self._shifts()
+        names = ["left_shift"] if left.max() > 0 else []
         names.append("multiplier")
-        if min(self.shift) < 0:
+        if right.max() > 0:
             names.append("right_shift")
         return names
+
+    def _shifts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-channel (left, right) shifts around MULHI, with :attr:`headroom`."""
+        e = np.array(self.shift, dtype=np.int64)
+        right = np.maximum(-e, 0)
+        # a·2^k through MULHI keeps k more bits; the right shift grows by k (at most 31)
+        moved = np.where(right > 0, np.minimum(self.headroom, MAX_SHIFT - right), 0)
+        return np.maximum(e, 0) + moved, right + moved
 
     @property
     def channel_tiles(self) -> int:
@@ -151,10 +175,9 @@ class Epilogue:
         """The per-channel int32 vectors by name (see :meth:`vector_tiles`)."""
         if self.multiplier is None or self.shift is None:
             return {}
-        e = np.array(self.shift, dtype=np.int64)
-        every = {"left_shift": np.maximum(e, 0),
-                 "multiplier": np.array(self.multiplier, dtype=np.int64),
-                 "right_shift": np.maximum(-e, 0)}
+        left, right = self._shifts()
+        every = {"left_shift": left, "multiplier": np.array(self.multiplier, dtype=np.int64),
+                 "right_shift": right}
         return {n: every[n].astype(np.int32) for n in self.vector_tiles()}
 
     def alu_ops(self) -> list[tuple[AluOp, int | str]]:
@@ -198,7 +221,8 @@ class Epilogue:
         if self.requant is not None:
             parts.append(f"requant{self.requant}")
         if self.multiplier is not None:
-            parts.append(f"requant_q31({len(self.multiplier)} channels)")
+            parts.append(f"requant_q31({len(self.multiplier)} channels"
+                         + (f", headroom {self.headroom})" if self.headroom else ")"))
         if self.zero_point:
             parts.append(f"zp{self.zero_point}")
         if self.relu:

@@ -161,3 +161,36 @@ def test_conv2d_per_channel_on_rtl(preset: str) -> None:
     np.testing.assert_array_equal(res.dram, ref.dram)
     assert res.counters == ref.counters
     np.testing.assert_array_equal(op.unpack(res.outputs["out"]), want)
+
+
+def test_headroom_moves_shift_before_mulhi_and_rounds_closer_to_float() -> None:
+    """With the accumulator bound, the sums are shifted left by k before MULHI and
+    right by r + k after: SRDHM(x << k, M) then RoundingDivideByPOT(r + k), bit for bit,
+    closer to round(acc · scale) than TFLite's double rounding."""
+    from support.gemmlowp_reference import (
+        rounding_divide_by_pot,
+        saturating_rounding_doubling_high_mul,
+    )
+
+    from tensorfab.compiler import accumulator_bound
+
+    rng = np.random.default_rng(9)
+    x, w, bias, zx, zy, scales = quantized_case(rng, (64, 64), (96, 64), 64)
+    scales *= 2.0
+    bias = fold_input_zero_point(bias, w, zx)
+    bound = accumulator_bound(64, int(np.abs(bias).max()))
+    ep = Epilogue.from_scales(scales, zero_point=zy, acc_bound=bound)
+    assert ep.headroom == 31 - bound.bit_length() > 0
+    got = dense(DEFAULT, x, w, bias, epilogue=ep).run("fsim").astype(np.int64)
+    acc = dense_acc(x, w) + bias
+    q = [quantize_multiplier(float(s)) for s in scales]
+    m = np.array([a for a, _ in q])
+    r = -np.array([b for _, b in q])
+    k = np.where(r > 0, np.minimum(31 - r, ep.headroom), 0)
+    want = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(acc << k, m), r + k)
+    np.testing.assert_array_equal(got, np.clip(want + zy, -128, 127))
+    exact = requantize(acc, m, -r, zy)
+    y = np.floor(acc * scales + 0.5) + zy
+    flt = np.clip(y, -128, 127)
+    assert (got == flt).mean() > (exact == flt).mean()
+    assert np.abs(got - flt).max() <= 1
