@@ -159,9 +159,10 @@ def _other_uops(plan: TilePlan) -> int:
     """Micro-ops of the reset or bias kernel and the element-wise ALU kernel."""
     from .tensorize import bias_dims, kernel_size
 
-    # reset (1) or bias move, and one kernel per per-channel vector operand
-    per_thread = kernel_size(bias_dims(plan), {"b", "oc", "pix"}) * int(plan.bias) + 1 \
-        if plan.bias else 1
+    # the reset (1) or bias move, and one kernel per per-channel vector operand (with
+    # vectors the epilogue may have no bias: count a reset kernel too)
+    per_thread = kernel_size(bias_dims(plan), {"b", "oc", "pix"}) * int(plan.bias) \
+        + (plan.bias > 1) if plan.bias else 1
     return (per_thread + 1) * min(plan.vthreads, plan.n_output_tiles)
 
 

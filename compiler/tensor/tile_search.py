@@ -61,7 +61,8 @@ def _fits(plan: TilePlan, n_threads: int) -> bool:
         return False
     tics = {size for _, size in plan.ic_tiles()}
     gemm = sum(kernel_size(gemm_dims(plan, t), GEMM_LOOPS) for t in tics)
-    bias = plan.tile("b") * plan.tile("oc") * int(plan.bias) + 1 if plan.bias else 1
+    bias = plan.tile("b") * plan.tile("oc") * int(plan.bias) + (plan.bias > 1) \
+        if plan.bias else 1
     return (gemm + bias + 1) * n_threads <= cfg.uop_depth
 
 
