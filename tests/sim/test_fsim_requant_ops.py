@@ -130,3 +130,19 @@ def test_vector_shift_out_of_range_is_shift_range(bad: int) -> None:
     assert exc.value.code is ErrorCode.SHIFT_RANGE
     assert exc.value.index == 5 and exc.value.field == "src"
     assert str(bad) in str(exc.value)
+
+
+def test_shift_range_on_the_rtl_executor() -> None:
+    """The RTL executor reports the same SHIFT_RANGE error, index and engine."""
+    from tensorfab.sim.rtl import RtlSimulator
+
+    cfg = PRESETS["tiny"]
+    e = (cfg.batch, cfg.block_out)
+    s = np.full((1, *e), 40, dtype=np.int32)
+    prog = _vector_program(cfg, np.ones((4, *e), dtype=np.int32),
+                           np.full((1, *e), 1 << 30, dtype=np.int32), s)
+    with pytest.raises(ProgramError) as exc:
+        RtlSimulator().run(prog)
+    assert exc.value.code is ErrorCode.SHIFT_RANGE
+    assert exc.value.index == 5
+    assert "compute" in str(exc.value)
