@@ -40,9 +40,16 @@ def _conv2d(target: str = "rtl", plot: str | None = None) -> dict[str, Any]:
     return run_conv2d_bench(target, **kw)
 
 
+def _requant(target: str = "rtl") -> dict[str, Any]:
+    from .requant import run_requant_bench
+
+    return run_requant_bench(target)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
     "rtl-gemm-busy": _rtl_gemm_busy,
     "conv2d": _conv2d,
+    "requant": _requant,
 }

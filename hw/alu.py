@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import AluOp, HwConfig, Opcode, insn_formats
+from tensorfab.isa.formats import MAX_SHIFT, SHIFT_OPS
 
-__all__ = ["VectorAlu", "alu_lane"]
+__all__ = ["AluSignature", "VectorAlu", "alu_lane"]
 
 
 def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
@@ -28,7 +29,8 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
     Returns
     -------
     Value
-        A signed ``width``-bit signal holding the result.
+        A signed ``width``-bit signal holding the result. For a shift operation only
+        the low five bits of ``b`` count here; :class:`VectorAlu` flags other amounts.
     """
     shift_bits = (width - 1).bit_length()
     out = Signal(signed(width))
@@ -41,11 +43,17 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
     m.d.comb += lo.eq(~b)
     clipped_lo = Signal(signed(width))
     m.d.comb += clipped_lo.eq(Mux(a > lo, a, lo))
+    # one 32x32 -> 64-bit product serves MUL (low half) and MULHI (rounded high half)
+    prod = Signal(signed(2 * width))
+    m.d.comb += prod.eq(a * b)
+    most_negative = Const(-(1 << (width - 1)), signed(width))
+    high = Signal(signed(width))  # (a*b + 2^30) >> 31: gemmlowp's nudge and truncation
+    m.d.comb += high.eq(((prod + (1 << (width - 2))) >> (width - 1))[:width])
     with m.Switch(op):
         with m.Case(AluOp.ADD):
             m.d.comb += out.eq((a + b)[:width])
         with m.Case(AluOp.MUL):
-            m.d.comb += out.eq((a * b)[:width])
+            m.d.comb += out.eq(prod[:width])
         with m.Case(AluOp.MIN):
             m.d.comb += out.eq(Mux(a < b, a, b))
         with m.Case(AluOp.MAX):
@@ -60,20 +68,44 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
             m.d.comb += out.eq(Mux(clipped_lo < b, clipped_lo, b))
         with m.Case(AluOp.MOV):
             m.d.comb += out.eq(b)
+        with m.Case(AluOp.MULHI):  # saturate the one overflow, (-2^31)^2
+            m.d.comb += out.eq(Mux((a == most_negative) & (b == most_negative),
+                                   (1 << (width - 1)) - 1, high))
         with m.Default():
             m.d.comb += out.eq(0)
     return out
 
 
-class VectorAlu(wiring.Component):
-    """Element-wise ALU over ``batch × block_out`` int32 lanes.
+def AluSignature(cfg: HwConfig) -> wiring.Signature:
+    """The vector ALU's ports, as :class:`VectorAlu` sees them.
 
-    Fully pipelined: accepts one vector operation every cycle and delivers its
-    result :attr:`LATENCY` cycles later (inputs registered, then all lanes
-    computed and registered). There is no back-pressure. Operations follow the
-    ALU table of docs/isa.md bit for bit; an op code outside
-    :class:`~tensorfab.isa.AluOp` (9..15, which the decoder rejects as
-    ``BAD_FIELD``) yields zeros.
+    ``op``, ``a``, ``b`` and ``in_valid`` in; ``result``, ``out_valid`` and
+    ``shift_error`` out. Vectors are ``ArrayLayout(signed(acc_width), batch·block_out)``.
+    """
+    vec = data.ArrayLayout(signed(cfg.acc_width), cfg.batch * cfg.block_out)
+    op_width = insn_formats(cfg)[Opcode.ALU].field("op").width
+    return wiring.Signature({
+        "op": In(op_width),
+        "a": In(vec),
+        "b": In(vec),
+        "in_valid": In(1),
+        "result": Out(vec),
+        "out_valid": Out(1),
+        "shift_error": Out(1),
+    })
+
+
+class VectorAlu(wiring.Component):
+    """Element-wise ALU over ``batch × block_out`` int32 lanes; the compute engine's ALU.
+
+    Combinational (:attr:`LATENCY` = 0): the compute engine feeds it the outputs of
+    the accumulator buffer's read ports and writes its result back in the same cycle,
+    so a read-modify-write of one entry spans one cycle and back-to-back micro-ops on
+    one entry need no stall. Operations follow the ALU table of docs/isa.md bit for
+    bit; an op code outside :class:`~tensorfab.isa.AluOp` (which the decoder rejects
+    as ``BAD_FIELD``) yields zeros. MULHI shares MUL's 32×32-bit multiplier (MUL keeps
+    the low half of the product, MULHI the rounded high half), so it adds no pipeline
+    stage.
 
     Parameters
     ----------
@@ -90,40 +122,33 @@ class VectorAlu(wiring.Component):
     in_valid : In(1)
         The inputs hold an operation this cycle.
     result : Out(ArrayLayout(signed(acc_width), lanes))
-        ``OP(a, b)`` per lane, :attr:`LATENCY` cycles after the inputs.
+        ``OP(a, b)`` per lane (for a shift, by the low five bits of ``b``).
     out_valid : Out(1)
-        ``in_valid`` delayed by :attr:`LATENCY` cycles.
+        ``in_valid``, :attr:`LATENCY` cycles later.
+    shift_error : Out(1)
+        With ``out_valid``: the operation is a shift and some lane's ``b`` is outside
+        ``0..MAX_SHIFT`` (the engine's ``SHIFT_RANGE``; the result must not be written).
     """
 
     #: Cycles from an accepted input to its result.
-    LATENCY = 2
+    LATENCY = 0
 
     def __init__(self, cfg: HwConfig) -> None:
         self.cfg = cfg
         self.lanes = cfg.batch * cfg.block_out
         self.width = cfg.acc_width
-        vec = data.ArrayLayout(signed(self.width), self.lanes)
-        op_width = insn_formats(cfg)[Opcode.ALU].field("op").width
-        super().__init__({
-            "op": In(op_width),
-            "a": In(vec),
-            "b": In(vec),
-            "in_valid": In(1),
-            "result": Out(vec),
-            "out_valid": Out(1),
-        })
+        super().__init__(AluSignature(cfg))
 
     def elaborate(self, platform: object) -> Module:
-        """Build the pipeline."""
+        """Build the lanes."""
         m = Module()
-        op_r = Signal.like(self.op)
-        a_r = Signal.like(self.a)
-        b_r = Signal.like(self.b)
-        valid_r = Signal()
-        m.d.sync += [op_r.eq(self.op), a_r.eq(self.a), b_r.eq(self.b),
-                     valid_r.eq(self.in_valid)]
+        bad = []
         for i in range(self.lanes):
-            lane = alu_lane(m, op_r, a_r[i].as_signed(), b_r[i].as_signed(), self.width)
-            m.d.sync += self.result[i].eq(lane)
-        m.d.sync += self.out_valid.eq(valid_r)
+            a, b = self.a[i].as_signed(), self.b[i].as_signed()
+            m.d.comb += self.result[i].eq(alu_lane(m, self.op, a, b, self.width))
+            bad.append(b.as_unsigned() > MAX_SHIFT)
+        is_shift = Signal()
+        m.d.comb += is_shift.eq(Cat(*(self.op == op for op in sorted(SHIFT_OPS))).any())
+        m.d.comb += [self.out_valid.eq(self.in_valid),
+                     self.shift_error.eq(self.in_valid & is_shift & Cat(*bad).any())]
         return m

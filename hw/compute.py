@@ -6,12 +6,12 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from tensorfab.isa import ErrorCode, HwConfig, Opcode, uop_format
+from tensorfab.isa import AluOp, ErrorCode, HwConfig, Opcode, uop_format
 from tensorfab.isa.config import log2
-from tensorfab.isa.formats import LOOP_ITER_WIDTH, header_format
+from tensorfab.isa.formats import LOOP_ITER_WIDTH, MULHI_IMM_SHIFT, header_format
 from tensorfab.isa.insn import fast_reset_condition
 
-from .alu import alu_lane
+from .alu import AluSignature, VectorAlu
 from .gemm import GemmCore
 from .layouts import format_layout, insn_layout, uop_layout
 from .signatures import (
@@ -229,14 +229,24 @@ class ComputeEngine(wiring.Component):
         m.d.comb += gemm_new.eq(Cat(*[
             Mux(wb_reset, 0, (acc_old[k] + prod[k].as_unsigned())[:cfg.acc_width])
             for k in range(lanes)]))
-        lanes_out = []
-        for k in range(lanes):
-            b = Mux(use_imm, imm.as_unsigned(), src_vec[k])[:cfg.acc_width]
-            lanes_out.append(alu_lane(m, alu_op, acc_old[k].as_signed(), b.as_signed(),
-                                      cfg.acc_width))
-        m.d.comb += alu_new.eq(Cat(*lanes_out))
+        # the ALU: operands straight from the accumulator read ports (registered in the
+        # buffer), result written back in the same cycle (VectorAlu.LATENCY == 0)
+        m.submodules.alu = alu = VectorAlu(cfg)
+        assert alu.LATENCY == 0
+        alu_port = AluSignature(cfg).flip().create()
+        wiring.connect(m, alu_port, alu)
+        imm_b = Signal(signed(cfg.acc_width))  # the immediate operand (docs/isa.md)
+        m.d.comb += imm_b.eq(Mux(alu_op == AluOp.MULHI, imm << MULHI_IMM_SHIFT, imm))
         alu_wb = s2_valid & s2_alu
-        with m.If(alu_wb):
+        m.d.comb += [alu_port.op.eq(alu_op), alu_port.in_valid.eq(alu_wb),
+                     alu_new.eq(alu_port.result)]
+        for k in range(lanes):
+            m.d.comb += [alu_port.a[k].eq(acc_old[k]),
+                         alu_port.b[k].eq(Mux(use_imm, imm_b.as_unsigned(), src_vec[k]))]
+        shift_bad = alu_port.out_valid & alu_port.shift_error
+        with m.If(shift_bad & ~error):
+            m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SHIFT_RANGE)]
+        with m.If(alu_wb & ~shift_bad):
             m.d.comb += [self.acc_wr.addr.eq(s2_addr), self.acc_wr.data.eq(alu_new),
                          self.acc_wr.en.eq(1)]
         with m.Elif(wb_valid):

@@ -21,6 +21,7 @@ class ErrorCode(IntEnum):
     DRAM_RANGE = 5  #: a DRAM access past the end of memory
     UOP_RANGE = 6  #: a micro-op field past its buffer's depth
     NO_FINISH = 7  #: the instruction stream ended without FINISH
+    SHIFT_RANGE = 8  #: an ALU shift amount from a vector operand outside 0..31
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,10 @@ MAX_IMM_MULTIPLIER = IMM_MAX
 #: Accumulator entries the compute engine zeroes per cycle in a fast reset (at most;
 #: see :func:`~.insn.fast_reset_lanes`).
 FAST_RESET_LANES = 16
+#: MULHI takes its immediate as the high half of the 32-bit multiplier: ``b = imm << 16``
+#: (the 16-bit immediate cannot hold a Q31 multiplier; exact 32-bit multipliers come
+#: from a vector operand).
+MULHI_IMM_SHIFT = 32 - IMM_WIDTH
 
 
 class Opcode(IntEnum):
@@ -57,7 +61,7 @@ class Buffer(IntEnum):
 
 
 class AluOp(IntEnum):
-    """Vector ALU operations over accumulator entries; codes 9 to 15 are illegal."""
+    """Vector ALU operations over accumulator entries; codes 10 to 15 are illegal."""
 
     ADD = 0
     MUL = 1
@@ -68,6 +72,32 @@ class AluOp(IntEnum):
     SHL = 6
     CLIP = 7
     MOV = 8
+    MULHI = 9
+
+
+#: ALU operations whose second operand is a shift amount (0..MAX_SHIFT).
+SHIFT_OPS = frozenset({AluOp.SHR, AluOp.SHR_RND, AluOp.SHL})
+
+
+def alu_imm_operand(op: AluOp, imm: int) -> int:
+    """The int32 second operand an ALU instruction with ``use_imm`` applies.
+
+    Every operation sign-extends the 16-bit immediate, except MULHI, which takes it
+    as the high half of its Q31 multiplier (``imm << MULHI_IMM_SHIFT``).
+
+    Parameters
+    ----------
+    op : AluOp
+        The operation.
+    imm : int
+        The signed immediate field.
+
+    Returns
+    -------
+    int
+        The operand as a signed 32-bit value.
+    """
+    return imm << MULHI_IMM_SHIFT if op is AluOp.MULHI else imm
 
 
 class Engine(IntEnum):

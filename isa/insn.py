@@ -19,6 +19,7 @@ from .formats import (
     ENGINE_OF,
     FAST_RESET_LANES,
     MAX_SHIFT,
+    SHIFT_OPS,
     AluOp,
     Buffer,
     Engine,
@@ -27,8 +28,6 @@ from .formats import (
     insn_width,
     uop_format,
 )
-
-SHIFT_OPS = frozenset({AluOp.SHR, AluOp.SHR_RND, AluOp.SHL})
 
 
 @dataclass(frozen=True)

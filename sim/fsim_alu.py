@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorfab.isa import Alu, AluOp
+from tensorfab.isa import Alu, AluOp, ErrorCode
+from tensorfab.isa.formats import MAX_SHIFT, SHIFT_OPS, alu_imm_operand
 
-from .machine import Machine, check_loop_index, check_uop_field
+from .machine import Machine, check_loop_index, check_uop_field, range_error
 from .race import Access, Gather, Span
 
 _AT_UFUNC = {AluOp.ADD: np.add, AluOp.MUL: np.multiply, AluOp.MIN: np.minimum,
@@ -63,7 +64,12 @@ def alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
         r = np.minimum(np.maximum(a, -b - 1), b)
     elif op is AluOp.MOV:
         r = np.broadcast_to(b, np.broadcast_shapes(a.shape, b.shape))
-    else:  # pragma: no cover - decode rejects ops 9..15
+    elif op is AluOp.MULHI:
+        # gemmlowp SaturatingRoundingDoublingHighMul: (a*b + 2^30) >> 31 equals its
+        # nudge-and-truncate form for both signs; only INT32_MIN^2 overflows.
+        r = (a * b + (1 << 30)) >> 31
+        r = np.where((a == -(1 << 31)) & (b == -(1 << 31)), (1 << 31) - 1, r)
+    else:  # pragma: no cover - decode rejects ops 10..15
         raise ValueError(f"unknown ALU op {op!r}")
     return np.broadcast_to(r, a.shape).astype(np.int32)
 
@@ -85,10 +91,27 @@ def _ranks(d: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def _sequential(acc: np.ndarray, op: AluOp, d: np.ndarray, s: np.ndarray | None,
-                imm: int) -> None:
+def _check_shifts(access: Access, op: AluOp, b: np.ndarray, s: np.ndarray) -> None:
+    """Raise ``SHIFT_RANGE`` if a shift operation reads a vector lane outside 0..31."""
+    if op not in SHIFT_OPS:
+        return
+    bad = (b < 0) | (b > MAX_SHIFT)
+    if bad.any():
+        k, lane = (int(v[0]) for v in np.nonzero(bad.reshape(len(s), -1)))
+        value = int(b.reshape(len(s), -1)[k, lane])
+        raise range_error(access, ErrorCode.SHIFT_RANGE, "src",
+                          f"shift amount {value} outside 0..{MAX_SHIFT} in accumulator "
+                          f"entry {int(s[k])}, element {lane}")
+
+
+def _sequential(access: Access, acc: np.ndarray, op: AluOp, d: np.ndarray,
+                s: np.ndarray | None, imm: int) -> None:
     for t in range(d.size):
-        b = imm if s is None else acc[s[t]]
+        if s is None:
+            b = imm
+        else:
+            b = acc[s[t]]
+            _check_shifts(access, op, b[None], s[t:t + 1])
         acc[d[t]] = alu_apply(op, acc[d[t]], b)
 
 
@@ -112,12 +135,15 @@ def _strategy(op: AluOp, d: np.ndarray, s: np.ndarray | None, depth: int
     return "waves", _ranks(d)
 
 
-def _evaluate(acc: np.ndarray, op: AluOp, d: np.ndarray, s: np.ndarray | None, imm: int,
-              strategy: str, ranks: np.ndarray | None) -> None:
+def _evaluate(access: Access, acc: np.ndarray, op: AluOp, d: np.ndarray,
+              s: np.ndarray | None, imm: int, strategy: str, ranks: np.ndarray | None
+              ) -> None:
     if strategy == "sequential":
-        _sequential(acc, op, d, s, imm)
+        _sequential(access, acc, op, d, s, imm)
     elif strategy == "oneshot":
         b = imm if s is None else acc[s]
+        if s is not None:
+            _check_shifts(access, op, b, s)
         acc[d] = alu_apply(op, acc[d], b)
     elif strategy == "ufunc":
         b = np.int32(imm) if s is None else acc[s]
@@ -128,6 +154,8 @@ def _evaluate(acc: np.ndarray, op: AluOp, d: np.ndarray, s: np.ndarray | None, i
             sel = ranks == r
             dd = d[sel]
             b = imm if s is None else acc[s[sel]]
+            if s is not None:
+                _check_shifts(access, op, b, s[sel])
             acc[dd] = alu_apply(op, acc[dd], b)
 
 
@@ -205,7 +233,8 @@ def exec_alu(m: Machine, access: Access, insn: Alu, fast: bool = True) -> None:
     tr["acc"].write(access, Gather(plan.d))
     m.counters.alu_uops += plan.d.size
     m.counters.alu_ops += plan.d.size * m.cfg.batch * m.cfg.block_out
-    _evaluate(m.acc, insn.op, plan.d, plan.s, insn.imm, plan.strategy, plan.ranks)
+    _evaluate(access, m.acc, insn.op, plan.d, plan.s, alu_imm_operand(insn.op, insn.imm),
+              plan.strategy, plan.ranks)
 
 
 __all__ = ["AluPlan", "alu_apply", "exec_alu", "plan_alu"]

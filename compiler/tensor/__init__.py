@@ -25,6 +25,7 @@ from .errors import CompileError
 from .lower import lower
 from .operators import CompiledOp, batch_matmul, compile_workload, conv2d, dense
 from .quantize import accumulator_bound, quantize_multiplier
+from .requant import fold_input_zero_point, quantize_multiplier_q31, quantize_multipliers
 from .schedule import Primitive, Schedule, ScheduleError
 from .tile_plan import TilePlan
 from .tile_search import default_schedule, search_plan
@@ -53,6 +54,7 @@ __all__ = [
     "default_schedule",
     "dense",
     "estimate_cost",
+    "fold_input_zero_point",
     "insert_tokens",
     "lower",
     "pack_activation",
@@ -62,6 +64,8 @@ __all__ = [
     "pack_weight",
     "program_traffic",
     "quantize_multiplier",
+    "quantize_multiplier_q31",
+    "quantize_multipliers",
     "roofline_cycles",
     "search_plan",
     "unpack_nchw",

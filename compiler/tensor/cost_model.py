@@ -148,13 +148,13 @@ def estimate_cost(plan: TilePlan, n_alu_ops: int = 0) -> CostEstimate:
     n_compute = len(kts) + 1 + n_alu_ops
     inp_bytes = sum(tn * tic * rows * cols for _, tic in kts) * cfg.inp_entry_bytes * f_inp
     wgt_bytes = sum(toc * tic * kh * kw for _, tic in kts) * cfg.wgt_entry_bytes * f_wgt
-    bias_bytes = toc * cfg.acc_entry_bytes * f_bias
+    bias_bytes = toc * cfg.acc_entry_bytes * f_bias * int(plan.bias)
     out_bytes = out_entries * cfg.out_entry_bytes
     n_inp_loads = sum(1 if merged_inp else tn * tic for _, tic in kts) * f_inp
     n_wgt_loads = len(kts) * f_wgt
     full = (plan.tile("oh"), plan.tile("ow")) == (wl.out_height, wl.out_width)
     n_stores = 1 if full else (tn if plan.tile("ow") == wl.out_width else tn * toc)
-    n_loads = n_inp_loads + n_wgt_loads + f_bias
+    n_loads = n_inp_loads + n_wgt_loads + f_bias * int(plan.bias)
     pad = _padding_entries(plan) * f_inp
     n_insns = n_compute + n_loads + n_stores
     tile_bytes = inp_bytes + wgt_bytes + bias_bytes + out_bytes + n_insns * insn_bytes

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from tensorfab.isa import AluOp
 from tensorfab.isa.formats import IMM_MAX as _IMM_MAX
 from tensorfab.isa.formats import IMM_MIN as _IMM_MIN
 
 from .errors import CompileError
 from .quantize import MAX_MULTIPLIER, MAX_SHIFT
+from .requant import MAX_EXPONENT, MIN_EXPONENT, quantize_multipliers
 
 
 @dataclass(frozen=True)
@@ -18,14 +21,19 @@ class Epilogue:
 
     1. ``bias``: ``a = bias + Σ x·w`` (the bias is loaded into the accumulators and
        moved into the tile before the first GEMM);
-    2. ``requant = (mult, shift)``: ``a = SHR_RND(a · mult, shift)`` (see
-       :mod:`.quantize`);
-    3. ``relu``: ``a = max(a, 0)``;
-    4. ``clip = (lo, hi)``: ``a = min(max(a, lo), hi)``; with ``requant`` and no
+    2. requantization, one of
+       - ``requant = (mult, shift)`` (the cheaper 16-bit path):
+         ``a = SHR_RND(a · mult, shift)`` (see :mod:`.quantize`);
+       - ``multiplier`` and ``shift`` per output channel (exact, TFLite's
+         ``MultiplyByQuantizedMultiplier``, see :mod:`.requant`):
+         ``a = SHR_RND(MULHI(SHL(a, max(e, 0)), M), max(-e, 0))`` with vector operands;
+    3. ``zero_point``: ``a = a + zero_point`` (the output's zero point);
+    4. ``relu``: ``a = max(a, zero_point)``;
+    5. ``clip = (lo, hi)``: ``a = min(max(a, lo), hi)``; with requantization and no
        ``clip``, ``a`` is saturated to int8 (``clip = (-128, 127)``).
 
-    The STORE then keeps the low byte of ``a``: without ``requant`` or ``clip`` int32
-    values wrap.
+    The STORE then keeps the low byte of ``a``: without requantization or ``clip``
+    int32 values wrap.
 
     Attributes
     ----------
@@ -37,14 +45,38 @@ class Epilogue:
         Apply ReLU after requantization.
     clip : tuple[int, int] | None
         Inclusive bounds, 16-bit signed, ``lo <= hi``.
+    multiplier : tuple[int, ...] | None
+        Per output channel Q31 multipliers in ``[0, 2^31)`` (numpy arrays are
+        accepted and stored as tuples); see :func:`.requant.quantize_multiplier_q31`.
+    shift : tuple[int, ...] | None
+        Per output channel exponents in ``-31..30`` (TFLite's convention: the scale is
+        ``multiplier · 2^(shift - 31)``); required with ``multiplier``.
+    zero_point : int
+        Output zero point, -128..127.
+    headroom : int
+        Bits the accumulators leave unused (``|a| < 2^(31 - headroom)``). A channel
+        with a right shift ``r`` shifts ``a`` left by ``k = min(headroom, 31 - r)``
+        before MULHI and right by ``r + k`` after it, so MULHI's rounding falls ``k``
+        bits further below the result's and the result is closer to
+        ``round(a · scale)``; 0 (the default) is TFLite's arithmetic bit for bit.
     """
 
     bias: bool = False
     requant: tuple[int, int] | None = None
     relu: bool = False
     clip: tuple[int, int] | None = None
+    multiplier: tuple[int, ...] | None = None
+    shift: tuple[int, ...] | None = None
+    zero_point: int = 0
+    headroom: int = 0
 
     def __post_init__(self) -> None:
+        for name in ("multiplier", "shift"):
+            v = getattr(self, name)
+            if v is not None:
+                object.__setattr__(self, name,
+                                   tuple(int(x) for x in np.asarray(v).reshape(-1)))
+        self._check_per_channel()
         if self.requant is not None:
             mult, shift = self.requant
             if not 0 <= mult <= MAX_MULTIPLIER:
@@ -57,25 +89,127 @@ class Epilogue:
                 raise CompileError(f"clip bounds {self.clip} must satisfy {_IMM_MIN} <= lo <= "
                                  f"hi <= {_IMM_MAX}")
 
-    def alu_ops(self) -> list[tuple[AluOp, int]]:
-        """The ALU instructions (operation, immediate) after the GEMM, in order."""
-        ops: list[tuple[AluOp, int]] = []
+    def _check_per_channel(self) -> None:
+        if (self.multiplier is None) != (self.shift is None):
+            raise CompileError("a per-channel epilogue needs both multiplier and shift")
+        if not -128 <= self.zero_point <= 127:
+            raise CompileError(f"zero_point {self.zero_point} outside -128..127")
+        if not 0 <= self.headroom <= 31:
+            raise CompileError(f"headroom {self.headroom} outside 0..31")
+        if self.multiplier is None or self.shift is None:
+            return
+        if self.requant is not None:
+            raise CompileError("requant and per-channel multiplier/shift are exclusive")
+        if len(self.multiplier) != len(self.shift) or not self.multiplier:
+            raise CompileError(f"{len(self.multiplier)} multipliers and {len(self.shift)} "
+                             "shifts: one of each per output channel")
+        for c, (m, e) in enumerate(zip(self.multiplier, self.shift, strict=True)):
+            if not 0 <= m < 1 << 31:
+                raise CompileError(f"channel {c}: multiplier {m} outside 0..2^31-1")
+            if not MIN_EXPONENT <= e <= MAX_EXPONENT:
+                raise CompileError(f"channel {c}: shift {e} outside "
+                                 f"{MIN_EXPONENT}..{MAX_EXPONENT}")
+
+    @classmethod
+    def from_scales(cls, real_scales: np.ndarray, *, zero_point: int = 0, relu: bool = False,
+                    bias: bool = False, acc_bound: int | None = None) -> Epilogue:
+        """Exact per-channel requantization from real scales (TFLite's
+        ``QuantizeMultiplier`` per channel, :func:`.requant.quantize_multipliers`).
+
+        Parameters
+        ----------
+        real_scales : numpy.ndarray
+            ``(O,)`` scales ``input_scale · weight_scale[c] / output_scale``.
+        zero_point : int
+            Output zero point.
+        relu, bias : bool
+            As the attributes.
+        acc_bound : int | None
+            The largest accumulator magnitude (:func:`.quantize.accumulator_bound`):
+            sets :attr:`headroom` to the bits it leaves free. ``None``: no headroom,
+            TFLite's arithmetic exactly.
+        """
+        mult, exp = quantize_multipliers(np.asarray(real_scales).reshape(-1))
+        headroom = 0 if acc_bound is None else max(0, 31 - int(acc_bound).bit_length())
+        return cls(bias=bias, relu=relu, multiplier=tuple(int(m) for m in mult),
+                   shift=tuple(int(e) for e in exp), zero_point=zero_point,
+                   headroom=headroom)
+
+    @property
+    def per_channel(self) -> bool:
+        """Exact per-channel requantization (``multiplier`` and ``shift``)."""
+        return self.multiplier is not None
+
+    @property
+    def requantizes(self) -> bool:
+        """Either requantization path is on (the default clip is int8)."""
+        return self.requant is not None or self.per_channel
+
+    def vector_tiles(self) -> list[str]:
+        """Names of the per-channel vectors the ALU reads, in their order in the
+        accumulator slot after the bias tile: ``left_shift`` (only if some exponent is
+        positive), ``multiplier``, ``right_shift`` (only if some exponent is negative)."""
+        if self.shift is None:
+            return []
+        left, right = self._shifts()
+        names = ["left_shift"] if left.max() > 0 else []
+        names.append("multiplier")
+        if right.max() > 0:
+            names.append("right_shift")
+        return names
+
+    def _shifts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-channel (left, right) shifts around MULHI, with :attr:`headroom`."""
+        e = np.array(self.shift, dtype=np.int64)
+        right = np.maximum(-e, 0)
+        # a·2^k through MULHI keeps k more bits; the right shift grows by k (at most 31)
+        moved = np.where(right > 0, np.minimum(self.headroom, MAX_SHIFT - right), 0)
+        return np.maximum(e, 0) + moved, right + moved
+
+    @property
+    def channel_tiles(self) -> int:
+        """Per-channel tiles the accumulator slot holds after the output tile: the bias
+        and the vectors of :meth:`vector_tiles`."""
+        return int(self.bias) + len(self.vector_tiles())
+
+    def channel_vectors(self) -> dict[str, np.ndarray]:
+        """The per-channel int32 vectors by name (see :meth:`vector_tiles`)."""
+        if self.multiplier is None or self.shift is None:
+            return {}
+        left, right = self._shifts()
+        every = {"left_shift": left, "multiplier": np.array(self.multiplier, dtype=np.int64),
+                 "right_shift": right}
+        return {n: every[n].astype(np.int32) for n in self.vector_tiles()}
+
+    def alu_ops(self) -> list[tuple[AluOp, int | str]]:
+        """The ALU instructions after the GEMM, in order: ``(operation, immediate)``,
+        or ``(operation, name)`` with a per-channel vector operand (:meth:`vector_tiles`)."""
+        ops: list[tuple[AluOp, int | str]] = []
         if self.requant is not None:
             mult, shift = self.requant
             ops.append((AluOp.MUL, mult))
             if shift:
                 ops.append((AluOp.SHR_RND, shift))
+        vectors = self.vector_tiles()
+        if "left_shift" in vectors:
+            ops.append((AluOp.SHL, "left_shift"))
+        if "multiplier" in vectors:
+            ops.append((AluOp.MULHI, "multiplier"))
+        if "right_shift" in vectors:
+            ops.append((AluOp.SHR_RND, "right_shift"))
+        if self.zero_point:
+            ops.append((AluOp.ADD, self.zero_point))
         if self.relu:
-            ops.append((AluOp.MAX, 0))
+            ops.append((AluOp.MAX, self.zero_point))
         clip = self.clip
-        if clip is None and self.requant is not None:
+        if clip is None and self.requantizes:
             clip = (-128, 127)
         if clip is not None:
             lo, hi = clip
             if lo == -hi - 1:
                 ops.append((AluOp.CLIP, hi))
             else:
-                if not (self.relu and lo <= 0):
+                if not (self.relu and lo <= self.zero_point):
                     ops.append((AluOp.MAX, lo))
                 ops.append((AluOp.MIN, hi))
         return ops
@@ -87,6 +221,11 @@ class Epilogue:
             parts.append("bias")
         if self.requant is not None:
             parts.append(f"requant{self.requant}")
+        if self.multiplier is not None:
+            parts.append(f"requant_q31({len(self.multiplier)} channels"
+                         + (f", headroom {self.headroom})" if self.headroom else ")"))
+        if self.zero_point:
+            parts.append(f"zp{self.zero_point}")
         if self.relu:
             parts.append("relu")
         if self.clip is not None:

@@ -26,6 +26,7 @@ import numpy as np
 
 from tensorfab.isa import Alu, AluOp, Buffer, Gemm, HwConfig, Load, Program, Segment, Store
 from tensorfab.isa.builder import ProgramBuilder
+from tensorfab.isa.layout import pack_bias_for
 
 from .epilogue import Epilogue
 from .errors import CompileError
@@ -35,7 +36,7 @@ from .tensorize import (
     Kernel,
     KernelTable,
     alu_kernel,
-    bias_kernel,
+    channel_kernel,
     gemm_kernel,
     reset_kernel,
 )
@@ -138,11 +139,18 @@ class _Lowering:
                      dram=geo.wgt(t["g"], t["oc"], c0), y=self.plan.tile("oc"), x=tic * taps,
                      stride=geo.cb * taps), "wgt")
 
-    def bias_load(self, v: int, t: dict[str, int]) -> Emitted:
+    def channel_names(self) -> list[str]:
+        """Per-channel tiles of the accumulator slot after the output tile, in order
+        (each also names its DRAM segment): the bias, then the epilogue's vectors."""
+        return (["bias"] if self.ep.bias else []) + self.ep.vector_tiles()
+
+    def channel_loads(self, v: int, t: dict[str, int]) -> list[Emitted]:
         plan = self.plan
         toc = plan.tile("oc")
-        return (Load(buffer=Buffer.ACC, sram=plan.slot_base("acc", v) + plan.out_entries,
-                     dram=t["g"] * self.geo.ob + t["oc"], y=1, x=toc, stride=toc), "bias")
+        base = plan.slot_base("acc", v) + plan.out_entries
+        return [(Load(buffer=Buffer.ACC, sram=base + k * toc, dram=t["g"] * self.geo.ob + t["oc"],
+                      y=1, x=toc, stride=toc), name)
+                for k, name in enumerate(self.channel_names())]
 
     # ----------------------------------------------------------------- stores
     def stores(self, v: int, t: dict[str, int]) -> list[Emitted]:
@@ -182,10 +190,10 @@ class _Lowering:
             step = Step(vthread=v, tile=sl.tile,
                         reads=(("inp", sl.inp_region), ("wgt", sl.wgt_region)))
             writes: list[tuple[str, int]] = []
-            if sl.first and self.ep.bias:
+            if sl.first and self.ep.channel_tiles:
                 key = (t["g"], t["oc"])
                 if held.get(v) != key:
-                    step.loads.append(self.bias_load(v, t))
+                    step.loads += self.channel_loads(v, t)
                     writes.append(("bias", v))
                     held[v] = key
                 step.reads = (*step.reads, ("bias", v))  # type: ignore[misc]
@@ -198,7 +206,7 @@ class _Lowering:
             step.writes = tuple(writes)
             if sl.first:
                 if self.ep.bias:
-                    k = bias_kernel(plan, v)
+                    k = channel_kernel(plan, v, 0)
                     step.compute.append(_alu(k, self.kernels.add(k), AluOp.MOV, None))
                 else:
                     k = reset_kernel(plan, v)
@@ -209,9 +217,16 @@ class _Lowering:
                 gemms[key] = _gemm(k, self.kernels.add(k))
             step.compute.append(gemms[key])
             if sl.last:
+                if self.ep.vector_tiles() and ("bias", v) not in step.reads:
+                    # the epilogue reads the per-channel vectors the first step loaded
+                    step.reads = (*step.reads, ("bias", v))  # type: ignore[misc]
                 k = alu_kernel(plan, v)
-                for op, imm in alu_ops:
-                    step.compute.append(_alu(k, self.kernels.add(k), op, imm))
+                for op, operand in alu_ops:
+                    if isinstance(operand, str):  # a per-channel vector of the slot
+                        kv = channel_kernel(plan, v, self.channel_names().index(operand))
+                        step.compute.append(_alu(kv, self.kernels.add(kv), op, None))
+                    else:
+                        step.compute.append(_alu(k, self.kernels.add(k), op, operand))
                 step.stores = self.stores(v, t)
             steps.append(step)
         return steps
@@ -226,12 +241,16 @@ def lookahead(cfg: HwConfig) -> int:
 class _EpilogueShape:
     """What the lowering needs of an epilogue when only its shape is known."""
 
-    def __init__(self, bias: bool, n_alu_ops: int) -> None:
-        self.bias = bias
+    def __init__(self, channel_tiles: int, n_alu_ops: int) -> None:
+        self.bias = bool(channel_tiles)
+        self.channel_tiles = int(channel_tiles)
         self._ops = [(AluOp.MAX, 0)] * n_alu_ops
 
     def alu_ops(self) -> list[tuple[AluOp, int]]:
         return list(self._ops)
+
+    def vector_tiles(self) -> list[str]:
+        return [f"vector{k}" for k in range(self.channel_tiles - 1)]
 
 
 def plan_instructions(plan: TilePlan, n_alu_ops: int = 0) -> list[Emitted]:
@@ -266,9 +285,10 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
         ``zeros`` (if needed).
     """
     ep = epilogue or Epilogue()
-    if ep.bias != plan.bias:
-        raise CompileError(f"the epilogue {'has' if ep.bias else 'has no'} bias but the "
-                         f"schedule was made {'with' if plan.bias else 'without'} one")
+    if ep.channel_tiles != plan.bias:
+        raise CompileError(f"the epilogue needs {ep.channel_tiles} per-channel tile(s) (bias "
+                         f"{ep.bias}, vectors {ep.vector_tiles()}) but the schedule was made "
+                         f"with {int(plan.bias)}")
     cfg, wl = plan.cfg, plan.workload
     ext = plan.extents
     g = wl.groups
@@ -295,6 +315,14 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
             if arr.shape != shape:
                 raise CompileError(f"{name} has shape {arr.shape}, the layout needs {shape}")
         bld.add_segment(Segment(name, dtype, shape, arr))
+    vectors = ep.channel_vectors()
+    for name, vec in vectors.items():
+        if vec.shape != (wl.out_channels,):
+            raise CompileError(f"the epilogue has {vec.size} per-channel {name} values, the "
+                             f"operator {wl.out_channels} output channels")
+        packed = pack_bias_for(cfg, vec)
+        bld.add_segment(Segment(name, "int32", shapes["bias"][1],
+                                np.concatenate([packed] * g)))
     bld.add_segment(Segment("out", "int8", (g * ext["b"], ext["oc"], wl.out_height,
                                             wl.out_width, cfg.batch, cfg.block_out),
                             output=True))

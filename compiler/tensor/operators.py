@@ -83,13 +83,13 @@ def _epilogue(epilogue: Epilogue | None, bias: np.ndarray | None) -> Epilogue:
 def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedule | None,
               vthreads: int) -> Schedule:
     if schedule is None:
-        return default_schedule(workload, cfg, vthreads, bias=ep.bias,
+        return default_schedule(workload, cfg, vthreads, bias=ep.channel_tiles,
                                 n_alu_ops=len(ep.alu_ops()))
     if schedule.workload != workload or schedule.cfg != cfg:
         raise CompileError("the schedule was made for another workload or config")
-    if schedule.bias != ep.bias:
+    if schedule.bias != ep.channel_tiles:
         raise CompileError(f"the schedule was made with bias={schedule.bias}, the epilogue "
-                         f"has bias={ep.bias}")
+                         f"needs {ep.channel_tiles} per-channel tile(s)")
     return schedule
 
 

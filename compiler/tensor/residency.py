@@ -164,7 +164,10 @@ def _gemm_uops(plan: TilePlan, steps: list[StepSlots]) -> int:
 
 def _other_uops(plan: TilePlan) -> int:
     """Micro-ops of the reset or bias kernel and the element-wise ALU kernel."""
-    per_thread = kernel_size(bias_dims(plan), {"b", "oc", "pix"}) if plan.bias else 1
+    # the reset (1) or bias move, and one kernel per per-channel vector operand (with
+    # vectors the epilogue may have no bias: count a reset kernel too)
+    per_thread = kernel_size(bias_dims(plan), {"b", "oc", "pix"}) * int(plan.bias) \
+        + (plan.bias > 1) if plan.bias else 1
     return (per_thread + 1) * min(plan.vthreads, plan.n_output_tiles)
 
 

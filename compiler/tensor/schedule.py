@@ -84,8 +84,9 @@ class Schedule:
         The operator.
     cfg : HwConfig
         The target.
-    bias : bool
-        Whether the operator adds a bias (it takes accumulator entries).
+    bias : int
+        Per-channel accumulator tiles the operator keeps (the bias and exact
+        requantization vectors, :meth:`.Epilogue.channel_tiles`; ``True``: the bias).
 
     Examples
     --------
@@ -96,7 +97,7 @@ class Schedule:
     virtual_thread(2)
     """
 
-    def __init__(self, workload: Workload, cfg: HwConfig, *, bias: bool = False) -> None:
+    def __init__(self, workload: Workload, cfg: HwConfig, *, bias: int = False) -> None:
         self.workload = workload
         self.cfg = cfg
         self.bias = bias
@@ -283,7 +284,8 @@ class Schedule:
                          f"weight tile {plan.tile('oc')}×{plan.tile('ic')}×"
                          f"{wl.kernel[0]}×{wl.kernel[1]}", ("oc", "ic"))
         what = f"output tile {plan.tile('b')}×{plan.tile('oc')}×{plan.tile('oh')}×" \
-               f"{plan.tile('ow')}" + (f" + {plan.tile('oc')} bias" if self.bias else "")
+               f"{plan.tile('ow')}" + (f" + {int(self.bias)}×{plan.tile('oc')} per-channel"
+                                       if self.bias else "")
         self._check_slot(plan, "acc", plan.acc_entries, what, ("b", "oc", "oh", "ow"))
         self._check_fields(plan)
         uops = kernel_uop_count(plan)

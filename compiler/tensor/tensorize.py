@@ -159,8 +159,16 @@ def reset_kernel(plan: TilePlan, vthread: int) -> Kernel:
 
 def bias_kernel(plan: TilePlan, vthread: int) -> Kernel:
     """ALU kernel moving the bias tile into ``vthread``'s output tile."""
+    return channel_kernel(plan, vthread, 0)
+
+
+def channel_kernel(plan: TilePlan, vthread: int, index: int) -> Kernel:
+    """ALU kernel over ``vthread``'s output tile whose source is per-channel tile
+    ``index`` of the slot (the bias, or a vector of per-channel multipliers or shifts):
+    ``acc[b][oc][pix] = OP(acc[b][oc][pix], tile[oc])``."""
     a = plan.slot_base("acc", vthread)
-    return make_kernel(bias_dims(plan), {"b", "oc", "pix"}, (a, a + plan.out_entries))
+    return make_kernel(bias_dims(plan), {"b", "oc", "pix"},
+                       (a, a + plan.out_entries + index * plan.tile("oc")))
 
 
 def alu_kernel(plan: TilePlan, vthread: int) -> Kernel:
@@ -190,5 +198,6 @@ class KernelTable:
 
 
 __all__ = ["GEMM_LOOPS", "MAX_ITER", "Dim", "Kernel", "KernelTable", "alu_kernel", "bias_kernel",
+           "channel_kernel",
            "choose_loops", "gemm_dims", "gemm_kernel", "kernel_size",
            "make_kernel", "reset_kernel", "tile_dims"]

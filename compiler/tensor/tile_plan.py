@@ -62,8 +62,10 @@ class TilePlan:
         for every thread, see :mod:`.residency`) and between the accumulator slots of
         consecutive virtual threads (thread ``v`` owns ``[v·pitch, v·pitch +
         acc_entries)`` of ``acc``).
-    bias : bool
-        A bias tile is kept in the accumulator slot after the output tile.
+    bias : int
+        Per-channel tiles kept in the accumulator slot after the output tile: the bias
+        and the vectors of an exact requantization (:meth:`.Epilogue.channel_tiles`;
+        ``True`` counts as one, the bias alone).
     """
 
     workload: Workload
@@ -72,7 +74,7 @@ class TilePlan:
     order: tuple[str, ...]
     vthreads: int
     pitches: tuple[tuple[str, int], ...]
-    bias: bool = False
+    bias: int = False
 
     # ------------------------------------------------------------------ tile sizes
     @cached_property
@@ -126,8 +128,8 @@ class TilePlan:
 
     @property
     def acc_entries(self) -> int:
-        """Accumulator entries of one slot: output tile plus bias tile."""
-        return self.out_entries + (self.tile("oc") if self.bias else 0)
+        """Accumulator entries of one slot: output tile plus per-channel tiles."""
+        return self.out_entries + self.tile("oc") * int(self.bias)
 
     def regions(self, buffer: str) -> int:
         """Regions of ``inp`` or ``wgt`` that cache operand tiles (:mod:`.residency`):

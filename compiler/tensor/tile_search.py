@@ -61,11 +61,12 @@ def _fits(plan: TilePlan, n_threads: int) -> bool:
         return False
     tics = {size for _, size in plan.ic_tiles()}
     gemm = sum(kernel_size(gemm_dims(plan, t), GEMM_LOOPS) for t in tics)
-    bias = plan.tile("b") * plan.tile("oc") if plan.bias else 1
+    bias = plan.tile("b") * plan.tile("oc") * int(plan.bias) + (plan.bias > 1) \
+        if plan.bias else 1
     return (gemm + bias + 1) * n_threads <= cfg.uop_depth
 
 
-def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: bool = False,
+def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: int = False,
                 n_alu_ops: int = 0, refine: bool = True) -> TilePlan:
     """The cheapest tiling of ``workload`` with ``vthreads`` threads (see the module
     docstring).
@@ -93,7 +94,7 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: b
         if tn * toc > cfg.acc_depth // vthreads:
             continue
         for th, tw in product(cands["oh"], cands["ow"]):
-            out = tn * toc * th * tw + (toc if bias else 0)
+            out = tn * toc * th * tw + toc * int(bias)
             if out > cfg.acc_depth // vthreads or out // tw > MAX_ITER:
                 continue
             for tic in cands["ic"]:
@@ -158,7 +159,7 @@ def schedule_for(plan: TilePlan) -> Schedule:
 
 
 def default_schedule(workload: Workload, cfg: HwConfig, vthreads: int = 2, *,
-                     bias: bool = False, n_alu_ops: int = 0) -> Schedule:
+                     bias: int = False, n_alu_ops: int = 0) -> Schedule:
     """The searched schedule of ``workload`` (see :func:`search_plan`) with up to
     ``vthreads`` threads: when no tiling fits that many slots (e.g. a large kernel's
     taps overflow a weight slot), fewer threads are used.

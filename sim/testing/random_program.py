@@ -63,13 +63,13 @@ from tensorfab.isa import (
 )
 from tensorfab.isa.disasm import format_insn
 from tensorfab.isa.errors import UsageError
-from tensorfab.isa.formats import MAX_SHIFT, token_pops, token_pushes
+from tensorfab.isa.formats import MAX_SHIFT, SHIFT_OPS, token_pops, token_pushes
 from tensorfab.isa.insn import segment_dram
 
 #: Name of the informational segment recording how a program was generated.
 META_SEGMENT = "random_meta"
 #: Bump when the same (config, seed) starts giving different programs.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 #: Most virtual threads :func:`random_program` picks on its own.
 MAX_VTHREADS = 4
 #: Default cap on the number of steps.
@@ -86,7 +86,6 @@ LOAD_ROW_OVERLAP = 0.15
 #: Most micro-op executions of one GEMM/ALU instruction.
 _MAX_ITERATIONS = 96
 
-_SHIFT_OPS = (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL)
 _NEVER = -(1 << 40)  # "written by no store" in the feedback tracker
 
 # Flags: which queue each (engine, flag) pushes to or pops from.
@@ -175,6 +174,9 @@ class _Generator:
         # What the generator knows of the machine state.
         self.init = {b: np.zeros(buffer_depth(cfg, b), dtype=bool)
                      for b in (Buffer.INP, Buffer.WGT, Buffer.ACC)}
+        # accumulator entries known to hold shift amounts 0..31 in every element (the
+        # only legal vector operands of shift operations; else SHIFT_RANGE)
+        self.shift_ok = np.zeros(cfg.acc_depth, dtype=bool)
         self.uop_buf: list[Uop | None] = [None] * cfg.uop_depth
         self.kernels: list[list[tuple[int, int]]] = [[] for _ in range(V)]
         self.items: list[_Item] = []
@@ -222,7 +224,7 @@ class _Generator:
         return min(f, depth - 1)
 
     def _imm(self, op: AluOp) -> int:
-        if op in _SHIFT_OPS:
+        if op in SHIFT_OPS or (op is AluOp.MOV and self.rng.random() < 0.5):
             return self._pick([0, 1, MAX_SHIFT, int(self.rng.integers(0, MAX_SHIFT + 1))],
                               [1, 1, 1, 5])
         specials = [0, 1, -1, 127, -128, 255, 32767, -32768]
@@ -378,6 +380,8 @@ class _Generator:
                 ks[:] = [(b, e) for b, e in ks if e <= lo or b >= hi]
         else:
             self.init[insn.buffer][lo:hi] = True
+            if insn.buffer is Buffer.ACC:
+                self.shift_ok[lo:hi] = False
 
     def _full_depth_load(self, buf: Buffer) -> _Item | None:
         """A LOAD writing the whole of ``buf`` (data kept small with padding or a
@@ -532,6 +536,14 @@ class _Generator:
             use_imm = bool(rng.random() < 0.5)
             if not acc_init.any():
                 op, use_imm = AluOp.MOV, True
+            shifts = acc_slice & self.shift_ok
+            if shifts.any() and rng.random() < 0.3:  # a prepared shift vector: use it
+                op, use_imm = sorted(SHIFT_OPS)[int(rng.integers(len(SHIFT_OPS)))], False
+            if op in SHIFT_OPS and not use_imm:
+                if shifts.any() and (acc_init & ~shifts).any():
+                    acc_init = acc_init & ~shifts  # destinations never shift sources
+                else:
+                    use_imm = True
         if kind == 0:
             roles = [_Role("acc", acc_slice),
                      _Role("src", self._slice_mask(Buffer.INP, v)),
@@ -539,8 +551,9 @@ class _Generator:
         elif kind == 1:
             roles = [_Role("acc", acc_init), _Role("src", inp_ok), _Role("wgt", wgt_ok)]
         else:
+            src_ok = shifts if op in SHIFT_OPS else acc_init
             roles = [_Role("acc", acc_slice if op is AluOp.MOV else acc_init),
-                     _Role("src", acc_slice if use_imm else acc_init)]
+                     _Role("src", acc_slice if use_imm else src_ok)]
         for attempt in range(8):
             n_out, n_in = self._extent(), self._extent()
             n_uops = self._pick([1, 2, 3, 4, 6, 8], [30, 20, 15, 15, 10, 10])
@@ -593,12 +606,15 @@ class _Generator:
                            uop_begin=begin, uop_end=end, iter_out=n_out, iter_in=n_in,
                            dst_factor_out=acc_role.f_out, dst_factor_in=acc_role.f_in,
                            src_factor_out=roles[1].f_out, src_factor_in=roles[1].f_in)
-            if kind == 0 or op is AluOp.MOV:
-                for u in range(begin, end):
-                    uop = self.uop_buf[u]
-                    assert uop is not None
-                    for off in _loop_offsets(*loops, acc_role.f_out, acc_role.f_in):
+            shift_value = (isinstance(insn, Alu) and op is AluOp.MOV and use_imm
+                           and 0 <= insn.imm <= MAX_SHIFT)
+            for u in range(begin, end):
+                uop = self.uop_buf[u]
+                assert uop is not None
+                for off in _loop_offsets(*loops, acc_role.f_out, acc_role.f_in):
+                    if kind == 0 or op is AluOp.MOV:
                         self.init[Buffer.ACC][uop.acc + off] = True
+                    self.shift_ok[uop.acc + off] = shift_value
             return insn
         return None
 
@@ -763,7 +779,9 @@ class _Generator:
         reserved[item.insn.sram] = True
         self.kernels[v].append((item.insn.sram, item.insn.sram + 1))
         self.init[Buffer.ACC][lo] = True
-        return Alu(op=AluOp.MOV, use_imm=True, imm=self._imm(AluOp.MOV),
+        imm = self._imm(AluOp.MOV)
+        self.shift_ok[lo] = 0 <= imm <= MAX_SHIFT
+        return Alu(op=AluOp.MOV, use_imm=True, imm=imm,
                    uop_begin=item.insn.sram, uop_end=item.insn.sram + 1)
 
     def _finish(self) -> None:

@@ -17,15 +17,19 @@ from support.isa_programs import directed_programs
 from tensorfab.hw.verilog import CORE_LINT_WAIVERS, CORE_TOP, core_verilog, lint
 from tensorfab.isa import (
     PRESETS,
+    Alu,
+    AluOp,
     Buffer,
     ErrorCode,
     Finish,
     Load,
     Program,
+    ProgramError,
     Segment,
     Store,
     Uop,
     insn_formats,
+    uop_format,
 )
 from tensorfab.isa.formats import Opcode
 from tensorfab.sim import FunctionalSimulator
@@ -110,11 +114,37 @@ def _tiny_error_programs() -> tuple[list[Program], list[np.ndarray | None], list
     add([deep, *ok], ErrorCode.SRAM_RANGE, 0)
     # store into the instruction stream
     add([*ok[:1], Store(sram=0, dram=0, y=1, x=1), ok[1]], ErrorCode.DRAM_RANGE, 1)
+    # ALU: vector shift amounts outside 0..31, a vector operand index past the buffer
+    uops = [Uop(acc=1, src=0), Uop(acc=0, src=1)]
+
+    def alu_case(b: int, insn: Alu, code: ErrorCode) -> None:
+        pre = [Load(buffer=Buffer.UOP, sram=0, dram=0, y=1, x=2, push_next=True),
+               Alu(op=AluOp.MOV, use_imm=True, imm=b, uop_begin=0, uop_end=1, pop_prev=True),
+               Alu(op=AluOp.MOV, use_imm=True, imm=-7, uop_begin=1, uop_end=2)]
+        p = Program(cfg, [*pre, insn, Finish()], uops, [seg, out])
+        pre[0] = Load(buffer=Buffer.UOP, sram=0, y=1, x=2, push_next=True,
+                      dram=p.layout()["uops"].offset // uop_format(cfg).bytes)
+        p = Program(cfg, [*pre, insn, Finish()], uops, [seg, out])
+        progs.append(p)
+        images.append(None)
+        expect.append((code, len(pre)))
+
+    vec = {"uop_begin": 1, "uop_end": 2, "iter_out": 3}
+    alu_case(32, Alu(op=AluOp.SHR_RND, **vec), ErrorCode.SHIFT_RANGE)
+    alu_case(-1, Alu(op=AluOp.SHL, **vec), ErrorCode.SHIFT_RANGE)
+    alu_case(32767, Alu(op=AluOp.SHR, **vec), ErrorCode.SHIFT_RANGE)
+    alu_case(3, Alu(op=AluOp.MULHI, src_factor_out=cfg.acc_depth // 2, **vec),
+             ErrorCode.SRAM_RANGE)
     return progs, images, expect
 
 
 def test_errors_stop_the_core_with_code_and_index(tmp_path: Path) -> None:
     progs, images, expect = _tiny_error_programs()
+    for k, (prog, image, (code, index)) in enumerate(zip(progs, images, expect, strict=True)):
+        if image is None:  # the functional simulator reports the same error
+            with pytest.raises(ProgramError) as exc:
+                FunctionalSimulator(prog.config).run(prog)
+            assert (exc.value.code, exc.value.index) == (code, index), f"case {k}: fsim"
     runs = run_on_core(progs, tmp_path, images=images, max_cycles=20_000)
     for k, (run, (code, index)) in enumerate(zip(runs, expect, strict=True)):
         assert not run.timed_out, f"case {k}: the core hung instead of reporting {code.name}"

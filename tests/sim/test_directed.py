@@ -11,6 +11,7 @@ from collections import defaultdict, deque
 
 import numpy as np
 import pytest
+from support.gemmlowp_reference import saturating_rounding_doubling_high_mul
 from support.isa_programs import (
     PAD_CASES,
     PAD_X,
@@ -81,6 +82,8 @@ def alu_ref(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
         r = np.minimum(np.maximum(a, -b - 1), b)
     elif op is AluOp.MOV:
         r = b.copy()
+    elif op is AluOp.MULHI:
+        return saturating_rounding_doubling_high_mul(a, b)
     else:  # pragma: no cover
         raise AssertionError(op)
     return wrap32(r)
@@ -302,6 +305,8 @@ def test_alu(cfg, op, use_imm):
     prog, inp = build_alu(cfg, np.random.default_rng(100 + op), op, use_imm=use_imm)
     out = run(prog).outputs["out"]
     b = int(inp["imm"]) if use_imm else inp["Y"]
+    if use_imm and op is AluOp.MULHI:
+        b <<= 16  # MULHI's immediate is the high half of its multiplier
     want = alu_ref(op, inp["X"], b)
     np.testing.assert_array_equal(from_lanes(out), want)
     np.testing.assert_array_equal(out[0], low_byte(want))

@@ -8,6 +8,7 @@ accumulator values are recovered by copying the results four times, shifting cop
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -136,6 +137,8 @@ def ref_alu(op: AluOp, a: int, b: int) -> int:
         return wrap32(min(max(a, -b - 1), b))
     if op is AluOp.MOV:
         return b
+    if op is AluOp.MULHI:  # a·b / 2^31 rounded half up, the one overflow saturated
+        return min(math.floor(Fraction(a * b, 1 << 31) + Fraction(1, 2)), I32_MAX)
     raise AssertionError(op)
 
 
@@ -177,6 +180,8 @@ def alu_program(cfg: HwConfig, a: np.ndarray, b: np.ndarray | None, op: AluOp,
 def test_alu_vector_operand(op: AluOp) -> None:
     rng = np.random.default_rng(int(op))
     a, b = alu_operands(rng, 48, TINY.block_out)
+    if op in (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL):
+        b &= 31  # other vector shift amounts are SHIFT_RANGE errors
     want = np.array([ref_alu(op, int(x), int(y)) for x, y in zip(a, b, strict=True)])
     for fast in (True, False):
         got = alu_program(TINY, a, b, op, None, fast).ravel()
@@ -187,7 +192,7 @@ IMMS = {
     AluOp.SHR: [0, 1, 7, 31], AluOp.SHR_RND: [0, 1, 2, 7, 31], AluOp.SHL: [0, 1, 8, 31],
     AluOp.CLIP: [127, 0, -5, 32767, -32768], AluOp.ADD: [1, -1, 32767, -32768],
     AluOp.MUL: [-1, 3, 32767, -32768], AluOp.MIN: [0, -7, 32767], AluOp.MAX: [0, 9, -32768],
-    AluOp.MOV: [0, -32768, 32767],
+    AluOp.MOV: [0, -32768, 32767], AluOp.MULHI: [0, 1, -1, 16384, 32767, -32768],
 }
 
 
@@ -197,7 +202,8 @@ def test_alu_immediate(op: AluOp) -> None:
     a = np.array(EDGE + list(rng.integers(I32_MIN, I32_MAX, 4 * 16 - len(EDGE),
                                           endpoint=True)), dtype=np.int32)
     for imm in IMMS[op]:
-        want = np.array([ref_alu(op, int(x), imm) for x in a])
+        b = imm << 16 if op is AluOp.MULHI else imm  # MULHI: the high half
+        want = np.array([ref_alu(op, int(x), b) for x in a])
         got = alu_program(TINY, a, None, op, imm, fast=True).ravel()
         np.testing.assert_array_equal(got, want, err_msg=f"{op.name} imm={imm}")
 
@@ -290,7 +296,8 @@ def test_alu_random_loops_fast_equals_reference(seed: int) -> None:
         span_s = (o - 1) * f[2] + (i_ - 1) * f[3]
         us = [Uop(acc=int(rng.integers(0, n - span_d)), src=int(rng.integers(0, n - span_s)))
               for _ in range(int(rng.integers(1, 4)))]
-        use_imm = bool(rng.random() < 0.3)
+        # vector shift amounts outside 0..31 are SHIFT_RANGE errors: shifts take imm
+        use_imm = bool(rng.random() < 0.3) or op in (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL)
         imm = int(rng.integers(0, 32)) if op in (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL) \
             else int(rng.integers(-32768, 32768))
         insn = Alu(op=op, use_imm=use_imm, imm=imm if use_imm else 0, uop_begin=len(uops),
@@ -303,7 +310,8 @@ def test_alu_random_loops_fast_equals_reference(seed: int) -> None:
                 for u in us:
                     d = u.acc + i * f[0] + j * f[1]
                     src = u.src + i * f[2] + j * f[3]
-                    b = [imm] * 4 if use_imm else list(want[src])
+                    b_imm = imm << 16 if op is AluOp.MULHI else imm
+                    b = [b_imm] * 4 if use_imm else list(want[src])
                     want[d] = [ref_alu(op, x, y) for x, y in zip(want[d], b, strict=True)]
     for fast in (True, False):
         got = run_compute(TINY, body, uops, n, acc0=vals, fast=fast)

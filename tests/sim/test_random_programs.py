@@ -221,7 +221,7 @@ def test_describe_names_seed_and_threads() -> None:
     assert f"{len(prog.insns)} instructions" in text
     assert len(text.splitlines()) == 4 + len(prog.insns)
     assert program_meta(prog) == {"seed": 5, "vthreads": 3,
-                                  "steps": program_meta(prog)["steps"], "version": 1}
+                                  "steps": program_meta(prog)["steps"], "version": 2}
     assert len(describe(prog, listing=False).splitlines()) == 4
 
 

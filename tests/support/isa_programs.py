@@ -281,7 +281,13 @@ def build_alu(cfg: HwConfig, rng: np.random.Generator, op: AluOp, *, use_imm: bo
     if use_imm:
         imm = random_imm(op, rng) if imm is None else int(imm)
         return _alu_program(cfg, x, None, [(op, imm)], {"imm": np.array(imm)})
-    y = _i32(rng, _alu_shape(cfg))
+    # vector shift amounts must be 0..31 (else SHIFT_RANGE)
+    y = _i32(rng, _alu_shape(cfg), 0, 31) if op in SHIFT_OPS else _i32(rng, _alu_shape(cfg))
+    if op is AluOp.MULHI:  # gemmlowp's edge operands in the first entries
+        edges = np.array([-(1 << 31), -(1 << 31) + 1, -1, 0, 1, (1 << 31) - 1])
+        x.reshape(-1)[:edges.size * edges.size] = np.repeat(edges, edges.size)[
+            :x.size]
+        y.reshape(-1)[:edges.size * edges.size] = np.tile(edges, edges.size)[:y.size]
     return _alu_program(cfg, x, y, [(op, None)], {})
 
 

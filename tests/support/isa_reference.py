@@ -132,6 +132,12 @@ def alu_op(op: AluOp, a: int, b: int) -> int:
         return min(max(a, lo), b)
     if op is AluOp.MOV:
         return b
+    if op is AluOp.MULHI:  # gemmlowp SaturatingRoundingDoublingHighMul
+        if a == b == INT32_MIN:
+            return INT32_MAX
+        ab = a * b
+        v = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
+        return v // (1 << 31) if v >= 0 else -((-v) // (1 << 31))  # truncating division
     raise ReferenceFailure(f"unknown ALU op {op!r}")
 
 
@@ -292,9 +298,11 @@ class _Machine:
         imm = insn.imm & 0xFFFF  # the 16-bit field, sign-extended to 32 bits
         if imm >= 0x8000:
             imm -= 0x10000
-        if insn.use_imm and insn.op in (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL) \
-                and not 0 <= imm <= 31:
+        shift_op = insn.op in (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL)
+        if insn.use_imm and shift_op and not 0 <= imm <= 31:
             raise ReferenceRangeError(f"{what}: shift immediate {imm} outside 0..31")
+        if insn.op is AluOp.MULHI:
+            imm = wrap32(imm << 16)  # the immediate is the multiplier's high half
         for i, j, u in self._loop(insn):
             ua, us, _ = self._uop(u, what)
             d = ua + i * insn.dst_factor_out + j * insn.dst_factor_in
@@ -304,6 +312,8 @@ class _Machine:
             else:
                 s = us + i * insn.src_factor_out + j * insn.src_factor_in
                 b_vals = self._acc_values(s, what)  # sees every earlier iteration
+                if shift_op and not all(0 <= bv <= 31 for bv in b_vals):
+                    raise ReferenceRangeError(f"{what}: vector shift amount outside 0..31")
             self._set_acc(d, [alu_op(insn.op, a, bv) for a, bv in zip(a_vals, b_vals,
                                                                        strict=True)], what)
             self.counters["alu_uops"] += 1
