@@ -75,7 +75,21 @@ class Core(wiring.Component):
         m = Module()
         m.submodules.csrs = csrs = CsrBlock()
         connect(m, wiring.flipped(self.csr), csrs.bus)
-        start = csrs.start
+        # A start the host asks for (CTRL) clears STATUS at once; the units start when
+        # none has work or a read in flight (``quiet``). After an error the fetch unit
+        # and the engines may still be draining reads owed to them: the start waits
+        # for them (``pending``, the units stay halted), so that no beat of the old run
+        # reaches the new one. After a normal end every unit is quiet already and the
+        # start takes effect in the same cycle.
+        start_req = csrs.start
+        pending = Signal()
+        quiet = Signal()
+        start = Signal()
+        m.d.comb += start.eq((start_req | pending) & quiet)
+        with m.If(start):
+            m.d.sync += pending.eq(0)
+        with m.Elif(start_req):
+            m.d.sync += pending.eq(1)
 
         def cleared(name: str, block: wiring.Component) -> wiring.Component:
             """Add ``block`` under ``name``, reset by every start."""
@@ -193,7 +207,8 @@ class Core(wiring.Component):
         err_code = Signal(4)
         err_index = Signal(32)
         reporters = (fetch, load, compute, store)
-        with m.If(start):
+        m.d.comb += quiet.eq(fetch.idle & load.idle & store.idle & compute.idle)
+        with m.If(start_req):
             m.d.sync += [running.eq(1), done.eq(0), error.eq(0), err_code.eq(0),
                          err_index.eq(0)]
         with m.Elif(running):
@@ -206,12 +221,12 @@ class Core(wiring.Component):
                         & compute.idle)
             for e in queues_empty:
                 all_idle &= e
-            with m.If(error | all_idle):
+            with m.If(error | (all_idle & ~pending)):
                 m.d.sync += running.eq(0)
                 with m.If(~error):
                     m.d.sync += done.eq(1)
         for r in reporters:
-            m.d.comb += r.halt.eq(error)
+            m.d.comb += r.halt.eq(error | pending)
         events = {"load_busy": load.busy, "load_stall": load.stall,
                   "compute_busy": compute.busy, "compute_stall": compute.stall,
                   "gemm_busy": compute.gemm_busy, "alu_busy": compute.alu_busy,
