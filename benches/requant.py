@@ -23,7 +23,9 @@ to it (``equal_fraction``, over all outputs of all layers), the largest differen
 (``max_abs_diff``), the same for the old path against its own single-scale float
 reference, and the conv2d utilization (useful MACs / (cycles × peak)) of both
 epilogues at each layer's best thread count, averaged over the layers
-(``mean_utilization_best``, ``mean_utilization_best_old``). Every run's output is
+(``mean_utilization_best``, ``mean_utilization_best_old``), and of the layer without
+any epilogue (``mean_utilization_best_no_epilogue``, int32 sums' low bytes, checked
+against numpy: what ``tensorfab bench conv2d`` measures). Every run's output is
 checked bit-exact against the functional simulator's.
 """
 
@@ -127,7 +129,7 @@ def run_requant_bench(target: str = "rtl", config: str | HwConfig = "default",
     peak = cfg.peak_macs_per_cycle
     fsim = FunctionalSimulator()
     t_start = time.perf_counter()
-    totals = {k: [0, 0, 0] for k in ("new", "headroom", "old")}  # equal, count, max |diff|
+    totals = {k: [0, 0, 0] for k in ("new", "headroom", "old", "none")}  # equal, n, max|d|
     out_layers: dict[str, Any] = {}
     correct = True
     for name in names:
@@ -146,18 +148,23 @@ def run_requant_bench(target: str = "rtl", config: str | HwConfig = "default",
         }
         epilogues["headroom"] = (Epilogue.from_scales(d["scales"], zero_point=d["zero_point"],
                                                       acc_bound=bound), epilogues["new"][1])
+        # no epilogue (int32 sums, low bytes stored): what the epilogues cost in all
+        epilogues["none"] = (Epilogue(), (acc - d["bias"].reshape(1, -1, 1, 1)) & 0xFF)
         layer: dict[str, Any] = {}
         for kind, (ep, want) in epilogues.items():
             per: dict[str, Any] = {}
             output = None
             # the headroom variant's accuracy: one run, at the exact path's best count
             for v in vthreads if kind != "headroom" else [layer["new"]["best_vthreads"]]:
-                op = conv2d(cfg, d["x"], d["w"], d["bias"], stride=wl.stride,
+                bias = None if kind == "none" else d["bias"]
+                op = conv2d(cfg, d["x"], d["w"], bias, stride=wl.stride,
                             padding=wl.padding, epilogue=ep, vthreads=v)
                 t0 = time.perf_counter()
                 res = device.run(op.program)
                 run_s = time.perf_counter() - t0
                 got = op.unpack(res.outputs["out"]).astype(np.int64)
+                if kind == "none":
+                    got = got & 0xFF
                 ok = output is None or np.array_equal(got, output)
                 if target != "fsim":
                     ok = ok and np.array_equal(res.outputs["out"],
@@ -206,6 +213,8 @@ def run_requant_bench(target: str = "rtl", config: str | HwConfig = "default",
         "max_abs_diff_old": totals["old"][2],
         "mean_utilization_best": mean_best("new"),
         "mean_utilization_best_old": mean_best("old"),
+        "mean_utilization_best_no_epilogue": mean_best("none"),
+        "no_epilogue_correct": totals["none"][2] == 0,
         "all_correct": correct,
         "seconds": round(time.perf_counter() - t_start, 1),
     }

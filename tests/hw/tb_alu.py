@@ -108,7 +108,8 @@ def edge_vectors(rng: random.Random, lanes: int) -> list[tuple[int, np.ndarray, 
 
 def random_vectors(rng: np.random.Generator, lanes: int, count: int
                    ) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """Random operations with full-range and small operands."""
+    """Random operations with full-range and small operands (shift amounts mostly
+    legal, sometimes not: ``shift_error``)."""
     out = []
     for i in range(count):
         op = int(rng.integers(0, len(AluOp)))
@@ -118,6 +119,8 @@ def random_vectors(rng: np.random.Generator, lanes: int, count: int
         else:
             a = rng.integers(-1000, 1000, lanes, dtype=np.int64)
             b = rng.integers(-40, 40, lanes, dtype=np.int64)
+        if op in (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL) and rng.random() < 0.8:
+            b = rng.integers(0, 32, lanes, dtype=np.int64)  # legal: the result counts
         out.append((op, a.astype(np.int32), b.astype(np.int32)))
     return out
 
