@@ -7,7 +7,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["png_figure"]
+__all__ = ["PNG_SOFTWARE", "is_tensorfab_png", "png_figure"]
+
+#: The ``Software`` text chunk of every PNG written here: how the command line tells
+#: its own plots (which it may replace) from a user's files.
+PNG_SOFTWARE = "tensorfab"
+
+
+def is_tensorfab_png(path: str | Path) -> bool:
+    """Whether ``path`` is a PNG written by :func:`png_figure`."""
+    with Path(path).open("rb") as f:
+        head = f.read(4096)
+    return head.startswith(b"\x89PNG") and b"tEXtSoftware\x00" + PNG_SOFTWARE.encode() in head
 
 
 @contextmanager
@@ -31,6 +42,6 @@ def png_figure(path: str | Path, figsize: tuple[float, float], dpi: int = 110
     try:
         yield fig, ax
         fig.tight_layout()
-        fig.savefig(path, dpi=dpi)
+        fig.savefig(path, dpi=dpi, format="png", metadata={"Software": PNG_SOFTWARE})
     finally:
         plt.close(fig)

@@ -23,7 +23,11 @@ from typing import Any, NamedTuple
 
 from .png_figure import png_figure
 
-__all__ = ["TRACKS", "Interval", "plot_timeline", "trace_events", "write_chrome_trace"]
+__all__ = ["TRACKS", "Interval", "is_tensorfab_trace", "plot_timeline", "trace_events",
+           "write_chrome_trace"]
+
+#: ``otherData.generator`` of the trace files written here.
+GENERATOR = "tensorfab"
 
 #: Tracks in display order.
 TRACKS: tuple[str, ...] = ("load", "compute", "gemm", "alu", "store")
@@ -91,7 +95,7 @@ def trace_events(intervals: Iterable[Interval], *, clock_mhz: float | None = Non
                        "args": {"first_cycle": iv.start, "cycles": iv.end - iv.start}})
     unit = f"1 us = {clock_mhz} cycles" if clock_mhz else "1 us = 1 cycle"
     return {"traceEvents": events, "displayTimeUnit": "ns",
-            "otherData": {"time_unit": unit, "clock_mhz": clock_mhz}}
+            "otherData": {"generator": GENERATOR, "time_unit": unit, "clock_mhz": clock_mhz}}
 
 
 def write_chrome_trace(intervals: Iterable[Interval], path: str | Path, *,
@@ -115,6 +119,16 @@ def write_chrome_trace(intervals: Iterable[Interval], path: str | Path, *,
     path = Path(path)
     path.write_text(json.dumps(trace_events(intervals, clock_mhz=clock_mhz)))
     return path
+
+
+def is_tensorfab_trace(path: str | Path) -> bool:
+    """Whether ``path`` is a trace JSON written by :func:`write_chrome_trace`."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    other = data.get("otherData") if isinstance(data, dict) else None
+    return isinstance(other, dict) and other.get("generator") == GENERATOR
 
 
 #: Colours of the plot by kind.

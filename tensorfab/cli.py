@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import os
 import sys
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -43,11 +45,45 @@ def load_program(path: str | Path, config: str | None = None) -> Program:
     return assemble_file(path, config)
 
 
-def _check_writable(out: Path, force: bool, ours: Callable[[Path], bool]) -> None:
-    """Refuse to overwrite a file tensorfab did not write, unless --force."""
-    if out.exists() and not force and not ours(out):
-        raise CliError(f"{out} exists and was not written by tensorfab; "
-                       "pass --force to overwrite it")
+def _check_writable(out: Path, force: bool, ours: Callable[[Path], bool], *,
+                    suffixes: Sequence[str] = ()) -> Path:
+    """Check, before any work, that ``out`` can be written: its folder exists and is
+    writable, it is not a folder, its suffix is one of ``suffixes`` (when given), and
+    it is not a file tensorfab did not write (``ours``) unless ``force``.
+
+    One policy for every output of the command line; a :class:`CliError` otherwise.
+    """
+    if suffixes and out.suffix.lower() not in suffixes:
+        raise CliError(f"{out}: cannot write a {out.suffix or 'suffix-less'!r} file here; "
+                       f"name it {' or '.join(suffixes)}")
+    if out.is_dir():
+        raise CliError(f"{out} is a folder; name a file to write")
+    folder = out.parent
+    if not folder.is_dir():
+        raise CliError(f"cannot write {out}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CliError(f"cannot write {out}: folder {folder} is not writable")
+    if out.exists():
+        if not force and not ours(out):
+            raise CliError(f"{out} exists and was not written by tensorfab; "
+                           "pass --force to overwrite it")
+        if not os.access(out, os.W_OK):
+            raise CliError(f"cannot write {out}: the file is read-only")
+    return out
+
+
+def _is_outputs_archive(names: Sequence[str]) -> Callable[[Path], bool]:
+    """Whether a file is an ``.npz`` of exactly these output segments (what ``sim
+    --outputs`` writes for the program)."""
+    expected = sorted(f"{n}.npy" for n in names)
+
+    def ours(path: Path) -> bool:
+        if not zipfile.is_zipfile(path):
+            return False
+        with zipfile.ZipFile(path) as z:
+            return sorted(z.namelist()) == expected
+
+    return ours
 
 
 def _is_program_binary(path: Path) -> bool:
@@ -89,9 +125,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_asm(args: argparse.Namespace) -> int:
-    prog = load_program(args.file, args.config)
     out = Path(args.output) if args.output else Path(args.file).with_suffix(".bin")
     _check_writable(out, args.force, _is_program_binary)
+    prog = load_program(args.file, args.config)
     out.write_bytes(prog.to_bytes())
     counts = prog.count_by_opcode()
     print(f"{out}: {len(prog.insns)} instructions ({', '.join(f'{v} {k}' for k, v in counts.items() if v)}), "  # noqa: E501
@@ -103,6 +139,8 @@ def cmd_asm(args: argparse.Namespace) -> int:
 def cmd_disasm(args: argparse.Namespace) -> int:
     from tensorfab.isa.disasm import disassemble
 
+    if args.output:  # the folder before reading; ownership once the text is known
+        _check_writable(Path(args.output), args.force, lambda p: True)
     prog = load_program(args.file)
     text = disassemble(prog)
     if args.output:
@@ -116,6 +154,8 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 
 def cmd_sim(args: argparse.Namespace) -> int:
     from tensorfab.sim import get_device
+    from tensorfab.sim.png_figure import is_tensorfab_png
+    from tensorfab.sim.trace import is_tensorfab_trace
 
     prog = load_program(args.file, args.config)
     device = get_device(args.target)
@@ -124,6 +164,15 @@ def cmd_sim(args: argparse.Namespace) -> int:
             raise CliError(f"--trace and --plot need an executor that records timelines "
                            f"(--target rtl), not {args.target}")
         device.trace = True
+    # every output is checked before the run, which may take minutes
+    if args.trace:
+        _check_writable(Path(args.trace), args.force, is_tensorfab_trace, suffixes=(".json",))
+    if args.plot:
+        _check_writable(Path(args.plot), args.force, is_tensorfab_png, suffixes=(".png",))
+    if args.outputs:
+        _check_writable(Path(args.outputs), args.force,
+                        _is_outputs_archive([s.name for s in prog.segments if s.output]),
+                        suffixes=(".npz",))
     result = device.run(prog)
     intervals = getattr(result, "intervals", None) or []
     if args.trace:
@@ -140,9 +189,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.outputs:
         import numpy as np
 
-        out = Path(args.outputs)
-        _check_writable(out, args.force, lambda p: p.suffix == ".npz")
-        np.savez(out, **result.outputs)
+        with Path(args.outputs).open("wb") as f:  # a file object: no ".npz" appended
+            np.savez(f, **result.outputs)
     if args.json:
         print(json.dumps(result.to_json()))
         return 0
@@ -167,6 +215,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.name not in BENCHES:
         raise CliError(f"unknown benchmark {args.name!r} (known: {', '.join(BENCHES)})")
     fn = BENCHES[args.name]
+    if args.plot:  # checked before the benchmark runs, so its JSON is never lost
+        from tensorfab.sim.png_figure import is_tensorfab_png
+
+        _check_writable(Path(args.plot), args.force, is_tensorfab_png, suffixes=(".png",))
     params = inspect.signature(fn).parameters
     kwargs = {}
     for opt in ("target", "plot"):
@@ -187,6 +239,10 @@ def cmd_hw(args: argparse.Namespace) -> int:
     from tensorfab.hw.verilog import CORE_LINT_WAIVERS, CORE_TOP, core_verilog, lint
 
     cfg = get_config(args.config)
+    out = Path(args.output or f"{CORE_TOP}_{cfg.name}.v")
+    if args.action == "verilog":  # before the generation, which takes minutes for large
+        _check_writable(out, args.force,
+                        lambda p: p.read_text(errors="replace").startswith(f"// {CORE_TOP}:"))
     text = core_verilog(cfg)
     if args.action == "lint":
         problems = lint(text, CORE_TOP, CORE_LINT_WAIVERS)
@@ -195,9 +251,6 @@ def cmd_hw(args: argparse.Namespace) -> int:
         print(f"{CORE_TOP} ({cfg.name}): "
               + ("lint clean" if not problems else f"{len(problems)} lint problem(s)"))
         return 0 if not problems else 1
-    out = Path(args.output or f"{CORE_TOP}_{cfg.name}.v")
-    _check_writable(out, args.force,
-                    lambda p: p.read_text(errors="replace").startswith(f"// {CORE_TOP}:"))
     out.write_text(text)
     print(f"{out}: {CORE_TOP} for config {cfg.name}, {len(text.splitlines())} lines")
     return 0
@@ -251,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--target", help="executor of benchmarks that take one (conv2d: rtl, fsim)")
     b.add_argument("--plot", metavar="OUT.png",
                    help="PNG of benchmarks that draw one ('' for none)")
+    b.add_argument("--force", action="store_true", help="overwrite any existing --plot file")
     b.set_defaults(func=cmd_bench)
 
     h = sub.add_parser("hw", help="generate or lint the core's Verilog")

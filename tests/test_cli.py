@@ -1,4 +1,5 @@
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -166,3 +167,128 @@ def test_example_reference_matches_an_independent_computation() -> None:
             q = (abs(p) + (1 << (SHIFT - 1))) >> SHIFT
             q = max(0, min(127, q if p >= 0 else -q))
             assert got[i, n // blk, n % blk] == q
+
+
+# ------------------------------------------------------------- outputs (issue 10)
+@pytest.fixture
+def no_run(monkeypatch):
+    """Make every long piece of work fail the test if it starts: outputs must be
+    checked before it."""
+    import tensorfab.benches as benches
+    import tensorfab.hw.verilog as verilog
+    from tensorfab.sim.fsim import FunctionalSimulator
+    from tensorfab.sim.rtl.device import RtlSimulator
+
+    def started(*a, **k):
+        raise AssertionError("the work started before its outputs were checked")
+
+    monkeypatch.setattr(FunctionalSimulator, "run", started)
+    monkeypatch.setattr(RtlSimulator, "run", started)
+    monkeypatch.setattr(verilog, "core_verilog", started)
+    monkeypatch.setitem(benches.BENCHES, "fsim-gemm", started)
+    monkeypatch.setitem(benches.BENCHES, "conv2d", started)
+
+
+def _one_line_error(capsys, *words: str) -> None:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    for w in words:
+        assert w in err, err
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["asm", "{ex}", "-o", "/nonexistent/x.bin"], ["/nonexistent", "does not exist"]),
+    (["asm", "{ex}", "-o", "{tmp}"], ["is a folder"]),
+    (["disasm", "{ex}", "-o", "/nonexistent/x.s"], ["does not exist"]),
+    (["sim", "{ex}", "--outputs", "/nonexistent/o.npz"], ["does not exist"]),
+    (["sim", "{ex}", "--outputs", "{tmp}/out.txt"], ["out.txt", ".npz"]),
+    (["sim", "{ex}", "--target", "rtl", "--plot", "{tmp}/t.xyz"], ["t.xyz", ".png"]),
+    (["sim", "{ex}", "--target", "rtl", "--trace", "{tmp}/missing/t.json"],
+     ["missing", "does not exist"]),
+    (["sim", "{ex}", "--target", "rtl", "--plot", "{tmp}"], [".png"]),
+    (["bench", "fsim-gemm", "--plot", "{tmp}/b.xyz"], ["b.xyz", ".png"]),
+    (["bench", "conv2d", "--plot", "/nonexistent/b.png"], ["does not exist"]),
+    (["hw", "verilog", "-o", "/nonexistent/core.v"], ["does not exist"]),
+    (["hw", "verilog", "-o", "{tmp}"], ["is a folder"]),
+])
+def test_unwritable_outputs_fail_in_one_line_before_the_work(argv, words, tmp_path, capsys,
+                                                            no_run):
+    argv = [a.format(ex=example_path(), tmp=tmp_path) for a in argv]
+    assert main(argv) == 2
+    _one_line_error(capsys, *words)
+
+
+def test_read_only_folder_is_refused_before_the_work(tmp_path, capsys, no_run, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    if os.access(ro, os.W_OK):  # root ignores permissions: let os.access say what it would
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, m: Path(p) != ro and real(p, m))
+    assert main(["hw", "verilog", "-o", str(ro / "core.v")]) == 2
+    _one_line_error(capsys, "not writable")
+
+
+@pytest.mark.parametrize("option", ["--trace", "--plot"])
+def test_trace_and_plot_refuse_a_foreign_file_before_the_run(option, tmp_path, capsys,
+                                                             no_run):
+    precious = tmp_path / ("t.json" if option == "--trace" else "t.png")
+    precious.write_text("my notes")
+    assert main(["sim", str(example_path()), "--target", "rtl", option, str(precious)]) == 2
+    _one_line_error(capsys, "--force")
+    assert precious.read_text() == "my notes"
+
+
+def test_bench_plot_refuses_a_foreign_file_and_force_overrides(tmp_path, capsys,
+                                                               monkeypatch):
+    import tensorfab.benches as benches
+
+    seen = []
+    monkeypatch.setitem(benches.BENCHES, "conv2d",
+                        lambda target="rtl", plot=None: seen.append(plot) or {"ok": 1})
+    precious = tmp_path / "u.png"
+    precious.write_text("my notes")
+    assert main(["bench", "conv2d", "--plot", str(precious)]) == 2
+    _one_line_error(capsys, "--force")
+    assert seen == []
+    assert main(["bench", "conv2d", "--plot", str(precious), "--force", "--json"]) == 0
+    assert seen == [str(precious)]
+
+
+def test_tensorfab_plots_and_traces_are_recognised_as_ours(tmp_path):
+    from tensorfab.sim.png_figure import is_tensorfab_png
+    from tensorfab.sim.trace import (
+        Interval,
+        is_tensorfab_trace,
+        plot_timeline,
+        write_chrome_trace,
+    )
+
+    ivs = [Interval("load", "busy", 0, 5)]
+    png = plot_timeline(ivs, tmp_path / "t.png")
+    trace = write_chrome_trace(ivs, tmp_path / "t.json")
+    assert is_tensorfab_png(png) and is_tensorfab_trace(trace)
+    other = tmp_path / "o.json"
+    other.write_text('{"traceEvents": []}')
+    assert not is_tensorfab_png(trace) and not is_tensorfab_trace(other)
+    assert not is_tensorfab_trace(png)
+
+
+def test_sim_outputs_writes_the_named_file_and_keeps_foreign_ones(tmp_path, capsys):
+    import numpy as np
+
+    out = tmp_path / "out.npz"
+    assert main(["sim", str(example_path()), "--outputs", str(out), "--json"]) == 0
+    with np.load(out) as z:
+        first = {k: z[k] for k in z.files}
+    assert first and not (tmp_path / "out.npz.npz").exists()
+    # ours (the same output segments): replaced without --force
+    assert main(["sim", str(example_path()), "--outputs", str(out), "--json"]) == 0
+    foreign = tmp_path / "mine.npz"
+    np.savez(foreign, something=np.arange(3))
+    capsys.readouterr()
+    assert main(["sim", str(example_path()), "--outputs", str(foreign)]) == 2
+    _one_line_error(capsys, "--force")
+    with np.load(foreign) as z:
+        assert list(z.files) == ["something"]
