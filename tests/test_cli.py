@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tensorfab.cli import main
@@ -292,3 +293,23 @@ def test_sim_outputs_writes_the_named_file_and_keeps_foreign_ones(tmp_path, caps
     _one_line_error(capsys, "--force")
     with np.load(foreign) as z:
         assert list(z.files) == ["something"]
+
+
+def test_compiler_error_in_a_benchmark_is_one_line(monkeypatch, capsys, tmp_path):
+    """A real ScheduleError from the compiler (padding wider than a LOAD can pad)
+    reaches the command as one line, exit 2."""
+    import tensorfab.compiler as compiler
+    from tensorfab.compiler import ScheduleError, Workload, conv2d
+    from tensorfab.isa import get_config
+
+    pad = 40
+    bad = Workload.conv2d(1, 16, 4, 4, 16, 3, 1, pad, name="Cbad")
+    with pytest.raises(ScheduleError):  # the compiler itself refuses it
+        conv2d(get_config("default"), np.zeros((1, 16, 4, 4), np.int8),
+               np.zeros((16, 16, 3, 3), np.int8), stride=1, padding=pad)
+    monkeypatch.setattr(compiler, "RESNET18_CONV", {"Cbad": bad})
+    assert main(["bench", "conv2d", "--target", "fsim", "--plot", "", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert "pad" in captured.err
