@@ -3,7 +3,8 @@
 Each module prints one JSON object as its last line when run as a script
 (``python -m tensorfab.benches.fsim_gemm``).
 
-Each returns a JSON-ready dict; the command prints it as its last line. A benchmark
+Each returns a JSON-ready dict (its docstring's line is what ``tensorfab bench --help``
+lists); the command prints it as its last line. A benchmark
 whose function takes ``target`` (or ``plot``) accepts the command's ``--target`` (or
 ``--plot``) option.
 """
@@ -15,12 +16,14 @@ from typing import Any
 
 
 def _fsim_gemm() -> dict[str, Any]:
+    """512x512x512 int8 GEMM on the functional simulator: seconds and MACs/s."""
     from .fsim_gemm import run_fsim_gemm_bench
 
     return run_fsim_gemm_bench()
 
 
 def _rtl_speed(plot: str | None = None) -> dict[str, Any]:
+    """cycles/s of the Verilator harness, cocotb and Amaranth's simulator."""
     from .rtl_speed import run_rtl_speed_bench
 
     kw: dict[str, Any] = {} if plot is None else {"plot": plot or None}
@@ -28,12 +31,14 @@ def _rtl_speed(plot: str | None = None) -> dict[str, Any]:
 
 
 def _rtl_gemm_busy() -> dict[str, Any]:
+    """how busy the GEMM core stays on a compute-bound GEMM in RTL simulation."""
     from .rtl_gemm_busy import run_rtl_gemm_busy_bench
 
     return run_rtl_gemm_busy_bench()
 
 
 def _conv2d(target: str = "rtl", plot: str | None = None) -> dict[str, Any]:
+    """ResNet-18 C2-C11 utilization per virtual-thread count (--target rtl, fsim)."""
     from .conv2d import run_conv2d_bench
 
     kw: dict[str, Any] = {} if plot is None else {"plot": plot or None}
@@ -41,6 +46,7 @@ def _conv2d(target: str = "rtl", plot: str | None = None) -> dict[str, Any]:
 
 
 def _requant(target: str = "rtl") -> dict[str, Any]:
+    """exact per-channel requantization on ResNet-18 C2-C11: accuracy, cost."""
     from .requant import run_requant_bench
 
     return run_requant_bench(target)

@@ -1,4 +1,4 @@
-"""The ``tensorfab`` command: config, asm, disasm, sim, bench, demo."""
+"""The ``tensorfab`` command: config, asm, disasm, sim, bench, hw, demo."""
 
 from __future__ import annotations
 
@@ -263,58 +263,127 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- parser
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Help text as written (examples keep their lines)."""
+
+
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tensorfab")
+    except PackageNotFoundError:  # run from a source tree without installing
+        from tensorfab import __version__
+
+        return __version__
+
+
+def _bench_list() -> str:
+    from tensorfab.benches import BENCHES
+
+    width = max(map(len, BENCHES))
+    rows = [f"  {name:{width}s}  {(fn.__doc__ or '').strip().splitlines()[0]}"
+            if fn.__doc__ else f"  {name}" for name, fn in BENCHES.items()]
+    return "benchmarks:\n" + "\n".join(rows)
+
+
+DESCRIPTION = """\
+tensorfab: design tensor accelerators and run programs on them.
+
+Errors are reported in one line (exit status 2). Run `tensorfab COMMAND --help`
+for a command's options and examples."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``tensorfab``."""
-    p = argparse.ArgumentParser(prog="tensorfab", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(
+        prog="tensorfab", description=DESCRIPTION, formatter_class=_Formatter,
+        epilog=_examples("tensorfab config list", "tensorfab demo",
+                         "tensorfab sim prog.s --target rtl --trace t.json --plot t.png",
+                         "tensorfab bench conv2d --target rtl --json"))
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    c = sub.add_parser("config", help="list presets or show one with derived values")
-    c.add_argument("action", choices=["show", "list"])
-    c.add_argument("name", nargs="?", help="preset name or JSON file")
+    def command(name: str, help: str, *examples: str, description: str | None = None
+                ) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=description or help,
+                              epilog=_examples(*examples) if examples else None,
+                              formatter_class=_Formatter)
+
+    c = command("config", "list the hardware presets or show one with derived values",
+                "tensorfab config list", "tensorfab config show default",
+                "tensorfab config show my_config.json")
+    c.add_argument("action", choices=["show", "list"], help="show one config or list presets")
+    c.add_argument("name", nargs="?", help="preset name or JSON file (for show)")
     c.set_defaults(func=cmd_config)
 
-    a = sub.add_parser("asm", help="assemble FILE.s into a program binary")
-    a.add_argument("file")
+    a = command("asm", "assemble FILE.s into a program binary",
+                "tensorfab asm prog.s", "tensorfab asm prog.s -o prog.bin --config default")
+    a.add_argument("file", help="assembly source (.s)")
     a.add_argument("-o", "--output", help="output .bin (default: FILE with .bin)")
     a.add_argument("--config", help="preset name or JSON file (must match .config)")
-    a.add_argument("--force", action="store_true", help="overwrite any existing output")
+    a.add_argument("--force", action="store_true",
+                   help="overwrite an existing output that is not a program binary")
     a.set_defaults(func=cmd_asm)
 
-    d = sub.add_parser("disasm", help="print the canonical assembly of a program binary")
-    d.add_argument("file")
+    d = command("disasm", "print the canonical assembly of a program binary",
+                "tensorfab disasm prog.bin", "tensorfab disasm prog.bin -o prog.s")
+    d.add_argument("file", help="program binary (.bin)")
     d.add_argument("-o", "--output", help="write to a file instead of stdout")
     d.add_argument("--force", action="store_true", help="overwrite any existing output")
     d.set_defaults(func=cmd_disasm)
 
-    s = sub.add_parser("sim", help="run a program (.s or .bin) on an executor")
-    s.add_argument("file")
-    s.add_argument("--target", default="fsim", help="executor (fsim, rtl)")
-    s.add_argument("--config", help="preset name or JSON file")
+    s = command("sim", "run a program (.s or .bin) on an executor",
+                "tensorfab sim prog.s", "tensorfab sim prog.bin --json --outputs out.npz",
+                "tensorfab sim prog.s --target rtl --trace t.json --plot t.png",
+                description="Run a program (.s or .bin) on an executor and print its "
+                "counters and outputs. The first RTL run of a config builds its Verilator "
+                "model (tens of seconds, cached under build/).")
+    s.add_argument("file", help="program: assembly (.s) or binary (.bin)")
+    s.add_argument("--target", default="fsim",
+                   help="executor: fsim (functional simulator) or rtl (Verilator) "
+                        "(default: %(default)s)")
+    s.add_argument("--config", help="preset name or JSON file (must match the program's)")
     s.add_argument("--json", action="store_true", help="print the result summary as JSON")
-    s.add_argument("--outputs", help="save output segments to this .npz")
-    s.add_argument("--force", action="store_true", help="overwrite any existing output")
+    s.add_argument("--outputs", metavar="OUT.npz", help="save output segments to this .npz")
+    s.add_argument("--force", action="store_true",
+                   help="overwrite existing outputs tensorfab did not write")
     s.add_argument("--trace", metavar="OUT.json",
                    help="write engine timelines as Perfetto/Chrome trace JSON (rtl)")
     s.add_argument("--plot", metavar="OUT.png", help="draw engine timelines as a PNG (rtl)")
     s.set_defaults(func=cmd_sim)
 
-    b = sub.add_parser("bench", help="run a benchmark; the last line is its JSON")
-    b.add_argument("name")
+    b = command("bench", "run a benchmark; the last line is its JSON",
+                "tensorfab bench fsim-gemm --json",
+                "tensorfab bench conv2d --target fsim --plot conv2d.png",
+                description="Run a benchmark; the last line it prints is one JSON "
+                "object.\n\n" + _bench_list())
+    b.add_argument("name", metavar="NAME", help="benchmark (listed above)")
     b.add_argument("--json", action="store_true", help="print only the JSON line")
     b.add_argument("--target", help="executor of benchmarks that take one (conv2d: rtl, fsim)")
     b.add_argument("--plot", metavar="OUT.png",
-                   help="PNG of benchmarks that draw one ('' for none)")
+                   help="PNG of benchmarks that draw one ('' for none; default under build/)")
     b.add_argument("--force", action="store_true", help="overwrite any existing --plot file")
     b.set_defaults(func=cmd_bench)
 
-    h = sub.add_parser("hw", help="generate or lint the core's Verilog")
-    h.add_argument("action", choices=["verilog", "lint"])
-    h.add_argument("--config", default="default", help="preset name or JSON file")
-    h.add_argument("-o", "--output", help="Verilog file (default tensorfab_core_NAME.v)")
-    h.add_argument("--force", action="store_true", help="overwrite any existing output")
+    h = command("hw", "generate or lint the core's Verilog",
+                "tensorfab hw verilog --config default -o core.v",
+                "tensorfab hw lint --config tiny")
+    h.add_argument("action", choices=["verilog", "lint"],
+                   help="verilog: write the Verilog; lint: verilator --lint-only -Wall")
+    h.add_argument("--config", default="default",
+                   help="preset name or JSON file (default: %(default)s)")
+    h.add_argument("-o", "--output", help="Verilog file (default: tensorfab_core_NAME.v)")
+    h.add_argument("--force", action="store_true",
+                   help="overwrite an existing output tensorfab did not write")
     h.set_defaults(func=cmd_hw)
 
-    m = sub.add_parser("demo", help="assemble and run the example GEMM+ALU program")
+    m = command("demo", "assemble and run the example GEMM+requantization program",
+                "tensorfab demo")
     m.set_defaults(func=cmd_demo)
     return p
 

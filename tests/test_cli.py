@@ -1,3 +1,4 @@
+import argparse
 import json
 import os
 import shutil
@@ -313,3 +314,63 @@ def test_compiler_error_in_a_benchmark_is_one_line(monkeypatch, capsys, tmp_path
     assert captured.out == ""
     assert "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1
     assert "pad" in captured.err
+
+
+# ------------------------------------------------------------------ help (issue 10)
+def _help(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--help"])
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_top_level_help_lists_every_command_and_examples(capsys):
+    from tensorfab.cli import build_parser
+
+    text = _help([], capsys)
+    sub = next(a for a in build_parser()._actions
+               if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == {"config", "asm", "disasm", "sim", "bench", "hw", "demo"}
+    for name in sub.choices:
+        assert f"    {name} " in text, name
+    assert "examples:" in text and "--version" in text
+
+
+def test_version_is_the_installed_distribution(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"tensorfab {version('tensorfab')}"
+
+
+def test_bench_help_lists_every_registered_benchmark(capsys):
+    from tensorfab.benches import BENCHES
+
+    text = _help(["bench"], capsys)
+    for name, fn in BENCHES.items():
+        line = next(ln for ln in text.splitlines() if ln.strip().startswith(name + " "))
+        assert fn.__doc__.strip().splitlines()[0] in line
+
+
+@pytest.mark.parametrize("command", ["config", "asm", "disasm", "sim", "bench", "hw", "demo"])
+def test_every_command_has_help_and_examples_that_parse(command, capsys):
+    import shlex
+
+    from tensorfab.cli import build_parser
+
+    text = _help([command], capsys)
+    assert "examples:" in text
+    examples = text.split("examples:\n", 1)[1].splitlines()
+    assert examples
+    for line in examples:
+        argv = shlex.split(line)
+        assert argv[:2] == ["tensorfab", command]
+        build_parser().parse_args(argv[1:])  # SystemExit (a failure) if it does not parse
+    for action in build_parser()._subparsers._group_actions[0].choices[command]._actions:
+        assert action.help, f"{command} {action.dest} has no help"
+
+
+def test_sim_help_shows_the_default_target(capsys):
+    assert "(default: fsim)" in " ".join(_help(["sim"], capsys).split())
