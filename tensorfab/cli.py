@@ -8,7 +8,8 @@ import json
 import os
 import sys
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -86,6 +87,36 @@ def _is_outputs_archive(names: Sequence[str]) -> Callable[[Path], bool]:
     return ours
 
 
+@contextmanager
+def _working(text: str, quiet: bool = False) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr saying what is happening, with the steps of any RTL model
+    build in the block (which is cached, so said once); quiet: nothing. Yields a
+    function that changes the text."""
+    if quiet:
+        yield lambda _text: None
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from tensorfab.sim.rtl.build import build_steps
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        task = bar.add_task(escape(text), total=None)
+
+        def say(now: str) -> None:
+            bar.update(task, description=escape(now))
+
+        def step(now: str) -> None:
+            if now.startswith("built"):  # the one line worth keeping; back to the work
+                bar.console.print(escape(now), highlight=False)
+                say(text)
+            else:
+                say(now)
+
+        with build_steps(step):
+            yield say
+
+
 def _is_program_binary(path: Path) -> bool:
     with path.open("rb") as f:
         return f.read(len(MAGIC)) == MAGIC
@@ -155,6 +186,7 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 def cmd_sim(args: argparse.Namespace) -> int:
     from tensorfab.sim import get_device
     from tensorfab.sim.png_figure import is_tensorfab_png
+    from tensorfab.sim.race import ENGINE_NAMES
     from tensorfab.sim.trace import is_tensorfab_trace
 
     prog = load_program(args.file, args.config)
@@ -173,19 +205,23 @@ def cmd_sim(args: argparse.Namespace) -> int:
         _check_writable(Path(args.outputs), args.force,
                         _is_outputs_archive([s.name for s in prog.segments if s.output]),
                         suffixes=(".npz",))
-    result = device.run(prog)
-    intervals = getattr(result, "intervals", None) or []
-    if args.trace:
-        from tensorfab.sim.trace import write_chrome_trace
-
-        write_chrome_trace(intervals, args.trace)
-        print(f"wrote {args.trace} ({len(intervals)} intervals)", file=sys.stderr)
-    if args.plot:
-        from tensorfab.sim.trace import plot_timeline
-
-        plot_timeline(intervals, args.plot, cycles=result.cycles,
-                      title=f"{Path(args.file).name} on {device.name} ({prog.config.name})")
-        print(f"wrote {args.plot}", file=sys.stderr)
+    title = f"{Path(args.file).name} on {device.name} ({prog.config.name})"
+    try:
+        with _working(f"running {title}", quiet=args.json) as say:
+            if hasattr(device, "progress"):
+                n = {e: sum(ENGINE_NAMES[i.engine] == e for i in prog.insns)
+                     for e in ENGINE_NAMES}
+                device.progress = lambda cycles, done: say(
+                    f"running {title}: cycle {cycles:,}, retired "
+                    + ", ".join(f"{e} {done[e]}/{n[e]}" for e in ENGINE_NAMES))
+            result = device.run(prog)
+    except (TensorfabError, KeyboardInterrupt) as exc:
+        # a failed run's timeline is the one most worth looking at
+        failed = getattr(exc, "intervals", None)
+        if failed is not None:
+            _write_timelines(args, failed, None, f"{title}: failed")
+        raise
+    _write_timelines(args, getattr(result, "intervals", None) or [], result.cycles, title)
     if args.outputs:
         import numpy as np
 
@@ -209,6 +245,21 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_timelines(args: argparse.Namespace, intervals: list, cycles: int | None,
+                     title: str) -> None:
+    """Write ``sim --trace`` and ``--plot`` (after a run, or a failed one)."""
+    if args.trace:
+        from tensorfab.sim.trace import write_chrome_trace
+
+        write_chrome_trace(intervals, args.trace)
+        print(f"wrote {args.trace} ({len(intervals)} intervals)", file=sys.stderr)
+    if args.plot:
+        from tensorfab.sim.trace import plot_timeline
+
+        plot_timeline(intervals, args.plot, cycles=cycles, title=title)
+        print(f"wrote {args.plot}", file=sys.stderr)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from tensorfab.benches import BENCHES
 
@@ -227,7 +278,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if opt not in params:
                 raise CliError(f"benchmark {args.name!r} has no --{opt} option")
             kwargs[opt] = value
-    result = fn(**kwargs)
+    with _working(f"bench {args.name}: running (its JSON comes last)", quiet=args.json):
+        result = fn(**kwargs)
     if not args.json:
         for k, v in result.items():
             print(f"{k:24s} {v}")
@@ -243,9 +295,12 @@ def cmd_hw(args: argparse.Namespace) -> int:
     if args.action == "verilog":  # before the generation, which takes minutes for large
         _check_writable(out, args.force,
                         lambda p: p.read_text(errors="replace").startswith(f"// {CORE_TOP}:"))
-    text = core_verilog(cfg)
+    with _working(f"generating the Verilog of the {cfg.name} core (Amaranth)") as say:
+        text = core_verilog(cfg)
+        if args.action == "lint":
+            say(f"linting the {cfg.name} core (verilator --lint-only -Wall)")
+            problems = lint(text, CORE_TOP, CORE_LINT_WAIVERS)
     if args.action == "lint":
-        problems = lint(text, CORE_TOP, CORE_LINT_WAIVERS)
         for line in problems:
             print(line)
         print(f"{CORE_TOP} ({cfg.name}): "
@@ -396,7 +451,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TensorfabError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # an RTL run says where it stopped
+        err_console.print(escape(str(exc)) or "interrupted", highlight=False)
         return 130
 
 

@@ -12,7 +12,9 @@ Errors are those of the functional simulator where the hardware can tell:
 ``STATUS.error`` raises :class:`~tensorfab.isa.ProgramError` (or
 :class:`~tensorfab.isa.IllegalInstruction`) with the core's ERROR_CODE and
 ERROR_INDEX; a core that stops making progress, or does not finish within the cycle
-limit, raises :class:`HangError`, which tells what each engine was doing.
+limit, raises :class:`HangError`, which tells what each engine was doing; Ctrl-C
+raises :class:`RunInterrupted`, which tells the same. A traced run that fails hands
+its timeline on as the exception's ``intervals``.
 
 Modules: :mod:`.build` (Verilator build of the harness library, cached),
 :mod:`.train` (the profile-guided build's training run), :mod:`.harness` (ctypes),
@@ -20,7 +22,7 @@ Modules: :mod:`.build` (Verilator build of the harness library, cached),
 """
 
 from .device import RtlRunResult, RtlSimulator
-from .diagnosis import HangError
+from .diagnosis import HangError, RunInterrupted
 from .harness import DEFAULT_MEMORY, Harness, HarnessError, MemoryTiming, RunStatus
 
 __all__ = [
@@ -31,5 +33,6 @@ __all__ = [
     "MemoryTiming",
     "RtlRunResult",
     "RtlSimulator",
+    "RunInterrupted",
     "RunStatus",
 ]

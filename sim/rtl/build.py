@@ -33,9 +33,10 @@ source checkout the package runs from, else ``~/.cache/tensorfab/harness``. A fi
 lock per key makes concurrent processes (pytest-xdist workers) build a key once;
 Verilator's runtime objects are compiled once per flags into
 ``<cache>/_runtime-<hash>/``. ``TENSORFAB_BUILD_JOBS`` caps parallel compiler jobs
-(default: the CPU count). A failed build raises :class:`HarnessBuildError` with the
-failing command's error lines and output tail; the whole log stays in
-``<cache>/<key>/build.log``.
+(default: the CPU count). :func:`build_steps` lets a caller follow the steps of a
+build (the command line shows them on stderr). A failed build raises
+:class:`HarnessBuildError` with the failing command's error lines and output tail;
+the whole log stays in ``<cache>/<key>/build.log``.
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -76,6 +78,7 @@ __all__ = [
     "HarnessBuild",
     "HarnessBuildError",
     "build_harness",
+    "build_steps",
     "cache_root",
     "config_header",
     "harness_key",
@@ -369,6 +372,31 @@ def harness_key(cfg: HwConfig, threads: int = DEFAULT_THREADS,
 
 
 # ---------------------------------------------------------------------- the build
+_LISTENERS: list[Callable[[str], None]] = []
+
+
+@contextmanager
+def build_steps(listener: Callable[[str], None]) -> Iterator[None]:
+    """Call ``listener(step)`` with a sentence for each step of every harness build
+    started in the block (nothing when the cache has the build).
+
+    Examples
+    --------
+    >>> with build_steps(print):  # doctest: +SKIP
+    ...     build_harness(PRESETS["tiny"])
+    """
+    _LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        _LISTENERS.remove(listener)
+
+
+def _step(text: str) -> None:
+    for listener in list(_LISTENERS):
+        listener(text)
+
+
 class _Log:
     """The build log: every command with its output, appended as it runs."""
 
@@ -497,6 +525,7 @@ def _build(cfg: HwConfig, directory: Path, threads: int, verilator_args: Sequenc
     os.environ["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
     log = _Log(directory / "build.log")
     assert CORE_TOP == CORE
+    _step("generating the core's Verilog (Amaranth)")
     text = core_verilog(cfg)
     (directory / "core.v").write_text(text)
     (directory / "top.v").write_text(harness_wrapper(text))
@@ -509,6 +538,7 @@ def _build(cfg: HwConfig, directory: Path, threads: int, verilator_args: Sequenc
     if threads > 1:
         vargs += ["--threads", str(threads)]
     vargs += [*VERILATOR_WAIVERS, *verilator_args]
+    _step("verilating the core")
     log.run(vargs, directory, "Verilator")
     header = (obj / f"{PREFIX}.h").read_text()
     missing = [p for p in PORTS.values() if _port(p) not in header]
@@ -533,6 +563,7 @@ def _build(cfg: HwConfig, directory: Path, threads: int, verilator_args: Sequenc
 
     cold = [([_cxx(), *CXX_COMMON, *CXX_SLOW, *cxxflags, *cpp, "-c", f"{n}.cpp", "-o",
               f"{n}.o"], obj, f"compiling the Verilated model ({n}.cpp)") for n in slow]
+    _step(f"compiling the Verilated model ({len(fast) + len(slow) + 1} files)")
     runtime = _runtime_objects(_cppflags(mk), cxxflags, log)
     objects = [directory / "harness.o", *[obj / f"{n}.o" for n in fast + slow], *runtime]
 
@@ -549,6 +580,7 @@ def _build(cfg: HwConfig, directory: Path, threads: int, verilator_args: Sequenc
     _compile_all(log, hot(PGO_GENERATE) + cold)
     link(["-fprofile-generate"])
     (directory / "config.json").write_text(cfg.to_json())
+    _step("profile-guided build: a training run of the instrumented model")
     proc = subprocess.run([sys.executable, "-m", "tensorfab.sim.rtl.train", "--train",
                            str(directory)], capture_output=True, text=True, check=False,
                           cwd=directory)
@@ -559,6 +591,7 @@ def _build(cfg: HwConfig, directory: Path, threads: int, verilator_args: Sequenc
         _compile_all(log, hot(()))
     else:
         note = f"; profile-guided ({proc.stdout.strip().splitlines()[-1]})"
+        _step("compiling the model again with the profile")
         _compile_all(log, hot(PGO_USE))
     link(())
     return scheme + note
@@ -614,6 +647,7 @@ def build_harness(cfg: HwConfig, *, threads: int = DEFAULT_THREADS,
     if not marker.exists():
         with file_lock(root / f"{key}.lock"):
             if not marker.exists():
+                _step(f"building the {cfg.name} RTL model once (cached in {directory})")
                 if directory.exists():
                     shutil.rmtree(directory)  # a failed or interrupted build
                 directory.mkdir(parents=True)
@@ -624,6 +658,8 @@ def build_harness(cfg: HwConfig, *, threads: int = DEFAULT_THREADS,
                 (directory / "config.json").write_text(cfg.to_json())
                 marker.write_text(json.dumps({"seconds": round(seconds, 2),
                                               "threads": threads, "clocking": scheme}))
+                _step(f"built the {cfg.name} RTL model in {seconds:.0f} s; later runs reuse "
+                      f"it from {directory}")
     info = json.loads(marker.read_text())
     built = HarnessBuild(cfg, key, directory, library, threads, seconds, info["clocking"])
     _BUILT[key] = built

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,9 +16,16 @@ from tensorfab.isa.csr import STATUS_DONE
 from tensorfab.isa.errors import UsageError
 
 from ..device import Counters, Device, RunResult
-from ..trace import Interval
+from ..trace import Interval, attribute_intervals
 from .build import DEFAULT_THREADS, HarnessBuild, build_harness
-from .diagnosis import HangError, core_error, describe_hang, load_plan, reset_uops
+from .diagnosis import (
+    HangError,
+    RunInterrupted,
+    core_error,
+    describe_hang,
+    load_plan,
+    reset_uops,
+)
 from .harness import DEFAULT_MEMORY, Harness, HarnessError, MemoryTiming, RunStatus
 
 
@@ -64,7 +71,10 @@ class RtlSimulator(Device):
         Cycles with no engine working and the memory port idle after which the run
         stops with :class:`HangError` (reason ``hang``); 0 waits for ``max_cycles``.
     trace : bool
-        Record engine activity intervals (:attr:`RtlRunResult.intervals`).
+        Record engine activity intervals (:attr:`RtlRunResult.intervals`), each named
+        with its instruction (:func:`~tensorfab.sim.trace.attribute_intervals`). A
+        failed run's exception carries the timeline up to the failure as
+        ``intervals``.
     threads : int
         Verilator threads of the model (see docs/architecture.md for measurements).
     verilator_args, cxxflags : sequence of str
@@ -80,8 +90,13 @@ class RtlSimulator(Device):
 
     name = "rtl"
 
-    #: Cycles :meth:`run` clocks per call into the library (keeps Ctrl-C responsive).
-    CHUNK = 50_000_000
+    #: Cycles :meth:`run` clocks per call into the library: Ctrl-C and :attr:`progress`
+    #: act between two calls (well under a second on the default config).
+    CHUNK = 1_000_000
+
+    #: Called between chunks of a run with the cycle count and the instructions
+    #: retired per engine (``{"load": n, ...}``); the command line shows it.
+    progress: Callable[[int, dict[str, int]], None] | None = None
 
     def __init__(self, memory: MemoryTiming | None = None, *, max_cycles: int = 500_000_000,
                  hang_cycles: int = 10_000, trace: bool = False,
@@ -132,33 +147,61 @@ class RtlSimulator(Device):
             h.start(0, len(program.insns), image.size)
             status = RunStatus.LIMIT
             left = self.max_cycles
-            while left > 0:
-                chunk = min(left, self.CHUNK)
-                status = h.run(chunk, self.hang_cycles, self.trace)
-                if status is not RunStatus.LIMIT:
-                    break
-                left -= chunk
+            try:
+                while left > 0:
+                    chunk = min(left, self.CHUNK)
+                    status = h.run(chunk, self.hang_cycles, self.trace)
+                    if status is not RunStatus.LIMIT:
+                        break
+                    left -= chunk
+                    if self.progress is not None:
+                        self.progress(h.run_cycles, self._retired(h))
+            except KeyboardInterrupt:
+                raise self._interrupted(program, h) from None
             if self.trace and status is RunStatus.LIMIT:
                 h.close_trace()
             csrs = h.read_csrs()
+            intervals = attribute_intervals(h.intervals(), program) if self.trace else None
+            failure: Exception | None = None
             if status is RunStatus.FAULT:
-                raise HarnessError(f"memory fault after {h.run_cycles} cycles: {h.message} "
-                                   "(the core should have reported DRAM_RANGE)")
-            if status is RunStatus.ERROR:
-                raise core_error(program, image, csrs["ERROR_CODE"], csrs["ERROR_INDEX"])
-            if status in (RunStatus.LIMIT, RunStatus.HANG):
-                raise self._hang(program, h, csrs, status)
+                failure = HarnessError(f"memory fault after {h.run_cycles} cycles: "
+                                       f"{h.message} (the core should have reported "
+                                       "DRAM_RANGE)")
+            elif status is RunStatus.ERROR:
+                failure = core_error(program, image, csrs["ERROR_CODE"], csrs["ERROR_INDEX"])
+            elif status in (RunStatus.LIMIT, RunStatus.HANG):
+                failure = self._hang(program, h, csrs, status)
+            if failure is not None:
+                failure.intervals = intervals  # type: ignore[attr-defined]
+                raise failure
             assert csrs["STATUS"] & STATUS_DONE
             if not h.drain():
                 raise HarnessError(f"the core reported done with {h.message or 'memory'} "
                                    "commands still pending")
             final = h.read_dram()
             mem = h.stats()
-            intervals = h.intervals() if self.trace else None
         return RtlRunResult(dram=final, outputs=program.outputs(final),
                             counters=self._counters(program, csrs, mem),
                             cycles=csrs["CYCLES"], device=self.name, csrs=csrs, memory=mem,
                             intervals=intervals)
+
+    @staticmethod
+    def _retired(h: Harness) -> dict[str, int]:
+        return {e: h.read_csr(f"{e.upper()}_INSNS") for e in ("load", "compute", "store")}
+
+    def _interrupted(self, program: Program, h: Harness) -> RunInterrupted:
+        """Where a run stopped by Ctrl-C was (between two chunks, so the core's state
+        is consistent)."""
+        csrs = h.read_csrs()
+        _, engines, retired, _ = describe_hang(program, csrs, h.activity)
+        intervals = None
+        if self.trace:
+            h.close_trace()
+            intervals = attribute_intervals(h.intervals(), program)
+        msg = (f"interrupted at cycle {h.run_cycles:,} of {program.config.name}: "
+               + "; ".join(engines.values()))
+        return RunInterrupted(msg, cycles=h.run_cycles, engines=engines, retired=retired,
+                              intervals=intervals)
 
     def _hang(self, program: Program, h: Harness, csrs: dict[str, int],
               status: RunStatus) -> HangError:

@@ -78,6 +78,31 @@ class HangError(ProgramError):
                          field=(first.flag or None) if first else None)
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped an RTL run; the message says where (cycle, and per engine the
+    instruction it held or how many it had retired).
+
+    Attributes
+    ----------
+    cycles : int
+        Cycles the core ran.
+    engines : dict[str, str]
+        What each engine was doing, one sentence each.
+    retired : dict[str, int]
+        Instructions retired per engine.
+    intervals : list[Interval] | None
+        The timeline up to the interrupt when the run was traced.
+    """
+
+    def __init__(self, message: str, *, cycles: int, engines: dict[str, str],
+                 retired: dict[str, int], intervals: list | None = None) -> None:
+        super().__init__(message)
+        self.cycles = cycles
+        self.engines = engines
+        self.retired = retired
+        self.intervals = intervals
+
+
 def describe_hang(program: Program, csrs: Mapping[str, int], activity: Mapping[str, bool],
                   ) -> tuple[list[Wait], dict[str, str], dict[str, int], dict[str, int | None]]:
     """What each engine of a stuck core is doing, from its CSRs and activity bits.
