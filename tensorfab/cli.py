@@ -104,7 +104,7 @@ def _working(text: str, quiet: bool = False) -> Iterator[Callable[[str], None]]:
         task = bar.add_task(escape(text), total=None)
 
         def say(now: str) -> None:
-            bar.update(task, description=escape(now))
+            bar.update(task, description=escape(now), refresh=True)
 
         def step(now: str) -> None:
             if now.startswith("built"):  # the one line worth keeping; back to the work

@@ -374,3 +374,71 @@ def test_every_command_has_help_and_examples_that_parse(command, capsys):
 
 def test_sim_help_shows_the_default_target(capsys):
     assert "(default: fsim)" in " ".join(_help(["sim"], capsys).split())
+
+
+# -------------------------------------------------------------- progress (issue 10)
+@pytest.fixture
+def terminal(monkeypatch):
+    """stderr as a terminal: what the spinner and the build steps show."""
+    import io
+
+    from rich.console import Console
+
+    import tensorfab.cli as cli
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=200)
+    monkeypatch.setattr(cli, "err_console", console)
+    return console.file
+
+
+def test_long_work_says_what_is_happening(terminal, monkeypatch, tmp_path):
+    import tensorfab.hw.verilog as verilog
+
+    monkeypatch.setattr(verilog, "core_verilog", lambda cfg: "// tensorfab_core: x\n")
+    assert main(["hw", "verilog", "--config", "tiny", "-o", str(tmp_path / "c.v")]) == 0
+    assert "generating the Verilog of the tiny core" in terminal.getvalue()
+
+
+def test_rtl_build_steps_are_shown_and_the_built_line_kept(terminal):
+    from tensorfab.cli import _working
+    from tensorfab.sim.rtl.build import _step
+
+    with _working("running p.s on rtl (tiny)"):
+        _step("verilating the core")
+        _step("built the tiny RTL model in 3 s; later runs reuse it from /cache/k")
+    _step("not shown: no listener any more")
+    out = terminal.getvalue()
+    assert "running p.s on rtl (tiny)" in out and "verilating the core" in out
+    assert "built the tiny RTL model in 3 s; later runs reuse it from /cache/k\n" in out
+    assert "not shown" not in out
+
+
+def test_json_output_is_quiet_on_stderr(terminal, capsys):
+    assert main(["sim", str(example_path()), "--json"]) == 0
+    assert terminal.getvalue() == ""
+    json.loads(capsys.readouterr().out)
+    assert main(["sim", str(example_path())]) == 0
+    assert "running gemm_requant.s on fsim" in terminal.getvalue()
+
+
+@pytest.mark.slow
+def test_cold_rtl_build_is_announced_once(terminal, monkeypatch, tmp_path):
+    """A cold build (fresh cache) shows its steps and the line saying it is cached; the
+    next run builds nothing."""
+    import tensorfab.sim.rtl.build as build
+
+    monkeypatch.setenv("TENSORFAB_HARNESS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "_BUILT", {})
+    from test_doc_snippets import ROOT, fenced_blocks
+
+    src = tmp_path / "p.s"  # the README's program (tiny)
+    src.write_text(next(t for lang, _, t in fenced_blocks(ROOT / "README.md") if lang == "asm"))
+    assert main(["sim", str(src), "--target", "rtl"]) == 0
+    out = terminal.getvalue()
+    assert "building the tiny RTL model once (cached in" in out
+    assert "verilating the core" in out
+    assert f"later runs reuse it from {tmp_path / 'cache'}" in out
+    terminal.truncate(0)
+    monkeypatch.setattr(build, "_BUILT", {})
+    assert main(["sim", str(src), "--target", "rtl"]) == 0
+    assert "building" not in terminal.getvalue()
