@@ -90,8 +90,9 @@ def _is_outputs_archive(names: Sequence[str]) -> Callable[[Path], bool]:
 @contextmanager
 def _working(text: str, quiet: bool = False) -> Iterator[Callable[[str], None]]:
     """A spinner on stderr saying what is happening, with the steps of any RTL model
-    build in the block (which is cached, so said once); quiet: nothing. Yields a
-    function that changes the text."""
+    build in the block (which is cached, so said once); quiet: nothing; stderr not a
+    terminal: only a build's first and last line. Yields a function that changes the
+    text."""
     if quiet:
         yield lambda _text: None
         return
@@ -99,6 +100,15 @@ def _working(text: str, quiet: bool = False) -> Iterator[Callable[[str], None]]:
 
     from tensorfab.sim.rtl.build import build_steps
 
+    if not err_console.is_terminal:  # a log: no spinner, only the build's start and end
+
+        def note(now: str) -> None:
+            if now.startswith(("building", "built")):
+                err_console.print(escape(now), highlight=False)
+
+        with build_steps(note):
+            yield lambda _text: None
+        return
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=err_console, transient=True) as bar:
         task = bar.add_task(escape(text), total=None)

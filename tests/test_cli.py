@@ -442,3 +442,18 @@ def test_cold_rtl_build_is_announced_once(terminal, monkeypatch, tmp_path):
     monkeypatch.setattr(build, "_BUILT", {})
     assert main(["sim", str(src), "--target", "rtl"]) == 0
     assert "building" not in terminal.getvalue()
+
+
+def test_stderr_that_is_a_log_gets_only_the_build_lines(capsys):
+    from tensorfab.cli import _working
+    from tensorfab.sim.rtl.build import _step
+
+    assert main(["sim", str(example_path())]) == 0
+    assert capsys.readouterr().err == ""
+    with _working("running"):
+        _step("building the tiny RTL model once (cached in /c/k)")
+        _step("verilating the core")
+        _step("built the tiny RTL model in 3 s; later runs reuse it from /c/k")
+    assert capsys.readouterr().err.splitlines() == [
+        "building the tiny RTL model once (cached in /c/k)",
+        "built the tiny RTL model in 3 s; later runs reuse it from /c/k"]
