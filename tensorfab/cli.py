@@ -54,11 +54,11 @@ def _check_writable(out: Path, force: bool, ours: Callable[[Path], bool], *,
 
     One policy for every output of the command line; a :class:`CliError` otherwise.
     """
-    if suffixes and out.suffix.lower() not in suffixes:
-        raise CliError(f"{out}: cannot write a {out.suffix or 'suffix-less'!r} file here; "
-                       f"name it {' or '.join(suffixes)}")
     if out.is_dir():
         raise CliError(f"{out} is a folder; name a file to write")
+    if suffixes and out.suffix.lower() not in suffixes:
+        kind = f"a {out.suffix} file" if out.suffix else "a file without a suffix"
+        raise CliError(f"{out}: cannot write {kind} here; name it {' or '.join(suffixes)}")
     folder = out.parent
     if not folder.is_dir():
         raise CliError(f"cannot write {out}: folder {folder} does not exist")
