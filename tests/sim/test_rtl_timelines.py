@@ -105,3 +105,14 @@ def _with_no_hang(init):
         self.hang_cycles = 0
 
     return patched
+
+
+def test_progress_is_called_between_chunks(monkeypatch) -> None:
+    monkeypatch.setattr(RtlSimulator, "CHUNK", 10_000)
+    sim = RtlSimulator(hang_cycles=0, max_cycles=30_000)
+    seen = []
+    sim.progress = lambda cycles, retired: seen.append((cycles, retired))
+    with pytest.raises(HangError, match="did not finish within 30000 cycles"):
+        sim.run(_stuck())
+    stuck = {"load": 1, "compute": 0, "store": 0}
+    assert seen == [(10_000, stuck), (20_000, stuck), (30_000, stuck)]
