@@ -13,7 +13,8 @@ Errors are those of the functional simulator where the hardware can tell:
 :class:`~tensorfab.isa.IllegalInstruction`) with the core's ERROR_CODE and
 ERROR_INDEX; a core that stops making progress, or does not finish within the cycle
 limit, raises :class:`HangError`, which tells what each engine was doing; Ctrl-C
-raises :class:`RunInterrupted`, which tells the same. A traced run that fails hands
+raises a :class:`KeyboardInterrupt` that tells the same
+(:func:`.diagnosis.run_interrupted`). A traced run that fails hands
 its timeline on as the exception's ``intervals``.
 
 Modules: :mod:`.build` (Verilator build of the harness library, cached),
@@ -22,7 +23,7 @@ Modules: :mod:`.build` (Verilator build of the harness library, cached),
 """
 
 from .device import RtlRunResult, RtlSimulator
-from .diagnosis import HangError, RunInterrupted
+from .diagnosis import HangError
 from .harness import DEFAULT_MEMORY, Harness, HarnessError, MemoryTiming, RunStatus
 
 __all__ = [
@@ -33,6 +34,5 @@ __all__ = [
     "MemoryTiming",
     "RtlRunResult",
     "RtlSimulator",
-    "RunInterrupted",
     "RunStatus",
 ]

@@ -20,11 +20,11 @@ from ..trace import Interval, attribute_intervals
 from .build import DEFAULT_THREADS, HarnessBuild, build_harness
 from .diagnosis import (
     HangError,
-    RunInterrupted,
     core_error,
     describe_hang,
     load_plan,
     reset_uops,
+    run_interrupted,
 )
 from .harness import DEFAULT_MEMORY, Harness, HarnessError, MemoryTiming, RunStatus
 
@@ -189,7 +189,7 @@ class RtlSimulator(Device):
     def _retired(h: Harness) -> dict[str, int]:
         return {e: h.read_csr(f"{e.upper()}_INSNS") for e in ("load", "compute", "store")}
 
-    def _interrupted(self, program: Program, h: Harness) -> RunInterrupted:
+    def _interrupted(self, program: Program, h: Harness) -> KeyboardInterrupt:
         """Where a run stopped by Ctrl-C was (between two chunks, so the core's state
         is consistent)."""
         csrs = h.read_csrs()
@@ -200,8 +200,8 @@ class RtlSimulator(Device):
             intervals = attribute_intervals(h.intervals(), program)
         msg = (f"interrupted at cycle {h.run_cycles:,} of {program.config.name}: "
                + "; ".join(engines.values()))
-        return RunInterrupted(msg, cycles=h.run_cycles, engines=engines, retired=retired,
-                              intervals=intervals)
+        return run_interrupted(msg, cycles=h.run_cycles, engines=engines, retired=retired,
+                               intervals=intervals)
 
     def _hang(self, program: Program, h: Harness, csrs: dict[str, int],
               status: RunStatus) -> HangError:

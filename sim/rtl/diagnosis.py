@@ -78,29 +78,23 @@ class HangError(ProgramError):
                          field=(first.flag or None) if first else None)
 
 
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped an RTL run; the message says where (cycle, and per engine the
-    instruction it held or how many it had retired).
+def run_interrupted(message: str, *, cycles: int, engines: dict[str, str],
+                    retired: dict[str, int], intervals: list | None = None
+                    ) -> KeyboardInterrupt:
+    """The :class:`KeyboardInterrupt` of a run stopped by Ctrl-C, saying where.
 
-    Attributes
-    ----------
-    cycles : int
-        Cycles the core ran.
-    engines : dict[str, str]
-        What each engine was doing, one sentence each.
-    retired : dict[str, int]
-        Instructions retired per engine.
-    intervals : list[Interval] | None
-        The timeline up to the interrupt when the run was traced.
+    It stays a plain KeyboardInterrupt (no project error class: ``except Exception``
+    must not catch a Ctrl-C), with attributes ``cycles`` (cycles the core ran),
+    ``engines`` (what each engine was doing, one sentence each), ``retired``
+    (instructions retired per engine) and ``intervals`` (the timeline up to the
+    interrupt when the run was traced).
     """
-
-    def __init__(self, message: str, *, cycles: int, engines: dict[str, str],
-                 retired: dict[str, int], intervals: list | None = None) -> None:
-        super().__init__(message)
-        self.cycles = cycles
-        self.engines = engines
-        self.retired = retired
-        self.intervals = intervals
+    exc = KeyboardInterrupt(message)
+    exc.cycles = cycles  # type: ignore[attr-defined]
+    exc.engines = engines  # type: ignore[attr-defined]
+    exc.retired = retired  # type: ignore[attr-defined]
+    exc.intervals = intervals  # type: ignore[attr-defined]
+    return exc
 
 
 def describe_hang(program: Program, csrs: Mapping[str, int], activity: Mapping[str, bool],

@@ -13,7 +13,7 @@ from support.isa_programs import build_gemm
 from tensorfab.cli import main
 from tensorfab.isa import PRESETS, AluOp, Buffer, Finish, Gemm, Load, Program, Uop
 from tensorfab.sim.race import ENGINE_NAMES
-from tensorfab.sim.rtl import HangError, Harness, RtlSimulator, RunInterrupted
+from tensorfab.sim.rtl import HangError, Harness, RtlSimulator
 
 TINY = PRESETS["tiny"]
 
@@ -80,7 +80,7 @@ def test_ctrl_c_says_where_the_run_stopped(tmp_path: Path, capsys, monkeypatch) 
         return status
 
     monkeypatch.setattr(Harness, "run", run)
-    with pytest.raises(RunInterrupted) as info:
+    with pytest.raises(KeyboardInterrupt) as info:
         RtlSimulator(hang_cycles=0, trace=True).run(_stuck())
     err = info.value
     assert err.cycles == 30_000 and err.retired == {"load": 1, "compute": 0, "store": 0}
