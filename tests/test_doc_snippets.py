@@ -83,8 +83,10 @@ def test_shell_snippet_parses_with_the_cli(where: str, line: str) -> None:
     argv = shlex.split(line, comments=True)[1:]
     try:
         args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        pytest.fail(f"{where}: `{line.strip()}` does not parse (exit {exc.code})")
+    except SystemExit as exc:  # --help and --version exit 0
+        if exc.code != 0:
+            pytest.fail(f"{where}: `{line.strip()}` does not parse (exit {exc.code})")
+        return
     if args.command == "bench":
         assert args.name in BENCHES, f"{where}: no benchmark {args.name!r}"
     if getattr(args, "target", None):
