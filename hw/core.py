@@ -119,8 +119,13 @@ class Core(wiring.Component):
         for name, src, dst in (("load", fetch.load_insn, load.insn),
                                ("compute", fetch.compute_insn, compute.insn),
                                ("store", fetch.store_insn, store.insn)):
-            q = cleared(f"{name}_cmds", fifo.SyncFIFOBuffered(
-                width=isl.size, depth=cfg.cmd_queue_depth))
+            # (a SyncFIFOBuffered of depth 2 holds a one-entry SyncFIFO whose pointers
+            # are zero bits wide; Amaranth 0.5 writes them as `[-1:0]`, which Verilator
+            # reads as two bits: a plain FIFO holds the same two instructions)
+            depth = cfg.cmd_queue_depth
+            q = cleared(f"{name}_cmds",
+                        fifo.SyncFIFOBuffered(width=isl.size, depth=depth) if depth > 2
+                        else fifo.SyncFIFO(width=isl.size, depth=depth))
             m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid),
                          src.ready.eq(q.w_rdy),
                          dst.payload.eq(q.r_data), dst.valid.eq(q.r_rdy),
