@@ -179,9 +179,12 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [idx_a.eq(uop.acc + s1_off[0]), idx_s.eq(uop.src + s1_off[1]),
                      idx_w.eq(uop.wgt + s1_off[2])]
         src_depth = Mux(is_gemm, cfg.inp_depth, cfg.acc_depth)
-        uop_bad = s1_valid & (uop.src >= src_depth)
-        range_bad = s1_valid & ((idx_a >= cfg.acc_depth) | (idx_s >= src_depth)
-                                | (is_gemm & (idx_w >= cfg.wgt_depth)))
+        # fields an instruction does not use are ignored (docs/isa.md): a resetting
+        # GEMM reads no input or weight, an ALU op with an immediate no source
+        src_used = Mux(is_gemm, ~g.reset, ~a.use_imm)
+        uop_bad = s1_valid & src_used & (uop.src >= src_depth)
+        range_bad = s1_valid & ((idx_a >= cfg.acc_depth) | (src_used & (idx_s >= src_depth))
+                                | (is_gemm & ~g.reset & (idx_w >= cfg.wgt_depth)))
         s1_ok = s1_valid & ~uop_bad & ~range_bad & ~error & ~self.halt
         with m.If(uop_bad & ~error):
             m.d.sync += [error.eq(1), err_code.eq(ErrorCode.UOP_RANGE)]
