@@ -1,0 +1,7 @@
+"""tensorfab.compiler.frontend: model importers into the graph IR (ONNX)."""
+
+from .onnx_import import MAX_OPSET, MIN_OPSET, from_onnx, prepare_model
+from .onnx_ops import OnnxImportError, supported_op_types
+
+__all__ = ["MAX_OPSET", "MIN_OPSET", "OnnxImportError", "from_onnx", "prepare_model",
+           "supported_op_types"]
