@@ -374,7 +374,7 @@ def reshape(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 def flatten(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """(prod(dims[:axis]), prod(dims[axis:]))."""
     x = inputs[0]
-    axis = attrs["axis"] % (x.ndim + 1) if x.ndim else 0
+    axis = attrs["axis"] + x.ndim if attrs["axis"] < 0 else attrs["axis"]
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from tensorfab.compiler.graph.infer import infer_types
 from tensorfab.compiler.graph.ir import Call, Constant, Expr, TupleGetItem
 from tensorfab.compiler.graph.types import DTYPES, GraphError, TensorType
 
@@ -74,7 +75,7 @@ def onnx_dtype(elem_type: int, what: str) -> str:
 
 # ----------------------------------------------------------------------------- helpers
 def _type(e: Expr) -> TensorType:
-    t = e.checked_type
+    t = infer_types(e)
     if not isinstance(t, TensorType):
         raise GraphError(f"expected a tensor, got {t}")
     return t

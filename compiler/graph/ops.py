@@ -312,6 +312,13 @@ def _zero_point(types: list[Type], i: int, of: TensorType, axis: int | None) -> 
     _scale_shape(zp, of, axis, f"zero point (argument {i})")
 
 
+def _quant_axis(axis: int, x: TensorType, scale: TensorType) -> int | None:
+    """The normalized axis of a per-axis scale, None for a per-tensor one."""
+    if scale.ndim == 0 or scale.shape == (1,):
+        return None
+    return _axis(axis, x.ndim)
+
+
 def _scale_shape(s: TensorType, of: TensorType, axis: int | None, what: str) -> None:
     if s.ndim == 0 or s.shape == (1,):
         return
@@ -512,7 +519,10 @@ def reshape_shape(shape: tuple[Dim, ...], newshape: tuple[Any, ...]) -> tuple[Di
 @register("flatten", 1, {"axis": 1}, "reshape to (prod(dims[:axis]), prod(dims[axis:]))")
 def _flatten(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x = _t(types, 0)
-    axis = attrs["axis"] % (x.ndim + 1) if x.ndim else 0
+    axis = attrs["axis"]
+    if not -x.ndim <= axis <= x.ndim:
+        raise _fail(f"axis {axis} is out of range for rank {x.ndim}")
+    axis = axis + x.ndim if axis < 0 else axis
     head, tail = x.shape[:axis], x.shape[axis:]
 
     def merged(dims: tuple[Dim, ...]) -> Dim:
@@ -647,7 +657,7 @@ def _quantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     _want_dtype(x, ("float32",), "the input")
     if s.dtype != "float32":
         raise _fail(f"scale has dtype {s.dtype}, not float32")
-    axis = _axis(attrs["axis"], x.ndim) if x.ndim else None
+    axis = _quant_axis(attrs["axis"], x, s)
     _scale_shape(s, x, axis, "scale")
     out = TensorType(x.shape, check_dtype(attrs["out_dtype"]))
     _zero_point(types, 2, out, axis)
@@ -661,7 +671,7 @@ def _dequantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     _want_dtype(x, (*QUANT_DTYPES, "int32"), "the input")
     if s.dtype != "float32":
         raise _fail(f"scale has dtype {s.dtype}, not float32")
-    axis = _axis(attrs["axis"], x.ndim) if x.ndim else None
+    axis = _quant_axis(attrs["axis"], x, s)
     _scale_shape(s, x, axis, "scale")
     _zero_point(types, 2, x, axis)
     return TensorType(x.shape, "float32")
@@ -674,7 +684,7 @@ def _requantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     _want_dtype(x, ("int32",), "the input")
     if s.dtype != "float32":
         raise _fail(f"scale has dtype {s.dtype}, not float32")
-    axis = _axis(attrs["axis"], x.ndim) if x.ndim else None
+    axis = _quant_axis(attrs["axis"], x, s)
     _scale_shape(s, x, axis, "scale")
     out = TensorType(x.shape, check_dtype(attrs["out_dtype"]))
     _want_dtype(out, QUANT_DTYPES, "out_dtype")
