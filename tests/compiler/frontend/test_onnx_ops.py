@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
-
 from onnx_single_op import check_op
 
 RNG = np.random.default_rng(20261122)
