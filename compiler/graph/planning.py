@@ -223,12 +223,9 @@ class _Planner:
                     self.read(e.body, k)
                 else:
                     d.unify(k, id(e.body))
-            elif isinstance(e, Function) and e is self.fn:
-                if e.result_device is not None:
-                    if _is_source(e.body):
-                        self.read(e.body, k)
-                    else:
-                        d.fix(id(e.body), e.result_device, "the function result")
+            elif (isinstance(e, Function) and e is self.fn and e.result_device is not None
+                  and not _is_source(e.body)):
+                d.fix(id(e.body), e.result_device, "the function result")
 
     # -------------------------------------------------------------------- devices
     def param_device(self, p: Var) -> VirtualDevice:
@@ -312,10 +309,9 @@ class _Planner:
                 var = new[id(e.var)]
                 value = use(e.value, var.virtual_device) if _is_source(e.value) \
                     else new[id(e.value)]
-                if isinstance(e.body, Constant):
-                    body = use(e.body, dev_of(k))
-                else:  # a let adopts its body's device, also a variable's
-                    body = new[id(e.body)]
+                # a let adopts its body's device, also a variable's
+                body = use(e.body, dev_of(k)) if isinstance(e.body, Constant) \
+                    else new[id(e.body)]
                 new[k] = Let(var, value, body, body.virtual_device)
             elif isinstance(e, Function):
                 raise DevicePlanningError("nested functions are not planned")
