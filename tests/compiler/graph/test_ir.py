@@ -122,7 +122,7 @@ def test_type_errors(make, match: str) -> None:
 
 def test_construction_errors() -> None:
     x = gb.var("x", (2,))
-    with pytest.raises(GraphError, match="unknown operator 'nn.bogus'; known: .*add"):
+    with pytest.raises(GraphError, match=r"unknown operator 'nn\.bogus'; known: .*add"):
         Call("nn.bogus", [x])
     with pytest.raises(GraphError, match="relu takes 1 arguments, got 2"):
         Call("relu", [x, x])
