@@ -10,6 +10,7 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from tensorfab.compiler.frontend import from_onnx
+from tensorfab.compiler.graph import astext, parse, structural_equal
 from tensorfab.compiler.graph.lower_runtime import evaluate
 
 Inputs = Sequence[tuple[str, np.ndarray | None]]
@@ -49,7 +50,9 @@ def run_both(model: onnx.ModelProto, inputs: Inputs,
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     ref = session.run(None, feeds)
-    ours = evaluate(from_onnx(model), feeds)
+    fn = from_onnx(model)
+    assert structural_equal(parse(astext(fn)), fn)  # every imported model round-trips
+    ours = evaluate(fn, feeds)
     ours = list(ours) if isinstance(ours, tuple) else [ours]
     return ref, ours
 
