@@ -58,3 +58,20 @@ def test_text_of_a_let_and_devices() -> None:
 def test_parse_errors(text: str, match: str) -> None:
     with pytest.raises(ParseError, match=match):
         parse(text)
+
+
+def test_example_of_docs_parses_and_expands() -> None:
+    from pathlib import Path
+
+    from tensorfab.compiler.graph import accel
+    from tensorfab.compiler.graph.planning import expand_devices
+
+    doc = (Path(__file__).parents[3] / "docs" / "graph.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in doc.split("```\n")[1:]]
+    examples = [b for b in blocks if b.startswith("fn (")]
+    assert examples
+    for text in examples:
+        f = expand_devices(parse(text))
+        assert astext(f) == text
+        conv = f.body.value.args[0]
+        assert conv.op == "nn.conv2d" and conv.virtual_device == accel("default")
