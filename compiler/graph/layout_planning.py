@@ -176,7 +176,10 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
         x = args[0]
         if lays[0] is None:
             if not isinstance(data, Constant):
-                raise LayoutPlanningError(f"{short(e)} on {dev}: its data is not blocked")
+                raise LayoutPlanningError(
+                    f"{short(e)} on {dev}: its data is a plain tensor already on the "
+                    "accelerator (a parameter placed there?); put it on the cpu so that a "
+                    "copy with a layout transform is inserted")
             x = pack_constant(data, act, dev)
         elif lays[0] != act:
             raise LayoutPlanningError(f"{short(e)} on {dev}: data is {lays[0]}, the "

@@ -61,3 +61,12 @@ def rewrite(fn: Function, rule: Rule) -> Function:
     assert isinstance(out, Function)
     infer_types(out)
     return out
+
+
+def substitute(expr: Expr, mapping: dict[int, Expr]) -> Expr:
+    """``expr`` with each node whose id is in ``mapping`` replaced by its value
+    (replacements are not searched again); shared nodes stay shared."""
+    new: dict[int, Expr] = {}
+    for node in post_order(expr):
+        new[id(node)] = mapping[id(node)] if id(node) in mapping else rebuild(node, new)
+    return new[id(expr)]

@@ -1,0 +1,6 @@
+"""tensorfab.models: small real models made by code in the repository from fixed seeds
+(trained in numpy on data sets that PyPI packages ship), exported as ONNX."""
+
+from .digits_cnn import DigitsCNN, digits_cnn_onnx, load_digits_split, train_digits_cnn
+
+__all__ = ["DigitsCNN", "digits_cnn_onnx", "load_digits_split", "train_digits_cnn"]
