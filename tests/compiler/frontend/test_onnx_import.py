@@ -201,3 +201,18 @@ def test_type_error_in_a_node_names_the_node() -> None:
     with pytest.raises(OnnxImportError, match=r"node 'the_Conv' \(op_type Conv, opset 17\)"
                                               r": input has shape .*only 2-D"):
         from_onnx(conv3d)
+
+
+@pytest.mark.parametrize("opset", range(11, 22))
+def test_every_native_opset(opset: int) -> None:
+    model = small_cnn(opset=opset)
+    x = np.random.default_rng(opset).standard_normal((2, 3, 10, 10)).astype(np.float32)
+    np.testing.assert_allclose(evaluate(from_onnx(model), [x]), ort_run(model, {"x": x})[0],
+                               rtol=1e-5, atol=1e-6)
+    if opset >= 17:
+        enc = encoder_layer(opset=opset)
+        r = np.random.default_rng(opset)
+        feeds = {"x": r.standard_normal((2, 6, 8)).astype(np.float32),
+                 "mask": np.ones((2, 6), np.int64)}
+        np.testing.assert_allclose(evaluate(from_onnx(enc), feeds), ort_run(enc, feeds)[0],
+                                   rtol=1e-5, atol=1e-5)
