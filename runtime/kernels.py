@@ -9,6 +9,7 @@ onnxruntime does.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,9 +30,14 @@ class KernelError(TensorfabError):
 
 
 def kernel(name: str) -> Callable[[Kernel], Kernel]:
-    """Register a kernel as operator ``name``."""
+    """Register a kernel as operator ``name``; it runs with numpy's floating-point
+    warnings off (overflow to inf and nan are results, as in onnxruntime)."""
     def wrap(fn: Kernel) -> Kernel:
-        KERNELS[name] = fn
+        @functools.wraps(fn)
+        def quiet(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> Any:
+            with np.errstate(all="ignore"):
+                return fn(inputs, attrs)
+        KERNELS[name] = quiet
         return fn
     return wrap
 
