@@ -152,7 +152,7 @@ class _Importer:
                 t = _input_type(value, self.input_shapes.get(value.name))
             except GraphError as e:
                 raise OnnxImportError(f"{self.where}: input {value.name!r}: {e}") from None
-            var = Var(_symbol(value.name), t)
+            var = Var(value.name, t)
             params.append(var)
             env[value.name] = var
         for index, node in enumerate(graph.node):

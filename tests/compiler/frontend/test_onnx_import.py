@@ -216,3 +216,12 @@ def test_every_native_opset(opset: int) -> None:
                  "mask": np.ones((2, 6), np.int64)}
         np.testing.assert_allclose(evaluate(from_onnx(enc), feeds), ort_run(enc, feeds)[0],
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_input_names_are_kept_for_feeding() -> None:
+    model = single_op_model("Relu", [("input:0", np.zeros((2, 3), np.float32))])
+    f = from_onnx(model)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    np.testing.assert_array_equal(evaluate(f, {"input:0": x}), np.maximum(x, 0))
+    assert "%input_0: Tensor[(2, 3), float32]" in astext(f)
+    assert structural_equal(parse(astext(f)), f)

@@ -191,3 +191,22 @@ def test_devices_are_values() -> None:
     assert accel() == accel("default") != accel("small")
     assert str(accel("small", "global")) == "accel(small, scope=global)"
     assert str(CPU) == "cpu"
+
+
+def test_deep_programs_do_not_recurse() -> None:
+    from tensorfab.compiler.graph import astext, parse
+    from tensorfab.compiler.graph.planning import plan_devices
+
+    x = gb.var("x", (2,))
+    y = x
+    for i in range(3000):
+        y = gb.add(gb.relu(y), np.float32(1.0)) if i % 2 else gb.negative(y)
+    f = gb.function([x], gb.on_device(y, device=accel()))
+    g = parse(astext(f))
+    assert structural_equal(g, f)
+    p = plan_devices(g)
+    assert structural_equal(plan_devices(p), p)
+    want = np.array([1.0, -2.0], np.float32)
+    for i in range(3000):
+        want = np.maximum(want, 0) + 1 if i % 2 else -want
+    np.testing.assert_array_equal(evaluate(p, [np.array([1.0, -2.0], np.float32)]), want)
