@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tensorfab.compiler.graph import (
     CPU,
@@ -120,3 +122,31 @@ def test_unsupported_accelerator_ops_are_named(make, match: str) -> None:
     f = gb.function(params, body, result_device=CPU)
     with pytest.raises(LayoutPlanningError, match=match):
         pack_accel_layouts(plan_devices(f))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_random_conv_chains_on_the_accelerator(data) -> None:
+    cfg = data.draw(st.sampled_from(["tiny", "small", "default"]))
+    n_layers = data.draw(st.integers(1, 4))
+    start = data.draw(st.integers(0, n_layers - 1))
+    stop = data.draw(st.integers(start + 1, n_layers))
+    r = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    channels = [data.draw(st.integers(1, 20)) for _ in range(n_layers + 1)]
+    x = gb.var("x", (1, channels[0], 5, 5), device=CPU)
+    y = x
+    for i in range(n_layers):
+        w = r.standard_normal((channels[i + 1], channels[i], 3, 3)).astype(np.float32)
+        y = gb.conv2d(y, w, padding=(1, 1, 1, 1))
+        if data.draw(st.booleans()):
+            y = gb.add(y, r.standard_normal((channels[i + 1], 1, 1)).astype(np.float32))
+        y = data.draw(st.sampled_from([gb.relu, lambda t: gb.clip(t, a_min=-0.5, a_max=2.0),
+                                       lambda t: gb.multiply(t, np.float32(0.5))]))(y)
+        if start <= i < stop:
+            y = gb.on_device(y, device=accel(cfg))
+    f = gb.function([x], y, result_device=CPU)
+    p = pack_accel_layouts(plan_devices(f))
+    _transforms_at_crossings_only(p)
+    xv = r.standard_normal((1, channels[0], 5, 5)).astype(np.float32)
+    np.testing.assert_allclose(evaluate(p, [xv]), evaluate(f, [xv]), rtol=1e-5, atol=1e-5)
+    assert structural_equal(expand_devices(parse(astext(p))), p)
