@@ -75,7 +75,8 @@ class GraphProgram:
             raise ProgramFormatError(f"output slot {self.output} is never written")
 
 
-def _check_inputs(program: GraphProgram, values: Sequence[np.ndarray]) -> None:
+def _check_inputs(program: GraphProgram, values: Sequence[np.ndarray]) -> dict[str, int]:
+    """Check the inputs against the declared specs; return the symbols' values."""
     symbols: dict[str, int] = {}
     for spec, v in zip(program.inputs, values, strict=True):
         if str(v.dtype) != spec.dtype and not (spec.dtype == "bool" and v.dtype == np.bool_):
@@ -93,6 +94,17 @@ def _check_inputs(program: GraphProgram, values: Sequence[np.ndarray]) -> None:
             elif got != want:
                 raise RuntimeInputError(f"input {spec.name!r}: dim {axis} is {got}, "
                                         f"expected {want} (shape {spec.shape})")
+    return symbols
+
+
+def _bind_symbols(node: Node, symbols: Mapping[str, int]) -> Mapping[str, Any]:
+    """A reshape's attributes with the symbols of its target shape replaced by the
+    values the inputs gave them."""
+    shape = node.attrs.get("newshape") if node.op == "reshape" else None
+    if not shape or not any(isinstance(d, str) for d in shape):
+        return node.attrs
+    return {**node.attrs, "newshape": tuple(symbols.get(d, d) if isinstance(d, str) else d
+                                            for d in shape)}
 
 
 def run_program(program: GraphProgram,
@@ -117,7 +129,7 @@ def run_program(program: GraphProgram,
         if len(values) != len(program.inputs):
             raise RuntimeInputError(f"{len(values)} inputs given, the program takes "
                                     f"{len(program.inputs)}")
-    _check_inputs(program, values)
+    symbols = _check_inputs(program, values)
     last_use: dict[int, int] = {}
     for k, node in enumerate(program.nodes):
         for s in node.inputs:
@@ -132,7 +144,7 @@ def run_program(program: GraphProgram,
         elif node.op == "tuple_get_item":
             out = args[0][node.attrs["index"]]
         else:
-            out = KERNELS[node.op](args, node.attrs)
+            out = KERNELS[node.op](args, _bind_symbols(node, symbols))
         slots[node.output] = out
         for s in node.inputs:
             if last_use.get(s) == k and s != program.output and s not in program.constants:

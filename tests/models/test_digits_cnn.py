@@ -8,7 +8,17 @@ import onnxruntime as ort
 import pytest
 
 from tensorfab.compiler.frontend import from_onnx
-from tensorfab.compiler.graph import CPU, Call, Function, Var, accel, post_order
+from tensorfab.compiler.graph import (
+    CPU,
+    Call,
+    Function,
+    Var,
+    accel,
+    astext,
+    parse,
+    post_order,
+    structural_equal,
+)
 from tensorfab.compiler.graph import builder as gb
 from tensorfab.compiler.graph.layout_planning import pack_accel_layouts
 from tensorfab.compiler.graph.lower_runtime import evaluate
@@ -58,6 +68,7 @@ def test_onnx_model_on_interpreter_matches_onnxruntime(trained: DigitsCNN) -> No
     _, _, xte, yte = load_digits_split(0)
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, {"image": xte})[0]
+    assert structural_equal(parse(astext(f)), f)
     got = evaluate(f, {"image": xte})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert (got.argmax(axis=1) == yte).mean() == pytest.approx(trained.test_accuracy)

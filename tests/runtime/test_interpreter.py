@@ -125,3 +125,10 @@ def test_runtime_never_imports_the_compiler() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_reshape_to_symbols_bound_by_the_inputs() -> None:
+    p = GraphProgram([InputSpec("a", 0, ("b", "s", 4), "float32")], {},
+                     [Node("reshape", (0,), {"newshape": ("b", "s", 2, 2)}, 1)], 1)
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(run_program(p, [x]), x.reshape(2, 3, 2, 2))

@@ -210,3 +210,11 @@ def test_deep_programs_do_not_recurse() -> None:
     for i in range(3000):
         want = np.maximum(want, 0) + 1 if i % 2 else -want
     np.testing.assert_array_equal(evaluate(p, [np.array([1.0, -2.0], np.float32)]), want)
+
+
+def test_reshape_to_named_symbols_runs() -> None:
+    x = gb.var("x", ("batch", "seq", 6))
+    f = gb.function([x], gb.reshape(x, newshape=("batch", "seq", 2, 3)))
+    assert f.checked_type.result == TensorType(("batch", "seq", 2, 3), "float32")
+    xv = np.arange(60, dtype=np.float32).reshape(2, 5, 6)
+    np.testing.assert_array_equal(evaluate(f, [xv]), xv.reshape(2, 5, 2, 3))
