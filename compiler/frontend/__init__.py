@@ -2,6 +2,7 @@
 
 from .onnx_import import MAX_OPSET, MIN_OPSET, from_onnx, prepare_model
 from .onnx_ops import OnnxImportError, supported_op_types
+from .onnx_quantize import quantize_onnx
 
 __all__ = ["MAX_OPSET", "MIN_OPSET", "OnnxImportError", "from_onnx", "prepare_model",
-           "supported_op_types"]
+           "quantize_onnx", "supported_op_types"]

@@ -4,6 +4,7 @@ file on the CPU interpreter against onnxruntime, and device planning of it."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -90,3 +91,28 @@ def test_convs_on_the_accelerator_in_blocked_layout(trained: DigitsCNN) -> None:
     np.testing.assert_allclose(evaluate(p, [xte[:4]]), evaluate(f, [xte[:4]]), rtol=1e-6,
                                atol=1e-6)
 
+
+
+def test_int8_qdq_model_on_interpreter_matches_onnxruntime(trained: DigitsCNN) -> None:
+    from tensorfab.compiler.frontend import quantize_onnx
+
+    xtr, _, xte, yte = load_digits_split(0)
+    model = quantize_onnx(digits_cnn_onnx(trained),
+                          [{"image": xtr[i:i + 64]} for i in range(0, 512, 64)])
+    f = from_onnx(model)
+    quant_ops = {e.op for e in post_order(f) if isinstance(e, Call) and e.op.startswith("qnn.")}
+    assert quant_ops == {"qnn.quantize", "qnn.dequantize"}
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"]).run(None, {"image": xte})[0]
+    got = evaluate(f, {"image": xte})
+    # the output is quantized: values agree, or differ by one step of its scale where a
+    # float accumulation lands on the other side of a rounding boundary
+    scale = next(e for e in model.graph.initializer if e.name == "logits_scale")
+    step = float(onnx.numpy_helper.to_array(scale))
+    diff = np.abs(got - want)
+    assert diff.max() <= 1.01 * step
+    assert (diff > 1e-6).mean() < 0.02
+    accuracy = (got.argmax(axis=1) == yte).mean()
+    assert accuracy >= trained.test_accuracy - 0.03
