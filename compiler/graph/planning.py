@@ -219,7 +219,10 @@ class _Planner:
                         self.read(e.value, k)  # value read into the var's device
                 elif v.virtual_device is not None:
                     d.fix(id(e.value), v.virtual_device, f"let %{v.name}")
-                if _is_source(e.body):
+                body_domain = self.source_domain(e.body)
+                if body_domain is not None:  # a let-bound variable: where its value is
+                    d.unify(k, body_domain)
+                elif _is_source(e.body):
                     self.read(e.body, k)
                 else:
                     d.unify(k, id(e.body))
@@ -309,10 +312,8 @@ class _Planner:
                 var = new[id(e.var)]
                 value = use(e.value, var.virtual_device) if _is_source(e.value) \
                     else new[id(e.value)]
-                # a let adopts its body's device, also a variable's
-                body = use(e.body, dev_of(k)) if isinstance(e.body, Constant) \
-                    else new[id(e.body)]
-                new[k] = Let(var, value, body, body.virtual_device)
+                body = use(e.body, dev_of(k)) if _is_source(e.body) else new[id(e.body)]
+                new[k] = Let(var, value, body, dev_of(k))
             elif isinstance(e, Function):
                 raise DevicePlanningError("nested functions are not planned")
         body = self.fn.body

@@ -205,3 +205,17 @@ def test_planned_encoder_runs_the_same_on_the_interpreter() -> None:
     xv = np.random.default_rng(1).standard_normal((2, 5, 8)).astype(np.float32)
     np.testing.assert_array_equal(evaluate(p, [xv]), evaluate(f, [xv]))
 
+
+
+def test_let_in_argument_position_is_read_through_a_copy() -> None:
+    x = gb.var("x", (3,), device=CPU)
+    v = gb.var("v", (3,))
+    inner = gb.let(v, gb.on_device(gb.relu(x), device=ACC), lambda v: v)
+    f = gb.function([x], gb.add(inner, x), result_device=CPU)
+    p = plan_devices(f)
+    devices_consistent(p)
+    assert p.body.args[0].virtual_device == CPU  # the let, read by the cpu add
+    assert structural_equal(plan_devices(p), p)
+    assert structural_equal(expand_devices(parse(astext(p))), p)
+    xv = np.array([-1.0, 0.5, 2.0], np.float32)
+    np.testing.assert_array_equal(evaluate(p, [xv]), evaluate(f, [xv]))
