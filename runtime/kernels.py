@@ -450,7 +450,11 @@ def layout_transform_kernel(inputs: Sequence[np.ndarray], attrs: dict[str, Any])
 
 # -------------------------------------------------------------------------- quantized
 def _per_axis(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    """A scale or zero point shaped to broadcast: per tensor, along ``axis``, or already
+    of the tensor's rank."""
     v = np.asarray(v)
+    if v.ndim > 1 and v.ndim == ndim:
+        return v
     if v.ndim == 1 and v.size > 1:
         shape = [1] * ndim
         shape[axis % ndim] = v.size

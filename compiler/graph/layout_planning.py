@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorfab.isa import PRESETS, HwConfig
-from tensorfab.runtime.layout_transform import layout_transform
+from tensorfab.runtime.layout_transform import layout_transform, parse_layout
 
 from .device import VirtualDevice
 from .infer import infer_types
@@ -163,6 +163,14 @@ def _copy(e: Call, new: dict[int, Expr], layout: dict[int, str | None]
     return Call("device_copy", [x], e.attrs, dst), None
 
 
+def _pack_per_channel(values: np.ndarray, layout: str, device: VirtualDevice) -> Constant:
+    """A per-channel vector as a constant that broadcasts against a blocked activation
+    (every row of the batch block gets the values; padded channels get 0)."""
+    batch_block = dict(parse_layout(layout).blocks).get("N", 1)
+    c = np.broadcast_to(values.reshape(1, -1, 1, 1), (batch_block, values.size, 1, 1))
+    return Constant(layout_transform(np.ascontiguousarray(c), "NCHW", layout), device)
+
+
 def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualDevice,
                 pack_constant) -> tuple[Expr, str | None]:
     cfg = hw_config_of(dev)
@@ -200,11 +208,19 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
     if e.op in LAYOUT_AGNOSTIC:
         return Call(e.op, args, e.attrs, dev), blocked
     if e.op in QUANT:
+        out = [args[0]]
         for a in e.args[1:]:
-            if infer_types(a).shape not in ((), (1,)):  # type: ignore[union-attr]
-                raise LayoutPlanningError(f"{short(e)} on {dev}: per-channel scales have no "
-                                          f"blocked form{hint}")
-        return Call(e.op, args, e.attrs, dev), blocked
+            shape = infer_types(a).shape  # type: ignore[union-attr]
+            if shape in ((), (1,)):
+                out.append(a)
+            elif (isinstance(a, Constant) and a.data.ndim == 1
+                  and e.attrs["axis"] % 4 == 1):
+                out.append(_pack_per_channel(a.data, blocked, dev))
+            else:
+                raise LayoutPlanningError(f"{short(e)} on {dev}: scales of shape {shape} "
+                                          f"along axis {e.attrs['axis']} have no blocked "
+                                          f"form{hint}")
+        return Call(e.op, out, e.attrs, dev), blocked
     if e.op in BINARY:
         out = []
         for a, new_a, lay in zip(e.args, args, lays, strict=True):
@@ -217,7 +233,7 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
                 if c.shape[1] == 1 or any(d != 1 for d in c.shape[2:]) or c.shape[0] != 1:
                     raise LayoutPlanningError(f"{short(e)} on {dev}: constant of shape "
                                               f"{a.data.shape} is not per-channel{hint}")
-                out.append(pack_constant(Constant(c), blocked, dev))
+                out.append(_pack_per_channel(c.reshape(-1), blocked, dev))
             else:
                 raise LayoutPlanningError(f"{short(e)} on {dev}: operands in layouts "
                                           f"{lay} and {blocked}{hint}")

@@ -314,13 +314,17 @@ def _zero_point(types: list[Type], i: int, of: TensorType, axis: int | None) -> 
 
 def _quant_axis(axis: int, x: TensorType, scale: TensorType) -> int | None:
     """The normalized axis of a per-axis scale, None for a per-tensor one."""
-    if scale.ndim == 0 or scale.shape == (1,):
-        return None
+    if scale.ndim == 0 or scale.shape == (1,) or (scale.ndim > 1 and scale.ndim == x.ndim):
+        return None  # per tensor, or a full-rank scale that broadcasts
     return _axis(axis, x.ndim)
 
 
 def _scale_shape(s: TensorType, of: TensorType, axis: int | None, what: str) -> None:
     if s.ndim == 0 or s.shape == (1,):
+        return
+    if s.ndim > 1 and s.ndim == of.ndim:  # broadcasts (e.g. per channel in a blocked layout)
+        if any(d not in (1, e) for d, e in zip(s.shape, of.shape, strict=True)):
+            raise _fail(f"{what} of shape {s.shape} does not broadcast to {of.shape}")
         return
     if s.ndim != 1 or axis is None:
         raise _fail(f"{what} has shape {s.shape}; expected a scalar"

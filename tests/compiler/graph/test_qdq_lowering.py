@@ -79,3 +79,53 @@ def test_asymmetric_quantization_stays_in_qdq_form() -> None:
     assert "nn.conv2d" in ops(g)  # its output zero point is -10: not lowered
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
     np.testing.assert_array_equal(evaluate(g, [x]), evaluate(f, [x]))
+
+
+def test_int8_convolutions_on_the_accelerator_give_identical_results(digits_qdq) -> None:
+    from tensorfab.compiler.graph import CPU, accel
+    from tensorfab.compiler.graph.layout_planning import pack_accel_layouts
+    from tensorfab.compiler.graph.partitioning import accelerator_chains, annotate_accelerator
+
+    g = lower_qdq(fold_constants(from_onnx(digits_qdq, input_shapes={"image": (8, 1, 8, 8)})))
+    chains = accelerator_chains(g)
+    assert [[e.op for e in c] for c in chains] == [
+        ["qnn.conv2d_integer", "add", "qnn.requantize", "relu"]] * 2
+    _, _, xte, _ = load_digits_split(0)
+    want = evaluate(g, [xte[:8]])
+    for cfg in ("tiny", "default"):
+        dev = accel(cfg)
+        p = pack_accel_layouts(plan_devices(annotate_accelerator(g, dev)))
+        on_accel = sorted(e.op for e in post_order(p) if isinstance(e, Call)
+                          and e.virtual_device == dev and e.op != "device_copy")
+        assert on_accel == sorted(["qnn.conv2d_integer", "add", "qnn.requantize", "relu"] * 2)
+        copies = [e for e in post_order(p) if isinstance(e, Call) and e.op == "device_copy"]
+        assert len(copies) == 4  # into and out of each chain
+        transforms = [e for e in post_order(p) if isinstance(e, Call)
+                      and e.op == "layout_transform"]
+        assert len(transforms) == 4 and all(t.virtual_device == CPU for t in transforms)
+        np.testing.assert_array_equal(evaluate(p, [xte[:8]]), want)
+
+
+def test_convolutions_the_accelerator_cannot_take_stay_on_the_cpu() -> None:
+    from tensorfab.compiler.graph import accel
+    from tensorfab.compiler.graph.partitioning import accelerator_chains, annotate_accelerator
+
+    r = np.random.default_rng(4)
+    x = gb.var("x", (1, 4, 5, 5), "int8")
+    w = r.integers(-128, 128, (4, 4, 3, 3)).astype(np.int8)
+    ok = gb.relu(gb.conv2d_integer(x, w, np.int8(0), np.int8(0)))
+    grouped = gb.conv2d_integer(x, w[:, :2], np.int8(0), np.int8(0), groups=2)
+    offset = gb.conv2d_integer(x, w, np.int8(3), np.int8(0))
+    shared = gb.conv2d_integer(x, w, np.int8(0), np.int8(0), padding=(1, 1, 1, 1))
+    f = gb.function([x], gb.tuple_(ok, grouped, offset, gb.relu(shared), gb.negative(shared)))
+    chains = accelerator_chains(f)
+    assert [[e.op for e in c] for c in chains] == [["qnn.conv2d_integer", "relu"],
+                                                   ["qnn.conv2d_integer"]]
+    p = plan_devices(annotate_accelerator(f, accel("tiny")))
+    placed = {e.op + str(e.attrs.get("groups", "")) for e in post_order(p)
+              if isinstance(e, Call) and e.virtual_device == accel("tiny")
+              and e.op != "device_copy"}
+    assert placed == {"qnn.conv2d_integer1", "relu"}
+    xv = r.integers(-128, 128, (1, 4, 5, 5)).astype(np.int8)
+    for a, b in zip(evaluate(p, [xv]), evaluate(f, [xv]), strict=True):
+        np.testing.assert_array_equal(a, b)
