@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from tensorfab.isa import TensorfabError
+from tensorfab.isa import AluOp, TensorfabError
+from tensorfab.sim.fsim_alu import alu_apply
 
 from .layout_transform import layout_transform, parse_layout
 
@@ -492,3 +493,13 @@ def requantize(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarra
     ax = attrs["axis"]
     v = np.rint(x.astype(np.float32) * _per_axis(scale, x.ndim, ax).astype(np.float32))
     return _saturate(v + _per_axis(zp, x.ndim, ax).astype(np.float32), attrs["out_dtype"])
+
+
+@kernel("qnn.requantize_fixed")
+def requantize_fixed(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The accelerator's requantization, with the functional simulator's ALU: MUL by the
+    multiplier, SHR_RND by the shift, CLIP to int8."""
+    a = alu_apply(AluOp.MUL, inputs[0], attrs["multiplier"])
+    if attrs["shift"]:
+        a = alu_apply(AluOp.SHR_RND, a, attrs["shift"])
+    return alu_apply(AluOp.CLIP, a, 127).astype(np.int8)

@@ -28,7 +28,7 @@ from .types import GraphError, TensorType
 #: Accelerator operators that work on a blocked tensor unchanged (elementwise).
 LAYOUT_AGNOSTIC = frozenset({
     "relu", "clip", "cast", "sigmoid", "tanh", "leaky_relu", "hard_sigmoid", "hard_swish",
-    "negative", "identity", "exp", "erf", "sqrt",
+    "negative", "identity", "exp", "erf", "sqrt", "qnn.requantize_fixed",
 })
 BINARY = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum", "power"})
 QUANT = frozenset({"qnn.quantize", "qnn.dequantize", "qnn.requantize"})

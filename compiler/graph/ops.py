@@ -696,6 +696,19 @@ def _requantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     return out
 
 
+@register("qnn.requantize_fixed", 1, {"multiplier": REQUIRED, "shift": REQUIRED},
+          "int32 to int8 as the accelerator's ALU does it: clip(SHR_RND(x * multiplier, "
+          "shift), -128, 127), the product wrapped to 32 bits, SHR_RND rounding half away "
+          "from zero")
+def _requantize_fixed(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _want_dtype(x, ("int32",), "the input")
+    if not 0 <= attrs["multiplier"] <= 32767 or not 0 <= attrs["shift"] <= 31:
+        raise _fail(f"multiplier {attrs['multiplier']} must be in 0..32767 and shift "
+                    f"{attrs['shift']} in 0..31 (16-bit ALU immediates)")
+    return TensorType(x.shape, "int8")
+
+
 # ------------------------------------------------------------ devices and layouts
 @register("on_device", 1, {"device": REQUIRED},
           "annotation: the argument is computed on device (the planner removes it)")
