@@ -503,3 +503,30 @@ def requantize_fixed(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.
     if attrs["shift"]:
         a = alu_apply(AluOp.SHR_RND, a, attrs["shift"])
     return alu_apply(AluOp.CLIP, a, 127).astype(np.int8)
+
+
+@functools.lru_cache(maxsize=64)
+def _program(blob: bytes):  # -> tensorfab.isa.Program
+    from tensorfab.isa import Program
+
+    return Program.from_bytes(blob, "accel.program")
+
+
+@kernel("accel.program")
+def accel_program(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Run a compiled accelerator program on an executor (the functional simulator by
+    default): the input goes to its input segment, the output segment comes back."""
+    from tensorfab.sim import get_device
+
+    x, blob = inputs
+    program = _program(np.ascontiguousarray(blob, np.uint8).tobytes())
+    seg = program.segment(attrs["input_segment"])
+    if tuple(x.shape) != seg.shape or str(x.dtype) != seg.dtype:
+        raise KernelError(f"accel.program: input {x.dtype}{tuple(x.shape)} does not fit "
+                          f"segment {seg.name!r} ({seg.dtype}{seg.shape})")
+    image = program.dram_image()
+    region = program.layout()[seg.name]
+    image[region.offset: region.offset + region.nbytes] = np.ascontiguousarray(x).view(
+        np.uint8).ravel()
+    result = get_device(attrs["executor"]).run(program, image)
+    return result.outputs[attrs["output_segment"]]

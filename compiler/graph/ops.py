@@ -709,6 +709,18 @@ def _requantize_fixed(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     return TensorType(x.shape, "int8")
 
 
+@register("accel.program", 2, {"out_shape": REQUIRED, "input_segment": "inp",
+                               "output_segment": "out", "executor": "fsim"},
+          "run a compiled accelerator program (argument 1: its TFABPROG bytes) on "
+          "argument 0, written to its input segment; the result is its output segment")
+def _accel_program(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x, blob = _t(types, 0), _t(types, 1)
+    _want_dtype(x, ("int8",), "the input")
+    if blob.dtype != "uint8" or blob.ndim != 1:
+        raise _fail(f"the program is {blob}; expected its bytes as a uint8 vector")
+    return TensorType(tuple(attrs["out_shape"]), "int8")
+
+
 # ------------------------------------------------------------ devices and layouts
 @register("on_device", 1, {"device": REQUIRED},
           "annotation: the argument is computed on device (the planner removes it)")

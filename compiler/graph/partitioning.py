@@ -3,7 +3,8 @@
 A chain starts at a ``qnn.conv2d_integer`` the accelerator takes (groups 1, zero points
 0, a constant int8 weight) and grows through its single reader while that reader is an
 accelerator epilogue: ``add`` of a constant per-channel bias, ``qnn.requantize`` with
-constant scales, ``relu``, ``clip``. :func:`annotate_accelerator` wraps each chain's last
+constant scales, ``qnn.requantize_fixed``, ``relu``, ``clip``.
+:func:`annotate_accelerator` wraps each chain's last
 node in ``on_device(..., accel)`` and each of the chain's computed inputs in
 ``on_device(..., cpu)``, so that :func:`~tensorfab.compiler.graph.planning.plan_devices`
 puts exactly the chains on the accelerator and copies data at their borders.
@@ -20,7 +21,7 @@ from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, Var, post_order
 from .rewrite import rebuild
 
-EPILOGUE = frozenset({"add", "qnn.requantize", "relu", "clip"})
+EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "relu", "clip"})
 
 
 def _accelerator_conv(e: Expr) -> bool:
