@@ -74,9 +74,13 @@ def _compile(chain: list[Call]) -> Call:
             b = node.args[1]
             if not isinstance(b, Constant):
                 raise AcceleratorLoweringError("the bias is not a constant")
-            plain = layout_transform(np.ascontiguousarray(b.data), conv.attrs["data_layout"],
-                                     "NCHW")
-            bias = plain[0, :, 0, 0].astype(np.int32)
+            out_channels = plain_w.shape[0]
+            if b.data.size == 1:  # one value for every channel
+                bias = np.full(out_channels, b.data.reshape(()), np.int32)
+            else:
+                plain = layout_transform(np.ascontiguousarray(b.data),
+                                         conv.attrs["data_layout"], "NCHW")
+                bias = plain[0, :, 0, 0].astype(np.int32)
         elif node.op == "qnn.requantize_fixed":
             requant = (node.attrs["multiplier"], node.attrs["shift"])
         elif node.op == "relu":
