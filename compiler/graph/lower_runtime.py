@@ -10,6 +10,7 @@ import numpy as np
 
 from tensorfab.runtime.interpreter import GraphProgram, InputSpec, Node, run_program
 
+from .device import VirtualDevice
 from .infer import infer_types
 from .ir import Call, Constant, Function, Let, Tuple, TupleGetItem, Var, post_order
 from .types import GraphError, TensorType
@@ -55,7 +56,7 @@ def lower_to_runtime(fn: Function) -> GraphProgram:
             constants[new_slot(id(e))] = e.data
         elif isinstance(e, Call):
             args = tuple(slot_of[id(a)] for a in e.args)
-            nodes.append(Node(e.op, args, dict(e.attrs), new_slot(id(e))))
+            nodes.append(Node(e.op, args, _plain_attrs(e.attrs), new_slot(id(e))))
         elif isinstance(e, Tuple):
             args = tuple(slot_of[id(f)] for f in e.fields)
             nodes.append(Node("tuple", args, {}, new_slot(id(e))))
@@ -73,6 +74,17 @@ def lower_to_runtime(fn: Function) -> GraphProgram:
     program = GraphProgram(inputs, constants, nodes, slot_of[id(fn.body)], count)
     program.validate()
     return program
+
+
+def _plain_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Attributes as plain data for the runtime (virtual devices as their text)."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, VirtualDevice):
+            return str(v)
+        if isinstance(v, tuple):
+            return tuple(plain(x) for x in v)
+        return v
+    return {k: plain(v) for k, v in attrs.items()}
 
 
 def evaluate(fn: Function, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> Any:

@@ -56,3 +56,29 @@ def test_convolutions_run_on_the_simulated_accelerator(int8_model, cfg: str) -> 
     assert (got.argmax(axis=1) == want.argmax(axis=1)).mean() >= 0.95
     # the compiled program is data: its text form (programs as bytes) runs the same
     np.testing.assert_array_equal(evaluate(parse(astext(compiled)), [images]), got)
+
+
+def test_saved_model_runs_with_the_runtime_alone(int8_model, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
+    from tensorfab.runtime.artifact import save_model
+
+    _, g, images, _ = int8_model
+    compiled = lower_accelerator_chains(pack_accel_layouts(plan_devices(
+        annotate_accelerator(g, accel("default")))))
+    save_model(lower_to_runtime(compiled), tmp_path / "digits.tfm")
+    np.save(tmp_path / "images.npy", images)
+    code = (
+        "import sys, numpy as np\n"
+        "from tensorfab.runtime.artifact import load_model\n"
+        "from tensorfab.runtime.interpreter import run_program\n"
+        f"p = load_model({str(tmp_path / 'digits.tfm')!r})\n"
+        f"y = run_program(p, [np.load({str(tmp_path / 'images.npy')!r})])\n"
+        f"np.save({str(tmp_path / 'out.npy')!r}, y)\n"
+        "print([m for m in sys.modules if m.startswith('tensorfab.compiler')])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), evaluate(compiled, [images]))

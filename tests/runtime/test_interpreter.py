@@ -132,3 +132,31 @@ def test_reshape_to_symbols_bound_by_the_inputs() -> None:
                      [Node("reshape", (0,), {"newshape": ("b", "s", 2, 2)}, 1)], 1)
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     np.testing.assert_array_equal(run_program(p, [x]), x.reshape(2, 3, 2, 2))
+
+
+def test_model_files_round_trip_and_errors(tmp_path) -> None:
+    import json
+    import zipfile
+
+    from tensorfab.runtime.artifact import ModelFileError, load_model, save_model
+
+    p = _program()
+    p.constants[9] = np.array([1.5, -np.inf], np.float32)
+    p.nodes.append(Node("clip", (4,), {"a_min": -1.0, "a_max": float("inf")}, 10))
+    save_model(p, tmp_path / "m.tfm")
+    q = load_model(tmp_path / "m.tfm")
+    a = np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+    b = np.ones(3, np.float32)
+    for x, y in zip(run_program(q, [a, b]), run_program(p, [a, b]), strict=True):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(q.constants[9], p.constants[9])
+    with pytest.raises(ModelFileError, match="no such file"):
+        load_model(tmp_path / "none.tfm")
+    (tmp_path / "junk.tfm").write_bytes(b"junk")
+    with pytest.raises(ModelFileError, match=r"junk\.tfm: not a tensorfab model file"):
+        load_model(tmp_path / "junk.tfm")
+    with zipfile.ZipFile(tmp_path / "old.tfm", "w") as z:
+        z.writestr("graph.json", json.dumps({"format": "tensorfab-model", "version": 99}))
+        z.writestr("constants.npz", b"")
+    with pytest.raises(ModelFileError, match="version 99; this runtime reads"):
+        load_model(tmp_path / "old.tfm")
