@@ -21,7 +21,8 @@ from .onnx_ops import OnnxImportError
 
 
 def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.ndarray]], *,
-                  per_channel: bool = True, symmetric: bool = True) -> onnx.ModelProto:
+                  per_channel: bool = True, symmetric: bool = True,
+                  preprocess: bool = True) -> onnx.ModelProto:
     """A QDQ int8 copy of ``model`` calibrated on the input feeds of ``calibration``.
 
     Parameters
@@ -34,6 +35,9 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
         One weight scale per output channel.
     symmetric : bool
         Zero points of 0 for activations and weights (as the accelerator's int8 path).
+    preprocess : bool
+        First run onnxruntime's ``quant_pre_process`` (graph optimizations such as
+        folding batch normalization into convolutions, so that they quantize as one).
     """
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -59,6 +63,12 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
     try:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "quantized.onnx"
+            if preprocess:
+                from onnxruntime.quantization.shape_inference import quant_pre_process
+
+                prepared = Path(tmp) / "prepared.onnx"
+                quant_pre_process(model, prepared, skip_symbolic_shape=True)
+                model = onnx.load(prepared)
             quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ,
                             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                             per_channel=per_channel,
