@@ -262,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("demo", help="assemble and run the example GEMM+ALU program")
     m.set_defaults(func=cmd_demo)
+
+    from .model_cli import add_model_commands
+    add_model_commands(sub)
     return p
 
 
