@@ -11,12 +11,25 @@ from tensorfab.isa.config import log2
 
 from .mem_port import LEN_WIDTH, MAX_BURST, MemXferLayout
 
-__all__ = ["BurstIssuer"]
+__all__ = ["BurstIssuer", "check_max_burst"]
 
 #: Width of the row count (a transfer's ``y`` is at most 2^16 - 1 rows).
 ROWS_WIDTH = 17
 #: Width of the beat counts (beats of a row, beats owed).
 BEATS_WIDTH = 32
+
+
+def check_max_burst(max_burst: int) -> int:
+    """``max_burst`` if it is a legal burst length (1 to :data:`~.mem_port.MAX_BURST`).
+
+    Raises
+    ------
+    ValueError
+        Naming ``max_burst`` when it is out of range.
+    """
+    if not 1 <= max_burst <= MAX_BURST:
+        raise ValueError(f"max_burst must be 1 to {MAX_BURST} beats, not {max_burst}")
+    return max_burst
 
 
 class BurstIssuer(wiring.Component):
@@ -56,10 +69,8 @@ class BurstIssuer(wiring.Component):
     """
 
     def __init__(self, cfg: HwConfig, max_burst: int = 32) -> None:
-        if not 1 <= max_burst <= MAX_BURST:
-            raise ValueError(f"max_burst must be 1 to {MAX_BURST} beats, not {max_burst}")
         self.cfg = cfg
-        self.max_burst = max_burst
+        self.max_burst = check_max_burst(max_burst)
         aw = cfg.dram_addr_width
         super().__init__({
             "cmd": Out(stream.Signature(MemXferLayout(cfg))),
