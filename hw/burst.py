@@ -1,17 +1,20 @@
-"""The burst issuer of the DMA engines: a 2-D transfer as memory commands."""
+"""The DMA engines' shared parts: the burst issuer (a 2-D transfer as memory
+commands) and the execution phases of one transfer."""
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from dataclasses import dataclass
+
+from amaranth.hdl import Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from tensorfab.isa import HwConfig
+from tensorfab.isa import ErrorCode, HwConfig
 from tensorfab.isa.config import log2
 
 from .mem_port import LEN_WIDTH, MAX_BURST, MemXferLayout
 
-__all__ = ["BurstIssuer", "check_max_burst"]
+__all__ = ["BurstIssuer", "TransferPhases", "check_max_burst", "transfer_phases"]
 
 #: Width of the row count (a transfer's ``y`` is at most 2^16 - 1 rows).
 ROWS_WIDTH = 17
@@ -124,3 +127,76 @@ class BurstIssuer(wiring.Component):
                 m.d.sync += [beats_left.eq(beats_left - burst),
                              cur_addr.eq(cur_addr + (burst << bus_shift))]
         return m
+
+
+@dataclass(frozen=True)
+class TransferPhases:
+    """Which phase of :func:`transfer_phases` a DMA engine is in (one-bit signals)."""
+
+    #: The cycle after ``start``: the range checks; the burst issuer loads the transfer.
+    check: Signal
+    #: Moving data (also in the cycle ``halt`` rises).
+    run: Signal
+    #: After a halt: the memory's beats still owed move, then the transfer is forgotten.
+    drain: Signal
+
+
+def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, halt: Value,
+                    sram_bad: Value, dram_bad: Value, last: Value) -> TransferPhases:
+    """The execution of one LOAD or STORE behind its :class:`~.sequencer.InsnSequencer`.
+
+    ``ex.start`` leads to CHECK, which fails the instruction with ``SRAM_RANGE`` (if
+    ``sram_bad``) or ``DRAM_RANGE`` (if ``dram_bad``) before any memory access, or goes
+    on to RUN; RUN issues ``bursts`` and is done in the cycle ``last`` is high. A
+    ``halt`` in CHECK forgets the instruction at once, in RUN it goes through DRAIN
+    until ``bursts`` is drained.
+
+    Parameters
+    ----------
+    m : Module
+        The engine's module.
+    ex : interface of ExecSignature
+        The sequencer's ``exec`` port (this drives its ``done``, ``fail``, ``code``
+        and ``idle``).
+    bursts : BurstIssuer
+        The engine's issuer (this drives its ``start`` and ``issue``).
+    halt : Value
+        The engine's halt.
+    sram_bad, dram_bad : Value
+        The range checks, valid in CHECK.
+    last : Value
+        In RUN: the transfer's last data moves this cycle.
+
+    Returns
+    -------
+    TransferPhases
+    """
+    phases = TransferPhases(Signal(name="check"), Signal(name="run"), Signal(name="drain"))
+    with m.FSM(name="transfer"):
+        with m.State("WAIT"):
+            m.d.comb += ex.idle.eq(1)
+            with m.If(ex.start):
+                m.next = "CHECK"
+        with m.State("CHECK"):
+            m.d.comb += [phases.check.eq(1), ex.idle.eq(1), bursts.start.eq(1)]
+            with m.If(halt):
+                m.next = "WAIT"
+            with m.Elif(sram_bad | dram_bad):
+                m.d.comb += [ex.fail.eq(1),
+                             ex.code.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE,
+                                            ErrorCode.DRAM_RANGE))]
+                m.next = "WAIT"
+            with m.Else():
+                m.next = "RUN"
+        with m.State("RUN"):
+            m.d.comb += [phases.run.eq(1), bursts.issue.eq(~halt)]
+            with m.If(halt):
+                m.next = "DRAIN"
+            with m.Elif(last):
+                m.d.comb += ex.done.eq(1)
+                m.next = "WAIT"
+        with m.State("DRAIN"):
+            m.d.comb += [phases.drain.eq(1), ex.idle.eq(bursts.drained)]
+            with m.If(bursts.drained):
+                m.next = "WAIT"
+    return phases

@@ -56,6 +56,13 @@ class ComputeEngine(wiring.Component):
 
     Attributes
     ----------
+    insn, pop_prev, pop_next, push_prev, push_next, halt, error, busy, stall, retire, idle
+        The sequencer's members (:func:`~.sequencer.engine_members`): an
+        :class:`~.sequencer.InsnSequencer` takes each instruction, pops and pushes its
+        tokens and retires it. ``error`` (``UOP_RANGE``, ``SRAM_RANGE``) stays high
+        until reset and halts the engine, as does the retire of FINISH.
+    finished : Out(1)
+        FINISH has retired.
     acc_zero : Out(ZeroSignature(cfg))
         Bulk zeroing of accumulator entries (fast reset).
     gemm_busy, alu_busy : Out(1)

@@ -9,7 +9,6 @@ from amaranth.lib.wiring import In, Out
 from tensorfab.isa import (
     Buffer,
     Engine,
-    ErrorCode,
     HwConfig,
     Opcode,
     buffer_depth,
@@ -17,7 +16,7 @@ from tensorfab.isa import (
 )
 from tensorfab.isa.config import log2
 
-from .burst import BurstIssuer, check_max_burst
+from .burst import BurstIssuer, check_max_burst, transfer_phases
 from .layouts import insn_layout
 from .mem_port import MemReadSignature
 from .sequencer import InsnSequencer, engine_members
@@ -64,25 +63,15 @@ class LoadEngine(wiring.Component):
 
     Attributes
     ----------
-    insn : In(stream.Signature(InsnStreamLayout(cfg)))
-        LOAD instructions.
-    pop_next : In(TokenSignature)
-        compute→load token queue (pop side).
-    push_next : Out(TokenSignature)
-        load→compute token queue (push side).
+    insn, pop_next, push_next, halt, error, busy, stall, retire, idle
+        The sequencer's members (:func:`~.sequencer.engine_members`); ``error``
+        reports ``SRAM_RANGE`` or ``DRAM_RANGE`` (a one-cycle pulse).
     mem : Out(MemReadSignature(cfg))
         Memory reads.
     inp_wr, wgt_wr, uop_wr, acc_wr : Out(BufWriteSignature(...))
         Buffer write ports.
     dram_size : In(32)
         Bytes of DRAM that may be read (0: the whole address space).
-    halt : In(1)
-        Stop (the core had an error).
-    error : Out(ErrorSignature)
-        ``SRAM_RANGE`` or ``DRAM_RANGE`` with the instruction index (one-cycle pulse).
-    busy, stall, retire, idle : Out(1)
-        Holds an instruction; of that, waits for a token; pulse per retired
-        instruction; nothing in flight.
     """
 
     def __init__(self, cfg: HwConfig, max_burst: int = 32) -> None:
@@ -237,39 +226,15 @@ class LoadEngine(wiring.Component):
                 m.d.sync += shreg.eq(Cat(shreg[W:], rdata.payload.data))
 
         # ---- execution: CHECK, RUN; DRAIN after a halt
-        with m.FSM():
-            with m.State("WAIT"):
-                m.d.comb += ex.idle.eq(1)
-                with m.If(ex.start):
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.comb += [ex.idle.eq(1), bursts.start.eq(1)]
-                m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), waddr.eq(word.sram)]
-                with m.If(self.halt):
-                    m.next = "WAIT"
-                with m.Elif(sram_bad | dram_bad):
-                    m.d.comb += [ex.fail.eq(1),
-                                 ex.code.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE,
-                                                ErrorCode.DRAM_RANGE))]
-                    m.next = "WAIT"
-                with m.Else():
-                    m.next = "RUN"
-            with m.State("RUN"):
-                with m.If(self.halt):
-                    m.d.comb += rdata.ready.eq(1)  # discard
-                    m.next = "DRAIN"
-                with m.Else():
-                    m.d.comb += [
-                        bursts.issue.eq(1),
-                        seq_on.eq(1),
-                        rdata.ready.eq(is_data & (~last_beat | wr_ready)),
-                        advance.eq(Mux(is_data, rfire & last_beat, wr_ready)),
-                    ]
-                    with m.If(advance & seq_end):
-                        m.d.comb += ex.done.eq(1)
-                        m.next = "WAIT"
-            with m.State("DRAIN"):
-                m.d.comb += [rdata.ready.eq(1), ex.idle.eq(bursts.drained)]
-                with m.If(bursts.drained):
-                    m.next = "WAIT"
+        ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad, advance & seq_end)
+        with m.If(ph.check):
+            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), waddr.eq(word.sram)]
+        with m.If((ph.run & self.halt) | ph.drain):
+            m.d.comb += rdata.ready.eq(1)  # discard
+        with m.Elif(ph.run):
+            m.d.comb += [
+                seq_on.eq(1),
+                rdata.ready.eq(is_data & (~last_beat | wr_ready)),
+                advance.eq(Mux(is_data, rfire & last_beat, wr_ready)),
+            ]
         return m

@@ -7,10 +7,10 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from tensorfab.isa import Engine, ErrorCode, HwConfig, Opcode, insn_width
+from tensorfab.isa import Engine, HwConfig, Opcode, insn_width
 from tensorfab.isa.config import log2
 
-from .burst import BurstIssuer, check_max_burst
+from .burst import BurstIssuer, check_max_burst, transfer_phases
 from .layouts import insn_layout
 from .mem_port import MemWriteSignature
 from .sequencer import InsnSequencer, engine_members
@@ -49,27 +49,15 @@ class StoreEngine(wiring.Component):
 
     Attributes
     ----------
-    insn : In(stream.Signature(InsnStreamLayout(cfg)))
-        STORE instructions.
-    pop_prev : In(TokenSignature)
-        compute→store token queue (pop side).
-    push_prev : Out(TokenSignature)
-        store→compute token queue (push side).
-    acc_rd : Out(BufReadSignature(acc_bits, acc entry bits))
-        Accumulator read port (1-cycle latency).
     mem : Out(MemWriteSignature(cfg))
         Memory writes.
     dram_size : In(32)
         Bytes of DRAM that may be written (0: the whole address space).
     insn_base, insn_count : In(32)
         The instruction stream, which a STORE may not overwrite.
-    halt : In(1)
-        Stop (the core had an error).
-    error : Out(ErrorSignature)
-        ``SRAM_RANGE`` or ``DRAM_RANGE`` with the instruction index (one-cycle pulse).
-    busy, stall, retire, idle : Out(1)
-        Holds an instruction; of that, waits for a token; pulse per retired
-        instruction; nothing in flight.
+    insn, pop_prev, push_prev, halt, error, busy, stall, retire, idle
+        The sequencer's members (:func:`~.sequencer.engine_members`); ``error``
+        reports ``SRAM_RANGE`` or ``DRAM_RANGE`` (a one-cycle pulse).
     """
 
     def __init__(self, cfg: HwConfig, fifo_depth: int = 6, max_burst: int = 32) -> None:
@@ -165,40 +153,17 @@ class StoreEngine(wiring.Component):
         m.d.comb += [bursts.addr.eq(start_bytes), bursts.rows.eq(word.y),
                      bursts.row_beats.eq(word.x * kout),
                      bursts.stride.eq(word.stride << sh_entry), bursts.beat.eq(wfire)]
-        owed = bursts.owed
 
         # ---- execution: CHECK, RUN; DRAIN after a halt
-        with m.FSM():
-            with m.State("WAIT"):
-                m.d.comb += ex.idle.eq(1)
-                with m.If(ex.start):
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.comb += [ex.idle.eq(1), flush.eq(1), bursts.start.eq(1)]
-                m.d.sync += [rd_left.eq(n_entries), rd_addr.eq(word.sram),
-                             ent_left.eq(n_entries), beat.eq(0)]
-                with m.If(self.halt):
-                    m.next = "WAIT"
-                with m.Elif(sram_bad | dram_bad):
-                    m.d.comb += [ex.fail.eq(1),
-                                 ex.code.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE,
-                                                ErrorCode.DRAM_RANGE))]
-                    m.next = "WAIT"
-                with m.Else():
-                    m.next = "RUN"
-            with m.State("RUN"):
-                m.d.comb += [bursts.issue.eq(~self.halt), reading.eq(1), sending.eq(1)]
-                with m.If(self.halt):
-                    m.next = "DRAIN"
-                with m.Elif(wfire & last_beat & (ent_left == 1)):
-                    m.d.comb += ex.done.eq(1)
-                    m.next = "WAIT"
-            with m.State("DRAIN"):
-                # finish the beats of accepted commands, then forget the instruction
-                m.d.comb += [reading.eq(1), sending.eq(owed != 0),
-                             ex.idle.eq(bursts.drained)]
-                with m.If(bursts.drained):
-                    m.d.comb += flush.eq(1)
-                    m.d.sync += [rd_left.eq(0), beat.eq(0)]
-                    m.next = "WAIT"
+        ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad,
+                             wfire & last_beat & (ent_left == 1))
+        with m.If(ph.check):
+            m.d.comb += flush.eq(1)
+            m.d.sync += [rd_left.eq(n_entries), rd_addr.eq(word.sram),
+                         ent_left.eq(n_entries), beat.eq(0)]
+        m.d.comb += [reading.eq(ph.run | ph.drain),
+                     sending.eq(ph.run | (ph.drain & (bursts.owed != 0)))]
+        with m.If(ph.drain & bursts.drained):  # the accepted commands' beats are sent
+            m.d.comb += flush.eq(1)
+            m.d.sync += [rd_left.eq(0), beat.eq(0)]
         return m
