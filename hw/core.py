@@ -126,10 +126,8 @@ class Core(wiring.Component):
             q = cleared(f"{name}_cmds",
                         fifo.SyncFIFOBuffered(width=isl.size, depth=depth) if depth > 2
                         else fifo.SyncFIFO(width=isl.size, depth=depth))
-            m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid),
-                         src.ready.eq(q.w_rdy),
-                         dst.payload.eq(q.r_data), dst.valid.eq(q.r_rdy),
-                         q.r_en.eq(dst.ready)]
+            connect(m, src, q.w_stream)
+            connect(m, q.r_stream, dst)
             queues_empty.append(q.level == 0)
 
         # dependency-token queues
@@ -138,8 +136,8 @@ class Core(wiring.Component):
             producer = getattr(engines[spec.producer], spec.push)
             consumer = getattr(engines[spec.consumer], spec.pop)
             tq = cleared(f"tokens_{spec.name}", TokenQueue(cfg.dep_queue_depth))
-            m.d.comb += [tq.push_valid.eq(producer.valid), producer.ready.eq(tq.push_ready),
-                         consumer.valid.eq(tq.pop_valid), tq.pop_ready.eq(consumer.ready)]
+            connect(m, producer, tq.push)
+            connect(m, tq.pop, consumer)
 
         # on-chip buffers
         def buffer(name: str, width: int, depth: int) -> Memory:
