@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import Out
 
-from tensorfab.isa import AluOp, ErrorCode, HwConfig, Opcode, uop_format
+from tensorfab.isa import AluOp, Engine, ErrorCode, HwConfig, Opcode, uop_format
 from tensorfab.isa.config import log2
 from tensorfab.isa.formats import LOOP_ITER_WIDTH, MULHI_IMM_SHIFT, header_format
 from tensorfab.isa.insn import fast_reset_condition
@@ -14,15 +14,8 @@ from tensorfab.isa.insn import fast_reset_condition
 from .alu import AluSignature, VectorAlu
 from .gemm import GemmCore
 from .layouts import format_layout, insn_layout, uop_layout
-from .signatures import (
-    BufReadSignature,
-    BufWriteSignature,
-    ErrorSignature,
-    InsnStreamLayout,
-    TokenSignature,
-    ZeroSignature,
-    zero_lanes,
-)
+from .sequencer import InsnSequencer, engine_members
+from .signatures import BufReadSignature, BufWriteSignature, ZeroSignature, zero_lanes
 
 __all__ = ["ComputeEngine"]
 
@@ -63,6 +56,13 @@ class ComputeEngine(wiring.Component):
 
     Attributes
     ----------
+    insn, pop_prev, pop_next, push_prev, push_next, halt, error, busy, stall, retire, idle
+        The sequencer's members (:func:`~.sequencer.engine_members`): an
+        :class:`~.sequencer.InsnSequencer` takes each instruction, pops and pushes its
+        tokens and retires it. ``error`` (``UOP_RANGE``, ``SRAM_RANGE``) stays high
+        until reset and halts the engine, as does the retire of FINISH.
+    finished : Out(1)
+        FINISH has retired.
     acc_zero : Out(ZeroSignature(cfg))
         Bulk zeroing of accumulator entries (fast reset).
     gemm_busy, alu_busy : Out(1)
@@ -79,24 +79,13 @@ class ComputeEngine(wiring.Component):
         inp_bits = cfg.batch * cfg.block_in * cfg.inp_width
         wgt_bits = cfg.block_out * cfg.block_in * cfg.wgt_width
         acc_bits = cfg.batch * cfg.block_out * cfg.acc_width
-        super().__init__({
-            "insn": In(stream.Signature(InsnStreamLayout(cfg))),
-            "pop_prev": In(TokenSignature),
-            "push_prev": Out(TokenSignature),
-            "pop_next": In(TokenSignature),
-            "push_next": Out(TokenSignature),
+        super().__init__(engine_members(cfg, Engine.COMPUTE) | {
             "uop_rd": Out(BufReadSignature(cfg.uop_bits, uop_format(cfg).used_bits)),
             "inp_rd": Out(BufReadSignature(cfg.inp_bits, inp_bits)),
             "wgt_rd": Out(BufReadSignature(cfg.wgt_bits, wgt_bits)),
             "acc_rd_dst": Out(BufReadSignature(cfg.acc_bits, acc_bits)),
             "acc_rd_src": Out(BufReadSignature(cfg.acc_bits, acc_bits)),
             "acc_wr": Out(BufWriteSignature(cfg.acc_bits, acc_bits)),
-            "halt": In(1),
-            "error": Out(ErrorSignature),
-            "busy": Out(1),
-            "stall": Out(1),
-            "retire": Out(1),
-            "idle": Out(1),
             "finished": Out(1),
             "gemm_busy": Out(1),
             "alu_busy": Out(1),
@@ -112,9 +101,14 @@ class ComputeEngine(wiring.Component):
         lanes = cfg.batch * cfg.block_out
 
         # ------------------------------------------------------------ instruction
-        word = Signal(self.insn.payload.word.shape())
-        index = Signal(32)
-        opcode = Signal(3)
+        error = Signal()
+        finished = Signal()
+        m.submodules.seq = seq = InsnSequencer(cfg, Engine.COMPUTE)
+        seq.connect_engine(m, self, halt=self.halt | error | finished)
+        ex = seq.exec
+        word = ex.word
+        # every format starts with the header (opcode and flags): FINISH's layout is it
+        opcode = data.View(format_layout(header_format(cfg)), word).opcode
         g = data.View(insn_layout(cfg, Opcode.GEMM), word)
         a = data.View(insn_layout(cfg, Opcode.ALU), word)
         is_gemm = opcode == Opcode.GEMM
@@ -136,16 +130,9 @@ class ComputeEngine(wiring.Component):
         uop_end = Mux(is_gemm, g.uop_end, a.uop_end)
         iter_out = Mux(is_gemm, g.iter_out, a.iter_out)
         iter_in = Mux(is_gemm, g.iter_in, a.iter_in)
-        # every format starts with the header (opcode and flags): FINISH's layout is it
-        hdr = data.View(format_layout(header_format(cfg)), word)
-        flags = {name: getattr(hdr, name)
-                 for name in ("pop_prev", "pop_next", "push_prev", "push_next")}
 
-        error = Signal()
         err_code = Signal(4)
-        finished = Signal()
-        m.d.comb += [self.error.valid.eq(error), self.error.code.eq(err_code),
-                     self.error.index.eq(index), self.finished.eq(finished)]
+        m.d.comb += [ex.fail.eq(error), ex.code.eq(err_code), self.finished.eq(finished)]
 
         # ------------------------------------------------------------- pipeline
         s1_valid = Signal()
@@ -179,9 +166,12 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [idx_a.eq(uop.acc + s1_off[0]), idx_s.eq(uop.src + s1_off[1]),
                      idx_w.eq(uop.wgt + s1_off[2])]
         src_depth = Mux(is_gemm, cfg.inp_depth, cfg.acc_depth)
-        uop_bad = s1_valid & (uop.src >= src_depth)
-        range_bad = s1_valid & ((idx_a >= cfg.acc_depth) | (idx_s >= src_depth)
-                                | (is_gemm & (idx_w >= cfg.wgt_depth)))
+        # fields an instruction does not use are ignored (docs/isa.md): a resetting
+        # GEMM reads no input or weight, an ALU op with an immediate no source
+        src_used = Mux(is_gemm, ~g.reset, ~a.use_imm)
+        uop_bad = s1_valid & src_used & (uop.src >= src_depth)
+        range_bad = s1_valid & ((idx_a >= cfg.acc_depth) | (src_used & (idx_s >= src_depth))
+                                | (is_gemm & ~g.reset & (idx_w >= cfg.wgt_depth)))
         s1_ok = s1_valid & ~uop_bad & ~range_bad & ~error & ~self.halt
         with m.If(uop_bad & ~error):
             m.d.sync += [error.eq(1), err_code.eq(ErrorCode.UOP_RANGE)]
@@ -273,48 +263,32 @@ class ComputeEngine(wiring.Component):
                      self.acc_zero.row.eq(z_a >> lb),
                      self.acc_zero.mask.eq((z_ones << z_off)[:lanes])]
 
-        # ------------------------------------------------------------------- FSM
-        pops_ready = ((~flags["pop_prev"] | self.pop_prev.valid)
-                      & (~flags["pop_next"] | self.pop_next.valid))
-        pushes_ready = ((~flags["push_prev"] | self.push_prev.ready)
-                        & (~flags["push_next"] | self.push_next.ready))
+        # ------------------------------------------------------------- execution
+        stop = self.halt | error
         last_u = u + 1 == uop_end
         last_j = j + 1 == iter_in
         last_i = i + 1 == iter_out
+        with m.If(seq.retire & (opcode == Opcode.FINISH)):
+            m.d.sync += finished.eq(1)
+        with m.If(ex.start):
+            m.d.sync += [u.eq(uop_begin), j.eq(0), i.eq(0),
+                         alu_op.eq(a.op), use_imm.eq(a.use_imm),
+                         imm.eq(a.imm)]
+            m.d.sync += [row[k].eq(0) for k in range(3)]
+            m.d.sync += [cur[k].eq(0) for k in range(3)]
 
         with m.FSM():
-            with m.State("IDLE"):
-                m.d.comb += self.insn.ready.eq(~self.halt & ~error & ~finished)
-                with m.If(self.insn.valid & self.insn.ready):
-                    m.d.sync += [word.eq(self.insn.payload.word),
-                                 index.eq(self.insn.payload.index),
-                                 opcode.eq(data.View(format_layout(header_format(cfg)),
-                                                     self.insn.payload.word).opcode)]
-                    m.next = "POP"
-            with m.State("POP"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(self.halt | error):
-                    m.next = "HALTED"
-                with m.Elif(pops_ready):
-                    m.d.comb += [self.pop_prev.ready.eq(flags["pop_prev"]),
-                                 self.pop_next.ready.eq(flags["pop_next"])]
-                    m.d.sync += [u.eq(uop_begin), j.eq(0), i.eq(0),
-                                 alu_op.eq(a.op), use_imm.eq(a.use_imm),
-                                 imm.eq(a.imm)]
-                    m.d.sync += [row[k].eq(0) for k in range(3)]
-                    m.d.sync += [cur[k].eq(0) for k in range(3)]
-                    with m.If(opcode == Opcode.FINISH):
-                        m.next = "PUSH"
-                    with m.Elif(fast_reset):
-                        m.next = "ZERO_UOP"
-                    with m.Else():
-                        m.next = "RUN"
+            with m.State("WAIT"), m.If(ex.start):
+                with m.If(opcode == Opcode.FINISH):
+                    m.d.comb += ex.done.eq(1)
+                with m.Elif(fast_reset):
+                    m.next = "ZERO_UOP"
                 with m.Else():
-                    m.d.comb += self.stall.eq(1)
+                    m.next = "RUN"
             with m.State("RUN"):
-                m.d.comb += [self.busy.eq(1), issuing.eq(~self.halt & ~error)]
-                with m.If(self.halt | error):
-                    m.next = "HALTED"
+                m.d.comb += issuing.eq(~stop)
+                with m.If(stop):
+                    m.next = "WAIT"
                 with m.Else():
                     with m.If(~last_u):
                         m.d.sync += u.eq(u + 1)
@@ -332,15 +306,14 @@ class ComputeEngine(wiring.Component):
                             with m.Else():
                                 m.next = "DRAIN"
             with m.State("ZERO_UOP"):  # fast reset: read the micro-op
-                m.d.comb += [self.busy.eq(1), self.uop_rd.en.eq(1)]
-                with m.If(self.halt | error):
-                    m.next = "HALTED"
+                m.d.comb += self.uop_rd.en.eq(1)
+                with m.If(stop):
+                    m.next = "WAIT"
                 with m.Else():
                     m.next = "ZERO_CHECK"
             with m.State("ZERO_CHECK"):  # its fields, as the micro-op loop checks them
-                m.d.comb += self.busy.eq(1)
-                with m.If(self.halt | error):
-                    m.next = "HALTED"
+                with m.If(stop):
+                    m.next = "WAIT"
                 with m.Elif(uop.src >= cfg.inp_depth):
                     m.d.sync += [error.eq(1), err_code.eq(ErrorCode.UOP_RANGE)]
                 with m.Elif(uop.wgt >= cfg.wgt_depth):
@@ -349,9 +322,8 @@ class ComputeEngine(wiring.Component):
                     m.d.sync += [z_line.eq(uop.acc), z_a.eq(uop.acc), z_left.eq(iter_in)]
                     m.next = "ZERO"
             with m.State("ZERO"):  # fast reset: zero up to `lanes` entries per cycle
-                m.d.comb += self.busy.eq(1)
-                with m.If(self.halt | error):
-                    m.next = "HALTED"
+                with m.If(stop):
+                    m.next = "WAIT"
                 with m.Elif(z_a >= cfg.acc_depth):
                     m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
                 with m.Else():
@@ -362,30 +334,16 @@ class ComputeEngine(wiring.Component):
                                      z_a.eq(z_line + g.acc_factor_out), z_left.eq(iter_in),
                                      i.eq(i + 1)]
                         with m.If(last_i):
-                            m.next = "PUSH"
+                            m.d.comb += ex.done.eq(1)
+                            m.next = "WAIT"
                     with m.Else():
                         m.d.sync += [z_a.eq(z_a + z_k), z_left.eq(z_left - z_k)]
             with m.State("DRAIN"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(self.halt | error):
-                    m.next = "HALTED"
+                with m.If(stop):
+                    m.next = "WAIT"
                 with m.Elif(~in_flight):
-                    m.next = "PUSH"
-            with m.State("PUSH"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(self.halt | error):
-                    m.next = "HALTED"
-                with m.Elif(pushes_ready):
-                    m.d.comb += [self.push_prev.valid.eq(flags["push_prev"]),
-                                 self.push_next.valid.eq(flags["push_next"]),
-                                 self.retire.eq(1)]
-                    with m.If(opcode == Opcode.FINISH):
-                        m.d.sync += finished.eq(1)
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += self.stall.eq(1)
-            with m.State("HALTED"):
-                pass
-        m.d.comb += self.idle.eq(~self.busy & ~in_flight)
+                    m.d.comb += ex.done.eq(1)
+                    m.next = "WAIT"
+        m.d.comb += ex.idle.eq(~in_flight)
         return m
 

@@ -119,12 +119,15 @@ class Core(wiring.Component):
         for name, src, dst in (("load", fetch.load_insn, load.insn),
                                ("compute", fetch.compute_insn, compute.insn),
                                ("store", fetch.store_insn, store.insn)):
-            q = cleared(f"{name}_cmds", fifo.SyncFIFOBuffered(
-                width=isl.size, depth=cfg.cmd_queue_depth))
-            m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid),
-                         src.ready.eq(q.w_rdy),
-                         dst.payload.eq(q.r_data), dst.valid.eq(q.r_rdy),
-                         q.r_en.eq(dst.ready)]
+            # (a SyncFIFOBuffered of depth 2 holds a one-entry SyncFIFO whose pointers
+            # are zero bits wide; Amaranth 0.5 writes them as `[-1:0]`, which Verilator
+            # reads as two bits: a plain FIFO holds the same two instructions)
+            depth = cfg.cmd_queue_depth
+            q = cleared(f"{name}_cmds",
+                        fifo.SyncFIFOBuffered(width=isl.size, depth=depth) if depth > 2
+                        else fifo.SyncFIFO(width=isl.size, depth=depth))
+            connect(m, src, q.w_stream)
+            connect(m, q.r_stream, dst)
             queues_empty.append(q.level == 0)
 
         # dependency-token queues
@@ -133,8 +136,8 @@ class Core(wiring.Component):
             producer = getattr(engines[spec.producer], spec.push)
             consumer = getattr(engines[spec.consumer], spec.pop)
             tq = cleared(f"tokens_{spec.name}", TokenQueue(cfg.dep_queue_depth))
-            m.d.comb += [tq.push_valid.eq(producer.valid), producer.ready.eq(tq.push_ready),
-                         consumer.valid.eq(tq.pop_valid), tq.pop_ready.eq(consumer.ready)]
+            connect(m, producer, tq.push)
+            connect(m, tq.pop, consumer)
 
         # on-chip buffers
         def buffer(name: str, width: int, depth: int) -> Memory:

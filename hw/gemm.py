@@ -89,7 +89,9 @@ class GemmCore(wiring.Component):
     def __init__(self, cfg: HwConfig, levels_per_stage: int = 2) -> None:
         if levels_per_stage < 1:
             raise ValueError("levels_per_stage must be at least 1")
-        assert cfg.inp_width == cfg.wgt_width == 8 and cfg.acc_width == 32
+        if not (cfg.inp_width == cfg.wgt_width == 8 and cfg.acc_width == 32):
+            raise ValueError(f"cfg: GemmCore takes inp_width = wgt_width = 8 and acc_width = "
+                             f"32, not {cfg.inp_width}, {cfg.wgt_width} and {cfg.acc_width}")
         self.cfg = cfg
         self.levels_per_stage = levels_per_stage
         self.tree_depth = (cfg.block_in - 1).bit_length()

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from tensorfab.isa import Buffer, ErrorCode, HwConfig, Opcode, buffer_depth, buffer_entry_bytes
+from tensorfab.isa import (
+    Buffer,
+    Engine,
+    HwConfig,
+    Opcode,
+    buffer_depth,
+    buffer_entry_bytes,
+)
 from tensorfab.isa.config import log2
 
+from .burst import BurstIssuer, check_max_burst, transfer_phases
 from .layouts import insn_layout
-from .mem_port import LEN_WIDTH, MAX_BURST, MemReadSignature
+from .mem_port import MemReadSignature
+from .sequencer import InsnSequencer, engine_members
 from .signatures import (
     WGT_OFFSET,
     BufWriteSignature,
-    ErrorSignature,
-    InsnStreamLayout,
-    TokenSignature,
     acc_entry_bits,
     inp_entry_bits,
     uop_entry_bits,
@@ -33,13 +39,16 @@ PORT_OF: dict[Buffer, str] = {Buffer.INP: "inp_wr", Buffer.WGT: "wgt_wr", Buffer
 class LoadEngine(wiring.Component):
     """Executes LOAD instructions (docs/isa.md) one at a time.
 
-    For each instruction: pop the ``pop_next`` token if asked; check the block
+    An :class:`~.sequencer.InsnSequencer` takes each instruction, pops the
+    ``pop_next`` token if asked, pushes ``push_next`` after it and retires it (its
+    halt policy is the engine's). The datapath checks the block
     fits the buffer (``SRAM_RANGE``) and every row lies below ``dram_size``
     (``DRAM_RANGE``) before any memory access; issue one burst read per data row
     (split at ``max_burst`` beats) while a sequencer walks the padded block in row-major
     order, writing a zero entry per cycle in the padding and, in the data region,
-    one beat per cycle, an entry being written with its last beat; when the last
-    entry is written, push the ``push_next`` token if asked and retire.
+    one beat per cycle, an entry being written with its last beat; the instruction
+    is done when the last entry is written. The bursts come from a
+    :class:`~.burst.BurstIssuer`.
 
     On ``halt`` the engine issues no further command and writes nothing more; it
     drains the read beats still owed to it, then goes idle without retiring.
@@ -54,47 +63,27 @@ class LoadEngine(wiring.Component):
 
     Attributes
     ----------
-    insn : In(stream.Signature(InsnStreamLayout(cfg)))
-        LOAD instructions.
-    pop_next : In(TokenSignature)
-        compute→load token queue (pop side).
-    push_next : Out(TokenSignature)
-        load→compute token queue (push side).
+    insn, pop_next, push_next, halt, error, busy, stall, retire, idle
+        The sequencer's members (:func:`~.sequencer.engine_members`); ``error``
+        reports ``SRAM_RANGE`` or ``DRAM_RANGE`` (a one-cycle pulse).
     mem : Out(MemReadSignature(cfg))
         Memory reads.
     inp_wr, wgt_wr, uop_wr, acc_wr : Out(BufWriteSignature(...))
         Buffer write ports.
     dram_size : In(32)
         Bytes of DRAM that may be read (0: the whole address space).
-    halt : In(1)
-        Stop (the core had an error).
-    error : Out(ErrorSignature)
-        ``SRAM_RANGE`` or ``DRAM_RANGE`` with the instruction index (one-cycle pulse).
-    busy, stall, retire, idle : Out(1)
-        Holds an instruction; of that, waits for a token; pulse per retired
-        instruction; nothing in flight.
     """
 
     def __init__(self, cfg: HwConfig, max_burst: int = 32) -> None:
         self.cfg = cfg
-        assert 1 <= max_burst <= MAX_BURST
-        self.max_burst = max_burst
+        self.max_burst = check_max_burst(max_burst)
         bits = {Buffer.INP: (cfg.inp_bits, inp_entry_bits(cfg)),
                 Buffer.WGT: (cfg.wgt_bits, wgt_entry_bits(cfg)),
                 Buffer.UOP: (cfg.uop_bits, uop_entry_bits(cfg)),
                 Buffer.ACC: (cfg.acc_bits, acc_entry_bits(cfg))}
-        members = {
-            "insn": In(stream.Signature(InsnStreamLayout(cfg))),
-            "pop_next": In(TokenSignature),
-            "push_next": Out(TokenSignature),
+        members = engine_members(cfg, Engine.LOAD) | {
             "mem": Out(MemReadSignature(cfg)),
             "dram_size": In(32),
-            "halt": In(1),
-            "error": Out(ErrorSignature),
-            "busy": Out(1),
-            "stall": Out(1),
-            "retire": Out(1),
-            "idle": Out(1),
         }
         for buf, name in PORT_OF.items():
             members[name] = Out(BufWriteSignature(*bits[buf]))
@@ -138,22 +127,23 @@ class LoadEngine(wiring.Component):
         return Cat(*columns)
 
     def elaborate(self, platform: object) -> Module:
+        """Build the sequencer, the range checks, the burst issuer and the writer."""
         cfg = self.cfg
         m = Module()
         W = cfg.mem_bus_width
         aw = cfg.dram_addr_width
         bus_shift = log2(cfg.mem_bus_bytes)
-        bufs = list(Buffer)  # index = Buffer value
-        assert [int(b) for b in bufs] == list(range(4))
+        bufs = [Buffer(v) for v in range(len(Buffer))]  # index = Buffer value
         entry_shift = [log2(buffer_entry_bytes(cfg, b)) for b in bufs]  # bytes per entry
         beat_shift = [s - bus_shift for s in entry_shift]  # beats per entry
         # beats per entry of the buffers assembled in the shift register (all but WGT)
         kmax = max(1 << beat_shift[b] for b in bufs if b != Buffer.WGT)
 
         # ---- the instruction being executed
-        lay = insn_layout(cfg, Opcode.LOAD)
-        word = Signal(lay)
-        index = Signal(32)
+        m.submodules.seq = seq = InsnSequencer(cfg, Engine.LOAD)
+        seq.connect_engine(m, self)
+        ex = seq.exec
+        word = insn_layout(cfg, Opcode.LOAD)(ex.word)
         buf = word.buffer
         rows = Signal(17 + 1)
         cols = Signal(17 + 1)
@@ -165,7 +155,7 @@ class LoadEngine(wiring.Component):
                      sh_beats.eq(Array(Const(s) for s in beat_shift)[buf])]
         depth = Array(Const(buffer_depth(cfg, b)) for b in bufs)[buf]
 
-        # ---- range checks (two cycles: products, then comparisons)
+        # ---- range checks (two cycles: products at start, then comparisons)
         n_entries = Signal(2 * rows.shape().width)
         end_entries = Signal(aw + 34)
         limit = Signal(33)
@@ -175,34 +165,20 @@ class LoadEngine(wiring.Component):
         dram_bad = Signal()
         m.d.comb += [sram_bad.eq(word.sram + n_entries > depth),
                      dram_bad.eq((end_entries << sh_entry) > limit)]
+        with m.If(ex.start):
+            m.d.sync += [n_entries.eq(rows * cols),
+                         end_entries.eq(word.dram + (word.y - 1) * word.stride + word.x)]
 
         # ---- command issuer
-        rows_left = Signal(17)  # data rows still to request
-        row_beats = Signal(32)  # beats of one data row
-        beats_left = Signal(32)  # beats of the current row still to request
-        cur_addr = Signal(aw)
-        row_addr = Signal(aw)
-        stride_bytes = Signal(aw)
-        outstanding = Signal(32)  # beats requested, not yet received
-        cmd_stuck = Signal()  # command offered last cycle and not taken
-        mb = self.max_burst
-        burst = Signal(range(mb + 1))
-        m.d.comb += burst.eq(Mux(beats_left > mb, mb, beats_left))
-        cmd = self.mem.cmd
-        m.d.comb += [cmd.payload.addr.eq(cur_addr), cmd.payload.len.eq((burst - 1)[:LEN_WIDTH])]
-        cmd_fire = cmd.valid & cmd.ready
-        m.d.sync += cmd_stuck.eq(cmd.valid & ~cmd.ready)
-        with m.If(cmd_fire):
-            with m.If(beats_left == burst):  # row done
-                m.d.sync += [rows_left.eq(rows_left - 1), beats_left.eq(row_beats),
-                             row_addr.eq(row_addr + stride_bytes),
-                             cur_addr.eq(row_addr + stride_bytes)]
-            with m.Else():
-                m.d.sync += [beats_left.eq(beats_left - burst),
-                             cur_addr.eq(cur_addr + (burst << bus_shift))]
+        m.submodules.bursts = bursts = BurstIssuer(cfg, self.max_burst)
+        wiring.connect(m, wiring.flipped(self.mem.cmd), bursts.cmd)
+        rdata = self.mem.rdata
+        rfire = rdata.valid & rdata.ready
+        m.d.comb += [bursts.addr.eq(word.dram << sh_entry), bursts.rows.eq(word.y),
+                     bursts.row_beats.eq(word.x << sh_beats),
+                     bursts.stride.eq(word.stride << sh_entry), bursts.beat.eq(rfire)]
 
         # ---- write sequencer
-        rdata = self.mem.rdata
         r = Signal(18)
         c = Signal(18)
         waddr = Signal(max(cfg.inp_bits, cfg.wgt_bits, cfg.uop_bits, cfg.acc_bits))
@@ -220,7 +196,6 @@ class LoadEngine(wiring.Component):
         seq_on = Signal()  # the sequencer may write this cycle
         advance = Signal()
         seq_end = (r == rows - 1) & (c == cols - 1)
-        rfire = rdata.valid & rdata.ready
         wgt_entry = self._weight_columns(m, bc, rfire & (buf == Buffer.WGT), rdata.payload.data)
         for b in bufs:
             port = getattr(self, PORT_OF[b])
@@ -249,68 +224,17 @@ class LoadEngine(wiring.Component):
         if kmax > 1:
             with m.If(rfire & (buf != Buffer.WGT)):
                 m.d.sync += shreg.eq(Cat(shreg[W:], rdata.payload.data))
-        m.d.sync += outstanding.eq(outstanding + Mux(cmd_fire, burst, 0) - rfire)
 
-        # ---- control
-        push_flag = word.push_next
-        m.d.comb += [self.error.index.eq(index), self.busy.eq(1), self.idle.eq(0)]
-        with m.FSM():
-            with m.State("IDLE"):
-                m.d.comb += [self.busy.eq(0), self.idle.eq(1), self.insn.ready.eq(~self.halt)]
-                with m.If(self.insn.valid & ~self.halt):
-                    m.d.sync += [word.eq(self.insn.payload.word), index.eq(self.insn.payload.index)]
-                    m.next = "POP"
-            with m.State("POP"):
-                with m.If(self.halt):
-                    m.next = "IDLE"
-                with m.Elif(word.pop_next & ~self.pop_next.valid):
-                    m.d.comb += self.stall.eq(1)
-                with m.Else():
-                    m.d.comb += self.pop_next.ready.eq(word.pop_next)
-                    m.d.sync += [n_entries.eq(rows * cols),
-                                 end_entries.eq(word.dram + (word.y - 1) * word.stride + word.x)]
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.sync += [
-                    rows_left.eq(word.y), row_beats.eq(word.x << sh_beats),
-                    beats_left.eq(word.x << sh_beats),
-                    cur_addr.eq(word.dram << sh_entry), row_addr.eq(word.dram << sh_entry),
-                    stride_bytes.eq(word.stride << sh_entry),
-                    r.eq(0), c.eq(0), bc.eq(0), waddr.eq(word.sram),
-                ]
-                with m.If(self.halt):
-                    m.next = "IDLE"
-                with m.Elif(sram_bad | dram_bad):
-                    m.d.comb += [self.error.valid.eq(1),
-                                 self.error.code.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE,
-                                                        ErrorCode.DRAM_RANGE))]
-                    m.next = "IDLE"
-                with m.Else():
-                    m.next = "RUN"
-            with m.State("RUN"):
-                m.d.comb += cmd.valid.eq((rows_left != 0) & (~self.halt | cmd_stuck))
-                with m.If(self.halt):
-                    m.d.comb += rdata.ready.eq(1)  # discard
-                    m.next = "DRAIN"
-                with m.Else():
-                    m.d.comb += [
-                        seq_on.eq(1),
-                        rdata.ready.eq(is_data & (~last_beat | wr_ready)),
-                        advance.eq(Mux(is_data, rfire & last_beat, wr_ready)),
-                    ]
-                    with m.If(advance & seq_end):
-                        m.next = "PUSH"
-            with m.State("PUSH"):
-                m.d.comb += self.push_next.valid.eq(push_flag & ~self.halt)
-                with m.If(self.halt):
-                    m.next = "IDLE"
-                with m.Elif(~push_flag | self.push_next.ready):
-                    m.d.comb += self.retire.eq(1)
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += self.stall.eq(1)
-            with m.State("DRAIN"):
-                m.d.comb += [cmd.valid.eq(cmd_stuck), rdata.ready.eq(1)]
-                with m.If(~cmd_stuck & (outstanding == 0)):
-                    m.next = "IDLE"
+        # ---- execution: CHECK, RUN; DRAIN after a halt
+        ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad, advance & seq_end)
+        with m.If(ph.check):
+            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), waddr.eq(word.sram)]
+        with m.If((ph.run & self.halt) | ph.drain):
+            m.d.comb += rdata.ready.eq(1)  # discard
+        with m.Elif(ph.run):
+            m.d.comb += [
+                seq_on.eq(1),
+                rdata.ready.eq(is_data & (~last_beat | wr_ready)),
+                advance.eq(Mux(is_data, rfire & last_beat, wr_ready)),
+            ]
         return m

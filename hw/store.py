@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from tensorfab.isa import ErrorCode, HwConfig, Opcode, insn_width
+from tensorfab.isa import Engine, HwConfig, Opcode, insn_width
 from tensorfab.isa.config import log2
 
+from .burst import BurstIssuer, check_max_burst, transfer_phases
 from .layouts import insn_layout
-from .mem_port import LEN_WIDTH, MAX_BURST, MemWriteSignature
-from .signatures import (
-    BufReadSignature,
-    ErrorSignature,
-    InsnStreamLayout,
-    TokenSignature,
-    acc_entry_bits,
-)
+from .mem_port import MemWriteSignature
+from .sequencer import InsnSequencer, engine_members
+from .signatures import BufReadSignature, acc_entry_bits
 
 __all__ = ["StoreEngine"]
 
@@ -26,14 +22,16 @@ __all__ = ["StoreEngine"]
 class StoreEngine(wiring.Component):
     """Executes STORE instructions (docs/isa.md) one at a time.
 
-    For each instruction: pop the ``pop_prev`` token if asked; check the source
+    An :class:`~.sequencer.InsnSequencer` takes each instruction, pops the
+    ``pop_prev`` token if asked, pushes ``push_prev`` after it and retires it (its
+    halt policy is the engine's). The datapath checks the source
     fits the accumulator buffer (``SRAM_RANGE``), the destination lies below
     ``dram_size`` and outside the instruction stream ``[insn_base, insn_base +
     insn_count × insn_bytes)`` (``DRAM_RANGE``); then read the accumulator entries
     in order (one per cycle, a few ahead in a small FIFO), keep the low byte of
-    every element, and write each row with burst writes (split at ``max_burst`` beats), one
-    beat per cycle; when the last beat is accepted, push the ``push_prev`` token if
-    asked and retire.
+    every element, and write each row with burst writes (split at ``max_burst`` beats,
+    by a :class:`~.burst.BurstIssuer`), one beat per cycle; the instruction is done
+    when the last beat is accepted.
 
     On ``halt`` the engine issues no further command but still sends the beats
     of the commands already accepted (the port needs them), then goes idle
@@ -51,49 +49,29 @@ class StoreEngine(wiring.Component):
 
     Attributes
     ----------
-    insn : In(stream.Signature(InsnStreamLayout(cfg)))
-        STORE instructions.
-    pop_prev : In(TokenSignature)
-        compute→store token queue (pop side).
-    push_prev : Out(TokenSignature)
-        store→compute token queue (push side).
-    acc_rd : Out(BufReadSignature(acc_bits, acc entry bits))
-        Accumulator read port (1-cycle latency).
     mem : Out(MemWriteSignature(cfg))
         Memory writes.
     dram_size : In(32)
         Bytes of DRAM that may be written (0: the whole address space).
     insn_base, insn_count : In(32)
         The instruction stream, which a STORE may not overwrite.
-    halt : In(1)
-        Stop (the core had an error).
-    error : Out(ErrorSignature)
-        ``SRAM_RANGE`` or ``DRAM_RANGE`` with the instruction index (one-cycle pulse).
-    busy, stall, retire, idle : Out(1)
-        Holds an instruction; of that, waits for a token; pulse per retired
-        instruction; nothing in flight.
+    insn, pop_prev, push_prev, halt, error, busy, stall, retire, idle
+        The sequencer's members (:func:`~.sequencer.engine_members`); ``error``
+        reports ``SRAM_RANGE`` or ``DRAM_RANGE`` (a one-cycle pulse).
     """
 
     def __init__(self, cfg: HwConfig, fifo_depth: int = 6, max_burst: int = 32) -> None:
+        if fifo_depth < 2:
+            raise ValueError(f"fifo_depth must be at least 2 entries, not {fifo_depth}")
         self.cfg = cfg
         self.fifo_depth = fifo_depth
-        assert 1 <= max_burst <= MAX_BURST
-        self.max_burst = max_burst
-        super().__init__({
-            "insn": In(stream.Signature(InsnStreamLayout(cfg))),
-            "pop_prev": In(TokenSignature),
-            "push_prev": Out(TokenSignature),
+        self.max_burst = check_max_burst(max_burst)
+        super().__init__(engine_members(cfg, Engine.STORE) | {
             "acc_rd": Out(BufReadSignature(cfg.acc_bits, acc_entry_bits(cfg))),
             "mem": Out(MemWriteSignature(cfg)),
             "dram_size": In(32),
             "insn_base": In(32),
             "insn_count": In(32),
-            "halt": In(1),
-            "error": Out(ErrorSignature),
-            "busy": Out(1),
-            "stall": Out(1),
-            "retire": Out(1),
-            "idle": Out(1),
         })
 
     def elaborate(self, platform: object) -> Module:
@@ -101,17 +79,17 @@ class StoreEngine(wiring.Component):
         m = Module()
         W = cfg.mem_bus_width
         aw = cfg.dram_addr_width
-        bus_shift = log2(cfg.mem_bus_bytes)
         out_bits = cfg.out_entry_bytes * 8
         sh_entry = log2(cfg.out_entry_bytes)
         kout = cfg.out_entry_bytes // cfg.mem_bus_bytes
         lanes = cfg.batch * cfg.block_out
 
-        lay = insn_layout(cfg, Opcode.STORE)
-        word = Signal(lay)
-        index = Signal(32)
+        m.submodules.seq = seq = InsnSequencer(cfg, Engine.STORE)
+        seq.connect_engine(m, self)
+        ex = seq.exec
+        word = insn_layout(cfg, Opcode.STORE)(ex.word)
 
-        # ---- range checks (products in POP, comparisons in CHECK)
+        # ---- range checks (products at start, comparisons in CHECK)
         n_entries = Signal(33)
         end_entries = Signal(aw + 34)
         limit = Signal(33)
@@ -128,6 +106,9 @@ class StoreEngine(wiring.Component):
                         | ((self.insn_count != 0) & (start_bytes < insn_end)
                            & (self.insn_base < end_bytes))),
         ]
+        with m.If(ex.start):
+            m.d.sync += [n_entries.eq(word.y * word.x),
+                         end_entries.eq(word.dram + (word.y - 1) * word.stride + word.x)]
 
         # ---- accumulator reader -> FIFO of narrowed entries
         flush = Signal()
@@ -154,7 +135,6 @@ class StoreEngine(wiring.Component):
         wdata = self.mem.wdata
         beat = Signal(range(max(kout, 2)))
         ent_left = Signal(33)  # entries still to send
-        owed = Signal(32)  # beats of accepted commands not yet sent
         sending = Signal()
         m.d.comb += [wdata.payload.data.eq(fifo.r_data.word_select(beat, W) if kout > 1
                                            else fifo.r_data),
@@ -168,90 +148,22 @@ class StoreEngine(wiring.Component):
                 m.d.sync += ent_left.eq(ent_left - 1)
 
         # ---- command issuer
-        cmd = self.mem.cmd
-        rows_left = Signal(17)
-        row_beats = Signal(40)
-        beats_left = Signal(40)
-        cur_addr = Signal(aw)
-        row_addr = Signal(aw)
-        stride_bytes = Signal(aw)
-        cmd_stuck = Signal()
-        mb = self.max_burst
-        burst = Signal(range(mb + 1))
-        m.d.comb += [burst.eq(Mux(beats_left > mb, mb, beats_left)),
-                     cmd.payload.addr.eq(cur_addr),
-                     cmd.payload.len.eq((burst - 1)[:LEN_WIDTH])]
-        cmd_fire = cmd.valid & cmd.ready
-        m.d.sync += cmd_stuck.eq(cmd.valid & ~cmd.ready)
-        with m.If(cmd_fire):
-            with m.If(beats_left == burst):
-                m.d.sync += [rows_left.eq(rows_left - 1), beats_left.eq(row_beats),
-                             row_addr.eq(row_addr + stride_bytes),
-                             cur_addr.eq(row_addr + stride_bytes)]
-            with m.Else():
-                m.d.sync += [beats_left.eq(beats_left - burst),
-                             cur_addr.eq(cur_addr + (burst << bus_shift))]
-        m.d.sync += owed.eq(owed + Mux(cmd_fire, burst, 0) - wfire)
+        m.submodules.bursts = bursts = BurstIssuer(cfg, self.max_burst)
+        wiring.connect(m, wiring.flipped(self.mem.cmd), bursts.cmd)
+        m.d.comb += [bursts.addr.eq(start_bytes), bursts.rows.eq(word.y),
+                     bursts.row_beats.eq(word.x * kout),
+                     bursts.stride.eq(word.stride << sh_entry), bursts.beat.eq(wfire)]
 
-        # ---- control
-        m.d.comb += [self.error.index.eq(index), self.busy.eq(1)]
-        with m.FSM():
-            with m.State("IDLE"):
-                m.d.comb += [self.busy.eq(0), self.idle.eq(1), self.insn.ready.eq(~self.halt)]
-                with m.If(self.insn.valid & ~self.halt):
-                    m.d.sync += [word.eq(self.insn.payload.word), index.eq(self.insn.payload.index)]
-                    m.next = "POP"
-            with m.State("POP"):
-                with m.If(self.halt):
-                    m.next = "IDLE"
-                with m.Elif(word.pop_prev & ~self.pop_prev.valid):
-                    m.d.comb += self.stall.eq(1)
-                with m.Else():
-                    m.d.comb += self.pop_prev.ready.eq(word.pop_prev)
-                    m.d.sync += [n_entries.eq(word.y * word.x),
-                                 end_entries.eq(word.dram + (word.y - 1) * word.stride + word.x)]
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.comb += flush.eq(1)
-                m.d.sync += [
-                    rows_left.eq(word.y), row_beats.eq(word.x * kout),
-                    beats_left.eq(word.x * kout),
-                    cur_addr.eq(start_bytes), row_addr.eq(start_bytes),
-                    stride_bytes.eq(word.stride << sh_entry),
-                    rd_left.eq(n_entries), rd_addr.eq(word.sram), ent_left.eq(n_entries),
-                    beat.eq(0),
-                ]
-                with m.If(self.halt):
-                    m.next = "IDLE"
-                with m.Elif(sram_bad | dram_bad):
-                    m.d.comb += [self.error.valid.eq(1),
-                                 self.error.code.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE,
-                                                        ErrorCode.DRAM_RANGE))]
-                    m.next = "IDLE"
-                with m.Else():
-                    m.next = "RUN"
-            with m.State("RUN"):
-                m.d.comb += [cmd.valid.eq((rows_left != 0) & (~self.halt | cmd_stuck)),
-                             reading.eq(1), sending.eq(1)]
-                with m.If(self.halt):
-                    m.next = "DRAIN"
-                with m.Elif(wfire & last_beat & (ent_left == 1)):
-                    m.next = "PUSH"
-            with m.State("PUSH"):
-                m.d.comb += self.push_prev.valid.eq(word.push_prev & ~self.halt)
-                with m.If(self.halt):
-                    m.next = "IDLE"
-                with m.Elif(~word.push_prev | self.push_prev.ready):
-                    m.d.comb += self.retire.eq(1)
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += self.stall.eq(1)
-            with m.State("DRAIN"):
-                # finish the beats of accepted commands, then forget the instruction
-                m.d.comb += [cmd.valid.eq(cmd_stuck), reading.eq(1),
-                             sending.eq(owed != 0)]
-                with m.If(~cmd_stuck & (owed == 0)):
-                    m.d.comb += flush.eq(1)
-                    m.d.sync += [rd_left.eq(0), beat.eq(0)]
-                    m.next = "IDLE"
+        # ---- execution: CHECK, RUN; DRAIN after a halt
+        ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad,
+                             wfire & last_beat & (ent_left == 1))
+        with m.If(ph.check):
+            m.d.comb += flush.eq(1)
+            m.d.sync += [rd_left.eq(n_entries), rd_addr.eq(word.sram),
+                         ent_left.eq(n_entries), beat.eq(0)]
+        m.d.comb += [reading.eq(ph.run | ph.drain),
+                     sending.eq(ph.run | (ph.drain & (bursts.owed != 0)))]
+        with m.If(ph.drain & bursts.drained):  # the accepted commands' beats are sent
+            m.d.comb += flush.eq(1)
+            m.d.sync += [rd_left.eq(0), beat.eq(0)]
         return m

@@ -6,18 +6,22 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .signatures import TokenSignature
+
 __all__ = ["TokenQueue"]
 
 
 class TokenQueue(wiring.Component):
     """Holds up to ``depth`` data-less tokens between two engines.
 
-    A push happens on a cycle where ``push_valid`` and ``push_ready`` are both
-    high, a pop where ``pop_ready`` and ``pop_valid`` are both high; both may
-    happen in the same cycle. ``push_ready`` (not full) and ``pop_valid`` (not
-    empty) depend only on the registered count, never combinationally on the
-    other side's request, so a full queue refuses a push even when a pop happens
-    in the same cycle. ``count`` changes one cycle after a handshake.
+    The producer's ``Out(TokenSignature)`` connects to :attr:`push`, :attr:`pop`
+    to the consumer's ``In(TokenSignature)`` (``wiring.connect``). A push happens
+    on a cycle where ``push.valid`` and ``push.ready`` are both high, a pop where
+    ``pop.ready`` and ``pop.valid`` are both high; both may happen in the same
+    cycle. ``push.ready`` (not full) and ``pop.valid`` (not empty) depend only on
+    the registered count, never combinationally on the other side's request, so a
+    full queue refuses a push even when a pop happens in the same cycle. ``count``
+    changes one cycle after a handshake.
 
     Parameters
     ----------
@@ -26,14 +30,12 @@ class TokenQueue(wiring.Component):
 
     Attributes
     ----------
-    push_valid : In(1)
-        The producer offers a token.
-    push_ready : Out(1)
-        The queue has room (``count < depth``).
-    pop_ready : In(1)
-        The consumer wants a token.
-    pop_valid : Out(1)
-        The queue holds a token (``count > 0``).
+    push : In(TokenSignature)
+        The producer offers a token (``valid``); the queue has room (``ready``,
+        ``count < depth``).
+    pop : Out(TokenSignature)
+        The queue holds a token (``valid``, ``count > 0``); the consumer takes it
+        (``ready``).
     count : Out(range(depth + 1))
         Tokens held.
     """
@@ -43,21 +45,19 @@ class TokenQueue(wiring.Component):
             raise ValueError(f"depth must be at least 1, not {depth}")
         self.depth = depth
         super().__init__({
-            "push_valid": In(1),
-            "push_ready": Out(1),
-            "pop_ready": In(1),
-            "pop_valid": Out(1),
+            "push": In(TokenSignature),
+            "pop": Out(TokenSignature),
             "count": Out(range(depth + 1)),
         })
 
     def elaborate(self, platform: object) -> Module:
         """Build the counter."""
         m = Module()
-        push = self.push_valid & self.push_ready
-        pop = self.pop_ready & self.pop_valid
+        push = self.push.valid & self.push.ready
+        pop = self.pop.ready & self.pop.valid
         m.d.comb += [
-            self.push_ready.eq(self.count < self.depth),
-            self.pop_valid.eq(self.count != 0),
+            self.push.ready.eq(self.count < self.depth),
+            self.pop.valid.eq(self.count != 0),
         ]
         with m.If(push & ~pop):
             m.d.sync += self.count.eq(self.count + 1)

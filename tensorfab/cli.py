@@ -450,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     m = command("demo", "assemble and run the example GEMM+requantization program",
                 "tensorfab demo")
     m.set_defaults(func=cmd_demo)
+
+    from .model_cli import add_model_commands
+    add_model_commands(sub)
     return p
 
 

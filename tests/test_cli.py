@@ -331,7 +331,7 @@ def test_top_level_help_lists_every_command_and_examples(capsys):
     text = _help([], capsys)
     sub = next(a for a in build_parser()._actions
                if isinstance(a, argparse._SubParsersAction))
-    assert set(sub.choices) == {"config", "asm", "disasm", "sim", "bench", "hw", "demo"}
+    assert {"config", "asm", "disasm", "sim", "bench", "hw", "demo"} <= set(sub.choices)
     for name in sub.choices:
         assert f"    {name} " in text, name
     assert "examples:" in text and "--version" in text

@@ -312,8 +312,19 @@ def _zero_point(types: list[Type], i: int, of: TensorType, axis: int | None) -> 
     _scale_shape(zp, of, axis, f"zero point (argument {i})")
 
 
+def _quant_axis(axis: int, x: TensorType, scale: TensorType) -> int | None:
+    """The normalized axis of a per-axis scale, None for a per-tensor one."""
+    if scale.ndim == 0 or scale.shape == (1,) or (scale.ndim > 1 and scale.ndim == x.ndim):
+        return None  # per tensor, or a full-rank scale that broadcasts
+    return _axis(axis, x.ndim)
+
+
 def _scale_shape(s: TensorType, of: TensorType, axis: int | None, what: str) -> None:
     if s.ndim == 0 or s.shape == (1,):
+        return
+    if s.ndim > 1 and s.ndim == of.ndim:  # broadcasts (e.g. per channel in a blocked layout)
+        if any(d not in (1, e) for d, e in zip(s.shape, of.shape, strict=True)):
+            raise _fail(f"{what} of shape {s.shape} does not broadcast to {of.shape}")
         return
     if s.ndim != 1 or axis is None:
         raise _fail(f"{what} has shape {s.shape}; expected a scalar"
@@ -512,7 +523,10 @@ def reshape_shape(shape: tuple[Dim, ...], newshape: tuple[Any, ...]) -> tuple[Di
 @register("flatten", 1, {"axis": 1}, "reshape to (prod(dims[:axis]), prod(dims[axis:]))")
 def _flatten(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x = _t(types, 0)
-    axis = attrs["axis"] % (x.ndim + 1) if x.ndim else 0
+    axis = attrs["axis"]
+    if not -x.ndim <= axis <= x.ndim:
+        raise _fail(f"axis {axis} is out of range for rank {x.ndim}")
+    axis = axis + x.ndim if axis < 0 else axis
     head, tail = x.shape[:axis], x.shape[axis:]
 
     def merged(dims: tuple[Dim, ...]) -> Dim:
@@ -647,7 +661,7 @@ def _quantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     _want_dtype(x, ("float32",), "the input")
     if s.dtype != "float32":
         raise _fail(f"scale has dtype {s.dtype}, not float32")
-    axis = _axis(attrs["axis"], x.ndim) if x.ndim else None
+    axis = _quant_axis(attrs["axis"], x, s)
     _scale_shape(s, x, axis, "scale")
     out = TensorType(x.shape, check_dtype(attrs["out_dtype"]))
     _zero_point(types, 2, out, axis)
@@ -661,7 +675,7 @@ def _dequantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     _want_dtype(x, (*QUANT_DTYPES, "int32"), "the input")
     if s.dtype != "float32":
         raise _fail(f"scale has dtype {s.dtype}, not float32")
-    axis = _axis(attrs["axis"], x.ndim) if x.ndim else None
+    axis = _quant_axis(attrs["axis"], x, s)
     _scale_shape(s, x, axis, "scale")
     _zero_point(types, 2, x, axis)
     return TensorType(x.shape, "float32")
@@ -674,12 +688,37 @@ def _requantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     _want_dtype(x, ("int32",), "the input")
     if s.dtype != "float32":
         raise _fail(f"scale has dtype {s.dtype}, not float32")
-    axis = _axis(attrs["axis"], x.ndim) if x.ndim else None
+    axis = _quant_axis(attrs["axis"], x, s)
     _scale_shape(s, x, axis, "scale")
     out = TensorType(x.shape, check_dtype(attrs["out_dtype"]))
     _want_dtype(out, QUANT_DTYPES, "out_dtype")
     _zero_point(types, 2, out, axis)
     return out
+
+
+@register("qnn.requantize_fixed", 1, {"multiplier": REQUIRED, "shift": REQUIRED},
+          "int32 to int8 as the accelerator's ALU does it: clip(SHR_RND(x * multiplier, "
+          "shift), -128, 127), the product wrapped to 32 bits, SHR_RND rounding half away "
+          "from zero")
+def _requantize_fixed(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _want_dtype(x, ("int32",), "the input")
+    if not 0 <= attrs["multiplier"] <= 32767 or not 0 <= attrs["shift"] <= 31:
+        raise _fail(f"multiplier {attrs['multiplier']} must be in 0..32767 and shift "
+                    f"{attrs['shift']} in 0..31 (16-bit ALU immediates)")
+    return TensorType(x.shape, "int8")
+
+
+@register("accel.program", 2, {"out_shape": REQUIRED, "input_segment": "inp",
+                               "output_segment": "out", "executor": "fsim"},
+          "run a compiled accelerator program (argument 1: its TFABPROG bytes) on "
+          "argument 0, written to its input segment; the result is its output segment")
+def _accel_program(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x, blob = _t(types, 0), _t(types, 1)
+    _want_dtype(x, ("int8",), "the input")
+    if blob.dtype != "uint8" or blob.ndim != 1:
+        raise _fail(f"the program is {blob}; expected its bytes as a uint8 vector")
+    return TensorType(tuple(attrs["out_shape"]), "int8")
 
 
 # ------------------------------------------------------------ devices and layouts

@@ -86,7 +86,7 @@ def astext(expr: Expr) -> str:
     """The text form of ``expr`` (usually a :class:`Function`)."""
     printer = _Printer()
     if isinstance(expr, Function):
-        return printer.function(expr, 0) + "\n"
+        return printer.function(expr, 0, {}) + "\n"
     lines: list[str] = []
     result = printer.block(expr, lines, 0, {})
     return "\n".join([*lines, result]) + "\n"
@@ -98,29 +98,38 @@ class _Printer:
         self.var_names: dict[int, str] = {}
         self.used_names: set[str] = set()
 
-    def var_name(self, v: Var) -> str:
-        name = self.var_names.get(id(v))
-        if name is None:
-            base = re.sub(r"[^A-Za-z0-9_]", "_", v.name) or "v"
-            if not _NAME_OK.match(base):
-                base = "v" + base
-            name, k = base, 1
-            while name in self.used_names:
-                name, k = f"{base}_{k}", k + 1
-            self.used_names.add(name)
-            self.var_names[id(v)] = name
+    def fresh_name(self, hint: str) -> str:
+        """A variable name not used yet in the text (from the variable's name hint)."""
+        base = re.sub(r"[^A-Za-z0-9_]", "_", hint) or "v"
+        if not _NAME_OK.match(base):
+            base = "v" + base
+        name, k = base, 1
+        while name in self.used_names:
+            name, k = f"{base}_{k}", k + 1
+        self.used_names.add(name)
         return "%" + name
 
-    def var_decl(self, v: Var) -> str:
-        text = self.var_name(v)
+    def var_name(self, v: Var, memo: dict[int, str]) -> str:
+        """The name of a variable in scope (a free variable gets a name of its own)."""
+        if id(v) not in memo:
+            if id(v) not in self.var_names:
+                self.var_names[id(v)] = self.fresh_name(v.name)
+            memo[id(v)] = self.var_names[id(v)]
+        return memo[id(v)]
+
+    def var_decl(self, v: Var, memo: dict[int, str]) -> str:
+        """Bind ``v`` in ``memo`` under a fresh name (each binding occurrence has its own
+        name, so that printing is stable) and print its declaration."""
+        text = memo[id(v)] = self.fresh_name(v.name)
         if v.type_annotation is not None:
             text += f": {format_type(v.type_annotation)}"
         if v.virtual_device is not None:
             text += f" {format_device(v.virtual_device)}"
         return text
 
-    def function(self, fn: Function, indent: int) -> str:
-        params = ", ".join(self.var_decl(p) for p in fn.params)
+    def function(self, fn: Function, indent: int, memo: dict[int, str]) -> str:
+        memo = dict(memo)
+        params = ", ".join(self.var_decl(p, memo) for p in fn.params)
         head = f"fn ({params})"
         ret = []
         if fn.ret_type is not None:
@@ -130,7 +139,7 @@ class _Printer:
         if ret:
             head += " -> " + " ".join(ret)
         lines: list[str] = []
-        result = self.block(fn.body, lines, indent + 1, {})
+        result = self.block(fn.body, lines, indent + 1, memo)
         pad = "  " * (indent + 1)
         body = "\n".join([*lines, pad + result])
         return f"{head} {{\n{body}\n{'  ' * indent}}}"
@@ -140,14 +149,14 @@ class _Printer:
         pad = "  " * indent
         while isinstance(expr, Let):
             value = self.atom(expr.value, lines, indent, memo)
-            lines.append(f"{pad}let {self.var_decl(expr.var)} = {value};")
+            lines.append(f"{pad}let {self.var_decl(expr.var, memo)} = {value};")
             expr = expr.body
         return self.atom(expr, lines, indent, memo)
 
     def atom(self, expr: Expr, lines: list[str], indent: int, memo: dict[int, str]) -> str:
         """Text naming ``expr``: a variable, a small constant, or a numbered binding."""
         if isinstance(expr, Var):
-            return self.var_name(expr)
+            return self.var_name(expr, memo)
         if id(expr) in memo:
             return memo[id(expr)]
         if isinstance(expr, Constant) and expr.data.size <= INLINE_CONSTANT_LIMIT:
@@ -198,7 +207,7 @@ class _Printer:
         if isinstance(node, TupleGetItem):
             return f"{self.atom(node.tuple_value, lines, indent, memo)}.{node.index}"
         if isinstance(node, Function):
-            return self.function(node, indent)
+            return self.function(node, indent, memo)
         if isinstance(node, Let):
             inner: list[str] = []
             result = self.block(node, inner, indent + 1, dict(memo))

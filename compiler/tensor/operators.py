@@ -94,7 +94,17 @@ def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedul
 
 
 def _int8(name: str, a: np.ndarray) -> np.ndarray:
+    """``a`` as int8: integer values in -128..127 of an integer, boolean-free or float
+    array (a float with a fraction, NaN or infinity is an error, not truncated)."""
     a = np.asarray(a)
+    if a.dtype.kind not in "iuf":
+        raise CompileError(f"{name} has dtype {a.dtype}; int8 operands need integer values")
+    if a.dtype.kind == "f" and a.size:
+        bad = np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))
+        if bad.size:
+            at = np.unravel_index(bad[0], a.shape)
+            raise CompileError(f"{name}[{', '.join(map(str, at))}] = {a[at]!r} is not an "
+                               f"integer ({bad.size} such values); quantize floats first")
     if a.size and (a.min() < -128 or a.max() > 127):
         raise CompileError(f"{name} has values outside the int8 range")
     return a.astype(np.int8)

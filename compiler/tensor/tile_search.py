@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from itertools import product
 
+import numpy as np
+
 from tensorfab.isa import HwConfig
 
 from .cost_model import CostEstimate, estimate_cost
@@ -169,8 +171,12 @@ def default_schedule(workload: Workload, cfg: HwConfig, vthreads: int = 2, *,
     ScheduleError
         Not even one thread's tiling fits the config.
     """
-    vthreads = max(1, min(vthreads, cfg.dep_queue_depth))
-    for v in range(vthreads, 0, -1):
+    if isinstance(vthreads, bool) or not isinstance(vthreads, int | np.integer) \
+            or not 1 <= vthreads <= cfg.dep_queue_depth:
+        raise ScheduleError(f"virtual_thread({vthreads!r})", "dep_queue_depth",
+                            f"vthreads must be an integer in 1..{cfg.dep_queue_depth} (the "
+                            "token queues hold one token per thread)")
+    for v in range(int(vthreads), 0, -1):
         try:
             plan = search_plan(workload, cfg, v, bias=bias, n_alu_ops=n_alu_ops)
         except ScheduleError:

@@ -93,14 +93,22 @@ class MemModel {
         cycle_ = 0;
         load_cur_ = 0;
         load_left_ = load_plan_.empty() ? 0 : load_plan_[0].first;
+        fetch_left_ = insn_hi_ - insn_lo_;
         std::memset(stats, 0, sizeof(stats));
         fault.clear();
     }
 
     std::vector<uint8_t> data;
 
-    // Byte range of the instruction stream: reads inside it count as fetch bytes.
-    void set_insn_region(uint64_t lo, uint64_t hi) { insn_lo_ = lo; insn_hi_ = hi; }
+    // Byte range of the instruction stream. The fetch unit reads each instruction
+    // once, so the first hi - lo bytes read inside the range count as fetch bytes;
+    // every other read (a LOAD may read the stream as data) counts as load bytes, as
+    // the functional simulator counts them.
+    void set_insn_region(uint64_t lo, uint64_t hi) {
+        insn_lo_ = lo;
+        insn_hi_ = hi;
+        fetch_left_ = hi - lo;
+    }
 
     // Bytes and buffer of each LOAD in load-engine order: read bytes outside the
     // instruction stream are attributed to them in order.
@@ -199,8 +207,9 @@ class MemModel {
         std::memcpy(&rbuf_[static_cast<size_t>(slot) * bb_], &data[addr], bb_);
         ++rcount_;
         stats[ST_BYTES_READ] += bb_;
-        if (addr >= insn_lo_ && addr < insn_hi_) {
+        if (addr >= insn_lo_ && addr < insn_hi_ && fetch_left_ > 0) {
             stats[ST_BYTES_FETCH] += bb_;
+            fetch_left_ = fetch_left_ > bb_ ? fetch_left_ - bb_ : 0;
         } else if (load_cur_ < load_plan_.size()) {
             stats[ST_BYTES_LOAD_UOP + load_plan_[load_cur_].second] += bb_;
             load_left_ = load_left_ > bb_ ? load_left_ - bb_ : 0;
@@ -239,7 +248,7 @@ class MemModel {
     uint32_t rhead_ = 0, rcount_ = 0;
     int64_t credit_ = 0;
     uint64_t cycle_ = 0;
-    uint64_t insn_lo_ = 0, insn_hi_ = 0;
+    uint64_t insn_lo_ = 0, insn_hi_ = 0, fetch_left_ = 0;
     std::vector<std::pair<uint64_t, uint8_t>> load_plan_;
     size_t load_cur_ = 0;
     uint64_t load_left_ = 0;

@@ -1,1 +1,8 @@
-"""Models made by code in the repository (trained or seeded), shipped as ONNX."""
+"""tensorfab.models: small real models made by code in the repository from fixed seeds
+(trained in numpy on data sets that PyPI packages ship), exported as ONNX."""
+
+from .digits_cnn import DigitsCNN, digits_cnn_onnx, load_digits_split, train_digits_cnn
+from .resnet import resnet18_onnx
+
+__all__ = ["DigitsCNN", "digits_cnn_onnx", "load_digits_split", "resnet18_onnx",
+           "train_digits_cnn"]

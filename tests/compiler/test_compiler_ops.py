@@ -209,3 +209,30 @@ test_conv2d_default_schedule_sweep = pytest.mark.slow(_SLOW(given(
 test_conv2d_random_schedule_sweep = pytest.mark.slow(_SLOW(given(
     case=big_conv_cases(), ep=epilogues(), preset=_PRESETS,
     data=st.data())(test_conv2d_random_schedule.hypothesis.inner_test)))
+
+
+# ------------------------------------------------------------ refused API input
+@pytest.mark.parametrize("vthreads", [0, -1, 9, 2.0, True])
+def test_vthreads_outside_the_token_queues_are_refused(vthreads) -> None:
+    from tensorfab.compiler import ScheduleError
+
+    cfg = PRESETS["default"]  # dep_queue_depth 8
+    x = np.zeros((1, 16, 4, 4), np.int8)
+    w = np.zeros((16, 16, 3, 3), np.int8)
+    with pytest.raises(ScheduleError, match=r"vthreads must be an integer in 1\.\.8"):
+        conv2d(cfg, x, w, padding=1, vthreads=vthreads)
+
+
+@pytest.mark.parametrize("bad", [0.5, np.nan, np.inf])
+def test_fractional_float_operands_are_refused_not_truncated(bad: float) -> None:
+    from tensorfab.compiler import CompileError
+
+    cfg = PRESETS["tiny"]
+    x = np.zeros((1, 4, 4, 4), np.float32)
+    x[0, 1, 2, 3] = bad
+    w = np.ones((4, 4, 1, 1), np.int8)
+    with pytest.raises(CompileError, match=r"x\[0, 1, 2, 3\] = .* is not an integer"):
+        conv2d(cfg, x, w)
+    # whole floats are accepted (and mean the same as the integers)
+    ok = conv2d(cfg, np.full((1, 4, 4, 4), 3.0), w).run("fsim")
+    assert (ok == 12).all()

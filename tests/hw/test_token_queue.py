@@ -24,11 +24,11 @@ def test_token_queue_random_traffic(depth: int) -> None:
         for _ in range(400):
             push = rng.random() < 0.5
             pop = rng.random() < 0.5
-            ctx.set(dut.push_valid, push)
-            ctx.set(dut.pop_ready, pop)
+            ctx.set(dut.push.valid, push)
+            ctx.set(dut.pop.ready, pop)
             assert ctx.get(dut.count) == model
-            assert ctx.get(dut.push_ready) == (model < depth)
-            assert ctx.get(dut.pop_valid) == (model > 0)
+            assert ctx.get(dut.push.ready) == (model < depth)
+            assert ctx.get(dut.pop.valid) == (model > 0)
             pushed = push and model < depth
             popped = pop and model > 0
             seen["push"] += pushed
@@ -53,25 +53,25 @@ def test_token_queue_fill_and_drain() -> None:
     dut = TokenQueue(depth)
 
     async def bench(ctx) -> None:
-        ctx.set(dut.push_valid, 1)
+        ctx.set(dut.push.valid, 1)
         for n in range(depth):
             assert ctx.get(dut.count) == n
             await ctx.tick()
         assert ctx.get(dut.count) == depth
-        assert not ctx.get(dut.push_ready)
+        assert not ctx.get(dut.push.ready)
         await ctx.tick()  # a push into a full queue is refused
         assert ctx.get(dut.count) == depth
-        ctx.set(dut.pop_ready, 1)  # full: pop proceeds, push refused
+        ctx.set(dut.pop.ready, 1)  # full: pop proceeds, push refused
         await ctx.tick()
         assert ctx.get(dut.count) == depth - 1
         await ctx.tick()  # not full: push and pop together keep the count
         assert ctx.get(dut.count) == depth - 1
-        ctx.set(dut.push_valid, 0)
+        ctx.set(dut.push.valid, 0)
         for n in range(depth - 1, 0, -1):
             assert ctx.get(dut.count) == n
             await ctx.tick()
         assert ctx.get(dut.count) == 0
-        assert not ctx.get(dut.pop_valid)
+        assert not ctx.get(dut.pop.valid)
         await ctx.tick()  # a pop from an empty queue is refused
         assert ctx.get(dut.count) == 0
 

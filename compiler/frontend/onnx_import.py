@@ -1,0 +1,239 @@
+"""ONNX to graph IR: :func:`from_onnx`.
+
+The model is checked with ``onnx.checker``, converted to opset 13 by
+``onnx.version_converter`` when older than opset 11, shape-inferred by
+``onnx.shape_inference`` (strict), then converted node by node with the converters of
+:mod:`.onnx_ops`. Sub-graphs whose inputs are all constant (the ``Shape → Gather →
+Concat → Reshape`` chains of exported models) are evaluated at import with the runtime's
+CPU kernels, except quantization ops, which stay as they are for the quantized flow.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper, shape_inference, version_converter
+
+from tensorfab.compiler.graph.infer import infer_types
+from tensorfab.compiler.graph.ir import Call, Constant, Expr, Function, Tuple, Var
+from tensorfab.compiler.graph.types import GraphError, TensorType
+from tensorfab.isa import TensorfabError
+from tensorfab.runtime.kernels import KERNELS
+
+from .onnx_ops import CONVERTERS, Converted, NodeContext, OnnxImportError, onnx_dtype
+
+#: Opsets of the default ONNX domain converted natively.
+MIN_OPSET, MAX_OPSET = 11, 21
+#: Older models are converted to this opset first.
+CONVERT_TO_OPSET = 13
+
+
+def _load(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, str]:
+    if isinstance(model, onnx.ModelProto):
+        return model, "<model>"
+    where = str(model)
+    try:
+        return onnx.load(where), where
+    except FileNotFoundError:
+        raise OnnxImportError(f"{where}: no such file") from None
+    except Exception as e:  # onnx raises protobuf DecodeError and others
+        raise OnnxImportError(f"{where}: not a readable ONNX model: {e}") from None
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """Opset version of the default (``ai.onnx``) domain."""
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return entry.version
+    raise OnnxImportError("the model imports no opset of the default ONNX domain")
+
+
+def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, str]:
+    """Load, check, convert an old opset and infer shapes; errors name the file."""
+    proto, where = _load(model)
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        raise OnnxImportError(f"{where}: the onnx checker rejects the model: {e}") from None
+    opset = default_opset(proto)
+    if opset < MIN_OPSET:
+        try:
+            proto = version_converter.convert_version(proto, CONVERT_TO_OPSET)
+        except Exception as e:
+            raise OnnxImportError(f"{where}: opset {opset} could not be converted to "
+                                  f"{CONVERT_TO_OPSET}: {e}") from None
+    elif opset > MAX_OPSET:
+        raise OnnxImportError(f"{where}: opset {opset} is newer than the supported "
+                              f"{MIN_OPSET}..{MAX_OPSET}")
+    try:
+        proto = shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    except Exception as e:
+        raise OnnxImportError(f"{where}: onnx shape inference fails: {e}") from None
+    return proto, where
+
+
+def _input_type(value: onnx.ValueInfoProto, override: Sequence | None) -> TensorType:
+    t = value.type.tensor_type
+    dtype = onnx_dtype(t.elem_type, f"input {value.name!r}")
+    if override is not None:
+        return TensorType(tuple(override), dtype)
+    dims: list[int | str] = []
+    for i, d in enumerate(t.shape.dim):
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.dim_param:
+            dims.append(_symbol(d.dim_param))
+        else:
+            dims.append(_symbol(f"{value.name}_d{i}"))
+    return TensorType(tuple(dims), dtype)
+
+
+def _symbol(name: str) -> str:
+    text = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return text if text and (text[0].isalpha() or text[0] == "_") else "s_" + text
+
+
+def from_onnx(model: onnx.ModelProto | str | os.PathLike,
+              input_shapes: Mapping[str, Sequence[int | str]] | None = None) -> Function:
+    """Import an ONNX model as a graph-IR :class:`Function`.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto or path
+        The model or its file.
+    input_shapes : mapping, optional
+        Shapes (ints or symbol names) replacing the declared shapes of named inputs,
+        e.g. to fix a symbolic batch.
+
+    Returns
+    -------
+    Function
+        One parameter per graph input that is not an initializer, in order; the result
+        is the graph's output, or a tuple of its outputs.
+
+    Raises
+    ------
+    OnnxImportError
+        A malformed model (the checker's message and the file), an unsupported opset or
+        operator (naming the node, its op_type and opset, and the supported ops), or a
+        node whose types do not check.
+    """
+    proto, where = prepare_model(model)
+    return _Importer(proto, where, dict(input_shapes or {})).run()
+
+
+class _Importer:
+    def __init__(self, proto: onnx.ModelProto, where: str,
+                 input_shapes: dict[str, Sequence[int | str]]) -> None:
+        self.proto = proto
+        self.where = where
+        self.input_shapes = input_shapes
+        self.opset = default_opset(proto)
+        self.folded: dict[int, tuple[Expr, Expr]] = {}
+
+    def run(self) -> Function:
+        graph = self.proto.graph
+        env: dict[str, Expr] = {}
+        for init in graph.initializer:
+            env[init.name] = Constant(numpy_helper.to_array(init))
+        params = []
+        names = [v.name for v in graph.input if v.name not in env]
+        unknown = set(self.input_shapes) - set(names)
+        if unknown:
+            raise OnnxImportError(f"{self.where}: input_shapes names {sorted(unknown)}, the "
+                                  f"model's inputs are {names}")
+        for value in graph.input:
+            if value.name in env:
+                continue
+            try:
+                t = _input_type(value, self.input_shapes.get(value.name))
+            except GraphError as e:
+                raise OnnxImportError(f"{self.where}: input {value.name!r}: {e}") from None
+            var = Var(value.name, t)
+            params.append(var)
+            env[value.name] = var
+        for index, node in enumerate(graph.node):
+            self.convert_node(index, node, env)
+        outputs = []
+        for out in graph.output:
+            if out.name not in env:
+                raise OnnxImportError(f"{self.where}: graph output {out.name!r} is never "
+                                      "computed")
+            outputs.append(env[out.name])
+        body = outputs[0] if len(outputs) == 1 else Tuple(outputs)
+        fn = Function(params, body)
+        infer_types(fn)
+        return fn
+
+    def describe(self, index: int, node: onnx.NodeProto) -> str:
+        name = node.name or f"#{index}"
+        return (f"{self.where}: node {name!r} (op_type {node.op_type}, opset "
+                f"{self.opset})")
+
+    def convert_node(self, index: int, node: onnx.NodeProto, env: dict[str, Expr]) -> None:
+        what = self.describe(index, node)
+        converter = CONVERTERS.get(node.op_type)
+        if node.domain not in ("", "ai.onnx") or converter is None:
+            domain = f" in domain {node.domain!r}" if node.domain else ""
+            raise OnnxImportError(f"{what}{domain} is not supported; supported op_types: "
+                                  f"{', '.join(sorted(CONVERTERS))}")
+        inputs: list[Expr | None] = []
+        for name in node.input:
+            if not name:
+                inputs.append(None)
+            elif name not in env:
+                raise OnnxImportError(f"{what}: input {name!r} is not defined before it")
+            else:
+                inputs.append(env[name])
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        ctx = NodeContext(node, self.opset, attrs, what)
+        try:
+            for i in inputs:
+                if i is not None:
+                    infer_types(i)
+            outs: Converted = converter(ctx, inputs)
+            outs = [self.fold(o) if o is not None else None for o in outs]
+            for o in outs:
+                if o is not None:
+                    infer_types(o)
+        except OnnxImportError:
+            raise
+        except TensorfabError as e:
+            raise OnnxImportError(f"{what}: {e}") from None
+        for k, name in enumerate(node.output):
+            if not name:
+                continue
+            if k >= len(outs) or outs[k] is None:
+                raise OnnxImportError(f"{what}: output {k} ({name!r}) is not supported")
+            env[name] = outs[k]
+
+    def fold(self, expr: Expr) -> Expr:
+        """Evaluate calls whose arguments are all constants (not quantization ops, whose
+        structure the quantized flow needs, nor tuple-valued ones)."""
+        # the memo keeps each original node alive, so that its id is not reused
+        memo = self.folded
+        stack = [expr]
+        while stack:
+            e = stack[-1]
+            if id(e) in memo or not isinstance(e, Call):
+                memo.setdefault(id(e), (e, e))
+                stack.pop()
+                continue
+            pending = [a for a in e.args if id(a) not in memo]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            args = [memo[id(a)][1] for a in e.args]
+            if (all(isinstance(a, Constant) for a in args) and not e.op.startswith("qnn.")
+                    and e.op in KERNELS and e.op != "split"):
+                value = KERNELS[e.op]([a.data for a in args], dict(e.attrs))
+                memo[id(e)] = (e, Constant(np.asarray(value)))
+            elif any(a is not b for a, b in zip(args, e.args, strict=True)):
+                memo[id(e)] = (e, Call(e.op, args, e.attrs))
+            else:
+                memo[id(e)] = (e, e)
+        return memo[id(expr)][1]

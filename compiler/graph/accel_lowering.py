@@ -1,0 +1,129 @@
+"""Accelerator chains compiled by the tensor compiler into programs the runtime runs.
+
+After partitioning, planning, :func:`~.layout_planning.pack_accel_layouts` and
+:func:`~.fixed_point.fixed_point_requantize`, each accelerator chain
+``conv2d_integer → [add bias] → requantize_fixed → [relu] → [clip]`` (blocked layouts)
+is compiled with :func:`tensorfab.compiler.conv2d` and its fused
+:class:`~tensorfab.compiler.Epilogue`, and replaced by one ``accel.program`` call whose
+second argument is the program's bytes (TFABPROG). The program's ``inp`` and ``out``
+segments are the blocked activations the chain reads and writes, so no layout changes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorfab.compiler.tensor.epilogue import Epilogue
+from tensorfab.compiler.tensor.operators import conv2d as compile_conv2d
+from tensorfab.runtime.layout_transform import layout_transform
+
+from .infer import infer_types
+from .ir import Call, Constant, Expr, Function, post_order
+from .layout_planning import hw_config_of
+from .rewrite import rebuild
+from .types import GraphError
+
+
+class AcceleratorLoweringError(GraphError):
+    """An accelerator chain the tensor compiler cannot take (names the call)."""
+
+
+def _chain_from(end: Call) -> list[Call] | None:
+    """The chain ending at ``end`` (its nodes, convolution first), if ``end`` closes one."""
+    chain = [end]
+    e = end
+    while isinstance(e, Call) and e.op != "qnn.conv2d_integer":
+        if e.op not in ("add", "qnn.requantize_fixed", "relu", "clip") or not e.args:
+            return None
+        e = e.args[0]
+        if not isinstance(e, Call):
+            return None
+        chain.append(e)
+    chain.reverse()
+    ops = [c.op for c in chain]
+    if ops[0] != "qnn.conv2d_integer" or "qnn.requantize_fixed" not in ops:
+        return None
+    order = ["qnn.conv2d_integer", "add", "qnn.requantize_fixed", "relu", "clip"]
+    if [order.index(o) for o in ops] != sorted(order.index(o) for o in ops) or \
+            len(set(ops)) != len(ops):
+        return None
+    return chain
+
+
+def _compile(chain: list[Call]) -> Call:
+    conv = chain[0]
+    dev = conv.virtual_device
+    cfg = hw_config_of(dev)
+    x, w = conv.args[0], conv.args[1]
+    if not isinstance(w, Constant):
+        raise AcceleratorLoweringError(f"{conv.op}: the weight is not a constant")
+    plain_w = layout_transform(w.data, conv.attrs["kernel_layout"], "OIHW")
+    xt = infer_types(x)
+    n_pad, c_pad = xt.shape[0] * xt.shape[4], xt.shape[1] * xt.shape[5]  # type: ignore[union-attr]
+    h, wd = xt.shape[2], xt.shape[3]  # type: ignore[union-attr]
+    pt, pl, pb, pr = conv.attrs["padding"]
+    sh, sw = conv.attrs["strides"]
+    if (pt, pl) != (pb, pr) or conv.attrs["dilation"] != (1, 1):
+        raise AcceleratorLoweringError(f"{conv.op}: asymmetric padding {conv.attrs['padding']} "
+                                       f"or dilation {conv.attrs['dilation']} is not supported "
+                                       "by the tensor compiler")
+    bias = None
+    requant = relu = clip = None
+    for node in chain[1:]:
+        if node.op == "add":
+            b = node.args[1]
+            if not isinstance(b, Constant):
+                raise AcceleratorLoweringError("the bias is not a constant")
+            out_channels = plain_w.shape[0]
+            if b.data.size == 1:  # one value for every channel
+                bias = np.full(out_channels, b.data.reshape(()), np.int32)
+            else:
+                plain = layout_transform(np.ascontiguousarray(b.data),
+                                         conv.attrs["data_layout"], "NCHW")
+                bias = plain[0, :, 0, 0].astype(np.int32)
+        elif node.op == "qnn.requantize_fixed":
+            requant = (node.attrs["multiplier"], node.attrs["shift"])
+        elif node.op == "relu":
+            relu = True
+        elif node.op == "clip":
+            clip = (int(node.attrs["a_min"]), int(node.attrs["a_max"]))
+    epilogue = Epilogue(bias=bias is not None, requant=requant, relu=bool(relu), clip=clip)
+    dummy = np.zeros((n_pad, c_pad, h, wd), np.int8)
+    op = compile_conv2d(cfg, dummy, plain_w, bias, stride=(sh, sw), padding=(pt, pl),
+                        epilogue=epilogue)
+    blob = np.frombuffer(op.program.to_bytes(), np.uint8).copy()
+    out_shape = tuple(infer_types(chain[-1]).shape)  # type: ignore[union-attr]
+    seg_shape = op.program.segment("out").shape
+    if seg_shape != out_shape:
+        raise AcceleratorLoweringError(f"compiled output {seg_shape} != blocked {out_shape}")
+    return Call("accel.program", [x, Constant(blob, dev)], {"out_shape": out_shape}, dev)
+
+
+def lower_accelerator_chains(fn: Function) -> Function:
+    """``fn`` with each complete accelerator chain replaced by an ``accel.program`` call
+    running its compiled program (see the module docstring)."""
+    infer_types(fn)
+    readers: dict[int, list[Call]] = {}
+    for e in post_order(fn):
+        if isinstance(e, Call):
+            for a in e.args:
+                readers.setdefault(id(a), []).append(e)
+    new: dict[int, Expr] = {}
+    for node in post_order(fn):
+        rebuilt = rebuild(node, new)
+        if (isinstance(node, Call) and node.virtual_device is not None
+                and node.virtual_device.kind == "accel"):
+            chain = _chain_from(node)
+            continues = any(r.virtual_device == node.virtual_device and r.args[0] is node
+                            and r.op in ("add", "qnn.requantize_fixed", "relu", "clip")
+                            for r in readers.get(id(node), []))
+            if (chain is not None and not continues
+                    and all(len(readers.get(id(c), [])) == 1 for c in chain[:-1])):
+                nodes = [new[id(c)] for c in chain[:-1]] + [rebuilt]
+                rebuilt = _compile(nodes)  # type: ignore[arg-type]
+        new[id(node)] = rebuilt
+    out = new[id(fn)]
+    assert isinstance(out, Function)
+    infer_types(out)
+    return out
+

@@ -1,0 +1,59 @@
+"""Requantization in the accelerator's fixed-point arithmetic.
+
+``qnn.requantize`` multiplies by a float32 scale and rounds half to even (onnxruntime's
+arithmetic). The accelerator multiplies by a 15-bit integer and shifts with rounding
+(:mod:`tensorfab.compiler.tensor.quantize`), one ``(multiplier, shift)`` per operator.
+:func:`fixed_point_requantize` replaces each per-tensor, zero-point-0 int8
+``qnn.requantize`` with ``qnn.requantize_fixed``, choosing ``(multiplier, shift)`` with
+:func:`~tensorfab.compiler.tensor.quantize.quantize_multiplier` for the accumulator bound of
+the convolution or matmul (and constant bias) that feeds it, so that the CPU computes
+what the accelerator computes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorfab.compiler.tensor.quantize import accumulator_bound, quantize_multiplier
+
+from .ir import Call, Constant, Expr, Function
+from .rewrite import rewrite
+
+
+def _acc_bound(acc: Expr) -> int | None:
+    """Largest |accumulator| of an integer conv/matmul (plus a constant bias)."""
+    bias = 0
+    if isinstance(acc, Call) and acc.op == "add" and isinstance(acc.args[1], Constant):
+        bias = int(np.abs(acc.args[1].data.astype(np.int64)).max(initial=0))
+        acc = acc.args[0]
+    if isinstance(acc, Call) and acc.op == "qnn.conv2d_integer":
+        w = acc.args[1].checked_type.shape  # type: ignore[union-attr]
+        reduction = w[1] * w[2] * w[3]
+    elif isinstance(acc, Call) and acc.op == "qnn.matmul_integer":
+        reduction = acc.args[1].checked_type.shape[-2]  # type: ignore[union-attr]
+    else:
+        return None
+    if not isinstance(reduction, int):
+        return None
+    return accumulator_bound(reduction, bias)
+
+
+def fixed_point_requantize(fn: Function) -> Function:
+    """``fn`` with per-tensor int8 ``qnn.requantize`` calls after integer convolutions
+    or matmuls replaced by the accelerator's ``qnn.requantize_fixed``; per-channel ones
+    (one multiplier per channel, which the ALU's single immediate cannot hold) stay."""
+    def rule(e: Expr, _old: Expr) -> Expr:
+        if not (isinstance(e, Call) and e.op == "qnn.requantize"
+                and e.attrs["out_dtype"] == "int8"):
+            return e
+        scale, zp = e.args[1], e.args[2]
+        if not (isinstance(scale, Constant) and scale.data.size == 1
+                and isinstance(zp, Constant) and not np.any(zp.data)):
+            return e
+        bound = _acc_bound(e.args[0])
+        if bound is None:
+            return e
+        mult, shift = quantize_multiplier(float(scale.data.reshape(())), bound)
+        return Call("qnn.requantize_fixed", [e.args[0]], {"multiplier": mult, "shift": shift},
+                    e.virtual_device)
+    return rewrite(fn, rule)

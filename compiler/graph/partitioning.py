@@ -1,0 +1,87 @@
+"""Partitioning onto the accelerator: annotate the int8 convolution chains it can run.
+
+A chain starts at a ``qnn.conv2d_integer`` the accelerator takes (groups 1, zero points
+0, a constant int8 weight) and grows through its single reader while that reader is an
+accelerator epilogue: ``add`` of a constant per-channel bias, ``qnn.requantize`` with
+constant scales, ``qnn.requantize_fixed``, ``relu``, ``clip``.
+:func:`annotate_accelerator` wraps each chain's last
+node in ``on_device(..., accel)`` and each of the chain's computed inputs in
+``on_device(..., cpu)``, so that :func:`~tensorfab.compiler.graph.planning.plan_devices`
+puts exactly the chains on the accelerator and copies data at their borders.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from .device import CPU, VirtualDevice
+from .infer import infer_types
+from .ir import Call, Constant, Expr, Function, Var, post_order
+from .rewrite import rebuild
+
+EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "relu", "clip"})
+
+
+def _accelerator_conv(e: Expr) -> bool:
+    return (isinstance(e, Call) and e.op == "qnn.conv2d_integer" and e.attrs["groups"] == 1
+            and e.attrs["data_layout"] == "NCHW"
+            and isinstance(e.args[1], Constant) and e.args[1].data.dtype == np.int8
+            and e.args[0].checked_type.dtype == "int8"  # type: ignore[union-attr]
+            and all(isinstance(z, Constant) and not np.any(z.data) for z in e.args[2:]))
+
+
+def _epilogue_step(e: Call, prev: Expr) -> bool:
+    if e.op not in EPILOGUE or e.args[0] is not prev:
+        return False
+    if e.op == "add":
+        return isinstance(e.args[1], Constant)
+    if e.op == "qnn.requantize":
+        return all(isinstance(a, Constant) for a in e.args[1:])
+    return True
+
+
+def accelerator_chains(fn: Function) -> list[list[Call]]:
+    """The chains (convolution first) that :func:`annotate_accelerator` would place."""
+    infer_types(fn)
+    readers: dict[int, list[Call]] = defaultdict(list)
+    for e in post_order(fn):
+        if isinstance(e, Call):
+            for a in e.args:
+                readers[id(a)].append(e)
+    chains = []
+    for e in post_order(fn):
+        if not _accelerator_conv(e):
+            continue
+        chain = [e]
+        while len(readers[id(chain[-1])]) == 1 and chain[-1] is not fn.body:
+            nxt = readers[id(chain[-1])][0]
+            if not _epilogue_step(nxt, chain[-1]):
+                break
+            chain.append(nxt)
+        chains.append(chain)  # type: ignore[arg-type]
+    return chains
+
+
+def annotate_accelerator(fn: Function, device: VirtualDevice,
+                         default: VirtualDevice = CPU) -> Function:
+    """``fn`` with its accelerator chains annotated for ``device`` and their computed
+    inputs for ``default`` (see the module docstring)."""
+    chains = accelerator_chains(fn)
+    members = {id(e) for chain in chains for e in chain}
+    ends = {id(chain[-1]) for chain in chains}
+    inputs = {id(a) for chain in chains for e in chain for a in e.args
+              if id(a) not in members and not isinstance(a, Var | Constant)}
+    new: dict[int, Expr] = {}
+    for node in post_order(fn):
+        rebuilt = rebuild(node, new)
+        if id(node) in ends:
+            rebuilt = Call("on_device", [rebuilt], {"device": device})
+        elif id(node) in inputs:
+            rebuilt = Call("on_device", [rebuilt], {"device": default})
+        new[id(node)] = rebuilt
+    out = new[id(fn)]
+    assert isinstance(out, Function)
+    infer_types(out)
+    return out

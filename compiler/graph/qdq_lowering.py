@@ -1,0 +1,156 @@
+"""QDQ to integer operators: the int8 form of a quantized (QDQ) program.
+
+A QDQ program computes in float between ``qnn.dequantize`` and ``qnn.quantize``.
+:func:`lower_qdq` rewrites each ``quantize(f(dequantize(...)), scale, 0)`` into integer
+operators with the same meaning (as onnxruntime's QDQ fusion into QLinearConv does):
+
+* ``quantize(conv2d(dq(x), dq(W)) [+ bias], s_y)`` → ``requantize(conv2d_integer(x, W)
+  + bias_int32, s_x * s_w / s_y)`` (per-channel weight scales give per-channel
+  multipliers); the same for ``matmul`` (a constant transposed weight is transposed at
+  compile time);
+* ``quantize(op(dq(x, s_x)), s_y)`` for an op that commutes with a positive scale
+  (relu, max pooling, flatten, reshape, transpose, identity) → ``op(x)`` when
+  ``s_x == s_y``, else ``requantize(op(int32(x)), s_x / s_y)``;
+* ``quantize(dq(x, s_x), s_y)`` → ``x`` or ``requantize(int32(x), s_x / s_y)``.
+
+Only symmetric quantization (zero points 0, int8) is lowered; anything else stays in
+QDQ form, which the CPU runs as it is. Run :func:`fold_constants` first so that weights
+are constants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ir import Call, Constant, Expr, Function
+from .rewrite import rewrite
+
+#: Operators that commute with multiplication by a positive scale.
+SCALE_COMMUTING = frozenset({"relu", "nn.max_pool2d", "flatten", "reshape", "transpose",
+                             "identity", "squeeze", "expand_dims"})
+
+
+def _const(e: Expr) -> np.ndarray | None:
+    return e.data if isinstance(e, Constant) else None
+
+
+def _dequantized(e: Expr) -> tuple[Expr, np.ndarray] | None:
+    """(int8 tensor, float32 scale) of a symmetric ``qnn.dequantize``, else None."""
+    if not (isinstance(e, Call) and e.op == "qnn.dequantize"):
+        return None
+    scale, zp = _const(e.args[1]), _const(e.args[2])
+    if scale is None or zp is None or np.any(zp != 0):
+        return None
+    if e.args[0].checked_type.dtype not in ("int8", "int32"):  # type: ignore[union-attr]
+        return None
+    return e.args[0], scale.astype(np.float32)
+
+
+def _int8_weight(e: Expr, transpose: bool = False) -> tuple[Constant, np.ndarray] | None:
+    """A constant int8 weight behind a symmetric dequantize (optionally transposed)."""
+    if transpose:
+        if not (isinstance(e, Call) and e.op == "transpose" and e.attrs["axes"] in
+                (None, (1, 0))):
+            return None
+        e = e.args[0]
+    dq = _dequantized(e)
+    if dq is None or not isinstance(dq[0], Constant) or dq[0].data.dtype != np.int8:
+        return None
+    w, scale = dq[0].data, dq[1]
+    return (Constant(w.T.copy()) if transpose else dq[0]), scale
+
+
+def _requantize(acc: Expr, multiplier: np.ndarray, axis: int, device) -> Expr:
+    m = np.asarray(multiplier, np.float32)
+    if m.size == 1:
+        m = m.reshape(())
+    return Call("qnn.requantize", [acc, Constant(m), Constant(np.zeros(m.shape, np.int8))],
+                {"axis": axis, "out_dtype": "int8"}, device)
+
+
+def _int32(e: Expr) -> Expr:
+    return Call("cast", [e], {"dtype": "int32"}, e.virtual_device)
+
+
+def _bias_int32(bias: Expr, acc_scale: np.ndarray, channels: int) -> np.ndarray | None:
+    """The bias as int32 in units of ``acc_scale``, shaped to broadcast per channel."""
+    if isinstance(bias, Call) and bias.op in ("expand_dims", "reshape"):
+        bias = bias.args[0]
+    dq = _dequantized(bias)
+    if dq is not None and isinstance(dq[0], Constant):
+        real = dq[0].data.astype(np.float64) * dq[1].astype(np.float64)
+    elif isinstance(bias, Constant) and bias.data.dtype == np.float32:
+        real = bias.data.astype(np.float64)
+    else:
+        return None
+    if real.size != channels:
+        return None
+    return np.rint(real.reshape(-1) / acc_scale.astype(np.float64)).astype(np.int32)
+
+
+def lower_qdq(fn: Function) -> Function:
+    """``fn`` with symmetric QDQ patterns replaced by integer operators (see the module
+    docstring); the rest is unchanged."""
+    def rule(e: Expr, _old: Expr) -> Expr:
+        if not (isinstance(e, Call) and e.op == "qnn.quantize"
+                and e.attrs["out_dtype"] == "int8"):
+            return e
+        ys, yz = _const(e.args[1]), _const(e.args[2])
+        if ys is None or yz is None or np.any(yz != 0) or ys.size != 1:
+            return e
+        ys = ys.astype(np.float32).reshape(())
+        x, dev = e.args[0], e.virtual_device
+        dq = _dequantized(x)
+        if dq is not None:
+            q, s = dq
+            if q.checked_type.dtype == "int8" and s.size == 1 and s == ys:  # type: ignore[union-attr]
+                return q
+            return _requantize(_int32(q), s / ys, 1, dev)
+        bias = None
+        if isinstance(x, Call) and x.op == "add":
+            x, bias = x.args
+        if isinstance(x, Call) and x.op in ("nn.conv2d", "matmul"):
+            return _lower_linear(e, x, bias, ys) or e
+        if bias is None and isinstance(x, Call) and x.op in SCALE_COMMUTING:
+            dq = _dequantized(x.args[0])
+            if dq is None or dq[1].size != 1 or dq[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
+                return e
+            q, s = dq
+            if s == ys:
+                return Call(x.op, [q, *x.args[1:]], x.attrs, dev)
+            inner = Call(x.op, [_int32(q), *x.args[1:]], x.attrs, dev)
+            return _requantize(inner, s / ys, 1, dev)
+        return e
+    return rewrite(fn, rule)
+
+
+def _lower_linear(q: Call, x: Call, bias: Expr | None, ys: np.ndarray) -> Expr | None:
+    dev = q.virtual_device
+    data = _dequantized(x.args[0])
+    if data is None or data[1].size != 1 or data[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
+        return None
+    xq, xs = data
+    zero = Constant(np.zeros((), np.int8))
+    if x.op == "nn.conv2d":
+        weight = _int8_weight(x.args[1])
+        if weight is None or x.attrs["data_layout"] != "NCHW":
+            return None
+        wq, ws = weight
+        acc: Expr = Call("qnn.conv2d_integer", [xq, wq, zero, zero], x.attrs, dev)
+        channels, axis = wq.data.shape[0], 1
+    else:
+        weight = _int8_weight(x.args[1]) or _int8_weight(x.args[1], transpose=True)
+        if weight is None or weight[0].data.ndim != 2:
+            return None
+        wq, ws = weight
+        acc = Call("qnn.matmul_integer", [xq, wq, zero, zero], {}, dev)
+        channels, axis = wq.data.shape[1], -1
+    acc_scale = (xs * ws).astype(np.float32)
+    if bias is not None:
+        b = _bias_int32(bias, acc_scale, channels)
+        if b is None:
+            return None
+        shape = (-1, 1, 1) if x.op == "nn.conv2d" else (-1,)
+        acc = Call("add", [acc, Constant(b.reshape(shape))], {}, dev)
+    return _requantize(acc, acc_scale / ys, axis, dev)
+

@@ -1,0 +1,202 @@
+"""The DMA engines' shared parts: the burst issuer (a 2-D transfer as memory
+commands) and the execution phases of one transfer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Module, Mux, Signal, Value
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from tensorfab.isa import ErrorCode, HwConfig
+from tensorfab.isa.config import log2
+
+from .mem_port import LEN_WIDTH, MAX_BURST, MemXferLayout
+
+__all__ = ["BurstIssuer", "TransferPhases", "check_max_burst", "transfer_phases"]
+
+#: Width of the row count (a transfer's ``y`` is at most 2^16 - 1 rows).
+ROWS_WIDTH = 17
+#: Width of the beat counts (beats of a row, beats owed).
+BEATS_WIDTH = 32
+
+
+def check_max_burst(max_burst: int) -> int:
+    """``max_burst`` if it is a legal burst length (1 to :data:`~.mem_port.MAX_BURST`).
+
+    Raises
+    ------
+    ValueError
+        Naming ``max_burst`` when it is out of range.
+    """
+    if not 1 <= max_burst <= MAX_BURST:
+        raise ValueError(f"max_burst must be 1 to {MAX_BURST} beats, not {max_burst}")
+    return max_burst
+
+
+class BurstIssuer(wiring.Component):
+    """Issues the commands of a 2-D transfer: ``rows`` rows of ``row_beats`` beats,
+    ``stride`` bytes apart from ``addr`` on, each row split into bursts of at most
+    ``max_burst`` beats, and counts the beats the memory and the engine still owe.
+
+    ``start`` loads a transfer. While ``issue`` is high the issuer offers its next
+    command; a command offered stays offered until the memory takes it, whatever
+    ``issue`` does next (the stream rule), so an engine that halts drops ``issue``
+    and waits for :attr:`drained`.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Address and bus widths.
+    max_burst : int
+        Longest burst, in beats (1 to :data:`~.mem_port.MAX_BURST`).
+
+    Attributes
+    ----------
+    cmd : Out(stream.Signature(MemXferLayout(cfg)))
+        The commands (``addr``, ``len`` = beats - 1).
+    start : In(1)
+        Load the transfer given by ``addr`` (bytes, beat aligned), ``rows``,
+        ``row_beats`` and ``stride`` (bytes).
+    issue : In(1)
+        Offer commands.
+    beat : In(1)
+        A data beat of an issued command moved (read beat taken, write beat sent).
+    owed : Out(BEATS_WIDTH)
+        Beats of issued commands that have not moved yet.
+    issued : Out(1)
+        Every command of the transfer has been taken.
+    drained : Out(1)
+        No command is held offered and no beat is owed.
+    """
+
+    def __init__(self, cfg: HwConfig, max_burst: int = 32) -> None:
+        self.cfg = cfg
+        self.max_burst = check_max_burst(max_burst)
+        aw = cfg.dram_addr_width
+        super().__init__({
+            "cmd": Out(stream.Signature(MemXferLayout(cfg))),
+            "start": In(1),
+            "addr": In(aw),
+            "rows": In(ROWS_WIDTH),
+            "row_beats": In(BEATS_WIDTH),
+            "stride": In(aw),
+            "issue": In(1),
+            "beat": In(1),
+            "owed": Out(BEATS_WIDTH),
+            "issued": Out(1),
+            "drained": Out(1),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        """Build the row and burst counters."""
+        m = Module()
+        aw = self.cfg.dram_addr_width
+        bus_shift = log2(self.cfg.mem_bus_bytes)
+        rows_left = Signal(ROWS_WIDTH)  # rows still to request
+        row_beats = Signal(BEATS_WIDTH)
+        beats_left = Signal(BEATS_WIDTH)  # beats of the current row still to request
+        cur_addr = Signal(aw)
+        row_addr = Signal(aw)
+        stride = Signal(aw)
+        stuck = Signal()  # a command offered last cycle and not taken
+        mb = self.max_burst
+        burst = Signal(range(mb + 1))
+        cmd = self.cmd
+        m.d.comb += [
+            burst.eq(Mux(beats_left > mb, mb, beats_left)),
+            cmd.payload.addr.eq(cur_addr),
+            cmd.payload.len.eq((burst - 1)[:LEN_WIDTH]),
+            cmd.valid.eq((rows_left != 0) & (self.issue | stuck)),
+            self.issued.eq(rows_left == 0),
+            self.drained.eq(~stuck & (self.owed == 0)),
+        ]
+        fire = cmd.valid & cmd.ready
+        m.d.sync += [stuck.eq(cmd.valid & ~cmd.ready),
+                     self.owed.eq(self.owed + Mux(fire, burst, 0) - self.beat)]
+        with m.If(self.start):
+            m.d.sync += [rows_left.eq(self.rows), row_beats.eq(self.row_beats),
+                         beats_left.eq(self.row_beats), cur_addr.eq(self.addr),
+                         row_addr.eq(self.addr), stride.eq(self.stride)]
+        with m.Elif(fire):
+            with m.If(beats_left == burst):  # row done
+                m.d.sync += [rows_left.eq(rows_left - 1), beats_left.eq(row_beats),
+                             row_addr.eq(row_addr + stride), cur_addr.eq(row_addr + stride)]
+            with m.Else():
+                m.d.sync += [beats_left.eq(beats_left - burst),
+                             cur_addr.eq(cur_addr + (burst << bus_shift))]
+        return m
+
+
+@dataclass(frozen=True)
+class TransferPhases:
+    """Which phase of :func:`transfer_phases` a DMA engine is in (one-bit signals)."""
+
+    #: The cycle after ``start``: the range checks; the burst issuer loads the transfer.
+    check: Signal
+    #: Moving data (also in the cycle ``halt`` rises).
+    run: Signal
+    #: After a halt: the memory's beats still owed move, then the transfer is forgotten.
+    drain: Signal
+
+
+def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, halt: Value,
+                    sram_bad: Value, dram_bad: Value, last: Value) -> TransferPhases:
+    """The execution of one LOAD or STORE behind its :class:`~.sequencer.InsnSequencer`.
+
+    ``ex.start`` leads to CHECK, which fails the instruction with ``SRAM_RANGE`` (if
+    ``sram_bad``) or ``DRAM_RANGE`` (if ``dram_bad``) before any memory access, or goes
+    on to RUN; RUN issues ``bursts`` and is done in the cycle ``last`` is high. A
+    ``halt`` in CHECK forgets the instruction at once, in RUN it goes through DRAIN
+    until ``bursts`` is drained.
+
+    Parameters
+    ----------
+    m : Module
+        The engine's module.
+    ex : interface of ExecSignature
+        The sequencer's ``exec`` port (this drives its ``done``, ``fail``, ``code``
+        and ``idle``).
+    bursts : BurstIssuer
+        The engine's issuer (this drives its ``start`` and ``issue``).
+    halt : Value
+        The engine's halt.
+    sram_bad, dram_bad : Value
+        The range checks, valid in CHECK.
+    last : Value
+        In RUN: the transfer's last data moves this cycle.
+
+    Returns
+    -------
+    TransferPhases
+    """
+    phases = TransferPhases(Signal(name="check"), Signal(name="run"), Signal(name="drain"))
+    with m.FSM(name="transfer"):
+        with m.State("WAIT"):
+            m.d.comb += ex.idle.eq(1)
+            with m.If(ex.start):
+                m.next = "CHECK"
+        with m.State("CHECK"):
+            m.d.comb += [phases.check.eq(1), ex.idle.eq(1), bursts.start.eq(1)]
+            with m.If(halt):
+                m.next = "WAIT"
+            with m.Elif(sram_bad | dram_bad):
+                m.d.comb += [ex.fail.eq(1),
+                             ex.code.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE,
+                                            ErrorCode.DRAM_RANGE))]
+                m.next = "WAIT"
+            with m.Else():
+                m.next = "RUN"
+        with m.State("RUN"):
+            m.d.comb += [phases.run.eq(1), bursts.issue.eq(~halt)]
+            with m.If(halt):
+                m.next = "DRAIN"
+            with m.Elif(last):
+                m.d.comb += ex.done.eq(1)
+                m.next = "WAIT"
+        with m.State("DRAIN"):
+            m.d.comb += [phases.drain.eq(1), ex.idle.eq(bursts.drained)]
+            with m.If(bursts.drained):
+                m.next = "WAIT"
+    return phases

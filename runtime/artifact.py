@@ -1,0 +1,92 @@
+"""The ``.tfm`` model file: a lowered :class:`GraphProgram` saved for the runtime.
+
+A ``.tfm`` is a zip archive holding ``graph.json`` (format name and version, the inputs
+with their shapes and dtypes, the nodes with their attributes, the output slot) and
+``constants.npz`` (one array per constant slot; accelerator programs are uint8 arrays of
+their TFABPROG bytes). :func:`load_model` needs nothing but the runtime, so a compiled
+model runs without the compiler.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from typing import Any
+
+import numpy as np
+
+from tensorfab.isa import TensorfabError
+
+from .interpreter import GraphProgram, InputSpec, Node
+
+FORMAT = "tensorfab-model"
+VERSION = 1
+
+
+class ModelFileError(TensorfabError):
+    """A ``.tfm`` file that cannot be read (names the file and what is wrong)."""
+
+
+def _tuples(v: Any) -> Any:
+    """JSON lists back to the tuples attributes hold."""
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def save_model(program: GraphProgram, path: str | os.PathLike) -> None:
+    """Write ``program`` as a ``.tfm`` file."""
+    program.validate()
+    graph = {
+        "format": FORMAT,
+        "version": VERSION,
+        "inputs": [{"name": i.name, "slot": i.slot, "shape": list(i.shape), "dtype": i.dtype}
+                   for i in program.inputs],
+        "nodes": [{"op": n.op, "inputs": list(n.inputs), "attrs": n.attrs,
+                   "output": n.output, "name": n.name} for n in program.nodes],
+        "constants": sorted(program.constants),
+        "output": program.output,
+        "num_slots": program.num_slots,
+    }
+    arrays = io.BytesIO()
+    np.savez(arrays, **{f"c{slot}": np.asarray(v) for slot, v in program.constants.items()})
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("graph.json", json.dumps(graph, indent=1))
+        z.writestr("constants.npz", arrays.getvalue())
+
+
+def load_model(path: str | os.PathLike) -> GraphProgram:
+    """Read a ``.tfm`` file into a :class:`GraphProgram` (validated).
+
+    Raises
+    ------
+    ModelFileError
+        A missing or unreadable file, another format or version, or a malformed graph.
+    """
+    where = str(path)
+    try:
+        with zipfile.ZipFile(path) as z:
+            graph = json.loads(z.read("graph.json"))
+            if graph.get("format") != FORMAT or graph.get("version") != VERSION:
+                raise ModelFileError(f"{where}: format {graph.get('format')!r} version "
+                                     f"{graph.get('version')!r}; this runtime reads "
+                                     f"{FORMAT!r} version {VERSION}")
+            with np.load(io.BytesIO(z.read("constants.npz"))) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+    except FileNotFoundError:
+        raise ModelFileError(f"{where}: no such file") from None
+    except (zipfile.BadZipFile, KeyError, ValueError, EOFError, OSError) as e:
+        raise ModelFileError(f"{where}: not a tensorfab model file: {e}") from None
+    try:
+        program = GraphProgram(
+            inputs=[InputSpec(i["name"], i["slot"], tuple(i["shape"]), i["dtype"])
+                    for i in graph["inputs"]],
+            constants={slot: arrays[f"c{slot}"] for slot in graph["constants"]},
+            nodes=[Node(n["op"], tuple(n["inputs"]),
+                        {k: _tuples(v) for k, v in n["attrs"].items()}, n["output"],
+                        n.get("name", "")) for n in graph["nodes"]],
+            output=graph["output"], num_slots=graph.get("num_slots", 0))
+        program.validate()
+    except (KeyError, TypeError, TensorfabError) as e:
+        raise ModelFileError(f"{where}: malformed graph: {e}") from None
+    return program

@@ -1,0 +1,532 @@
+"""numpy CPU kernels, one per graph-IR operator (same names as the compiler's registry).
+
+A kernel takes its input arrays and the call's attributes (every attribute of the op,
+defaults filled in) and returns an array, or a tuple of arrays for ``split``. Float
+kernels accumulate in float64 and return the input's dtype; integer kernels are exact
+(int64 accumulation, int32 results); quantization rounds half to even in float32 as
+onnxruntime does.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from tensorfab.isa import AluOp, TensorfabError
+from tensorfab.sim.fsim_alu import alu_apply
+
+from .layout_transform import layout_transform, parse_layout
+
+Kernel = Callable[..., Any]
+KERNELS: dict[str, Kernel] = {}
+
+
+class KernelError(TensorfabError):
+    """A kernel given inputs it cannot compute (names the op and what is wrong)."""
+
+
+def kernel(name: str) -> Callable[[Kernel], Kernel]:
+    """Register a kernel as operator ``name``; it runs with numpy's floating-point
+    warnings off (overflow to inf and nan are results, as in onnxruntime)."""
+    def wrap(fn: Kernel) -> Kernel:
+        @functools.wraps(fn)
+        def quiet(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> Any:
+            with np.errstate(all="ignore"):
+                return fn(inputs, attrs)
+        KERNELS[name] = quiet
+        return fn
+    return wrap
+
+
+def _float_result(fn: Callable[..., np.ndarray]) -> Kernel:
+    """Run ``fn`` on float64 copies of the inputs and cast back to input 0's dtype."""
+    def run(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+        dtype = inputs[0].dtype
+        out = fn([np.asarray(a, dtype=np.float64) if a.dtype.kind == "f" else a
+                  for a in inputs], attrs)
+        return np.asarray(out).astype(dtype, copy=False)
+    run.__doc__ = fn.__doc__
+    return run
+
+
+# ------------------------------------------------------------------------- elementwise
+def _int_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q).astype(np.result_type(a, b))
+
+
+def _binary(float_fn: Callable, int_fn: Callable) -> Kernel:
+    def run(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+        a, b = inputs
+        if a.dtype.kind == "f":
+            return float_fn(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+        return np.asarray(int_fn(a, b)).astype(a.dtype)
+    return run
+
+
+kernel("add")(_binary(np.add, np.add))
+kernel("subtract")(_binary(np.subtract, np.subtract))
+kernel("multiply")(_binary(np.multiply, np.multiply))
+kernel("divide")(_binary(np.divide, _int_divide))
+kernel("power")(_binary(np.power, np.power))
+kernel("maximum")(_binary(np.maximum, np.maximum))
+kernel("minimum")(_binary(np.minimum, np.minimum))
+
+
+def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
+    return _float_result(lambda inputs, attrs: fn(inputs[0]))
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+kernel("sigmoid")(_unary(lambda x: 1.0 / (1.0 + np.exp(-x))))
+kernel("tanh")(_unary(np.tanh))
+kernel("erf")(_unary(lambda x: _erf(x).astype(np.float64)))
+kernel("sqrt")(_unary(np.sqrt))
+kernel("exp")(_unary(np.exp))
+kernel("hard_swish")(_unary(lambda x: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0)))
+
+
+@kernel("relu")
+def relu(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """max(x, 0)."""
+    x = inputs[0]
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+@kernel("negative")
+def negative(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """-x."""
+    return np.negative(inputs[0])
+
+
+@kernel("identity")
+@kernel("on_device")
+@kernel("device_copy")
+def identity(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The input (on the CPU a device copy moves nothing)."""
+    return inputs[0]
+
+
+@kernel("leaky_relu")
+@_float_result
+def leaky_relu(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """x if x >= 0 else alpha * x."""
+    x = inputs[0]
+    return np.where(x >= 0, x, x * attrs["alpha"])
+
+
+@kernel("hard_sigmoid")
+@_float_result
+def hard_sigmoid(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """max(0, min(1, alpha * x + beta))."""
+    return np.clip(inputs[0] * attrs["alpha"] + attrs["beta"], 0.0, 1.0)
+
+
+@kernel("clip")
+def clip(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """min(max(x, a_min), a_max), absent bounds skipped."""
+    x = inputs[0]
+    lo, hi = attrs["a_min"], attrs["a_max"]
+    if lo is not None:
+        x = np.maximum(x, np.asarray(lo).astype(x.dtype))
+    if hi is not None:
+        x = np.minimum(x, np.asarray(hi).astype(x.dtype))
+    return x
+
+
+@kernel("cast")
+def cast(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Convert to ``dtype`` (float to int truncates toward zero)."""
+    return inputs[0].astype(attrs["dtype"])
+
+
+@kernel("where")
+def where(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """cond ? x : y."""
+    c, x, y = inputs
+    return np.where(c, x, y)
+
+
+# ------------------------------------------------------------------------------- conv
+def _windows(x: np.ndarray, kh: int, kw: int, strides: Sequence[int],
+             dilation: Sequence[int]) -> np.ndarray:
+    """(N, C, OH, OW, KH, KW) view of the windows of an already padded NCHW input."""
+    dh, dw = dilation
+    sh, sw = strides
+    span = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
+    v = sliding_window_view(x, span, axis=(2, 3))
+    return v[:, :, ::sh, ::sw, ::dh, ::dw]
+
+
+def _conv_nchw(x: np.ndarray, w: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """Grouped, strided, dilated convolution of padded-with-zero data (any dtype)."""
+    pt, pl, pb, pr = attrs["padding"]
+    x = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    n = x.shape[0]
+    o, cg, kh, kw = w.shape
+    g = attrs["groups"]
+    win = _windows(x, kh, kw, attrs["strides"], attrs["dilation"])
+    oh, ow = win.shape[2:4]
+    win = win.reshape(n, g, cg, oh, ow, kh, kw)
+    wg = w.reshape(g, o // g, cg, kh, kw)
+    out = np.einsum("ngchwij,gocij->ngohw", win, wg, optimize=True)
+    return out.reshape(n, o, oh, ow)
+
+
+def _blocked_conv(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], x: np.ndarray,
+                  w: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """Run ``fn`` on plain layouts when data or kernel is blocked, re-block the result."""
+    dl, kl = attrs["data_layout"], attrs["kernel_layout"]
+    if not (parse_layout(dl).blocks or parse_layout(kl).blocks):
+        return fn(x, w)
+    y = fn(layout_transform(x, dl, "NCHW"), layout_transform(w, kl, "OIHW"))
+    return layout_transform(y, "NCHW", dl[:4] + f"{x.shape[4]}n{w.shape[4]}c")
+
+
+@kernel("nn.conv2d")
+def conv2d(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """2-D convolution (NCHW/OIHW or the accelerator's blocked layouts)."""
+    x, w = inputs
+
+    def plain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return _conv_nchw(a.astype(np.float64), b.astype(np.float64), attrs)
+    return _blocked_conv(plain, x, w, attrs).astype(x.dtype)
+
+
+def _zp(zp: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    """A zero point as int32, a 1-D one shaped to broadcast along ``axis``."""
+    zp = np.asarray(zp).astype(np.int32)
+    if zp.ndim == 1 and zp.size > 1:
+        shape = [1] * ndim
+        shape[axis] = zp.size
+        return zp.reshape(shape)
+    return zp.reshape(())
+
+
+@kernel("qnn.conv2d_integer")
+def conv2d_integer(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Integer convolution of (x - x_zero_point) and (w - w_zero_point) to int32."""
+    x, w, xzp, wzp = inputs
+    xs = x.astype(np.int64) - _zp(xzp, x.ndim, 1)
+    ws = w.astype(np.int64) - _zp(wzp, w.ndim, 0)
+    return _blocked_conv(lambda a, b: _conv_nchw(a, b, attrs), xs, ws,
+                         attrs).astype(np.int32)
+
+
+@kernel("matmul")
+@_float_result
+def matmul(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """numpy matmul."""
+    return np.matmul(inputs[0], inputs[1])
+
+
+@kernel("qnn.matmul_integer")
+def matmul_integer(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """(a - a_zero_point) @ (b - b_zero_point) to int32; a's zero point may be per row,
+    b's per column."""
+    a, b, azp, bzp = inputs
+    azp, bzp = np.asarray(azp).astype(np.int64), np.asarray(bzp).astype(np.int64)
+    azp = azp.reshape(-1, 1) if azp.size > 1 else azp.reshape(())
+    bzp = bzp.reshape(-1) if bzp.size > 1 else bzp.reshape(())
+    return np.matmul(a.astype(np.int64) - azp, b.astype(np.int64) - bzp).astype(np.int32)
+
+
+# --------------------------------------------------------------------------------- nn
+@kernel("nn.batch_norm")
+@_float_result
+def batch_norm(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Inference batch norm over axis 1."""
+    x, gamma, beta, mean, var = inputs
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    scale = gamma / np.sqrt(var + attrs["epsilon"])
+    return (x - mean.reshape(shape)) * scale.reshape(shape) + beta.reshape(shape)
+
+
+def _pool_pads(x: np.ndarray, attrs: dict[str, Any]) -> tuple[list[int], list[int]]:
+    """Begin and end padding per spatial axis, the end grown to cover ceil-mode windows."""
+    pt, pl, pb, pr = attrs["padding"]
+    begin, end = [pt, pl], [pb, pr]
+    for i in range(2):
+        k, s, d = attrs["pool_size"][i], attrs["strides"][i], attrs["dilation"][i]
+        size = x.shape[2 + i]
+        room = size + begin[i] + end[i] - ((k - 1) * d + 1)
+        out = (-(-room // s) if attrs["ceil_mode"] else room // s) + 1
+        need = (out - 1) * s + (k - 1) * d + 1 - (size + begin[i] + end[i])
+        end[i] += max(need, 0)
+    return begin, end
+
+
+@kernel("nn.max_pool2d")
+def max_pool2d(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """2-D max pooling; padding never wins."""
+    x = inputs[0]
+    begin, end = _pool_pads(x, attrs)
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    xp = np.pad(x, ((0, 0), (0, 0), (begin[0], end[0]), (begin[1], end[1])),
+                constant_values=low)
+    win = _windows(xp, *attrs["pool_size"], attrs["strides"], attrs["dilation"])
+    return win.max(axis=(4, 5))
+
+
+@kernel("nn.avg_pool2d")
+def avg_pool2d(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """2-D average pooling; the divisor counts the declared padding with
+    ``count_include_pad``, never the extra room of ceil mode."""
+    x = inputs[0]
+    begin, end = _pool_pads(x, attrs)
+    pads = ((0, 0), (0, 0), (begin[0], end[0]), (begin[1], end[1]))
+    xp = np.pad(x.astype(np.float64), pads)
+    k, s, d = attrs["pool_size"], attrs["strides"], attrs["dilation"]
+    total = _windows(xp, *k, s, d).sum(axis=(4, 5))
+    _, _, pb, pr = attrs["padding"]
+    mask = np.zeros((1, 1, *x.shape[2:]))
+    mask = np.pad(mask, pads, constant_values=0.0)
+    h, w = x.shape[2:]
+    if attrs["count_include_pad"]:
+        mask[..., : begin[0] + h + pb, : begin[1] + w + pr] = 1.0
+    else:
+        mask[..., begin[0]: begin[0] + h, begin[1]: begin[1] + w] = 1.0
+    count = _windows(mask, *k, s, d).sum(axis=(4, 5))
+    return (total / count).astype(x.dtype)
+
+
+@kernel("nn.global_avg_pool2d")
+@_float_result
+def global_avg_pool2d(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Mean over the spatial dims, kept."""
+    x = inputs[0]
+    return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+@kernel("nn.global_max_pool2d")
+def global_max_pool2d(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Max over the spatial dims, kept."""
+    x = inputs[0]
+    return x.max(axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+@kernel("nn.lrn")
+@_float_result
+def lrn(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """ONNX LRN: x / (bias + alpha / size * sum of squares over nearby channels) ** beta."""
+    x = inputs[0]
+    size = attrs["size"]
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+    sq = np.pad(x * x, [(0, 0), (lo, hi)] + [(0, 0)] * (x.ndim - 2))
+    c = x.shape[1]
+    total = sum(sq[:, i: i + c] for i in range(size))
+    return x / (attrs["bias"] + attrs["alpha"] / size * total) ** attrs["beta"]
+
+
+@kernel("nn.softmax")
+@_float_result
+def softmax(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Softmax along ``axis``."""
+    x = inputs[0]
+    e = np.exp(x - x.max(axis=attrs["axis"], keepdims=True))
+    return e / e.sum(axis=attrs["axis"], keepdims=True)
+
+
+@kernel("nn.layer_norm")
+@_float_result
+def layer_norm(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Normalize over dims axis..end, scale by gamma, shift by beta."""
+    x, gamma, beta = inputs
+    axes = tuple(range(attrs["axis"] % x.ndim, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    return (x - mean) / np.sqrt(var + attrs["epsilon"]) * gamma + beta
+
+
+@kernel("nn.pad")
+def pad(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Pad with ONNX's (begins..., ends...) order; constant, reflect or edge."""
+    x = inputs[0]
+    pads = attrs["pads"]
+    widths = list(zip(pads[: x.ndim], pads[x.ndim:], strict=True))
+    if attrs["mode"] == "constant":
+        return np.pad(x, widths, constant_values=np.asarray(attrs["value"]).astype(x.dtype))
+    return np.pad(x, widths, mode=attrs["mode"])
+
+
+@kernel("mean")
+@_float_result
+def mean(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Mean over ``axes`` (all when None)."""
+    axes = attrs["axes"]
+    return inputs[0].mean(axis=None if axes is None else tuple(axes),
+                          keepdims=attrs["keepdims"])
+
+
+# ----------------------------------------------------------------------------- shapes
+@kernel("reshape")
+def reshape(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Reshape; 0 copies the input dim, -1 is inferred."""
+    x = inputs[0]
+    shape = []
+    for i, d in enumerate(attrs["newshape"]):
+        if isinstance(d, str):
+            raise KernelError(f"reshape: newshape {attrs['newshape']} has the symbol {d!r}; "
+                              "the CPU kernel needs ints, 0 or -1")
+        shape.append(x.shape[i] if d == 0 else d)
+    return x.reshape(shape)
+
+
+@kernel("flatten")
+def flatten(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """(prod(dims[:axis]), prod(dims[axis:]))."""
+    x = inputs[0]
+    axis = attrs["axis"] + x.ndim if attrs["axis"] < 0 else attrs["axis"]
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+
+
+@kernel("transpose")
+def transpose(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Permute dims."""
+    return np.transpose(inputs[0], attrs["axes"])
+
+
+@kernel("squeeze")
+def squeeze(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Drop unit dims."""
+    axes = attrs["axes"]
+    return np.squeeze(inputs[0], axis=None if axes is None else tuple(axes))
+
+
+@kernel("expand_dims")
+def expand_dims(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Insert unit dims at ``axes`` of the result."""
+    x = inputs[0]
+    rank = x.ndim + len(attrs["axes"])
+    return np.expand_dims(x, tuple(a % rank for a in attrs["axes"]))
+
+
+@kernel("concatenate")
+def concatenate(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Join along ``axis``."""
+    return np.concatenate(list(inputs), axis=attrs["axis"])
+
+
+@kernel("split")
+def split(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    """Split into parts of extents ``sections`` along ``axis``."""
+    cuts = np.cumsum(attrs["sections"])[:-1]
+    return tuple(np.split(inputs[0], cuts, axis=attrs["axis"]))
+
+
+@kernel("strided_slice")
+def strided_slice(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """ONNX Slice."""
+    x = inputs[0]
+    index = [slice(None)] * x.ndim
+    for b, e, a, s in zip(attrs["begin"], attrs["end"], attrs["axes"], attrs["steps"],
+                          strict=True):
+        index[a % x.ndim] = slice(b, e, s)
+    return x[tuple(index)]
+
+
+@kernel("take")
+def take(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Gather along ``axis`` (negative indices count from the end)."""
+    x, idx = inputs
+    return np.take(x, idx.astype(np.int64), axis=attrs["axis"])
+
+
+@kernel("shape_of")
+def shape_of(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The shape as int64."""
+    return np.array(inputs[0].shape, dtype=np.int64)
+
+
+@kernel("layout_transform")
+def layout_transform_kernel(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Relayout between plain and blocked forms."""
+    return layout_transform(inputs[0], attrs["src_layout"], attrs["dst_layout"])
+
+
+# -------------------------------------------------------------------------- quantized
+def _per_axis(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    """A scale or zero point shaped to broadcast: per tensor, along ``axis``, or already
+    of the tensor's rank."""
+    v = np.asarray(v)
+    if v.ndim > 1 and v.ndim == ndim:
+        return v
+    if v.ndim == 1 and v.size > 1:
+        shape = [1] * ndim
+        shape[axis % ndim] = v.size
+        return v.reshape(shape)
+    return v.reshape(())
+
+
+def _saturate(v: np.ndarray, dtype: str) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return np.clip(v, info.min, info.max).astype(dtype)
+
+
+@kernel("qnn.quantize")
+def quantize(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """saturate(round_half_even(x / scale) + zero_point) in float32."""
+    x, scale, zp = inputs
+    ax = attrs["axis"]
+    q = np.rint(x.astype(np.float32) / _per_axis(scale, x.ndim, ax).astype(np.float32))
+    return _saturate(q + _per_axis(zp, x.ndim, ax).astype(np.float32), attrs["out_dtype"])
+
+
+@kernel("qnn.dequantize")
+def dequantize(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """(x - zero_point) * scale in float32."""
+    x, scale, zp = inputs
+    ax = attrs["axis"]
+    shifted = x.astype(np.int32) - _per_axis(zp, x.ndim, ax).astype(np.int32)
+    return shifted.astype(np.float32) * _per_axis(scale, x.ndim, ax).astype(np.float32)
+
+
+@kernel("qnn.requantize")
+def requantize(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """saturate(round_half_even(float32(acc) * scale) + zero_point)."""
+    x, scale, zp = inputs
+    ax = attrs["axis"]
+    v = np.rint(x.astype(np.float32) * _per_axis(scale, x.ndim, ax).astype(np.float32))
+    return _saturate(v + _per_axis(zp, x.ndim, ax).astype(np.float32), attrs["out_dtype"])
+
+
+@kernel("qnn.requantize_fixed")
+def requantize_fixed(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The accelerator's requantization, with the functional simulator's ALU: MUL by the
+    multiplier, SHR_RND by the shift, CLIP to int8."""
+    a = alu_apply(AluOp.MUL, inputs[0], attrs["multiplier"])
+    if attrs["shift"]:
+        a = alu_apply(AluOp.SHR_RND, a, attrs["shift"])
+    return alu_apply(AluOp.CLIP, a, 127).astype(np.int8)
+
+
+@functools.lru_cache(maxsize=64)
+def _program(blob: bytes):  # -> tensorfab.isa.Program
+    from tensorfab.isa import Program
+
+    return Program.from_bytes(blob, "accel.program")
+
+
+@kernel("accel.program")
+def accel_program(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Run a compiled accelerator program on an executor (the functional simulator by
+    default): the input goes to its input segment, the output segment comes back."""
+    from tensorfab.sim import get_device
+
+    x, blob = inputs
+    program = _program(np.ascontiguousarray(blob, np.uint8).tobytes())
+    seg = program.segment(attrs["input_segment"])
+    if tuple(x.shape) != seg.shape or str(x.dtype) != seg.dtype:
+        raise KernelError(f"accel.program: input {x.dtype}{tuple(x.shape)} does not fit "
+                          f"segment {seg.name!r} ({seg.dtype}{seg.shape})")
+    image = program.dram_image()
+    region = program.layout()[seg.name]
+    image[region.offset: region.offset + region.nbytes] = np.ascontiguousarray(x).view(
+        np.uint8).ravel()
+    result = get_device(attrs["executor"]).run(program, image)
+    return result.outputs[attrs["output_segment"]]

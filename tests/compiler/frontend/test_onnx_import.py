@@ -1,0 +1,227 @@
+"""Importing whole ONNX models: results against onnxruntime, symbolic dims, files, old
+opsets, the text form and planning of imported graphs, and the errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+from onnx_models import encoder_layer, qdq_cnn, small_cnn
+from onnx_single_op import single_op_model
+
+from tensorfab.compiler.frontend import OnnxImportError, from_onnx, supported_op_types
+from tensorfab.compiler.graph import (
+    Call,
+    Constant,
+    TensorType,
+    astext,
+    parse,
+    post_order,
+    structural_equal,
+)
+from tensorfab.compiler.graph.lower_runtime import evaluate
+from tensorfab.compiler.graph.planning import plan_devices
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict, optimize: bool = True) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    s = ort.InferenceSession(model.SerializeToString(), opts,
+                             providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)
+
+
+def test_small_cnn_from_file_with_symbolic_batch(tmp_path: Path) -> None:
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), path)
+    f = from_onnx(path)
+    assert f.params[0].type_annotation == TensorType(("N", 3, 10, 10), "float32")
+    assert f.checked_type.result == TensorType(("N", 5), "float32")
+    x = np.random.default_rng(0).standard_normal((3, 3, 10, 10)).astype(np.float32)
+    np.testing.assert_allclose(evaluate(f, [x]), ort_run(small_cnn(), {"x": x})[0],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_input_shapes_override() -> None:
+    f = from_onnx(small_cnn(), input_shapes={"x": (2, 3, 10, 10)})
+    assert f.checked_type.result == TensorType((2, 5), "float32")
+    with pytest.raises(OnnxImportError, match=r"input_shapes names \['y'\]"):
+        from_onnx(small_cnn(), input_shapes={"y": (1,)})
+
+
+def test_old_opset_is_converted() -> None:
+    m = small_cnn(opset=13)
+    # an opset-9 model: Relu and Add only, which the version converter lifts to 13
+    old = helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["a"], ["r"]),
+                           helper.make_node("Add", ["r", "a"], ["y"])], "old",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])]),
+        opset_imports=[helper.make_opsetid("", 9)])
+    old.ir_version = 4
+    a = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(evaluate(from_onnx(old), [a]), ort_run(old, {"a": a})[0])
+    assert from_onnx(m) is not None
+
+
+def test_encoder_layer_matches_onnxruntime() -> None:
+    model = encoder_layer()
+    f = from_onnx(model)
+    # the Shape/Gather/Concat chains were folded: reshapes take constant shapes
+    assert not any(isinstance(e, Call) and e.op in ("shape_of", "take")
+                   for e in post_order(f))
+    r = np.random.default_rng(2)
+    x = r.standard_normal((2, 6, 8)).astype(np.float32)
+    mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], np.int64)
+    want = ort_run(model, {"x": x, "mask": mask})[0]
+    np.testing.assert_allclose(evaluate(f, {"x": x, "mask": mask}), want, rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_qdq_model_matches_onnxruntime_within_one_quantum() -> None:
+    model = qdq_cnn()
+    f = from_onnx(model)
+    ops = {e.op for e in post_order(f) if isinstance(e, Call)}
+    assert {"qnn.quantize", "qnn.dequantize"} <= ops  # kept for the quantized flow
+    x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    got = evaluate(f, [x])
+    want = ort_run(model, {"x": x}, optimize=False)[0]
+    # a float conv rounded to int8 may fall on the other side of a tie: at most one
+    # quantum (0.05) of one activation, averaged by the pool over 64 values, times fc
+    np.testing.assert_allclose(got, want, rtol=0, atol=0.05 / 64 * 127 * 0.01 * 6 + 1e-5)
+
+
+@pytest.mark.parametrize("make", [small_cnn, encoder_layer, qdq_cnn])
+def test_imported_graphs_round_trip_and_plan(make) -> None:
+    f = from_onnx(make())
+    assert structural_equal(parse(astext(f)), f)
+    p = plan_devices(f)
+    assert structural_equal(plan_devices(p), p)
+
+
+def test_symbolic_shape_kept_and_runtime_reshape_rejected() -> None:
+    n = helper.make_node
+    model = helper.make_model(helper.make_graph(
+        [n("Shape", ["x"], ["s"]), n("Reshape", ["x", "s"], ["y"], name="the_reshape")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4])]),
+        opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    with pytest.raises(OnnxImportError,
+                       match="node 'the_reshape' \\(op_type Reshape, opset 14\\): Reshape's "
+                             "shape must be a constant"):
+        from_onnx(model)
+
+
+def test_shape_of_symbolic_input() -> None:
+    model = single_op_model("Shape", [("x", np.zeros((2, 3), np.float32))])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "B"
+    f = from_onnx(model)
+    assert isinstance(f.body, Call) and f.body.op == "shape_of"
+    np.testing.assert_array_equal(evaluate(f, [np.zeros((5, 3), np.float32)]), [5, 3])
+    static = from_onnx(single_op_model("Shape", [("x", np.zeros((2, 3), np.float32))]))
+    assert isinstance(static.body, Constant)
+
+
+def test_unsupported_op_names_node_op_type_opset_and_the_supported_ops() -> None:
+    model = single_op_model("Einsum", [("a", np.zeros((2, 3), np.float32)),
+                                       ("b", np.zeros((3, 4), np.float32))],
+                            {"equation": "ij,jk->ik"}, opset=17)
+    with pytest.raises(OnnxImportError) as e:
+        from_onnx(model)
+    msg = str(e.value)
+    assert "node 'the_Einsum' (op_type Einsum, opset 17) is not supported" in msg
+    assert "Conv, ConvInteger" in msg and "QLinearConv" in msg
+    assert set(supported_op_types()) == set(ISSUE_OPS)
+
+
+ISSUE_OPS = [
+    "Conv", "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Sum", "Relu", "Clip", "LeakyRelu",
+    "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf", "BatchNormalization", "MaxPool",
+    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LRN", "Flatten", "Reshape",
+    "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice", "Gather", "Shape",
+    "Constant", "ConstantOfShape", "Identity", "Dropout", "Cast", "Pad", "Softmax",
+    "ReduceMean", "Pow", "Sqrt", "LayerNormalization", "Where", "QuantizeLinear",
+    "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
+]
+
+
+def test_other_domain_is_unsupported() -> None:
+    node = helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft", name="g")
+    model = helper.make_model(
+        helper.make_graph([node], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    with pytest.raises(OnnxImportError, match=r"in domain 'com\.microsoft' is not supported"):
+        from_onnx(model)
+
+
+def test_malformed_model_gives_checker_message_and_file(tmp_path: Path) -> None:
+    bad = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["nowhere"], ["y"])], "bad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    bad.ir_version = 8
+    path = tmp_path / "bad.onnx"
+    onnx.save(bad, path)
+    with pytest.raises(OnnxImportError) as e:
+        from_onnx(path)
+    msg = str(e.value)
+    assert str(path) in msg and "the onnx checker rejects the model" in msg
+    assert "nowhere" in msg
+    with pytest.raises(OnnxImportError, match="no such file"):
+        from_onnx(tmp_path / "missing.onnx")
+    (tmp_path / "junk.onnx").write_bytes(b"\x00not a protobuf\xff" * 3)
+    with pytest.raises(OnnxImportError, match=r"junk\.onnx"):
+        from_onnx(tmp_path / "junk.onnx")
+
+
+def test_too_new_opset_is_refused() -> None:
+    model = single_op_model("Relu", [("x", np.zeros(2, np.float32))], opset=22)
+    with pytest.raises(OnnxImportError, match=r"opset 22 is newer than the supported 11\.\.21"):
+        from_onnx(model)
+
+
+def test_type_error_in_a_node_names_the_node() -> None:
+    model = single_op_model("Relu", [("x", np.zeros((2, 3), np.float32))])
+    conv = single_op_model("Conv", [("x", np.zeros((1, 3, 5, 5), np.float32)),
+                                    ("w", np.zeros((2, 3, 3, 3), np.float32))],
+                           {"pads": [1, 1, 1, 1]})
+    assert from_onnx(model) is not None and from_onnx(conv) is not None
+    conv3d = single_op_model("Conv", [("x", np.zeros((1, 3, 5, 5, 5), np.float32)),
+                                      ("w", np.zeros((2, 3, 3, 3, 3), np.float32))])
+    with pytest.raises(OnnxImportError, match=r"node 'the_Conv' \(op_type Conv, opset 17\)"
+                                              r": input has shape .*only 2-D"):
+        from_onnx(conv3d)
+
+
+@pytest.mark.parametrize("opset", range(11, 22))
+def test_every_native_opset(opset: int) -> None:
+    model = small_cnn(opset=opset)
+    x = np.random.default_rng(opset).standard_normal((2, 3, 10, 10)).astype(np.float32)
+    np.testing.assert_allclose(evaluate(from_onnx(model), [x]), ort_run(model, {"x": x})[0],
+                               rtol=1e-5, atol=1e-6)
+    if opset >= 17:
+        enc = encoder_layer(opset=opset)
+        r = np.random.default_rng(opset)
+        feeds = {"x": r.standard_normal((2, 6, 8)).astype(np.float32),
+                 "mask": np.ones((2, 6), np.int64)}
+        np.testing.assert_allclose(evaluate(from_onnx(enc), feeds), ort_run(enc, feeds)[0],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_input_names_are_kept_for_feeding() -> None:
+    model = single_op_model("Relu", [("input:0", np.zeros((2, 3), np.float32))])
+    f = from_onnx(model)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    np.testing.assert_array_equal(evaluate(f, {"input:0": x}), np.maximum(x, 0))
+    assert "%input_0: Tensor[(2, 3), float32]" in astext(f)
+    assert structural_equal(parse(astext(f)), f)

@@ -1,0 +1,80 @@
+"""Random int8 convolution chains through partitioning, planning, blocked layouts and the
+tensor compiler: the functional simulator's result equals the CPU interpreter's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorfab.compiler.graph import CPU, Call, Function, accel, post_order
+from tensorfab.compiler.graph import builder as gb
+from tensorfab.compiler.graph.accel_lowering import lower_accelerator_chains
+from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
+from tensorfab.compiler.graph.layout_planning import pack_accel_layouts
+from tensorfab.compiler.graph.lower_runtime import evaluate
+from tensorfab.compiler.graph.partitioning import annotate_accelerator
+from tensorfab.compiler.graph.planning import plan_devices
+
+
+def compile_for(f: Function, cfg: str) -> Function:
+    dev = accel(cfg)
+    return lower_accelerator_chains(pack_accel_layouts(plan_devices(
+        annotate_accelerator(fixed_point_requantize(f), dev))))
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.data())
+def test_random_conv_chains(data) -> None:
+    cfg = data.draw(st.sampled_from(["tiny", "small", "default"]))
+    r = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    c, o = data.draw(st.integers(1, 20)), data.draw(st.integers(1, 20))
+    k = data.draw(st.sampled_from([1, 3]))
+    h = data.draw(st.integers(k, 7))
+    stride = data.draw(st.sampled_from([1, 2]))
+    pad = data.draw(st.integers(0, k // 2))
+    x = gb.var("x", (1, c, h, h), "int8", device=CPU)
+    w = r.integers(-128, 128, (o, c, k, k)).astype(np.int8)
+    y = gb.conv2d_integer(x, w, np.int8(0), np.int8(0), strides=(stride, stride),
+                          padding=(pad,) * 4)
+    if data.draw(st.booleans()):
+        y = gb.add(y, r.integers(-5000, 5000, (o, 1, 1)).astype(np.int32))
+    y = gb.requantize(y, np.float32(data.draw(st.floats(1e-4, 2e-2))), np.int8(0),
+                      out_dtype="int8")
+    tail = data.draw(st.sampled_from(["none", "relu", "clip"]))
+    if tail == "relu":
+        y = gb.relu(y)
+    elif tail == "clip":
+        y = gb.clip(y, a_min=-20, a_max=90)
+    f = gb.function([x], gb.negative(y), result_device=CPU)
+    compiled = compile_for(f, cfg)
+    assert [e.op for e in post_order(compiled) if isinstance(e, Call)].count(
+        "accel.program") == 1
+    xv = r.integers(-128, 128, (1, c, h, h)).astype(np.int8)
+    np.testing.assert_array_equal(evaluate(compiled, [xv]),
+                                  evaluate(fixed_point_requantize(f), [xv]))
+
+
+def test_chain_without_requantization_stays_on_the_interpreter() -> None:
+    x = gb.var("x", (1, 4, 5, 5), "int8", device=CPU)
+    w = np.ones((4, 4, 3, 3), np.int8)
+    acc = gb.conv2d_integer(x, w, np.int8(0), np.int8(0))
+    f = gb.function([x], gb.cast(acc, dtype="float32"), result_device=CPU)
+    compiled = compile_for(f, "tiny")
+    names = [e.op for e in post_order(compiled) if isinstance(e, Call)]
+    assert "accel.program" not in names and "qnn.conv2d_integer" in names
+    xv = np.ones((1, 4, 5, 5), np.int8)
+    np.testing.assert_array_equal(evaluate(compiled, [xv]), np.full((1, 4, 3, 3), 36.0))
+
+
+@pytest.mark.parametrize("pads", [(1, 0, 0, 0), (0, 1, 0, 2)])
+def test_asymmetric_padding_is_refused_with_the_call_named(pads: tuple) -> None:
+    from tensorfab.compiler.graph.accel_lowering import AcceleratorLoweringError
+
+    x = gb.var("x", (1, 4, 5, 5), "int8", device=CPU)
+    y = gb.requantize(gb.conv2d_integer(x, np.ones((4, 4, 3, 3), np.int8), np.int8(0),
+                                        np.int8(0), padding=pads),
+                      np.float32(0.01), np.int8(0), out_dtype="int8")
+    with pytest.raises(AcceleratorLoweringError, match="asymmetric padding"):
+        compile_for(gb.function([x], y, result_device=CPU), "tiny")

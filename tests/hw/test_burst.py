@@ -1,0 +1,117 @@
+"""BurstIssuer in Amaranth's simulator: the commands of random 2-D transfers against the
+list a Python model splits, under random back-pressure, with halts mid-transfer."""
+
+from __future__ import annotations
+
+import gc
+import random
+import warnings
+
+import pytest
+from amaranth.hdl import UnusedElaboratable
+from amaranth.sim import Simulator
+
+from tensorfab.hw.burst import BurstIssuer
+from tensorfab.isa import PRESETS
+
+CFG = PRESETS["tiny"]
+
+
+def expected_commands(addr: int, rows: int, row_beats: int, stride: int,
+                      max_burst: int) -> list[tuple[int, int]]:
+    """``(addr, len)`` of every command: each row split into bursts of ``max_burst``."""
+    bus = CFG.mem_bus_bytes
+    mask = (1 << CFG.dram_addr_width) - 1
+    out = []
+    for r in range(rows):
+        a, left = addr + r * stride, row_beats
+        while left:
+            n = min(left, max_burst)
+            out.append((a & mask, n - 1))
+            a += n * bus
+            left -= n
+    return out
+
+
+@pytest.mark.parametrize("max_burst", [1, 3, 32])
+def test_burst_issuer_random_transfers(max_burst: int) -> None:
+    dut = BurstIssuer(CFG, max_burst)
+    rng = random.Random(max_burst)
+    bus = CFG.mem_bus_bytes
+    seen = {"stuck": 0, "halted": 0, "split": 0}
+
+    async def bench(ctx) -> None:
+        for n in range(40):
+            rows = rng.randint(1, 4)
+            row_beats = rng.choice([1, 2, max_burst, max_burst + 1, 2 * max_burst + 3,
+                                    rng.randint(1, 70)])
+            addr = rng.randrange(0, 1 << 12) * bus
+            stride = (row_beats + rng.randint(0, 3)) * bus
+            want = expected_commands(addr, rows, row_beats, stride, max_burst)
+            seen["split"] += len(want) > rows
+            halt_at = rng.randint(1, 2 * len(want)) if n % 4 == 3 else None
+            ctx.set(dut.addr, addr)
+            ctx.set(dut.rows, rows)
+            ctx.set(dut.row_beats, row_beats)
+            ctx.set(dut.stride, stride)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            got: list[tuple[int, int]] = []
+            owed = 0
+            offered = None  # payload offered and not taken last cycle
+            halted = False
+            for cycle in range(4000):
+                halted = halted or (halt_at is not None and cycle >= halt_at)
+                ctx.set(dut.issue, not halted)
+                ready = rng.random() < 0.6
+                beat = owed > 0 and rng.random() < 0.7
+                ctx.set(dut.cmd.ready, ready)
+                ctx.set(dut.beat, beat)
+                valid = ctx.get(dut.cmd.valid)
+                payload = (ctx.get(dut.cmd.payload.addr), ctx.get(dut.cmd.payload.len))
+                assert ctx.get(dut.owed) == owed
+                assert ctx.get(dut.issued) == (len(got) == len(want))
+                if offered is not None:  # the stream rule: held until taken
+                    assert valid and payload == offered
+                if halted and offered is None:
+                    assert not valid
+                if valid and ready:
+                    got.append(payload)
+                    owed += payload[1] + 1
+                offered = payload if valid and not ready else None
+                seen["stuck"] += offered is not None
+                owed -= beat
+                done = len(got) == len(want) if not halted else ctx.get(dut.drained)
+                await ctx.tick()
+                if done and owed == 0 and offered is None:
+                    break
+            else:
+                raise AssertionError(f"transfer {n} did not finish: {got} of {want}")
+            if halted:
+                seen["halted"] += len(got) < len(want)
+                assert got == want[:len(got)]
+            else:
+                assert got == want
+            while owed:  # the memory delivers what it owes before the next transfer
+                ctx.set(dut.beat, 1)
+                await ctx.tick()
+                owed -= 1
+            ctx.set(dut.beat, 0)
+            assert ctx.get(dut.drained)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert all(seen.values()), seen
+
+
+def test_burst_issuer_rejects_bad_max_burst() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        for bad in (0, 257):
+            with pytest.raises(ValueError, match="max_burst") as excinfo:
+                BurstIssuer(CFG, bad)
+            del excinfo
+        gc.collect()

@@ -1,0 +1,70 @@
+"""``tensorfab compile``, ``run`` and ``inspect`` on the digits CNN."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from tensorfab.cli import main
+from tensorfab.compiler.graph import parse
+from tensorfab.models import digits_cnn_onnx, load_digits_split, train_digits_cnn
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("cli")
+    xtr, _, xte, yte = load_digits_split(0)
+    onnx.save(digits_cnn_onnx(train_digits_cnn(seed=0)), d / "digits.onnx")
+    np.save(d / "calib.npy", xtr[:256])
+    np.save(d / "images.npy", xte[:16])
+    np.save(d / "labels.npy", yte[:16])
+    return {"dir": d, "onnx": d / "digits.onnx", "calib": d / "calib.npy",
+            "images": d / "images.npy", "labels": d / "labels.npy"}
+
+
+def last_json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("accel", [None, "tiny"])
+def test_compile_run_inspect(files, capsys, accel: str | None) -> None:
+    out = files["dir"] / f"digits_{accel}.tfm"
+    args = ["compile", str(files["onnx"]), "-o", str(out), "--shape", "image=16,1,8,8"]
+    if accel:
+        args += ["--int8", str(files["calib"]), "--accel", accel]
+    assert main(args) == 0
+    compiled = last_json(capsys)
+    assert compiled["accel_programs"] == (2 if accel else 0)
+    result = files["dir"] / "out.npy"
+    assert main(["run", str(out), "--input", f"image={files['images']}", "-o",
+                 str(result)]) == 0
+    summary = last_json(capsys)
+    logits = np.load(result)
+    assert summary["outputs"][0]["shape"] == [16, 10]
+    assert summary["outputs"][0]["argmax"] == logits.argmax(axis=1).tolist()
+    assert (logits.argmax(axis=1) == np.load(files["labels"])).mean() >= 0.85
+    assert main(["inspect", str(out)]) == 0
+    info = last_json(capsys)
+    assert info["inputs"] == [{"name": "image", "shape": [16, 1, 8, 8], "dtype": "float32"}]
+    assert ("accel.program" in info["ops"]) == bool(accel)
+
+
+def test_inspect_onnx_prints_the_text_form(files, capsys) -> None:
+    assert main(["inspect", str(files["onnx"])]) == 0
+    f = parse(capsys.readouterr().out)
+    assert f.params[0].name == "image"
+
+
+def test_errors_are_reported(files, capsys) -> None:
+    assert main(["compile", str(files["onnx"]), "-o", str(files["dir"] / "x.tfm"),
+                 "--accel", "tiny"]) == 2
+    assert "--accel needs --int8" in capsys.readouterr().err
+    assert main(["run", str(files["dir"] / "missing.tfm")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["compile", str(files["onnx"]), "-o", str(files["dir"] / "x.tfm"),
+                 "--shape", "image"]) == 2
+    assert "expected NAME=D,D" in capsys.readouterr().err
