@@ -36,7 +36,23 @@ def _shapes(items: list[str] | None) -> dict[str, tuple[int | str, ...]]:
     return out
 
 
+def _is_model_file(path: Path) -> bool:
+    """Whether ``path`` is a ``.tfm`` file (what ``compile`` writes)."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as z:
+        return sorted(z.namelist()) == ["constants.npz", "graph.json"]
+
+
+def _is_npy(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(6) == b"\x93NUMPY"
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
+    from tensorfab.cli import _check_writable
     from tensorfab.compiler.frontend import from_onnx, quantize_onnx
     from tensorfab.compiler.frontend.onnx_import import prepare_model
     from tensorfab.compiler.graph import accel
@@ -51,6 +67,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from tensorfab.compiler.graph.qdq_lowering import lower_qdq
     from tensorfab.runtime.artifact import save_model
 
+    # before the import and compilation (the command line's one output policy)
+    _check_writable(Path(args.output), args.force, _is_model_file, suffixes=(".tfm",))
     model, _ = prepare_model(args.model)
     if args.int8:
         calib = np.load(args.int8)
@@ -80,6 +98,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tensorfab.runtime.artifact import load_model
     from tensorfab.runtime.interpreter import run_program
 
+    if args.output:  # a NumPy array file may be replaced by another
+        from tensorfab.cli import _check_writable
+
+        _check_writable(Path(args.output), args.force, _is_npy, suffixes=(".npy",))
     program = load_model(args.model)
     feeds = {}
     for item in args.input or []:
@@ -130,11 +152,15 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
                    "accelerator of this HwConfig preset")
     c.add_argument("--shape", action="append", metavar="NAME=D,D,...",
                    help="fix an input's shape")
+    c.add_argument("--force", action="store_true",
+                   help="overwrite an existing output that is not a .tfm file")
     c.set_defaults(func=cmd_compile)
     r = sub.add_parser("run", help="run a .tfm model on inputs from .npy files")
     r.add_argument("model", help="MODEL.tfm")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     r.add_argument("-o", "--output", help="save the (first) output as .npy")
+    r.add_argument("--force", action="store_true",
+                   help="overwrite an existing output that is not a .npy file")
     r.set_defaults(func=cmd_run)
     i = sub.add_parser("inspect", help="show an ONNX model's IR or a .tfm file's contents")
     i.add_argument("file", help="MODEL.onnx or MODEL.tfm")

@@ -458,3 +458,26 @@ def test_stderr_that_is_a_log_gets_only_the_build_lines(capsys):
     assert capsys.readouterr().err.splitlines() == [
         "building the tiny RTL model once (cached in /c/k)",
         "built the tiny RTL model in 3 s; later runs reuse it from /c/k"]
+
+
+def test_model_command_outputs_follow_the_same_policy(tmp_path, capsys, monkeypatch):
+    """compile and run check -o before importing or running anything."""
+    import tensorfab.compiler.frontend.onnx_import as onnx_import
+    import tensorfab.runtime.artifact as artifact
+
+    def started(*a, **k):
+        raise AssertionError("the work started before its output was checked")
+
+    monkeypatch.setattr(onnx_import, "prepare_model", started)
+    monkeypatch.setattr(artifact, "load_model", started)
+    cases = [(["compile", "m.onnx", "-o", "/nonexistent/m.tfm"], "does not exist"),
+             (["compile", "m.onnx", "-o", str(tmp_path / "m.bin")], ".tfm"),
+             (["run", "m.tfm", "-o", str(tmp_path / "out.txt")], ".npy"),
+             (["run", "m.tfm", "-o", str(tmp_path)], "is a folder")]
+    foreign = tmp_path / "notes.tfm"
+    foreign.write_text("my notes")
+    cases.append((["compile", "m.onnx", "-o", str(foreign)], "--force"))
+    for argv, words in cases:
+        assert main(argv) == 2, argv
+        _one_line_error(capsys, words)
+    assert foreign.read_text() == "my notes"
