@@ -15,12 +15,14 @@ from typing import Any
 
 
 def _fsim_gemm() -> dict[str, Any]:
+    """GEMM throughput of the functional simulator."""
     from .fsim_gemm import run_fsim_gemm_bench
 
     return run_fsim_gemm_bench()
 
 
 def _rtl_speed(plot: str | None = None) -> dict[str, Any]:
+    """Simulated cycles per second of the Verilator RTL executor (about a minute)."""
     from .rtl_speed import run_rtl_speed_bench
 
     kw: dict[str, Any] = {} if plot is None else {"plot": plot or None}
@@ -28,12 +30,14 @@ def _rtl_speed(plot: str | None = None) -> dict[str, Any]:
 
 
 def _rtl_gemm_busy() -> dict[str, Any]:
+    """Compute-engine utilisation of a GEMM on RTL."""
     from .rtl_gemm_busy import run_rtl_gemm_busy_bench
 
     return run_rtl_gemm_busy_bench()
 
 
 def _conv2d(target: str = "rtl", plot: str | None = None) -> dict[str, Any]:
+    """ResNet conv2d layers compiled and run (--target rtl or fsim)."""
     from .conv2d import run_conv2d_bench
 
     kw: dict[str, Any] = {} if plot is None else {"plot": plot or None}
