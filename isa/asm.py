@@ -97,6 +97,8 @@ def tokenize(line_text: str) -> list[_Tok]:
     inside a token (``dram=x#1``) is part of it, so the token is rejected rather than
     the rest of the line silently dropped.
     """
+    if "#" not in line_text and ";" not in line_text:
+        return [_Tok(m.group(), m.start() + 1) for m in _TOKEN.finditer(line_text)]
     toks = []
     for m in _TOKEN.finditer(line_text):
         text = m.group()

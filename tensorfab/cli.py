@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import os
@@ -373,13 +374,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    return build_parser()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensorfab`` console command."""
-    args = build_parser().parse_args(argv)
+    args = _parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except (TensorfabError, ConfigError) as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False,
+                          emoji=False)
         return 2
     except KeyboardInterrupt:
         return 130
