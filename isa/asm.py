@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .asm_syntax import IMPLIED, mnemonic_table, vocabulary
+from .asm_syntax import IMPLIED, REQUIRED, mnemonic_table, vocabulary
 from .config import ConfigError, HwConfig, get_config
 from .errors import AsmError, ProgramError, TensorfabError
 from .formats import Buffer, Opcode, uop_format
@@ -271,6 +271,13 @@ def _instruction(st: _State, cfg: HwConfig, line: int, toks: list[_Tok]) -> None
             if by_key == key:
                 p.values[implied_field] = True
                 p.cols[implied_field] = t.col
+    given = {k.name for k in voc.keys if any(f in p.values for f in k.fields)}
+    if p.dram is not None:
+        given.add("dram")
+    missing = [k.name for k in voc.keys if k.name in REQUIRED and k.name not in given]
+    if missing:
+        raise _err(st, line, toks[0].col, f"{mn} needs {', '.join(f'{m}=' for m in missing)} "
+                   "(only pad, the loop factors, imm and the flags have defaults)")
     st.insns.append(p)
 
 

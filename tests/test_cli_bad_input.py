@@ -208,3 +208,26 @@ def test_help_lists_every_command_and_benchmark(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--version"])
     assert info.value.code == 0 and capsys.readouterr().out.startswith("tensorfab ")
+
+
+@pytest.mark.parametrize("line,missing", [
+    ("load.inp sram=0 y=1 x=8 stride=8", "dram="),
+    ("load.wgt dram=0 y=1 x=1 stride=1", "sram="),
+    ("store sram=0 dram=0 y=1 x=1", "stride="),
+    ("gemm iter=1,1", "uop="),
+    ("alu.add uop=0:1 dst=0,0", "iter="),
+])
+def test_fields_without_default_are_required(line, missing):
+    with pytest.raises(AsmError, match=f"needs .*{missing}") as info:
+        assemble(f".config tiny\n{line}\nfinish\n", source="r.s")
+    assert str(info.value).startswith("r.s:2:1: ")
+
+
+def test_optional_fields_take_their_documented_defaults():
+    prog = assemble(".config tiny\nload.inp sram=0 dram=0 y=1 x=1 stride=1\n"
+                    "gemm uop=0:1 iter=1,1\nalu.max uop=0:1 iter=1,1\nfinish\n")
+    load, gemm, alu = prog.insns[:3]
+    assert (load.pad_top, load.pad_bottom, load.pad_left, load.pad_right) == (0, 0, 0, 0)
+    assert (gemm.acc_factor_out, gemm.inp_factor_in, gemm.wgt_factor_out, gemm.reset) == (
+        0, 0, 0, False)
+    assert (alu.use_imm, alu.imm, alu.dst_factor_out, alu.src_factor_in) == (False, 0, 0, 0)
