@@ -19,13 +19,14 @@ naming the file, line and column.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .asm_syntax import IMPLIED, mnemonic_table, vocabulary
+from .asm_syntax import IMPLIED, REQUIRED, mnemonic_table, vocabulary
 from .config import ConfigError, HwConfig, get_config
 from .errors import AsmError, ProgramError, TensorfabError
 from .formats import Buffer, Opcode, uop_format
@@ -33,7 +34,7 @@ from .insn import INSN_CLASSES, Insn, Uop, dram_unit_of, encode_insn
 from .program import DTYPES, UOP_SEGMENT, Program, Segment
 
 _TOKEN = re.compile(r"\S+")
-_INT = re.compile(r"[+-]?(0x[0-9a-fA-F_]+|0b[01_]+|[0-9_]+)$")
+_INT = re.compile(r"[+-]?(0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+|[0-9_]+)$")
 _SYMBOL = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(?:([+-])(.+))?$")
 
 
@@ -73,9 +74,13 @@ def _err(st: _State, line: int, col: int, msg: str) -> AsmError:
 
 def _parse_int(st: _State, line: int, tok: _Tok, text: str | None = None) -> int:
     s = tok.text if text is None else text
-    if not _INT.match(s):
-        raise _err(st, line, tok.col, f"expected an integer, got {s!r}")
-    return int(s.replace("_", ""), 0)
+    if _INT.match(s):
+        try:
+            return int(s, 0)
+        except ValueError:
+            pass
+    raise _err(st, line, tok.col, f"expected an integer, got {s!r} (decimal without leading "
+               "zeros, 0x hex, 0o octal or 0b binary; '_' only between digits)")
 
 
 def _split_kv(st: _State, line: int, tok: _Tok) -> tuple[str, _Tok]:
@@ -86,13 +91,26 @@ def _split_kv(st: _State, line: int, tok: _Tok) -> tuple[str, _Tok]:
 
 
 def tokenize(line_text: str) -> list[_Tok]:
-    """Split a line into tokens with 1-based columns, dropping the comment."""
-    cut = len(line_text)
-    for c in ";#":
-        i = line_text.find(c)
-        if i >= 0:
-            cut = min(cut, i)
-    return [_Tok(m.group(), m.start() + 1) for m in _TOKEN.finditer(line_text[:cut])]
+    """Split a line into tokens with 1-based columns, dropping the comment.
+
+    A comment starts at ``;`` anywhere, or at ``#`` at the start of a token: a ``#``
+    inside a token (``dram=x#1``) is part of it, so the token is rejected rather than
+    the rest of the line silently dropped.
+    """
+    if "#" not in line_text and ";" not in line_text:
+        return [_Tok(m.group(), m.start() + 1) for m in _TOKEN.finditer(line_text)]
+    toks = []
+    for m in _TOKEN.finditer(line_text):
+        text = m.group()
+        if text.startswith("#"):
+            break
+        semi = text.find(";")
+        if semi >= 0:
+            if semi:
+                toks.append(_Tok(text[:semi], m.start() + 1))
+            break
+        toks.append(_Tok(text, m.start() + 1))
+    return toks
 
 
 # --------------------------------------------------------------------- directives
@@ -129,6 +147,12 @@ def _directive(st: _State, line: int, toks: list[_Tok]) -> None:
             if v < 1:
                 raise _err(st, line, shp.col, f"shape extent {v} must be positive")
             shape.append(v)
+        nbytes = math.prod(shape) * DTYPES[dt.text].itemsize
+        cfg = st.config or get_config("default")
+        if nbytes > cfg.dram_bytes:
+            raise _err(st, line, shp.col, f"segment {seg.text!r} needs {nbytes} bytes, more "
+                       f"than the {cfg.dram_addr_width}-bit DRAM address space of config "
+                       f"{cfg.name!r} ({cfg.dram_bytes} bytes)")
         output = False
         for t in toks[4:]:
             if t.text == "output":
@@ -149,9 +173,15 @@ def _directive(st: _State, line: int, toks: list[_Tok]) -> None:
             raise _err(st, line, seg.col, f"segment {seg.text!r} already takes its data from "
                        "a file")
         vals = st.seg_data.setdefault(seg.text, [])
+        dtype = st.segments[seg.text].dtype
+        info = np.iinfo(DTYPES[dtype])
         for t in toks[2:]:
             for part in filter(None, t.text.split(",")):
-                vals.append(_parse_int(st, line, t, part))
+                v = _parse_int(st, line, t, part)
+                if not info.min <= v <= info.max:
+                    raise _err(st, line, t.col, f"{v} is outside the {dtype} range of segment "
+                               f"{seg.text!r} ({info.min}..{info.max})")
+                vals.append(v)
     elif name == ".uop":
         vals: dict[str, int] = {}
         cols: dict[str, int] = {}
@@ -174,13 +204,22 @@ def _load_side_file(st: _State, line: int, tok: _Tok, seg: str, dtype: str,
                     shape: list[int]) -> np.ndarray:
     rel = tok.text[len("file="):]
     path = Path(rel) if st.base_dir is None else st.base_dir / rel
+    if path.suffix != ".npy":
+        raise _err(st, line, tok.col, f"{rel}: side files are .npy arrays (np.save), "
+                   f"not {path.suffix or 'files without a suffix'}")
     try:
         arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise _err(st, line, tok.col, f"cannot read {path}: {exc}") from exc
-    if arr.size != int(np.prod(shape)):
+    except (OSError, ValueError, EOFError) as exc:
+        raise _err(st, line, tok.col, f"cannot read {path}: "
+                   f"{getattr(exc, 'strerror', None) or exc}") from exc
+    if not isinstance(arr, np.ndarray):
+        raise _err(st, line, tok.col, f"{path} is not a single .npy array")
+    if arr.dtype.kind not in "iub":
+        raise _err(st, line, tok.col, f"{path} holds {arr.dtype} values; segment {seg!r} "
+                   f"({dtype}) needs integers (convert with np.rint(a).astype(np.{dtype}))")
+    if arr.size != math.prod(shape):
         raise _err(st, line, tok.col, f"{path} holds {arr.size} values, segment {seg!r} "
-                   f"needs {int(np.prod(shape))}")
+                   f"needs {math.prod(shape)}")
     return arr
 
 
@@ -232,6 +271,13 @@ def _instruction(st: _State, cfg: HwConfig, line: int, toks: list[_Tok]) -> None
             if by_key == key:
                 p.values[implied_field] = True
                 p.cols[implied_field] = t.col
+    given = {k.name for k in voc.keys if any(f in p.values for f in k.fields)}
+    if p.dram is not None:
+        given.add("dram")
+    missing = [k.name for k in voc.keys if k.name in REQUIRED and k.name not in given]
+    if missing:
+        raise _err(st, line, toks[0].col, f"{mn} needs {', '.join(f'{m}=' for m in missing)} "
+                   "(only pad, the loop factors, imm and the flags have defaults)")
     st.insns.append(p)
 
 
@@ -367,8 +413,22 @@ def assemble_file(path: str | Path, config: HwConfig | str | None = None) -> Pro
     """Assemble a ``.s`` file (side files are relative to its folder)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise TensorfabError(f"cannot read {path}: {exc.strerror}") from exc
-    return assemble(text, config, source=str(path), base_dir=path.parent)
+    return assemble(decode_text(raw, str(path)), config, source=str(path),
+                    base_dir=path.parent)
+
+
+def decode_text(raw: bytes, source: str) -> str:
+    """UTF-8 text of a source file; an undecodable byte is an :class:`AsmError` at its
+    line and column."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = raw[: exc.start]
+        line = before.count(b"\n") + 1
+        col = exc.start - (before.rfind(b"\n") + 1) + 1
+        raise AsmError(f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start}",
+                       line=line, column=col, source=source) from exc
 

@@ -33,6 +33,10 @@ MNEMONIC_FIELD: dict[Opcode, str] = {Opcode.LOAD: "buffer", Opcode.ALU: "op"}
 ALWAYS_PRINTED = frozenset({"sram", "dram", "y", "x", "stride", "uop", "iter"})
 """Keys the disassembler prints even at their default value."""
 
+REQUIRED = ALWAYS_PRINTED
+"""Keys an instruction must give (no default): transfers' addresses and sizes, kernels'
+micro-op range and loop counts. Padding, loop factors, ``imm`` and flags default to 0."""
+
 IMPLIED = {"use_imm": "imm"}
 """Fields set by the presence of another key rather than written themselves."""
 
@@ -122,5 +126,5 @@ def defaults(cls: type[Insn]) -> dict[str, object]:
     return {f.name: f.default for f in dataclasses.fields(cls)}
 
 
-__all__ = ["ALWAYS_PRINTED", "GROUPS", "MNEMONIC_FIELD", "Key", "Vocabulary", "defaults",
-           "mnemonic_table", "vocabulary"]
+__all__ = ["ALWAYS_PRINTED", "GROUPS", "MNEMONIC_FIELD", "REQUIRED", "Key", "Vocabulary",
+           "defaults", "mnemonic_table", "vocabulary"]

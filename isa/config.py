@@ -197,9 +197,15 @@ class HwConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HwConfig:
-        """Build a config from a dict, rejecting unknown keys by name."""
+        """Build a config from a dict, rejecting unknown keys by name.
+
+        The output of ``tensorfab config show`` (``{"config": {...}, "derived": {...}}``)
+        is accepted too: its ``config`` member is read.
+        """
         if not isinstance(data, dict):
             raise ConfigError("<root>", data, "a config must be a JSON object")
+        if set(data) == {"config", "derived"} and isinstance(data["config"], dict):
+            data = data["config"]
         known = {f.name for f in dataclasses.fields(cls)}
         for key in data:
             if key not in known:
@@ -252,7 +258,16 @@ def get_config(name_or_path: str | Path) -> HwConfig:
         return PRESETS[key]
     path = Path(key)
     if path.suffix == ".json" and path.is_file():
-        return HwConfig.from_json(path.read_text())
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except OSError as exc:
+            raise ConfigError("name", key, f"cannot read: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError("name", key, f"not UTF-8 JSON text (byte {exc.start})") from exc
+        try:
+            return HwConfig.from_json(text)
+        except ConfigError as exc:
+            raise ConfigError(exc.field, exc.value, f"{exc.rule} (in {path})") from exc
     raise ConfigError("name", key,
                       f"not a preset ({', '.join(PRESETS)}) nor a JSON config file")
 

@@ -12,6 +12,7 @@ DRAM layout of a program image (byte addresses, every region aligned to
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -84,7 +85,7 @@ class Segment:
     @property
     def size(self) -> int:
         """Number of elements."""
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -282,7 +283,7 @@ class Program:
         if version != VERSION:
             raise BinaryFormatError(f"{source}: version {version}, this tensorfab reads "
                                     f"{VERSION}")
-        cfg = HwConfig.from_dict(header["config"])
+        cfg, n_insns, n_uops, seg_headers = _check_header(header, source)
         pos = 16 + hlen
         nb = insn_width(cfg) // 8
         ub = uop_format(cfg).bytes
@@ -290,27 +291,38 @@ class Program:
         def take(n: int, what: str) -> bytes:
             nonlocal pos
             if pos + n > len(blob):
-                raise BinaryFormatError(f"{source}: truncated in {what}")
+                raise BinaryFormatError(f"{source}: truncated in {what} (byte {pos} of "
+                                        f"{len(blob)}, {n} more needed)")
             chunk = blob[pos: pos + n]
+            last[0] = pos
             pos += n
             return chunk
 
-        insns = [decode_insn(int.from_bytes(take(nb, f"instruction {i}"), "little"), cfg, i)
-                 for i in range(header["n_insns"])]
-        uops = [decode_uop(int.from_bytes(take(ub, f"micro-op {i}"), "little"), cfg)
-                for i in range(header["n_uops"])]
+        last = [pos]
+        try:
+            insns = [decode_insn(int.from_bytes(take(nb, f"instruction {i}"), "little"),
+                                 cfg, i) for i in range(n_insns)]
+            uops = [decode_uop(int.from_bytes(take(ub, f"micro-op {i}"), "little"), cfg)
+                    for i in range(n_uops)]
+        except ProgramError as exc:
+            raise type(exc)(f"{source}: byte {last[0]}: {exc.detail}", code=exc.code,
+                            index=exc.index, engine=exc.engine, field=exc.field) from exc
         segs = []
-        for s in header["segments"]:
+        for s in seg_headers:
             data = None
             if s["has_data"]:
                 dt = DTYPES[s["dtype"]]
-                n = int(np.prod(s["shape"])) * dt.itemsize
+                n = math.prod(s["shape"]) * dt.itemsize
                 data = np.frombuffer(take(n, f"segment {s['name']}"), dtype=dt).reshape(
                     s["shape"])
             segs.append(Segment(s["name"], s["dtype"], tuple(s["shape"]), data, s["output"]))
         if pos != len(blob):
-            raise BinaryFormatError(f"{source}: {len(blob) - pos} trailing bytes")
-        return cls(cfg, insns, uops, segs)
+            raise BinaryFormatError(f"{source}: {len(blob) - pos} trailing bytes after byte "
+                                    f"{pos}")
+        try:
+            return cls(cfg, insns, uops, segs)
+        except ProgramError as exc:
+            raise BinaryFormatError(f"{source}: header: {exc}") from exc
 
     # ----------------------------------------------------------------- statistics
     def count_by_opcode(self) -> dict[str, int]:
@@ -319,6 +331,60 @@ class Program:
         for insn in self.insns:
             counts[insn.opcode.name.lower()] += 1
         return counts
+
+
+_HEADER_KEYS = {"config": dict, "n_insns": int, "n_uops": int, "segments": list}
+_SEGMENT_KEYS = {"name": str, "dtype": str, "shape": list, "output": bool, "has_data": bool}
+
+
+def _check_header(header: object, source: str) -> tuple[HwConfig, int, int, list[dict]]:
+    """Validate a binary's JSON header as untrusted input.
+
+    Raises
+    ------
+    BinaryFormatError
+        Naming the header key (and segment) that is missing or wrong.
+    """
+    def bad(what: str) -> BinaryFormatError:
+        return BinaryFormatError(f"{source}: header: {what}")
+
+    def typed(obj: dict, keys: dict[str, type], where: str) -> None:
+        for key, kind in keys.items():
+            if key not in obj:
+                raise bad(f"{where}missing key {key!r}")
+            v = obj[key]
+            if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+                raise bad(f"{where}{key} = {v!r} is not a {kind.__name__}")
+        extra = set(obj) - set(keys)
+        if extra:
+            raise bad(f"{where}unknown key(s) {', '.join(map(repr, sorted(extra)))}")
+
+    if not isinstance(header, dict):
+        raise bad("not a JSON object")
+    typed(header, _HEADER_KEYS, "")
+    try:
+        cfg = HwConfig.from_dict(header["config"])
+    except (ValueError, TypeError) as exc:  # ConfigError is a ValueError
+        raise bad(f"config: {exc}") from exc
+    for key in ("n_insns", "n_uops"):
+        if header[key] < 0:
+            raise bad(f"{key} = {header[key]} is negative")
+    segs = header["segments"]
+    for i, s in enumerate(segs):
+        if not isinstance(s, dict):
+            raise bad(f"segment {i} is not a JSON object")
+        typed(s, _SEGMENT_KEYS, f"segment {i}: ")
+        if s["dtype"] not in DTYPES:
+            raise bad(f"segment {i} ({s['name']!r}): dtype {s['dtype']!r} is not one of "
+                      f"{', '.join(DTYPES)}")
+        shape = s["shape"]
+        if not shape or not all(isinstance(e, int) and not isinstance(e, bool) and e > 0
+                                for e in shape):
+            raise bad(f"segment {i} ({s['name']!r}): shape {shape} must be positive integers")
+        if math.prod(shape) * DTYPES[s["dtype"]].itemsize > cfg.dram_bytes:
+            raise bad(f"segment {i} ({s['name']!r}): shape {shape} exceeds the "
+                      f"{cfg.dram_addr_width}-bit DRAM address space")
+    return cfg, header["n_insns"], header["n_uops"], segs
 
 
 def decode_stream(words: Iterable[int], cfg: HwConfig) -> list[Insn]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import os
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tensorfab.isa import PRESETS, Program, TensorfabError, get_config
+from tensorfab.isa import PRESETS, BinaryFormatError, Program, TensorfabError, get_config
 from tensorfab.isa.config import HwConfig
 from tensorfab.isa.formats import buffer_bytes, insn_formats, insn_width, uop_format
 from tensorfab.isa.program import MAGIC
@@ -29,14 +30,22 @@ class CliError(TensorfabError):
 
 
 # --------------------------------------------------------------------------- helpers
-def load_program(path: str | Path, config: str | None = None) -> Program:
-    """Read a program from assembly (``.s``/``.asm``) or a binary (``.bin``)."""
+def load_program(path: str | Path, config: str | None = None, *,
+                 binary_only: bool = False) -> Program:
+    """Read a program from assembly (``.s``/``.asm``) or a binary (``.bin``).
+
+    With ``binary_only``, anything but a program binary is a :class:`BinaryFormatError`.
+    """
     from tensorfab.isa.asm import assemble_file
 
     path = Path(path)
     if not path.is_file():
         raise CliError(f"{path}: no such file")
-    head = path.open("rb").read(len(MAGIC))
+    with path.open("rb") as f:
+        head = f.read(len(MAGIC))
+    if head != MAGIC and binary_only:
+        raise BinaryFormatError(f"{path}: not a tensorfab program (no {MAGIC.decode()} "
+                                "header; assemble .s files with tensorfab asm)")
     if head == MAGIC:
         prog = Program.from_bytes(path.read_bytes(), source=str(path))
         if config is not None and get_config(config) != prog.config:
@@ -182,7 +191,7 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 
     if args.output:  # the folder before reading; ownership once the text is known
         _check_writable(Path(args.output), args.force, lambda p: True)
-    prog = load_program(args.file)
+    prog = load_program(args.file, binary_only=True)
     text = disassemble(prog)
     if args.output:
         out = Path(args.output)
@@ -241,7 +250,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_json()))
         return 0
     console = Console()
-    table = Table(title=f"{args.file} on {device.name} ({prog.config.name})")
+    table = Table(title=escape(f"{args.file} on {device.name} ({prog.config.name})"))
     table.add_column("counter")
     table.add_column("value", justify="right")
     for k, v in result.counters.to_dict().items():
@@ -250,7 +259,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         table.add_row("cycles", f"{result.cycles:,}")
     console.print(table)
     for name, arr in result.outputs.items():
-        console.print(f"[bold]{name}[/] {arr.dtype} {arr.shape}")
+        console.print(f"[bold]{escape(name)}[/] {arr.dtype} {arr.shape}")
         console.print(arr if arr.size <= 256 else f"{arr.ravel()[:16]} ...")
     return 0
 
@@ -456,13 +465,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    return build_parser()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensorfab`` console command."""
-    args = build_parser().parse_args(argv)
+    args = _parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except TensorfabError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False,
+                          emoji=False)
         return 2
     except KeyboardInterrupt as exc:  # an RTL run says where it stopped
         err_console.print(escape(str(exc)) or "interrupted", highlight=False)
