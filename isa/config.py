@@ -99,8 +99,9 @@ class HwConfig:
                                   f"only {want}-bit signed elements are supported")
         for name in ("inp_depth", "wgt_depth", "acc_depth", "uop_depth"):
             value = getattr(self, name)
-            if not 2 <= value <= 1 << 16:
-                raise ConfigError(name, value, "must be between 2 and 65536 entries")
+            least = 4 if name == "acc_depth" else 2  # two rows of zero flags, 2 lanes each
+            if not least <= value <= 1 << 16:
+                raise ConfigError(name, value, f"must be between {least} and 65536 entries")
         if not 2 <= self.dep_queue_depth <= 1024:
             raise ConfigError("dep_queue_depth", self.dep_queue_depth,
                               "must be between 2 and 1024")

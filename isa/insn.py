@@ -219,8 +219,10 @@ def segment_dram(cfg: HwConfig, insn: Insn, segment: str, byte_offset: int) -> i
 
 
 def fast_reset_lanes(cfg: HwConfig) -> int:
-    """Accumulator entries a fast reset zeroes per cycle (one zero-flag row)."""
-    return min(FAST_RESET_LANES, cfg.acc_depth)
+    """Accumulator entries a fast reset zeroes per cycle (one zero-flag row). At most
+    half the accumulator depth, so that the flag memory has two rows (a one-row memory
+    has a zero-width address, which Amaranth writes as ``wire [-1:0]``)."""
+    return min(FAST_RESET_LANES, cfg.acc_depth // 2)
 
 
 def fast_reset_condition(g):
