@@ -52,10 +52,17 @@ def _requant(target: str = "rtl") -> dict[str, Any]:
     return run_requant_bench(target)
 
 
+def _digits(target: str = "fsim") -> dict[str, Any]:
+    from .digits import run_digits_bench
+
+    return run_digits_bench(target)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
     "rtl-gemm-busy": _rtl_gemm_busy,
     "conv2d": _conv2d,
     "requant": _requant,
+    "digits": _digits,
 }

@@ -42,4 +42,7 @@ def run_demo(console: Console) -> int:
     console.print(f"result check against numpy: {verdict} ({got.size} outputs, "
                   f"{np.count_nonzero(got)} non-zero, range {got.min()}..{got.max()})",
                   soft_wrap=True)
-    return 0 if ok else 1
+    from tensorfab.models.digits_demo import run_digits_demo
+
+    digits_status = run_digits_demo(console)
+    return 0 if ok and digits_status == 0 else 1
