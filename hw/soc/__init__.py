@@ -1,0 +1,1 @@
+"""tensorfab.hw.soc: SoC tops (core + on-chip memory + UART host bridge + LEDs)."""
