@@ -51,7 +51,7 @@ class BoardTop(Elaboratable):
     def elaborate(self, platform) -> Module:
         board = self.board
         m = Module()
-        clk_res = platform.request(platform.default_clk, dir="-")
+        clk_res = platform.request(platform.default_clk)
         in_mhz = platform.default_clk_frequency / 1e6
         m.domains.sync = sync = ClockDomain("sync")
         locked = Signal()

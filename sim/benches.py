@@ -37,9 +37,17 @@ def _conv2d(target: str = "rtl", plot: str | None = None) -> dict[str, Any]:
     return run_conv2d_bench(target, **kw)
 
 
+def _fpga(plot: str | None = None) -> dict[str, Any]:
+    from tensorfab.fpga_builds.bench import run_fpga_bench
+
+    return run_fpga_bench(plot="build/fpga-bench/utilization.png" if plot is None
+                          else plot or None)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
     "rtl-gemm-busy": _rtl_gemm_busy,
     "conv2d": _conv2d,
+    "fpga": _fpga,
 }

@@ -262,6 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("demo", help="assemble and run the example GEMM+ALU program")
     m.set_defaults(func=cmd_demo)
+
+    from tensorfab.cli_fpga import add_fpga_parser
+
+    add_fpga_parser(sub)
     return p
 
 
