@@ -10,7 +10,7 @@ from pathlib import Path
 from .boards import get_board
 from .errors import FpgaBuildError, ToolMissing
 
-__all__ = ["program_command", "program_board"]
+__all__ = ["program_board", "program_command"]
 
 
 def program_command(board_name: str, bitstream: str | Path, *, flash: bool = False,

@@ -101,7 +101,7 @@ def test_program_without_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_unknown_board() -> None:
     from tensorfab.fpga_builds.boards import get_board
 
-    with pytest.raises(FpgaBuildError, match="unknown board 'de0'.*ulx3s-85f"):
+    with pytest.raises(FpgaBuildError, match=r"unknown board 'de0'.*ulx3s-85f"):
         get_board("de0")
 
 
