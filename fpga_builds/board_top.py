@@ -97,7 +97,4 @@ class BoardTop(Elaboratable):
             except ResourceError:
                 break
             m.d.comb += led.o.eq(soc.leds[i])
-        if board.family == "ice40":  # the iCEBreaker's own two LEDs: heartbeat, error
-            for name, bit in (("led_g", LEDS.index("heartbeat")), ("led_r", LEDS.index("error"))):
-                m.d.comb += platform.request(name, 0).o.eq(soc.leds[bit])
         return m
