@@ -24,13 +24,36 @@ __all__ = ["HostBridge", "crc32_step", "link_info"]
 _POLY = 0xEDB88320
 
 
+def _crc_matrix() -> list[tuple[int, int]]:
+    """For each bit of the next CRC register: the masks of the register bits and of
+    the byte bits it is the XOR of (the recurrence is linear over GF(2))."""
+
+    def step(crc: int, byte: int) -> int:
+        c = crc ^ byte
+        for _ in range(8):
+            c = (c >> 1) ^ (_POLY if c & 1 else 0)
+        return c
+
+    rows = []
+    for bit in range(32):
+        crc_mask = sum(1 << i for i in range(32) if step(1 << i, 0) >> bit & 1)
+        byte_mask = sum(1 << i for i in range(8) if step(0, 1 << i) >> bit & 1)
+        rows.append((crc_mask, byte_mask))
+    return rows
+
+
+_CRC_ROWS = _crc_matrix()
+
+
 def crc32_step(crc: Value, byte: Value) -> Value:
     """The CRC-32 register after one more byte (reflected, before the final inversion),
-    the recurrence of :func:`tensorfab.isa.hostlink.crc32`."""
-    c: Value = crc ^ byte
-    for _ in range(8):
-        c = Mux(c[0], (c >> 1) ^ _POLY, c >> 1)
-    return c[:32]
+    the recurrence of :func:`tensorfab.isa.hostlink.crc32`, as one XOR per bit."""
+    bits = []
+    for crc_mask, byte_mask in _CRC_ROWS:
+        terms = [crc[i] for i in range(32) if crc_mask >> i & 1]
+        terms += [byte[i] for i in range(8) if byte_mask >> i & 1]
+        bits.append(Cat(*terms).xor())
+    return Cat(*bits)
 
 
 def link_info(cfg: HwConfig, mem_bytes: int, clk_hz: int, baud: int) -> hl.LinkInfo:
