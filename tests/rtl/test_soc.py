@@ -23,9 +23,9 @@ from tensorfab.hw.soc.top import SocTop
 from tensorfab.isa import PRESETS, Program
 
 DIVISOR = 4
-#: Programs of the CI subset (every engine, GEMM with virtual threads, ALU, errors-free).
-FAST = ("save_load_out", "padded_acc_all", "gemm_vt2", "alu_add_vec", "relu", "requant",
-        "alu_reduction_add")
+#: Programs of the CI subset: loads/stores with padding, GEMM with virtual threads,
+#: ALU requantization (7 programs took 400 s on a loaded machine; 3 keep CI short).
+FAST = ("padded_acc_all", "gemm_vt2", "requant")
 
 
 def run_on_soc(programs: list[Program], workdir: Path) -> list[CoreRun]:
