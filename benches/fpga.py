@@ -19,9 +19,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plot", default="build/fpga-bench/utilization.png")
     ap.add_argument("--reuse", action="store_true", help="reuse existing reports")
+    ap.add_argument("--out", default="build/fpga-bench", help="build directories")
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     args = ap.parse_args(argv)
-    result = run_fpga_bench(DEFAULT_MATRIX, plot=args.plot or None, reuse=args.reuse)
+    result = run_fpga_bench(DEFAULT_MATRIX, out_dir=args.out, plot=args.plot or None,
+                            reuse=args.reuse)
     if not args.json:
         for b in result["builds"]:
             print(f"{b['board']:12s} {b['config']:8s} {b['fmax_mhz']:7.1f} / "

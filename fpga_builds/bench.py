@@ -12,6 +12,7 @@ from rich.console import Console
 from .boards import BOARDS
 from .errors import DoesNotFit, FpgaBuildError
 from .flow import build_bitstream
+from .report import check_fit, utilization_from_log
 
 __all__ = ["DEFAULT_MATRIX", "plot_utilization", "run_fpga_bench"]
 
@@ -54,6 +55,10 @@ def run_fpga_bench(matrix: tuple[tuple[str, str, bool], ...] = DEFAULT_MATRIX, *
                 continue
             if reuse and (where / "report.json").exists():
                 report = json.loads((where / "report.json").read_text())
+            elif reuse and (where / "top.tim").exists():  # a build that did not fit
+                check_fit(BOARDS[board].family,
+                          utilization_from_log((where / "top.tim").read_text()))
+                raise FpgaBuildError(f"{where}: no report.json and no overflow in top.tim")
             else:
                 report = build_bitstream(board, config, where, dsp=dsp,
                                          allow_timing_failure=True, console=console)
