@@ -67,7 +67,7 @@ BOARDS: dict[str, Board] = {
         Board("ulx3s-25f", "ecp5", _without_loader(ULX3S_25F_Platform), 100.0, 16 * 1024,
               "tiny", "ulx3s", "MULT18X18D"),
         Board("icebreaker", "ice40", ICEBreakerPlatform, 12.0, 4 * 1024,
-              "tiny", "ice40_generic", "SB_MAC16"),
+              "tiny", "ice40_generic", "ICESTORM_DSP"),
     )
 }
 
