@@ -16,7 +16,7 @@ __all__ = ["RESOURCE_NAMES", "build_report", "check_fit", "check_timing", "tool_
 RESOURCE_NAMES: dict[str, dict[str, str]] = {
     "ecp5": {"TRELLIS_COMB": "LUT", "TRELLIS_FF": "FF", "MULT18X18D": "DSP",
              "DP16KD": "BRAM", "TRELLIS_IO": "IO", "EHXPLLL": "PLL"},
-    "ice40": {"ICESTORM_LC": "LUT", "ICESTORM_DSP": "DSP", "SB_MAC16": "DSP", "ICESTORM_RAM": "BRAM",
+    "ice40": {"ICESTORM_LC": "LUT", "ICESTORM_DSP": "DSP", "ICESTORM_RAM": "BRAM",
               "ICESTORM_SPRAM": "SPRAM", "SB_IO": "IO", "ICESTORM_PLL": "PLL"},
 }
 

@@ -53,7 +53,7 @@ def test_timing_failure_names_clock_and_slack() -> None:
 
 def test_resource_names() -> None:
     res = resources("ice40", {"ICESTORM_LC": {"used": 10, "available": 5280},
-                              "SB_MAC16": {"used": 2, "available": 8}})
+                              "ICESTORM_DSP": {"used": 2, "available": 8}})
     assert res["LUT"] == {"used": 10, "available": 5280}
     assert res["DSP"] == {"used": 2, "available": 8}
     assert set(res) >= {"FF", "BRAM", "SPRAM"}
