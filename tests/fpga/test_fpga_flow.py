@@ -133,7 +133,7 @@ def test_ci_bitstream(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 @pytest.mark.slow
 def test_does_not_fit_for_real(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The tiny preset needs 32 MULT18X18D (16 GEMM, 16 ALU multiply); a 25F has 28."""
+    """The tiny preset needs 32 MULT18X18D (measured); a 25F has 28."""
     assert main(["fpga", "build", "--board", "ulx3s-25f", "--config", "tiny",
                  "-o", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
