@@ -48,7 +48,7 @@ def run_fpga_bench(matrix: tuple[tuple[str, str, bool], ...] = DEFAULT_MATRIX, *
     builds = []
     t0 = time.monotonic()
     for board, config, dsp in matrix:
-        where = out_dir / f"{board}-{config}{'' if dsp else '-lutmul'}"
+        where = out_dir / f"{board}-{Path(config).stem}{'' if dsp else '-lutmul'}"
         try:
             if reuse and (where / "bench-entry.json").exists():
                 builds.append(json.loads((where / "bench-entry.json").read_text()))

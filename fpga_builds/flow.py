@@ -15,10 +15,10 @@ os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
 
 from rich.console import Console
 
-from tensorfab.isa import HwConfig, get_config
+from tensorfab.isa import HwConfig
 
 from .board_top import BoardTop
-from .boards import Board, get_board
+from .boards import Board, board_config, get_board
 from .errors import FpgaBuildError
 from .report import (
     build_report,
@@ -107,7 +107,7 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
         Any other failure of the tools (the message names the log).
     """
     board = get_board(board_name)
-    cfg = config if isinstance(config, HwConfig) else get_config(config)
+    cfg = config if isinstance(config, HwConfig) else board_config(config)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     console = console or Console(stderr=True)
