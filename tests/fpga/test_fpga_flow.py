@@ -107,7 +107,9 @@ def test_unknown_board() -> None:
 
 def check_report(report: dict, board: str, config: str, out: Path) -> None:
     assert report["board"] == board and report["config"] == config
-    assert report["timing_met"] and report["fmax_mhz"] >= report["target_mhz"]
+    met = all(v["achieved_mhz"] >= v["target_mhz"] for v in report["clocks"].values())
+    assert report["timing_met"] == met
+    assert report["fmax_mhz"] == min(v["achieved_mhz"] for v in report["clocks"].values())
     for name in ("LUT", "FF", "DSP", "BRAM"):
         r = report["resources"][name]
         assert 0 < r["used"] <= r["available"], (name, r)
@@ -122,13 +124,19 @@ def check_report(report: dict, board: str, config: str, out: Path) -> None:
 
 
 def test_ci_bitstream(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The one real bitstream of CI: the fastest board build that meets timing."""
+    """The one real bitstream of CI: the smallest board build that fits (docs/fpga.md:
+    none meets the 100 MHz ECP5 target yet, so the timing check is the error path)."""
     out = tmp_path / "b"
-    assert main(["fpga", "build", "--board", "ulx3s-25f", "--config", "tiny", "-o", str(out),
-                 "--json"]) == 0
+    assert main(["fpga", "build", "--board", "ulx3s-25f", "--config", "ecp5-25f",
+                 "-o", str(out), "--json", "--allow-timing-failure"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    check_report(report, "ulx3s-25f", "tiny", out)
+    check_report(report, "ulx3s-25f", "ecp5-25f", out)
     assert report["bitstream"].endswith(".bit")
+    if not report["timing_met"]:  # the same result without the flag is an error naming it
+        from tensorfab.fpga_builds.report import check_timing
+
+        with pytest.raises(TimingFailure, match="slack -"):
+            check_timing(report["clocks"])
 
 
 @pytest.mark.slow
