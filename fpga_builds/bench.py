@@ -21,6 +21,7 @@ __all__ = ["DEFAULT_MATRIX", "plot_utilization", "run_fpga_bench"]
 DEFAULT_MATRIX: tuple[tuple[str, str, bool], ...] = (
     ("ulx3s-85f", "small", True),
     ("ulx3s-85f", "tiny", True),
+    ("ulx3s-25f", "ecp5-25f", True),
     ("ulx3s-25f", "tiny", True),
     ("ulx3s-25f", "tiny", False),
     ("icebreaker", "tiny", True),

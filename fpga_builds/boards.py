@@ -57,7 +57,9 @@ class Board:
     mem_bytes : int
         On-chip memory standing in for DRAM.
     config : str
-        The largest preset that fits and meets timing (measured; docs/fpga.md).
+        The default configuration: the largest that fits (measured; docs/fpga.md).
+        None fits the iCEBreaker yet; its entry names the smallest preset, which
+        the build then reports as not fitting.
     loader_board : str
         openFPGALoader's ``-b`` name.
     dsp : str
@@ -79,7 +81,7 @@ BOARDS: dict[str, Board] = {
         Board("ulx3s-85f", "ecp5", _without_loader(ULX3S_85F_Platform), 100.0, 64 * 1024,
               "small", "ulx3s", "MULT18X18D"),
         Board("ulx3s-25f", "ecp5", _without_loader(ULX3S_25F_Platform), 100.0, 16 * 1024,
-              "tiny", "ulx3s", "MULT18X18D"),
+              "ecp5-25f", "ulx3s", "MULT18X18D"),
         Board("icebreaker", "ice40", ICEBreakerPlatform, 12.0, 4 * 1024,
               "tiny", "ice40_generic", "ICESTORM_DSP"),
     )
