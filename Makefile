@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test test-all lint isa-doc bench clean
+.PHONY: setup demo test test-all lint isa-doc bench fpga clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ isa-doc: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m tensorfab.benches.fsim_gemm
+
+# every board's bitstream, its report and a PNG of utilization (minutes per board)
+fpga: $(STAMP)
+	$(BIN)/python benches/fpga.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

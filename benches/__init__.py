@@ -58,11 +58,20 @@ def _digits(target: str = "fsim") -> dict[str, Any]:
     return run_digits_bench(target)
 
 
+def _fpga(plot: str | None = None) -> dict[str, Any]:
+    """FPGA bitstreams per board and config: resources, fmax, peak GOPS (minutes)."""
+    from .fpga import run_fpga_bench
+
+    return run_fpga_bench(plot="build/fpga-bench/utilization.png" if plot is None
+                          else plot or None)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
     "rtl-gemm-busy": _rtl_gemm_busy,
     "conv2d": _conv2d,
+    "fpga": _fpga,
     "requant": _requant,
     "digits": _digits,
 }

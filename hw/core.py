@@ -57,6 +57,8 @@ class Core(wiring.Component):
         The memory port (docs/architecture.md).
     done : Out(1)
         STATUS.done, for an interrupt line.
+    running, error : Out(1)
+        STATUS.busy and STATUS.error (for an SoC: memory ownership, LEDs).
     activity : Out(len(ACTIVITY))
         Per-cycle engine activity bits, named by :data:`ACTIVITY`.
     """
@@ -67,6 +69,8 @@ class Core(wiring.Component):
             "csr": In(CsrBusSignature),
             "mem": Out(MemPortSignature(cfg)),
             "done": Out(1),
+            "running": Out(1),
+            "error": Out(1),
             "activity": Out(len(ACTIVITY)),
         })
 
@@ -236,7 +240,7 @@ class Core(wiring.Component):
                   "store_busy": store.busy, "store_stall": store.stall}
         m.d.comb += [self.activity[k].eq(events[name]) for k, name in enumerate(ACTIVITY)]
         m.d.comb += [
-            self.done.eq(done),
+            self.done.eq(done), self.running.eq(running), self.error.eq(error),
             csrs.busy.eq(running), csrs.done.eq(done), csrs.error.eq(error),
             csrs.error_code.eq(err_code), csrs.error_index.eq(err_index),
             csrs.running.eq(running),

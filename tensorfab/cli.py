@@ -6,7 +6,6 @@ import argparse
 import functools
 import inspect
 import json
-import os
 import sys
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
@@ -17,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tensorfab.cli_output import CliError, check_writable
 from tensorfab.isa import PRESETS, BinaryFormatError, Program, TensorfabError, get_config
 from tensorfab.isa.config import HwConfig
 from tensorfab.isa.formats import buffer_bytes, insn_formats, insn_width, uop_format
@@ -24,9 +24,6 @@ from tensorfab.isa.program import MAGIC
 
 err_console = Console(stderr=True, soft_wrap=True)
 
-
-class CliError(TensorfabError):
-    """A usage error of the command line (bad path, refusing to overwrite...)."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -53,33 +50,6 @@ def load_program(path: str | Path, config: str | None = None, *,
                            f"not {config!r}")
         return prog
     return assemble_file(path, config)
-
-
-def _check_writable(out: Path, force: bool, ours: Callable[[Path], bool], *,
-                    suffixes: Sequence[str] = ()) -> Path:
-    """Check, before any work, that ``out`` can be written: its folder exists and is
-    writable, it is not a folder, its suffix is one of ``suffixes`` (when given), and
-    it is not a file tensorfab did not write (``ours``) unless ``force``.
-
-    One policy for every output of the command line; a :class:`CliError` otherwise.
-    """
-    if out.is_dir():
-        raise CliError(f"{out} is a folder; name a file to write")
-    if suffixes and out.suffix.lower() not in suffixes:
-        kind = f"a {out.suffix} file" if out.suffix else "a file without a suffix"
-        raise CliError(f"{out}: cannot write {kind} here; name it {' or '.join(suffixes)}")
-    folder = out.parent
-    if not folder.is_dir():
-        raise CliError(f"cannot write {out}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise CliError(f"cannot write {out}: folder {folder} is not writable")
-    if out.exists():
-        if not force and not ours(out):
-            raise CliError(f"{out} exists and was not written by tensorfab; "
-                           "pass --force to overwrite it")
-        if not os.access(out, os.W_OK):
-            raise CliError(f"cannot write {out}: the file is read-only")
-    return out
 
 
 def _is_outputs_archive(names: Sequence[str]) -> Callable[[Path], bool]:
@@ -176,7 +146,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_asm(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path(args.file).with_suffix(".bin")
-    _check_writable(out, args.force, _is_program_binary)
+    check_writable(out, args.force, _is_program_binary)
     prog = load_program(args.file, args.config)
     out.write_bytes(prog.to_bytes())
     counts = prog.count_by_opcode()
@@ -190,12 +160,12 @@ def cmd_disasm(args: argparse.Namespace) -> int:
     from tensorfab.isa.disasm import disassemble
 
     if args.output:  # the folder before reading; ownership once the text is known
-        _check_writable(Path(args.output), args.force, lambda p: True)
+        check_writable(Path(args.output), args.force, lambda p: True)
     prog = load_program(args.file, binary_only=True)
     text = disassemble(prog)
     if args.output:
         out = Path(args.output)
-        _check_writable(out, args.force, lambda p: p.read_text(errors="replace") == text)
+        check_writable(out, args.force, lambda p: p.read_text(errors="replace") == text)
         out.write_text(text)
     else:
         sys.stdout.write(text)
@@ -217,11 +187,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
         device.trace = True
     # every output is checked before the run, which may take minutes
     if args.trace:
-        _check_writable(Path(args.trace), args.force, is_tensorfab_trace, suffixes=(".json",))
+        check_writable(Path(args.trace), args.force, is_tensorfab_trace, suffixes=(".json",))
     if args.plot:
-        _check_writable(Path(args.plot), args.force, is_tensorfab_png, suffixes=(".png",))
+        check_writable(Path(args.plot), args.force, is_tensorfab_png, suffixes=(".png",))
     if args.outputs:
-        _check_writable(Path(args.outputs), args.force,
+        check_writable(Path(args.outputs), args.force,
                         _is_outputs_archive([s.name for s in prog.segments if s.output]),
                         suffixes=(".npz",))
     title = f"{Path(args.file).name} on {device.name} ({prog.config.name})"
@@ -288,7 +258,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.plot:  # checked before the benchmark runs, so its JSON is never lost
         from tensorfab.sim.png_figure import is_tensorfab_png
 
-        _check_writable(Path(args.plot), args.force, is_tensorfab_png, suffixes=(".png",))
+        check_writable(Path(args.plot), args.force, is_tensorfab_png, suffixes=(".png",))
     params = inspect.signature(fn).parameters
     kwargs = {}
     for opt in ("target", "plot"):
@@ -312,7 +282,7 @@ def cmd_hw(args: argparse.Namespace) -> int:
     cfg = get_config(args.config)
     out = Path(args.output or f"{CORE_TOP}_{cfg.name}.v")
     if args.action == "verilog":  # before the generation, which takes minutes for large
-        _check_writable(out, args.force,
+        check_writable(out, args.force,
                         lambda p: p.read_text(errors="replace").startswith(f"// {CORE_TOP}:"))
     with _working(f"generating the Verilog of the {cfg.name} core (Amaranth)") as say:
         text = core_verilog(cfg)
@@ -462,6 +432,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .model_cli import add_model_commands
     add_model_commands(sub)
+
+    from tensorfab.cli_fpga import add_fpga_parser
+
+    add_fpga_parser(sub)
     return p
 
 

@@ -52,7 +52,7 @@ def _is_npy(path: Path) -> bool:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from tensorfab.cli import _check_writable
+    from tensorfab.cli_output import check_writable
     from tensorfab.compiler.frontend import from_onnx, quantize_onnx
     from tensorfab.compiler.frontend.onnx_import import prepare_model
     from tensorfab.compiler.graph import accel
@@ -68,7 +68,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from tensorfab.runtime.artifact import save_model
 
     # before the import and compilation (the command line's one output policy)
-    _check_writable(Path(args.output), args.force, _is_model_file, suffixes=(".tfm",))
+    check_writable(Path(args.output), args.force, _is_model_file, suffixes=(".tfm",))
     model, _ = prepare_model(args.model)
     if args.int8:
         calib = np.load(args.int8)
@@ -99,9 +99,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tensorfab.runtime.interpreter import run_program
 
     if args.output:  # a NumPy array file may be replaced by another
-        from tensorfab.cli import _check_writable
+        from tensorfab.cli_output import check_writable
 
-        _check_writable(Path(args.output), args.force, _is_npy, suffixes=(".npy",))
+        check_writable(Path(args.output), args.force, _is_npy, suffixes=(".npy",))
     program = load_model(args.model)
     feeds = {}
     for item in args.input or []:

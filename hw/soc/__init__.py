@@ -1,1 +1,1 @@
-"""tensorfab.hw.soc: SoC tops around the core (memory, UART host bridge, LEDs)."""
+"""tensorfab.hw.soc: SoC tops (core + on-chip memory + UART host bridge + LEDs)."""

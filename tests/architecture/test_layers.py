@@ -22,10 +22,12 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"isa", "hw"},
     "runtime": {"isa", "sim"},
     "compiler": {"isa", "sim", "runtime"},
+    "models": {"isa", "sim", "runtime", "compiler"},
     "fpga_builds": {"isa", "hw", "sim"},
     "hil": {"isa", "hw", "sim", "fpga_builds"},
-    "benches": {"isa", "hw", "sim", "runtime", "compiler", "fpga_builds", "hil"},
-    "cli": {"isa", "hw", "sim", "runtime", "compiler", "fpga_builds", "hil", "benches"},
+    "benches": {"isa", "hw", "sim", "runtime", "compiler", "models", "fpga_builds", "hil"},
+    "cli": {"isa", "hw", "sim", "runtime", "compiler", "models", "fpga_builds", "hil",
+            "benches"},
 }
 
 
@@ -61,8 +63,7 @@ def modules() -> dict[str, Path]:
 def layer(module: str) -> str:
     """The layer of a ``tensorfab.*`` module name."""
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in ("cli", "demo", "examples", "__main__") or \
-            parts[1] not in ALLOWED:
+    if len(parts) == 1 or parts[1] not in ALLOWED:
         return "cli"
     return parts[1]
 

@@ -1,0 +1,100 @@
+"""The SoC on a board: clock (PLL on ECP5), power-on reset, UART pins, LEDs."""
+
+from __future__ import annotations
+
+from amaranth.build import ResourceError
+from amaranth.hdl import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, Signal
+
+from tensorfab.hw.soc.top import LEDS, SocTop
+from tensorfab.isa import HwConfig
+
+from .boards import Board
+
+__all__ = ["BoardTop", "ecp5_pll_params"]
+
+#: UART bit rate of the board builds (the FTDI parts of all three boards take it).
+BAUD = 115200
+
+
+def ecp5_pll_params(in_mhz: float, out_mhz: float) -> dict[str, int]:
+    """EHXPLLL dividers giving exactly ``out_mhz`` from ``in_mhz`` (VCO 400–800 MHz).
+
+    Raises
+    ------
+    ValueError
+        If no divider set gives the frequency exactly.
+    """
+    for clki in range(1, 129):
+        for fb in range(1, 81):
+            if abs(in_mhz * fb / clki - out_mhz) > 1e-6:
+                continue
+            for op in range(1, 129):
+                if 400 <= out_mhz * op <= 800:
+                    return {"CLKI_DIV": clki, "CLKFB_DIV": fb, "CLKOP_DIV": op,
+                            "CLKOP_CPHASE": op - 1}
+    raise ValueError(f"no ECP5 PLL setting makes {out_mhz} MHz from {in_mhz} MHz")
+
+
+class BoardTop(Elaboratable):
+    """:class:`SocTop` wired to a board's clock, UART and LEDs.
+
+    Parameters
+    ----------
+    board : Board
+    cfg : HwConfig
+    """
+
+    def __init__(self, board: Board, cfg: HwConfig) -> None:
+        self.board = board
+        self.cfg = cfg
+
+    def elaborate(self, platform) -> Module:
+        board = self.board
+        m = Module()
+        clk_res = platform.request(platform.default_clk)
+        in_mhz = platform.default_clk_frequency / 1e6
+        m.domains.sync = sync = ClockDomain("sync")
+        locked = Signal()
+        if board.family == "ecp5" and abs(in_mhz - board.target_mhz) > 1e-6:
+            params = ecp5_pll_params(in_mhz, board.target_mhz)
+            clk_out = Signal()
+            m.submodules.pll = Instance(
+                "EHXPLLL",
+                p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+                p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA",
+                p_CLKOP_ENABLE="ENABLED", p_CLKOP_FPHASE=0, p_FEEDBK_PATH="CLKOP",
+                **{f"p_{k}": v for k, v in params.items()},
+                i_CLKI=clk_res.i, i_CLKFB=clk_out, i_RST=Const(0), i_STDBY=Const(0),
+                i_PHASESEL0=Const(0), i_PHASESEL1=Const(0), i_PHASEDIR=Const(0),
+                i_PHASESTEP=Const(0), i_PHASELOADREG=Const(0), i_PLLWAKESYNC=Const(0),
+                i_ENCLKOP=Const(0), o_CLKOP=clk_out, o_LOCK=locked,
+                a_FREQUENCY_PIN_CLKI=str(in_mhz), a_FREQUENCY_PIN_CLKOP=str(board.target_mhz),
+                a_ICP_CURRENT="12", a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1",
+                a_MFG_GMCREF_SEL="2")
+            m.d.comb += ClockSignal("sync").eq(clk_out)
+        else:
+            if abs(in_mhz - board.target_mhz) > 1e-6:
+                raise ValueError(f"{board.name}: no PLL wired for {board.target_mhz} MHz")
+            m.d.comb += [ClockSignal("sync").eq(clk_res.i), locked.eq(1)]
+        # power-on reset: held until the PLL locks and for 2^8 cycles after
+        m.domains.por = ClockDomain("por", reset_less=True)
+        m.d.comb += ClockSignal("por").eq(ClockSignal("sync"))
+        por = Signal(8)
+        with m.If(~locked):
+            m.d.por += por.eq(0)
+        with m.Elif(~por.all()):
+            m.d.por += por.eq(por + 1)
+        m.d.comb += sync.rst.eq(~por.all())
+
+        soc = SocTop(self.cfg, mem_bytes=board.mem_bytes,
+                     clk_hz=int(board.target_mhz * 1e6), baud=BAUD)
+        m.submodules.soc = soc
+        uart = platform.request("uart", 0)
+        m.d.comb += [soc.uart_rx.eq(uart.rx.i), uart.tx.o.eq(soc.uart_tx)]
+        for i in range(len(LEDS)):
+            try:
+                led = platform.request("led", i)
+            except ResourceError:
+                break
+            m.d.comb += led.o.eq(soc.leds[i])
+        return m

@@ -1,0 +1,103 @@
+"""The boards tensorfab builds for: platform, clock target, on-chip memory, programmer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from amaranth.build import Platform
+from amaranth_boards.icebreaker import ICEBreakerPlatform
+from amaranth_boards.ulx3s import ULX3S_25F_Platform, ULX3S_85F_Platform
+
+from tensorfab.isa import HwConfig, get_config
+
+__all__ = ["BOARDS", "CONFIG_DIR", "Board", "board_config", "get_board"]
+
+#: Configurations made for boards, beyond the presets (``NAME.json``).
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+def board_config(name: str | Path) -> HwConfig:
+    """A preset, a config of :data:`CONFIG_DIR` by name, or a JSON file."""
+    path = CONFIG_DIR / f"{name}.json"
+    if path.is_file():
+        return HwConfig.from_json(path.read_text())
+    return get_config(name)
+
+
+def _without_loader(cls: type) -> type:
+    """The ULX3S platforms list openFPGALoader as a required tool even when only
+    building; programming is :mod:`tensorfab.fpga_builds.program`'s job, so the
+    build does not require it."""
+
+    class Platform_(cls):  # type: ignore[misc, valid-type]
+        @property
+        def required_tools(self) -> list[str]:
+            return [t for t in super().required_tools if t != "openFPGALoader"]
+
+    Platform_.__name__ = cls.__name__
+    return Platform_
+
+
+@dataclass(frozen=True)
+class Board:
+    """One board.
+
+    Attributes
+    ----------
+    name : str
+        CLI name (``ulx3s-85f``).
+    family : str
+        ``ecp5`` or ``ice40``.
+    platform : Callable[[], Platform]
+        Makes the amaranth-boards platform.
+    target_mhz : float
+        Clock the SoC runs at (a PLL makes it from the board clock when they differ).
+    mem_bytes : int
+        On-chip memory standing in for DRAM.
+    config : str
+        The default configuration: the largest that fits (measured; docs/fpga.md).
+        None fits the iCEBreaker yet; its entry names the smallest preset, which
+        the build then reports as not fitting.
+    loader_board : str
+        openFPGALoader's ``-b`` name.
+    dsp : str
+        Resource name of a multiplier block in nextpnr's report.
+    """
+
+    name: str
+    family: str
+    platform: Callable[[], Platform]
+    target_mhz: float
+    mem_bytes: int
+    config: str
+    loader_board: str
+    dsp: str
+
+
+BOARDS: dict[str, Board] = {
+    b.name: b for b in (
+        Board("ulx3s-85f", "ecp5", _without_loader(ULX3S_85F_Platform), 100.0, 64 * 1024,
+              "small", "ulx3s", "MULT18X18D"),
+        Board("ulx3s-25f", "ecp5", _without_loader(ULX3S_25F_Platform), 100.0, 16 * 1024,
+              "ecp5-25f", "ulx3s", "MULT18X18D"),
+        Board("icebreaker", "ice40", ICEBreakerPlatform, 12.0, 4 * 1024,
+              "tiny", "ice40_generic", "ICESTORM_DSP"),
+    )
+}
+
+
+def get_board(name: str) -> Board:
+    """A board by CLI name.
+
+    Raises
+    ------
+    FpgaBuildError
+        For an unknown name (the message lists the known ones).
+    """
+    from .errors import FpgaBuildError
+
+    if name not in BOARDS:
+        raise FpgaBuildError(f"unknown board {name!r} (known: {', '.join(BOARDS)})")
+    return BOARDS[name]

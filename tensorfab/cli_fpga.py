@@ -1,0 +1,83 @@
+"""``tensorfab fpga build|program``: bitstreams from open tools, and loading them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["add_fpga_parser"]
+
+
+def cmd_fpga(args: argparse.Namespace) -> int:
+    if args.action == "build":
+        return _build(args)
+    return _program(args)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from tensorfab.fpga_builds.boards import get_board
+    from tensorfab.fpga_builds.errors import TimingFailure
+    from tensorfab.fpga_builds.flow import build_bitstream
+
+    board = get_board(args.board)
+    config = args.config or board.config
+    out = Path(args.output or f"build/fpga/{board.name}-{Path(config).stem}")
+    try:
+        report = build_bitstream(board.name, config, out, dsp=not args.no_dsp,
+                                 allow_timing_failure=args.allow_timing_failure,
+                                 seed=args.seed)
+    except TimingFailure as exc:
+        Console(stderr=True).print(f"report: {out / 'report.json'}", highlight=False)
+        raise exc
+    if not args.json:
+        table = Table(title=f"{board.name} {report['config']} ({report['seconds']} s)")
+        table.add_column("resource")
+        table.add_column("used", justify="right")
+        table.add_column("available", justify="right")
+        for name, r in report["resources"].items():
+            table.add_row(name, str(r["used"]), str(r["available"]))
+        Console(stderr=True).print(table)
+        for clk, v in report["clocks"].items():
+            Console(stderr=True).print(f"{clk}: {v['achieved_mhz']} MHz (target "
+                                       f"{v['target_mhz']} MHz)", highlight=False)
+        Console(stderr=True).print(f"bitstream: {report['bitstream']}", highlight=False)
+    print(json.dumps(report))
+    return 0
+
+
+def _program(args: argparse.Namespace) -> int:
+    from tensorfab.fpga_builds.program import program_board
+
+    cmd = program_board(args.board, args.bitstream, flash=args.flash, dry_run=args.dry_run)
+    if args.dry_run:
+        print(" ".join(cmd))
+    return 0
+
+
+def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``fpga`` subcommand to the ``tensorfab`` parser."""
+    from tensorfab.fpga_builds.boards import BOARDS
+
+    f = sub.add_parser("fpga", help="build a bitstream (Yosys/nextpnr) or program a board")
+    fs = f.add_subparsers(dest="action", required=True)
+    b = fs.add_parser("build", help="bitstream and JSON report for a board and config")
+    b.add_argument("--board", required=True, choices=list(BOARDS))
+    b.add_argument("--config", help="preset or JSON file (default: the board's largest "
+                   "fitting preset)")
+    b.add_argument("-o", "--output", help="build directory (default build/fpga/BOARD-CONFIG)")
+    b.add_argument("--allow-timing-failure", action="store_true",
+                   help="write the bitstream and exit 0 even if a clock misses its target")
+    b.add_argument("--no-dsp", action="store_true", help="LUT multipliers instead of DSP blocks")
+    b.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    b.add_argument("--json", action="store_true", help="print only the report JSON")
+    b.set_defaults(func=cmd_fpga)
+    p = fs.add_parser("program", help="load a bitstream with openFPGALoader")
+    p.add_argument("--board", required=True, choices=list(BOARDS))
+    p.add_argument("bitstream")
+    p.add_argument("--flash", action="store_true", help="write the SPI flash, not SRAM")
+    p.add_argument("--dry-run", action="store_true", help="print the command only")
+    p.set_defaults(func=cmd_fpga)

@@ -1,0 +1,237 @@
+"""UART and host bridge in Amaranth's simulator, against isa/hostlink.py's host side."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+from amaranth.hdl import Module
+from amaranth.lib.wiring import connect
+from amaranth.sim import Simulator
+
+from tensorfab.hw.csr import CsrBlock
+from tensorfab.hw.soc.bridge import HostBridge, link_info
+from tensorfab.hw.soc.memory import OnChipMemory
+from tensorfab.hw.soc.uart import UartRx, UartTx
+from tensorfab.isa import CSR_BY_NAME, PRESETS
+from tensorfab.isa import hostlink as hl
+
+CFG = PRESETS["tiny"]  # 4-byte beats
+MEM = 1024
+TIMEOUT = 200
+
+
+@pytest.mark.parametrize("divisor", [4, 7])
+def test_uart_loopback(divisor: int) -> None:
+    m = Module()
+    m.submodules.tx = tx = UartTx(divisor)
+    m.submodules.rx = rx = UartRx(divisor)
+    m.d.comb += rx.rx.eq(tx.tx)
+    data = bytes(random.Random(divisor).randbytes(24)) + b"\x00\xff"
+    got = []
+
+    async def bench(ctx):
+        ctx.set(rx.data.ready, 1)
+        for b in data:
+            ctx.set(tx.data.payload, b)
+            ctx.set(tx.data.valid, 1)
+            await ctx.tick().until(tx.data.ready)
+            ctx.set(tx.data.valid, 0)
+        for _ in range(divisor * 12):
+            await ctx.tick()
+
+    async def collect(ctx):
+        async for _clk, _rst, valid, payload in ctx.tick().sample(rx.data.valid,
+                                                                   rx.data.payload):
+            if valid:
+                got.append(payload)
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.add_process(collect)
+    sim.run()
+    assert bytes(got) == data
+
+
+def test_uart_rx_framing_error_drops_byte() -> None:
+    div = 4
+    m = Module()
+    m.submodules.rx = rx = UartRx(div)
+
+    async def bench(ctx):
+        ctx.set(rx.data.ready, 0)
+        # start bit, 0xA5, stop bit LOW: dropped; then 0x3C correctly framed
+        for byte, stop in ((0xA5, 0), (0x3C, 1)):
+            for bit in [0, *((byte >> i) & 1 for i in range(8)), stop, 1]:
+                ctx.set(rx.rx, bit)
+                for _ in range(div):
+                    await ctx.tick()
+        for _ in range(3 * div):
+            await ctx.tick()
+        assert ctx.get(rx.data.valid) and ctx.get(rx.data.payload) == 0x3C
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+class BridgeBench:
+    """The bridge with a real CSR block and on-chip memory; bytes in, bytes out."""
+
+    def __init__(self) -> None:
+        self.m = m = Module()
+        self.info = link_info(CFG, MEM, 24_000_000, 115200)
+        m.submodules.bridge = self.bridge = HostBridge(CFG, self.info, rx_timeout=TIMEOUT)
+        m.submodules.csrs = self.csrs = CsrBlock()
+        m.submodules.mem = mem = OnChipMemory(CFG, MEM)
+        connect(m, self.bridge.csr, self.csrs.bus)
+        connect(m, self.bridge.mem, mem.port)
+
+    def run(self, script) -> None:
+        sim = Simulator(self.m)
+        sim.add_clock(1e-6)
+        sim.add_testbench(script)
+        sim.run()
+
+
+async def exchange(ctx, bridge: HostBridge, frame: bytes, *, gap: int = 0) -> hl.Frame:
+    """Send ``frame`` byte by byte and read one response frame."""
+    for b in frame:
+        ctx.set(bridge.rx.payload, b)
+        ctx.set(bridge.rx.valid, 1)
+        for _ in range(100):
+            taken = ctx.get(bridge.rx.ready)
+            await ctx.tick()
+            if taken:
+                break
+        else:
+            raise AssertionError("the bridge stopped taking bytes")
+        ctx.set(bridge.rx.valid, 0)
+        for _ in range(gap):
+            await ctx.tick()
+    return await receive(ctx, bridge)
+
+
+async def receive(ctx, bridge: HostBridge) -> hl.Frame:
+    reader = hl.FrameReader()
+    ctx.set(bridge.tx.ready, 1)
+    for _ in range(5000):
+        valid, byte = ctx.get(bridge.tx.valid), ctx.get(bridge.tx.payload)
+        await ctx.tick()  # a valid byte is taken at this edge
+        if valid:
+            frames = reader.feed(bytes([byte]))
+            if frames:
+                ctx.set(bridge.tx.ready, 0)
+                return frames[0]
+    raise AssertionError("no response")
+
+
+def call(frame: hl.Frame, seq: int, cmd: hl.Command, *args: int) -> bytes:
+    return hl.response_payload(frame, seq, cmd, *args)
+
+
+def test_bridge_commands() -> None:
+    tb = BridgeBench()
+    br = tb.bridge
+    rng = random.Random(1)
+    data = rng.randbytes(hl.MAX_DATA)
+
+    async def script(ctx):
+        r = await exchange(ctx, br, hl.request(1, hl.Command.INFO))
+        assert hl.LinkInfo.unpack(call(r, 1, hl.Command.INFO)) == tb.info
+        r = await exchange(ctx, br, hl.request(2, hl.Command.WRITE_MEM, 0x40, data=data))
+        assert call(r, 2, hl.Command.WRITE_MEM) == b""
+        r = await exchange(ctx, br, hl.request(3, hl.Command.READ_MEM, 0x40, hl.MAX_DATA))
+        assert call(r, 3, hl.Command.READ_MEM, 0x40, hl.MAX_DATA) == data
+        r = await exchange(ctx, br, hl.request(4, hl.Command.READ_MEM, 0x44, 8))
+        assert call(r, 4, hl.Command.READ_MEM, 0x44, 8) == data[4:12]
+        off = CSR_BY_NAME["INSN_COUNT"].offset
+        r = await exchange(ctx, br, hl.request(5, hl.Command.WRITE_CSR, off, 0xCAFE1234))
+        call(r, 5, hl.Command.WRITE_CSR)
+        r = await exchange(ctx, br, hl.request(6, hl.Command.READ_CSR, off))
+        assert hl.u32s(call(r, 6, hl.Command.READ_CSR)) == (0xCAFE1234,)
+        # START writes the three registers and pulses CTRL
+        r = await exchange(ctx, br, hl.request(7, hl.Command.START, 0x100, 9, MEM))
+        call(r, 7, hl.Command.START)
+        assert ctx.get(tb.csrs.insn_base) == 0x100
+        assert ctx.get(tb.csrs.insn_count) == 9
+        assert ctx.get(tb.csrs.dram_size) == MEM
+        # STATUS / COUNTERS read the CSR block
+        ctx.set(tb.csrs.error, 1)
+        ctx.set(tb.csrs.error_code, 5)
+        ctx.set(tb.csrs.error_index, 77)
+        r = await exchange(ctx, br, hl.request(8, hl.Command.STATUS))
+        st = hl.LinkStatus(*hl.u32s(call(r, 8, hl.Command.STATUS)))
+        assert st.error and not st.busy and (st.error_code, st.error_index) == (5, 77)
+        r = await exchange(ctx, br, hl.request(9, hl.Command.COUNTERS))
+        assert len(hl.u32s(call(r, 9, hl.Command.COUNTERS))) == len(hl.COUNTER_CSRS)
+        # RESET answers, then pulses core_reset
+        r = await exchange(ctx, br, hl.request(10, hl.Command.RESET))
+        call(r, 10, hl.Command.RESET)
+
+    tb.run(script)
+
+
+def nak_of(frame: hl.Frame) -> hl.NakReason:
+    with pytest.raises(hl.NakError) as info:
+        hl.response_payload(frame, frame.seq, hl.Command.INFO)
+    return info.value.reason
+
+
+def test_bridge_refuses_bad_frames() -> None:
+    tb = BridgeBench()
+    br = tb.bridge
+
+    async def script(ctx):
+        good = hl.request(1, hl.Command.WRITE_MEM, 0, data=b"\x11\x22\x33\x44")
+        bad = bytearray(good)
+        bad[9] ^= 0x40
+        r = await exchange(ctx, br, bytes(bad))
+        assert nak_of(r) is hl.NakReason.BAD_CRC
+        # the write did not happen
+        r = await exchange(ctx, br, hl.request(2, hl.Command.READ_MEM, 0, 4))
+        assert call(r, 2, hl.Command.READ_MEM, 0, 4) == b"\0\0\0\0"
+        # noise before a frame is skipped
+        r = await exchange(ctx, br, b"\x00T\x13" + hl.request(3, hl.Command.READ_MEM, 0, 4))
+        assert r.seq == 3
+        cases = [
+            (hl.encode_frame(4, 0x42), hl.NakReason.BAD_COMMAND),
+            (hl.encode_frame(5, hl.Command.INFO, b"x"), hl.NakReason.BAD_LENGTH),
+            (hl.request(6, hl.Command.READ_MEM, 2, 4), hl.NakReason.BAD_ADDRESS),
+            (hl.request(7, hl.Command.READ_MEM, 0, 6), hl.NakReason.BAD_ADDRESS),
+            (hl.request(8, hl.Command.READ_MEM, MEM - 4, 8), hl.NakReason.BAD_ADDRESS),
+            (hl.request(9, hl.Command.READ_MEM, 0, hl.MAX_DATA + 4), hl.NakReason.BAD_LENGTH),
+            (hl.request(10, hl.Command.WRITE_MEM, 0, data=b"abc"), hl.NakReason.BAD_ADDRESS),
+        ]
+        for frame, reason in cases:
+            r = await exchange(ctx, br, frame)
+            assert nak_of(r) is reason, (frame, reason)
+            assert r.payload[1] == frame[4]
+        # a version the bridge does not speak
+        body = b"TF" + bytes([2, 11, hl.Command.INFO, 0, 0])
+        r = await exchange(ctx, br, body + struct.pack("<I", hl.crc32(body)))
+        assert nak_of(r) is hl.NakReason.BAD_VERSION
+        # an oversized length is refused at once
+        body = b"TF" + bytes([1, 12, hl.Command.WRITE_MEM]) + struct.pack("<H", 1000)
+        r = await exchange(ctx, br, body)
+        assert nak_of(r) is hl.NakReason.BAD_LENGTH
+        for _ in range(TIMEOUT + 10):  # let the rest of that frame be forgotten
+            await ctx.tick()
+        # a frame that stops arriving times out
+        r = await exchange(ctx, br, hl.request(13, hl.Command.READ_MEM, 0, 4)[:9])
+        assert nak_of(r) is hl.NakReason.TIMEOUT and r.seq == 13
+        # memory and START refused while the core runs
+        ctx.set(br.core_busy, 1)
+        for seq, frame in ((14, hl.request(14, hl.Command.READ_MEM, 0, 4)),
+                           (15, hl.request(15, hl.Command.START, 0, 1, MEM))):
+            r = await exchange(ctx, br, frame)
+            assert nak_of(r) is hl.NakReason.BUSY and r.seq == seq
+        ctx.set(br.core_busy, 0)
+        # slow but in time: bytes 40 cycles apart are accepted
+        r = await exchange(ctx, br, hl.request(16, hl.Command.READ_MEM, 0, 4), gap=40)
+        assert call(r, 16, hl.Command.READ_MEM, 0, 4) == b"\0\0\0\0"
+
+    tb.run(script)
