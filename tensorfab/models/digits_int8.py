@@ -1,7 +1,8 @@
 """The shipped digits CNN in int8 with its convolution chains on the accelerator.
 
-One function compiles it (onnxruntime's per-tensor QDQ quantization calibrated on the
-training split, integer lowering, the accelerator's fixed-point requantization,
+One function compiles it (onnxruntime's QDQ quantization calibrated on the training
+split, per-channel weights by default, integer lowering, the accelerator's exact
+per-channel requantization (or the per-tensor fixed-point one),
 partitioning, device planning, blocked layouts, each convolution chain compiled by the
 tensor compiler); the result runs on the runtime's interpreter with the accelerator
 programs on any executor (``fsim``, ``rtl``). ``tensorfab bench digits`` and
@@ -102,9 +103,14 @@ def _layers(plain: Any, planned: Any) -> list[LayerInfo]:
 
 
 def compile_digits_int8(batch: int = 40, config: str = "default",
-                        model: onnx.ModelProto | str | None = None) -> DigitsInt8:
+                        model: onnx.ModelProto | str | None = None,
+                        per_channel: bool = True) -> DigitsInt8:
     """Quantize and compile the digits CNN (the shipped file unless ``model`` is given)
     for a fixed ``batch``, its convolution chains for the accelerator preset ``config``.
+
+    With ``per_channel`` the weights are quantized per output channel and the
+    convolutions requantize with ``qnn.requantize_q31`` (TFLite's exact arithmetic, the
+    accelerator's MULHI epilogue); otherwise per tensor with ``qnn.requantize_fixed``.
     """
     from tensorfab.compiler.frontend import from_onnx, quantize_onnx
     from tensorfab.compiler.graph import accel
@@ -122,9 +128,9 @@ def compile_digits_int8(batch: int = 40, config: str = "default",
     xtr, _, _, _ = load_digits_split(0)
     qdq = quantize_onnx(float_model,
                         [{"image": xtr[i:i + 64]} for i in range(0, CALIBRATION_IMAGES, 64)],
-                        per_channel=False)
+                        per_channel=per_channel)
     f = from_onnx(qdq, input_shapes={"image": (batch, 1, 8, 8)})
-    g = fixed_point_requantize(lower_qdq(fold_constants(f)))
+    g = fixed_point_requantize(lower_qdq(fold_constants(f)), per_channel=per_channel)
     planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(config))))
     compiled = lower_accelerator_chains(planned)
     return DigitsInt8(program=lower_to_runtime(compiled), reference=lower_to_runtime(g),
