@@ -52,6 +52,13 @@ def _digits(target: str = "fsim") -> dict[str, Any]:
     return run_digits_bench(target)
 
 
+def _resnet18(target: str = "rtl", plot: str | None = None) -> dict[str, Any]:
+    from .resnet18 import run_resnet18_bench
+
+    kw: dict[str, Any] = {} if plot is None else {"plot": plot or None}
+    return run_resnet18_bench(target, **kw)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -59,4 +66,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "conv2d": _conv2d,
     "requant": _requant,
     "digits": _digits,
+    "resnet18": _resnet18,
 }

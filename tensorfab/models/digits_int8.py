@@ -22,7 +22,7 @@ from tensorfab.runtime.interpreter import GraphProgram, run_program
 
 from .digits_cnn import load_digits_split, model_path
 
-__all__ = ["CALIBRATION_IMAGES", "DigitsInt8", "LayerInfo", "compile_digits_int8",
+__all__ = ["CALIBRATION_IMAGES", "DigitsInt8", "LayerInfo", "compile_digits_int8", "mac_layers",
            "on_executor", "predict_in_batches"]
 
 #: Training images used to calibrate the quantizer (8 batches of 64).
@@ -90,7 +90,7 @@ def _mac_layers(fn: Any) -> list[tuple[str, tuple[int, ...], int, str]]:
     return out
 
 
-def _layers(plain: Any, planned: Any) -> list[LayerInfo]:
+def mac_layers(plain: Any, planned: Any) -> list[LayerInfo]:
     """MACs from the plain integer graph (no channel padding), devices from the planned
     one (the same MAC operators in the same order)."""
     devices = [d for _, _, _, d in _mac_layers(planned)]
@@ -134,7 +134,7 @@ def compile_digits_int8(batch: int = 40, config: str = "default",
     planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(config))))
     compiled = lower_accelerator_chains(planned)
     return DigitsInt8(program=lower_to_runtime(compiled), reference=lower_to_runtime(g),
-                      qdq=qdq, layers=_layers(g, planned), batch=batch, config=config)
+                      qdq=qdq, layers=mac_layers(g, planned), batch=batch, config=config)
 
 
 def on_executor(program: GraphProgram, executor: str) -> GraphProgram:
