@@ -24,8 +24,10 @@ ALLOWED: dict[str, set[str]] = {
     "compiler": {"isa", "sim", "runtime"},
     "fpga_builds": {"isa", "hw", "sim"},
     "hil": {"isa", "hw", "sim", "fpga_builds"},
-    "benches": {"isa", "hw", "sim", "runtime", "compiler", "fpga_builds", "hil"},
-    "cli": {"isa", "hw", "sim", "runtime", "compiler", "fpga_builds", "hil", "benches"},
+    "models": {"isa", "sim", "runtime", "compiler"},
+    "benches": {"isa", "hw", "sim", "runtime", "compiler", "fpga_builds", "hil", "models"},
+    "cli": {"isa", "hw", "sim", "runtime", "compiler", "fpga_builds", "hil", "models",
+            "benches"},
 }
 
 
