@@ -66,6 +66,14 @@ def _fpga(plot: str | None = None) -> dict[str, Any]:
                           else plot or None)
 
 
+def _resnet18(target: str = "rtl", plot: str | None = None) -> dict[str, Any]:
+    """ResNet-18 int8 end to end on the accelerator: cycles, MACs, utilization."""
+    from .resnet18 import run_resnet18_bench
+
+    kw: dict[str, Any] = {} if plot is None else {"plot": plot or None}
+    return run_resnet18_bench(target, **kw)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -74,4 +82,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fpga": _fpga,
     "requant": _requant,
     "digits": _digits,
+    "resnet18": _resnet18,
 }

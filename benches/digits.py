@@ -1,13 +1,14 @@
 """``tensorfab bench digits``: the shipped digits CNN, float against int8 with its
 convolutions on the accelerator.
 
-Float accuracy is onnxruntime's on the float model; int8 accuracy is the compiled model's
-(:func:`tensorfab.models.digits_int8.compile_digits_int8`: per-tensor QDQ quantization,
-fixed-point requantization, both convolution chains as accelerator programs run on the
-target executor, the dense layer and pooling on the CPU interpreter), over the held-out
-test split (360 images). The int8 outputs are also checked bit for bit against the
-integer graph on the CPU interpreter (``matches_reference``). Target (issue 12): int8
-within one point of float.
+Float accuracy is onnxruntime's on the float model; int8 accuracy is the compiled
+model's (:func:`tensorfab.models.digits_int8.compile_digits_int8`: QDQ quantization with
+per-channel weights, TFLite's exact per-channel requantization in the accelerator's
+MULHI epilogue (``--per-tensor``: per-tensor weights, the 16-bit fixed-point path),
+both convolution chains as accelerator programs run on the target executor, the dense
+layer and pooling on the CPU interpreter), over the held-out test split (360 images).
+The int8 outputs are also checked bit for bit against the integer graph on the CPU
+interpreter (``matches_reference``). Target (issue 12): int8 within one point of float.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ TARGETS = {"accuracy_drop": 0.01}
 
 
 def run_digits_bench(target: str = "fsim", images: int | None = None, batch: int = 40,
-                     config: str = "default") -> dict[str, Any]:
+                     config: str = "default", per_channel: bool = True) -> dict[str, Any]:
     """Run the benchmark (see the module docstring).
 
     Parameters
@@ -41,6 +42,9 @@ def run_digits_bench(target: str = "fsim", images: int | None = None, batch: int
         The batch the model is compiled for.
     config : str
         The accelerator preset.
+    per_channel : bool
+        Per-channel weight quantization with the exact per-channel requantization on
+        the accelerator (``qnn.requantize_q31``) instead of per-tensor.
 
     Returns
     -------
@@ -64,7 +68,7 @@ def run_digits_bench(target: str = "fsim", images: int | None = None, batch: int
     t_float = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    model = compile_digits_int8(batch=batch, config=config)
+    model = compile_digits_int8(batch=batch, config=config, per_channel=per_channel)
     t_compile = time.perf_counter() - t0
     t0 = time.perf_counter()
     int8_logits = predict_in_batches(on_executor(model.program, target), x, batch)
@@ -82,6 +86,7 @@ def run_digits_bench(target: str = "fsim", images: int | None = None, batch: int
         "matches_reference": bool(np.array_equal(int8_logits, reference)),
         "target": target,
         "config": config,
+        "per_channel": per_channel,
         "batch": batch,
         "compile_seconds": round(t_compile, 3),
         "float_seconds": round(t_float, 3),
@@ -96,8 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--target", default="fsim")
     ap.add_argument("--images", type=int)
     ap.add_argument("--config", default="default")
+    ap.add_argument("--per-tensor", action="store_true")
     args = ap.parse_args(argv)
-    print(json.dumps(run_digits_bench(args.target, args.images, config=args.config)))
+    print(json.dumps(run_digits_bench(args.target, args.images, config=args.config,
+                                      per_channel=not args.per_tensor)))
     return 0
 
 

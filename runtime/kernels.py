@@ -505,6 +505,31 @@ def requantize_fixed(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.
     return alu_apply(AluOp.CLIP, a, 127).astype(np.int8)
 
 
+@kernel("qnn.requantize_q31")
+def requantize_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The accelerator's exact per-channel requantization (TFLite's arithmetic), with the
+    functional simulator's ALU: SHL, MULHI, SHR_RND by per-channel operands, + zero
+    point, CLIP to int8. Channels past the vectors (blocked padding) use multiplier 0."""
+    x = inputs[0]
+    n = len(attrs["multiplier"])
+    if x.ndim == 4:
+        chans, shape = x.shape[1], (1, -1, 1, 1)
+    else:
+        chans, shape = x.shape[1] * x.shape[5], (1, x.shape[1], 1, 1, 1, x.shape[5])
+    mult = np.zeros(chans, np.int64)
+    exp = np.zeros(chans, np.int64)
+    mult[:n], exp[:n] = attrs["multiplier"], attrs["shift"]
+    mult, exp = mult.reshape(shape), exp.reshape(shape)
+    a = x.astype(np.int32)
+    if np.any(exp > 0):
+        a = alu_apply(AluOp.SHL, a, np.maximum(exp, 0))
+    a = alu_apply(AluOp.MULHI, a, mult)
+    if np.any(exp < 0):
+        a = alu_apply(AluOp.SHR_RND, a, np.maximum(-exp, 0))
+    a = alu_apply(AluOp.ADD, a, attrs["zero_point"])
+    return alu_apply(AluOp.CLIP, a, 127).astype(np.int8)
+
+
 @functools.lru_cache(maxsize=64)
 def _program(blob: bytes):  # -> tensorfab.isa.Program
     from tensorfab.isa import Program

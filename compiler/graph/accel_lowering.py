@@ -11,6 +11,8 @@ segments are the blocked activations the chain reads and writes, so no layout ch
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tensorfab.compiler.tensor.epilogue import Epilogue
@@ -28,12 +30,16 @@ class AcceleratorLoweringError(GraphError):
     """An accelerator chain the tensor compiler cannot take (names the call)."""
 
 
+#: Operators of an accelerator chain after its convolution.
+_CHAIN_OPS = ("add", "qnn.requantize_fixed", "qnn.requantize_q31", "relu", "clip")
+
+
 def _chain_from(end: Call) -> list[Call] | None:
     """The chain ending at ``end`` (its nodes, convolution first), if ``end`` closes one."""
     chain = [end]
     e = end
     while isinstance(e, Call) and e.op != "qnn.conv2d_integer":
-        if e.op not in ("add", "qnn.requantize_fixed", "relu", "clip") or not e.args:
+        if e.op not in _CHAIN_OPS or not e.args:
             return None
         e = e.args[0]
         if not isinstance(e, Call):
@@ -41,13 +47,21 @@ def _chain_from(end: Call) -> list[Call] | None:
         chain.append(e)
     chain.reverse()
     ops = [c.op for c in chain]
-    if ops[0] != "qnn.conv2d_integer" or "qnn.requantize_fixed" not in ops:
+    if ops[0] != "qnn.conv2d_integer" or not {"qnn.requantize_fixed",
+                                               "qnn.requantize_q31"} & set(ops):
         return None
-    order = ["qnn.conv2d_integer", "add", "qnn.requantize_fixed", "relu", "clip"]
+    order = ["qnn.conv2d_integer", "add", "qnn.requantize", "relu", "clip"]
+    ops = ["qnn.requantize" if o.startswith("qnn.requantize") else o for o in ops]
     if [order.index(o) for o in ops] != sorted(order.index(o) for o in ops) or \
             len(set(ops)) != len(ops):
         return None
     return chain
+
+
+def _padded(values: tuple[int, ...], channels: int) -> tuple[int, ...]:
+    """Per-channel values extended with 0 over the blocked layout's padding channels (as
+    the ``qnn.requantize_q31`` kernel does)."""
+    return tuple(values) + (0,) * (channels - len(values))
 
 
 def _compile(chain: list[Call]) -> Call:
@@ -69,6 +83,7 @@ def _compile(chain: list[Call]) -> Call:
                                        "by the tensor compiler")
     bias = None
     requant = relu = clip = None
+    per_channel: Any = None
     for node in chain[1:]:
         if node.op == "add":
             b = node.args[1]
@@ -83,11 +98,24 @@ def _compile(chain: list[Call]) -> Call:
                 bias = plain[0, :, 0, 0].astype(np.int32)
         elif node.op == "qnn.requantize_fixed":
             requant = (node.attrs["multiplier"], node.attrs["shift"])
+        elif node.op == "qnn.requantize_q31":
+            per_channel = node.attrs
         elif node.op == "relu":
             relu = True
         elif node.op == "clip":
             clip = (int(node.attrs["a_min"]), int(node.attrs["a_max"]))
-    epilogue = Epilogue(bias=bias is not None, requant=requant, relu=bool(relu), clip=clip)
+    if per_channel is None:
+        epilogue = Epilogue(bias=bias is not None, requant=requant, relu=bool(relu),
+                            clip=clip)
+    else:
+        if relu and per_channel["zero_point"] != 0:
+            raise AcceleratorLoweringError(
+                f"qnn.requantize_q31 with zero_point {per_channel['zero_point']} followed "
+                "by relu (max with 0, not with the zero point) has no exact epilogue")
+        epilogue = Epilogue(bias=bias is not None, relu=bool(relu), clip=clip,
+                            multiplier=_padded(per_channel["multiplier"], plain_w.shape[0]),
+                            shift=_padded(per_channel["shift"], plain_w.shape[0]),
+                            zero_point=per_channel["zero_point"])
     dummy = np.zeros((n_pad, c_pad, h, wd), np.int8)
     op = compile_conv2d(cfg, dummy, plain_w, bias, stride=(sh, sw), padding=(pt, pl),
                         epilogue=epilogue)
@@ -115,7 +143,7 @@ def lower_accelerator_chains(fn: Function) -> Function:
                 and node.virtual_device.kind == "accel"):
             chain = _chain_from(node)
             continues = any(r.virtual_device == node.virtual_device and r.args[0] is node
-                            and r.op in ("add", "qnn.requantize_fixed", "relu", "clip")
+                            and r.op in _CHAIN_OPS
                             for r in readers.get(id(node), []))
             if (chain is not None and not continues
                     and all(len(readers.get(id(c), [])) == 1 for c in chain[:-1])):

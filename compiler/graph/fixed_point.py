@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorfab.compiler.tensor.quantize import accumulator_bound, quantize_multiplier
+from tensorfab.compiler.tensor.requant import quantize_multipliers
 
 from .ir import Call, Constant, Expr, Function
 from .rewrite import rewrite
@@ -38,15 +39,31 @@ def _acc_bound(acc: Expr) -> int | None:
     return accumulator_bound(reduction, bias)
 
 
-def fixed_point_requantize(fn: Function) -> Function:
+def _is_conv_acc(acc: Expr) -> bool:
+    if isinstance(acc, Call) and acc.op == "add" and isinstance(acc.args[1], Constant):
+        acc = acc.args[0]
+    return isinstance(acc, Call) and acc.op == "qnn.conv2d_integer"
+
+
+def fixed_point_requantize(fn: Function, per_channel: bool = False) -> Function:
     """``fn`` with per-tensor int8 ``qnn.requantize`` calls after integer convolutions
-    or matmuls replaced by the accelerator's ``qnn.requantize_fixed``; per-channel ones
-    (one multiplier per channel, which the ALU's single immediate cannot hold) stay."""
+    or matmuls replaced by the accelerator's ``qnn.requantize_fixed``. With
+    ``per_channel``, per-channel ones after integer convolutions become
+    ``qnn.requantize_q31`` (TFLite's exact per-channel arithmetic, which the
+    accelerator's epilogue computes with MULHI); otherwise they stay."""
     def rule(e: Expr, _old: Expr) -> Expr:
         if not (isinstance(e, Call) and e.op == "qnn.requantize"
                 and e.attrs["out_dtype"] == "int8"):
             return e
         scale, zp = e.args[1], e.args[2]
+        if per_channel and _is_conv_acc(e.args[0]) and isinstance(scale, Constant) \
+                and scale.data.size > 1 and isinstance(zp, Constant) \
+                and np.unique(zp.data).size == 1:
+            mult, exp = quantize_multipliers(scale.data.astype(np.float64).reshape(-1))
+            return Call("qnn.requantize_q31", [e.args[0]],
+                        {"multiplier": tuple(int(m) for m in mult),
+                         "shift": tuple(int(x) for x in exp),
+                         "zero_point": int(zp.data.reshape(-1)[0])}, e.virtual_device)
         if not (isinstance(scale, Constant) and scale.data.size == 1
                 and isinstance(zp, Constant) and not np.any(zp.data)):
             return e

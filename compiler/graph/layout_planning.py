@@ -29,6 +29,7 @@ from .types import GraphError, TensorType
 LAYOUT_AGNOSTIC = frozenset({
     "relu", "clip", "cast", "sigmoid", "tanh", "leaky_relu", "hard_sigmoid", "hard_swish",
     "negative", "identity", "exp", "erf", "sqrt", "qnn.requantize_fixed",
+    "qnn.requantize_q31",
 })
 BINARY = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum", "power"})
 QUANT = frozenset({"qnn.quantize", "qnn.dequantize", "qnn.requantize"})

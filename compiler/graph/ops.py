@@ -709,6 +709,36 @@ def _requantize_fixed(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     return TensorType(x.shape, "int8")
 
 
+@register("qnn.requantize_q31", 1, {"multiplier": REQUIRED, "shift": REQUIRED,
+                                   "zero_point": 0},
+          "int32 to int8 per output channel as TFLite's MultiplyByQuantizedMultiplier and "
+          "the accelerator's exact epilogue: SHL max(shift, 0), MULHI multiplier (Q31), "
+          "SHR_RND max(-shift, 0), + zero_point, clip to int8; multiplier and shift have "
+          "one entry per channel (axis 1 of NCHW, axes 1 and 5 of a blocked NCHW{n}n{c}c)")
+def _requantize_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _want_dtype(x, ("int32",), "the input")
+    mult, shift = tuple(attrs["multiplier"]), tuple(attrs["shift"])
+    if len(mult) != len(shift) or not mult:
+        raise _fail(f"{len(mult)} multipliers and {len(shift)} shifts: one of each per "
+                    "channel")
+    if x.ndim not in (4, 6):
+        raise _fail(f"the input {x} must be NCHW or blocked NCHW{{n}}n{{c}}c")
+    chans = x.shape[1] if x.ndim == 4 else (
+        x.shape[1] * x.shape[5] if isinstance(x.shape[1], int) and isinstance(x.shape[5], int)
+        else None)
+    if isinstance(chans, int) and (len(mult) > chans
+                                   or (x.ndim == 4 and len(mult) != chans)):
+        raise _fail(f"{len(mult)} per-channel multipliers for {chans} channels of {x}")
+    for c, (m, e) in enumerate(zip(mult, shift, strict=True)):
+        if not 0 <= m < 1 << 31 or not -31 <= e <= 30:
+            raise _fail(f"channel {c}: multiplier {m} must be in 0..2^31-1 and shift {e} "
+                        "in -31..30")
+    if not -128 <= attrs["zero_point"] <= 127:
+        raise _fail(f"zero_point {attrs['zero_point']} outside -128..127")
+    return TensorType(x.shape, "int8")
+
+
 @register("accel.program", 2, {"out_shape": REQUIRED, "input_segment": "inp",
                                "output_segment": "out", "executor": "fsim"},
           "run a compiled accelerator program (argument 1: its TFABPROG bytes) on "

@@ -21,7 +21,8 @@ from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, Var, post_order
 from .rewrite import rebuild
 
-EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "relu", "clip"})
+EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "qnn.requantize_q31",
+                      "relu", "clip"})
 
 
 def _accelerator_conv(e: Expr) -> bool:

@@ -1,7 +1,8 @@
 """The shipped digits CNN in int8 with its convolution chains on the accelerator.
 
-One function compiles it (onnxruntime's per-tensor QDQ quantization calibrated on the
-training split, integer lowering, the accelerator's fixed-point requantization,
+One function compiles it (onnxruntime's QDQ quantization calibrated on the training
+split, per-channel weights by default, integer lowering, the accelerator's exact
+per-channel requantization (or the per-tensor fixed-point one),
 partitioning, device planning, blocked layouts, each convolution chain compiled by the
 tensor compiler); the result runs on the runtime's interpreter with the accelerator
 programs on any executor (``fsim``, ``rtl``). ``tensorfab bench digits`` and
@@ -21,7 +22,7 @@ from tensorfab.runtime.interpreter import GraphProgram, run_program
 
 from .digits_cnn import load_digits_split, model_path
 
-__all__ = ["CALIBRATION_IMAGES", "DigitsInt8", "LayerInfo", "compile_digits_int8",
+__all__ = ["CALIBRATION_IMAGES", "DigitsInt8", "LayerInfo", "compile_digits_int8", "mac_layers",
            "on_executor", "predict_in_batches"]
 
 #: Training images used to calibrate the quantizer (8 batches of 64).
@@ -89,7 +90,7 @@ def _mac_layers(fn: Any) -> list[tuple[str, tuple[int, ...], int, str]]:
     return out
 
 
-def _layers(plain: Any, planned: Any) -> list[LayerInfo]:
+def mac_layers(plain: Any, planned: Any) -> list[LayerInfo]:
     """MACs from the plain integer graph (no channel padding), devices from the planned
     one (the same MAC operators in the same order)."""
     devices = [d for _, _, _, d in _mac_layers(planned)]
@@ -102,9 +103,14 @@ def _layers(plain: Any, planned: Any) -> list[LayerInfo]:
 
 
 def compile_digits_int8(batch: int = 40, config: str = "default",
-                        model: onnx.ModelProto | str | None = None) -> DigitsInt8:
+                        model: onnx.ModelProto | str | None = None,
+                        per_channel: bool = True) -> DigitsInt8:
     """Quantize and compile the digits CNN (the shipped file unless ``model`` is given)
     for a fixed ``batch``, its convolution chains for the accelerator preset ``config``.
+
+    With ``per_channel`` the weights are quantized per output channel and the
+    convolutions requantize with ``qnn.requantize_q31`` (TFLite's exact arithmetic, the
+    accelerator's MULHI epilogue); otherwise per tensor with ``qnn.requantize_fixed``.
     """
     from tensorfab.compiler.frontend import from_onnx, quantize_onnx
     from tensorfab.compiler.graph import accel
@@ -122,13 +128,13 @@ def compile_digits_int8(batch: int = 40, config: str = "default",
     xtr, _, _, _ = load_digits_split(0)
     qdq = quantize_onnx(float_model,
                         [{"image": xtr[i:i + 64]} for i in range(0, CALIBRATION_IMAGES, 64)],
-                        per_channel=False)
+                        per_channel=per_channel)
     f = from_onnx(qdq, input_shapes={"image": (batch, 1, 8, 8)})
-    g = fixed_point_requantize(lower_qdq(fold_constants(f)))
+    g = fixed_point_requantize(lower_qdq(fold_constants(f)), per_channel=per_channel)
     planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(config))))
     compiled = lower_accelerator_chains(planned)
     return DigitsInt8(program=lower_to_runtime(compiled), reference=lower_to_runtime(g),
-                      qdq=qdq, layers=_layers(g, planned), batch=batch, config=config)
+                      qdq=qdq, layers=mac_layers(g, planned), batch=batch, config=config)
 
 
 def on_executor(program: GraphProgram, executor: str) -> GraphProgram:

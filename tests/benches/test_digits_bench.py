@@ -32,7 +32,7 @@ def test_digits_bench_accuracies_against_independent_computation() -> None:
     assert r["float_accuracy"] == round(float(float_acc), 6)
     # onnxruntime's int8 execution of the same QDQ model: the fixed-point network on the
     # accelerator predicts within two images of it
-    qdq = compile_digits_int8(batch=8).qdq
+    qdq = compile_digits_int8(batch=8, per_channel=r["per_channel"]).qdq
     ort_int8 = ort.InferenceSession(qdq.SerializeToString(),
                                     providers=["CPUExecutionProvider"]).run(None,
                                                                             {"image": x})[0]

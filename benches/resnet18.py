@@ -1,0 +1,177 @@
+"""``tensorfab bench resnet18``: ResNet-18 in int8 with its convolution chains on the
+accelerator, cycle-accurate.
+
+The model is :func:`tensorfab.models.resnet18_onnx` (torchvision topology, seeded
+weights), quantized by onnxruntime's QDQ quantizer with per-channel weights (calibrated
+on seeded normal images), lowered to integers with TFLite's exact per-channel
+requantization (``qnn.requantize_q31``) fused into each convolution chain's accelerator
+epilogue, partitioned, planned, packed, and each chain compiled by the tensor compiler
+(``compile_seconds``). One seeded image then runs with every accelerator program on the
+target executor (``run_seconds``: the whole model, CPU parts included); the output is
+compared bit for bit with the integer graph on the CPU interpreter
+(``matches_reference``). ``total_cycles`` is the sum of the programs' cycles, ``macs``
+the model's multiply-accumulates (convolutions and the dense layer, unpadded channels),
+``accel_mac_fraction`` the share of them in accelerator programs, and
+``conv_utilization`` the accelerator's MACs / (``total_cycles`` × peak MACs per cycle).
+A PNG shows cycles and utilization per convolution.
+
+Targets (issue 12): simulation < 20 s, compile < 30 s, ≥ 99 % of MACs on the
+accelerator, conv utilization ≥ 0.85.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tensorfab.sim import DEVICES, Device, RunResult, get_device
+
+__all__ = ["TARGETS", "plot_layers", "run_resnet18_bench"]
+
+#: Targets of the benchmark (issue 12).
+TARGETS = {"run_seconds": 20.0, "compile_seconds": 30.0, "accel_mac_fraction": 0.99,
+           "conv_utilization": 0.85}
+
+
+class RecordingDevice(Device):
+    """An executor that runs on :attr:`target` and records every run's result (the
+    runtime creates one executor per ``accel.program`` call)."""
+
+    name = "recording"
+    target: ClassVar[str] = "fsim"
+    runs: ClassVar[list[RunResult]] = []
+
+    def run(self, program: Any, dram: np.ndarray | None = None) -> RunResult:
+        result = get_device(self.target).run(program, dram)
+        RecordingDevice.runs.append(result)
+        return result
+
+
+_RECORDING = "bench-resnet18-recording"
+
+
+def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str = "default",
+                       plot: str | None = "resnet18_layers.png", seed: int = 0
+                       ) -> dict[str, Any]:
+    """Run the benchmark (see the module docstring); ``plot`` is the PNG path (None:
+    no chart)."""
+    from tensorfab.compiler.frontend import from_onnx, quantize_onnx
+    from tensorfab.compiler.graph import accel
+    from tensorfab.compiler.graph.accel_lowering import lower_accelerator_chains
+    from tensorfab.compiler.graph.constant_folding import fold_constants
+    from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
+    from tensorfab.compiler.graph.layout_planning import pack_accel_layouts
+    from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
+    from tensorfab.compiler.graph.partitioning import annotate_accelerator
+    from tensorfab.compiler.graph.planning import plan_devices
+    from tensorfab.compiler.graph.qdq_lowering import lower_qdq
+    from tensorfab.isa import PRESETS
+    from tensorfab.models import resnet18_onnx
+    from tensorfab.models.digits_int8 import mac_layers, on_executor
+    from tensorfab.runtime.interpreter import run_program
+
+    rng = np.random.default_rng(seed)
+    shape = (1, 3, image_size, image_size)
+    calib = [{"input": rng.standard_normal((2, *shape[1:])).astype(np.float32)}
+             for _ in range(2)]
+    x = rng.standard_normal(shape).astype(np.float32)
+    t0 = time.perf_counter()
+    qdq = quantize_onnx(resnet18_onnx(seed=seed, image_size=image_size), calib,
+                        per_channel=True)
+    g = fixed_point_requantize(lower_qdq(fold_constants(
+        from_onnx(qdq, input_shapes={"input": shape}))), per_channel=True)
+    planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(config))))
+    program = lower_to_runtime(lower_accelerator_chains(planned))
+    t_compile = time.perf_counter() - t0
+    layers = mac_layers(g, planned)
+
+    RecordingDevice.target, RecordingDevice.runs = target, []
+    DEVICES[_RECORDING] = f"{__name__}:RecordingDevice"
+    try:
+        t0 = time.perf_counter()
+        got = run_program(on_executor(program, _RECORDING), [x])
+        t_run = time.perf_counter() - t0
+    finally:
+        del DEVICES[_RECORDING]
+    runs = list(RecordingDevice.runs)
+    reference = run_program(lower_to_runtime(g), [x])
+    peak = PRESETS[config].peak_macs_per_cycle
+    accel_layers = [layer for layer in layers if layer.device == "accel"]
+    cycles = [int(r.cycles or 0) for r in runs]
+    total_macs = sum(layer.macs for layer in layers)
+    accel_macs = sum(layer.macs for layer in accel_layers)
+    total_cycles = sum(cycles)
+    per_layer = {layer.name: {"macs": layer.macs, "cycles": c,
+                              "utilization": round(layer.macs / (c * peak), 4) if c else None}
+                 for layer, c in zip(accel_layers, cycles, strict=len(runs) == len(accel_layers))}
+    result: dict[str, Any] = {
+        "target": target, "config": config, "image_size": image_size,
+        "accel_programs": len(runs), "layers": per_layer,
+        "peak_macs_per_cycle": peak,
+        "total_cycles": total_cycles,
+        "macs": total_macs,
+        "accel_mac_fraction": round(accel_macs / total_macs, 6),
+        "conv_utilization": round(accel_macs / (total_cycles * peak), 4) if total_cycles
+        else None,
+        "run_seconds": round(t_run, 3),
+        "compile_seconds": round(t_compile, 3),
+        "matches_reference": bool(np.array_equal(got, reference)),
+    }
+    result["targets_met"] = {
+        "run_seconds": t_run < TARGETS["run_seconds"],
+        "compile_seconds": t_compile < TARGETS["compile_seconds"],
+        "accel_mac_fraction": accel_macs / total_macs >= TARGETS["accel_mac_fraction"],
+        "conv_utilization": bool(total_cycles)
+        and accel_macs / (total_cycles * peak) >= TARGETS["conv_utilization"],
+    }
+    if plot:
+        result["plot"] = str(plot_layers(result, plot))
+    return result
+
+
+def plot_layers(result: dict[str, Any], path: str | Path) -> Path:
+    """Cycles (bars, log scale) and MAC utilization (line) per accelerator layer."""
+    from tensorfab.sim.png_figure import png_figure
+
+    names = list(result["layers"])
+    with png_figure(path, (max(8.0, 0.5 * len(names)), 4.5)) as (_fig, ax):
+        ax.bar(range(len(names)), [result["layers"][n]["cycles"] for n in names],
+               color="tab:blue", label="cycles")
+        ax.set_yscale("log")
+        ax.set_ylabel("cycles")
+        ax.set_xticks(range(len(names)), names, rotation=60, fontsize=8)
+        ax2 = ax.twinx()
+        ax2.plot(range(len(names)),
+                 [result["layers"][n]["utilization"] or 0.0 for n in names],
+                 color="tab:orange", marker="o", label="utilization")
+        ax2.axhline(TARGETS["conv_utilization"], color="gray", lw=0.8, ls="--")
+        ax2.set_ylim(0, 1.05)
+        ax2.set_ylabel("MAC utilization")
+        ax.set_title(f"ResNet-18 int8 {result['image_size']}px on {result['target']} "
+                     f"({result['config']}): {result['total_cycles']:,} cycles, "
+                     f"utilization {result['conv_utilization']}")
+    return Path(path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tensorfab.benches.resnet18 [--target T] [--image-size N] [--plot P]``."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="rtl")
+    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--config", default="default")
+    ap.add_argument("--plot", default="resnet18_layers.png")
+    args = ap.parse_args(argv)
+    print(json.dumps(run_resnet18_bench(args.target, args.image_size, args.config,
+                                        args.plot or None)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

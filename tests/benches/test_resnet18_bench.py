@@ -1,0 +1,37 @@
+"""``tensorfab bench resnet18`` at 32×32: its keys, MACs counted here from the
+topology, and the RTL run bit-exact to the interpreter with cycles and a chart."""
+
+from __future__ import annotations
+
+from tensorfab.benches.resnet18 import run_resnet18_bench
+
+
+def resnet18_macs(size: int) -> tuple[int, int]:
+    """(convolution MACs, dense MACs) of torchvision's ResNet-18 at ``size`` px."""
+    s = size // 2  # conv1 7x7 stride 2
+    conv = s * s * 64 * 3 * 49
+    s //= 2  # max pool
+    cin = 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        so = s // stride
+        conv += so * so * cout * cin * 9 + so * so * cout * cout * 9  # block 1
+        if stride != 1 or cin != cout:
+            conv += so * so * cout * cin  # 1x1 downsample
+        conv += 2 * so * so * cout * cout * 9  # block 2
+        s, cin = so, cout
+    return conv, 512 * 1000
+
+
+def test_resnet18_bench_on_rtl_at_32px(tmp_path) -> None:
+    r = run_resnet18_bench("rtl", image_size=32, plot=str(tmp_path / "r.png"))
+    for key in ("total_cycles", "macs", "accel_mac_fraction", "conv_utilization",
+                "run_seconds", "compile_seconds", "matches_reference"):
+        assert key in r
+    conv, dense = resnet18_macs(32)
+    assert r["macs"] == conv + dense
+    assert r["accel_mac_fraction"] == round(conv / (conv + dense), 6)
+    assert r["accel_programs"] == 20 and r["matches_reference"] is True
+    assert r["total_cycles"] == sum(v["cycles"] for v in r["layers"].values())
+    assert 0 < r["conv_utilization"] <= 1
+    assert r["conv_utilization"] == round(conv / (r["total_cycles"] * 256), 4)
+    assert (tmp_path / "r.png").stat().st_size > 1000
