@@ -53,6 +53,7 @@ def _requant(target: str = "rtl") -> dict[str, Any]:
 
 
 def _digits(target: str = "fsim") -> dict[str, Any]:
+    """digits CNN: float accuracy vs int8 with the convolutions on the accelerator."""
     from .digits import run_digits_bench
 
     return run_digits_bench(target)
