@@ -440,8 +440,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @functools.cache
-def _parser() -> argparse.ArgumentParser:
+def _cached_parser(_benches: tuple) -> argparse.ArgumentParser:
     return build_parser()
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The parser, built once per set of registered benchmarks (their list is part of
+    ``bench --help``)."""
+    from tensorfab.benches import BENCHES
+
+    return _cached_parser(tuple(BENCHES.items()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
