@@ -61,7 +61,7 @@ class Buffer(IntEnum):
 
 
 class AluOp(IntEnum):
-    """Vector ALU operations over accumulator entries; codes 10 to 15 are illegal."""
+    """Vector ALU operations over accumulator entries; codes 11 to 15 are illegal."""
 
     ADD = 0
     MUL = 1
@@ -73,10 +73,34 @@ class AluOp(IntEnum):
     CLIP = 7
     MOV = 8
     MULHI = 9
+    REQUANT = 10
 
 
 #: ALU operations whose second operand is a shift amount (0..MAX_SHIFT).
 SHIFT_OPS = frozenset({AluOp.SHR, AluOp.SHR_RND, AluOp.SHL})
+
+
+#: REQUANT's per-channel record: the first bytes of one output channel's row
+#: ``w[o][0:12]`` of a weight-buffer entry, little-endian, as ``(name, offset, size,
+#: signed)``; see docs/isa.md.
+REQUANT_RECORD: tuple[tuple[str, int, int, bool], ...] = (
+    ("multiplier", 0, 4, True),
+    ("bias", 4, 4, True),
+    ("shift", 8, 1, False),
+    ("zero_point", 9, 1, True),
+    ("lo", 10, 1, True),
+    ("hi", 11, 1, True),
+)
+#: Bytes of a REQUANT record (a weight row must hold at least this many).
+REQUANT_RECORD_BYTES = 12
+#: Largest rounding right shift of REQUANT (its product has 63 significant bits).
+REQUANT_MAX_SHIFT = 62
+
+
+def requant_supported(cfg: HwConfig) -> bool:
+    """Whether ``cfg`` has REQUANT: a weight row (``block_in × wgt_width`` bits) holds
+    a :data:`REQUANT_RECORD`, and accumulators are 32 bits."""
+    return cfg.block_in * cfg.wgt_width >= 8 * REQUANT_RECORD_BYTES and cfg.acc_width == 32
 
 
 def alu_imm_operand(op: AluOp, imm: int) -> int:
@@ -217,8 +241,10 @@ def _raw_formats(cfg: HwConfig) -> dict[Opcode, tuple[Field, ...]]:
         ) + _loop_fields(cfg) + (
             Field("dst_factor_out", cfg.acc_bits, "destination step per outer iteration"),
             Field("dst_factor_in", cfg.acc_bits, "destination step per inner iteration"),
-            Field("src_factor_out", cfg.acc_bits, "source step per outer iteration"),
-            Field("src_factor_in", cfg.acc_bits, "source step per inner iteration"),
+            Field("src_factor_out", cfg.acc_bits, "source (REQUANT: record) step per outer "
+                                                "iteration"),
+            Field("src_factor_in", cfg.acc_bits, "source (REQUANT: record) step per inner "
+                                               "iteration"),
         ),
         Opcode.FINISH: _header(),
     }
@@ -252,7 +278,8 @@ def uop_format(cfg: HwConfig) -> Format:
     fields = (
         Field("acc", cfg.acc_bits, "accumulator (destination) index"),
         Field("src", cfg.src_bits, "input index (GEMM) or accumulator source index (ALU)"),
-        Field("wgt", cfg.wgt_bits, "weight index (GEMM; ignored by ALU)"),
+        Field("wgt", cfg.wgt_bits, "weight index (GEMM; REQUANT's record entry; ignored by "
+                                   "other ALU operations)"),
     )
     width = 32
     while width < sum(f.width for f in fields):

@@ -19,6 +19,7 @@ from .formats import (
     ENGINE_OF,
     FAST_RESET_LANES,
     MAX_SHIFT,
+    REQUANT_RECORD_BYTES,
     SHIFT_OPS,
     AluOp,
     Buffer,
@@ -26,6 +27,7 @@ from .formats import (
     Opcode,
     insn_formats,
     insn_width,
+    requant_supported,
     uop_format,
 )
 
@@ -294,6 +296,13 @@ def check_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> None:
                            index)
         if not insn.use_imm and insn.imm != 0:
             raise _illegal(insn, "imm", "imm must be 0 when use_imm is clear", index)
+        if insn.op is AluOp.REQUANT:
+            if not requant_supported(cfg):
+                raise _illegal(insn, "op", f"config {cfg.name!r} has no REQUANT (a weight "
+                               f"row of {cfg.block_in * cfg.wgt_width // 8} bytes cannot "
+                               f"hold its {REQUANT_RECORD_BYTES}-byte record)", index)
+            if insn.use_imm:
+                raise _illegal(insn, "use_imm", "requant takes no immediate", index)
 
 
 def encode_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> int:

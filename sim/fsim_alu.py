@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorfab.isa import Alu, AluOp, ErrorCode
-from tensorfab.isa.formats import MAX_SHIFT, SHIFT_OPS, alu_imm_operand
+from tensorfab.isa.formats import MAX_SHIFT, REQUANT_MAX_SHIFT, SHIFT_OPS, alu_imm_operand
+from tensorfab.isa.requant_record import unpack_requant_records
 
 from .machine import Machine, check_loop_index, check_uop_field, range_error
 from .race import Access, Gather, Span
@@ -69,9 +70,40 @@ def alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
         # nudge-and-truncate form for both signs; only INT32_MIN^2 overflows.
         r = (a * b + (1 << 30)) >> 31
         r = np.where((a == -(1 << 31)) & (b == -(1 << 31)), (1 << 31) - 1, r)
-    else:  # pragma: no cover - decode rejects ops 10..15
-        raise ValueError(f"unknown ALU op {op!r}")
+    else:  # pragma: no cover - decode rejects ops 11..15; REQUANT: requant_apply
+        raise ValueError(f"ALU op {op!r} has no second operand form")
     return np.broadcast_to(r, a.shape).astype(np.int32)
+
+
+def requant_apply(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """REQUANT of accumulator entries ``a`` (``(..., batch, block_out)``) with the weight
+    entries ``rows`` (``(..., block_out, block_in)`` int8) holding each channel's record.
+
+    ``clamp(RDBPOT((a + bias) · multiplier, shift) + zero_point, lo, hi)`` per lane:
+    the bias add wraps to int32, the product is exact, the rounding shift rounds half
+    away from zero (gemmlowp's ``RoundingDivideByPOT``, on the 64-bit product), the
+    clamp is ``min(max(v, lo), hi)``. Shifts must be checked (``<= REQUANT_MAX_SHIFT``)
+    by the caller.
+    """
+    rec = unpack_requant_records(rows)  # each (..., block_out)
+    f = {k: v[..., None, :] for k, v in rec.items()}  # broadcast over batch
+    t = (np.asarray(a, dtype=np.int64) + f["bias"] + (1 << 31)) % (1 << 32) - (1 << 31)
+    p = t * f["multiplier"]  # |p| <= 2^62: exact in int64
+    n = f["shift"]
+    mask = (np.int64(1) << n) - 1
+    r = (p >> n) + ((p & mask) > (mask >> 1) + (p < 0))
+    return np.minimum(np.maximum(r + f["zero_point"], f["lo"]), f["hi"]).astype(np.int32)
+
+
+def _check_records(access: Access, rows: np.ndarray, w: np.ndarray) -> None:
+    """Raise ``SHIFT_RANGE`` if a REQUANT record's shift is past REQUANT_MAX_SHIFT."""
+    shift = unpack_requant_records(rows)["shift"]
+    bad = np.nonzero(shift > REQUANT_MAX_SHIFT)
+    if bad[0].size:
+        k, row = int(bad[0][0]), int(bad[1][0])
+        raise range_error(access, ErrorCode.SHIFT_RANGE, "wgt",
+                          f"REQUANT shift {int(shift[k, row])} outside 0..{REQUANT_MAX_SHIFT} "
+                          f"in the record of weight entry {int(w[k])}, row {row}")
 
 
 def _indices(insn: Alu, base: np.ndarray, f_out: int, f_in: int) -> np.ndarray:
@@ -170,11 +202,13 @@ class AluPlan:
         Micro-op entries read.
     d, s : numpy.ndarray
         Destination and source index of every iteration in loop order (``s`` is
-        ``None`` with an immediate).
+        ``None`` with an immediate and for REQUANT).
     strategy : str
         See :func:`_strategy`.
     ranks : numpy.ndarray | None
         Wave of each iteration for the ``waves`` strategy.
+    w : numpy.ndarray | None
+        REQUANT: the weight entry (record) of every iteration.
     """
 
     uops: Span
@@ -182,6 +216,7 @@ class AluPlan:
     s: np.ndarray | None
     strategy: str
     ranks: np.ndarray | None
+    w: np.ndarray | None = None
 
 
 def plan_alu(m: Machine, access: Access, insn: Alu, fast: bool = True) -> AluPlan:
@@ -199,6 +234,15 @@ def plan_alu(m: Machine, access: Access, insn: Alu, fast: bool = True) -> AluPla
     check_uop_field(access, ua, lo, "acc", "acc", cfg.acc_depth)
     check_loop_index(access, ua, lo, loops, (insn.dst_factor_out, insn.dst_factor_in),
                      ("dst_factor_out", "dst_factor_in", "acc"), "acc", cfg.acc_depth)
+    if insn.op is AluOp.REQUANT:  # records in the weight buffer, stepped by src factors
+        uw = m.uop_wgt[lo:hi]
+        check_loop_index(access, uw, lo, loops, (insn.src_factor_out, insn.src_factor_in),
+                         ("src_factor_out", "src_factor_in", "wgt"), "wgt", cfg.wgt_depth)
+        d = _indices(insn, ua, insn.dst_factor_out, insn.dst_factor_in)
+        w = _indices(insn, uw, insn.src_factor_out, insn.src_factor_in)
+        ranks = _ranks(d) if fast and np.bincount(d).max() > 1 else None
+        strategy = "sequential" if not fast else ("waves" if ranks is not None else "oneshot")
+        return AluPlan(Span(lo, hi), d, None, strategy, ranks, w)
     if not insn.use_imm:
         check_uop_field(access, us, lo, "src", "acc", cfg.acc_depth)
         check_loop_index(access, us, lo, loops, (insn.src_factor_out, insn.src_factor_in),
@@ -227,14 +271,36 @@ def exec_alu(m: Machine, access: Access, insn: Alu, fast: bool = True) -> None:
         plan = m.remember(key, plan_alu(m, access, insn, fast))
     tr = m.trackers
     tr["uop"].read(access, plan.uops)
+    if plan.w is not None:
+        tr["wgt"].read(access, Gather(plan.w))
     if plan.s is not None:
         tr["acc"].read(access, Gather(plan.s))
     tr["acc"].read(access, Gather(plan.d))
     tr["acc"].write(access, Gather(plan.d))
     m.counters.alu_uops += plan.d.size
     m.counters.alu_ops += plan.d.size * m.cfg.batch * m.cfg.block_out
+    if plan.w is not None:
+        _requant(access, m, plan)
+        return
     _evaluate(access, m.acc, insn.op, plan.d, plan.s, alu_imm_operand(insn.op, insn.imm),
               plan.strategy, plan.ranks)
 
 
-__all__ = ["AluPlan", "alu_apply", "exec_alu", "plan_alu"]
+def _requant(access: Access, m: Machine, plan: AluPlan) -> None:
+    """REQUANT in loop order: all at once, in waves of distinct destinations, or one
+    iteration at a time."""
+    assert plan.w is not None
+    if plan.strategy == "sequential":
+        groups = [np.array([t]) for t in range(plan.d.size)]
+    elif plan.strategy == "waves":
+        assert plan.ranks is not None
+        groups = [np.flatnonzero(plan.ranks == r) for r in range(int(plan.ranks.max()) + 1)]
+    else:
+        groups = [np.arange(plan.d.size)]
+    for sel in groups:
+        rows = m.wgt[plan.w[sel]]
+        _check_records(access, rows, plan.w[sel])
+        m.acc[plan.d[sel]] = requant_apply(m.acc[plan.d[sel]], rows)
+
+
+__all__ = ["AluPlan", "alu_apply", "exec_alu", "plan_alu", "requant_apply"]

@@ -1,0 +1,90 @@
+"""REQUANT's per-channel records: how they are laid out in a weight-buffer entry.
+
+A REQUANT micro-op reads one weight entry; row ``o`` of it (``w[o][0:block_in]``, the
+bytes of output channel ``o``) holds that channel's record, :data:`.formats.REQUANT_RECORD`:
+the multiplier, the bias, the right shift, the zero point and the clamp bounds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .config import HwConfig
+from .errors import UsageError
+from .formats import REQUANT_MAX_SHIFT, REQUANT_RECORD, REQUANT_RECORD_BYTES, requant_supported
+
+__all__ = ["pack_requant_records", "unpack_requant_records"]
+
+_RANGES = {name: ((-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if signed
+                  else (0, (1 << (8 * size)) - 1))
+           for name, _, size, signed in REQUANT_RECORD}
+
+
+def pack_requant_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.ndarray:
+    """The weight entries holding one REQUANT record per output channel.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Gives the entry shape (``block_out × block_in`` int8).
+    **fields : numpy.ndarray | int
+        Every field of :data:`.formats.REQUANT_RECORD` (``multiplier``, ``bias``,
+        ``shift``, ``zero_point``, ``lo``, ``hi``), each an ``(O,)`` array or a scalar
+        for every channel; ``O`` comes from the arrays.
+
+    Returns
+    -------
+    numpy.ndarray
+        int8 ``(ceil(O / block_out), block_out, block_in)``; channels past ``O`` get
+        all-zero records (multiplier 0: their outputs are clamped zero points).
+
+    Raises
+    ------
+    UsageError
+        ``cfg`` has no REQUANT, a field is missing or unknown, or a value does not fit
+        its field (the shift must be 0..REQUANT_MAX_SHIFT).
+    """
+    if not requant_supported(cfg):
+        raise UsageError(f"config {cfg.name!r} has no REQUANT: a weight row holds "
+                         f"{cfg.block_in * cfg.wgt_width // 8} bytes, a record "
+                         f"{REQUANT_RECORD_BYTES}")
+    names = [name for name, *_ in REQUANT_RECORD]
+    if sorted(fields) != sorted(names):
+        raise UsageError(f"REQUANT records need the fields {names}, got {sorted(fields)}")
+    arrays = {k: np.asarray(v, dtype=np.int64).reshape(-1) for k, v in fields.items()}
+    n = max(a.size for a in arrays.values())
+    rows = np.zeros((-(-n // cfg.block_out) * cfg.block_out, cfg.block_in * cfg.wgt_width // 8),
+                    dtype=np.uint8)
+    for name, offset, size, _signed in REQUANT_RECORD:
+        a = np.broadcast_to(arrays[name], (n,)) if arrays[name].size == 1 else arrays[name]
+        if a.size != n:
+            raise UsageError(f"REQUANT field {name} has {a.size} values, others {n}")
+        lo, hi = _RANGES[name]
+        if name == "shift":
+            hi = REQUANT_MAX_SHIFT
+        bad = np.flatnonzero((a < lo) | (a > hi))
+        if bad.size:
+            raise UsageError(f"REQUANT {name} of channel {int(bad[0])} is {int(a[bad[0]])}, "
+                             f"outside {lo}..{hi}")
+        u = a & ((1 << (8 * size)) - 1)
+        for k in range(size):
+            rows[:n, offset + k] = (u >> (8 * k)) & 0xFF
+    entry = rows.view(np.int8).reshape(-1, cfg.block_out, rows.shape[1])
+    return entry[:, :, :cfg.block_in] if cfg.wgt_width == 8 else entry
+
+
+def unpack_requant_records(rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The record fields of weight rows: ``rows`` is int8 ``(..., block_in)`` (any
+    leading shape, e.g. ``(entries, block_out)``); returns int64 arrays of the leading
+    shape per field name. Values are taken as stored (a shift above
+    :data:`.formats.REQUANT_MAX_SHIFT` is returned, not rejected)."""
+    b = np.asarray(rows).astype(np.int64) & 0xFF
+    out: dict[str, np.ndarray] = {}
+    for name, offset, size, signed in REQUANT_RECORD:
+        v = np.zeros(b.shape[:-1], dtype=np.int64)
+        for k in range(size):
+            v |= b[..., offset + k] << (8 * k)
+        if signed:
+            v = np.where(v >= 1 << (8 * size - 1), v - (1 << (8 * size)), v)
+        out[name] = v
+    return out

@@ -1,0 +1,155 @@
+"""REQUANT (bias, per-channel multiplier, one rounding shift, zero point and clamp in
+one ALU pass) in the functional simulator, against Python integers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorfab.isa import (
+    PRESETS,
+    Alu,
+    AluOp,
+    Buffer,
+    ErrorCode,
+    Finish,
+    IllegalInstruction,
+    Load,
+    Program,
+    ProgramError,
+    Segment,
+    Store,
+    Uop,
+    uop_format,
+)
+from tensorfab.isa.insn import check_insn
+from tensorfab.isa.requant_record import pack_requant_records, unpack_requant_records
+from tensorfab.sim import FunctionalSimulator
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def reference(a: int, m: int, b: int, n: int, zp: int, lo: int, hi: int) -> int:
+    """The documented semantics with Python's unbounded integers."""
+    t = (a + b + (1 << 31)) % (1 << 32) - (1 << 31)
+    p = t * m
+    q, r = divmod(abs(p), 1 << n)  # round |p| / 2^n half away from zero
+    if 2 * r >= (1 << n) and n > 0:
+        q += 1
+    v = (q if p >= 0 else -q) + zp
+    return min(max(v, lo), hi)
+
+
+def _records(rng: np.random.Generator, channels: int) -> dict[str, np.ndarray]:
+    n = rng.integers(0, 63, channels)
+    n[:4] = [0, 1, 31, 62]
+    m = rng.integers(INT32_MIN, INT32_MAX, channels, endpoint=True)
+    m[:3] = [INT32_MIN, INT32_MAX, 0]
+    lo = rng.integers(-128, 128, channels)
+    hi = np.maximum(lo, rng.integers(-128, 128, channels))
+    hi[:4], lo[:4] = 127, -128
+    return {"multiplier": m, "bias": rng.integers(INT32_MIN, INT32_MAX, channels, endpoint=True),
+            "shift": n, "zero_point": rng.integers(-128, 128, channels), "lo": lo, "hi": hi}
+
+
+def _program(cfg, x: np.ndarray, rec: np.ndarray, which: list[int], **loops: int
+             ) -> Program:
+    """acc[0:k] = x; REQUANT entry k with the record entry which[k]; store."""
+    k = x.shape[0]
+    e = (cfg.batch, cfg.block_out)
+    segs = [Segment("X", "int32", x.shape, x), Segment("R", "int8", rec.shape, rec),
+            Segment("out", "int8", (k, *e), output=True)]
+    uops = [Uop(acc=i, src=0, wgt=w) for i, w in enumerate(which)]
+
+    def make(at):
+        return [Load(buffer=Buffer.UOP, sram=0, dram=at("uops", uop_format(cfg).bytes), x=k),
+                Load(buffer=Buffer.WGT, sram=0, dram=at("R", cfg.wgt_entry_bytes),
+                     x=rec.shape[0]),
+                Load(buffer=Buffer.ACC, sram=0, dram=at("X", cfg.acc_entry_bytes), x=k,
+                     push_next=True),
+                Alu(op=AluOp.REQUANT, uop_begin=0, uop_end=k, pop_prev=True, push_next=True,
+                    **loops),
+                Store(sram=0, dram=at("out", cfg.out_entry_bytes), x=k, pop_prev=True),
+                Finish()]
+    prog = Program(cfg, make(lambda name, eb: 0), uops, segs)
+    lay = prog.layout()
+    prog.insns = make(lambda name, eb: lay[name].offset // eb)
+    prog.validate()
+    return prog
+
+
+def test_records_round_trip() -> None:
+    cfg = PRESETS["default"]
+    f = _records(np.random.default_rng(0), 40)
+    rec = pack_requant_records(cfg, **f)
+    assert rec.shape == (3, cfg.block_out, cfg.block_in)
+    back = unpack_requant_records(rec.reshape(-1, cfg.block_in))
+    for name, v in f.items():
+        np.testing.assert_array_equal(back[name][:40], v)
+        assert not back[name][40:].any()
+
+
+@pytest.mark.parametrize("preset", ["default", "large"])
+def test_requant_matches_python_integers(preset: str) -> None:
+    cfg = PRESETS[preset]
+    rng = np.random.default_rng(1)
+    blocks = 3
+    f = _records(rng, blocks * cfg.block_out)
+    rec = pack_requant_records(cfg, **f)
+    k = 24
+    x = rng.integers(INT32_MIN, INT32_MAX, (k, cfg.batch, cfg.block_out), endpoint=True)
+    x[0, 0, :4] = [INT32_MIN, INT32_MAX, 0, -1]
+    x[1] = rng.integers(-(1 << 20), 1 << 20, (cfg.batch, cfg.block_out))
+    x = x.astype(np.int32)
+    which = [i % blocks for i in range(k)]
+    out = FunctionalSimulator(cfg).run(_program(cfg, x, rec, which)).outputs["out"]
+    for i in range(k):
+        for b in range(cfg.batch):
+            for o in range(cfg.block_out):
+                c = which[i] * cfg.block_out + o
+                want = reference(int(x[i, b, o]), int(f["multiplier"][c]), int(f["bias"][c]),
+                                 int(f["shift"][c]), int(f["zero_point"][c]), int(f["lo"][c]),
+                                 int(f["hi"][c]))
+                assert int(out[i, b, o]) == want, (i, b, o)
+
+
+def test_ties_round_away_from_zero() -> None:
+    cfg = PRESETS["default"]
+    rec = pack_requant_records(cfg, multiplier=np.ones(cfg.block_out), bias=0, shift=1,
+                               zero_point=0, lo=-128, hi=127)
+    x = np.zeros((1, cfg.batch, cfg.block_out), dtype=np.int32)
+    x[0, 0, :6] = [1, -1, 3, -3, 2, -2]
+    out = FunctionalSimulator(cfg).run(_program(cfg, x, rec, [0])).outputs["out"]
+    assert out[0, 0, :6].tolist() == [1, -1, 2, -2, 1, -1]
+
+
+def test_shift_past_62_is_shift_range_naming_the_record() -> None:
+    cfg = PRESETS["default"]
+    rec = pack_requant_records(cfg, multiplier=np.ones(cfg.block_out), bias=0, shift=3,
+                               zero_point=0, lo=-128, hi=127)
+    rec[0, 5, 8] = 63  # channel 5's shift byte
+    x = np.ones((2, cfg.batch, cfg.block_out), dtype=np.int32)
+    with pytest.raises(ProgramError) as exc:
+        FunctionalSimulator(cfg).run(_program(cfg, x, rec, [0, 0]))
+    assert exc.value.code is ErrorCode.SHIFT_RANGE
+    assert exc.value.index == 3 and exc.value.field == "wgt"
+    assert "63" in str(exc.value) and "row 5" in str(exc.value)
+
+
+def test_record_entry_past_the_weight_buffer_is_sram_range() -> None:
+    cfg = PRESETS["default"]
+    rec = pack_requant_records(cfg, multiplier=np.ones(cfg.block_out), bias=0, shift=3,
+                               zero_point=0, lo=-128, hi=127)
+    x = np.ones((2, cfg.batch, cfg.block_out), dtype=np.int32)
+    prog = _program(cfg, x, rec, [0, 0], iter_out=2, src_factor_out=cfg.wgt_depth)
+    with pytest.raises(ProgramError) as exc:
+        FunctionalSimulator(cfg).run(prog)
+    assert exc.value.code is ErrorCode.SRAM_RANGE
+    assert exc.value.field == "src_factor_out" and exc.value.index == 3
+
+
+def test_requant_is_illegal_where_a_weight_row_cannot_hold_a_record() -> None:
+    with pytest.raises(IllegalInstruction, match="no REQUANT"):
+        check_insn(Alu(op=AluOp.REQUANT), PRESETS["small"])
+    with pytest.raises(IllegalInstruction, match="no immediate"):
+        check_insn(Alu(op=AluOp.REQUANT, use_imm=True), PRESETS["default"])
