@@ -7,9 +7,17 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import AluOp, HwConfig, Opcode, insn_formats
-from tensorfab.isa.formats import MAX_SHIFT, SHIFT_OPS
+from tensorfab.isa.formats import (
+    MAX_SHIFT,
+    REQUANT_MAX_SHIFT,
+    REQUANT_RECORD,
+    SHIFT_OPS,
+    requant_supported,
+)
 
-__all__ = ["AluSignature", "VectorAlu", "alu_lane"]
+from .signatures import WGT_OFFSET, wgt_entry_order
+
+__all__ = ["AluSignature", "VectorAlu", "alu_lane", "requant_lane"]
 
 
 def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
@@ -76,11 +84,50 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
     return out
 
 
+def requant_lane(m: Module, a: Value, record: dict[str, Value]) -> Value:
+    """Combinational REQUANT of one lane (docs/isa.md): ``clamp(RDBPOT((a + bias) ·
+    multiplier, shift) + zero_point, lo, hi)``.
+
+    Parameters
+    ----------
+    m : Module
+        Module the lane's logic is added to.
+    a : Value
+        The signed 32-bit accumulator.
+    record : dict[str, Value]
+        The channel's record fields (signed or unsigned as :data:`REQUANT_RECORD`
+        declares them).
+
+    Returns
+    -------
+    Value
+        A signed 32-bit signal (the clamped result). Shifts past REQUANT_MAX_SHIFT
+        give an unspecified result; :class:`VectorAlu` flags them.
+    """
+    t = Signal(signed(32))
+    m.d.comb += t.eq((a + record["bias"])[:32])
+    p = Signal(signed(64))
+    m.d.comb += p.eq(t * record["multiplier"])
+    n = record["shift"][:6]
+    mask = Signal(unsigned(64))
+    m.d.comb += mask.eq(((Const(1, 65) << n) - 1)[:64])
+    r = Signal(signed(64))
+    m.d.comb += r.eq((p >> n) + ((p.as_unsigned() & mask) > ((mask >> 1) + p[63])))
+    v = Signal(signed(65))
+    m.d.comb += v.eq(r + record["zero_point"])
+    lo_clamped = Signal(signed(65))
+    m.d.comb += lo_clamped.eq(Mux(v > record["lo"], v, record["lo"]))
+    out = Signal(signed(32))
+    m.d.comb += out.eq(Mux(lo_clamped < record["hi"], lo_clamped, record["hi"]))
+    return out
+
+
 def AluSignature(cfg: HwConfig) -> wiring.Signature:
     """The vector ALU's ports, as :class:`VectorAlu` sees them.
 
-    ``op``, ``a``, ``b`` and ``in_valid`` in; ``result``, ``out_valid`` and
-    ``shift_error`` out. Vectors are ``ArrayLayout(signed(acc_width), batch·block_out)``.
+    ``op``, ``a``, ``b``, ``rec`` and ``in_valid`` in; ``result``, ``out_valid`` and
+    ``shift_error`` out. Vectors are ``ArrayLayout(signed(acc_width), batch·block_out)``;
+    ``rec`` is a weight-buffer entry (REQUANT's records, as the buffer stores them).
     """
     vec = data.ArrayLayout(signed(cfg.acc_width), cfg.batch * cfg.block_out)
     op_width = insn_formats(cfg)[Opcode.ALU].field("op").width
@@ -88,6 +135,7 @@ def AluSignature(cfg: HwConfig) -> wiring.Signature:
         "op": In(op_width),
         "a": In(vec),
         "b": In(vec),
+        "rec": In(cfg.block_out * cfg.block_in * cfg.wgt_width),
         "in_valid": In(1),
         "result": Out(vec),
         "out_valid": Out(1),
@@ -105,7 +153,8 @@ class VectorAlu(wiring.Component):
     bit; an op code outside :class:`~tensorfab.isa.AluOp` (which the decoder rejects
     as ``BAD_FIELD``) yields zeros. MULHI shares MUL's 32×32-bit multiplier (MUL keeps
     the low half of the product, MULHI the rounded high half), so it adds no pipeline
-    stage.
+    stage. REQUANT (where :func:`~tensorfab.isa.formats.requant_supported`) takes each
+    lane's channel record from :attr:`rec` instead of ``b``.
 
     Parameters
     ----------
@@ -119,6 +168,9 @@ class VectorAlu(wiring.Component):
         AluOp code, as wide as the ALU instruction's ``op`` field.
     a, b : In(ArrayLayout(signed(acc_width), lanes))
         Operand vectors; lane ``i`` occupies bits ``[32 i, 32 i + 32)``.
+    rec : In(block_out · block_in · wgt_width)
+        The weight entry holding REQUANT's records (column-major, offset binary, as
+        :func:`~tensorfab.hw.signatures.wgt_entry_order` stores weights).
     in_valid : In(1)
         The inputs hold an operation this cycle.
     result : Out(ArrayLayout(signed(acc_width), lanes))
@@ -127,7 +179,9 @@ class VectorAlu(wiring.Component):
         ``in_valid``, :attr:`LATENCY` cycles later.
     shift_error : Out(1)
         With ``out_valid``: the operation is a shift and some lane's ``b`` is outside
-        ``0..MAX_SHIFT`` (the engine's ``SHIFT_RANGE``; the result must not be written).
+        ``0..MAX_SHIFT``, or REQUANT and some record's shift is past
+        ``REQUANT_MAX_SHIFT`` (the engine's ``SHIFT_RANGE``; the result must not be
+        written).
     """
 
     #: Cycles from an accepted input to its result.
@@ -142,13 +196,40 @@ class VectorAlu(wiring.Component):
     def elaborate(self, platform: object) -> Module:
         """Build the lanes."""
         m = Module()
+        cfg = self.cfg
         bad = []
+        records = self._records() if requant_supported(cfg) else None
+        is_requant = Signal()
+        m.d.comb += is_requant.eq(self.op == AluOp.REQUANT)
         for i in range(self.lanes):
             a, b = self.a[i].as_signed(), self.b[i].as_signed()
-            m.d.comb += self.result[i].eq(alu_lane(m, self.op, a, b, self.width))
+            lane = alu_lane(m, self.op, a, b, self.width)
+            if records is not None:
+                lane = Mux(is_requant, requant_lane(m, a, records[i % cfg.block_out]), lane)
+            m.d.comb += self.result[i].eq(lane)
             bad.append(b.as_unsigned() > MAX_SHIFT)
         is_shift = Signal()
         m.d.comb += is_shift.eq(Cat(*(self.op == op for op in sorted(SHIFT_OPS))).any())
+        shift_bad = is_shift & Cat(*bad).any()
+        if records is not None:
+            rec_bad = Cat(*(r["shift"] > REQUANT_MAX_SHIFT for r in records)).any()
+            shift_bad = shift_bad | (is_requant & rec_bad)
         m.d.comb += [self.out_valid.eq(self.in_valid),
-                     self.shift_error.eq(self.in_valid & is_shift & Cat(*bad).any())]
+                     self.shift_error.eq(self.in_valid & shift_bad)]
         return m
+
+    def _records(self) -> list[dict[str, Value]]:
+        """Each channel's REQUANT record fields, wired out of :attr:`rec`."""
+        cfg = self.cfg
+        order = wgt_entry_order(cfg)  # buffer byte of row byte w[o][k]
+        rec = self.rec
+        out = []
+        for o in range(cfg.block_out):
+            row = [rec[8 * order[o * cfg.block_in + k]:][:8] ^ WGT_OFFSET
+                   for k in range(cfg.block_in)]
+            fields: dict[str, Value] = {}
+            for name, offset, size, is_signed in REQUANT_RECORD:
+                raw = Cat(*row[offset:offset + size])
+                fields[name] = raw.as_signed() if is_signed else raw
+            out.append(fields)
+        return out

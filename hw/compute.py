@@ -30,7 +30,7 @@ class ComputeEngine(wiring.Component):
 
         S0  read uop[u]
         S1  indices = uop + loop offsets, range checks;
-            GEMM: read inp[x], wgt[w]          ALU: read acc[d], acc[s]
+            GEMM: read inp[x], wgt[w]          ALU: read acc[d], acc[s] (REQUANT: wgt[w])
         S2  GEMM: products enter the GemmCore  ALU: OP(acc[d], b) -> write acc[d]
         S2+L-1  GEMM: read acc[a]  (L = GemmCore.LATENCY)
         S2+L    GEMM: write acc[a] + products (or 0 with reset)
@@ -120,12 +120,14 @@ class ComputeEngine(wiring.Component):
         i = Signal(LOOP_ITER_WIDTH)
         row = [Signal(INDEX_WIDTH, name=f"row{k}") for k in range(3)]
         cur = [Signal(INDEX_WIDTH, name=f"cur{k}") for k in range(3)]
+        is_requant = is_alu & (a.op == AluOp.REQUANT)
+        # REQUANT steps its record (weight) index by the source factors
         f_out = [Mux(is_gemm, g.acc_factor_out, a.dst_factor_out),
                  Mux(is_gemm, g.inp_factor_out, a.src_factor_out),
-                 Mux(is_gemm, g.wgt_factor_out, 0)]
+                 Mux(is_gemm, g.wgt_factor_out, a.src_factor_out)]
         f_in = [Mux(is_gemm, g.acc_factor_in, a.dst_factor_in),
                 Mux(is_gemm, g.inp_factor_in, a.src_factor_in),
-                Mux(is_gemm, g.wgt_factor_in, 0)]
+                Mux(is_gemm, g.wgt_factor_in, a.src_factor_in)]
         uop_begin = Mux(is_gemm, g.uop_begin, a.uop_begin)
         uop_end = Mux(is_gemm, g.uop_end, a.uop_end)
         iter_out = Mux(is_gemm, g.iter_out, a.iter_out)
@@ -168,10 +170,11 @@ class ComputeEngine(wiring.Component):
         src_depth = Mux(is_gemm, cfg.inp_depth, cfg.acc_depth)
         # fields an instruction does not use are ignored (docs/isa.md): a resetting
         # GEMM reads no input or weight, an ALU op with an immediate no source
-        src_used = Mux(is_gemm, ~g.reset, ~a.use_imm)
+        src_used = Mux(is_gemm, ~g.reset, ~a.use_imm & ~is_requant)
+        wgt_used = Mux(is_gemm, ~g.reset, is_requant)
         uop_bad = s1_valid & src_used & (uop.src >= src_depth)
         range_bad = s1_valid & ((idx_a >= cfg.acc_depth) | (src_used & (idx_s >= src_depth))
-                                | (is_gemm & ~g.reset & (idx_w >= cfg.wgt_depth)))
+                                | (wgt_used & (idx_w >= cfg.wgt_depth)))
         s1_ok = s1_valid & ~uop_bad & ~range_bad & ~error & ~self.halt
         with m.If(uop_bad & ~error):
             m.d.sync += [error.eq(1), err_code.eq(ErrorCode.UOP_RANGE)]
@@ -180,7 +183,7 @@ class ComputeEngine(wiring.Component):
 
         m.d.comb += [
             self.inp_rd.addr.eq(idx_s), self.inp_rd.en.eq(s1_ok & is_gemm),
-            self.wgt_rd.addr.eq(idx_w), self.wgt_rd.en.eq(s1_ok & is_gemm),
+            self.wgt_rd.addr.eq(idx_w), self.wgt_rd.en.eq(s1_ok & (is_gemm | is_requant)),
             self.acc_rd_src.addr.eq(idx_s), self.acc_rd_src.en.eq(s1_ok & is_alu),
         ]
         m.d.sync += [s2_valid.eq(s1_ok), s2_addr.eq(idx_a), s2_reset.eq(g.reset & is_gemm),
@@ -229,7 +232,7 @@ class ComputeEngine(wiring.Component):
         m.d.comb += imm_b.eq(Mux(alu_op == AluOp.MULHI, imm << MULHI_IMM_SHIFT, imm))
         alu_wb = s2_valid & s2_alu
         m.d.comb += [alu_port.op.eq(alu_op), alu_port.in_valid.eq(alu_wb),
-                     alu_new.eq(alu_port.result)]
+                     alu_port.rec.eq(self.wgt_rd.data), alu_new.eq(alu_port.result)]
         for k in range(lanes):
             m.d.comb += [alu_port.a[k].eq(acc_old[k]),
                          alu_port.b[k].eq(Mux(use_imm, imm_b.as_unsigned(), src_vec[k]))]

@@ -23,7 +23,7 @@ from tensorfab.isa import (
     insn_formats,
     insn_width,
 )
-from tensorfab.isa.formats import MAX_SHIFT
+from tensorfab.isa.formats import MAX_SHIFT, requant_supported
 from tensorfab.isa.insn import SHIFT_OPS
 
 from .layouts import RESERVED, insn_layout
@@ -103,6 +103,8 @@ class InsnCheck(wiring.Component):
                     shift = shift | (v.op == s)
                 bad.append(v.use_imm & shift & ((v.imm < 0) | (v.imm > MAX_SHIFT)))
                 bad.append(~v.use_imm & (v.imm != 0))
+                requant = v.op == AluOp.REQUANT
+                bad.append(requant & (v.use_imm if requant_supported(cfg) else 1))
         out = 0
         for b in bad:
             out = out | b

@@ -2,7 +2,8 @@
 
 The ALU is combinational (``VectorAlu.LATENCY == 0``, as the compute engine uses it):
 each case applies the operands and reads ``result`` and ``shift_error`` 1 ns later.
-MULHI is checked against the gemmlowp transcription in tests/support.
+MULHI is checked against the gemmlowp transcription in tests/support, REQUANT
+against Python integers with records packed here into the weight buffer's byte order.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from cocotb.triggers import Timer
 from support.gemmlowp_reference import saturating_rounding_doubling_high_mul
 
 from hw.vectors import pack, unpack
-from tensorfab.isa import PRESETS, AluOp
+from tensorfab.isa import PRESETS, AluOp, HwConfig
+from tensorfab.isa.formats import requant_supported
 from tensorfab.sim.testing.cocotb_runner import params_from_env
 
 INT32_MIN = -(1 << 31)
@@ -55,9 +57,62 @@ def alu_reference(op: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         r = b
     elif op == AluOp.MULHI:
         r = saturating_rounding_doubling_high_mul(a, b)
-    else:
+    else:  # illegal codes, and REQUANT where the config has none
         r = np.zeros_like(a)
     return wrap32(r).astype(np.int32)
+
+
+#: REQUANT record fields in row byte order: (name, bytes, signed), little-endian.
+RECORD = [("multiplier", 4, True), ("bias", 4, True), ("shift", 1, False),
+          ("zero_point", 1, True), ("lo", 1, True), ("hi", 1, True)]
+
+
+def requant_reference(a: int, r: dict[str, int]) -> int:
+    """docs/isa.md's REQUANT with Python integers."""
+    t = (a + r["bias"] + (1 << 31)) % (1 << 32) - (1 << 31)
+    p = t * r["multiplier"]
+    n = r["shift"]
+    q, rem = divmod(abs(p), 1 << n)
+    if n and 2 * rem >= 1 << n:
+        q += 1
+    v = (q if p >= 0 else -q) + r["zero_point"]
+    return min(max(v, r["lo"]), r["hi"])
+
+
+def record_entry(cfg: HwConfig, records: list[dict[str, int]]) -> int:
+    """The weight-buffer entry holding one record per output channel: row ``o`` byte
+    ``k`` sits at entry byte ``k·block_out + o``, offset by 128 (rows too short for a
+    record keep its first bytes)."""
+    rows = np.zeros((cfg.block_out, max(cfg.block_in, 12)), dtype=np.int64)
+    for o, r in enumerate(records):
+        k = 0
+        for name, size, _ in RECORD:
+            v = r[name] & ((1 << (8 * size)) - 1)
+            for _ in range(size):
+                rows[o, k] = v & 0xFF
+                v >>= 8
+                k += 1
+    entry = 0
+    for o in range(cfg.block_out):
+        for k in range(cfg.block_in):
+            entry |= int(rows[o, k] ^ 0x80) << (8 * (k * cfg.block_out + o))
+    return entry
+
+
+def random_records(rng: random.Random, cfg: HwConfig, edges: bool) -> list[dict[str, int]]:
+    """A record per channel; shifts 0..62 (and past 62 now and then)."""
+    out = []
+    for _ in range(cfg.block_out):
+        lo = rng.randint(-128, 127)
+        out.append({
+            "multiplier": rng.choice([INT32_MIN, INT32_MAX, 0, 1, -1, 1 << 30])
+            if edges else rng.randint(INT32_MIN, INT32_MAX),
+            "bias": rng.choice([INT32_MIN, INT32_MAX, 0, -1]) if edges
+            else rng.randint(INT32_MIN, INT32_MAX),
+            "shift": rng.choice([0, 1, 30, 31, 32, 61, 62]) if edges else rng.randint(0, 62),
+            "zero_point": rng.randint(-128, 127), "lo": lo,
+            "hi": rng.choice([127, rng.randint(lo, 127)])})
+    return out
 
 
 def edge_vectors(rng: random.Random, lanes: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -70,6 +125,8 @@ def edge_vectors(rng: random.Random, lanes: int) -> list[tuple[int, np.ndarray, 
         return np.array([rng.choice(pool) for _ in range(lanes)], dtype=np.int32)
 
     for op in AluOp:
+        if op is AluOp.REQUANT:
+            continue  # requant_cases
         for _ in range(6):
             out.append((int(op), vec(specials), vec(specials)))
     for op in (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL):
@@ -112,7 +169,7 @@ def random_vectors(rng: np.random.Generator, lanes: int, count: int
     legal, sometimes not: ``shift_error``)."""
     out = []
     for i in range(count):
-        op = int(rng.integers(0, len(AluOp)))
+        op = int(rng.integers(0, AluOp.REQUANT))
         if i % 2:
             a = rng.integers(INT32_MIN, INT32_MAX, lanes, endpoint=True, dtype=np.int64)
             b = rng.integers(INT32_MIN, INT32_MAX, lanes, endpoint=True, dtype=np.int64)
@@ -129,6 +186,60 @@ def shift_error_reference(op: int, b: np.ndarray) -> bool:
     """docs/isa.md: a vector shift amount outside 0..31 is a SHIFT_RANGE error."""
     shifts = (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL)
     return op in shifts and bool(((b < 0) | (b > 31)).any())
+
+
+async def run_requant(dut, cfg: HwConfig, cases: list[tuple[np.ndarray, list[dict[str, int]]]]
+                      ) -> None:
+    """REQUANT of each ``(a, records)``; where the config has no REQUANT it gives zeros
+    like an illegal code."""
+    lanes = cfg.batch * cfg.block_out
+    for n, (a, records) in enumerate(cases):
+        dut.op.value = int(AluOp.REQUANT)
+        dut.a.value = pack(a, "<i4")
+        dut.b.value = 0
+        dut.rec.value = record_entry(cfg, records)
+        dut.in_valid.value = 1
+        await Timer(1, unit="ns")
+        supported = requant_supported(cfg)
+        want_error = supported and any(r["shift"] > 62 for r in records)
+        assert int(dut.shift_error.value) == want_error, f"requant #{n}: shift_error"
+        if want_error:
+            continue
+        have = unpack(dut.result.value.to_unsigned(), "<i4", lanes)
+        want = [requant_reference(int(a[k]), records[k % cfg.block_out]) if supported else 0
+                for k in range(lanes)]
+        if have.tolist() != want:
+            bad = [k for k in range(lanes) if have[k] != want[k]]
+            raise AssertionError(f"requant #{n}: lanes {bad} a={a[bad].tolist()} "
+                                 f"records={[records[k % cfg.block_out] for k in bad]} "
+                                 f"want={[want[k] for k in bad]} got={have[bad].tolist()}")
+
+
+def requant_cases(cfg: HwConfig, rng: random.Random, count: int
+                  ) -> list[tuple[np.ndarray, list[dict[str, int]]]]:
+    """Edge and random accumulators with edge and random records."""
+    lanes = cfg.batch * cfg.block_out
+    specials = [INT32_MIN, INT32_MIN + 1, -(1 << 30), -3, -1, 0, 1, 3, 1 << 30, INT32_MAX]
+    out = []
+    for i in range(count):
+        edges = i % 2 == 0
+        if i % 3 == 0:
+            a = [rng.choice(specials) for _ in range(lanes)]
+        elif i % 3 == 1:
+            a = [rng.randint(INT32_MIN, INT32_MAX) for _ in range(lanes)]
+        else:
+            a = [rng.randint(-(1 << 20), 1 << 20) for _ in range(lanes)]
+        records = random_records(rng, cfg, edges)
+        if i % 7 == 3:  # ties: multiplier 1, bias 0, a = k·2^n ± 2^(n-1)
+            for r in records:
+                r.update(multiplier=1, bias=0, shift=rng.randint(1, 20))
+            a = [rng.choice([-1, 1]) * (rng.randint(0, 100) * (1 << records[k % cfg.block_out]
+                 ["shift"]) + (1 << (records[k % cfg.block_out]["shift"] - 1)))
+                 for k in range(lanes)]
+        if i % 11 == 5:
+            records[rng.randrange(cfg.block_out)]["shift"] = rng.choice([63, 200, 255])
+        out.append((np.array(a, dtype=np.int64).astype(np.int32), records))
+    return out
 
 
 async def run_stream(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], lanes: int,
@@ -164,7 +275,7 @@ async def run_stream(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], lanes: 
 
 async def reset(dut) -> None:
     """Idle inputs (the ALU has no clock and no state)."""
-    for port in (dut.op, dut.a, dut.b, dut.in_valid):
+    for port in (dut.op, dut.a, dut.b, dut.rec, dut.in_valid):
         port.value = 0
     await Timer(1, unit="ns")
 
@@ -195,3 +306,11 @@ async def alu_random_with_gaps(dut) -> None:
     await reset(dut)
     await run_stream(dut, random_vectors(np.random.default_rng(3), lanes, 100), lanes,
                      gaps=random.Random(4))
+
+
+@cocotb.test()
+async def alu_requant(dut) -> None:
+    """REQUANT: edge and random accumulators and records, ties, shifts past 62."""
+    cfg = PRESETS[params_from_env()["preset"]]
+    await reset(dut)
+    await run_requant(dut, cfg, requant_cases(cfg, random.Random(5), 120))

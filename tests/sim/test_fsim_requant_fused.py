@@ -153,3 +153,24 @@ def test_requant_is_illegal_where_a_weight_row_cannot_hold_a_record() -> None:
         check_insn(Alu(op=AluOp.REQUANT), PRESETS["small"])
     with pytest.raises(IllegalInstruction, match="no immediate"):
         check_insn(Alu(op=AluOp.REQUANT, use_imm=True), PRESETS["default"])
+
+
+def test_rtl_equals_fsim_and_reports_the_same_errors() -> None:
+    """The core's REQUANT (weight-buffer records, loops over them) matches fsim, and a
+    bad shift stops it with SHIFT_RANGE at the same instruction."""
+    from tensorfab.sim.rtl import RtlSimulator
+
+    cfg = PRESETS["default"]
+    rng = np.random.default_rng(3)
+    f = _records(rng, 2 * cfg.block_out)
+    rec = pack_requant_records(cfg, **f)
+    x = rng.integers(INT32_MIN, INT32_MAX, (6, cfg.batch, cfg.block_out), endpoint=True)
+    prog = _program(cfg, x.astype(np.int32), rec, [0, 1, 1], iter_out=2, dst_factor_out=3)
+    want = FunctionalSimulator(cfg).run(prog).outputs["out"]
+    have = RtlSimulator().run(prog).outputs["out"]
+    np.testing.assert_array_equal(have, want)
+    rec[1, 2, 8] = 63
+    prog = _program(cfg, x.astype(np.int32), rec, [0, 1, 1], iter_out=2, dst_factor_out=3)
+    with pytest.raises(ProgramError) as exc:
+        RtlSimulator().run(prog)
+    assert exc.value.code is ErrorCode.SHIFT_RANGE and exc.value.index == 3
