@@ -6,13 +6,13 @@ int32 bias, random per-output-channel real scales (about ±4σ of each channel's
 onto int8, times a random factor in [0.5, 2]) and an output zero point. Two epilogues
 are compiled and run on the target for every virtual-thread count:
 
-* ``new``: :meth:`tensorfab.compiler.Epilogue.from_scales` — TFLite's
-  ``QuantizeMultiplier`` per channel, ``MULHI`` and ``SHR_RND`` with per-channel
-  vector operands, the zero point, ``CLIP``;
-* ``headroom``: the same with ``acc_bound`` (part of each right shift moved in front
-  of MULHI where the accumulator bound leaves bits free: closer to float, no longer
-  TFLite's double rounding bit for bit); run once per layer, at ``new``'s best
-  thread count, for its accuracy (``equal_fraction_headroom``, ``max_abs_diff_headroom``);
+* ``new``: :meth:`tensorfab.compiler.Epilogue.from_scales` with ``rounding="single"``
+  — TFLite's ``QuantizeMultiplier`` per channel, then one ``REQUANT`` pass (bias,
+  Q31 multiplier, one rounding of the exact product, zero point, clamp) with the
+  records in the weight buffer;
+* ``tflite``: the same scales with ``rounding="double"`` — ``MULHI`` and ``SHR_RND``
+  with per-channel vector operands, the zero point, ``CLIP``: TFLite's arithmetic bit
+  for bit (``equal_fraction_tflite``, ``mean_utilization_best_tflite``);
 * ``old``: the 16-bit path (``MUL`` immediate, ``SHR_RND`` immediate, ``CLIP``) with
   one scale per layer (the channels' geometric mean), the multiplier bounded so the
   product stays within int32 (:func:`tensorfab.compiler.accumulator_bound`).
@@ -129,7 +129,7 @@ def run_requant_bench(target: str = "rtl", config: str | HwConfig = "default",
     peak = cfg.peak_macs_per_cycle
     fsim = FunctionalSimulator()
     t_start = time.perf_counter()
-    totals = {k: [0, 0, 0] for k in ("new", "headroom", "old", "none")}  # equal, n, max|d|
+    totals = {k: [0, 0, 0] for k in ("new", "tflite", "old", "none")}  # equal, n, max|d|
     out_layers: dict[str, Any] = {}
     correct = True
     for name in names:
@@ -140,22 +140,22 @@ def run_requant_bench(target: str = "rtl", config: str | HwConfig = "default",
         old_scale = float(np.exp(np.mean(np.log(d["scales"]))))
         bound = accumulator_bound(reduction, int(np.abs(d["bias"]).max()))
         mult, shift = quantize_multiplier(old_scale, bound)
+        want_float = float_reference(acc, d["scales"], d["zero_point"])
         epilogues = {
-            "new": (Epilogue.from_scales(d["scales"], zero_point=d["zero_point"]),
-                    float_reference(acc, d["scales"], d["zero_point"])),
+            "new": (Epilogue.from_scales(d["scales"], zero_point=d["zero_point"],
+                                         rounding="single"), want_float),
+            "tflite": (Epilogue.from_scales(d["scales"], zero_point=d["zero_point"]),
+                       want_float),
             "old": (Epilogue(requant=(mult, shift), zero_point=d["zero_point"]),
                     float_reference(acc, old_scale, d["zero_point"])),
         }
-        epilogues["headroom"] = (Epilogue.from_scales(d["scales"], zero_point=d["zero_point"],
-                                                      acc_bound=bound), epilogues["new"][1])
         # no epilogue (int32 sums, low bytes stored): what the epilogues cost in all
         epilogues["none"] = (Epilogue(), (acc - d["bias"].reshape(1, -1, 1, 1)) & 0xFF)
         layer: dict[str, Any] = {}
         for kind, (ep, want) in epilogues.items():
             per: dict[str, Any] = {}
             output = None
-            # the headroom variant's accuracy: one run, at the exact path's best count
-            for v in vthreads if kind != "headroom" else [layer["new"]["best_vthreads"]]:
+            for v in vthreads:
                 bias = None if kind == "none" else d["bias"]
                 op = conv2d(cfg, d["x"], d["w"], bias, stride=wl.stride,
                             padding=wl.padding, epilogue=ep, vthreads=v)
@@ -207,12 +207,13 @@ def run_requant_bench(target: str = "rtl", config: str | HwConfig = "default",
         "outputs": totals["new"][1],
         "equal_fraction": round(totals["new"][0] / totals["new"][1], 6),
         "max_abs_diff": totals["new"][2],
-        "equal_fraction_headroom": round(totals["headroom"][0] / totals["headroom"][1], 6),
-        "max_abs_diff_headroom": totals["headroom"][2],
+        "equal_fraction_tflite": round(totals["tflite"][0] / totals["tflite"][1], 6),
+        "max_abs_diff_tflite": totals["tflite"][2],
         "equal_fraction_old": round(totals["old"][0] / totals["old"][1], 6),
         "max_abs_diff_old": totals["old"][2],
         "mean_utilization_best": mean_best("new"),
         "mean_utilization_best_old": mean_best("old"),
+        "mean_utilization_best_tflite": mean_best("tflite"),
         "mean_utilization_best_no_epilogue": mean_best("none"),
         "no_epilogue_correct": totals["none"][2] == 0,
         "all_correct": correct,

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorfab.isa import AluOp
+from tensorfab.isa import AluOp, HwConfig
 from tensorfab.isa.formats import IMM_MAX as _IMM_MAX
 from tensorfab.isa.formats import IMM_MIN as _IMM_MIN
+from tensorfab.isa.formats import requant_supported
+from tensorfab.isa.requant_record import pack_requant_records
 
 from .errors import CompileError
 from .quantize import MAX_MULTIPLIER, MAX_SHIFT
@@ -26,7 +28,11 @@ class Epilogue:
          ``a = SHR_RND(a · mult, shift)`` (see :mod:`.quantize`);
        - ``multiplier`` and ``shift`` per output channel (exact, TFLite's
          ``MultiplyByQuantizedMultiplier``, see :mod:`.requant`):
-         ``a = SHR_RND(MULHI(SHL(a, max(e, 0)), M), max(-e, 0))`` with vector operands;
+         ``a = SHR_RND(MULHI(SHL(a, max(e, 0)), M), max(-e, 0))`` with vector operands
+         (``rounding="double"``, TFLite bit for bit), or, with ``rounding="single"``,
+         one REQUANT pass that adds the bias, multiplies by ``M`` and rounds the exact
+         product once by ``31 - e`` bits, adds the zero point and clamps (steps 1 to 5
+         in one ALU instruction, its per-channel records in the weight buffer);
     3. ``zero_point``: ``a = a + zero_point`` (the output's zero point);
     4. ``relu``: ``a = max(a, zero_point)``;
     5. ``clip = (lo, hi)``: ``a = min(max(a, lo), hi)``; with requantization and no
@@ -59,6 +65,11 @@ class Epilogue:
         before MULHI and right by ``r + k`` after it, so MULHI's rounding falls ``k``
         bits further below the result's and the result is closer to
         ``round(a · scale)``; 0 (the default) is TFLite's arithmetic bit for bit.
+    rounding : str
+        ``"double"`` (TFLite: MULHI rounds, then the right shift rounds again) or
+        ``"single"`` (REQUANT: one rounding of the exact product, closer to float
+        and one ALU pass instead of four to six; needs a config whose weight rows hold
+        a record, :func:`~tensorfab.isa.formats.requant_supported`).
     """
 
     bias: bool = False
@@ -69,6 +80,7 @@ class Epilogue:
     shift: tuple[int, ...] | None = None
     zero_point: int = 0
     headroom: int = 0
+    rounding: str = "double"
 
     def __post_init__(self) -> None:
         for name in ("multiplier", "shift"):
@@ -96,6 +108,14 @@ class Epilogue:
             raise CompileError(f"zero_point {self.zero_point} outside -128..127")
         if not 0 <= self.headroom <= 31:
             raise CompileError(f"headroom {self.headroom} outside 0..31")
+        if self.rounding not in ("double", "single"):
+            raise CompileError(f"rounding {self.rounding!r} is neither 'double' nor 'single'")
+        if self.rounding == "single":
+            if self.multiplier is None:
+                raise CompileError("rounding='single' needs per-channel multiplier and shift")
+            if self.headroom:
+                raise CompileError("headroom only applies to rounding='double' (single "
+                                   "rounding needs none)")
         if self.multiplier is None or self.shift is None:
             return
         if self.requant is not None:
@@ -112,7 +132,8 @@ class Epilogue:
 
     @classmethod
     def from_scales(cls, real_scales: np.ndarray, *, zero_point: int = 0, relu: bool = False,
-                    bias: bool = False, acc_bound: int | None = None) -> Epilogue:
+                    bias: bool = False, acc_bound: int | None = None,
+                    rounding: str = "double") -> Epilogue:
         """Exact per-channel requantization from real scales (TFLite's
         ``QuantizeMultiplier`` per channel, :func:`.requant.quantize_multipliers`).
 
@@ -127,18 +148,61 @@ class Epilogue:
         acc_bound : int | None
             The largest accumulator magnitude (:func:`.quantize.accumulator_bound`):
             sets :attr:`headroom` to the bits it leaves free. ``None``: no headroom,
-            TFLite's arithmetic exactly.
+            TFLite's arithmetic exactly. Ignored with ``rounding="single"``.
+        rounding : str
+            As the attribute.
         """
         mult, exp = quantize_multipliers(np.asarray(real_scales).reshape(-1))
-        headroom = 0 if acc_bound is None else max(0, 31 - int(acc_bound).bit_length())
+        headroom = 0 if acc_bound is None or rounding == "single" \
+            else max(0, 31 - int(acc_bound).bit_length())
         return cls(bias=bias, relu=relu, multiplier=tuple(int(m) for m in mult),
                    shift=tuple(int(e) for e in exp), zero_point=zero_point,
-                   headroom=headroom)
+                   headroom=headroom, rounding=rounding)
 
     @property
     def per_channel(self) -> bool:
         """Exact per-channel requantization (``multiplier`` and ``shift``)."""
         return self.multiplier is not None
+
+    @property
+    def one_pass(self) -> bool:
+        """The whole epilogue is one REQUANT instruction (``rounding="single"``)."""
+        return self.rounding == "single" and self.per_channel
+
+    def check_config(self, cfg: HwConfig) -> None:
+        """Raise :class:`CompileError` if ``cfg`` cannot run this epilogue."""
+        if self.one_pass and not requant_supported(cfg):
+            raise CompileError(f"config {cfg.name!r} has no REQUANT (a weight row of "
+                               f"{cfg.block_in} bytes cannot hold a record); use "
+                               "rounding='double'")
+
+    def record_entries(self, cfg: HwConfig, out_channels: int, groups: int = 1) -> int:
+        """Weight-buffer entries of the REQUANT records (0 unless :attr:`one_pass`)."""
+        if not self.one_pass:
+            return 0
+        return groups * -(-out_channels // cfg.block_out)
+
+    def records(self, cfg: HwConfig, bias: np.ndarray | None) -> np.ndarray:
+        """REQUANT's records, one per output channel (:mod:`tensorfab.isa.requant_record`):
+        int8 ``(ceil(O / block_out), block_out, block_in)``.
+
+        Parameters
+        ----------
+        bias : numpy.ndarray | None
+            ``(O,)`` int32 bias (with :attr:`bias`), else zeros.
+        """
+        assert self.multiplier is not None and self.shift is not None
+        n = len(self.multiplier)
+        lo, hi = self.clip if self.clip is not None else (-128, 127)
+        lo, hi = max(lo, -128), min(hi, 127)
+        if self.relu:
+            lo = max(lo, self.zero_point)
+        b = np.zeros(n, np.int64) if bias is None else np.asarray(bias, np.int64).reshape(-1)
+        if b.shape != (n,):
+            raise CompileError(f"{b.size} bias values for {n} channels")
+        return pack_requant_records(cfg, multiplier=np.array(self.multiplier),
+                                    bias=b, shift=31 - np.array(self.shift),
+                                    zero_point=self.zero_point, lo=lo, hi=min(max(hi, lo), 127))
 
     @property
     def requantizes(self) -> bool:
@@ -149,7 +213,7 @@ class Epilogue:
         """Names of the per-channel vectors the ALU reads, in their order in the
         accumulator slot after the bias tile: ``left_shift`` (only if some exponent is
         positive), ``multiplier``, ``right_shift`` (only if some exponent is negative)."""
-        if self.shift is None:
+        if self.shift is None or self.one_pass:
             return []
         left, right = self._shifts()
         names = ["left_shift"] if left.max() > 0 else []
@@ -169,7 +233,10 @@ class Epilogue:
     @property
     def channel_tiles(self) -> int:
         """Per-channel tiles the accumulator slot holds after the output tile: the bias
-        and the vectors of :meth:`vector_tiles`."""
+        and the vectors of :meth:`vector_tiles` (none in one pass: the records hold the
+        bias)."""
+        if self.one_pass:
+            return 0
         return int(self.bias) + len(self.vector_tiles())
 
     def channel_vectors(self) -> dict[str, np.ndarray]:
@@ -184,6 +251,8 @@ class Epilogue:
     def alu_ops(self) -> list[tuple[AluOp, int | str]]:
         """The ALU instructions after the GEMM, in order: ``(operation, immediate)``,
         or ``(operation, name)`` with a per-channel vector operand (:meth:`vector_tiles`)."""
+        if self.one_pass:
+            return [(AluOp.REQUANT, "records")]
         ops: list[tuple[AluOp, int | str]] = []
         if self.requant is not None:
             mult, shift = self.requant
@@ -223,7 +292,8 @@ class Epilogue:
             parts.append(f"requant{self.requant}")
         if self.multiplier is not None:
             parts.append(f"requant_q31({len(self.multiplier)} channels"
-                         + (f", headroom {self.headroom})" if self.headroom else ")"))
+                         + (f", headroom {self.headroom}" if self.headroom else "")
+                         + (", one pass)" if self.one_pass else ")"))
         if self.zero_point:
             parts.append(f"zp{self.zero_point}")
         if self.relu:

@@ -38,6 +38,7 @@ from .tensorize import (
     alu_kernel,
     channel_kernel,
     gemm_kernel,
+    record_kernel,
     reset_kernel,
 )
 from .tile_plan import TilePlan
@@ -87,6 +88,15 @@ def _alu(kernel: Kernel, span: tuple[int, int], op: AluOp, imm: int | None) -> A
     return Alu(op=op, use_imm=imm is not None, imm=imm or 0, uop_begin=span[0],
                uop_end=span[1], iter_out=no, iter_in=ni, dst_factor_out=so[0],
                dst_factor_in=si[0], src_factor_out=so[1], src_factor_in=si[1])
+
+
+def _requant(kernel: Kernel, span: tuple[int, int]) -> Alu:
+    """REQUANT over a :func:`.tensorize.record_kernel` (its record steps are the
+    instruction's source factors)."""
+    (no, so), (ni, si) = kernel.outer, kernel.inner
+    return Alu(op=AluOp.REQUANT, uop_begin=span[0], uop_end=span[1], iter_out=no,
+               iter_in=ni, dst_factor_out=so[0], dst_factor_in=si[0], src_factor_out=so[2],
+               src_factor_in=si[2])
 
 
 class _Lowering:
@@ -185,11 +195,17 @@ class _Lowering:
         gemms: dict[tuple[int, int, int, int], Gemm] = {}  # (thread, tic, regions) -> GEMM
         steps: list[Step] = []
         alu_ops = self.ep.alu_ops()
+        one_pass = getattr(self.ep, "one_pass", False)
         for sl in plan_steps(plan):
             v, t, c0, tic = sl.vthread, sl.start, sl.c0, sl.tic
             step = Step(vthread=v, tile=sl.tile,
                         reads=(("inp", sl.inp_region), ("wgt", sl.wgt_region)))
             writes: list[tuple[str, int]] = []
+            if one_pass and not steps:  # every record, once, at the top of the weights
+                n = plan.records
+                step.loads.append((Load(buffer=Buffer.WGT, sram=plan.records_base, dram=0,
+                                        y=1, x=n, stride=n), "records"))
+                writes.append(("records", 0))
             if sl.first and self.ep.channel_tiles:
                 key = (t["g"], t["oc"])
                 if held.get(v) != key:
@@ -205,7 +221,7 @@ class _Lowering:
                 writes.append(("wgt", sl.wgt_region))
             step.writes = tuple(writes)
             if sl.first:
-                if self.ep.bias:
+                if self.ep.bias and not one_pass:
                     k = channel_kernel(plan, v, 0)
                     step.compute.append(_alu(k, self.kernels.add(k), AluOp.MOV, None))
                 else:
@@ -222,7 +238,12 @@ class _Lowering:
                     step.reads = (*step.reads, ("bias", v))  # type: ignore[misc]
                 k = alu_kernel(plan, v)
                 for op, operand in alu_ops:
-                    if isinstance(operand, str):  # a per-channel vector of the slot
+                    if op is AluOp.REQUANT:
+                        step.reads = (*step.reads, ("records", 0))  # type: ignore[misc]
+                        kr = record_kernel(plan, v, plan.records_base
+                                           + t["g"] * self.geo.ob + t["oc"])
+                        step.compute.append(_requant(kr, self.kernels.add(kr)))
+                    elif isinstance(operand, str):  # a per-channel vector of the slot
                         kv = channel_kernel(plan, v, self.channel_names().index(operand))
                         step.compute.append(_alu(kv, self.kernels.add(kv), op, None))
                     else:
@@ -285,6 +306,12 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
         ``zeros`` (if needed).
     """
     ep = epilogue or Epilogue()
+    ep.check_config(plan.cfg)
+    if plan.records != ep.record_entries(plan.cfg, plan.workload.out_channels,
+                                         plan.workload.groups):
+        raise CompileError(f"the schedule reserves {plan.records} weight entries for "
+                           "REQUANT records, the epilogue needs "
+                           f"{ep.record_entries(plan.cfg, plan.workload.out_channels)}")
     if ep.channel_tiles != plan.bias:
         raise CompileError(f"the epilogue needs {ep.channel_tiles} per-channel tile(s) (bias "
                          f"{ep.bias}, vectors {ep.vector_tiles()}) but the schedule was made "
@@ -308,6 +335,8 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
             if bias is not None:
                 raise CompileError("bias data given without a bias epilogue")
             continue
+        if name == "bias" and ep.one_pass:
+            continue  # the records hold it
         dtype, shape = shapes[name]
         arr = data[name]
         if arr is not None:
@@ -315,6 +344,13 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
             if arr.shape != shape:
                 raise CompileError(f"{name} has shape {arr.shape}, the layout needs {shape}")
         bld.add_segment(Segment(name, dtype, shape, arr))
+    if ep.one_pass:
+        b = None if bias is None else np.asarray(bias).reshape(
+            g, ext["oc"], cfg.batch, cfg.block_out)[:, :, 0, :].reshape(g, -1)
+        recs = [ep.records(cfg, None if b is None else b[i, :wl.out_channels])
+                for i in range(g)]
+        bld.add_segment(Segment("records", "int8", (plan.records, cfg.block_out,
+                                                    cfg.block_in), np.concatenate(recs)))
     vectors = ep.channel_vectors()
     for name, vec in vectors.items():
         if vec.shape != (wl.out_channels,):

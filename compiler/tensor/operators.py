@@ -82,14 +82,19 @@ def _epilogue(epilogue: Epilogue | None, bias: np.ndarray | None) -> Epilogue:
 
 def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedule | None,
               vthreads: int) -> Schedule:
+    ep.check_config(cfg)
+    records = ep.record_entries(cfg, workload.out_channels, workload.groups)
     if schedule is None:
         return default_schedule(workload, cfg, vthreads, bias=ep.channel_tiles,
-                                n_alu_ops=len(ep.alu_ops()))
+                                n_alu_ops=len(ep.alu_ops()), records=records)
     if schedule.workload != workload or schedule.cfg != cfg:
         raise CompileError("the schedule was made for another workload or config")
     if schedule.bias != ep.channel_tiles:
         raise CompileError(f"the schedule was made with bias={schedule.bias}, the epilogue "
                          f"needs {ep.channel_tiles} per-channel tile(s)")
+    if schedule.records != records:
+        raise CompileError(f"the schedule reserves {schedule.records} weight entries for "
+                           f"REQUANT records, the epilogue needs {records}")
     return schedule
 
 

@@ -87,6 +87,8 @@ class Schedule:
     bias : int
         Per-channel accumulator tiles the operator keeps (the bias and exact
         requantization vectors, :meth:`.Epilogue.channel_tiles`; ``True``: the bias).
+    records : int
+        Weight entries reserved for REQUANT records (:meth:`.Epilogue.record_entries`).
 
     Examples
     --------
@@ -97,10 +99,12 @@ class Schedule:
     virtual_thread(2)
     """
 
-    def __init__(self, workload: Workload, cfg: HwConfig, *, bias: int = False) -> None:
+    def __init__(self, workload: Workload, cfg: HwConfig, *, bias: int = False,
+                 records: int = 0) -> None:
         self.workload = workload
         self.cfg = cfg
         self.bias = bias
+        self.records = records
         self.trace: list[Primitive] = []
         self._extents = workload.extents(cfg)
         self._tiles = dict(self._extents)
@@ -217,9 +221,9 @@ class Schedule:
 
     @classmethod
     def from_trace(cls, workload: Workload, cfg: HwConfig, trace: Iterable[Primitive], *,
-                   bias: bool = False) -> Schedule:
+                   bias: bool = False, records: int = 0) -> Schedule:
         """A new schedule with ``trace`` replayed."""
-        return cls(workload, cfg, bias=bias).replay(trace)
+        return cls(workload, cfg, bias=bias, records=records).replay(trace)
 
     def __str__(self) -> str:
         return "\n".join(str(p) for p in self.trace)
@@ -231,8 +235,8 @@ class Schedule:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Schedule):
             return NotImplemented
-        return (self.workload, self.cfg, self.bias, self.trace) == (
-            other.workload, other.cfg, other.bias, other.trace)
+        return (self.workload, self.cfg, self.bias, self.records, self.trace) == (
+            other.workload, other.cfg, other.bias, other.records, other.trace)
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
@@ -257,7 +261,11 @@ class Schedule:
         """
         cfg, wl = self.cfg, self.workload
         v = self._vthreads
-        depth = {"inp": cfg.inp_depth, "wgt": cfg.wgt_depth, "acc": cfg.acc_depth}
+        depth = {"inp": cfg.inp_depth, "wgt": cfg.wgt_depth - self.records,
+                 "acc": cfg.acc_depth}
+        if depth["wgt"] < 1:
+            raise ScheduleError("epilogue", "wgt_depth", f"{self.records} REQUANT records "
+                                f"fill the {cfg.wgt_depth}-entry weight buffer")
         pitches = {}
         for b in BUFFERS:
             p = self._pitch[b]
@@ -272,7 +280,7 @@ class Schedule:
                                     f"past {b}_depth {depth[b]}")
             pitches[b] = p
         plan = TilePlan(wl, cfg, tuple((a, self._tiles[a]) for a in AXES), self._order, v,
-                        tuple(pitches.items()), self.bias)
+                        tuple(pitches.items()), self.bias, self.records)
         pad = max_pad(cfg)
         if max(wl.padding) > pad:
             raise ScheduleError("workload", "pad field",

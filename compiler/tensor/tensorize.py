@@ -171,6 +171,17 @@ def channel_kernel(plan: TilePlan, vthread: int, index: int) -> Kernel:
                        (a, a + plan.out_entries + index * plan.tile("oc")))
 
 
+def record_kernel(plan: TilePlan, vthread: int, record: int) -> Kernel:
+    """REQUANT kernel over ``vthread``'s output tile: ``acc[b][oc][pix]`` with the record
+    of channel block ``oc`` at weight entry ``record + oc`` (the third operand, which
+    the ALU instruction steps with its source factors)."""
+    tn, toc = plan.tile("b"), plan.tile("oc")
+    pix = plan.tile("oh") * plan.tile("ow")
+    dims = [Dim("b", tn, (toc * pix, 0, 0)), Dim("oc", toc, (pix, 0, 1)),
+            Dim("pix", pix, (1, 0, 0))]
+    return make_kernel(dims, {"b", "oc", "pix"}, (plan.slot_base("acc", vthread), 0, record))
+
+
 def alu_kernel(plan: TilePlan, vthread: int) -> Kernel:
     """ALU kernel applying an element-wise immediate operation to the output tile."""
     a = plan.slot_base("acc", vthread)

@@ -66,6 +66,10 @@ class TilePlan:
         Per-channel tiles kept in the accumulator slot after the output tile: the bias
         and the vectors of an exact requantization (:meth:`.Epilogue.channel_tiles`;
         ``True`` counts as one, the bias alone).
+    records : int
+        Weight-buffer entries reserved at the top of the buffer for REQUANT's
+        per-channel records (:meth:`.Epilogue.record_entries`); the operand regions
+        share the rest.
     """
 
     workload: Workload
@@ -75,6 +79,7 @@ class TilePlan:
     vthreads: int
     pitches: tuple[tuple[str, int], ...]
     bias: int = False
+    records: int = 0
 
     # ------------------------------------------------------------------ tile sizes
     @cached_property
@@ -131,11 +136,21 @@ class TilePlan:
         """Accumulator entries of one slot: output tile plus per-channel tiles."""
         return self.out_entries + self.tile("oc") * int(self.bias)
 
+    @property
+    def wgt_capacity(self) -> int:
+        """Weight entries the operand regions may use (below the records)."""
+        return self.cfg.wgt_depth - self.records
+
+    @property
+    def records_base(self) -> int:
+        """First weight entry of the REQUANT records."""
+        return self.wgt_capacity
+
     def regions(self, buffer: str) -> int:
         """Regions of ``inp`` or ``wgt`` that cache operand tiles (:mod:`.residency`):
         every ``pitch`` entries, as many as the buffer holds."""
         fp = self.inp_entries() if buffer == "inp" else self.wgt_entries()
-        depth = self.cfg.inp_depth if buffer == "inp" else self.cfg.wgt_depth
+        depth = self.cfg.inp_depth if buffer == "inp" else self.wgt_capacity
         return (depth - fp) // self.pitch(buffer) + 1 if fp <= depth else 0
 
     def slot_base(self, buffer: str, vthread: int) -> int:

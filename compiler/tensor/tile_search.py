@@ -57,7 +57,7 @@ def tile_candidates(extent: int) -> list[int]:
 def _fits(plan: TilePlan, n_threads: int) -> bool:
     cfg = plan.cfg
     v = plan.vthreads
-    if plan.inp_entries() > cfg.inp_depth // v or plan.wgt_entries() > cfg.wgt_depth // v:
+    if plan.inp_entries() > cfg.inp_depth // v or plan.wgt_entries() > plan.wgt_capacity // v:
         return False
     if plan.acc_entries > cfg.acc_depth // v:
         return False
@@ -69,7 +69,7 @@ def _fits(plan: TilePlan, n_threads: int) -> bool:
 
 
 def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: int = False,
-                n_alu_ops: int = 0, refine: bool = True) -> TilePlan:
+                n_alu_ops: int = 0, refine: bool = True, records: int = 0) -> TilePlan:
     """The cheapest tiling of ``workload`` with ``vthreads`` threads (see the module
     docstring).
 
@@ -86,7 +86,8 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
                             f"the LOAD's {max_pad(cfg)}-entry pad")
     ext = workload.extents(cfg)
     cands = {a: tile_candidates(ext[a]) for a in AXES}
-    pitches = (("inp", cfg.inp_depth // vthreads), ("wgt", cfg.wgt_depth // vthreads),
+    wgt_depth = cfg.wgt_depth - records
+    pitches = (("inp", cfg.inp_depth // vthreads), ("wgt", wgt_depth // vthreads),
                ("acc", cfg.acc_depth // vthreads))
     found: list[tuple[CostEstimate, TilePlan]] = []
     kh, kw = workload.kernel
@@ -100,11 +101,12 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
             if out > cfg.acc_depth // vthreads or out // tw > MAX_ITER:
                 continue
             for tic in cands["ic"]:
-                if toc * tic * kh * kw > cfg.wgt_depth // vthreads:
+                if toc * tic * kh * kw > wgt_depth // vthreads:
                     continue
                 tiles = (("b", tn), ("oc", toc), ("oh", th), ("ow", tw), ("ic", tic))
                 for order in orders:
-                    plan = TilePlan(workload, cfg, tiles, order, vthreads, pitches, bias)
+                    plan = TilePlan(workload, cfg, tiles, order, vthreads, pitches, bias,
+                                    records)
                     if plan.inp_entries() > cfg.inp_depth // vthreads:
                         break
                     n_threads = min(vthreads, plan.n_output_tiles)
@@ -114,7 +116,8 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
                     packed = (("inp", plan.inp_entries()), ("wgt", plan.wgt_entries()),
                               pitches[2])
                     if packed != pitches:
-                        plan = TilePlan(workload, cfg, tiles, order, vthreads, packed, bias)
+                        plan = TilePlan(workload, cfg, tiles, order, vthreads, packed, bias,
+                                        records)
                         found.append((estimate_cost(plan, n_alu_ops), plan))
     if not found:
         raise ScheduleError("tile search", "buffer capacity",
@@ -145,7 +148,7 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
 def schedule_for(plan: TilePlan) -> Schedule:
     """A :class:`Schedule` reproducing ``plan`` with primitives (only what differs from
     the defaults is recorded)."""
-    s = Schedule(plan.workload, plan.cfg, bias=plan.bias)
+    s = Schedule(plan.workload, plan.cfg, bias=plan.bias, records=plan.records)
     ext = plan.extents
     split = {a: plan.tile(a) for a in AXES if plan.tile(a) != ext[a]}
     if split:
@@ -155,13 +158,14 @@ def schedule_for(plan: TilePlan) -> Schedule:
     if plan.vthreads != 1:
         s.virtual_thread(plan.vthreads)
     for buffer in ("inp", "wgt", "acc"):
-        if plan.pitch(buffer) != getattr(plan.cfg, f"{buffer}_depth") // plan.vthreads:
+        depth = plan.wgt_capacity if buffer == "wgt" else getattr(plan.cfg, f"{buffer}_depth")
+        if plan.pitch(buffer) != depth // plan.vthreads:
             s.place(buffer, plan.pitch(buffer))
     return s
 
 
 def default_schedule(workload: Workload, cfg: HwConfig, vthreads: int = 2, *,
-                     bias: int = False, n_alu_ops: int = 0) -> Schedule:
+                     bias: int = False, n_alu_ops: int = 0, records: int = 0) -> Schedule:
     """The searched schedule of ``workload`` (see :func:`search_plan`) with up to
     ``vthreads`` threads: when no tiling fits that many slots (e.g. a large kernel's
     taps overflow a weight slot), fewer threads are used.
@@ -178,7 +182,8 @@ def default_schedule(workload: Workload, cfg: HwConfig, vthreads: int = 2, *,
                             "token queues hold one token per thread)")
     for v in range(int(vthreads), 0, -1):
         try:
-            plan = search_plan(workload, cfg, v, bias=bias, n_alu_ops=n_alu_ops)
+            plan = search_plan(workload, cfg, v, bias=bias, n_alu_ops=n_alu_ops,
+                               records=records)
         except ScheduleError:
             if v == 1:
                 raise

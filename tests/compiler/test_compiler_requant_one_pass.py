@@ -1,0 +1,144 @@
+"""One-pass requantization (``Epilogue(rounding="single")``, the REQUANT instruction):
+conv2d, dense and grouped matmul bit-exact against an integer reference written here,
+within one LSB of float, on fsim and (a subset) on RTL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from compiler.test_compiler_requant import float_conv, quantized_case
+from support.gemmlowp_reference import quantize_multiplier
+
+from tensorfab.compiler import (
+    RESNET18_CONV,
+    CompileError,
+    Epilogue,
+    batch_matmul,
+    conv2d,
+    dense,
+    fold_input_zero_point,
+)
+from tensorfab.isa import PRESETS, AluOp
+from tensorfab.sim.testing.numpy_reference import conv2d_acc, dense_acc
+
+DEFAULT = PRESETS["default"]
+
+
+def single_rounding(acc: np.ndarray, scales: np.ndarray, zy: int, lo: int = -128,
+                    hi: int = 127, axis: int = 1) -> np.ndarray:
+    """clamp(round_half_away(acc · M · 2^(e - 31)) + zy) with TFLite's (M, e) per channel,
+    in Python integers (one rounding of the exact product)."""
+    q = [quantize_multiplier(float(s)) for s in scales]
+    acc = np.moveaxis(np.asarray(acc, dtype=object), axis, -1)
+    out = np.empty(acc.shape, dtype=np.int64)
+    for idx in np.ndindex(acc.shape):
+        m, e = q[idx[-1]]
+        p, n = int(acc[idx]) * m, 31 - e
+        r, rem = divmod(abs(p), 1 << n)
+        r += 2 * rem >= 1 << n
+        out[idx] = min(max((r if p >= 0 else -r) + zy, lo), hi)
+    return np.moveaxis(out, -1, axis)
+
+
+def test_one_pass_epilogue_is_one_requant() -> None:
+    ep = Epilogue.from_scales(np.array([0.01, 0.02, 3.0]), zero_point=-3, relu=True,
+                              bias=True, rounding="single")
+    assert ep.one_pass and ep.channel_tiles == 0 and ep.vector_tiles() == []
+    assert ep.alu_ops() == [(AluOp.REQUANT, "records")]
+    assert ep.record_entries(DEFAULT, 40, groups=2) == 6
+    with pytest.raises(CompileError, match="needs per-channel"):
+        Epilogue(rounding="single")
+    with pytest.raises(CompileError, match="neither"):
+        Epilogue(rounding="triple")
+
+
+def test_config_without_requant_is_a_named_compile_error() -> None:
+    rng = np.random.default_rng(0)
+    x, w, bias, _, zy, scales = quantized_case(rng, (1, 8, 5, 5), (8, 8, 3, 3), 72)
+    ep = Epilogue.from_scales(scales, zero_point=zy, rounding="single")
+    with pytest.raises(CompileError, match=r"'small' has no REQUANT.*rounding='double'"):
+        conv2d(PRESETS["small"], x, w, bias, epilogue=ep)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_conv2d_one_pass_bit_exact_fsim(relu: bool) -> None:
+    rng = np.random.default_rng(20 + relu)
+    x, w, bias, zx, zy, scales = quantized_case(rng, (1, 24, 9, 9), (40, 24, 3, 3), 24 * 9)
+    scales[3] = 2.5  # a scale above 1 (a positive exponent)
+    acc = conv2d_acc(x.astype(np.int64) - zx, w, (1, 1), (0, 0, 0, 0)) \
+        + bias.reshape(1, -1, 1, 1)
+    want = single_rounding(acc, scales, zy, lo=zy if relu else -128)
+    ep = Epilogue.from_scales(scales, zero_point=zy, relu=relu, rounding="single")
+    op = conv2d(DEFAULT, x, w, fold_input_zero_point(bias, w, zx), epilogue=ep)
+    assert [i.mnemonic for i in op.program.insns if i.mnemonic.startswith("alu")] \
+        == ["alu.requant"] * sum(i.mnemonic == "alu.requant" for i in op.program.insns)
+    np.testing.assert_array_equal(op.run("fsim"), want)
+
+
+def test_clip_bounds_go_into_the_records() -> None:
+    rng = np.random.default_rng(3)
+    x, w, bias, _, zy, scales = quantized_case(rng, (1, 16, 6, 6), (20, 16, 1, 1), 16)
+    ep = Epilogue.from_scales(scales, zero_point=zy, rounding="single")
+    ep = Epilogue(**{**ep.__dict__, "clip": (-20, 30)})
+    acc = conv2d_acc(x.astype(np.int64), w, (1, 1), (0, 0, 0, 0)) + bias.reshape(1, -1, 1, 1)
+    op = conv2d(DEFAULT, x, w, bias, epilogue=ep)
+    np.testing.assert_array_equal(op.run("fsim"), single_rounding(acc, scales, zy, -20, 30))
+
+
+def test_dense_and_grouped_matmul_one_pass_fsim() -> None:
+    rng = np.random.default_rng(5)
+    x, w, bias, zx, zy, scales = quantized_case(rng, (12, 200), (70, 200), 200)
+    ep = Epilogue.from_scales(scales, zero_point=zy, rounding="single")
+    op = dense(DEFAULT, x, w, fold_input_zero_point(bias, w, zx), epilogue=ep)
+    acc = dense_acc(x.astype(np.int64) - zx, w) + bias
+    np.testing.assert_array_equal(op.run("fsim"), single_rounding(acc, scales, zy))
+    # two groups, each its own operands and bias: records per group
+    a = rng.integers(-128, 128, (2, 9, 48)).astype(np.int8)
+    b = rng.integers(-128, 128, (2, 48, 20)).astype(np.int8)
+    gbias = rng.integers(-5000, 5000, (2, 20)).astype(np.int32)
+    s = rng.uniform(1e-3, 5e-3, 20)
+    op = batch_matmul(DEFAULT, a, b, gbias,
+                      epilogue=Epilogue.from_scales(s, rounding="single"))
+    acc = np.einsum("gmk,gkn->gmn", a.astype(np.int64), b.astype(np.int64)) \
+        + gbias[:, None, :]
+    np.testing.assert_array_equal(op.run("fsim"), single_rounding(acc, s, 0, axis=2))
+
+
+def test_resnet18_last_stage_one_pass_exact_and_closer_to_float() -> None:
+    """ResNet-18 C11 (7×7, 512→512, 3×3), per-channel scales: equal to the integer
+    reference; within 1 LSB of float and at least as close as TFLite's arithmetic."""
+    wl = RESNET18_CONV["C11"]
+    rng = np.random.default_rng(11)
+    x, w, bias, zx, zy, scales = quantized_case(
+        rng, (1, wl.in_channels, wl.height, wl.width), (wl.out_channels, wl.in_channels, 3, 3),
+        wl.in_channels * 9)
+    pt, pb, pl, pr = wl.padding
+    xp = np.full((1, wl.in_channels, wl.height + pt + pb, wl.width + pl + pr), zx, np.int8)
+    xp[:, :, pt:pt + wl.height, pl:pl + wl.width] = x
+    acc = conv2d_acc(xp.astype(np.int64) - zx, w, wl.stride, (0, 0, 0, 0)) \
+        + bias.reshape(1, -1, 1, 1)
+    ep = Epilogue.from_scales(scales, zero_point=zy, rounding="single")
+    op = conv2d(DEFAULT, xp, w, fold_input_zero_point(bias, w, zx), stride=wl.stride,
+                padding=0, epilogue=ep)
+    got = op.run("fsim")
+    np.testing.assert_array_equal(got, single_rounding(acc, scales, zy))
+    diff = np.abs(got.astype(np.int64) - float_conv(acc, scales, zy, relu=False))
+    assert diff.max() <= 1 and (diff == 0).mean() >= 0.9999
+
+
+def test_conv2d_one_pass_on_rtl() -> None:
+    from tensorfab.sim import FunctionalSimulator
+    from tensorfab.sim.rtl import RtlSimulator
+
+    rng = np.random.default_rng(7)
+    x, w, bias, _, zy, scales = quantized_case(rng, (1, 16, 8, 8), (48, 16, 3, 3), 16 * 9)
+    scales[0] = 1.5
+    ep = Epilogue.from_scales(scales, zero_point=zy, relu=True, rounding="single")
+    op = conv2d(DEFAULT, x, w, bias, padding=1, epilogue=ep, vthreads=2)
+    acc = conv2d_acc(x.astype(np.int64), w, (1, 1), (1, 1, 1, 1)) + bias.reshape(1, -1, 1, 1)
+    res = RtlSimulator().run(op.program)
+    ref = FunctionalSimulator().run(op.program)
+    np.testing.assert_array_equal(res.dram, ref.dram)
+    assert res.counters == ref.counters
+    np.testing.assert_array_equal(op.unpack(res.outputs["out"]),
+                                  single_rounding(acc, scales, zy, lo=zy))
