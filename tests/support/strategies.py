@@ -22,7 +22,7 @@ from tensorfab.isa import (
     insn_formats,
     uop_format,
 )
-from tensorfab.isa.formats import MAX_SHIFT, Opcode
+from tensorfab.isa.formats import MAX_SHIFT, Opcode, requant_supported
 from tensorfab.isa.insn import SHIFT_OPS
 
 configs = st.sampled_from(list(PRESETS.values()))
@@ -86,8 +86,9 @@ def gemms(draw, cfg: HwConfig) -> Gemm:
 
 @st.composite
 def alus(draw, cfg: HwConfig) -> Alu:
-    op = draw(st.sampled_from(list(AluOp)))
-    use_imm = draw(st.booleans())
+    legal = [op for op in AluOp if op is not AluOp.REQUANT or requant_supported(cfg)]
+    op = draw(st.sampled_from(legal))
+    use_imm = draw(st.booleans()) and op is not AluOp.REQUANT
     imm = 0
     if use_imm:
         imm = draw(st.integers(0, MAX_SHIFT) if op in SHIFT_OPS
