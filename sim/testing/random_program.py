@@ -63,13 +63,23 @@ from tensorfab.isa import (
 )
 from tensorfab.isa.disasm import format_insn
 from tensorfab.isa.errors import UsageError
-from tensorfab.isa.formats import MAX_SHIFT, SHIFT_OPS, token_pops, token_pushes
+from tensorfab.isa.formats import (
+    MAX_SHIFT,
+    REQUANT_MAX_SHIFT,
+    REQUANT_RECORD,
+    SHIFT_OPS,
+    requant_supported,
+    token_pops,
+    token_pushes,
+)
 from tensorfab.isa.insn import segment_dram
 
 #: Name of the informational segment recording how a program was generated.
 META_SEGMENT = "random_meta"
+#: Byte of a weight row holding a REQUANT record's shift.
+REQUANT_SHIFT_BYTE = next(off for name, off, *_ in REQUANT_RECORD if name == "shift")
 #: Bump when the same (config, seed) starts giving different programs.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 #: Most virtual threads :func:`random_program` picks on its own.
 MAX_VTHREADS = 4
 #: Default cap on the number of steps.
@@ -177,6 +187,9 @@ class _Generator:
         # accumulator entries known to hold shift amounts 0..31 in every element (the
         # only legal vector operands of shift operations; else SHIFT_RANGE)
         self.shift_ok = np.zeros(cfg.acc_depth, dtype=bool)
+        # weight entries holding legal REQUANT records (loaded from the "wgt" segment,
+        # whose shift bytes are 0..REQUANT_MAX_SHIFT, or padding)
+        self.records_ok = np.zeros(cfg.wgt_depth, dtype=bool)
         self.uop_buf: list[Uop | None] = [None] * cfg.uop_depth
         self.kernels: list[list[tuple[int, int]]] = [[] for _ in range(V)]
         self.items: list[_Item] = []
@@ -249,8 +262,11 @@ class _Generator:
             bias = rng.integers(-(1 << 31), 1 << 31, size=(n_bias, b, bo), dtype=np.int64)
         else:  # bias-like: small values
             bias = rng.integers(-(1 << 12), 1 << 12, size=(n_bias, b, bo), dtype=np.int64)
+        wgt = i8((n_wgt, bo, bi))
+        if requant_supported(cfg):  # every row a REQUANT record with a legal shift
+            wgt[..., REQUANT_SHIFT_BYTE] = rng.integers(0, REQUANT_MAX_SHIFT + 1, (n_wgt, bo))
         segs = [Segment("inp", "int8", (n_inp, b, bi), i8((n_inp, b, bi))),
-                Segment("wgt", "int8", (n_wgt, bo, bi), i8((n_wgt, bo, bi))),
+                Segment("wgt", "int8", (n_wgt, bo, bi), wgt),
                 Segment("bias", "int32", (n_bias, b, bo), bias.astype(np.int32)),
                 Segment("out", "int8", (n_out, b, bo), output=True),
                 Segment("fb", "int8", (n_fb, b, bo), i8((n_fb, b, bo)), output=True)]
@@ -382,6 +398,8 @@ class _Generator:
             self.init[insn.buffer][lo:hi] = True
             if insn.buffer is Buffer.ACC:
                 self.shift_ok[lo:hi] = False
+            if insn.buffer is Buffer.WGT:
+                self.records_ok[lo:hi] = item.seg == "wgt"
 
     def _full_depth_load(self, buf: Buffer) -> _Item | None:
         """A LOAD writing the whole of ``buf`` (data kept small with padding or a
@@ -534,6 +552,11 @@ class _Generator:
         if kind == 2:
             op = AluOp(int(rng.integers(len(AluOp))))
             use_imm = bool(rng.random() < 0.5)
+            records = self._slice_mask(Buffer.WGT, v) & self.records_ok
+            if op is AluOp.REQUANT:
+                use_imm = False
+                if not (requant_supported(cfg) and records.any()):
+                    op = AluOp.ADD
             if not acc_init.any():
                 op, use_imm = AluOp.MOV, True
             shifts = acc_slice & self.shift_ok
@@ -550,6 +573,8 @@ class _Generator:
                      _Role("wgt", self._slice_mask(Buffer.WGT, v))]
         elif kind == 1:
             roles = [_Role("acc", acc_init), _Role("src", inp_ok), _Role("wgt", wgt_ok)]
+        elif op is AluOp.REQUANT:  # the "source" factors step the record index
+            roles = [_Role("acc", acc_init), _Role("wgt", records)]
         else:
             src_ok = shifts if op in SHIFT_OPS else acc_init
             roles = [_Role("acc", acc_slice if op is AluOp.MOV else acc_init),
@@ -628,7 +653,7 @@ class _Generator:
         if rng.random() < 0.5:
             return Gemm(reset=True, uop_begin=self.relay_uop, uop_end=self.relay_uop + 1,
                         **loops)
-        op = AluOp(int(rng.integers(len(AluOp)))) if scratch_init else AluOp.MOV
+        op = AluOp(int(rng.integers(AluOp.REQUANT))) if scratch_init else AluOp.MOV
         return Alu(op=op, use_imm=True, imm=self._imm(op), uop_begin=self.relay_uop,
                    uop_end=self.relay_uop + 1, **loops)
 

@@ -303,6 +303,9 @@ class _Machine:
             raise ReferenceRangeError(f"{what}: shift immediate {imm} outside 0..31")
         if insn.op is AluOp.MULHI:
             imm = wrap32(imm << 16)  # the immediate is the multiplier's high half
+        if insn.op is AluOp.REQUANT:
+            self.requant(insn, what)
+            return
         for i, j, u in self._loop(insn):
             ua, us, _ = self._uop(u, what)
             d = ua + i * insn.dst_factor_out + j * insn.dst_factor_in
@@ -316,6 +319,32 @@ class _Machine:
                     raise ReferenceRangeError(f"{what}: vector shift amount outside 0..31")
             self._set_acc(d, [alu_op(insn.op, a, bv) for a, bv in zip(a_vals, b_vals,
                                                                        strict=True)], what)
+            self.counters["alu_uops"] += 1
+            self.counters["alu_ops"] += n
+
+
+    def requant(self, insn: Alu, what: str) -> None:
+        """docs/isa.md's REQUANT: records in weight rows, one rounding, Python ints."""
+        n, bo, bi = self.batch * self.bo, self.bo, self.bi
+        for i, j, u in self._loop(insn):
+            ua, _, uw = self._uop(u, what)
+            d = ua + i * insn.dst_factor_out + j * insn.dst_factor_in
+            w = uw + i * insn.src_factor_out + j * insn.src_factor_in
+            rows = self._entry(Buffer.WGT, w, what)  # row o: bytes o*bi .. o*bi+bi
+            out = []
+            for lane, a in enumerate(self._acc_values(d, what)):
+                r = rows[(lane % bo) * bi:][:12]
+                m, bias = struct.unpack("<ii", r[:8])
+                shift, zp, lo, hi = r[8], struct.unpack("b", r[9:10])[0], \
+                    struct.unpack("b", r[10:11])[0], struct.unpack("b", r[11:12])[0]
+                if shift > 62:
+                    raise ReferenceRangeError(f"{what}: REQUANT shift {shift} past 62")
+                p = wrap32(a + bias) * m
+                q, rem = divmod(abs(p), 1 << shift)
+                if shift and 2 * rem >= 1 << shift:
+                    q += 1
+                out.append(min(max((q if p >= 0 else -q) + zp, lo), hi))
+            self._set_acc(d, out, what)
             self.counters["alu_uops"] += 1
             self.counters["alu_ops"] += n
 
