@@ -10,6 +10,7 @@ from tensorfab.isa import AluOp, HwConfig, Opcode, insn_formats
 from tensorfab.isa.formats import (
     MAX_SHIFT,
     REQUANT_MAX_SHIFT,
+    REQUANT_MULTIPLIER_BITS,
     REQUANT_RECORD,
     SHIFT_OPS,
     requant_supported,
@@ -104,21 +105,33 @@ def requant_lane(m: Module, a: Value, record: dict[str, Value]) -> Value:
         A signed 32-bit signal (the clamped result). Shifts past REQUANT_MAX_SHIFT
         give an unspecified result; :class:`VectorAlu` flags them.
     """
+    # every intermediate at most 64 bits wide and few of them: Verilator evaluates this
+    # every cycle, and wider values word by word
     t = Signal(signed(32))
-    m.d.comb += t.eq((a + record["bias"])[:32])
-    p = Signal(signed(64))
-    m.d.comb += p.eq(t * record["multiplier"])
+    m.d.comb += t.eq(a + record["bias"])
+    p = Signal(signed(63))  # |t · M| < 2^62 with the 31-bit multiplier
+    m.d.comb += p.eq(t * record["multiplier"][:REQUANT_MULTIPLIER_BITS])
     n = record["shift"][:6]
-    mask = Signal(unsigned(64))
-    m.d.comb += mask.eq(((Const(1, 65) << n) - 1)[:64])
+    sh = Signal(7)  # 64 - n: masks made by right shifts keep 64 bits
+    m.d.comb += sh.eq(64 - n)
+    mask = Signal(64)  # 2^n - 1
+    m.d.comb += mask.eq(Const((1 << 64) - 1, 64) >> sh)
+    # RoundingDivideByPOT as (p + nudge) >> n: nudge 2^(n-1), less one for p < 0
+    nudge = Signal(62)
+    m.d.comb += nudge.eq(Mux(p[62], mask >> 1, Const(1 << 63, 64) >> sh))
     r = Signal(signed(64))
-    m.d.comb += r.eq((p >> n) + ((p.as_unsigned() & mask) > ((mask >> 1) + p[63])))
-    v = Signal(signed(65))
-    m.d.comb += v.eq(r + record["zero_point"])
-    lo_clamped = Signal(signed(65))
-    m.d.comb += lo_clamped.eq(Mux(v > record["lo"], v, record["lo"]))
+    m.d.comb += r.eq((p + nudge) >> n)
+    # clamp(r + Z, lo, hi) = clamp(r, lo - Z, hi - Z) + Z: the wide value only compared
+    lo = Signal(signed(9))
+    hi = Signal(signed(9))
+    m.d.comb += [lo.eq(record["lo"] - record["zero_point"]),
+                 hi.eq(record["hi"] - record["zero_point"])]
+    r_lo = Signal(signed(64))
+    m.d.comb += r_lo.eq(Mux(r > lo, r, lo))
+    r_hi = Signal(signed(10))  # within [lo, hi] or hi: 10 bits hold it
+    m.d.comb += r_hi.eq(Mux(r_lo < hi, r_lo, hi))
     out = Signal(signed(32))
-    m.d.comb += out.eq(Mux(lo_clamped < record["hi"], lo_clamped, record["hi"]))
+    m.d.comb += out.eq(r_hi + record["zero_point"])
     return out
 
 
@@ -229,7 +242,7 @@ class VectorAlu(wiring.Component):
                    for k in range(cfg.block_in)]
             fields: dict[str, Value] = {}
             for name, offset, size, is_signed in REQUANT_RECORD:
-                raw = Cat(*row[offset:offset + size])
+                raw = Cat(*row[offset:offset + size])  # XOR per byte: one op in Cat form
                 fields[name] = raw.as_signed() if is_signed else raw
             out.append(fields)
         return out

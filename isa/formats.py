@@ -84,7 +84,7 @@ SHIFT_OPS = frozenset({AluOp.SHR, AluOp.SHR_RND, AluOp.SHL})
 #: ``w[o][0:12]`` of a weight-buffer entry, little-endian, as ``(name, offset, size,
 #: signed)``; see docs/isa.md.
 REQUANT_RECORD: tuple[tuple[str, int, int, bool], ...] = (
-    ("multiplier", 0, 4, True),
+    ("multiplier", 0, 4, False),
     ("bias", 4, 4, True),
     ("shift", 8, 1, False),
     ("zero_point", 9, 1, True),
@@ -95,6 +95,9 @@ REQUANT_RECORD: tuple[tuple[str, int, int, bool], ...] = (
 REQUANT_RECORD_BYTES = 12
 #: Largest rounding right shift of REQUANT (its product has 63 significant bits).
 REQUANT_MAX_SHIFT = 62
+#: REQUANT's multiplier is the low bits of its field, unsigned (a Q31 multiplier in
+#: ``[0, 2^31)``); the field's top bit is ignored.
+REQUANT_MULTIPLIER_BITS = 31
 
 
 def requant_supported(cfg: HwConfig) -> bool:

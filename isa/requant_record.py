@@ -11,7 +11,13 @@ import numpy as np
 
 from .config import HwConfig
 from .errors import UsageError
-from .formats import REQUANT_MAX_SHIFT, REQUANT_RECORD, REQUANT_RECORD_BYTES, requant_supported
+from .formats import (
+    REQUANT_MAX_SHIFT,
+    REQUANT_MULTIPLIER_BITS,
+    REQUANT_RECORD,
+    REQUANT_RECORD_BYTES,
+    requant_supported,
+)
 
 __all__ = ["pack_requant_records", "unpack_requant_records"]
 
@@ -62,6 +68,8 @@ def pack_requant_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.ndarra
         lo, hi = _RANGES[name]
         if name == "shift":
             hi = REQUANT_MAX_SHIFT
+        if name == "multiplier":
+            hi = (1 << REQUANT_MULTIPLIER_BITS) - 1
         bad = np.flatnonzero((a < lo) | (a > hi))
         if bad.size:
             raise UsageError(f"REQUANT {name} of channel {int(bad[0])} is {int(a[bad[0]])}, "
@@ -76,8 +84,9 @@ def pack_requant_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.ndarra
 def unpack_requant_records(rows: np.ndarray) -> dict[str, np.ndarray]:
     """The record fields of weight rows: ``rows`` is int8 ``(..., block_in)`` (any
     leading shape, e.g. ``(entries, block_out)``); returns int64 arrays of the leading
-    shape per field name. Values are taken as stored (a shift above
-    :data:`.formats.REQUANT_MAX_SHIFT` is returned, not rejected)."""
+    shape per field name, as REQUANT reads them: the multiplier's low
+    :data:`.formats.REQUANT_MULTIPLIER_BITS` bits; other values as stored (a shift
+    above :data:`.formats.REQUANT_MAX_SHIFT` is returned, not rejected)."""
     b = np.asarray(rows).astype(np.int64) & 0xFF
     out: dict[str, np.ndarray] = {}
     for name, offset, size, signed in REQUANT_RECORD:
@@ -86,5 +95,7 @@ def unpack_requant_records(rows: np.ndarray) -> dict[str, np.ndarray]:
             v |= b[..., offset + k] << (8 * k)
         if signed:
             v = np.where(v >= 1 << (8 * size - 1), v - (1 << (8 * size)), v)
+        if name == "multiplier":
+            v = v & ((1 << REQUANT_MULTIPLIER_BITS) - 1)
         out[name] = v
     return out

@@ -80,7 +80,8 @@ def requant_apply(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
     entries ``rows`` (``(..., block_out, block_in)`` int8) holding each channel's record.
 
     ``clamp(RDBPOT((a + bias) · multiplier, shift) + zero_point, lo, hi)`` per lane:
-    the bias add wraps to int32, the product is exact, the rounding shift rounds half
+    the bias add wraps to int32, the multiplier is the field's low 31 bits (unsigned),
+    the product is exact, the rounding shift rounds half
     away from zero (gemmlowp's ``RoundingDivideByPOT``, on the 64-bit product), the
     clamp is ``min(max(v, lo), hi)``. Shifts must be checked (``<= REQUANT_MAX_SHIFT``)
     by the caller.
@@ -88,7 +89,7 @@ def requant_apply(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
     rec = unpack_requant_records(rows)  # each (..., block_out)
     f = {k: v[..., None, :] for k, v in rec.items()}  # broadcast over batch
     t = (np.asarray(a, dtype=np.int64) + f["bias"] + (1 << 31)) % (1 << 32) - (1 << 31)
-    p = t * f["multiplier"]  # |p| <= 2^62: exact in int64
+    p = t * f["multiplier"]  # 31-bit multiplier: |p| < 2^62, exact in int64
     n = f["shift"]
     mask = (np.int64(1) << n) - 1
     r = (p >> n) + ((p & mask) > (mask >> 1) + (p < 0))

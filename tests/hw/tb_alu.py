@@ -70,7 +70,7 @@ RECORD = [("multiplier", 4, True), ("bias", 4, True), ("shift", 1, False),
 def requant_reference(a: int, r: dict[str, int]) -> int:
     """docs/isa.md's REQUANT with Python integers."""
     t = (a + r["bias"] + (1 << 31)) % (1 << 32) - (1 << 31)
-    p = t * r["multiplier"]
+    p = t * (r["multiplier"] & 0x7FFFFFFF)  # the low 31 bits, unsigned
     n = r["shift"]
     q, rem = divmod(abs(p), 1 << n)
     if n and 2 * rem >= 1 << n:

@@ -32,7 +32,7 @@ INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 def reference(a: int, m: int, b: int, n: int, zp: int, lo: int, hi: int) -> int:
     """The documented semantics with Python's unbounded integers."""
     t = (a + b + (1 << 31)) % (1 << 32) - (1 << 31)
-    p = t * m
+    p = t * (m & 0x7FFFFFFF)
     q, r = divmod(abs(p), 1 << n)  # round |p| / 2^n half away from zero
     if 2 * r >= (1 << n) and n > 0:
         q += 1
@@ -43,8 +43,8 @@ def reference(a: int, m: int, b: int, n: int, zp: int, lo: int, hi: int) -> int:
 def _records(rng: np.random.Generator, channels: int) -> dict[str, np.ndarray]:
     n = rng.integers(0, 63, channels)
     n[:4] = [0, 1, 31, 62]
-    m = rng.integers(INT32_MIN, INT32_MAX, channels, endpoint=True)
-    m[:3] = [INT32_MIN, INT32_MAX, 0]
+    m = rng.integers(0, INT32_MAX, channels, endpoint=True)
+    m[:3] = [INT32_MAX, 1 << 30, 0]
     lo = rng.integers(-128, 128, channels)
     hi = np.maximum(lo, rng.integers(-128, 128, channels))
     hi[:4], lo[:4] = 127, -128
@@ -169,6 +169,10 @@ def test_rtl_equals_fsim_and_reports_the_same_errors() -> None:
     want = FunctionalSimulator(cfg).run(prog).outputs["out"]
     have = RtlSimulator().run(prog).outputs["out"]
     np.testing.assert_array_equal(have, want)
+    rec[0, 1, 3] |= -128  # bit 31 of channel 1's multiplier: ignored by both
+    prog = _program(cfg, x.astype(np.int32), rec, [0, 1, 1], iter_out=2, dst_factor_out=3)
+    np.testing.assert_array_equal(RtlSimulator().run(prog).outputs["out"], want)
+    np.testing.assert_array_equal(FunctionalSimulator(cfg).run(prog).outputs["out"], want)
     rec[1, 2, 8] = 63
     prog = _program(cfg, x.astype(np.int32), rec, [0, 1, 1], iter_out=2, dst_factor_out=3)
     with pytest.raises(ProgramError) as exc:

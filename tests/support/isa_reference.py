@@ -334,7 +334,8 @@ class _Machine:
             out = []
             for lane, a in enumerate(self._acc_values(d, what)):
                 r = rows[(lane % bo) * bi:][:12]
-                m, bias = struct.unpack("<ii", r[:8])
+                m, bias = struct.unpack("<Ii", r[:8])
+                m &= 0x7FFFFFFF  # the multiplier is the low 31 bits
                 shift, zp, lo, hi = r[8], struct.unpack("b", r[9:10])[0], \
                     struct.unpack("b", r[10:11])[0], struct.unpack("b", r[11:12])[0]
                 if shift > 62:
