@@ -18,7 +18,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tensorfab.isa import AluOp, TensorfabError
-from tensorfab.sim.fsim_alu import alu_apply
+from tensorfab.sim.fsim_alu import alu_apply, requant_values
 
 from .layout_transform import layout_transform, parse_layout
 
@@ -520,6 +520,9 @@ def requantize_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.nd
     exp = np.zeros(chans, np.int64)
     mult[:n], exp[:n] = attrs["multiplier"], attrs["shift"]
     mult, exp = mult.reshape(shape), exp.reshape(shape)
+    if attrs.get("rounding", "double") == "single":  # one REQUANT pass
+        return requant_values(x, mult, 0, 31 - exp, attrs["zero_point"], -128,
+                              127).astype(np.int8)
     a = x.astype(np.int32)
     if np.any(exp > 0):
         a = alu_apply(AluOp.SHL, a, np.maximum(exp, 0))

@@ -87,13 +87,21 @@ def requant_apply(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
     by the caller.
     """
     rec = unpack_requant_records(rows)  # each (..., block_out)
-    f = {k: v[..., None, :] for k, v in rec.items()}  # broadcast over batch
-    t = (np.asarray(a, dtype=np.int64) + f["bias"] + (1 << 31)) % (1 << 32) - (1 << 31)
-    p = t * f["multiplier"]  # 31-bit multiplier: |p| < 2^62, exact in int64
-    n = f["shift"]
+    return requant_values(a, **{k: v[..., None, :] for k, v in rec.items()})  # over batch
+
+
+def requant_values(a: np.ndarray, multiplier: np.ndarray | int, bias: np.ndarray | int,
+                   shift: np.ndarray | int, zero_point: np.ndarray | int,
+                   lo: np.ndarray | int, hi: np.ndarray | int) -> np.ndarray:
+    """REQUANT's arithmetic on values (fields broadcast against ``a``): the bias add
+    wrapping to int32, the product by the 31-bit unsigned multiplier, one rounding
+    shift (half away from zero), the zero point and the clamp; int32 result."""
+    t = (np.asarray(a, dtype=np.int64) + bias + (1 << 31)) % (1 << 32) - (1 << 31)
+    p = t * (np.asarray(multiplier, dtype=np.int64) & 0x7FFFFFFF)  # |p| < 2^62
+    n = np.asarray(shift, dtype=np.int64)
     mask = (np.int64(1) << n) - 1
     r = (p >> n) + ((p & mask) > (mask >> 1) + (p < 0))
-    return np.minimum(np.maximum(r + f["zero_point"], f["lo"]), f["hi"]).astype(np.int32)
+    return np.minimum(np.maximum(r + zero_point, lo), hi).astype(np.int32)
 
 
 def _check_records(access: Access, rows: np.ndarray, w: np.ndarray) -> None:
@@ -304,4 +312,4 @@ def _requant(access: Access, m: Machine, plan: AluPlan) -> None:
         m.acc[plan.d[sel]] = requant_apply(m.acc[plan.d[sel]], rows)
 
 
-__all__ = ["AluPlan", "alu_apply", "exec_alu", "plan_alu", "requant_apply"]
+__all__ = ["AluPlan", "alu_apply", "exec_alu", "plan_alu", "requant_apply", "requant_values"]

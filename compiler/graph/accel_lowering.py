@@ -115,7 +115,8 @@ def _compile(chain: list[Call]) -> Call:
         epilogue = Epilogue(bias=bias is not None, relu=bool(relu), clip=clip,
                             multiplier=_padded(per_channel["multiplier"], plain_w.shape[0]),
                             shift=_padded(per_channel["shift"], plain_w.shape[0]),
-                            zero_point=per_channel["zero_point"])
+                            zero_point=per_channel["zero_point"],
+                            rounding=per_channel.get("rounding", "double"))
     dummy = np.zeros((n_pad, c_pad, h, wd), np.int8)
     op = compile_conv2d(cfg, dummy, plain_w, bias, stride=(sh, sw), padding=(pt, pl),
                         epilogue=epilogue)

@@ -45,12 +45,15 @@ def _is_conv_acc(acc: Expr) -> bool:
     return isinstance(acc, Call) and acc.op == "qnn.conv2d_integer"
 
 
-def fixed_point_requantize(fn: Function, per_channel: bool = False) -> Function:
+def fixed_point_requantize(fn: Function, per_channel: bool = False,
+                           rounding: str = "double") -> Function:
     """``fn`` with per-tensor int8 ``qnn.requantize`` calls after integer convolutions
     or matmuls replaced by the accelerator's ``qnn.requantize_fixed``. With
     ``per_channel``, per-channel ones after integer convolutions become
-    ``qnn.requantize_q31`` (TFLite's exact per-channel arithmetic, which the
-    accelerator's epilogue computes with MULHI); otherwise they stay."""
+    ``qnn.requantize_q31`` with ``rounding``: ``"double"`` is TFLite's exact per-channel
+    arithmetic (the accelerator's MULHI epilogue), ``"single"`` one rounding of the
+    exact product (the REQUANT instruction: one ALU pass, closer to float; for configs
+    with :func:`~tensorfab.isa.formats.requant_supported`); otherwise they stay."""
     def rule(e: Expr, _old: Expr) -> Expr:
         if not (isinstance(e, Call) and e.op == "qnn.requantize"
                 and e.attrs["out_dtype"] == "int8"):
@@ -63,7 +66,8 @@ def fixed_point_requantize(fn: Function, per_channel: bool = False) -> Function:
             return Call("qnn.requantize_q31", [e.args[0]],
                         {"multiplier": tuple(int(m) for m in mult),
                          "shift": tuple(int(x) for x in exp),
-                         "zero_point": int(zp.data.reshape(-1)[0])}, e.virtual_device)
+                         "zero_point": int(zp.data.reshape(-1)[0]), "rounding": rounding},
+                        e.virtual_device)
         if not (isinstance(scale, Constant) and scale.data.size == 1
                 and isinstance(zp, Constant) and not np.any(zp.data)):
             return e

@@ -710,15 +710,19 @@ def _requantize_fixed(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 
 @register("qnn.requantize_q31", 1, {"multiplier": REQUIRED, "shift": REQUIRED,
-                                   "zero_point": 0},
+                                   "zero_point": 0, "rounding": "double"},
           "int32 to int8 per output channel as TFLite's MultiplyByQuantizedMultiplier and "
           "the accelerator's exact epilogue: SHL max(shift, 0), MULHI multiplier (Q31), "
-          "SHR_RND max(-shift, 0), + zero_point, clip to int8; multiplier and shift have "
-          "one entry per channel (axis 1 of NCHW, axes 1 and 5 of a blocked NCHW{n}n{c}c)")
+          "SHR_RND max(-shift, 0), + zero_point, clip to int8 (rounding 'double'), or "
+          "the product rounded once by 31 - shift bits, + zero_point, clip (rounding "
+          "'single', the REQUANT instruction); multiplier and shift have one entry per "
+          "channel (axis 1 of NCHW, axes 1 and 5 of a blocked NCHW{n}n{c}c)")
 def _requantize_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x = _t(types, 0)
     _want_dtype(x, ("int32",), "the input")
     mult, shift = tuple(attrs["multiplier"]), tuple(attrs["shift"])
+    if attrs["rounding"] not in ("double", "single"):
+        raise _fail(f"rounding {attrs['rounding']!r} is neither 'double' nor 'single'")
     if len(mult) != len(shift) or not mult:
         raise _fail(f"{len(mult)} multipliers and {len(shift)} shifts: one of each per "
                     "channel")

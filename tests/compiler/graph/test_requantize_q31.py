@@ -14,8 +14,14 @@ from tensorfab.compiler.graph.layout_planning import pack_accel_layouts
 from tensorfab.compiler.graph.lower_runtime import evaluate
 from tensorfab.compiler.graph.partitioning import annotate_accelerator
 from tensorfab.compiler.graph.planning import plan_devices
+from tensorfab.isa import Program
 from tensorfab.models import load_digits_split
 from tensorfab.runtime.kernels import KERNELS
+
+
+def program_of(blob: bytes) -> Program:
+    """The program an ``accel.program`` call runs."""
+    return Program.from_bytes(blob, "accel.program")
 
 
 def gemmlowp(x: int, m: int, e: int, zp: int) -> int:
@@ -60,7 +66,31 @@ def test_kernel_equals_gemmlowp(blocked: bool) -> None:
     np.testing.assert_array_equal(got, want)
 
 
-def test_digits_per_channel_on_accelerator_is_bit_exact() -> None:
+def single(x: int, m: int, e: int, zp: int) -> int:
+    """One rounding of x·m·2^(e-31), half away from zero, + zero point, int8 clamp."""
+    p, n = x * m, 31 - e
+    q, rem = divmod(abs(p), 1 << n)
+    q += 2 * rem >= 1 << n
+    return min(max((q if p >= 0 else -q) + zp, -128), 127)
+
+
+def test_kernel_single_rounding() -> None:
+    rng = np.random.default_rng(4)
+    c = 5
+    x = rng.integers(-(1 << 20), 1 << 20, (2, c, 3, 3)).astype(np.int32)
+    x[0, :, 0, 0] = [0, -1, 1, (1 << 31) - 1, -(1 << 31)]
+    mult = rng.integers(1 << 30, 1 << 31, c)
+    shift = np.array([-12, -3, 0, 2, -31])
+    attrs = {"multiplier": tuple(int(v) for v in mult),
+             "shift": tuple(int(v) for v in shift), "zero_point": 5, "rounding": "single"}
+    want = np.array([[[[single(int(x[n, k, i, j]), int(mult[k]), int(shift[k]), 5)
+                        for j in range(3)] for i in range(3)] for k in range(c)]
+                     for n in range(2)], np.int8)
+    np.testing.assert_array_equal(KERNELS["qnn.requantize_q31"]([x], attrs), want)
+
+
+@pytest.mark.parametrize("rounding", ["double", "single"])
+def test_digits_per_channel_on_accelerator_is_bit_exact(rounding: str) -> None:
     from tensorfab.compiler.frontend import from_onnx, quantize_onnx
     from tensorfab.compiler.graph.constant_folding import fold_constants
     from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
@@ -72,7 +102,7 @@ def test_digits_per_channel_on_accelerator_is_bit_exact() -> None:
                         [{"image": xtr[i:i + 64]} for i in range(0, 512, 64)],
                         per_channel=True)
     g = lower_qdq(fold_constants(from_onnx(qdq, input_shapes={"image": (40, 1, 8, 8)})))
-    pc = fixed_point_requantize(g, per_channel=True)
+    pc = fixed_point_requantize(g, per_channel=True, rounding=rounding)
     ops = [e.op for e in post_order(pc) if isinstance(e, Call)]
     assert ops.count("qnn.requantize_q31") == 2  # the two convolutions
     assert ops.count("qnn.requantize") == 1  # the dense layer's stays
@@ -82,6 +112,11 @@ def test_digits_per_channel_on_accelerator_is_bit_exact() -> None:
         annotate_accelerator(pc, accel("default")))))
     names = [e.op for e in post_order(compiled) if isinstance(e, Call)]
     assert names.count("accel.program") == 2 and "qnn.requantize_q31" not in names
+    programs = [e for e in post_order(compiled) if isinstance(e, Call)
+                and e.op == "accel.program"]
+    mnemonics = {i.mnemonic for p in programs
+                 for i in program_of(p.args[1].data.tobytes()).insns}
+    assert ("alu.requant" in mnemonics) == (rounding == "single")
     x = xte[:40]
     got = evaluate(compiled, [x])
     np.testing.assert_array_equal(got, evaluate(pc, [x]))
