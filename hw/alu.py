@@ -85,7 +85,7 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
     return out
 
 
-def requant_lane(m: Module, a: Value, record: dict[str, Value]) -> Value:
+def requant_lane(m: Module, go: Value, a: Value, record: dict[str, Value]) -> Value:
     """Combinational REQUANT of one lane (docs/isa.md): ``clamp(RDBPOT((a + bias) ·
     multiplier, shift) + zero_point, lo, hi)``.
 
@@ -93,6 +93,9 @@ def requant_lane(m: Module, a: Value, record: dict[str, Value]) -> Value:
     ----------
     m : Module
         Module the lane's logic is added to.
+    go : Value
+        The operation is REQUANT (the result is only defined with ``go``; see the
+        comment in the body on why the lane is written around it).
     a : Value
         The signed 32-bit accumulator.
     record : dict[str, Value]
@@ -102,36 +105,32 @@ def requant_lane(m: Module, a: Value, record: dict[str, Value]) -> Value:
     Returns
     -------
     Value
-        A signed 32-bit signal (the clamped result). Shifts past REQUANT_MAX_SHIFT
-        give an unspecified result; :class:`VectorAlu` flags them.
+        A signed 32-bit signal (the clamped result, with ``go``). Shifts past
+        REQUANT_MAX_SHIFT give an unspecified result; :class:`VectorAlu` flags them.
     """
-    # every intermediate at most 64 bits wide and few of them: Verilator evaluates this
-    # every cycle, and wider values word by word
-    t = Signal(signed(32))
-    m.d.comb += t.eq(a + record["bias"])
+    # Intermediates are at most 64 bits wide (Verilator handles wider ones word by
+    # word). Each is Mux(go, value, <another signal>): a conditional whose other arm is
+    # a signal stays a branch in Verilator's C++, so the arithmetic runs only for
+    # REQUANT (an arm of 0 would become a mask and always run).
+    t = (a + record["bias"])[:32].as_signed()
     p = Signal(signed(63))  # |t · M| < 2^62 with the 31-bit multiplier
-    m.d.comb += p.eq(t * record["multiplier"][:REQUANT_MULTIPLIER_BITS])
+    m.d.comb += p.eq(Mux(go, t * record["multiplier"][:REQUANT_MULTIPLIER_BITS], a))
     n = record["shift"][:6]
     sh = Signal(7)  # 64 - n: masks made by right shifts keep 64 bits
     m.d.comb += sh.eq(64 - n)
-    mask = Signal(64)  # 2^n - 1
-    m.d.comb += mask.eq(Const((1 << 64) - 1, 64) >> sh)
     # RoundingDivideByPOT as (p + nudge) >> n: nudge 2^(n-1), less one for p < 0
-    nudge = Signal(62)
-    m.d.comb += nudge.eq(Mux(p[62], mask >> 1, Const(1 << 63, 64) >> sh))
+    nudge = Mux(p[62], Const((1 << 63) - 1, 64) >> sh, Const(1 << 63, 64) >> sh)[:62]
     r = Signal(signed(64))
-    m.d.comb += r.eq((p + nudge) >> n)
-    # clamp(r + Z, lo, hi) = clamp(r, lo - Z, hi - Z) + Z: the wide value only compared
+    m.d.comb += r.eq(Mux(go, (p + nudge) >> n, p))
+    # clamp(r + Z, lo, hi) = clamp(r, lo - Z, hi - Z) + Z: the wide value compared
+    zp = record["zero_point"]
     lo = Signal(signed(9))
     hi = Signal(signed(9))
-    m.d.comb += [lo.eq(record["lo"] - record["zero_point"]),
-                 hi.eq(record["hi"] - record["zero_point"])]
+    m.d.comb += [lo.eq(record["lo"] - zp), hi.eq(record["hi"] - zp)]
     r_lo = Signal(signed(64))
-    m.d.comb += r_lo.eq(Mux(r > lo, r, lo))
-    r_hi = Signal(signed(10))  # within [lo, hi] or hi: 10 bits hold it
-    m.d.comb += r_hi.eq(Mux(r_lo < hi, r_lo, hi))
-    out = Signal(signed(32))
-    m.d.comb += out.eq(r_hi + record["zero_point"])
+    m.d.comb += r_lo.eq(Mux(go, Mux(r > lo, r, lo), r))
+    out = Signal(signed(32))  # within [lo, hi] or hi: 10 bits hold the clamped value
+    m.d.comb += out.eq(Mux(go, Mux(r_lo < hi, r_lo, hi)[:10].as_signed() + zp, r_lo[:32]))
     return out
 
 
@@ -218,7 +217,8 @@ class VectorAlu(wiring.Component):
             a, b = self.a[i].as_signed(), self.b[i].as_signed()
             lane = alu_lane(m, self.op, a, b, self.width)
             if records is not None:
-                lane = Mux(is_requant, requant_lane(m, a, records[i % cfg.block_out]), lane)
+                lane = Mux(is_requant, requant_lane(m, is_requant, a,
+                                                    records[i % cfg.block_out]), lane)
             m.d.comb += self.result[i].eq(lane)
             bad.append(b.as_unsigned() > MAX_SHIFT)
         is_shift = Signal()
