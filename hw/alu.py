@@ -44,20 +44,23 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
     shift_bits = (width - 1).bit_length()
     out = Signal(signed(width))
     s = b.as_unsigned()[:shift_bits]
+    # Values used more than once are Mux(op is theirs, value, <a signal>): Verilator
+    # evaluates all logic every cycle, and keeps such a conditional as a branch (see
+    # requant_lane), so each operation's arithmetic runs only when it is selected.
     mask = Signal(unsigned(width))
-    m.d.comb += mask.eq(((Const(1, width + 1) << s) - 1)[:width])
+    m.d.comb += mask.eq(Mux(op == AluOp.SHR_RND, ((Const(1, width + 1) << s) - 1)[:width],
+                            a.as_unsigned()))
     rem = a.as_unsigned() & mask
     thr = (mask >> 1) + a[width - 1]
-    lo = Signal(signed(width))  # -b - 1, wrapping: the one's complement of b
-    m.d.comb += lo.eq(~b)
+    lo = ~b  # -b - 1, wrapping: the one's complement of b
     clipped_lo = Signal(signed(width))
-    m.d.comb += clipped_lo.eq(Mux(a > lo, a, lo))
+    m.d.comb += clipped_lo.eq(Mux(op == AluOp.CLIP, Mux(a > lo, a, lo), a))
     # one 32x32 -> 64-bit product serves MUL (low half) and MULHI (rounded high half)
     prod = Signal(signed(2 * width))
-    m.d.comb += prod.eq(a * b)
+    m.d.comb += prod.eq(Mux((op == AluOp.MUL) | (op == AluOp.MULHI), a * b, a))
     most_negative = Const(-(1 << (width - 1)), signed(width))
-    high = Signal(signed(width))  # (a*b + 2^30) >> 31: gemmlowp's nudge and truncation
-    m.d.comb += high.eq(((prod + (1 << (width - 2))) >> (width - 1))[:width])
+    # (a*b + 2^30) >> 31: gemmlowp's nudge and truncation
+    high = ((prod + (1 << (width - 2))) >> (width - 1))[:width]
     with m.Switch(op):
         with m.Case(AluOp.ADD):
             m.d.comb += out.eq((a + b)[:width])
