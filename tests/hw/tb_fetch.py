@@ -33,6 +33,7 @@ from tensorfab.isa import (
     insn_formats,
     insn_width,
 )
+from tensorfab.isa.formats import BINARY_ALU_OPS
 from tensorfab.sim.testing.cocotb_memory import MemModel
 from tensorfab.sim.testing.cocotb_runner import params_from_env
 
@@ -69,7 +70,7 @@ def random_insn(cfg: HwConfig, rng: random.Random) -> Insn:
     if kind == "gemm":
         return Gemm(reset=rng.random() < 0.3, acc_factor_out=rng.randrange(cfg.acc_depth),
                     inp_factor_in=rng.randrange(cfg.inp_depth), **loop)
-    op = rng.choice(list(AluOp))
+    op = rng.choice(BINARY_ALU_OPS)
     imm = rng.randint(0, 31) if rng.random() < 0.5 else 0
     return Alu(op=op, use_imm=bool(imm), imm=imm, dst_factor_in=rng.randrange(cfg.acc_depth),
                **loop)

@@ -27,6 +27,7 @@ from support.isa_programs import (
 )
 
 from tensorfab.isa import PRESETS, Alu, AluOp, Buffer, Gemm, Load, Program, Store, uop_format
+from tensorfab.isa.formats import BINARY_ALU_OPS
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.testing.blocked_gemm import (
     GemmTiling,
@@ -296,7 +297,7 @@ def test_vthreads_overlap_loads_with_compute(vthreads):
 
 
 # ----------------------------------------------------------------------- ALU
-ALU_OPS = list(AluOp)
+ALU_OPS = list(BINARY_ALU_OPS)  # REQUANT: test_fsim_requant_fused.py
 
 
 @pytest.mark.parametrize("use_imm", [True, False], ids=["imm", "vec"])

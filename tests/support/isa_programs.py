@@ -39,6 +39,8 @@ from tensorfab.isa import (
     Store,
     Uop,
 )
+from tensorfab.isa.formats import BINARY_ALU_OPS, requant_supported
+from tensorfab.isa.requant_record import pack_requant_records
 from tensorfab.sim.testing.blocked_gemm import GemmTiling, build_blocked_gemm
 
 Inputs = dict[str, np.ndarray]
@@ -314,6 +316,35 @@ def build_requant(cfg: HwConfig, rng: np.random.Generator) -> tuple[Program, Inp
                         {"mul": np.array(mul), "shift": np.array(shift)})
 
 
+def build_requant_records(cfg: HwConfig, rng: np.random.Generator
+                          ) -> tuple[Program, Inputs]:
+    """REQUANT over ``ALU_ROWS × ALU_COLS`` entries of full-range ``X`` with records of
+    random legal fields (``R``, one weight entry per channel block, the micro-ops
+    cycling over two of them). Output ``out``: the int8 results."""
+    e = (cfg.batch, cfg.block_out)
+    n = ALU_ROWS * ALU_COLS
+    x = _i32(rng, (n, *e))
+    c = 2 * cfg.block_out
+    lo = rng.integers(-128, 128, c)
+    rec = pack_requant_records(
+        cfg, multiplier=rng.integers(0, 1 << 31, c), bias=rng.integers(-(1 << 31), 1 << 31, c),
+        shift=rng.integers(0, 63, c), zero_point=rng.integers(-128, 128, c), lo=lo,
+        hi=np.maximum(lo, rng.integers(-128, 128, c)))
+    bld = ProgramBuilder(cfg)
+    bld.add_segment(Segment("X", "int32", (n, *e), x))
+    bld.add_segment(Segment("R", "int8", rec.shape, rec))
+    bld.add_segment(Segment("out", "int8", (n, *e), output=True))
+    k = bld.add_uops([Uop(acc=i, src=0, wgt=i % 2) for i in range(2)])[0]
+    bld.load_uops()
+    bld.emit(Load(buffer=Buffer.WGT, sram=0, dram=0, y=1, x=2, stride=2), segment="R")
+    bld.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, y=1, x=n, stride=n, push_next=True),
+             segment="X")
+    bld.emit(Alu(op=AluOp.REQUANT, uop_begin=k, uop_end=k + 2, iter_out=n // 2,
+                 dst_factor_out=2, pop_prev=True, push_next=True))
+    bld.emit(Store(sram=0, dram=0, y=1, x=n, stride=n, pop_prev=True), segment="out")
+    return bld.build(), {"X": x, "R": rec}
+
+
 def build_alu_reduction(cfg: HwConfig, rng: np.random.Generator, op: AluOp = AluOp.MAX,
                         *, groups: int = 4, width: int = 5) -> tuple[Program, Inputs]:
     """Reduction through ALU loop order (max-pooling style): ``dst`` fixed, ``src``
@@ -387,7 +418,9 @@ def directed_programs(cfg: HwConfig, *, large_gemm: bool = False) -> dict[str, P
     m, n, k = DIRECTED_GEMM_DIMS.get(cfg.name, DIRECTED_GEMM_DIMS["small"])
     for v in (1, 2, 4):
         progs[f"gemm_vt{v}"] = build_gemm(cfg, rng, m=m, n=n, k=k, vthreads=v)[0]
-    for op in AluOp:
+    if requant_supported(cfg):
+        progs["alu_requant_records"] = build_requant_records(cfg, rng)[0]
+    for op in BINARY_ALU_OPS:
         for use_imm in (True, False):
             progs[f"alu_{op.name.lower()}_{'imm' if use_imm else 'vec'}"] = build_alu(
                 cfg, rng, op, use_imm=use_imm)[0]
