@@ -178,3 +178,18 @@ def test_rtl_equals_fsim_and_reports_the_same_errors() -> None:
     with pytest.raises(ProgramError) as exc:
         RtlSimulator().run(prog)
     assert exc.value.code is ErrorCode.SHIFT_RANGE and exc.value.index == 3
+
+
+def test_record_index_past_the_weight_buffer_on_rtl() -> None:
+    """The core stops a REQUANT whose record index leaves the weight buffer with
+    SRAM_RANGE at the same instruction as fsim."""
+    from tensorfab.sim.rtl import RtlSimulator
+
+    cfg = PRESETS["default"]
+    rec = pack_requant_records(cfg, multiplier=np.ones(cfg.block_out), bias=0, shift=3,
+                               zero_point=0, lo=-128, hi=127)
+    x = np.ones((2, cfg.batch, cfg.block_out), dtype=np.int32)
+    prog = _program(cfg, x, rec, [0, 0], iter_out=2, src_factor_out=cfg.wgt_depth)
+    with pytest.raises(ProgramError) as exc:
+        RtlSimulator().run(prog)
+    assert exc.value.code is ErrorCode.SRAM_RANGE and exc.value.index == 3
