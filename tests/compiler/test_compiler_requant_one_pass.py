@@ -142,3 +142,23 @@ def test_conv2d_one_pass_on_rtl() -> None:
     assert res.counters == ref.counters
     np.testing.assert_array_equal(op.unpack(res.outputs["out"]),
                                   single_rounding(acc, scales, zy, lo=zy))
+
+
+def test_timing_model_covers_one_pass_on_rtl() -> None:
+    """ResNet-18 C4 (1×1, the layer an epilogue costs most): the compiler's timing
+    model is within 5 % of the RTL's cycles with REQUANT, and the output equals fsim."""
+    from tensorfab.compiler.tensor.timing import simulate
+    from tensorfab.sim import FunctionalSimulator
+    from tensorfab.sim.rtl import RtlSimulator
+
+    wl = RESNET18_CONV["C4"]
+    rng = np.random.default_rng(4)
+    x, w, bias, _, zy, scales = quantized_case(
+        rng, (1, wl.in_channels, wl.height, wl.width), (wl.out_channels, wl.in_channels, 1, 1),
+        wl.in_channels)
+    ep = Epilogue.from_scales(scales, zero_point=zy, rounding="single")
+    op = conv2d(DEFAULT, x, w, bias, stride=wl.stride, padding=wl.padding, epilogue=ep)
+    res = RtlSimulator().run(op.program)
+    np.testing.assert_array_equal(res.dram, FunctionalSimulator().run(op.program).dram)
+    model = simulate(op.program.insns, DEFAULT)
+    assert model is not None and abs(model.cycles - res.cycles) < 0.05 * res.cycles
