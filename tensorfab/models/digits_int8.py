@@ -108,14 +108,18 @@ def compile_digits_int8(batch: int = 40, config: str = "default",
     """Quantize and compile the digits CNN (the shipped file unless ``model`` is given)
     for a fixed ``batch``, its convolution chains for the accelerator preset ``config``.
 
-    With ``per_channel`` the weights are quantized per output channel and the
-    convolutions requantize with ``qnn.requantize_q31`` (TFLite's exact arithmetic, the
-    accelerator's MULHI epilogue); otherwise per tensor with ``qnn.requantize_fixed``.
+    The dense layer runs as a 1×1 convolution
+    (:func:`~tensorfab.compiler.graph.dense_as_conv.dense_as_conv`), so all three
+    layers run on the accelerator. With ``per_channel`` the weights are quantized per
+    output channel and the layers requantize with ``qnn.requantize_q31`` (TFLite's
+    exact arithmetic, the accelerator's MULHI epilogue); otherwise per tensor with
+    ``qnn.requantize_fixed``.
     """
     from tensorfab.compiler.frontend import from_onnx, quantize_onnx
     from tensorfab.compiler.graph import accel
     from tensorfab.compiler.graph.accel_lowering import lower_accelerator_chains
     from tensorfab.compiler.graph.constant_folding import fold_constants
+    from tensorfab.compiler.graph.dense_as_conv import dense_as_conv
     from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
     from tensorfab.compiler.graph.layout_planning import pack_accel_layouts
     from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
@@ -130,11 +134,14 @@ def compile_digits_int8(batch: int = 40, config: str = "default",
                         [{"image": xtr[i:i + 64]} for i in range(0, CALIBRATION_IMAGES, 64)],
                         per_channel=per_channel)
     f = from_onnx(qdq, input_shapes={"image": (batch, 1, 8, 8)})
-    g = fixed_point_requantize(lower_qdq(fold_constants(f)), per_channel=per_channel)
+    integer = lower_qdq(fold_constants(f))
+    # the dense layer as a 1x1 convolution: on the accelerator like the convolutions
+    g = fixed_point_requantize(dense_as_conv(integer), per_channel=per_channel)
     planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(config))))
     compiled = lower_accelerator_chains(planned)
     return DigitsInt8(program=lower_to_runtime(compiled), reference=lower_to_runtime(g),
-                      qdq=qdq, layers=mac_layers(g, planned), batch=batch, config=config)
+                      qdq=qdq, layers=mac_layers(integer, planned), batch=batch,
+                      config=config)
 
 
 def on_executor(program: GraphProgram, executor: str) -> GraphProgram:
