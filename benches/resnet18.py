@@ -72,6 +72,7 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     from tensorfab.compiler.graph.partitioning import annotate_accelerator
     from tensorfab.compiler.graph.planning import plan_devices
     from tensorfab.compiler.graph.qdq_lowering import lower_qdq
+    from tensorfab.compiler.graph.stem_im2col import im2col_small_channel_convs
     from tensorfab.isa import PRESETS
     from tensorfab.models import resnet18_onnx
     from tensorfab.models.digits_int8 import mac_layers, on_executor
@@ -87,7 +88,8 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
                         per_channel=True)
     g = fixed_point_requantize(lower_qdq(fold_constants(
         from_onnx(qdq, input_shapes={"input": shape}))), per_channel=True)
-    planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(config))))
+    planned = pack_accel_layouts(im2col_small_channel_convs(
+        plan_devices(annotate_accelerator(g, accel(config)))))
     program = lower_to_runtime(lower_accelerator_chains(planned))
     t_compile = time.perf_counter() - t0
     layers = mac_layers(g, planned)
