@@ -5,11 +5,12 @@ The model is :func:`tensorfab.models.resnet18_onnx` (torchvision topology, seede
 weights), quantized by onnxruntime's QDQ quantizer with per-channel weights (calibrated
 on seeded normal images), lowered to integers with TFLite's exact per-channel
 requantization (``qnn.requantize_q31``) fused into each convolution chain's accelerator
-epilogue, partitioned, planned, packed, and each chain compiled by the tensor compiler
-(``compile_seconds``). One seeded image then runs with every accelerator program on the
-target executor (``run_seconds``: the whole model, CPU parts included); the output is
-compared bit for bit with the integer graph on the CPU interpreter
-(``matches_reference``). ``total_cycles`` is the sum of the programs' cycles, ``macs``
+epilogue, partitioned, planned, the 7×7 stem turned into a host im2col and a 1×1
+convolution (:mod:`~tensorfab.compiler.graph.stem_im2col`), packed, and each chain
+compiled by the tensor compiler (``compile_seconds``). One seeded image then runs with
+every accelerator program on the target executor (``run_seconds``: the whole model, CPU
+parts included); the output is compared bit for bit with the integer graph on the CPU
+interpreter (``matches_reference``). ``total_cycles`` is the sum of the programs' cycles, ``macs``
 the model's multiply-accumulates (convolutions and the dense layer, unpadded channels),
 ``accel_mac_fraction`` the share of them in accelerator programs, and
 ``conv_utilization`` the accelerator's MACs / (``total_cycles`` × peak MACs per cycle).
