@@ -149,11 +149,12 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
                     plan = TilePlan(workload, cfg, tiles, order, vthreads, pitches, bias)
                     if plan.inp_entries() > cfg.inp_depth // vthreads:
                         break
+                    if _cannot_win(plan, n_alu_ops, bounds):
+                        # nor can its packed placement or other order (same compute)
+                        continue
                     n_threads = min(vthreads, plan.n_output_tiles)
                     if not _fits(plan, n_threads):
                         break
-                    if _cannot_win(plan, n_alu_ops, bounds):
-                        continue  # nor can its packed placement (same compute)
                     found.append((estimate_cost(plan, n_alu_ops), plan))
                     bounds.add(found[-1][0])
                     packed = (("inp", plan.inp_entries()), ("wgt", plan.wgt_entries()),
