@@ -303,6 +303,9 @@ def _im2col(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     kh, kw = _pair(attrs, "kernel_size")
     sh, sw = _pair(attrs, "strides")
     pt, pl, pb, pr = _pair(attrs, "padding", 4)
+    if min(kh, kw, sh, sw) < 1 or min(pt, pl, pb, pr) < 0:
+        raise _fail(f"kernel_size {(kh, kw)} and strides {(sh, sw)} must be positive, "
+                    f"padding {(pt, pl, pb, pr)} not negative")
     n, c, h, wd = x.shape
     oh = _window_out(h, kh, sh, pt + pb, 1, False, "height")
     ow = _window_out(wd, kw, sw, pl + pr, 1, False, "width")

@@ -84,3 +84,18 @@ def test_wide_convolution_is_left_alone() -> None:
     f = gb.function([x], gb.negative(y), result_device=CPU)
     compiled = compile_chain(f, "default", im2col=True)
     assert "nn.im2col" not in [e.op for e in post_order(compiled) if isinstance(e, Call)]
+
+
+def test_im2col_type_errors_name_the_problem() -> None:
+    from tensorfab.compiler.graph.infer import infer_types
+    from tensorfab.compiler.graph.types import GraphError
+
+    x = gb.var("x", (1, 3, 8, 8), "int8")
+    y = Call("nn.im2col", [x], {"kernel_size": (3, 3), "strides": (0, 1)})
+    with pytest.raises(GraphError, match="strides"):
+        infer_types(y)
+    z = Call("nn.im2col", [x], {"kernel_size": (9, 3)})
+    with pytest.raises(GraphError, match="height"):
+        infer_types(z)
+    assert infer_types(Call("nn.im2col", [x], {"kernel_size": (3, 2), "strides": (2, 1),
+                                               "padding": (1, 0, 1, 0)})).shape == (1, 18, 4, 7)
