@@ -5,11 +5,12 @@ The model is :func:`tensorfab.models.resnet18_onnx` (torchvision topology, seede
 weights), quantized by onnxruntime's QDQ quantizer with per-channel weights (calibrated
 on seeded normal images), lowered to integers with TFLite's exact per-channel
 requantization (``qnn.requantize_q31``) fused into each convolution chain's accelerator
-epilogue, partitioned, planned, packed, and each chain compiled by the tensor compiler
-(``compile_seconds``). One seeded image then runs with every accelerator program on the
-target executor (``run_seconds``: the whole model, CPU parts included); the output is
-compared bit for bit with the integer graph on the CPU interpreter
-(``matches_reference``). ``total_cycles`` is the sum of the programs' cycles, ``macs``
+epilogue, partitioned, planned, the 7×7 stem turned into a host im2col and a 1×1
+convolution (:mod:`~tensorfab.compiler.graph.stem_im2col`), packed, and each chain
+compiled by the tensor compiler (``compile_seconds``). One seeded image then runs with
+every accelerator program on the target executor (``run_seconds``: the whole model, CPU
+parts included); the output is compared bit for bit with the integer graph on the CPU
+interpreter (``matches_reference``). ``total_cycles`` is the sum of the programs' cycles, ``macs``
 the model's multiply-accumulates (convolutions and the dense layer, unpadded channels),
 ``accel_mac_fraction`` the share of them in accelerator programs, and
 ``conv_utilization`` the accelerator's MACs / (``total_cycles`` × peak MACs per cycle).
@@ -72,6 +73,7 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     from tensorfab.compiler.graph.partitioning import annotate_accelerator
     from tensorfab.compiler.graph.planning import plan_devices
     from tensorfab.compiler.graph.qdq_lowering import lower_qdq
+    from tensorfab.compiler.graph.stem_im2col import im2col_small_channel_convs
     from tensorfab.isa import PRESETS
     from tensorfab.models import resnet18_onnx
     from tensorfab.models.digits_int8 import mac_layers, on_executor
@@ -87,7 +89,8 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
                         per_channel=True)
     g = fixed_point_requantize(lower_qdq(fold_constants(
         from_onnx(qdq, input_shapes={"input": shape}))), per_channel=True)
-    planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(config))))
+    planned = pack_accel_layouts(im2col_small_channel_convs(
+        plan_devices(annotate_accelerator(g, accel(config)))))
     program = lower_to_runtime(lower_accelerator_chains(planned))
     t_compile = time.perf_counter() - t0
     layers = mac_layers(g, planned)

@@ -178,6 +178,20 @@ def _conv_nchw(x: np.ndarray, w: np.ndarray, attrs: dict[str, Any]) -> np.ndarra
     return out.reshape(n, o, oh, ow)
 
 
+@kernel("nn.im2col")
+def im2col(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The windows of a convolution as channels: NCHW to (N, C*KH*KW, OH, OW), channel
+    ``c*KH*KW + i*KW + j`` holding tap (i, j) of channel c; padding is zero."""
+    x = inputs[0]
+    pt, pl, pb, pr = attrs["padding"]
+    kh, kw = attrs["kernel_size"]
+    x = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    win = _windows(x, kh, kw, attrs["strides"], (1, 1))  # (N, C, OH, OW, KH, KW)
+    n, c, oh, ow = win.shape[:4]
+    return np.ascontiguousarray(win.transpose(0, 1, 4, 5, 2, 3)).reshape(n, c * kh * kw,
+                                                                         oh, ow)
+
+
 def _blocked_conv(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], x: np.ndarray,
                   w: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
     """Run ``fn`` on plain layouts when data or kernel is blocked, re-block the result."""

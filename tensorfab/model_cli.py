@@ -65,6 +65,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from tensorfab.compiler.graph.partitioning import annotate_accelerator
     from tensorfab.compiler.graph.planning import plan_devices
     from tensorfab.compiler.graph.qdq_lowering import lower_qdq
+    from tensorfab.compiler.graph.stem_im2col import im2col_small_channel_convs
     from tensorfab.runtime.artifact import save_model
 
     # before the import and compilation (the command line's one output policy)
@@ -81,8 +82,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.accel:
         if not args.int8:
             raise ModelCliError("--accel needs --int8: the accelerator runs int8 layers")
-        fn = lower_accelerator_chains(pack_accel_layouts(plan_devices(
-            annotate_accelerator(fn, accel(args.accel)))))
+        fn = lower_accelerator_chains(pack_accel_layouts(im2col_small_channel_convs(
+            plan_devices(annotate_accelerator(fn, accel(args.accel))))))
     else:
         fn = plan_devices(fn)
     program = lower_to_runtime(fn)

@@ -292,6 +292,26 @@ def conv2d_shape(x: TensorType, w: TensorType, attrs: Mapping[str, Any]) -> tupl
     return (n, o, oh, ow)
 
 
+@register("nn.im2col", 1, {"kernel_size": REQUIRED, "strides": (1, 1),
+                          "padding": (0, 0, 0, 0)},
+          "the windows of a 2-D convolution as channels: NCHW to (N, C*KH*KW, OH, OW), "
+          "channel c*KH*KW + i*KW + j holding tap (i, j) of channel c (zero padding)")
+def _im2col(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    if x.ndim != 4:
+        raise _fail(f"data has shape {x.shape}; expected NCHW")
+    kh, kw = _pair(attrs, "kernel_size")
+    sh, sw = _pair(attrs, "strides")
+    pt, pl, pb, pr = _pair(attrs, "padding", 4)
+    if min(kh, kw, sh, sw) < 1 or min(pt, pl, pb, pr) < 0:
+        raise _fail(f"kernel_size {(kh, kw)} and strides {(sh, sw)} must be positive, "
+                    f"padding {(pt, pl, pb, pr)} not negative")
+    n, c, h, wd = x.shape
+    oh = _window_out(h, kh, sh, pt + pb, 1, False, "height")
+    ow = _window_out(wd, kw, sw, pl + pr, 1, False, "width")
+    return TensorType((n, _static(c, "channel count") * kh * kw, oh, ow), x.dtype)
+
+
 @register("qnn.conv2d_integer", 4,
           {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
            "data_layout": "NCHW", "kernel_layout": "OIHW"},

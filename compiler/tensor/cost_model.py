@@ -43,7 +43,7 @@ from tensorfab.isa import (
 )
 from tensorfab.isa.insn import fast_reset_lanes
 
-from .tile_plan import OUTER_AXES, TilePlan, tile_starts
+from .tile_plan import OUTER_AXES, TilePlan
 from .timing import DEFAULT_TIMING
 
 #: Cycles the compute engine spends per instruction beyond its micro-ops (micro-op
@@ -93,7 +93,7 @@ def operand_loads(plan: TilePlan, operand: str) -> float:
     The bias tile stays per thread.
     """
     ext = plan.extents
-    counts = {a: len(tile_starts(ext[a], plan.tile(a))) for a in OUTER_AXES}
+    counts = {a: -(-ext[a] // plan.tile(a)) for a in OUTER_AXES}  # len(tile_starts(...))
     n_kt = len(plan.ic_tiles()) if operand != "bias" else 1
     depends = _KEY_AXES[operand]
     threads = min(plan.vthreads, plan.n_output_tiles)
@@ -141,10 +141,6 @@ def estimate_cost(plan: TilePlan, n_alu_ops: int = 0) -> CostEstimate:
     f_wgt = operand_loads(plan, "wgt") / (n_tiles * len(kts))
     f_bias = operand_loads(plan, "bias") / n_tiles if plan.bias else 0.0
 
-    gemm = sum(out_entries * tic * kh * kw for _, tic in kts)
-    lanes = fast_reset_lanes(cfg)
-    init = out_entries if plan.bias else math.ceil(out_entries / lanes) + 1
-    alu = init + out_entries * n_alu_ops
     n_compute = len(kts) + 1 + n_alu_ops
     inp_bytes = sum(tn * tic * rows * cols for _, tic in kts) * cfg.inp_entry_bytes * f_inp
     wgt_bytes = sum(toc * tic * kh * kw for _, tic in kts) * cfg.wgt_entry_bytes * f_wgt
@@ -158,7 +154,7 @@ def estimate_cost(plan: TilePlan, n_alu_ops: int = 0) -> CostEstimate:
     pad = _padding_entries(plan) * f_inp
     n_insns = n_compute + n_loads + n_stores
     tile_bytes = inp_bytes + wgt_bytes + bias_bytes + out_bytes + n_insns * insn_bytes
-    compute = gemm + alu + n_compute * INSN_ISSUE_CYCLES
+    compute = _tile_compute_cycles(plan, n_alu_ops)
     load = (inp_bytes + wgt_bytes + bias_bytes) / bus + n_loads * DMA_SETUP_CYCLES + pad
     store = out_bytes / bus + n_stores * STORE_SETUP_CYCLES
     # the first tile finds nothing on chip: its loads come before most computation
@@ -184,6 +180,25 @@ def estimate_cost(plan: TilePlan, n_alu_ops: int = 0) -> CostEstimate:
                         steps=n_tiles * len(kts))
 
 
+def _tile_compute_cycles(plan: TilePlan, n_alu_ops: int) -> float:
+    """Compute-engine cycles of one output tile: GEMM micro-ops, the accumulator
+    initialization, the epilogue's ALU micro-ops and instruction issue."""
+    kh, kw = plan.workload.kernel
+    kts = plan.ic_tiles()
+    out_entries = plan.out_entries
+    gemm = sum(out_entries * tic * kh * kw for _, tic in kts)
+    init = out_entries if plan.bias else math.ceil(out_entries / fast_reset_lanes(plan.cfg)) + 1
+    alu = init + out_entries * n_alu_ops
+    return gemm + alu + (len(kts) + 1 + n_alu_ops) * INSN_ISSUE_CYCLES
+
+
+def cycles_lower_bound(plan: TilePlan, n_alu_ops: int = 0) -> float:
+    """A bound :func:`estimate_cost`'s cycles never go below: the compute engine's
+    cycles over all output tiles (every branch of the estimate adds to them). Cheap; the
+    tile search skips tilings whose bound already loses to the candidates it has."""
+    return plan.n_output_tiles * _tile_compute_cycles(plan, n_alu_ops)
+
+
 def _padding_entries(plan: TilePlan) -> float:
     """Average padding entries of one step's input window (zero rows and columns the
     LOAD writes), over the tiles: ``window - data``."""
@@ -193,8 +208,8 @@ def _padding_entries(plan: TilePlan) -> float:
     if max(wl.padding) == 0:
         return 0.0
     th, tw = plan.tile("oh"), plan.tile("ow")
-    n_h = len(tile_starts(wl.out_height, th))
-    n_w = len(tile_starts(wl.out_width, tw))
+    n_h = -(-wl.out_height // th)  # len(tile_starts(...))
+    n_w = -(-wl.out_width // tw)
     pad_rows = (pt + pb) / n_h
     pad_cols = (pl + pr) / n_w
     per_plane = pad_rows * cols + pad_cols * rows
@@ -232,4 +247,5 @@ def roofline_cycles(cfg_macs_per_cycle: int, bus_bytes: int, macs: int, dram_byt
 
 
 __all__ = ["DMA_SETUP_CYCLES", "INSN_ISSUE_CYCLES", "STORE_SETUP_CYCLES", "CostEstimate",
-           "estimate_cost", "operand_loads", "program_traffic", "roofline_cycles"]
+           "cycles_lower_bound", "estimate_cost", "operand_loads", "program_traffic",
+           "roofline_cycles"]

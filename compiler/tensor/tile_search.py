@@ -17,6 +17,9 @@ hand-written one.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
+import functools
 import math
 from itertools import product
 
@@ -24,7 +27,7 @@ import numpy as np
 
 from tensorfab.isa import HwConfig
 
-from .cost_model import CostEstimate, estimate_cost
+from .cost_model import CostEstimate, cycles_lower_bound, estimate_cost
 from .lower import plan_instructions
 from .schedule import Schedule, ScheduleError, max_pad
 from .tensorize import GEMM_LOOPS, MAX_ITER, gemm_dims, kernel_size
@@ -44,6 +47,9 @@ REFINE_MAX_STEPS = 1000
 #: Simulated cycles within this fraction of the fastest count as equally fast; the
 #: least DRAM traffic wins among them.
 SIM_TOLERANCE = 0.01
+#: Searches :func:`default_schedule` remembers (keyed by workload shape, config,
+#: threads, per-channel tiles and epilogue length).
+SEARCH_CACHE_SIZE = 256
 #: Loop orders tried: weights stay while spatial tiles change; inputs stay while
 #: output-channel tiles change.
 ORDERS: tuple[tuple[str, ...], ...] = (("b", "oc", "oh", "ow"), ("b", "oh", "ow", "oc"))
@@ -68,6 +74,41 @@ def _fits(plan: TilePlan, n_threads: int) -> bool:
     return (gemm + bias + 1) * n_threads <= cfg.uop_depth
 
 
+class _Bounds:
+    """What a new candidate must beat to matter to :func:`search_plan`: the fastest
+    estimate so far (within :data:`CYCLE_TOLERANCE` it could join the near-fastest)
+    and the :data:`REFINE_CANDIDATES` fastest estimates with at most
+    :data:`REFINE_MAX_STEPS` steps (it could join the timed shortlist). Both only fall
+    as candidates come, so a candidate beyond them now stays beyond them."""
+
+    def __init__(self) -> None:
+        self.fastest = math.inf
+        self.small: list[float] = []  # the fastest small candidates' cycles, ascending
+
+    def add(self, est: CostEstimate) -> None:
+        self.fastest = min(self.fastest, est.cycles)
+        if est.steps <= REFINE_MAX_STEPS:
+            bisect.insort(self.small, est.cycles)
+            del self.small[REFINE_CANDIDATES:]
+
+    def beaten(self, cycles: float, steps: int) -> bool:
+        """Whether a candidate of at least ``cycles`` can no longer be picked."""
+        if cycles <= self.fastest * (1 + CYCLE_TOLERANCE):
+            return False
+        return steps > REFINE_MAX_STEPS or (len(self.small) == REFINE_CANDIDATES
+                                            and cycles > self.small[-1])
+
+
+def _cannot_win(plan: TilePlan, n_alu_ops: int, bounds: _Bounds) -> bool:
+    """Whether ``plan``'s estimate is sure to lose (:func:`.cost_model.cycles_lower_bound`
+    against ``bounds``), so it need not be estimated. Pruning this way picks the same
+    tiling as estimating every candidate."""
+    if bounds.fastest == math.inf:
+        return False
+    steps = plan.n_output_tiles * len(plan.ic_tiles())
+    return bounds.beaten(cycles_lower_bound(plan, n_alu_ops) * (1 - 1e-9), steps)
+
+
 def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: int = False,
                 n_alu_ops: int = 0, refine: bool = True, records: int = 0) -> TilePlan:
     """The cheapest tiling of ``workload`` with ``vthreads`` threads (see the module
@@ -90,6 +131,7 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
     pitches = (("inp", cfg.inp_depth // vthreads), ("wgt", wgt_depth // vthreads),
                ("acc", cfg.acc_depth // vthreads))
     found: list[tuple[CostEstimate, TilePlan]] = []
+    bounds = _Bounds()
     kh, kw = workload.kernel
     orders = ORDERS if not workload.is_dense else (("b", "oc", "oh", "ow"),
                                                     ("oh", "ow", "b", "oc"))
@@ -109,16 +151,21 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
                                     records)
                     if plan.inp_entries() > cfg.inp_depth // vthreads:
                         break
+                    if _cannot_win(plan, n_alu_ops, bounds):
+                        # nor can its packed placement or other order (same compute)
+                        continue
                     n_threads = min(vthreads, plan.n_output_tiles)
                     if not _fits(plan, n_threads):
                         break
                     found.append((estimate_cost(plan, n_alu_ops), plan))
+                    bounds.add(found[-1][0])
                     packed = (("inp", plan.inp_entries()), ("wgt", plan.wgt_entries()),
                               pitches[2])
                     if packed != pitches:
                         plan = TilePlan(workload, cfg, tiles, order, vthreads, packed, bias,
                                         records)
                         found.append((estimate_cost(plan, n_alu_ops), plan))
+                        bounds.add(found[-1][0])
     if not found:
         raise ScheduleError("tile search", "buffer capacity",
                             f"no tiling of {workload.describe()} fits the {cfg.name} "
@@ -180,15 +227,26 @@ def default_schedule(workload: Workload, cfg: HwConfig, vthreads: int = 2, *,
         raise ScheduleError(f"virtual_thread({vthreads!r})", "dep_queue_depth",
                             f"vthreads must be an integer in 1..{cfg.dep_queue_depth} (the "
                             "token queues hold one token per thread)")
-    for v in range(int(vthreads), 0, -1):
+    plan = _searched_plan(dataclasses.replace(workload, name=""), cfg, int(vthreads),
+                          bias, n_alu_ops, records)
+    if plan.workload != workload:  # found for another layer of the same shape
+        plan = dataclasses.replace(plan, workload=workload)
+    return schedule_for(plan)
+
+
+@functools.lru_cache(maxsize=SEARCH_CACHE_SIZE)
+def _searched_plan(workload: Workload, cfg: HwConfig, vthreads: int, bias: int,
+                   n_alu_ops: int, records: int = 0) -> TilePlan:
+    """:func:`search_plan` with up to ``vthreads`` threads, memoized: a network's layers
+    of one shape (ResNet-18 has 11 shapes in 20 convolutions) are searched once.
+    The search is a pure function of these values (``workload`` without its name)."""
+    for v in range(vthreads, 0, -1):
         try:
-            plan = search_plan(workload, cfg, v, bias=bias, n_alu_ops=n_alu_ops,
+            return search_plan(workload, cfg, v, bias=bias, n_alu_ops=n_alu_ops,
                                records=records)
         except ScheduleError:
             if v == 1:
                 raise
-            continue
-        return schedule_for(plan)
     raise AssertionError("unreachable")
 
 

@@ -35,3 +35,6 @@ def test_resnet18_bench_on_rtl_at_32px(tmp_path) -> None:
     assert 0 < r["conv_utilization"] <= 1
     assert r["conv_utilization"] == round(conv / (r["total_cycles"] * 256), 4)
     assert (tmp_path / "r.png").stat().st_size > 1000
+    # the stem runs as a 1x1 convolution over im2col patches: fewer cycles than the
+    # 16x16 pixels x 4 output blocks x 49 taps GEMM micro-ops of the 7x7 form
+    assert r["layers"]["conv1"]["cycles"] < 16 * 16 * 4 * 49
