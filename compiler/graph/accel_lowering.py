@@ -124,7 +124,10 @@ def _compile(chain: list[Call]) -> Call:
     seg_shape = op.program.segment("out").shape
     if seg_shape != out_shape:
         raise AcceleratorLoweringError(f"compiled output {seg_shape} != blocked {out_shape}")
-    return Call("accel.program", [x, Constant(blob, dev)], {"out_shape": out_shape}, dev)
+    kh, kw = plain_w.shape[2], plain_w.shape[3]
+    layer = "+".join(c.op.split(".")[-1] for c in chain) + f" {kh}x{kw}/{sh}"
+    return Call("accel.program", [x, Constant(blob, dev)],
+                {"out_shape": out_shape, "layer": layer}, dev)
 
 
 def lower_accelerator_chains(fn: Function) -> Function:

@@ -740,7 +740,7 @@ def _requantize_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 
 @register("accel.program", 2, {"out_shape": REQUIRED, "input_segment": "inp",
-                               "output_segment": "out", "executor": "fsim"},
+                               "output_segment": "out", "executor": "fsim", "layer": ""},
           "run a compiled accelerator program (argument 1: its TFABPROG bytes) on "
           "argument 0, written to its input segment; the result is its output segment")
 def _accel_program(types: list[Type], attrs: Mapping[str, Any]) -> Type:

@@ -1,0 +1,141 @@
+"""A per-layer profile of one run of a :class:`~.interpreter.GraphProgram`.
+
+:func:`profile_program` runs the program as :func:`~.interpreter.run_program` does and
+records, for every kernel node, where it ran (``cpu``: a numpy kernel; ``accel``: an
+``accel.program`` node, run on the given :class:`~tensorfab.sim.Device`), its argument
+and result shapes and its wall time; for accelerator programs also the executor's
+cycles (``None`` on the untimed functional simulator), the GEMM core's
+multiply-accumulates (:attr:`~tensorfab.sim.Counters.gemm_macs`, padding channels
+included), the utilization ``gemm_macs / (cycles × peak MACs per cycle)`` and, on an
+executor that records them (``rtl`` with ``trace``), the engines' activity intervals.
+``tensorfab run`` prints the profile as a table and writes it as one Perfetto timeline
+(:mod:`.network_trace`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .interpreter import GraphProgram, Node, run_program
+from .kernels import KERNELS, accel_program_of, run_accel_program
+
+__all__ = ["LayerRecord", "Profile", "profile_program"]
+
+
+def _shape(v: Any) -> tuple[int, ...] | None:
+    return tuple(int(d) for d in v.shape) if isinstance(v, np.ndarray) else None
+
+
+@dataclass
+class LayerRecord:
+    """One kernel node of a profiled run.
+
+    Attributes
+    ----------
+    index : int
+        The node's position in the program.
+    op : str
+        The operator; an accelerator program's ``layer`` label when it has one
+        (``conv2d+add+requantize_q31+relu``), else ``accel.program``.
+    device : str
+        ``cpu`` or ``accel``.
+    in_shapes : list of tuple
+        Shapes of the tensor arguments (an accelerator program's bytes left out).
+    out_shape : tuple or None
+        Shape of the result (None for a tuple).
+    start, seconds : float
+        Start (from the start of the run) and wall time, in seconds.
+    cycles : int or None
+        Cycles of an accelerator program on a timed executor.
+    macs : int or None
+        GEMM multiply-accumulates of an accelerator program.
+    utilization : float or None
+        ``macs / (cycles × peak)`` of an accelerator program on a timed executor.
+    intervals : list
+        Engine activity (:class:`tensorfab.sim.trace.Interval`) of an accelerator
+        program on an executor that records it.
+    """
+
+    index: int
+    op: str
+    device: str
+    in_shapes: list[tuple[int, ...]]
+    out_shape: tuple[int, ...] | None
+    start: float
+    seconds: float
+    cycles: int | None = None
+    macs: int | None = None
+    utilization: float | None = None
+    intervals: list = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON-ready data (without the intervals)."""
+        return {"index": self.index, "op": self.op, "device": self.device,
+                "in_shapes": [list(s) for s in self.in_shapes],
+                "out_shape": list(self.out_shape) if self.out_shape is not None else None,
+                "seconds": round(self.seconds, 6), "cycles": self.cycles, "macs": self.macs,
+                "utilization": None if self.utilization is None
+                else round(self.utilization, 4)}
+
+
+@dataclass
+class Profile:
+    """The result and per-layer records of :func:`profile_program`."""
+
+    output: Any
+    layers: list[LayerRecord]
+    seconds: float
+    executor: str
+
+    @property
+    def total_cycles(self) -> int | None:
+        """Cycles of all accelerator programs (None if the executor is untimed)."""
+        cycles = [r.cycles for r in self.layers if r.device == "accel"]
+        if not cycles or any(c is None for c in cycles):
+            return None
+        return int(sum(c for c in cycles if c is not None))
+
+
+def profile_program(program: GraphProgram,
+                    inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
+                    device: Any) -> Profile:
+    """Run ``program`` on ``inputs`` with every accelerator program on ``device`` (a
+    :class:`~tensorfab.sim.Device`), recording each node (see the module docstring).
+
+    Raises
+    ------
+    RuntimeInputError
+        Inputs that do not match the program's (as :func:`~.interpreter.run_program`).
+    """
+    layers: list[LayerRecord] = []
+    t0 = time.perf_counter()
+
+    def call(index: int, node: Node, args: list[Any], attrs: Mapping[str, Any]) -> Any:
+        start = time.perf_counter()
+        if node.op == "accel.program":
+            result = run_accel_program(args[0], args[1], dict(attrs), device)
+            out = result.outputs[attrs["output_segment"]]
+            seconds = time.perf_counter() - start
+            peak = accel_program_of(args[1]).config.peak_macs_per_cycle
+            macs = int(result.counters.gemm_macs)
+            cycles = None if result.cycles is None else int(result.cycles)
+            layers.append(LayerRecord(
+                index, str(attrs.get("layer") or node.op), "accel", [_shape(args[0])],
+                _shape(out), start - t0, seconds, cycles, macs,
+                macs / (cycles * peak) if cycles else None,
+                list(getattr(result, "intervals", None) or [])))
+            return out
+        out = KERNELS[node.op](args, attrs)
+        layers.append(LayerRecord(index, node.op, "cpu",
+                                  [s for s in map(_shape, args) if s is not None],
+                                  _shape(out), start - t0, time.perf_counter() - start))
+        return out
+
+    output = run_program(program, inputs, call=call)
+    return Profile(output, layers, time.perf_counter() - t0,
+                   str(getattr(device, "name", type(device).__name__)))
