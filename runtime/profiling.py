@@ -51,7 +51,9 @@ class LayerRecord:
     start, seconds : float
         Start (from the start of the run) and wall time, in seconds.
     cycles : int or None
-        Cycles of an accelerator program on a timed executor.
+        Cycles of an accelerator program on a timed executor; on an untimed one (the
+        functional simulator) the compiler's estimate when the node has one
+        (``estimated_cycles``), and then :attr:`estimated` is set.
     macs : int or None
         GEMM multiply-accumulates of an accelerator program.
     utilization : float or None
@@ -72,6 +74,7 @@ class LayerRecord:
     macs: int | None = None
     utilization: float | None = None
     intervals: list = field(default_factory=list)
+    estimated: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready data (without the intervals)."""
@@ -80,7 +83,7 @@ class LayerRecord:
                 "out_shape": list(self.out_shape) if self.out_shape is not None else None,
                 "seconds": round(self.seconds, 6), "cycles": self.cycles, "macs": self.macs,
                 "utilization": None if self.utilization is None
-                else round(self.utilization, 4)}
+                else round(self.utilization, 4), "estimated": self.estimated}
 
 
 @dataclass
@@ -93,8 +96,13 @@ class Profile:
     executor: str
 
     @property
+    def estimated(self) -> bool:
+        """Whether the cycles are the compiler's estimates (an untimed executor)."""
+        return any(r.estimated for r in self.layers)
+
+    @property
     def total_cycles(self) -> int | None:
-        """Cycles of all accelerator programs (None if the executor is untimed)."""
+        """Cycles of all accelerator programs (None if unknown for one)."""
         cycles = [r.cycles for r in self.layers if r.device == "accel"]
         if not cycles or any(c is None for c in cycles):
             return None
@@ -124,11 +132,14 @@ def profile_program(program: GraphProgram,
             peak = accel_program_of(args[1]).config.peak_macs_per_cycle
             macs = int(result.counters.gemm_macs)
             cycles = None if result.cycles is None else int(result.cycles)
+            estimated = cycles is None and bool(attrs.get("estimated_cycles"))
+            if estimated:
+                cycles = int(attrs["estimated_cycles"])
             layers.append(LayerRecord(
                 index, str(attrs.get("layer") or node.op), "accel", [_shape(args[0])],
                 _shape(out), start - t0, seconds, cycles, macs,
                 macs / (cycles * peak) if cycles else None,
-                list(getattr(result, "intervals", None) or [])))
+                list(getattr(result, "intervals", None) or []), estimated))
             return out
         out = KERNELS[node.op](args, attrs)
         layers.append(LayerRecord(index, node.op, "cpu",
