@@ -138,12 +138,16 @@ def _feeds(items: list[str] | None, names: list[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _onnx_input_names(path: str) -> list[str]:
+def _onnx_inputs(path: str) -> dict[str, np.dtype]:
+    """The ONNX model's inputs (initializers left out) with their dtypes."""
+    from onnx.helper import tensor_dtype_to_np_dtype
+
     from tensorfab.compiler.frontend.onnx_import import prepare_model
 
     proto, _ = prepare_model(path)
     inits = {i.name for i in proto.graph.initializer}
-    return [v.name for v in proto.graph.input if v.name not in inits]
+    return {v.name: np.dtype(tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type))
+            for v in proto.graph.input if v.name not in inits}
 
 
 def _program_configs(program: Any) -> set:
@@ -182,8 +186,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     want = get_config(args.config) if args.config else None
     quiet = args.json
     if model.suffix.lower() == ".onnx":
-        names = _onnx_input_names(args.model)
+        types = _onnx_inputs(args.model)
+        names = list(types)
         feeds = _feeds(args.input, names)
+        for name, v in feeds.items():  # before calibrating on them
+            if v.dtype != types[name]:
+                raise ModelCliError(f"input {name!r}: dtype {v.dtype}, expected "
+                                    f"{types[name]} (the model's input type)")
         calibration = _calibration(args.calib)
         if calibration is None:
             calibration = feeds if len(names) > 1 else feeds[names[0]]
