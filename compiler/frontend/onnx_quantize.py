@@ -9,6 +9,8 @@ tensor (int8, symmetric by default, per-channel weights, int32 biases), which
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -79,12 +81,13 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
                 prepared = Path(tmp) / "prepared.onnx"
                 quant_pre_process(model, prepared, skip_symbolic_shape=True)
                 model = onnx.load(prepared)
-            quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ,
-                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                            per_channel=per_channel, calibrate_method=methods[method],
-                            extra_options={"ActivationSymmetric": symmetric,
-                                           "WeightSymmetric": symmetric,
-                                           "CalibPercentile": percentile})
+            with contextlib.redirect_stdout(io.StringIO()):  # its percentile calibrator prints
+                quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ,
+                                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                                per_channel=per_channel, calibrate_method=methods[method],
+                                extra_options={"ActivationSymmetric": symmetric,
+                                               "WeightSymmetric": symmetric,
+                                               "CalibPercentile": percentile})
             return onnx.load(out)
     finally:
         root.setLevel(level)

@@ -98,7 +98,7 @@ def test_compile_spellings_and_quantizers(files, capsys) -> None:
     new = _compile(files, "new.tfm", "--config", "tiny", "--calib", str(files["calib"]))
     old = _compile(files, "old.tfm", "--accel", "tiny", "--int8", str(files["calib"]))
     ort = _compile(files, "ort.tfm", "--config", "tiny", "--calib", str(files["calib"]),
-                   "--quantizer", "ort")
+                   "--quantizer", "ort", "--calib-method", "percentile")
     outs = capsys.readouterr().out.strip().splitlines()
     assert all(json.loads(line)["config"] == "tiny" for line in outs)
     x = np.load(files["images"])
