@@ -15,7 +15,7 @@ executor that records them (``rtl`` with ``trace``), the engines' activity inter
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,9 +111,11 @@ class Profile:
 
 def profile_program(program: GraphProgram,
                     inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
-                    device: Any) -> Profile:
+                    device: Any,
+                    progress: Callable[[int, int, str], None] | None = None) -> Profile:
     """Run ``program`` on ``inputs`` with every accelerator program on ``device`` (a
     :class:`~tensorfab.sim.Device`), recording each node (see the module docstring).
+    ``progress`` is called before each node with its index, the node count and its op.
 
     Raises
     ------
@@ -124,6 +126,8 @@ def profile_program(program: GraphProgram,
     t0 = time.perf_counter()
 
     def call(index: int, node: Node, args: list[Any], attrs: Mapping[str, Any]) -> Any:
+        if progress is not None:
+            progress(index, len(program.nodes), str(attrs.get("layer") or node.op))
         start = time.perf_counter()
         if node.op == "accel.program":
             result = run_accel_program(args[0], args[1], dict(attrs), device)

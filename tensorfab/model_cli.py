@@ -219,10 +219,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     device = _device(args.target, bool(args.trace))
     n_accel = sum(n.op == "accel.program" for n in program.nodes)
     with working(f"running {model.name} on {args.target}", quiet=quiet) as say:
+        now = [""]
+
+        def layer(index: int, count: int, op: str) -> None:
+            now[0] = f"running {model.name} on {args.target}: node {index + 1}/{count} ({op})"
+            say(now[0])
+
         if hasattr(device, "progress"):
-            device.progress = lambda cycles, _done: say(
-                f"running {model.name} on {args.target}: cycle {cycles:,}")
-        profile = profile_program(program, feeds, device)
+            device.progress = lambda cycles, _done: say(f"{now[0]}, cycle {cycles:,}")
+        profile = profile_program(program, feeds, device, progress=layer)
     if args.trace:
         from tensorfab.runtime.network_trace import write_network_trace
 

@@ -45,8 +45,12 @@ def digits():
 
 def test_profile_records_every_kernel_node_and_gives_the_same_output(digits) -> None:
     program, x = digits
-    prof = profile_program(program, [x], FunctionalSimulator())
+    seen: list[tuple[int, int, str]] = []
+    prof = profile_program(program, [x], FunctionalSimulator(),
+                           progress=lambda *a: seen.append(a))
     np.testing.assert_array_equal(prof.output, run_program(program, [x]))
+    assert [(i, op) for i, _, op in seen] == [(r.index, r.op) for r in prof.layers]
+    assert {n for _, n, _ in seen} == {len(program.nodes)}
     kernel_nodes = [n for n in program.nodes if n.op not in ("tuple", "tuple_get_item")]
     assert [r.index for r in prof.layers] == [program.nodes.index(n) for n in kernel_nodes]
     accel = [r for r in prof.layers if r.device == "accel"]
