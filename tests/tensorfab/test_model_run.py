@@ -131,3 +131,14 @@ def test_rtl_target_cycle_accurate_with_engine_tracks(files, capsys) -> None:
     cycles = sum(e["args"]["cycles"] for e in events if e["ph"] == "X" and e["pid"] == 1
                  and e["cat"] == "accel")
     assert cycles == summary["total_cycles"]
+
+
+def test_cli_choices_are_the_compilers() -> None:
+    """The command line lists the quantizers and observers without importing the
+    compiler at start-up; they are the compiler's."""
+    from tensorfab import model_cli
+    from tensorfab.compiler.graph.calibration import CALIBRATION_METHODS
+    from tensorfab.compiler.model_compile import DEFAULT_QUANTIZER, QUANTIZERS
+
+    assert model_cli.QUANTIZERS == QUANTIZERS and QUANTIZERS[0] == DEFAULT_QUANTIZER
+    assert model_cli.CALIB_METHODS == CALIBRATION_METHODS
