@@ -11,7 +11,8 @@
   print the outputs' summary and a per-layer table (device, op, shapes, cycles,
   utilization, time); ``--trace`` writes one Perfetto timeline of the whole network;
   the last line printed is a JSON summary;
-* ``inspect FILE``: the IR text form of an ONNX model, or the contents of a ``.tfm``.
+* ``inspect FILE``: the IR text form of an ONNX model; for a ``.tfm``, its planned
+  program (one line per node, with its device) and a JSON summary last.
 """
 
 from __future__ import annotations
@@ -302,8 +303,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(astext(from_onnx(path)), end="")
         return 0
     from tensorfab.runtime.artifact import load_model
+    from tensorfab.runtime.program_text import program_text
 
     program = load_model(path)
+    print(program_text(program), end="")
     info = {"inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype}
                        for i in program.inputs],
             "nodes": len(program.nodes),
@@ -377,7 +380,8 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--force", action="store_true",
                    help="overwrite existing outputs tensorfab did not write")
     r.set_defaults(func=cmd_run)
-    i = sub.add_parser("inspect", help="show an ONNX model's IR or a .tfm file's contents")
+    i = sub.add_parser("inspect", help="show an ONNX model's IR or a .tfm file's planned "
+                       "program")
     i.add_argument("file", help="MODEL.onnx or MODEL.tfm")
     i.set_defaults(func=cmd_inspect)
 
