@@ -115,6 +115,44 @@ def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndar
     return [{n: v[i:i + batch] for n, v in data.items()} for i in range(0, stop, batch)]
 
 
+def _accel_conv_macs(planned: Function) -> list[int]:
+    """The multiply-accumulates of each accelerator convolution of a planned program
+    (before blocked layouts pad the channels), in post order."""
+    from .graph.infer import infer_types
+
+    infer_types(planned)
+    out = []
+    for e in post_order(planned):
+        if (isinstance(e, Call) and e.op == "qnn.conv2d_integer"
+                and e.virtual_device is not None and e.virtual_device.kind == "accel"):
+            w = e.args[1].checked_type.shape  # type: ignore[union-attr]
+            y = e.checked_type.shape  # type: ignore[union-attr]
+            out.append(int(np.prod(y)) * int(w[1]) * int(w[2]) * int(w[3]))
+    return out
+
+
+def _with_macs(fn: Function, macs: list[int]) -> Function:
+    """``fn`` with each ``accel.program`` call (in post order, one per accelerator
+    convolution) given its layer's unpadded MACs."""
+    from .graph.rewrite import rewrite
+
+    left = iter(macs)
+
+    def rule(e, _old):  # type: ignore[no-untyped-def]
+        if isinstance(e, Call) and e.op == "accel.program":
+            m = next(left, None)
+            if m is None:
+                raise ModelCompileError("more accelerator programs than accelerator "
+                                        "convolutions")
+            return Call(e.op, e.args, {**e.attrs, "macs": m}, e.virtual_device)
+        return e
+
+    out = rewrite(fn, rule)
+    if next(left, None) is not None:
+        raise ModelCompileError("fewer accelerator programs than accelerator convolutions")
+    return out
+
+
 def _has_int8(fn: Function) -> bool:
     return any(isinstance(e, Call) and e.op.startswith("qnn.") for e in post_order(fn))
 
@@ -211,8 +249,9 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
                 "the CPU")
         name = register_hw_config(cfg)
         say(f"partitioning and planning for the accelerator ({name})")
-        planned = pack_accel_layouts(plan_devices(annotate_accelerator(fn, accel(name))))
+        plain = plan_devices(annotate_accelerator(fn, accel(name)))
+        planned = pack_accel_layouts(plain)
         say(f"compiling the accelerator layers ({name})")
-        fn = lower_accelerator_chains(planned)
+        fn = _with_macs(lower_accelerator_chains(planned), _accel_conv_macs(plain))
     say("lowering to the runtime")
     return CompiledModel(lower_to_runtime(fn), fn, cfg, quantized)

@@ -55,9 +55,16 @@ class LayerRecord:
         functional simulator) the compiler's estimate when the node has one
         (``estimated_cycles``), and then :attr:`estimated` is set.
     macs : int or None
-        GEMM multiply-accumulates of an accelerator program.
+        Multiply-accumulates of an accelerator program: the layer's own (without the
+        blocked layout's channel padding) when the compiler recorded them (``macs``
+        attribute), else :attr:`gemm_macs`.
     utilization : float or None
-        ``macs / (cycles × peak)`` of an accelerator program on a timed executor.
+        ``macs / (cycles × peak)`` of an accelerator program (with cycles).
+    gemm_macs : int or None
+        Multiply-accumulates the GEMM core executed (padding included);
+        ``gemm_macs / (cycles × peak)`` is how busy the core was (:attr:`gemm_busy`).
+    peak : int or None
+        Peak MACs per cycle of the accelerator program's config.
     intervals : list
         Engine activity (:class:`tensorfab.sim.trace.Interval`) of an accelerator
         program on an executor that records it.
@@ -75,6 +82,16 @@ class LayerRecord:
     utilization: float | None = None
     intervals: list = field(default_factory=list)
     estimated: bool = False
+    gemm_macs: int | None = None
+    peak: int | None = None
+
+    @property
+    def gemm_busy(self) -> float | None:
+        """``gemm_macs / (cycles × peak)``: the share of the GEMM core's capacity used,
+        padding included."""
+        if not (self.cycles and self.peak and self.gemm_macs is not None):
+            return None
+        return self.gemm_macs / (self.cycles * self.peak)
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready data (without the intervals)."""
@@ -83,7 +100,8 @@ class LayerRecord:
                 "out_shape": list(self.out_shape) if self.out_shape is not None else None,
                 "seconds": round(self.seconds, 6), "cycles": self.cycles, "macs": self.macs,
                 "utilization": None if self.utilization is None
-                else round(self.utilization, 4), "estimated": self.estimated}
+                else round(self.utilization, 4), "gemm_macs": self.gemm_macs,
+                "estimated": self.estimated}
 
 
 @dataclass
@@ -99,6 +117,20 @@ class Profile:
     def estimated(self) -> bool:
         """Whether the cycles are the compiler's estimates (an untimed executor)."""
         return any(r.estimated for r in self.layers)
+
+    @property
+    def accel_macs(self) -> int:
+        """Multiply-accumulates of all accelerator programs (see :attr:`LayerRecord.macs`)."""
+        return int(sum(r.macs or 0 for r in self.layers if r.device == "accel"))
+
+    @property
+    def utilization(self) -> float | None:
+        """Accelerator MACs / (cycles × peak) over all accelerator programs."""
+        accel = [r for r in self.layers if r.device == "accel"]
+        capacity = sum((r.cycles or 0) * (r.peak or 0) for r in accel)
+        if not accel or any(r.cycles is None for r in accel) or not capacity:
+            return None
+        return self.accel_macs / capacity
 
     @property
     def total_cycles(self) -> int | None:
@@ -134,7 +166,8 @@ def profile_program(program: GraphProgram,
             out = result.outputs[attrs["output_segment"]]
             seconds = time.perf_counter() - start
             peak = accel_program_of(args[1]).config.peak_macs_per_cycle
-            macs = int(result.counters.gemm_macs)
+            gemm_macs = int(result.counters.gemm_macs)
+            macs = int(attrs.get("macs") or gemm_macs)
             cycles = None if result.cycles is None else int(result.cycles)
             estimated = cycles is None and bool(attrs.get("estimated_cycles"))
             if estimated:
@@ -143,7 +176,8 @@ def profile_program(program: GraphProgram,
                 index, str(attrs.get("layer") or node.op), "accel", [_shape(args[0])],
                 _shape(out), start - t0, seconds, cycles, macs,
                 macs / (cycles * peak) if cycles else None,
-                list(getattr(result, "intervals", None) or []), estimated))
+                list(getattr(result, "intervals", None) or []), estimated, gemm_macs,
+                peak))
             return out
         out = KERNELS[node.op](args, attrs)
         layers.append(LayerRecord(index, node.op, "cpu",

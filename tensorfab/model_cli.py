@@ -247,6 +247,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(json.dumps({"outputs": summary, "target": args.target, "layers": len(profile.layers),
                       "accel_layers": n_accel, "total_cycles": profile.total_cycles,
                       "cycles_estimated": profile.estimated,
+                      "accel_macs": profile.accel_macs,
+                      "utilization": None if profile.utilization is None
+                      else round(profile.utilization, 4),
                       "seconds": round(profile.seconds, 4)}))
     return 0
 
@@ -268,22 +271,28 @@ def _print_report(profile: Any, outs: list[np.ndarray], title: str) -> None:
     table = Table(title=escape(f"{title}: per layer"))
     for col, justify in (("#", "right"), ("device", "left"), ("op", "left"),
                          ("inputs", "left"), ("output", "left"), ("cycles", "right"),
-                         ("util.", "right"), ("time ms", "right")):
+                         ("MACs", "right"), ("util.", "right"), ("GEMM busy", "right"),
+                         ("time ms", "right")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    def ratio(v: float | None, estimated: bool) -> str:
+        return "—" if v is None else f"{'~' * estimated}{v:.2f}"
+
     for rec in profile.layers:
         table.add_row(str(rec.index), rec.device, escape(rec.op),
                       ", ".join(_fmt_shape(s) for s in rec.in_shapes),
                       _fmt_shape(rec.out_shape),
                       "—" if rec.cycles is None else f"{'~' * rec.estimated}{rec.cycles:,}",
-                      "—" if rec.utilization is None
-                      else f"{'~' * rec.estimated}{rec.utilization:.2f}",
+                      "—" if rec.macs is None else f"{rec.macs:,}",
+                      ratio(rec.utilization, rec.estimated),
+                      ratio(rec.gemm_busy, rec.estimated),
                       f"{rec.seconds * 1e3:.2f}")
     cpu = sum(r.seconds for r in profile.layers if r.device == "cpu")
     acc = sum(r.seconds for r in profile.layers if r.device == "accel")
     total = profile.total_cycles
     table.caption = (f"cpu {cpu * 1e3:.1f} ms, accelerator {acc * 1e3:.1f} ms"
-                     + (f" ({total:,} cycles{', estimated' * profile.estimated})"
-                        if total is not None else "")
+                     + (f" ({total:,} cycles{', estimated' * profile.estimated}, "
+                        f"utilization {profile.utilization:.2f})"
+                        if total is not None and profile.utilization is not None else "")
                      + f", total {profile.seconds * 1e3:.1f} ms")
     console.print(table)
     for k, o in enumerate(outs):

@@ -63,10 +63,17 @@ def test_profile_records_every_kernel_node_and_gives_the_same_output(digits) -> 
     starts = [r.start for r in prof.layers]
     assert starts == sorted(starts) and all(r.seconds >= 0 for r in prof.layers)
     assert sum(r.seconds for r in prof.layers) <= prof.seconds
-    # MACs are the GEMM core's; utilization is MACs / (cycles x peak)
+    # MACs are the layers' own (batch 8; conv1 1→8 channels 8×8, conv2 8→16 channels
+    # 4×4, 3×3 kernels), the GEMM core's include the channel padding (tiny blocks by 4)
+    assert [r.macs for r in accel] == [8 * 8 * 8 * 8 * 1 * 9, 8 * 16 * 4 * 4 * 8 * 9]
+    assert accel[0].gemm_macs == 4 * accel[0].macs and accel[1].gemm_macs == accel[1].macs
     peak = 1 * 4 * 4  # tiny: batch 1, 4x4 block
     for r in accel:
+        assert r.peak == peak
         assert r.utilization == pytest.approx(r.macs / (r.cycles * peak))
+        assert r.gemm_busy == pytest.approx(r.gemm_macs / (r.cycles * peak))
+    assert prof.accel_macs == sum(r.macs for r in accel)
+    assert prof.utilization == pytest.approx(prof.accel_macs / (prof.total_cycles * peak))
 
 
 def test_timed_executor_cycles_and_network_trace(digits, tmp_path) -> None:
@@ -111,5 +118,5 @@ def test_record_json() -> None:
     assert r.to_json() == {"index": 3, "op": "conv", "device": "accel",
                            "in_shapes": [[1, 2]], "out_shape": [1, 4], "seconds": 0.25,
                            "cycles": 100, "macs": 800, "utilization": 0.5,
-                           "estimated": False}
+                           "gemm_macs": None, "estimated": False}
     assert Profile(None, [r], 1.0, "x").total_cycles == 100

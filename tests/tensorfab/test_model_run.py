@@ -107,7 +107,7 @@ def test_compile_spellings_and_quantizers(files, capsys) -> None:
     c = np.asarray(run_program(load_model(ort), [x]))
     assert (c.argmax(axis=1) == a.argmax(axis=1)).mean() >= 0.75
     assert main(["inspect", str(new)]) == 0
-    assert json.loads(capsys.readouterr().out)["configs"] == ["tiny"]
+    assert _last_json(capsys.readouterr().out)["configs"] == ["tiny"]
 
 
 def test_rtl_target_cycle_accurate_with_engine_tracks(files, capsys) -> None:
@@ -122,6 +122,11 @@ def test_rtl_target_cycle_accurate_with_engine_tracks(files, capsys) -> None:
     summary = _last_json(capsys.readouterr().out)
     assert summary["target"] == "rtl" and not summary["cycles_estimated"]
     assert summary["total_cycles"] > 0
+    # conv1 (1 → 8 channels) and conv2 (8 → 16), 8×8 and 4×4 images, 3×3 kernels
+    assert summary["accel_macs"] == BATCH * (8 * 8 * 8 * 1 * 9 + 16 * 4 * 4 * 8 * 9)
+    peak = 16 * 16  # default: batch 1, 16×16 block
+    assert summary["utilization"] == pytest.approx(
+        summary["accel_macs"] / (summary["total_cycles"] * peak), abs=1e-4)
     fsim = np.asarray(run_program(load_model(tfm), [np.load(files["images"])]))
     np.testing.assert_array_equal(np.load(files["dir"] / "rtl.npy"), fsim)
     events = json.loads(trace.read_text())["traceEvents"]
