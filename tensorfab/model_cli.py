@@ -347,7 +347,8 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser(
         "compile", help="compile an ONNX model into a .tfm file", formatter_class=fmt,
         description="Compile an ONNX model into a .tfm file: int8 layers on the "
-        "accelerator of --config, the rest on the CPU.",
+        "accelerator of\n--config, the rest on the CPU. See docs/quantization.md for "
+        "--calib.",
         epilog="examples:\n  tensorfab compile digits.onnx --config default --calib "
         "calib.npy --shape image=16,1,8,8 -o digits.tfm\n  tensorfab compile model.onnx "
         "-o model.tfm                  # float, all on the CPU")
@@ -368,8 +369,8 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
         "run", help="run a .tfm or .onnx model on inputs from .npy files",
         formatter_class=fmt,
         description="Run a model and print its outputs and a per-layer table (device, "
-        "op, shapes, cycles, utilization, time). An .onnx model is compiled in memory "
-        "first (int8, calibrated on --calib or on the input itself).",
+        "op, shapes,\ncycles, utilization, time). An .onnx model is compiled in memory "
+        "first (int8,\ncalibrated on --calib or on the input itself).",
         epilog="examples:\n  tensorfab run digits.tfm --input images.npy\n"
         "  tensorfab run digits.onnx --input images.npy --target rtl --trace t.json")
     r.add_argument("model", help="MODEL.tfm or MODEL.onnx")
