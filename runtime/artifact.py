@@ -89,4 +89,23 @@ def load_model(path: str | os.PathLike) -> GraphProgram:
         program.validate()
     except (KeyError, TypeError, TensorfabError) as e:
         raise ModelFileError(f"{where}: malformed graph: {e}") from None
+    _check_accel_programs(program, where)
     return program
+
+
+def _check_accel_programs(program: GraphProgram, where: str) -> None:
+    """Decode every accelerator program now, so that a damaged one is reported with the
+    file and the node rather than in the middle of a run."""
+    from .kernels import accel_program_of
+
+    for k, node in enumerate(program.nodes):
+        if node.op != "accel.program":
+            continue
+        blob = program.constants.get(node.inputs[1]) if len(node.inputs) == 2 else None
+        if blob is None:
+            raise ModelFileError(f"{where}: node {k} (accel.program) has no program bytes")
+        try:
+            accel_program_of(blob)
+        except TensorfabError as e:
+            raise ModelFileError(f"{where}: node {k} ({node.attrs.get('layer') or node.op}):"
+                                 f" damaged accelerator program: {e}") from None

@@ -9,7 +9,7 @@ last use. Two pseudo-ops shape tuples: ``tuple`` packs its inputs, ``tuple_get_i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,9 +107,24 @@ def _bind_symbols(node: Node, symbols: Mapping[str, int]) -> Mapping[str, Any]:
                                             for d in shape)}
 
 
+#: Calls one node's kernel: ``(index, node, argument values, attributes) -> value``.
+NodeCall = Callable[[int, Node, list[Any], Mapping[str, Any]], Any]
+
+
+def call_kernel(_index: int, node: Node, args: list[Any], attrs: Mapping[str, Any]) -> Any:
+    """The default :data:`NodeCall`: the node's kernel of
+    :data:`~tensorfab.runtime.kernels.KERNELS`."""
+    return KERNELS[node.op](args, attrs)
+
+
 def run_program(program: GraphProgram,
-                inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> Any:
+                inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], *,
+                call: NodeCall = call_kernel) -> Any:
     """Evaluate ``program`` on ``inputs`` (by name, or in order).
+
+    ``call`` runs each kernel node (not the ``tuple`` pseudo-ops); the per-layer
+    profile (:mod:`.profiling`) passes one that times each node and runs accelerator
+    programs on its device.
 
     Returns
     -------
@@ -144,7 +159,7 @@ def run_program(program: GraphProgram,
         elif node.op == "tuple_get_item":
             out = args[0][node.attrs["index"]]
         else:
-            out = KERNELS[node.op](args, _bind_symbols(node, symbols))
+            out = call(k, node, args, _bind_symbols(node, symbols))
         slots[node.output] = out
         for s in node.inputs:
             if last_use.get(s) == k and s != program.output and s not in program.constants:

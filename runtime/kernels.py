@@ -554,14 +554,13 @@ def _program(blob: bytes):  # -> tensorfab.isa.Program
     return Program.from_bytes(blob, "accel.program")
 
 
-@kernel("accel.program")
-def accel_program(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    """Run a compiled accelerator program on an executor (the functional simulator by
-    default): the input goes to its input segment, the output segment comes back."""
-    from tensorfab.sim import get_device
-
-    x, blob = inputs
-    program = _program(np.ascontiguousarray(blob, np.uint8).tobytes())
+def run_accel_program(x: np.ndarray, blob: np.ndarray, attrs: dict[str, Any],
+                      device: Any) -> Any:
+    """Run a compiled accelerator program on ``device`` (a :class:`~tensorfab.sim.Device`)
+    with ``x`` written to its input segment; the :class:`~tensorfab.sim.RunResult`
+    (outputs, cycles, counters) of the run. The ``accel.program`` kernel and the
+    per-layer profile (:mod:`.profiling`) both run programs through it."""
+    program = accel_program_of(blob)
     seg = program.segment(attrs["input_segment"])
     if tuple(x.shape) != seg.shape or str(x.dtype) != seg.dtype:
         raise KernelError(f"accel.program: input {x.dtype}{tuple(x.shape)} does not fit "
@@ -570,5 +569,21 @@ def accel_program(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.nda
     region = program.layout()[seg.name]
     image[region.offset: region.offset + region.nbytes] = np.ascontiguousarray(x).view(
         np.uint8).ravel()
-    result = get_device(attrs["executor"]).run(program, image)
+    return device.run(program, image)
+
+
+def accel_program_of(blob: np.ndarray):  # -> tensorfab.isa.Program
+    """The :class:`~tensorfab.isa.Program` of an ``accel.program`` node's byte constant
+    (decoded once per distinct program)."""
+    return _program(np.ascontiguousarray(blob, np.uint8).tobytes())
+
+
+@kernel("accel.program")
+def accel_program(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Run a compiled accelerator program on an executor (the functional simulator by
+    default): the input goes to its input segment, the output segment comes back."""
+    from tensorfab.sim import get_device
+
+    x, blob = inputs
+    result = run_accel_program(x, blob, attrs, get_device(attrs["executor"]))
     return result.outputs[attrs["output_segment"]]

@@ -8,15 +8,15 @@ import inspect
 import json
 import sys
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tensorfab.cli_output import CliError, check_writable
+from tensorfab.cli_output import CliError, check_writable, working
 from tensorfab.isa import PRESETS, BinaryFormatError, Program, TensorfabError, get_config
 from tensorfab.isa.config import HwConfig
 from tensorfab.isa.formats import buffer_bytes, insn_formats, insn_width, uop_format
@@ -66,44 +66,9 @@ def _is_outputs_archive(names: Sequence[str]) -> Callable[[Path], bool]:
     return ours
 
 
-@contextmanager
-def _working(text: str, quiet: bool = False) -> Iterator[Callable[[str], None]]:
-    """A spinner on stderr saying what is happening, with the steps of any RTL model
-    build in the block (which is cached, so said once); quiet: nothing; stderr not a
-    terminal: only a build's first and last line. Yields a function that changes the
-    text."""
-    if quiet:
-        yield lambda _text: None
-        return
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from tensorfab.sim.rtl.build import build_steps
-
-    if not err_console.is_terminal:  # a log: no spinner, only the build's start and end
-
-        def note(now: str) -> None:
-            if now.startswith(("building", "built")):
-                err_console.print(escape(now), highlight=False)
-
-        with build_steps(note):
-            yield lambda _text: None
-        return
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*columns, console=err_console, transient=True) as bar:
-        task = bar.add_task(escape(text), total=None)
-
-        def say(now: str) -> None:
-            bar.update(task, description=escape(now), refresh=True)
-
-        def step(now: str) -> None:
-            if now.startswith("built"):  # the one line worth keeping; back to the work
-                bar.console.print(escape(now), highlight=False)
-                say(text)
-            else:
-                say(now)
-
-        with build_steps(step):
-            yield say
+def _working(text: str, quiet: bool = False) -> Any:
+    """:func:`tensorfab.cli_output.working` on this module's stderr console."""
+    return working(text, quiet, console=err_console)
 
 
 def _is_program_binary(path: Path) -> bool:

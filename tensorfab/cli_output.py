@@ -1,16 +1,23 @@
-"""Where the command line may write: one overwrite policy for every output file, and
-the command line's usage error. Shared by the command modules (``cli``, ``model_cli``,
-``cli_fpga``), which import it and not each other."""
+"""Where the command line may write: one overwrite policy for every output file, the
+command line's usage error, and the progress display of long work. Shared by the
+command modules (``cli``, ``model_cli``, ``cli_fpga``), which import it and not each
+other."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
 
 from tensorfab.isa import TensorfabError
 
-__all__ = ["CliError", "check_writable"]
+__all__ = ["CliError", "check_writable", "working"]
+
+_err_console = Console(stderr=True, soft_wrap=True)
 
 
 class CliError(TensorfabError):
@@ -42,3 +49,45 @@ def check_writable(out: Path, force: bool, ours: Callable[[Path], bool], *,
         if not os.access(out, os.W_OK):
             raise CliError(f"cannot write {out}: the file is read-only")
     return out
+
+
+@contextmanager
+def working(text: str, quiet: bool = False, console: Console | None = None
+            ) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr saying what is happening, with the steps of any RTL model
+    build in the block (which is cached, so said once); quiet: nothing; stderr not a
+    terminal: only a build's first and last line. Yields a function that changes the
+    text. ``console``: where to show it (default: stderr)."""
+    err = console if console is not None else _err_console
+    if quiet:
+        yield lambda _text: None
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from tensorfab.sim.rtl.build import build_steps
+
+    if not err.is_terminal:  # a log: no spinner, only the build's start and end
+
+        def note(now: str) -> None:
+            if now.startswith(("building", "built")):
+                err.print(escape(now), highlight=False)
+
+        with build_steps(note):
+            yield lambda _text: None
+        return
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(escape(text), total=None)
+
+        def say(now: str) -> None:
+            bar.update(task, description=escape(now), refresh=True)
+
+        def step(now: str) -> None:
+            if now.startswith("built"):  # the one line worth keeping; back to the work
+                bar.console.print(escape(now), highlight=False)
+                say(text)
+            else:
+                say(now)
+
+        with build_steps(step):
+            yield say

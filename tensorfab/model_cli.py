@@ -1,25 +1,38 @@
 """``tensorfab compile``, ``run`` and ``inspect``: ONNX models to ``.tfm`` files and back.
 
-* ``compile MODEL.onnx -o OUT.tfm [--int8 CALIB.npy] [--accel CONFIG] [--shape NAME=D,D]``:
-  import, optionally quantize to int8 (onnxruntime's QDQ quantizer, per-tensor, on the
-  calibration inputs in ``CALIB.npy``), lower to integer operators with the accelerator's
-  fixed-point requantization, put the convolution chains on the accelerator, and save
-  the runtime's ``.tfm`` file;
-* ``run MODEL.tfm --input NAME=FILE.npy ... [-o OUT.npy]``: run it (the runtime only);
+* ``compile MODEL.onnx -o OUT.tfm [--config CONFIG] [--calib CALIB.npz|.npy]
+  [--quantizer tensorfab|ort] [--calib-method minmax|percentile] [--shape NAME=D,D]``:
+  import, optionally quantize to int8 on the calibration samples (per-channel
+  symmetric weights, per-tensor activations, int32 biases), lower to integer operators
+  with the accelerator's exact requantization, with ``--config`` put the convolution
+  chains on that accelerator, and save the runtime's ``.tfm`` file;
+* ``run MODEL.tfm|MODEL.onnx --input [NAME=]FILE.npy ... [--target fsim|rtl]
+  [--trace T.json] [-o OUT.npy]``: run it (an ``.onnx`` is compiled in memory first),
+  print the outputs' summary and a per-layer table (device, op, shapes, cycles,
+  utilization, time); ``--trace`` writes one Perfetto timeline of the whole network;
   the last line printed is a JSON summary;
-* ``inspect FILE``: the IR text form of an ONNX model, or the contents of a ``.tfm``.
+* ``inspect FILE``: the IR text form of an ONNX model; for a ``.tfm``, its planned
+  program (one line per node, with its device) and a JSON summary last.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from tensorfab.cli_output import check_writable, working
 from tensorfab.isa import TensorfabError
+
+#: ``--calib-method`` choices (the observers of tensorfab.compiler.graph.calibration).
+CALIB_METHODS = ("minmax", "percentile")
+#: ``--quantizer`` choices (tensorfab.compiler.model_compile.QUANTIZERS).
+QUANTIZERS = ("tensorfab", "ort")
 
 
 class ModelCliError(TensorfabError):
@@ -51,74 +64,243 @@ def _is_npy(path: Path) -> bool:
         return f.read(6) == b"\x93NUMPY"
 
 
+def _load_array(path: str, what: str) -> Any:
+    """A ``.npy`` array or ``.npz`` archive; errors name the file and the option."""
+    p = Path(path)
+    if not p.is_file():
+        raise ModelCliError(f"{what} {path}: no such file")
+    try:
+        data = np.load(p, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise ModelCliError(f"{what} {path}: not a NumPy .npy or .npz file ({e})") from None
+    if isinstance(data, np.lib.npyio.NpzFile):
+        with data:
+            return {k: data[k] for k in data.files}
+    return data
+
+
+def _calibration(path: str | None) -> Any:
+    """``--calib``: a ``.npz`` keyed by input name, or a ``.npy`` for a single input."""
+    return None if path is None else _load_array(path, "--calib")
+
+
+def _compile(model: str, args: argparse.Namespace, config: str | None,
+             calibration: Any, shapes: dict | None, say: Any) -> Any:
+    from tensorfab.compiler.model_compile import compile_onnx
+
+    return compile_onnx(model, config=config, calibration=calibration,
+                        quantizer=args.quantizer, method=args.calib_method,
+                        percentile=args.percentile, input_shapes=shapes, progress=say)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
-    from tensorfab.cli_output import check_writable
-    from tensorfab.compiler.frontend import from_onnx, quantize_onnx
-    from tensorfab.compiler.frontend.onnx_import import prepare_model
-    from tensorfab.compiler.graph import accel
-    from tensorfab.compiler.graph.accel_lowering import lower_accelerator_chains
-    from tensorfab.compiler.graph.batch_norm_folding import fold_batch_norm
-    from tensorfab.compiler.graph.constant_folding import fold_constants
-    from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
-    from tensorfab.compiler.graph.layout_planning import pack_accel_layouts
-    from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
-    from tensorfab.compiler.graph.partitioning import annotate_accelerator
-    from tensorfab.compiler.graph.planning import plan_devices
-    from tensorfab.compiler.graph.qdq_lowering import lower_qdq
-    from tensorfab.compiler.graph.stem_im2col import im2col_small_channel_convs
     from tensorfab.runtime.artifact import save_model
 
     # before the import and compilation (the command line's one output policy)
     check_writable(Path(args.output), args.force, _is_model_file, suffixes=(".tfm",))
-    model, _ = prepare_model(args.model)
-    if args.int8:
-        calib = np.load(args.int8)
-        name = model.graph.input[0].name
-        batches = [{name: calib[i:i + 32]} for i in range(0, len(calib), 32)]
-        model = quantize_onnx(model, batches, per_channel=False)
-    fn = fold_constants(fold_batch_norm(from_onnx(model, _shapes(args.shape))))
-    if args.int8:
-        fn = fixed_point_requantize(lower_qdq(fn))
-    if args.accel:
-        if not args.int8:
-            raise ModelCliError("--accel needs --int8: the accelerator runs int8 layers")
-        fn = lower_accelerator_chains(pack_accel_layouts(im2col_small_channel_convs(
-            plan_devices(annotate_accelerator(fn, accel(args.accel))))))
-    else:
-        fn = plan_devices(fn)
-    program = lower_to_runtime(fn)
+    calibration = _calibration(args.calib)
+    with working(f"compiling {Path(args.model).name}") as say:
+        compiled = _compile(args.model, args, args.config, calibration,
+                            _shapes(args.shape), say)
+    program = compiled.program
     save_model(program, args.output)
     ops = Counter(n.op for n in program.nodes)
     print(json.dumps({"output": str(args.output), "nodes": len(program.nodes),
                       "accel_programs": ops.get("accel.program", 0),
+                      "config": compiled.config.name if compiled.config else None,
+                      "int8": compiled.quantized,
                       "ops": dict(sorted(ops.items()))}))
     return 0
 
 
+def _feeds(items: list[str] | None, names: list[str]) -> dict[str, np.ndarray]:
+    """``--input`` values: ``NAME=FILE.npy``, or a bare ``FILE.npy`` for a model with one
+    input."""
+    feeds: dict[str, np.ndarray] = {}
+    for item in items or []:
+        name, sep, path = item.partition("=")
+        if not sep or name not in names:  # a bare file (which may contain '=')
+            if len(names) != 1:
+                raise ModelCliError(f"--input {item}: the model takes {len(names)} inputs "
+                                    f"{names}; name each with --input NAME=FILE.npy")
+            name, path = names[0], item
+        if name in feeds:
+            raise ModelCliError(f"--input {item}: input {name!r} is given twice")
+        value = _load_array(path, f"--input {name}:")
+        if isinstance(value, dict):
+            raise ModelCliError(f"--input {name}: {path} is an .npz archive; give one "
+                                ".npy array per input")
+        feeds[name] = value
+    missing = [n for n in names if n not in feeds]
+    if missing:
+        hint = ("--input FILE.npy" if len(names) == 1
+                else " ".join(f"--input {n}=FILE.npy" for n in missing))
+        raise ModelCliError(f"inputs missing: {missing}; the model takes {names}: pass {hint}")
+    return feeds
+
+
+def _onnx_inputs(path: str) -> dict[str, np.dtype]:
+    """The ONNX model's inputs (initializers left out) with their dtypes."""
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    from tensorfab.compiler.frontend.onnx_import import prepare_model
+
+    proto, _ = prepare_model(path)
+    inits = {i.name for i in proto.graph.initializer}
+    return {v.name: np.dtype(tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type))
+            for v in proto.graph.input if v.name not in inits}
+
+
+def _program_configs(program: Any) -> set:
+    """The HwConfigs of a runtime program's accelerator programs."""
+    from tensorfab.runtime.kernels import accel_program_of
+
+    return {accel_program_of(program.constants[n.inputs[1]]).config
+            for n in program.nodes if n.op == "accel.program" and n.inputs[1] in
+            program.constants}
+
+
+def _device(target: str, trace: bool) -> Any:
+    from tensorfab.sim import DEVICES, get_device
+
+    if target not in DEVICES:
+        raise ModelCliError(f"--target {target!r}: unknown executor (known: "
+                            f"{', '.join(DEVICES)})")
+    device = get_device(target)
+    if trace and hasattr(device, "trace"):
+        device.trace = True
+    return device
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    from tensorfab.isa import get_config
     from tensorfab.runtime.artifact import load_model
-    from tensorfab.runtime.interpreter import run_program
+    from tensorfab.runtime.profiling import profile_program
+    from tensorfab.sim.trace import is_tensorfab_trace
 
+    # every output is checked before the (possibly long) compilation and run
     if args.output:  # a NumPy array file may be replaced by another
-        from tensorfab.cli_output import check_writable
-
         check_writable(Path(args.output), args.force, _is_npy, suffixes=(".npy",))
-    program = load_model(args.model)
-    feeds = {}
-    for item in args.input or []:
-        name, _, path = item.partition("=")
-        if not name or not path:
-            raise ModelCliError(f"--input {item!r}: expected NAME=FILE.npy")
-        feeds[name] = np.load(path)
-    out = run_program(program, feeds)
+    if args.trace:
+        check_writable(Path(args.trace), args.force, is_tensorfab_trace, suffixes=(".json",))
+    model = Path(args.model)
+    want = get_config(args.config) if args.config else None
+    quiet = args.json
+    if model.suffix.lower() == ".onnx":
+        types = _onnx_inputs(args.model)
+        names = list(types)
+        feeds = _feeds(args.input, names)
+        for name, v in feeds.items():  # before calibrating on them
+            if v.dtype != types[name]:
+                raise ModelCliError(f"input {name!r}: dtype {v.dtype}, expected "
+                                    f"{types[name]} (the model's input type)")
+        calibration = _calibration(args.calib)
+        if calibration is None:
+            calibration = feeds if len(names) > 1 else feeds[names[0]]
+            if not quiet:
+                print("note: calibrating the int8 quantization on the input itself; pass "
+                      "--calib CALIB.npz for a calibration set", file=sys.stderr)
+        shapes = {n: tuple(v.shape) for n, v in feeds.items()}
+        with working(f"compiling {model.name}", quiet=quiet) as say:
+            compiled = _compile(args.model, args, args.config or "default", calibration,
+                                shapes, say)
+        program = compiled.program
+    else:
+        if args.calib:
+            raise ModelCliError(f"--calib applies to an .onnx model; {model} is compiled "
+                                "already")
+        program = load_model(model)
+        feeds = _feeds(args.input, [i.name for i in program.inputs])
+        configs = _program_configs(program)
+        if want is not None and configs and configs != {want}:
+            have = ", ".join(sorted(repr(c.name) for c in configs))
+            raise ModelCliError(f"{model} was compiled for HwConfig {have}, but the device "
+                                f"is {want.name!r}: recompile it with --config "
+                                f"{args.config}")
+    device = _device(args.target, bool(args.trace))
+    n_accel = sum(n.op == "accel.program" for n in program.nodes)
+    with working(f"running {model.name} on {args.target}", quiet=quiet) as say:
+        now = [""]
+
+        def layer(index: int, count: int, op: str) -> None:
+            now[0] = f"running {model.name} on {args.target}: node {index + 1}/{count} ({op})"
+            say(now[0])
+
+        if hasattr(device, "progress"):
+            device.progress = lambda cycles, _done: say(f"{now[0]}, cycle {cycles:,}")
+        profile = profile_program(program, feeds, device, progress=layer)
+    if args.trace:
+        from tensorfab.runtime.network_trace import write_network_trace
+
+        write_network_trace(profile, args.trace, title=f"{model.name} on {args.target}")
+        if not quiet:
+            print(f"wrote {args.trace}", file=sys.stderr)
+    out = profile.output
     outs = list(out) if isinstance(out, tuple) else [out]
     if args.output:
         np.save(args.output, outs[0])
     summary = [{"shape": list(o.shape), "dtype": str(o.dtype),
                 "argmax": o.reshape(o.shape[0], -1).argmax(axis=1).tolist()[:16]
                 if o.ndim >= 1 and o.size else None} for o in outs]
-    print(json.dumps({"outputs": summary}))
+    if not quiet:
+        _print_report(profile, outs, f"{model.name} on {args.target}")
+    print(json.dumps({"outputs": summary, "target": args.target, "layers": len(profile.layers),
+                      "accel_layers": n_accel, "total_cycles": profile.total_cycles,
+                      "cycles_estimated": profile.estimated,
+                      "accel_macs": profile.accel_macs,
+                      "utilization": None if profile.utilization is None
+                      else round(profile.utilization, 4),
+                      "seconds": round(profile.seconds, 4)}))
     return 0
+
+
+def _fmt_shape(shape: Any) -> str:
+    if shape is None:
+        return "—"
+    return "×".join(str(d) for d in shape) if shape else "()"
+
+
+def _print_report(profile: Any, outs: list[np.ndarray], title: str) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:  # a pipe or a file: rows on one line each
+        console.width = max(console.width, 160)
+    table = Table(title=escape(f"{title}: per layer"))
+    for col, justify in (("#", "right"), ("device", "left"), ("op", "left"),
+                         ("inputs", "left"), ("output", "left"), ("cycles", "right"),
+                         ("MACs", "right"), ("util.", "right"), ("GEMM busy", "right"),
+                         ("time ms", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    def ratio(v: float | None, estimated: bool) -> str:
+        return "—" if v is None else f"{'~' * estimated}{v:.2f}"
+
+    for rec in profile.layers:
+        table.add_row(str(rec.index), rec.device, escape(rec.op),
+                      ", ".join(_fmt_shape(s) for s in rec.in_shapes),
+                      _fmt_shape(rec.out_shape),
+                      "—" if rec.cycles is None else f"{'~' * rec.estimated}{rec.cycles:,}",
+                      "—" if rec.macs is None else f"{rec.macs:,}",
+                      ratio(rec.utilization, rec.estimated),
+                      ratio(rec.gemm_busy, rec.estimated),
+                      f"{rec.seconds * 1e3:.2f}")
+    cpu = sum(r.seconds for r in profile.layers if r.device == "cpu")
+    acc = sum(r.seconds for r in profile.layers if r.device == "accel")
+    total = profile.total_cycles
+    table.caption = (f"cpu {cpu * 1e3:.1f} ms, accelerator {acc * 1e3:.1f} ms"
+                     + (f" ({total:,} cycles{', estimated' * profile.estimated}, "
+                        f"utilization {profile.utilization:.2f})"
+                        if total is not None and profile.utilization is not None else "")
+                     + f", total {profile.seconds * 1e3:.1f} ms")
+    console.print(table)
+    for k, o in enumerate(outs):
+        stats = (f"min {o.min():.4g} max {o.max():.4g} mean {o.mean():.4g}"
+                 if o.size and np.issubdtype(o.dtype, np.number) else "")
+        console.print(f"[bold]output {k}[/] {o.dtype} {o.shape} {stats}")
+        if o.ndim >= 1 and o.size:
+            console.print(f"  argmax per item: {o.reshape(o.shape[0], -1).argmax(axis=1)[:16]}")
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -130,39 +312,88 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(astext(from_onnx(path)), end="")
         return 0
     from tensorfab.runtime.artifact import load_model
+    from tensorfab.runtime.program_text import program_text
 
     program = load_model(path)
+    print(program_text(program), end="")
     info = {"inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype}
                        for i in program.inputs],
             "nodes": len(program.nodes),
             "ops": dict(sorted(Counter(n.op for n in program.nodes).items())),
+            "configs": sorted(c.name for c in _program_configs(program)),
             "constant_bytes": int(sum(np.asarray(c).nbytes
                                       for c in program.constants.values()))}
     print(json.dumps(info))
     return 0
 
 
+def _quantization_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calib", metavar="CALIB.npz",
+                   help="quantize to int8, calibrating on these samples: an .npz keyed by "
+                        "input name, or an .npy for a model with one input")
+    p.add_argument("--quantizer", choices=QUANTIZERS, default="tensorfab",
+                   help="post-training quantizer: tensorfab's own or onnxruntime's "
+                        "(default: %(default)s)")
+    p.add_argument("--calib-method", choices=CALIB_METHODS, default="minmax",
+                   help="activation range observer (default: %(default)s)")
+    p.add_argument("--percentile", type=float, default=99.99,
+                   help="percentile of |x| for --calib-method percentile "
+                        "(default: %(default)s)")
+
+
 def add_model_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``compile``, ``run`` and ``inspect`` on the ``tensorfab`` parser."""
-    c = sub.add_parser("compile", help="compile an ONNX model into a .tfm file")
+    fmt = argparse.RawDescriptionHelpFormatter
+    c = sub.add_parser(
+        "compile", help="compile an ONNX model into a .tfm file", formatter_class=fmt,
+        description="Compile an ONNX model into a .tfm file: int8 layers on the "
+        "accelerator of\n--config, the rest on the CPU. See docs/quantization.md for "
+        "--calib.",
+        epilog="examples:\n  tensorfab compile digits.onnx --config default --calib "
+        "calib.npy --shape image=16,1,8,8 -o digits.tfm\n  tensorfab compile model.onnx "
+        "-o model.tfm                  # float, all on the CPU")
     c.add_argument("model", help="MODEL.onnx")
     c.add_argument("-o", "--output", required=True, help="OUT.tfm")
-    c.add_argument("--int8", metavar="CALIB.npy", help="quantize to int8, calibrating on "
-                   "these inputs")
-    c.add_argument("--accel", metavar="CONFIG", help="run int8 convolutions on the "
-                   "accelerator of this HwConfig preset")
+    c.add_argument("--config", metavar="CONFIG",
+                   help="run int8 convolutions on the accelerator of this HwConfig (a "
+                        "preset name or a JSON config file); without it all runs on the CPU")
+    c.add_argument("--accel", dest="config", help=argparse.SUPPRESS)
+    _quantization_options(c)
+    c.add_argument("--int8", dest="calib", help=argparse.SUPPRESS)
     c.add_argument("--shape", action="append", metavar="NAME=D,D,...",
-                   help="fix an input's shape")
+                   help="fix an input's shape (needed for symbolic dims with --config)")
     c.add_argument("--force", action="store_true",
                    help="overwrite an existing output that is not a .tfm file")
     c.set_defaults(func=cmd_compile)
-    r = sub.add_parser("run", help="run a .tfm model on inputs from .npy files")
-    r.add_argument("model", help="MODEL.tfm")
-    r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+    r = sub.add_parser(
+        "run", help="run a .tfm or .onnx model on inputs from .npy files",
+        formatter_class=fmt,
+        description="Run a model and print its outputs and a per-layer table (device, "
+        "op, shapes,\ncycles, utilization, time). An .onnx model is compiled in memory "
+        "first (int8,\ncalibrated on --calib or on the input itself).",
+        epilog="examples:\n  tensorfab run digits.tfm --input images.npy\n"
+        "  tensorfab run digits.onnx --input images.npy --target rtl --trace t.json")
+    r.add_argument("model", help="MODEL.tfm or MODEL.onnx")
+    r.add_argument("--input", action="append", metavar="[NAME=]FILE.npy",
+                   help="an input (NAME= may be left out for a model with one input)")
+    r.add_argument("--target", default="fsim",
+                   help="executor of the accelerator layers: fsim (functional simulator) "
+                        "or rtl (Verilator, cycle-accurate) (default: %(default)s)")
+    r.add_argument("--config", metavar="CONFIG",
+                   help="the device's HwConfig: a .tfm must be compiled for it; an .onnx "
+                        "is compiled for it (default: default)")
+    r.add_argument("--trace", metavar="OUT.json",
+                   help="write one Perfetto/Chrome timeline of the whole network")
     r.add_argument("-o", "--output", help="save the (first) output as .npy")
+    r.add_argument("--json", action="store_true", help="print only the JSON summary")
+    _quantization_options(r)
     r.add_argument("--force", action="store_true",
-                   help="overwrite an existing output that is not a .npy file")
+                   help="overwrite existing outputs tensorfab did not write")
     r.set_defaults(func=cmd_run)
-    i = sub.add_parser("inspect", help="show an ONNX model's IR or a .tfm file's contents")
+    i = sub.add_parser("inspect", help="show an ONNX model's IR or a .tfm file's planned "
+                       "program")
     i.add_argument("file", help="MODEL.onnx or MODEL.tfm")
     i.set_defaults(func=cmd_inspect)
+
+
+__all__ = ["ModelCliError", "add_model_commands"]

@@ -61,8 +61,8 @@ def test_inspect_onnx_prints_the_text_form(files, capsys) -> None:
 
 def test_errors_are_reported(files, capsys) -> None:
     assert main(["compile", str(files["onnx"]), "-o", str(files["dir"] / "x.tfm"),
-                 "--accel", "tiny"]) == 2
-    assert "--accel needs --int8" in capsys.readouterr().err
+                 "--accel", "tiny", "--shape", "image=2,1,8,8"]) == 2
+    assert "is a float model and the accelerator runs int8 layers" in capsys.readouterr().err
     assert main(["run", str(files["dir"] / "missing.tfm")]) == 2
     assert "no such file" in capsys.readouterr().err
     assert main(["compile", str(files["onnx"]), "-o", str(files["dir"] / "x.tfm"),

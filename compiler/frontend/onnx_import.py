@@ -36,11 +36,38 @@ def _load(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, 
         return model, "<model>"
     where = str(model)
     try:
-        return onnx.load(where), where
+        proto = onnx.load(where, load_external_data=False)
     except FileNotFoundError:
         raise OnnxImportError(f"{where}: no such file") from None
     except Exception as e:  # onnx raises protobuf DecodeError and others
         raise OnnxImportError(f"{where}: not a readable ONNX model: {e}") from None
+    _load_external_data(proto, where)
+    return proto, where
+
+
+def _load_external_data(proto: onnx.ModelProto, where: str) -> None:
+    """Read the initializers kept in external data files (next to the model); a missing
+    or short file is an error naming the tensor and the file."""
+    from onnx.external_data_helper import (
+        ExternalDataInfo,
+        load_external_data_for_model,
+        uses_external_data,
+    )
+
+    folder = os.path.dirname(os.path.abspath(where))
+    external = [t for t in proto.graph.initializer if uses_external_data(t)]
+    for t in external:
+        location = ExternalDataInfo(t).location
+        if not os.path.isfile(os.path.join(folder, location)):
+            raise OnnxImportError(
+                f"{where}: initializer {t.name!r} keeps its data in the external file "
+                f"{location!r}, which is missing (looked in {folder}); keep the data "
+                "files next to the .onnx file")
+    if external:
+        try:
+            load_external_data_for_model(proto, folder)
+        except Exception as e:  # a short or unreadable data file
+            raise OnnxImportError(f"{where}: cannot read its external data: {e}") from None
 
 
 def default_opset(model: onnx.ModelProto) -> int:

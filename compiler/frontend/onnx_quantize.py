@@ -9,6 +9,8 @@ tensor (int8, symmetric by default, per-channel weights, int32 biases), which
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -22,7 +24,8 @@ from .onnx_ops import OnnxImportError
 
 def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.ndarray]], *,
                   per_channel: bool = True, symmetric: bool = True,
-                  preprocess: bool = True) -> onnx.ModelProto:
+                  preprocess: bool = True, method: str = "minmax",
+                  percentile: float = 99.99) -> onnx.ModelProto:
     """A QDQ int8 copy of ``model`` calibrated on the input feeds of ``calibration``.
 
     Parameters
@@ -38,14 +41,23 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
     preprocess : bool
         First run onnxruntime's ``quant_pre_process`` (graph optimizations such as
         folding batch normalization into convolutions, so that they quantize as one).
+    method : str
+        onnxruntime's calibration: ``"minmax"`` or ``"percentile"``.
+    percentile : float
+        The percentile of the ``percentile`` method (onnxruntime's ``CalibPercentile``).
     """
     from onnxruntime.quantization import (
         CalibrationDataReader,
+        CalibrationMethod,
         QuantFormat,
         QuantType,
         quantize_static,
     )
 
+    methods = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile}
+    if method not in methods:
+        raise OnnxImportError(f"quantize_onnx: unknown calibration method {method!r}; "
+                              f"known: {', '.join(methods)}")
     feeds = [dict(f) for f in calibration]
     if not feeds:
         raise OnnxImportError("quantize_onnx: the calibration data is empty")
@@ -69,11 +81,13 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
                 prepared = Path(tmp) / "prepared.onnx"
                 quant_pre_process(model, prepared, skip_symbolic_shape=True)
                 model = onnx.load(prepared)
-            quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ,
-                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                            per_channel=per_channel,
-                            extra_options={"ActivationSymmetric": symmetric,
-                                           "WeightSymmetric": symmetric})
+            with contextlib.redirect_stdout(io.StringIO()):  # its percentile calibrator prints
+                quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ,
+                                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                                per_channel=per_channel, calibrate_method=methods[method],
+                                extra_options={"ActivationSymmetric": symmetric,
+                                               "WeightSymmetric": symmetric,
+                                               "CalibPercentile": percentile})
             return onnx.load(out)
     finally:
         root.setLevel(level)

@@ -17,6 +17,7 @@ import numpy as np
 
 from tensorfab.compiler.tensor.epilogue import Epilogue
 from tensorfab.compiler.tensor.operators import conv2d as compile_conv2d
+from tensorfab.compiler.tensor.timing import simulate
 from tensorfab.runtime.layout_transform import layout_transform
 
 from .infer import infer_types
@@ -125,7 +126,12 @@ def _compile(chain: list[Call]) -> Call:
     seg_shape = op.program.segment("out").shape
     if seg_shape != out_shape:
         raise AcceleratorLoweringError(f"compiled output {seg_shape} != blocked {out_shape}")
-    return Call("accel.program", [x, Constant(blob, dev)], {"out_shape": out_shape}, dev)
+    kh, kw = plain_w.shape[2], plain_w.shape[3]
+    layer = "+".join(c.op.split(".")[-1] for c in chain) + f" {kh}x{kw}/{sh}"
+    timing = simulate(op.program.insns, cfg)
+    return Call("accel.program", [x, Constant(blob, dev)],
+                {"out_shape": out_shape, "layer": layer,
+                 "estimated_cycles": round(timing.cycles) if timing else 0}, dev)
 
 
 def lower_accelerator_chains(fn: Function) -> Function:

@@ -764,9 +764,12 @@ def _requantize_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 
 @register("accel.program", 2, {"out_shape": REQUIRED, "input_segment": "inp",
-                               "output_segment": "out", "executor": "fsim"},
+                               "output_segment": "out", "executor": "fsim", "layer": "",
+                               "estimated_cycles": 0, "macs": 0},
           "run a compiled accelerator program (argument 1: its TFABPROG bytes) on "
-          "argument 0, written to its input segment; the result is its output segment")
+          "argument 0, written to its input segment; the result is its output segment "
+          "(layer: a label for profiles; estimated_cycles: the timing model's estimate; "
+          "macs: the layer's multiply-accumulates without channel padding, 0 if unknown)")
 def _accel_program(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x, blob = _t(types, 0), _t(types, 1)
     _want_dtype(x, ("int8",), "the input")

@@ -1,0 +1,219 @@
+"""Post-training quantization by tensorfab: a float program to its QDQ form.
+
+:func:`quantize_graph` takes a float program (after :func:`~.constant_folding.fold_constants`
+and :func:`~.batch_norm_folding.fold_batch_norm`) and calibration batches, and returns
+the program in the QDQ form the ONNX frontend gives a model quantized by onnxruntime,
+so that :func:`~.qdq_lowering.lower_qdq`, the partitioning and the accelerator lowering
+apply unchanged:
+
+* the *linear* operators, ``nn.conv2d`` (NCHW/OIHW, constant weight) and ``matmul``
+  with a constant 2-D weight, read ``dequantize(W_q, s_w, 0, axis=c)``: per output
+  channel symmetric int8 weights, ``s_w[c] = max|W[c]| / 127``,
+  ``W_q = clip(round(W / s_w), -127, 127)``;
+* a constant per-channel bias added to a linear operator (its only reader) becomes
+  ``dequantize(b_q, s_x · s_w, 0)`` with ``b_q = round(b / (s_x · s_w))`` in int32;
+* per-tensor symmetric int8 activations, ``quantize``/``dequantize`` pairs with
+  ``s = amax / 127`` from an observer (:mod:`.calibration`: ``minmax`` or
+  ``percentile``) on: each linear operator's data input, and its output (after the
+  bias; observed after a ``relu`` that is its only reader, whose negative side is
+  zero anyway, so the positive side gets the whole int8 range);
+* operators that commute with a positive scale (relu, max pooling, flatten, reshape,
+  transpose...) on a quantized tensor keep its scale (no observer), so they run in
+  int8 after lowering.
+
+Everything else stays float and reads the dequantized values.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from .calibration import observe, symmetric_scale
+from .infer import infer_types
+from .ir import Call, Constant, Expr, Function, Var, post_order
+from .qdq_lowering import SCALE_COMMUTING
+from .rewrite import rebuild
+
+__all__ = ["quantize_graph", "quantize_weight"]
+
+
+def quantize_weight(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel symmetric int8 of ``w`` along ``axis``: ``(w_q, scale)`` with
+    ``scale[c] = max|w[c]| / 127`` (1 for an all-zero channel) in float32."""
+    w = np.asarray(w, np.float32)
+    moved = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
+    amax = np.abs(moved).max(axis=1).astype(np.float64)
+    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    q = np.clip(np.rint(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def _linear(e: Expr) -> bool:
+    if not (isinstance(e, Call) and e.op in ("nn.conv2d", "matmul")):
+        return False
+    x, w = e.args[0], e.args[1]
+    if isinstance(x, Constant) or not isinstance(w, Constant) or w.data.dtype != np.float32:
+        return False
+    if x.checked_type.dtype != "float32":  # type: ignore[union-attr]
+        return False
+    if e.op == "nn.conv2d":
+        return (w.data.ndim == 4 and e.attrs["data_layout"] == "NCHW"
+                and e.attrs["kernel_layout"] == "OIHW")
+    return w.data.ndim == 2
+
+
+def _channels(linear: Call) -> int:
+    w = linear.args[1].data  # type: ignore[union-attr]
+    return int(w.shape[0] if linear.op == "nn.conv2d" else w.shape[1])
+
+
+def _bias_of(linear: Call, readers: list[Call]) -> Call | None:
+    """The ``add`` of a constant per-channel bias that is ``linear``'s only reader."""
+    if len(readers) != 1 or readers[0].op != "add" or readers[0].args[0] is not linear:
+        return None
+    b = readers[0].args[1]
+    c = _channels(linear)
+    if not isinstance(b, Constant) or b.data.dtype != np.float32 or b.data.size != c:
+        return None
+    want = {(c, 1, 1), (1, c, 1, 1)} if linear.op == "nn.conv2d" else {(c,), (1, c)}
+    return readers[0] if b.data.shape in want else None
+
+
+def _qdq(e: Expr, scale: np.float32) -> Expr:
+    """``dequantize(quantize(e, scale, 0), scale, 0)`` (int8, per tensor)."""
+    ndim = len(e.checked_type.shape)  # type: ignore[union-attr]
+    axis = 1 if ndim >= 2 else 0
+    s, z = Constant(np.asarray(scale, np.float32)), Constant(np.zeros((), np.int8))
+    q = Call("qnn.quantize", [e, s, z], {"axis": axis, "out_dtype": "int8"},
+             e.virtual_device)
+    return Call("qnn.dequantize", [q, s, z], {"axis": axis}, e.virtual_device)
+
+
+def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]], *,
+                   method: str = "minmax", percentile: float = 99.99) -> Function:
+    """The QDQ int8 form of the float program ``fn`` (see the module docstring).
+
+    Parameters
+    ----------
+    fn : Function
+        A float program, constants folded (weights are constants).
+    calibration : iterable of mappings
+        Calibration batches: input name to array, fitting ``fn``'s inputs.
+    method : str
+        Activation observer: ``"minmax"`` or ``"percentile"``.
+    percentile : float
+        The percentile of ``|x|`` of the ``percentile`` observer.
+
+    Returns
+    -------
+    Function
+        The program with ``qnn.quantize``/``qnn.dequantize`` pairs; unchanged when it has
+        no linear operator to quantize.
+
+    Raises
+    ------
+    CalibrationError
+        Empty calibration data, batches that do not fit the inputs, a bad method.
+    """
+    infer_types(fn)
+    nodes = list(post_order(fn))
+    readers: dict[int, list[Call]] = defaultdict(list)
+    for e in nodes:
+        if isinstance(e, Call):
+            for a in e.args:
+                readers[id(a)].append(e)
+    linears = [e for e in nodes if _linear(e)]
+    bias: dict[int, Call] = {}
+    ends: set[int] = set()
+    for lin in linears:
+        b = _bias_of(lin, readers[id(lin)])  # type: ignore[arg-type]
+        if b is not None:
+            bias[id(lin)] = b
+        ends.add(id(b if b is not None else lin))
+    # which observed tensor gives each quantized tensor its scale
+    source: dict[int, Expr] = {}
+    for e in nodes:
+        if id(e) in ends:
+            r = readers[id(e)]
+            source[id(e)] = r[0] if (len(r) == 1 and r[0].op == "relu"
+                                     and e is not fn.body) else e
+        elif (isinstance(e, Call) and e.op in SCALE_COMMUTING and e.args
+              and id(e.args[0]) in source):
+            source[id(e)] = source[id(e.args[0])]
+    for lin in linears:
+        source.setdefault(id(lin.args[0]), lin.args[0])
+    if not linears:
+        return fn
+    observed = list({id(e): e for e in source.values()}.values())
+    observers = observe(fn, observed, calibration, method, percentile)
+    scale_of = {id(e): symmetric_scale(o.amax()) for e, o in zip(observed, observers,
+                                                                 strict=True)}
+    scale = {k: scale_of[id(src)] for k, src in source.items()}
+
+    linear_ids = {id(lin) for lin in linears}
+    bias_ids = {id(b) for b in bias.values()}
+    new: dict[int, Expr] = {}   # rebuilt, as computed
+    read: dict[int, Expr] = {}  # as readers see it (dequantized when quantized)
+
+    class _Reads(dict):
+        def __missing__(self, key: int) -> Expr:
+            return read.get(key, new[key])
+
+    for e in nodes:
+        if isinstance(e, Function):
+            out: Expr = Function(e.params, read.get(id(e.body), new[id(e.body)]),
+                                 e.ret_type, e.result_device, e.virtual_device)
+        elif isinstance(e, Var):
+            out = e
+        else:
+            out = rebuild(e, _Reads())
+            if id(e) in linear_ids:
+                out = _quantized_linear(e, out)  # type: ignore[arg-type]
+            elif id(e) in bias_ids:
+                lin = e.args[0]
+                out = Call("add", [out.args[0],  # type: ignore[attr-defined]
+                                   _bias(lin, e.args[1], scale[id(lin.args[0])])],  # type: ignore[union-attr, arg-type]
+                           e.attrs, e.virtual_device)
+        new[id(e)] = out
+        if id(e) in scale and not isinstance(e, Function):
+            infer_types(out)
+            read[id(e)] = _qdq(out, scale[id(e)])
+    result = new[id(fn)]
+    assert isinstance(result, Function)
+    infer_types(result)
+    return result
+
+
+def _weight_scales(lin: Call) -> np.ndarray:
+    w = lin.args[1].data  # type: ignore[union-attr]
+    return quantize_weight(w, 0 if lin.op == "nn.conv2d" else 1)[1]
+
+
+def _quantized_linear(old: Call, rebuilt: Call) -> Call:
+    """``rebuilt`` (data argument already dequantized) reading its weight through a
+    per-channel ``dequantize``."""
+    axis = 0 if old.op == "nn.conv2d" else 1
+    wq, ws = quantize_weight(old.args[1].data, axis)  # type: ignore[union-attr]
+    w = Call("qnn.dequantize", [Constant(wq), Constant(ws),
+                                Constant(np.zeros(ws.shape, np.int8))], {"axis": axis})
+    return Call(old.op, [rebuilt.args[0], w, *rebuilt.args[2:]], old.attrs,
+                old.virtual_device)
+
+
+def _bias(lin: Call, b: Constant, s_x: np.float32) -> Expr:
+    """The int32 bias in units of ``s_x · s_w`` behind a ``dequantize``, shaped as the
+    float one broadcast (``(C, 1, 1)`` after a convolution)."""
+    acc_scale = (np.asarray(s_x, np.float32) * _weight_scales(lin)).astype(np.float32)
+    real = b.data.reshape(-1).astype(np.float64)
+    bq = np.clip(np.rint(real / acc_scale.astype(np.float64)), -2**31, 2**31 - 1)
+    dq: Expr = Call("qnn.dequantize", [Constant(bq.astype(np.int32)), Constant(acc_scale),
+                                       Constant(np.zeros(acc_scale.shape, np.int32))],
+                    {"axis": 0})
+    if lin.op == "nn.conv2d":
+        dq = Call("expand_dims", [dq], {"axes": (1, 2)})
+    return dq

@@ -1,0 +1,265 @@
+"""An ONNX model to a runtime program in one call: the pipeline of ``tensorfab compile``
+and of ``tensorfab run model.onnx``.
+
+:func:`compile_onnx` imports the model (checked, shapes inferred), folds batch norms and
+constants, optionally quantizes it to int8 from calibration data (tensorfab's own
+post-training quantization, :mod:`tensorfab.compiler.graph.ptq`, or onnxruntime's QDQ
+quantizer), lowers QDQ patterns to integer operators with the accelerator's exact
+per-channel requantization, and either plans it for the CPU or, given an accelerator
+config, partitions it, plans devices, packs blocked layouts and compiles each
+convolution chain with the tensor compiler. The result is the runtime's
+:class:`~tensorfab.runtime.interpreter.GraphProgram`, ready for ``.tfm``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from tensorfab.isa import HwConfig, TensorfabError, get_config
+from tensorfab.isa.formats import requant_supported
+from tensorfab.runtime.interpreter import GraphProgram
+
+from .graph.ir import Call, Function, post_order
+from .graph.types import TensorType
+
+__all__ = ["DEFAULT_QUANTIZER", "QUANTIZERS", "CompiledModel", "ModelCompileError",
+           "calibration_batches", "compile_onnx"]
+
+#: Post-training quantizers: tensorfab's own, or onnxruntime's ``quantize_static``.
+QUANTIZERS = ("tensorfab", "ort")
+#: The default quantizer (see docs/quantization.md for why).
+DEFAULT_QUANTIZER = "tensorfab"
+#: Calibration batch size for inputs whose batch dim is symbolic.
+CALIBRATION_BATCH = 64
+
+
+class ModelCompileError(TensorfabError):
+    """A model and options that cannot compile (names the file, the input, the fix)."""
+
+
+@dataclass
+class CompiledModel:
+    """What :func:`compile_onnx` returns.
+
+    Attributes
+    ----------
+    program : GraphProgram
+        The runtime program.
+    function : Function
+        The compiled graph (planned; accelerator chains as ``accel.program`` calls).
+    config : HwConfig or None
+        The accelerator's config (None: all on the CPU).
+    quantized : bool
+        Whether the program computes in int8.
+    """
+
+    program: GraphProgram
+    function: Function
+    config: HwConfig | None
+    quantized: bool
+
+
+def _symbolic_inputs(fn: Function) -> list[tuple[str, tuple]]:
+    out = []
+    for p in fn.params:
+        t = p.checked_type
+        if isinstance(t, TensorType) and any(isinstance(d, str) for d in t.shape):
+            out.append((p.name, tuple(t.shape)))
+    return out
+
+
+def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndarray
+                        ) -> list[dict[str, np.ndarray]]:
+    """Calibration samples (input name to an array of samples along axis 0, or one array
+    for a model with one input) cut into batches that fit ``fn``'s inputs: the fixed
+    batch size of an input whose dim 0 is fixed (samples repeated when there are
+    fewer), else :data:`CALIBRATION_BATCH`.
+
+    Raises
+    ------
+    ModelCompileError
+        A missing or unknown input name, or inputs with different sample counts.
+    """
+    names = [p.name for p in fn.params]
+    if isinstance(arrays, np.ndarray):
+        if len(names) != 1:
+            raise ModelCompileError(f"calibration data: one array fits a model with one "
+                                    f"input; the model takes {names}: give an .npz keyed "
+                                    "by input name")
+        arrays = {names[0]: arrays}
+    missing = [n for n in names if n not in arrays]
+    extra = [n for n in arrays if n not in names]
+    if missing or extra:
+        raise ModelCompileError(f"calibration data: inputs missing {missing}, unknown "
+                                f"{extra}; the model takes {names}")
+    counts = {len(np.asarray(arrays[n])) for n in names}
+    if len(counts) != 1:
+        raise ModelCompileError(f"calibration data: the inputs have different sample "
+                                f"counts {sorted(counts)}")
+    count = counts.pop()
+    if count == 0:
+        raise ModelCompileError("calibration data: no samples")
+    fixed = [d for p in fn.params for d in p.checked_type.shape[:1]  # type: ignore[union-attr]
+             if isinstance(d, int)]
+    batch = fixed[0] if fixed else CALIBRATION_BATCH
+    data = {n: np.asarray(arrays[n]) for n in names}
+    if fixed and count < batch:  # repeat the samples to fill one batch
+        data = {n: np.resize(v, (batch, *v.shape[1:])).astype(v.dtype)
+                for n, v in data.items()}
+        count = batch
+    stop = count - count % batch if fixed else count  # a fixed batch: whole batches
+    return [{n: v[i:i + batch] for n, v in data.items()} for i in range(0, stop, batch)]
+
+
+def _accel_conv_macs(planned: Function) -> list[int]:
+    """The multiply-accumulates of each accelerator convolution of a planned program
+    (before blocked layouts pad the channels), in post order."""
+    from .graph.infer import infer_types
+
+    infer_types(planned)
+    out = []
+    for e in post_order(planned):
+        if (isinstance(e, Call) and e.op == "qnn.conv2d_integer"
+                and e.virtual_device is not None and e.virtual_device.kind == "accel"):
+            w = e.args[1].checked_type.shape  # type: ignore[union-attr]
+            y = e.checked_type.shape  # type: ignore[union-attr]
+            out.append(int(np.prod(y)) * int(w[1]) * int(w[2]) * int(w[3]))
+    return out
+
+
+def _with_macs(fn: Function, macs: list[int]) -> Function:
+    """``fn`` with each ``accel.program`` call (in post order, one per accelerator
+    convolution) given its layer's unpadded MACs."""
+    from .graph.rewrite import rewrite
+
+    left = iter(macs)
+
+    def rule(e, _old):  # type: ignore[no-untyped-def]
+        if isinstance(e, Call) and e.op == "accel.program":
+            m = next(left, None)
+            if m is None:
+                raise ModelCompileError("more accelerator programs than accelerator "
+                                        "convolutions")
+            return Call(e.op, e.args, {**e.attrs, "macs": m}, e.virtual_device)
+        return e
+
+    out = rewrite(fn, rule)
+    if next(left, None) is not None:
+        raise ModelCompileError("fewer accelerator programs than accelerator convolutions")
+    return out
+
+
+def _has_int8(fn: Function) -> bool:
+    return any(isinstance(e, Call) and e.op.startswith("qnn.") for e in post_order(fn))
+
+
+def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
+                 config: str | HwConfig | None = None,
+                 calibration: Mapping[str, np.ndarray] | np.ndarray | None = None,
+                 quantizer: str = DEFAULT_QUANTIZER, method: str = "minmax",
+                 percentile: float = 99.99,
+                 input_shapes: Mapping[str, Sequence[int | str]] | None = None,
+                 progress: Callable[[str], None] | None = None) -> CompiledModel:
+    """Compile an ONNX model for the runtime (see the module docstring).
+
+    Parameters
+    ----------
+    model : onnx.ModelProto or path
+        The model (float, or already quantized in QDQ form).
+    config : str or HwConfig, optional
+        The accelerator (a preset name or a JSON config file); None: all on the CPU.
+    calibration : mapping, optional
+        Calibration samples, input name to an array (samples along axis 0), or one array
+        for a model with one input; given, the model is quantized to int8 with
+        ``quantizer``.
+    quantizer : str
+        ``"tensorfab"`` (:func:`~tensorfab.compiler.graph.ptq.quantize_graph`) or
+        ``"ort"`` (:func:`~tensorfab.compiler.frontend.quantize_onnx`).
+    method, percentile : str, float
+        The activation observer (``"minmax"`` or ``"percentile"``) and its percentile.
+    input_shapes : mapping, optional
+        Shapes replacing the declared shapes of named inputs.
+    progress : callable, optional
+        Called with a description of each step.
+
+    Raises
+    ------
+    ModelCompileError
+        Symbolic dims with an accelerator (the message suggests ``--shape``), a float
+        model for the accelerator without calibration, an unknown quantizer.
+    OnnxImportError, GraphError, CompileError
+        From the steps (each names the file, node or layer).
+    """
+    from .frontend import from_onnx, quantize_onnx
+    from .frontend.onnx_import import prepare_model
+    from .graph import accel
+    from .graph.accel_lowering import lower_accelerator_chains
+    from .graph.batch_norm_folding import fold_batch_norm
+    from .graph.constant_folding import fold_constants
+    from .graph.dense_as_conv import dense_as_conv
+    from .graph.fixed_point import fixed_point_requantize
+    from .graph.layout_planning import pack_accel_layouts, register_hw_config
+    from .graph.lower_runtime import lower_to_runtime
+    from .graph.partitioning import annotate_accelerator
+    from .graph.planning import plan_devices
+    from .graph.ptq import quantize_graph
+    from .graph.qdq_lowering import lower_qdq
+    from .graph.stem_im2col import im2col_small_channel_convs
+
+    say = progress or (lambda _text: None)
+    if quantizer not in QUANTIZERS:
+        raise ModelCompileError(f"unknown quantizer {quantizer!r}; known: "
+                                f"{', '.join(QUANTIZERS)}")
+    cfg = get_config(config) if isinstance(config, str | os.PathLike) else config
+    say("importing the ONNX model")
+    where = "<model>" if isinstance(model, onnx.ModelProto) else str(model)
+    fn = fold_constants(fold_batch_norm(from_onnx(model, input_shapes)))
+    if cfg is not None:
+        symbolic = _symbolic_inputs(fn)
+        if symbolic:
+            name, shape = symbolic[0]
+            example = ",".join(str(d) if isinstance(d, int) else "1" for d in shape)
+            raise ModelCompileError(
+                f"{where}: input {name!r} has symbolic dims {shape}; the accelerator "
+                f"needs fixed shapes: pass --shape {name}={example} (any fixed sizes)")
+    if calibration is not None:
+        batches = calibration_batches(fn, calibration)
+        if quantizer == "ort":
+            say(f"quantizing with onnxruntime ({method}, {len(batches)} calibration "
+                "batches)")
+            qdq = quantize_onnx(prepare_model(model)[0], batches, per_channel=True, method=method,
+                                percentile=percentile)
+            fn = fold_constants(from_onnx(qdq, input_shapes))
+        else:
+            say(f"quantizing ({method}, {len(batches)} calibration batches)")
+            fn = fold_constants(quantize_graph(fn, batches, method=method,
+                                               percentile=percentile))
+    say("lowering to integer operators")
+    # dense layers as 1x1 convolutions reach the accelerator; a config with REQUANT
+    # requantizes in one pass (one rounding: faster and closer to float than TFLite's)
+    rounding = "single" if cfg is not None and requant_supported(cfg) else "double"
+    fn = fixed_point_requantize(dense_as_conv(lower_qdq(fn)), per_channel=True,
+                                rounding=rounding)
+    quantized = _has_int8(fn)
+    if cfg is None:
+        fn = plan_devices(fn)
+    else:
+        if not quantized:
+            raise ModelCompileError(
+                f"{where} is a float model and the accelerator runs int8 layers: pass "
+                "calibration data (--calib) to quantize it, or no --config to run it on "
+                "the CPU")
+        name = register_hw_config(cfg)
+        say(f"partitioning and planning for the accelerator ({name})")
+        plain = im2col_small_channel_convs(plan_devices(annotate_accelerator(
+            fn, accel(name))))
+        planned = pack_accel_layouts(plain)
+        say(f"compiling the accelerator layers ({name})")
+        fn = _with_macs(lower_accelerator_chains(planned), _accel_conv_macs(plain))
+    say("lowering to the runtime")
+    return CompiledModel(lower_to_runtime(fn), fn, cfg, quantized)

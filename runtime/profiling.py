@@ -1,0 +1,190 @@
+"""A per-layer profile of one run of a :class:`~.interpreter.GraphProgram`.
+
+:func:`profile_program` runs the program as :func:`~.interpreter.run_program` does and
+records, for every kernel node, where it ran (``cpu``: a numpy kernel; ``accel``: an
+``accel.program`` node, run on the given :class:`~tensorfab.sim.Device`), its argument
+and result shapes and its wall time; for accelerator programs also the executor's
+cycles (``None`` on the untimed functional simulator), the GEMM core's
+multiply-accumulates (:attr:`~tensorfab.sim.Counters.gemm_macs`, padding channels
+included), the utilization ``gemm_macs / (cycles × peak MACs per cycle)`` and, on an
+executor that records them (``rtl`` with ``trace``), the engines' activity intervals.
+``tensorfab run`` prints the profile as a table and writes it as one Perfetto timeline
+(:mod:`.network_trace`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .interpreter import GraphProgram, Node, run_program
+from .kernels import KERNELS, accel_program_of, run_accel_program
+
+__all__ = ["LayerRecord", "Profile", "profile_program"]
+
+
+def _shape(v: Any) -> tuple[int, ...] | None:
+    return tuple(int(d) for d in v.shape) if isinstance(v, np.ndarray) else None
+
+
+@dataclass
+class LayerRecord:
+    """One kernel node of a profiled run.
+
+    Attributes
+    ----------
+    index : int
+        The node's position in the program.
+    op : str
+        The operator; an accelerator program's ``layer`` label when it has one
+        (``conv2d+add+requantize_q31+relu``), else ``accel.program``.
+    device : str
+        ``cpu`` or ``accel``.
+    in_shapes : list of tuple
+        Shapes of the tensor arguments (an accelerator program's bytes left out).
+    out_shape : tuple or None
+        Shape of the result (None for a tuple).
+    start, seconds : float
+        Start (from the start of the run) and wall time, in seconds.
+    cycles : int or None
+        Cycles of an accelerator program on a timed executor; on an untimed one (the
+        functional simulator) the compiler's estimate when the node has one
+        (``estimated_cycles``), and then :attr:`estimated` is set.
+    macs : int or None
+        Multiply-accumulates of an accelerator program: the layer's own (without the
+        blocked layout's channel padding) when the compiler recorded them (``macs``
+        attribute), else :attr:`gemm_macs`.
+    utilization : float or None
+        ``macs / (cycles × peak)`` of an accelerator program (with cycles).
+    gemm_macs : int or None
+        Multiply-accumulates the GEMM core executed (padding included);
+        ``gemm_macs / (cycles × peak)`` is how busy the core was (:attr:`gemm_busy`).
+    peak : int or None
+        Peak MACs per cycle of the accelerator program's config.
+    intervals : list
+        Engine activity (:class:`tensorfab.sim.trace.Interval`) of an accelerator
+        program on an executor that records it.
+    """
+
+    index: int
+    op: str
+    device: str
+    in_shapes: list[tuple[int, ...]]
+    out_shape: tuple[int, ...] | None
+    start: float
+    seconds: float
+    cycles: int | None = None
+    macs: int | None = None
+    utilization: float | None = None
+    intervals: list = field(default_factory=list)
+    estimated: bool = False
+    gemm_macs: int | None = None
+    peak: int | None = None
+
+    @property
+    def gemm_busy(self) -> float | None:
+        """``gemm_macs / (cycles × peak)``: the share of the GEMM core's capacity used,
+        padding included."""
+        if not (self.cycles and self.peak and self.gemm_macs is not None):
+            return None
+        return self.gemm_macs / (self.cycles * self.peak)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON-ready data (without the intervals)."""
+        return {"index": self.index, "op": self.op, "device": self.device,
+                "in_shapes": [list(s) for s in self.in_shapes],
+                "out_shape": list(self.out_shape) if self.out_shape is not None else None,
+                "seconds": round(self.seconds, 6), "cycles": self.cycles, "macs": self.macs,
+                "utilization": None if self.utilization is None
+                else round(self.utilization, 4), "gemm_macs": self.gemm_macs,
+                "estimated": self.estimated}
+
+
+@dataclass
+class Profile:
+    """The result and per-layer records of :func:`profile_program`."""
+
+    output: Any
+    layers: list[LayerRecord]
+    seconds: float
+    executor: str
+
+    @property
+    def estimated(self) -> bool:
+        """Whether the cycles are the compiler's estimates (an untimed executor)."""
+        return any(r.estimated for r in self.layers)
+
+    @property
+    def accel_macs(self) -> int:
+        """Multiply-accumulates of all accelerator programs (see :attr:`LayerRecord.macs`)."""
+        return int(sum(r.macs or 0 for r in self.layers if r.device == "accel"))
+
+    @property
+    def utilization(self) -> float | None:
+        """Accelerator MACs / (cycles × peak) over all accelerator programs."""
+        accel = [r for r in self.layers if r.device == "accel"]
+        capacity = sum((r.cycles or 0) * (r.peak or 0) for r in accel)
+        if not accel or any(r.cycles is None for r in accel) or not capacity:
+            return None
+        return self.accel_macs / capacity
+
+    @property
+    def total_cycles(self) -> int | None:
+        """Cycles of all accelerator programs (None if unknown for one)."""
+        cycles = [r.cycles for r in self.layers if r.device == "accel"]
+        if not cycles or any(c is None for c in cycles):
+            return None
+        return int(sum(c for c in cycles if c is not None))
+
+
+def profile_program(program: GraphProgram,
+                    inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
+                    device: Any,
+                    progress: Callable[[int, int, str], None] | None = None) -> Profile:
+    """Run ``program`` on ``inputs`` with every accelerator program on ``device`` (a
+    :class:`~tensorfab.sim.Device`), recording each node (see the module docstring).
+    ``progress`` is called before each node with its index, the node count and its op.
+
+    Raises
+    ------
+    RuntimeInputError
+        Inputs that do not match the program's (as :func:`~.interpreter.run_program`).
+    """
+    layers: list[LayerRecord] = []
+    t0 = time.perf_counter()
+
+    def call(index: int, node: Node, args: list[Any], attrs: Mapping[str, Any]) -> Any:
+        if progress is not None:
+            progress(index, len(program.nodes), str(attrs.get("layer") or node.op))
+        start = time.perf_counter()
+        if node.op == "accel.program":
+            result = run_accel_program(args[0], args[1], dict(attrs), device)
+            out = result.outputs[attrs["output_segment"]]
+            seconds = time.perf_counter() - start
+            peak = accel_program_of(args[1]).config.peak_macs_per_cycle
+            gemm_macs = int(result.counters.gemm_macs)
+            macs = int(attrs.get("macs") or gemm_macs)
+            cycles = None if result.cycles is None else int(result.cycles)
+            estimated = cycles is None and bool(attrs.get("estimated_cycles"))
+            if estimated:
+                cycles = int(attrs["estimated_cycles"])
+            layers.append(LayerRecord(
+                index, str(attrs.get("layer") or node.op), "accel", [_shape(args[0])],
+                _shape(out), start - t0, seconds, cycles, macs,
+                macs / (cycles * peak) if cycles else None,
+                list(getattr(result, "intervals", None) or []), estimated, gemm_macs,
+                peak))
+            return out
+        out = KERNELS[node.op](args, attrs)
+        layers.append(LayerRecord(index, node.op, "cpu",
+                                  [s for s in map(_shape, args) if s is not None],
+                                  _shape(out), start - t0, time.perf_counter() - start))
+        return out
+
+    output = run_program(program, inputs, call=call)
+    return Profile(output, layers, time.perf_counter() - t0,
+                   str(getattr(device, "name", type(device).__name__)))

@@ -1,0 +1,118 @@
+"""The ONNX → runtime pipeline (compiler/model_compile.py): the digits CNN quantized by
+tensorfab's PTQ on the accelerator equals the CPU int8 interpreter bit for bit; the
+onnxruntime quantizer stays selectable; calibration batching and errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from tensorfab.compiler.graph import builder as gb
+from tensorfab.compiler.model_compile import (
+    CALIBRATION_BATCH,
+    ModelCompileError,
+    calibration_batches,
+    compile_onnx,
+)
+from tensorfab.isa import PRESETS
+from tensorfab.models import load_digits_split
+from tensorfab.models.digits_cnn import model_path
+from tensorfab.runtime.interpreter import run_program
+
+BATCH = 40
+
+
+@pytest.fixture(scope="module")
+def data() -> dict:
+    xtr, _, xte, yte = load_digits_split(0)
+    return {"calib": xtr[:512], "x": xte[:2 * BATCH], "y": yte[:2 * BATCH]}
+
+
+def _predict(program, x: np.ndarray) -> np.ndarray:
+    return np.concatenate([np.asarray(run_program(program, [x[i:i + BATCH]]))
+                           for i in range(0, len(x), BATCH)])
+
+
+@pytest.mark.parametrize("method", ["minmax", "percentile"])
+def test_accelerator_equals_cpu_int8_bit_for_bit(data, method: str) -> None:
+    shapes = {"image": (BATCH, 1, 8, 8)}
+    kw = dict(calibration=data["calib"], method=method, input_shapes=shapes)
+    on_accel = compile_onnx(model_path(), config="default", **kw)
+    on_cpu = compile_onnx(model_path(), **kw)
+    assert on_accel.quantized and on_cpu.quantized
+    accel_nodes = [n for n in on_accel.program.nodes if n.op == "accel.program"]
+    assert len(accel_nodes) == 2 and all(n.attrs["layer"].startswith("conv2d_integer")
+                                         for n in accel_nodes)
+    assert not any(n.op == "accel.program" for n in on_cpu.program.nodes)
+    got, want = _predict(on_accel.program, data["x"]), _predict(on_cpu.program, data["x"])
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
+    assert (got.argmax(axis=1) == data["y"]).mean() >= 0.9
+
+
+def test_onnxruntime_quantizer_is_selectable(data) -> None:
+    shapes = {"image": (BATCH, 1, 8, 8)}
+    ort = compile_onnx(model_path(), config="tiny", calibration=data["calib"][:128],
+                       quantizer="ort", input_shapes=shapes)
+    ours = compile_onnx(model_path(), config="tiny", calibration=data["calib"][:128],
+                        input_shapes=shapes)
+    assert [n.op for n in ort.program.nodes] == [n.op for n in ours.program.nodes]
+    a, b = _predict(ort.program, data["x"]), _predict(ours.program, data["x"])
+    assert (a.argmax(axis=1) == b.argmax(axis=1)).mean() >= 0.95
+
+
+def test_config_from_a_json_file(tmp_path: Path, data) -> None:
+    cfg = PRESETS["tiny"].to_dict()
+    cfg["name"] = "tiny_copy"
+    (tmp_path / "mine.json").write_text(json.dumps(cfg))
+    compiled = compile_onnx(model_path(), config=str(tmp_path / "mine.json"),
+                            calibration=data["calib"][:64],
+                            input_shapes={"image": (8, 1, 8, 8)})
+    assert compiled.config is not None and compiled.config.name == "tiny_copy"
+    assert sum(n.op == "accel.program" for n in compiled.program.nodes) == 2
+
+
+def test_symbolic_dims_suggest_shape(data) -> None:
+    with pytest.raises(ModelCompileError,
+                       match=r"digits_cnn.onnx: input 'image' has symbolic dims \('N', 1, "
+                             r"8, 8\); the accelerator needs fixed shapes: pass --shape "
+                             r"image=1,1,8,8"):
+        compile_onnx(model_path(), config="tiny", calibration=data["calib"])
+    # on the CPU symbolic dims are fine
+    cpu = compile_onnx(model_path(), calibration=data["calib"][:64])
+    assert cpu.program.inputs[0].shape == ("N", 1, 8, 8)
+    assert run_program(cpu.program, [data["x"][:3]]).shape == (3, 10)
+
+
+def test_float_model_for_the_accelerator_needs_calibration() -> None:
+    with pytest.raises(ModelCompileError, match="is a float model and the accelerator runs "
+                                                "int8 layers: pass calibration data"):
+        compile_onnx(model_path(), config="tiny", input_shapes={"image": (2, 1, 8, 8)})
+
+
+def test_calibration_batches() -> None:
+    x = gb.var("x", ("N", 3))
+    sym = gb.function([x], gb.relu(x))
+    samples = np.arange(150 * 3, dtype=np.float32).reshape(150, 3)
+    b = calibration_batches(sym, samples)
+    assert [len(f["x"]) for f in b] == [CALIBRATION_BATCH, CALIBRATION_BATCH, 22]
+    np.testing.assert_array_equal(np.concatenate([f["x"] for f in b]), samples)
+    y = gb.var("x", (16, 3))
+    fixed = gb.function([y], gb.relu(y))
+    assert [len(f["x"]) for f in calibration_batches(fixed, samples)] == [16] * 9
+    few = calibration_batches(fixed, samples[:5])  # repeated to fill one batch
+    np.testing.assert_array_equal(few[0]["x"], np.resize(samples[:5], (16, 3)))
+    with pytest.raises(ModelCompileError, match=r"inputs missing \['x'\], unknown \['y'\]"):
+        calibration_batches(sym, {"y": samples})
+    two = gb.function([gb.var("a", (2,)), gb.var("b", (2,))], gb.var("a", (2,)), check=False)
+    with pytest.raises(ModelCompileError, match="one array fits a model with one input"):
+        calibration_batches(two, samples)
+
+
+def test_unknown_quantizer() -> None:
+    with pytest.raises(ModelCompileError, match="unknown quantizer 'tflite'"):
+        compile_onnx(onnx.load(str(model_path())), quantizer="tflite")

@@ -1,0 +1,180 @@
+"""Bad input to ``tensorfab compile`` and ``run`` (issue 12): each is one line on stderr,
+exit status 2, naming what is wrong and where."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from tensorfab.cli import main
+from tensorfab.models import load_digits_split
+from tensorfab.models.digits_cnn import model_path
+from tensorfab.runtime.artifact import ModelFileError, load_model
+
+BATCH = 4
+
+
+def one_line_error(capsys, *words: str) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: "), err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("bad")
+    xtr, _, xte, _ = load_digits_split(0)
+    np.save(d / "calib.npy", xtr[:64])
+    np.save(d / "images.npy", xte[:BATCH])
+    tfm = d / "tiny.tfm"
+    assert main(["compile", str(model_path()), "-o", str(tfm), "--config", "tiny",
+                 "--calib", str(d / "calib.npy"), "--shape", f"image={BATCH},1,8,8"]) == 0
+    return {"dir": d, "calib": d / "calib.npy", "images": d / "images.npy", "tfm": tfm}
+
+
+def _run(files, tfm: Path | str, *extra: str) -> int:
+    return main(["run", str(tfm), "--input", str(files["images"]), *extra])
+
+
+@pytest.mark.parametrize("model", ["tfm", "onnx"])
+def test_input_of_the_wrong_dtype(files, capsys, model: str) -> None:
+    path = files["dir"] / "f64.npy"
+    np.save(path, np.load(files["images"]).astype(np.float64))
+    target = files["tfm"] if model == "tfm" else model_path()
+    capsys.readouterr()
+    assert main(["run", str(target), "--input", str(path)]) == 2
+    one_line_error(capsys, "input 'image': dtype float64, expected float32")
+
+
+def test_input_of_the_wrong_shape(files, capsys) -> None:
+    path = files["dir"] / "five.npy"
+    np.save(path, np.zeros((5, 1, 8, 8), np.float32))
+    capsys.readouterr()
+    assert main(["run", str(files["tfm"]), "--input", str(path)]) == 2
+    one_line_error(capsys, "input 'image': dim 0 is 5, expected 4 (shape (4, 1, 8, 8))")
+    np.save(path, np.zeros((4, 64), np.float32))
+    assert main(["run", str(files["tfm"]), "--input", str(path)]) == 2
+    one_line_error(capsys, "input 'image': shape (4, 64), expected (4, 1, 8, 8)")
+
+
+def test_input_files(files, capsys) -> None:
+    capsys.readouterr()
+    assert main(["run", str(files["tfm"]), "--input", str(files["dir"] / "none.npy")]) == 2
+    one_line_error(capsys, "none.npy: no such file")
+    junk = files["dir"] / "junk.npy"
+    junk.write_text("not numpy")
+    assert main(["run", str(files["tfm"]), "--input", str(junk)]) == 2
+    one_line_error(capsys, "junk.npy: not a NumPy .npy or .npz file")
+    assert main(["run", str(files["tfm"])]) == 2
+    one_line_error(capsys, "inputs missing: ['image']", "pass --input FILE.npy")
+    assert main(["run", str(files["tfm"]), "--input", str(files["images"]), "--input",
+                 f"image={files['images']}"]) == 2
+    one_line_error(capsys, "input 'image' is given twice")
+
+
+def _damaged(files, name: str, edit) -> Path:
+    out = files["dir"] / name
+    with zipfile.ZipFile(files["tfm"]) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    members = edit(members)
+    with zipfile.ZipFile(out, "w") as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+    return out
+
+
+def _flip_program(members: dict) -> dict:
+    """Damage the header of the first accelerator program inside constants.npz."""
+    import io
+
+    graph = json.loads(members["graph.json"])
+    slot = next(n["inputs"][1] for n in graph["nodes"] if n["op"] == "accel.program")
+    with np.load(io.BytesIO(members["constants.npz"])) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays[f"c{slot}"] = arrays[f"c{slot}"][:20].copy()
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return {**members, "constants.npz": buf.getvalue()}
+
+
+@pytest.mark.parametrize(("name", "edit", "words"), [
+    ("truncated.tfm", None, "not a tensorfab model file"),
+    ("badjson.tfm", lambda m: {**m, "graph.json": b"{\"format\": "},
+     "not a tensorfab model file"),
+    ("noconst.tfm", lambda m: {"graph.json": m["graph.json"]},
+     "not a tensorfab model file"),
+    ("badnode.tfm", lambda m: {**m, "graph.json": m["graph.json"].replace(
+        b'"op": "flatten"', b'"op": "bogus"')}, "malformed graph: node"),
+    ("badprog.tfm", _flip_program, "damaged accelerator program"),
+])
+def test_corrupt_or_truncated_model_files(files, capsys, name, edit, words) -> None:
+    if edit is None:
+        data = files["tfm"].read_bytes()
+        path = files["dir"] / name
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        path = _damaged(files, name, edit)
+    with pytest.raises(ModelFileError, match=name.replace(".", r"\.")):
+        load_model(path)
+    capsys.readouterr()
+    assert _run(files, path) == 2
+    one_line_error(capsys, name, words)
+
+
+def test_model_compiled_for_another_config(files, capsys) -> None:
+    capsys.readouterr()
+    assert _run(files, files["tfm"], "--config", "default") == 2
+    one_line_error(capsys, "tiny.tfm was compiled for HwConfig 'tiny', but the device is "
+                           "'default': recompile it with --config default")
+    assert _run(files, files["tfm"], "--config", "tiny", "--json") == 0
+
+
+def test_symbolic_dims_need_shape(files, capsys) -> None:
+    capsys.readouterr()
+    assert main(["compile", str(model_path()), "-o", str(files["dir"] / "s.tfm"),
+                 "--config", "tiny", "--calib", str(files["calib"])]) == 2
+    one_line_error(capsys, "input 'image' has symbolic dims ('N', 1, 8, 8)",
+                   "pass --shape image=1,1,8,8")
+
+
+def test_missing_external_data(files, capsys, tmp_path) -> None:
+    model = onnx.load(str(model_path()))
+    path = tmp_path / "ext.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="ext.data",
+                    size_threshold=0)
+    assert main(["run", str(path), "--input", str(files["images"]), "--json"]) == 0
+    (tmp_path / "ext.data").rename(tmp_path / "moved.data")
+    capsys.readouterr()
+    for argv in (["run", str(path), "--input", str(files["images"])],
+                 ["compile", str(path), "-o", str(tmp_path / "e.tfm")],
+                 ["inspect", str(path)]):
+        assert main(argv) == 2
+        one_line_error(capsys, "ext.onnx: initializer", "keeps its data in the external "
+                       "file 'ext.data', which is missing")
+    (tmp_path / "ext.data").write_bytes((tmp_path / "moved.data").read_bytes()[:100])
+    assert main(["inspect", str(path)]) == 2
+    one_line_error(capsys, "ext.onnx: cannot read its external data")
+
+
+def test_calibration_files(files, capsys) -> None:
+    out = str(files["dir"] / "c.tfm")
+    np.savez(files["dir"] / "wrong.npz", pixels=np.zeros((4, 1, 8, 8), np.float32))
+    capsys.readouterr()
+    assert main(["compile", str(model_path()), "-o", out, "--calib",
+                 str(files["dir"] / "wrong.npz")]) == 2
+    one_line_error(capsys, "calibration data: inputs missing ['image'], unknown ['pixels']")
+    assert main(["compile", str(model_path()), "-o", out, "--calib",
+                 str(files["dir"] / "none.npz")]) == 2
+    one_line_error(capsys, "--calib", "none.npz: no such file")
+    assert main(["run", str(files["tfm"]), "--input", str(files["images"]), "--calib",
+                 str(files["calib"])]) == 2
+    one_line_error(capsys, "--calib applies to an .onnx model")
