@@ -29,11 +29,14 @@ def test_resnet18_bench_on_rtl_at_32px(tmp_path) -> None:
         assert key in r
     conv, dense = resnet18_macs(32)
     assert r["macs"] == conv + dense
-    assert r["accel_mac_fraction"] == round(conv / (conv + dense), 6)
-    assert r["accel_programs"] == 20 and r["matches_reference"] is True
+    assert r["accel_mac_fraction"] == 1.0  # the classifier too (dense_as_conv)
+    assert r["accel_programs"] == 21 and r["matches_reference"] is True
     assert r["total_cycles"] == sum(v["cycles"] for v in r["layers"].values())
+    assert r["requant_rounding"] == "single"
+    conv_cycles = sum(v["cycles"] for k, v in r["layers"].items() if k.startswith("conv"))
     assert 0 < r["conv_utilization"] <= 1
-    assert r["conv_utilization"] == round(conv / (r["total_cycles"] * 256), 4)
+    assert r["conv_utilization"] == round(conv / (conv_cycles * 256), 4)
+    assert r["accel_utilization"] == round((conv + dense) / (r["total_cycles"] * 256), 4)
     assert (tmp_path / "r.png").stat().st_size > 1000
     # the stem runs as a 1x1 convolution over im2col patches: fewer cycles than the
     # 16x16 pixels x 4 output blocks x 49 taps GEMM micro-ops of the 7x7 form
