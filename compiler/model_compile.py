@@ -240,9 +240,10 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
             fn = fold_constants(quantize_graph(fn, batches, method=method,
                                                percentile=percentile))
     say("lowering to integer operators")
-    # dense layers as 1x1 convolutions reach the accelerator; a config with REQUANT
-    # requantizes in one pass (one rounding: faster and closer to float than TFLite's)
-    rounding = "single" if cfg is not None and requant_supported(cfg) else "double"
+    # dense layers as 1x1 convolutions reach the accelerator; requantization rounds
+    # once (REQUANT's arithmetic: faster and closer to float than TFLite's), except for
+    # a config without REQUANT, which gets TFLite's MULHI epilogue
+    rounding = "double" if cfg is not None and not requant_supported(cfg) else "single"
     fn = fixed_point_requantize(dense_as_conv(lower_qdq(fn)), per_channel=True,
                                 rounding=rounding)
     quantized = _has_int8(fn)

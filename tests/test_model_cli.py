@@ -38,7 +38,7 @@ def test_compile_run_inspect(files, capsys, accel: str | None) -> None:
         args += ["--int8", str(files["calib"]), "--accel", accel]
     assert main(args) == 0
     compiled = last_json(capsys)
-    assert compiled["accel_programs"] == (2 if accel else 0)
+    assert compiled["accel_programs"] == (3 if accel else 0)  # 2 convolutions, the dense
     result = files["dir"] / "out.npy"
     assert main(["run", str(out), "--input", f"image={files['images']}", "-o",
                  str(result)]) == 0

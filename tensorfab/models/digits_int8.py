@@ -111,9 +111,9 @@ def compile_digits_int8(batch: int = 40, config: str = "default",
     The dense layer runs as a 1×1 convolution
     (:func:`~tensorfab.compiler.graph.dense_as_conv.dense_as_conv`), so all three
     layers run on the accelerator. With ``per_channel`` the weights are quantized per
-    output channel and the layers requantize with ``qnn.requantize_q31`` (TFLite's
-    exact arithmetic, the accelerator's MULHI epilogue); otherwise per tensor with
-    ``qnn.requantize_fixed``.
+    output channel and the layers requantize with ``qnn.requantize_q31`` (one REQUANT
+    pass where the config has it, else TFLite's exact arithmetic, the accelerator's
+    MULHI epilogue); otherwise per tensor with ``qnn.requantize_fixed``.
     """
     from tensorfab.compiler.frontend import from_onnx, quantize_onnx
     from tensorfab.compiler.graph import accel
@@ -126,6 +126,8 @@ def compile_digits_int8(batch: int = 40, config: str = "default",
     from tensorfab.compiler.graph.partitioning import annotate_accelerator
     from tensorfab.compiler.graph.planning import plan_devices
     from tensorfab.compiler.graph.qdq_lowering import lower_qdq
+    from tensorfab.isa import get_config
+    from tensorfab.isa.formats import requant_supported
 
     float_model = onnx.load(str(model_path())) if model is None else (
         onnx.load(model) if isinstance(model, str) else model)
@@ -136,7 +138,9 @@ def compile_digits_int8(batch: int = 40, config: str = "default",
     f = from_onnx(qdq, input_shapes={"image": (batch, 1, 8, 8)})
     integer = lower_qdq(fold_constants(f))
     # the dense layer as a 1x1 convolution: on the accelerator like the convolutions
-    g = fixed_point_requantize(dense_as_conv(integer), per_channel=per_channel)
+    rounding = "single" if requant_supported(get_config(config)) else "double"
+    g = fixed_point_requantize(dense_as_conv(integer), per_channel=per_channel,
+                               rounding=rounding)
     planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(config))))
     compiled = lower_accelerator_chains(planned)
     return DigitsInt8(program=lower_to_runtime(compiled), reference=lower_to_runtime(g),

@@ -54,7 +54,8 @@ def test_profile_records_every_kernel_node_and_gives_the_same_output(digits) -> 
     kernel_nodes = [n for n in program.nodes if n.op not in ("tuple", "tuple_get_item")]
     assert [r.index for r in prof.layers] == [program.nodes.index(n) for n in kernel_nodes]
     accel = [r for r in prof.layers if r.device == "accel"]
-    assert len(accel) == 2 and all(r.op.startswith("conv2d_integer+add") for r in accel)
+    # conv1, conv2 and the classifier as a 1x1 convolution (dense_as_conv)
+    assert len(accel) == 3 and all(r.op.startswith("conv2d_integer+add") for r in accel)
     # fsim is untimed: the cycles are the compiler's estimates, marked as such
     assert all(r.estimated and r.cycles and r.cycles > 0 for r in accel)
     assert prof.estimated and prof.total_cycles == sum(r.cycles for r in accel)
@@ -65,8 +66,12 @@ def test_profile_records_every_kernel_node_and_gives_the_same_output(digits) -> 
     assert sum(r.seconds for r in prof.layers) <= prof.seconds
     # MACs are the layers' own (batch 8; conv1 1→8 channels 8×8, conv2 8→16 channels
     # 4×4, 3×3 kernels), the GEMM core's include the channel padding (tiny blocks by 4)
-    assert [r.macs for r in accel] == [8 * 8 * 8 * 8 * 1 * 9, 8 * 16 * 4 * 4 * 8 * 9]
-    assert accel[0].gemm_macs == 4 * accel[0].macs and accel[1].gemm_macs == accel[1].macs
+    assert [r.macs for r in accel] == [8 * 8 * 8 * 8 * 1 * 9, 8 * 16 * 4 * 4 * 8 * 9,
+                                       8 * 64 * 10]
+    # conv1 as a 1x1 convolution over its 3x3 patches (stem_im2col): 9 values in 3 blocks
+    # of 4 lanes
+    assert accel[0].gemm_macs == 8 * 8 * 8 * 8 * 12 and accel[1].gemm_macs == accel[1].macs
+    assert accel[2].gemm_macs == 8 * 64 * 12  # 10 outputs in 4-lane blocks
     peak = 1 * 4 * 4  # tiny: batch 1, 4x4 block
     for r in accel:
         assert r.peak == peak

@@ -55,13 +55,13 @@ def test_run_prints_layers_and_writes_one_timeline(files, tiny_tfm, capsys) -> N
     program = load_model(tiny_tfm)
     want = np.asarray(run_program(program, [np.load(files["images"])]))
     assert summary["outputs"][0]["argmax"] == want.argmax(axis=1).tolist()
-    assert summary["target"] == "fsim" and summary["accel_layers"] == 2
+    assert summary["target"] == "fsim" and summary["accel_layers"] == 3
     assert summary["layers"] == len(program.nodes) and summary["cycles_estimated"]
     # the table: one row per node, accelerator rows with (estimated) cycles
     table_rows = [line for line in out.splitlines() if line.startswith("│")]
     assert len(table_rows) == len(program.nodes)
     accel_rows = [r for r in table_rows if "│ accel " in r]
-    assert len(accel_rows) == 2 and all("conv2d_integer+add+requantize_q31+relu" in r
+    assert len(accel_rows) == 3 and all("conv2d_integer+add+requantize_q31" in r
                                         and "~" in r for r in accel_rows)
     assert "output 0 float32 (8, 10)" in out
     assert is_tensorfab_trace(trace)
@@ -83,7 +83,7 @@ def test_run_onnx_compiles_in_memory_like_compile(files, capsys) -> None:
     assert main(["run", str(model_path()), "--input", str(files["images"]), "--calib",
                  str(files["calib"]), "--calib-method", "percentile", "-o", str(b),
                  "--json"]) == 0
-    assert _last_json(capsys.readouterr().out)["accel_layers"] == 2
+    assert _last_json(capsys.readouterr().out)["accel_layers"] == 3
     np.testing.assert_array_equal(np.load(a), np.load(b))
     assert (np.load(a).argmax(axis=1) == files["labels"]).mean() >= 0.75
     # without --calib an .onnx is calibrated on the input itself, and says so
@@ -122,8 +122,10 @@ def test_rtl_target_cycle_accurate_with_engine_tracks(files, capsys) -> None:
     summary = _last_json(capsys.readouterr().out)
     assert summary["target"] == "rtl" and not summary["cycles_estimated"]
     assert summary["total_cycles"] > 0
-    # conv1 (1 → 8 channels) and conv2 (8 → 16), 8×8 and 4×4 images, 3×3 kernels
-    assert summary["accel_macs"] == BATCH * (8 * 8 * 8 * 1 * 9 + 16 * 4 * 4 * 8 * 9)
+    # conv1 (1 → 8 channels) and conv2 (8 → 16), 8×8 and 4×4 images, 3×3 kernels;
+    # the classifier (64 → 10)
+    assert summary["accel_macs"] == BATCH * (8 * 8 * 8 * 1 * 9 + 16 * 4 * 4 * 8 * 9
+                                             + 64 * 10)
     peak = 16 * 16  # default: batch 1, 16×16 block
     assert summary["utilization"] == pytest.approx(
         summary["accel_macs"] / (summary["total_cycles"] * peak), abs=1e-4)
