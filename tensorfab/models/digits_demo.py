@@ -1,5 +1,5 @@
 """The digits part of ``tensorfab demo``: the shipped digits CNN in float and in int8
-with its convolutions on the functional simulator, accuracies and a per-layer table."""
+with its layers on the functional simulator, accuracies and a per-layer table."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def run_digits_demo(console: Console, batch: int = 40) -> int:
                       f"{layer.macs:,}")
     console.print(table)
     console.print(f"{len(x)} test images: float accuracy {float_acc:.4f} (onnxruntime), "
-                  f"int8 accuracy {int8_acc:.4f} (convolutions on the functional simulator, "
+                  f"int8 accuracy {int8_acc:.4f} (accelerator layers on the functional simulator, "
                   f"{dt:.2f} s), {model.accel_mac_fraction:.1%} of MACs on the accelerator",
                   soft_wrap=True)
     verdict = "[bold green]PASS[/]" if exact else "[bold red]FAIL[/]"
