@@ -13,13 +13,11 @@ epilogues), which is how a classifier or a projection reaches the accelerator.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, post_order
-from .rewrite import rebuild
+from .rewrite import call_readers, rebuild, single_reader_chain
 from .types import TensorType
 
 #: Operators of the epilogue carried into the 4-D form (as the partitioner's chains).
@@ -76,25 +74,17 @@ def dense_as_conv(fn: Function) -> Function:
     """``fn`` with every int8 dense chain as a 1×1 convolution chain (see the module
     docstring); other nodes are unchanged."""
     infer_types(fn)
-    readers: dict[int, list[Call]] = defaultdict(list)
-    for e in post_order(fn):
-        if isinstance(e, Call):
-            for a in e.args:
-                readers[id(a)].append(e)
+    readers = call_readers(fn)
     ends: dict[int, list[Call]] = {}
     for e in post_order(fn):
         if not _dense(e):
             continue
         n = int(e.args[1].data.shape[1])  # type: ignore[union-attr]
-        chain, steps = [e], []
-        while len(readers[id(chain[-1])]) == 1 and chain[-1] is not fn.body:
-            nxt = readers[id(chain[-1])][0]
-            step = _step(nxt, n) if nxt.args[0] is chain[-1] else None
-            if step is None:
-                break
-            chain.append(nxt)
-            steps.append(step)
-        ends[id(chain[-1])] = [e, *steps]
+        follow = single_reader_chain(e, fn, readers,  # type: ignore[arg-type]
+                                     lambda nxt, prev, n=n: _step(nxt, n)
+                                     if nxt.args[0] is prev else None)
+        end = follow[-1][0] if follow else e
+        ends[id(end)] = [e, *(step for _, step in follow)]  # type: ignore[list-item]
     new: dict[int, Expr] = {}
     for node in post_order(fn):
         rebuilt = rebuild(node, new)

@@ -12,14 +12,12 @@ puts exactly the chains on the accelerator and copies data at their borders.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from .device import CPU, VirtualDevice
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, Var, post_order
-from .rewrite import rebuild
+from .rewrite import call_readers, rebuild, single_reader_chain
 
 EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "qnn.requantize_q31",
                       "relu", "clip"})
@@ -46,22 +44,15 @@ def _epilogue_step(e: Call, prev: Expr) -> bool:
 def accelerator_chains(fn: Function) -> list[list[Call]]:
     """The chains (convolution first) that :func:`annotate_accelerator` would place."""
     infer_types(fn)
-    readers: dict[int, list[Call]] = defaultdict(list)
-    for e in post_order(fn):
-        if isinstance(e, Call):
-            for a in e.args:
-                readers[id(a)].append(e)
+    readers = call_readers(fn)
     chains = []
     for e in post_order(fn):
         if not _accelerator_conv(e):
             continue
-        chain = [e]
-        while len(readers[id(chain[-1])]) == 1 and chain[-1] is not fn.body:
-            nxt = readers[id(chain[-1])][0]
-            if not _epilogue_step(nxt, chain[-1]):
-                break
-            chain.append(nxt)
-        chains.append(chain)  # type: ignore[arg-type]
+        follow = single_reader_chain(e, fn, readers,  # type: ignore[arg-type]
+                                     lambda nxt, prev: True if _epilogue_step(nxt, prev)
+                                     else None)
+        chains.append([e, *(c for c, _ in follow)])  # type: ignore[list-item]
     return chains
 
 

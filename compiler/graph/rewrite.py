@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
+from typing import TypeVar
 
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, Let, Tuple, TupleGetItem, Var, post_order
 from .types import GraphError
 
 Rule = Callable[[Expr, Expr], Expr]
+T = TypeVar("T")
 
 
 def rebuild(node: Expr, new: dict[int, Expr]) -> Expr:
@@ -71,3 +74,30 @@ def substitute(expr: Expr, mapping: dict[int, Expr]) -> Expr:
     for node in post_order(expr):
         new[id(node)] = mapping[id(node)] if id(node) in mapping else rebuild(node, new)
     return new[id(expr)]
+
+
+def call_readers(fn: Function) -> dict[int, list[Call]]:
+    """The calls reading each node, by ``id`` of the node (every argument slot counts)."""
+    readers: dict[int, list[Call]] = defaultdict(list)
+    for e in post_order(fn):
+        if isinstance(e, Call):
+            for a in e.args:
+                readers[id(a)].append(e)
+    return readers
+
+
+def single_reader_chain(start: Call, fn: Function, readers: dict[int, list[Call]],
+                        step: Callable[[Call, Expr], T | None]) -> list[tuple[Call, T]]:
+    """Follow ``start``'s readers while each node has exactly one (and is not the
+    program's result) and ``step(reader, node)`` accepts it (returns non-``None``):
+    the accepted readers in order, each with what ``step`` returned."""
+    out: list[tuple[Call, T]] = []
+    node: Expr = start
+    while len(readers[id(node)]) == 1 and node is not fn.body:
+        nxt = readers[id(node)][0]
+        value = step(nxt, node)
+        if value is None:
+            break
+        out.append((nxt, value))
+        node = nxt
+    return out
