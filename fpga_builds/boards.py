@@ -55,11 +55,9 @@ class Board:
     target_mhz : float
         Clock the SoC runs at (a PLL makes it from the board clock when they differ).
     mem_bytes : int
-        On-chip memory standing in for DRAM.
+        On-chip memory standing in for DRAM (on iCE40: the UP5K's SPRAM).
     config : str
         The default configuration: the largest that fits (measured; docs/fpga.md).
-        None fits the iCEBreaker yet; its entry names the smallest preset, which
-        the build then reports as not fitting.
     loader_board : str
         openFPGALoader's ``-b`` name.
     dsp : str
@@ -82,8 +80,8 @@ BOARDS: dict[str, Board] = {
               "small", "ulx3s", "MULT18X18D"),
         Board("ulx3s-25f", "ecp5", _without_loader(ULX3S_25F_Platform), 100.0, 16 * 1024,
               "ecp5-25f", "ulx3s", "MULT18X18D"),
-        Board("icebreaker", "ice40", ICEBreakerPlatform, 12.0, 4 * 1024,
-              "tiny", "ice40_generic", "ICESTORM_DSP"),
+        Board("icebreaker", "ice40", ICEBreakerPlatform, 12.0, 32 * 1024,
+              "up5k", "ice40_generic", "ICESTORM_DSP"),
     )
 }
 
