@@ -90,6 +90,53 @@ def test_memory_port_bursts(spram: bool, seed: int) -> None:
     _run(spram, seed)
 
 
+@pytest.mark.parametrize("spram", [False, True], ids=["bram", "spram"])
+def test_write_after_read_keeps_the_waiting_beat(spram: bool) -> None:
+    """A one-beat read whose beat is not taken, then a write command: the beat still
+    holds the old word when it is finally taken (SPRAM: the write waits for it)."""
+    mem = OnChipMemory(CFG, DEPTH * CFG.mem_bus_bytes, spram=spram)
+    port = mem.port
+
+    async def command(ctx, write: bool, data: int | None = None) -> None:
+        ctx.set(port.cmd.payload, {"addr": 8, "write": write, "len": 0})
+        ctx.set(port.cmd.valid, 1)
+        if data is not None:
+            ctx.set(port.wdata.payload, {"data": data})
+            ctx.set(port.wdata.valid, 1)
+
+    async def cycles(ctx, n: int) -> None:
+        for _ in range(n):
+            taken = [ctx.get(s.valid) and ctx.get(s.ready) for s in (port.cmd, port.wdata)]
+            await ctx.tick()
+            for s, t in zip((port.cmd, port.wdata), taken, strict=True):
+                if t:
+                    ctx.set(s.valid, 0)
+
+    async def bench(ctx):
+        ctx.set(port.rdata.ready, 1)
+        await command(ctx, True, 0x1111)
+        await ctx.tick().until(port.wdata.ready)
+        ctx.set(port.wdata.valid, 0)
+        ctx.set(port.rdata.ready, 0)
+        await command(ctx, False)
+        await ctx.tick().until(port.cmd.ready)
+        await command(ctx, True, 0x2222)  # a write while the read beat waits
+        await cycles(ctx, 10)
+        assert ctx.get(port.rdata.valid)
+        assert ctx.get(port.rdata.payload.data) == 0x1111
+        ctx.set(port.rdata.ready, 1)
+        await ctx.tick()
+        ctx.set(port.rdata.ready, 0)
+        await cycles(ctx, 10)
+        assert not ctx.get(port.cmd.valid) and not ctx.get(port.wdata.valid), \
+            "the write was taken after the beat"
+
+    sim = Simulator(mem)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 def test_spram_model_output_after_write_is_garbage() -> None:
     """The model follows the primitive: data holds without ``en``, a write makes it
     undefined, so a memory that read it after a write would fail the test above."""
