@@ -11,10 +11,10 @@ from typing import Any
 
 from rich.console import Console
 
-from .boards import BOARDS
-from .errors import DoesNotFit, FpgaBuildError
-from .flow import build_bitstream
-from .report import check_fit, utilization_from_log
+from tensorfab.fpga_builds.boards import BOARDS
+from tensorfab.fpga_builds.errors import DoesNotFit, FpgaBuildError
+from tensorfab.fpga_builds.flow import build_bitstream
+from tensorfab.fpga_builds.report import check_fit, utilization_from_log
 
 __all__ = ["DEFAULT_MATRIX", "plot_utilization", "run_fpga_bench"]
 
@@ -26,6 +26,7 @@ DEFAULT_MATRIX: tuple[tuple[str, str, bool], ...] = (
     ("ulx3s-25f", "ecp5-25f", True),
     ("ulx3s-25f", "tiny", True),
     ("ulx3s-25f", "tiny", False),
+    ("icebreaker", "up5k", True),
     ("icebreaker", "tiny", True),
 )
 

@@ -71,3 +71,14 @@ def test_up5k_does_not_fit_for_real(tmp_path: Path, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert "does not fit: DSP (ICESTORM_DSP)" in err and "8 available" in err
     assert "ICESTORM_LC" in err
+
+
+def test_bench_matrix_names_known_boards_and_configs() -> None:
+    """Every build of ``tensorfab bench fpga`` (the module imports, its boards and
+    configurations exist; the iCEBreaker's default config is among them)."""
+    from tensorfab.benches.fpga import DEFAULT_MATRIX
+
+    for board, config, _dsp in DEFAULT_MATRIX:
+        assert board in BOARDS, board
+        board_config(config)
+    assert {(b, BOARDS[b].config) for b in BOARDS} <= {(b, c) for b, c, _ in DEFAULT_MATRIX}
