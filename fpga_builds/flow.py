@@ -19,6 +19,7 @@ from tensorfab.isa import HwConfig
 
 from .board_top import BoardTop
 from .boards import Board, board_config, get_board
+from .dfu import add_dfu_suffix
 from .errors import FpgaBuildError
 from .report import (
     build_report,
@@ -72,7 +73,8 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
                     console: Console | None = None) -> dict[str, Any]:
     """Build ``config`` for ``board_name`` into ``out_dir``.
 
-    Writes ``top.bit`` (ECP5) or ``top.bin`` (iCE40), ``build.log`` (all tool
+    Writes ``top.bit`` (ECP5; with a DFU suffix for boards that have ``dfu_ids``) or
+    ``top.bin`` (iCE40), ``build.log`` (all tool
     output), ``nextpnr-report.json`` and ``report.json``.
 
     Parameters
@@ -152,6 +154,8 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
         raise FpgaBuildError(f"{board.name} {cfg.name}: the build failed (exit {rc}); "
                              + ("; ".join(errors) if errors else "no error line")
                              + f"; see {log_path}")
+    if board.dfu_ids is not None:
+        add_dfu_suffix(bitstream, *board.dfu_ids)
     ff = None
     if board.family == "ice40":
         rpt = out / f"{BUILD_NAME}.rpt"
