@@ -12,6 +12,7 @@ import pytest
 from tensorfab.fpga_builds.board_top import BoardTop
 from tensorfab.fpga_builds.boards import BOARDS, ORANGECRAB_DFU_IDS, board_config
 from tensorfab.fpga_builds.dfu import add_dfu_suffix, dfu_suffix
+from tensorfab.fpga_builds.program import program_command
 
 
 def crc32_no_final_xor(data: bytes) -> int:
@@ -66,3 +67,8 @@ def test_orangecrab_platform(name: str, tmp_path: Path) -> None:
         assert f'LOCATE COMP "led_{i}__io" SITE "{site}"' in lpf
     text = plan.files["top.il"]
     assert "EHXPLLL" in text  # 48 MHz -> 100 MHz
+
+
+def test_orangecrab_program_command() -> None:
+    assert program_command("orangecrab-85f", "top.bit", loader="ofl") == [
+        "ofl", "-b", "orangecrab", "top.bit"]
