@@ -28,6 +28,8 @@ DEFAULT_MATRIX: tuple[tuple[str, str, bool], ...] = (
     ("ulx3s-25f", "tiny", False),
     ("icebreaker", "up5k", True),
     ("icebreaker", "tiny", True),
+    ("orangecrab-25f", "ecp5-25f", True),
+    ("orangecrab-85f", "tiny", True),
 )
 
 
