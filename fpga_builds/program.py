@@ -15,10 +15,14 @@ __all__ = ["program_board", "program_command"]
 
 def program_command(board_name: str, bitstream: str | Path, *, flash: bool = False,
                     loader: str | None = None) -> list[str]:
-    """The openFPGALoader command that loads ``bitstream`` (SRAM, or flash)."""
+    """The openFPGALoader command that loads ``bitstream`` (SRAM, or flash).
+
+    A DFU board (``dfu_ids``: the OrangeCrab) takes the file through its bootloader,
+    which writes flash: no ``-m``/``-f``."""
     board = get_board(board_name)
     tool = loader or os.environ.get("OPENFPGALOADER", "openFPGALoader")
-    return [tool, "-b", board.loader_board, *(["-f"] if flash else ["-m"]), str(bitstream)]
+    mode = [] if board.dfu_ids else ["-f"] if flash else ["-m"]
+    return [tool, "-b", board.loader_board, *mode, str(bitstream)]
 
 
 def program_board(board_name: str, bitstream: str | Path, *, flash: bool = False,

@@ -29,7 +29,7 @@ def _build(args: argparse.Namespace) -> int:
     try:
         report = build_bitstream(board.name, config, out, dsp=not args.no_dsp,
                                  allow_timing_failure=args.allow_timing_failure,
-                                 seed=args.seed)
+                                 seed=args.seed, router=args.router)
     except TimingFailure as exc:
         Console(stderr=True).print(f"report: {out / 'report.json'}", highlight=False)
         raise exc
@@ -61,6 +61,7 @@ def _program(args: argparse.Namespace) -> int:
 def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``fpga`` subcommand to the ``tensorfab`` parser."""
     from tensorfab.fpga_builds.boards import BOARDS
+    from tensorfab.fpga_builds.flow import ROUTERS
 
     f = sub.add_parser("fpga", help="build a bitstream (Yosys/nextpnr) or program a board")
     fs = f.add_subparsers(dest="action", required=True)
@@ -73,6 +74,9 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
                    help="write the bitstream and exit 0 even if a clock misses its target")
     b.add_argument("--no-dsp", action="store_true", help="LUT multipliers instead of DSP blocks")
     b.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    b.add_argument("--router", choices=ROUTERS,
+                   help="nextpnr's router (default: nextpnr's, router1; router2 finishes "
+                   "congested large designs such as ulx3s-85f small)")
     b.add_argument("--json", action="store_true", help="print only the report JSON")
     b.set_defaults(func=cmd_fpga)
     p = fs.add_parser("program", help="load a bitstream with openFPGALoader")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
@@ -11,7 +13,17 @@ from tensorfab.hw.mem_port import MemPortSignature
 from tensorfab.isa import HwConfig
 from tensorfab.isa.config import log2
 
+from .spram import Ice40Spram
+
 __all__ = ["OnChipMemory"]
+
+
+class _Port(NamedTuple):
+    """The signals of a memory port this module drives (address, data, enable)."""
+
+    addr: Signal
+    data: Signal
+    en: Signal
 
 
 class OnChipMemory(wiring.Component):
@@ -29,6 +41,11 @@ class OnChipMemory(wiring.Component):
         Gives the bus width.
     size_bytes : int
         Memory size, a power of two and at least one beat.
+    spram : bool
+        Use the iCE40UP5K's single-port RAM (:class:`~tensorfab.hw.soc.spram.Ice40Spram`,
+        up to 32 KiB per 16 bits of bus) instead of block RAM. Its data output is
+        undefined after a write, so a command is then accepted only once the last
+        read beat has been taken.
 
     Attributes
     ----------
@@ -36,22 +53,32 @@ class OnChipMemory(wiring.Component):
         The memory side of a memory port.
     """
 
-    def __init__(self, cfg: HwConfig, size_bytes: int) -> None:
+    def __init__(self, cfg: HwConfig, size_bytes: int, *, spram: bool = False) -> None:
         if size_bytes < cfg.mem_bus_bytes or size_bytes & (size_bytes - 1):
             raise ValueError(f"memory size {size_bytes}: must be a power of two of at least "
                              f"one {cfg.mem_bus_bytes}-byte beat")
         self.cfg = cfg
         self.size_bytes = size_bytes
         self.depth = size_bytes // cfg.mem_bus_bytes
+        self.spram = spram
+        if spram:
+            Ice40Spram.check_shape(cfg.mem_bus_width, self.depth)
         super().__init__({"port": In(MemPortSignature(cfg))})
 
     def elaborate(self, platform: object) -> Module:
         cfg = self.cfg
         m = Module()
-        m.submodules.ram = ram = Memory(shape=unsigned(cfg.mem_bus_width), depth=self.depth,
-                                        init=[])
-        wp = ram.write_port()
-        rp = ram.read_port()
+        if self.spram:
+            m.submodules.ram = spram = Ice40Spram(cfg.mem_bus_width, self.depth)
+            wp = _Port(Signal(range(self.depth)), Signal(cfg.mem_bus_width), Signal())
+            rp = _Port(Signal(range(self.depth)), spram.rdata, Signal())
+            m.d.comb += [spram.addr.eq(wp.addr), spram.wdata.eq(wp.data),
+                         spram.we.eq(wp.en), spram.en.eq(wp.en | rp.en)]
+        else:
+            m.submodules.ram = ram = Memory(shape=unsigned(cfg.mem_bus_width),
+                                            depth=self.depth, init=[])
+            wp = ram.write_port()
+            rp = ram.read_port()
         shift = log2(cfg.mem_bus_bytes)
         addr = Signal(range(self.depth))
         left = Signal(8)
@@ -66,8 +93,10 @@ class OnChipMemory(wiring.Component):
             m.d.sync += out_valid.eq(issue)
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += port.cmd.ready.eq(1)
-                with m.If(port.cmd.valid):
+                # SPRAM: a write would clobber a read beat still waiting on rdata
+                accept = advance if self.spram else 1
+                m.d.comb += port.cmd.ready.eq(accept)
+                with m.If(port.cmd.valid & accept):
                     m.d.sync += [addr.eq(port.cmd.payload.addr >> shift),
                                  left.eq(port.cmd.payload.len)]
                     with m.If(port.cmd.payload.write):

@@ -38,6 +38,8 @@ class SocTop(wiring.Component):
         Clock frequency (for the UART divisor and INFO).
     baud : int
         UART bit rate; ``clk_hz // baud`` must be at least 4.
+    spram : bool
+        Put the on-chip memory in the iCE40UP5K's SPRAM (see :class:`OnChipMemory`).
 
     Attributes
     ----------
@@ -49,8 +51,10 @@ class SocTop(wiring.Component):
         Status, named by :data:`LEDS`.
     """
 
-    def __init__(self, cfg: HwConfig, *, mem_bytes: int, clk_hz: int, baud: int) -> None:
+    def __init__(self, cfg: HwConfig, *, mem_bytes: int, clk_hz: int, baud: int,
+                 spram: bool = False) -> None:
         self.cfg = cfg
+        self.spram = spram
         self.mem_bytes = mem_bytes
         self.clk_hz = int(clk_hz)
         self.baud = int(baud)
@@ -69,7 +73,7 @@ class SocTop(wiring.Component):
         core_reset = Signal()
         m.submodules.core = core = ResetInserter(core_reset)(Core(self.cfg))
         m.submodules.memory = memory = ResetInserter(core_reset)(
-            OnChipMemory(self.cfg, self.mem_bytes))
+            OnChipMemory(self.cfg, self.mem_bytes, spram=self.spram))
         m.d.comb += [rx.rx.eq(self.uart_rx), self.uart_tx.eq(tx.tx),
                      core_reset.eq(bridge.core_reset), bridge.core_busy.eq(core.running)]
         connect(m, rx.data, bridge.rx)

@@ -146,3 +146,15 @@ def test_does_not_fit_for_real(tmp_path: Path, capsys: pytest.CaptureFixture[str
                  "-o", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert "does not fit: DSP (MULT18X18D)" in err and "28 available" in err
+
+
+def test_unknown_router(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tensorfab.fpga_builds.flow import build_bitstream
+
+    with pytest.raises(FpgaBuildError, match=r"unknown router 'router3' \(known: router1, "
+                       r"router2\)"):
+        build_bitstream("ulx3s-25f", "ecp5-25f", tmp_path, router="router3")
+    assert not any(tmp_path.iterdir()), "nothing is built for a bad router"
+    with pytest.raises(SystemExit):
+        main(["fpga", "build", "--board", "ulx3s-25f", "--router", "router3"])
+    assert "invalid choice: 'router3'" in capsys.readouterr().err

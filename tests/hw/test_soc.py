@@ -17,8 +17,9 @@ import pytest
 from support.isa_programs import directed_programs
 
 from hw.test_core import assert_matches_fsim
+from tensorfab.fpga_builds.boards import board_config
 from tensorfab.hw.soc.top import SocTop
-from tensorfab.isa import PRESETS, Program
+from tensorfab.isa import PRESETS, HwConfig, Program
 from tensorfab.sim.testing.cocotb_runner import build, run
 from tensorfab.sim.testing.core_harness import CoreRun
 
@@ -28,13 +29,15 @@ DIVISOR = 4
 FAST = ("padded_acc_all", "gemm_vt2", "requant")
 
 
-def run_on_soc(programs: list[Program], workdir: Path) -> list[CoreRun]:
+def run_on_soc(programs: list[Program], workdir: Path, *,
+               spram: bool = False) -> list[CoreRun]:
     cfg = programs[0].config
     biggest = max(p.dram_image().size for p in programs)
     mem_bytes = 1 << (biggest - 1).bit_length()
-    soc = SocTop(cfg, mem_bytes=mem_bytes, clk_hz=DIVISOR * 1_000_000, baud=1_000_000)
-    built = build(soc, "tensorfab_soc", {"config": cfg.name, "mem_bytes": mem_bytes,
-                                         "divisor": DIVISOR})
+    soc = SocTop(cfg, mem_bytes=mem_bytes, clk_hz=DIVISOR * 1_000_000, baud=1_000_000,
+                 spram=spram)
+    params = {"config": cfg.name, "mem_bytes": mem_bytes, "divisor": DIVISOR}
+    built = build(soc, "tensorfab_soc", params | ({"spram": True} if spram else {}))
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / "out"
     out.mkdir(exist_ok=True)
@@ -55,10 +58,11 @@ def run_on_soc(programs: list[Program], workdir: Path) -> list[CoreRun]:
     return runs
 
 
-def _check(names: list[str], tmp_path: Path) -> None:
-    progs = directed_programs(PRESETS["tiny"])
+def _check(names: list[str], tmp_path: Path, cfg: HwConfig = PRESETS["tiny"], *,
+           spram: bool = False) -> None:
+    progs = directed_programs(cfg)
     t0 = time.monotonic()
-    runs = run_on_soc([progs[n] for n in names], tmp_path)
+    runs = run_on_soc([progs[n] for n in names], tmp_path, spram=spram)
     print(f"{len(names)} programs through the UART bridge in {time.monotonic() - t0:.1f} s")
     failures = []
     for name, r in zip(names, runs, strict=True):
@@ -79,3 +83,15 @@ def test_directed_subset_through_uart(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_directed_suite_through_uart(tmp_path: Path) -> None:
     _check(list(directed_programs(PRESETS["tiny"])), tmp_path)
+
+
+def test_up5k_subset_through_uart_on_spram(tmp_path: Path) -> None:
+    """The iCEBreaker's configuration (fpga_builds/configs/up5k.json, 1x2x2) with its
+    memory in the SPRAM model, as the board build has it."""
+    _check(list(FAST), tmp_path, board_config("up5k"), spram=True)
+
+
+@pytest.mark.slow
+def test_up5k_suite_through_uart_on_spram(tmp_path: Path) -> None:
+    cfg = board_config("up5k")
+    _check(list(directed_programs(cfg)), tmp_path, cfg, spram=True)
