@@ -245,7 +245,7 @@ class VectorAlu(wiring.Component):
                    for k in range(cfg.block_in)]
             fields: dict[str, Value] = {}
             for name, offset, size, is_signed in REQUANT_RECORD:
-                raw = Cat(*row[offset:offset + size])  # XOR per byte: one op in Cat form
+                raw = Cat(*row[offset:offset + size])
                 fields[name] = raw.as_signed() if is_signed else raw
             out.append(fields)
         return out

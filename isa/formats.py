@@ -105,9 +105,10 @@ REQUANT_MULTIPLIER_BITS = 31
 
 
 def requant_supported(cfg: HwConfig) -> bool:
-    """Whether ``cfg`` has REQUANT: a weight row (``block_in × wgt_width`` bits) holds
-    a :data:`REQUANT_RECORD`, and accumulators are 32 bits."""
-    return cfg.block_in * cfg.wgt_width >= 8 * REQUANT_RECORD_BYTES and cfg.acc_width == 32
+    """Whether ``cfg`` has REQUANT: a weight row of ``block_in`` int8 weights holds a
+    :data:`REQUANT_RECORD`, and accumulators are 32 bits."""
+    return (cfg.wgt_width == 8 and cfg.block_in >= REQUANT_RECORD_BYTES
+            and cfg.acc_width == 32)
 
 
 def alu_imm_operand(op: AluOp, imm: int) -> int:

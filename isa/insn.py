@@ -299,7 +299,7 @@ def check_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> None:
         if insn.op is AluOp.REQUANT:
             if not requant_supported(cfg):
                 raise _illegal(insn, "op", f"config {cfg.name!r} has no REQUANT (a weight "
-                               f"row of {cfg.block_in * cfg.wgt_width // 8} bytes cannot "
+                               f"row of {cfg.block_in} bytes cannot "
                                f"hold its {REQUANT_RECORD_BYTES}-byte record)", index)
             if insn.use_imm:
                 raise _illegal(insn, "use_imm", "requant takes no immediate", index)

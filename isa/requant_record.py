@@ -21,9 +21,12 @@ from .formats import (
 
 __all__ = ["pack_requant_records", "unpack_requant_records"]
 
+#: Legal values per field: the field's width, but the shift up to REQUANT_MAX_SHIFT and
+#: the multiplier within its REQUANT_MULTIPLIER_BITS.
 _RANGES = {name: ((-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if signed
                   else (0, (1 << (8 * size)) - 1))
-           for name, _, size, signed in REQUANT_RECORD}
+           for name, _, size, signed in REQUANT_RECORD} | {
+    "shift": (0, REQUANT_MAX_SHIFT), "multiplier": (0, (1 << REQUANT_MULTIPLIER_BITS) - 1)}
 
 
 def pack_requant_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.ndarray:
@@ -52,24 +55,18 @@ def pack_requant_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.ndarra
     """
     if not requant_supported(cfg):
         raise UsageError(f"config {cfg.name!r} has no REQUANT: a weight row holds "
-                         f"{cfg.block_in * cfg.wgt_width // 8} bytes, a record "
-                         f"{REQUANT_RECORD_BYTES}")
+                         f"{cfg.block_in} bytes, a record {REQUANT_RECORD_BYTES}")
     names = [name for name, *_ in REQUANT_RECORD]
     if sorted(fields) != sorted(names):
         raise UsageError(f"REQUANT records need the fields {names}, got {sorted(fields)}")
     arrays = {k: np.asarray(v, dtype=np.int64).reshape(-1) for k, v in fields.items()}
     n = max(a.size for a in arrays.values())
-    rows = np.zeros((-(-n // cfg.block_out) * cfg.block_out, cfg.block_in * cfg.wgt_width // 8),
-                    dtype=np.uint8)
+    rows = np.zeros((-(-n // cfg.block_out) * cfg.block_out, cfg.block_in), dtype=np.uint8)
     for name, offset, size, _signed in REQUANT_RECORD:
         a = np.broadcast_to(arrays[name], (n,)) if arrays[name].size == 1 else arrays[name]
         if a.size != n:
             raise UsageError(f"REQUANT field {name} has {a.size} values, others {n}")
         lo, hi = _RANGES[name]
-        if name == "shift":
-            hi = REQUANT_MAX_SHIFT
-        if name == "multiplier":
-            hi = (1 << REQUANT_MULTIPLIER_BITS) - 1
         bad = np.flatnonzero((a < lo) | (a > hi))
         if bad.size:
             raise UsageError(f"REQUANT {name} of channel {int(bad[0])} is {int(a[bad[0]])}, "
@@ -77,16 +74,15 @@ def pack_requant_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.ndarra
         u = a & ((1 << (8 * size)) - 1)
         for k in range(size):
             rows[:n, offset + k] = (u >> (8 * k)) & 0xFF
-    entry = rows.view(np.int8).reshape(-1, cfg.block_out, rows.shape[1])
-    return entry[:, :, :cfg.block_in] if cfg.wgt_width == 8 else entry
+    return rows.view(np.int8).reshape(-1, cfg.block_out, cfg.block_in)
 
 
 def unpack_requant_records(rows: np.ndarray) -> dict[str, np.ndarray]:
     """The record fields of weight rows: ``rows`` is int8 ``(..., block_in)`` (any
     leading shape, e.g. ``(entries, block_out)``); returns int64 arrays of the leading
-    shape per field name, as REQUANT reads them: the multiplier's low
-    :data:`.formats.REQUANT_MULTIPLIER_BITS` bits; other values as stored (a shift
-    above :data:`.formats.REQUANT_MAX_SHIFT` is returned, not rejected)."""
+    shape per field name, as stored (REQUANT ignores the multiplier field's top bit,
+    :func:`tensorfab.sim.fsim_alu.requant_values`; a shift above
+    :data:`.formats.REQUANT_MAX_SHIFT` is returned, not rejected)."""
     b = np.asarray(rows).astype(np.int64) & 0xFF
     out: dict[str, np.ndarray] = {}
     for name, offset, size, signed in REQUANT_RECORD:
@@ -95,7 +91,5 @@ def unpack_requant_records(rows: np.ndarray) -> dict[str, np.ndarray]:
             v |= b[..., offset + k] << (8 * k)
         if signed:
             v = np.where(v >= 1 << (8 * size - 1), v - (1 << (8 * size)), v)
-        if name == "multiplier":
-            v = v & ((1 << REQUANT_MULTIPLIER_BITS) - 1)
         out[name] = v
     return out

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorfab.isa import Alu, AluOp, ErrorCode
-from tensorfab.isa.formats import MAX_SHIFT, REQUANT_MAX_SHIFT, SHIFT_OPS, alu_imm_operand
+from tensorfab.isa.formats import (
+    MAX_SHIFT,
+    REQUANT_MAX_SHIFT,
+    REQUANT_MULTIPLIER_BITS,
+    SHIFT_OPS,
+    alu_imm_operand,
+)
 from tensorfab.isa.requant_record import unpack_requant_records
 
 from .machine import Machine, check_loop_index, check_uop_field, range_error
@@ -97,7 +103,8 @@ def requant_values(a: np.ndarray, multiplier: np.ndarray | int, bias: np.ndarray
     wrapping to int32, the product by the 31-bit unsigned multiplier, one rounding
     shift (half away from zero), the zero point and the clamp; int32 result."""
     t = (np.asarray(a, dtype=np.int64) + bias + (1 << 31)) % (1 << 32) - (1 << 31)
-    p = t * (np.asarray(multiplier, dtype=np.int64) & 0x7FFFFFFF)  # |p| < 2^62
+    m = np.asarray(multiplier, dtype=np.int64) & ((1 << REQUANT_MULTIPLIER_BITS) - 1)
+    p = t * m  # |p| < 2^62
     n = np.asarray(shift, dtype=np.int64)
     mask = (np.int64(1) << n) - 1
     r = (p >> n) + ((p & mask) > (mask >> 1) + (p < 0))
@@ -249,8 +256,8 @@ def plan_alu(m: Machine, access: Access, insn: Alu, fast: bool = True) -> AluPla
                          ("src_factor_out", "src_factor_in", "wgt"), "wgt", cfg.wgt_depth)
         d = _indices(insn, ua, insn.dst_factor_out, insn.dst_factor_in)
         w = _indices(insn, uw, insn.src_factor_out, insn.src_factor_in)
-        ranks = _ranks(d) if fast and np.bincount(d).max() > 1 else None
-        strategy = "sequential" if not fast else ("waves" if ranks is not None else "oneshot")
+        strategy, ranks = _strategy(insn.op, d, None, cfg.acc_depth) if fast \
+            else ("sequential", None)
         return AluPlan(Span(lo, hi), d, None, strategy, ranks, w)
     if not insn.use_imm:
         check_uop_field(access, us, lo, "src", "acc", cfg.acc_depth)

@@ -195,7 +195,7 @@ class _Lowering:
         gemms: dict[tuple[int, int, int, int], Gemm] = {}  # (thread, tic, regions) -> GEMM
         steps: list[Step] = []
         alu_ops = self.ep.alu_ops()
-        one_pass = getattr(self.ep, "one_pass", False)
+        one_pass = self.ep.one_pass
         for sl in plan_steps(plan):
             v, t, c0, tic = sl.vthread, sl.start, sl.c0, sl.tic
             step = Step(vthread=v, tile=sl.tile,
@@ -262,6 +262,8 @@ def lookahead(cfg: HwConfig) -> int:
 class _EpilogueShape:
     """What the lowering needs of an epilogue when only its shape is known."""
 
+    one_pass = False  # a one-pass epilogue is timed as its one ALU pass
+
     def __init__(self, channel_tiles: int, n_alu_ops: int) -> None:
         self.bias = bool(channel_tiles)
         self.channel_tiles = int(channel_tiles)
@@ -307,11 +309,10 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
     """
     ep = epilogue or Epilogue()
     ep.check_config(plan.cfg)
-    if plan.records != ep.record_entries(plan.cfg, plan.workload.out_channels,
-                                         plan.workload.groups):
+    records = ep.record_entries(plan.cfg, plan.workload.out_channels, plan.workload.groups)
+    if plan.records != records:
         raise CompileError(f"the schedule reserves {plan.records} weight entries for "
-                           "REQUANT records, the epilogue needs "
-                           f"{ep.record_entries(plan.cfg, plan.workload.out_channels)}")
+                           f"REQUANT records, the epilogue needs {records}")
     if ep.channel_tiles != plan.bias:
         raise CompileError(f"the epilogue needs {ep.channel_tiles} per-channel tile(s) (bias "
                          f"{ep.bias}, vectors {ep.vector_tiles()}) but the schedule was made "
