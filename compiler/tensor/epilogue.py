@@ -202,7 +202,7 @@ class Epilogue:
             raise CompileError(f"{b.size} bias values for {n} channels")
         return pack_requant_records(cfg, multiplier=np.array(self.multiplier),
                                     bias=b, shift=31 - np.array(self.shift),
-                                    zero_point=self.zero_point, lo=lo, hi=min(max(hi, lo), 127))
+                                    zero_point=self.zero_point, lo=lo, hi=hi)
 
     @property
     def requantizes(self) -> bool:

@@ -83,6 +83,11 @@ def test_clip_bounds_go_into_the_records() -> None:
     acc = conv2d_acc(x.astype(np.int64), w, (1, 1), (0, 0, 0, 0)) + bias.reshape(1, -1, 1, 1)
     op = conv2d(DEFAULT, x, w, bias, epilogue=ep)
     np.testing.assert_array_equal(op.run("fsim"), single_rounding(acc, scales, zy, -20, 30))
+    # ReLU at a zero point above the clip's top: max(v, zp) then min(., hi) is hi, as the
+    # double-rounding path's MAX then MIN gives it
+    ep = Epilogue(**{**ep.__dict__, "zero_point": 40, "relu": True})
+    op = conv2d(DEFAULT, x, w, bias, epilogue=ep)
+    np.testing.assert_array_equal(op.run("fsim"), np.full(op.out_shape, 30))
 
 
 def test_dense_and_grouped_matmul_one_pass_fsim() -> None:
