@@ -12,15 +12,14 @@ from tensorfab.isa import (
     AluOp,
     Buffer,
     ErrorCode,
-    Finish,
     IllegalInstruction,
     Load,
     Program,
+    ProgramBuilder,
     ProgramError,
     Segment,
     Store,
     Uop,
-    uop_format,
 )
 from tensorfab.isa.insn import check_insn
 from tensorfab.isa.requant_record import pack_requant_records, unpack_requant_records
@@ -56,26 +55,24 @@ def _program(cfg, x: np.ndarray, rec: np.ndarray, which: list[int], **loops: int
              ) -> Program:
     """acc[0:k] = x; REQUANT entry k with the record entry which[k]; store."""
     k = x.shape[0]
-    e = (cfg.batch, cfg.block_out)
-    segs = [Segment("X", "int32", x.shape, x), Segment("R", "int8", rec.shape, rec),
-            Segment("out", "int8", (k, *e), output=True)]
-    uops = [Uop(acc=i, src=0, wgt=w) for i, w in enumerate(which)]
+    bld = ProgramBuilder(cfg)
+    bld.add_segment(Segment("X", "int32", x.shape, x))
+    bld.add_segment(Segment("R", "int8", rec.shape, rec))
+    bld.add_segment(Segment("out", "int8", (k, cfg.batch, cfg.block_out), output=True))
+    begin, end = bld.add_uops([Uop(acc=i, src=0, wgt=w) for i, w in enumerate(which)])
+    bld.load_uops()
+    bld.emit(Load(buffer=Buffer.WGT, sram=0, dram=0, x=rec.shape[0]), segment="R")
+    bld.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, x=k, push_next=True), segment="X")
+    bld.emit(Alu(op=AluOp.REQUANT, uop_begin=begin, uop_end=end, pop_prev=True,
+                 push_next=True, **loops))
+    bld.emit(Store(sram=0, dram=0, x=k, pop_prev=True), segment="out")
+    return bld.build()
 
-    def make(at):
-        return [Load(buffer=Buffer.UOP, sram=0, dram=at("uops", uop_format(cfg).bytes), x=k),
-                Load(buffer=Buffer.WGT, sram=0, dram=at("R", cfg.wgt_entry_bytes),
-                     x=rec.shape[0]),
-                Load(buffer=Buffer.ACC, sram=0, dram=at("X", cfg.acc_entry_bytes), x=k,
-                     push_next=True),
-                Alu(op=AluOp.REQUANT, uop_begin=0, uop_end=k, pop_prev=True, push_next=True,
-                    **loops),
-                Store(sram=0, dram=at("out", cfg.out_entry_bytes), x=k, pop_prev=True),
-                Finish()]
-    prog = Program(cfg, make(lambda name, eb: 0), uops, segs)
-    lay = prog.layout()
-    prog.insns = make(lambda name, eb: lay[name].offset // eb)
-    prog.validate()
-    return prog
+
+def _unit_records(cfg, shift: int) -> np.ndarray:
+    """One record entry: multiplier 1, no bias, ``shift``, zero point 0, int8 clamp."""
+    return pack_requant_records(cfg, multiplier=np.ones(cfg.block_out), bias=0, shift=shift,
+                                zero_point=0, lo=-128, hi=127)
 
 
 def test_records_round_trip() -> None:
@@ -115,8 +112,7 @@ def test_requant_matches_python_integers(preset: str) -> None:
 
 def test_ties_round_away_from_zero() -> None:
     cfg = PRESETS["default"]
-    rec = pack_requant_records(cfg, multiplier=np.ones(cfg.block_out), bias=0, shift=1,
-                               zero_point=0, lo=-128, hi=127)
+    rec = _unit_records(cfg, shift=1)
     x = np.zeros((1, cfg.batch, cfg.block_out), dtype=np.int32)
     x[0, 0, :6] = [1, -1, 3, -3, 2, -2]
     out = FunctionalSimulator(cfg).run(_program(cfg, x, rec, [0])).outputs["out"]
@@ -125,8 +121,7 @@ def test_ties_round_away_from_zero() -> None:
 
 def test_shift_past_62_is_shift_range_naming_the_record() -> None:
     cfg = PRESETS["default"]
-    rec = pack_requant_records(cfg, multiplier=np.ones(cfg.block_out), bias=0, shift=3,
-                               zero_point=0, lo=-128, hi=127)
+    rec = _unit_records(cfg, shift=3)
     rec[0, 5, 8] = 63  # channel 5's shift byte
     x = np.ones((2, cfg.batch, cfg.block_out), dtype=np.int32)
     with pytest.raises(ProgramError) as exc:
@@ -136,16 +131,21 @@ def test_shift_past_62_is_shift_range_naming_the_record() -> None:
     assert "63" in str(exc.value) and "row 5" in str(exc.value)
 
 
-def test_record_entry_past_the_weight_buffer_is_sram_range() -> None:
+@pytest.mark.parametrize("executor", ["fsim", "rtl"])
+def test_record_entry_past_the_weight_buffer_is_sram_range(executor: str) -> None:
+    """Both executors stop a REQUANT whose record index leaves the weight buffer with
+    SRAM_RANGE at the same instruction (fsim also names the factor)."""
+    from tensorfab.sim import get_device
+
     cfg = PRESETS["default"]
-    rec = pack_requant_records(cfg, multiplier=np.ones(cfg.block_out), bias=0, shift=3,
-                               zero_point=0, lo=-128, hi=127)
+    rec = _unit_records(cfg, shift=3)
     x = np.ones((2, cfg.batch, cfg.block_out), dtype=np.int32)
     prog = _program(cfg, x, rec, [0, 0], iter_out=2, src_factor_out=cfg.wgt_depth)
     with pytest.raises(ProgramError) as exc:
-        FunctionalSimulator(cfg).run(prog)
-    assert exc.value.code is ErrorCode.SRAM_RANGE
-    assert exc.value.field == "src_factor_out" and exc.value.index == 3
+        get_device(executor).run(prog)
+    assert exc.value.code is ErrorCode.SRAM_RANGE and exc.value.index == 3
+    if executor == "fsim":
+        assert exc.value.field == "src_factor_out"
 
 
 def test_requant_is_illegal_where_a_weight_row_cannot_hold_a_record() -> None:
@@ -178,18 +178,3 @@ def test_rtl_equals_fsim_and_reports_the_same_errors() -> None:
     with pytest.raises(ProgramError) as exc:
         RtlSimulator().run(prog)
     assert exc.value.code is ErrorCode.SHIFT_RANGE and exc.value.index == 3
-
-
-def test_record_index_past_the_weight_buffer_on_rtl() -> None:
-    """The core stops a REQUANT whose record index leaves the weight buffer with
-    SRAM_RANGE at the same instruction as fsim."""
-    from tensorfab.sim.rtl import RtlSimulator
-
-    cfg = PRESETS["default"]
-    rec = pack_requant_records(cfg, multiplier=np.ones(cfg.block_out), bias=0, shift=3,
-                               zero_point=0, lo=-128, hi=127)
-    x = np.ones((2, cfg.batch, cfg.block_out), dtype=np.int32)
-    prog = _program(cfg, x, rec, [0, 0], iter_out=2, src_factor_out=cfg.wgt_depth)
-    with pytest.raises(ProgramError) as exc:
-        RtlSimulator().run(prog)
-    assert exc.value.code is ErrorCode.SRAM_RANGE and exc.value.index == 3
