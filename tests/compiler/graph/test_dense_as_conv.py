@@ -69,7 +69,7 @@ def test_ineligible_matmuls_stay() -> None:
 @pytest.mark.parametrize("rounding", ["double", "single"])
 def test_dense_chain_on_the_accelerator(rounding: str) -> None:
     rng = np.random.default_rng(7)
-    f, *_ = dense_chain(rng, m=12, k=200, n=70)
+    f, w, bias, scale = dense_chain(rng, m=12, k=200, n=70)
     g = fixed_point_requantize(dense_as_conv(f), per_channel=True, rounding=rounding)
     compiled = lower_accelerator_chains(pack_accel_layouts(plan_devices(
         annotate_accelerator(g, accel("default")))))
@@ -79,12 +79,6 @@ def test_dense_chain_on_the_accelerator(rounding: str) -> None:
     got = evaluate(compiled, [x])
     np.testing.assert_array_equal(got, evaluate(g, [x]))
     # the integer requantization stays within one step of onnxruntime-style float
-    f_ref = numpy_dense(x, *_dense_weights(f), relu=True)
+    f_ref = numpy_dense(x, w, bias, scale, relu=True)
     assert np.abs(got.astype(np.int64) - f_ref).max() <= 1
 
-
-def _dense_weights(f):
-    """(w, bias, scale) of :func:`dense_chain`'s function."""
-    nodes = {e.op: e for e in post_order(f) if isinstance(e, Call)}
-    return (nodes["qnn.matmul_integer"].args[1].data, nodes["add"].args[1].data,
-            nodes["qnn.requantize"].args[1].data)
