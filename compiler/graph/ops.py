@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tensorfab.compiler.tensor.requant import ROUNDINGS
 from tensorfab.runtime.layout_transform import parse_layout
 
 from .device import VirtualDevice
@@ -741,8 +742,9 @@ def _requantize_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x = _t(types, 0)
     _want_dtype(x, ("int32",), "the input")
     mult, shift = tuple(attrs["multiplier"]), tuple(attrs["shift"])
-    if attrs["rounding"] not in ("double", "single"):
-        raise _fail(f"rounding {attrs['rounding']!r} is neither 'double' nor 'single'")
+    if attrs["rounding"] not in ROUNDINGS:
+        raise _fail(f"rounding {attrs['rounding']!r} is neither {ROUNDINGS[0]!r} nor "
+                    f"{ROUNDINGS[1]!r}")
     if len(mult) != len(shift) or not mult:
         raise _fail(f"{len(mult)} multipliers and {len(shift)} shifts: one of each per "
                     "channel")

@@ -14,7 +14,7 @@ from tensorfab.isa.requant_record import pack_requant_records
 
 from .errors import CompileError
 from .quantize import MAX_MULTIPLIER, MAX_SHIFT
-from .requant import MAX_EXPONENT, MIN_EXPONENT, quantize_multipliers
+from .requant import MAX_EXPONENT, MIN_EXPONENT, ROUNDINGS, quantize_multipliers
 
 
 @dataclass(frozen=True)
@@ -108,8 +108,9 @@ class Epilogue:
             raise CompileError(f"zero_point {self.zero_point} outside -128..127")
         if not 0 <= self.headroom <= 31:
             raise CompileError(f"headroom {self.headroom} outside 0..31")
-        if self.rounding not in ("double", "single"):
-            raise CompileError(f"rounding {self.rounding!r} is neither 'double' nor 'single'")
+        if self.rounding not in ROUNDINGS:
+            raise CompileError(f"rounding {self.rounding!r} is neither {ROUNDINGS[0]!r} nor "
+                               f"{ROUNDINGS[1]!r}")
         if self.rounding == "single":
             if self.multiplier is None:
                 raise CompileError("rounding='single' needs per-channel multiplier and shift")

@@ -21,6 +21,9 @@ import numpy as np
 
 from .errors import CompileError
 
+#: Requantization arithmetics: ``"double"`` (TFLite: MULHI rounds, then the rounding
+#: shift) and ``"single"`` (REQUANT: the exact product rounded once).
+ROUNDINGS = ("double", "single")
 #: Most negative exponent: RoundingDivideByPOT takes shifts 0..31.
 MIN_EXPONENT = -31
 #: Largest exponent TFLite keeps (``QuantizeMultiplier`` clamps above it).
@@ -107,5 +110,5 @@ def fold_input_zero_point(bias: np.ndarray | None, weights: np.ndarray,
     return b - int(input_zero_point) * w.reshape(o, -1).sum(axis=1)
 
 
-__all__ = ["MAX_EXPONENT", "MIN_EXPONENT", "fold_input_zero_point", "quantize_multiplier_q31",
-           "quantize_multipliers"]
+__all__ = ["MAX_EXPONENT", "MIN_EXPONENT", "ROUNDINGS", "fold_input_zero_point",
+           "quantize_multiplier_q31", "quantize_multipliers"]

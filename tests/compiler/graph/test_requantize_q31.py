@@ -123,3 +123,14 @@ def test_digits_per_channel_on_accelerator_is_bit_exact(rounding: str) -> None:
     # exact integer requantization stays close to onnxruntime's float-scale rounding
     assert (got.argmax(axis=1) == evaluate(g, [x]).argmax(axis=1)).mean() >= 0.95
     assert (got.argmax(axis=1) == yte[:40]).mean() >= 0.9
+
+
+def test_unknown_rounding_names_the_call() -> None:
+    from tensorfab.compiler.graph import builder as gb
+    from tensorfab.compiler.graph.types import TypeInferenceError
+
+    x = gb.var("x", (1, 2, 3, 3), "int32")
+    with pytest.raises(TypeInferenceError,
+                       match=r"in call qnn\.requantize_q31\(%x.*rounding 'triple' is neither"):
+        gb.function([x], gb.call("qnn.requantize_q31", x, multiplier=(1 << 30, 1 << 30),
+                                 shift=(-3, -3), rounding="triple"))
