@@ -60,12 +60,14 @@ def pack_requant_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.ndarra
     if sorted(fields) != sorted(names):
         raise UsageError(f"REQUANT records need the fields {names}, got {sorted(fields)}")
     arrays = {k: np.asarray(v, dtype=np.int64).reshape(-1) for k, v in fields.items()}
+    sizes = {k: a.size for k, a in arrays.items() if a.size != 1}
+    if len(set(sizes.values())) > 1:
+        raise UsageError("REQUANT fields have different channel counts: "
+                         + ", ".join(f"{k} {v}" for k, v in sizes.items()))
     n = max(a.size for a in arrays.values())
     rows = np.zeros((-(-n // cfg.block_out) * cfg.block_out, cfg.block_in), dtype=np.uint8)
     for name, offset, size, _signed in REQUANT_RECORD:
-        a = np.broadcast_to(arrays[name], (n,)) if arrays[name].size == 1 else arrays[name]
-        if a.size != n:
-            raise UsageError(f"REQUANT field {name} has {a.size} values, others {n}")
+        a = np.broadcast_to(arrays[name], (n,))
         lo, hi = _RANGES[name]
         bad = np.flatnonzero((a < lo) | (a > hi))
         if bad.size:

@@ -167,3 +167,20 @@ def test_timing_model_covers_one_pass_on_rtl() -> None:
     np.testing.assert_array_equal(res.dram, FunctionalSimulator().run(op.program).dram)
     model = simulate(op.program.insns, DEFAULT)
     assert model is not None and abs(model.cycles - res.cycles) < 0.05 * res.cycles
+
+
+def test_one_pass_errors_name_what_is_wrong() -> None:
+    from tensorfab.compiler import Schedule, ScheduleError, Workload
+
+    ep = Epilogue.from_scales(np.full(20, 0.01), rounding="single")
+    wl = Workload.conv2d(1, 16, 6, 6, 20, 1, 1, 0)
+    x, w = np.ones((1, 16, 6, 6), np.int8), np.ones((20, 16, 1, 1), np.int8)
+    with pytest.raises(CompileError, match="reserves 0 weight entries for REQUANT records, "
+                                           "the epilogue needs 2"):
+        conv2d(DEFAULT, x, w, epilogue=ep, schedule=Schedule(wl, DEFAULT))
+    with pytest.raises(ScheduleError, match="1024 REQUANT records fill the 1024-entry"):
+        Schedule(wl, DEFAULT, records=DEFAULT.wgt_depth).plan()
+    with pytest.raises(CompileError, match="3 bias values for 20 channels"):
+        ep.records(DEFAULT, np.zeros(3))
+    with pytest.raises(CompileError, match="headroom only applies to rounding='double'"):
+        Epilogue(multiplier=(1 << 30,), shift=(0,), rounding="single", headroom=2)

@@ -20,6 +20,7 @@ from tensorfab.isa import (
     Segment,
     Store,
     Uop,
+    UsageError,
 )
 from tensorfab.isa.insn import check_insn
 from tensorfab.isa.requant_record import pack_requant_records, unpack_requant_records
@@ -178,3 +179,20 @@ def test_rtl_equals_fsim_and_reports_the_same_errors() -> None:
     with pytest.raises(ProgramError) as exc:
         RtlSimulator().run(prog)
     assert exc.value.code is ErrorCode.SHIFT_RANGE and exc.value.index == 3
+
+
+def test_packing_errors_name_the_field_and_channel() -> None:
+    cfg = PRESETS["default"]
+    fields = {"multiplier": [1 << 30, 1 << 30], "bias": 0, "shift": [3, 63],
+              "zero_point": 0, "lo": -128, "hi": 127}
+    with pytest.raises(UsageError, match=r"REQUANT shift of channel 1 is 63, outside 0\.\.62"):
+        pack_requant_records(cfg, **fields)
+    with pytest.raises(UsageError, match=r"multiplier of channel 0 is -1, outside "
+                                         r"0\.\.2147483647"):
+        pack_requant_records(cfg, **{**fields, "multiplier": -1, "shift": 3})
+    with pytest.raises(UsageError, match="different channel counts: multiplier 2, bias 3"):
+        pack_requant_records(cfg, **{**fields, "shift": 3, "bias": [0, 0, 0]})
+    with pytest.raises(UsageError, match="need the fields"):
+        pack_requant_records(cfg, multiplier=1)
+    with pytest.raises(UsageError, match="'small' has no REQUANT: a weight row holds 8 bytes"):
+        pack_requant_records(PRESETS["small"], **fields)
