@@ -120,7 +120,7 @@ def requant_lane(m: Module, go: Value, a: Value, record: dict[str, Value]) -> Va
     m.d.comb += p.eq(Mux(go, t * record["multiplier"][:REQUANT_MULTIPLIER_BITS], a))
     n = record["shift"][:6]
     sh = Signal(7)  # 64 - n: masks made by right shifts keep 64 bits
-    m.d.comb += sh.eq(64 - n)
+    m.d.comb += sh.eq(Mux(go, 64 - n, n))
     # RoundingDivideByPOT as (p + nudge) >> n: nudge 2^(n-1), less one for p < 0
     nudge = Mux(p[62], Const((1 << 63) - 1, 64) >> sh, Const(1 << 63, 64) >> sh)[:62]
     r = Signal(signed(64))
@@ -129,7 +129,7 @@ def requant_lane(m: Module, go: Value, a: Value, record: dict[str, Value]) -> Va
     zp = record["zero_point"]
     lo = Signal(signed(9))
     hi = Signal(signed(9))
-    m.d.comb += [lo.eq(record["lo"] - zp), hi.eq(record["hi"] - zp)]
+    m.d.comb += [lo.eq(Mux(go, record["lo"] - zp, zp)), hi.eq(Mux(go, record["hi"] - zp, zp))]
     r_lo = Signal(signed(64))
     m.d.comb += r_lo.eq(Mux(go, Mux(r > lo, r, lo), r))
     out = Signal(signed(32))  # within [lo, hi] or hi: 10 bits hold the clamped value
@@ -228,8 +228,10 @@ class VectorAlu(wiring.Component):
         m.d.comb += is_shift.eq(Cat(*(self.op == op for op in sorted(SHIFT_OPS))).any())
         shift_bad = is_shift & Cat(*bad).any()
         if records is not None:
-            rec_bad = Cat(*(r["shift"] > REQUANT_MAX_SHIFT for r in records)).any()
-            shift_bad = shift_bad | (is_requant & rec_bad)
+            rec_bad = Signal()  # the other arm a signal: checked only for REQUANT
+            m.d.comb += rec_bad.eq(Mux(is_requant, Cat(*(r["shift"] > REQUANT_MAX_SHIFT
+                                                         for r in records)).any(), is_requant))
+            shift_bad = shift_bad | rec_bad
         m.d.comb += [self.out_valid.eq(self.in_valid),
                      self.shift_error.eq(self.in_valid & shift_bad)]
         return m
