@@ -7,6 +7,9 @@ DRAM layout of a program image (byte addresses, every region aligned to
     0            instruction stream (insn_width/8 bytes per instruction)
     uops         micro-op table (the segment named ``uops``)
     <segments>   user segments in declaration order
+
+A *placed* program (:func:`tensorfab.isa.placement.place_program`) puts each region at
+an address of its own instead, so that many programs share one device DRAM.
 """
 
 from __future__ import annotations
@@ -127,12 +130,16 @@ class Program:
         Micro-op table, placed in DRAM as segment ``uops`` for LOAD.UOP to read.
     segments : list[Segment]
         User DRAM segments, laid out in order after the micro-ops.
+    placement : dict[str, int] | None
+        Byte address of every region (``insns``, ``uops`` and each segment) when the
+        program is placed in a shared DRAM; ``None``: the contiguous layout from 0.
     """
 
     config: HwConfig
     insns: list[Insn] = field(default_factory=list)
     uops: list[Uop] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
+    placement: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.segments]
@@ -158,8 +165,16 @@ class Program:
         return insn_width(self.config) // 8
 
     def layout(self) -> dict[str, Region]:
-        """Placement of instructions (``insns``), micro-ops and segments in DRAM."""
+        """Placement of instructions (``insns``), micro-ops and segments in DRAM; ``end``
+        is the first byte past the last region."""
         align = dram_alignment(self.config)
+        if self.placement is not None:
+            sizes = {"insns": len(self.insns) * self.insn_bytes,
+                     UOP_SEGMENT: len(self.uops) * uop_format(self.config).bytes,
+                     **{s.name: s.nbytes for s in self.segments}}
+            placed = {n: Region(n, self.placement[n], b) for n, b in sizes.items()}
+            end = max(r.offset + r.nbytes for r in placed.values())
+            return {**placed, "end": Region("end", _align(end, align), 0)}
         regions: dict[str, Region] = {}
         pos = 0
         regions["insns"] = Region("insns", 0, len(self.insns) * self.insn_bytes)
@@ -172,6 +187,11 @@ class Program:
             pos = _align(pos + s.nbytes, align)
         regions["end"] = Region("end", pos, 0)
         return regions
+
+    @property
+    def insn_base(self) -> int:
+        """Byte address of the first instruction (the INSN_BASE CSR of a run)."""
+        return self.placement["insns"] if self.placement is not None else 0
 
     @property
     def dram_size(self) -> int:
@@ -222,7 +242,7 @@ class Program:
         lay = self.layout()
         img = np.zeros(lay["end"].offset, dtype=np.uint8)
         insns = self.encode_insns()
-        img[: insns.size] = insns
+        img[self.insn_base: self.insn_base + insns.size] = insns
         uops = self.encode_uops()
         off = lay[UOP_SEGMENT].offset
         img[off: off + uops.size] = uops
@@ -255,6 +275,8 @@ class Program:
                           "output": s.output, "has_data": s.data is not None}
                          for s in self.segments],
         }
+        if self.placement is not None:
+            header["placement"] = dict(self.placement)
         hdr = json.dumps(header, separators=(",", ":")).encode()
         parts = [MAGIC, struct.pack("<II", VERSION, len(hdr)), hdr,
                  self.encode_insns().tobytes(), self.encode_uops().tobytes()]
@@ -283,7 +305,7 @@ class Program:
         if version != VERSION:
             raise BinaryFormatError(f"{source}: version {version}, this tensorfab reads "
                                     f"{VERSION}")
-        cfg, n_insns, n_uops, seg_headers = _check_header(header, source)
+        cfg, n_insns, n_uops, seg_headers, placement = _check_header(header, source)
         pos = 16 + hlen
         nb = insn_width(cfg) // 8
         ub = uop_format(cfg).bytes
@@ -320,7 +342,11 @@ class Program:
             raise BinaryFormatError(f"{source}: {len(blob) - pos} trailing bytes after byte "
                                     f"{pos}")
         try:
-            return cls(cfg, insns, uops, segs)
+            program = cls(cfg, insns, uops, segs, placement)
+            if placement is not None:
+                from .placement import check_placement
+                check_placement(program)
+            return program
         except ProgramError as exc:
             raise BinaryFormatError(f"{source}: header: {exc}") from exc
 
@@ -334,10 +360,12 @@ class Program:
 
 
 _HEADER_KEYS = {"config": dict, "n_insns": int, "n_uops": int, "segments": list}
+_OPTIONAL_HEADER_KEYS = {"placement": dict}
 _SEGMENT_KEYS = {"name": str, "dtype": str, "shape": list, "output": bool, "has_data": bool}
 
 
-def _check_header(header: object, source: str) -> tuple[HwConfig, int, int, list[dict]]:
+def _check_header(header: object, source: str
+                  ) -> tuple[HwConfig, int, int, list[dict], dict[str, int] | None]:
     """Validate a binary's JSON header as untrusted input.
 
     Raises
@@ -348,20 +376,24 @@ def _check_header(header: object, source: str) -> tuple[HwConfig, int, int, list
     def bad(what: str) -> BinaryFormatError:
         return BinaryFormatError(f"{source}: header: {what}")
 
-    def typed(obj: dict, keys: dict[str, type], where: str) -> None:
-        for key, kind in keys.items():
+    def typed(obj: dict, keys: dict[str, type], where: str,
+              optional: dict[str, type] | None = None) -> None:
+        optional = optional or {}
+        for key, kind in (keys | optional).items():
             if key not in obj:
+                if key in optional:
+                    continue
                 raise bad(f"{where}missing key {key!r}")
             v = obj[key]
             if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
                 raise bad(f"{where}{key} = {v!r} is not a {kind.__name__}")
-        extra = set(obj) - set(keys)
+        extra = set(obj) - set(keys) - set(optional)
         if extra:
             raise bad(f"{where}unknown key(s) {', '.join(map(repr, sorted(extra)))}")
 
     if not isinstance(header, dict):
         raise bad("not a JSON object")
-    typed(header, _HEADER_KEYS, "")
+    typed(header, _HEADER_KEYS, "", _OPTIONAL_HEADER_KEYS)
     try:
         cfg = HwConfig.from_dict(header["config"])
     except (ValueError, TypeError) as exc:  # ConfigError is a ValueError
@@ -384,7 +416,15 @@ def _check_header(header: object, source: str) -> tuple[HwConfig, int, int, list
         if math.prod(shape) * DTYPES[s["dtype"]].itemsize > cfg.dram_bytes:
             raise bad(f"segment {i} ({s['name']!r}): shape {shape} exceeds the "
                       f"{cfg.dram_addr_width}-bit DRAM address space")
-    return cfg, header["n_insns"], header["n_uops"], segs
+    placement = header.get("placement")
+    if placement is not None:
+        names = {"insns", UOP_SEGMENT, *(s["name"] for s in segs)}
+        if set(placement) != names or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < cfg.dram_bytes
+                for v in placement.values()):
+            raise bad(f"placement {placement!r} must give a byte address inside the "
+                      f"{cfg.dram_addr_width}-bit DRAM to each of {sorted(names)}")
+    return cfg, header["n_insns"], header["n_uops"], segs, placement
 
 
 def decode_stream(words: Iterable[int], cfg: HwConfig) -> list[Insn]:

@@ -10,6 +10,10 @@ included), the utilization ``gemm_macs / (cycles × peak MACs per cycle)`` and, 
 executor that records them (``rtl`` with ``trace``), the engines' activity intervals.
 ``tensorfab run`` prints the profile as a table and writes it as one Perfetto timeline
 (:mod:`.network_trace`).
+
+By default the model is loaded on the device once (:class:`~.resident.ResidentModel`):
+weights placed in its memory, activations kept there between accelerator programs, the
+host link's traffic counted (:attr:`Profile.host_traffic`).
 """
 
 from __future__ import annotations
@@ -23,12 +27,16 @@ import numpy as np
 
 from .interpreter import GraphProgram, Node, run_program
 from .kernels import KERNELS, accel_program_of, run_accel_program
+from .memory_plan import MemoryPlan
+from .resident import HostTraffic, ResidentModel, host_value
 
 __all__ = ["LayerRecord", "Profile", "profile_program"]
 
 
 def _shape(v: Any) -> tuple[int, ...] | None:
-    return tuple(int(d) for d in v.shape) if isinstance(v, np.ndarray) else None
+    if isinstance(v, np.ndarray) or hasattr(v, "addr"):  # a host array or a DeviceTensor
+        return tuple(int(d) for d in v.shape)
+    return None
 
 
 @dataclass
@@ -112,6 +120,8 @@ class Profile:
     layers: list[LayerRecord]
     seconds: float
     executor: str
+    host_traffic: HostTraffic | None = None
+    memory_plan: MemoryPlan | None = None
 
     @property
     def estimated(self) -> bool:
@@ -144,10 +154,14 @@ class Profile:
 def profile_program(program: GraphProgram,
                     inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
                     device: Any,
-                    progress: Callable[[int, int, str], None] | None = None) -> Profile:
+                    progress: Callable[[int, int, str], None] | None = None, *,
+                    resident: bool | ResidentModel = True) -> Profile:
     """Run ``program`` on ``inputs`` with every accelerator program on ``device`` (a
     :class:`~tensorfab.sim.Device`), recording each node (see the module docstring).
     ``progress`` is called before each node with its index, the node count and its op.
+    ``resident``: load the model on the device once (True; or an already loaded
+    :class:`~.resident.ResidentModel` of ``program``), or run each accelerator program
+    standalone with its own image (False).
 
     Raises
     ------
@@ -156,14 +170,23 @@ def profile_program(program: GraphProgram,
     """
     layers: list[LayerRecord] = []
     t0 = time.perf_counter()
+    has_accel = any(n.op == "accel.program" for n in program.nodes)
+    model: ResidentModel | None = None
+    if isinstance(resident, ResidentModel):
+        model = resident
+    elif resident and has_accel:
+        model = ResidentModel(program, device)
 
     def call(index: int, node: Node, args: list[Any], attrs: Mapping[str, Any]) -> Any:
         if progress is not None:
             progress(index, len(program.nodes), str(attrs.get("layer") or node.op))
         start = time.perf_counter()
         if node.op == "accel.program":
-            result = run_accel_program(args[0], args[1], dict(attrs), device)
-            out = result.outputs[attrs["output_segment"]]
+            if model is not None:
+                out, result = model.run_accel(index, args[0])
+            else:
+                result = run_accel_program(args[0], args[1], dict(attrs), device)
+                out = result.outputs[attrs["output_segment"]]
             seconds = time.perf_counter() - start
             peak = accel_program_of(args[1]).config.peak_macs_per_cycle
             gemm_macs = int(result.counters.gemm_macs)
@@ -179,12 +202,21 @@ def profile_program(program: GraphProgram,
                 list(getattr(result, "intervals", None) or []), estimated, gemm_macs,
                 peak))
             return out
-        out = KERNELS[node.op](args, attrs)
+        out = KERNELS[node.op]([host_value(a) for a in args], attrs)
         layers.append(LayerRecord(index, node.op, "cpu",
                                   [s for s in map(_shape, args) if s is not None],
                                   _shape(out), start - t0, time.perf_counter() - start))
         return out
 
-    output = run_program(program, inputs, call=call)
+    try:
+        if model is not None:
+            output = model.run(inputs, call=call)
+        else:
+            output = run_program(program, inputs, call=call)
+    finally:
+        if model is not None and model is not resident:
+            model.close()
     return Profile(output, layers, time.perf_counter() - t0,
-                   str(getattr(device, "name", type(device).__name__)))
+                   str(getattr(device, "name", type(device).__name__)),
+                   model.last_run if model is not None else None,
+                   model.plan if model is not None else None)

@@ -4,6 +4,11 @@ Every executor (the functional simulator, the RTL simulation, a board) implement
 :class:`Device`: it takes a :class:`~tensorfab.isa.Program` and optionally a DRAM
 image, runs it and returns the final DRAM image, the program's outputs and
 activity counters.
+
+:meth:`Device.open_memory` gives a :class:`DeviceMemory` instead: the device's DRAM kept
+across runs, written and read by the host in parts, so that a model's weights are
+placed once and activations stay on the device between programs
+(:mod:`tensorfab.runtime.resident`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from tensorfab.isa import ErrorCode, Program, ProgramError, TensorfabError
+from tensorfab.isa import ErrorCode, HwConfig, Program, ProgramError, TensorfabError
+from tensorfab.isa.errors import UsageError
 
 
 @dataclass
@@ -66,10 +72,12 @@ class RunResult:
 
     Attributes
     ----------
-    dram : numpy.ndarray
-        Final DRAM image (``uint8``).
+    dram : numpy.ndarray | None
+        Final DRAM image (``uint8``); ``None`` for a run in a :class:`DeviceMemory`
+        (the memory keeps it).
     outputs : dict[str, numpy.ndarray]
-        Every segment marked ``output``, read from :attr:`dram`.
+        Every segment marked ``output``, read from :attr:`dram` (empty for a run in a
+        :class:`DeviceMemory`: read what you need with :meth:`DeviceMemory.read`).
     counters : Counters
         Activity counters.
     cycles : int | None
@@ -78,7 +86,7 @@ class RunResult:
         Name of the executor.
     """
 
-    dram: np.ndarray
+    dram: np.ndarray | None
     outputs: dict[str, np.ndarray]
     counters: Counters = field(default_factory=Counters)
     cycles: int | None = None
@@ -122,6 +130,12 @@ class Device(ABC):
             Final image, outputs and counters.
         """
 
+    def open_memory(self, config: HwConfig, size: int) -> DeviceMemory:
+        """A DRAM of ``size`` bytes (zeros) that persists across runs of programs for
+        ``config``: the default keeps the image on the host and runs each program
+        with :meth:`run`; executors with memory of their own override it."""
+        return ImageMemory(self, config, size)
+
     @staticmethod
     def initial_image(program: Program, dram: np.ndarray | None = None) -> np.ndarray:
         """A private, writable copy of the starting DRAM image.
@@ -149,6 +163,112 @@ class Device(ABC):
         return arr.copy()
 
 
+class DeviceMemory(ABC):
+    """A device's DRAM kept across program runs (see :meth:`Device.open_memory`).
+
+    The host writes and reads parts of it (counted in :attr:`host_bytes_written` and
+    :attr:`host_bytes_read`, the traffic a board's host link would carry) and runs
+    programs placed in it (:func:`tensorfab.isa.placement.place_program`).
+
+    Parameters
+    ----------
+    config : HwConfig
+        The configuration of every program run in it.
+    size : int
+        Bytes of memory.
+    """
+
+    def __init__(self, config: HwConfig, size: int) -> None:
+        if not 0 < size <= config.dram_bytes:
+            raise UsageError(f"a device memory of {size} bytes does not fit the "
+                             f"{config.dram_addr_width}-bit address space of {config.name}")
+        self.config = config
+        self.size = int(size)
+        self.host_bytes_written = 0
+        self.host_bytes_read = 0
+
+    def _check_range(self, addr: int, nbytes: int, what: str) -> None:
+        if addr < 0 or nbytes < 0 or addr + nbytes > self.size:
+            raise UsageError(f"{what} of {nbytes} bytes at {addr:#x} is outside the "
+                             f"{self.size}-byte device memory")
+
+    def write(self, addr: int, data: np.ndarray) -> None:
+        """Write ``data`` (any array; its bytes) at byte ``addr``."""
+        raw = np.ascontiguousarray(data).view(np.uint8).ravel()
+        self._check_range(addr, raw.size, "a write")
+        self._write(addr, raw)
+        self.host_bytes_written += raw.size
+
+    def read(self, addr: int, nbytes: int) -> np.ndarray:
+        """A copy of ``nbytes`` bytes from byte ``addr`` (``uint8``)."""
+        self._check_range(addr, nbytes, "a read")
+        self.host_bytes_read += nbytes
+        return self._read(addr, nbytes)
+
+    def run(self, program: Program) -> RunResult:
+        """Run a program placed in this memory; it reads and writes the memory in place.
+
+        Returns
+        -------
+        RunResult
+            Counters and cycles; ``dram`` is ``None`` and ``outputs`` empty.
+
+        Raises
+        ------
+        ProgramError
+            As :meth:`Device.run`; also a program for another config, or one that
+            reaches past the memory (``DRAM_RANGE``).
+        """
+        if program.config != self.config:
+            raise UsageError(f"a program for {program.config.name} cannot run in a memory "
+                             f"opened for {self.config.name}")
+        if program.dram_size > self.size:
+            raise ProgramError(f"the program reaches byte {program.dram_size:#x}, past the "
+                               f"{self.size}-byte device memory", code=ErrorCode.DRAM_RANGE)
+        return self._run(program)
+
+    def close(self) -> None:  # noqa: B027 - most memories hold nothing to release
+        """Release the memory (and the executor's state behind it)."""
+
+    def __enter__(self) -> DeviceMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @abstractmethod
+    def _write(self, addr: int, raw: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def _read(self, addr: int, nbytes: int) -> np.ndarray: ...
+
+    @abstractmethod
+    def _run(self, program: Program) -> RunResult: ...
+
+
+class ImageMemory(DeviceMemory):
+    """A :class:`DeviceMemory` kept as a host image, each program run by
+    :meth:`Device.run` on it (the default of :meth:`Device.open_memory`)."""
+
+    def __init__(self, device: Device, config: HwConfig, size: int) -> None:
+        super().__init__(config, size)
+        self.device = device
+        self.image = np.zeros(self.size, dtype=np.uint8)
+
+    def _write(self, addr: int, raw: np.ndarray) -> None:
+        self.image[addr: addr + raw.size] = raw
+
+    def _read(self, addr: int, nbytes: int) -> np.ndarray:
+        return self.image[addr: addr + nbytes].copy()
+
+    def _run(self, program: Program) -> RunResult:
+        result = self.device.run(program, self.image)
+        assert result.dram is not None
+        self.image = result.dram
+        result.dram, result.outputs = None, {}
+        return result
+
+
 #: Executors by name, as ``module:class`` of a :class:`Device` built without arguments.
 DEVICES: dict[str, str] = {
     "fsim": "tensorfab.sim.fsim:FunctionalSimulator",
@@ -171,4 +291,5 @@ def get_device(name: str) -> Device:
     return device
 
 
-__all__ = ["DEVICES", "Counters", "Device", "RunResult", "get_device"]
+__all__ = ["DEVICES", "Counters", "Device", "DeviceMemory", "ImageMemory", "RunResult",
+           "get_device"]

@@ -97,7 +97,8 @@ def check_finish(insns: Sequence[Insn]) -> None:
 
 
 def decode_image(program: Program, dram: np.ndarray) -> list[Insn]:
-    """Decode the program's instructions from the DRAM image (they start at byte 0).
+    """Decode the program's instructions from the DRAM image (they start at
+    :attr:`~tensorfab.isa.Program.insn_base`).
 
     Raises
     ------
@@ -108,7 +109,8 @@ def decode_image(program: Program, dram: np.ndarray) -> list[Insn]:
     """
     cfg = program.config
     n = len(program.insns)
-    words = words_from_bytes(dram[: n * program.insn_bytes], cfg)
+    base = program.insn_base
+    words = words_from_bytes(dram[base: base + n * program.insn_bytes], cfg)
     decoded: dict[int, Insn] = {}  # a word decodes the same wherever it is
     insns = []
     for i, w in enumerate(words):

@@ -89,10 +89,12 @@ def exec_store(m: Machine, acc: Access, insn: Store) -> None:
                           f"{depth}")
     eb = m.cfg.out_entry_bytes
     dst = _dram_block(m, acc, insn.dram, insn.y, insn.x, insn.stride, eb)
-    if dst.start < m.insn_end:
+    dst_end = dst.start + (dst.rows - 1) * dst.pitch + dst.width
+    if dst.start < m.insn_end and m.insn_start < dst_end:
         raise range_error(acc, ErrorCode.DRAM_RANGE, "dram",
-                          f"writes DRAM byte {dst.start:#x} (dram = {insn.dram}), inside the "
-                          f"instruction stream [0, {m.insn_end:#x})")
+                          f"writes DRAM byte {max(dst.start, m.insn_start):#x} (dram = "
+                          f"{insn.dram}), inside the instruction stream [{m.insn_start:#x}, "
+                          f"{m.insn_end:#x})")
     m.trackers["acc"].read(acc, Span(insn.sram, insn.sram + n))
     m.trackers["dram"].write(acc, dst)
     data = m.acc[insn.sram: insn.sram + n].astype(np.int8).view(np.uint8)

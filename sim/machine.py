@@ -48,8 +48,8 @@ class Machine:
         (per byte).
     counters : Counters
         Activity counters.
-    insn_end : int
-        End of the instruction stream in DRAM (STOREs must not write below it).
+    insn_start, insn_end : int
+        The instruction stream's byte range in DRAM (STOREs must not write into it).
     store_hull : tuple[int, int]
         Byte range ``[lo, hi)`` covering every STORE destination of the program.
     plans : dict
@@ -63,7 +63,8 @@ class Machine:
         self.cfg: HwConfig = cfg
         self.program = program
         self.dram = dram
-        self.insn_end = len(program.insns) * program.insn_bytes
+        self.insn_start = program.insn_base
+        self.insn_end = self.insn_start + len(program.insns) * program.insn_bytes
         self.inp = np.zeros((cfg.inp_depth, cfg.batch, cfg.block_in), dtype=np.int8)
         self.wgt = np.zeros((cfg.wgt_depth, cfg.block_out, cfg.block_in), dtype=np.int8)
         self.acc = np.zeros((cfg.acc_depth, cfg.batch, cfg.block_out), dtype=ACC_DTYPE)

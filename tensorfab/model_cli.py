@@ -250,6 +250,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                       "accel_macs": profile.accel_macs,
                       "utilization": None if profile.utilization is None
                       else round(profile.utilization, 4),
+                      "host_bytes": None if profile.host_traffic is None
+                      else profile.host_traffic.total,
+                      "device_memory_bytes": None if profile.memory_plan is None
+                      else profile.memory_plan.size,
                       "seconds": round(profile.seconds, 4)}))
     return 0
 

@@ -293,6 +293,21 @@ void tf_load_dram(void* h, const uint8_t* src, uint64_t n) { H(h)->mem.data.assi
 
 uint64_t tf_dram_size(void* h) { return H(h)->mem.data.size(); }
 
+// Partial access for memory that persists across runs; -1 if the range is outside.
+int tf_write_dram_at(void* h, uint64_t addr, const uint8_t* src, uint64_t n) {
+    auto& d = H(h)->mem.data;
+    if (addr > d.size() || n > d.size() - addr) return -1;
+    std::memcpy(d.data() + addr, src, n);
+    return 0;
+}
+
+int tf_read_dram_at(void* h, uint64_t addr, uint8_t* dst, uint64_t n) {
+    auto& d = H(h)->mem.data;
+    if (addr > d.size() || n > d.size() - addr) return -1;
+    std::memcpy(dst, d.data() + addr, n);
+    return 0;
+}
+
 void tf_read_dram(void* h, uint8_t* dst, uint64_t n) {
     auto& d = H(h)->mem.data;
     std::memcpy(dst, d.data(), n < d.size() ? n : d.size());

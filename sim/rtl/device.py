@@ -15,7 +15,7 @@ from tensorfab.isa import (
 from tensorfab.isa.csr import STATUS_DONE
 from tensorfab.isa.errors import UsageError
 
-from ..device import Counters, Device, RunResult
+from ..device import Counters, Device, DeviceMemory, RunResult
 from ..trace import Interval, attribute_intervals
 from .build import DEFAULT_THREADS, HarnessBuild, build_harness
 from .diagnosis import (
@@ -139,49 +139,64 @@ class RtlSimulator(Device):
             The harness could not be built.
         """
         image = self.initial_image(program, dram)
-        cfg = program.config
-        with self.harness(cfg) as h:
+        with self.harness(program.config) as h:
             h.load_dram(image)
-            h.reset()
-            h.set_attribution((0, len(program.insns) * program.insn_bytes), load_plan(program))
-            h.start(0, len(program.insns), image.size)
-            status = RunStatus.LIMIT
-            left = self.max_cycles
-            try:
-                while left > 0:
-                    chunk = min(left, self.CHUNK)
-                    status = h.run(chunk, self.hang_cycles, self.trace)
-                    if status is not RunStatus.LIMIT:
-                        break
-                    left -= chunk
-                    if self.progress is not None:
-                        self.progress(h.run_cycles, self._retired(h))
-            except KeyboardInterrupt:
-                raise self._interrupted(program, h) from None
-            if self.trace and status is RunStatus.LIMIT:
-                h.close_trace()
-            csrs = h.read_csrs()
-            intervals = attribute_intervals(h.intervals(), program) if self.trace else None
-            failure: Exception | None = None
-            if status is RunStatus.FAULT:
-                failure = HarnessError(f"memory fault after {h.run_cycles} cycles: "
-                                       f"{h.message} (the core should have reported "
-                                       "DRAM_RANGE)")
-            elif status is RunStatus.ERROR:
-                failure = core_error(program, image, csrs["ERROR_CODE"], csrs["ERROR_INDEX"])
-            elif status in (RunStatus.LIMIT, RunStatus.HANG):
-                failure = self._hang(program, h, csrs, status)
-            if failure is not None:
-                failure.intervals = intervals  # type: ignore[attr-defined]
-                raise failure
-            assert csrs["STATUS"] & STATUS_DONE
-            if not h.drain():
-                raise HarnessError(f"the core reported done with {h.message or 'memory'} "
-                                   "commands still pending")
+            result = self._execute(h, program, lambda: image)
             final = h.read_dram()
-            mem = h.stats()
-        return RtlRunResult(dram=final, outputs=program.outputs(final),
-                            counters=self._counters(program, csrs, mem),
+        result.dram = final
+        result.outputs = program.outputs(final)
+        return result
+
+    def open_memory(self, config: HwConfig, size: int) -> RtlMemory:
+        """A core for ``config`` whose memory model (``size`` bytes) persists across
+        runs (:class:`RtlMemory`)."""
+        return RtlMemory(self, config, size)
+
+    def _execute(self, h: Harness, program: Program,
+                 image: Callable[[], np.ndarray]) -> RtlRunResult:
+        """Reset the core, run ``program`` (placed in ``h``'s memory) to its end and
+        return its cycles, counters and CSRs (``dram`` and ``outputs`` left empty);
+        ``image`` gives the memory for an error's diagnosis."""
+        h.reset()
+        base = program.insn_base
+        h.set_attribution((base, base + len(program.insns) * program.insn_bytes),
+                          load_plan(program))
+        h.start(base, len(program.insns), h.dram_size)
+        status = RunStatus.LIMIT
+        left = self.max_cycles
+        try:
+            while left > 0:
+                chunk = min(left, self.CHUNK)
+                status = h.run(chunk, self.hang_cycles, self.trace)
+                if status is not RunStatus.LIMIT:
+                    break
+                left -= chunk
+                if self.progress is not None:
+                    self.progress(h.run_cycles, self._retired(h))
+        except KeyboardInterrupt:
+            raise self._interrupted(program, h) from None
+        if self.trace and status is RunStatus.LIMIT:
+            h.close_trace()
+        csrs = h.read_csrs()
+        intervals = attribute_intervals(h.intervals(), program) if self.trace else None
+        failure: Exception | None = None
+        if status is RunStatus.FAULT:
+            failure = HarnessError(f"memory fault after {h.run_cycles} cycles: "
+                                   f"{h.message} (the core should have reported "
+                                   "DRAM_RANGE)")
+        elif status is RunStatus.ERROR:
+            failure = core_error(program, image(), csrs["ERROR_CODE"], csrs["ERROR_INDEX"])
+        elif status in (RunStatus.LIMIT, RunStatus.HANG):
+            failure = self._hang(program, h, csrs, status)
+        if failure is not None:
+            failure.intervals = intervals  # type: ignore[attr-defined]
+            raise failure
+        assert csrs["STATUS"] & STATUS_DONE
+        if not h.drain():
+            raise HarnessError(f"the core reported done with {h.message or 'memory'} "
+                               "commands still pending")
+        mem = h.stats()
+        return RtlRunResult(dram=None, outputs={}, counters=self._counters(program, csrs, mem),
                             cycles=csrs["CYCLES"], device=self.name, csrs=csrs, memory=mem,
                             intervals=intervals)
 
@@ -233,3 +248,27 @@ class RtlSimulator(Device):
             gemm_uops=gemm_uops,
             gemm_macs=max(0, gemm_uops - reset_uops(program)) * cfg.peak_macs_per_cycle,
             alu_uops=csrs["ALU_BUSY"], alu_ops=csrs["ALU_BUSY"] * cfg.batch * cfg.block_out)
+
+
+class RtlMemory(DeviceMemory):
+    """The memory model of one core kept across runs: written once, each program run
+    from its own instruction base after a core reset (which leaves the memory's
+    contents as they are)."""
+
+    def __init__(self, simulator: RtlSimulator, config: HwConfig, size: int) -> None:
+        super().__init__(config, size)
+        self.simulator = simulator
+        self.harness = simulator.harness(config)
+        self.harness.load_dram(np.zeros(self.size, dtype=np.uint8))
+
+    def _write(self, addr: int, raw: np.ndarray) -> None:
+        self.harness.write_dram(addr, raw)
+
+    def _read(self, addr: int, nbytes: int) -> np.ndarray:
+        return self.harness.read_dram_at(addr, nbytes)
+
+    def _run(self, program: Program) -> RtlRunResult:
+        return self.simulator._execute(self.harness, program, self.harness.read_dram)
+
+    def close(self) -> None:
+        self.harness.close()

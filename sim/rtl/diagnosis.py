@@ -201,14 +201,15 @@ def core_error(program: Program, image: np.ndarray, code: int, index: int) -> Pr
         return ProgramError(f"the core reported the unknown error code {code} at "
                             f"instruction {index}", index=index)
     cfg = program.config
-    n, nb = len(program.insns), program.insn_bytes
+    n, nb, base = len(program.insns), program.insn_bytes, program.insn_base
     tag = f"reported by the core: ERROR_CODE={err.name}, ERROR_INDEX={index}"
-    if not 0 <= index < n or (index + 1) * nb > image.size:
+    if not 0 <= index < n or base + (index + 1) * nb > image.size:
         engine = "compute" if err is ErrorCode.NO_FINISH else None
         what = ("the program does not end with FINISH" if err is ErrorCode.NO_FINISH
                 else "error past the last instruction")
         return ProgramError(f"{what} ({tag})", code=err, index=index, engine=engine)
-    word = int.from_bytes(image[index * nb:(index + 1) * nb].tobytes(), "little")
+    word = int.from_bytes(image[base + index * nb:base + (index + 1) * nb].tobytes(),
+                          "little")
     try:
         insn = decode_insn(word, cfg, index)
     except IllegalInstruction as exc:

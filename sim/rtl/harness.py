@@ -99,6 +99,10 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tf_load_dram": (None, [ctypes.c_void_p, _U8P, ctypes.c_uint64]),
     "tf_dram_size": (ctypes.c_uint64, [ctypes.c_void_p]),
     "tf_read_dram": (None, [ctypes.c_void_p, _U8P, ctypes.c_uint64]),
+    "tf_write_dram_at": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, _U8P,
+                                        ctypes.c_uint64]),
+    "tf_read_dram_at": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, _U8P,
+                                       ctypes.c_uint64]),
     "tf_reset": (None, [ctypes.c_void_p, ctypes.c_uint32]),
     "tf_csr_write": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32]),
     "tf_csr_read": (ctypes.c_uint32, [ctypes.c_void_p, ctypes.c_uint32]),
@@ -215,11 +219,31 @@ class Harness:
         arr = np.ascontiguousarray(image, dtype=np.uint8)
         self._lib.tf_load_dram(self.handle, arr.ctypes.data_as(_U8P), arr.size)
 
+    @property
+    def dram_size(self) -> int:
+        """Bytes of the memory (set by :meth:`load_dram`)."""
+        return int(self._lib.tf_dram_size(self.handle))
+
     def read_dram(self) -> np.ndarray:
         """A copy of the whole memory."""
         n = self._lib.tf_dram_size(self.handle)
         out = np.empty(n, dtype=np.uint8)
         self._lib.tf_read_dram(self.handle, out.ctypes.data_as(_U8P), n)
+        return out
+
+    def write_dram(self, addr: int, data: np.ndarray) -> None:
+        """Write ``data`` (``uint8``) at byte ``addr`` of the memory (no clock)."""
+        arr = np.ascontiguousarray(data, dtype=np.uint8)
+        if self._lib.tf_write_dram_at(self.handle, addr, arr.ctypes.data_as(_U8P), arr.size):
+            raise HarnessError(f"write of {arr.size} bytes at {addr:#x} is outside the "
+                               f"{self._lib.tf_dram_size(self.handle)}-byte memory")
+
+    def read_dram_at(self, addr: int, nbytes: int) -> np.ndarray:
+        """A copy of ``nbytes`` bytes of the memory from byte ``addr``."""
+        out = np.empty(nbytes, dtype=np.uint8)
+        if self._lib.tf_read_dram_at(self.handle, addr, out.ctypes.data_as(_U8P), nbytes):
+            raise HarnessError(f"read of {nbytes} bytes at {addr:#x} is outside the "
+                               f"{self._lib.tf_dram_size(self.handle)}-byte memory")
         return out
 
     def reset(self, cycles: int = 2) -> None:

@@ -1,0 +1,240 @@
+"""The device-memory plan of a model: every accelerator program of a
+:class:`~.interpreter.GraphProgram` placed once in one device DRAM, with activation
+buffers shared between consecutive programs.
+
+Layout of the device memory::
+
+    0              static area: each program's instructions, micro-ops and constant
+                   segments (weights, biases, requantization records), written once
+    static_bytes   activation area: buffers reused by liveness (first fit)
+
+An accelerator program's output is a buffer live from its run to its last reader. A
+program whose input is another program's output, with the same shape and dtype (the
+blocked layout they share), reads that buffer in place: the activation never leaves the
+device (no host round trip). Any other input gets a buffer of its own, written by the
+host just before the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tensorfab.isa import HwConfig, Program, TensorfabError
+from tensorfab.isa.placement import place_program, placement_alignment
+
+from .interpreter import GraphProgram
+
+__all__ = ["Buffer", "MemoryPlan", "MemoryPlanError", "PlacedProgram", "plan_memory"]
+
+
+class MemoryPlanError(TensorfabError):
+    """A model whose accelerator programs cannot share one device memory (names why)."""
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """An activation buffer: bytes ``[addr, addr + nbytes)`` live from node ``first``
+    to node ``last`` (indices into the program's nodes)."""
+
+    addr: int
+    nbytes: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class PlacedProgram:
+    """One ``accel.program`` node in device memory.
+
+    Attributes
+    ----------
+    node : int
+        Index of the node in the :class:`GraphProgram`.
+    program : Program
+        The program placed at its addresses.
+    input : Buffer
+        Where its input segment is.
+    output : Buffer
+        Where its output segment is.
+    input_on_device : bool
+        Whether the input is another program's output buffer (nothing to write).
+    input_segment, output_segment : str
+        The program's segments for its input and its output.
+    """
+
+    node: int
+    program: Program
+    input: Buffer
+    output: Buffer
+    input_on_device: bool
+    input_segment: str
+    output_segment: str
+
+
+@dataclass
+class MemoryPlan:
+    """Where a model's accelerator programs and activations live in device memory.
+
+    Attributes
+    ----------
+    config : HwConfig
+        The accelerator configuration of every program.
+    programs : dict[int, PlacedProgram]
+        By node index.
+    static : list[tuple[int, numpy.ndarray]]
+        ``(address, bytes)`` written once when the model is loaded.
+    static_bytes : int
+        Size of the static area (programs and weights).
+    size : int
+        Bytes of device memory the model needs.
+    """
+
+    config: HwConfig
+    programs: dict[int, PlacedProgram]
+    static: list[tuple[int, np.ndarray]] = field(default_factory=list)
+    static_bytes: int = 0
+    size: int = 0
+
+    @property
+    def activation_bytes(self) -> int:
+        """Peak size of the activation area."""
+        return self.size - self.static_bytes
+
+    @property
+    def on_device_inputs(self) -> int:
+        """Programs whose input never leaves the device."""
+        return sum(p.input_on_device for p in self.programs.values())
+
+    def text(self) -> str:
+        """The plan as a short table (``tensorfab inspect`` prints it)."""
+        lines = [f"device memory ({self.config.name}): {self.size} bytes = "
+                 f"{self.static_bytes} static (programs, weights) + "
+                 f"{self.activation_bytes} activations"]
+        for k, p in self.programs.items():
+            src = "device" if p.input_on_device else "host"
+            lines.append(f"  node {k}: program @{p.program.insn_base:#x}, input "
+                         f"@{p.input.addr:#x} ({p.input.nbytes} B, from {src}), output "
+                         f"@{p.output.addr:#x} ({p.output.nbytes} B, live to node "
+                         f"{p.output.last})")
+        return "\n".join(lines) + "\n"
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def _allocate(buffers: list[tuple[int, int, int]], align: int) -> tuple[list[int], int]:
+    """First-fit addresses (relative) of buffers given as ``(nbytes, first, last)`` in
+    order of ``first``; returns them and the area's size."""
+    addrs: list[int] = []
+    active: list[tuple[int, int, int]] = []  # (addr, end, last)
+    top = 0
+    for nbytes, first, last in buffers:
+        active = [a for a in active if a[2] >= first]
+        size = _align(nbytes, align)
+        pos = 0
+        for a_addr, a_end, _ in sorted(active):
+            if pos + size <= a_addr:
+                break
+            pos = max(pos, a_end)
+        addrs.append(pos)
+        active.append((pos, pos + size, last))
+        top = max(top, pos + size)
+    return addrs, top
+
+
+def plan_memory(program: GraphProgram) -> MemoryPlan | None:
+    """The memory plan of ``program``'s ``accel.program`` nodes (None if it has none).
+
+    Raises
+    ------
+    MemoryPlanError
+        Programs for different configurations, or a plan larger than the address space.
+    """
+    from .kernels import accel_program_of
+
+    accel = [(k, n) for k, n in enumerate(program.nodes) if n.op == "accel.program"]
+    if not accel:
+        return None
+    programs = {k: accel_program_of(program.constants[n.inputs[1]]) for k, n in accel}
+    configs = {p.config for p in programs.values()}
+    if len(configs) != 1:
+        raise MemoryPlanError("the model's accelerator programs are for configs "
+                              f"{sorted(c.name for c in configs)}; one device memory "
+                              "serves one config")
+    cfg = configs.pop()
+    align = placement_alignment(cfg)
+    last_use: dict[int, int] = {}
+    end = len(program.nodes)
+    for k, node in enumerate(program.nodes):
+        for s in node.inputs:
+            last_use[s] = k
+        if node.op in ("tuple", "tuple_get_item"):  # values escape into a tuple
+            for s in node.inputs:
+                last_use[s] = end
+    last_use[program.output] = end
+
+    # static area: everything but the activation segments, in node order
+    static: list[tuple[int, np.ndarray]] = []
+    addresses: dict[int, dict[str, int]] = {}
+    pos = 0
+    for k, node in accel:
+        p, attrs = programs[k], node.attrs
+        lay = p.layout()
+        image = p.dram_image()
+        addresses[k] = {}
+        for name in ["insns", "uops", *(s.name for s in p.segments)]:
+            if name in (attrs["input_segment"], attrs["output_segment"]):
+                continue
+            r = lay[name]
+            addresses[k][name] = pos
+            if r.nbytes and name != "insns":  # placement rewrites the instructions
+                static.append((pos, image[r.offset: r.offset + r.nbytes]))
+            pos = _align(pos + r.nbytes, align)
+    static_bytes = pos
+
+    # activation buffers: each output, and each input not read in place
+    producer = {n.output: k for k, n in accel}
+    requests: list[tuple[int, int, int]] = []
+    owner: list[tuple[int, str]] = []  # (node, "in" | "out")
+    shares: dict[int, int] = {}  # consumer node -> producer node
+    for k, node in accel:
+        p, attrs = programs[k], node.attrs
+        src = producer.get(node.inputs[0])
+        seg_in = p.segment(attrs["input_segment"])
+        if src is not None:
+            out = programs[src].segment(program.nodes[src].attrs["output_segment"])
+            if (out.shape, out.dtype) == (seg_in.shape, seg_in.dtype):
+                shares[k] = src
+        if k not in shares:
+            requests.append((seg_in.nbytes, k, k))
+            owner.append((k, "in"))
+        seg_out = p.segment(attrs["output_segment"])
+        requests.append((seg_out.nbytes, k, last_use.get(node.output, k)))
+        owner.append((k, "out"))
+    rel, area = _allocate(requests, align)
+    buffers: dict[tuple[int, str], Buffer] = {
+        key: Buffer(static_bytes + a, req[0], req[1], req[2])
+        for key, a, req in zip(owner, rel, requests, strict=True)}
+
+    placed: dict[int, PlacedProgram] = {}
+    for k, node in accel:
+        attrs = node.attrs
+        inp = buffers[(shares[k], "out")] if k in shares else buffers[(k, "in")]
+        out = buffers[(k, "out")]
+        where = {**addresses[k], attrs["input_segment"]: inp.addr,
+                 attrs["output_segment"]: out.addr}
+        try:
+            placed_program = place_program(programs[k], where)
+        except TensorfabError as e:
+            raise MemoryPlanError(f"node {k} ({attrs.get('layer') or node.op}): {e}") from None
+        static.append((placed_program.insn_base, placed_program.encode_insns()))
+        placed[k] = PlacedProgram(k, placed_program, inp, out, k in shares,
+                                  attrs["input_segment"], attrs["output_segment"])
+    size = static_bytes + area
+    if size > cfg.dram_bytes:
+        raise MemoryPlanError(f"the model needs {size} bytes of device memory, more than "
+                              f"the {cfg.dram_addr_width}-bit address space of {cfg.name}")
+    return MemoryPlan(cfg, placed, static, static_bytes, size)
