@@ -23,7 +23,7 @@ from .interpreter import GraphProgram, Node, run_program
 from .kernels import KERNELS, KernelError
 from .memory_plan import MemoryPlan, plan_memory
 
-__all__ = ["DeviceTensor", "HostTraffic", "ResidentModel", "host_value", "program_io_bytes"]
+__all__ = ["DeviceTensor", "HostTraffic", "ResidentModel", "host_value", "standalone_host_bytes"]
 
 
 class DeviceTensor:
@@ -155,15 +155,15 @@ class ResidentModel:
         return out
 
 
-def program_io_bytes(program: GraphProgram) -> int:
-    """Host traffic of running every accelerator program standalone (input written and
-    output read per program), the baseline a :class:`ResidentModel` improves on."""
+def standalone_host_bytes(program: GraphProgram) -> int:
+    """Host traffic of one run with every accelerator program standalone, the baseline a
+    :class:`ResidentModel` improves on: each program's whole image (instructions,
+    weights, input) written and its output read, per run."""
     from .kernels import accel_program_of
 
     total = 0
     for node in program.nodes:
         if node.op == "accel.program":
             p = accel_program_of(program.constants[node.inputs[1]])
-            total += (p.segment(node.attrs["input_segment"]).nbytes
-                      + p.segment(node.attrs["output_segment"]).nbytes)
+            total += p.dram_size + p.segment(node.attrs["output_segment"]).nbytes
     return total

@@ -57,6 +57,12 @@ def test_run_prints_layers_and_writes_one_timeline(files, tiny_tfm, capsys) -> N
     assert summary["outputs"][0]["argmax"] == want.argmax(axis=1).tolist()
     assert summary["target"] == "fsim" and summary["accel_layers"] == 3
     assert summary["layers"] == len(program.nodes) and summary["cycles_estimated"]
+    # the model ran resident: programs and weights loaded once, then only activations
+    from tensorfab.runtime.memory_plan import plan_memory
+
+    plan = plan_memory(program)
+    assert summary["device_memory_bytes"] == plan.size
+    assert 0 < summary["host_bytes"] < plan.size
     # the table: one row per node, accelerator rows with (estimated) cycles
     table_rows = [line for line in out.splitlines() if line.startswith("│")]
     assert len(table_rows) == len(program.nodes)

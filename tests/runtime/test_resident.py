@@ -18,7 +18,7 @@ from tensorfab.runtime.interpreter import run_program
 from tensorfab.runtime.kernels import accel_program_of
 from tensorfab.runtime.memory_plan import plan_memory
 from tensorfab.runtime.profiling import profile_program
-from tensorfab.runtime.resident import DeviceTensor, ResidentModel, program_io_bytes
+from tensorfab.runtime.resident import DeviceTensor, ResidentModel, standalone_host_bytes
 from tensorfab.sim import FunctionalSimulator
 
 
@@ -98,7 +98,7 @@ def test_resident_run_equals_standalone_programs_and_moves_fewer_bytes(chain) ->
             # only the first program's input goes down and the last one's output up
             assert traffic.written == first.input.nbytes
             assert traffic.read == last.output.nbytes
-            assert traffic.total < program_io_bytes(program)
+            assert traffic.total < standalone_host_bytes(program)
         assert model.memory.host_bytes_written == loaded + len(xs) * first.input.nbytes
 
 
