@@ -16,8 +16,9 @@ weights placed in one device memory, ``load_seconds``) and one seeded image runs
 between consecutive accelerator programs; ``host_bytes`` is the activation traffic the
 host moved in the run, against ``host_bytes_standalone`` when every program runs with its
 own image (instructions and weights included, as before models ran resident). The
-output is compared bit for bit with the integer graph on the CPU interpreter (``matches_reference``). ``total_cycles`` is the sum of the programs' cycles, ``macs``
-the model's multiply-accumulates (convolutions and the dense layer, unpadded channels),
+output is compared bit for bit with the integer graph on the CPU interpreter
+(``matches_reference``). ``total_cycles`` is the sum of the programs' cycles, ``macs`` the
+model's multiply-accumulates (convolutions and the dense layer, unpadded channels),
 ``accel_mac_fraction`` the share of them in accelerator programs,
 ``conv_utilization`` the convolution programs' MACs / (their cycles × peak MACs per
 cycle) and ``accel_utilization`` the same over every accelerator program (the
