@@ -70,7 +70,13 @@ class Fetch(wiring.Component):
         self.beats_per_word = insn_width(cfg) // cfg.mem_bus_width
         self.buffer_words = buffer_words
         self.chunk = max(1, min(buffer_words // 2, MAX_BURST // self.beats_per_word))
-        assert buffer_words >= 2 and self.chunk * self.beats_per_word <= MAX_BURST
+        if buffer_words < 2:
+            raise ValueError(f"Fetch: buffer_words = {buffer_words}; the prefetch "
+                             "buffer needs at least 2 instruction words")
+        if self.chunk * self.beats_per_word > MAX_BURST:
+            raise ValueError(f"Fetch: one {insn_width(cfg)}-bit instruction needs "
+                             f"{self.beats_per_word} beats of the {cfg.mem_bus_width}-bit bus, "
+                             f"more than a burst's {MAX_BURST}")
         isl = InsnStreamLayout(cfg)
         super().__init__({
             "start": In(1),

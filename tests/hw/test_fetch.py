@@ -97,3 +97,10 @@ def test_insn_check_matches_decoder(preset: str) -> None:
     sim.run()
     assert not mismatches, mismatches[:5]
     assert seen >= {0, 1, 2, 3}, f"codes exercised: {seen}"
+
+
+def test_fetch_unit_parameters_are_checked_with_a_message() -> None:
+    from tensorfab.hw.fetch import Fetch
+
+    with pytest.raises(ValueError, match=r"buffer_words = 1; .* at least 2"):
+        Fetch(PRESETS["tiny"], buffer_words=1)
