@@ -24,6 +24,7 @@ from tensorfab.isa import (
     ErrorCode,
     Finish,
     Gemm,
+    HwConfig,
     Insn,
     Load,
     Program,
@@ -35,7 +36,7 @@ from tensorfab.isa.formats import TOKEN_QUEUES, token_pops, token_pushes
 from tensorfab.isa.program import words_from_bytes
 
 from .blas import single_threaded_blas
-from .device import Device, RunResult
+from .device import Device, ImageMemory, RunResult
 from .errors import DeadlockError, TokenError, Wait
 from .fsim_alu import exec_alu
 from .fsim_gemm import exec_gemm
@@ -156,7 +157,14 @@ class FunctionalSimulator(Device):
         """
         check_finish(program.insns)
         program.validate()
-        image = self.initial_image(program, dram)
+        return self._execute(program, self.initial_image(program, dram))
+
+    def open_memory(self, config: HwConfig, size: int) -> ImageMemory:
+        """A host image that programs run on in place (no copy per run)."""
+        return _InPlaceMemory(self, config, size)
+
+    def _execute(self, program: Program, image: np.ndarray) -> RunResult:
+        """Run ``program`` on ``image``, modifying it."""
         insns = decode_image(program, image)
         streams: list[list[tuple[int, Insn]]] = [[], [], []]
         for i, insn in enumerate(insns):
@@ -301,3 +309,17 @@ class _Run:
 
 __all__ = ["POPS", "PUSHES", "QUEUE_NAMES", "FunctionalSimulator", "check_finish",
            "decode_image"]
+
+
+class _InPlaceMemory(ImageMemory):
+    """The functional simulator's :class:`~.device.DeviceMemory`: each program runs on
+    the image itself."""
+
+    device: FunctionalSimulator
+
+    def _run(self, program: Program) -> RunResult:
+        check_finish(program.insns)
+        program.validate()
+        result = self.device._execute(program, self.image)
+        result.dram, result.outputs = None, {}
+        return result
