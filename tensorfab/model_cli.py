@@ -316,17 +316,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(astext(from_onnx(path)), end="")
         return 0
     from tensorfab.runtime.artifact import load_model
+    from tensorfab.runtime.memory_plan import plan_memory
     from tensorfab.runtime.program_text import program_text
 
     program = load_model(path)
     print(program_text(program), end="")
+    plan = plan_memory(program)
+    if plan is not None:
+        print(plan.text(), end="")
     info = {"inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype}
                        for i in program.inputs],
             "nodes": len(program.nodes),
             "ops": dict(sorted(Counter(n.op for n in program.nodes).items())),
             "configs": sorted(c.name for c in _program_configs(program)),
             "constant_bytes": int(sum(np.asarray(c).nbytes
-                                      for c in program.constants.values()))}
+                                      for c in program.constants.values())),
+            "device_memory_bytes": plan.size if plan is not None else None}
     print(json.dumps(info))
     return 0
 

@@ -48,9 +48,13 @@ def test_compile_run_inspect(files, capsys, accel: str | None) -> None:
     assert summary["outputs"][0]["argmax"] == logits.argmax(axis=1).tolist()
     assert (logits.argmax(axis=1) == np.load(files["labels"])).mean() >= 0.85
     assert main(["inspect", str(out)]) == 0
-    info = last_json(capsys)
+    text = capsys.readouterr().out
+    info = json.loads(text.strip().splitlines()[-1])
     assert info["inputs"] == [{"name": "image", "shape": [16, 1, 8, 8], "dtype": "float32"}]
     assert ("accel.program" in info["ops"]) == bool(accel)
+    # the device-memory map of the accelerator programs (None when all on the CPU)
+    assert (info["device_memory_bytes"] is not None) == bool(accel)
+    assert ("device memory (" in text) == bool(accel)
 
 
 def test_inspect_onnx_prints_the_text_form(files, capsys) -> None:
