@@ -25,6 +25,7 @@ from tensorfab.isa.formats import requant_supported
 from tensorfab.runtime.interpreter import GraphProgram
 
 from .graph.ir import Call, Function, post_order
+from .graph.printer import astext
 from .graph.types import TensorType
 
 __all__ = ["DEFAULT_QUANTIZER", "QUANTIZERS", "CompiledModel", "ModelCompileError",
@@ -56,12 +57,17 @@ class CompiledModel:
         The accelerator's config (None: all on the CPU).
     quantized : bool
         Whether the program computes in int8.
+    graph_text : str
+        ``function``'s text form with its large constants as ``meta[c<slot>]``, the
+        program's constant slots (stored in the ``.tfm``; ``tensorfab inspect`` prints
+        it).
     """
 
     program: GraphProgram
     function: Function
     config: HwConfig | None
     quantized: bool
+    graph_text: str = ""
 
 
 def _symbolic_inputs(fn: Function) -> list[tuple[str, tuple]]:
@@ -263,4 +269,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
         say(f"compiling the accelerator layers ({name})")
         fn = _with_macs(lower_accelerator_chains(planned), _accel_conv_macs(plain))
     say("lowering to the runtime")
-    return CompiledModel(lower_to_runtime(fn), fn, cfg, quantized)
+    slots: dict[int, int] = {}
+    program = lower_to_runtime(fn, slots)
+    text = astext(fn, lambda c: f"c{slots[id(c)]}" if id(c) in slots else None)
+    return CompiledModel(program, fn, cfg, quantized, text)

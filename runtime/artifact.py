@@ -1,10 +1,13 @@
 """The ``.tfm`` model file: a lowered :class:`GraphProgram` saved for the runtime.
 
 A ``.tfm`` is a zip archive holding ``graph.json`` (format name and version, the inputs
-with their shapes and dtypes, the nodes with their attributes, the output slot) and
+with their shapes and dtypes, the nodes with their attributes, the output slot),
 ``constants.npz`` (one array per constant slot; accelerator programs are uint8 arrays of
-their TFABPROG bytes). :func:`load_model` needs nothing but the runtime, so a compiled
-model runs without the compiler.
+their TFABPROG bytes) and, from ``tensorfab compile``, ``graph.txt``: the planned graph
+in the IR's text form, its large constants written ``meta[c<slot>]`` (the arrays of
+``constants.npz``). :func:`load_model` needs nothing but the runtime, so a compiled
+model runs without the compiler; :func:`load_graph_text` reads the text (the compiler's
+parser turns it back into the graph).
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ def _tuples(v: Any) -> Any:
     return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
 
 
-def save_model(program: GraphProgram, path: str | os.PathLike) -> None:
-    """Write ``program`` as a ``.tfm`` file."""
+def save_model(program: GraphProgram, path: str | os.PathLike,
+               graph_text: str | None = None) -> None:
+    """Write ``program`` as a ``.tfm`` file, with the planned graph's ``graph_text``
+    when given."""
     program.validate()
     graph = {
         "format": FORMAT,
@@ -53,6 +58,8 @@ def save_model(program: GraphProgram, path: str | os.PathLike) -> None:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("graph.json", json.dumps(graph, indent=1))
         z.writestr("constants.npz", arrays.getvalue())
+        if graph_text is not None:
+            z.writestr("graph.txt", graph_text)
 
 
 def load_model(path: str | os.PathLike) -> GraphProgram:
@@ -91,6 +98,25 @@ def load_model(path: str | os.PathLike) -> GraphProgram:
         raise ModelFileError(f"{where}: malformed graph: {e}") from None
     _check_accel_programs(program, where)
     return program
+
+
+def load_graph_text(path: str | os.PathLike) -> str | None:
+    """The planned graph's text form stored in a ``.tfm`` file (None if it has none).
+
+    Raises
+    ------
+    ModelFileError
+        A missing or unreadable file.
+    """
+    try:
+        with zipfile.ZipFile(path) as z:
+            if "graph.txt" not in z.namelist():
+                return None
+            return z.read("graph.txt").decode()
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: no such file") from None
+    except (zipfile.BadZipFile, UnicodeDecodeError, OSError) as e:
+        raise ModelFileError(f"{path}: not a tensorfab model file: {e}") from None
 
 
 def _check_accel_programs(program: GraphProgram, where: str) -> None:

@@ -103,7 +103,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         compiled = _compile(args.model, args, args.config, calibration,
                             _shapes(args.shape), say)
     program = compiled.program
-    save_model(program, args.output)
+    save_model(program, args.output, compiled.graph_text)
     ops = Counter(n.op for n in program.nodes)
     print(json.dumps({"output": str(args.output), "nodes": len(program.nodes),
                       "accel_programs": ops.get("accel.program", 0),
@@ -315,12 +315,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
         print(astext(from_onnx(path)), end="")
         return 0
-    from tensorfab.runtime.artifact import load_model
+    from tensorfab.runtime.artifact import load_graph_text, load_model
     from tensorfab.runtime.memory_plan import plan_memory
     from tensorfab.runtime.program_text import program_text
 
     program = load_model(path)
-    print(program_text(program), end="")
+    text = None if args.program else load_graph_text(path)
+    print(text if text is not None else program_text(program), end="")
     plan = plan_memory(program)
     if plan is not None:
         print(plan.text(), end="")
@@ -331,7 +332,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             "configs": sorted(c.name for c in _program_configs(program)),
             "constant_bytes": int(sum(np.asarray(c).nbytes
                                       for c in program.constants.values())),
-            "device_memory_bytes": plan.size if plan is not None else None}
+            "device_memory_bytes": plan.size if plan is not None else None,
+            "listing": "graph" if text is not None else "program"}
     print(json.dumps(info))
     return 0
 
@@ -400,8 +402,11 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
                    help="overwrite existing outputs tensorfab did not write")
     r.set_defaults(func=cmd_run)
     i = sub.add_parser("inspect", help="show an ONNX model's IR or a .tfm file's planned "
-                       "program")
+                       "graph, device-memory map and summary")
     i.add_argument("file", help="MODEL.onnx or MODEL.tfm")
+    i.add_argument("--program", action="store_true",
+                   help="for a .tfm: list the runtime program node by node instead of the "
+                        "planned graph")
     i.set_defaults(func=cmd_inspect)
 
 

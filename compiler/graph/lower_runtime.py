@@ -16,11 +16,14 @@ from .ir import Call, Constant, Function, Let, Tuple, TupleGetItem, Var, post_or
 from .types import GraphError, TensorType
 
 
-def lower_to_runtime(fn: Function) -> GraphProgram:
+def lower_to_runtime(fn: Function, constant_slots: dict[int, int] | None = None
+                     ) -> GraphProgram:
     """The :class:`~tensorfab.runtime.interpreter.GraphProgram` computing ``fn``.
 
     A let-bound variable shares its value's slot; device annotations lower to identity
     kernels (on the CPU a copy moves nothing), layout transforms to their kernel.
+    ``constant_slots``, if given, receives each constant's slot by ``id`` of its
+    :class:`Constant` (the ``.tfm`` text form names constants by slot).
 
     Raises
     ------
@@ -54,6 +57,8 @@ def lower_to_runtime(fn: Function) -> GraphProgram:
             continue
         if isinstance(e, Constant):
             constants[new_slot(id(e))] = e.data
+            if constant_slots is not None:
+                constant_slots[id(e)] = slot_of[id(e)]
         elif isinstance(e, Call):
             args = tuple(slot_of[id(a)] for a in e.args)
             nodes.append(Node(e.op, args, _plain_attrs(e.attrs), new_slot(id(e))))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,13 +61,18 @@ def _line_col(text: str, pos: int) -> tuple[int, int]:
     return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
 
 
-def parse(text: str) -> Expr:
-    """Parse the text form into an expression (a :class:`Function` for a program)."""
-    return _Parser(text).program()
+def parse(text: str, constants: Mapping[str, np.ndarray] | None = None) -> Expr:
+    """Parse the text form into an expression (a :class:`Function` for a program).
+
+    ``constants`` gives the arrays of ``meta[name]`` references (see
+    :func:`~.printer.astext`'s ``constant_ref``).
+    """
+    return _Parser(text, constants).program()
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, constants: Mapping[str, np.ndarray] | None = None) -> None:
+        self.constants = constants or {}
         self.text = text
         self.toks = _tokenize(text)
         self.i = 0
@@ -176,6 +182,8 @@ class _Parser:
             return self.function(scope)
         if tok.kind == "ident" and tok.text == "const":
             return self.constant()
+        if tok.kind == "ident" and tok.text == "meta":
+            return self.meta()
         if tok.kind == "ident":
             return self.call(scope)
         raise self.error("expected an expression")
@@ -302,6 +310,18 @@ class _Parser:
             raise self.error(f"unknown dtype; known: {', '.join(DTYPES)}", dtype)
         self.expect("]")
         return TensorType(tuple(dims), dtype.text)
+
+    def meta(self) -> Constant:
+        self.expect("meta")
+        self.expect("[")
+        name = self.next()
+        if name.kind != "ident":
+            raise self.error("expected the name of a constant in meta[...]", name)
+        self.expect("]")
+        if name.text not in self.constants:
+            known = ", ".join(sorted(self.constants)[:8]) or "none were given"
+            raise self.error(f"meta[{name.text}]: no such constant (known: {known})", name)
+        return Constant(np.asarray(self.constants[name.text]))
 
     def constant(self) -> Constant:
         start = self.expect("const")

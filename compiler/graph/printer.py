@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -82,9 +83,14 @@ def format_constant(data: np.ndarray) -> str:
     return f'const({dtype}, {shape}, "{base64.b64encode(raw).decode("ascii")}")'
 
 
-def astext(expr: Expr) -> str:
-    """The text form of ``expr`` (usually a :class:`Function`)."""
-    printer = _Printer()
+def astext(expr: Expr, constant_ref: Callable[[Constant], str | None] | None = None) -> str:
+    """The text form of ``expr`` (usually a :class:`Function`).
+
+    ``constant_ref`` names large constants kept elsewhere (a ``.tfm`` file's arrays):
+    a constant it gives a name prints as ``meta[name]`` instead of its values, and
+    :func:`~.parser.parse` reads it back given the arrays by name.
+    """
+    printer = _Printer(constant_ref)
     if isinstance(expr, Function):
         return printer.function(expr, 0, {}) + "\n"
     lines: list[str] = []
@@ -93,7 +99,8 @@ def astext(expr: Expr) -> str:
 
 
 class _Printer:
-    def __init__(self) -> None:
+    def __init__(self, constant_ref: Callable[[Constant], str | None] | None = None) -> None:
+        self.constant_ref = constant_ref
         self.counter = 0
         self.var_names: dict[int, str] = {}
         self.used_names: set[str] = set()
@@ -196,6 +203,9 @@ class _Printer:
     def node_text(self, node: Expr, lines: list[str], indent: int,
                   memo: dict[int, str]) -> str:
         if isinstance(node, Constant):
+            ref = self.constant_ref(node) if self.constant_ref is not None else None
+            if ref is not None and node.data.size > INLINE_CONSTANT_LIMIT:
+                return f"meta[{ref}]"
             return format_constant(node.data)
         if isinstance(node, Call):
             parts = [self.atom(a, lines, indent, memo) for a in node.args]
