@@ -78,10 +78,9 @@ def _compile(chain: list[Call]) -> Call:
     h, wd = xt.shape[2], xt.shape[3]  # type: ignore[union-attr]
     pt, pl, pb, pr = conv.attrs["padding"]
     sh, sw = conv.attrs["strides"]
-    if (pt, pl) != (pb, pr) or conv.attrs["dilation"] != (1, 1):
-        raise AcceleratorLoweringError(f"{conv.op}: asymmetric padding {conv.attrs['padding']} "
-                                       f"or dilation {conv.attrs['dilation']} is not supported "
-                                       "by the tensor compiler")
+    if tuple(conv.attrs["dilation"]) != (1, 1):
+        raise AcceleratorLoweringError(f"{conv.op}: dilation {conv.attrs['dilation']} is not "
+                                       "supported by the tensor compiler")
     bias = None
     requant = relu = clip = None
     per_channel: Any = None
@@ -119,8 +118,8 @@ def _compile(chain: list[Call]) -> Call:
                             zero_point=per_channel["zero_point"],
                             rounding=per_channel.get("rounding", "double"))
     dummy = np.zeros((n_pad, c_pad, h, wd), np.int8)
-    op = compile_conv2d(cfg, dummy, plain_w, bias, stride=(sh, sw), padding=(pt, pl),
-                        epilogue=epilogue)
+    op = compile_conv2d(cfg, dummy, plain_w, bias, stride=(sh, sw),
+                        padding=(pt, pb, pl, pr), epilogue=epilogue)
     blob = np.frombuffer(op.program.to_bytes(), np.uint8).copy()
     out_shape = tuple(infer_types(chain[-1]).shape)  # type: ignore[union-attr]
     seg_shape = op.program.segment("out").shape

@@ -1,9 +1,10 @@
 """Partitioning onto the accelerator: annotate the int8 convolution chains it can run.
 
-A chain starts at a ``qnn.conv2d_integer`` the accelerator takes (groups 1, zero points
-0, a constant int8 weight) and grows through its single reader while that reader is an
-accelerator epilogue: ``add`` of a constant per-channel bias, ``qnn.requantize`` with
-constant scales, ``qnn.requantize_fixed``, ``relu``, ``clip``.
+A chain starts at a ``qnn.conv2d_integer`` the accelerator takes (groups 1, dilation 1,
+zero points 0, a constant int8 weight; any padding, asymmetric included) and grows
+through its single reader while that reader is an accelerator epilogue: ``add`` of a
+constant per-channel bias, ``qnn.requantize`` with constant scales,
+``qnn.requantize_fixed``, ``relu``, ``clip``.
 :func:`annotate_accelerator` wraps each chain's last
 node in ``on_device(..., accel)`` and each of the chain's computed inputs in
 ``on_device(..., cpu)``, so that :func:`~tensorfab.compiler.graph.planning.plan_devices`
@@ -25,7 +26,7 @@ EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "qnn.requ
 
 def _accelerator_conv(e: Expr) -> bool:
     return (isinstance(e, Call) and e.op == "qnn.conv2d_integer" and e.attrs["groups"] == 1
-            and e.attrs["data_layout"] == "NCHW"
+            and e.attrs["data_layout"] == "NCHW" and tuple(e.attrs["dilation"]) == (1, 1)
             and isinstance(e.args[1], Constant) and e.args[1].data.dtype == np.int8
             and e.args[0].checked_type.dtype == "int8"  # type: ignore[union-attr]
             and all(isinstance(z, Constant) and not np.any(z.data) for z in e.args[2:]))

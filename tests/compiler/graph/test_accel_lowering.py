@@ -68,13 +68,46 @@ def test_chain_without_requantization_stays_on_the_interpreter() -> None:
     np.testing.assert_array_equal(evaluate(compiled, [xv]), np.full((1, 4, 3, 3), 36.0))
 
 
-@pytest.mark.parametrize("pads", [(1, 0, 0, 0), (0, 1, 0, 2)])
-def test_asymmetric_padding_is_refused_with_the_call_named(pads: tuple) -> None:
-    from tensorfab.compiler.graph.accel_lowering import AcceleratorLoweringError
+def _padded_chain(pads: tuple, stride: int = 1, dilation: tuple = (1, 1)) -> Function:
+    r = np.random.default_rng(sum(pads) + stride)
+    x = gb.var("x", (1, 6, 7, 7), "int8", device=CPU)
+    y = gb.requantize(gb.conv2d_integer(x, r.integers(-128, 128, (5, 6, 3, 3)).astype(np.int8),
+                                        np.int8(0), np.int8(0), padding=pads,
+                                        strides=(stride, stride), dilation=dilation),
+                      np.float32(0.004), np.int8(0), out_dtype="int8")
+    return gb.function([x], y, result_device=CPU)
 
-    x = gb.var("x", (1, 4, 5, 5), "int8", device=CPU)
-    y = gb.requantize(gb.conv2d_integer(x, np.ones((4, 4, 3, 3), np.int8), np.int8(0),
-                                        np.int8(0), padding=pads),
-                      np.float32(0.01), np.int8(0), out_dtype="int8")
-    with pytest.raises(AcceleratorLoweringError, match="asymmetric padding"):
-        compile_for(gb.function([x], y, result_device=CPU), "tiny")
+
+# (top, left, bottom, right) as ONNX pads: SAME_UPPER with stride 2 pads (0, 0, 1, 1)
+@pytest.mark.parametrize("pads, stride", [((1, 0, 0, 0), 1), ((0, 1, 0, 2), 1),
+                                          ((0, 0, 1, 1), 2), ((2, 1, 0, 1), 2)])
+def test_asymmetric_padding_runs_on_the_accelerator(pads: tuple, stride: int) -> None:
+    f = _padded_chain(pads, stride)
+    compiled = compile_for(f, "tiny")
+    assert [e.op for e in post_order(compiled) if isinstance(e, Call)].count(
+        "accel.program") == 1
+    xv = np.random.default_rng(5).integers(-128, 128, (1, 6, 7, 7)).astype(np.int8)
+    np.testing.assert_array_equal(evaluate(compiled, [xv]),
+                                  evaluate(fixed_point_requantize(f), [xv]))
+
+
+def test_asymmetric_padding_on_the_rtl() -> None:
+    from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
+    from tensorfab.runtime.profiling import profile_program
+    from tensorfab.sim.rtl import RtlSimulator
+
+    f = _padded_chain((0, 0, 1, 1), 2)
+    program = lower_to_runtime(compile_for(f, "tiny"))
+    xv = np.random.default_rng(6).integers(-128, 128, (1, 6, 7, 7)).astype(np.int8)
+    got = profile_program(program, [xv], RtlSimulator()).output
+    np.testing.assert_array_equal(got, evaluate(fixed_point_requantize(f), [xv]))
+
+
+def test_dilated_convolution_stays_on_the_cpu() -> None:
+    f = _padded_chain((2, 2, 2, 2), 1, dilation=(2, 2))
+    compiled = compile_for(f, "tiny")
+    names = [e.op for e in post_order(compiled) if isinstance(e, Call)]
+    assert "accel.program" not in names and "qnn.conv2d_integer" in names
+    xv = np.random.default_rng(7).integers(-128, 128, (1, 6, 7, 7)).astype(np.int8)
+    np.testing.assert_array_equal(evaluate(compiled, [xv]),
+                                  evaluate(fixed_point_requantize(f), [xv]))
