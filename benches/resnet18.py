@@ -135,6 +135,8 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
         "host_bytes": profile.host_traffic.total if profile.host_traffic else None,
         "host_bytes_standalone": standalone_host_bytes(program),
     }
+    result.update(residual_add_keys(planned, profile, PRESETS[config], device, seed,
+                                    total_cycles, t_run))
     result["targets_met"] = {
         "run_seconds": t_run < TARGETS["run_seconds"],
         "compile_seconds": t_compile < TARGETS["compile_seconds"],
@@ -145,6 +147,56 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     if plot:
         result["plot"] = str(plot_layers(result, plot))
     return result
+
+
+def residual_add_keys(planned: Any, profile: Any, cfg: Any, device: Any, seed: int,
+                      total_cycles: int, t_run: float) -> dict[str, Any]:
+    """The residual adds, CPU against accelerator, in the same run: ``residual_adds`` is
+    where the model ran them (the CPU kernel ``qnn.add_q31``), ``residual_adds_cpu_seconds``
+    their time in the profiled run, ``residual_adds_accel_cycles`` the cycles of the
+    equivalent accelerator programs measured on the same target (checked bit for bit
+    against the kernel: ``residual_adds_accel_exact``), ``..._accel_seconds`` those cycles
+    at the config's clock, ``..._accel_sim_seconds`` their simulation wall time,
+    ``residual_adds_host_bytes`` what the CPU placement moves over the host link;
+    ``total_cycles_accel_adds``, ``run_seconds_accel_adds`` and the host time shares
+    follow by replacing the CPU adds with the programs; ``residual_adds_preferred`` is
+    :func:`~tensorfab.compiler.graph.residual_add_placement.residual_add_device`'s
+    choice summed over the adds (simulated device memory: no link cost)."""
+    from tensorfab.compiler.graph.residual_add_placement import (
+        measure_residual_adds,
+        residual_add_device,
+    )
+
+    adds = measure_residual_adds(planned, cfg, device, seed=seed)
+    if not adds:
+        return {"residual_adds": None}
+    cpu_layers = [r for r in profile.layers if r.device != "accel"]
+    cpu_seconds = sum(r.seconds for r in cpu_layers)
+    add_seconds = sum(r.seconds for r in profile.layers if r.op == "qnn.add_q31")
+    accel_cycles = sum(m.accel_cycles if m.accel_cycles is not None
+                       else m.accel_estimated_cycles for m in adds)
+    accel_seconds = accel_cycles / (cfg.clock_mhz * 1e6)
+    sim_seconds = sum(m.accel_wall_seconds for m in adds)
+    run_accel = t_run - add_seconds + sim_seconds
+    return {
+        "residual_adds": "cpu",
+        "residual_add_count": len(adds),
+        "residual_add_elements": sum(m.elements for m in adds),
+        "residual_adds_cpu_seconds": round(add_seconds, 4),
+        "residual_adds_cpu_kernel_seconds": round(sum(m.cpu_seconds for m in adds), 4),
+        "residual_adds_accel_cycles": accel_cycles,
+        "residual_adds_accel_estimated_cycles": sum(m.accel_estimated_cycles for m in adds),
+        "residual_adds_accel_seconds": round(accel_seconds, 5),
+        "residual_adds_accel_sim_seconds": round(sim_seconds, 3),
+        "residual_adds_accel_exact": all(m.exact for m in adds),
+        "residual_adds_host_bytes": sum(m.host_bytes for m in adds),
+        "residual_adds_preferred": "+".join(sorted({residual_add_device(m, cfg)
+                                                     for m in adds})),
+        "total_cycles_accel_adds": total_cycles + accel_cycles,
+        "run_seconds_accel_adds": round(run_accel, 3),
+        "host_time_share": round(cpu_seconds / t_run, 4),
+        "host_time_share_accel_adds": round((cpu_seconds - add_seconds) / run_accel, 4),
+    }
 
 
 def plot_layers(result: dict[str, Any], path: str | Path) -> Path:
