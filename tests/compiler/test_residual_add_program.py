@@ -88,9 +88,12 @@ def test_bad_config_and_shape_are_named() -> None:
                              {k: v for k, v in attrs.items() if k != "out_shift"})
 
 
-def test_rtl_bit_exact_with_fsim_and_timing_model() -> None:
-    a, b, attrs = _case(7, (1, 4, 9, 9, 1, 16))
-    p = residual_add_program(PRESETS["default"], a.shape, attrs, a, b, tile=64)
+@pytest.mark.parametrize(("seed", "shape", "tile"), [
+    (7, (1, 4, 9, 9, 1, 16), 64),
+    (9, (1, 4, 28, 28, 1, 16), 256)])  # 64×28×28 with a zero point
+def test_rtl_bit_exact_with_fsim_and_timing_model(seed, shape, tile) -> None:
+    a, b, attrs = _case(seed, shape)
+    p = residual_add_program(PRESETS["default"], a.shape, attrs, a, b, tile=tile)
     res, ref = RtlSimulator().run(p), FSIM.run(p)
     np.testing.assert_array_equal(res.dram, ref.dram)
     assert res.counters == ref.counters
