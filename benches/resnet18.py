@@ -66,6 +66,7 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     from tensorfab.compiler.graph.partitioning import annotate_accelerator
     from tensorfab.compiler.graph.planning import plan_devices
     from tensorfab.compiler.graph.qdq_lowering import lower_qdq
+    from tensorfab.compiler.graph.residual_add_placement import run_with_accel_adds
     from tensorfab.compiler.graph.stem_im2col import im2col_small_channel_convs
     from tensorfab.isa import PRESETS
     from tensorfab.isa.formats import requant_supported
@@ -98,6 +99,8 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
         t_load = time.perf_counter() - t0
         profile = profile_program(program, [x], device, resident=model)
         t_run = time.perf_counter() - t0
+        # A/B in the same session: the residual adds as accelerator programs
+        accel_adds = run_with_accel_adds(program, [x], device, PRESETS[config], model)
     got = profile.output
     runs = [r for r in profile.layers if r.device == "accel"]
     reference = run_program(lower_to_runtime(g), [x])
@@ -136,7 +139,7 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
         "host_bytes_standalone": standalone_host_bytes(program),
     }
     result.update(residual_add_keys(planned, profile, PRESETS[config], device, seed,
-                                    total_cycles, t_run))
+                                    accel_adds, reference))
     result["targets_met"] = {
         "run_seconds": t_run < TARGETS["run_seconds"],
         "compile_seconds": t_compile < TARGETS["compile_seconds"],
@@ -150,18 +153,22 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
 
 
 def residual_add_keys(planned: Any, profile: Any, cfg: Any, device: Any, seed: int,
-                      total_cycles: int, t_run: float) -> dict[str, Any]:
-    """The residual adds, CPU against accelerator, in the same run: ``residual_adds`` is
-    where the model ran them (the CPU kernel ``qnn.add_q31``), ``residual_adds_cpu_seconds``
-    their time in the profiled run, ``residual_adds_accel_cycles`` the cycles of the
-    equivalent accelerator programs measured on the same target (checked bit for bit
-    against the kernel: ``residual_adds_accel_exact``), ``..._accel_seconds`` those cycles
-    at the config's clock, ``..._accel_sim_seconds`` their simulation wall time,
-    ``residual_adds_host_bytes`` what the CPU placement moves over the host link;
-    ``total_cycles_accel_adds``, ``run_seconds_accel_adds`` and the host time shares
-    follow by replacing the CPU adds with the programs; ``residual_adds_preferred`` is
-    :func:`~tensorfab.compiler.graph.residual_add_placement.residual_add_device`'s
-    choice summed over the adds (simulated device memory: no link cost)."""
+                      accel_adds: Any, reference: np.ndarray) -> dict[str, Any]:
+    """The residual adds, CPU against accelerator, in the same session.
+
+    ``residual_adds`` is where the model ran them (the CPU kernel ``qnn.add_q31``).
+    ``residual_adds_cpu`` and ``residual_adds_accel`` are two runs of the loaded model:
+    the profiled one, and one with every add run as an accelerator program on the same
+    target (:func:`~tensorfab.compiler.graph.residual_add_placement.run_with_accel_adds`):
+    each with ``total_cycles`` (accelerator), ``run_seconds`` (the image's run, load
+    excluded), ``host_seconds`` (CPU kernels, adds included where they run there),
+    ``host_time_share`` and ``matches_reference``; the accelerator run adds
+    ``add_cycles``. Per add, the isolated measurement
+    (:func:`~tensorfab.compiler.graph.residual_add_placement.measure_residual_adds`):
+    ``residual_adds_cpu_kernel_seconds``, ``residual_adds_accel_cycles`` (bit-exact with
+    the kernel: ``residual_adds_accel_exact``), ``residual_adds_accel_seconds`` at the
+    config's clock, ``residual_adds_host_bytes`` (what the CPU placement moves over the
+    host link), and ``residual_adds_preferred``, the placement rule's verdict."""
     from tensorfab.compiler.graph.residual_add_placement import (
         measure_residual_adds,
         residual_add_device,
@@ -170,32 +177,40 @@ def residual_add_keys(planned: Any, profile: Any, cfg: Any, device: Any, seed: i
     adds = measure_residual_adds(planned, cfg, device, seed=seed)
     if not adds:
         return {"residual_adds": None}
-    cpu_layers = [r for r in profile.layers if r.device != "accel"]
-    cpu_seconds = sum(r.seconds for r in cpu_layers)
-    add_seconds = sum(r.seconds for r in profile.layers if r.op == "qnn.add_q31")
+    cpu_seconds = sum(r.seconds for r in profile.layers if r.device != "accel")
     accel_cycles = sum(m.accel_cycles if m.accel_cycles is not None
                        else m.accel_estimated_cycles for m in adds)
-    accel_seconds = accel_cycles / (cfg.clock_mhz * 1e6)
-    sim_seconds = sum(m.accel_wall_seconds for m in adds)
-    run_accel = t_run - add_seconds + sim_seconds
+    on_cpu = {
+        "total_cycles": sum(int(r.cycles or 0) for r in profile.layers
+                            if r.device == "accel"),
+        "run_seconds": round(profile.seconds, 3),
+        "host_seconds": round(cpu_seconds, 4),
+        "host_time_share": round(cpu_seconds / profile.seconds, 4),
+        "add_seconds": round(sum(r.seconds for r in profile.layers
+                                 if r.op == "qnn.add_q31"), 4),
+    }
+    on_accel = {
+        "total_cycles": accel_adds.total_cycles,
+        "add_cycles": accel_adds.add_cycles,
+        "run_seconds": round(accel_adds.seconds, 3),
+        "host_seconds": round(accel_adds.cpu_seconds, 4),
+        "host_time_share": round(accel_adds.cpu_seconds / accel_adds.seconds, 4),
+        "matches_reference": bool(np.array_equal(accel_adds.output, reference)),
+    }
     return {
         "residual_adds": "cpu",
         "residual_add_count": len(adds),
         "residual_add_elements": sum(m.elements for m in adds),
-        "residual_adds_cpu_seconds": round(add_seconds, 4),
+        "residual_adds_cpu": on_cpu,
+        "residual_adds_accel": on_accel,
         "residual_adds_cpu_kernel_seconds": round(sum(m.cpu_seconds for m in adds), 4),
         "residual_adds_accel_cycles": accel_cycles,
         "residual_adds_accel_estimated_cycles": sum(m.accel_estimated_cycles for m in adds),
-        "residual_adds_accel_seconds": round(accel_seconds, 5),
-        "residual_adds_accel_sim_seconds": round(sim_seconds, 3),
+        "residual_adds_accel_seconds": round(accel_cycles / (cfg.clock_mhz * 1e6), 5),
         "residual_adds_accel_exact": all(m.exact for m in adds),
         "residual_adds_host_bytes": sum(m.host_bytes for m in adds),
         "residual_adds_preferred": "+".join(sorted({residual_add_device(m, cfg)
                                                      for m in adds})),
-        "total_cycles_accel_adds": total_cycles + accel_cycles,
-        "run_seconds_accel_adds": round(run_accel, 3),
-        "host_time_share": round(cpu_seconds / t_run, 4),
-        "host_time_share_accel_adds": round((cpu_seconds - add_seconds) / run_accel, 4),
     }
 
 

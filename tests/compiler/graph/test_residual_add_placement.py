@@ -19,6 +19,7 @@ from tensorfab.compiler.graph.qdq_lowering import lower_qdq
 from tensorfab.compiler.graph.residual_add_placement import (
     measure_residual_adds,
     residual_add_device,
+    run_with_accel_adds,
 )
 from tensorfab.compiler.model_compile import calibration_batches, compile_onnx
 from tensorfab.isa import PRESETS
@@ -52,6 +53,10 @@ def test_compile_onnx_residual_model_int8_adds_match_onnxruntime_qdq() -> None:
                       if i.name == last_q.input[1]))
     diff = np.rint(np.abs(got - want) / step)
     assert diff.max() <= 1 and (diff == 0).mean() >= 0.999
+    # the same model with its adds as accelerator programs: the same output, bit for bit
+    ab = run_with_accel_adds(compiled.program, [x], FunctionalSimulator(), compiled.config)
+    np.testing.assert_array_equal(ab.output, got)
+    assert ab.adds == 2 and ab.add_cycles > 0 and ab.program_cycles > 0
 
 
 def test_measured_placement_is_exact_and_follows_the_costs() -> None:
