@@ -31,7 +31,8 @@ from tensorfab.runtime.kernels import KERNELS
 from .infer import infer_types
 from .ir import Call, Function, post_order
 
-__all__ = ["AccelAddsRun", "ResidualAddMeasurement", "measure_residual_adds",
+__all__ = ["AccelAddsRun", "ResidualAddMeasurement", "estimate_residual_add",
+           "measure_residual_adds",
            "residual_add_calls", "residual_add_device", "run_with_accel_adds",
            "simulate_cycles"]
 
@@ -52,8 +53,9 @@ class ResidualAddMeasurement:
         The tensor compiler's timing model for the program.
     accel_wall_seconds : float
         Wall time of running the program on the device (simulation included).
-    exact : bool
-        Whether the accelerator's result equals the CPU kernel's bit for bit.
+    exact : bool | None
+        Whether the accelerator's result equals the CPU kernel's bit for bit (None: not
+        run).
     """
 
     shape: tuple[int, ...]
@@ -61,7 +63,7 @@ class ResidualAddMeasurement:
     accel_cycles: int | None
     accel_estimated_cycles: int
     accel_wall_seconds: float
-    exact: bool
+    exact: bool | None
 
     @property
     def elements(self) -> int:
@@ -78,6 +80,24 @@ def residual_add_calls(fn: Function) -> list[Call]:
     """The ``qnn.add_q31`` calls of ``fn`` in program order."""
     infer_types(fn)
     return [e for e in post_order(fn) if isinstance(e, Call) and e.op == "qnn.add_q31"]
+
+
+def estimate_residual_add(call: Call, cfg: HwConfig, *, seed: int = 0,
+                          repeats: int = 3) -> ResidualAddMeasurement:
+    """The compile-time measurement of one ``qnn.add_q31``: the CPU kernel timed on
+    seeded operands, the accelerator program's timing-model cycles (not run:
+    ``accel_cycles`` None, ``exact`` None)."""
+    shape = tuple(call.checked_type.shape)  # type: ignore[union-attr]
+    rng = np.random.default_rng(seed)
+    a, b = (rng.integers(-128, 128, shape).astype(np.int8) for _ in range(2))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        KERNELS["qnn.add_q31"]([a, b], dict(call.attrs))
+        best = min(best, time.perf_counter() - t0)
+    program = residual_add_program(cfg, shape, call.attrs)
+    return ResidualAddMeasurement(shape, best, None, round(simulate_cycles(program, cfg)),
+                                  0.0, None)
 
 
 def measure_residual_adds(fn: Function, cfg: HwConfig, device: Any, *, seed: int = 0,

@@ -12,7 +12,7 @@ so its result is bit-exact with the CPU kernel:
    operand: an accumulator entry holding the multiplier in every lane, loaded once),
    ``SHL`` / ``SHR_RND`` by the operand's exponent;
 3. ``ADD`` of the two, then the output multiplier the same way, ``ADD zero_point``,
-   ``CLIP 127``; the STORE keeps the low byte.
+   ``CLIP 127`` (and ``MAX 0`` for a fused ``relu``); the STORE keeps the low byte.
 
 Tiles of ``tile`` entries alternate between two buffer slots (input and accumulator), so
 the loads of a tile and the store of the previous one overlap its computation; the
@@ -76,7 +76,7 @@ def residual_add_uops_per_entry(attrs: Mapping[str, Any]) -> int:
 
 def residual_add_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[str, Any],
                          a: np.ndarray | None = None, b: np.ndarray | None = None, *,
-                         tile: int = 256) -> Program:
+                         relu: bool = False, tile: int = 256) -> Program:
     """A program computing ``qnn.add_q31(a, b)`` (see the module docstring).
 
     Parameters
@@ -90,6 +90,9 @@ def residual_add_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[s
         The ``qnn.add_q31`` attributes (:data:`ADD_Q31_ATTRS`).
     a, b : numpy.ndarray | None
         Initial contents of segments ``a`` and ``b`` (int8; None: zeros).
+    relu : bool
+        Apply ``max(y, 0)`` to the int8 result (a ``relu`` reading the add, fused: one
+        ``MAX 0`` after ``CLIP``).
     tile : int
         Entries per tile (at most a quarter of the input buffer).
 
@@ -181,7 +184,9 @@ def residual_add_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[s
             scale(s, "x", attrs["out_shift"], ops)
         if attrs["zero_point"]:
             ops.append(alu(s["x"], AluOp.ADD, attrs["zero_point"]))
-        ops.append(alu(s["x"], AluOp.CLIP, 127, push_next=True))
+        ops.append(alu(s["x"], AluOp.CLIP, 127, push_next=not relu))
+        if relu:
+            ops.append(alu(s["x"], AluOp.MAX, 0, push_next=True))
         for op in ops:
             pb.emit(op)
         pb.emit(Store(sram=s["acc"], dram=starts[i], y=1, x=t, stride=t, pop_prev=True,
