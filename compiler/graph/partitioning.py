@@ -15,7 +15,8 @@ that is its only reader) go to the accelerator by ``residual_adds``: ``"cpu"`` (
 ``"accel"`` (all), ``"auto"`` (each where
 :func:`~tensorfab.compiler.graph.residual_add_placement.residual_add_device` puts it:
 the accelerator program's timing-model cycles at the config's clock against the CPU
-kernel timed on this host, plus ``link_bytes_per_second`` host-link transfers).
+kernel's cost model fitted to its measured times, plus the host-link transfers at
+``link_bytes_per_second``; see docs/compiler.md, "Residual adds").
 """
 
 from __future__ import annotations
