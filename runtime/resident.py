@@ -135,9 +135,11 @@ class ResidentModel:
                                   f"({seg.dtype}{seg.shape})")
             self.memory.write(placed.input.addr, x)
         node = self.program.nodes[index]
-        for v in extra:  # a residual add's second operand (its own static segment)
+        for v in extra:  # a residual add's second operand
             addr = placed.program.layout()[node.attrs["extra_input_segment"]].offset
-            self.memory.write(addr, np.ascontiguousarray(host_value(v), np.int8))
+            if not (placed.extra_on_device and isinstance(v, DeviceTensor)
+                    and v.memory is self.memory and v.addr == addr):
+                self.memory.write(addr, np.ascontiguousarray(host_value(v), np.int8))
         result = self.memory.run(placed.program)
         out = placed.program.segment(placed.output_segment)
         return DeviceTensor(self.memory, placed.output.addr, out.shape, out.dtype), result

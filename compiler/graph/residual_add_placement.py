@@ -31,10 +31,9 @@ from tensorfab.runtime.kernels import KERNELS
 from .infer import infer_types
 from .ir import Call, Function, post_order
 
-__all__ = ["CPU_ADD_FIXED_SECONDS", "CPU_ADD_SECONDS_PER_ELEMENT", "AccelAddsRun",
-           "ResidualAddMeasurement", "estimate_residual_add",
-           "measure_residual_adds",
-           "residual_add_calls", "residual_add_device", "run_with_accel_adds",
+__all__ = ["CPU_ADD_FIXED_SECONDS", "CPU_ADD_SECONDS_PER_ELEMENT",
+           "ResidualAddMeasurement", "estimate_residual_add", "measure_residual_adds",
+           "residual_add_calls", "residual_add_device",
            "simulate_cycles"]
 
 
@@ -140,95 +139,6 @@ def residual_add_device(m: ResidualAddMeasurement, cfg: HwConfig,
     cpu = m.cpu_seconds + (m.host_bytes / link_bytes_per_second
                            if link_bytes_per_second else 0.0)
     return "accel" if accel < cpu else "cpu"
-
-
-@dataclass(frozen=True)
-class AccelAddsRun:
-    """One run of a model with its residual adds as accelerator programs.
-
-    Attributes
-    ----------
-    output : Any
-        The model's output (host).
-    seconds : float
-        Wall time of the run.
-    cpu_seconds : float
-        Time in the CPU kernels (the adds excluded).
-    program_cycles : int
-        Cycles of the model's own accelerator programs.
-    add_cycles : int
-        Cycles of the residual-add programs.
-    adds : int
-        Residual adds run on the accelerator.
-    """
-
-    output: Any
-    seconds: float
-    cpu_seconds: float
-    program_cycles: int
-    add_cycles: int
-    adds: int
-
-    @property
-    def total_cycles(self) -> int:
-        """Accelerator cycles of the run, adds included."""
-        return self.program_cycles + self.add_cycles
-
-
-def run_with_accel_adds(program: Any, inputs: Any, device: Any, cfg: HwConfig,
-                        model: Any = None) -> AccelAddsRun:
-    """Run a lowered model (:class:`~tensorfab.runtime.interpreter.GraphProgram`) with
-    every ``qnn.add_q31`` node run as :func:`residual_add_program` on ``device`` (its
-    operands read to the host and written to the program's own DRAM image, since an
-    ``accel.program`` node takes one activation), the ``accel.program`` nodes on
-    ``model`` (a :class:`~tensorfab.runtime.resident.ResidentModel` of ``program`` on
-    ``device``) or standalone, and the rest on the CPU kernels. The A/B counterpart of the
-    model's own run with the adds on the CPU."""
-    from tensorfab.runtime.interpreter import run_program
-    from tensorfab.runtime.kernels import run_accel_program
-    from tensorfab.runtime.resident import host_value
-
-    cycles = {"programs": 0, "adds": 0, "n": 0}
-    cpu = [0.0]
-    cache: dict[tuple, Any] = {}
-
-    def call(index: int, node: Any, args: list[Any], attrs: Any) -> Any:
-        if node.op == "accel.program":
-            if model is not None:
-                out, result = model.run_accel(index, args[0])
-            else:
-                result = run_accel_program(host_value(args[0]), args[1], dict(attrs),
-                                           device)
-                out = result.outputs[attrs["output_segment"]]
-            cycles["programs"] += int(result.cycles or attrs.get("estimated_cycles") or 0)
-            return out
-        host = [host_value(a) for a in args]
-        if node.op == "qnn.add_q31":
-            a, b = (np.ascontiguousarray(x, np.int8) for x in host)
-            key = (a.shape, tuple(sorted(attrs.items())))
-            if key not in cache:
-                cache[key] = residual_add_program(cfg, a.shape, attrs)
-            p = cache[key]
-            image = p.dram_image()
-            layout = p.layout()
-            for name, x in (("a", a), ("b", b)):
-                r = layout[name]
-                image[r.offset: r.offset + r.nbytes] = x.view(np.uint8).ravel()
-            result = device.run(p, image)
-            cycles["adds"] += int(result.cycles if result.cycles is not None
-                                  else round(simulate_cycles(p, cfg)))
-            cycles["n"] += 1
-            return result.outputs["out"]
-        t0 = time.perf_counter()
-        out = KERNELS[node.op](host, attrs)
-        cpu[0] += time.perf_counter() - t0
-        return out
-
-    t0 = time.perf_counter()
-    output = model.run(inputs, call=call) if model is not None else \
-        host_value(run_program(program, inputs, call=call))
-    return AccelAddsRun(output, time.perf_counter() - t0, cpu[0], cycles["programs"],
-                        cycles["adds"], cycles["n"])
 
 
 def simulate_cycles(program: Any, cfg: HwConfig) -> float:

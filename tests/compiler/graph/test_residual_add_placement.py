@@ -1,6 +1,7 @@
 """Residual adds through the whole pipeline: ``compile_onnx`` of a small residual ONNX
-model keeps int8 adds (``qnn.add_q31``, CPU) between the accelerator's convolutions and
-matches onnxruntime's QDQ model; the measured placement (CPU kernel against the
+model gives int8 adds (``qnn.add_q31``) that match onnxruntime's QDQ model on the CPU,
+and, placed on the accelerator by the partitioner's cost model, the same output bit for
+bit on fsim and resident on the RTL; the measured placement (CPU kernel against the
 accelerator program) is exact and its rule follows the costs."""
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from tensorfab.compiler.graph.qdq_lowering import lower_qdq
 from tensorfab.compiler.graph.residual_add_placement import (
     measure_residual_adds,
     residual_add_device,
-    run_with_accel_adds,
 )
 from tensorfab.compiler.model_compile import calibration_batches, compile_onnx
 from tensorfab.isa import PRESETS
 from tensorfab.runtime.interpreter import run_program
+from tensorfab.runtime.profiling import profile_program
+from tensorfab.runtime.resident import ResidentModel
 from tensorfab.sim import FunctionalSimulator
+from tensorfab.sim.rtl import RtlSimulator
 
 
 def _calibration() -> np.ndarray:
@@ -32,14 +35,24 @@ def _calibration() -> np.ndarray:
     return np.maximum(r.standard_normal((8, 16, 8, 8)), 0).astype(np.float32)
 
 
+def _ops(fn, op: str) -> list[Call]:
+    return [e for e in post_order(fn) if isinstance(e, Call) and e.op == op]
+
+
 def test_compile_onnx_residual_model_int8_adds_match_onnxruntime_qdq() -> None:
     model, calib = residual_block_onnx(), _calibration()
-    compiled = compile_onnx(model, config="default", calibration=calib, quantizer="ort")
-    adds = [e for e in post_order(compiled.function)
-            if isinstance(e, Call) and e.op == "qnn.add_q31"]
+    on_cpu = compile_onnx(model, config="default", calibration=calib, quantizer="ort",
+                          residual_adds="cpu")
+    adds = _ops(on_cpu.function, "qnn.add_q31")
     assert len(adds) == 2 and all(a.virtual_device.kind == "cpu" for a in adds)
-    assert sum(isinstance(e, Call) and e.op == "accel.program"
-               for e in post_order(compiled.function)) == 4
+    assert len(_ops(on_cpu.function, "accel.program")) == 4
+    # the partitioner's cost model puts both adds (with their relu) on the accelerator
+    auto = compile_onnx(model, config="default", calibration=calib, quantizer="ort")
+    assert not _ops(auto.function, "qnn.add_q31")
+    programs = _ops(auto.function, "accel.program")
+    assert len(programs) == 6
+    assert sorted(p.attrs["layer"] for p in programs if p.attrs["extra_input_segment"]) \
+        == ["add_q31+relu"] * 2
     # the same QDQ model compile_onnx quantized, run by onnxruntime
     batches = calibration_batches(from_onnx(model), {"x": calib})
     qdq = quantize_onnx(model, batches, per_channel=True)
@@ -47,16 +60,21 @@ def test_compile_onnx_residual_model_int8_adds_match_onnxruntime_qdq() -> None:
                    ).astype(np.float32)
     want = ort.InferenceSession(qdq.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    got = np.asarray(run_program(compiled.program, [x]))
+    got = np.asarray(run_program(on_cpu.program, [x]))
     last_q = [n for n in qdq.graph.node if n.op_type == "QuantizeLinear"][-1]
     step = float(next(numpy_helper.to_array(i) for i in qdq.graph.initializer
                       if i.name == last_q.input[1]))
     diff = np.rint(np.abs(got - want) / step)
     assert diff.max() <= 1 and (diff == 0).mean() >= 0.999
-    # the same model with its adds as accelerator programs: the same output, bit for bit
-    ab = run_with_accel_adds(compiled.program, [x], FunctionalSimulator(), compiled.config)
-    np.testing.assert_array_equal(ab.output, got)
-    assert ab.adds == 2 and ab.add_cycles > 0 and ab.program_cycles > 0
+    # adds on the accelerator: the same output bit for bit, on fsim (standalone programs)
+    # and resident on the RTL (the second add reads the first one's output in place)
+    np.testing.assert_array_equal(run_program(auto.program, [x]), got)
+    with ResidentModel(auto.program, RtlSimulator()) as resident:
+        assert sum(p.extra_on_device for p in resident.plan.programs.values()) == 1
+        profile = profile_program(auto.program, [x], resident.device, resident=resident)
+    np.testing.assert_array_equal(profile.output, got)
+    add_runs = [r for r in profile.layers if r.op == "add_q31+relu"]
+    assert len(add_runs) == 2 and all(r.device == "accel" and r.cycles for r in add_runs)
 
 
 def test_measured_placement_is_exact_and_follows_the_costs() -> None:
