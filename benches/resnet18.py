@@ -23,6 +23,11 @@ model's multiply-accumulates (convolutions and the dense layer, unpadded channel
 ``conv_utilization`` the convolution programs' MACs / (their cycles × peak MACs per
 cycle) and ``accel_utilization`` the same over every accelerator program (the
 classifier included).
+Residual adds (int8 ``qnn.add_q31``) go where the partitioner's cost model puts them
+(``residual_adds``: on the default preset, the accelerator, each with its relu); the other
+placement is compiled and run too, in the same session, and both runs are reported
+(``residual_adds_cpu``, ``residual_adds_accel``), with each add measured alone on both
+devices (:func:`residual_add_keys`).
 A PNG shows cycles and utilization per convolution.
 
 Targets (issue 12): simulation < 20 s, compile < 30 s, ≥ 99 % of MACs on the
