@@ -23,6 +23,7 @@ from tensorfab.compiler.graph.residual_add_placement import (
 )
 from tensorfab.compiler.model_compile import calibration_batches, compile_onnx
 from tensorfab.isa import PRESETS
+from tensorfab.runtime.artifact import load_graph_text, load_model, save_model
 from tensorfab.runtime.interpreter import run_program
 from tensorfab.runtime.profiling import profile_program
 from tensorfab.runtime.resident import ResidentModel
@@ -75,6 +76,18 @@ def test_compile_onnx_residual_model_int8_adds_match_onnxruntime_qdq() -> None:
     np.testing.assert_array_equal(profile.output, got)
     add_runs = [r for r in profile.layers if r.op == "add_q31+relu"]
     assert len(add_runs) == 2 and all(r.device == "accel" and r.cycles for r in add_runs)
+
+
+def test_model_file_with_accelerator_adds_round_trips(tmp_path) -> None:
+    compiled = compile_onnx(residual_block_onnx(), config="default",
+                            calibration=_calibration(), residual_adds="accel")
+    path = tmp_path / "m.tfm"
+    save_model(compiled.program, path, graph_text=compiled.graph_text)
+    x = _calibration()[:2]
+    np.testing.assert_array_equal(run_program(load_model(path), [x]),
+                                  run_program(compiled.program, [x]))
+    text = load_graph_text(path)
+    assert text is not None and text.count('extra_input_segment="b"') == 2
 
 
 def test_measured_placement_is_exact_and_follows_the_costs() -> None:
