@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import numpy_helper
 from test_add_q31 import residual_block_onnx
 
@@ -111,3 +112,20 @@ def test_measured_placement_is_exact_and_follows_the_costs() -> None:
         # a slow host link makes the CPU placement pay for its transfers
         link = m.host_bytes / accel_s  # moving the bytes takes as long as the program
         assert residual_add_device(fast_cpu, cfg, link_bytes_per_second=link) == "accel"
+
+
+@pytest.mark.parametrize(("preset", "auto_adds"), [("tiny", 0), ("small", 0), ("large", 2)])
+def test_every_preset_runs_the_adds_on_the_accelerator_bit_exact(preset, auto_adds) -> None:
+    # forced onto the accelerator, the adds give the CPU kernel's output bit for bit;
+    # the cost model keeps them on the CPU where the clock is slow and the blocks small
+    # (tiny 24 MHz, 4 lanes; small 50 MHz, 8) and moves them on large (150 MHz, 32)
+    model, calib = residual_block_onnx(), _calibration()
+    x = calib[:2]
+    got = {}
+    for mode in ("cpu", "accel", "auto"):
+        c = compile_onnx(model, config=preset, calibration=calib, residual_adds=mode)
+        adds = [p for p in _ops(c.function, "accel.program") if p.attrs["extra_input_segment"]]
+        got[mode] = (len(adds), run_program(c.program, [x]))
+    assert (got["cpu"][0], got["accel"][0], got["auto"][0]) == (0, 2, auto_adds)
+    np.testing.assert_array_equal(got["accel"][1], got["cpu"][1])
+    np.testing.assert_array_equal(got["auto"][1], got["cpu"][1])
