@@ -88,15 +88,17 @@ def test_bad_config_and_shape_are_named() -> None:
                              {k: v for k, v in attrs.items() if k != "out_shift"})
 
 
-@pytest.mark.parametrize(("seed", "shape", "tile"), [
-    (7, (1, 4, 9, 9, 1, 16), 64),
-    (9, (1, 4, 28, 28, 1, 16), 256)])  # 64×28×28 with a zero point
-def test_rtl_bit_exact_with_fsim_and_timing_model(seed, shape, tile) -> None:
+@pytest.mark.parametrize(("preset", "seed", "shape", "tile", "relu"), [
+    ("default", 7, (1, 4, 9, 9, 1, 16), 64, False),
+    ("default", 9, (1, 4, 28, 28, 1, 16), 256, True),  # 64×28×28, zero point, relu
+    ("small", 11, (1, 3, 6, 6, 1, 8), 256, True)])      # a tile larger than a quarter
+def test_rtl_bit_exact_with_fsim_and_timing_model(preset, seed, shape, tile, relu) -> None:
     a, b, attrs = _case(seed, shape)
-    p = residual_add_program(PRESETS["default"], a.shape, attrs, a, b, tile=tile)
+    p = residual_add_program(PRESETS[preset], a.shape, attrs, a, b, tile=tile, relu=relu)
     res, ref = RtlSimulator().run(p), FSIM.run(p)
     np.testing.assert_array_equal(res.dram, ref.dram)
     assert res.counters == ref.counters
-    np.testing.assert_array_equal(res.outputs["out"], tflite_add(a, b, attrs))
+    want = tflite_add(a, b, attrs)
+    np.testing.assert_array_equal(res.outputs["out"], np.maximum(want, 0) if relu else want)
     model = simulate(p.insns, p.config).cycles
     assert abs(model - res.cycles) <= 0.1 * res.cycles
