@@ -10,7 +10,9 @@ so its result is bit-exact with the CPU kernel:
    (``acc = x @ I``, exact), both operands in one GEMM instruction;
 2. ``SHL left_shift`` (both), ``MULHI`` by the operand's Q31 multiplier (a vector
    operand: an accumulator entry holding the multiplier in every lane, loaded once),
-   ``SHL`` / ``SHR_RND`` by the operand's exponent;
+   ``SHL`` / ``SHR_RND`` by the operand's exponent; for the operand with the larger
+   scale (multiplier ``2^30``, exponent 0) ``SHL left_shift`` + ``MULHI`` is exactly
+   ``SHL left_shift - 1``, one micro-op instead of two;
 3. ``ADD`` of the two, then the output multiplier the same way, ``ADD zero_point``,
    ``CLIP 127`` (and ``MAX 0`` for a fused ``relu``); the STORE keeps the low byte.
 
@@ -20,7 +22,7 @@ instructions are emitted in software-pipelined order (the loads of tile ``t + 2`
 the computation of tile ``t``) so the in-order fetch never holds a load behind a
 computation that waits for it.
 
-Cost per output entry: 2 GEMM micro-ops + 8–10 ALU micro-ops (one micro-op per cycle on
+Cost per output entry: 2 GEMM micro-ops + 7–10 ALU micro-ops (one micro-op per cycle on
 the compute engine), plus ~11 instructions per tile; the data moved is 3 bytes per
 element. Needs ``block_in == block_out``, 8-bit inputs and 32-bit accumulators.
 """
@@ -40,7 +42,7 @@ from tensorfab.isa.program import Program, Segment
 
 from .errors import CompileError
 
-__all__ = ["ADD_Q31_ATTRS", "residual_add_program", "residual_add_uops_per_entry"]
+__all__ = ["ADD_Q31_ATTRS", "residual_add_program"]
 
 #: The attributes of ``qnn.add_q31`` the program reads.
 ADD_Q31_ATTRS = ("left_shift", "a_multiplier", "a_shift", "b_multiplier", "b_shift",
@@ -66,12 +68,12 @@ def _check(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[str, Any]) -> i
     return size // lanes
 
 
-def residual_add_uops_per_entry(attrs: Mapping[str, Any]) -> int:
-    """Compute-engine micro-ops per output entry (GEMM and ALU; the fast reset aside)."""
-    ops = 2 + 2 + 2  # GEMM, SHL left_shift, MULHI (both operands)
-    ops += sum((attrs[f"{k}_shift"] != 0) for k in ("a", "b"))  # SHL or SHR_RND each
-    ops += 1 + 1 + (attrs["out_shift"] != 0) + (attrs["zero_point"] != 0) + 1
-    return ops  # ADD, MULHI, [SHL | SHR_RND], [ADD zp], CLIP
+def _half(attrs: Mapping[str, Any], k: str) -> bool:
+    """Whether operand ``k``'s scaling ``MULHI(SHL(x, L), 2^30)`` (multiplier 2^30, exponent
+    0: the operand with the larger scale) is exactly ``SHL(x, L - 1)``: ``x · 2^(L+30)``
+    is a multiple of 2^31 and gemmlowp's nudge (below 2^30 in magnitude) never carries."""
+    return attrs[f"{k}_multiplier"] == 1 << 30 and attrs[f"{k}_shift"] == 0 \
+        and attrs["left_shift"] >= 1
 
 
 def residual_add_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[str, Any],
@@ -126,7 +128,8 @@ def residual_add_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[s
     for s in range(2):
         ia, xa = 2 * t * s, _CONSTS + 2 * t * s
         u = {"x": Uop(acc=xa), "gemm": Uop(acc=xa, src=ia), "y": Uop(acc=xa + t),
-             "add": Uop(acc=xa, src=xa + t), "out": Uop(acc=xa, src=2)}
+             "y_mulhi": Uop(acc=xa + t, src=1), "add": Uop(acc=xa, src=xa + t),
+             "out": Uop(acc=xa, src=2)}
         slots.append({k: pb.add_uops([v]) for k, v in u.items()} | {"inp": ia, "acc": xa})
 
     pb.load_uops()
@@ -166,13 +169,25 @@ def residual_add_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[s
         pb.emit(Gemm(uop_begin=s["gemm"][0], uop_end=s["gemm"][1], iter_out=2, iter_in=t,
                      acc_factor_out=t, acc_factor_in=1, inp_factor_out=t, inp_factor_in=1,
                      push_prev=i + 2 < n))
-        ops = [alu(s["x"], AluOp.SHL, attrs["left_shift"], both=True)] \
-            if attrs["left_shift"] else []
+        left, half = attrs["left_shift"], (_half(attrs, "a"), _half(attrs, "b"))
+        ops: list[Alu] = []
+        if half[0] == half[1]:  # both operands alike: one instruction each
+            if left:
+                ops.append(alu(s["x"], AluOp.SHL, left - half[0], both=True))
+        else:
+            for key, h in (("x", half[0]), ("y", half[1])):
+                if left - h:
+                    ops.append(alu(s[key], AluOp.SHL, left - h))
         # SHL by a positive exponent comes before MULHI, SHR_RND by a negative one after
         for key, k in (("x", "a"), ("y", "b")):
             if attrs[f"{k}_shift"] > 0:
                 scale(s, key, attrs[f"{k}_shift"], ops)
-        ops.append(alu(s["x"], AluOp.MULHI, None, both=True, src=(1, 0)))
+        if not any(half):
+            ops.append(alu(s["x"], AluOp.MULHI, None, both=True, src=(1, 0)))
+        elif not half[0]:
+            ops.append(alu(s["x"], AluOp.MULHI, None))
+        elif not half[1]:
+            ops.append(alu(s["y_mulhi"], AluOp.MULHI, None))
         for key, k in (("x", "a"), ("y", "b")):
             if attrs[f"{k}_shift"] < 0:
                 scale(s, key, attrs[f"{k}_shift"], ops)

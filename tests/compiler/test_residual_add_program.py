@@ -13,7 +13,7 @@ from tensorfab.compiler import check_program_order
 from tensorfab.compiler.tensor.errors import CompileError
 from tensorfab.compiler.tensor.residual_add import residual_add_program
 from tensorfab.compiler.tensor.timing import simulate
-from tensorfab.isa import PRESETS
+from tensorfab.isa import PRESETS, AluOp
 from tensorfab.runtime.kernels import KERNELS
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.rtl import RtlSimulator
@@ -102,3 +102,26 @@ def test_rtl_bit_exact_with_fsim_and_timing_model(preset, seed, shape, tile, rel
     np.testing.assert_array_equal(res.outputs["out"], np.maximum(want, 0) if relu else want)
     model = simulate(p.insns, p.config).cycles
     assert abs(model - res.cycles) <= 0.1 * res.cycles
+
+
+@pytest.mark.parametrize("scales", ["equal", "neither_half"])
+def test_larger_scale_shortcut_cases(scales) -> None:
+    # equal scales: both operands take the SHL-by-(L-1) shortcut; hand-made multipliers
+    # (not 2^30): neither does; both must still equal the reference bit for bit
+    r = np.random.default_rng(13)
+    shape = (1, 3, 7, 7, 1, 16)
+    a = r.integers(-128, 128, shape).astype(np.int8)
+    b = r.integers(-128, 128, shape).astype(np.int8)
+    if scales == "equal":
+        attrs = add_attrs(0.02, 0.02, 0.03)
+        assert attrs["a_multiplier"] == attrs["b_multiplier"] == 1 << 30
+    else:
+        attrs = add_attrs(0.02, 0.013, 0.03) | {"a_multiplier": 1_500_000_000,
+                                                "a_shift": -1}
+    p = residual_add_program(PRESETS["default"], shape, attrs, a, b, tile=64)
+    got = FSIM.run(p).outputs["out"]
+    np.testing.assert_array_equal(got, tflite_add(a, b, attrs))
+    np.testing.assert_array_equal(got, KERNELS["qnn.add_q31"]([a, b], attrs))
+    mulhi = sum(getattr(i, "op", None) is AluOp.MULHI for i in p.insns)
+    tiles = -(-a.size // 16 // 64)
+    assert mulhi == tiles * (1 if scales == "equal" else 2)  # output stage (+ operands)
