@@ -577,7 +577,7 @@ def _program(blob: bytes):  # -> tensorfab.isa.Program
 
 
 def run_accel_program(x: np.ndarray, blob: np.ndarray, attrs: dict[str, Any],
-                      device: Any) -> Any:
+                      device: Any, *extra: np.ndarray) -> Any:
     """Run a compiled accelerator program on ``device`` (a :class:`~tensorfab.sim.Device`)
     with ``x`` written to its input segment; the :class:`~tensorfab.sim.RunResult`
     (outputs, cycles, counters) of the run. The ``accel.program`` kernel and the
@@ -591,6 +591,10 @@ def run_accel_program(x: np.ndarray, blob: np.ndarray, attrs: dict[str, Any],
     region = program.layout()[seg.name]
     image[region.offset: region.offset + region.nbytes] = np.ascontiguousarray(x).view(
         np.uint8).ravel()
+    for v in extra:  # a residual add's second operand
+        region = program.layout()[attrs["extra_input_segment"]]
+        image[region.offset: region.offset + region.nbytes] = np.ascontiguousarray(
+            v, np.int8).view(np.uint8).ravel()
     return device.run(program, image)
 
 
@@ -606,6 +610,6 @@ def accel_program(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.nda
     default): the input goes to its input segment, the output segment comes back."""
     from tensorfab.sim import get_device
 
-    x, blob = inputs
-    result = run_accel_program(x, blob, attrs, get_device(attrs["executor"]))
+    x, blob, *extra = inputs
+    result = run_accel_program(x, blob, attrs, get_device(attrs["executor"]), *extra)
     return result.outputs[attrs["output_segment"]]

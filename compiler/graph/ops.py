@@ -790,16 +790,23 @@ def _add_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     return TensorType(broadcast_shapes(a.shape, b.shape), "int8")
 
 
-@register("accel.program", 2, {"out_shape": REQUIRED, "input_segment": "inp",
-                               "output_segment": "out", "executor": "fsim", "layer": "",
-                               "estimated_cycles": 0, "macs": 0},
+@register("accel.program", (2, 3), {"out_shape": REQUIRED, "input_segment": "inp",
+                                    "output_segment": "out", "executor": "fsim",
+                                    "layer": "", "estimated_cycles": 0, "macs": 0,
+                                    "extra_input_segment": ""},
           "run a compiled accelerator program (argument 1: its TFABPROG bytes) on "
-          "argument 0, written to its input segment; the result is its output segment "
-          "(layer: a label for profiles; estimated_cycles: the timing model's estimate; "
-          "macs: the layer's multiply-accumulates without channel padding, 0 if unknown)")
+          "argument 0, written to its input segment, and an optional argument 2 written "
+          "to extra_input_segment (a residual add's second operand); the result is its "
+          "output segment (layer: a label for profiles; estimated_cycles: the timing "
+          "model's estimate; macs: the layer's multiply-accumulates without channel "
+          "padding, 0 if unknown)")
 def _accel_program(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x, blob = _t(types, 0), _t(types, 1)
     _want_dtype(x, ("int8",), "the input")
+    if len(types) == 3:
+        _want_dtype(_t(types, 2), ("int8",), "the second input")
+        if not attrs["extra_input_segment"]:
+            raise _fail("a third argument needs extra_input_segment (the segment it fills)")
     if blob.dtype != "uint8" or blob.ndim != 1:
         raise _fail(f"the program is {blob}; expected its bytes as a uint8 vector")
     return TensorType(tuple(attrs["out_shape"]), "int8")
