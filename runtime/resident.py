@@ -136,10 +136,17 @@ class ResidentModel:
             self.memory.write(placed.input.addr, x)
         node = self.program.nodes[index]
         for v in extra:  # a residual add's second operand
-            addr = placed.program.layout()[node.attrs["extra_input_segment"]].offset
+            name = node.attrs["extra_input_segment"]
+            addr = placed.program.layout()[name].offset
             if not (placed.extra_on_device and isinstance(v, DeviceTensor)
                     and v.memory is self.memory and v.addr == addr):
-                self.memory.write(addr, np.ascontiguousarray(host_value(v), np.int8))
+                v = np.asarray(host_value(v))
+                eseg = placed.program.segment(name)
+                if tuple(v.shape) != eseg.shape or str(v.dtype) != eseg.dtype:
+                    raise KernelError(f"node {index} (accel.program): second input "
+                                      f"{v.dtype}{tuple(v.shape)} does not fit segment "
+                                      f"{name!r} ({eseg.dtype}{eseg.shape})")
+                self.memory.write(addr, v)
         result = self.memory.run(placed.program)
         out = placed.program.segment(placed.output_segment)
         return DeviceTensor(self.memory, placed.output.addr, out.shape, out.dtype), result

@@ -129,3 +129,16 @@ def test_every_preset_runs_the_adds_on_the_accelerator_bit_exact(preset, auto_ad
     assert (got["cpu"][0], got["accel"][0], got["auto"][0]) == (0, 2, auto_adds)
     np.testing.assert_array_equal(got["accel"][1], got["cpu"][1])
     np.testing.assert_array_equal(got["auto"][1], got["cpu"][1])
+
+
+def test_resident_second_input_of_the_wrong_shape_is_refused() -> None:
+    program = compile_onnx(residual_block_onnx(), config="default",
+                           calibration=_calibration(), residual_adds="accel").program
+    with ResidentModel(program, FunctionalSimulator()) as model:
+        k = next(i for i, n in enumerate(program.nodes)
+                 if n.op == "accel.program" and len(n.inputs) == 3)
+        placed = model.plan.programs[k]
+        seg = placed.program.segment(placed.input_segment)
+        x = np.zeros(seg.shape, seg.dtype)
+        with pytest.raises(Exception, match="second input int8\\(3,\\) does not fit segment"):
+            model.run_accel(k, x, np.zeros(3, np.int8))
