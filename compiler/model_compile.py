@@ -25,6 +25,7 @@ from tensorfab.isa.formats import requant_supported
 from tensorfab.runtime.interpreter import GraphProgram
 
 from .graph.ir import Call, Function, post_order
+from .graph.partitioning import cpu_convolutions
 from .graph.printer import astext
 from .graph.types import TensorType
 
@@ -60,7 +61,11 @@ class CompiledModel:
     graph_text : str
         ``function``'s text form with its large constants as ``meta[c<slot>]``, the
         program's constant slots (stored in the ``.tfm``; ``tensorfab inspect`` prints
-        it).
+        it). With an accelerator, it starts with one ``//`` comment line per convolution
+        left on the CPU, saying why (the parser skips comments).
+    cpu_convolutions : tuple of str
+        With an accelerator: the convolutions left on the CPU, each with the reason
+        (:func:`~tensorfab.compiler.graph.partitioning.cpu_convolutions`).
     """
 
     program: GraphProgram
@@ -68,6 +73,7 @@ class CompiledModel:
     config: HwConfig | None
     quantized: bool
     graph_text: str = ""
+    cpu_convolutions: tuple[str, ...] = ()
 
 
 def _symbolic_inputs(fn: Function) -> list[tuple[str, tuple]]:
@@ -272,4 +278,6 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
     slots: dict[int, int] = {}
     program = lower_to_runtime(fn, slots)
     text = astext(fn, lambda c: f"c{slots[id(c)]}" if id(c) in slots else None)
-    return CompiledModel(program, fn, cfg, quantized, text)
+    on_cpu = tuple(cpu_convolutions(fn)) if cfg is not None else ()
+    text = "".join(f"// on the CPU: {line}\n" for line in on_cpu) + text
+    return CompiledModel(program, fn, cfg, quantized, text, on_cpu)

@@ -109,7 +109,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                       "accel_programs": ops.get("accel.program", 0),
                       "config": compiled.config.name if compiled.config else None,
                       "int8": compiled.quantized,
-                      "ops": dict(sorted(ops.items()))}))
+                      "ops": dict(sorted(ops.items())),
+                      "cpu_convolutions": list(compiled.cpu_convolutions)}))
     return 0
 
 

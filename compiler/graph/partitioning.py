@@ -24,12 +24,56 @@ EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "qnn.requ
                       "relu", "clip"})
 
 
+def accelerator_conv_refusal(e: Expr) -> str | None:
+    """Why the accelerator does not take the convolution ``e`` (None: it takes it).
+
+    The reason is what ``tensorfab compile`` and ``tensorfab inspect`` show for a
+    convolution left on the CPU (see :func:`cpu_convolutions`).
+    """
+    if not isinstance(e, Call) or e.op not in ("qnn.conv2d_integer", "nn.conv2d"):
+        return "not a convolution"
+    if e.op == "nn.conv2d":
+        return "not quantized to int8 (a float convolution)"
+    a = e.attrs
+    if a["groups"] != 1:
+        return f"groups={a['groups']}: the accelerator's convolution takes groups 1"
+    if a["data_layout"] != "NCHW":
+        return f"data_layout={a['data_layout']}: the accelerator takes NCHW"
+    if tuple(a["dilation"]) != (1, 1):
+        return (f"dilation {tuple(a['dilation'])}: the tensor compiler's convolution takes "
+                "dilation 1")
+    if not (isinstance(e.args[1], Constant) and e.args[1].data.dtype == np.int8):
+        return "its weight is not a constant int8 tensor"
+    if e.args[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
+        return f"its input is {e.args[0].checked_type.dtype}, not int8"  # type: ignore[union-attr]
+    if not all(isinstance(z, Constant) and not np.any(z.data) for z in e.args[2:]):
+        return "a nonzero zero point: the accelerator takes symmetric int8"
+    return None
+
+
 def _accelerator_conv(e: Expr) -> bool:
-    return (isinstance(e, Call) and e.op == "qnn.conv2d_integer" and e.attrs["groups"] == 1
-            and e.attrs["data_layout"] == "NCHW" and tuple(e.attrs["dilation"]) == (1, 1)
-            and isinstance(e.args[1], Constant) and e.args[1].data.dtype == np.int8
-            and e.args[0].checked_type.dtype == "int8"  # type: ignore[union-attr]
-            and all(isinstance(z, Constant) and not np.any(z.data) for z in e.args[2:]))
+    return (isinstance(e, Call) and e.op == "qnn.conv2d_integer"
+            and accelerator_conv_refusal(e) is None)
+
+
+def cpu_convolutions(fn: Function) -> list[str]:
+    """One line per convolution the CPU kernels run in ``fn``, a program after
+    :func:`~.accel_lowering.lower_accelerator_chains` (whose accelerator convolutions
+    are ``accel.program`` calls): the operator, its input and output shapes, kernel and
+    stride, and why it is not on the accelerator."""
+    infer_types(fn)
+    lines = []
+    for e in post_order(fn):
+        if not (isinstance(e, Call) and e.op in ("qnn.conv2d_integer", "nn.conv2d")):
+            continue
+        why = accelerator_conv_refusal(e) or "no requantization to int8 follows it"
+        x, w = e.args[0].checked_type, e.args[1].checked_type
+        kernel = "x".join(str(d) for d in w.shape[2:])  # type: ignore[union-attr]
+        stride = "x".join(str(s) for s in e.attrs["strides"])
+        lines.append(f"{e.op} {tuple(x.shape)} -> "  # type: ignore[union-attr]
+                     f"{tuple(e.checked_type.shape)} {kernel}/{stride}: "  # type: ignore[union-attr]
+                     f"{why}")
+    return lines
 
 
 def _epilogue_step(e: Call, prev: Expr) -> bool:
