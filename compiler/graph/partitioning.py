@@ -1,7 +1,8 @@
 """Partitioning onto the accelerator: annotate the int8 convolution chains it can run.
 
-A chain starts at a ``qnn.conv2d_integer`` the accelerator takes (groups 1, dilation 1,
-zero points 0, a constant int8 weight; any padding, asymmetric included) and grows
+A chain starts at a ``qnn.conv2d_integer`` the accelerator takes (groups 1, zero points
+0, a constant int8 weight; any padding, asymmetric included; a dilation whose
+zero-inserted kernel does at most :data:`MAX_DILATED_TAPS_RATIO` times the MACs) and grows
 through its single reader while that reader is an accelerator epilogue: ``add`` of a
 constant per-channel bias, ``qnn.requantize`` with constant scales,
 ``qnn.requantize_fixed``, ``relu``, ``clip``.
@@ -24,6 +25,19 @@ EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "qnn.requ
                       "relu", "clip"})
 
 
+#: A dilated convolution runs on the accelerator as the same convolution with zeros
+#: between its kernel's taps (:func:`~.accel_lowering.dilated_kernel`) while that does at
+#: most this many times its MACs (3x3 at dilation 2: 25 / 9 = 2.8); beyond, on the CPU.
+MAX_DILATED_TAPS_RATIO = 3.0
+
+
+def dilated_taps_ratio(conv: Call) -> float:
+    """Taps of ``conv``'s kernel with zeros between its taps over its own taps."""
+    kh, kw = conv.args[1].checked_type.shape[-2:]  # type: ignore[union-attr]
+    dh, dw = conv.attrs["dilation"]
+    return ((kh - 1) * dh + 1) * ((kw - 1) * dw + 1) / (kh * kw)
+
+
 def accelerator_conv_refusal(e: Expr) -> str | None:
     """Why the accelerator does not take the convolution ``e`` (None: it takes it).
 
@@ -39,9 +53,11 @@ def accelerator_conv_refusal(e: Expr) -> str | None:
         return f"groups={a['groups']}: the accelerator's convolution takes groups 1"
     if a["data_layout"] != "NCHW":
         return f"data_layout={a['data_layout']}: the accelerator takes NCHW"
-    if tuple(a["dilation"]) != (1, 1):
-        return (f"dilation {tuple(a['dilation'])}: the tensor compiler's convolution takes "
-                "dilation 1")
+    ratio = dilated_taps_ratio(e)
+    if ratio > MAX_DILATED_TAPS_RATIO:
+        return (f"dilation {tuple(a['dilation'])}: its kernel with zeros between the taps "
+                f"would do {ratio:.1f}x the MACs (the accelerator takes up to "
+                f"{MAX_DILATED_TAPS_RATIO:g}x)")
     if not (isinstance(e.args[1], Constant) and e.args[1].data.dtype == np.int8):
         return "its weight is not a constant int8 tensor"
     if e.args[0].checked_type.dtype != "int8":  # type: ignore[union-attr]

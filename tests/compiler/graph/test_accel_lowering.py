@@ -103,11 +103,17 @@ def test_asymmetric_padding_on_the_rtl() -> None:
     np.testing.assert_array_equal(got, evaluate(fixed_point_requantize(f), [xv]))
 
 
-def test_dilated_convolution_stays_on_the_cpu() -> None:
-    f = _padded_chain((2, 2, 2, 2), 1, dilation=(2, 2))
+@pytest.mark.parametrize("dilation, on_accel", [((2, 2), True), ((1, 2), True),
+                                                 ((3, 3), False)])
+def test_dilated_convolution_on_the_accelerator_up_to_the_taps_ratio(dilation, on_accel
+                                                                      ) -> None:
+    # 3x3 at dilation 2 runs as a 5x5 kernel with zero taps (25 / 9 MACs); at dilation 3
+    # (7x7: 49 / 9) it stays on the CPU
+    f = _padded_chain((2, 2, 2, 2), 1, dilation=dilation)
     compiled = compile_for(f, "tiny")
     names = [e.op for e in post_order(compiled) if isinstance(e, Call)]
-    assert "accel.program" not in names and "qnn.conv2d_integer" in names
+    assert ("accel.program" in names) == on_accel
+    assert ("qnn.conv2d_integer" in names) != on_accel
     xv = np.random.default_rng(7).integers(-128, 128, (1, 6, 7, 7)).astype(np.int8)
     np.testing.assert_array_equal(evaluate(compiled, [xv]),
                                   evaluate(fixed_point_requantize(f), [xv]))
