@@ -91,16 +91,21 @@ def test_asymmetric_padding_runs_on_the_accelerator(pads: tuple, stride: int) ->
                                   evaluate(fixed_point_requantize(f), [xv]))
 
 
-def test_asymmetric_padding_on_the_rtl() -> None:
+@pytest.mark.parametrize("pads, stride, dilation", [((0, 0, 1, 1), 2, (1, 1)),
+                                                    ((2, 1, 2, 3), 1, (2, 2))])
+def test_asymmetric_padding_and_dilation_on_the_rtl(pads, stride, dilation) -> None:
     from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
     from tensorfab.runtime.profiling import profile_program
     from tensorfab.sim.rtl import RtlSimulator
 
-    f = _padded_chain((0, 0, 1, 1), 2)
+    f = _padded_chain(pads, stride, dilation)
     program = lower_to_runtime(compile_for(f, "tiny"))
     xv = np.random.default_rng(6).integers(-128, 128, (1, 6, 7, 7)).astype(np.int8)
-    got = profile_program(program, [xv], RtlSimulator()).output
-    np.testing.assert_array_equal(got, evaluate(fixed_point_requantize(f), [xv]))
+    profile = profile_program(program, [xv], RtlSimulator())
+    accel = [r for r in profile.layers if r.device == "accel"]
+    assert len(accel) == 1 and accel[0].cycles and not profile.estimated  # ran on the RTL
+    np.testing.assert_array_equal(profile.output,
+                                  evaluate(fixed_point_requantize(f), [xv]))
 
 
 @pytest.mark.parametrize("dilation, on_accel", [((2, 2), True), ((1, 2), True),
