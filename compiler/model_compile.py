@@ -22,6 +22,7 @@ import onnx
 
 from tensorfab.isa import HwConfig, TensorfabError, get_config
 from tensorfab.isa.formats import requant_supported
+from tensorfab.runtime.artifact import CPU_CONVOLUTION_COMMENT
 from tensorfab.runtime.interpreter import GraphProgram
 
 from .graph.ir import Call, Function, post_order
@@ -279,5 +280,5 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
     program = lower_to_runtime(fn, slots)
     text = astext(fn, lambda c: f"c{slots[id(c)]}" if id(c) in slots else None)
     on_cpu = tuple(cpu_convolutions(fn)) if cfg is not None else ()
-    text = "".join(f"// on the CPU: {line}\n" for line in on_cpu) + text
+    text = "".join(f"{CPU_CONVOLUTION_COMMENT}{line}\n" for line in on_cpu) + text
     return CompiledModel(program, fn, cfg, quantized, text, on_cpu)

@@ -150,3 +150,24 @@ def test_compile_and_inspect_show_the_cpu_convolution_and_why(tmp_path, capsys) 
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "// on the CPU: " + info["cpu_convolutions"][0]
     assert "@accel(default)" in out
+
+
+def test_run_report_names_the_cpu_convolution_under_its_row(tmp_path, capsys) -> None:
+    onnx_path, tfm = tmp_path / "m.onnx", tmp_path / "m.tfm"
+    onnx.save(same_upper_then_dilated_onnx(), onnx_path)
+    np.save(tmp_path / "calib.npy", _calib())
+    np.save(tmp_path / "x.npy", _calib()[:2])
+    assert main(["compile", str(onnx_path), "-o", str(tfm), "--config", "default",
+                 "--calib", str(tmp_path / "calib.npy")]) == 0
+    capsys.readouterr()
+    for model in (tfm, onnx_path):  # the .tfm's comments, or the compilation's list
+        args = ["run", str(model), "--input", str(tmp_path / "x.npy"), "--target", "fsim"]
+        if model == onnx_path:
+            args += ["--config", "default", "--calib", str(tmp_path / "calib.npy")]
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        assert "convolutions on the CPU" in out
+        line = next(ln for ln in out.splitlines() if "dilation (3, 3)" in ln)
+        row = int(line.split()[0].lstrip("#"))
+        cells = [[c.strip() for c in ln.split("│")[1:4]] for ln in out.splitlines()]
+        assert [str(row), "cpu", "qnn.conv2d_integer"] in cells
