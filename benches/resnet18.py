@@ -23,6 +23,11 @@ model's multiply-accumulates (convolutions and the dense layer, unpadded channel
 ``conv_utilization`` the convolution programs' MACs / (their cycles × peak MACs per
 cycle) and ``accel_utilization`` the same over every accelerator program (the
 classifier included).
+Residual adds (int8 ``qnn.add_q31``) go where the partitioner's cost model puts them
+(``residual_adds``: on the default preset, the accelerator, each with its relu); the other
+placement is compiled and run too, in the same session, and both runs are reported
+(``residual_adds_cpu``, ``residual_adds_accel``), with each add measured alone on both
+devices (:func:`residual_add_keys`).
 A PNG shows cycles and utilization per convolution.
 
 Targets (issue 12): simulation < 20 s, compile < 30 s, ≥ 99 % of MACs on the
@@ -63,7 +68,7 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
     from tensorfab.compiler.graph.layout_planning import pack_accel_layouts
     from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
-    from tensorfab.compiler.graph.partitioning import annotate_accelerator
+    from tensorfab.compiler.graph.partitioning import annotate_accelerator, residual_add_chains
     from tensorfab.compiler.graph.planning import plan_devices
     from tensorfab.compiler.graph.qdq_lowering import lower_qdq
     from tensorfab.compiler.graph.stem_im2col import im2col_small_channel_convs
@@ -86,11 +91,19 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     integer = lower_qdq(fold_constants(from_onnx(qdq, input_shapes={"input": shape})))
     rounding = "single" if requant_supported(PRESETS[config]) else "double"
     g = fixed_point_requantize(dense_as_conv(integer), per_channel=True, rounding=rounding)
-    planned = pack_accel_layouts(im2col_small_channel_convs(
-        plan_devices(annotate_accelerator(g, accel(config)))))
-    program = lower_to_runtime(lower_accelerator_chains(planned))
+
+    def compile_with(residual_adds: str) -> tuple[Any, Any]:
+        planned = pack_accel_layouts(im2col_small_channel_convs(plan_devices(
+            annotate_accelerator(g, accel(config), residual_adds=residual_adds))))
+        return planned, lower_to_runtime(lower_accelerator_chains(planned))
+
+    # the partitioner's choice (residual adds by its cost model), then the alternative
+    chosen = "accel" if residual_add_chains(g, accel(config), "auto") else "cpu"
+    planned, program = compile_with(chosen)
     t_compile = time.perf_counter() - t0
     layers = mac_layers(integer, planned)
+    other = "cpu" if chosen == "accel" else "accel"
+    _, other_program = compile_with(other)
 
     device = get_device(target)
     t0 = time.perf_counter()
@@ -98,18 +111,30 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
         t_load = time.perf_counter() - t0
         profile = profile_program(program, [x], device, resident=model)
         t_run = time.perf_counter() - t0
+        # the A/B: each placement run twice, alternating, the faster run of each kept
+        # (the first run of a session also warms caches)
+        ab = {chosen: [profile], other: []}
+        with ResidentModel(other_program, device) as other_model:
+            for placement, prog, resident in ((other, other_program, other_model),
+                                              (chosen, program, model),
+                                              (other, other_program, other_model)):
+                ab[placement].append(profile_program(prog, [x], device, resident=resident))
     got = profile.output
-    runs = [r for r in profile.layers if r.device == "accel"]
     reference = run_program(lower_to_runtime(g), [x])
+    runs = [r for r in profile.layers if r.device == "accel"]
+    mac_runs = [r for r in runs if not r.op.startswith("add_q31")]
     peak = PRESETS[config].peak_macs_per_cycle
     accel_layers = [layer for layer in layers if layer.device == "accel"]
-    cycles = [int(r.cycles or 0) for r in runs]
+    cycles = [int(r.cycles or 0) for r in mac_runs]
     total_macs = sum(layer.macs for layer in layers)
     accel_macs = sum(layer.macs for layer in accel_layers)
-    total_cycles = sum(cycles)
+    total_cycles = sum(int(r.cycles or 0) for r in runs)
     per_layer = {layer.name: {"macs": layer.macs, "cycles": c,
                               "utilization": round(layer.macs / (c * peak), 4) if c else None}
-                 for layer, c in zip(accel_layers, cycles, strict=len(runs) == len(accel_layers))}
+                 for layer, c in zip(accel_layers, cycles,
+                                     strict=len(mac_runs) == len(accel_layers))}
+    for i, r in enumerate((r for r in runs if r.op.startswith("add_q31")), 1):
+        per_layer[f"add{i}"] = {"macs": 0, "cycles": int(r.cycles or 0), "utilization": None}
     conv = [(layer, c) for layer, c in zip(accel_layers, cycles, strict=False)
             if layer.op == "qnn.conv2d_integer"]
     conv_cycles = sum(c for _, c in conv)
@@ -134,7 +159,12 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
         "programs_reading_input_on_device": model.plan.on_device_inputs,
         "host_bytes": profile.host_traffic.total if profile.host_traffic else None,
         "host_bytes_standalone": standalone_host_bytes(program),
+        "residual_adds": chosen,
     }
+    for placement, profiles in ab.items():
+        fastest = min(profiles, key=lambda p: p.seconds)
+        result[f"residual_adds_{placement}"] = _placement_keys(fastest, reference)
+    result.update(residual_add_keys(g, PRESETS[config], device, seed))
     result["targets_met"] = {
         "run_seconds": t_run < TARGETS["run_seconds"],
         "compile_seconds": t_compile < TARGETS["compile_seconds"],
@@ -145,6 +175,63 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     if plot:
         result["plot"] = str(plot_layers(result, plot))
     return result
+
+
+def _placement_keys(profile: Any, reference: np.ndarray) -> dict[str, Any]:
+    """One run's keys for the residual-add A/B (see :func:`residual_add_keys`)."""
+    host = sum(r.seconds for r in profile.layers if r.device != "accel")
+    return {
+        "total_cycles": sum(int(r.cycles or 0) for r in profile.layers
+                            if r.device == "accel"),
+        "add_cycles": sum(int(r.cycles or 0) for r in profile.layers
+                          if r.op.startswith("add_q31")),
+        "add_seconds": round(sum(r.seconds for r in profile.layers
+                                 if r.op == "qnn.add_q31" or r.op.startswith("add_q31")), 4),
+        "run_seconds": round(profile.seconds, 3),
+        "host_seconds": round(host, 4),
+        "host_time_share": round(host / profile.seconds, 4),
+        "host_bytes": profile.host_traffic.total if profile.host_traffic else None,
+        "matches_reference": bool(np.array_equal(profile.output, reference)),
+    }
+
+
+def residual_add_keys(g: Any, cfg: Any, device: Any, seed: int) -> dict[str, Any]:
+    """Each residual add measured alone (the run keys are ``residual_adds``, the
+    partitioner's placement, and ``residual_adds_cpu`` / ``residual_adds_accel``, the
+    loaded model run with each placement in the same session: ``total_cycles``,
+    ``add_cycles``, ``add_seconds`` (wall time of the adds, simulation included),
+    ``run_seconds`` (load excluded), ``host_seconds`` (CPU kernels), ``host_time_share``,
+    ``host_bytes``, ``matches_reference``).
+
+    :func:`~tensorfab.compiler.graph.residual_add_placement.measure_residual_adds`:
+    ``residual_adds_cpu_kernel_seconds`` (the kernel, best of five),
+    ``residual_adds_accel_cycles`` (the programs on the target, bit-exact with the
+    kernel: ``residual_adds_accel_exact``), ``residual_adds_accel_seconds`` (at the
+    config's clock), ``residual_adds_host_bytes`` (what the CPU placement moves over the
+    host link) and ``residual_adds_preferred`` (the placement rule on these measured
+    costs)."""
+    from tensorfab.compiler.graph.residual_add_placement import (
+        measure_residual_adds,
+        residual_add_device,
+    )
+
+    adds = measure_residual_adds(g, cfg, device, seed=seed)
+    if not adds:
+        return {}
+    accel_cycles = sum(m.accel_cycles if m.accel_cycles is not None
+                       else m.accel_estimated_cycles for m in adds)
+    return {
+        "residual_add_count": len(adds),
+        "residual_add_elements": sum(m.elements for m in adds),
+        "residual_adds_cpu_kernel_seconds": round(sum(m.cpu_seconds for m in adds), 4),
+        "residual_adds_accel_cycles": accel_cycles,
+        "residual_adds_accel_estimated_cycles": sum(m.accel_estimated_cycles for m in adds),
+        "residual_adds_accel_seconds": round(accel_cycles / (cfg.clock_mhz * 1e6), 5),
+        "residual_adds_accel_exact": all(bool(m.exact) for m in adds),
+        "residual_adds_host_bytes": sum(m.host_bytes for m in adds),
+        "residual_adds_preferred": "+".join(sorted({residual_add_device(m, cfg)
+                                                     for m in adds})),
+    }
 
 
 def plot_layers(result: dict[str, Any], path: str | Path) -> Path:

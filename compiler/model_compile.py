@@ -153,7 +153,8 @@ def _with_macs(fn: Function, macs: list[int]) -> Function:
     left = iter(macs)
 
     def rule(e, _old):  # type: ignore[no-untyped-def]
-        if isinstance(e, Call) and e.op == "accel.program":
+        if isinstance(e, Call) and e.op == "accel.program" and \
+                not e.attrs.get("extra_input_segment"):  # residual adds have no MACs
             m = next(left, None)
             if m is None:
                 raise ModelCompileError("more accelerator programs than accelerator "
@@ -177,7 +178,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
                  quantizer: str = DEFAULT_QUANTIZER, method: str = "minmax",
                  percentile: float = 99.99,
                  input_shapes: Mapping[str, Sequence[int | str]] | None = None,
-                 progress: Callable[[str], None] | None = None) -> CompiledModel:
+                 progress: Callable[[str], None] | None = None,
+                 residual_adds: str = "auto") -> CompiledModel:
     """Compile an ONNX model for the runtime (see the module docstring).
 
     Parameters
@@ -199,6 +201,10 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
         Shapes replacing the declared shapes of named inputs.
     progress : callable, optional
         Called with a description of each step.
+    residual_adds : str
+        Where int8 residual adds run with an accelerator: ``"auto"`` (the partitioner's
+        cost model), ``"cpu"`` or ``"accel"``
+        (:func:`~tensorfab.compiler.graph.partitioning.annotate_accelerator`).
 
     Raises
     ------
@@ -271,7 +277,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
         name = register_hw_config(cfg)
         say(f"partitioning and planning for the accelerator ({name})")
         plain = im2col_small_channel_convs(plan_devices(annotate_accelerator(
-            fn, accel(name))))
+            fn, accel(name), residual_adds=residual_adds)))
         planned = pack_accel_layouts(plain)
         say(f"compiling the accelerator layers ({name})")
         fn = _with_macs(lower_accelerator_chains(planned), _accel_conv_macs(plain))

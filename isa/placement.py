@@ -12,29 +12,13 @@ instruction.
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import math
 from collections.abc import Mapping
 
-from .config import HwConfig
 from .errors import ProgramError
-from .formats import uop_format
-from .insn import Insn, Load, Store, buffer_entry_bytes, dram_unit
-from .program import UOP_SEGMENT, Program, Region, dram_alignment
+from .insn import Insn, Load, Store, dram_unit
+from .program import UOP_SEGMENT, Program, Region, check_placement, placement_alignment
 
 __all__ = ["check_placement", "place_program", "placement_alignment", "transfer_bytes"]
-
-
-def placement_alignment(program_or_cfg: Program | HwConfig) -> int:
-    """The byte alignment a placed region needs: a multiple of every transfer unit and of
-    :func:`~tensorfab.isa.program.dram_alignment` (so the region stays aligned for
-    every access it serves)."""
-    cfg = getattr(program_or_cfg, "config", program_or_cfg)
-    from .formats import Buffer
-
-    units = [buffer_entry_bytes(cfg, b) for b in Buffer] + [cfg.out_entry_bytes,
-                                                             uop_format(cfg).bytes]
-    return math.lcm(dram_alignment(cfg), *units)
 
 
 def transfer_bytes(program: Program, insn: Insn) -> tuple[int, int]:
@@ -98,25 +82,3 @@ def place_program(program: Program, addresses: Mapping[str, int]) -> Program:
                      {n: int(addresses[n]) for n in names})
     check_placement(placed)
     return placed
-
-
-def check_placement(program: Program) -> None:
-    """Raise :class:`ProgramError` if a placed program's regions are unaligned, overlap
-    or leave the DRAM address space."""
-    if program.placement is None:
-        return
-    align = placement_alignment(program)
-    lay = program.layout()
-    spans = sorted((r.offset, r.offset + r.nbytes, n) for n, r in lay.items()
-                   if n != "end" and r.nbytes)
-    for n, r in lay.items():
-        if n != "end" and r.offset % align:
-            raise ProgramError(f"placement: region {n!r} at byte {r.offset:#x} is not "
-                               f"aligned to {align} bytes")
-    for (_, end_a, a), (start_b, _, b) in itertools.pairwise(spans):
-        if start_b < end_a:
-            raise ProgramError(f"placement: regions {a!r} and {b!r} overlap at byte "
-                               f"{start_b:#x}")
-    if lay["end"].offset > program.config.dram_bytes:
-        raise ProgramError(f"placement: the program reaches byte {lay['end'].offset:#x}, "
-                           f"past the {program.config.dram_addr_width}-bit address space")

@@ -14,6 +14,7 @@ an address of its own instead, so that many programs share one device DRAM.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import struct
@@ -25,8 +26,18 @@ import numpy as np
 from .config import HwConfig
 from .csr import ErrorCode
 from .errors import BinaryFormatError, ProgramError
-from .formats import Opcode, insn_width, uop_format
-from .insn import Finish, Insn, Uop, check_insn, decode_insn, decode_uop, encode_insn, encode_uop
+from .formats import Buffer, Opcode, insn_width, uop_format
+from .insn import (
+    Finish,
+    Insn,
+    Uop,
+    buffer_entry_bytes,
+    check_insn,
+    decode_insn,
+    decode_uop,
+    encode_insn,
+    encode_uop,
+)
 
 DTYPES: dict[str, np.dtype] = {
     "int8": np.dtype(np.int8),
@@ -343,9 +354,7 @@ class Program:
                                     f"{pos}")
         try:
             program = cls(cfg, insns, uops, segs, placement)
-            if placement is not None:
-                from .placement import check_placement
-                check_placement(program)
+            check_placement(program)
             return program
         except ProgramError as exc:
             raise BinaryFormatError(f"{source}: header: {exc}") from exc
@@ -357,6 +366,39 @@ class Program:
         for insn in self.insns:
             counts[insn.opcode.name.lower()] += 1
         return counts
+
+
+def placement_alignment(program_or_cfg: Program | HwConfig) -> int:
+    """The byte alignment a placed region needs: a multiple of every transfer unit and of
+    :func:`~tensorfab.isa.program.dram_alignment` (so the region stays aligned for
+    every access it serves)."""
+    cfg = getattr(program_or_cfg, "config", program_or_cfg)
+
+    units = [buffer_entry_bytes(cfg, b) for b in Buffer] + [cfg.out_entry_bytes,
+                                                             uop_format(cfg).bytes]
+    return math.lcm(dram_alignment(cfg), *units)
+
+
+def check_placement(program: Program) -> None:
+    """Raise :class:`ProgramError` if a placed program's regions are unaligned, overlap
+    or leave the DRAM address space."""
+    if program.placement is None:
+        return
+    align = placement_alignment(program)
+    lay = program.layout()
+    spans = sorted((r.offset, r.offset + r.nbytes, n) for n, r in lay.items()
+                   if n != "end" and r.nbytes)
+    for n, r in lay.items():
+        if n != "end" and r.offset % align:
+            raise ProgramError(f"placement: region {n!r} at byte {r.offset:#x} is not "
+                               f"aligned to {align} bytes")
+    for (_, end_a, a), (start_b, _, b) in itertools.pairwise(spans):
+        if start_b < end_a:
+            raise ProgramError(f"placement: regions {a!r} and {b!r} overlap at byte "
+                               f"{start_b:#x}")
+    if lay["end"].offset > program.config.dram_bytes:
+        raise ProgramError(f"placement: the program reaches byte {lay['end'].offset:#x}, "
+                           f"past the {program.config.dram_addr_width}-bit address space")
 
 
 _HEADER_KEYS = {"config": dict, "n_insns": int, "n_uops": int, "segments": list}

@@ -131,7 +131,7 @@ def _check_accel_programs(program: GraphProgram, where: str) -> None:
     for k, node in enumerate(program.nodes):
         if node.op != "accel.program":
             continue
-        blob = program.constants.get(node.inputs[1]) if len(node.inputs) == 2 else None
+        blob = program.constants.get(node.inputs[1]) if len(node.inputs) in (2, 3) else None
         if blob is None:
             raise ModelFileError(f"{where}: node {k} (accel.program) has no program bytes")
         try:

@@ -547,6 +547,28 @@ def requantize_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.nd
     return alu_apply(AluOp.CLIP, a, 127).astype(np.int8)
 
 
+def _scale_q31(a: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
+    """TFLite's MultiplyByQuantizedMultiplier on the ALU: SHL, MULHI, SHR_RND."""
+    if shift > 0:
+        a = alu_apply(AluOp.SHL, a, shift)
+    a = alu_apply(AluOp.MULHI, a, multiplier)
+    if shift < 0:
+        a = alu_apply(AluOp.SHR_RND, a, -shift)
+    return a
+
+
+@kernel("qnn.add_q31")
+def add_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """TFLite's int8 ADD with the functional simulator's ALU (see the op's doc)."""
+    a, b = np.broadcast_arrays(*(x.astype(np.int32) for x in inputs))
+    left = attrs["left_shift"]
+    sa = _scale_q31(alu_apply(AluOp.SHL, a, left), attrs["a_multiplier"], attrs["a_shift"])
+    sb = _scale_q31(alu_apply(AluOp.SHL, b, left), attrs["b_multiplier"], attrs["b_shift"])
+    y = _scale_q31(alu_apply(AluOp.ADD, sa, sb), attrs["out_multiplier"], attrs["out_shift"])
+    y = alu_apply(AluOp.ADD, y, attrs["zero_point"])
+    return alu_apply(AluOp.CLIP, y, 127).astype(np.int8)
+
+
 @functools.lru_cache(maxsize=64)
 def _program(blob: bytes):  # -> tensorfab.isa.Program
     from tensorfab.isa import Program
@@ -555,7 +577,7 @@ def _program(blob: bytes):  # -> tensorfab.isa.Program
 
 
 def run_accel_program(x: np.ndarray, blob: np.ndarray, attrs: dict[str, Any],
-                      device: Any) -> Any:
+                      device: Any, *extra: np.ndarray) -> Any:
     """Run a compiled accelerator program on ``device`` (a :class:`~tensorfab.sim.Device`)
     with ``x`` written to its input segment; the :class:`~tensorfab.sim.RunResult`
     (outputs, cycles, counters) of the run. The ``accel.program`` kernel and the
@@ -569,6 +591,10 @@ def run_accel_program(x: np.ndarray, blob: np.ndarray, attrs: dict[str, Any],
     region = program.layout()[seg.name]
     image[region.offset: region.offset + region.nbytes] = np.ascontiguousarray(x).view(
         np.uint8).ravel()
+    for v in extra:  # a residual add's second operand
+        region = program.layout()[attrs["extra_input_segment"]]
+        image[region.offset: region.offset + region.nbytes] = np.ascontiguousarray(
+            v, np.int8).view(np.uint8).ravel()
     return device.run(program, image)
 
 
@@ -584,6 +610,6 @@ def accel_program(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.nda
     default): the input goes to its input segment, the output segment comes back."""
     from tensorfab.sim import get_device
 
-    x, blob = inputs
-    result = run_accel_program(x, blob, attrs, get_device(attrs["executor"]))
+    x, blob, *extra = inputs
+    result = run_accel_program(x, blob, attrs, get_device(attrs["executor"]), *extra)
     return result.outputs[attrs["output_segment"]]

@@ -62,6 +62,9 @@ class PlacedProgram:
         Whether the input is another program's output buffer (nothing to write).
     input_segment, output_segment : str
         The program's segments for its input and its output.
+    extra_on_device : bool
+        Whether its second input (a residual add's, ``extra_input_segment``) is another
+        program's output buffer (nothing to write).
     """
 
     node: int
@@ -71,6 +74,7 @@ class PlacedProgram:
     input_on_device: bool
     input_segment: str
     output_segment: str
+    extra_on_device: bool = False
 
 
 @dataclass
@@ -176,6 +180,18 @@ def plan_memory(program: GraphProgram) -> MemoryPlan | None:
                 last_use[s] = end
     last_use[program.output] = end
 
+    # a residual add's second input read in place from its producer's output buffer
+    producer = {n.output: k for k, n in accel}
+    extra_src: dict[int, int] = {}
+    for k, node in accel:
+        seg = node.attrs.get("extra_input_segment")
+        src = producer.get(node.inputs[2]) if seg and len(node.inputs) == 3 else None
+        if src is not None:
+            out = programs[src].segment(program.nodes[src].attrs["output_segment"])
+            b = programs[k].segment(seg)
+            if (out.shape, out.dtype) == (b.shape, b.dtype):
+                extra_src[k] = src
+
     # static area: everything but the activation segments, in node order
     static: list[tuple[int, np.ndarray]] = []
     addresses: dict[int, dict[str, int]] = {}
@@ -186,7 +202,8 @@ def plan_memory(program: GraphProgram) -> MemoryPlan | None:
         image = p.dram_image()
         addresses[k] = {}
         for name in ["insns", "uops", *(s.name for s in p.segments)]:
-            if name in (attrs["input_segment"], attrs["output_segment"]):
+            if name in (attrs["input_segment"], attrs["output_segment"]) or \
+                    (k in extra_src and name == attrs["extra_input_segment"]):
                 continue
             r = lay[name]
             addresses[k][name] = pos
@@ -196,7 +213,6 @@ def plan_memory(program: GraphProgram) -> MemoryPlan | None:
     static_bytes = pos
 
     # activation buffers: each output, and each input not read in place
-    producer = {n.output: k for k, n in accel}
     requests: list[tuple[int, int, int]] = []
     owner: list[tuple[int, str]] = []  # (node, "in" | "out")
     shares: dict[int, int] = {}  # consumer node -> producer node
@@ -226,13 +242,16 @@ def plan_memory(program: GraphProgram) -> MemoryPlan | None:
         out = buffers[(k, "out")]
         where = {**addresses[k], attrs["input_segment"]: inp.addr,
                  attrs["output_segment"]: out.addr}
+        if k in extra_src:
+            where[attrs["extra_input_segment"]] = buffers[(extra_src[k], "out")].addr
         try:
             placed_program = place_program(programs[k], where)
         except TensorfabError as e:
             raise MemoryPlanError(f"node {k} ({attrs.get('layer') or node.op}): {e}") from None
         static.append((placed_program.insn_base, placed_program.encode_insns()))
         placed[k] = PlacedProgram(k, placed_program, inp, out, k in shares,
-                                  attrs["input_segment"], attrs["output_segment"])
+                                  attrs["input_segment"], attrs["output_segment"],
+                                  k in extra_src)
     size = static_bytes + area
     if size > cfg.dram_bytes:
         raise MemoryPlanError(f"the model needs {size} bytes of device memory, more than "

@@ -183,9 +183,10 @@ def profile_program(program: GraphProgram,
         start = time.perf_counter()
         if node.op == "accel.program":
             if model is not None:
-                out, result = model.run_accel(index, args[0])
+                out, result = model.run_accel(index, args[0], *args[2:])
             else:
-                result = run_accel_program(args[0], args[1], dict(attrs), device)
+                result = run_accel_program(args[0], args[1], dict(attrs), device,
+                                           *(host_value(a) for a in args[2:]))
                 out = result.outputs[attrs["output_segment"]]
             seconds = time.perf_counter() - start
             peak = accel_program_of(args[1]).config.peak_macs_per_cycle

@@ -118,9 +118,10 @@ class ResidentModel:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run_accel(self, index: int, x: Any) -> tuple[DeviceTensor, Any]:
+    def run_accel(self, index: int, x: Any, *extra: Any) -> tuple[DeviceTensor, Any]:
         """Run node ``index``'s program on input ``x`` (a host array, or the
-        :class:`DeviceTensor` its plan reads in place); its output and the
+        :class:`DeviceTensor` its plan reads in place) and an optional second input
+        (written to its ``extra_input_segment``); its output and the
         :class:`~tensorfab.sim.RunResult`."""
         placed = self.plan.programs[index]
         seg = placed.program.segment(placed.input_segment)
@@ -133,6 +134,12 @@ class ResidentModel:
                                   f"{tuple(x.shape)} does not fit segment {seg.name!r} "
                                   f"({seg.dtype}{seg.shape})")
             self.memory.write(placed.input.addr, x)
+        node = self.program.nodes[index]
+        for v in extra:  # a residual add's second operand
+            addr = placed.program.layout()[node.attrs["extra_input_segment"]].offset
+            if not (placed.extra_on_device and isinstance(v, DeviceTensor)
+                    and v.memory is self.memory and v.addr == addr):
+                self.memory.write(addr, np.ascontiguousarray(host_value(v), np.int8))
         result = self.memory.run(placed.program)
         out = placed.program.segment(placed.output_segment)
         return DeviceTensor(self.memory, placed.output.addr, out.shape, out.dtype), result
@@ -141,7 +148,7 @@ class ResidentModel:
         """The :data:`~.interpreter.NodeCall` running accelerator nodes here and the
         others with their CPU kernel."""
         if node.op == "accel.program":
-            return self.run_accel(index, args[0])[0]
+            return self.run_accel(index, args[0], *args[2:])[0]
         return KERNELS[node.op]([host_value(a) for a in args], attrs)
 
     def run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],

@@ -149,6 +149,41 @@ def _compile(chain: list[Call]) -> Call:
                  "estimated_cycles": round(timing.cycles) if timing else 0}, dev)
 
 
+def _residual_add_from(end: Call, readers: dict[int, list[Call]]) -> list[Call] | None:
+    """``[add]`` or ``[add, relu]`` when ``end`` closes a residual add on the
+    accelerator (:func:`~.partitioning.residual_add_chains`)."""
+    if end.op == "qnn.add_q31":
+        r = readers.get(id(end), [])
+        fused = len(r) == 1 and r[0].op == "relu" and r[0].virtual_device == end.virtual_device
+        return None if fused else [end]
+    if end.op == "relu" and isinstance(end.args[0], Call) and \
+            end.args[0].op == "qnn.add_q31" and \
+            end.args[0].virtual_device == end.virtual_device and \
+            len(readers.get(id(end.args[0]), [])) == 1:
+        return [end.args[0], end]
+    return None
+
+
+def _compile_residual_add(nodes: list[Call]) -> Call:
+    """One ``accel.program`` for ``qnn.add_q31`` [+ ``relu``]: operand 0 to segment
+    ``a``, operand 1 to ``b``
+    (:func:`~tensorfab.compiler.tensor.residual_add.residual_add_program`)."""
+    from tensorfab.compiler.tensor.residual_add import residual_add_program
+
+    add = nodes[0]
+    dev = add.virtual_device
+    cfg = hw_config_of(dev)
+    shape = tuple(infer_types(add).shape)  # type: ignore[union-attr]
+    relu = len(nodes) == 2
+    program = residual_add_program(cfg, shape, add.attrs, relu=relu)
+    blob = np.frombuffer(program.to_bytes(), np.uint8).copy()
+    timing = simulate(program.insns, cfg)
+    return Call("accel.program", [add.args[0], Constant(blob, dev), add.args[1]],
+                {"out_shape": shape, "layer": "add_q31+relu" if relu else "add_q31",
+                 "input_segment": "a", "extra_input_segment": "b",
+                 "estimated_cycles": round(timing.cycles) if timing else 0}, dev)
+
+
 def lower_accelerator_chains(fn: Function) -> Function:
     """``fn`` with each complete accelerator chain replaced by an ``accel.program`` call
     running its compiled program (see the module docstring)."""
@@ -163,6 +198,11 @@ def lower_accelerator_chains(fn: Function) -> Function:
         rebuilt = rebuild(node, new)
         if (isinstance(node, Call) and node.virtual_device is not None
                 and node.virtual_device.kind == "accel"):
+            adds = _residual_add_from(node, readers)
+            if adds is not None:
+                new[id(node)] = _compile_residual_add(
+                    [new[id(c)] for c in adds[:-1]] + [rebuilt])  # type: ignore[list-item]
+                continue
             chain = _chain_from(node)
             continues = any(r.virtual_device == node.virtual_device and r.args[0] is node
                             and r.op in _CHAIN_OPS

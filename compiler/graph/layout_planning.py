@@ -31,7 +31,8 @@ LAYOUT_AGNOSTIC = frozenset({
     "negative", "identity", "exp", "erf", "sqrt", "qnn.requantize_fixed",
     "qnn.requantize_q31",
 })
-BINARY = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum", "power"})
+BINARY = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
+                    "qnn.add_q31"})
 QUANT = frozenset({"qnn.quantize", "qnn.dequantize", "qnn.requantize"})
 CONV = frozenset({"nn.conv2d", "qnn.conv2d_integer"})
 

@@ -765,16 +765,48 @@ def _requantize_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     return TensorType(x.shape, "int8")
 
 
-@register("accel.program", 2, {"out_shape": REQUIRED, "input_segment": "inp",
-                               "output_segment": "out", "executor": "fsim", "layer": "",
-                               "estimated_cycles": 0, "macs": 0},
+@register("qnn.add_q31", 2, {"left_shift": 20, "a_multiplier": REQUIRED,
+                             "a_shift": REQUIRED, "b_multiplier": REQUIRED,
+                             "b_shift": REQUIRED, "out_multiplier": REQUIRED,
+                             "out_shift": REQUIRED, "zero_point": 0},
+          "int8 + int8 to int8 with two scales, as TFLite's int8 ADD and the accelerator's "
+          "ALU compute it: each operand SHL left_shift, then scaled by its Q31 multiplier "
+          "(SHL max(shift, 0), MULHI, SHR_RND max(-shift, 0)), added, scaled by the output "
+          "multiplier the same way, + zero_point, clipped to int8; same shapes (numpy "
+          "broadcasting)")
+def _add_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    a, b = _t(types, 0), _t(types, 1)
+    _want_dtype(a, ("int8",), "operand a")
+    _want_dtype(b, ("int8",), "operand b")
+    if not 0 <= attrs["left_shift"] <= 24:
+        raise _fail(f"left_shift {attrs['left_shift']} outside 0..24 (an int8 shifted by "
+                    "it must fit 32 bits with headroom for the sum)")
+    for k in ("a", "b", "out"):
+        m, e = attrs[f"{k}_multiplier"], attrs[f"{k}_shift"]
+        if not 0 <= m < 1 << 31 or not -31 <= e <= 30:
+            raise _fail(f"{k}: multiplier {m} must be in 0..2^31-1 and shift {e} in -31..30")
+    if not -128 <= attrs["zero_point"] <= 127:
+        raise _fail(f"zero_point {attrs['zero_point']} outside -128..127")
+    return TensorType(broadcast_shapes(a.shape, b.shape), "int8")
+
+
+@register("accel.program", (2, 3), {"out_shape": REQUIRED, "input_segment": "inp",
+                                    "output_segment": "out", "executor": "fsim",
+                                    "layer": "", "estimated_cycles": 0, "macs": 0,
+                                    "extra_input_segment": ""},
           "run a compiled accelerator program (argument 1: its TFABPROG bytes) on "
-          "argument 0, written to its input segment; the result is its output segment "
-          "(layer: a label for profiles; estimated_cycles: the timing model's estimate; "
-          "macs: the layer's multiply-accumulates without channel padding, 0 if unknown)")
+          "argument 0, written to its input segment, and an optional argument 2 written "
+          "to extra_input_segment (a residual add's second operand); the result is its "
+          "output segment (layer: a label for profiles; estimated_cycles: the timing "
+          "model's estimate; macs: the layer's multiply-accumulates without channel "
+          "padding, 0 if unknown)")
 def _accel_program(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x, blob = _t(types, 0), _t(types, 1)
     _want_dtype(x, ("int8",), "the input")
+    if len(types) == 3:
+        _want_dtype(_t(types, 2), ("int8",), "the second input")
+        if not attrs["extra_input_segment"]:
+            raise _fail("a third argument needs extra_input_segment (the segment it fills)")
     if blob.dtype != "uint8" or blob.ndim != 1:
         raise _fail(f"the program is {blob}; expected its bytes as a uint8 vector")
     return TensorType(tuple(attrs["out_shape"]), "int8")

@@ -10,6 +10,14 @@ constant per-channel bias, ``qnn.requantize`` with constant scales,
 node in ``on_device(..., accel)`` and each of the chain's computed inputs in
 ``on_device(..., cpu)``, so that :func:`~tensorfab.compiler.graph.planning.plan_devices`
 puts exactly the chains on the accelerator and copies data at their borders.
+
+Residual adds (``qnn.add_q31`` of two same-shape int8 activations, with the ``relu``
+that is its only reader) go to the accelerator by ``residual_adds``: ``"cpu"`` (none),
+``"accel"`` (all), ``"auto"`` (each where
+:func:`~tensorfab.compiler.graph.residual_add_placement.residual_add_device` puts it:
+the accelerator program's timing-model cycles at the config's clock against the CPU
+kernel's cost model fitted to its measured times, plus the host-link transfers at
+``link_bytes_per_second``; see docs/compiler.md, "Residual adds").
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from .device import CPU, VirtualDevice
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, Var, post_order
 from .rewrite import call_readers, rebuild, single_reader_chain
+from .types import GraphError
 
 EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "qnn.requantize_q31",
                       "relu", "clip"})
@@ -117,11 +126,60 @@ def accelerator_chains(fn: Function) -> list[list[Call]]:
     return chains
 
 
+RESIDUAL_ADD_PLACEMENTS = ("cpu", "accel", "auto")
+
+
+def _residual_add_chain(e: Expr, readers: dict[int, list[Call]]) -> list[Call] | None:
+    """``[add]`` or ``[add, relu]`` for a ``qnn.add_q31`` the accelerator can run."""
+    if not (isinstance(e, Call) and e.op == "qnn.add_q31"):
+        return None
+    a, b = (x.checked_type for x in e.args)
+    if isinstance(e.args[0], Constant) or isinstance(e.args[1], Constant) or \
+            a.shape != b.shape or len(a.shape) != 4:  # type: ignore[union-attr]
+        return None
+    r = readers.get(id(e), [])
+    if len(r) == 1 and r[0].op == "relu":
+        return [e, r[0]]
+    return [e]
+
+
+def residual_add_chains(fn: Function, device: VirtualDevice, residual_adds: str = "cpu",
+                        link_bytes_per_second: float | None = None) -> list[list[Call]]:
+    """The residual adds (each with its fused ``relu``) that :func:`annotate_accelerator`
+    puts on ``device`` for the ``residual_adds`` policy (see the module docstring)."""
+    if residual_adds not in RESIDUAL_ADD_PLACEMENTS:
+        raise GraphError(f"residual_adds={residual_adds!r}; expected one of "
+                         f"{', '.join(RESIDUAL_ADD_PLACEMENTS)}")
+    if residual_adds == "cpu":
+        return []
+    from .layout_planning import hw_config_of
+    from .residual_add_placement import estimate_residual_add, residual_add_device
+
+    cfg = hw_config_of(device)
+    if cfg.block_in != cfg.block_out:
+        return []
+    infer_types(fn)
+    readers = call_readers(fn)
+    chains = []
+    for e in post_order(fn):
+        chain = _residual_add_chain(e, readers)
+        if chain is None:
+            continue
+        if residual_adds == "auto" and residual_add_device(
+                estimate_residual_add(chain[0], cfg), cfg, link_bytes_per_second) != "accel":
+            continue
+        chains.append(chain)
+    return chains
+
+
 def annotate_accelerator(fn: Function, device: VirtualDevice,
-                         default: VirtualDevice = CPU) -> Function:
-    """``fn`` with its accelerator chains annotated for ``device`` and their computed
-    inputs for ``default`` (see the module docstring)."""
+                         default: VirtualDevice = CPU, *, residual_adds: str = "cpu",
+                         link_bytes_per_second: float | None = None) -> Function:
+    """``fn`` with its accelerator chains (and residual adds, by ``residual_adds``)
+    annotated for ``device`` and their computed inputs for ``default`` (see the module
+    docstring)."""
     chains = accelerator_chains(fn)
+    chains += residual_add_chains(fn, device, residual_adds, link_bytes_per_second)
     members = {id(e) for chain in chains for e in chain}
     ends = {id(chain[-1]) for chain in chains}
     inputs = {id(a) for chain in chains for e in chain for a in e.args

@@ -19,7 +19,10 @@ apply unchanged:
   zero anyway, so the positive side gets the whole int8 range);
 * operators that commute with a positive scale (relu, max pooling, flatten, reshape,
   transpose...) on a quantized tensor keep its scale (no observer), so they run in
-  int8 after lowering.
+  int8 after lowering;
+* an ``add`` of two quantized activations (a residual connection) gets an observed
+  output scale (after a ``relu`` that is its only reader), so that it lowers to the
+  integer ``qnn.add_q31``.
 
 Everything else stays float and reads the dequantized values.
 """
@@ -27,7 +30,7 @@ Everything else stays float and reads the dequantized values.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 
@@ -137,8 +140,9 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
         ends.add(id(b if b is not None else lin))
     # which observed tensor gives each quantized tensor its scale
     source: dict[int, Expr] = {}
+    linear_inputs = {id(lin.args[0]) for lin in linears}
     for e in nodes:
-        if id(e) in ends:
+        if id(e) in ends or _residual_add(e, source.keys() | linear_inputs):
             r = readers[id(e)]
             source[id(e)] = r[0] if (len(r) == 1 and r[0].op == "relu"
                                      and e is not fn.body) else e
@@ -187,6 +191,14 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
     assert isinstance(result, Function)
     infer_types(result)
     return result
+
+
+def _residual_add(e: Expr, quantized: Set[int]) -> bool:
+    """An ``add`` of two quantized activations (ids in ``quantized``; a residual
+    connection): it gets an observed output scale, so that it lowers to the integer
+    ``qnn.add_q31``."""
+    return (isinstance(e, Call) and e.op == "add" and len(e.args) == 2
+            and all(not isinstance(a, Constant) and id(a) in quantized for a in e.args))
 
 
 def _weight_scales(lin: Call) -> np.ndarray:

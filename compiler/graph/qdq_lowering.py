@@ -11,7 +11,11 @@ operators with the same meaning (as onnxruntime's QDQ fusion into QLinearConv do
 * ``quantize(op(dq(x, s_x)), s_y)`` for an op that commutes with a positive scale
   (relu, max pooling, flatten, reshape, transpose, identity) → ``op(x)`` when
   ``s_x == s_y``, else ``requantize(op(int32(x)), s_x / s_y)``;
-* ``quantize(dq(x, s_x), s_y)`` → ``x`` or ``requantize(int32(x), s_x / s_y)``.
+* ``quantize(dq(x, s_x), s_y)`` → ``x`` or ``requantize(int32(x), s_x / s_y)``;
+* ``quantize(add(dq(a, s_a), dq(b, s_b)), s_y)`` of two int8 tensors (a residual add) →
+  ``qnn.add_q31(a, b)``, TFLite's int8 ADD: both operands shifted left by 20 and scaled
+  by ``s_a / 2m`` and ``s_b / 2m`` (``m = max(s_a, s_b)``), added, and scaled by
+  ``2m / (2^20 s_y)``, each scale a Q31 multiplier and shift.
 
 Only symmetric quantization (zero points 0, int8) is lowered; anything else stays in
 QDQ form, which the CPU runs as it is. Run :func:`fold_constants` first so that weights
@@ -106,6 +110,10 @@ def lower_qdq(fn: Function) -> Function:
             if q.checked_type.dtype == "int8" and s.size == 1 and s == ys:  # type: ignore[union-attr]
                 return q
             return _requantize(_int32(q), s / ys, 1, dev)
+        if isinstance(x, Call) and x.op == "add":
+            added = _lower_add(x, ys)
+            if added is not None:
+                return added
         bias = None
         if isinstance(x, Call) and x.op == "add":
             x, bias = x.args
@@ -122,6 +130,28 @@ def lower_qdq(fn: Function) -> Function:
             return _requantize(inner, s / ys, 1, dev)
         return e
     return rewrite(fn, rule)
+
+
+#: TFLite's left shift of int8 ADD operands (headroom for the scaled sum).
+ADD_LEFT_SHIFT = 20
+
+
+def _lower_add(add: Call, ys: np.ndarray) -> Expr | None:
+    """``qnn.add_q31`` for ``add(dq(a), dq(b))`` of two int8 per-tensor operands."""
+    from tensorfab.compiler.tensor.requant import quantize_multiplier_q31
+
+    operands = [_dequantized(a) for a in add.args]
+    if any(d is None or isinstance(d[0], Constant) or d[1].size != 1
+           or d[0].checked_type.dtype != "int8" for d in operands):  # type: ignore[union-attr]
+        return None
+    (a, sa), (b, sb) = operands  # type: ignore[misc]
+    sa, sb, sy = (float(np.float32(s).reshape(())) for s in (sa, sb, ys))
+    twice_max = 2.0 * max(sa, sb)
+    attrs: dict[str, int] = {"left_shift": ADD_LEFT_SHIFT, "zero_point": 0}
+    for name, real in (("a", sa / twice_max), ("b", sb / twice_max),
+                       ("out", twice_max / ((1 << ADD_LEFT_SHIFT) * sy))):
+        attrs[f"{name}_multiplier"], attrs[f"{name}_shift"] = quantize_multiplier_q31(real)
+    return Call("qnn.add_q31", [a, b], attrs, add.virtual_device)
 
 
 def _lower_linear(q: Call, x: Call, bias: Expr | None, ys: np.ndarray) -> Expr | None:

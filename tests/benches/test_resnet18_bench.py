@@ -30,7 +30,18 @@ def test_resnet18_bench_on_rtl_at_32px(tmp_path) -> None:
     conv, dense = resnet18_macs(32)
     assert r["macs"] == conv + dense
     assert r["accel_mac_fraction"] == 1.0  # the classifier too (dense_as_conv)
-    assert r["accel_programs"] == 21 and r["matches_reference"] is True
+    # 20 convolutions and the classifier, plus the residual adds where the partitioner
+    # put them on the accelerator (its cost model at 100 MHz: all eight)
+    assert r["residual_adds"] == "accel" and r["residual_add_count"] == 8
+    assert r["accel_programs"] == 21 + 8 and r["matches_reference"] is True
+    # the other placement ran in the same session, bit-exact too
+    on_cpu, on_accel = r["residual_adds_cpu"], r["residual_adds_accel"]
+    assert on_cpu["matches_reference"] and on_accel["matches_reference"]
+    assert on_accel["total_cycles"] == r["total_cycles"]
+    assert on_accel["total_cycles"] == on_cpu["total_cycles"] + on_accel["add_cycles"]
+    assert on_cpu["add_cycles"] == 0 and on_accel["add_cycles"] > 0
+    assert on_accel["host_bytes"] < on_cpu["host_bytes"]
+    assert r["residual_adds_accel_exact"] is True
     assert r["total_cycles"] == sum(v["cycles"] for v in r["layers"].values())
     assert r["requant_rounding"] == "single"
     conv_cycles = sum(v["cycles"] for k, v in r["layers"].items() if k.startswith("conv"))
