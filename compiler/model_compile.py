@@ -285,6 +285,6 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
     slots: dict[int, int] = {}
     program = lower_to_runtime(fn, slots)
     text = astext(fn, lambda c: f"c{slots[id(c)]}" if id(c) in slots else None)
-    on_cpu = tuple(cpu_convolutions(fn)) if cfg is not None else ()
+    on_cpu = tuple(cpu_convolutions(fn, cfg)) if cfg is not None else ()
     text = "".join(f"{CPU_CONVOLUTION_COMMENT}{line}\n" for line in on_cpu) + text
     return CompiledModel(program, fn, cfg, quantized, text, on_cpu)

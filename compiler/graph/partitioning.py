@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tensorfab.compiler.tensor.schedule import max_pad
+from tensorfab.isa import HwConfig
+
 from .device import CPU, VirtualDevice
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, Var, post_order
@@ -47,8 +50,9 @@ def dilated_taps_ratio(conv: Call) -> float:
     return ((kh - 1) * dh + 1) * ((kw - 1) * dw + 1) / (kh * kw)
 
 
-def accelerator_conv_refusal(e: Expr) -> str | None:
-    """Why the accelerator does not take the convolution ``e`` (None: it takes it).
+def accelerator_conv_refusal(e: Expr, cfg: HwConfig | None = None) -> str | None:
+    """Why the accelerator (of ``cfg``, if given: then its LOAD's padding limit counts
+    too) does not take the convolution ``e`` (None: it takes it).
 
     The reason is what ``tensorfab compile`` and ``tensorfab inspect`` show for a
     convolution left on the CPU (see :func:`cpu_convolutions`).
@@ -73,15 +77,18 @@ def accelerator_conv_refusal(e: Expr) -> str | None:
         return f"its input is {e.args[0].checked_type.dtype}, not int8"  # type: ignore[union-attr]
     if not all(isinstance(z, Constant) and not np.any(z.data) for z in e.args[2:]):
         return "a nonzero zero point: the accelerator takes symmetric int8"
+    if cfg is not None and max(a["padding"]) > max_pad(cfg):
+        return (f"padding {tuple(a['padding'])}: a LOAD of {cfg.name} pads at most "
+                f"{max_pad(cfg)} per side")
     return None
 
 
-def _accelerator_conv(e: Expr) -> bool:
+def _accelerator_conv(e: Expr, cfg: HwConfig | None = None) -> bool:
     return (isinstance(e, Call) and e.op == "qnn.conv2d_integer"
-            and accelerator_conv_refusal(e) is None)
+            and accelerator_conv_refusal(e, cfg) is None)
 
 
-def cpu_convolutions(fn: Function) -> list[str]:
+def cpu_convolutions(fn: Function, cfg: HwConfig | None = None) -> list[str]:
     """One line per convolution the CPU kernels run in ``fn``, a program after
     :func:`~.accel_lowering.lower_accelerator_chains` (whose accelerator convolutions
     are ``accel.program`` calls): the operator, its input and output shapes, kernel and
@@ -91,7 +98,7 @@ def cpu_convolutions(fn: Function) -> list[str]:
     for e in post_order(fn):
         if not (isinstance(e, Call) and e.op in ("qnn.conv2d_integer", "nn.conv2d")):
             continue
-        why = accelerator_conv_refusal(e) or "no requantization to int8 follows it"
+        why = accelerator_conv_refusal(e, cfg) or "no requantization to int8 follows it"
         x, w = e.args[0].checked_type, e.args[1].checked_type
         kernel = "x".join(str(d) for d in w.shape[2:])  # type: ignore[union-attr]
         stride = "x".join(str(s) for s in e.attrs["strides"])
@@ -111,13 +118,14 @@ def _epilogue_step(e: Call, prev: Expr) -> bool:
     return True
 
 
-def accelerator_chains(fn: Function) -> list[list[Call]]:
-    """The chains (convolution first) that :func:`annotate_accelerator` would place."""
+def accelerator_chains(fn: Function, cfg: HwConfig | None = None) -> list[list[Call]]:
+    """The chains (convolution first) that :func:`annotate_accelerator` would place (on
+    the accelerator of ``cfg``, if given)."""
     infer_types(fn)
     readers = call_readers(fn)
     chains = []
     for e in post_order(fn):
-        if not _accelerator_conv(e):
+        if not _accelerator_conv(e, cfg):
             continue
         follow = single_reader_chain(e, fn, readers,  # type: ignore[arg-type]
                                      lambda nxt, prev: True if _epilogue_step(nxt, prev)
@@ -178,7 +186,9 @@ def annotate_accelerator(fn: Function, device: VirtualDevice,
     """``fn`` with its accelerator chains (and residual adds, by ``residual_adds``)
     annotated for ``device`` and their computed inputs for ``default`` (see the module
     docstring)."""
-    chains = accelerator_chains(fn)
+    from .layout_planning import hw_config_of
+
+    chains = accelerator_chains(fn, hw_config_of(device))
     chains += residual_add_chains(fn, device, residual_adds, link_bytes_per_second)
     members = {id(e) for chain in chains for e in chain}
     ends = {id(chain[-1]) for chain in chains}

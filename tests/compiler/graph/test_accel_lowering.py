@@ -122,3 +122,20 @@ def test_dilated_convolution_on_the_accelerator_up_to_the_taps_ratio(dilation, o
     xv = np.random.default_rng(7).integers(-128, 128, (1, 6, 7, 7)).astype(np.int8)
     np.testing.assert_array_equal(evaluate(compiled, [xv]),
                                   evaluate(fixed_point_requantize(f), [xv]))
+
+
+def test_padding_past_the_loads_pad_field_stays_on_the_cpu_with_the_reason() -> None:
+    from tensorfab.compiler.graph.partitioning import cpu_convolutions
+    from tensorfab.compiler.tensor.schedule import max_pad
+    from tensorfab.isa import PRESETS
+
+    big = max_pad(PRESETS["tiny"]) + 1
+    f = _padded_chain((big, 0, 1, 0), 1)
+    compiled = compile_for(f, "tiny")
+    names = [e.op for e in post_order(compiled) if isinstance(e, Call)]
+    assert "accel.program" not in names and "qnn.conv2d_integer" in names
+    (line,) = cpu_convolutions(compiled, PRESETS["tiny"])
+    assert f"padding ({big}, 0, 1, 0): a LOAD of tiny pads at most {big - 1}" in line
+    xv = np.random.default_rng(8).integers(-128, 128, (1, 6, 7, 7)).astype(np.int8)
+    np.testing.assert_array_equal(evaluate(compiled, [xv]),
+                                  evaluate(fixed_point_requantize(f), [xv]))
