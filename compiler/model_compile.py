@@ -22,9 +22,11 @@ import onnx
 
 from tensorfab.isa import HwConfig, TensorfabError, get_config
 from tensorfab.isa.formats import requant_supported
+from tensorfab.runtime.artifact import CPU_CONVOLUTION_COMMENT
 from tensorfab.runtime.interpreter import GraphProgram
 
 from .graph.ir import Call, Function, post_order
+from .graph.partitioning import cpu_convolutions
 from .graph.printer import astext
 from .graph.types import TensorType
 
@@ -60,7 +62,11 @@ class CompiledModel:
     graph_text : str
         ``function``'s text form with its large constants as ``meta[c<slot>]``, the
         program's constant slots (stored in the ``.tfm``; ``tensorfab inspect`` prints
-        it).
+        it). With an accelerator, it starts with one ``//`` comment line per convolution
+        left on the CPU, saying why (the parser skips comments).
+    cpu_convolutions : tuple of str
+        With an accelerator: the convolutions left on the CPU, each with the reason
+        (:func:`~tensorfab.compiler.graph.partitioning.cpu_convolutions`).
     """
 
     program: GraphProgram
@@ -68,6 +74,7 @@ class CompiledModel:
     config: HwConfig | None
     quantized: bool
     graph_text: str = ""
+    cpu_convolutions: tuple[str, ...] = ()
 
 
 def _symbolic_inputs(fn: Function) -> list[tuple[str, tuple]]:
@@ -278,4 +285,6 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
     slots: dict[int, int] = {}
     program = lower_to_runtime(fn, slots)
     text = astext(fn, lambda c: f"c{slots[id(c)]}" if id(c) in slots else None)
-    return CompiledModel(program, fn, cfg, quantized, text)
+    on_cpu = tuple(cpu_convolutions(fn, cfg)) if cfg is not None else ()
+    text = "".join(f"{CPU_CONVOLUTION_COMMENT}{line}\n" for line in on_cpu) + text
+    return CompiledModel(program, fn, cfg, quantized, text, on_cpu)

@@ -100,6 +100,10 @@ def load_model(path: str | os.PathLike) -> GraphProgram:
     return program
 
 
+#: How ``graph.txt`` starts a comment line naming a convolution left on the CPU and why.
+CPU_CONVOLUTION_COMMENT = "// on the CPU: "
+
+
 def load_graph_text(path: str | os.PathLike) -> str | None:
     """The planned graph's text form stored in a ``.tfm`` file (None if it has none).
 

@@ -109,7 +109,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                       "accel_programs": ops.get("accel.program", 0),
                       "config": compiled.config.name if compiled.config else None,
                       "int8": compiled.quantized,
-                      "ops": dict(sorted(ops.items()))}))
+                      "ops": dict(sorted(ops.items())),
+                      "cpu_convolutions": list(compiled.cpu_convolutions)}))
     return 0
 
 
@@ -205,11 +206,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             compiled = _compile(args.model, args, args.config or "default", calibration,
                                 shapes, say)
         program = compiled.program
+        cpu_convs = list(compiled.cpu_convolutions)
     else:
         if args.calib:
             raise ModelCliError(f"--calib applies to an .onnx model; {model} is compiled "
                                 "already")
         program = load_model(model)
+        cpu_convs = _cpu_convolutions_of(model)
         feeds = _feeds(args.input, [i.name for i in program.inputs])
         configs = _program_configs(program)
         if want is not None and configs and configs != {want}:
@@ -243,7 +246,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "argmax": o.reshape(o.shape[0], -1).argmax(axis=1).tolist()[:16]
                 if o.ndim >= 1 and o.size else None} for o in outs]
     if not quiet:
-        _print_report(profile, outs, f"{model.name} on {args.target}")
+        _print_report(profile, outs, f"{model.name} on {args.target}", cpu_convs)
     print(json.dumps({"outputs": summary, "target": args.target, "layers": len(profile.layers),
                       "accel_layers": n_accel, "total_cycles": profile.total_cycles,
                       "cycles_estimated": profile.estimated,
@@ -264,7 +267,18 @@ def _fmt_shape(shape: Any) -> str:
     return "×".join(str(d) for d in shape) if shape else "()"
 
 
-def _print_report(profile: Any, outs: list[np.ndarray], title: str) -> None:
+def _cpu_convolutions_of(path: Path) -> list[str]:
+    """The convolutions a ``.tfm`` leaves on the CPU, with why (its graph text's leading
+    comments; none for a file without the text)."""
+    from tensorfab.runtime.artifact import CPU_CONVOLUTION_COMMENT, load_graph_text
+
+    text = load_graph_text(path) or ""
+    return [line[len(CPU_CONVOLUTION_COMMENT):] for line in text.splitlines()
+            if line.startswith(CPU_CONVOLUTION_COMMENT)]
+
+
+def _print_report(profile: Any, outs: list[np.ndarray], title: str,
+                  cpu_convolutions: list[str] | None = None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -299,6 +313,13 @@ def _print_report(profile: Any, outs: list[np.ndarray], title: str) -> None:
                         if total is not None and profile.utilization is not None else "")
                      + f", total {profile.seconds * 1e3:.1f} ms")
     console.print(table)
+    if cpu_convolutions:  # the table's CPU convolution rows, in the same order
+        rows = [r.index for r in profile.layers
+                if r.op in ("qnn.conv2d_integer", "nn.conv2d")]
+        console.print("[bold]convolutions on the CPU[/] (why not on the accelerator):")
+        for k, why in enumerate(cpu_convolutions):
+            at = f"#{rows[k]} " if len(rows) == len(cpu_convolutions) else ""
+            console.print(f"  {at}{escape(why)}")
     for k, o in enumerate(outs):
         stats = (f"min {o.min():.4g} max {o.max():.4g} mean {o.mean():.4g}"
                  if o.size and np.issubdtype(o.dtype, np.number) else "")

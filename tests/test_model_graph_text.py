@@ -103,3 +103,17 @@ def test_inspect_prints_the_planned_graph_or_the_program(tmp_path, capsys) -> No
     assert load_graph_text(old) is None
     assert main(["inspect", str(old)]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["listing"] == "program"
+
+
+def test_load_graph_text_errors_name_the_file(tmp_path) -> None:
+    from tensorfab.runtime.artifact import ModelFileError
+
+    with pytest.raises(ModelFileError, match=r"none\.tfm: no such file"):
+        load_graph_text(tmp_path / "none.tfm")
+    (tmp_path / "junk.tfm").write_bytes(b"junk")
+    with pytest.raises(ModelFileError, match=r"junk\.tfm: not a tensorfab model file"):
+        load_graph_text(tmp_path / "junk.tfm")
+    with zipfile.ZipFile(tmp_path / "bad.tfm", "w") as z:
+        z.writestr("graph.txt", b"\xff\xfe fn")
+    with pytest.raises(ModelFileError, match=r"bad\.tfm: not a tensorfab model file"):
+        load_graph_text(tmp_path / "bad.tfm")

@@ -4,9 +4,11 @@ After partitioning, planning, :func:`~.layout_planning.pack_accel_layouts` and
 :func:`~.fixed_point.fixed_point_requantize`, each accelerator chain
 ``conv2d_integer → [add bias] → requantize_fixed → [relu] → [clip]`` (blocked layouts)
 is compiled with :func:`tensorfab.compiler.conv2d` and its fused
-:class:`~tensorfab.compiler.Epilogue`, and replaced by one ``accel.program`` call whose
-second argument is the program's bytes (TFABPROG). The program's ``inp`` and ``out``
-segments are the blocked activations the chain reads and writes, so no layout changes.
+:class:`~tensorfab.compiler.Epilogue` (a dilated convolution as the same convolution
+with zeros between its kernel's taps, :func:`dilated_kernel`), and replaced by one
+``accel.program`` call whose second argument is the program's bytes (TFABPROG). The
+program's ``inp`` and ``out`` segments are the blocked activations the chain reads and
+writes, so no layout changes.
 """
 
 from __future__ import annotations
@@ -59,6 +61,18 @@ def _chain_from(end: Call) -> list[Call] | None:
     return chain
 
 
+def dilated_kernel(w: np.ndarray, dilation: tuple[int, int]) -> np.ndarray:
+    """The OIHW kernel ``w`` with ``dilation - 1`` zero rows and columns between its taps:
+    a convolution with it (dilation 1) equals the dilated convolution with ``w``, bit for
+    bit, at ``(k - 1) · d + 1`` squared taps (see
+    :data:`~.partitioning.MAX_DILATED_TAPS_RATIO`)."""
+    dh, dw = dilation
+    o, c, kh, kw = w.shape
+    out = np.zeros((o, c, (kh - 1) * dh + 1, (kw - 1) * dw + 1), w.dtype)
+    out[:, :, ::dh, ::dw] = w
+    return out
+
+
 def _padded(values: tuple[int, ...], channels: int) -> tuple[int, ...]:
     """Per-channel values extended with 0 over the blocked layout's padding channels (as
     the ``qnn.requantize_q31`` kernel does)."""
@@ -78,9 +92,10 @@ def _compile(chain: list[Call]) -> Call:
     h, wd = xt.shape[2], xt.shape[3]  # type: ignore[union-attr]
     pt, pl, pb, pr = conv.attrs["padding"]
     sh, sw = conv.attrs["strides"]
-    if tuple(conv.attrs["dilation"]) != (1, 1):
-        raise AcceleratorLoweringError(f"{conv.op}: dilation {conv.attrs['dilation']} is not "
-                                       "supported by the tensor compiler")
+    dilation = tuple(conv.attrs["dilation"])
+    kh, kw = plain_w.shape[2], plain_w.shape[3]
+    if dilation != (1, 1):  # the same convolution with zeros between the taps
+        plain_w = dilated_kernel(plain_w, dilation)  # type: ignore[arg-type]
     bias = None
     requant = relu = clip = None
     per_channel: Any = None
@@ -125,8 +140,9 @@ def _compile(chain: list[Call]) -> Call:
     seg_shape = op.program.segment("out").shape
     if seg_shape != out_shape:
         raise AcceleratorLoweringError(f"compiled output {seg_shape} != blocked {out_shape}")
-    kh, kw = plain_w.shape[2], plain_w.shape[3]
     layer = "+".join(c.op.split(".")[-1] for c in chain) + f" {kh}x{kw}/{sh}"
+    if dilation != (1, 1):
+        layer += f" dilation {dilation[0]}x{dilation[1]}"
     timing = simulate(op.program.insns, cfg)
     return Call("accel.program", [x, Constant(blob, dev)],
                 {"out_shape": out_shape, "layer": layer,

@@ -1,7 +1,8 @@
 """Partitioning onto the accelerator: annotate the int8 convolution chains it can run.
 
-A chain starts at a ``qnn.conv2d_integer`` the accelerator takes (groups 1, dilation 1,
-zero points 0, a constant int8 weight; any padding, asymmetric included) and grows
+A chain starts at a ``qnn.conv2d_integer`` the accelerator takes (groups 1, zero points
+0, a constant int8 weight; any padding, asymmetric included; a dilation whose
+zero-inserted kernel does at most :data:`MAX_DILATED_TAPS_RATIO` times the MACs) and grows
 through its single reader while that reader is an accelerator epilogue: ``add`` of a
 constant per-channel bias, ``qnn.requantize`` with constant scales,
 ``qnn.requantize_fixed``, ``relu``, ``clip``.
@@ -23,6 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tensorfab.compiler.tensor.schedule import max_pad
+from tensorfab.isa import HwConfig
+
 from .device import CPU, VirtualDevice
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, Var, post_order
@@ -33,12 +37,75 @@ EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "qnn.requ
                       "relu", "clip"})
 
 
-def _accelerator_conv(e: Expr) -> bool:
-    return (isinstance(e, Call) and e.op == "qnn.conv2d_integer" and e.attrs["groups"] == 1
-            and e.attrs["data_layout"] == "NCHW" and tuple(e.attrs["dilation"]) == (1, 1)
-            and isinstance(e.args[1], Constant) and e.args[1].data.dtype == np.int8
-            and e.args[0].checked_type.dtype == "int8"  # type: ignore[union-attr]
-            and all(isinstance(z, Constant) and not np.any(z.data) for z in e.args[2:]))
+#: A dilated convolution runs on the accelerator as the same convolution with zeros
+#: between its kernel's taps (:func:`~.accel_lowering.dilated_kernel`) while that does at
+#: most this many times its MACs (3x3 at dilation 2: 25 / 9 = 2.8); beyond, on the CPU.
+MAX_DILATED_TAPS_RATIO = 3.0
+
+
+def dilated_taps_ratio(conv: Call) -> float:
+    """Taps of ``conv``'s kernel with zeros between its taps over its own taps."""
+    kh, kw = conv.args[1].checked_type.shape[-2:]  # type: ignore[union-attr]
+    dh, dw = conv.attrs["dilation"]
+    return ((kh - 1) * dh + 1) * ((kw - 1) * dw + 1) / (kh * kw)
+
+
+def accelerator_conv_refusal(e: Expr, cfg: HwConfig | None = None) -> str | None:
+    """Why the accelerator (of ``cfg``, if given: then its LOAD's padding limit counts
+    too) does not take the convolution ``e`` (None: it takes it).
+
+    The reason is what ``tensorfab compile`` and ``tensorfab inspect`` show for a
+    convolution left on the CPU (see :func:`cpu_convolutions`).
+    """
+    if not isinstance(e, Call) or e.op not in ("qnn.conv2d_integer", "nn.conv2d"):
+        return "not a convolution"
+    if e.op == "nn.conv2d":
+        return "not quantized to int8 (a float convolution)"
+    a = e.attrs
+    if a["groups"] != 1:
+        return f"groups={a['groups']}: the accelerator's convolution takes groups 1"
+    if a["data_layout"] != "NCHW":
+        return f"data_layout={a['data_layout']}: the accelerator takes NCHW"
+    ratio = dilated_taps_ratio(e)
+    if ratio > MAX_DILATED_TAPS_RATIO:
+        return (f"dilation {tuple(a['dilation'])}: its kernel with zeros between the taps "
+                f"would do {ratio:.1f}x the MACs (the accelerator takes up to "
+                f"{MAX_DILATED_TAPS_RATIO:g}x)")
+    if not (isinstance(e.args[1], Constant) and e.args[1].data.dtype == np.int8):
+        return "its weight is not a constant int8 tensor"
+    if e.args[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
+        return f"its input is {e.args[0].checked_type.dtype}, not int8"  # type: ignore[union-attr]
+    if not all(isinstance(z, Constant) and not np.any(z.data) for z in e.args[2:]):
+        return "a nonzero zero point: the accelerator takes symmetric int8"
+    if cfg is not None and max(a["padding"]) > max_pad(cfg):
+        return (f"padding {tuple(a['padding'])}: a LOAD of {cfg.name} pads at most "
+                f"{max_pad(cfg)} per side")
+    return None
+
+
+def _accelerator_conv(e: Expr, cfg: HwConfig | None = None) -> bool:
+    return (isinstance(e, Call) and e.op == "qnn.conv2d_integer"
+            and accelerator_conv_refusal(e, cfg) is None)
+
+
+def cpu_convolutions(fn: Function, cfg: HwConfig | None = None) -> list[str]:
+    """One line per convolution the CPU kernels run in ``fn``, a program after
+    :func:`~.accel_lowering.lower_accelerator_chains` (whose accelerator convolutions
+    are ``accel.program`` calls): the operator, its input and output shapes, kernel and
+    stride, and why it is not on the accelerator."""
+    infer_types(fn)
+    lines = []
+    for e in post_order(fn):
+        if not (isinstance(e, Call) and e.op in ("qnn.conv2d_integer", "nn.conv2d")):
+            continue
+        why = accelerator_conv_refusal(e, cfg) or "no requantization to int8 follows it"
+        x, w = e.args[0].checked_type, e.args[1].checked_type
+        kernel = "x".join(str(d) for d in w.shape[2:])  # type: ignore[union-attr]
+        stride = "x".join(str(s) for s in e.attrs["strides"])
+        lines.append(f"{e.op} {tuple(x.shape)} -> "  # type: ignore[union-attr]
+                     f"{tuple(e.checked_type.shape)} {kernel}/{stride}: "  # type: ignore[union-attr]
+                     f"{why}")
+    return lines
 
 
 def _epilogue_step(e: Call, prev: Expr) -> bool:
@@ -51,13 +118,14 @@ def _epilogue_step(e: Call, prev: Expr) -> bool:
     return True
 
 
-def accelerator_chains(fn: Function) -> list[list[Call]]:
-    """The chains (convolution first) that :func:`annotate_accelerator` would place."""
+def accelerator_chains(fn: Function, cfg: HwConfig | None = None) -> list[list[Call]]:
+    """The chains (convolution first) that :func:`annotate_accelerator` would place (on
+    the accelerator of ``cfg``, if given)."""
     infer_types(fn)
     readers = call_readers(fn)
     chains = []
     for e in post_order(fn):
-        if not _accelerator_conv(e):
+        if not _accelerator_conv(e, cfg):
             continue
         follow = single_reader_chain(e, fn, readers,  # type: ignore[arg-type]
                                      lambda nxt, prev: True if _epilogue_step(nxt, prev)
@@ -118,7 +186,9 @@ def annotate_accelerator(fn: Function, device: VirtualDevice,
     """``fn`` with its accelerator chains (and residual adds, by ``residual_adds``)
     annotated for ``device`` and their computed inputs for ``default`` (see the module
     docstring)."""
-    chains = accelerator_chains(fn)
+    from .layout_planning import hw_config_of
+
+    chains = accelerator_chains(fn, hw_config_of(device))
     chains += residual_add_chains(fn, device, residual_adds, link_bytes_per_second)
     members = {id(e) for chain in chains for e in chain}
     ends = {id(chain[-1]) for chain in chains}

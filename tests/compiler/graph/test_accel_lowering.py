@@ -91,23 +91,51 @@ def test_asymmetric_padding_runs_on_the_accelerator(pads: tuple, stride: int) ->
                                   evaluate(fixed_point_requantize(f), [xv]))
 
 
-def test_asymmetric_padding_on_the_rtl() -> None:
+@pytest.mark.parametrize("pads, stride, dilation", [((0, 0, 1, 1), 2, (1, 1)),
+                                                    ((2, 1, 2, 3), 1, (2, 2))])
+def test_asymmetric_padding_and_dilation_on_the_rtl(pads, stride, dilation) -> None:
     from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
     from tensorfab.runtime.profiling import profile_program
     from tensorfab.sim.rtl import RtlSimulator
 
-    f = _padded_chain((0, 0, 1, 1), 2)
+    f = _padded_chain(pads, stride, dilation)
     program = lower_to_runtime(compile_for(f, "tiny"))
     xv = np.random.default_rng(6).integers(-128, 128, (1, 6, 7, 7)).astype(np.int8)
-    got = profile_program(program, [xv], RtlSimulator()).output
-    np.testing.assert_array_equal(got, evaluate(fixed_point_requantize(f), [xv]))
+    profile = profile_program(program, [xv], RtlSimulator())
+    accel = [r for r in profile.layers if r.device == "accel"]
+    assert len(accel) == 1 and accel[0].cycles and not profile.estimated  # ran on the RTL
+    np.testing.assert_array_equal(profile.output,
+                                  evaluate(fixed_point_requantize(f), [xv]))
 
 
-def test_dilated_convolution_stays_on_the_cpu() -> None:
-    f = _padded_chain((2, 2, 2, 2), 1, dilation=(2, 2))
+@pytest.mark.parametrize("dilation, on_accel", [((2, 2), True), ((1, 2), True),
+                                                 ((3, 3), False)])
+def test_dilated_convolution_on_the_accelerator_up_to_the_taps_ratio(dilation, on_accel
+                                                                      ) -> None:
+    # 3x3 at dilation 2 runs as a 5x5 kernel with zero taps (25 / 9 MACs); at dilation 3
+    # (7x7: 49 / 9) it stays on the CPU
+    f = _padded_chain((2, 2, 2, 2), 1, dilation=dilation)
+    compiled = compile_for(f, "tiny")
+    names = [e.op for e in post_order(compiled) if isinstance(e, Call)]
+    assert ("accel.program" in names) == on_accel
+    assert ("qnn.conv2d_integer" in names) != on_accel
+    xv = np.random.default_rng(7).integers(-128, 128, (1, 6, 7, 7)).astype(np.int8)
+    np.testing.assert_array_equal(evaluate(compiled, [xv]),
+                                  evaluate(fixed_point_requantize(f), [xv]))
+
+
+def test_padding_past_the_loads_pad_field_stays_on_the_cpu_with_the_reason() -> None:
+    from tensorfab.compiler.graph.partitioning import cpu_convolutions
+    from tensorfab.compiler.tensor.schedule import max_pad
+    from tensorfab.isa import PRESETS
+
+    big = max_pad(PRESETS["tiny"]) + 1
+    f = _padded_chain((big, 0, 1, 0), 1)
     compiled = compile_for(f, "tiny")
     names = [e.op for e in post_order(compiled) if isinstance(e, Call)]
     assert "accel.program" not in names and "qnn.conv2d_integer" in names
-    xv = np.random.default_rng(7).integers(-128, 128, (1, 6, 7, 7)).astype(np.int8)
+    (line,) = cpu_convolutions(compiled, PRESETS["tiny"])
+    assert f"padding ({big}, 0, 1, 0): a LOAD of tiny pads at most {big - 1}" in line
+    xv = np.random.default_rng(8).integers(-128, 128, (1, 6, 7, 7)).astype(np.int8)
     np.testing.assert_array_equal(evaluate(compiled, [xv]),
                                   evaluate(fixed_point_requantize(f), [xv]))
