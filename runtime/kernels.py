@@ -519,6 +519,19 @@ def requantize_fixed(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.
     return alu_apply(AluOp.CLIP, a, 127).astype(np.int8)
 
 
+def _scale_q31(a: np.ndarray, multiplier: np.ndarray | int, shift: np.ndarray | int
+               ) -> np.ndarray:
+    """TFLite's MultiplyByQuantizedMultiplier on the ALU (multiplier and shift scalars or
+    broadcastable per-channel arrays): SHL max(shift, 0), MULHI, SHR_RND max(-shift, 0)."""
+    shift = np.asarray(shift)
+    if np.any(shift > 0):
+        a = alu_apply(AluOp.SHL, a, np.maximum(shift, 0))
+    a = alu_apply(AluOp.MULHI, a, multiplier)
+    if np.any(shift < 0):
+        a = alu_apply(AluOp.SHR_RND, a, np.maximum(-shift, 0))
+    return a
+
+
 @kernel("qnn.requantize_q31")
 def requantize_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """The accelerator's exact per-channel requantization (TFLite's arithmetic), with the
@@ -537,24 +550,9 @@ def requantize_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.nd
     if attrs.get("rounding", "double") == "single":  # one REQUANT pass
         return requant_values(x, mult, 0, 31 - exp, attrs["zero_point"], -128,
                               127).astype(np.int8)
-    a = x.astype(np.int32)
-    if np.any(exp > 0):
-        a = alu_apply(AluOp.SHL, a, np.maximum(exp, 0))
-    a = alu_apply(AluOp.MULHI, a, mult)
-    if np.any(exp < 0):
-        a = alu_apply(AluOp.SHR_RND, a, np.maximum(-exp, 0))
+    a = _scale_q31(x.astype(np.int32), mult, exp)
     a = alu_apply(AluOp.ADD, a, attrs["zero_point"])
     return alu_apply(AluOp.CLIP, a, 127).astype(np.int8)
-
-
-def _scale_q31(a: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
-    """TFLite's MultiplyByQuantizedMultiplier on the ALU: SHL, MULHI, SHR_RND."""
-    if shift > 0:
-        a = alu_apply(AluOp.SHL, a, shift)
-    a = alu_apply(AluOp.MULHI, a, multiplier)
-    if shift < 0:
-        a = alu_apply(AluOp.SHR_RND, a, -shift)
-    return a
 
 
 @kernel("qnn.add_q31")
