@@ -41,6 +41,7 @@ from tensorfab.isa import (
     insn_width,
     uop_format,
 )
+from tensorfab.isa.formats import ALU_PIPELINE_STAGES
 from tensorfab.isa.insn import fast_reset_lanes
 
 from .tile_plan import OUTER_AXES, TilePlan
@@ -189,7 +190,8 @@ def _tile_compute_cycles(plan: TilePlan, n_alu_ops: int) -> float:
     gemm = sum(out_entries * tic * kh * kw for _, tic in kts)
     init = out_entries if plan.bias else math.ceil(out_entries / fast_reset_lanes(plan.cfg)) + 1
     alu = init + out_entries * n_alu_ops
-    return gemm + alu + (len(kts) + 1 + n_alu_ops) * INSN_ISSUE_CYCLES
+    issue = (len(kts) + 1 + n_alu_ops) * INSN_ISSUE_CYCLES + n_alu_ops * ALU_PIPELINE_STAGES
+    return gemm + alu + issue
 
 
 def cycles_lower_bound(plan: TilePlan, n_alu_ops: int = 0) -> float:
