@@ -6,7 +6,9 @@ resource:
 * compute engine: one cycle per GEMM micro-op execution (``b·oc·oh·ow`` output entries
   × ``ic·KH·KW`` reduction entries), one per accumulator entry for the bias move (or
   one per :data:`tensorfab.isa.formats.FAST_RESET_LANES` entries for the fast reset) and for each
-  epilogue ALU operation, plus :data:`INSN_ISSUE_CYCLES` per compute instruction;
+  epilogue ALU operation, plus :data:`INSN_ISSUE_CYCLES` per compute instruction and
+  :data:`~tensorfab.isa.formats.ALU_PIPELINE_STAGES` more per ALU instruction (its
+  pipeline's drain);
 * load engine: the bus beats of the input windows, weight and bias tiles it loads (a
   tile a region already holds is not loaded, see :func:`operand_loads`), one cycle per
   padding entry, and :data:`DMA_SETUP_CYCLES` per LOAD;
