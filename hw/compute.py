@@ -227,8 +227,9 @@ class ComputeEngine(wiring.Component):
         acc_cur = Signal(self.acc_wr.data.shape())
         with m.If(dl_valid[lat - 1]):
             m.d.sync += acc_reg.eq(self.acc_rd_dst.data)
-        m.d.sync += [last_valid.eq(self.acc_wr.en), last_addr.eq(self.acc_wr.addr),
-                     last_data.eq(self.acc_wr.data)]
+        m.d.sync += last_valid.eq(self.acc_wr.en)
+        with m.If(self.acc_wr.en):  # enabled registers: Verilator copies them only then
+            m.d.sync += [last_addr.eq(self.acc_wr.addr), last_data.eq(self.acc_wr.data)]
         m.d.comb += acc_cur.eq(Mux(last_valid & (last_addr == wb_addr), last_data, acc_reg))
         acc_old = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), acc_cur)
         m.d.comb += gemm_new.eq(Cat(*[
@@ -265,10 +266,12 @@ class ComputeEngine(wiring.Component):
                                 self.acc_rd_src.data)))),
         ]
         # a micro-op still at S2 when an error is raised is dropped (as one at S1 is)
-        m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(fwd3),
-                     a3_addr.eq(s2_addr), a4_addr.eq(a3_addr), a4_data.eq(alu_new)]
+        m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(fwd3)]
         with m.If(alu_s2):
-            m.d.sync += [a3_a.eq(a_in), a3_b.eq(b_in), a3_rec.eq(self.wgt_rd.data)]
+            m.d.sync += [a3_addr.eq(s2_addr), a3_a.eq(a_in), a3_b.eq(b_in),
+                         a3_rec.eq(self.wgt_rd.data)]
+        with m.If(a3_valid):
+            m.d.sync += [a4_addr.eq(a3_addr), a4_data.eq(alu_new)]
         a3_av = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_a)
         a3_bv = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_b)
         m.d.comb += [alu_port.op.eq(alu_op), alu_port.in_valid.eq(a3_valid),
