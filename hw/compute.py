@@ -8,7 +8,12 @@ from amaranth.lib.wiring import Out
 
 from tensorfab.isa import AluOp, Engine, ErrorCode, HwConfig, Opcode, uop_format
 from tensorfab.isa.config import log2
-from tensorfab.isa.formats import LOOP_ITER_WIDTH, MULHI_IMM_SHIFT, header_format
+from tensorfab.isa.formats import (
+    ALU_PIPELINE_STAGES,
+    LOOP_ITER_WIDTH,
+    MULHI_IMM_SHIFT,
+    header_format,
+)
 from tensorfab.isa.insn import fast_reset_condition
 
 from .alu import AluSignature, VectorAlu
@@ -200,10 +205,10 @@ class ComputeEngine(wiring.Component):
         wb_valid, wb_addr, wb_reset = dl_valid[lat], dl_addr[lat], dl_reset[lat]
 
         # the destination read: ALU at S1, GEMM one cycle before its write-back
-        if lat == 0:
-            gemm_rd_valid, gemm_rd_addr = s1_ok & is_gemm, idx_a
-        else:
-            gemm_rd_valid, gemm_rd_addr = dl_valid[lat - 1], dl_addr[lat - 1]
+        # GEMM two cycles before its write-back: the read data is registered, and
+        # the write of the cycle in between (which the read could not see) forwarded
+        assert lat >= 2
+        gemm_rd_valid, gemm_rd_addr = dl_valid[lat - 2], dl_addr[lat - 2]
         with m.If(s1_ok & is_alu):
             m.d.comb += [self.acc_rd_dst.addr.eq(idx_a), self.acc_rd_dst.en.eq(1)]
         with m.Else():
@@ -212,43 +217,79 @@ class ComputeEngine(wiring.Component):
 
         # write-back: GEMM at S2+L, ALU at S2 (never both: the pipeline drains
         # between instructions)
-        acc_old = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes),
-                            self.acc_rd_dst.data)
-        src_vec = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes),
-                            self.acc_rd_src.data)
         prod = gemm.result
         gemm_new = Signal(self.acc_wr.data.shape())
         alu_new = Signal(self.acc_wr.data.shape())
+        acc_reg = Signal(self.acc_wr.data.shape())  # the read data, one cycle later
+        last_valid = Signal()  # the accumulator write of the previous cycle
+        last_addr = Signal(cfg.acc_bits)
+        last_data = Signal(self.acc_wr.data.shape())
+        acc_cur = Signal(self.acc_wr.data.shape())
+        with m.If(dl_valid[lat - 1]):
+            m.d.sync += acc_reg.eq(self.acc_rd_dst.data)
+        m.d.sync += last_valid.eq(self.acc_wr.en)
+        with m.If(self.acc_wr.en):  # enabled registers: Verilator copies them only then
+            m.d.sync += [last_addr.eq(self.acc_wr.addr), last_data.eq(self.acc_wr.data)]
+        m.d.comb += acc_cur.eq(Mux(last_valid & (last_addr == wb_addr), last_data, acc_reg))
+        acc_old = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), acc_cur)
         m.d.comb += gemm_new.eq(Cat(*[
             Mux(wb_reset, 0, (acc_old[k] + prod[k].as_unsigned())[:cfg.acc_width])
             for k in range(lanes)]))
-        # the ALU: operands straight from the accumulator read ports (registered in the
-        # buffer), result written back in the same cycle (VectorAlu.LATENCY == 0)
+        # the ALU pipeline (ALU_PIPELINE_STAGES == 2 register stages after the read):
+        # S2 registers the operands, forwarding results still in flight to the same
+        # entry; S3 computes and registers the result; S4 writes it back. A result
+        # at S3 or S4 reaches the next micro-ops' operands without a stall.
+        assert ALU_PIPELINE_STAGES == 2
         m.submodules.alu = alu = VectorAlu(cfg)
         assert alu.LATENCY == 0
         alu_port = AluSignature(cfg).flip().create()
         wiring.connect(m, alu_port, alu)
+        vec_shape = self.acc_wr.data.shape()
+        s2_src = Signal(cfg.acc_bits)
+        m.d.sync += s2_src.eq(idx_s)
+        a3_valid, a4_valid = Signal(), Signal()
+        a3_addr, a4_addr = Signal(cfg.acc_bits), Signal(cfg.acc_bits)
+        a3_a, a3_b, a4_data = Signal(vec_shape), Signal(vec_shape), Signal(vec_shape)
+        a3_rec = Signal(len(self.wgt_rd.data))
         imm_b = Signal(signed(cfg.acc_width))  # the immediate operand (docs/isa.md)
         m.d.comb += imm_b.eq(Mux(alu_op == AluOp.MULHI, imm << MULHI_IMM_SHIFT, imm))
-        alu_wb = s2_valid & s2_alu
-        m.d.comb += [alu_port.op.eq(alu_op), alu_port.in_valid.eq(alu_wb),
-                     alu_port.rec.eq(self.wgt_rd.data), alu_new.eq(alu_port.result)]
-        for k in range(lanes):
-            m.d.comb += [alu_port.a[k].eq(acc_old[k]),
-                         alu_port.b[k].eq(Mux(use_imm, imm_b.as_unsigned(), src_vec[k]))]
+        alu_s2 = s2_valid & s2_alu
         shift_bad = alu_port.out_valid & alu_port.shift_error
+        fwd3 = a3_valid & ~shift_bad  # S3's result will be written
+        a_in, b_in = Signal(vec_shape), Signal(vec_shape)
+        m.d.comb += [
+            a_in.eq(Mux(fwd3 & (a3_addr == s2_addr), alu_new,
+                        Mux(a4_valid & (a4_addr == s2_addr), a4_data, self.acc_rd_dst.data))),
+            b_in.eq(Mux(use_imm, Cat(*[imm_b] * lanes),
+                        Mux(fwd3 & (a3_addr == s2_src), alu_new,
+                            Mux(a4_valid & (a4_addr == s2_src), a4_data,
+                                self.acc_rd_src.data)))),
+        ]
+        # a micro-op still at S2 when an error is raised is dropped (as one at S1 is)
+        m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(fwd3)]
+        with m.If(alu_s2):
+            m.d.sync += [a3_addr.eq(s2_addr), a3_a.eq(a_in), a3_b.eq(b_in),
+                         a3_rec.eq(self.wgt_rd.data)]
+        with m.If(a3_valid):
+            m.d.sync += [a4_addr.eq(a3_addr), a4_data.eq(alu_new)]
+        a3_av = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_a)
+        a3_bv = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_b)
+        m.d.comb += [alu_port.op.eq(alu_op), alu_port.in_valid.eq(a3_valid),
+                     alu_port.rec.eq(a3_rec), alu_new.eq(alu_port.result)]
+        for k in range(lanes):
+            m.d.comb += [alu_port.a[k].eq(a3_av[k]), alu_port.b[k].eq(a3_bv[k])]
         with m.If(shift_bad & ~error):
             m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SHIFT_RANGE)]
-        with m.If(alu_wb & ~shift_bad):
-            m.d.comb += [self.acc_wr.addr.eq(s2_addr), self.acc_wr.data.eq(alu_new),
+        with m.If(a4_valid):
+            m.d.comb += [self.acc_wr.addr.eq(a4_addr), self.acc_wr.data.eq(a4_data),
                          self.acc_wr.en.eq(1)]
         with m.Elif(wb_valid):
             m.d.comb += [self.acc_wr.addr.eq(wb_addr), self.acc_wr.data.eq(gemm_new),
                          self.acc_wr.en.eq(1)]
         gemm_slow = s2_valid & ~s2_alu
-        m.d.comb += [self.gemm_busy.eq(gemm_slow), self.alu_busy.eq(alu_wb),
+        m.d.comb += [self.gemm_busy.eq(gemm_slow), self.alu_busy.eq(alu_s2),
                      self.gemm_uops.eq(gemm_slow)]
-        in_flight = s1_valid | s2_valid | Cat(*dl_valid).any()
+        in_flight = s1_valid | s2_valid | Cat(*dl_valid).any() | a3_valid | a4_valid
 
         # ------------------------------------------------------------ fast reset
         lanes = zero_lanes(cfg)

@@ -39,6 +39,12 @@ FAST_RESET_LANES = 16
 #: (the 16-bit immediate cannot hold a Q31 multiplier; exact 32-bit multipliers come
 #: from a vector operand).
 MULHI_IMM_SHIFT = 32 - IMM_WIDTH
+#: Register stages of the compute engine's ALU path after the accumulator read: the
+#: operands are registered (cutting the buffer's clock-to-q from the multiplier) and the
+#: result is registered before its write-back. Each ALU instruction drains this many
+#: more cycles; back-to-back micro-ops on one entry are forwarded, never stalled
+#: (docs/isa.md, "ALU pipeline"). The hardware and the timing model both read it.
+ALU_PIPELINE_STAGES = 2
 
 
 class Opcode(IntEnum):

@@ -6,7 +6,9 @@ resource:
 * compute engine: one cycle per GEMM micro-op execution (``b·oc·oh·ow`` output entries
   × ``ic·KH·KW`` reduction entries), one per accumulator entry for the bias move (or
   one per :data:`tensorfab.isa.formats.FAST_RESET_LANES` entries for the fast reset) and for each
-  epilogue ALU operation, plus :data:`INSN_ISSUE_CYCLES` per compute instruction;
+  epilogue ALU operation, plus :data:`INSN_ISSUE_CYCLES` per compute instruction and
+  :data:`~tensorfab.isa.formats.ALU_PIPELINE_STAGES` more per ALU instruction (its
+  pipeline's drain);
 * load engine: the bus beats of the input windows, weight and bias tiles it loads (a
   tile a region already holds is not loaded, see :func:`operand_loads`), one cycle per
   padding entry, and :data:`DMA_SETUP_CYCLES` per LOAD;
@@ -41,6 +43,7 @@ from tensorfab.isa import (
     insn_width,
     uop_format,
 )
+from tensorfab.isa.formats import ALU_PIPELINE_STAGES
 from tensorfab.isa.insn import fast_reset_lanes
 
 from .tile_plan import OUTER_AXES, TilePlan
@@ -189,7 +192,9 @@ def _tile_compute_cycles(plan: TilePlan, n_alu_ops: int) -> float:
     gemm = sum(out_entries * tic * kh * kw for _, tic in kts)
     init = out_entries if plan.bias else math.ceil(out_entries / fast_reset_lanes(plan.cfg)) + 1
     alu = init + out_entries * n_alu_ops
-    return gemm + alu + (len(kts) + 1 + n_alu_ops) * INSN_ISSUE_CYCLES
+    n_alu_insns = n_alu_ops + (1 if plan.bias else 0)  # the bias move is an ALU MOV
+    issue = (len(kts) + 1 + n_alu_ops) * INSN_ISSUE_CYCLES + n_alu_insns * ALU_PIPELINE_STAGES
+    return gemm + alu + issue
 
 
 def cycles_lower_bound(plan: TilePlan, n_alu_ops: int = 0) -> float:

@@ -24,7 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tensorfab.isa import Alu, Engine, Gemm, HwConfig, Insn, Load, Store, buffer_entry_bytes
-from tensorfab.isa.formats import FAST_RESET_LANES, TOKEN_QUEUES, token_pops, token_pushes
+from tensorfab.isa.formats import (
+    ALU_PIPELINE_STAGES,
+    FAST_RESET_LANES,
+    TOKEN_QUEUES,
+    token_pops,
+    token_pushes,
+)
 from tensorfab.isa.insn import fast_reset_lanes, is_fast_reset
 
 __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams", "fast_reset",
@@ -94,7 +100,8 @@ def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
         return params.compute_fixed + lines, 0.0
     if isinstance(insn, Gemm | Alu):
         n = (insn.uop_end - insn.uop_begin) * insn.iter_out * insn.iter_in
-        return params.compute_fixed + n, 0.0
+        drain = ALU_PIPELINE_STAGES if isinstance(insn, Alu) else 0
+        return params.compute_fixed + drain + n, 0.0
     return 1.0, 0.0
 
 
