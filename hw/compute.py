@@ -12,6 +12,7 @@ from tensorfab.isa.formats import (
     ALU_PIPELINE_STAGES,
     LOOP_ITER_WIDTH,
     MULHI_IMM_SHIFT,
+    UOP_READ_STAGES,
     header_format,
 )
 from tensorfab.isa.insn import fast_reset_condition
@@ -34,6 +35,7 @@ class ComputeEngine(wiring.Component):
     Pipeline of one loop iteration (``S0`` issues the micro-op read)::
 
         S0  read uop[u]
+        S0R the micro-op is registered (nothing but routing after the block RAM)
         S1  indices = uop + loop offsets, range checks;
             GEMM: read inp[x], wgt[w]          ALU: read acc[d], acc[s] (REQUANT: wgt[w])
         S2  GEMM: products enter the GemmCore  ALU: OP(acc[d], b) -> write acc[d]
@@ -157,15 +159,25 @@ class ComputeEngine(wiring.Component):
         imm = Signal(signed(32))
 
         issuing = Signal()
-        m.d.sync += s1_valid.eq(issuing & ~self.halt & ~error)
+        # S0R: the micro-op read is registered (UOP_READ_STAGES): the block RAM's
+        # clock-to-output leaves too little of a cycle for the index adders
+        assert UOP_READ_STAGES == 2
+        r_valid = Signal()
+        r_off = [Signal(INDEX_WIDTH, name=f"r_off{k}") for k in range(3)]
+        uop_q = Signal(len(self.uop_rd.data))
+        m.d.sync += [r_valid.eq(issuing & ~self.halt & ~error),
+                     s1_valid.eq(r_valid & ~self.halt & ~error),
+                     uop_q.eq(self.uop_rd.data)]
         m.d.comb += [self.uop_rd.addr.eq(u), self.uop_rd.en.eq(issuing)]
         with m.If(issuing):
-            m.d.sync += [s1_off[k].eq(cur[k]) for k in range(3)]
+            m.d.sync += [r_off[k].eq(cur[k]) for k in range(3)]
+        with m.If(r_valid):
+            m.d.sync += [s1_off[k].eq(r_off[k]) for k in range(3)]
 
         # S1: indices and range checks
         uop_raw = Signal(uop_format(cfg).width)
-        m.d.comb += uop_raw.eq(Cat(self.uop_rd.data, Const(0, uop_format(cfg).width
-                                                          - uop_format(cfg).used_bits)))
+        m.d.comb += uop_raw.eq(Cat(uop_q, Const(0, uop_format(cfg).width
+                                                - uop_format(cfg).used_bits)))
         uop = data.View(uop_layout(cfg), uop_raw)
         idx_a = Signal(INDEX_WIDTH)
         idx_s = Signal(INDEX_WIDTH)
@@ -289,7 +301,7 @@ class ComputeEngine(wiring.Component):
         gemm_slow = s2_valid & ~s2_alu
         m.d.comb += [self.gemm_busy.eq(gemm_slow), self.alu_busy.eq(alu_s2),
                      self.gemm_uops.eq(gemm_slow)]
-        in_flight = s1_valid | s2_valid | Cat(*dl_valid).any() | a3_valid | a4_valid
+        in_flight = r_valid | s1_valid | s2_valid | Cat(*dl_valid).any() | a3_valid | a4_valid
 
         # ------------------------------------------------------------ fast reset
         lanes = zero_lanes(cfg)
@@ -351,6 +363,11 @@ class ComputeEngine(wiring.Component):
                                 m.next = "DRAIN"
             with m.State("ZERO_UOP"):  # fast reset: read the micro-op
                 m.d.comb += self.uop_rd.en.eq(1)
+                with m.If(stop):
+                    m.next = "WAIT"
+                with m.Else():
+                    m.next = "ZERO_READ"
+            with m.State("ZERO_READ"):  # S0R: the micro-op is registered
                 with m.If(stop):
                     m.next = "WAIT"
                 with m.Else():

@@ -46,6 +46,12 @@ MULHI_IMM_SHIFT = 32 - IMM_WIDTH
 #: (docs/isa.md, "ALU pipeline"). The hardware and the timing model both read it.
 ALU_PIPELINE_STAGES = 2
 
+#: Cycles from a compute instruction's micro-op read to its index arithmetic: the read
+#: and a register after the block RAM (whose clock-to-output is too long for the index
+#: adders to follow in the same cycle on an FPGA). Each GEMM and ALU instruction, the
+#: fast reset included, takes ``UOP_READ_STAGES - 1`` cycles more than with a bare read.
+UOP_READ_STAGES = 2
+
 
 class Opcode(IntEnum):
     """Instruction opcodes; codes 5 to 7 are illegal."""

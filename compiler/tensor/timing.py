@@ -28,6 +28,7 @@ from tensorfab.isa.formats import (
     ALU_PIPELINE_STAGES,
     FAST_RESET_LANES,
     TOKEN_QUEUES,
+    UOP_READ_STAGES,
     token_pops,
     token_pushes,
 )
@@ -70,7 +71,7 @@ class TimingParams:
     load_fixed: float = 24.0
     pad_entry: float = 1.0
     store_fixed: float = 6.0
-    compute_fixed: float = 10.0
+    compute_fixed: float = 9.0 + UOP_READ_STAGES  # calibrated as 10 with one read stage
     start: float = 30.0
     read_latency: float = 20.0
     outstanding: float = 16.0
