@@ -363,12 +363,14 @@ def run_yosys(script: Path, cwd: Path, log_path: Path, *, label: str,
 
 
 def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Path, *,
-                     dsp: bool = True, console: Console | None = None) -> dict[str, Any]:
+                     dsp: bool = True, flat: bool = True,
+                     console: Console | None = None) -> dict[str, Any]:
     """Per-module resources of ``config`` on ``board_name``'s device.
 
     Elaborates the design of the build flow, synthesizes it with the platform's Yosys
     command plus ``-noflatten`` (:func:`breakdown_script`), and parses its statistics.
-    Writes ``breakdown.log`` (all Yosys output), ``stat.json``, ``netlist.json`` and
+    Writes ``breakdown.log`` (all Yosys output), ``stat.json``, ``netlist.json``, with
+    ``flat`` ``breakdown_flat.log``, ``flat_stat.json`` and ``flat_netlist.json``, and
     ``breakdown.json`` (the result) into ``out_dir``.
 
     Parameters
@@ -381,6 +383,9 @@ def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Pat
         Work directory (created).
     dsp : bool
         Map multipliers to DSP blocks, as ``build_bitstream``'s ``dsp``.
+    flat : bool
+        Also synthesize the design flattened, as the build does, for its totals
+        (``flat``): what keeping the hierarchy costs.
     console : rich Console, optional
         Where the progress display goes (stderr by default).
 
@@ -388,8 +393,10 @@ def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Pat
     -------
     dict
         ``board``, ``config``, ``family``, ``options``, ``top``, ``totals`` (category →
-        count of the whole design, hierarchical synthesis), ``logic_unit`` (what
-        ``logic`` counts), ``rows`` (:func:`breakdown_rows`), ``seconds``, ``log``.
+        count of the whole design, hierarchical synthesis), ``logic`` (the top's
+        logic in the family's unit), ``logic_unit`` (what ``logic`` counts), ``rows``
+        (:func:`breakdown_rows`), ``flat`` (with ``flat``: ``totals`` and ``logic`` of
+        the flattened synthesis, ``log``), ``seconds``, ``log``.
 
     Raises
     ------
@@ -424,14 +431,42 @@ def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Pat
     rows = breakdown_rows(board.family, modules, top, lc_own)
     result = {
         "board": board.name, "config": cfg.name, "family": board.family,
-        "options": {"dsp": dsp}, "top": top, "totals": rows[0]["total"],
+        "options": {"dsp": dsp, "flat": flat}, "top": top, "totals": rows[0]["total"],
         "logic": rows[0]["logic"],
         "logic_unit": ("estimated logic cells (LUT4 + FF and SB_CARRY not packed with one)"
                        if board.family == "ice40" else "LUT4 + 2 x CCU2C"),
-        "rows": rows, "seconds": round(seconds, 1), "log": str(log_path),
+        "rows": rows, "log": str(log_path),
     }
+    if flat:
+        flat_script = out / "breakdown_flat.ys"
+        flat_script.write_text("\n".join([*flow_script[:synth_at + 1],
+                                          "tee -q -o flat_stat.json stat -json",
+                                          "write_json flat_netlist.json"]) + "\n")
+        seconds += run_yosys(flat_script, out, out / "breakdown_flat.log",
+                             label=f"{label} (flattened)", console=console)
+        flat_modules = parse_stat_json((out / "flat_stat.json").read_text())
+        flat_lc = None
+        if board.family == "ice40":
+            flat_lc = ice40_lc_estimate(json.loads((out / "flat_netlist.json").read_text()))
+        flat_row = breakdown_rows(board.family, flat_modules, lc_own=flat_lc)[0]
+        result["flat"] = {"totals": flat_row["total"], "logic": flat_row["logic"],
+                          "log": str(out / "breakdown_flat.log")}
+    result["seconds"] = round(seconds, 1)
     (out / "breakdown.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _display_name(row: Mapping[str, Any], top: str) -> str:
+    """Amaranth names modules by their place (``top.soc.core``): show that without
+    the top's name; other modules by their path below the top."""
+    name = row["module"]
+    if name.startswith(top + "."):
+        shown = name[len(top) + 1:]
+    elif row["path"] == top:
+        shown = name
+    else:
+        shown = row["path"].split("/", 1)[1]
+    return shown + (f" ×{row['instances']}" if row["instances"] > 1 else "")
 
 
 def breakdown_table(result: Mapping[str, Any], top: int | None = None) -> Table:
@@ -445,23 +480,25 @@ def breakdown_table(result: Mapping[str, Any], top: int | None = None) -> Table:
         Show only the ``top`` largest rows (the whole design's row is always first).
     """
     family = result["family"]
-    rows = sorted(result["rows"][1:], key=lambda r: (-r["logic"], r["path"]))
+    first, *rest = result["rows"]
+    rows = sorted(rest, key=lambda r: (-r["logic"], r["path"]))
     if top is not None:
         rows = rows[:top]
     unit = "LC" if family == "ice40" else "LUT"
+    caption = f"{unit}: {result['logic_unit']}; counts include submodules"
+    if "flat" in result:
+        flat = result["flat"]
+        caption += (f"; flattened synthesis: {flat['logic']} {unit}, "
+                    f"{flat['totals']['LUT']} LUT4, {flat['totals']['FF']} FF, "
+                    f"{flat['totals']['DSP']} DSP")
     table = Table(title=f"{result['board']} {result['config']}: where the logic goes "
-                  f"(hierarchical synthesis, {unit} = {result['logic_unit']})")
-    for name in ("module", f"{unit} total", f"{unit} own", "LUT4", "FF", "carry", "DSP",
-                 "BRAM", "share"):
+                  "(hierarchical synthesis)", caption=caption)
+    for name in ("module", unit, f"{unit} own", "LUT4", "FF", "carry", "DSP", "BRAM",
+                 "share"):
         table.add_column(name, justify="left" if name == "module" else "right")
-    top_path = result["rows"][0]["path"]
-    for row in [result["rows"][0], *rows]:
+    for row in [first, *rows]:
         t = row["total"]
-        path = row["path"]
-        if path != top_path and path.startswith(top_path + "/"):
-            path = path[len(top_path) + 1:].split("/")[-1]
-        inst = f" ×{row['instances']}" if row["instances"] > 1 else ""
-        table.add_row(f"{path}{inst}", str(row["logic"]), str(row["logic_own"]),
-                      str(t["LUT"]), str(t["FF"]), str(t["CARRY"]), str(t["DSP"]),
-                      str(t["BRAM"]), f"{100 * row['share']:.1f} %")
+        table.add_row(_display_name(row, first["module"]), str(row["logic"]),
+                      str(row["logic_own"]), str(t["LUT"]), str(t["FF"]), str(t["CARRY"]),
+                      str(t["DSP"]), str(t["BRAM"]), f"{100 * row['share']:.1f} %")
     return table
