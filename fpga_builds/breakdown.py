@@ -495,7 +495,11 @@ def breakdown_table(result: Mapping[str, Any], top: int | None = None) -> Table:
                   "(hierarchical synthesis)", caption=caption)
     for name in ("module", unit, f"{unit} own", "LUT4", "FF", "carry", "DSP", "BRAM",
                  "share"):
-        table.add_column(name, justify="left" if name == "module" else "right")
+        if name == "module":
+            table.add_column(name, no_wrap=True, min_width=max(
+                len(_display_name(r, first["module"])) for r in [first, *rows]))
+        else:
+            table.add_column(name, justify="right", no_wrap=True)
     for row in [first, *rows]:
         t = row["total"]
         table.add_row(_display_name(row, first["module"]), str(row["logic"]),

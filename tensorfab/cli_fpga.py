@@ -60,6 +60,8 @@ def _breakdown(args: argparse.Namespace) -> int:
     result = module_breakdown(board.name, config, out, dsp=not args.no_dsp,
                               flat=not args.no_flat)
     console = Console(stderr=args.json)
+    if not console.is_terminal:  # a file or a pipe: room for the whole table
+        console.width = max(console.width, 110)
     console.print(breakdown_table(result, top=args.top))
     console.print(f"log: {result['log']}", highlight=False)
     if args.json:
