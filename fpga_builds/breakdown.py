@@ -168,10 +168,12 @@ def _by_category(family: str, cells: Mapping[str, int]) -> dict[str, int]:
 
 def _logic(family: str, counts: Mapping[str, int], lc: int | None = None) -> int:
     """Logic in the unit of the device's capacity: iCE40 logic cells (the estimate
-    when given, else LUTs), ECP5 LUT slots (a ``CCU2C`` fills two)."""
+    when given, else LUTs); ECP5 LUT4 slots as nextpnr-ecp5 counts them before
+    packing (a ``CCU2C`` fills two, a ``TRELLIS_DPR16X4`` four RAM and two RAMW
+    slots); packing adds a few per cent of route-through slots."""
     if family == "ice40":
         return counts["LUT"] if lc is None else lc
-    return counts["LUT"] + 2 * counts["CARRY"]
+    return counts["LUT"] + 2 * counts["CARRY"] + 6 * counts["LUTRAM"]
 
 
 def find_top(modules: Mapping[str, ModuleCells]) -> str:
@@ -415,7 +417,8 @@ def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Pat
                                       synth_opts=_synth_opts(board, dsp))
         plan.extract(str(out))
     flow_script = (out / f"{BUILD_NAME}.ys").read_text().splitlines()
-    synth_at = next((i for i, ln in enumerate(flow_script) if ln.startswith("synth_")), None)
+    synth_at = next((i for i, ln in enumerate(flow_script)
+                     if ln.strip().startswith("synth_")), None)
     if synth_at is None:
         raise FpgaBuildError(f"{board.name}: no synth_ command in {out / BUILD_NAME}.ys")
     script = out / "breakdown.ys"
@@ -434,7 +437,9 @@ def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Pat
         "options": {"dsp": dsp, "flat": flat}, "top": top, "totals": rows[0]["total"],
         "logic": rows[0]["logic"],
         "logic_unit": ("estimated logic cells (LUT4 + FF and SB_CARRY not packed with one)"
-                       if board.family == "ice40" else "LUT4 + 2 x CCU2C"),
+                       if board.family == "ice40"
+                       else "LUT4 + 2 x CCU2C + 6 x TRELLIS_DPR16X4, nextpnr's LUT4s "
+                       "before packing"),
         "rows": rows, "log": str(log_path),
     }
     if flat:
@@ -477,11 +482,13 @@ def breakdown_table(result: Mapping[str, Any], top: int | None = None) -> Table:
     result : mapping
         :func:`module_breakdown`'s result.
     top : int, optional
-        Show only the ``top`` largest rows (the whole design's row is always first).
+        Show only the ``top`` largest rows (the whole design's row is always first;
+        modules without cells of any category are left out).
     """
     family = result["family"]
     first, *rest = result["rows"]
-    rows = sorted(rest, key=lambda r: (-r["logic"], r["path"]))
+    rows = sorted((r for r in rest if r["logic"] or any(r["total"].values())),
+                  key=lambda r: (-r["logic"], r["path"]))
     if top is not None:
         rows = rows[:top]
     unit = "LC" if family == "ice40" else "LUT"
