@@ -85,18 +85,21 @@ def _yosys(cwd: Path, commands: list[str]) -> None:
                    env=env, check=True, capture_output=True)
 
 
-@pytest.fixture(scope="module")
-def ice40_stats(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The design synthesized for iCE40 as the breakdown does it, and flattened."""
-    d = tmp_path_factory.mktemp("two_muls")
+def _synth_two_muls(d: Path, synth: str) -> dict[str, Path]:
+    """``TwoMuls`` synthesized as the breakdown does it, and flattened."""
     (d / "mul.il").write_text(rtlil.convert(MulReg(), name="mul"))
     (d / "top.il").write_text(rtlil.convert(TwoMuls(), name="top"))
     read = ["read_rtlil mul.il", "read_rtlil top.il"]
-    _yosys(d, [*read, *breakdown_script("synth_ice40 -dsp -top top")])
-    _yosys(d, [*read, "synth_ice40 -dsp -top top", "tee -q -o flat.json stat -json",
+    _yosys(d, [*read, *breakdown_script(synth)])
+    _yosys(d, [*read, synth, "tee -q -o flat.json stat -json",
                "write_json flat_netlist.json"])
     return {"stat": d / "stat.json", "netlist": d / "netlist.json", "flat": d / "flat.json",
             "flat_netlist": d / "flat_netlist.json"}
+
+
+@pytest.fixture(scope="module")
+def ice40_stats(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return _synth_two_muls(tmp_path_factory.mktemp("two_muls"), "synth_ice40 -dsp -top top")
 
 
 def test_instances_count_and_totals_sum(ice40_stats: dict[str, Path]) -> None:
@@ -134,6 +137,22 @@ def test_hierarchical_totals_equal_flattened_synthesis(ice40_stats: dict[str, Pa
     assert list(flat) == ["top"]
     flat_counts = breakdown_rows("ice40", flat)[0]["total"]
     assert flat_counts == rows[0]["total"]
+
+
+def test_ecp5_breakdown(tmp_path: Path) -> None:
+    """The same design for ECP5: one MULT18X18D per instance, the hierarchical totals
+    equal to the flattened synthesis's, the rows' own cells summing to them."""
+    paths = _synth_two_muls(tmp_path, "synth_ecp5 -top top")
+    modules = parse_stat_json(paths["stat"].read_text())
+    assert modules["top"].submodules == {"mul": 2}
+    rows = breakdown_rows("ecp5", modules)
+    assert rows[0]["total"]["DSP"] == 2 and rows[1]["own"]["DSP"] == 2
+    for category, count in rows[0]["total"].items():
+        assert rows[0]["own"][category] + rows[1]["own"][category] == count
+    flat = breakdown_rows("ecp5", parse_stat_json(paths["flat"].read_text()))[0]
+    assert flat["total"] == rows[0]["total"] and flat["logic"] == rows[0]["logic"]
+    t = rows[0]["total"]
+    assert rows[0]["logic"] == t["LUT"] + 2 * t["CARRY"] + 6 * t["LUTRAM"] > 0
 
 
 def test_lc_estimate_counts_unpacked_flip_flops(ice40_stats: dict[str, Path]) -> None:
