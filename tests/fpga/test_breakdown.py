@@ -13,11 +13,13 @@ from amaranth.back import rtlil
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+from rich.console import Console
 
 from tensorfab.cli import main
 from tensorfab.fpga_builds.breakdown import (
     breakdown_rows,
     breakdown_script,
+    breakdown_table,
     cell_category,
     ice40_lc_estimate,
     module_totals,
@@ -187,6 +189,24 @@ def test_lc_estimate_against_nextpnr_packer(ice40_stats: dict[str, Path]) -> Non
     # the LUTs alone fall short: the input registers each need a cell of their own
     luts = parse_stat_json(ice40_stats["flat"].read_text())["top"].cells["SB_LUT4"]
     assert packed - luts > 0.8 * (estimate - luts) > 0
+
+
+def test_table_shows_instances_and_flat_totals(ice40_stats: dict[str, Path]) -> None:
+    modules = parse_stat_json(ice40_stats["stat"].read_text())
+    lc = ice40_lc_estimate(json.loads(ice40_stats["netlist"].read_text()))
+    rows = breakdown_rows("ice40", modules, lc_own=lc)
+    result = {"board": "icebreaker", "config": "two-muls", "family": "ice40",
+              "logic_unit": "estimated logic cells", "rows": rows,
+              "flat": {"logic": 1, "totals": {"LUT": 2, "FF": 3, "DSP": 4}}}
+    console = Console(record=True, width=150)
+    console.print(breakdown_table(result, top=1))
+    text = console.export_text()
+    table_rows = [[c.strip() for c in ln.split("│")[1:-1]] for ln in text.splitlines()
+                  if ln.startswith("│")]
+    assert [r[0] for r in table_rows] == ["top", "mul ×2"]
+    assert table_rows[1][1:4] == [str(rows[1]["logic"]), str(rows[1]["logic_own"]),
+                                  str(rows[1]["total"]["LUT"])]
+    assert "flattened synthesis: 1 LC, 2 LUT4, 3 FF, 4 DSP" in " ".join(text.split())
 
 
 def test_categories_and_bad_input() -> None:
