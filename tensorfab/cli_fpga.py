@@ -102,7 +102,8 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     bd = fs.add_parser("breakdown", help="logic, flip-flops, DSP and block RAM of each "
                         "module (Yosys with the hierarchy kept)")
     bd.add_argument("--board", required=True, choices=list(BOARDS))
-    bd.add_argument("--config", help="preset or JSON file (default: the board's)")
+    bd.add_argument("--config", help="preset, board config (fpga_builds/configs) or JSON "
+                    "file (default: the board's)")
     bd.add_argument("-o", "--output",
                     help="work directory (default build/fpga/BOARD-CONFIG-breakdown)")
     bd.add_argument("--no-dsp", action="store_true", help="LUT multipliers instead of DSP "
