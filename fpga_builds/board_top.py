@@ -9,8 +9,9 @@ from tensorfab.hw.soc.top import LEDS, SocTop
 from tensorfab.isa import HwConfig
 
 from .boards import Board
+from .errors import FpgaBuildError
 
-__all__ = ["BoardTop", "ecp5_pll_params"]
+__all__ = ["BoardTop", "board_clock_mhz", "ecp5_pll_params"]
 
 #: UART bit rate of the board builds (the FTDI parts of all three boards take it).
 BAUD = 115200
@@ -35,6 +36,31 @@ def ecp5_pll_params(in_mhz: float, out_mhz: float) -> dict[str, int]:
     raise ValueError(f"no ECP5 PLL setting makes {out_mhz} MHz from {in_mhz} MHz")
 
 
+def board_clock_mhz(board: Board, clock_mhz: float | None) -> float:
+    """The SoC clock of a build: ``clock_mhz``, checked, or the board's target.
+
+    Raises
+    ------
+    FpgaBuildError
+        If the board cannot make the clock (see :class:`BoardTop`).
+    """
+    if clock_mhz is None:
+        return board.target_mhz
+    if not clock_mhz > 0:
+        raise FpgaBuildError(f"{board.name}: clock {clock_mhz} MHz must be positive")
+    in_mhz = board.clock_in_mhz
+    if abs(clock_mhz - in_mhz) <= 1e-6:
+        return clock_mhz
+    if board.family != "ecp5":
+        raise FpgaBuildError(f"{board.name}: no PLL wired; the SoC runs at the board clock, "
+                             f"{in_mhz:g} MHz (asked for {clock_mhz:g} MHz)")
+    try:
+        ecp5_pll_params(in_mhz, clock_mhz)
+    except ValueError as exc:
+        raise FpgaBuildError(f"{board.name}: {exc}") from None
+    return clock_mhz
+
+
 class BoardTop(Elaboratable):
     """:class:`SocTop` wired to a board's clock, UART and LEDs.
 
@@ -42,11 +68,21 @@ class BoardTop(Elaboratable):
     ----------
     board : Board
     cfg : HwConfig
+    clock_mhz : float, optional
+        Clock of the SoC (default: the board's ``target_mhz``). On ECP5 a PLL makes it
+        from the board clock; an iCE40 runs at its board clock.
+
+    Raises
+    ------
+    FpgaBuildError
+        If the board cannot make ``clock_mhz`` (no PLL on the iCE40 builds, or no ECP5
+        PLL setting gives it exactly).
     """
 
-    def __init__(self, board: Board, cfg: HwConfig) -> None:
+    def __init__(self, board: Board, cfg: HwConfig, clock_mhz: float | None = None) -> None:
         self.board = board
         self.cfg = cfg
+        self.clock_mhz = board_clock_mhz(board, clock_mhz)
 
     def elaborate(self, platform) -> Module:
         board = self.board
@@ -55,8 +91,8 @@ class BoardTop(Elaboratable):
         in_mhz = platform.default_clk_frequency / 1e6
         m.domains.sync = sync = ClockDomain("sync")
         locked = Signal()
-        if board.family == "ecp5" and abs(in_mhz - board.target_mhz) > 1e-6:
-            params = ecp5_pll_params(in_mhz, board.target_mhz)
+        if board.family == "ecp5" and abs(in_mhz - self.clock_mhz) > 1e-6:
+            params = ecp5_pll_params(in_mhz, self.clock_mhz)
             clk_out = Signal()
             m.submodules.pll = Instance(
                 "EHXPLLL",
@@ -68,13 +104,13 @@ class BoardTop(Elaboratable):
                 i_PHASESEL0=Const(0), i_PHASESEL1=Const(0), i_PHASEDIR=Const(0),
                 i_PHASESTEP=Const(0), i_PHASELOADREG=Const(0), i_PLLWAKESYNC=Const(0),
                 i_ENCLKOP=Const(0), o_CLKOP=clk_out, o_LOCK=locked,
-                a_FREQUENCY_PIN_CLKI=str(in_mhz), a_FREQUENCY_PIN_CLKOP=str(board.target_mhz),
+                a_FREQUENCY_PIN_CLKI=str(in_mhz), a_FREQUENCY_PIN_CLKOP=str(self.clock_mhz),
                 a_ICP_CURRENT="12", a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1",
                 a_MFG_GMCREF_SEL="2")
             m.d.comb += ClockSignal("sync").eq(clk_out)
         else:
-            if abs(in_mhz - board.target_mhz) > 1e-6:
-                raise ValueError(f"{board.name}: no PLL wired for {board.target_mhz} MHz")
+            if abs(in_mhz - self.clock_mhz) > 1e-6:
+                raise ValueError(f"{board.name}: no PLL wired for {self.clock_mhz} MHz")
             m.d.comb += [ClockSignal("sync").eq(clk_res.i), locked.eq(1)]
         # power-on reset: held until the PLL locks and for 2^8 cycles after
         m.domains.por = ClockDomain("por", reset_less=True)
@@ -87,7 +123,7 @@ class BoardTop(Elaboratable):
         m.d.comb += sync.rst.eq(~por.all())
 
         soc = SocTop(self.cfg, mem_bytes=board.mem_bytes,
-                     clk_hz=int(board.target_mhz * 1e6), baud=BAUD,
+                     clk_hz=int(self.clock_mhz * 1e6), baud=BAUD,
                      spram=board.family == "ice40")
         m.submodules.soc = soc
         uart = platform.request("uart", 0)

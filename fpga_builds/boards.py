@@ -118,6 +118,11 @@ class Board:
     dsp: str
     dfu_ids: tuple[int, int] | None = None
 
+    @property
+    def clock_in_mhz(self) -> float:
+        """The board's oscillator (the platform's default clock), in MHz."""
+        return self.platform().default_clk_frequency / 1e6
+
 
 BOARDS: dict[str, Board] = {
     b.name: b for b in (

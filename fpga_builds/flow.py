@@ -73,7 +73,7 @@ def _synth_opts(board: Board, dsp: bool) -> str:
 
 def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path, *,
                     dsp: bool = True, allow_timing_failure: bool = False, seed: int = 1,
-                    router: str | None = None,
+                    router: str | None = None, clock_mhz: float | None = None,
                     console: Console | None = None) -> dict[str, Any]:
     """Build ``config`` for ``board_name`` into ``out_dir``.
 
@@ -97,6 +97,9 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
         nextpnr's placement seed.
     router : str, optional
         nextpnr's router, one of :data:`ROUTERS` (None: nextpnr's default).
+    clock_mhz : float, optional
+        SoC clock and timing target (default: the board's ``target_mhz``); on ECP5 the
+        PLL makes it, an iCE40 runs at its board clock.
     console : rich Console, optional
         Where the progress display goes (stderr by default).
 
@@ -120,6 +123,7 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     cfg = config if isinstance(config, HwConfig) else board_config(config)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    top = BoardTop(board, cfg, clock_mhz)
     console = console or Console(stderr=True)
     env = yowasp_env()
     t0 = time.monotonic()
@@ -129,7 +133,7 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
         nextpnr_opts += f" --router {router}"
     if board.family == "ice40":
         nextpnr_opts += " --timing-allow-fail"
-    plan = platform.build(BoardTop(board, cfg), name=BUILD_NAME, build_dir=str(out),
+    plan = platform.build(top, name=BUILD_NAME, build_dir=str(out),
                           do_build=False, do_program=False,
                           synth_opts=_synth_opts(board, dsp),
                           nextpnr_opts=nextpnr_opts + (" --timing-allow-fail"
@@ -172,7 +176,7 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
         ff = ice40_ff_count(rpt.read_text(errors="replace")) if rpt.exists() else None
     report = build_report(board=board.name, family=board.family, config=cfg.name,
                           nextpnr_json=report_json, macs_per_cycle=cfg.peak_macs_per_cycle,
-                          target_mhz=board.target_mhz, seconds=seconds,
+                          target_mhz=top.clock_mhz, seconds=seconds,
                           options={"dsp": dsp, "seed": seed, "mem_bytes": board.mem_bytes}
                           | ({"router": router} if router else {}),
                           ff=ff)

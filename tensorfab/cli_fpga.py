@@ -30,7 +30,8 @@ def _build(args: argparse.Namespace) -> int:
     try:
         report = build_bitstream(board.name, config, out, dsp=not args.no_dsp,
                                  allow_timing_failure=args.allow_timing_failure,
-                                 seed=args.seed, router=args.router)
+                                 seed=args.seed, router=args.router,
+                                 clock_mhz=args.clock_mhz)
     except TimingFailure as exc:
         Console(stderr=True).print(f"report: {out / 'report.json'}", highlight=False)
         raise exc
@@ -93,6 +94,9 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--allow-timing-failure", action="store_true",
                    help="write the bitstream and exit 0 even if a clock misses its target")
     b.add_argument("--no-dsp", action="store_true", help="LUT multipliers instead of DSP blocks")
+    b.add_argument("--clock-mhz", type=float, metavar="MHZ",
+                   help="SoC clock and timing target (default: the board's, 100 MHz on "
+                   "ECP5, made by the PLL; the iCEBreaker runs at its 12 MHz oscillator)")
     b.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
     b.add_argument("--router", choices=ROUTERS,
                    help="nextpnr's router (default: nextpnr's, router1; router2 finishes "

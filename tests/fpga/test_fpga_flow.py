@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tensorfab.cli import main
-from tensorfab.fpga_builds.board_top import ecp5_pll_params
-from tensorfab.fpga_builds.boards import BOARDS
+from tensorfab.fpga_builds.board_top import BoardTop, board_clock_mhz, ecp5_pll_params
+from tensorfab.fpga_builds.boards import BOARDS, board_config
 from tensorfab.fpga_builds.errors import DoesNotFit, FpgaBuildError, TimingFailure
 from tensorfab.fpga_builds.flow import yowasp_env
 from tensorfab.fpga_builds.program import program_command
@@ -66,6 +66,40 @@ def test_ecp5_pll_params(out_mhz: float) -> None:
     assert 400 <= out_mhz * p["CLKOP_DIV"] <= 800
     with pytest.raises(ValueError, match="no ECP5 PLL"):
         ecp5_pll_params(25.0, 1000.0 / 3 + 0.1)
+
+
+def _pll_and_soc(board: str, clock_mhz: float | None) -> tuple[dict, int]:
+    """The PLL parameters and the SoC's UART clock of a board top, elaborated."""
+    from amaranth.hdl import Fragment, Instance
+
+    b = BOARDS[board]
+    top = BoardTop(b, board_config("ecp5-25f"), clock_mhz)
+    frag = Fragment.get(top, b.platform())
+    subs = {name: sub for sub, name, _loc in frag.subfragments}
+    pll = subs.get("pll")
+    params = dict(pll.parameters) if isinstance(pll, Instance) else {}
+    return params, top.clock_mhz
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")
+@pytest.mark.parametrize("clock", [None, 40.0, 62.5])
+def test_board_clock_option_sets_the_pll(clock: float | None) -> None:
+    params, mhz = _pll_and_soc("ulx3s-25f", clock)
+    want = clock or BOARDS["ulx3s-25f"].target_mhz
+    assert mhz == want
+    assert 25.0 * params["CLKFB_DIV"] / params["CLKI_DIV"] == pytest.approx(want)
+
+
+def test_board_clock_errors() -> None:
+    ice = BOARDS["icebreaker"]
+    assert board_clock_mhz(ice, None) == board_clock_mhz(ice, 12.0) == 12.0
+    with pytest.raises(FpgaBuildError, match=r"icebreaker: no PLL wired; .* 12 MHz "
+                       r"\(asked for 48 MHz\)"):
+        board_clock_mhz(ice, 48.0)
+    with pytest.raises(FpgaBuildError, match="ulx3s-85f: no ECP5 PLL setting makes"):
+        board_clock_mhz(BOARDS["ulx3s-85f"], 1000.0 / 3 + 0.1)
+    with pytest.raises(FpgaBuildError, match="must be positive"):
+        board_clock_mhz(BOARDS["ulx3s-85f"], -5.0)
 
 
 def test_ulx3s_build_does_not_require_openfpgaloader() -> None:
