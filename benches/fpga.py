@@ -73,6 +73,7 @@ def run_fpga_bench(matrix: tuple[tuple[str, str, bool], ...] = DEFAULT_MATRIX, *
             else:
                 report = build_bitstream(board, config, where, dsp=dsp,
                                          allow_timing_failure=True, console=console,
+                                         clock_mhz=BOARDS[board].target_mhz,
                                          router=ROUTER.get((board, config)))
             entry = _entry(report) | {"fits": True}
         except DoesNotFit as exc:

@@ -37,7 +37,8 @@ def ecp5_pll_params(in_mhz: float, out_mhz: float) -> dict[str, int]:
 
 
 def board_clock_mhz(board: Board, clock_mhz: float | None) -> float:
-    """The SoC clock of a build: ``clock_mhz``, checked, or the board's target.
+    """The SoC clock of a build: ``clock_mhz``, checked, or the board's default
+    (:attr:`Board.clock_mhz`, else :attr:`Board.target_mhz`).
 
     Raises
     ------
@@ -45,7 +46,7 @@ def board_clock_mhz(board: Board, clock_mhz: float | None) -> float:
         If the board cannot make the clock (see :class:`BoardTop`).
     """
     if clock_mhz is None:
-        return board.target_mhz
+        return board.clock_mhz or board.target_mhz
     if not clock_mhz > 0:
         raise FpgaBuildError(f"{board.name}: clock {clock_mhz} MHz must be positive")
     in_mhz = board.clock_in_mhz
@@ -69,7 +70,7 @@ class BoardTop(Elaboratable):
     board : Board
     cfg : HwConfig
     clock_mhz : float, optional
-        Clock of the SoC (default: the board's ``target_mhz``). On ECP5 a PLL makes it
+        Clock of the SoC (default: the board's, :func:`board_clock_mhz`). On ECP5 a PLL makes it
         from the board clock; an iCE40 runs at its board clock.
 
     Raises

@@ -98,7 +98,7 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     router : str, optional
         nextpnr's router, one of :data:`ROUTERS` (None: nextpnr's default).
     clock_mhz : float, optional
-        SoC clock and timing target (default: the board's ``target_mhz``); on ECP5 the
+        SoC clock and timing target (default: the board's ``clock_mhz``); on ECP5 the
         PLL makes it, an iCE40 runs at its board clock.
     console : rich Console, optional
         Where the progress display goes (stderr by default).
@@ -133,8 +133,9 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
         nextpnr_opts += f" --router {router}"
     if board.family == "ice40":
         nextpnr_opts += " --timing-allow-fail"
+    # verbose: the tools' whole output goes to build.log (and drives the progress line)
     plan = platform.build(top, name=BUILD_NAME, build_dir=str(out),
-                          do_build=False, do_program=False,
+                          do_build=False, do_program=False, verbose=True,
                           synth_opts=_synth_opts(board, dsp),
                           nextpnr_opts=nextpnr_opts + (" --timing-allow-fail"
                                                        if board.family == "ecp5" else ""))

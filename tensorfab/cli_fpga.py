@@ -1,4 +1,5 @@
-"""``tensorfab fpga build|program``: bitstreams from open tools, and loading them."""
+"""``tensorfab fpga build|program|breakdown``: bitstreams from open tools, loading them,
+and where their logic goes."""
 
 from __future__ import annotations
 
@@ -50,6 +51,25 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _breakdown(args: argparse.Namespace) -> int:
+    from tensorfab.fpga_builds.boards import get_board
+    from tensorfab.fpga_builds.breakdown import breakdown_table, module_breakdown
+
+    board = get_board(args.board)
+    config = args.config or board.config
+    out = Path(args.output or f"build/fpga/{board.name}-{Path(config).stem}-breakdown")
+    result = module_breakdown(board.name, config, out, dsp=not args.no_dsp,
+                              flat=not args.no_flat)
+    console = Console(stderr=args.json)
+    if not console.is_terminal:  # a file or a pipe: room for the whole table
+        console.width = max(console.width, 110)
+    console.print(breakdown_table(result, top=args.top))
+    console.print(f"log: {result['log']}", highlight=False)
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
 def _program(args: argparse.Namespace) -> int:
     from tensorfab.fpga_builds.program import program_board
 
@@ -83,6 +103,21 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
                    "congested large designs such as ulx3s-85f small)")
     b.add_argument("--json", action="store_true", help="print only the report JSON")
     b.set_defaults(func=cmd_fpga)
+    bd = fs.add_parser("breakdown", help="logic, flip-flops, DSP and block RAM of each "
+                        "module (Yosys with the hierarchy kept)")
+    bd.add_argument("--board", required=True, choices=list(BOARDS))
+    bd.add_argument("--config", help="preset, board config (fpga_builds/configs) or JSON "
+                    "file (default: the board's)")
+    bd.add_argument("-o", "--output",
+                    help="work directory (default build/fpga/BOARD-CONFIG-breakdown)")
+    bd.add_argument("--no-dsp", action="store_true", help="LUT multipliers instead of DSP "
+                    "blocks")
+    bd.add_argument("--no-flat", action="store_true", help="skip the flattened synthesis "
+                    "that gives the build's own totals for comparison")
+    bd.add_argument("--top", type=int, metavar="N", help="show the N largest modules only")
+    bd.add_argument("--json", action="store_true", help="the table on stderr, the result "
+                    "as one JSON object on stdout")
+    bd.set_defaults(func=_breakdown)
     p = fs.add_parser("program", help="load a bitstream with openFPGALoader")
     p.add_argument("--board", required=True, choices=list(BOARDS))
     p.add_argument("bitstream")

@@ -85,9 +85,21 @@ def _pll_and_soc(board: str, clock_mhz: float | None) -> tuple[dict, int]:
 @pytest.mark.parametrize("clock", [None, 40.0, 62.5])
 def test_board_clock_option_sets_the_pll(clock: float | None) -> None:
     params, mhz = _pll_and_soc("ulx3s-25f", clock)
-    want = clock or BOARDS["ulx3s-25f"].target_mhz
+    want = clock or BOARDS["ulx3s-25f"].clock_mhz
     assert mhz == want
     assert 25.0 * params["CLKFB_DIV"] / params["CLKI_DIV"] == pytest.approx(want)
+
+
+def test_board_default_clocks() -> None:
+    """Each board's default clock is one its PLL (or oscillator) makes, at most the
+    target; the ECP5 timing target is 100 MHz."""
+    for b in BOARDS.values():
+        mhz = board_clock_mhz(b, None)
+        assert mhz == (b.clock_mhz or b.target_mhz) <= b.target_mhz
+        if b.family == "ecp5":
+            assert b.target_mhz == 100.0
+            if mhz != b.clock_in_mhz:
+                ecp5_pll_params(b.clock_in_mhz, mhz)
 
 
 def test_board_clock_errors() -> None:
@@ -157,20 +169,29 @@ def check_report(report: dict, board: str, config: str, out: Path) -> None:
     assert log.strip(), "tool output goes to build.log"
 
 
+#: The clock of CI's bitstream: what ulx3s-25f ecp5-25f meets with margin (docs/fpga.md
+#: has the measured fmax; the 100 MHz target is not met yet).
+CI_CLOCK_MHZ = 40.0
+
+
 def test_ci_bitstream(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The one real bitstream of CI: the smallest board build that fits (docs/fpga.md:
-    none meets the 100 MHz ECP5 target yet, so the timing check is the error path)."""
+    """The one real bitstream of CI: the smallest board build that fits, at a clock it
+    meets (the build fails with a timing error otherwise)."""
     out = tmp_path / "b"
     assert main(["fpga", "build", "--board", "ulx3s-25f", "--config", "ecp5-25f",
-                 "-o", str(out), "--json", "--allow-timing-failure"]) == 0
+                 "--clock-mhz", str(CI_CLOCK_MHZ), "-o", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     check_report(report, "ulx3s-25f", "ecp5-25f", out)
     assert report["bitstream"].endswith(".bit")
-    if not report["timing_met"]:  # the same result without the flag is an error naming it
-        from tensorfab.fpga_builds.report import check_timing
-
-        with pytest.raises(TimingFailure, match="slack -"):
-            check_timing(report["clocks"])
+    assert report["timing_met"] and report["target_mhz"] == CI_CLOCK_MHZ
+    assert {v["target_mhz"] for v in report["clocks"].values()} == {CI_CLOCK_MHZ}
+    assert report["peak_gops_at_target"] == pytest.approx(
+        2 * report["macs_per_cycle"] * CI_CLOCK_MHZ / 1000, rel=1e-3)
+    # the same design judged against the board's 100 MHz is a timing error naming it
+    at_100 = {clk: v | {"target_mhz": 100.0} for clk, v in report["clocks"].items()}
+    if report["fmax_mhz"] < 100.0:
+        with pytest.raises(TimingFailure, match=r"target 100.00 MHz \(slack -"):
+            check_timing(at_100)
 
 
 @pytest.mark.slow
