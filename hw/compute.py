@@ -159,19 +159,26 @@ class ComputeEngine(wiring.Component):
         imm = Signal(signed(32))
 
         issuing = Signal()
+        # hold: the ALU micro-op at S1 reads the entry the one at S2 writes; it waits a
+        # cycle at S1 (and S0, S0R with it) so that it meets the result registered
+        hold = Signal()
         # S0R: the micro-op read is registered (UOP_READ_STAGES): the block RAM's
         # clock-to-output leaves too little of a cycle for the index adders
         assert UOP_READ_STAGES == 2
         r_valid = Signal()
         r_off = [Signal(INDEX_WIDTH, name=f"r_off{k}") for k in range(3)]
         uop_q = Signal(len(self.uop_rd.data))
-        m.d.sync += [r_valid.eq(issuing & ~self.halt & ~error),
-                     s1_valid.eq(r_valid & ~self.halt & ~error),
-                     uop_q.eq(self.uop_rd.data)]
+        with m.If(~hold):
+            m.d.sync += [r_valid.eq(issuing & ~self.halt & ~error),
+                         s1_valid.eq(r_valid & ~self.halt & ~error),
+                         uop_q.eq(self.uop_rd.data)]
+        with m.Else():
+            m.d.sync += [r_valid.eq(r_valid & ~self.halt & ~error),
+                         s1_valid.eq(s1_valid & ~self.halt & ~error)]
         m.d.comb += [self.uop_rd.addr.eq(u), self.uop_rd.en.eq(issuing)]
         with m.If(issuing):
             m.d.sync += [r_off[k].eq(cur[k]) for k in range(3)]
-        with m.If(r_valid):
+        with m.If(r_valid & ~hold):
             m.d.sync += [s1_off[k].eq(r_off[k]) for k in range(3)]
 
         # S1: indices and range checks
@@ -203,8 +210,12 @@ class ComputeEngine(wiring.Component):
             self.wgt_rd.addr.eq(idx_w), self.wgt_rd.en.eq(s1_ok & (is_gemm | is_requant)),
             self.acc_rd_src.addr.eq(idx_s), self.acc_rd_src.en.eq(s1_ok & is_alu),
         ]
-        m.d.sync += [s2_valid.eq(s1_ok), s2_addr.eq(idx_a), s2_reset.eq(g.reset & is_gemm),
-                     s2_alu.eq(is_alu)]
+        # the interlock compares the entry bits only: both indices passed the range check
+        m.d.comb += hold.eq(s1_ok & is_alu & s2_valid & s2_alu
+                            & ((idx_a[:cfg.acc_bits] == s2_addr)
+                               | (src_used & (idx_s[:cfg.acc_bits] == s2_addr))))
+        m.d.sync += [s2_valid.eq(s1_ok & ~hold), s2_addr.eq(idx_a),
+                     s2_reset.eq(g.reset & is_gemm), s2_alu.eq(is_alu)]
 
         # GEMM products and delay line
         m.d.comb += [gemm.inp.eq(self.inp_rd.data), gemm.wgt.eq(self.wgt_rd.data),
@@ -248,9 +259,11 @@ class ComputeEngine(wiring.Component):
             Mux(wb_reset, 0, (acc_old[k] + prod[k].as_unsigned())[:cfg.acc_width])
             for k in range(lanes)]))
         # the ALU pipeline (ALU_PIPELINE_STAGES == 2 register stages after the read):
-        # S2 registers the operands, forwarding results still in flight to the same
-        # entry; S3 computes and registers the result; S4 writes it back. A result
-        # at S3 or S4 reaches the next micro-ops' operands without a stall.
+        # S2 registers the operands, forwarding a result at S4 to the same entry; S3
+        # computes and registers the result; S4 writes it back. A micro-op that reads
+        # what the one before it writes waits one cycle at S1 (`hold`): the result it
+        # needs is computed at S3 in the cycle it would be at S2, and forwarding it
+        # unregistered would put the ALU and the forwarding in one cycle.
         assert ALU_PIPELINE_STAGES == 2
         m.submodules.alu = alu = VectorAlu(cfg)
         assert alu.LATENCY == 0
@@ -267,18 +280,15 @@ class ComputeEngine(wiring.Component):
         m.d.comb += imm_b.eq(Mux(alu_op == AluOp.MULHI, imm << MULHI_IMM_SHIFT, imm))
         alu_s2 = s2_valid & s2_alu
         shift_bad = alu_port.out_valid & alu_port.shift_error
-        fwd3 = a3_valid & ~shift_bad  # S3's result will be written
         a_in, b_in = Signal(vec_shape), Signal(vec_shape)
         m.d.comb += [
-            a_in.eq(Mux(fwd3 & (a3_addr == s2_addr), alu_new,
-                        Mux(a4_valid & (a4_addr == s2_addr), a4_data, self.acc_rd_dst.data))),
+            a_in.eq(Mux(a4_valid & (a4_addr == s2_addr), a4_data, self.acc_rd_dst.data)),
             b_in.eq(Mux(use_imm, Cat(*[imm_b] * lanes),
-                        Mux(fwd3 & (a3_addr == s2_src), alu_new,
-                            Mux(a4_valid & (a4_addr == s2_src), a4_data,
-                                self.acc_rd_src.data)))),
+                        Mux(a4_valid & (a4_addr == s2_src), a4_data, self.acc_rd_src.data))),
         ]
-        # a micro-op still at S2 when an error is raised is dropped (as one at S1 is)
-        m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(fwd3)]
+        # a micro-op still at S2 when an error is raised is dropped (as one at S1 is);
+        # S3's result is written unless its shift is out of range
+        m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(a3_valid & ~shift_bad)]
         with m.If(alu_s2):
             m.d.sync += [a3_addr.eq(s2_addr), a3_a.eq(a_in), a3_b.eq(b_in),
                          a3_rec.eq(self.wgt_rd.data)]
@@ -342,10 +352,10 @@ class ComputeEngine(wiring.Component):
                 with m.Else():
                     m.next = "RUN"
             with m.State("RUN"):
-                m.d.comb += issuing.eq(~stop)
+                m.d.comb += issuing.eq(~stop & ~hold)
                 with m.If(stop):
                     m.next = "WAIT"
-                with m.Else():
+                with m.Elif(~hold):
                     with m.If(~last_u):
                         m.d.sync += u.eq(u + 1)
                     with m.Else():
