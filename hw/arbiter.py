@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
@@ -32,7 +32,9 @@ class MemArbiter(wiring.Component):
     writes; the store's write beats are forwarded only while that FIFO holds a
     command, so the port never sees a beat before its command. A master whose
     FIFO is full is not granted. The command choice is held while the port stalls
-    it, as :mod:`amaranth.lib.stream` requires.
+    it, as :mod:`amaranth.lib.stream` requires. Each master's commands pass a
+    two-entry register slice first (one cycle of latency, full throughput), so that
+    the grant logic sees registered commands and the masters a registered ``ready``.
 
     Parameters
     ----------
@@ -68,17 +70,27 @@ class MemArbiter(wiring.Component):
         m = Module()
         m.submodules.rd_fifo = rd_fifo = SyncFIFO(width=1 + LEN_WIDTH, depth=self.outstanding)
         m.submodules.wr_fifo = wr_fifo = SyncFIFO(width=LEN_WIDTH, depth=self.outstanding)
-        masters = [self.fetch, self.load, self.store]
+        # ---- each master's commands enter through a two-entry register slice, so
+        # that no path runs from one master's command logic through the grant into
+        # another's (the FPGA's critical path): one cycle more per command
+        cmds = []
+        for name, mst in (("fetch", self.fetch), ("load", self.load), ("store", self.store)):
+            layout = mst.cmd.payload.shape()
+            q = SyncFIFO(width=layout.size, depth=2)
+            m.submodules[f"{name}_cmd_slice"] = q
+            m.d.comb += [q.w_data.eq(mst.cmd.payload), q.w_en.eq(mst.cmd.valid),
+                         mst.cmd.ready.eq(q.w_rdy)]
+            cmds.append((q.r_rdy, data.View(layout, q.r_data), q.r_en))
 
         # ---- read-beat budget: beats of granted reads not yet delivered
         in_flight = Signal(16)
-        room = [(in_flight == 0) | (in_flight + mst.cmd.payload.len + 1 <= self.read_beats)
-                for mst in (self.fetch, self.load)]
+        room = [(in_flight == 0) | (in_flight + payload.len + 1 <= self.read_beats)
+                for _valid, payload, _take in cmds[:STORE]]
 
         # ---- command grant (round robin, choice held while the port stalls)
-        eligible = [self.fetch.cmd.valid & rd_fifo.w_rdy & room[0],
-                    self.load.cmd.valid & rd_fifo.w_rdy & room[1],
-                    self.store.cmd.valid & wr_fifo.w_rdy]
+        eligible = [cmds[FETCH][0] & rd_fifo.w_rdy & room[0],
+                    cmds[LOAD][0] & rd_fifo.w_rdy & room[1],
+                    cmds[STORE][0] & wr_fifo.w_rdy]
         last = Signal(range(3), init=STORE)  # last granted master
         held = Signal()
         held_sel = Signal(range(3))
@@ -98,14 +110,14 @@ class MemArbiter(wiring.Component):
         m.d.comb += sel.eq(Mux(held, held_sel, choice))
         port_cmd = self.port.cmd
         with m.Switch(sel):
-            for i, mst in enumerate(masters):
+            for i, (_valid, payload, take) in enumerate(cmds):
                 with m.Case(i):
                     m.d.comb += [
                         port_cmd.valid.eq(eligible[i]),
-                        port_cmd.payload.addr.eq(mst.cmd.payload.addr),
-                        port_cmd.payload.len.eq(mst.cmd.payload.len),
+                        port_cmd.payload.addr.eq(payload.addr),
+                        port_cmd.payload.len.eq(payload.len),
                         port_cmd.payload.write.eq(i == STORE),
-                        mst.cmd.ready.eq(port_cmd.ready & eligible[i]),
+                        take.eq(port_cmd.ready & eligible[i]),
                     ]
         with m.If(port_cmd.valid & port_cmd.ready):
             m.d.sync += [held.eq(0), last.eq(sel)]
