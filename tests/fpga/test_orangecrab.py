@@ -66,7 +66,11 @@ def test_orangecrab_platform(name: str, tmp_path: Path) -> None:
     for i, site in enumerate(("K4", "M3", "J3")):
         assert f'LOCATE COMP "led_{i}__io" SITE "{site}"' in lpf
     text = plan.files["top.il"]
-    assert "EHXPLLL" in text  # 48 MHz -> 100 MHz
+    # the PLL only when the default clock is not the 48 MHz oscillator (25F: 48 MHz)
+    assert ("EHXPLLL" in text) == ((board.clock_mhz or board.target_mhz) != 48.0)
+    at_100 = platform.build(BoardTop(board, board_config(board.config), 100.0), name="top",
+                            build_dir=str(tmp_path / "at100"), do_build=False)
+    assert "EHXPLLL" in at_100.files["top.il"]  # 48 MHz -> 100 MHz
 
 
 def test_orangecrab_program_command() -> None:
