@@ -68,8 +68,8 @@ def test_orangecrab_platform(name: str, tmp_path: Path) -> None:
     text = plan.files["top.il"]
     # the PLL only when the default clock is not the 48 MHz oscillator (25F: 48 MHz)
     assert ("EHXPLLL" in text) == ((board.clock_mhz or board.target_mhz) != 48.0)
-    at_100 = platform.build(BoardTop(board, board_config(board.config), 100.0), name="top",
-                            build_dir=str(tmp_path / "at100"), do_build=False)
+    at_100 = board.platform().build(BoardTop(board, board_config(board.config), 100.0),
+                                    "top", build_dir=str(tmp_path / "at100"), do_build=False)
     assert "EHXPLLL" in at_100.files["top.il"]  # 48 MHz -> 100 MHz
 
 
