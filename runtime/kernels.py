@@ -574,25 +574,41 @@ def _program(blob: bytes):  # -> tensorfab.isa.Program
     return Program.from_bytes(blob, "accel.program")
 
 
+def segment_operand(program: Any, name: str, value: Any, what: str) -> np.ndarray:
+    """``value`` as the array written to segment ``name`` of ``program`` (a
+    :class:`~tensorfab.isa.Program`).
+
+    Raises
+    ------
+    KernelError
+        If its dtype or shape is not the segment's (the message starts with ``what``).
+    """
+    seg = program.segment(name)
+    v = np.asarray(value)
+    if tuple(v.shape) != seg.shape or str(v.dtype) != seg.dtype:
+        raise KernelError(f"{what} {v.dtype}{tuple(v.shape)} does not fit segment "
+                          f"{seg.name!r} ({seg.dtype}{seg.shape})")
+    return v
+
+
 def run_accel_program(x: np.ndarray, blob: np.ndarray, attrs: dict[str, Any],
                       device: Any, *extra: np.ndarray) -> Any:
     """Run a compiled accelerator program on ``device`` (a :class:`~tensorfab.sim.Device`)
-    with ``x`` written to its input segment; the :class:`~tensorfab.sim.RunResult`
-    (outputs, cycles, counters) of the run. The ``accel.program`` kernel and the
-    per-layer profile (:mod:`.profiling`) both run programs through it."""
+    with ``x`` written to its input segment (and a residual add's second operand to its
+    ``extra_input_segment``); the :class:`~tensorfab.sim.RunResult` (outputs, cycles,
+    counters) of the run. The ``accel.program`` kernel and the per-layer profile
+    (:mod:`.profiling`) both run programs through it."""
     program = accel_program_of(blob)
-    seg = program.segment(attrs["input_segment"])
-    if tuple(x.shape) != seg.shape or str(x.dtype) != seg.dtype:
-        raise KernelError(f"accel.program: input {x.dtype}{tuple(x.shape)} does not fit "
-                          f"segment {seg.name!r} ({seg.dtype}{seg.shape})")
+    operands = [(attrs["input_segment"], x, "input"),
+                *((attrs["extra_input_segment"], v, "second input") for v in extra)]
+    values = [(name, segment_operand(program, name, v, f"accel.program: {what}"))
+              for name, v, what in operands]
     image = program.dram_image()
-    region = program.layout()[seg.name]
-    image[region.offset: region.offset + region.nbytes] = np.ascontiguousarray(x).view(
-        np.uint8).ravel()
-    for v in extra:  # a residual add's second operand
-        region = program.layout()[attrs["extra_input_segment"]]
-        image[region.offset: region.offset + region.nbytes] = np.ascontiguousarray(
-            v, np.int8).view(np.uint8).ravel()
+    layout = program.layout()
+    for name, v in values:
+        region = layout[name]
+        image[region.offset: region.offset + region.nbytes] = np.ascontiguousarray(v).view(
+            np.uint8).ravel()
     return device.run(program, image)
 
 

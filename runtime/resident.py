@@ -20,7 +20,7 @@ import numpy as np
 from tensorfab.isa import TensorfabError
 
 from .interpreter import GraphProgram, Node, run_program
-from .kernels import KERNELS, KernelError
+from .kernels import KERNELS, segment_operand
 from .memory_plan import MemoryPlan, plan_memory
 
 __all__ = ["DeviceTensor", "HostTraffic", "ResidentModel", "host_value", "standalone_host_bytes"]
@@ -124,29 +124,19 @@ class ResidentModel:
         (written to its ``extra_input_segment``); its output and the
         :class:`~tensorfab.sim.RunResult`."""
         placed = self.plan.programs[index]
-        seg = placed.program.segment(placed.input_segment)
-        in_place = (placed.input_on_device and isinstance(x, DeviceTensor)
-                    and x.memory is self.memory and x.addr == placed.input.addr)
-        if not in_place:
-            x = np.asarray(host_value(x))
-            if tuple(x.shape) != seg.shape or str(x.dtype) != seg.dtype:
-                raise KernelError(f"node {index} (accel.program): input {x.dtype}"
-                                  f"{tuple(x.shape)} does not fit segment {seg.name!r} "
-                                  f"({seg.dtype}{seg.shape})")
-            self.memory.write(placed.input.addr, x)
         node = self.program.nodes[index]
+        operands = [(placed.input_segment, placed.input.addr, placed.input_on_device, x,
+                     "input")]
         for v in extra:  # a residual add's second operand
             name = node.attrs["extra_input_segment"]
-            addr = placed.program.layout()[name].offset
-            if not (placed.extra_on_device and isinstance(v, DeviceTensor)
-                    and v.memory is self.memory and v.addr == addr):
-                v = np.asarray(host_value(v))
-                eseg = placed.program.segment(name)
-                if tuple(v.shape) != eseg.shape or str(v.dtype) != eseg.dtype:
-                    raise KernelError(f"node {index} (accel.program): second input "
-                                      f"{v.dtype}{tuple(v.shape)} does not fit segment "
-                                      f"{name!r} ({eseg.dtype}{eseg.shape})")
-                self.memory.write(addr, v)
+            operands.append((name, placed.program.layout()[name].offset,
+                             placed.extra_on_device, v, "second input"))
+        for name, addr, on_device, v, what in operands:
+            if (on_device and isinstance(v, DeviceTensor) and v.memory is self.memory
+                    and v.addr == addr):
+                continue  # read in place
+            self.memory.write(addr, segment_operand(
+                placed.program, name, host_value(v), f"node {index} (accel.program): {what}"))
         result = self.memory.run(placed.program)
         out = placed.program.segment(placed.output_segment)
         return DeviceTensor(self.memory, placed.output.addr, out.shape, out.dtype), result
