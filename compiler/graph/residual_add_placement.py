@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tensorfab.compiler.tensor.residual_add import residual_add_program
+from tensorfab.compiler.tensor.timing import estimated_cycles
 from tensorfab.isa import HwConfig
 from tensorfab.runtime.kernels import KERNELS
 
@@ -33,8 +34,7 @@ from .ir import Call, Function, post_order
 
 __all__ = ["CPU_ADD_FIXED_SECONDS", "CPU_ADD_SECONDS_PER_ELEMENT",
            "ResidualAddMeasurement", "estimate_residual_add", "measure_residual_adds",
-           "residual_add_calls", "residual_add_device",
-           "simulate_cycles"]
+           "residual_add_calls", "residual_add_device"]
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def estimate_residual_add(call: Call, cfg: HwConfig) -> ResidualAddMeasurement:
     shape = tuple(call.checked_type.shape)  # type: ignore[union-attr]
     cpu = CPU_ADD_FIXED_SECONDS + CPU_ADD_SECONDS_PER_ELEMENT * int(np.prod(shape))
     program = residual_add_program(cfg, shape, call.attrs)
-    return ResidualAddMeasurement(shape, cpu, None, round(simulate_cycles(program, cfg)),
+    return ResidualAddMeasurement(shape, cpu, None, estimated_cycles(program.insns, cfg),
                                   0.0, None)
 
 
@@ -105,8 +105,6 @@ def measure_residual_adds(fn: Function, cfg: HwConfig, device: Any, *, seed: int
                           repeats: int = 5) -> list[ResidualAddMeasurement]:
     """Measure every ``qnn.add_q31`` of ``fn`` on the CPU and on ``device`` (see the
     module docstring)."""
-    from tensorfab.compiler.tensor.timing import simulate
-
     rng = np.random.default_rng(seed)
     out = []
     for call in residual_add_calls(fn):
@@ -122,9 +120,8 @@ def measure_residual_adds(fn: Function, cfg: HwConfig, device: Any, *, seed: int
         t0 = time.perf_counter()
         result = device.run(program)
         wall = time.perf_counter() - t0
-        timing = simulate(program.insns, cfg)
         out.append(ResidualAddMeasurement(
-            shape, best, result.cycles, round(timing.cycles) if timing else 0, wall,
+            shape, best, result.cycles, estimated_cycles(program.insns, cfg), wall,
             bool(np.array_equal(result.outputs["out"], want))))
     return out
 
@@ -140,10 +137,3 @@ def residual_add_device(m: ResidualAddMeasurement, cfg: HwConfig,
                            if link_bytes_per_second else 0.0)
     return "accel" if accel < cpu else "cpu"
 
-
-def simulate_cycles(program: Any, cfg: HwConfig) -> float:
-    """The timing model's cycles for ``program`` (an untimed executor's stand-in)."""
-    from tensorfab.compiler.tensor.timing import simulate
-
-    timing = simulate(program.insns, cfg)
-    return timing.cycles if timing else 0.0

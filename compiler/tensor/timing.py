@@ -34,8 +34,8 @@ from tensorfab.isa.formats import (
 )
 from tensorfab.isa.insn import fast_reset_lanes, is_fast_reset
 
-__all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams", "fast_reset",
-           "insn_work", "simulate"]
+__all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
+           "estimated_cycles", "fast_reset", "insn_work", "simulate"]
 
 _EPS = 1e-9
 _POPS = {e: [(q, f) for f, q in token_pops(e)] for e in Engine}
@@ -245,3 +245,10 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
                 done += 1
     busy = {e.name.lower(): busy_t[int(e)] for e in engines}
     return Timing(cycles=max(end, default=t), start=start, end=end, busy=busy)
+
+
+def estimated_cycles(insns: Sequence[Insn], cfg: HwConfig) -> int:
+    """The model's cycles of ``insns`` (:func:`simulate` with the calibrated constants),
+    rounded; 0 when the tokens deadlock."""
+    timing = simulate(insns, cfg)
+    return round(timing.cycles) if timing else 0
