@@ -38,15 +38,18 @@ class ComputeEngine(wiring.Component):
         S0R the micro-op is registered (nothing but routing after the block RAM)
         S1  indices = uop + loop offsets, range checks;
             GEMM: read inp[x], wgt[w]          ALU: read acc[d], acc[s] (REQUANT: wgt[w])
-        S2  GEMM: products enter the GemmCore  ALU: OP(acc[d], b) -> write acc[d]
-        S2+L-1  GEMM: read acc[a]  (L = GemmCore.LATENCY)
+        S2  GEMM: products enter the GemmCore  ALU: operands registered
+        S3                                     ALU: OP(a, b) registered
+        S4                                     ALU: write acc[d]
+        S2+L-2  GEMM: read acc[a]  (L = GemmCore.LATENCY; the data registered)
         S2+L    GEMM: write acc[a] + products (or 0 with reset)
 
-    Every read-modify-write of the accumulator spans exactly one cycle (read issued
-    the cycle before the write, read ports transparent to the write port), so
-    back-to-back micro-ops on the same accumulator entry, and ALU iterations that
-    read what an earlier iteration wrote, need no stall. The pipeline drains at the
-    end of each instruction before its tokens are pushed.
+    GEMM: the accumulator write of the cycle between its read and its write-back is
+    forwarded, so back-to-back micro-ops on one entry need no stall. ALU: a micro-op
+    reading the entry the micro-op just ahead of it writes is held one cycle at S1;
+    one reading what the micro-op two ahead writes gets S4's result forwarded (read
+    ports are transparent to the write port for anything further ahead). The
+    pipeline drains at the end of each instruction before its tokens are pushed.
 
     **Fast reset.** A GEMM with ``reset`` whose accumulator indices run in contiguous
     lines (one micro-op, ``acc_factor_in = 1``, every input and weight factor 0, as
@@ -227,9 +230,9 @@ class ComputeEngine(wiring.Component):
                          dl_reset[k].eq(dl_reset[k - 1])]
         wb_valid, wb_addr, wb_reset = dl_valid[lat], dl_addr[lat], dl_reset[lat]
 
-        # the destination read: ALU at S1, GEMM one cycle before its write-back
-        # GEMM two cycles before its write-back: the read data is registered, and
-        # the write of the cycle in between (which the read could not see) forwarded
+        # the destination read: ALU at S1; GEMM two cycles before its write-back (the
+        # read data is registered, and the write of the cycle in between, which the
+        # read could not see, forwarded)
         assert lat >= 2
         gemm_rd_valid, gemm_rd_addr = dl_valid[lat - 2], dl_addr[lat - 2]
         with m.If(s1_ok & is_alu):

@@ -42,8 +42,9 @@ MULHI_IMM_SHIFT = 32 - IMM_WIDTH
 #: Register stages of the compute engine's ALU path after the accumulator read: the
 #: operands are registered (cutting the buffer's clock-to-q from the multiplier) and the
 #: result is registered before its write-back. Each ALU instruction drains this many
-#: more cycles; back-to-back micro-ops on one entry are forwarded, never stalled
-#: (docs/isa.md, "ALU pipeline"). The hardware and the timing model both read it.
+#: more cycles; a micro-op reading the entry the one just ahead of it writes waits one
+#: cycle, further dependencies are forwarded (docs/isa.md, "ALU pipeline"). The
+#: hardware and the timing model both read it.
 ALU_PIPELINE_STAGES = 2
 
 #: Cycles from a compute instruction's micro-op read to its index arithmetic: the read
