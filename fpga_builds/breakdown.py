@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +31,7 @@ from tensorfab.isa import HwConfig
 from .board_top import BoardTop
 from .boards import board_config, get_board
 from .errors import FpgaBuildError
-from .flow import BUILD_NAME, _synth_opts, yowasp_env
+from .flow import BUILD_NAME, _synth_opts, error_lines, run_logged, yowasp_env
 
 __all__ = ["CATEGORIES", "ModuleCells", "breakdown_rows", "breakdown_script",
            "breakdown_table", "cell_category", "ice40_lc_estimate", "module_breakdown",
@@ -342,26 +340,19 @@ def run_yosys(script: Path, cwd: Path, log_path: Path, *, label: str,
         When Yosys fails (the message has its first error lines and the log).
     """
     env = yowasp_env()
-    t0 = time.monotonic()
-    step = "elaboration"
-    with log_path.open("w") as log, console.status(f"{label}: Yosys") as status:
-        proc = subprocess.Popen([env["YOSYS"], "-s", script.name], cwd=cwd, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, bufsize=1)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            if (m := _PASS.match(line)) or (m := _ABC_MODULE.search(line)):
-                step = m.group(1).rstrip(".")
-                status.update(f"{label}: {step} ({time.monotonic() - t0:.0f} s)")
-        rc = proc.wait()
+    rc, step, seconds = run_logged([env["YOSYS"], "-s", script.name], cwd, env, log_path,
+                                   console=console, label=label, step_of=_yosys_step)
     if rc != 0:
-        text = log_path.read_text(errors="replace")
-        errors = [ln for ln in text.splitlines() if "ERROR" in ln][:5]
         raise FpgaBuildError(f"{label}: Yosys failed (exit {rc}) in {step}; "
-                             + ("; ".join(errors) if errors else "no error line")
-                             + f"; see {log_path}")
-    return time.monotonic() - t0
+                             f"{error_lines(log_path.read_text(errors='replace'))}; "
+                             f"see {log_path}")
+    return seconds
+
+
+def _yosys_step(line: str) -> str | None:
+    """The pass or the module being mapped a line of Yosys' log names, if any."""
+    m = _PASS.match(line) or _ABC_MODULE.search(line)
+    return m.group(1).rstrip(".") if m else None
 
 
 def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Path, *,

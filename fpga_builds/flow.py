@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ from .report import (
     utilization_from_log,
 )
 
-__all__ = ["BUILD_NAME", "ROUTERS", "build_bitstream", "yowasp_env"]
+__all__ = ["BUILD_NAME", "ROUTERS", "build_bitstream", "error_lines", "run_logged",
+           "yowasp_env"]
 
 BUILD_NAME = "top"
 
@@ -63,6 +65,46 @@ def yowasp_env() -> dict[str, str]:
     env["PATH"] = f"{here}{os.pathsep}{env.get('PATH', '')}"
     env["AMARANTH_USE_YOSYS"] = "builtin"
     return env
+
+
+def _build_phase(line: str) -> str | None:
+    """The build step a line of the tools' output starts (the last of :data:`_PHASES`
+    it names), if any."""
+    return next((name for key, name in reversed(_PHASES) if key in line), None)
+
+
+def run_logged(cmd: list[str], cwd: Path, env: Mapping[str, str], log_path: Path, *,
+               console: Console, label: str, step_of: Callable[[str], str | None],
+               step: str = "elaboration") -> tuple[int, str, float]:
+    """Run ``cmd`` in ``cwd`` with all its output into ``log_path`` and a rich status
+    line ``label: step (seconds)``, ``step`` changing where ``step_of`` names one in a
+    line of the output.
+
+    Returns
+    -------
+    tuple
+        The exit status, the last step and the seconds taken.
+    """
+    t0 = time.monotonic()
+    with log_path.open("w") as log, console.status(f"{label}: {step}") as status:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=dict(env), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, bufsize=1)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            new = step_of(line)
+            if new is not None and new != step:
+                step = new
+                status.update(f"{label}: {step} ({time.monotonic() - t0:.0f} s)")
+        rc = proc.wait()
+    return rc, step, time.monotonic() - t0
+
+
+def error_lines(text: str) -> str:
+    """The first five lines of tool output that say ``ERROR``, joined by ``; `` (or
+    ``no error line``)."""
+    errors = [ln for ln in text.splitlines() if "ERROR" in ln][:5]
+    return "; ".join(errors) if errors else "no error line"
 
 
 def _synth_opts(board: Board, dsp: bool) -> str:
@@ -142,20 +184,9 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     plan.extract(str(out))
     log_path = out / "build.log"
     script = out / f"build_{BUILD_NAME}.sh"
-    phase = "elaboration"
-    with log_path.open("w") as log, console.status(
-            f"[bold]{board.name}[/] {cfg.name}: {phase}") as status:
-        proc = subprocess.Popen(["sh", script.name], cwd=out, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, bufsize=1)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            for key, name in _PHASES:
-                if key in line and name != phase:
-                    phase = name
-                    status.update(f"[bold]{board.name}[/] {cfg.name}: {phase} "
-                                  f"({time.monotonic() - t0:.0f} s)")
-        rc = proc.wait()
+    rc, _step, _ = run_logged(["sh", script.name], out, env, log_path, console=console,
+                              label=f"[bold]{board.name}[/] {cfg.name}",
+                              step_of=_build_phase)
     seconds = time.monotonic() - t0
     text = log_path.read_text(errors="replace")
     nextpnr_log = out / f"{BUILD_NAME}.tim"
@@ -165,10 +196,8 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     ext = "bit" if board.family == "ecp5" else "bin"
     bitstream = out / f"{BUILD_NAME}.{ext}"
     if rc != 0 or not report_json.exists() or not bitstream.exists():
-        errors = [ln for ln in (text + pnr_text).splitlines() if "ERROR" in ln][:5]
         raise FpgaBuildError(f"{board.name} {cfg.name}: the build failed (exit {rc}); "
-                             + ("; ".join(errors) if errors else "no error line")
-                             + f"; see {log_path}")
+                             f"{error_lines(text + pnr_text)}; see {log_path}")
     if board.dfu_ids is not None:
         add_dfu_suffix(bitstream, *board.dfu_ids)
     ff = None

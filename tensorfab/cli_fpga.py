@@ -95,8 +95,9 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
                    help="write the bitstream and exit 0 even if a clock misses its target")
     b.add_argument("--no-dsp", action="store_true", help="LUT multipliers instead of DSP blocks")
     b.add_argument("--clock-mhz", type=float, metavar="MHZ",
-                   help="SoC clock and timing target (default: the board's, 100 MHz on "
-                   "ECP5, made by the PLL; the iCEBreaker runs at its 12 MHz oscillator)")
+                   help="SoC clock and timing target (default: the board's default clock, "
+                   "one its default config meets: docs/fpga.md; the ECP5 PLL makes it, the "
+                   "iCEBreaker runs at its 12 MHz oscillator)")
     b.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
     b.add_argument("--router", choices=ROUTERS,
                    help="nextpnr's router (default: nextpnr's, router1; router2 finishes "

@@ -24,6 +24,7 @@ from tensorfab.fpga_builds.breakdown import (
     ice40_lc_estimate,
     module_totals,
     parse_stat_json,
+    run_yosys,
 )
 from tensorfab.fpga_builds.errors import FpgaBuildError
 from tensorfab.fpga_builds.flow import yowasp_env
@@ -224,6 +225,21 @@ def test_categories_and_bad_input() -> None:
         "\\a": {"num_cells_by_type": {"b": 1}}, "\\b": {"num_cells_by_type": {"a": 1}}}}))
     with pytest.raises(FpgaBuildError, match="instantiates itself"):
         module_totals(loop)
+
+
+def test_yosys_failure_names_the_step_the_error_and_the_log(tmp_path: Path) -> None:
+    """A failing Yosys run (real: a script with a pass that does not exist) is an error
+    naming the exit status, the last step, Yosys' ERROR line and the log; the log holds
+    all of Yosys' output."""
+    script = tmp_path / "bad.ys"
+    script.write_text("opt_clean\nno_such_pass_here\n")
+    log = tmp_path / "bad.log"
+    with pytest.raises(FpgaBuildError) as info:
+        run_yosys(script, tmp_path, log, label="bad", console=Console(quiet=True))
+    msg = str(info.value)
+    assert msg.startswith("bad: Yosys failed (exit 1) in OPT_CLEAN; ERROR: ")
+    assert "no_such_pass_here" in msg and msg.endswith(f"; see {log}")
+    assert "no_such_pass_here" in log.read_text()
 
 
 @pytest.mark.slow
