@@ -5,6 +5,8 @@ image and every counter); the timing model within 10 % of the RTL's cycles."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from support.gemmlowp_reference import multiply_by_quantized_multiplier, quantize_multiplier
@@ -83,6 +85,10 @@ def test_bad_config_and_shape_are_named() -> None:
     attrs = add_attrs(0.1, 0.1, 0.2)
     with pytest.raises(CompileError, match="not whole entries of 16"):
         residual_add_program(PRESETS["default"], (1, 3, 5, 5), attrs)
+    narrow = dataclasses.replace(PRESETS["default"], name="narrow", block_out=8)
+    with pytest.raises(CompileError, match=r"config 'narrow': a residual add needs "
+                       r"block_in == block_out \(got 16, 8\)"):
+        residual_add_program(narrow, (1, 16, 2, 2), attrs)
     with pytest.raises(CompileError, match="missing attributes out_shift"):
         residual_add_program(PRESETS["default"], (1, 16, 2, 2),
                              {k: v for k, v in attrs.items() if k != "out_shift"})

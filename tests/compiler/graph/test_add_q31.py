@@ -66,6 +66,25 @@ def test_bad_attributes_name_the_call() -> None:
     attrs = {**_attrs(0.1, 0.1, 0.2), "left_shift": 30}
     with pytest.raises(GraphError, match=r"qnn.add_q31.*left_shift 30"):
         gb.function([x, y], Call("qnn.add_q31", [x, y], attrs))
+    attrs = {**_attrs(0.1, 0.1, 0.2), "b_multiplier": 1 << 31}
+    with pytest.raises(GraphError, match=r"qnn.add_q31.*b: multiplier 2147483648 must be"):
+        gb.function([x, y], Call("qnn.add_q31", [x, y], attrs))
+    attrs = {**_attrs(0.1, 0.1, 0.2), "out_shift": 31}
+    with pytest.raises(GraphError, match=r"qnn.add_q31.*out: .* shift 31 in -31..30"):
+        gb.function([x, y], Call("qnn.add_q31", [x, y], attrs))
+    attrs = {**_attrs(0.1, 0.1, 0.2), "zero_point": 200}
+    with pytest.raises(GraphError, match=r"qnn.add_q31.*zero_point 200 outside -128..127"):
+        gb.function([x, y], Call("qnn.add_q31", [x, y], attrs))
+
+
+def test_accel_program_third_argument_needs_its_segment() -> None:
+    x = gb.var("x", (1, 4, 2, 2), "int8")
+    y = gb.var("y", (1, 4, 2, 2), "int8")
+    blob = gb.var("p", (8,), "uint8")
+    with pytest.raises(GraphError, match=r"accel.program.*a third argument needs "
+                       r"extra_input_segment"):
+        gb.function([x, blob, y], Call("accel.program", [x, blob, y],
+                                       {"out_shape": (1, 4, 2, 2)}))
 
 
 def residual_block_onnx(seed: int = 0) -> onnx.ModelProto:

@@ -54,6 +54,10 @@ def test_text_of_a_let_and_devices() -> None:
     ("fn (%x: Tensor[(2,), float32] @gpu) { %x }", "unknown device kind 'gpu'"),
     ("fn (%x: Tensor[(2,), float32]) { const(float32, [3], [1.0]) }", "has 1 values"),
     ("fn (%x: Tensor[(2,), float32]) { %x", "expected '}'"),
+    ("fn (%x: Tensor[(2,), float32]) { add(%x, meta[3]) }",
+     r"line 1, column 47: expected the name of a constant in meta\[...\]"),
+    ("fn (%x: Tensor[(2,), float32]) { add(%x, meta[c7]) }",
+     r"column 47: meta\[c7\]: no such constant \(known: none were given\)"),
 ])
 def test_parse_errors(text: str, match: str) -> None:
     with pytest.raises(ParseError, match=match):
