@@ -18,11 +18,65 @@ from tensorfab.isa.formats import (
 
 from .signatures import WGT_OFFSET, wgt_entry_order
 
-__all__ = ["AluSignature", "VectorAlu", "alu_lane", "requant_lane"]
+__all__ = ["AluSignature", "VectorAlu", "alu_lane", "multiply_finish", "partial_products",
+           "requant_finish", "requant_first", "sum_products"]
+
+
+#: Bits of the low half of each 32-bit multiplication operand: the halves' products
+#: fit the FPGA's 18×18 multipliers, and :class:`VectorAlu` sums them a cycle later.
+HALF = 16
+
+
+def partial_products(m: Module, go: Value, x: Value, y: Value, name: str) -> list[Signal]:
+    """``x · y`` as four products of 16-bit halves, for :func:`sum_products` to add.
+
+    ``x = x_hi·2^16 + x_lo`` with ``x_lo`` unsigned (likewise ``y``), so
+    ``x·y = x_lo·y_lo + (x_lo·y_hi + x_hi·y_lo)·2^16 + x_hi·y_hi·2^32``. Each product
+    fits an 18×18 signed multiplier; registering them before their sum splits the
+    multiplication over two clock periods.
+
+    Parameters
+    ----------
+    m : Module
+        Module the products are added to.
+    go : Value
+        The products are needed this cycle (otherwise they are unspecified: each is
+        ``Mux(go, product, x)``, which Verilator keeps a branch, see :func:`alu_lane`).
+    x, y : Value
+        Operands of at most 33 bits; signed or unsigned as their shapes say.
+    name : str
+        Prefix of the products' signal names.
+
+    Returns
+    -------
+    list[Signal]
+        ``[lo·lo, lo·hi, hi·lo, hi·hi]``.
+    """
+    def halves(v: Value) -> tuple[Value, Value]:
+        hi = v[HALF:]
+        return v[:HALF], hi.as_signed() if v.shape().signed else hi
+
+    x_lo, x_hi = halves(x)
+    y_lo, y_hi = halves(y)
+    out = []
+    for tag, product in (("ll", x_lo * y_lo), ("lh", x_lo * y_hi), ("hl", x_hi * y_lo),
+                         ("hh", x_hi * y_hi)):
+        s = Signal(product.shape(), name=f"{name}_{tag}")
+        m.d.comb += s.eq(Mux(go, product, x))
+        out.append(s)
+    return out
+
+
+def sum_products(parts: list[Value]) -> Value:
+    """The 64-bit signed product from :func:`partial_products`' four parts."""
+    ll, lh, hl, hh = parts
+    return (ll + ((lh + hl) << HALF) + (hh << 2 * HALF))[:64].as_signed()
 
 
 def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
-    """Combinational logic of one lane: ``OP(a, b)`` as specified in docs/isa.md.
+    """First-cycle logic of one lane: ``OP(a, b)`` (docs/isa.md) for every operation
+    but MUL and MULHI, which :class:`VectorAlu` finishes from :func:`partial_products`
+    in its second cycle (this gives 0 for them).
 
     Parameters
     ----------
@@ -46,7 +100,7 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
     s = b.as_unsigned()[:shift_bits]
     # Values used more than once are Mux(op is theirs, value, <a signal>): Verilator
     # evaluates all logic every cycle, and keeps such a conditional as a branch (see
-    # requant_lane), so each operation's arithmetic runs only when it is selected.
+    # requant_first), so each operation's arithmetic runs only when it is selected.
     mask = Signal(unsigned(width))
     m.d.comb += mask.eq(Mux(op == AluOp.SHR_RND, ((Const(1, width + 1) << s) - 1)[:width],
                             a.as_unsigned()))
@@ -55,17 +109,9 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
     lo = ~b  # -b - 1, wrapping: the one's complement of b
     clipped_lo = Signal(signed(width))
     m.d.comb += clipped_lo.eq(Mux(op == AluOp.CLIP, Mux(a > lo, a, lo), a))
-    # one 32x32 -> 64-bit product serves MUL (low half) and MULHI (rounded high half)
-    prod = Signal(signed(2 * width))
-    m.d.comb += prod.eq(Mux((op == AluOp.MUL) | (op == AluOp.MULHI), a * b, a))
-    most_negative = Const(-(1 << (width - 1)), signed(width))
-    # (a*b + 2^30) >> 31: gemmlowp's nudge and truncation
-    high = ((prod + (1 << (width - 2))) >> (width - 1))[:width]
     with m.Switch(op):
         with m.Case(AluOp.ADD):
             m.d.comb += out.eq((a + b)[:width])
-        with m.Case(AluOp.MUL):
-            m.d.comb += out.eq(prod[:width])
         with m.Case(AluOp.MIN):
             m.d.comb += out.eq(Mux(a < b, a, b))
         with m.Case(AluOp.MAX):
@@ -80,25 +126,49 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
             m.d.comb += out.eq(Mux(clipped_lo < b, clipped_lo, b))
         with m.Case(AluOp.MOV):
             m.d.comb += out.eq(b)
-        with m.Case(AluOp.MULHI):  # saturate the one overflow, (-2^31)^2
-            m.d.comb += out.eq(Mux((a == most_negative) & (b == most_negative),
-                                   (1 << (width - 1)) - 1, high))
         with m.Default():
             m.d.comb += out.eq(0)
     return out
 
 
-def requant_lane(m: Module, go: Value, a: Value, record: dict[str, Value]) -> Value:
-    """Combinational REQUANT of one lane (docs/isa.md): ``clamp(RDBPOT((a + bias) ·
-    multiplier, shift) + zero_point, lo, hi)``.
+def multiply_finish(m: Module, op: Value, parts: list[Value], saturate: Value,
+                    other: Value, width: int) -> Value:
+    """Second-cycle logic of one lane: MUL and MULHI from the registered partial
+    products (one 32×32 → 64-bit product serves both: the low half for MUL, the
+    rounded high half for MULHI), any other operation's registered ``other`` result.
+
+    ``saturate`` is MULHI's one overflow, ``a = b = -2^31``, flagged in the first cycle.
+    """
+    prod = Signal(signed(2 * width))
+    m.d.comb += prod.eq(Mux((op == AluOp.MUL) | (op == AluOp.MULHI), sum_products(parts),
+                            other))
+    # (a*b + 2^30) >> 31: gemmlowp's nudge and truncation
+    high = ((prod + (1 << (width - 2))) >> (width - 1))[:width]
+    out = Signal(signed(width))
+    with m.Switch(op):
+        with m.Case(AluOp.MUL):
+            m.d.comb += out.eq(prod[:width])
+        with m.Case(AluOp.MULHI):
+            m.d.comb += out.eq(Mux(saturate, (1 << (width - 1)) - 1, high))
+        with m.Default():
+            m.d.comb += out.eq(other)
+    return out
+
+
+def requant_first(m: Module, go: Value, a: Value, record: dict[str, Value]
+                  ) -> dict[str, Value]:
+    """First cycle of REQUANT on one lane (docs/isa.md): ``(a + bias) · multiplier`` as
+    partial products, and the clamp bounds relative to the zero point.
 
     Parameters
     ----------
     m : Module
         Module the lane's logic is added to.
     go : Value
-        The operation is REQUANT (the result is only defined with ``go``; see the
-        comment in the body on why the lane is written around it).
+        The operation is REQUANT (the values are only defined with ``go``; each is
+        ``Mux(go, value, <another signal>)``: a conditional whose other arm is a signal
+        stays a branch in Verilator's C++, so the arithmetic runs only for REQUANT,
+        where an arm of 0 would become a mask and always run).
     a : Value
         The signed 32-bit accumulator.
     record : dict[str, Value]
@@ -107,34 +177,67 @@ def requant_lane(m: Module, go: Value, a: Value, record: dict[str, Value]) -> Va
 
     Returns
     -------
+    dict[str, Value]
+        What :func:`requant_finish` needs, to be registered between the two: the
+        ``parts`` (a list), ``shift``, ``lo`` and ``hi`` (less the zero point) and
+        ``zero_point``.
+    """
+    t = Signal(signed(32))
+    m.d.comb += t.eq(Mux(go, a + record["bias"], a))
+    parts = partial_products(m, go, t, record["multiplier"][:REQUANT_MULTIPLIER_BITS], "rq")
+    # clamp(r + Z, lo, hi) = clamp(r, lo - Z, hi - Z) + Z: the wide value compared
+    zp = record["zero_point"]
+    lo = Signal(signed(9))
+    hi = Signal(signed(9))
+    m.d.comb += [lo.eq(Mux(go, record["lo"] - zp, zp)), hi.eq(Mux(go, record["hi"] - zp, zp))]
+    return {"parts": parts, "shift": record["shift"][:6], "lo": lo, "hi": hi,
+            "zero_point": zp}
+
+
+def requant_finish(m: Module, go: Value, first: dict[str, Value]) -> Value:
+    """Second cycle of REQUANT on one lane: ``clamp(RDBPOT(p, shift) + zero_point, lo,
+    hi)`` with ``p`` the sum of :func:`requant_first`'s registered partial products.
+
+    Parameters
+    ----------
+    m : Module
+        Module the lane's logic is added to.
+    go : Value
+        The registered operation is REQUANT (as in :func:`requant_first`).
+    first : dict[str, Value]
+        :func:`requant_first`'s values, registered.
+
+    Returns
+    -------
     Value
         A signed 32-bit signal (the clamped result, with ``go``). Shifts past
         REQUANT_MAX_SHIFT give an unspecified result; :class:`VectorAlu` flags them.
     """
-    # Intermediates are at most 64 bits wide (Verilator handles wider ones word by
-    # word). Each is Mux(go, value, <another signal>): a conditional whose other arm is
-    # a signal stays a branch in Verilator's C++, so the arithmetic runs only for
-    # REQUANT (an arm of 0 would become a mask and always run).
-    t = (a + record["bias"])[:32].as_signed()
+    # Intermediates are at most 64 bits wide (Verilator handles wider ones word by word)
     p = Signal(signed(63))  # |t · M| < 2^62 with the 31-bit multiplier
-    m.d.comb += p.eq(Mux(go, t * record["multiplier"][:REQUANT_MULTIPLIER_BITS], a))
-    n = record["shift"][:6]
+    m.d.comb += p.eq(Mux(go, sum_products(first["parts"]), first["lo"]))
+    n = first["shift"]
     sh = Signal(7)  # 64 - n: masks made by right shifts keep 64 bits
     m.d.comb += sh.eq(Mux(go, 64 - n, n))
     # RoundingDivideByPOT as (p + nudge) >> n: nudge 2^(n-1), less one for p < 0
     nudge = Mux(p[62], Const((1 << 63) - 1, 64) >> sh, Const(1 << 63, 64) >> sh)[:62]
     r = Signal(signed(64))
     m.d.comb += r.eq(Mux(go, (p + nudge) >> n, p))
-    # clamp(r + Z, lo, hi) = clamp(r, lo - Z, hi - Z) + Z: the wide value compared
-    zp = record["zero_point"]
-    lo = Signal(signed(9))
-    hi = Signal(signed(9))
-    m.d.comb += [lo.eq(Mux(go, record["lo"] - zp, zp)), hi.eq(Mux(go, record["hi"] - zp, zp))]
+    lo, hi, zp = first["lo"], first["hi"], first["zero_point"]
     r_lo = Signal(signed(64))
     m.d.comb += r_lo.eq(Mux(go, Mux(r > lo, r, lo), r))
     out = Signal(signed(32))  # within [lo, hi] or hi: 10 bits hold the clamped value
     m.d.comb += out.eq(Mux(go, Mux(r_lo < hi, r_lo, hi)[:10].as_signed() + zp, r_lo[:32]))
     return out
+
+
+def registered(m: Module, en: Value, value: Value, name: str) -> Signal:
+    """``value`` in a register loaded when ``en`` (enabled registers: Verilator copies
+    them only then)."""
+    reg = Signal(value.shape(), name=name)
+    with m.If(en):
+        m.d.sync += reg.eq(value)
+    return reg
 
 
 def AluSignature(cfg: HwConfig) -> wiring.Signature:
@@ -161,15 +264,18 @@ def AluSignature(cfg: HwConfig) -> wiring.Signature:
 class VectorAlu(wiring.Component):
     """Element-wise ALU over ``batch × block_out`` int32 lanes; the compute engine's ALU.
 
-    Combinational (:attr:`LATENCY` = 0): the compute engine feeds it the outputs of
-    the accumulator buffer's read ports and writes its result back in the same cycle,
-    so a read-modify-write of one entry spans one cycle and back-to-back micro-ops on
-    one entry need no stall. Operations follow the ALU table of docs/isa.md bit for
-    bit; an op code outside :class:`~tensorfab.isa.AluOp` (which the decoder rejects
-    as ``BAD_FIELD``) yields zeros. MULHI shares MUL's 32×32-bit multiplier (MUL keeps
-    the low half of the product, MULHI the rounded high half), so it adds no pipeline
-    stage. REQUANT (where :func:`~tensorfab.isa.formats.requant_supported`) takes each
-    lane's channel record from :attr:`rec` instead of ``b``.
+    Two cycles per operation, one operation per cycle (:attr:`LATENCY` = 1): the first
+    computes every operation but MUL, MULHI and REQUANT, and those operations'
+    multiplications as partial products of 16-bit halves (:func:`partial_products`,
+    each one 18×18 multiplier on an FPGA), all registered; the second sums the
+    products and finishes MUL (low half of the 64-bit product), MULHI (rounded high
+    half; the two share the product) and REQUANT (rounding shift and clamp). So no
+    clock period holds a 32-bit multiplication and its sum, the FPGA's critical path
+    when the ALU was combinational. Operations follow the ALU table of docs/isa.md bit
+    for bit; an op code outside :class:`~tensorfab.isa.AluOp` (which the decoder
+    rejects as ``BAD_FIELD``) yields zeros. REQUANT (where
+    :func:`~tensorfab.isa.formats.requant_supported`) takes each lane's channel record
+    from :attr:`rec` instead of ``b``.
 
     Parameters
     ----------
@@ -189,7 +295,8 @@ class VectorAlu(wiring.Component):
     in_valid : In(1)
         The inputs hold an operation this cycle.
     result : Out(ArrayLayout(signed(acc_width), lanes))
-        ``OP(a, b)`` per lane (for a shift, by the low five bits of ``b``).
+        ``OP(a, b)`` per lane (for a shift, by the low five bits of ``b``), of the
+        operation accepted :attr:`LATENCY` cycles before.
     out_valid : Out(1)
         ``in_valid``, :attr:`LATENCY` cycles later.
     shift_error : Out(1)
@@ -200,7 +307,7 @@ class VectorAlu(wiring.Component):
     """
 
     #: Cycles from an accepted input to its result.
-    LATENCY = 0
+    LATENCY = 1
 
     def __init__(self, cfg: HwConfig) -> None:
         self.cfg = cfg
@@ -209,19 +316,33 @@ class VectorAlu(wiring.Component):
         super().__init__(AluSignature(cfg))
 
     def elaborate(self, platform: object) -> Module:
-        """Build the lanes."""
+        """Build the lanes and the register between the two cycles."""
         m = Module()
         cfg = self.cfg
-        bad = []
+        en = self.in_valid
         records = self._records() if requant_supported(cfg) else None
-        is_requant = Signal()
-        m.d.comb += is_requant.eq(self.op == AluOp.REQUANT)
+        op2 = registered(m, en, self.op, "op2")
+        is_requant, is_requant2 = Signal(), Signal()
+        is_mul = Signal()
+        m.d.comb += [is_requant.eq(self.op == AluOp.REQUANT), is_requant2.eq(op2 == AluOp.REQUANT),
+                     is_mul.eq((self.op == AluOp.MUL) | (self.op == AluOp.MULHI))]
+        bad = []
         for i in range(self.lanes):
             a, b = self.a[i].as_signed(), self.b[i].as_signed()
-            lane = alu_lane(m, self.op, a, b, self.width)
+            other = registered(m, en, alu_lane(m, self.op, a, b, self.width), f"other{i}")
+            parts = [registered(m, en & is_mul, v, f"l{i}_{k}")
+                     for k, v in enumerate(partial_products(m, is_mul, a, b, f"mul{i}"))]
+            most_negative = Const(-(1 << (self.width - 1)), signed(self.width))
+            saturate = registered(m, en, (a == most_negative) & (b == most_negative),
+                                  f"saturate{i}")
+            lane = multiply_finish(m, op2, parts, saturate, other, self.width)
             if records is not None:
-                lane = Mux(is_requant, requant_lane(m, is_requant, a,
-                                                    records[i % cfg.block_out]), lane)
+                first = requant_first(m, is_requant, a, records[i % cfg.block_out])
+                first_q = {k: registered(m, en & is_requant, v, f"rq{i}_{k}")
+                           for k, v in first.items() if k != "parts"}
+                first_q["parts"] = [registered(m, en & is_requant, v, f"rq{i}_p{k}")
+                                    for k, v in enumerate(first["parts"])]
+                lane = Mux(is_requant2, requant_finish(m, is_requant2, first_q), lane)
             m.d.comb += self.result[i].eq(lane)
             bad.append(b.as_unsigned() > MAX_SHIFT)
         is_shift = Signal()
@@ -232,8 +353,7 @@ class VectorAlu(wiring.Component):
             m.d.comb += rec_bad.eq(Mux(is_requant, Cat(*(r["shift"] > REQUANT_MAX_SHIFT
                                                          for r in records)).any(), is_requant))
             shift_bad = shift_bad | rec_bad
-        m.d.comb += [self.out_valid.eq(self.in_valid),
-                     self.shift_error.eq(self.in_valid & shift_bad)]
+        m.d.sync += [self.out_valid.eq(en), self.shift_error.eq(en & shift_bad)]
         return m
 
     def _records(self) -> list[dict[str, Value]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import Out
 
@@ -39,17 +39,19 @@ class ComputeEngine(wiring.Component):
         S1  indices = uop + loop offsets, range checks;
             GEMM: read inp[x], wgt[w]          ALU: read acc[d], acc[s] (REQUANT: wgt[w])
         S2  GEMM: products enter the GemmCore  ALU: operands registered
-        S3                                     ALU: OP(a, b) registered
-        S4                                     ALU: write acc[d]
+        S3                                     ALU: first cycle (VectorAlu)
+        S4                                     ALU: second cycle, OP(a, b) registered
+        S5                                     ALU: write acc[d]
         S2+L-2  GEMM: read acc[a]  (L = GemmCore.LATENCY; the data registered)
         S2+L    GEMM: write acc[a] + products (or 0 with reset)
 
     GEMM: the accumulator write of the cycle between its read and its write-back is
     forwarded, so back-to-back micro-ops on one entry need no stall. ALU: a micro-op
-    reading the entry the micro-op just ahead of it writes is held one cycle at S1;
-    one reading what the micro-op two ahead writes gets S4's result forwarded (read
-    ports are transparent to the write port for anything further ahead). The
-    pipeline drains at the end of each instruction before its tokens are pushed.
+    reading the entry one of the two micro-ops ahead of it writes is held at S1 until
+    that one reaches S4; one reading what the micro-op three ahead writes gets S5's
+    result forwarded (read ports are transparent to the write port for anything
+    further ahead). The pipeline drains at the end of each instruction before its
+    tokens are pushed.
 
     **Fast reset.** A GEMM with ``reset`` whose accumulator indices run in contiguous
     lines (one micro-op, ``acc_factor_in = 1``, every input and weight factor 0, as
@@ -162,8 +164,8 @@ class ComputeEngine(wiring.Component):
         imm = Signal(signed(32))
 
         issuing = Signal()
-        # hold: the ALU micro-op at S1 reads the entry the one at S2 writes; it waits a
-        # cycle at S1 (and S0, S0R with it) so that it meets the result registered
+        # hold: the ALU micro-op at S1 reads the entry the one at S2 or S3 writes; it
+        # waits at S1 (and S0, S0R with it) until it can meet the result registered
         hold = Signal()
         # S0R: the micro-op read is registered (UOP_READ_STAGES): the block RAM's
         # clock-to-output leaves too little of a cycle for the index adders
@@ -214,9 +216,14 @@ class ComputeEngine(wiring.Component):
             self.acc_rd_src.addr.eq(idx_s), self.acc_rd_src.en.eq(s1_ok & is_alu),
         ]
         # the interlock compares the entry bits only: both indices passed the range check
-        m.d.comb += hold.eq(s1_ok & is_alu & s2_valid & s2_alu
-                            & ((idx_a[:cfg.acc_bits] == s2_addr)
-                               | (src_used & (idx_s[:cfg.acc_bits] == s2_addr))))
+        a3_valid = Signal()
+        a3_addr = Signal(cfg.acc_bits)
+
+        def reads(addr: Signal) -> Value:
+            return ((idx_a[:cfg.acc_bits] == addr)
+                    | (src_used & (idx_s[:cfg.acc_bits] == addr)))
+        m.d.comb += hold.eq(s1_ok & is_alu & ((s2_valid & s2_alu & reads(s2_addr))
+                                              | (a3_valid & reads(a3_addr))))
         m.d.sync += [s2_valid.eq(s1_ok & ~hold), s2_addr.eq(idx_a),
                      s2_reset.eq(g.reset & is_gemm), s2_alu.eq(is_alu)]
 
@@ -261,23 +268,23 @@ class ComputeEngine(wiring.Component):
         m.d.comb += gemm_new.eq(Cat(*[
             Mux(wb_reset, 0, (acc_old[k] + prod[k].as_unsigned())[:cfg.acc_width])
             for k in range(lanes)]))
-        # the ALU pipeline (ALU_PIPELINE_STAGES == 2 register stages after the read):
-        # S2 registers the operands, forwarding a result at S4 to the same entry; S3
-        # computes and registers the result; S4 writes it back. A micro-op that reads
-        # what the one before it writes waits one cycle at S1 (`hold`): the result it
-        # needs is computed at S3 in the cycle it would be at S2, and forwarding it
-        # unregistered would put the ALU and the forwarding in one cycle.
-        assert ALU_PIPELINE_STAGES == 2
+        # the ALU pipeline (ALU_PIPELINE_STAGES == 3 register stages after the read):
+        # S2 registers the operands, forwarding a result at S5 to the same entry; S3
+        # and S4 are the VectorAlu's two cycles, S4 registers the result; S5 writes it
+        # back. A micro-op that reads what one of the two before it writes waits at S1
+        # (`hold`): the result it needs is not registered before it would be at S2,
+        # and forwarding it unregistered would put the ALU and the forwarding in one
+        # cycle.
+        assert ALU_PIPELINE_STAGES == 3
         m.submodules.alu = alu = VectorAlu(cfg)
-        assert alu.LATENCY == 0
+        assert alu.LATENCY == 1
         alu_port = AluSignature(cfg).flip().create()
         wiring.connect(m, alu_port, alu)
         vec_shape = self.acc_wr.data.shape()
         s2_src = Signal(cfg.acc_bits)
         m.d.sync += s2_src.eq(idx_s)
-        a3_valid, a4_valid = Signal(), Signal()
-        a3_addr, a4_addr = Signal(cfg.acc_bits), Signal(cfg.acc_bits)
-        a3_a, a3_b, a4_data = Signal(vec_shape), Signal(vec_shape), Signal(vec_shape)
+        a4_addr, a5_valid, a5_addr = Signal(cfg.acc_bits), Signal(), Signal(cfg.acc_bits)
+        a3_a, a3_b, a5_data = Signal(vec_shape), Signal(vec_shape), Signal(vec_shape)
         a3_rec = Signal(len(self.wgt_rd.data))
         imm_b = Signal(signed(cfg.acc_width))  # the immediate operand (docs/isa.md)
         m.d.comb += imm_b.eq(Mux(alu_op == AluOp.MULHI, imm << MULHI_IMM_SHIFT, imm))
@@ -285,28 +292,31 @@ class ComputeEngine(wiring.Component):
         shift_bad = alu_port.out_valid & alu_port.shift_error
         a_in, b_in = Signal(vec_shape), Signal(vec_shape)
         m.d.comb += [
-            a_in.eq(Mux(a4_valid & (a4_addr == s2_addr), a4_data, self.acc_rd_dst.data)),
+            a_in.eq(Mux(a5_valid & (a5_addr == s2_addr), a5_data, self.acc_rd_dst.data)),
             b_in.eq(Mux(use_imm, Cat(*[imm_b] * lanes),
-                        Mux(a4_valid & (a4_addr == s2_src), a4_data, self.acc_rd_src.data))),
+                        Mux(a5_valid & (a5_addr == s2_src), a5_data, self.acc_rd_src.data))),
         ]
-        # a micro-op still at S2 when an error is raised is dropped (as one at S1 is);
-        # S3's result is written unless its shift is out of range
-        m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(a3_valid & ~shift_bad)]
+        # micro-ops at S2 and S3 when an error is raised are dropped (as one at S1 is);
+        # S4's result is written unless its shift is out of range
+        alu_in = a3_valid & ~error
+        m.d.sync += [a3_valid.eq(alu_s2 & ~error), a5_valid.eq(alu_port.out_valid & ~shift_bad)]
         with m.If(alu_s2):
             m.d.sync += [a3_addr.eq(s2_addr), a3_a.eq(a_in), a3_b.eq(b_in),
                          a3_rec.eq(self.wgt_rd.data)]
-        with m.If(a3_valid):
-            m.d.sync += [a4_addr.eq(a3_addr), a4_data.eq(alu_new)]
+        with m.If(alu_in):
+            m.d.sync += a4_addr.eq(a3_addr)
+        with m.If(alu_port.out_valid):
+            m.d.sync += [a5_addr.eq(a4_addr), a5_data.eq(alu_new)]
         a3_av = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_a)
         a3_bv = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_b)
-        m.d.comb += [alu_port.op.eq(alu_op), alu_port.in_valid.eq(a3_valid),
+        m.d.comb += [alu_port.op.eq(alu_op), alu_port.in_valid.eq(alu_in),
                      alu_port.rec.eq(a3_rec), alu_new.eq(alu_port.result)]
         for k in range(lanes):
             m.d.comb += [alu_port.a[k].eq(a3_av[k]), alu_port.b[k].eq(a3_bv[k])]
         with m.If(shift_bad & ~error):
             m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SHIFT_RANGE)]
-        with m.If(a4_valid):
-            m.d.comb += [self.acc_wr.addr.eq(a4_addr), self.acc_wr.data.eq(a4_data),
+        with m.If(a5_valid):
+            m.d.comb += [self.acc_wr.addr.eq(a5_addr), self.acc_wr.data.eq(a5_data),
                          self.acc_wr.en.eq(1)]
         with m.Elif(wb_valid):
             m.d.comb += [self.acc_wr.addr.eq(wb_addr), self.acc_wr.data.eq(gemm_new),
@@ -314,7 +324,8 @@ class ComputeEngine(wiring.Component):
         gemm_slow = s2_valid & ~s2_alu
         m.d.comb += [self.gemm_busy.eq(gemm_slow), self.alu_busy.eq(alu_s2),
                      self.gemm_uops.eq(gemm_slow)]
-        in_flight = r_valid | s1_valid | s2_valid | Cat(*dl_valid).any() | a3_valid | a4_valid
+        in_flight = (r_valid | s1_valid | s2_valid | Cat(*dl_valid).any() | a3_valid
+                     | alu_port.out_valid | a5_valid)
 
         # ------------------------------------------------------------ fast reset
         lanes = zero_lanes(cfg)

@@ -1,9 +1,10 @@
 """cocotb testbench of :class:`tensorfab.hw.alu.VectorAlu` against a numpy reference.
 
-The ALU is combinational (``VectorAlu.LATENCY == 0``, as the compute engine uses it):
-each case applies the operands and reads ``result`` and ``shift_error`` 1 ns later.
-MULHI is checked against the gemmlowp transcription in tests/support, REQUANT
-against Python integers with records packed here into the weight buffer's byte order.
+The ALU is a two-cycle pipeline (``VectorAlu.LATENCY == 1``): operations are fed one
+per cycle, back to back or with idle cycles between them (tests/hw/pipeline_driver.py),
+and each ``result`` and ``shift_error`` is checked when ``out_valid`` brings it. MULHI
+is checked against the gemmlowp transcription in tests/support, REQUANT against Python
+integers with records packed here into the weight buffer's byte order.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.triggers import Timer
 from support.gemmlowp_reference import saturating_rounding_doubling_high_mul
 
+from hw.pipeline_driver import drive_pipeline, reset_pipeline
 from hw.vectors import pack, unpack
 from tensorfab.isa import PRESETS, AluOp, HwConfig
 from tensorfab.isa.formats import requant_supported
@@ -188,24 +189,26 @@ def shift_error_reference(op: int, b: np.ndarray) -> bool:
     return op in shifts and bool(((b < 0) | (b > 31)).any())
 
 
-async def run_requant(dut, cfg: HwConfig, cases: list[tuple[np.ndarray, list[dict[str, int]]]]
-                      ) -> None:
-    """REQUANT of each ``(a, records)``; where the config has no REQUANT it gives zeros
-    like an illegal code."""
+async def run_requant(dut, cfg: HwConfig, cases: list[tuple[np.ndarray, list[dict[str, int]]]],
+                      gaps: random.Random | None = None) -> None:
+    """REQUANT of each ``(a, records)``, one per cycle; where the config has no REQUANT
+    it gives zeros like an illegal code."""
     lanes = cfg.batch * cfg.block_out
-    for n, (a, records) in enumerate(cases):
+
+    def apply(case: tuple[np.ndarray, list[dict[str, int]]]) -> None:
+        a, records = case
         dut.op.value = int(AluOp.REQUANT)
         dut.a.value = pack(a, "<i4")
         dut.b.value = 0
         dut.rec.value = record_entry(cfg, records)
-        dut.in_valid.value = 1
-        await Timer(1, unit="ns")
-        supported = requant_supported(cfg)
+
+    outputs = await drive_pipeline(dut, cases, apply, lambda: capture(dut, lanes), gaps=gaps)
+    supported = requant_supported(cfg)
+    for n, ((a, records), (have, error)) in enumerate(zip(cases, outputs, strict=True)):
         want_error = supported and any(r["shift"] > 62 for r in records)
-        assert int(dut.shift_error.value) == want_error, f"requant #{n}: shift_error"
+        assert error == want_error, f"requant #{n}: shift_error"
         if want_error:
             continue
-        have = unpack(dut.result.value.to_unsigned(), "<i4", lanes)
         want = [requant_reference(int(a[k]), records[k % cfg.block_out]) if supported else 0
                 for k in range(lanes)]
         if have.tolist() != want:
@@ -213,6 +216,12 @@ async def run_requant(dut, cfg: HwConfig, cases: list[tuple[np.ndarray, list[dic
             raise AssertionError(f"requant #{n}: lanes {bad} a={a[bad].tolist()} "
                                  f"records={[records[k % cfg.block_out] for k in bad]} "
                                  f"want={[want[k] for k in bad]} got={have[bad].tolist()}")
+
+
+def capture(dut, lanes: int) -> tuple[np.ndarray, bool]:
+    """The result vector and ``shift_error`` of the cycle."""
+    return (unpack(dut.result.value.to_unsigned(), "<i4", lanes),
+            bool(int(dut.shift_error.value)))
 
 
 def requant_cases(cfg: HwConfig, rng: random.Random, count: int
@@ -244,27 +253,23 @@ def requant_cases(cfg: HwConfig, rng: random.Random, count: int
 
 async def run_stream(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], lanes: int,
                      gaps: random.Random | None = None) -> None:
-    """Apply ``ops`` one after another (with ``in_valid`` low between some of them when
-    ``gaps`` is given) and check every result and ``shift_error`` flag."""
-    for n, (op, a, b) in enumerate(ops):
-        if gaps and gaps.random() < 0.3:
-            dut.in_valid.value = 0
-            await Timer(1, unit="ns")
-            assert not int(dut.out_valid.value) and not int(dut.shift_error.value)
+    """Apply ``ops`` one per cycle (with idle cycles between some of them when ``gaps``
+    is given) and check every result and ``shift_error`` flag."""
+    def apply(item: tuple[int, np.ndarray, np.ndarray]) -> None:
+        op, a, b = item
         dut.op.value = op
         dut.a.value = pack(a, "<i4")
         dut.b.value = pack(b, "<i4")
-        dut.in_valid.value = 1
-        await Timer(1, unit="ns")
-        assert int(dut.out_valid.value)
+
+    outputs = await drive_pipeline(dut, ops, apply, lambda: capture(dut, lanes), gaps=gaps)
+    for n, ((op, a, b), (have, error)) in enumerate(zip(ops, outputs, strict=True)):
         want_error = shift_error_reference(op, b)
-        if int(dut.shift_error.value) != want_error:
-            raise AssertionError(f"op #{n} {op}: shift_error {int(dut.shift_error.value)}, "
+        if error != want_error:
+            raise AssertionError(f"op #{n} {op}: shift_error {int(error)}, "
                                  f"want {int(want_error)} (b={b.tolist()})")
         if want_error:
             continue  # the engine discards the result
         want = alu_reference(op, a, b)
-        have = unpack(dut.result.value.to_unsigned(), "<i4", lanes)
         if not np.array_equal(want, have):
             bad = np.nonzero(want != have)[0]
             raise AssertionError(
@@ -274,10 +279,8 @@ async def run_stream(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], lanes: 
 
 
 async def reset(dut) -> None:
-    """Idle inputs (the ALU has no clock and no state)."""
-    for port in (dut.op, dut.a, dut.b, dut.rec, dut.in_valid):
-        port.value = 0
-    await Timer(1, unit="ns")
+    """Idle inputs, the clock started and the registers reset."""
+    await reset_pipeline(dut, (dut.op, dut.a, dut.b, dut.rec))
 
 
 @cocotb.test()
@@ -310,7 +313,49 @@ async def alu_random_with_gaps(dut) -> None:
 
 @cocotb.test()
 async def alu_requant(dut) -> None:
-    """REQUANT: edge and random accumulators and records, ties, shifts past 62."""
+    """REQUANT: edge and random accumulators and records, ties, shifts past 62; back to
+    back, then with idle cycles."""
     cfg = PRESETS[params_from_env()["preset"]]
     await reset(dut)
     await run_requant(dut, cfg, requant_cases(cfg, random.Random(5), 120))
+    await run_requant(dut, cfg, requant_cases(cfg, random.Random(6), 40), gaps=random.Random(7))
+
+
+@cocotb.test()
+async def alu_requant_between_others(dut) -> None:
+    """REQUANT interleaved with the other operations, one per cycle: each result is the
+    one of its own operation (the two cycles' registers do not mix operations)."""
+    cfg = PRESETS[params_from_env()["preset"]]
+    lanes = cfg.batch * cfg.block_out
+    await reset(dut)
+    rng = random.Random(8)
+    others = random_vectors(np.random.default_rng(9), lanes, 60)
+    requants = requant_cases(cfg, rng, 60)
+    items = [("op", o) if rng.random() < 0.5 else ("rq", r)
+             for o, r in zip(others, requants, strict=True)]
+
+    def apply(item: tuple[str, tuple]) -> None:
+        kind, case = item
+        if kind == "op":
+            op, a, b = case
+            dut.op.value, dut.a.value, dut.b.value = op, pack(a, "<i4"), pack(b, "<i4")
+        else:
+            a, records = case
+            dut.op.value, dut.a.value, dut.b.value = int(AluOp.REQUANT), pack(a, "<i4"), 0
+            dut.rec.value = record_entry(cfg, records)
+
+    outputs = await drive_pipeline(dut, items, apply, lambda: capture(dut, lanes))
+    supported = requant_supported(cfg)
+    for n, ((kind, case), (have, error)) in enumerate(zip(items, outputs, strict=True)):
+        if kind == "op":
+            op, a, b = case
+            want_error = shift_error_reference(op, b)
+            want = alu_reference(op, a, b).tolist()
+        else:
+            a, records = case
+            want_error = supported and any(r["shift"] > 62 for r in records)
+            want = [requant_reference(int(a[k]), records[k % cfg.block_out]) if supported
+                    else 0 for k in range(lanes)]
+        assert error == want_error, f"item #{n} ({kind}): shift_error"
+        if not want_error:
+            assert have.tolist() == want, f"item #{n} ({kind}): {have.tolist()} != {want}"

@@ -358,8 +358,9 @@ def test_requant(cfg):
 
 
 @pytest.mark.parametrize("op", [AluOp.MAX, AluOp.MIN, AluOp.ADD])
-def test_alu_reduction(cfg, op):
-    prog, inp = build_alu_reduction(cfg, np.random.default_rng(9), op)
+@pytest.mark.parametrize("apart", [1, 2, 3])
+def test_alu_reduction(cfg, op, apart):
+    prog, inp = build_alu_reduction(cfg, np.random.default_rng(9), op, groups=6, apart=apart)
     out = run(prog).outputs["out"]
     x = inp["X"].astype(np.int64)
     want = x[:, 0]

@@ -346,31 +346,37 @@ def build_requant_records(cfg: HwConfig, rng: np.random.Generator
 
 
 def build_alu_reduction(cfg: HwConfig, rng: np.random.Generator, op: AluOp = AluOp.MAX,
-                        *, groups: int = 4, width: int = 5) -> tuple[Program, Inputs]:
+                        *, groups: int = 4, width: int = 5, apart: int = 1
+                        ) -> tuple[Program, Inputs]:
     """Reduction through ALU loop order (max-pooling style): ``dst`` fixed, ``src``
     moving, each iteration seeing the previous ones' results.
 
     ``X`` is ``(groups, width, batch, block_out)`` int32 at accumulators
     ``[groups, groups*(1+width))``; ``MOV`` copies column 0 of each group to
-    accumulator ``g``, then one ``op`` instruction folds columns 1..width-1 in
-    (``iter_out`` over groups, ``iter_in`` over columns). Output ``out``
-    ``(groups, batch, block_out)`` int8: low bytes of the reductions.
+    accumulator ``g``, then one ``op`` instruction folds columns 1..width-1 in:
+    ``apart`` micro-ops, one per group of a block of ``apart`` groups (``iter_out``
+    over blocks, ``iter_in`` over columns), so each micro-op reads what the one
+    ``apart`` ahead of it wrote (the compute pipeline's hazard distance). Output
+    ``out`` ``(groups, batch, block_out)`` int8: low bytes of the reductions.
     """
+    if groups % apart:
+        raise ValueError(f"groups={groups} is not a multiple of apart={apart}")
     e = (cfg.batch, cfg.block_out)
     x = _i32(rng, (groups, width, *e))
     bld = ProgramBuilder(cfg)
     bld.add_segment(Segment("X", "int32", x.shape, x))
     bld.add_segment(Segment("out", "int8", (groups, *e), output=True))
     k_mov = bld.add_uops([Uop(acc=0, src=groups)])[0]
-    k_red = bld.add_uops([Uop(acc=0, src=groups + 1)])[0]
+    k_red = bld.add_uops([Uop(acc=g, src=groups + g * width + 1) for g in range(apart)])[0]
     bld.load_uops()
     bld.emit(Load(buffer=Buffer.ACC, sram=groups, dram=0, y=1, x=groups * width,
                   stride=groups * width, push_next=True), segment="X")
     bld.emit(Alu(op=AluOp.MOV, uop_begin=k_mov, uop_end=k_mov + 1, iter_out=groups,
                  iter_in=1, dst_factor_out=1, src_factor_out=width, pop_prev=True))
-    bld.emit(Alu(op=AluOp(op), uop_begin=k_red, uop_end=k_red + 1, iter_out=groups,
-                 iter_in=width - 1, dst_factor_out=1, dst_factor_in=0,
-                 src_factor_out=width, src_factor_in=1, push_next=True))
+    bld.emit(Alu(op=AluOp(op), uop_begin=k_red, uop_end=k_red + apart,
+                 iter_out=groups // apart, iter_in=width - 1, dst_factor_out=apart,
+                 dst_factor_in=0, src_factor_out=apart * width, src_factor_in=1,
+                 push_next=True))
     bld.emit(Store(sram=0, dram=0, y=1, x=groups, stride=groups, pop_prev=True),
              segment="out")
     return bld.build(), {"X": x}
@@ -428,6 +434,9 @@ def directed_programs(cfg: HwConfig, *, large_gemm: bool = False) -> dict[str, P
     progs["requant"] = build_requant(cfg, rng)[0]
     for op in (AluOp.MAX, AluOp.ADD):
         progs[f"alu_reduction_{op.name.lower()}"] = build_alu_reduction(cfg, rng, op)[0]
+    for apart in (2, 3, 4):  # each hazard distance of the ALU pipeline and one past it
+        progs[f"alu_reduction_add_apart{apart}"] = build_alu_reduction(
+            cfg, rng, AluOp.ADD, groups=12, apart=apart)[0]
     if large_gemm:
         progs["gemm_large_vt2"] = build_gemm(cfg, rng, vthreads=2)[0]
     return progs
