@@ -84,12 +84,14 @@ class Core(wiring.Component):
         # and the engines may still be draining reads owed to them: the start waits
         # for them (``pending``, the units stay halted), so that no beat of the old run
         # reaches the new one. After a normal end every unit is quiet already and the
-        # start takes effect in the same cycle.
+        # start takes effect in the next cycle: ``start`` is a register, because it
+        # resets every unit (a net to thousands of flip-flops) and the CSR write that
+        # asks for it comes through the host bridge's logic.
         start_req = csrs.start
         pending = Signal()
         quiet = Signal()
         start = Signal()
-        m.d.comb += start.eq((start_req | pending) & quiet)
+        m.d.sync += start.eq((start_req | pending) & quiet & ~start)
         with m.If(start):
             m.d.sync += pending.eq(0)
         with m.Elif(start_req):

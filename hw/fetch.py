@@ -24,9 +24,12 @@ class Fetch(wiring.Component):
     beats per word when the instruction is wider than the bus), at most
     ``buffer_words`` words being requested or buffered at once, so the unit never
     refuses a read beat (it cannot block the memory port for the engines). Each
-    word at the head of the buffer is checked by :class:`~.insn_check.InsnCheck`
-    and handed, with its index, to the stream of its engine (LOAD to load, STORE to
-    store, GEMM, ALU and FINISH to compute) in program order. The unit stops after
+    word leaving the buffer is checked by :class:`~.insn_check.InsnCheck` into a
+    head register, with the verdict, and handed from there, with its index, to the
+    stream of its engine (LOAD to load, STORE to store, GEMM, ALU and FINISH to
+    compute) in program order. (The head register and the registered end-of-stream
+    flags keep the check and the 32-bit index comparisons out of the dispatch
+    decision's clock period, an FPGA critical path.) The unit stops after
     dispatching FINISH. It reports the first illegal word (its code and index),
     ``NO_FINISH`` with index ``insn_count`` when the count runs out without FINISH,
     and ``NO_FINISH`` with FINISH's index when FINISH is not the last instruction.
@@ -107,7 +110,9 @@ class Fetch(wiring.Component):
         m.submodules.fifo = ResetInserter({"sync": flush})(fifo)
         m.submodules.check = check = InsnCheck(cfg)
 
-        count = Signal(32)
+        left = Signal(32)  # words still to dispatch
+        none_left = Signal()  # left == 0
+        one_left = Signal()  # left == 1
         req_left = Signal(32)  # words still to request
         req_addr = Signal(cfg.dram_addr_width)
         reserved = Signal(range(D + 1))  # words requested, not yet in the buffer
@@ -152,14 +157,18 @@ class Fetch(wiring.Component):
             outstanding.eq(outstanding + Mux(cmd_fire, n * kw, 0) - rfire),
         ]
 
-        # ---- check and dispatch
-        head = insn_layout(cfg, Opcode.LOAD)(fifo.r_data)
+        # ---- check into the head register, dispatch from it
+        head_valid = Signal()
+        head_word = Signal(iw)
+        head_ok = Signal()
+        head_code = Signal.like(check.code)
+        head = insn_layout(cfg, Opcode.LOAD)(head_word)
         m.d.comb += check.word.eq(fifo.r_data)
         targets = {Opcode.LOAD: self.load_insn, Opcode.STORE: self.store_insn,
                    Opcode.GEMM: self.compute_insn, Opcode.ALU: self.compute_insn,
                    Opcode.FINISH: self.compute_insn}
         for s in (self.load_insn, self.compute_insn, self.store_insn):
-            m.d.comb += [s.payload.word.eq(fifo.r_data), s.payload.index.eq(disp_idx)]
+            m.d.comb += [s.payload.word.eq(head_word), s.payload.index.eq(disp_idx)]
         is_finish = head.opcode == Opcode.FINISH
         dispatching = Signal()
         ready = Signal()
@@ -168,17 +177,27 @@ class Fetch(wiring.Component):
                 with m.Case(op):
                     m.d.comb += [s.valid.eq(dispatching), ready.eq(s.ready)]
         disp_fire = dispatching & ready
-        m.d.comb += fifo.r_en.eq(disp_fire)
+        take = Signal()  # the buffer's first word moves into the head register
+        m.d.comb += [take.eq(fifo.r_rdy & (~head_valid | disp_fire)), fifo.r_en.eq(take)]
+        with m.If(flush):
+            m.d.sync += head_valid.eq(0)
+        with m.Elif(take):
+            m.d.sync += [head_valid.eq(1), head_word.eq(fifo.r_data), head_ok.eq(check.ok),
+                         head_code.eq(check.code)]
+        with m.Elif(disp_fire):
+            m.d.sync += head_valid.eq(0)
         finished = Signal()
         m.d.comb += [self.finished.eq(finished), self.error.index.eq(disp_idx)]
         with m.If(disp_fire):
-            m.d.sync += disp_idx.eq(disp_idx + 1)
+            m.d.sync += [disp_idx.eq(disp_idx + 1), left.eq(left - 1), none_left.eq(one_left),
+                         one_left.eq(left == 2)]
 
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += [self.idle.eq(1), flush.eq(1)]
                 with m.If(self.start):
-                    m.d.sync += [count.eq(self.insn_count), req_left.eq(self.insn_count),
+                    m.d.sync += [left.eq(self.insn_count), none_left.eq(self.insn_count == 0),
+                                 one_left.eq(self.insn_count == 1), req_left.eq(self.insn_count),
                                  req_addr.eq(self.insn_base), disp_idx.eq(0),
                                  finished.eq(0)]
                     m.next = "RUN"
@@ -186,14 +205,14 @@ class Fetch(wiring.Component):
                 m.d.comb += [self.busy.eq(1), issuing.eq(1)]
                 with m.If(self.halt):
                     m.next = "DRAIN"
-                with m.Elif(disp_idx == count):
+                with m.Elif(none_left):
                     m.d.comb += [self.error.valid.eq(1), self.error.code.eq(ErrorCode.NO_FINISH)]
                     m.next = "DRAIN"
-                with m.Elif(fifo.r_rdy):
-                    with m.If(~check.ok):
-                        m.d.comb += [self.error.valid.eq(1), self.error.code.eq(check.code)]
+                with m.Elif(head_valid):
+                    with m.If(~head_ok):
+                        m.d.comb += [self.error.valid.eq(1), self.error.code.eq(head_code)]
                         m.next = "DRAIN"
-                    with m.Elif(is_finish & (disp_idx != count - 1)):
+                    with m.Elif(is_finish & ~one_left):
                         m.d.comb += [self.error.valid.eq(1),
                                      self.error.code.eq(ErrorCode.NO_FINISH)]
                         m.next = "DRAIN"
