@@ -187,9 +187,20 @@ class LoadEngine(wiring.Component):
         k_last = Signal(range(max(kall, 2)))
         m.d.comb += k_last.eq((Const(1, range(kall + 1)) << sh_beats) - 1)
         shreg = Signal(max((kmax - 1) * W, 1))
+        # is_data: (r, c) is in the data region, not the padding. Registered, as
+        # flags updated with r and c: the comparisons with the instruction's sums would
+        # otherwise feed the write enables and, through the accumulator's shared write
+        # port, its zero flags in one cycle (an FPGA critical path)
+        row_in = Signal()
+        col_in = Signal()
         is_data = Signal()
-        m.d.comb += is_data.eq((r >= word.pad_top) & (r < word.pad_top + word.y)
-                               & (c >= word.pad_left) & (c < word.pad_left + word.x))
+        m.d.comb += is_data.eq(row_in & col_in)
+
+        def in_rows(v: Value) -> Value:
+            return (v >= word.pad_top) & (v < word.pad_top + word.y)
+
+        def in_cols(v: Value) -> Value:
+            return (v >= word.pad_left) & (v < word.pad_left + word.x)
         last_beat = bc == k_last
         wr_ready = Signal()
         m.d.comb += wr_ready.eq(Array(getattr(self, PORT_OF[b]).ready for b in bufs)[buf])
@@ -216,9 +227,10 @@ class LoadEngine(wiring.Component):
         with m.If(advance):
             m.d.sync += waddr.eq(waddr + 1)
             with m.If(c == cols - 1):
-                m.d.sync += [c.eq(0), r.eq(r + 1)]
+                m.d.sync += [c.eq(0), r.eq(r + 1), col_in.eq(in_cols(0)),
+                             row_in.eq(in_rows(r + 1))]
             with m.Else():
-                m.d.sync += c.eq(c + 1)
+                m.d.sync += [c.eq(c + 1), col_in.eq(in_cols(c + 1))]
         with m.If(rfire):
             m.d.sync += bc.eq(Mux(last_beat, 0, bc + 1))
         if kmax > 1:
@@ -228,7 +240,8 @@ class LoadEngine(wiring.Component):
         # ---- execution: CHECK, RUN; DRAIN after a halt
         ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad, advance & seq_end)
         with m.If(ph.check):
-            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), waddr.eq(word.sram)]
+            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), waddr.eq(word.sram),
+                         row_in.eq(in_rows(0)), col_in.eq(in_cols(0))]
         with m.If((ph.run & self.halt) | ph.drain):
             m.d.comb += rdata.ready.eq(1)  # discard
         with m.Elif(ph.run):
