@@ -18,7 +18,7 @@ from tensorfab.isa.formats import (
 
 from .signatures import WGT_OFFSET, wgt_entry_order
 
-__all__ = ["AluSignature", "VectorAlu", "alu_lane", "multiply_finish", "partial_products",
+__all__ = ["AluSignature", "VectorAlu", "alu_lane", "finish_lane", "partial_products",
            "requant_finish", "requant_first", "sum_products"]
 
 
@@ -73,10 +73,11 @@ def sum_products(parts: list[Value]) -> Value:
     return (ll + ((lh + hl) << HALF) + (hh << 2 * HALF))[:64].as_signed()
 
 
-def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
+def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Value, Value]:
     """First-cycle logic of one lane: ``OP(a, b)`` (docs/isa.md) for every operation
-    but MUL and MULHI, which :class:`VectorAlu` finishes from :func:`partial_products`
-    in its second cycle (this gives 0 for them).
+    but MUL and MULHI, which :func:`finish_lane` completes from
+    :func:`partial_products` in the second cycle (this gives 0 for them), and SHR_RND,
+    whose rounding increment :func:`finish_lane` adds.
 
     Parameters
     ----------
@@ -91,9 +92,10 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
 
     Returns
     -------
-    Value
-        A signed ``width``-bit signal holding the result. For a shift operation only
-        the low five bits of ``b`` count here; :class:`VectorAlu` flags other amounts.
+    tuple[Value, Value]
+        A signed ``width``-bit signal holding the result (SHR_RND: ``a >> s``), and
+        SHR_RND's rounding increment (1 bit). For a shift operation only the low five
+        bits of ``b`` count here; :class:`VectorAlu` flags other amounts.
     """
     shift_bits = (width - 1).bit_length()
     out = Signal(signed(width))
@@ -101,14 +103,20 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
     # Values used more than once are Mux(op is theirs, value, <a signal>): Verilator
     # evaluates all logic every cycle, and keeps such a conditional as a branch (see
     # requant_first), so each operation's arithmetic runs only when it is selected.
-    mask = Signal(unsigned(width))
-    m.d.comb += mask.eq(Mux(op == AluOp.SHR_RND, ((Const(1, width + 1) << s) - 1)[:width],
-                            a.as_unsigned()))
-    rem = a.as_unsigned() & mask
-    thr = (mask >> 1) + a[width - 1]
+    # SHR_RND rounds half away from zero: rem = a mod 2^s exceeds (2^s - 1) >> 1 plus
+    # the sign, i.e. bit s-1 of a is set and, for a < 0, some bit below it too (no
+    # carry chain: this and the shift run side by side, the +1 comes a cycle later)
+    below = Signal(unsigned(width))  # bits below bit s-1 (s <= 31: bits 0..29)
+    m.d.comb += below.eq(Mux(op == AluOp.SHR_RND, Cat(*(s > k + 1 for k in range(width - 2))),
+                             a.as_unsigned()))
+    round_up = Signal()
+    m.d.comb += round_up.eq((s != 0) & a.as_unsigned().bit_select((s - 1)[:shift_bits], 1)
+                            & (~a[width - 1] | (a.as_unsigned() & below).any()))
+    # CLIP = min(max(a, lo), b) from three comparisons side by side
     lo = ~b  # -b - 1, wrapping: the one's complement of b
-    clipped_lo = Signal(signed(width))
-    m.d.comb += clipped_lo.eq(Mux(op == AluOp.CLIP, Mux(a > lo, a, lo), a))
+    clipped = Signal(signed(width))
+    m.d.comb += clipped.eq(Mux(op == AluOp.CLIP,
+                               Mux(a > lo, Mux(a < b, a, b), Mux(lo < b, lo, b)), a))
     with m.Switch(op):
         with m.Case(AluOp.ADD):
             m.d.comb += out.eq((a + b)[:width])
@@ -116,26 +124,25 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> Value:
             m.d.comb += out.eq(Mux(a < b, a, b))
         with m.Case(AluOp.MAX):
             m.d.comb += out.eq(Mux(a > b, a, b))
-        with m.Case(AluOp.SHR):
+        with m.Case(AluOp.SHR, AluOp.SHR_RND):
             m.d.comb += out.eq(a >> s)
-        with m.Case(AluOp.SHR_RND):
-            m.d.comb += out.eq((a >> s) + (rem > thr))
         with m.Case(AluOp.SHL):
             m.d.comb += out.eq((a << s)[:width])
         with m.Case(AluOp.CLIP):
-            m.d.comb += out.eq(Mux(clipped_lo < b, clipped_lo, b))
+            m.d.comb += out.eq(clipped)
         with m.Case(AluOp.MOV):
             m.d.comb += out.eq(b)
         with m.Default():
             m.d.comb += out.eq(0)
-    return out
+    return out, round_up
 
 
-def multiply_finish(m: Module, op: Value, parts: list[Value], saturate: Value,
-                    other: Value, width: int) -> Value:
+def finish_lane(m: Module, op: Value, parts: list[Value], saturate: Value,
+                other: Value, round_up: Value, width: int) -> Value:
     """Second-cycle logic of one lane: MUL and MULHI from the registered partial
     products (one 32×32 → 64-bit product serves both: the low half for MUL, the
-    rounded high half for MULHI), any other operation's registered ``other`` result.
+    rounded high half for MULHI), SHR_RND's rounding increment added to its shift,
+    any other operation's registered ``other`` result.
 
     ``saturate`` is MULHI's one overflow, ``a = b = -2^31``, flagged in the first cycle.
     """
@@ -150,6 +157,8 @@ def multiply_finish(m: Module, op: Value, parts: list[Value], saturate: Value,
             m.d.comb += out.eq(prod[:width])
         with m.Case(AluOp.MULHI):
             m.d.comb += out.eq(Mux(saturate, (1 << (width - 1)) - 1, high))
+        with m.Case(AluOp.SHR_RND):
+            m.d.comb += out.eq(other + round_up)
         with m.Default():
             m.d.comb += out.eq(other)
     return out
@@ -269,7 +278,8 @@ class VectorAlu(wiring.Component):
     multiplications as partial products of 16-bit halves (:func:`partial_products`,
     each one 18×18 multiplier on an FPGA), all registered; the second sums the
     products and finishes MUL (low half of the 64-bit product), MULHI (rounded high
-    half; the two share the product) and REQUANT (rounding shift and clamp). So no
+    half; the two share the product), REQUANT (rounding shift and clamp) and
+    SHR_RND (its rounding increment, found in the first cycle, is added). So no
     clock period holds a 32-bit multiplication and its sum, the FPGA's critical path
     when the ALU was combinational. Operations follow the ALU table of docs/isa.md bit
     for bit; an op code outside :class:`~tensorfab.isa.AluOp` (which the decoder
@@ -329,13 +339,15 @@ class VectorAlu(wiring.Component):
         bad = []
         for i in range(self.lanes):
             a, b = self.a[i].as_signed(), self.b[i].as_signed()
-            other = registered(m, en, alu_lane(m, self.op, a, b, self.width), f"other{i}")
+            first, round_up = alu_lane(m, self.op, a, b, self.width)
+            other = registered(m, en, first, f"other{i}")
+            round_up = registered(m, en, round_up, f"round_up{i}")
             parts = [registered(m, en & is_mul, v, f"l{i}_{k}")
                      for k, v in enumerate(partial_products(m, is_mul, a, b, f"mul{i}"))]
             most_negative = Const(-(1 << (self.width - 1)), signed(self.width))
             saturate = registered(m, en, (a == most_negative) & (b == most_negative),
                                   f"saturate{i}")
-            lane = multiply_finish(m, op2, parts, saturate, other, self.width)
+            lane = finish_lane(m, op2, parts, saturate, other, round_up, self.width)
             if records is not None:
                 first = requant_first(m, is_requant, a, records[i % cfg.block_out])
                 first_q = {k: registered(m, en & is_requant, v, f"rq{i}_{k}")

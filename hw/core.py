@@ -221,7 +221,9 @@ class Core(wiring.Component):
             m.d.sync += [running.eq(1), done.eq(0), error.eq(0), err_code.eq(0),
                          err_index.eq(0)]
         with m.Elif(running):
-            with m.If(~error):
+            # until the start resets them (pending) the units may still hold the last
+            # run's error: not this run's
+            with m.If(~error & ~pending):
                 for r in reversed(reporters):  # the first listed wins a tie
                     with m.If(r.error.valid):
                         m.d.sync += [error.eq(1), err_code.eq(r.error.code),
