@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import HwConfig
 
-from .mem_port import LEN_WIDTH, MemPortSignature, MemReadSignature, MemWriteSignature
+from .mem_port import LEN_WIDTH, MAX_BURST, MemPortSignature, MemReadSignature, MemWriteSignature
 
 __all__ = ["MemArbiter"]
 
@@ -82,9 +82,12 @@ class MemArbiter(wiring.Component):
                          mst.cmd.ready.eq(q.w_rdy)]
             cmds.append((q.r_rdy, data.View(layout, q.r_data), q.r_en))
 
-        # ---- read-beat budget: beats of granted reads not yet delivered
-        in_flight = Signal(16)
-        room = [(in_flight == 0) | (in_flight + payload.len + 1 <= self.read_beats)
+        # ---- read-beat budget: beats of granted reads not yet delivered, and what is
+        # left of read_beats (kept beside it, so that a command's room is one
+        # comparison, not a sum and a comparison, ahead of the grant)
+        in_flight = Signal(range(self.read_beats + MAX_BURST + 1))
+        budget = Signal(signed(len(in_flight) + 1), init=self.read_beats)
+        room = [(in_flight == 0) | (budget > payload.len)
                 for _valid, payload, _take in cmds[:STORE]]
 
         # ---- command grant (round robin, choice held while the port stalls)
@@ -143,7 +146,9 @@ class MemArbiter(wiring.Component):
                                                                 self.fetch.rdata.ready))
         granted_read = Signal(LEN_WIDTH + 1)
         m.d.comb += granted_read.eq(Mux(fire & (sel != STORE), port_cmd.payload.len + 1, 0))
-        m.d.sync += in_flight.eq(in_flight + granted_read - (rdata.valid & rdata.ready))
+        delivered = rdata.valid & rdata.ready
+        m.d.sync += [in_flight.eq(in_flight + granted_read - delivered),
+                     budget.eq(budget - granted_read + delivered)]
         with m.If(rdata.valid & rdata.ready):
             with m.If(rd_count == head_len):
                 m.d.sync += rd_count.eq(0)
