@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -123,18 +123,23 @@ class Fetch(wiring.Component):
 
         # ---- read commands
         cmd = self.mem.cmd
+        # n: words of the next read, min(req_left, chunk), a register updated with
+        # req_left (the 32-bit comparison stays out of the request decision's cycle)
         n = Signal(range(self.chunk + 1))
+
+        def chunk_of(words: Value) -> Value:
+            return Mux(words > self.chunk, self.chunk, words)
         m.d.comb += [
-            n.eq(Mux(req_left > self.chunk, self.chunk, req_left)),
             cmd.payload.addr.eq(req_addr),
             cmd.payload.len.eq((n * kw - 1)[:LEN_WIDTH]),
-            cmd.valid.eq(cmd_stuck | (issuing & ~self.halt & (req_left != 0)
+            cmd.valid.eq(cmd_stuck | (issuing & ~self.halt & (n != 0)
                                       & (fifo.level + reserved + n <= D))),
         ]
         cmd_fire = cmd.valid & cmd.ready
         m.d.sync += cmd_stuck.eq(cmd.valid & ~cmd.ready)
         with m.If(cmd_fire):
-            m.d.sync += [req_left.eq(req_left - n), req_addr.eq(req_addr + n * insn_bytes)]
+            m.d.sync += [req_left.eq(req_left - n), n.eq(chunk_of(req_left - n)),
+                         req_addr.eq(req_addr + n * insn_bytes)]
 
         # ---- beats -> words (a read beat is never refused)
         rdata = self.mem.rdata
@@ -198,6 +203,7 @@ class Fetch(wiring.Component):
                 with m.If(self.start):
                     m.d.sync += [left.eq(self.insn_count), none_left.eq(self.insn_count == 0),
                                  one_left.eq(self.insn_count == 1), req_left.eq(self.insn_count),
+                                 n.eq(chunk_of(self.insn_count)),
                                  req_addr.eq(self.insn_base), disp_idx.eq(0),
                                  finished.eq(0)]
                     m.next = "RUN"
