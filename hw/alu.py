@@ -27,29 +27,24 @@ __all__ = ["AluSignature", "VectorAlu", "alu_lane", "finish_lane", "partial_prod
 HALF = 16
 
 
-def partial_products(m: Module, go: Value, x: Value, y: Value, name: str) -> list[Signal]:
+def partial_products(x: Value, y: Value) -> list[Value]:
     """``x · y`` as four products of 16-bit halves, for :func:`sum_products` to add.
 
     ``x = x_hi·2^16 + x_lo`` with ``x_lo`` unsigned (likewise ``y``), so
     ``x·y = x_lo·y_lo + (x_lo·y_hi + x_hi·y_lo)·2^16 + x_hi·y_hi·2^32``. Each product
     fits an 18×18 signed multiplier; registering them before their sum splits the
-    multiplication over two clock periods.
+    multiplication over two clock periods. (Register them directly, under the
+    operation's enable: Verilator then computes them only when it loads the
+    registers, not on every cycle.)
 
     Parameters
     ----------
-    m : Module
-        Module the products are added to.
-    go : Value
-        The products are needed this cycle (otherwise they are unspecified: each is
-        ``Mux(go, product, x)``, which Verilator keeps a branch, see :func:`alu_lane`).
     x, y : Value
         Operands of at most 33 bits; signed or unsigned as their shapes say.
-    name : str
-        Prefix of the products' signal names.
 
     Returns
     -------
-    list[Signal]
+    list[Value]
         ``[lo·lo, lo·hi, hi·lo, hi·hi]``.
     """
     def halves(v: Value) -> tuple[Value, Value]:
@@ -58,19 +53,21 @@ def partial_products(m: Module, go: Value, x: Value, y: Value, name: str) -> lis
 
     x_lo, x_hi = halves(x)
     y_lo, y_hi = halves(y)
-    out = []
-    for tag, product in (("ll", x_lo * y_lo), ("lh", x_lo * y_hi), ("hl", x_hi * y_lo),
-                         ("hh", x_hi * y_hi)):
-        s = Signal(product.shape(), name=f"{name}_{tag}")
-        m.d.comb += s.eq(Mux(go, product, x))
-        out.append(s)
-    return out
+    return [x_lo * y_lo, x_lo * y_hi, x_hi * y_lo, x_hi * y_hi]
 
 
 def sum_products(parts: list[Value]) -> Value:
-    """The 64-bit signed product from :func:`partial_products`' four parts."""
+    """The 64-bit signed product from :func:`partial_products`' four parts.
+
+    Summed as two 32-bit halves with a carry between them: no intermediate is wider
+    than 35 bits (a 65-bit sum would make Verilator use multi-word arithmetic, which
+    it computes on every cycle whether the ALU is busy or not).
+    """
     ll, lh, hl, hh = parts
-    return (ll + ((lh + hl) << HALF) + (hh << 2 * HALF))[:64].as_signed()
+    mid = lh + hl  # the 2^16 terms
+    lo = ll + Cat(Const(0, HALF), mid[:HALF])  # 33 bits: the low word and its carry
+    hi = hh + (mid >> HALF) + lo[2 * HALF]
+    return Cat(lo[:2 * HALF], hi[:2 * HALF]).as_signed()
 
 
 def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Value, Value]:
@@ -149,8 +146,10 @@ def finish_lane(m: Module, op: Value, parts: list[Value], saturate: Value,
     prod = Signal(signed(2 * width))
     m.d.comb += prod.eq(Mux((op == AluOp.MUL) | (op == AluOp.MULHI), sum_products(parts),
                             other))
-    # (a*b + 2^30) >> 31: gemmlowp's nudge and truncation
-    high = ((prod + (1 << (width - 2))) >> (width - 1))[:width]
+    # (a*b + 2^30) >> 31: gemmlowp's nudge and truncation, a word at a time (as in
+    # sum_products: no 65-bit sum)
+    nudged_lo = prod[:width] + (1 << (width - 2))
+    high = Cat(nudged_lo[width - 1], (prod[width:].as_signed() + nudged_lo[width])[:width - 1])
     out = Signal(signed(width))
     with m.Switch(op):
         with m.Case(AluOp.MUL):
@@ -166,8 +165,8 @@ def finish_lane(m: Module, op: Value, parts: list[Value], saturate: Value,
 
 def requant_first(m: Module, go: Value, a: Value, record: dict[str, Value]
                   ) -> dict[str, Value]:
-    """First cycle of REQUANT on one lane (docs/isa.md): ``(a + bias) · multiplier`` as
-    partial products, and the clamp bounds relative to the zero point.
+    """First cycle of REQUANT on one lane (docs/isa.md): the operands of
+    ``(a + bias) · multiplier``, and the clamp bounds relative to the zero point.
 
     Parameters
     ----------
@@ -187,19 +186,21 @@ def requant_first(m: Module, go: Value, a: Value, record: dict[str, Value]
     Returns
     -------
     dict[str, Value]
-        What :func:`requant_finish` needs, to be registered between the two: the
-        ``parts`` (a list), ``shift``, ``lo`` and ``hi`` (less the zero point) and
-        ``zero_point``.
+        The multiplication's operands ``x`` and ``y`` (for the lane's
+        :func:`partial_products`, which MUL and MULHI share), and what
+        :func:`requant_finish` needs besides, to be registered between the two:
+        ``shift``, ``lo`` and ``hi`` (less the zero point) and ``zero_point``.
     """
     t = Signal(signed(32))
     m.d.comb += t.eq(Mux(go, a + record["bias"], a))
-    parts = partial_products(m, go, t, record["multiplier"][:REQUANT_MULTIPLIER_BITS], "rq")
+
     # clamp(r + Z, lo, hi) = clamp(r, lo - Z, hi - Z) + Z: the wide value compared
     zp = record["zero_point"]
     lo = Signal(signed(9))
     hi = Signal(signed(9))
     m.d.comb += [lo.eq(Mux(go, record["lo"] - zp, zp)), hi.eq(Mux(go, record["hi"] - zp, zp))]
-    return {"parts": parts, "shift": record["shift"][:6], "lo": lo, "hi": hi,
+    return {"x": t, "y": record["multiplier"][:REQUANT_MULTIPLIER_BITS],
+            "shift": record["shift"][:6], "lo": lo, "hi": hi,
             "zero_point": zp}
 
 
@@ -214,7 +215,8 @@ def requant_finish(m: Module, go: Value, first: dict[str, Value]) -> Value:
     go : Value
         The registered operation is REQUANT (as in :func:`requant_first`).
     first : dict[str, Value]
-        :func:`requant_first`'s values, registered.
+        :func:`requant_first`'s values, registered, with ``parts``: the registered
+        partial products of its ``x · y``.
 
     Returns
     -------
@@ -342,18 +344,22 @@ class VectorAlu(wiring.Component):
             first, round_up = alu_lane(m, self.op, a, b, self.width)
             other = registered(m, en, first, f"other{i}")
             round_up = registered(m, en, round_up, f"round_up{i}")
-            parts = [registered(m, en & is_mul, v, f"l{i}_{k}")
-                     for k, v in enumerate(partial_products(m, is_mul, a, b, f"mul{i}"))]
+            # one multiplier per lane: MUL and MULHI multiply a·b, REQUANT (a + bias)·M
+            x, y, uses_product = a, b, is_mul
+            if records is not None:
+                first = requant_first(m, is_requant, a, records[i % cfg.block_out])
+                x, y = Mux(is_requant, first["x"], a), Mux(is_requant, first["y"], b)
+                uses_product = is_mul | is_requant
+            parts = [registered(m, en & uses_product, v, f"l{i}_{k}")
+                     for k, v in enumerate(partial_products(x, y))]
             most_negative = Const(-(1 << (self.width - 1)), signed(self.width))
             saturate = registered(m, en, (a == most_negative) & (b == most_negative),
                                   f"saturate{i}")
             lane = finish_lane(m, op2, parts, saturate, other, round_up, self.width)
             if records is not None:
-                first = requant_first(m, is_requant, a, records[i % cfg.block_out])
                 first_q = {k: registered(m, en & is_requant, v, f"rq{i}_{k}")
-                           for k, v in first.items() if k != "parts"}
-                first_q["parts"] = [registered(m, en & is_requant, v, f"rq{i}_p{k}")
-                                    for k, v in enumerate(first["parts"])]
+                           for k, v in first.items() if k not in ("x", "y")}
+                first_q["parts"] = parts
                 lane = Mux(is_requant2, requant_finish(m, is_requant2, first_q), lane)
             m.d.comb += self.result[i].eq(lane)
             bad.append(b.as_unsigned() > MAX_SHIFT)

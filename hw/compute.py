@@ -336,12 +336,16 @@ class ComputeEngine(wiring.Component):
         z_left = Signal(LOOP_ITER_WIDTH + 1)  # entries of the line still to zero
         z_off = Signal(lb)
         z_k = Signal(range(lanes + 1))  # entries zeroed this cycle
-        z_ones = Signal(lanes + 1)
-        m.d.comb += [z_off.eq(z_a[:lb]),
+        # the mask: lanes z_off .. min(z_off + z_left, lanes) - 1, each bit compared
+        # with one sum (a shifted run of ones took three carry chains in a row to the
+        # zero flags' write enables, an FPGA critical path)
+        z_end = Signal(LOOP_ITER_WIDTH + 2)
+        m.d.comb += [z_off.eq(z_a[:lb]), z_end.eq(z_off + z_left),
                      z_k.eq(Mux(z_left < lanes - z_off, z_left, lanes - z_off)),
-                     z_ones.eq((Const(1, lanes + 1) << z_k) - 1),
                      self.acc_zero.row.eq(z_a >> lb),
-                     self.acc_zero.mask.eq((z_ones << z_off)[:lanes])]
+                     self.acc_zero.mask.eq(Cat(*(
+                         (z_end > k) & (z_off <= k if k < lanes - 1 else 1)  # z_off < lanes
+                         for k in range(lanes))))]
 
         # ------------------------------------------------------------- execution
         stop = self.halt | error
