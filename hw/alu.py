@@ -104,10 +104,15 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Valu
     # the sign, i.e. bit s-1 of a is set and, for a < 0, some bit below it too (no
     # carry chain: this and the shift run side by side, the +1 comes a cycle later)
     below = Signal(unsigned(width))  # bits below bit s-1 (s <= 31: bits 0..29)
-    m.d.comb += below.eq(Mux(op == AluOp.SHR_RND, Cat(*(s > k + 1 for k in range(width - 2))),
-                             a.as_unsigned()))
+    at = Signal(unsigned(width))  # bit s-1 (none for s = 0)
+    m.d.comb += [
+        below.eq(Mux(op == AluOp.SHR_RND, Cat(*(s > k + 1 for k in range(width - 2))),
+                     a.as_unsigned())),
+        at.eq(Mux(op == AluOp.SHR_RND, Cat(*(s == k + 1 for k in range(width - 1))),
+                  a.as_unsigned())),
+    ]
     round_up = Signal()
-    m.d.comb += round_up.eq((s != 0) & a.as_unsigned().bit_select((s - 1)[:shift_bits], 1)
+    m.d.comb += round_up.eq((a.as_unsigned() & at).any()
                             & (~a[width - 1] | (a.as_unsigned() & below).any()))
     # CLIP = min(max(a, lo), b) from three comparisons side by side
     lo = ~b  # -b - 1, wrapping: the one's complement of b
