@@ -139,18 +139,15 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Valu
     return out, round_up
 
 
-def finish_lane(m: Module, op: Value, parts: list[Value], saturate: Value,
+def finish_lane(m: Module, op: Value, prod: Value, saturate: Value,
                 other: Value, round_up: Value, width: int) -> Value:
-    """Second-cycle logic of one lane: MUL and MULHI from the registered partial
-    products (one 32×32 → 64-bit product serves both: the low half for MUL, the
-    rounded high half for MULHI), SHR_RND's rounding increment added to its shift,
-    any other operation's registered ``other`` result.
+    """Second-cycle logic of one lane: MUL and MULHI from ``prod``, the 64-bit sum of
+    the registered partial products (one 32×32 → 64-bit product serves both: the low
+    half for MUL, the rounded high half for MULHI), SHR_RND's rounding increment added
+    to its shift, any other operation's registered ``other`` result.
 
     ``saturate`` is MULHI's one overflow, ``a = b = -2^31``, flagged in the first cycle.
     """
-    prod = Signal(signed(2 * width))
-    m.d.comb += prod.eq(Mux((op == AluOp.MUL) | (op == AluOp.MULHI), sum_products(parts),
-                            other))
     # (a*b + 2^30) >> 31: gemmlowp's nudge and truncation, a word at a time (as in
     # sum_products: no 65-bit sum)
     nudged_lo = prod[:width] + (1 << (width - 2))
@@ -211,7 +208,7 @@ def requant_first(m: Module, go: Value, a: Value, record: dict[str, Value]
 
 def requant_finish(m: Module, go: Value, first: dict[str, Value]) -> Value:
     """Second cycle of REQUANT on one lane: ``clamp(RDBPOT(p, shift) + zero_point, lo,
-    hi)`` with ``p`` the sum of :func:`requant_first`'s registered partial products.
+    hi)`` with ``p = (a + bias) · multiplier``.
 
     Parameters
     ----------
@@ -220,8 +217,8 @@ def requant_finish(m: Module, go: Value, first: dict[str, Value]) -> Value:
     go : Value
         The registered operation is REQUANT (as in :func:`requant_first`).
     first : dict[str, Value]
-        :func:`requant_first`'s values, registered, with ``parts``: the registered
-        partial products of its ``x · y``.
+        :func:`requant_first`'s values, registered, with ``product``: the sum of the
+        registered partial products of its ``x · y``.
 
     Returns
     -------
@@ -231,7 +228,7 @@ def requant_finish(m: Module, go: Value, first: dict[str, Value]) -> Value:
     """
     # Intermediates are at most 64 bits wide (Verilator handles wider ones word by word)
     p = Signal(signed(63))  # |t · M| < 2^62 with the 31-bit multiplier
-    m.d.comb += p.eq(Mux(go, sum_products(first["parts"]), first["lo"]))
+    m.d.comb += p.eq(Mux(go, first["product"], first["lo"]))
     n = first["shift"]
     sh = Signal(7)  # 64 - n: masks made by right shifts keep 64 bits
     m.d.comb += sh.eq(Mux(go, 64 - n, n))
@@ -248,8 +245,9 @@ def requant_finish(m: Module, go: Value, first: dict[str, Value]) -> Value:
 
 
 def registered(m: Module, en: Value, value: Value, name: str) -> Signal:
-    """``value`` in a register loaded when ``en`` (enabled registers: Verilator copies
-    them only then)."""
+    """``value`` in a register loaded when ``en`` (Verilator computes ``value`` only
+    then; it still makes the register's next value on every cycle, so each register
+    costs simulation time whether the ALU is busy or not)."""
     reg = Signal(value.shape(), name=name)
     with m.If(en):
         m.d.sync += reg.eq(value)
@@ -340,32 +338,37 @@ class VectorAlu(wiring.Component):
         records = self._records() if requant_supported(cfg) else None
         op2 = registered(m, en, self.op, "op2")
         is_requant, is_requant2 = Signal(), Signal()
-        is_mul = Signal()
+        is_mul, is_mul2 = Signal(), Signal()
         m.d.comb += [is_requant.eq(self.op == AluOp.REQUANT), is_requant2.eq(op2 == AluOp.REQUANT),
-                     is_mul.eq((self.op == AluOp.MUL) | (self.op == AluOp.MULHI))]
+                     is_mul.eq((self.op == AluOp.MUL) | (self.op == AluOp.MULHI)),
+                     is_mul2.eq((op2 == AluOp.MUL) | (op2 == AluOp.MULHI))]
+        most_negative = Const(-(1 << (self.width - 1)), signed(self.width))
         bad = []
         for i in range(self.lanes):
             a, b = self.a[i].as_signed(), self.b[i].as_signed()
-            first, round_up = alu_lane(m, self.op, a, b, self.width)
-            other = registered(m, en, first, f"other{i}")
+            result1, round_up = alu_lane(m, self.op, a, b, self.width)
+            other = registered(m, en, result1, f"other{i}")
             round_up = registered(m, en, round_up, f"round_up{i}")
             # one multiplier per lane: MUL and MULHI multiply a·b, REQUANT (a + bias)·M
-            x, y, uses_product = a, b, is_mul
+            x, y, uses_product, uses_product2 = a, b, is_mul, is_mul2
             if records is not None:
-                first = requant_first(m, is_requant, a, records[i % cfg.block_out])
-                x, y = Mux(is_requant, first["x"], a), Mux(is_requant, first["y"], b)
-                uses_product = is_mul | is_requant
+                rq = requant_first(m, is_requant, a, records[i % cfg.block_out])
+                x, y = Mux(is_requant, rq["x"], a), Mux(is_requant, rq["y"], b)
+                uses_product, uses_product2 = is_mul | is_requant, is_mul2 | is_requant2
             parts = [registered(m, en & uses_product, v, f"l{i}_{k}")
                      for k, v in enumerate(partial_products(x, y))]
-            most_negative = Const(-(1 << (self.width - 1)), signed(self.width))
+            # their sum, once for MUL, MULHI and REQUANT (the other arm a signal, so
+            # that Verilator adds only for those)
+            product = Signal(signed(2 * self.width), name=f"product{i}")
+            m.d.comb += product.eq(Mux(uses_product2, sum_products(parts), parts[0]))
             saturate = registered(m, en, (a == most_negative) & (b == most_negative),
                                   f"saturate{i}")
-            lane = finish_lane(m, op2, parts, saturate, other, round_up, self.width)
+            lane = finish_lane(m, op2, product, saturate, other, round_up, self.width)
             if records is not None:
-                first_q = {k: registered(m, en & is_requant, v, f"rq{i}_{k}")
-                           for k, v in first.items() if k not in ("x", "y")}
-                first_q["parts"] = parts
-                lane = Mux(is_requant2, requant_finish(m, is_requant2, first_q), lane)
+                rq_q = {k: registered(m, en & is_requant, v, f"rq{i}_{k}")
+                        for k, v in rq.items() if k not in ("x", "y")}
+                rq_q["product"] = product
+                lane = Mux(is_requant2, requant_finish(m, is_requant2, rq_q), lane)
             m.d.comb += self.result[i].eq(lane)
             bad.append(b.as_unsigned() > MAX_SHIFT)
         is_shift = Signal()
