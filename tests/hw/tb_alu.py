@@ -194,28 +194,44 @@ async def run_requant(dut, cfg: HwConfig, cases: list[tuple[np.ndarray, list[dic
     """REQUANT of each ``(a, records)``, one per cycle; where the config has no REQUANT
     it gives zeros like an illegal code."""
     lanes = cfg.batch * cfg.block_out
-
-    def apply(case: tuple[np.ndarray, list[dict[str, int]]]) -> None:
-        a, records = case
-        dut.op.value = int(AluOp.REQUANT)
-        dut.a.value = pack(a, "<i4")
-        dut.b.value = 0
-        dut.rec.value = record_entry(cfg, records)
-
-    outputs = await drive_pipeline(dut, cases, apply, lambda: capture(dut, lanes), gaps=gaps)
-    supported = requant_supported(cfg)
+    outputs = await drive_pipeline(dut, cases, lambda case: apply_requant(dut, cfg, *case),
+                                   lambda: capture(dut, lanes), gaps=gaps)
     for n, ((a, records), (have, error)) in enumerate(zip(cases, outputs, strict=True)):
-        want_error = supported and any(r["shift"] > 62 for r in records)
+        want_error, want = requant_expected(cfg, a, records)
         assert error == want_error, f"requant #{n}: shift_error"
         if want_error:
             continue
-        want = [requant_reference(int(a[k]), records[k % cfg.block_out]) if supported else 0
-                for k in range(lanes)]
         if have.tolist() != want:
             bad = [k for k in range(lanes) if have[k] != want[k]]
             raise AssertionError(f"requant #{n}: lanes {bad} a={a[bad].tolist()} "
                                  f"records={[records[k % cfg.block_out] for k in bad]} "
                                  f"want={[want[k] for k in bad]} got={have[bad].tolist()}")
+
+
+def apply_requant(dut, cfg: HwConfig, a: np.ndarray, records: list[dict[str, int]]) -> None:
+    """Set the inputs to REQUANT ``a`` with ``records``."""
+    dut.op.value = int(AluOp.REQUANT)
+    dut.a.value = pack(a, "<i4")
+    dut.b.value = 0
+    dut.rec.value = record_entry(cfg, records)
+
+
+def apply_op(dut, op: int, a: np.ndarray, b: np.ndarray) -> None:
+    """Set the inputs to ``op`` on ``a`` and ``b``."""
+    dut.op.value = op
+    dut.a.value = pack(a, "<i4")
+    dut.b.value = pack(b, "<i4")
+
+
+def requant_expected(cfg: HwConfig, a: np.ndarray, records: list[dict[str, int]]
+                     ) -> tuple[bool, list[int]]:
+    """``shift_error`` and the lanes' results of REQUANT, from docs/isa.md (zeros and no
+    error where the config has no REQUANT, like an illegal code)."""
+    supported = requant_supported(cfg)
+    want_error = supported and any(r["shift"] > 62 for r in records)
+    want = [requant_reference(int(a[k]), records[k % cfg.block_out]) if supported else 0
+            for k in range(cfg.batch * cfg.block_out)]
+    return want_error, want
 
 
 def capture(dut, lanes: int) -> tuple[np.ndarray, bool]:
@@ -255,13 +271,8 @@ async def run_stream(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], lanes: 
                      gaps: random.Random | None = None) -> None:
     """Apply ``ops`` one per cycle (with idle cycles between some of them when ``gaps``
     is given) and check every result and ``shift_error`` flag."""
-    def apply(item: tuple[int, np.ndarray, np.ndarray]) -> None:
-        op, a, b = item
-        dut.op.value = op
-        dut.a.value = pack(a, "<i4")
-        dut.b.value = pack(b, "<i4")
-
-    outputs = await drive_pipeline(dut, ops, apply, lambda: capture(dut, lanes), gaps=gaps)
+    outputs = await drive_pipeline(dut, ops, lambda item: apply_op(dut, *item),
+                                   lambda: capture(dut, lanes), gaps=gaps)
     for n, ((op, a, b), (have, error)) in enumerate(zip(ops, outputs, strict=True)):
         want_error = shift_error_reference(op, b)
         if error != want_error:
@@ -337,25 +348,18 @@ async def alu_requant_between_others(dut) -> None:
     def apply(item: tuple[str, tuple]) -> None:
         kind, case = item
         if kind == "op":
-            op, a, b = case
-            dut.op.value, dut.a.value, dut.b.value = op, pack(a, "<i4"), pack(b, "<i4")
+            apply_op(dut, *case)
         else:
-            a, records = case
-            dut.op.value, dut.a.value, dut.b.value = int(AluOp.REQUANT), pack(a, "<i4"), 0
-            dut.rec.value = record_entry(cfg, records)
+            apply_requant(dut, cfg, *case)
 
     outputs = await drive_pipeline(dut, items, apply, lambda: capture(dut, lanes))
-    supported = requant_supported(cfg)
     for n, ((kind, case), (have, error)) in enumerate(zip(items, outputs, strict=True)):
         if kind == "op":
             op, a, b = case
             want_error = shift_error_reference(op, b)
             want = alu_reference(op, a, b).tolist()
         else:
-            a, records = case
-            want_error = supported and any(r["shift"] > 62 for r in records)
-            want = [requant_reference(int(a[k]), records[k % cfg.block_out]) if supported
-                    else 0 for k in range(lanes)]
+            want_error, want = requant_expected(cfg, *case)
         assert error == want_error, f"item #{n} ({kind}): shift_error"
         if not want_error:
             assert have.tolist() == want, f"item #{n} ({kind}): {have.tolist()} != {want}"
