@@ -170,7 +170,7 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     env = yowasp_env()
     t0 = time.monotonic()
     platform = board.platform()
-    nextpnr_opts = f"--report nextpnr-report.json --seed {seed}"
+    nextpnr_opts = f"--report nextpnr-report.json --detailed-timing-report --seed {seed}"
     if router is not None:
         nextpnr_opts += f" --router {router}"
     if board.family == "ice40":

@@ -1,5 +1,5 @@
-"""``tensorfab fpga build|program|breakdown``: bitstreams from open tools, loading them,
-and where their logic goes."""
+"""``tensorfab fpga build|program|breakdown|paths``: bitstreams from open tools, loading
+them, where their logic goes, and which paths miss the clock."""
 
 from __future__ import annotations
 
@@ -70,6 +70,49 @@ def _breakdown(args: argparse.Namespace) -> int:
     return 0
 
 
+def _paths(args: argparse.Namespace) -> int:
+    from tensorfab.cli_output import CliError
+    from tensorfab.fpga_builds.timing_paths import Netlist, load_timing_report, timing_paths
+
+    build = Path(args.build_dir)
+    target = args.target_mhz
+    if target is None:
+        report = build / "report.json"
+        if not report.exists():
+            raise CliError(f"{report} not found; give --target-mhz")
+        target = json.loads(report.read_text())["target_mhz"]
+    raw = load_timing_report(build)
+    top_json = build / "top.json"
+    netlist = Netlist(json.loads(top_json.read_text())) if top_json.exists() else None
+    result = timing_paths(raw, target, netlist, top=args.top)
+    console = Console(stderr=args.json)
+    if not console.is_terminal:
+        console.width = max(console.width, 140)
+    console.print(f"{result['failing']} of {result['endpoints']} register inputs arrive after "
+                  f"{result['period_ns']} ns ({target} MHz); worst "
+                  f"{result['worst_arrival_ns']} ns; {result['group_count']} start/end pairs",
+                  highlight=False)
+    table = Table(title="failing paths by launching and capturing register, worst first")
+    for col, justify in (("slack ns", "right"), ("pins", "right"), ("from", "left"),
+                         ("to", "left"), ("through (modelled)", "left")):
+        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for grp in result["groups"]:
+        through = " → ".join(s["signal"].rsplit(".", 1)[-1] for s in grp["through"][1:-1])
+        table.add_row(f"{grp['slack_ns']:.2f}", str(grp["endpoints"]), grp["from"] or "?",
+                      grp["to"], through)
+    console.print(table)
+    mods = Table(title="failing register inputs per module")
+    mods.add_column("module")
+    mods.add_column("failing", justify="right")
+    mods.add_column("worst slack ns", justify="right")
+    for m in result["modules"]:
+        mods.add_row(m["module"] or "(top)", str(m["failing"]), f"{m['slack_ns']:.2f}")
+    console.print(mods)
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
 def _program(args: argparse.Namespace) -> int:
     from tensorfab.fpga_builds.program import program_board
 
@@ -119,6 +162,16 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     bd.add_argument("--json", action="store_true", help="the table on stderr, the result "
                     "as one JSON object on stdout")
     bd.set_defaults(func=_breakdown)
+    tp = fs.add_parser("paths", help="every path that misses the clock, grouped by the "
+                        "registers it starts and ends at (from a build's nextpnr report)")
+    tp.add_argument("build_dir", help="a `tensorfab fpga build` output directory")
+    tp.add_argument("--target-mhz", type=float, metavar="MHZ",
+                    help="check against this clock (default: the build's target)")
+    tp.add_argument("--top", type=int, default=25, metavar="N",
+                    help="show the N worst start/end pairs (default 25)")
+    tp.add_argument("--json", action="store_true", help="the tables on stderr, the result "
+                    "as one JSON object on stdout")
+    tp.set_defaults(func=_paths)
     p = fs.add_parser("program", help="load a bitstream with openFPGALoader")
     p.add_argument("--board", required=True, choices=list(BOARDS))
     p.add_argument("bitstream")

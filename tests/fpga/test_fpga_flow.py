@@ -19,6 +19,7 @@ from tensorfab.fpga_builds.report import (
     resources,
     utilization_from_log,
 )
+from tensorfab.fpga_builds.timing_paths import signal_of
 
 NEXTPNR_LOG = """\
 Info: Device utilisation:
@@ -192,6 +193,29 @@ def test_ci_bitstream(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     if report["fmax_mhz"] < 100.0:
         with pytest.raises(TimingFailure, match=r"target 100.00 MHz \(slack -"):
             check_timing(at_100)
+    check_paths_against_nextpnr(out, report, capsys)
+
+
+def check_paths_against_nextpnr(out: Path, report: dict,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`fpga paths` on a real build, against nextpnr's own critical path: at a clock
+    just above fmax its worst endpoint fails, with nextpnr's arrival, and the modelled
+    path of that endpoint starts at the register nextpnr's path starts at."""
+    raw = json.loads((out / "nextpnr-report.json").read_text())
+    (crit,) = [p["path"] for p in raw["critical_paths"] if p["from"] == p["to"]]
+    total = sum(seg["delay"] for seg in crit)
+    setup = sum(seg["delay"] for seg in crit if seg["type"] == "setup")
+    assert 1000 / total == pytest.approx(report["fmax_mhz"], abs=0.01)
+    above = round(report["fmax_mhz"] * 1.02, 2)
+    assert main(["fpga", "paths", str(out), "--target-mhz", str(above), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["endpoints"] > report["resources"]["FF"]["used"]  # FFs have CE, LSR too
+    assert 0 < result["failing"] < result["endpoints"]
+    assert result["worst_arrival_ns"] == pytest.approx(total - setup, abs=2e-3)
+    worst = result["groups"][0]
+    end = crit[-1]["to"]
+    assert worst["to"] == signal_of(end["cell"])
+    assert worst["from"] == signal_of(crit[0]["from"]["cell"]), (worst, crit[0])
 
 
 @pytest.mark.slow

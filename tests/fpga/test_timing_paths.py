@@ -1,0 +1,144 @@
+"""`tensorfab fpga paths`: failing paths from nextpnr's detailed timing report.
+
+A hand-made report whose paths are worked out below; the real report of a build is
+checked against nextpnr's own critical path in test_fpga_flow.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tensorfab.cli import main
+from tensorfab.fpga_builds.errors import FpgaBuildError
+from tensorfab.fpga_builds.timing_paths import (
+    Netlist,
+    load_timing_report,
+    signal_of,
+    timing_paths,
+)
+
+
+def _net(name: str, driver: str, port: str, *endpoints: tuple[str, str, float],
+         event: str = "posedge clk") -> dict:
+    return {"net": name, "sources": [], "driver": driver, "port": port, "event": event,
+            "endpoints": [{"cell": c, "port": p, "event": "posedge clk", "delay": [0.1, t]}
+                          for c, p, t in endpoints]}
+
+
+# Registers a, c, b (two bits) and d; LUTs l1, x, y. In the netlist (delay model:
+# flip-flop 0.52, LUT 0.26, net 0.8):
+#   a ──────────→ l1.A ─┐
+#   c ──→ x ──→ l1.B ─┼─ l1 ─→ b[0].DI     latest modelled path c → x → l1 (2.64)
+#   b[0] ─────────→ l1.C ─┘
+#   a ──→ y ─→ b[1].DI, d.CE
+# nextpnr's report has only the endpoints with their arrival (ns).
+FF_B, FF_B1, FF_D = "top.u.b_TRELLIS_FF_Q", "top.u.b_TRELLIS_FF_Q_1", "top.u.d_TRELLIS_FF_Q"
+REPORT = {"fmax": {}, "critical_paths": [], "detailed_net_timings": [
+    _net("clk", "pll", "CLKOP", (FF_B, "CLK", 0.0), event="<async>"),
+    _net("top.u.b_TRELLIS_FF_Q_DI", "l1", "F", (FF_B, "M", 11.0)),
+    _net("top.u.y_LUT4_Z", "y", "F", (FF_B1, "M", 10.5), (FF_D, "CE", 4.0)),
+]}
+
+
+def _cell(ctype: str, **ports: list[int | str]) -> dict:
+    outputs = {"Q", "Z"}
+    return {"type": ctype, "connections": ports,
+            "port_directions": {p: "output" if p in outputs else "input" for p in ports}}
+
+
+def _yosys(cells: dict, nets: dict[str, list[int]]) -> dict:
+    return {"modules": {"top": {"cells": cells, "netnames": {
+        n: {"hide_name": 0, "bits": b} for n, b in nets.items()}}}}
+
+
+NETLIST_JSON = _yosys(
+    {"top.a_TRELLIS_FF_Q": _cell("TRELLIS_FF", DI=[1], Q=[2]),
+     "top.c_TRELLIS_FF_Q": _cell("TRELLIS_FF", Q=[3]),
+     FF_B: _cell("TRELLIS_FF", DI=[10], Q=[4]),
+     FF_B1: _cell("TRELLIS_FF", DI=[11], Q=[5]),
+     FF_D: _cell("TRELLIS_FF", CE=[11], Q=[6]),
+     "top.u.b_TRELLIS_FF_Q_DI_LUT4_Z": _cell("LUT4", A=[2], B=[7], C=[4], D=["0"], Z=[10]),
+     "top.u.x_LUT4_Z": _cell("LUT4", A=[3], Z=[7]),
+     "top.u.y_LUT4_Z": _cell("LUT4", A=[2], Z=[11])},
+    {"top.a": [2], "top.c": [3], "top.u.b": [4, 5], "top.u.d": [6], "top.u.x": [7],
+     "top.u.b_TRELLIS_FF_Q_DI": [10], "top.u.y_LUT4_Z": [11]})
+NETLIST = Netlist(NETLIST_JSON)
+
+
+def test_signal_of_strips_what_synthesis_added() -> None:
+    assert signal_of("soc.core.compute.cur2_TRELLIS_FF_Q_28") == "soc.core.compute.cur2"
+    assert signal_of("soc.core.compute.s2_alu_LUT4_D_Z[3]") == "soc.core.compute.s2_alu"
+    assert signal_of("soc.core.compute.uop_raw[19]") == "soc.core.compute.uop_raw"
+    assert signal_of("$nextpnr_CCU2C_219$CIN") == ""
+
+
+def test_paths_grouped_by_start_and_end_register() -> None:
+    result = timing_paths(REPORT, 100.0, NETLIST)
+    assert (result["endpoints"], result["failing"], result["worst_arrival_ns"]) == (3, 2, 11.0)
+    first, second = result["groups"]
+    assert (first["from"], first["to"], first["endpoints"]) == ("top.c", "top.u.b", 1)
+    assert (first["slack_ns"], first["to_pin"]) == (-1.0, f"{FF_B}.M")
+    assert first["through"] == [{"signal": "top.c", "model_ns": 0.52},
+                                {"signal": "top.u.x", "model_ns": 1.58},
+                                {"signal": "top.u.b", "model_ns": 2.64}]
+    assert first["model_ns"] == 3.44
+    assert (second["from"], second["to"], second["slack_ns"]) == ("top.a", "top.u.b", -0.5)
+    assert [s["signal"] for s in second["through"]] == ["top.a", "top.u.y"]
+    assert result["modules"] == [{"module": "top.u", "failing": 2, "slack_ns": -1.0}]
+
+
+def test_paths_without_netlist_group_by_end() -> None:
+    (group,) = timing_paths(REPORT, 100.0)["groups"]
+    assert (group["from"], group["to"], group["endpoints"]) == (None, "top.u.b", 2)
+    assert group["through"] == [] and group["model_ns"] is None
+
+
+def test_paths_against_another_clock() -> None:
+    result = timing_paths(REPORT, 1000 / 10.75, NETLIST)
+    assert result["failing"] == 1 and [g["from"] for g in result["groups"]] == ["top.c"]
+    assert timing_paths(REPORT, 50.0, NETLIST)["groups"] == []
+    with pytest.raises(ValueError, match="positive"):
+        timing_paths(REPORT, 0)
+
+
+def test_netlist_bits_and_loops() -> None:
+    assert (NETLIST.bit_of("top.u.b[1]"), NETLIST.bit_of("top.u.b"), NETLIST.bit_of("top.a[0]"),
+            NETLIST.bit_of("top.u.b[2]"), NETLIST.bit_of("nope")) == (5, 4, 2, None, None)
+    assert NETLIST.latest_path("nope") is None
+    loop = Netlist(_yosys({"p": _cell("LUT4", A=[2], B=[9], Z=[1]),
+                           "q": _cell("LUT4", A=[1], Z=[2]),
+                           "r_TRELLIS_FF_Q": _cell("TRELLIS_FF", Q=[9])},
+                          {"p": [1], "q": [2]}))
+    path = loop.latest_path("q")  # a combinational loop ends the walk, not the program
+    assert path is not None and path["from"] == "r"
+    with pytest.raises(FpgaBuildError, match="no module 'top'"):
+        Netlist({"modules": {}})
+
+
+def test_report_errors(tmp_path: Path) -> None:
+    with pytest.raises(FpgaBuildError, match="no nextpnr report"):
+        load_timing_report(tmp_path)
+    (tmp_path / "nextpnr-report.json").write_text(json.dumps({"fmax": {}}))
+    with pytest.raises(FpgaBuildError, match="without --detailed-timing-report"):
+        load_timing_report(tmp_path)
+    (tmp_path / "nextpnr-report.json").write_text("{")
+    with pytest.raises(FpgaBuildError, match="not a JSON report"):
+        load_timing_report(tmp_path)
+
+
+def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "nextpnr-report.json").write_text(json.dumps(REPORT))
+    assert main(["fpga", "paths", str(tmp_path)]) == 2  # no report.json: needs a target
+    assert "give --target-mhz" in capsys.readouterr().err
+    (tmp_path / "report.json").write_text(json.dumps({"target_mhz": 100.0}))
+    (tmp_path / "top.json").write_text(json.dumps(NETLIST_JSON))
+    assert main(["fpga", "paths", str(tmp_path), "--json", "--top", "1"]) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out.splitlines()[-1])
+    assert (result["failing"], result["group_count"], len(result["groups"])) == (2, 2, 1)
+    assert "2 of 3 register inputs" in err and "top.c" in err and "top.u.b" in err
+    assert main(["fpga", "paths", str(tmp_path), "--target-mhz", "50", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["failing"] == 0
