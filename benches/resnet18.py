@@ -56,7 +56,7 @@ TARGETS = {"run_seconds": 20.0, "compile_seconds": 30.0, "accel_mac_fraction": 0
 
 
 def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str = "default",
-                       plot: str | None = "resnet18_layers.png", seed: int = 0
+                       plot: str | None = "build/bench/resnet18-layers.png", seed: int = 0
                        ) -> dict[str, Any]:
     """Run the benchmark (see the module docstring); ``plot`` is the PNG path (None:
     no chart)."""
@@ -264,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--target", default="rtl")
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--config", default="default")
-    ap.add_argument("--plot", default="resnet18_layers.png")
+    ap.add_argument("--plot", default="build/bench/resnet18-layers.png")
     args = ap.parse_args(argv)
     print(json.dumps(run_resnet18_bench(args.target, args.image_size, args.config,
                                         args.plot or None)))
