@@ -29,9 +29,11 @@ from .errors import FpgaBuildError
 __all__ = ["ECP5_DELAYS", "Netlist", "load_timing_report", "signal_of", "timing_paths"]
 
 #: Suffixes synthesis and packing add to a signal's name for the cells and nets they
-#: derive from it (``cur2_TRELLIS_FF_Q_28``, ``s2_alu_LUT4_D_Z[3]``).
+#: derive from it (``cur2_TRELLIS_FF_Q_28``, ``s2_alu_LUT4_D_Z[3]``, ``buf.0.0_DOA17``).
 _DERIVED = re.compile(r"(_TRELLIS_|_LUT4|_CCU2C|_PFUMX|_L6MUX|_DP16KD|_MULT18X18D|_DPR16X4|"
-                      r"_SB_|\$|\[).*$")
+                      r"_SB_|\$|\[|"
+                      # a RAM's pins (block RAM ``_DOA17``, ``_ADB7``, ``_CEB``; LUT RAM ``_DO_2``)
+                      r"_(?:D[IO]|AD|CE|OCE|WE|CS|RST)[AB]?(?:\d+|_\d+)?(?=$|_|\[)).*$")
 _INDEXED = re.compile(r"^(.*)\[(\d+)\]$")
 
 

@@ -70,6 +70,13 @@ def _breakdown(args: argparse.Namespace) -> int:
     return 0
 
 
+def _short(signal: str) -> str:
+    """A signal's name from its last named level on (``storage.0.6``, not ``6``)."""
+    parts = signal.split(".")
+    named = [k for k, p in enumerate(parts) if not p.isdigit()]
+    return ".".join(parts[named[-1] if named else 0:])
+
+
 def _paths(args: argparse.Namespace) -> int:
     from tensorfab.cli_output import CliError
     from tensorfab.fpga_builds.timing_paths import Netlist, load_timing_report, timing_paths
@@ -97,7 +104,7 @@ def _paths(args: argparse.Namespace) -> int:
                          ("to", "left"), ("through (modelled)", "left")):
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for grp in result["groups"]:
-        through = " → ".join(s["signal"].rsplit(".", 1)[-1] for s in grp["through"][1:-1])
+        through = " → ".join(_short(s["signal"]) for s in grp["through"][1:-1])
         table.add_row(f"{grp['slack_ns']:.2f}", str(grp["endpoints"]), grp["from"] or "?",
                       grp["to"], through)
     console.print(table)

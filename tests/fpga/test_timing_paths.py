@@ -73,6 +73,10 @@ def test_signal_of_strips_what_synthesis_added() -> None:
     assert signal_of("soc.core.compute.s2_alu_LUT4_D_Z[3]") == "soc.core.compute.s2_alu"
     assert signal_of("soc.core.compute.uop_raw[19]") == "soc.core.compute.uop_raw"
     assert signal_of("$nextpnr_CCU2C_219$CIN") == ""
+    assert signal_of("soc.core.uop_buf.0.0_DOA17_TRELLIS_FF_Q") == "soc.core.uop_buf.0.0"
+    assert signal_of("soc.core.acc_buf.0.0_ADB7") == "soc.core.acc_buf.0.0"
+    assert signal_of("soc.core.arbiter.q.storage.0.6_DO_2") == "soc.core.arbiter.q.storage.0.6"
+    assert signal_of("soc.core.fetch.do_next") == "soc.core.fetch.do_next"
 
 
 def test_paths_grouped_by_start_and_end_register() -> None:
