@@ -12,6 +12,7 @@ from tensorfab.isa.formats import (
     ALU_PIPELINE_STAGES,
     LOOP_ITER_WIDTH,
     MULHI_IMM_SHIFT,
+    UOP_INDEX_STAGES,
     UOP_READ_STAGES,
     header_format,
 )
@@ -164,8 +165,8 @@ class ComputeEngine(wiring.Component):
         imm = Signal(signed(32))
 
         issuing = Signal()
-        # hold: the ALU micro-op at S1 reads the entry the one at S2 or S3 writes; it
-        # waits at S1 (and S0, S0R with it) until it can meet the result registered
+        # hold: the ALU micro-op at S1C reads the entry the one at S2 or S3 writes; it
+        # waits at S1C (and S0, S0R, S1 with it) until it can meet the result registered
         hold = Signal()
         # S0R: the micro-op read is registered (UOP_READ_STAGES): the block RAM's
         # clock-to-output leaves too little of a cycle for the index adders
@@ -173,38 +174,49 @@ class ComputeEngine(wiring.Component):
         r_valid = Signal()
         r_off = [Signal(INDEX_WIDTH, name=f"r_off{k}") for k in range(3)]
         uop_q = Signal(len(self.uop_rd.data))
+        # S1C: the indices are registered (UOP_INDEX_STAGES) before the range checks,
+        # the interlock and the reads: index adders, range comparisons, the interlock's
+        # comparisons and the loop counters' advance in one cycle were an FPGA
+        # critical path
+        assert UOP_INDEX_STAGES == 1
+        c_valid = Signal()
         with m.If(~hold):
             m.d.sync += [r_valid.eq(issuing & ~self.halt & ~error),
                          s1_valid.eq(r_valid & ~self.halt & ~error),
+                         c_valid.eq(s1_valid & ~self.halt & ~error),
                          uop_q.eq(self.uop_rd.data)]
         with m.Else():
             m.d.sync += [r_valid.eq(r_valid & ~self.halt & ~error),
-                         s1_valid.eq(s1_valid & ~self.halt & ~error)]
+                         s1_valid.eq(s1_valid & ~self.halt & ~error),
+                         c_valid.eq(c_valid & ~self.halt & ~error)]
         m.d.comb += [self.uop_rd.addr.eq(u), self.uop_rd.en.eq(issuing)]
         with m.If(issuing):
             m.d.sync += [r_off[k].eq(cur[k]) for k in range(3)]
         with m.If(r_valid & ~hold):
             m.d.sync += [s1_off[k].eq(r_off[k]) for k in range(3)]
 
-        # S1: indices and range checks
+        # S1: the indices (registered); S1C: range checks, interlock, reads
         uop_raw = Signal(uop_format(cfg).width)
         m.d.comb += uop_raw.eq(Cat(uop_q, Const(0, uop_format(cfg).width
                                                 - uop_format(cfg).used_bits)))
         uop = data.View(uop_layout(cfg), uop_raw)
-        idx_a = Signal(INDEX_WIDTH)
-        idx_s = Signal(INDEX_WIDTH)
-        idx_w = Signal(INDEX_WIDTH)
-        m.d.comb += [idx_a.eq(uop.acc + s1_off[0]), idx_s.eq(uop.src + s1_off[1]),
-                     idx_w.eq(uop.wgt + s1_off[2])]
         src_depth = Mux(is_gemm, cfg.inp_depth, cfg.acc_depth)
         # fields an instruction does not use are ignored (docs/isa.md): a resetting
         # GEMM reads no input or weight, an ALU op with an immediate no source
         src_used = Mux(is_gemm, ~g.reset, ~a.use_imm & ~is_requant)
         wgt_used = Mux(is_gemm, ~g.reset, is_requant)
-        uop_bad = s1_valid & src_used & (uop.src >= src_depth)
-        range_bad = s1_valid & ((idx_a >= cfg.acc_depth) | (src_used & (idx_s >= src_depth))
-                                | (wgt_used & (idx_w >= cfg.wgt_depth)))
-        s1_ok = s1_valid & ~uop_bad & ~range_bad & ~error & ~self.halt
+        idx_a = Signal(INDEX_WIDTH)
+        idx_s = Signal(INDEX_WIDTH)
+        idx_w = Signal(INDEX_WIDTH)
+        c_uop_bad = Signal()  # the micro-op's source field itself is out of range
+        with m.If(~hold):
+            m.d.sync += [idx_a.eq(uop.acc + s1_off[0]), idx_s.eq(uop.src + s1_off[1]),
+                         idx_w.eq(uop.wgt + s1_off[2]),
+                         c_uop_bad.eq(src_used & (uop.src >= src_depth))]
+        uop_bad = c_valid & c_uop_bad
+        range_bad = c_valid & ((idx_a >= cfg.acc_depth) | (src_used & (idx_s >= src_depth))
+                               | (wgt_used & (idx_w >= cfg.wgt_depth)))
+        s1_ok = c_valid & ~uop_bad & ~range_bad & ~error & ~self.halt
         with m.If(uop_bad & ~error):
             m.d.sync += [error.eq(1), err_code.eq(ErrorCode.UOP_RANGE)]
         with m.Elif(range_bad & ~error):
@@ -324,7 +336,7 @@ class ComputeEngine(wiring.Component):
         gemm_slow = s2_valid & ~s2_alu
         m.d.comb += [self.gemm_busy.eq(gemm_slow), self.alu_busy.eq(alu_s2),
                      self.gemm_uops.eq(gemm_slow)]
-        in_flight = (r_valid | s1_valid | s2_valid | Cat(*dl_valid).any() | a3_valid
+        in_flight = (r_valid | s1_valid | c_valid | s2_valid | Cat(*dl_valid).any() | a3_valid
                      | alu_port.out_valid | a5_valid)
 
         # ------------------------------------------------------------ fast reset
@@ -349,13 +361,19 @@ class ComputeEngine(wiring.Component):
 
         # ------------------------------------------------------------- execution
         stop = self.halt | error
-        last_u = u + 1 == uop_end
-        last_j = j + 1 == iter_in
-        last_i = i + 1 == iter_out
+        # the loops' last values, registered at the start (the decoder rejects empty
+        # loops): each loop end is one comparison of two registers, not a sum and a
+        # comparison with a multiplexed instruction field
+        u_last, j_last, i_last = Signal.like(u), Signal.like(j), Signal.like(i)
+        last_u = u == u_last
+        last_j = j == j_last
+        last_i = i == i_last
         with m.If(seq.retire & (opcode == Opcode.FINISH)):
             m.d.sync += finished.eq(1)
         with m.If(ex.start):
             m.d.sync += [u.eq(uop_begin), j.eq(0), i.eq(0),
+                         u_last.eq(uop_end - 1), j_last.eq(iter_in - 1),
+                         i_last.eq(iter_out - 1),
                          alu_op.eq(a.op), use_imm.eq(a.use_imm),
                          imm.eq(a.imm)]
             m.d.sync += [row[k].eq(0) for k in range(3)]

@@ -53,6 +53,13 @@ ALU_PIPELINE_STAGES = 3
 #: fast reset included, takes ``UOP_READ_STAGES - 1`` cycles more than with a bare read.
 UOP_READ_STAGES = 2
 
+#: Cycles from a compute micro-op's index sums (micro-op field + loop offset) to the
+#: range checks, the interlock and the buffer reads they enable: the sums are
+#: registered (adder, range comparison, interlock and the loop counters' advance in one
+#: cycle were an FPGA critical path). Each GEMM and ALU instruction, not the fast
+#: reset, takes this many cycles more.
+UOP_INDEX_STAGES = 1
+
 
 class Opcode(IntEnum):
     """Instruction opcodes; codes 5 to 7 are illegal."""

@@ -28,6 +28,7 @@ from tensorfab.isa.formats import (
     ALU_PIPELINE_STAGES,
     FAST_RESET_LANES,
     TOKEN_QUEUES,
+    UOP_INDEX_STAGES,
     UOP_READ_STAGES,
     token_pops,
     token_pushes,
@@ -102,7 +103,7 @@ def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
     if isinstance(insn, Gemm | Alu):
         n = (insn.uop_end - insn.uop_begin) * insn.iter_out * insn.iter_in
         drain = ALU_PIPELINE_STAGES if isinstance(insn, Alu) else 0
-        return params.compute_fixed + drain + n, 0.0
+        return params.compute_fixed + UOP_INDEX_STAGES + drain + n, 0.0
     return 1.0, 0.0
 
 

@@ -12,6 +12,7 @@ from tensorfab.compiler.tensor.tile_search import search_plan
 from tensorfab.compiler.tensor.timing import DEFAULT_TIMING, fast_reset, insn_work, simulate
 from tensorfab.compiler.tensor.tokens import dispatch_order, insert_tokens
 from tensorfab.isa import PRESETS, Buffer, Engine, Gemm, Load, Store
+from tensorfab.isa.formats import UOP_INDEX_STAGES
 from tensorfab.sim import FunctionalSimulator
 
 CFG = PRESETS["default"]
@@ -83,7 +84,7 @@ def test_simulate_serial_chain():
              Store(y=1, x=10, stride=10, pop_prev=True)]
     t = simulate(insns, CFG)
     load = p.load_fixed + 2 * 4 * CFG.inp_entry_bytes / CFG.mem_bus_bytes
-    gemm = p.compute_fixed + 30
+    gemm = p.compute_fixed + UOP_INDEX_STAGES + 30
     store = p.store_fixed + 10 * CFG.out_entry_bytes / CFG.mem_bus_bytes
     assert t.start[1] == pytest.approx(p.start + load)
     assert t.cycles == pytest.approx(p.start + load + gemm + store)
