@@ -157,6 +157,8 @@ class HostBridge(wiring.Component):
         dump_first = Signal(range(len(table)))
         dump_count = Signal(range(len(table) + 1))
         dump_arg = Signal()
+        dump_addr = Signal(8)
+        dump_word = Signal(32)
         info_bytes = Array(Const(b, 8) for b in self.info.pack())
 
         def respond(n: int | Value) -> list:
@@ -356,16 +358,25 @@ class HostBridge(wiring.Component):
                 with m.If(idx == n_info - 1):
                     m.d.sync += respond(n_info)
                     m.next = "TX_HEADER"
+            # a CSR per three states, each a register: its address, its value (read
+            # once, so its four bytes are of one cycle), its bytes into the buffer
             with m.State("DUMP"):
-                reg = idx >> 2
-                m.d.comb += [self.csr.addr.eq(Mux(dump_arg, args[:8],
-                                                  offsets[dump_first + reg])),
-                             wp.addr.eq(idx), wp.en.eq(1),
-                             wp.data.eq(self.csr.r_data.word_select(idx[:2], 8))]
+                m.d.sync += dump_addr.eq(Mux(dump_arg, args[:8],
+                                             offsets[dump_first + (idx >> 2)]))
+                m.next = "DUMP_READ"
+            with m.State("DUMP_READ"):
+                m.d.comb += self.csr.addr.eq(dump_addr)
+                m.d.sync += dump_word.eq(self.csr.r_data)
+                m.next = "DUMP_BYTES"
+            with m.State("DUMP_BYTES"):
+                m.d.comb += [wp.addr.eq(idx), wp.en.eq(1),
+                             wp.data.eq(dump_word.word_select(idx[:2], 8))]
                 m.d.sync += idx.eq(idx + 1)
                 with m.If(idx == (dump_count << 2) - 1):
                     m.d.sync += respond(dump_count << 2)
                     m.next = "TX_HEADER"
+                with m.Elif(idx[:2] == 3):
+                    m.next = "DUMP"
             with m.State("START"):
                 # INSN_BASE, INSN_COUNT, DRAM_SIZE from the arguments, then CTRL
                 regs = [("INSN_BASE", args[:32]), ("INSN_COUNT", args[32:64]),
