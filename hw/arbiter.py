@@ -10,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 from tensorfab.isa import HwConfig
 
 from .mem_port import LEN_WIDTH, MAX_BURST, MemPortSignature, MemReadSignature, MemWriteSignature
+from .register_slice import RegisterSlice
 
 __all__ = ["MemArbiter"]
 
@@ -72,11 +73,12 @@ class MemArbiter(wiring.Component):
         m.submodules.wr_fifo = wr_fifo = SyncFIFO(width=LEN_WIDTH, depth=self.outstanding)
         # ---- each master's commands enter through a two-entry register slice, so
         # that no path runs from one master's command logic through the grant into
-        # another's (the FPGA's critical path): one cycle more per command
+        # another's (the FPGA's critical path): one cycle more per command. Its head
+        # is a flip-flop (a SyncFIFO's LUT RAM read began the budget's critical path)
         cmds = []
         for name, mst in (("fetch", self.fetch), ("load", self.load), ("store", self.store)):
             layout = mst.cmd.payload.shape()
-            q = SyncFIFO(width=layout.size, depth=2)
+            q = RegisterSlice(layout.size)
             m.submodules[f"{name}_cmd_slice"] = q
             m.d.comb += [q.w_data.eq(mst.cmd.payload), q.w_en.eq(mst.cmd.valid),
                          mst.cmd.ready.eq(q.w_rdy)]
