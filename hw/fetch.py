@@ -115,11 +115,15 @@ class Fetch(wiring.Component):
         one_left = Signal()  # left == 1
         req_left = Signal(32)  # words still to request
         req_addr = Signal(cfg.dram_addr_width)
-        reserved = Signal(range(D + 1))  # words requested, not yet in the buffer
+        # buffer words neither in the buffer nor requested: D - (fifo level + words
+        # requested, not yet in the buffer), kept as one register so that a read's room
+        # is one comparison of two registers (the sum of three was an FPGA critical path)
+        free = Signal(range(D + 1), init=D)
         outstanding = Signal(range(D * kw + 1))  # beats requested, not yet received
         disp_idx = Signal(32)
         cmd_stuck = Signal()
         issuing = Signal()
+        take = Signal()  # the buffer's first word moves into the head register
 
         # ---- read commands
         cmd = self.mem.cmd
@@ -133,7 +137,7 @@ class Fetch(wiring.Component):
             cmd.payload.addr.eq(req_addr),
             cmd.payload.len.eq((n * kw - 1)[:LEN_WIDTH]),
             cmd.valid.eq(cmd_stuck | (issuing & ~self.halt & (n != 0)
-                                      & (fifo.level + reserved + n <= D))),
+                                      & (n <= free))),
         ]
         cmd_fire = cmd.valid & cmd.ready
         m.d.sync += cmd_stuck.eq(cmd.valid & ~cmd.ready)
@@ -158,7 +162,8 @@ class Fetch(wiring.Component):
             m.d.comb += [word_done.eq(rfire), fifo.w_data.eq(rdata.payload.data)]
         m.d.comb += fifo.w_en.eq(word_done & ~flush)
         m.d.sync += [
-            reserved.eq(reserved + Mux(cmd_fire, n, 0) - word_done),
+            # in IDLE the buffer is flushed and no read is outstanding (DRAIN waits)
+            free.eq(Mux(flush, D, free - Mux(cmd_fire, n, 0) + take)),
             outstanding.eq(outstanding + Mux(cmd_fire, n * kw, 0) - rfire),
         ]
 
@@ -182,7 +187,6 @@ class Fetch(wiring.Component):
                 with m.Case(op):
                     m.d.comb += [s.valid.eq(dispatching), ready.eq(s.ready)]
         disp_fire = dispatching & ready
-        take = Signal()  # the buffer's first word moves into the head register
         m.d.comb += [take.eq(fifo.r_rdy & (~head_valid | disp_fire)), fifo.r_en.eq(take)]
         with m.If(flush):
             m.d.sync += head_valid.eq(0)
