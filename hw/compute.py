@@ -200,11 +200,21 @@ class ComputeEngine(wiring.Component):
         m.d.comb += uop_raw.eq(Cat(uop_q, Const(0, uop_format(cfg).width
                                                 - uop_format(cfg).used_bits)))
         uop = data.View(uop_layout(cfg), uop_raw)
-        src_depth = Mux(is_gemm, cfg.inp_depth, cfg.acc_depth)
-        # fields an instruction does not use are ignored (docs/isa.md): a resetting
-        # GEMM reads no input or weight, an ALU op with an immediate no source
-        src_used = Mux(is_gemm, ~g.reset, ~a.use_imm & ~is_requant)
-        wgt_used = Mux(is_gemm, ~g.reset, is_requant)
+        # the instruction's kind and the fields its micro-ops use, registered at its
+        # start for the micro-op pipeline (its first micro-op reaches S1 three cycles
+        # later): no decoding of the instruction word ahead of the checks and the reads
+        q_gemm, q_alu, q_requant, q_reset = Signal(), Signal(), Signal(), Signal()
+        src_used, wgt_used = Signal(), Signal()
+        with m.If(ex.start):
+            # fields an instruction does not use are ignored (docs/isa.md): a resetting
+            # GEMM reads no input or weight, an ALU op with an immediate no source
+            m.d.sync += [q_gemm.eq(is_gemm), q_alu.eq(is_alu), q_requant.eq(is_requant),
+                         q_reset.eq(g.reset),
+                         src_used.eq(Mux(is_gemm, ~g.reset, ~a.use_imm & ~is_requant)),
+                         wgt_used.eq(Mux(is_gemm, ~g.reset, is_requant))]
+
+        def src_beyond(index: Value) -> Value:  # past the source buffer's depth
+            return Mux(q_gemm, index >= cfg.inp_depth, index >= cfg.acc_depth)
         idx_a = Signal(INDEX_WIDTH)
         idx_s = Signal(INDEX_WIDTH)
         idx_w = Signal(INDEX_WIDTH)
@@ -212,9 +222,9 @@ class ComputeEngine(wiring.Component):
         with m.If(~hold):
             m.d.sync += [idx_a.eq(uop.acc + s1_off[0]), idx_s.eq(uop.src + s1_off[1]),
                          idx_w.eq(uop.wgt + s1_off[2]),
-                         c_uop_bad.eq(src_used & (uop.src >= src_depth))]
+                         c_uop_bad.eq(src_used & src_beyond(uop.src))]
         uop_bad = c_valid & c_uop_bad
-        range_bad = c_valid & ((idx_a >= cfg.acc_depth) | (src_used & (idx_s >= src_depth))
+        range_bad = c_valid & ((idx_a >= cfg.acc_depth) | (src_used & src_beyond(idx_s))
                                | (wgt_used & (idx_w >= cfg.wgt_depth)))
         s1_ok = c_valid & ~uop_bad & ~range_bad & ~error & ~self.halt
         with m.If(uop_bad & ~error):
@@ -223,9 +233,9 @@ class ComputeEngine(wiring.Component):
             m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
 
         m.d.comb += [
-            self.inp_rd.addr.eq(idx_s), self.inp_rd.en.eq(s1_ok & is_gemm),
-            self.wgt_rd.addr.eq(idx_w), self.wgt_rd.en.eq(s1_ok & (is_gemm | is_requant)),
-            self.acc_rd_src.addr.eq(idx_s), self.acc_rd_src.en.eq(s1_ok & is_alu),
+            self.inp_rd.addr.eq(idx_s), self.inp_rd.en.eq(s1_ok & q_gemm),
+            self.wgt_rd.addr.eq(idx_w), self.wgt_rd.en.eq(s1_ok & (q_gemm | q_requant)),
+            self.acc_rd_src.addr.eq(idx_s), self.acc_rd_src.en.eq(s1_ok & q_alu),
         ]
         # the interlock compares the entry bits only: both indices passed the range check
         a3_valid = Signal()
@@ -234,10 +244,10 @@ class ComputeEngine(wiring.Component):
         def reads(addr: Signal) -> Value:
             return ((idx_a[:cfg.acc_bits] == addr)
                     | (src_used & (idx_s[:cfg.acc_bits] == addr)))
-        m.d.comb += hold.eq(s1_ok & is_alu & ((s2_valid & s2_alu & reads(s2_addr))
+        m.d.comb += hold.eq(s1_ok & q_alu & ((s2_valid & s2_alu & reads(s2_addr))
                                               | (a3_valid & reads(a3_addr))))
         m.d.sync += [s2_valid.eq(s1_ok & ~hold), s2_addr.eq(idx_a),
-                     s2_reset.eq(g.reset & is_gemm), s2_alu.eq(is_alu)]
+                     s2_reset.eq(q_reset & q_gemm), s2_alu.eq(q_alu)]
 
         # GEMM products and delay line
         m.d.comb += [gemm.inp.eq(self.inp_rd.data), gemm.wgt.eq(self.wgt_rd.data),
@@ -254,7 +264,7 @@ class ComputeEngine(wiring.Component):
         # read could not see, forwarded)
         assert lat >= 2
         gemm_rd_valid, gemm_rd_addr = dl_valid[lat - 2], dl_addr[lat - 2]
-        with m.If(s1_ok & is_alu):
+        with m.If(s1_ok & q_alu):
             m.d.comb += [self.acc_rd_dst.addr.eq(idx_a), self.acc_rd_dst.en.eq(1)]
         with m.Else():
             m.d.comb += [self.acc_rd_dst.addr.eq(gemm_rd_addr),
