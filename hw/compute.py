@@ -276,16 +276,18 @@ class ComputeEngine(wiring.Component):
         gemm_new = Signal(self.acc_wr.data.shape())
         alu_new = Signal(self.acc_wr.data.shape())
         acc_reg = Signal(self.acc_wr.data.shape())  # the read data, one cycle later
-        last_valid = Signal()  # the accumulator write of the previous cycle
-        last_addr = Signal(cfg.acc_bits)
-        last_data = Signal(self.acc_wr.data.shape())
+        last_data = Signal(self.acc_wr.data.shape())  # the accumulator write of the
+        # previous cycle, and whether it was to the entry written back now: compared a
+        # cycle ahead, with the delay line's address one stage before the write-back, so
+        # that a register, not a comparison, selects the data ahead of the adders
+        forward = Signal()
         acc_cur = Signal(self.acc_wr.data.shape())
         with m.If(dl_valid[lat - 1]):
             m.d.sync += acc_reg.eq(self.acc_rd_dst.data)
-        m.d.sync += last_valid.eq(self.acc_wr.en)
-        with m.If(self.acc_wr.en):  # enabled registers: Verilator copies them only then
-            m.d.sync += [last_addr.eq(self.acc_wr.addr), last_data.eq(self.acc_wr.data)]
-        m.d.comb += acc_cur.eq(Mux(last_valid & (last_addr == wb_addr), last_data, acc_reg))
+        m.d.sync += forward.eq(self.acc_wr.en & (self.acc_wr.addr == dl_addr[lat - 1]))
+        with m.If(self.acc_wr.en):
+            m.d.sync += last_data.eq(self.acc_wr.data)
+        m.d.comb += acc_cur.eq(Mux(forward, last_data, acc_reg))
         acc_old = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), acc_cur)
         m.d.comb += gemm_new.eq(Cat(*[
             Mux(wb_reset, 0, (acc_old[k] + prod[k].as_unsigned())[:cfg.acc_width])
