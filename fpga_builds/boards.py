@@ -140,9 +140,10 @@ BOARDS: dict[str, Board] = {
               "up5k", "ice40_generic", "ICESTORM_DSP"),
         Board("orangecrab-25f", "ecp5", _orangecrab_with_uart(OrangeCrabR0_2_25FPlatform),
               100.0, 16 * 1024, "ecp5-25f", "orangecrab", "MULT18X18D", ORANGECRAB_DFU_IDS,
-              clock_mhz=48.0),
+              clock_mhz=80.0),
         Board("orangecrab-85f", "ecp5", _orangecrab_with_uart(OrangeCrabR0_2_85FPlatform),
-              100.0, 64 * 1024, "tiny", "orangecrab", "MULT18X18D", ORANGECRAB_DFU_IDS),
+              100.0, 64 * 1024, "tiny", "orangecrab", "MULT18X18D", ORANGECRAB_DFU_IDS,
+              clock_mhz=72.0),
     )
 }
 
