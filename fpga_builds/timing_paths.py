@@ -26,7 +26,8 @@ from typing import Any
 
 from .errors import FpgaBuildError
 
-__all__ = ["ECP5_DELAYS", "Netlist", "load_timing_report", "signal_of", "timing_paths"]
+__all__ = ["ECP5_DELAYS", "Netlist", "load_netlist", "load_timing_report", "signal_of",
+           "timing_paths"]
 
 #: Suffixes synthesis and packing add to a signal's name for the cells and nets they
 #: derive from it (``cur2_TRELLIS_FF_Q_28``, ``s2_alu_LUT4_D_Z[3]``, ``buf.0.0_DOA17``).
@@ -72,23 +73,40 @@ def signal_of(name: str) -> str:
     return _DERIVED.sub("", name)
 
 
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    if not path.exists():
+        raise FpgaBuildError(f"{path}: no {what} (build with `tensorfab fpga build`)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise FpgaBuildError(f"{path}: not a JSON {what} ({exc})") from None
+
+
 def load_timing_report(path: str | Path) -> dict[str, Any]:
     """Read nextpnr's JSON report (a build directory or the file), checking that it has
     the detailed net timings."""
     path = Path(path)
     if path.is_dir():
         path = path / "nextpnr-report.json"
-    if not path.exists():
-        raise FpgaBuildError(f"{path}: no nextpnr report (build with `tensorfab fpga build`)")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise FpgaBuildError(f"{path}: not a JSON report ({exc})") from None
+    raw = _read_json(path, "nextpnr report")
     if "detailed_net_timings" not in raw:
         raise FpgaBuildError(f"{path}: the report has no detailed_net_timings (nextpnr ran "
                              "without --detailed-timing-report); rebuild it with "
                              "`tensorfab fpga build`")
     return raw
+
+
+def load_netlist(path: str | Path, delays: CellDelays | None = None) -> Netlist:
+    """Read a build's Yosys netlist (a build directory, for its ``top.json``, or the
+    file) into a :class:`Netlist`."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "top.json"
+    yosys = _read_json(path, "Yosys netlist")
+    try:
+        return Netlist(yosys, delays or ECP5_DELAYS)
+    except FpgaBuildError as exc:
+        raise FpgaBuildError(f"{path}: {exc}") from None
 
 
 class Netlist:

@@ -79,7 +79,7 @@ def _short(signal: str) -> str:
 
 def _paths(args: argparse.Namespace) -> int:
     from tensorfab.cli_output import CliError
-    from tensorfab.fpga_builds.timing_paths import Netlist, load_timing_report, timing_paths
+    from tensorfab.fpga_builds.timing_paths import load_netlist, load_timing_report, timing_paths
 
     build = Path(args.build_dir)
     target = args.target_mhz
@@ -87,10 +87,12 @@ def _paths(args: argparse.Namespace) -> int:
         report = build / "report.json"
         if not report.exists():
             raise CliError(f"{report} not found; give --target-mhz")
-        target = json.loads(report.read_text())["target_mhz"]
+        try:
+            target = float(json.loads(report.read_text())["target_mhz"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise CliError(f"{report}: no target_mhz in it; give --target-mhz") from None
     raw = load_timing_report(build)
-    top_json = build / "top.json"
-    netlist = Netlist(json.loads(top_json.read_text())) if top_json.exists() else None
+    netlist = load_netlist(build) if (build / "top.json").exists() else None
     result = timing_paths(raw, target, netlist, top=args.top)
     console = Console(stderr=args.json)
     if not console.is_terminal:

@@ -15,6 +15,7 @@ from tensorfab.cli import main
 from tensorfab.fpga_builds.errors import FpgaBuildError
 from tensorfab.fpga_builds.timing_paths import (
     Netlist,
+    load_netlist,
     load_timing_report,
     signal_of,
     timing_paths,
@@ -129,14 +130,27 @@ def test_report_errors(tmp_path: Path) -> None:
     with pytest.raises(FpgaBuildError, match="without --detailed-timing-report"):
         load_timing_report(tmp_path)
     (tmp_path / "nextpnr-report.json").write_text("{")
-    with pytest.raises(FpgaBuildError, match="not a JSON report"):
+    with pytest.raises(FpgaBuildError, match=r"nextpnr-report\.json: not a JSON nextpnr report"):
         load_timing_report(tmp_path)
+    with pytest.raises(FpgaBuildError, match=r"top\.json: no Yosys netlist"):
+        load_netlist(tmp_path)
+    (tmp_path / "top.json").write_text("[")
+    with pytest.raises(FpgaBuildError, match=r"top\.json: not a JSON Yosys netlist"):
+        load_netlist(tmp_path)
+    (tmp_path / "top.json").write_text(json.dumps({"modules": {"cpu": {}}}))
+    with pytest.raises(FpgaBuildError, match=r"top\.json: the netlist has no module 'top'"):
+        load_netlist(tmp_path)
+    (tmp_path / "top.json").write_text(json.dumps(NETLIST_JSON))
+    assert load_netlist(tmp_path).bit_of("top.u.b[1]") == 5
 
 
 def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "nextpnr-report.json").write_text(json.dumps(REPORT))
     assert main(["fpga", "paths", str(tmp_path)]) == 2  # no report.json: needs a target
-    assert "give --target-mhz" in capsys.readouterr().err
+    assert "report.json not found; give --target-mhz" in capsys.readouterr().err
+    (tmp_path / "report.json").write_text(json.dumps({"board": "ulx3s-25f"}))
+    assert main(["fpga", "paths", str(tmp_path)]) == 2
+    assert "report.json: no target_mhz in it; give --target-mhz" in capsys.readouterr().err
     (tmp_path / "report.json").write_text(json.dumps({"target_mhz": 100.0}))
     (tmp_path / "top.json").write_text(json.dumps(NETLIST_JSON))
     assert main(["fpga", "paths", str(tmp_path), "--json", "--top", "1"]) == 0
