@@ -52,7 +52,9 @@ class CellDelays:
 
 #: ECP5 speed grade 6, from nextpnr's critical paths of our builds: flip-flop clock to
 #: Q 0.52, block RAM clock to output 5.8, LUT4 0.24, PFUMX/L6MUX 0.26, CCU2C operand to
-#: carry 0.45 and carry through 0.07 per cell, routed nets 0.3-1.8 (0.8 taken).
+#: carry 0.45 and carry through 0.07 per cell, routed nets 0.3-1.8 (0.8 taken). The
+#: ``SB_*`` (iCE40) entries are estimates, not measured (no iCE40 build fits yet): they
+#: are there so that an iCE40 netlist's registers end its paths.
 ECP5_DELAYS = CellDelays(
     launch={"TRELLIS_FF": 0.52, "DP16KD": 5.8, "TRELLIS_IO": 0.0, "EHXPLLL": 0.0,
             "TRELLIS_DPR16X4": 1.0, "SB_DFF": 0.5, "SB_RAM40_4K": 2.2,
@@ -117,7 +119,7 @@ class Netlist:
     yosys : dict
         Yosys' ``write_json`` output (a build's ``top.json``).
     delays : CellDelays
-        The delay model (:data:`ECP5_DELAYS` covers ECP5 and iCE40 cells).
+        The delay model (:data:`ECP5_DELAYS`: ECP5 cells measured, iCE40 estimated).
     top : str
         The top module.
     """
@@ -195,15 +197,17 @@ class Netlist:
         """Modelled latest arrival at ``bit``'s driver output: ``(ns, launching bit,
         previous bit)``; the launching bit is None for constants and inputs."""
         stack = [bit]
-        expanded: set[int] = set()  # pushed its inputs; until it is done, on the path
+        # bits that pushed their inputs, with them; until done, on the current path
+        expanded: dict[int, tuple[float | None, list[tuple[int, float]]]] = {}
         while stack:
             b = stack[-1]
             if b in self._arrival:
                 stack.pop()
                 continue
-            launch, ins = self._inputs(b)
-            if b not in expanded:
-                expanded.add(b)
+            if b in expanded:
+                launch, ins = expanded[b]
+            else:
+                launch, ins = expanded[b] = self._inputs(b)
                 # an input that is expanded but not done closes a combinational loop:
                 # the walk leaves that edge out
                 todo = [i for i, _ in ins if i not in self._arrival and i not in expanded]
