@@ -37,7 +37,9 @@ class ComputeEngine(wiring.Component):
 
         S0  read uop[u]
         S0R the micro-op is registered (nothing but routing after the block RAM)
-        S1  indices = uop + loop offsets, range checks;
+        S1  indices = uop + loop offsets, their range checks and the interlock's
+            comparisons with the two micro-ops ahead, all registered
+        S1C range errors, the interlock (`hold`);
             GEMM: read inp[x], wgt[w]          ALU: read acc[d], acc[s] (REQUANT: wgt[w])
         S2  GEMM: products enter the GemmCore  ALU: operands registered
         S3                                     ALU: first cycle (VectorAlu)
@@ -48,7 +50,7 @@ class ComputeEngine(wiring.Component):
 
     GEMM: the accumulator write of the cycle between its read and its write-back is
     forwarded, so back-to-back micro-ops on one entry need no stall. ALU: a micro-op
-    reading the entry one of the two micro-ops ahead of it writes is held at S1 until
+    reading the entry one of the two micro-ops ahead of it writes is held at S1C until
     that one reaches S4; one reading what the micro-op three ahead writes gets S5's
     result forwarded (read ports are transparent to the write port for anything
     further ahead). The pipeline drains at the end of each instruction before its
@@ -219,13 +221,19 @@ class ComputeEngine(wiring.Component):
         idx_s = Signal(INDEX_WIDTH)
         idx_w = Signal(INDEX_WIDTH)
         c_uop_bad = Signal()  # the micro-op's source field itself is out of range
+        # and each index past its buffer, found from the sums before they are
+        # registered: at S1C, a range check is one registered bit, not a comparison
+        # of 32 bits on the way to `hold`
+        c_index_bad = Signal()
+        sum_a, sum_s, sum_w = (uop.acc + s1_off[0]), (uop.src + s1_off[1]), (uop.wgt + s1_off[2])
         with m.If(~hold):
-            m.d.sync += [idx_a.eq(uop.acc + s1_off[0]), idx_s.eq(uop.src + s1_off[1]),
-                         idx_w.eq(uop.wgt + s1_off[2]),
-                         c_uop_bad.eq(src_used & src_beyond(uop.src))]
+            m.d.sync += [idx_a.eq(sum_a), idx_s.eq(sum_s), idx_w.eq(sum_w),
+                         c_uop_bad.eq(src_used & src_beyond(uop.src)),
+                         c_index_bad.eq((sum_a >= cfg.acc_depth)
+                                        | (src_used & src_beyond(sum_s))
+                                        | (wgt_used & (sum_w >= cfg.wgt_depth)))]
         uop_bad = c_valid & c_uop_bad
-        range_bad = c_valid & ((idx_a >= cfg.acc_depth) | (src_used & src_beyond(idx_s))
-                               | (wgt_used & (idx_w >= cfg.wgt_depth)))
+        range_bad = c_valid & c_index_bad
         s1_ok = c_valid & ~uop_bad & ~range_bad & ~error & ~self.halt
         with m.If(uop_bad & ~error):
             m.d.sync += [error.eq(1), err_code.eq(ErrorCode.UOP_RANGE)]
@@ -237,15 +245,23 @@ class ComputeEngine(wiring.Component):
             self.wgt_rd.addr.eq(idx_w), self.wgt_rd.en.eq(s1_ok & (q_gemm | q_requant)),
             self.acc_rd_src.addr.eq(idx_s), self.acc_rd_src.en.eq(s1_ok & q_alu),
         ]
-        # the interlock compares the entry bits only: both indices passed the range check
-        a3_valid = Signal()
-        a3_addr = Signal(cfg.acc_bits)
+        # The interlock: whether the micro-op at S1C reads the entry the one at S2
+        # (`c_dep2`) or at S3 (`c_dep3`) writes, registered a cycle ahead, when it
+        # enters S1C, from its index sums at S1 (so `hold`, which enables every
+        # register before S2 and the loops, is a gate of registers). While it waits
+        # the micro-op at S2 moves to S3 and a bubble to S2. The comparisons take the
+        # entry bits only: an index past the buffer fails its range check anyway.
+        c_dep2, c_dep3 = Signal(), Signal()
 
-        def reads(addr: Signal) -> Value:
-            return ((idx_a[:cfg.acc_bits] == addr)
-                    | (src_used & (idx_s[:cfg.acc_bits] == addr)))
-        m.d.comb += hold.eq(s1_ok & q_alu & ((s2_valid & s2_alu & reads(s2_addr))
-                                              | (a3_valid & reads(a3_addr))))
+        def reads(addr: Value) -> Value:  # the micro-op entering S1C reads `addr`
+            return ((sum_a[:cfg.acc_bits] == addr)
+                    | (src_used & (sum_s[:cfg.acc_bits] == addr)))
+        with m.If(hold):
+            m.d.sync += [c_dep2.eq(0), c_dep3.eq(c_dep2)]
+        with m.Else():
+            m.d.sync += [c_dep2.eq(s1_ok & reads(idx_a[:cfg.acc_bits])),
+                         c_dep3.eq(s2_valid & s2_alu & reads(s2_addr))]
+        m.d.comb += hold.eq(s1_ok & q_alu & (c_dep2 | c_dep3))
         m.d.sync += [s2_valid.eq(s1_ok & ~hold), s2_addr.eq(idx_a),
                      s2_reset.eq(q_reset & q_gemm), s2_alu.eq(q_alu)]
 
@@ -305,6 +321,8 @@ class ComputeEngine(wiring.Component):
         alu_port = AluSignature(cfg).flip().create()
         wiring.connect(m, alu_port, alu)
         vec_shape = self.acc_wr.data.shape()
+        a3_valid = Signal()
+        a3_addr = Signal(cfg.acc_bits)
         s2_src = Signal(cfg.acc_bits)
         m.d.sync += s2_src.eq(idx_s)
         a4_addr, a5_valid, a5_addr = Signal(cfg.acc_bits), Signal(), Signal(cfg.acc_bits)
@@ -377,6 +395,11 @@ class ComputeEngine(wiring.Component):
         # loops): each loop end is one comparison of two registers, not a sum and a
         # comparison with a multiplexed instruction field
         u_last, j_last, i_last = Signal.like(u), Signal.like(j), Signal.like(i)
+        # and the fields the loops step by, for the adders (not the instruction word
+        # through the GEMM/ALU field multiplexers)
+        q_uop_begin = Signal.like(u)
+        q_f_in = [Signal(f.shape(), name=f"q_f_in{k}") for k, f in enumerate(f_in)]
+        q_f_out = [Signal(f.shape(), name=f"q_f_out{k}") for k, f in enumerate(f_out)]
         last_u = u == u_last
         last_j = j == j_last
         last_i = i == i_last
@@ -385,11 +408,32 @@ class ComputeEngine(wiring.Component):
         with m.If(ex.start):
             m.d.sync += [u.eq(uop_begin), j.eq(0), i.eq(0),
                          u_last.eq(uop_end - 1), j_last.eq(iter_in - 1),
-                         i_last.eq(iter_out - 1),
+                         i_last.eq(iter_out - 1), q_uop_begin.eq(uop_begin),
                          alu_op.eq(a.op), use_imm.eq(a.use_imm),
                          imm.eq(a.imm)]
             m.d.sync += [row[k].eq(0) for k in range(3)]
             m.d.sync += [cur[k].eq(0) for k in range(3)]
+            m.d.sync += [q_f_in[k].eq(f_in[k]) for k in range(3)]
+            m.d.sync += [q_f_out[k].eq(f_out[k]) for k in range(3)]
+
+        # the loops' next values, computed whether or not the loop steps: `hold` (the
+        # interlock, late in the cycle) only enables the registers
+        u_next, j_next, i_next = Signal.like(u), Signal.like(j), Signal.like(i)
+        row_next = [Signal(INDEX_WIDTH, name=f"row_next{k}") for k in range(3)]
+        cur_next = [Signal(INDEX_WIDTH, name=f"cur_next{k}") for k in range(3)]
+        row_step = [row[k] + q_f_out[k] for k in range(3)]
+        m.d.comb += [u_next.eq(Mux(last_u, q_uop_begin, u + 1)),
+                     j_next.eq(Mux(last_u, Mux(last_j, 0, j + 1), j)),
+                     i_next.eq(Mux(last_u & last_j & ~last_i, i + 1, i))]
+        m.d.comb += [row_next[k].eq(Mux(last_u & last_j, row_step[k], row[k]))
+                     for k in range(3)]
+        m.d.comb += [cur_next[k].eq(Mux(~last_u, cur[k],
+                                        Mux(last_j, row_step[k], cur[k] + q_f_in[k])))
+                     for k in range(3)]
+        with m.If(issuing):
+            m.d.sync += [u.eq(u_next), j.eq(j_next), i.eq(i_next)]
+            m.d.sync += [row[k].eq(row_next[k]) for k in range(3)]
+            m.d.sync += [cur[k].eq(cur_next[k]) for k in range(3)]
 
         with m.FSM():
             with m.State("WAIT"), m.If(ex.start):
@@ -403,22 +447,8 @@ class ComputeEngine(wiring.Component):
                 m.d.comb += issuing.eq(~stop & ~hold)
                 with m.If(stop):
                     m.next = "WAIT"
-                with m.Elif(~hold):
-                    with m.If(~last_u):
-                        m.d.sync += u.eq(u + 1)
-                    with m.Else():
-                        m.d.sync += u.eq(uop_begin)
-                        with m.If(~last_j):
-                            m.d.sync += j.eq(j + 1)
-                            m.d.sync += [cur[k].eq(cur[k] + f_in[k]) for k in range(3)]
-                        with m.Else():
-                            m.d.sync += j.eq(0)
-                            m.d.sync += [row[k].eq(row[k] + f_out[k]) for k in range(3)]
-                            m.d.sync += [cur[k].eq(row[k] + f_out[k]) for k in range(3)]
-                            with m.If(~last_i):
-                                m.d.sync += i.eq(i + 1)
-                            with m.Else():
-                                m.next = "DRAIN"
+                with m.Elif(~hold & last_u & last_j & last_i):
+                    m.next = "DRAIN"
             with m.State("ZERO_UOP"):  # fast reset: read the micro-op
                 m.d.comb += self.uop_rd.en.eq(1)
                 with m.If(stop):
