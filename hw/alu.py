@@ -19,16 +19,18 @@ from tensorfab.isa.formats import (
 from .signatures import WGT_OFFSET, wgt_entry_order
 
 __all__ = ["AluSignature", "VectorAlu", "alu_lane", "finish_lane", "partial_products",
-           "requant_finish", "requant_first", "sum_products"]
+           "requant_finish", "requant_first", "sum_high_word", "sum_low_word"]
 
 
 #: Bits of the low half of each 32-bit multiplication operand: the halves' products
-#: fit the FPGA's 18×18 multipliers, and :class:`VectorAlu` sums them a cycle later.
+#: fit the FPGA's 18×18 multipliers, and :class:`VectorAlu` sums them over the next
+#: two cycles.
 HALF = 16
 
 
 def partial_products(x: Value, y: Value) -> list[Value]:
-    """``x · y`` as four products of 16-bit halves, for :func:`sum_products` to add.
+    """``x · y`` as four products of 16-bit halves, for :func:`sum_low_word` and
+    :func:`sum_high_word` to add.
 
     ``x = x_hi·2^16 + x_lo`` with ``x_lo`` unsigned (likewise ``y``), so
     ``x·y = x_lo·y_lo + (x_lo·y_hi + x_hi·y_lo)·2^16 + x_hi·y_hi·2^32``. Each product
@@ -56,8 +58,11 @@ def partial_products(x: Value, y: Value) -> list[Value]:
     return [x_lo * y_lo, x_lo * y_hi, x_hi * y_lo, x_hi * y_hi]
 
 
-def sum_products(parts: list[Value]) -> Value:
-    """The 64-bit signed product from :func:`partial_products`' four parts.
+def sum_low_word(parts: list[Value]) -> tuple[Value, Value, Value]:
+    """The first half of the sum of :func:`partial_products`' four parts: the low word
+    of the 64-bit product with its carry (33 bits), and the high word's other two
+    terms (the middle products' high part and ``hi·hi``), for :func:`sum_high_word`
+    a cycle later.
 
     Summed as two 32-bit halves with a carry between them: no intermediate is wider
     than 35 bits (a 65-bit sum would make Verilator use multi-word arithmetic, which
@@ -66,14 +71,19 @@ def sum_products(parts: list[Value]) -> Value:
     ll, lh, hl, hh = parts
     mid = lh + hl  # the 2^16 terms
     lo = ll + Cat(Const(0, HALF), mid[:HALF])  # 33 bits: the low word and its carry
-    hi = hh + (mid >> HALF) + lo[2 * HALF]
+    return lo, mid >> HALF, hh
+
+
+def sum_high_word(lo: Value, mid_hi: Value, hh: Value) -> Value:
+    """The signed 64-bit product from :func:`sum_low_word`'s three values."""
+    hi = hh + mid_hi + lo[2 * HALF]
     return Cat(lo[:2 * HALF], hi[:2 * HALF]).as_signed()
 
 
 def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Value, Value]:
     """First-cycle logic of one lane: ``OP(a, b)`` (docs/isa.md) for every operation
     but MUL and MULHI, which :func:`finish_lane` completes from
-    :func:`partial_products` in the second cycle (this gives 0 for them), and SHR_RND,
+    :func:`partial_products` in the third cycle (this gives 0 for them), and SHR_RND,
     whose rounding increment :func:`finish_lane` adds.
 
     Parameters
@@ -141,8 +151,8 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Valu
 
 def finish_lane(m: Module, op: Value, prod: Value, saturate: Value,
                 other: Value, round_up: Value, width: int) -> Value:
-    """Second-cycle logic of one lane: MUL and MULHI from ``prod``, the 64-bit sum of
-    the registered partial products (one 32×32 → 64-bit product serves both: the low
+    """Third-cycle logic of one lane: MUL and MULHI from ``prod``, the 64-bit sum of
+    the partial products (one 32×32 → 64-bit product serves both: the low
     half for MUL, the rounded high half for MULHI), SHR_RND's rounding increment added
     to its shift, any other operation's registered ``other`` result.
 
@@ -207,7 +217,7 @@ def requant_first(m: Module, go: Value, a: Value, record: dict[str, Value]
 
 
 def requant_finish(m: Module, go: Value, first: dict[str, Value]) -> Value:
-    """Second cycle of REQUANT on one lane: ``clamp(RDBPOT(p, shift) + zero_point, lo,
+    """Last cycle of REQUANT on one lane: ``clamp(RDBPOT(p, shift) + zero_point, lo,
     hi)`` with ``p = (a + bias) · multiplier``.
 
     Parameters
@@ -218,7 +228,7 @@ def requant_finish(m: Module, go: Value, first: dict[str, Value]) -> Value:
         The registered operation is REQUANT (as in :func:`requant_first`).
     first : dict[str, Value]
         :func:`requant_first`'s values, registered, with ``product``: the sum of the
-        registered partial products of its ``x · y``.
+        partial products of its ``x · y``.
 
     Returns
     -------
@@ -278,15 +288,16 @@ def AluSignature(cfg: HwConfig) -> wiring.Signature:
 class VectorAlu(wiring.Component):
     """Element-wise ALU over ``batch × block_out`` int32 lanes; the compute engine's ALU.
 
-    Two cycles per operation, one operation per cycle (:attr:`LATENCY` = 1): the first
-    computes every operation but MUL, MULHI and REQUANT, and those operations'
+    Three cycles per operation, one operation per cycle (:attr:`LATENCY` = 2): the
+    first computes every operation but MUL, MULHI and REQUANT, and those operations'
     multiplications as partial products of 16-bit halves (:func:`partial_products`,
     each one 18×18 multiplier on an FPGA), all registered; the second sums the
-    products and finishes MUL (low half of the 64-bit product), MULHI (rounded high
-    half; the two share the product), REQUANT (rounding shift and clamp) and
-    SHR_RND (its rounding increment, found in the first cycle, is added). So no
-    clock period holds a 32-bit multiplication and its sum, the FPGA's critical path
-    when the ALU was combinational. Operations follow the ALU table of docs/isa.md bit
+    products' low word (:func:`sum_low_word`); the third their high word and
+    finishes MUL (low half of the 64-bit product), MULHI (rounded high half; the two
+    share the product), REQUANT (rounding shift and clamp) and SHR_RND (its rounding
+    increment, found in the first cycle, is added). So no clock period holds a
+    32-bit multiplication and its sum, nor the sum and MULHI's rounding (FPGA
+    critical paths when they did). Operations follow the ALU table of docs/isa.md bit
     for bit; an op code outside :class:`~tensorfab.isa.AluOp` (which the decoder
     rejects as ``BAD_FIELD``) yields zeros. REQUANT (where
     :func:`~tensorfab.isa.formats.requant_supported`) takes each lane's channel record
@@ -322,7 +333,7 @@ class VectorAlu(wiring.Component):
     """
 
     #: Cycles from an accepted input to its result.
-    LATENCY = 1
+    LATENCY = 2
 
     def __init__(self, cfg: HwConfig) -> None:
         self.cfg = cfg
@@ -331,17 +342,21 @@ class VectorAlu(wiring.Component):
         super().__init__(AluSignature(cfg))
 
     def elaborate(self, platform: object) -> Module:
-        """Build the lanes and the register between the two cycles."""
+        """Build the lanes and the registers between the three cycles."""
         m = Module()
         cfg = self.cfg
         en = self.in_valid
+        en2 = Signal()  # the second cycle holds an operation
         records = self._records() if requant_supported(cfg) else None
         op2 = registered(m, en, self.op, "op2")
-        is_requant, is_requant2 = Signal(), Signal()
-        is_mul, is_mul2 = Signal(), Signal()
+        op3 = registered(m, en2, op2, "op3")
+        is_requant, is_requant2, is_requant3 = Signal(), Signal(), Signal()
+        is_mul, is_mul2, is_mul3 = Signal(), Signal(), Signal()
         m.d.comb += [is_requant.eq(self.op == AluOp.REQUANT), is_requant2.eq(op2 == AluOp.REQUANT),
+                     is_requant3.eq(op3 == AluOp.REQUANT),
                      is_mul.eq((self.op == AluOp.MUL) | (self.op == AluOp.MULHI)),
-                     is_mul2.eq((op2 == AluOp.MUL) | (op2 == AluOp.MULHI))]
+                     is_mul2.eq((op2 == AluOp.MUL) | (op2 == AluOp.MULHI)),
+                     is_mul3.eq((op3 == AluOp.MUL) | (op3 == AluOp.MULHI))]
         most_negative = Const(-(1 << (self.width - 1)), signed(self.width))
         bad = []
         for i in range(self.lanes):
@@ -350,25 +365,38 @@ class VectorAlu(wiring.Component):
             other = registered(m, en, result1, f"other{i}")
             round_up = registered(m, en, round_up, f"round_up{i}")
             # one multiplier per lane: MUL and MULHI multiply a·b, REQUANT (a + bias)·M
-            x, y, uses_product, uses_product2 = a, b, is_mul, is_mul2
+            x, y = a, b
+            uses_product, uses_product2, uses_product3 = is_mul, is_mul2, is_mul3
             if records is not None:
                 rq = requant_first(m, is_requant, a, records[i % cfg.block_out])
                 x, y = Mux(is_requant, rq["x"], a), Mux(is_requant, rq["y"], b)
-                uses_product, uses_product2 = is_mul | is_requant, is_mul2 | is_requant2
+                uses_product = is_mul | is_requant
+                uses_product2 = is_mul2 | is_requant2
+                uses_product3 = is_mul3 | is_requant3
             parts = [registered(m, en & uses_product, v, f"l{i}_{k}")
                      for k, v in enumerate(partial_products(x, y))]
-            # their sum, once for MUL, MULHI and REQUANT (the other arm a signal, so
-            # that Verilator adds only for those)
+            # the sum in two cycles, once for MUL, MULHI and REQUANT (registered under
+            # their enable, and the other arm of the product's multiplexer a signal,
+            # so that Verilator adds only for those)
+            go2 = en2 & uses_product2
+            names = ("lo", "mid_hi", "hh")
+            lo, mid_hi, hh = (registered(m, go2, v, f"s{i}_{name}")
+                              for name, v in zip(names, sum_low_word(parts), strict=True))
             product = Signal(signed(2 * self.width), name=f"product{i}")
-            m.d.comb += product.eq(Mux(uses_product2, sum_products(parts), parts[0]))
+            m.d.comb += product.eq(Mux(uses_product3, sum_high_word(lo, mid_hi, hh), lo))
             saturate = registered(m, en, (a == most_negative) & (b == most_negative),
                                   f"saturate{i}")
-            lane = finish_lane(m, op2, product, saturate, other, round_up, self.width)
+            other3 = registered(m, en2, other, f"other3_{i}")
+            round_up3 = registered(m, en2, round_up, f"round_up3_{i}")
+            saturate3 = registered(m, en2, saturate, f"saturate3_{i}")
+            lane = finish_lane(m, op3, product, saturate3, other3, round_up3, self.width)
             if records is not None:
-                rq_q = {k: registered(m, en & is_requant, v, f"rq{i}_{k}")
+                rq_q = {k: registered(m, en2 & is_requant2,
+                                      registered(m, en & is_requant, v, f"rq{i}_{k}"),
+                                      f"rq3_{i}_{k}")
                         for k, v in rq.items() if k not in ("x", "y")}
                 rq_q["product"] = product
-                lane = Mux(is_requant2, requant_finish(m, is_requant2, rq_q), lane)
+                lane = Mux(is_requant3, requant_finish(m, is_requant3, rq_q), lane)
             m.d.comb += self.result[i].eq(lane)
             bad.append(b.as_unsigned() > MAX_SHIFT)
         is_shift = Signal()
@@ -379,7 +407,9 @@ class VectorAlu(wiring.Component):
             m.d.comb += rec_bad.eq(Mux(is_requant, Cat(*(r["shift"] > REQUANT_MAX_SHIFT
                                                          for r in records)).any(), is_requant))
             shift_bad = shift_bad | rec_bad
-        m.d.sync += [self.out_valid.eq(en), self.shift_error.eq(en & shift_bad)]
+        shift_bad2 = Signal()
+        m.d.sync += [en2.eq(en), shift_bad2.eq(en & shift_bad),
+                     self.out_valid.eq(en2), self.shift_error.eq(shift_bad2)]
         return m
 
     def _records(self) -> list[dict[str, Value]]:

@@ -43,16 +43,17 @@ class ComputeEngine(wiring.Component):
             GEMM: read inp[x], wgt[w]          ALU: read acc[d], acc[s] (REQUANT: wgt[w])
         S2  GEMM: products enter the GemmCore  ALU: operands registered
         S3                                     ALU: first cycle (VectorAlu)
-        S4                                     ALU: second cycle, OP(a, b) registered
-        S5                                     ALU: write acc[d]
+        S4                                     ALU: second cycle
+        S5                                     ALU: third cycle, OP(a, b) registered
+        S6                                     ALU: write acc[d]
         S2+L-2  GEMM: read acc[a]  (L = GemmCore.LATENCY; the data registered)
         S2+L    GEMM: write acc[a] + products (or 0 with reset)
 
     GEMM: the accumulator write of the cycle between its read and its write-back is
     forwarded, so back-to-back micro-ops on one entry need no stall. ALU: a micro-op
-    reading the entry one of the two micro-ops ahead of it writes is held at S1C until
-    that one reaches S4; one reading what the micro-op three ahead writes gets S5's
-    result forwarded (read ports are transparent to the write port for anything
+    reading the entry one of the three micro-ops ahead of it writes is held at S1C
+    until that one reaches S5; one reading what the micro-op four ahead writes gets
+    S6's result forwarded (read ports are transparent to the write port for anything
     further ahead). The pipeline drains at the end of each instruction before its
     tokens are pushed.
 
@@ -246,22 +247,25 @@ class ComputeEngine(wiring.Component):
             self.acc_rd_src.addr.eq(idx_s), self.acc_rd_src.en.eq(s1_ok & q_alu),
         ]
         # The interlock: whether the micro-op at S1C reads the entry the one at S2
-        # (`c_dep2`) or at S3 (`c_dep3`) writes, registered a cycle ahead, when it
-        # enters S1C, from its index sums at S1 (so `hold`, which enables every
+        # (`c_dep2`), S3 (`c_dep3`) or S4 (`c_dep4`) writes, registered a cycle ahead,
+        # when it enters S1C, from its index sums at S1 (so `hold`, which enables every
         # register before S2 and the loops, is a gate of registers). While it waits
-        # the micro-op at S2 moves to S3 and a bubble to S2. The comparisons take the
-        # entry bits only: an index past the buffer fails its range check anyway.
-        c_dep2, c_dep3 = Signal(), Signal()
+        # the micro-ops ahead move on a stage and a bubble enters S2. The comparisons
+        # take the entry bits only: an index past the buffer fails its range check.
+        c_dep2, c_dep3, c_dep4 = Signal(), Signal(), Signal()
+        a3_valid = Signal()
+        a3_addr = Signal(cfg.acc_bits)
 
         def reads(addr: Value) -> Value:  # the micro-op entering S1C reads `addr`
             return ((sum_a[:cfg.acc_bits] == addr)
                     | (src_used & (sum_s[:cfg.acc_bits] == addr)))
         with m.If(hold):
-            m.d.sync += [c_dep2.eq(0), c_dep3.eq(c_dep2)]
+            m.d.sync += [c_dep2.eq(0), c_dep3.eq(c_dep2), c_dep4.eq(c_dep3)]
         with m.Else():
             m.d.sync += [c_dep2.eq(s1_ok & reads(idx_a[:cfg.acc_bits])),
-                         c_dep3.eq(s2_valid & s2_alu & reads(s2_addr))]
-        m.d.comb += hold.eq(s1_ok & q_alu & (c_dep2 | c_dep3))
+                         c_dep3.eq(s2_valid & s2_alu & reads(s2_addr)),
+                         c_dep4.eq(a3_valid & reads(a3_addr))]
+        m.d.comb += hold.eq(s1_ok & q_alu & (c_dep2 | c_dep3 | c_dep4))
         m.d.sync += [s2_valid.eq(s1_ok & ~hold), s2_addr.eq(idx_a),
                      s2_reset.eq(q_reset & q_gemm), s2_alu.eq(q_alu)]
 
@@ -308,25 +312,25 @@ class ComputeEngine(wiring.Component):
         m.d.comb += gemm_new.eq(Cat(*[
             Mux(wb_reset, 0, (acc_old[k] + prod[k].as_unsigned())[:cfg.acc_width])
             for k in range(lanes)]))
-        # the ALU pipeline (ALU_PIPELINE_STAGES == 3 register stages after the read):
-        # S2 registers the operands, forwarding a result at S5 to the same entry; S3
-        # and S4 are the VectorAlu's two cycles, S4 registers the result; S5 writes it
-        # back. A micro-op that reads what one of the two before it writes waits at S1
-        # (`hold`): the result it needs is not registered before it would be at S2,
-        # and forwarding it unregistered would put the ALU and the forwarding in one
-        # cycle.
-        assert ALU_PIPELINE_STAGES == 3
+        # the ALU pipeline (ALU_PIPELINE_STAGES == 4 register stages after the read):
+        # S2 registers the operands, forwarding a result at S6 to the same entry; S3,
+        # S4 and S5 are the VectorAlu's three cycles, S5 registers the result; S6
+        # writes it back. A micro-op that reads what one of the three before it writes
+        # waits at S1C (`hold`): the result it needs is not registered before it would
+        # be at S2, and forwarding it unregistered would put the ALU and the
+        # forwarding in one cycle.
+        assert ALU_PIPELINE_STAGES == 4
         m.submodules.alu = alu = VectorAlu(cfg)
-        assert alu.LATENCY == 1
+        assert alu.LATENCY == 2
         alu_port = AluSignature(cfg).flip().create()
         wiring.connect(m, alu_port, alu)
         vec_shape = self.acc_wr.data.shape()
-        a3_valid = Signal()
-        a3_addr = Signal(cfg.acc_bits)
+        a4_valid, a5_keep, a6_valid = Signal(), Signal(), Signal()
+        a4_addr, a5_addr, a6_addr = (Signal(cfg.acc_bits, name=f"a{k}_addr")
+                                     for k in range(4, 7))
         s2_src = Signal(cfg.acc_bits)
         m.d.sync += s2_src.eq(idx_s)
-        a4_addr, a5_valid, a5_addr = Signal(cfg.acc_bits), Signal(), Signal(cfg.acc_bits)
-        a3_a, a3_b, a5_data = Signal(vec_shape), Signal(vec_shape), Signal(vec_shape)
+        a3_a, a3_b, a6_data = Signal(vec_shape), Signal(vec_shape), Signal(vec_shape)
         a3_rec = Signal(len(self.wgt_rd.data))
         imm_b = Signal(signed(cfg.acc_width))  # the immediate operand (docs/isa.md)
         m.d.comb += imm_b.eq(Mux(alu_op == AluOp.MULHI, imm << MULHI_IMM_SHIFT, imm))
@@ -334,21 +338,25 @@ class ComputeEngine(wiring.Component):
         shift_bad = alu_port.out_valid & alu_port.shift_error
         a_in, b_in = Signal(vec_shape), Signal(vec_shape)
         m.d.comb += [
-            a_in.eq(Mux(a5_valid & (a5_addr == s2_addr), a5_data, self.acc_rd_dst.data)),
+            a_in.eq(Mux(a6_valid & (a6_addr == s2_addr), a6_data, self.acc_rd_dst.data)),
             b_in.eq(Mux(use_imm, Cat(*[imm_b] * lanes),
-                        Mux(a5_valid & (a5_addr == s2_src), a5_data, self.acc_rd_src.data))),
+                        Mux(a6_valid & (a6_addr == s2_src), a6_data, self.acc_rd_src.data))),
         ]
-        # micro-ops at S2 and S3 when an error is raised are dropped (as one at S1 is);
-        # S4's result is written unless its shift is out of range
+        # micro-ops at S2, S3 and S4 when an error is raised are dropped (as one at S1C
+        # is); S5's result is written unless its shift is out of range
         alu_in = a3_valid & ~error
-        m.d.sync += [a3_valid.eq(alu_s2 & ~error), a5_valid.eq(alu_port.out_valid & ~shift_bad)]
+        m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(alu_in),
+                     a5_keep.eq(a4_valid & ~error),
+                     a6_valid.eq(alu_port.out_valid & a5_keep & ~shift_bad)]
         with m.If(alu_s2):
             m.d.sync += [a3_addr.eq(s2_addr), a3_a.eq(a_in), a3_b.eq(b_in),
                          a3_rec.eq(self.wgt_rd.data)]
         with m.If(alu_in):
             m.d.sync += a4_addr.eq(a3_addr)
+        with m.If(a4_valid):
+            m.d.sync += a5_addr.eq(a4_addr)
         with m.If(alu_port.out_valid):
-            m.d.sync += [a5_addr.eq(a4_addr), a5_data.eq(alu_new)]
+            m.d.sync += [a6_addr.eq(a5_addr), a6_data.eq(alu_new)]
         a3_av = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_a)
         a3_bv = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_b)
         m.d.comb += [alu_port.op.eq(alu_op), alu_port.in_valid.eq(alu_in),
@@ -357,8 +365,8 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [alu_port.a[k].eq(a3_av[k]), alu_port.b[k].eq(a3_bv[k])]
         with m.If(shift_bad & ~error):
             m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SHIFT_RANGE)]
-        with m.If(a5_valid):
-            m.d.comb += [self.acc_wr.addr.eq(a5_addr), self.acc_wr.data.eq(a5_data),
+        with m.If(a6_valid):
+            m.d.comb += [self.acc_wr.addr.eq(a6_addr), self.acc_wr.data.eq(a6_data),
                          self.acc_wr.en.eq(1)]
         with m.Elif(wb_valid):
             m.d.comb += [self.acc_wr.addr.eq(wb_addr), self.acc_wr.data.eq(gemm_new),
@@ -367,7 +375,7 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [self.gemm_busy.eq(gemm_slow), self.alu_busy.eq(alu_s2),
                      self.gemm_uops.eq(gemm_slow)]
         in_flight = (r_valid | s1_valid | c_valid | s2_valid | Cat(*dl_valid).any() | a3_valid
-                     | alu_port.out_valid | a5_valid)
+                     | a4_valid | alu_port.out_valid | a6_valid)
 
         # ------------------------------------------------------------ fast reset
         lanes = zero_lanes(cfg)

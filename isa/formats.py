@@ -41,11 +41,12 @@ FAST_RESET_LANES = 16
 MULHI_IMM_SHIFT = 32 - IMM_WIDTH
 #: Register stages of the compute engine's ALU path after the accumulator read: the
 #: operands are registered (cutting the buffer's clock-to-q from the multiplier), the
-#: multiplications' partial products, and the result before its write-back. Each ALU
-#: instruction drains this many more cycles; a micro-op reading the entry one of the
-#: two ahead of it writes waits at its read, further dependencies are forwarded
-#: (docs/isa.md, "ALU pipeline"). The hardware and the timing model both read it.
-ALU_PIPELINE_STAGES = 3
+#: multiplications' partial products, the products' low word, and the result before
+#: its write-back. Each ALU instruction drains this many more cycles; a micro-op
+#: reading the entry one of the three ahead of it writes waits at its read, further
+#: dependencies are forwarded (docs/isa.md, "ALU pipeline"). The hardware and the
+#: timing model both read it.
+ALU_PIPELINE_STAGES = 4
 
 #: Cycles from a compute instruction's micro-op read to its index arithmetic: the read
 #: and a register after the block RAM (whose clock-to-output is too long for the index

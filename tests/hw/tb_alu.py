@@ -1,6 +1,6 @@
 """cocotb testbench of :class:`tensorfab.hw.alu.VectorAlu` against a numpy reference.
 
-The ALU is a two-cycle pipeline (``VectorAlu.LATENCY == 1``): operations are fed one
+The ALU is a three-cycle pipeline (``VectorAlu.LATENCY == 2``): operations are fed one
 per cycle, back to back or with idle cycles between them (tests/hw/pipeline_driver.py),
 and each ``result`` and ``shift_error`` is checked when ``out_valid`` brings it. MULHI
 is checked against the gemmlowp transcription in tests/support, REQUANT against Python

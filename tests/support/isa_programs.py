@@ -39,7 +39,7 @@ from tensorfab.isa import (
     Store,
     Uop,
 )
-from tensorfab.isa.formats import BINARY_ALU_OPS, requant_supported
+from tensorfab.isa.formats import ALU_PIPELINE_STAGES, BINARY_ALU_OPS, requant_supported
 from tensorfab.isa.requant_record import pack_requant_records
 from tensorfab.sim.testing.blocked_gemm import GemmTiling, build_blocked_gemm
 
@@ -434,9 +434,10 @@ def directed_programs(cfg: HwConfig, *, large_gemm: bool = False) -> dict[str, P
     progs["requant"] = build_requant(cfg, rng)[0]
     for op in (AluOp.MAX, AluOp.ADD):
         progs[f"alu_reduction_{op.name.lower()}"] = build_alu_reduction(cfg, rng, op)[0]
-    for apart in (2, 3, 4):  # each hazard distance of the ALU pipeline and one past it
+    # each hazard distance of the ALU pipeline (held), the one forwarded, one past it
+    for apart in range(2, ALU_PIPELINE_STAGES + 2):
         progs[f"alu_reduction_add_apart{apart}"] = build_alu_reduction(
-            cfg, rng, AluOp.ADD, groups=12, apart=apart)[0]
+            cfg, rng, AluOp.ADD, groups=3 * apart, apart=apart)[0]
     if large_gemm:
         progs["gemm_large_vt2"] = build_gemm(cfg, rng, vthreads=2)[0]
     return progs
