@@ -45,6 +45,13 @@ def _crc_matrix() -> list[tuple[int, int]]:
 
 _CRC_ROWS = _crc_matrix()
 
+#: What an accepted command does, as DECODE's small code (the CSR dumps share one).
+_GO: dict[hl.Command, int] = {
+    hl.Command.INFO: 0, hl.Command.READ_MEM: 1, hl.Command.WRITE_MEM: 2,
+    hl.Command.READ_CSR: 3, hl.Command.STATUS: 3, hl.Command.COUNTERS: 3,
+    hl.Command.WRITE_CSR: 4, hl.Command.START: 5, hl.Command.RESET: 6,
+}
+
 
 def crc32_step(crc: Value, byte: Value) -> Value:
     """The CRC-32 register after one more byte (reflected, before the final inversion),
@@ -172,7 +179,11 @@ class HostBridge(wiring.Component):
         crc_bad = Signal()
         version_bad = Signal()
         len_bad = Signal()
+        known = Signal()
+        mem_cmd = Signal()
         needs_idle = Signal()
+        range_bad = Signal()
+        go = Signal(range(max(_GO.values()) + 1))
         refused = Signal()
         why = Signal(8)
 
@@ -316,12 +327,15 @@ class HostBridge(wiring.Component):
                         m.next = "CHECK"
             # ------------------------------------------------------------ check
             with m.State("CHECK"):
-                # the checks that need only the frame's fields, and the data size
+                # the checks that need only the frame's fields, the data size, and
+                # what an accepted command does (``go``, a small code for DECODE)
                 m.d.sync += [crc_bad.eq(rx_crc != ~crc), version_bad.eq(version != hl.VERSION),
-                             needs_idle.eq(0), len_bad.eq(0), n_bytes.eq(rd_len)]
+                             known.eq(0), mem_cmd.eq(0), needs_idle.eq(0), len_bad.eq(0),
+                             n_bytes.eq(rd_len)]
                 with m.Switch(cmd):
                     for c in hl.Command:
                         with m.Case(c):
+                            m.d.sync += [known.eq(1), go.eq(_GO[c])]
                             if c is hl.Command.READ_MEM:
                                 m.d.sync += len_bad.eq((length != payload_bytes(c))
                                                        | (rd_len > hl.MAX_DATA))
@@ -330,21 +344,33 @@ class HostBridge(wiring.Component):
                                              n_bytes.eq(length - payload_bytes(c))]
                             else:
                                 m.d.sync += len_bad.eq(length != payload_bytes(c))
+                            if c in (hl.Command.READ_MEM, hl.Command.WRITE_MEM):
+                                m.d.sync += mem_cmd.eq(1)
                             if c in (hl.Command.READ_MEM, hl.Command.WRITE_MEM,
                                      hl.Command.START):
                                 m.d.sync += needs_idle.eq(1)
                 m.next = "RANGE"
             with m.State("RANGE"):
+                m.d.sync += [range_bad.eq(mem_cmd & bad_range(addr, n_bytes)),
+                             burst.eq((n_bytes >> beat_shift) - 1), count_from(n_bytes),
+                             have.eq(0), bpos.eq(0)]
+                # a CSR dump counts words instead
+                for c, first, n in ((hl.Command.READ_CSR, 0, 1),
+                                    (hl.Command.STATUS, 0, len(hl.STATUS_CSRS)),
+                                    (hl.Command.COUNTERS, len(hl.STATUS_CSRS),
+                                     len(hl.COUNTER_CSRS))):
+                    with m.If(cmd == c):
+                        m.d.sync += [dump_arg.eq(c == hl.Command.READ_CSR),
+                                     dump_pos.eq(first), dump_count.eq(n), count_from(n)]
+                m.next = "VERDICT"
+            with m.State("VERDICT"):
                 # the refusal, if any, in the order CRC, version, command, length, address
-                mem_cmd = (cmd == hl.Command.READ_MEM) | (cmd == hl.Command.WRITE_MEM)
-                known = Cat(*(cmd == c for c in hl.Command)).any()
                 checks = [(crc_bad, hl.NakReason.BAD_CRC),
                           (version_bad, hl.NakReason.BAD_VERSION),
                           (~known, hl.NakReason.BAD_COMMAND),
                           (len_bad, hl.NakReason.BAD_LENGTH),
-                          (mem_cmd & bad_range(addr, n_bytes), hl.NakReason.BAD_ADDRESS)]
-                m.d.sync += [refused.eq(0), burst.eq((n_bytes >> beat_shift) - 1),
-                             count_from(n_bytes)]
+                          (range_bad, hl.NakReason.BAD_ADDRESS)]
+                m.d.sync += refused.eq(0)
                 for i, (bad, code) in enumerate(checks):
                     with (m.If if i == 0 else m.Elif)(bad):
                         m.d.sync += [refused.eq(1), why.eq(code)]
@@ -358,36 +384,23 @@ class HostBridge(wiring.Component):
                 with m.Elif(needs_idle & self.core_busy):
                     m.d.sync += refuse(hl.NakReason.BUSY)
                     m.next = "TX_HEADER"
-                with m.Else(), m.Switch(cmd):
-                    with m.Case(hl.Command.INFO):
+                with m.Else(), m.Switch(go):
+                    with m.Case(_GO[hl.Command.INFO]):
                         m.next = "FILL_INFO"
-                    with m.Case(hl.Command.READ_MEM):
-                        m.d.sync += have.eq(0)
+                    with m.Case(_GO[hl.Command.READ_MEM]):
                         m.next = "RD_CMD"
-                    with m.Case(hl.Command.WRITE_MEM):
-                        m.d.sync += [idx.eq(payload_bytes(hl.Command.WRITE_MEM)),
-                                     bpos.eq(0)]
+                    with m.Case(_GO[hl.Command.WRITE_MEM]):
+                        m.d.sync += idx.eq(payload_bytes(hl.Command.WRITE_MEM))
                         m.next = "WR_CMD"
-                    with m.Case(hl.Command.READ_CSR):
-                        m.d.sync += [dump_arg.eq(1), dump_count.eq(1), count_from(1)]
+                    with m.Case(_GO[hl.Command.STATUS]):  # READ_CSR, COUNTERS too
                         m.next = "DUMP"
-                    with m.Case(hl.Command.WRITE_CSR):
+                    with m.Case(_GO[hl.Command.WRITE_CSR]):
                         m.d.sync += [csr_addr.eq(args[:8]), csr_w_data.eq(args[8:40]),
                                      csr_w_en.eq(1), respond(0)]
                         m.next = "TX_HEADER"
-                    with m.Case(hl.Command.START):
+                    with m.Case(_GO[hl.Command.START]):
                         m.next = "START"
-                    with m.Case(hl.Command.STATUS):
-                        n = len(hl.STATUS_CSRS)
-                        m.d.sync += [dump_arg.eq(0), dump_pos.eq(0), dump_count.eq(n),
-                                     count_from(n)]
-                        m.next = "DUMP"
-                    with m.Case(hl.Command.COUNTERS):
-                        n = len(hl.COUNTER_CSRS)
-                        m.d.sync += [dump_arg.eq(0), dump_pos.eq(len(hl.STATUS_CSRS)),
-                                     dump_count.eq(n), count_from(n)]
-                        m.next = "DUMP"
-                    with m.Case(hl.Command.RESET):
+                    with m.Case(_GO[hl.Command.RESET]):
                         m.d.sync += [respond(0), reset_after.eq(1)]
                         m.next = "TX_HEADER"
             with m.State("FILL_INFO"):
