@@ -136,10 +136,15 @@ class HostBridge(wiring.Component):
         m.submodules.buf = buf = Memory(shape=unsigned(8), depth=depth, init=[])
         wp = buf.write_port()
         rp = buf.read_port()
-        # the buffer's byte, registered as it leaves the block RAM: the byte at the
-        # address presented two cycles before
+        # the block RAM's inputs are registers: a byte is written a cycle after the
+        # state that stores it, and the read address is always idx; the byte read
+        # is registered as it leaves the block RAM (the byte at idx two cycles before)
+        buf_we = Signal()
+        buf_waddr = Signal(range(depth))
+        buf_wdata = Signal(8)
         rd_byte = Signal(8)
-        m.d.sync += rd_byte.eq(rp.data)
+        m.d.sync += [buf_we.eq(0), rd_byte.eq(rp.data)]
+        m.d.comb += [wp.addr.eq(buf_waddr), wp.data.eq(buf_wdata), wp.en.eq(buf_we)]
 
         rx, tx = self.rx, self.tx
         rx_crc = Signal(32)
@@ -149,6 +154,11 @@ class HostBridge(wiring.Component):
         length = Signal(16)
         args = Signal(96)
         idx = Signal(range(depth))
+        m.d.comb += rp.addr.eq(idx)
+
+        def store(byte: Value) -> list:
+            return [buf_we.eq(1), buf_waddr.eq(idx), buf_wdata.eq(byte)]
+
         timer = Signal(range(self.rx_timeout + 1))
         timed_out = Signal()
         nak = Signal()
@@ -302,13 +312,12 @@ class HostBridge(wiring.Component):
                 with m.Else():
                     m.next = "PAYLOAD"
             with m.State("PAYLOAD"):
-                m.d.comb += [rx.ready.eq(1), in_frame.eq(1),
-                             wp.addr.eq(idx), wp.data.eq(rx_byte), wp.en.eq(take)]
+                m.d.comb += [rx.ready.eq(1), in_frame.eq(1)]
                 with m.If(timed_out):
                     m.d.sync += refuse(hl.NakReason.TIMEOUT)
                     m.next = "TX_HEADER"
                 with m.Elif(take):
-                    m.d.sync += [feed(rx_byte), idx.eq(idx + 1), count_step()]
+                    m.d.sync += [feed(rx_byte), store(rx_byte), idx.eq(idx + 1), count_step()]
                     with m.Switch(idx):
                         for i in range(len(args) // 8):
                             with m.Case(i):
@@ -405,8 +414,7 @@ class HostBridge(wiring.Component):
                         m.next = "TX_HEADER"
             with m.State("FILL_INFO"):
                 n_info = len(self.info.pack())
-                m.d.comb += [wp.addr.eq(idx), wp.data.eq(info_bytes[idx]), wp.en.eq(1)]
-                m.d.sync += idx.eq(idx + 1)
+                m.d.sync += [store(info_bytes[idx]), idx.eq(idx + 1)]
                 with m.If(idx == n_info - 1):
                     m.d.sync += respond(n_info)
                     m.next = "TX_HEADER"
@@ -421,9 +429,7 @@ class HostBridge(wiring.Component):
                 m.d.sync += dump_word.eq(self.csr.r_data)
                 m.next = "DUMP_BYTES"
             with m.State("DUMP_BYTES"):
-                m.d.comb += [wp.addr.eq(idx), wp.en.eq(1),
-                             wp.data.eq(dump_word.word_select(idx[:2], 8))]
-                m.d.sync += idx.eq(idx + 1)
+                m.d.sync += [store(dump_word.word_select(idx[:2], 8)), idx.eq(idx + 1)]
                 with m.If(idx[:2] == 3):
                     with m.If(last):
                         m.d.sync += respond(dump_count << 2)
@@ -456,9 +462,8 @@ class HostBridge(wiring.Component):
                     m.d.sync += [beat_reg.eq(self.mem.rdata.payload.data), have.eq(1),
                                  bpos.eq(0)]
                 with m.If(have):
-                    m.d.comb += [wp.addr.eq(idx), wp.en.eq(1),
-                                 wp.data.eq(beat_reg.word_select(bpos, 8))]
-                    m.d.sync += [idx.eq(idx + 1), bpos.eq(bpos + 1), count_step()]
+                    m.d.sync += [store(beat_reg.word_select(bpos, 8)), idx.eq(idx + 1),
+                                 bpos.eq(bpos + 1), count_step()]
                     with m.If(bpos == beat - 1):
                         m.d.sync += have.eq(0)
                     with m.If(last):
@@ -472,7 +477,6 @@ class HostBridge(wiring.Component):
             # a byte per three states: its address, the block RAM's read, the
             # registered byte shifted into the beat
             with m.State("WR_FETCH"):
-                m.d.comb += rp.addr.eq(idx)
                 m.d.sync += [idx.eq(idx + 1), count_step(), fetched_all.eq(last)]
                 m.next = "WR_WAIT"
             with m.State("WR_WAIT"):
@@ -517,7 +521,6 @@ class HostBridge(wiring.Component):
                         with m.Else():
                             m.next = "TX_FETCH"
             with m.State("TX_FETCH"):
-                m.d.comb += rp.addr.eq(idx)
                 m.next = "TX_WAIT"
             with m.State("TX_WAIT"):
                 m.next = "TX_LOAD"
