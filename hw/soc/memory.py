@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
 
@@ -16,6 +17,10 @@ from tensorfab.isa.config import log2
 from .spram import Ice40Spram
 
 __all__ = ["OnChipMemory"]
+
+#: Read beats the output queue holds (three keep one beat per cycle: see
+#: :meth:`OnChipMemory.elaborate`).
+_OUT_DEPTH = 3
 
 
 class _Port(NamedTuple):
@@ -31,7 +36,10 @@ class OnChipMemory(wiring.Component):
 
     One beat per cycle in both directions: a write command takes its ``len + 1``
     beats from ``wdata``; a read command streams ``len + 1`` beats out of
-    ``rdata`` with one cycle of latency and full throughput under back-pressure.
+    ``rdata``, the first three cycles after the command is taken (its address, the
+    RAM's read, then a small output queue, so that neither the RAM's output nor the
+    reader's ready shares a clock period with the other side's logic), and full
+    throughput under back-pressure.
     Commands are served in order. Addresses wrap at the memory's size (the core
     checks DRAM_SIZE, the host bridge checks its requests).
 
@@ -44,8 +52,7 @@ class OnChipMemory(wiring.Component):
     spram : bool
         Use the iCE40UP5K's single-port RAM (:class:`~tensorfab.hw.soc.spram.Ice40Spram`,
         up to 32 KiB per 16 bits of bus) instead of block RAM. Its data output is
-        undefined after a write, so a command is then accepted only once the last
-        read beat has been taken.
+        undefined after a write; a read beat is in the output queue by then.
 
     Attributes
     ----------
@@ -82,21 +89,28 @@ class OnChipMemory(wiring.Component):
         shift = log2(cfg.mem_bus_bytes)
         addr = Signal(range(self.depth))
         left = Signal(8)
-        out_valid = Signal()
         port = self.port
-        advance = ~out_valid | port.rdata.ready
+        # Read beats go through a small queue, so the reader's ready reaches nothing
+        # but the queue (not the RAM's enable and address), and the reader sees
+        # registers, not the RAM's output. A beat is issued only when the queue has
+        # room for it and the beat still in the RAM's read; a queue of three keeps
+        # one beat per cycle.
+        m.submodules.out = out = SyncFIFO(width=cfg.mem_bus_width, depth=_OUT_DEPTH)
+        in_flight = Signal()
         issue = Signal()
+        room = out.level + in_flight < _OUT_DEPTH
+        m.d.sync += in_flight.eq(issue)
         m.d.comb += [wp.addr.eq(addr), wp.data.eq(port.wdata.payload.data),
-                     rp.addr.eq(addr), rp.en.eq(advance),
-                     port.rdata.valid.eq(out_valid), port.rdata.payload.data.eq(rp.data)]
-        with m.If(advance):
-            m.d.sync += out_valid.eq(issue)
+                     rp.addr.eq(addr), rp.en.eq(issue),
+                     out.w_data.eq(rp.data), out.w_en.eq(in_flight),
+                     port.rdata.valid.eq(out.r_rdy), port.rdata.payload.data.eq(out.r_data),
+                     out.r_en.eq(port.rdata.ready)]
         with m.FSM():
             with m.State("IDLE"):
-                # SPRAM: a write would clobber a read beat still waiting on rdata
-                accept = advance if self.spram else 1
-                m.d.comb += port.cmd.ready.eq(accept)
-                with m.If(port.cmd.valid & accept):
+                # a read's beats leave the RAM for the queue the cycle after their
+                # read, so a write right after a read clobbers nothing (SPRAM too)
+                m.d.comb += port.cmd.ready.eq(1)
+                with m.If(port.cmd.valid):
                     m.d.sync += [addr.eq(port.cmd.payload.addr >> shift),
                                  left.eq(port.cmd.payload.len)]
                     with m.If(port.cmd.payload.write):
@@ -110,8 +124,8 @@ class OnChipMemory(wiring.Component):
                     with m.If(left == 0):
                         m.next = "IDLE"
             with m.State("READ"):
-                m.d.comb += issue.eq(1)
-                with m.If(advance):
+                m.d.comb += issue.eq(room)
+                with m.If(room):
                     m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
                     with m.If(left == 0):
                         m.next = "IDLE"

@@ -185,3 +185,57 @@ def test_spram_bad_shape(width: int, depth: int, match: str) -> None:
 def test_memory_too_big_for_spram() -> None:
     with pytest.raises(ValueError, match="SPRAM depth 32768"):
         OnChipMemory(CFG, 64 * 1024, spram=True)
+
+
+@pytest.mark.parametrize("spram", [False, True], ids=["bram", "spram"])
+def test_read_burst_one_beat_per_cycle(spram: bool) -> None:
+    """A reader always ready gets a burst's beats on consecutive cycles, the first three
+    cycles after the command is taken; a reader that stalls for a while gets them
+    again one per cycle when it resumes (the output queue covers the RAM's read)."""
+    mem = OnChipMemory(CFG, DEPTH * CFG.mem_bus_bytes, spram=spram)
+    port = mem.port
+    n = 16
+    data = [(0x1000 + 37 * i) & 0xFFFF for i in range(n)]
+
+    async def bench(ctx):
+        ctx.set(port.cmd.payload, {"addr": 0, "write": 1, "len": n - 1})
+        ctx.set(port.cmd.valid, 1)
+        await ctx.tick().until(port.cmd.ready)
+        ctx.set(port.cmd.valid, 0)
+        for v in data:
+            ctx.set(port.wdata.payload, {"data": v})
+            ctx.set(port.wdata.valid, 1)
+            await ctx.tick().until(port.wdata.ready)
+        ctx.set(port.wdata.valid, 0)
+        for stall in (0, 5):
+            ctx.set(port.rdata.ready, 1)
+            ctx.set(port.cmd.payload, {"addr": 0, "write": 0, "len": n - 1})
+            ctx.set(port.cmd.valid, 1)
+            await ctx.tick().until(port.cmd.ready)
+            ctx.set(port.cmd.valid, 0)
+            got: list[tuple[int, int]] = []  # (cycle after the command, beat)
+            cycle = 0
+            while len(got) < n:
+                if len(got) == n // 2 and stall:
+                    ctx.set(port.rdata.ready, 0)
+                    for _ in range(stall):
+                        await ctx.tick()
+                    cycle += stall
+                    stall = 0
+                    ctx.set(port.rdata.ready, 1)
+                cycle += 1
+                if ctx.get(port.rdata.valid):
+                    got.append((cycle, ctx.get(port.rdata.payload.data)))
+                await ctx.tick()
+                assert cycle < 4 * n, got
+            assert [d for _, d in got] == data
+            cycles = [c for c, _ in got]
+            assert cycles[0] == 3, cycles  # the address, the RAM's read, the queue
+            first, second = cycles[:n // 2], cycles[n // 2:]
+            assert first == list(range(first[0], first[0] + len(first))), cycles
+            assert second == list(range(second[0], second[0] + len(second))), cycles
+
+    sim = Simulator(mem)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()

@@ -90,10 +90,13 @@ class BridgeBench:
         connect(m, self.bridge.csr, self.csrs.bus)
         connect(m, self.bridge.mem, mem.port)
 
-    def run(self, script) -> None:
+    def run(self, script, *processes) -> None:
+        """Run the testbench ``script``, with ``processes`` beside it (background)."""
         sim = Simulator(self.m)
         sim.add_clock(1e-6)
         sim.add_testbench(script)
+        for process in processes:
+            sim.add_process(process)
         sim.run()
 
 
@@ -233,5 +236,113 @@ def test_bridge_refuses_bad_frames() -> None:
         # slow but in time: bytes 40 cycles apart are accepted
         r = await exchange(ctx, br, hl.request(16, hl.Command.READ_MEM, 0, 4), gap=40)
         assert call(r, 16, hl.Command.READ_MEM, 0, 4) == b"\0\0\0\0"
+
+    tb.run(script)
+
+
+def test_bridge_strobes_to_the_core_are_single_registered_pulses() -> None:
+    """What the bridge hands the core leaves it as one-cycle pulses: WRITE_CSR writes
+    once, START writes its three registers then CTRL (one start), RESET pulses
+    core_reset for one cycle after the last byte of its response; a refused RESET
+    pulses nothing."""
+    tb = BridgeBench()
+    br = tb.bridge
+    writes: list[tuple[int, int, int]] = []  # (cycle, address, data)
+    starts: list[int] = []
+    resets: list[int] = []
+    sent: list[int] = []  # cycles a response byte was taken
+
+    async def monitor(ctx):
+        cycle = 0
+        async for _clk, _rst, w_en, addr, data, start, reset, valid, ready in ctx.tick().sample(
+                br.csr.w_en, br.csr.addr, br.csr.w_data, tb.csrs.start, br.core_reset,
+                br.tx.valid, br.tx.ready):
+            if w_en:
+                writes.append((cycle, addr, data))
+            if start:
+                starts.append(cycle)
+            if reset:
+                resets.append(cycle)
+            if valid and ready:
+                sent.append(cycle)
+            cycle += 1
+
+    off = CSR_BY_NAME["DRAM_SIZE"].offset
+
+    async def script(ctx):
+        r = await exchange(ctx, br, hl.request(1, hl.Command.WRITE_CSR, off, 0x5A5A0F0F))
+        call(r, 1, hl.Command.WRITE_CSR)
+        assert [(a, d) for _, a, d in writes] == [(off, 0x5A5A0F0F)]
+        assert not starts and not resets
+        writes.clear()
+        r = await exchange(ctx, br, hl.request(2, hl.Command.START, 0x40, 3, MEM))
+        call(r, 2, hl.Command.START)
+        assert [(a, d) for _, a, d in writes] == [
+            (CSR_BY_NAME["INSN_BASE"].offset, 0x40), (CSR_BY_NAME["INSN_COUNT"].offset, 3),
+            (CSR_BY_NAME["DRAM_SIZE"].offset, MEM), (CSR_BY_NAME["CTRL"].offset, 1)]
+        assert [c for c, _, _ in writes] == list(range(writes[0][0], writes[0][0] + 4))
+        assert len(starts) == 1 and not resets
+        sent.clear()
+        r = await exchange(ctx, br, hl.request(3, hl.Command.RESET))
+        call(r, 3, hl.Command.RESET)
+        for _ in range(5):
+            await ctx.tick()
+        assert len(resets) == 1 and resets[0] > max(sent), (resets, sent)
+        r = await exchange(ctx, br, hl.encode_frame(4, hl.Command.RESET, b"x"))
+        assert nak_of(r) is hl.NakReason.BAD_LENGTH
+        for _ in range(5):
+            await ctx.tick()
+        assert len(resets) == 1 and len(starts) == 1
+
+    tb.run(script, monitor)
+
+
+def test_bridge_dumps_a_csr_read_in_one_cycle() -> None:
+    """A CSR that changes every cycle (ERROR_INDEX, its four bytes equal and counting)
+    is dumped whole: its four bytes come from one read, not from four cycles."""
+    tb = BridgeBench()
+    br = tb.bridge
+
+    async def changing(ctx):
+        k = 0
+        while True:
+            ctx.set(tb.csrs.error_index, (k & 0xFF) * 0x01010101)
+            k += 1
+            await ctx.tick()
+
+    async def script(ctx):
+        values = []
+        for seq in range(1, 4):
+            r = await exchange(ctx, br, hl.request(seq, hl.Command.STATUS))
+            values.append(hl.LinkStatus(*hl.u32s(call(r, seq, hl.Command.STATUS))).error_index)
+        off = CSR_BY_NAME["ERROR_INDEX"].offset
+        r = await exchange(ctx, br, hl.request(4, hl.Command.READ_CSR, off))
+        values += hl.u32s(call(r, 4, hl.Command.READ_CSR))
+        for v in values:
+            assert v == (v & 0xFF) * 0x01010101, hex(v)
+        assert len(set(values)) > 1, values  # the value was read live
+
+    tb.run(script, changing)
+
+
+def test_bridge_checks_the_crc_up_to_the_last_byte() -> None:
+    """The CRC steps a cycle after each byte: a frame whose last payload byte (or, with
+    no payload, its seq byte: a wrong length byte would fail its length check) or whose
+    last CRC byte is wrong is refused, and the same frames intact are answered."""
+    tb = BridgeBench()
+    br = tb.bridge
+
+    async def script(ctx):
+        frames = [hl.request(1, hl.Command.READ_MEM, 0, 4), hl.request(2, hl.Command.INFO)]
+        for good in frames:
+            crc_start = len(good) - hl.CRC_BYTES
+            last_counted = crc_start - 1 if crc_start > hl.HEADER_BYTES else 3
+            for pos in (last_counted, len(good) - 1):
+                bad = bytearray(good)
+                bad[pos] ^= 0x01
+                r = await exchange(ctx, br, bytes(bad))
+                assert nak_of(r) is hl.NakReason.BAD_CRC, pos
+            r = await exchange(ctx, br, good)
+            assert r.seq == good[3] and r.cmd == good[4] | hl.RESPONSE
 
     tb.run(script)
