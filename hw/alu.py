@@ -99,10 +99,13 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Valu
 
     Returns
     -------
-    tuple[Value, Value]
-        A signed ``width``-bit signal holding the result (SHR_RND: ``a >> s``), and
-        SHR_RND's rounding increment (1 bit). For a shift operation only the low five
-        bits of ``b`` count here; :class:`VectorAlu` flags other amounts.
+    tuple[Value, Value, Value]
+        Two signed ``width``-bit signals whose OR is the result (SHR_RND: ``a >> s``):
+        the arithmetic operations' (ADD, shifts, MOV) and the comparing operations'
+        (MIN, MAX, CLIP), each 0 for the other kind, so that the choice between them
+        can wait for the next cycle; and SHR_RND's rounding increment (1 bit). For a
+        shift operation only the low five bits of ``b`` count here; :class:`VectorAlu`
+        flags other amounts.
     """
     shift_bits = (width - 1).bit_length()
     out = Signal(signed(width))
@@ -129,24 +132,23 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Valu
     clipped = Signal(signed(width))
     m.d.comb += clipped.eq(Mux(op == AluOp.CLIP,
                                Mux(a > lo, Mux(a < b, a, b), Mux(lo < b, lo, b)), a))
+    ordered = Signal(signed(width))
     with m.Switch(op):
         with m.Case(AluOp.ADD):
             m.d.comb += out.eq((a + b)[:width])
         with m.Case(AluOp.MIN):
-            m.d.comb += out.eq(Mux(a < b, a, b))
+            m.d.comb += ordered.eq(Mux(a < b, a, b))
         with m.Case(AluOp.MAX):
-            m.d.comb += out.eq(Mux(a > b, a, b))
+            m.d.comb += ordered.eq(Mux(a > b, a, b))
         with m.Case(AluOp.SHR, AluOp.SHR_RND):
             m.d.comb += out.eq(a >> s)
         with m.Case(AluOp.SHL):
             m.d.comb += out.eq((a << s)[:width])
         with m.Case(AluOp.CLIP):
-            m.d.comb += out.eq(clipped)
+            m.d.comb += ordered.eq(clipped)
         with m.Case(AluOp.MOV):
             m.d.comb += out.eq(b)
-        with m.Default():
-            m.d.comb += out.eq(0)
-    return out, round_up
+    return out, ordered, round_up
 
 
 def finish_lane(m: Module, op: Value, prod: Value, saturate: Value,
@@ -361,8 +363,9 @@ class VectorAlu(wiring.Component):
         bad = []
         for i in range(self.lanes):
             a, b = self.a[i].as_signed(), self.b[i].as_signed()
-            result1, round_up = alu_lane(m, self.op, a, b, self.width)
-            other = registered(m, en, result1, f"other{i}")
+            arith, ordered, round_up = alu_lane(m, self.op, a, b, self.width)
+            arith = registered(m, en, arith, f"arith{i}")
+            ordered = registered(m, en, ordered, f"ordered{i}")
             round_up = registered(m, en, round_up, f"round_up{i}")
             # one multiplier per lane: MUL and MULHI multiply a·b, REQUANT (a + bias)·M
             x, y = a, b
@@ -386,7 +389,7 @@ class VectorAlu(wiring.Component):
             m.d.comb += product.eq(Mux(uses_product3, sum_high_word(lo, mid_hi, hh), lo))
             saturate = registered(m, en, (a == most_negative) & (b == most_negative),
                                   f"saturate{i}")
-            other3 = registered(m, en2, other, f"other3_{i}")
+            other3 = registered(m, en2, arith | ordered, f"other3_{i}")
             round_up3 = registered(m, en2, round_up, f"round_up3_{i}")
             saturate3 = registered(m, en2, saturate, f"saturate3_{i}")
             lane = finish_lane(m, op3, product, saturate3, other3, round_up3, self.width)

@@ -390,8 +390,9 @@ class ComputeEngine(wiring.Component):
         # with one sum (a shifted run of ones took three carry chains in a row to the
         # zero flags' write enables, an FPGA critical path)
         z_end = Signal(LOOP_ITER_WIDTH + 2)
-        m.d.comb += [z_off.eq(z_a[:lb]), z_end.eq(z_off + z_left),
-                     z_k.eq(Mux(z_left < lanes - z_off, z_left, lanes - z_off)),
+        line_end = Signal()  # the rest of the line fits this cycle's row of flags
+        m.d.comb += [z_off.eq(z_a[:lb]), z_end.eq(z_off + z_left), line_end.eq(z_end <= lanes),
+                     z_k.eq(Mux(line_end, z_left, lanes - z_off)),
                      self.acc_zero.row.eq(z_a >> lb),
                      self.acc_zero.mask.eq(Cat(*(
                          (z_end > k) & (z_off <= k if k < lanes - 1 else 1)  # z_off < lanes
@@ -481,12 +482,12 @@ class ComputeEngine(wiring.Component):
             with m.State("ZERO"):  # fast reset: zero up to `lanes` entries per cycle
                 with m.If(stop):
                     m.next = "WAIT"
-                with m.Elif(z_a >= cfg.acc_depth):
+                with m.Elif(z_a[cfg.acc_bits:].any()):  # z_a >= acc_depth
                     m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
                 with m.Else():
                     m.d.comb += [self.acc_zero.en.eq(1), self.gemm_busy.eq(1),
                                  self.gemm_uops.eq(z_k)]
-                    with m.If(z_k == z_left):  # line done
+                    with m.If(line_end):  # line done
                         m.d.sync += [z_line.eq(z_line + g.acc_factor_out),
                                      z_a.eq(z_line + g.acc_factor_out), z_left.eq(iter_in),
                                      i.eq(i + 1)]
