@@ -146,11 +146,19 @@ class MemArbiter(wiring.Component):
                          mst.rdata.valid.eq(rdata.valid & rd_fifo.r_rdy & is_head)]
         m.d.comb += rdata.ready.eq(rd_fifo.r_rdy & Mux(head_load, self.load.rdata.ready,
                                                                 self.fetch.rdata.ready))
-        granted_read = Signal(LEN_WIDTH + 1)
-        m.d.comb += granted_read.eq(Mux(fire & (sel != STORE), port_cmd.payload.len + 1, 0))
+        # the budget's next values for each read master's grant, chosen by the grant
+        # last (it settles late: eligibility, the round robin, the port's ready), not
+        # a multiplexed length added after it
         delivered = rdata.valid & rdata.ready
-        m.d.sync += [in_flight.eq(in_flight + granted_read - delivered),
-                     budget.eq(budget - granted_read + delivered)]
+        kept_in_flight = Signal.like(in_flight)
+        kept_budget = Signal.like(budget)
+        m.d.comb += [kept_in_flight.eq(in_flight - delivered), kept_budget.eq(budget + delivered)]
+        m.d.sync += [in_flight.eq(kept_in_flight), budget.eq(kept_budget)]
+        for i in (FETCH, LOAD):
+            beats = cmds[i][1].len + 1
+            with m.If(fire & (sel == i)):
+                m.d.sync += [in_flight.eq(kept_in_flight + beats),
+                             budget.eq(kept_budget - beats)]
         with m.If(rdata.valid & rdata.ready):
             with m.If(rd_count == head_len):
                 m.d.sync += rd_count.eq(0)

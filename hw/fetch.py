@@ -161,10 +161,16 @@ class Fetch(wiring.Component):
         else:
             m.d.comb += [word_done.eq(rfire), fifo.w_data.eq(rdata.payload.data)]
         m.d.comb += fifo.w_en.eq(word_done & ~flush)
+        # both counters' next values with and without a read command, chosen by
+        # cmd_fire last (it settles late: the room comparison, valid, the arbiter's
+        # ready), not added after it
+        free_kept = Signal.like(free)
+        outstanding_kept = Signal.like(outstanding)
+        m.d.comb += [free_kept.eq(free + take), outstanding_kept.eq(outstanding - rfire)]
         m.d.sync += [
             # in IDLE the buffer is flushed and no read is outstanding (DRAIN waits)
-            free.eq(Mux(flush, D, free - Mux(cmd_fire, n, 0) + take)),
-            outstanding.eq(outstanding + Mux(cmd_fire, n * kw, 0) - rfire),
+            free.eq(Mux(flush, D, Mux(cmd_fire, free_kept - n, free_kept))),
+            outstanding.eq(Mux(cmd_fire, outstanding_kept + n * kw, outstanding_kept)),
         ]
 
         # ---- check into the head register, dispatch from it
