@@ -102,14 +102,20 @@ class BurstIssuer(wiring.Component):
         stride = Signal(aw)
         stuck = Signal()  # a command offered last cycle and not taken
         mb = self.max_burst
+        # Flags kept with the counters they describe, so that whether a command is
+        # offered and how long it is come from registers, not from 17- and 32-bit
+        # comparisons in the cycle of the offer (an FPGA critical path):
+        has_rows = Signal()  # rows_left != 0
+        long = Signal()  # beats_left > mb: the next burst is a full one, not the row's last
+        row_long = Signal()  # row_beats > mb
         burst = Signal(range(mb + 1))
         cmd = self.cmd
         m.d.comb += [
-            burst.eq(Mux(beats_left > mb, mb, beats_left)),
+            burst.eq(Mux(long, mb, beats_left[:len(burst)])),
             cmd.payload.addr.eq(cur_addr),
             cmd.payload.len.eq((burst - 1)[:LEN_WIDTH]),
-            cmd.valid.eq((rows_left != 0) & (self.issue | stuck)),
-            self.issued.eq(rows_left == 0),
+            cmd.valid.eq(has_rows & (self.issue | stuck)),
+            self.issued.eq(~has_rows),
             self.drained.eq(~stuck & (self.owed == 0)),
         ]
         fire = cmd.valid & cmd.ready
@@ -118,14 +124,17 @@ class BurstIssuer(wiring.Component):
         with m.If(self.start):
             m.d.sync += [rows_left.eq(self.rows), row_beats.eq(self.row_beats),
                          beats_left.eq(self.row_beats), cur_addr.eq(self.addr),
-                         row_addr.eq(self.addr), stride.eq(self.stride)]
+                         row_addr.eq(self.addr), stride.eq(self.stride),
+                         has_rows.eq(self.rows != 0), long.eq(self.row_beats > mb),
+                         row_long.eq(self.row_beats > mb)]
         with m.Elif(fire):
-            with m.If(beats_left == burst):  # row done
+            with m.If(~long):  # row done
                 m.d.sync += [rows_left.eq(rows_left - 1), beats_left.eq(row_beats),
+                             has_rows.eq(rows_left != 1), long.eq(row_long),
                              row_addr.eq(row_addr + stride), cur_addr.eq(row_addr + stride)]
             with m.Else():
-                m.d.sync += [beats_left.eq(beats_left - burst),
-                             cur_addr.eq(cur_addr + (burst << bus_shift))]
+                m.d.sync += [beats_left.eq(beats_left - mb), long.eq(beats_left > 2 * mb),
+                             cur_addr.eq(cur_addr + (mb << bus_shift))]
         return m
 
 
