@@ -85,6 +85,7 @@ class BurstIssuer(wiring.Component):
             "issue": In(1),
             "beat": In(1),
             "owed": Out(BEATS_WIDTH),
+            "owing": Out(1),
             "issued": Out(1),
             "drained": Out(1),
         })
@@ -116,11 +117,22 @@ class BurstIssuer(wiring.Component):
             cmd.payload.len.eq((burst - 1)[:LEN_WIDTH]),
             cmd.valid.eq(has_rows & (self.issue | stuck)),
             self.issued.eq(~has_rows),
-            self.drained.eq(~stuck & (self.owed == 0)),
+            self.drained.eq(~stuck & ~self.owing),
         ]
         fire = cmd.valid & cmd.ready
+        # owing: the next owed (owed + f - beat, f the beats of a command taken) is not
+        # zero, from comparisons of the register owed rather than of the sum (out of
+        # the cycle of ``beat``, which the store engine sends while owing)
+        f_some = fire & (burst != 0)
+        f_one = fire & (burst == 1)
+        owed_many = self.owed[1:] != 0  # owed >= 2
+        owed_one = self.owed == 1
+        owed_none = self.owed == 0
         m.d.sync += [stuck.eq(cmd.valid & ~cmd.ready),
-                     self.owed.eq(self.owed + Mux(fire, burst, 0) - self.beat)]
+                     self.owed.eq(self.owed + Mux(fire, burst, 0) - self.beat),
+                     self.owing.eq(owed_many | (owed_one & (f_some | ~self.beat))
+                                   | (owed_none & ~((~f_some & ~self.beat)
+                                                    | (f_one & self.beat))))]
         with m.If(self.start):
             m.d.sync += [rows_left.eq(self.rows), row_beats.eq(self.row_beats),
                          beats_left.eq(self.row_beats), cur_addr.eq(self.addr),
@@ -144,7 +156,8 @@ class TransferPhases:
 
     #: The cycle after ``start``: the range checks; the burst issuer loads the transfer.
     check: Signal
-    #: Moving data (also in the cycle ``halt`` rises).
+    #: Moving data (also in the cycle ``halt`` rises; not in the first RUN cycle of an
+    #: instruction that fails its range checks).
     run: Signal
     #: After a halt: the memory's beats still owed move, then the transfer is forgotten.
     drain: Signal
@@ -154,11 +167,16 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
                     sram_bad: Value, dram_bad: Value, last: Value) -> TransferPhases:
     """The execution of one LOAD or STORE behind its :class:`~.sequencer.InsnSequencer`.
 
-    ``ex.start`` leads to CHECK, which fails the instruction with ``SRAM_RANGE`` (if
-    ``sram_bad``) or ``DRAM_RANGE`` (if ``dram_bad``) before any memory access, or goes
-    on to RUN; RUN issues ``bursts`` and is done in the cycle ``last`` is high. A
-    ``halt`` in CHECK forgets the instruction at once, in RUN it goes through DRAIN
-    until ``bursts`` is drained.
+    ``ex.start`` leads to CHECK, where the range checks ``sram_bad`` and ``dram_bad``
+    are registered, then to RUN. In its first cycle RUN fails the instruction with
+    ``SRAM_RANGE`` (if ``sram_bad`` was high) or ``DRAM_RANGE`` (if ``dram_bad``)
+    before any memory access or buffer write (``run`` stays low and no command is
+    offered), else it issues ``bursts`` and is done in the cycle ``last`` is high.
+    (Registering the checks keeps their comparisons out of the cycle of the failure,
+    which feeds the sequencer and the core's error registers, an FPGA critical path;
+    an instruction that passes them spends no extra cycle, one that fails reports its
+    error a cycle later.) A ``halt`` in CHECK forgets the instruction at once, in RUN
+    it goes through DRAIN until ``bursts`` is drained.
 
     Parameters
     ----------
@@ -181,6 +199,11 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
     TransferPhases
     """
     phases = TransferPhases(Signal(name="check"), Signal(name="run"), Signal(name="drain"))
+    first = Signal(name="run_first")  # the first cycle of RUN
+    sram_bad_r = Signal(name="sram_bad_r")
+    dram_bad_r = Signal(name="dram_bad_r")
+    failing = Signal(name="failing")  # the first cycle of RUN of a failed check
+    m.d.comb += failing.eq(first & (sram_bad_r | dram_bad_r))
     with m.FSM(name="transfer"):
         with m.State("WAIT"):
             m.d.comb += ex.idle.eq(1)
@@ -188,19 +211,21 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
                 m.next = "CHECK"
         with m.State("CHECK"):
             m.d.comb += [phases.check.eq(1), ex.idle.eq(1), bursts.start.eq(1)]
+            m.d.sync += [first.eq(1), sram_bad_r.eq(sram_bad), dram_bad_r.eq(dram_bad)]
             with m.If(halt):
-                m.next = "WAIT"
-            with m.Elif(sram_bad | dram_bad):
-                m.d.comb += [ex.fail.eq(1),
-                             ex.code.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE,
-                                            ErrorCode.DRAM_RANGE))]
                 m.next = "WAIT"
             with m.Else():
                 m.next = "RUN"
         with m.State("RUN"):
-            m.d.comb += [phases.run.eq(1), bursts.issue.eq(~halt)]
+            m.d.sync += first.eq(0)
+            m.d.comb += [phases.run.eq(~failing), bursts.issue.eq(~halt & ~failing)]
             with m.If(halt):
                 m.next = "DRAIN"
+            with m.Elif(failing):
+                m.d.comb += [ex.idle.eq(1), ex.fail.eq(1),
+                             ex.code.eq(Mux(sram_bad_r, ErrorCode.SRAM_RANGE,
+                                            ErrorCode.DRAM_RANGE))]
+                m.next = "WAIT"
             with m.Elif(last):
                 m.d.comb += ex.done.eq(1)
                 m.next = "WAIT"

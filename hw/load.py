@@ -227,7 +227,7 @@ class LoadEngine(wiring.Component):
 
         def in_cols(v: Value) -> Value:
             return (v >= word.pad_left) & (v < col_end)
-        last_beat = bc == k_last
+        last_beat = Signal()  # bc == k_last, kept with bc (out of the read's ready)
         wr_ready = Signal()
         m.d.comb += wr_ready.eq(Array(getattr(self, PORT_OF[b]).ready for b in bufs)[buf])
         seq_on = Signal()  # the sequencer may write this cycle
@@ -258,7 +258,8 @@ class LoadEngine(wiring.Component):
             with m.Else():
                 m.d.sync += [c.eq(c + 1), col_in.eq(in_cols(c + 1))]
         with m.If(rfire):
-            m.d.sync += bc.eq(Mux(last_beat, 0, bc + 1))
+            m.d.sync += [bc.eq(Mux(last_beat, 0, bc + 1)),
+                         last_beat.eq(Mux(last_beat, k_last == 0, bc + 1 == k_last))]
         if kmax > 1:
             with m.If(rfire & (buf != Buffer.WGT)):
                 m.d.sync += shreg.eq(Cat(shreg[W:], rdata.payload.data))
@@ -266,7 +267,8 @@ class LoadEngine(wiring.Component):
         # ---- execution: CHECK, RUN; DRAIN after a halt
         ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad, advance & seq_end)
         with m.If(ph.check):
-            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), waddr.eq(word.sram),
+            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), last_beat.eq(k_last == 0),
+                         waddr.eq(word.sram),
                          row_in.eq(in_rows(0)), col_in.eq(in_cols(0))]
         with m.If((ph.run & self.halt) | ph.drain):
             m.d.comb += rdata.ready.eq(1)  # discard

@@ -184,7 +184,7 @@ class StoreEngine(wiring.Component):
             m.d.sync += [rd_left.eq(n_entries), rd_addr.eq(word.sram),
                          ent_left.eq(n_entries), ent_one.eq(n_entries == 1), beat.eq(0)]
         m.d.comb += [reading.eq(ph.run | ph.drain),
-                     sending.eq(ph.run | (ph.drain & (bursts.owed != 0)))]
+                     sending.eq(ph.run | (ph.drain & bursts.owing))]
         with m.If(ph.drain & bursts.drained):  # the accepted commands' beats are sent
             m.d.comb += flush.eq(1)
             m.d.sync += [rd_left.eq(0), beat.eq(0)]
