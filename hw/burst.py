@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Module, Mux, Signal, Value
+from amaranth.hdl import Module, Mux, Signal, Value, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -128,8 +128,11 @@ class BurstIssuer(wiring.Component):
         owed_many = self.owed[1:] != 0  # owed >= 2
         owed_one = self.owed == 1
         owed_none = self.owed == 0
+        # the change of owed, summed on its few bits first: one carry chain over owed
+        delta = Signal(signed(len(burst) + 1))
+        m.d.comb += delta.eq(Mux(fire, burst, 0) - self.beat)
         m.d.sync += [stuck.eq(cmd.valid & ~cmd.ready),
-                     self.owed.eq(self.owed + Mux(fire, burst, 0) - self.beat),
+                     self.owed.eq(self.owed + delta),
                      self.owing.eq(owed_many | (owed_one & (f_some | ~self.beat))
                                    | (owed_none & ~((~f_some & ~self.beat)
                                                     | (f_one & self.beat))))]
@@ -199,11 +202,10 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
     TransferPhases
     """
     phases = TransferPhases(Signal(name="check"), Signal(name="run"), Signal(name="drain"))
-    first = Signal(name="run_first")  # the first cycle of RUN
+    # the checks, registered in CHECK; in RUN, a failed one means RUN's first cycle (it
+    # fails the instruction at once unless a halt, which has priority, leaves for DRAIN)
+    checked_ok = Signal(name="checked_ok")
     sram_bad_r = Signal(name="sram_bad_r")
-    dram_bad_r = Signal(name="dram_bad_r")
-    failing = Signal(name="failing")  # the first cycle of RUN of a failed check
-    m.d.comb += failing.eq(first & (sram_bad_r | dram_bad_r))
     with m.FSM(name="transfer"):
         with m.State("WAIT"):
             m.d.comb += ex.idle.eq(1)
@@ -211,17 +213,16 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
                 m.next = "CHECK"
         with m.State("CHECK"):
             m.d.comb += [phases.check.eq(1), ex.idle.eq(1), bursts.start.eq(1)]
-            m.d.sync += [first.eq(1), sram_bad_r.eq(sram_bad), dram_bad_r.eq(dram_bad)]
+            m.d.sync += [checked_ok.eq(~sram_bad & ~dram_bad), sram_bad_r.eq(sram_bad)]
             with m.If(halt):
                 m.next = "WAIT"
             with m.Else():
                 m.next = "RUN"
         with m.State("RUN"):
-            m.d.sync += first.eq(0)
-            m.d.comb += [phases.run.eq(~failing), bursts.issue.eq(~halt & ~failing)]
+            m.d.comb += [phases.run.eq(checked_ok), bursts.issue.eq(~halt & checked_ok)]
             with m.If(halt):
                 m.next = "DRAIN"
-            with m.Elif(failing):
+            with m.Elif(~checked_ok):
                 m.d.comb += [ex.idle.eq(1), ex.fail.eq(1),
                              ex.code.eq(Mux(sram_bad_r, ErrorCode.SRAM_RANGE,
                                             ErrorCode.DRAM_RANGE))]
