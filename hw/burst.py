@@ -202,10 +202,13 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
     TransferPhases
     """
     phases = TransferPhases(Signal(name="check"), Signal(name="run"), Signal(name="drain"))
-    # the checks, registered in CHECK; in RUN, a failed one means RUN's first cycle (it
-    # fails the instruction at once unless a halt, which has priority, leaves for DRAIN)
-    checked_ok = Signal(name="checked_ok")
+    # the checks' verdict, registered in CHECK: run_ok is (RUN and the checks passed),
+    # one register for what gates the datapath and the issuer (out of the FSM's
+    # decode); in RUN, a failed check means RUN's first cycle (it fails the
+    # instruction at once, unless a halt, which has priority, leaves for DRAIN)
+    run_ok = Signal(name="run_ok")
     sram_bad_r = Signal(name="sram_bad_r")
+    m.d.comb += [phases.run.eq(run_ok), bursts.issue.eq(run_ok & ~halt)]
     with m.FSM(name="transfer"):
         with m.State("WAIT"):
             m.d.comb += ex.idle.eq(1)
@@ -213,22 +216,24 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
                 m.next = "CHECK"
         with m.State("CHECK"):
             m.d.comb += [phases.check.eq(1), ex.idle.eq(1), bursts.start.eq(1)]
-            m.d.sync += [checked_ok.eq(~sram_bad & ~dram_bad), sram_bad_r.eq(sram_bad)]
+            m.d.sync += sram_bad_r.eq(sram_bad)
             with m.If(halt):
                 m.next = "WAIT"
             with m.Else():
+                m.d.sync += run_ok.eq(~sram_bad & ~dram_bad)
                 m.next = "RUN"
         with m.State("RUN"):
-            m.d.comb += [phases.run.eq(checked_ok), bursts.issue.eq(~halt & checked_ok)]
             with m.If(halt):
+                m.d.sync += run_ok.eq(0)
                 m.next = "DRAIN"
-            with m.Elif(~checked_ok):
+            with m.Elif(~run_ok):
                 m.d.comb += [ex.idle.eq(1), ex.fail.eq(1),
                              ex.code.eq(Mux(sram_bad_r, ErrorCode.SRAM_RANGE,
                                             ErrorCode.DRAM_RANGE))]
                 m.next = "WAIT"
             with m.Elif(last):
                 m.d.comb += ex.done.eq(1)
+                m.d.sync += run_ok.eq(0)
                 m.next = "WAIT"
         with m.State("DRAIN"):
             m.d.comb += [phases.drain.eq(1), ex.idle.eq(bursts.drained)]
