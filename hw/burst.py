@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Module, Mux, Signal, Value
+from amaranth.hdl import Module, Mux, Signal, Value, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -85,6 +85,7 @@ class BurstIssuer(wiring.Component):
             "issue": In(1),
             "beat": In(1),
             "owed": Out(BEATS_WIDTH),
+            "owing": Out(1),
             "issued": Out(1),
             "drained": Out(1),
         })
@@ -102,30 +103,53 @@ class BurstIssuer(wiring.Component):
         stride = Signal(aw)
         stuck = Signal()  # a command offered last cycle and not taken
         mb = self.max_burst
+        # Flags kept with the counters they describe, so that whether a command is
+        # offered and how long it is come from registers, not from 17- and 32-bit
+        # comparisons in the cycle of the offer (an FPGA critical path):
+        has_rows = Signal()  # rows_left != 0
+        long = Signal()  # beats_left > mb: the next burst is a full one, not the row's last
+        row_long = Signal()  # row_beats > mb
         burst = Signal(range(mb + 1))
         cmd = self.cmd
         m.d.comb += [
-            burst.eq(Mux(beats_left > mb, mb, beats_left)),
+            burst.eq(Mux(long, mb, beats_left[:len(burst)])),
             cmd.payload.addr.eq(cur_addr),
             cmd.payload.len.eq((burst - 1)[:LEN_WIDTH]),
-            cmd.valid.eq((rows_left != 0) & (self.issue | stuck)),
-            self.issued.eq(rows_left == 0),
-            self.drained.eq(~stuck & (self.owed == 0)),
+            cmd.valid.eq(has_rows & (self.issue | stuck)),
+            self.issued.eq(~has_rows),
+            self.drained.eq(~stuck & ~self.owing),
         ]
         fire = cmd.valid & cmd.ready
+        # owing: the next owed (owed + f - beat, f the beats of a command taken) is not
+        # zero, from comparisons of the register owed rather than of the sum (out of
+        # the cycle of ``beat``, which the store engine sends while owing)
+        f_some = fire & (burst != 0)
+        f_one = fire & (burst == 1)
+        owed_many = self.owed[1:] != 0  # owed >= 2
+        owed_one = self.owed == 1
+        owed_none = self.owed == 0
+        # the change of owed, summed on its few bits first: one carry chain over owed
+        delta = Signal(signed(len(burst) + 1))
+        m.d.comb += delta.eq(Mux(fire, burst, 0) - self.beat)
         m.d.sync += [stuck.eq(cmd.valid & ~cmd.ready),
-                     self.owed.eq(self.owed + Mux(fire, burst, 0) - self.beat)]
+                     self.owed.eq(self.owed + delta),
+                     self.owing.eq(owed_many | (owed_one & (f_some | ~self.beat))
+                                   | (owed_none & ~((~f_some & ~self.beat)
+                                                    | (f_one & self.beat))))]
         with m.If(self.start):
             m.d.sync += [rows_left.eq(self.rows), row_beats.eq(self.row_beats),
                          beats_left.eq(self.row_beats), cur_addr.eq(self.addr),
-                         row_addr.eq(self.addr), stride.eq(self.stride)]
+                         row_addr.eq(self.addr), stride.eq(self.stride),
+                         has_rows.eq(self.rows != 0), long.eq(self.row_beats > mb),
+                         row_long.eq(self.row_beats > mb)]
         with m.Elif(fire):
-            with m.If(beats_left == burst):  # row done
+            with m.If(~long):  # row done
                 m.d.sync += [rows_left.eq(rows_left - 1), beats_left.eq(row_beats),
+                             has_rows.eq(rows_left != 1), long.eq(row_long),
                              row_addr.eq(row_addr + stride), cur_addr.eq(row_addr + stride)]
             with m.Else():
-                m.d.sync += [beats_left.eq(beats_left - burst),
-                             cur_addr.eq(cur_addr + (burst << bus_shift))]
+                m.d.sync += [beats_left.eq(beats_left - mb), long.eq(beats_left > 2 * mb),
+                             cur_addr.eq(cur_addr + (mb << bus_shift))]
         return m
 
 
@@ -135,7 +159,8 @@ class TransferPhases:
 
     #: The cycle after ``start``: the range checks; the burst issuer loads the transfer.
     check: Signal
-    #: Moving data (also in the cycle ``halt`` rises).
+    #: Moving data (also in the cycle ``halt`` rises; not in the first RUN cycle of an
+    #: instruction that fails its range checks).
     run: Signal
     #: After a halt: the memory's beats still owed move, then the transfer is forgotten.
     drain: Signal
@@ -145,11 +170,16 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
                     sram_bad: Value, dram_bad: Value, last: Value) -> TransferPhases:
     """The execution of one LOAD or STORE behind its :class:`~.sequencer.InsnSequencer`.
 
-    ``ex.start`` leads to CHECK, which fails the instruction with ``SRAM_RANGE`` (if
-    ``sram_bad``) or ``DRAM_RANGE`` (if ``dram_bad``) before any memory access, or goes
-    on to RUN; RUN issues ``bursts`` and is done in the cycle ``last`` is high. A
-    ``halt`` in CHECK forgets the instruction at once, in RUN it goes through DRAIN
-    until ``bursts`` is drained.
+    ``ex.start`` leads to CHECK, where the range checks ``sram_bad`` and ``dram_bad``
+    are registered, then to RUN. In its first cycle RUN fails the instruction with
+    ``SRAM_RANGE`` (if ``sram_bad`` was high) or ``DRAM_RANGE`` (if ``dram_bad``)
+    before any memory access or buffer write (``run`` stays low and no command is
+    offered), else it issues ``bursts`` and is done in the cycle ``last`` is high.
+    (Registering the checks keeps their comparisons out of the cycle of the failure,
+    which feeds the sequencer and the core's error registers, an FPGA critical path;
+    an instruction that passes them spends no extra cycle, one that fails reports its
+    error a cycle later.) A ``halt`` in CHECK forgets the instruction at once, in RUN
+    it goes through DRAIN until ``bursts`` is drained.
 
     Parameters
     ----------
@@ -172,6 +202,13 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
     TransferPhases
     """
     phases = TransferPhases(Signal(name="check"), Signal(name="run"), Signal(name="drain"))
+    # the checks' verdict, registered in CHECK: run_ok is (RUN and the checks passed),
+    # one register for what gates the datapath and the issuer (out of the FSM's
+    # decode); in RUN, a failed check means RUN's first cycle (it fails the
+    # instruction at once, unless a halt, which has priority, leaves for DRAIN)
+    run_ok = Signal(name="run_ok")
+    sram_bad_r = Signal(name="sram_bad_r")
+    m.d.comb += [phases.run.eq(run_ok), bursts.issue.eq(run_ok & ~halt)]
     with m.FSM(name="transfer"):
         with m.State("WAIT"):
             m.d.comb += ex.idle.eq(1)
@@ -179,21 +216,24 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
                 m.next = "CHECK"
         with m.State("CHECK"):
             m.d.comb += [phases.check.eq(1), ex.idle.eq(1), bursts.start.eq(1)]
+            m.d.sync += sram_bad_r.eq(sram_bad)
             with m.If(halt):
-                m.next = "WAIT"
-            with m.Elif(sram_bad | dram_bad):
-                m.d.comb += [ex.fail.eq(1),
-                             ex.code.eq(Mux(sram_bad, ErrorCode.SRAM_RANGE,
-                                            ErrorCode.DRAM_RANGE))]
                 m.next = "WAIT"
             with m.Else():
+                m.d.sync += run_ok.eq(~sram_bad & ~dram_bad)
                 m.next = "RUN"
         with m.State("RUN"):
-            m.d.comb += [phases.run.eq(1), bursts.issue.eq(~halt)]
             with m.If(halt):
+                m.d.sync += run_ok.eq(0)
                 m.next = "DRAIN"
+            with m.Elif(~run_ok):
+                m.d.comb += [ex.idle.eq(1), ex.fail.eq(1),
+                             ex.code.eq(Mux(sram_bad_r, ErrorCode.SRAM_RANGE,
+                                            ErrorCode.DRAM_RANGE))]
+                m.next = "WAIT"
             with m.Elif(last):
                 m.d.comb += ex.done.eq(1)
+                m.d.sync += run_ok.eq(0)
                 m.next = "WAIT"
         with m.State("DRAIN"):
             m.d.comb += [phases.drain.eq(1), ex.idle.eq(bursts.drained)]

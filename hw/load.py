@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -145,29 +145,55 @@ class LoadEngine(wiring.Component):
         ex = seq.exec
         word = insn_layout(cfg, Opcode.LOAD)(ex.word)
         buf = word.buffer
-        rows = Signal(17 + 1)
-        cols = Signal(17 + 1)
-        m.d.comb += [rows.eq(word.pad_top + word.y + word.pad_bottom),
-                     cols.eq(word.pad_left + word.x + word.pad_right)]
         sh_entry = Signal(range(max(entry_shift) + 1))
         sh_beats = Signal(range(max(beat_shift) + 1))
         m.d.comb += [sh_entry.eq(Array(Const(s) for s in entry_shift)[buf]),
                      sh_beats.eq(Array(Const(s) for s in beat_shift)[buf])]
-        depth = Array(Const(buffer_depth(cfg, b)) for b in bufs)[buf]
 
-        # ---- range checks (two cycles: products at start, then comparisons)
-        n_entries = Signal(2 * rows.shape().width)
-        end_entries = Signal(aw + 34)
-        limit = Signal(33)
-        m.d.comb += limit.eq(Mux((self.dram_size == 0) | (self.dram_size > (1 << aw)),
+        # ---- the instruction's sums, products and range checks, in stages that cost
+        # no cycle: the sums are registered when the sequencer takes the instruction
+        # (from the command queue's word), the products from them in the next cycle,
+        # which is the earliest ``ex.start``; the checks in CHECK compare registers.
+        # (Computed from ``word`` at start and used in the same cycle, the sums and
+        # products were FPGA critical paths.)
+        taken = insn_layout(cfg, Opcode.LOAD)(self.insn.payload.word)
+        take = self.insn.valid & self.insn.ready
+        t_buf = taken.buffer
+        t_sh_entry = Array(Const(s) for s in entry_shift)[t_buf]
+        rows_m1 = Signal(18)  # padded rows - 1
+        cols_m1 = Signal(18)  # padded entries per row - 1
+        rows = Signal(18)
+        cols = Signal(18)
+        row_end = Signal(17)  # pad_top + y: first padding row below the data
+        col_end = Signal(17)  # pad_left + x
+        y_m1 = Signal(16)
+        dram_x = Signal(aw + 1)  # dram + x
+        # depth - sram (signed: an engine driven directly may get sram > depth)
+        room = Signal(signed(max(cfg.inp_bits, cfg.wgt_bits, cfg.uop_bits, cfg.acc_bits) + 2))
+        lim_entries = Signal(33)  # limit >> sh_entry: entries that may be read
+        limit = Signal(33, reset_less=True)  # bytes that may be read
+        m.d.sync += limit.eq(Mux((self.dram_size == 0) | (self.dram_size > (1 << aw)),
                                  1 << aw, self.dram_size))
+        with m.If(take):
+            m.d.sync += [
+                rows.eq(taken.pad_top + taken.y + taken.pad_bottom),
+                cols.eq(taken.pad_left + taken.x + taken.pad_right),
+                rows_m1.eq(taken.pad_top + taken.y + taken.pad_bottom - 1),
+                cols_m1.eq(taken.pad_left + taken.x + taken.pad_right - 1),
+                row_end.eq(taken.pad_top + taken.y), col_end.eq(taken.pad_left + taken.x),
+                y_m1.eq(taken.y - 1), dram_x.eq(taken.dram + taken.x),
+                room.eq(Array(Const(buffer_depth(cfg, b)) for b in bufs)[t_buf] - taken.sram),
+                lim_entries.eq(limit >> t_sh_entry),
+            ]
+        n_entries = Signal(36)  # rows * cols
+        span = Signal(32)  # (y - 1) * stride
+        slack = Signal(signed(35))  # entries left below the limit after dram + x
+        m.d.sync += [n_entries.eq(rows * cols), span.eq(y_m1 * word.stride),
+                     slack.eq(lim_entries - dram_x)]
         sram_bad = Signal()
         dram_bad = Signal()
-        m.d.comb += [sram_bad.eq(word.sram + n_entries > depth),
-                     dram_bad.eq((end_entries << sh_entry) > limit)]
-        with m.If(ex.start):
-            m.d.sync += [n_entries.eq(rows * cols),
-                         end_entries.eq(word.dram + (word.y - 1) * word.stride + word.x)]
+        # sram + n_entries > depth; (dram + (y - 1) * stride + x) << sh_entry > limit
+        m.d.comb += [sram_bad.eq(n_entries > room), dram_bad.eq(span > slack)]
 
         # ---- command issuer
         m.submodules.bursts = bursts = BurstIssuer(cfg, self.max_burst)
@@ -197,16 +223,16 @@ class LoadEngine(wiring.Component):
         m.d.comb += is_data.eq(row_in & col_in)
 
         def in_rows(v: Value) -> Value:
-            return (v >= word.pad_top) & (v < word.pad_top + word.y)
+            return (v >= word.pad_top) & (v < row_end)
 
         def in_cols(v: Value) -> Value:
-            return (v >= word.pad_left) & (v < word.pad_left + word.x)
-        last_beat = bc == k_last
+            return (v >= word.pad_left) & (v < col_end)
+        last_beat = Signal()  # bc == k_last, kept with bc (out of the read's ready)
         wr_ready = Signal()
         m.d.comb += wr_ready.eq(Array(getattr(self, PORT_OF[b]).ready for b in bufs)[buf])
         seq_on = Signal()  # the sequencer may write this cycle
         advance = Signal()
-        seq_end = (r == rows - 1) & (c == cols - 1)
+        seq_end = (r == rows_m1) & (c == cols_m1)
         wgt_entry = self._weight_columns(m, bc, rfire & (buf == Buffer.WGT), rdata.payload.data)
         for b in bufs:
             port = getattr(self, PORT_OF[b])
@@ -226,13 +252,14 @@ class LoadEngine(wiring.Component):
             ]
         with m.If(advance):
             m.d.sync += waddr.eq(waddr + 1)
-            with m.If(c == cols - 1):
+            with m.If(c == cols_m1):
                 m.d.sync += [c.eq(0), r.eq(r + 1), col_in.eq(in_cols(0)),
                              row_in.eq(in_rows(r + 1))]
             with m.Else():
                 m.d.sync += [c.eq(c + 1), col_in.eq(in_cols(c + 1))]
         with m.If(rfire):
-            m.d.sync += bc.eq(Mux(last_beat, 0, bc + 1))
+            m.d.sync += [bc.eq(Mux(last_beat, 0, bc + 1)),
+                         last_beat.eq(Mux(last_beat, k_last == 0, bc + 1 == k_last))]
         if kmax > 1:
             with m.If(rfire & (buf != Buffer.WGT)):
                 m.d.sync += shreg.eq(Cat(shreg[W:], rdata.payload.data))
@@ -240,7 +267,8 @@ class LoadEngine(wiring.Component):
         # ---- execution: CHECK, RUN; DRAIN after a halt
         ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad, advance & seq_end)
         with m.If(ph.check):
-            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), waddr.eq(word.sram),
+            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), last_beat.eq(k_last == 0),
+                         waddr.eq(word.sram),
                          row_in.eq(in_rows(0)), col_in.eq(in_cols(0))]
         with m.If((ph.run & self.halt) | ph.drain):
             m.d.comb += rdata.ready.eq(1)  # discard

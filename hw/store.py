@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -89,26 +89,47 @@ class StoreEngine(wiring.Component):
         ex = seq.exec
         word = insn_layout(cfg, Opcode.STORE)(ex.word)
 
-        # ---- range checks (products at start, comparisons in CHECK)
-        n_entries = Signal(33)
-        end_entries = Signal(aw + 34)
-        limit = Signal(33)
-        m.d.comb += limit.eq(Mux((self.dram_size == 0) | (self.dram_size > (1 << aw)),
-                                 1 << aw, self.dram_size))
+        # ---- range checks, in stages that cost no cycle: sums registered when the
+        # sequencer takes the instruction (from the command queue's word), products in
+        # the next cycle, the earliest ``ex.start``; CHECK compares registers. (The
+        # products computed at start and compared in CHECK were FPGA critical paths.)
+        taken = insn_layout(cfg, Opcode.STORE)(self.insn.payload.word)
+        take = self.insn.valid & self.insn.ready
+        # the limits, in entries: DRAM_SIZE's bytes (0: the whole address space) and
+        # the instruction stream's (reset_less: a start does not clear them)
+        lim_entries = Signal(33, reset_less=True)
+        m.d.sync += lim_entries.eq(Mux((self.dram_size == 0) | (self.dram_size > (1 << aw)),
+                                       1 << aw, self.dram_size) >> sh_entry)
+        insn_end_value = self.insn_base + (self.insn_count << log2(insn_width(cfg) // 8))
+        insn_end = Signal(insn_end_value.shape(), reset_less=True)  # bytes
+        base_entries = Signal(32, reset_less=True)  # insn_base >> sh_entry
+        protect = Signal(reset_less=True)  # insn_count != 0
+        m.d.sync += [insn_end.eq(insn_end_value), base_entries.eq(self.insn_base >> sh_entry),
+                     protect.eq(self.insn_count != 0)]
+        y_m1 = Signal(16)
+        dram_x = Signal(aw + 1)  # dram + x: one past the first row's last entry
+        room = Signal(signed(cfg.acc_bits + 2))  # acc_depth - sram
+        start_hit = Signal()  # the first entry's byte lies below the stream's end
+        with m.If(take):
+            m.d.sync += [y_m1.eq(taken.y - 1), dram_x.eq(taken.dram + taken.x),
+                         room.eq(cfg.acc_depth - taken.sram),
+                         start_hit.eq((taken.dram << sh_entry) < insn_end)]
+        n_entries = Signal(33)  # y * x
+        span = Signal(32)  # (y - 1) * stride
+        slack = Signal(signed(35))  # entries left below the limit after dram + x
+        base_slack = Signal(signed(35))  # insn_base >> sh_entry - (dram + x)
+        m.d.sync += [n_entries.eq(word.y * word.x), span.eq(y_m1 * word.stride),
+                     slack.eq(lim_entries - dram_x), base_slack.eq(base_entries - dram_x)]
         start_bytes = word.dram << sh_entry
-        end_bytes = end_entries << sh_entry
-        insn_end = self.insn_base + (self.insn_count << log2(insn_width(cfg) // 8))
         sram_bad = Signal()
         dram_bad = Signal()
+        # with end = dram + (y - 1) * stride + x (entries): sram + y * x > acc_depth;
+        # end << sh_entry > limit, or [dram, end) << sh_entry meets the stream
+        # (insn_base < end << sh_entry is insn_base >> sh_entry < end)
         m.d.comb += [
-            sram_bad.eq(word.sram + n_entries > cfg.acc_depth),
-            dram_bad.eq((end_bytes > limit)
-                        | ((self.insn_count != 0) & (start_bytes < insn_end)
-                           & (self.insn_base < end_bytes))),
+            sram_bad.eq(n_entries > room),
+            dram_bad.eq((span > slack) | (protect & start_hit & (span > base_slack))),
         ]
-        with m.If(ex.start):
-            m.d.sync += [n_entries.eq(word.y * word.x),
-                         end_entries.eq(word.dram + (word.y - 1) * word.stride + word.x)]
 
         # ---- accumulator reader -> FIFO of narrowed entries
         flush = Signal()
@@ -135,6 +156,7 @@ class StoreEngine(wiring.Component):
         wdata = self.mem.wdata
         beat = Signal(range(max(kout, 2)))
         ent_left = Signal(33)  # entries still to send
+        ent_one = Signal()  # ent_left == 1, kept with it (out of the done decision's cycle)
         sending = Signal()
         m.d.comb += [wdata.payload.data.eq(fifo.r_data.word_select(beat, W) if kout > 1
                                            else fifo.r_data),
@@ -145,7 +167,7 @@ class StoreEngine(wiring.Component):
             m.d.sync += beat.eq(Mux(last_beat, 0, beat + 1))
             with m.If(last_beat):
                 m.d.comb += fifo.r_en.eq(1)
-                m.d.sync += ent_left.eq(ent_left - 1)
+                m.d.sync += [ent_left.eq(ent_left - 1), ent_one.eq(ent_left == 2)]
 
         # ---- command issuer
         m.submodules.bursts = bursts = BurstIssuer(cfg, self.max_burst)
@@ -156,13 +178,13 @@ class StoreEngine(wiring.Component):
 
         # ---- execution: CHECK, RUN; DRAIN after a halt
         ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad,
-                             wfire & last_beat & (ent_left == 1))
+                             wfire & last_beat & ent_one)
         with m.If(ph.check):
             m.d.comb += flush.eq(1)
             m.d.sync += [rd_left.eq(n_entries), rd_addr.eq(word.sram),
-                         ent_left.eq(n_entries), beat.eq(0)]
+                         ent_left.eq(n_entries), ent_one.eq(n_entries == 1), beat.eq(0)]
         m.d.comb += [reading.eq(ph.run | ph.drain),
-                     sending.eq(ph.run | (ph.drain & (bursts.owed != 0)))]
+                     sending.eq(ph.run | (ph.drain & bursts.owing))]
         with m.If(ph.drain & bursts.drained):  # the accepted commands' beats are sent
             m.d.comb += flush.eq(1)
             m.d.sync += [rd_left.eq(0), beat.eq(0)]

@@ -71,6 +71,8 @@ def test_burst_issuer_random_transfers(max_burst: int) -> None:
                 valid = ctx.get(dut.cmd.valid)
                 payload = (ctx.get(dut.cmd.payload.addr), ctx.get(dut.cmd.payload.len))
                 assert ctx.get(dut.owed) == owed
+                assert ctx.get(dut.owing) == (owed != 0)  # the flag kept beside owed
+                assert ctx.get(dut.drained) == (offered is None and owed == 0)
                 assert ctx.get(dut.issued) == (len(got) == len(want))
                 if offered is not None:  # the stream rule: held until taken
                     assert valid and payload == offered
