@@ -238,6 +238,11 @@ class Core(wiring.Component):
                     m.d.sync += done.eq(1)
         for r in reporters:
             m.d.comb += r.halt.eq(error | pending)
+        # GEMM micro-ops counted a cycle late: a fast reset's count is a minimum of
+        # sums, too late in its cycle for the counter's adder (the last micro-op is
+        # counted long before done: FINISH waits for the pipeline to drain)
+        gemm_uops = Signal.like(compute.gemm_uops)
+        m.d.sync += gemm_uops.eq(compute.gemm_uops)
         events = {"load_busy": load.busy, "load_stall": load.stall,
                   "compute_busy": compute.busy, "compute_stall": compute.stall,
                   "gemm_busy": compute.gemm_busy, "alu_busy": compute.alu_busy,
@@ -251,7 +256,7 @@ class Core(wiring.Component):
             csrs.load_busy.eq(load.busy), csrs.load_stall.eq(load.stall),
             csrs.compute_busy.eq(compute.busy), csrs.compute_stall.eq(compute.stall),
             csrs.store_busy.eq(store.busy), csrs.store_stall.eq(store.stall),
-            csrs.gemm_uops.eq(compute.gemm_uops), csrs.alu_busy.eq(compute.alu_busy),
+            csrs.gemm_uops.eq(gemm_uops), csrs.alu_busy.eq(compute.alu_busy),
             csrs.load_retire.eq(load.retire), csrs.compute_retire.eq(compute.retire),
             csrs.store_retire.eq(store.retire),
         ]
