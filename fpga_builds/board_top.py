@@ -119,7 +119,11 @@ class BoardTop(Elaboratable):
             m.d.por += por.eq(0)
         with m.Elif(~por.all()):
             m.d.por += por.eq(por + 1)
-        m.d.comb += sync.rst.eq(~por.all())
+        # the reset leaves a flip-flop of its own (not the counter's AND): it fans out to
+        # the whole SoC, and its logic was the head of failing paths into the core
+        rst = Signal(init=1)
+        m.d.por += rst.eq(~por.all())
+        m.d.comb += sync.rst.eq(rst)
 
         soc = SocTop(self.cfg, mem_bytes=board.mem_bytes,
                      clk_hz=int(self.clock_mhz * 1e6), baud=BAUD,
