@@ -149,7 +149,11 @@ class MemArbiter(wiring.Component):
         # the budget's next values for each read master's grant, chosen by the grant
         # last (it settles late: eligibility, the round robin, the port's ready), not
         # a multiplexed length added after it
-        delivered = rdata.valid & rdata.ready
+        # a delivered beat leaves the budget a cycle late: the masters' read-ready (a
+        # halt, a buffer's write port) settles too late in its cycle for the counters'
+        # carry chains; the budget is only ever one beat short for a cycle
+        delivered = Signal()
+        m.d.sync += delivered.eq(rdata.valid & rdata.ready)
         kept_in_flight = Signal.like(in_flight)
         kept_budget = Signal.like(budget)
         m.d.comb += [kept_in_flight.eq(in_flight - delivered), kept_budget.eq(budget + delivered)]
