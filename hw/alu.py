@@ -18,8 +18,9 @@ from tensorfab.isa.formats import (
 
 from .signatures import WGT_OFFSET, wgt_entry_order
 
-__all__ = ["AluSignature", "VectorAlu", "alu_lane", "finish_lane", "partial_products",
-           "requant_finish", "requant_first", "sum_high_word", "sum_low_word"]
+__all__ = ["AluSignature", "VectorAlu", "alu_lane", "finish_clip", "finish_lane",
+           "partial_products", "requant_finish", "requant_first", "sum_high_word",
+           "sum_low_word"]
 
 
 #: Bits of the low half of each 32-bit multiplication operand: the halves' products
@@ -99,13 +100,14 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Valu
 
     Returns
     -------
-    tuple[Value, Value, Value]
-        Two signed ``width``-bit signals whose OR is the result (SHR_RND: ``a >> s``):
-        the arithmetic operations' (ADD, shifts, MOV) and the comparing operations'
-        (MIN, MAX, CLIP), each 0 for the other kind, so that the choice between them
-        can wait for the next cycle; and SHR_RND's rounding increment (1 bit). For a
-        shift operation only the low five bits of ``b`` count here; :class:`VectorAlu`
-        flags other amounts.
+    tuple[Value, Value, Value, Value]
+        Two signed ``width``-bit signals whose OR is the result (SHR_RND: ``a >> s``;
+        CLIP: see below): the arithmetic operations' (ADD, shifts, MOV) and the
+        comparing operations' (MIN, MAX; for CLIP ``min(a, b)``), each 0 for the other
+        kind, so that the choice between them can wait for the next cycle; CLIP's
+        ``a > -b - 1`` for :func:`finish_clip`; and SHR_RND's rounding increment (1
+        bit). For a shift operation only the low five bits of ``b`` count here;
+        :class:`VectorAlu` flags other amounts.
     """
     shift_bits = (width - 1).bit_length()
     out = Signal(signed(width))
@@ -127,16 +129,16 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Valu
     round_up = Signal()
     m.d.comb += round_up.eq((a.as_unsigned() & at).any()
                             & (~a[width - 1] | (a.as_unsigned() & below).any()))
-    # CLIP = min(max(a, lo), b) from three comparisons side by side
-    lo = ~b  # -b - 1, wrapping: the one's complement of b
-    clipped = Signal(signed(width))
-    m.d.comb += clipped.eq(Mux(op == AluOp.CLIP,
-                               Mux(a > lo, Mux(a < b, a, b), Mux(lo < b, lo, b)), a))
+    # CLIP = min(max(a, lo), b), lo = ~b = -b - 1: min(a, b) when a > lo, else lo when
+    # lo < b (i.e. b >= 0), else b; this cycle gives min(a, b) and whether a > lo,
+    # :func:`finish_clip` the choice in the next
+    above_lo = Signal()
+    m.d.comb += above_lo.eq(a > ~b)
     ordered = Signal(signed(width))
     with m.Switch(op):
         with m.Case(AluOp.ADD):
             m.d.comb += out.eq((a + b)[:width])
-        with m.Case(AluOp.MIN):
+        with m.Case(AluOp.MIN, AluOp.CLIP):
             m.d.comb += ordered.eq(Mux(a < b, a, b))
         with m.Case(AluOp.MAX):
             m.d.comb += ordered.eq(Mux(a > b, a, b))
@@ -144,11 +146,15 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Valu
             m.d.comb += out.eq(a >> s)
         with m.Case(AluOp.SHL):
             m.d.comb += out.eq((a << s)[:width])
-        with m.Case(AluOp.CLIP):
-            m.d.comb += ordered.eq(clipped)
         with m.Case(AluOp.MOV):
             m.d.comb += out.eq(b)
-    return out, ordered, round_up
+    return out, ordered, above_lo, round_up
+
+
+def finish_clip(ordered: Value, above_lo: Value, b: Value) -> Value:
+    """CLIP's result from :func:`alu_lane`'s ``ordered`` (``min(a, b)``) and
+    ``above_lo`` (``a > -b - 1``), registered, and the operand ``b``."""
+    return Mux(above_lo, ordered, Mux(b[-1], b, ~b))
 
 
 def finish_lane(m: Module, op: Value, prod: Value, saturate: Value,
@@ -354,6 +360,8 @@ class VectorAlu(wiring.Component):
         op3 = registered(m, en2, op2, "op3")
         is_requant, is_requant2, is_requant3 = Signal(), Signal(), Signal()
         is_mul, is_mul2, is_mul3 = Signal(), Signal(), Signal()
+        is_clip, is_clip2 = Signal(), Signal()
+        m.d.comb += [is_clip.eq(self.op == AluOp.CLIP), is_clip2.eq(op2 == AluOp.CLIP)]
         m.d.comb += [is_requant.eq(self.op == AluOp.REQUANT), is_requant2.eq(op2 == AluOp.REQUANT),
                      is_requant3.eq(op3 == AluOp.REQUANT),
                      is_mul.eq((self.op == AluOp.MUL) | (self.op == AluOp.MULHI)),
@@ -363,9 +371,12 @@ class VectorAlu(wiring.Component):
         bad = []
         for i in range(self.lanes):
             a, b = self.a[i].as_signed(), self.b[i].as_signed()
-            arith, ordered, round_up = alu_lane(m, self.op, a, b, self.width)
+            arith, ordered, above_lo, round_up = alu_lane(m, self.op, a, b, self.width)
             arith = registered(m, en, arith, f"arith{i}")
             ordered = registered(m, en, ordered, f"ordered{i}")
+            above_lo = registered(m, en, above_lo, f"above_lo{i}")
+            clip_b = registered(m, en & is_clip, b, f"clip_b{i}")
+            ordered = Mux(is_clip2, finish_clip(ordered, above_lo, clip_b), ordered)
             round_up = registered(m, en, round_up, f"round_up{i}")
             # one multiplier per lane: MUL and MULHI multiply a·b, REQUANT (a + bias)·M
             x, y = a, b
