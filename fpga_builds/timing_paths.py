@@ -230,6 +230,33 @@ class Netlist:
             return self._name[bit][1]
         return self.driver[bit][0] if bit in self.driver else f"${bit}"
 
+    def _register(self, bit: int) -> str:
+        """The signal of the register (or RAM) driving ``bit``, from its cell's name as
+        nextpnr reports it (a net may carry a shorter name elsewhere: an LED's)."""
+        cell = self.driver[bit][0] if bit in self.driver else ""
+        return signal_of(cell) or signal_of(self.name(bit)) or self.name(bit)
+
+    def launchers(self, net: str) -> set[str]:
+        """The signals of every register and RAM with a combinational path into
+        nextpnr net ``net`` (empty if the net is not in the netlist): the modelled
+        latest path starts at one of them, nextpnr's measured one too."""
+        bit = self.bit_of(net)
+        if bit is None:
+            return set()
+        seen, stack, found = {bit}, [bit], set()
+        while stack:
+            launch, ins = self._inputs(stack.pop())
+            if launch is not None and not ins:
+                continue
+            for b, _ in ins:
+                if b in seen:
+                    continue
+                seen.add(b)
+                if b in self.driver and self._launch(self.cells[self.driver[b][0]]["type"]):
+                    found.add(self._register(b))
+                stack.append(b)
+        return found
+
     def latest_path(self, net: str) -> dict[str, Any] | None:
         """The modelled latest path into nextpnr net ``net``: ``from`` (launching
         signal), ``through`` (named signals on the way, launcher first, each with its
@@ -250,7 +277,7 @@ class Netlist:
                 through.append({"signal": sig, "model_ns": round(at, 2)})
             cur = prev
         through.reverse()
-        return {"from": signal_of(self.name(src)) or self.name(src), "through": through,
+        return {"from": self._register(src), "through": through,
                 "model_ns": round(t + self.delays.route, 2)}
 
 

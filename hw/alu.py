@@ -148,6 +148,8 @@ def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Valu
             m.d.comb += out.eq((a << s)[:width])
         with m.Case(AluOp.MOV):
             m.d.comb += out.eq(b)
+        with m.Default():
+            m.d.comb += [out.eq(0), ordered.eq(0)]
     return out, ordered, above_lo, round_up
 
 

@@ -19,7 +19,7 @@ from tensorfab.fpga_builds.report import (
     resources,
     utilization_from_log,
 )
-from tensorfab.fpga_builds.timing_paths import signal_of
+from tensorfab.fpga_builds.timing_paths import load_netlist, signal_of
 
 NEXTPNR_LOG = """\
 Info: Device utilisation:
@@ -215,7 +215,12 @@ def check_paths_against_nextpnr(out: Path, report: dict,
     worst = result["groups"][0]
     end = crit[-1]["to"]
     assert worst["to"] == signal_of(end["cell"])
-    assert worst["from"] == signal_of(crit[0]["from"]["cell"]), (worst, crit[0])
+    # the modelled path (one routing delay per net) may start at another register than
+    # nextpnr's measured one; both must be registers with a path into the endpoint
+    (net,) = [seg["net"] for seg in crit if seg["type"] == "routing"][-1:]
+    launchers = load_netlist(out / "top.json").launchers(net)
+    assert worst["from"] in launchers, (worst, sorted(launchers))
+    assert signal_of(crit[0]["from"]["cell"]) in launchers, (crit[0], sorted(launchers))
 
 
 @pytest.mark.slow

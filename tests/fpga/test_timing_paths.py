@@ -123,6 +123,20 @@ def test_netlist_bits_and_loops() -> None:
         Netlist({"modules": {}})
 
 
+def test_launchers_and_register_names() -> None:
+    """Every register with a path into a net; a register is named by its cell, as
+    nextpnr names it, even where its output net has a shorter name (an LED's)."""
+    assert NETLIST.launchers("top.u.b_TRELLIS_FF_Q_DI") == {"top.a", "top.c", "top.u.b"}
+    assert NETLIST.launchers("top.u.y_LUT4_Z") == {"top.a"}
+    assert NETLIST.launchers("nope") == set()
+    led = Netlist(_yosys({"top.core.error_TRELLIS_FF_Q": _cell("TRELLIS_FF", Q=[2]),
+                          "top.led_LUT4_Z": _cell("LUT4", A=[2], Z=[3])},
+                         {"top.leds": [2], "top.led_LUT4_Z": [3]}))
+    path = led.latest_path("top.led_LUT4_Z")
+    assert path is not None and path["from"] == "top.core.error"
+    assert led.launchers("top.led_LUT4_Z") == {"top.core.error"}
+
+
 def test_report_errors(tmp_path: Path) -> None:
     with pytest.raises(FpgaBuildError, match="no nextpnr report"):
         load_timing_report(tmp_path)
