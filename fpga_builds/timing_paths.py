@@ -245,9 +245,7 @@ class Netlist:
             return set()
         seen, stack, found = {bit}, [bit], set()
         while stack:
-            launch, ins = self._inputs(stack.pop())
-            if launch is not None and not ins:
-                continue
+            _, ins = self._inputs(stack.pop())  # a register has none
             for b, _ in ins:
                 if b in seen:
                     continue

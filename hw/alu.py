@@ -81,7 +81,8 @@ def sum_high_word(lo: Value, mid_hi: Value, hh: Value) -> Value:
     return Cat(lo[:2 * HALF], hi[:2 * HALF]).as_signed()
 
 
-def alu_lane(m: Module, op: Value, a: Value, b: Value, width: int) -> tuple[Value, Value]:
+def alu_lane(m: Module, op: Value, a: Value, b: Value,
+             width: int) -> tuple[Value, Value, Value, Value]:
     """First-cycle logic of one lane: ``OP(a, b)`` (docs/isa.md) for every operation
     but MUL and MULHI, which :func:`finish_lane` completes from
     :func:`partial_products` in the third cycle (this gives 0 for them), and SHR_RND,
@@ -360,15 +361,18 @@ class VectorAlu(wiring.Component):
         records = self._records() if requant_supported(cfg) else None
         op2 = registered(m, en, self.op, "op2")
         op3 = registered(m, en2, op2, "op3")
-        is_requant, is_requant2, is_requant3 = Signal(), Signal(), Signal()
-        is_mul, is_mul2, is_mul3 = Signal(), Signal(), Signal()
-        is_clip, is_clip2 = Signal(), Signal()
-        m.d.comb += [is_clip.eq(self.op == AluOp.CLIP), is_clip2.eq(op2 == AluOp.CLIP)]
-        m.d.comb += [is_requant.eq(self.op == AluOp.REQUANT), is_requant2.eq(op2 == AluOp.REQUANT),
-                     is_requant3.eq(op3 == AluOp.REQUANT),
-                     is_mul.eq((self.op == AluOp.MUL) | (self.op == AluOp.MULHI)),
-                     is_mul2.eq((op2 == AluOp.MUL) | (op2 == AluOp.MULHI)),
-                     is_mul3.eq((op3 == AluOp.MUL) | (op3 == AluOp.MULHI))]
+
+        def kinds(op: Value, stage: str) -> tuple[Signal, Signal, Signal]:
+            """Whether the operation of a cycle is REQUANT, MUL or MULHI, CLIP."""
+            requant, mul, clip = (Signal(name=f"is_{k}{stage}")
+                                  for k in ("requant", "mul", "clip"))
+            m.d.comb += [requant.eq(op == AluOp.REQUANT),
+                         mul.eq((op == AluOp.MUL) | (op == AluOp.MULHI)),
+                         clip.eq(op == AluOp.CLIP)]
+            return requant, mul, clip
+        is_requant, is_mul, is_clip = kinds(self.op, "")
+        is_requant2, is_mul2, is_clip2 = kinds(op2, "2")
+        is_requant3, is_mul3, _ = kinds(op3, "3")
         most_negative = Const(-(1 << (self.width - 1)), signed(self.width))
         bad = []
         for i in range(self.lanes):

@@ -146,12 +146,12 @@ class MemArbiter(wiring.Component):
                          mst.rdata.valid.eq(rdata.valid & rd_fifo.r_rdy & is_head)]
         m.d.comb += rdata.ready.eq(rd_fifo.r_rdy & Mux(head_load, self.load.rdata.ready,
                                                                 self.fetch.rdata.ready))
-        # the budget's next values for each read master's grant, chosen by the grant
-        # last (it settles late: eligibility, the round robin, the port's ready), not
-        # a multiplexed length added after it
-        # a delivered beat leaves the budget a cycle late: the masters' read-ready (a
-        # halt, a buffer's write port) settles too late in its cycle for the counters'
-        # carry chains; the budget is only ever one beat short for a cycle
+        # The counters' next values for each read master's grant, chosen by the grant
+        # last (it settles late: eligibility, the round robin, the port's ready), not a
+        # multiplexed length added after it. A delivered beat leaves the budget a cycle
+        # late: the masters' read-ready (a halt, a buffer's write port) settles too
+        # late in its cycle for the counters' carry chains; the budget is then one beat
+        # short for a cycle, never over.
         delivered = Signal()
         m.d.sync += delivered.eq(rdata.valid & rdata.ready)
         kept_in_flight = Signal.like(in_flight)

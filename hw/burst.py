@@ -14,12 +14,18 @@ from tensorfab.isa.config import log2
 
 from .mem_port import LEN_WIDTH, MAX_BURST, MemXferLayout
 
-__all__ = ["BurstIssuer", "TransferPhases", "check_max_burst", "transfer_phases"]
+__all__ = ["BurstIssuer", "TransferPhases", "check_max_burst", "dram_limit", "transfer_phases"]
 
 #: Width of the row count (a transfer's ``y`` is at most 2^16 - 1 rows).
 ROWS_WIDTH = 17
 #: Width of the beat counts (beats of a row, beats owed).
 BEATS_WIDTH = 32
+
+
+def dram_limit(dram_size: Value, addr_width: int) -> Value:
+    """The bytes a LOAD or STORE may reach: DRAM_SIZE, or the whole address space
+    (``2^addr_width``) when it is 0 or larger."""
+    return Mux((dram_size == 0) | (dram_size > (1 << addr_width)), 1 << addr_width, dram_size)
 
 
 def check_max_burst(max_burst: int) -> int:

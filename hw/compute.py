@@ -38,7 +38,7 @@ class ComputeEngine(wiring.Component):
         S0  read uop[u]
         S0R the micro-op is registered (nothing but routing after the block RAM)
         S1  indices = uop + loop offsets, their range checks and the interlock's
-            comparisons with the two micro-ops ahead, all registered
+            comparisons with the three micro-ops ahead, all registered
         S1C range errors, the interlock (`hold`);
             GEMM: read inp[x], wgt[w]          ALU: read acc[d], acc[s] (REQUANT: wgt[w])
         S2  GEMM: products enter the GemmCore  ALU: operands registered

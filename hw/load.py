@@ -16,7 +16,7 @@ from tensorfab.isa import (
 )
 from tensorfab.isa.config import log2
 
-from .burst import BurstIssuer, check_max_burst, transfer_phases
+from .burst import BurstIssuer, check_max_burst, dram_limit, transfer_phases
 from .layouts import insn_layout
 from .mem_port import MemReadSignature
 from .sequencer import InsnSequencer, engine_members
@@ -172,8 +172,7 @@ class LoadEngine(wiring.Component):
         room = Signal(signed(max(cfg.inp_bits, cfg.wgt_bits, cfg.uop_bits, cfg.acc_bits) + 2))
         lim_entries = Signal(33)  # limit >> sh_entry: entries that may be read
         limit = Signal(33, reset_less=True)  # bytes that may be read
-        m.d.sync += limit.eq(Mux((self.dram_size == 0) | (self.dram_size > (1 << aw)),
-                                 1 << aw, self.dram_size))
+        m.d.sync += limit.eq(dram_limit(self.dram_size, aw))
         with m.If(take):
             m.d.sync += [
                 rows.eq(taken.pad_top + taken.y + taken.pad_bottom),

@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 from tensorfab.isa import Engine, HwConfig, Opcode, insn_width
 from tensorfab.isa.config import log2
 
-from .burst import BurstIssuer, check_max_burst, transfer_phases
+from .burst import BurstIssuer, check_max_burst, dram_limit, transfer_phases
 from .layouts import insn_layout
 from .mem_port import MemWriteSignature
 from .sequencer import InsnSequencer, engine_members
@@ -98,8 +98,7 @@ class StoreEngine(wiring.Component):
         # the limits, in entries: DRAM_SIZE's bytes (0: the whole address space) and
         # the instruction stream's (reset_less: a start does not clear them)
         lim_entries = Signal(33, reset_less=True)
-        m.d.sync += lim_entries.eq(Mux((self.dram_size == 0) | (self.dram_size > (1 << aw)),
-                                       1 << aw, self.dram_size) >> sh_entry)
+        m.d.sync += lim_entries.eq(dram_limit(self.dram_size, aw) >> sh_entry)
         insn_end_value = self.insn_base + (self.insn_count << log2(insn_width(cfg) // 8))
         insn_end = Signal(insn_end_value.shape(), reset_less=True)  # bytes
         base_entries = Signal(32, reset_less=True)  # insn_base >> sh_entry
