@@ -267,12 +267,34 @@ def requant_finish(m: Module, go: Value, first: dict[str, Value]) -> Value:
 
 def registered(m: Module, en: Value, value: Value, name: str) -> Signal:
     """``value`` in a register loaded when ``en`` (Verilator computes ``value`` only
-    then; it still makes the register's next value on every cycle, so each register
-    costs simulation time whether the ALU is busy or not)."""
-    reg = Signal(value.shape(), name=name)
+    then). Reset-less: the valid bits say what a register holds, and a reset would add
+    two more conditions to every register's next value in Verilator's C++ (and a
+    reset net on the FPGA)."""
+    reg = Signal(value.shape(), name=name, reset_less=True)
     with m.If(en):
         m.d.sync += reg.eq(value)
     return reg
+
+
+def registered_lanes(m: Module, en: Value, values: list[Value], name: str) -> list[Value]:
+    """Every lane's ``value`` in one :func:`registered` register, each lane's part
+    (sliced back out, with its shape's signedness) starting on a 32-bit word unless
+    all are single bits.
+
+    Verilator makes each register's next value on every cycle, busy or not: one wide
+    register per stage and kind costs a copy of its words, where a register per lane
+    cost a branch and a copy each (the three-cycle ALU's registers made the whole
+    simulation of a GEMM 18 % slower).
+    """
+    widths = [len(v) for v in values]
+    pitch = 1 if max(widths) == 1 else -(-max(widths) // 32) * 32
+    reg = registered(m, en, Cat(*(Cat(v, Const(0, pitch - w)) if pitch > w else v
+                                  for v, w in zip(values, widths, strict=True))), name)
+    out = []
+    for k, (v, w) in enumerate(zip(values, widths, strict=True)):
+        part = reg[k * pitch:][:w]
+        out.append(part.as_signed() if v.shape().signed else part)
+    return out
 
 
 def AluSignature(cfg: HwConfig) -> wiring.Signature:
@@ -374,51 +396,67 @@ class VectorAlu(wiring.Component):
         is_requant2, is_mul2, is_clip2 = kinds(op2, "2")
         is_requant3, is_mul3, _ = kinds(op3, "3")
         most_negative = Const(-(1 << (self.width - 1)), signed(self.width))
+        lanes = range(self.lanes)
+        a = [self.a[i].as_signed() for i in lanes]
+        b = [self.b[i].as_signed() for i in lanes]
+
+        # ---- first cycle: each lane's logic, registered per stage and kind
+        first = [alu_lane(m, self.op, a[i], b[i], self.width) for i in lanes]
+        arith, ordered, above_lo, round_up = (registered_lanes(m, en, list(v), name)
+                                              for v, name in zip(zip(*first, strict=True),
+                                                                 ("arith", "ordered",
+                                                                  "above_lo", "round_up"),
+                                                                 strict=True))
+        clip_b = registered_lanes(m, en & is_clip, b, "clip_b")
+        saturate = registered_lanes(m, en, [(a[i] == most_negative) & (b[i] == most_negative)
+                                            for i in lanes], "saturate")
+        # one multiplier per lane: MUL and MULHI multiply a·b, REQUANT (a + bias)·M
+        x, y = a, b
+        uses_product, uses_product2, uses_product3 = is_mul, is_mul2, is_mul3
+        rq: list[dict[str, Value]] = []
+        if records is not None:
+            rq = [requant_first(m, is_requant, a[i], records[i % cfg.block_out])
+                  for i in lanes]
+            x = [Mux(is_requant, rq[i]["x"], a[i]) for i in lanes]
+            y = [Mux(is_requant, rq[i]["y"], b[i]) for i in lanes]
+            uses_product = is_mul | is_requant
+            uses_product2 = is_mul2 | is_requant2
+            uses_product3 = is_mul3 | is_requant3
+        products = [partial_products(x[i], y[i]) for i in lanes]
+        parts = list(zip(*(registered_lanes(m, en & uses_product, [p[k] for p in products],
+                                            f"part{k}") for k in range(4)), strict=True))
+        rq_fields = [k for k in (rq[0] if rq else {}) if k not in ("x", "y")]
+        rq_q = {k: registered_lanes(m, en & is_requant, [r[k] for r in rq], f"rq_{k}")
+                for k in rq_fields}
+
+        # ---- second cycle: the products' low word, CLIP's choice
+        # the sum in two cycles, once for MUL, MULHI and REQUANT (registered under
+        # their enable, and the other arm of the product's multiplexer a signal, so
+        # that Verilator adds only for those)
+        go2 = en2 & uses_product2
+        sums = [sum_low_word(list(parts[i])) for i in lanes]
+        lo, mid_hi, hh = (registered_lanes(m, go2, [s_[k] for s_ in sums], name)
+                          for k, name in enumerate(("sum_lo", "sum_mid_hi", "sum_hh")))
+        other3 = registered_lanes(m, en2, [
+            arith[i] | Mux(is_clip2, finish_clip(ordered[i], above_lo[i], clip_b[i]), ordered[i])
+            for i in lanes], "other3")
+        round_up3 = registered_lanes(m, en2, round_up, "round_up3")
+        saturate3 = registered_lanes(m, en2, saturate, "saturate3")
+        rq3 = {k: registered_lanes(m, en2 & is_requant2, v, f"rq3_{k}") for k, v in rq_q.items()}
+
+        # ---- third cycle: the products' high word, each operation's finish
         bad = []
-        for i in range(self.lanes):
-            a, b = self.a[i].as_signed(), self.b[i].as_signed()
-            arith, ordered, above_lo, round_up = alu_lane(m, self.op, a, b, self.width)
-            arith = registered(m, en, arith, f"arith{i}")
-            ordered = registered(m, en, ordered, f"ordered{i}")
-            above_lo = registered(m, en, above_lo, f"above_lo{i}")
-            clip_b = registered(m, en & is_clip, b, f"clip_b{i}")
-            ordered = Mux(is_clip2, finish_clip(ordered, above_lo, clip_b), ordered)
-            round_up = registered(m, en, round_up, f"round_up{i}")
-            # one multiplier per lane: MUL and MULHI multiply a·b, REQUANT (a + bias)·M
-            x, y = a, b
-            uses_product, uses_product2, uses_product3 = is_mul, is_mul2, is_mul3
-            if records is not None:
-                rq = requant_first(m, is_requant, a, records[i % cfg.block_out])
-                x, y = Mux(is_requant, rq["x"], a), Mux(is_requant, rq["y"], b)
-                uses_product = is_mul | is_requant
-                uses_product2 = is_mul2 | is_requant2
-                uses_product3 = is_mul3 | is_requant3
-            parts = [registered(m, en & uses_product, v, f"l{i}_{k}")
-                     for k, v in enumerate(partial_products(x, y))]
-            # the sum in two cycles, once for MUL, MULHI and REQUANT (registered under
-            # their enable, and the other arm of the product's multiplexer a signal,
-            # so that Verilator adds only for those)
-            go2 = en2 & uses_product2
-            names = ("lo", "mid_hi", "hh")
-            lo, mid_hi, hh = (registered(m, go2, v, f"s{i}_{name}")
-                              for name, v in zip(names, sum_low_word(parts), strict=True))
+        for i in lanes:
             product = Signal(signed(2 * self.width), name=f"product{i}")
-            m.d.comb += product.eq(Mux(uses_product3, sum_high_word(lo, mid_hi, hh), lo))
-            saturate = registered(m, en, (a == most_negative) & (b == most_negative),
-                                  f"saturate{i}")
-            other3 = registered(m, en2, arith | ordered, f"other3_{i}")
-            round_up3 = registered(m, en2, round_up, f"round_up3_{i}")
-            saturate3 = registered(m, en2, saturate, f"saturate3_{i}")
-            lane = finish_lane(m, op3, product, saturate3, other3, round_up3, self.width)
+            m.d.comb += product.eq(Mux(uses_product3, sum_high_word(lo[i], mid_hi[i], hh[i]),
+                                       lo[i]))
+            lane = finish_lane(m, op3, product, saturate3[i], other3[i], round_up3[i],
+                               self.width)
             if records is not None:
-                rq_q = {k: registered(m, en2 & is_requant2,
-                                      registered(m, en & is_requant, v, f"rq{i}_{k}"),
-                                      f"rq3_{i}_{k}")
-                        for k, v in rq.items() if k not in ("x", "y")}
-                rq_q["product"] = product
-                lane = Mux(is_requant3, requant_finish(m, is_requant3, rq_q), lane)
+                finish = {k: v[i] for k, v in rq3.items()} | {"product": product}
+                lane = Mux(is_requant3, requant_finish(m, is_requant3, finish), lane)
             m.d.comb += self.result[i].eq(lane)
-            bad.append(b.as_unsigned() > MAX_SHIFT)
+            bad.append(b[i].as_unsigned() > MAX_SHIFT)
         is_shift = Signal()
         m.d.comb += is_shift.eq(Cat(*(self.op == op for op in sorted(SHIFT_OPS))).any())
         shift_bad = is_shift & Cat(*bad).any()

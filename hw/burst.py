@@ -14,12 +14,22 @@ from tensorfab.isa.config import log2
 
 from .mem_port import LEN_WIDTH, MAX_BURST, MemXferLayout
 
-__all__ = ["BurstIssuer", "TransferPhases", "check_max_burst", "dram_limit", "transfer_phases"]
+__all__ = ["BurstIssuer", "TransferPhases", "check_max_burst", "dram_limit", "owed_limit_bits",
+           "transfer_phases"]
 
 #: Width of the row count (a transfer's ``y`` is at most 2^16 - 1 rows).
 ROWS_WIDTH = 17
-#: Width of the beat counts (beats of a row, beats owed).
+#: Width of a row's beat count.
 BEATS_WIDTH = 32
+#: Commands of ``max_burst`` beats that may be owed before the issuer holds back (a
+#: bound on ``owed``, far above what the memory arbiter lets a master have in flight).
+OWED_COMMANDS = 32
+
+
+def owed_limit_bits(max_burst: int) -> int:
+    """log2 of the beats owed at which :class:`BurstIssuer` stops offering commands:
+    the least power of two of at least ``OWED_COMMANDS`` bursts of ``max_burst``."""
+    return (OWED_COMMANDS * max_burst - 1).bit_length()
 
 
 def dram_limit(dram_size: Value, addr_width: int) -> Value:
@@ -49,7 +59,10 @@ class BurstIssuer(wiring.Component):
     ``start`` loads a transfer. While ``issue`` is high the issuer offers its next
     command; a command offered stays offered until the memory takes it, whatever
     ``issue`` does next (the stream rule), so an engine that halts drops ``issue``
-    and waits for :attr:`drained`.
+    and waits for :attr:`drained`. No new command is offered while ``2^``
+    :func:`owed_limit_bits` beats or more are owed, which bounds ``owed`` to
+    ``owed_limit_bits + 1`` bits (a 32-bit count was an FPGA critical path: its
+    carry chain ends the cycle of ``beat``).
 
     Parameters
     ----------
@@ -69,7 +82,7 @@ class BurstIssuer(wiring.Component):
         Offer commands.
     beat : In(1)
         A data beat of an issued command moved (read beat taken, write beat sent).
-    owed : Out(BEATS_WIDTH)
+    owed : Out(owed_limit_bits(max_burst) + 1)
         Beats of issued commands that have not moved yet.
     issued : Out(1)
         Every command of the transfer has been taken.
@@ -90,7 +103,7 @@ class BurstIssuer(wiring.Component):
             "stride": In(aw),
             "issue": In(1),
             "beat": In(1),
-            "owed": Out(BEATS_WIDTH),
+            "owed": Out(owed_limit_bits(self.max_burst) + 1),
             "owing": Out(1),
             "issued": Out(1),
             "drained": Out(1),
@@ -121,7 +134,9 @@ class BurstIssuer(wiring.Component):
             burst.eq(Mux(long, mb, beats_left[:len(burst)])),
             cmd.payload.addr.eq(cur_addr),
             cmd.payload.len.eq((burst - 1)[:LEN_WIDTH]),
-            cmd.valid.eq(has_rows & (self.issue | stuck)),
+            # (owed's top bit only rises with a command taken, so a command held
+            # offered is never withdrawn by it)
+            cmd.valid.eq(has_rows & ((self.issue & ~self.owed[-1]) | stuck)),
             self.issued.eq(~has_rows),
             self.drained.eq(~stuck & ~self.owing),
         ]

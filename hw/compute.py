@@ -168,6 +168,12 @@ class ComputeEngine(wiring.Component):
         imm = Signal(signed(32))
 
         issuing = Signal()
+        # stepping: the loops advance (in RUN, unless held); issuing: and a micro-op
+        # enters the pipeline (not after a halt or an error). The loop registers and the
+        # micro-op read are enabled by `stepping`: a halt or an error (the core's error
+        # register, with a fan-out across the core) need not reach them, as the valid
+        # bits stop the micro-ops and a start resets the loops
+        stepping = Signal()
         # hold: the ALU micro-op at S1C reads the entry the one at S2 or S3 writes; it
         # waits at S1C (and S0, S0R, S1 with it) until it can meet the result registered
         hold = Signal()
@@ -192,8 +198,8 @@ class ComputeEngine(wiring.Component):
             m.d.sync += [r_valid.eq(r_valid & ~self.halt & ~error),
                          s1_valid.eq(s1_valid & ~self.halt & ~error),
                          c_valid.eq(c_valid & ~self.halt & ~error)]
-        m.d.comb += [self.uop_rd.addr.eq(u), self.uop_rd.en.eq(issuing)]
-        with m.If(issuing):
+        m.d.comb += [self.uop_rd.addr.eq(u), self.uop_rd.en.eq(stepping)]
+        with m.If(stepping):
             m.d.sync += [r_off[k].eq(cur[k]) for k in range(3)]
         with m.If(r_valid & ~hold):
             m.d.sync += [s1_off[k].eq(r_off[k]) for k in range(3)]
@@ -265,7 +271,9 @@ class ComputeEngine(wiring.Component):
             m.d.sync += [c_dep2.eq(s1_ok & reads(idx_a[:cfg.acc_bits])),
                          c_dep3.eq(s2_valid & s2_alu & reads(s2_addr)),
                          c_dep4.eq(a3_valid & reads(a3_addr))]
-        m.d.comb += hold.eq(s1_ok & q_alu & (c_dep2 | c_dep3 | c_dep4))
+        # (without s1_ok's halt and error: a held micro-op is dropped by them all the same)
+        m.d.comb += hold.eq(c_valid & ~c_uop_bad & ~c_index_bad & q_alu
+                            & (c_dep2 | c_dep3 | c_dep4))
         m.d.sync += [s2_valid.eq(s1_ok & ~hold), s2_addr.eq(idx_a),
                      s2_reset.eq(q_reset & q_gemm), s2_alu.eq(q_alu)]
 
@@ -391,12 +399,17 @@ class ComputeEngine(wiring.Component):
         # zero flags' write enables, an FPGA critical path)
         z_end = Signal(LOOP_ITER_WIDTH + 2)
         line_end = Signal()  # the rest of the line fits this cycle's row of flags
+        # zeroing: the flags are written this cycle. The port is the fast reset's in
+        # every ZERO cycle (acc_zero.en, a decode of the state, which the load engine's
+        # accumulator writes wait on: not the checks below, FPGA critical paths into
+        # the load's read beats); a cycle that writes nothing has an empty mask
+        zeroing = Signal()
         m.d.comb += [z_off.eq(z_a[:lb]), z_end.eq(z_off + z_left), line_end.eq(z_end <= lanes),
                      z_k.eq(Mux(line_end, z_left, lanes - z_off)),
                      self.acc_zero.row.eq(z_a >> lb),
                      self.acc_zero.mask.eq(Cat(*(
-                         (z_end > k) & (z_off <= k if k < lanes - 1 else 1)  # z_off < lanes
-                         for k in range(lanes))))]
+                         zeroing & (z_end > k) & (z_off <= k if k < lanes - 1 else 1)
+                         for k in range(lanes))))]  # (z_off < lanes)
 
         # ------------------------------------------------------------- execution
         stop = self.halt | error
@@ -439,7 +452,7 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [cur_next[k].eq(Mux(~last_u, cur[k],
                                         Mux(last_j, row_step[k], cur[k] + q_f_in[k])))
                      for k in range(3)]
-        with m.If(issuing):
+        with m.If(stepping):
             m.d.sync += [u.eq(u_next), j.eq(j_next), i.eq(i_next)]
             m.d.sync += [row[k].eq(row_next[k]) for k in range(3)]
             m.d.sync += [cur[k].eq(cur_next[k]) for k in range(3)]
@@ -453,7 +466,7 @@ class ComputeEngine(wiring.Component):
                 with m.Else():
                     m.next = "RUN"
             with m.State("RUN"):
-                m.d.comb += issuing.eq(~stop & ~hold)
+                m.d.comb += [stepping.eq(~hold), issuing.eq(~stop & ~hold)]
                 with m.If(stop):
                     m.next = "WAIT"
                 with m.Elif(~hold & last_u & last_j & last_i):
@@ -480,12 +493,13 @@ class ComputeEngine(wiring.Component):
                     m.d.sync += [z_line.eq(uop.acc), z_a.eq(uop.acc), z_left.eq(iter_in)]
                     m.next = "ZERO"
             with m.State("ZERO"):  # fast reset: zero up to `lanes` entries per cycle
+                m.d.comb += self.acc_zero.en.eq(1)
                 with m.If(stop):
                     m.next = "WAIT"
                 with m.Elif(z_a[cfg.acc_bits:].any()):  # z_a >= acc_depth
                     m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
                 with m.Else():
-                    m.d.comb += [self.acc_zero.en.eq(1), self.gemm_busy.eq(1),
+                    m.d.comb += [zeroing.eq(1), self.gemm_busy.eq(1),
                                  self.gemm_uops.eq(z_k)]
                     with m.If(line_end):  # line done
                         m.d.sync += [z_line.eq(z_line + g.acc_factor_out),

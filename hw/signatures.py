@@ -116,6 +116,8 @@ def ZeroSignature(cfg: HwConfig) -> wiring.Signature:
 
     When ``en`` is high, entries ``row · L + k`` for every set bit ``k`` of ``mask``
     (``L`` = :func:`zero_lanes`) read as zero from the next cycle on, until written.
+    ``en`` claims the accumulator's write port for the cycle (nothing else writes it
+    then) even with an empty ``mask``.
     """
     lanes = zero_lanes(cfg)
     row_bits = max(1, (cfg.acc_depth // lanes - 1).bit_length())

@@ -11,7 +11,7 @@ import pytest
 from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
-from tensorfab.hw.burst import BurstIssuer
+from tensorfab.hw.burst import BurstIssuer, owed_limit_bits
 from tensorfab.isa import PRESETS
 
 CFG = PRESETS["tiny"]
@@ -76,7 +76,7 @@ def test_burst_issuer_random_transfers(max_burst: int) -> None:
                 assert ctx.get(dut.issued) == (len(got) == len(want))
                 if offered is not None:  # the stream rule: held until taken
                     assert valid and payload == offered
-                if halted and offered is None:
+                if (halted or owed >= 1 << owed_limit_bits(max_burst)) and offered is None:
                     assert not valid
                 if valid and ready:
                     got.append(payload)
@@ -117,3 +117,53 @@ def test_burst_issuer_rejects_bad_max_burst() -> None:
                 BurstIssuer(CFG, bad)
             del excinfo
         gc.collect()
+
+
+@pytest.mark.parametrize("max_burst", [1, 3, 32])
+def test_burst_issuer_holds_back_at_owed_limit(max_burst: int) -> None:
+    """With no beat moving, commands stop once 2^owed_limit_bits beats are owed (owed
+    then fits its register); one moved beat below the limit lets the next one out."""
+    dut = BurstIssuer(CFG, max_burst)
+    limit = 1 << owed_limit_bits(max_burst)
+    assert limit >= 32 * max_burst
+    assert len(dut.owed) == owed_limit_bits(max_burst) + 1
+    rows = 2 * limit // max_burst + 4  # more than the limit in whole bursts
+    log = {"owed_max": 0, "taken": 0}
+
+    async def bench(ctx) -> None:
+        ctx.set(dut.addr, 0)
+        ctx.set(dut.rows, rows)
+        ctx.set(dut.row_beats, max_burst)
+        ctx.set(dut.stride, max_burst * CFG.mem_bus_bytes)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        ctx.set(dut.issue, 1)
+        ctx.set(dut.cmd.ready, 1)
+        owed = 0
+        for _ in range(rows + 8):
+            valid = ctx.get(dut.cmd.valid)
+            assert ctx.get(dut.owed) == owed
+            assert valid == (owed < limit)
+            if valid:
+                owed += max_burst
+                log["taken"] += 1
+            log["owed_max"] = max(log["owed_max"], owed)
+            await ctx.tick()
+        assert ctx.get(dut.owed) == owed and not ctx.get(dut.cmd.valid)
+        # beats move one per cycle until owed drops below the limit: then it offers
+        ctx.set(dut.cmd.ready, 0)
+        ctx.set(dut.beat, 1)
+        while owed >= limit:
+            assert not ctx.get(dut.cmd.valid)
+            await ctx.tick()
+            owed -= 1
+        ctx.set(dut.beat, 0)
+        assert ctx.get(dut.owed) == owed and ctx.get(dut.cmd.valid)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert log["owed_max"] == -(-limit // max_burst) * max_burst  # the first burst at or over it
+    assert log["taken"] < rows
