@@ -402,11 +402,9 @@ class VectorAlu(wiring.Component):
 
         # ---- first cycle: each lane's logic, registered per stage and kind
         first = [alu_lane(m, self.op, a[i], b[i], self.width) for i in lanes]
-        arith, ordered, above_lo, round_up = (registered_lanes(m, en, list(v), name)
-                                              for v, name in zip(zip(*first, strict=True),
-                                                                 ("arith", "ordered",
-                                                                  "above_lo", "round_up"),
-                                                                 strict=True))
+        arith, ordered, above_lo, round_up = (
+            registered_lanes(m, en, [f[k] for f in first], name)
+            for k, name in enumerate(("arith", "ordered", "above_lo", "round_up")))
         clip_b = registered_lanes(m, en & is_clip, b, "clip_b")
         saturate = registered_lanes(m, en, [(a[i] == most_negative) & (b[i] == most_negative)
                                             for i in lanes], "saturate")
