@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -21,20 +21,24 @@ FETCH, LOAD, STORE = 0, 1, 2
 class MemArbiter(wiring.Component):
     """Grants whole commands round robin and routes data beats in command order.
 
-    A read command is granted only while the beats of the reads granted and not yet
-    delivered, its own included, stay within ``read_beats`` (or none are in flight):
-    the memory serves commands in order, so a deep queue of reads would hold up every
-    write behind it; ``read_beats`` above the memory's latency (in beats) keeps the
-    reads at full bandwidth.
+    A read master's command is granted only while at most ``read_beats`` minus the
+    master's longest command (``longest_reads``) beats of the reads granted are not
+    yet delivered (or none are), so that the beats in flight, its own included, stay
+    within ``read_beats``: the memory serves commands in order, so a deep queue of
+    reads would hold up every write behind it; ``read_beats`` above the memory's
+    latency (in beats) keeps the reads at full bandwidth. The rule does not look at
+    the command's own length, so that whether a master may be granted a read is a
+    register, set from the counter's next value.
 
     A granted read command records ``(master, len)`` in a FIFO of outstanding
     reads; read beats from the port go to the master at its head, ``len + 1`` of
     them. A granted write command records its ``len`` in a FIFO of outstanding
     writes; the store's write beats are forwarded only while that FIFO holds a
     command, so the port never sees a beat before its command. A master whose
-    FIFO is full is not granted. The command choice is held while the port stalls
-    it, as :mod:`amaranth.lib.stream` requires. Each master's commands pass a
-    two-entry register slice first (one cycle of latency, full throughput), so that
+    FIFO is full is not granted (nor in the cycle after a command leaves a full
+    FIFO). The command choice is held while the port stalls it, as
+    :mod:`amaranth.lib.stream` requires. Each master's commands pass a two-entry
+    register slice first (one cycle of latency, full throughput), so that
     the grant logic sees registered commands and the masters a registered ``ready``.
 
     Parameters
@@ -42,9 +46,13 @@ class MemArbiter(wiring.Component):
     cfg : HwConfig
         Address and bus widths.
     outstanding : int
-        Depth of each of the two FIFOs: commands that may be in flight.
+        Depth of each of the two FIFOs: commands that may be in flight (at least 2).
     read_beats : int
         Read beats that may be in flight (granted, not delivered).
+    longest_reads : tuple of int
+        The longest read command, in beats, that the fetch and the load master issue
+        (at most ``MAX_BURST``). A longer command is still served; the beats in flight
+        may then exceed ``read_beats`` by the difference.
 
     Attributes
     ----------
@@ -56,10 +64,17 @@ class MemArbiter(wiring.Component):
         The memory port.
     """
 
-    def __init__(self, cfg: HwConfig, outstanding: int = 16, read_beats: int = 64) -> None:
+    def __init__(self, cfg: HwConfig, outstanding: int = 16, read_beats: int = 64,
+                 longest_reads: tuple[int, int] = (MAX_BURST, MAX_BURST)) -> None:
+        if outstanding < 2:
+            raise ValueError(f"MemArbiter: outstanding = {outstanding}; at least 2")
+        if len(longest_reads) != 2 or not all(1 <= n <= MAX_BURST for n in longest_reads):
+            raise ValueError(f"MemArbiter: longest_reads = {longest_reads!r}; give the fetch's "
+                             f"and the load's longest read in beats, 1 to {MAX_BURST}")
         self.cfg = cfg
         self.outstanding = outstanding
         self.read_beats = read_beats
+        self.longest_reads = tuple(longest_reads)
         super().__init__({
             "fetch": In(MemReadSignature(cfg)),
             "load": In(MemReadSignature(cfg)),
@@ -84,18 +99,20 @@ class MemArbiter(wiring.Component):
                          mst.cmd.ready.eq(q.w_rdy)]
             cmds.append((q.r_rdy, data.View(layout, q.r_data), q.r_en))
 
-        # ---- read-beat budget: beats of granted reads not yet delivered, and what is
-        # left of read_beats (kept beside it, so that a command's room is one
-        # comparison, not a sum and a comparison, ahead of the grant)
+        # ---- read-beat budget: beats of granted reads not yet delivered; `room`, a
+        # register, says whether a read may be granted (the comparison of a head's
+        # length with what was left of the budget began the grant's FPGA critical path)
         in_flight = Signal(range(self.read_beats + MAX_BURST + 1))
-        budget = Signal(signed(len(in_flight) + 1), init=self.read_beats)
-        room = [(in_flight == 0) | (budget > payload.len)
-                for _valid, payload, _take in cmds[:STORE]]
+        room = [Signal(init=1, name=f"room_{name}") for name in ("fetch", "load")]
 
-        # ---- command grant (round robin, choice held while the port stalls)
-        eligible = [cmds[FETCH][0] & rd_fifo.w_rdy & room[0],
-                    cmds[LOAD][0] & rd_fifo.w_rdy & room[1],
-                    cmds[STORE][0] & wr_fifo.w_rdy]
+        # ---- command grant (round robin, choice held while the port stalls). Room in
+        # an outstanding FIFO is a register too, set from its level and this cycle's
+        # push, not counting a pop (the level's comparison began the grant's FPGA
+        # critical path): it is low for a cycle after a pop from a full FIFO
+        fifo_room = [Signal(init=1, name=f"{name}_fifo_room") for name in ("rd", "wr")]
+        eligible = [cmds[FETCH][0] & fifo_room[0] & room[FETCH],
+                    cmds[LOAD][0] & fifo_room[0] & room[LOAD],
+                    cmds[STORE][0] & fifo_room[1]]
         last = Signal(range(3), init=STORE)  # last granted master
         held = Signal()
         held_sel = Signal(range(3))
@@ -135,6 +152,9 @@ class MemArbiter(wiring.Component):
             wr_fifo.w_data.eq(port_cmd.payload.len),
             wr_fifo.w_en.eq(fire & (sel == STORE)),
         ]
+        for ok, f in zip(fifo_room, (rd_fifo, wr_fifo), strict=True):
+            m.d.sync += ok.eq(Mux(f.w_en, f.level < self.outstanding - 1,
+                                  f.level < self.outstanding))
 
         # ---- read data back to the master at the head of the read FIFO
         rd_count = Signal(LEN_WIDTH)
@@ -146,23 +166,27 @@ class MemArbiter(wiring.Component):
                          mst.rdata.valid.eq(rdata.valid & rd_fifo.r_rdy & is_head)]
         m.d.comb += rdata.ready.eq(rd_fifo.r_rdy & Mux(head_load, self.load.rdata.ready,
                                                                 self.fetch.rdata.ready))
-        # The counters' next values for each read master's grant, chosen by the grant
-        # last (it settles late: eligibility, the round robin, the port's ready), not a
-        # multiplexed length added after it. A delivered beat leaves the budget a cycle
-        # late: the masters' read-ready (a halt, a buffer's write port) settles too
-        # late in its cycle for the counters' carry chains; the budget is then one beat
-        # short for a cycle, never over.
+        # The counter's next value and room for each read master's grant, chosen by
+        # the grant last (it settles late: eligibility, the round robin, the port's
+        # ready), not a multiplexed length added after it. A delivered beat leaves the
+        # counter a cycle late: the masters' read-ready (a halt, a buffer's write port)
+        # settles too late in its cycle for the counter's carry chain; the room is then
+        # one beat short for a cycle, never over.
         delivered = Signal()
         m.d.sync += delivered.eq(rdata.valid & rdata.ready)
+        def rooms_after(count: Value) -> list[Value]:
+            return [(count == 0) | (count <= self.read_beats - longest)
+                    for longest in self.longest_reads]
         kept_in_flight = Signal.like(in_flight)
-        kept_budget = Signal.like(budget)
-        m.d.comb += [kept_in_flight.eq(in_flight - delivered), kept_budget.eq(budget + delivered)]
-        m.d.sync += [in_flight.eq(kept_in_flight), budget.eq(kept_budget)]
+        m.d.comb += kept_in_flight.eq(in_flight - delivered)
+        m.d.sync += in_flight.eq(kept_in_flight)
+        m.d.sync += [r.eq(v) for r, v in zip(room, rooms_after(kept_in_flight), strict=True)]
         for i in (FETCH, LOAD):
-            beats = cmds[i][1].len + 1
+            after = Signal.like(in_flight, name=f"in_flight_after_{('fetch', 'load')[i]}")
+            m.d.comb += after.eq(kept_in_flight + cmds[i][1].len + 1)
             with m.If(fire & (sel == i)):
-                m.d.sync += [in_flight.eq(kept_in_flight + beats),
-                             budget.eq(kept_budget - beats)]
+                m.d.sync += in_flight.eq(after)
+                m.d.sync += [r.eq(v) for r, v in zip(room, rooms_after(after), strict=True)]
         with m.If(rdata.valid & rdata.ready):
             with m.If(rd_count == head_len):
                 m.d.sync += rd_count.eq(0)

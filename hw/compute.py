@@ -396,20 +396,36 @@ class ComputeEngine(wiring.Component):
         z_k = Signal(range(lanes + 1))  # entries zeroed this cycle
         # the mask: lanes z_off .. min(z_off + z_left, lanes) - 1, each bit compared
         # with one sum (a shifted run of ones took three carry chains in a row to the
-        # zero flags' write enables, an FPGA critical path)
-        z_end = Signal(LOOP_ITER_WIDTH + 2)
+        # zero flags' write enables, an FPGA critical path). The sum is of z_off and
+        # min(z_left, lanes + 1), lb + 2 bits wide, which decides the mask and the
+        # line's end as the full sum would, without a carry chain of z_left's width.
+        # The mask is a register, z_mask, set with z_a and z_left from their new
+        # values (the sum and comparisons from z_left fed the flags' write enables and
+        # the read ports' flag registers in one cycle, an FPGA critical path).
+        z_part = Signal(range(lanes + 2))
+        z_end = Signal(lb + 2)
+        z_mask = Signal(lanes)
+
+        def lane_mask(off: Value, left: Value, over: Value | None = None) -> Value:
+            """The lanes ``off .. min(off + left, lanes) - 1``; ``over`` is
+            ``left > lanes`` when the caller has it cheaper (only ``left``'s low
+            lb + 1 bits are read otherwise)."""
+            over = left > lanes if over is None else over
+            end = off + Mux(over, lanes + 1, left[:lb + 1])
+            return Cat(*((end > k) & (off <= k if k < lanes - 1 else 1)  # (off < lanes)
+                         for k in range(lanes)))
         line_end = Signal()  # the rest of the line fits this cycle's row of flags
         # zeroing: the flags are written this cycle. The port is the fast reset's in
         # every ZERO cycle (acc_zero.en, a decode of the state, which the load engine's
         # accumulator writes wait on: not the checks below, FPGA critical paths into
         # the load's read beats); a cycle that writes nothing has an empty mask
         zeroing = Signal()
-        m.d.comb += [z_off.eq(z_a[:lb]), z_end.eq(z_off + z_left), line_end.eq(z_end <= lanes),
+        m.d.comb += [z_off.eq(z_a[:lb]),
+                     z_part.eq(Mux(z_left > lanes, lanes + 1, z_left[:lb + 1])),
+                     z_end.eq(z_off + z_part), line_end.eq(z_end <= lanes),
                      z_k.eq(Mux(line_end, z_left, lanes - z_off)),
                      self.acc_zero.row.eq(z_a >> lb),
-                     self.acc_zero.mask.eq(Cat(*(
-                         zeroing & (z_end > k) & (z_off <= k if k < lanes - 1 else 1)
-                         for k in range(lanes))))]  # (z_off < lanes)
+                     self.acc_zero.mask.eq(Mux(zeroing, z_mask, 0))]
 
         # ------------------------------------------------------------- execution
         stop = self.halt | error
@@ -490,7 +506,8 @@ class ComputeEngine(wiring.Component):
                 with m.Elif(uop.wgt >= cfg.wgt_depth):
                     m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
                 with m.Else():
-                    m.d.sync += [z_line.eq(uop.acc), z_a.eq(uop.acc), z_left.eq(iter_in)]
+                    m.d.sync += [z_line.eq(uop.acc), z_a.eq(uop.acc), z_left.eq(iter_in),
+                                 z_mask.eq(lane_mask(uop.acc[:lb], iter_in))]
                     m.next = "ZERO"
             with m.State("ZERO"):  # fast reset: zero up to `lanes` entries per cycle
                 m.d.comb += self.acc_zero.en.eq(1)
@@ -504,12 +521,23 @@ class ComputeEngine(wiring.Component):
                     with m.If(line_end):  # line done
                         m.d.sync += [z_line.eq(z_line + g.acc_factor_out),
                                      z_a.eq(z_line + g.acc_factor_out), z_left.eq(iter_in),
+                                     z_mask.eq(lane_mask((z_line + g.acc_factor_out)[:lb],
+                                                         iter_in)),
                                      i.eq(i + 1)]
                         with m.If(last_i):
                             m.d.comb += ex.done.eq(1)
                             m.next = "WAIT"
-                    with m.Else():
-                        m.d.sync += [z_a.eq(z_a + z_k), z_left.eq(z_left - z_k)]
+                    with m.Else():  # z_k is lanes - z_off: on to the next row's start
+                        # the new z_left's mask from its low bits, and whether it
+                        # exceeds lanes (z_left + z_off > 2 lanes) from z_left's high
+                        # bits and a short sum, not from the new value's carry chain
+                        rest_over = (z_left[lb + 2:].any()
+                                     | ((z_left[:lb + 2] + z_off) > 2 * lanes))
+                        m.d.sync += [z_a.eq(Cat(Const(0, lb), z_a[lb:] + 1)),
+                                     z_left.eq(z_left + z_off - lanes),
+                                     z_mask.eq(lane_mask(Const(0, max(lb, 1)),
+                                                         (z_left[:lb + 1] + z_off - lanes),
+                                                         rest_over))]
             with m.State("DRAIN"):
                 with m.If(stop):
                     m.next = "WAIT"

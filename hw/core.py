@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value, unsigned
 from amaranth.lib import fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect
@@ -106,7 +106,8 @@ class Core(wiring.Component):
         load = cleared("load", LoadEngine(cfg))
         compute = cleared("compute", ComputeEngine(cfg))
         store = cleared("store", StoreEngine(cfg))
-        m.submodules.arbiter = arbiter = MemArbiter(cfg)
+        m.submodules.arbiter = arbiter = MemArbiter(
+            cfg, longest_reads=(fetch.longest_read, load.max_burst))
         connect(m, fetch.mem, arbiter.fetch)
         connect(m, load.mem, arbiter.load)
         connect(m, store.mem, arbiter.store)
@@ -200,14 +201,36 @@ class Core(wiring.Component):
         with m.Elif(acc_wp.en):
             m.d.comb += [zf_wp.addr.eq(acc_wp.addr >> lb),
                          zf_wp.en.eq(Const(1, lanes) << acc_wp.addr[:lb]), zf_wp.data.eq(0)]
+        # Each read registers its row of flags as the write port leaves it: a fast
+        # reset of the row sets a lane's flag, a write of the lane's entry clears it.
+        # The three writers are compared with the read address one by one, not through
+        # the shared port's multiplexers (a transparent read port of the flag memory put
+        # the load's write enable, the port's choice, its address compare and the
+        # bypass in a row: an FPGA critical path).
+        lane_bits = [Const(k, max(1, lb)) for k in range(lanes)]
+
+        def writes_entry(wr: wiring.PureInterface, en: Value, row: Value) -> list[Value]:
+            """Per lane: ``wr`` writes that lane's entry of ``row`` this cycle."""
+            hit = en & ((wr.addr >> lb) == row)
+            return [hit & (wr.addr[:lb] == lane_bits[k]) if lb else hit
+                    for k in range(lanes)]
+        compute_writes = compute.acc_wr.en & ~compute.acc_zero.en
+        load_writes = load.acc_wr.en & ~compute.acc_wr.en & ~compute.acc_zero.en
         for rd in (compute.acc_rd_dst, compute.acc_rd_src, store.acc_rd):
             rp = acc.read_port(transparent_for=(acc_wp,))
-            zp = zflags.read_port(transparent_for=(zf_wp,))
+            zp = zflags.read_port(domain="comb")
+            row = rd.addr >> lb
+            zeroed = compute.acc_zero.en & (compute.acc_zero.row == row)
+            by_compute = writes_entry(compute.acc_wr, compute_writes, row)
+            by_load = writes_entry(load.acc_wr, load_writes, row)
+            flags = Signal(lanes)
             lane = Signal(max(1, lb))
             with m.If(rd.en):
-                m.d.sync += lane.eq(rd.addr[:lb])
-            m.d.comb += [rp.addr.eq(rd.addr), rp.en.eq(rd.en), zp.addr.eq(rd.addr >> lb),
-                         zp.en.eq(rd.en), rd.data.eq(Mux(zp.data.bit_select(lane, 1), 0, rp.data))]
+                m.d.sync += [lane.eq(rd.addr[:lb]), flags.eq(Cat(*(
+                    (zeroed & compute.acc_zero.mask[k])
+                    | (zp.data[k] & ~by_compute[k] & ~by_load[k]) for k in range(lanes))))]
+            m.d.comb += [rp.addr.eq(rd.addr), rp.en.eq(rd.en), zp.addr.eq(row),
+                         rd.data.eq(Mux(flags.bit_select(lane, 1), 0, rp.data))]
 
         # status, first error, halt
         running = Signal()
@@ -236,8 +259,15 @@ class Core(wiring.Component):
                 m.d.sync += running.eq(0)
                 with m.If(~error):
                     m.d.sync += done.eq(1)
+        # halt = error | pending, kept as a register of its own from their next values
+        # (the OR of the two, fanned out to every unit, began FPGA critical paths into
+        # the engines' buffer writes)
+        halt = Signal()
+        raised = Signal()
+        m.d.comb += raised.eq(running & ~pending & Cat(*(r.error.valid for r in reporters)).any())
+        m.d.sync += halt.eq((~start_req & (error | raised)) | (~start & (start_req | pending)))
         for r in reporters:
-            m.d.comb += r.halt.eq(error | pending)
+            m.d.comb += r.halt.eq(halt)
         # GEMM micro-ops counted a cycle late: a fast reset's count is a minimum of
         # sums, too late in its cycle for the counter's adder (the last micro-op is
         # counted long before done: FINISH waits for the pipeline to drain)

@@ -24,8 +24,9 @@ class Fetch(wiring.Component):
     beats per word when the instruction is wider than the bus), at most
     ``buffer_words`` words being requested or buffered at once, so the unit never
     refuses a read beat (it cannot block the memory port for the engines). Each
-    word leaving the buffer is checked by :class:`~.insn_check.InsnCheck` into a
-    head register, with the verdict, and handed from there, with its index, to the
+    word leaving the buffer waits in a stage register, is checked from there by
+    :class:`~.insn_check.InsnCheck` into a head register, with the verdict, and is
+    handed from there, with its index, to the
     stream of its engine (LOAD to load, STORE to store, GEMM, ALU and FINISH to
     compute) in program order. (The head register and the registered end-of-stream
     flags keep the check and the 32-bit index comparisons out of the dispatch
@@ -73,6 +74,8 @@ class Fetch(wiring.Component):
         self.beats_per_word = insn_width(cfg) // cfg.mem_bus_width
         self.buffer_words = buffer_words
         self.chunk = max(1, min(buffer_words // 2, MAX_BURST // self.beats_per_word))
+        #: The longest read command it issues, in beats.
+        self.longest_read = self.chunk * self.beats_per_word
         if buffer_words < 2:
             raise ValueError(f"Fetch: buffer_words = {buffer_words}; the prefetch "
                              "buffer needs at least 2 instruction words")
@@ -123,7 +126,7 @@ class Fetch(wiring.Component):
         disp_idx = Signal(32)
         cmd_stuck = Signal()
         issuing = Signal()
-        take = Signal()  # the buffer's first word moves into the head register
+        take = Signal()  # the buffer's first word moves into the stage register
 
         # ---- read commands
         cmd = self.mem.cmd
@@ -173,13 +176,17 @@ class Fetch(wiring.Component):
             outstanding.eq(Mux(cmd_fire, outstanding_kept + n * kw, outstanding_kept)),
         ]
 
-        # ---- check into the head register, dispatch from it
+        # ---- the buffer's first word into a register, checked from it into the head
+        # register, dispatched from there (the check on the buffer's LUT RAM read was
+        # an FPGA critical path)
+        staged = Signal()
+        stage_word = Signal(iw)
         head_valid = Signal()
         head_word = Signal(iw)
         head_ok = Signal()
         head_code = Signal.like(check.code)
         head = insn_layout(cfg, Opcode.LOAD)(head_word)
-        m.d.comb += check.word.eq(fifo.r_data)
+        m.d.comb += check.word.eq(stage_word)
         targets = {Opcode.LOAD: self.load_insn, Opcode.STORE: self.store_insn,
                    Opcode.GEMM: self.compute_insn, Opcode.ALU: self.compute_insn,
                    Opcode.FINISH: self.compute_insn}
@@ -193,11 +200,19 @@ class Fetch(wiring.Component):
                 with m.Case(op):
                     m.d.comb += [s.valid.eq(dispatching), ready.eq(s.ready)]
         disp_fire = dispatching & ready
-        m.d.comb += [take.eq(fifo.r_rdy & (~head_valid | disp_fire)), fifo.r_en.eq(take)]
+        advance = Signal()  # the staged word moves into the head register
+        m.d.comb += [advance.eq(staged & (~head_valid | disp_fire)),
+                     take.eq(fifo.r_rdy & (~staged | advance)), fifo.r_en.eq(take)]
+        with m.If(flush):
+            m.d.sync += staged.eq(0)
+        with m.Elif(take):
+            m.d.sync += [staged.eq(1), stage_word.eq(fifo.r_data)]
+        with m.Elif(advance):
+            m.d.sync += staged.eq(0)
         with m.If(flush):
             m.d.sync += head_valid.eq(0)
-        with m.Elif(take):
-            m.d.sync += [head_valid.eq(1), head_word.eq(fifo.r_data), head_ok.eq(check.ok),
+        with m.Elif(advance):
+            m.d.sync += [head_valid.eq(1), head_word.eq(stage_word), head_ok.eq(check.ok),
                          head_code.eq(check.code)]
         with m.Elif(disp_fire):
             m.d.sync += head_valid.eq(0)

@@ -81,7 +81,7 @@ class LoadStoreTop(wiring.Component):
         m = Module()
         m.submodules.load = load = LoadEngine(cfg)
         m.submodules.store = store = StoreEngine(cfg)
-        m.submodules.arb = arb = MemArbiter(cfg)
+        m.submodules.arb = arb = MemArbiter(cfg, longest_reads=(1, load.max_burst))
         m.submodules.acc = acc = Memory(shape=acc_entry_bits(cfg), depth=cfg.acc_depth, init=[])
         wiring.connect(m, wiring.flipped(self.load_insn), load.insn)
         wiring.connect(m, wiring.flipped(self.store_insn), store.insn)
@@ -140,7 +140,7 @@ class FetchTop(wiring.Component):
     def elaborate(self, platform: object) -> Module:
         m = Module()
         m.submodules.fetch = fetch = Fetch(self.cfg)
-        m.submodules.arb = arb = MemArbiter(self.cfg)
+        m.submodules.arb = arb = MemArbiter(self.cfg, longest_reads=(fetch.longest_read, 1))
         wiring.connect(m, fetch.mem, arb.fetch)
         wiring.connect(m, wiring.flipped(self.port), arb.port)
         for name in ("load_insn", "compute_insn", "store_insn", "error"):

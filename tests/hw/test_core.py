@@ -18,8 +18,16 @@ from support.isa_programs import directed_programs
 from tensorfab.hw.verilog import CORE_LINT_WAIVERS, CORE_TOP, core_verilog, lint
 from tensorfab.isa import (
     PRESETS,
+    Buffer,
+    Gemm,
+    Load,
+    ProgramBuilder,
     ProgramError,
+    Segment,
+    Store,
+    Uop,
 )
+from tensorfab.isa.formats import FAST_RESET_LANES
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.testing.core_harness import CoreRun, run_on_core
 
@@ -85,3 +93,47 @@ def test_errors_stop_the_core_with_code_and_index(tmp_path: Path) -> None:
 def test_core_verilog_lints_clean(preset: str) -> None:
     text = core_verilog(PRESETS[preset])
     assert lint(text, CORE_TOP, CORE_LINT_WAIVERS) == []
+
+
+def fast_reset_program(cfg, rng: np.random.Generator, resets: int):
+    """Accumulators loaded with non-zero junk, then ``resets`` fast resets (one micro-op,
+    a contiguous inner loop) at random entries, lengths (up to three flag rows) and line
+    strides, then every entry stored: fsim says which entries read as zero."""
+    e = (cfg.batch, cfg.block_out)
+    n = cfg.acc_depth
+    junk = rng.integers(1, 127, size=(n, *e), endpoint=True).astype(np.int32)
+    bld = ProgramBuilder(cfg)
+    bld.add_segment(Segment("J", "int32", junk.shape, junk))
+    bld.add_segment(Segment("out", "int8", (n, *e), output=True))
+    shapes = []
+    while len(shapes) < resets:
+        iter_in = int(rng.integers(1, 3 * FAST_RESET_LANES + 1))
+        iter_out = int(rng.integers(1, 4))
+        factor_out = int(rng.integers(iter_in, iter_in + 5))
+        span = factor_out * (iter_out - 1) + iter_in
+        if span <= n:
+            shapes.append((int(rng.integers(0, n - span + 1)), iter_out, iter_in, factor_out))
+    first, _end = bld.add_uops([Uop(acc=acc) for acc, *_ in shapes])
+    bld.load_uops()
+    bld.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, y=1, x=n, stride=n, push_next=True),
+             segment="J")
+    for k, (_acc, iter_out, iter_in, factor_out) in enumerate(shapes):
+        u = first + k
+        bld.emit(Gemm(reset=True, uop_begin=u, uop_end=u + 1, iter_out=iter_out,
+                      iter_in=iter_in, acc_factor_out=factor_out, acc_factor_in=1,
+                      pop_prev=k == 0, push_next=k == resets - 1))
+    bld.emit(Store(sram=0, dram=0, y=1, x=n, stride=n, pop_prev=True), segment="out")
+    return bld.build()
+
+
+def test_fast_resets_match_fsim(tmp_path: Path) -> None:
+    """The fast reset's lane masks and row steps (hw/compute.py ``ZERO``) against fsim,
+    on lines that start and end anywhere in a flag row and span up to three rows."""
+    cfg = PRESETS["tiny"]
+    rng = np.random.default_rng(5)
+    progs = [fast_reset_program(cfg, rng, resets=6) for _ in range(4)]
+    for k, prog in enumerate(progs):
+        out = FunctionalSimulator().run(prog).outputs["out"]
+        assert (out == 0).any() and (out != 0).any(), f"program {k}: a degenerate case"
+    for k, run in enumerate(run_on_core(progs, tmp_path, seed=3)):
+        assert_matches_fsim(f"fast resets {k}", run)
