@@ -405,12 +405,14 @@ class ComputeEngine(wiring.Component):
         z_part = Signal(range(lanes + 2))
         z_end = Signal(lb + 2)
         z_mask = Signal(lanes)
+        # z_left > lanes and iter_in > lanes as registers (set with z_left, and in
+        # ZERO_READ), so that no comparison of their full width precedes the sums
+        z_over = Signal()
+        z_iter_over = Signal()
 
-        def lane_mask(off: Value, left: Value, over: Value | None = None) -> Value:
-            """The lanes ``off .. min(off + left, lanes) - 1``; ``over`` is
-            ``left > lanes`` when the caller has it cheaper (only ``left``'s low
-            lb + 1 bits are read otherwise)."""
-            over = left > lanes if over is None else over
+        def lane_mask(off: Value, left: Value, over: Value) -> Value:
+            """The lanes ``off .. min(off + left, lanes) - 1``, given ``over`` =
+            ``left > lanes`` (only ``left``'s low lb + 1 bits are read)."""
             end = off + Mux(over, lanes + 1, left[:lb + 1])
             return Cat(*((end > k) & (off <= k if k < lanes - 1 else 1)  # (off < lanes)
                          for k in range(lanes)))
@@ -421,7 +423,7 @@ class ComputeEngine(wiring.Component):
         # the load's read beats); a cycle that writes nothing has an empty mask
         zeroing = Signal()
         m.d.comb += [z_off.eq(z_a[:lb]),
-                     z_part.eq(Mux(z_left > lanes, lanes + 1, z_left[:lb + 1])),
+                     z_part.eq(Mux(z_over, lanes + 1, z_left[:lb + 1])),
                      z_end.eq(z_off + z_part), line_end.eq(z_end <= lanes),
                      z_k.eq(Mux(line_end, z_left, lanes - z_off)),
                      self.acc_zero.row.eq(z_a >> lb),
@@ -494,6 +496,7 @@ class ComputeEngine(wiring.Component):
                 with m.Else():
                     m.next = "ZERO_READ"
             with m.State("ZERO_READ"):  # S0R: the micro-op is registered
+                m.d.sync += z_iter_over.eq(iter_in > lanes)
                 with m.If(stop):
                     m.next = "WAIT"
                 with m.Else():
@@ -507,7 +510,8 @@ class ComputeEngine(wiring.Component):
                     m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
                 with m.Else():
                     m.d.sync += [z_line.eq(uop.acc), z_a.eq(uop.acc), z_left.eq(iter_in),
-                                 z_mask.eq(lane_mask(uop.acc[:lb], iter_in))]
+                                 z_over.eq(z_iter_over),
+                                 z_mask.eq(lane_mask(uop.acc[:lb], iter_in, z_iter_over))]
                     m.next = "ZERO"
             with m.State("ZERO"):  # fast reset: zero up to `lanes` entries per cycle
                 m.d.comb += self.acc_zero.en.eq(1)
@@ -521,8 +525,9 @@ class ComputeEngine(wiring.Component):
                     with m.If(line_end):  # line done
                         m.d.sync += [z_line.eq(z_line + g.acc_factor_out),
                                      z_a.eq(z_line + g.acc_factor_out), z_left.eq(iter_in),
+                                     z_over.eq(z_iter_over),
                                      z_mask.eq(lane_mask((z_line + g.acc_factor_out)[:lb],
-                                                         iter_in)),
+                                                         iter_in, z_iter_over)),
                                      i.eq(i + 1)]
                         with m.If(last_i):
                             m.d.comb += ex.done.eq(1)
@@ -535,6 +540,7 @@ class ComputeEngine(wiring.Component):
                                      | ((z_left[:lb + 2] + z_off) > 2 * lanes))
                         m.d.sync += [z_a.eq(Cat(Const(0, lb), z_a[lb:] + 1)),
                                      z_left.eq(z_left + z_off - lanes),
+                                     z_over.eq(rest_over),
                                      z_mask.eq(lane_mask(Const(0, max(lb, 1)),
                                                          (z_left[:lb + 1] + z_off - lanes),
                                                          rest_over))]
