@@ -135,7 +135,7 @@ BOARDS: dict[str, Board] = {
         Board("ulx3s-85f", "ecp5", _without_loader(ULX3S_85F_Platform), 100.0, 64 * 1024,
               "tiny", "ulx3s", "MULT18X18D", clock_mhz=60.0),
         Board("ulx3s-25f", "ecp5", _without_loader(ULX3S_25F_Platform), 100.0, 16 * 1024,
-              "ecp5-25f", "ulx3s", "MULT18X18D", clock_mhz=70.0),
+              "ecp5-25f", "ulx3s", "MULT18X18D", clock_mhz=80.0),
         Board("icebreaker", "ice40", ICEBreakerPlatform, 12.0, 32 * 1024,
               "up5k", "ice40_generic", "ICESTORM_DSP"),
         Board("orangecrab-25f", "ecp5", _orangecrab_with_uart(OrangeCrabR0_2_25FPlatform),
