@@ -17,6 +17,7 @@ from tensorfab.fpga_builds.timing_paths import (
     Netlist,
     load_netlist,
     load_timing_report,
+    setup_ns,
     signal_of,
     timing_paths,
 )
@@ -174,3 +175,18 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "2 of 3 register inputs" in err and "top.c" in err and "top.u.b" in err
     assert main(["fpga", "paths", str(tmp_path), "--target-mhz", "50", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["failing"] == 0
+
+
+def test_lut_ram_write_pins_count_their_setup() -> None:
+    """A LUT RAM's write enable that arrives 0.2 ns before the clock still misses it
+    (nextpnr adds its 0.392 ns setup), a flip-flop's input at that time does not."""
+    ram, ff = "top.flags.0.4$DPRAM_COMB3", "top.u.e_TRELLIS_FF_Q"
+    assert setup_ns(ram, "WRE") == pytest.approx(0.392) and setup_ns(ff, "M") == 0.0
+    assert setup_ns("top.acc_buf.0.0", "DIA17") == pytest.approx(0.218)
+    report = {"fmax": {}, "critical_paths": [], "detailed_net_timings": [
+        _net("top.flags_wre", "l1", "F", (ram, "WRE", 9.8), (ff, "M", 9.8))]}
+    result = timing_paths(report, 100.0)
+    assert result["failing"] == 1 and result["worst_arrival_ns"] == 9.8
+    (group,) = result["groups"]
+    assert group["to_pin"] == f"{ram}.WRE"
+    assert group["slack_ns"] == pytest.approx(10.0 - 9.8 - 0.392, abs=1e-3)
