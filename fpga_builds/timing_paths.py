@@ -342,8 +342,8 @@ def timing_paths(raw: dict[str, Any], target_mhz: float, netlist: Netlist | None
             if pin not in pins or t > pins[pin][0]:
                 pins[pin] = (t, net["net"])
     # (slack, arrival, pin, net) of the pins that miss the period, worst first
-    failing = sorted((period - t - setup_ns(*pin), t, pin, net)
-                     for pin, (t, net) in pins.items() if t + setup_ns(*pin) > period)
+    slacks = ((period - t - setup_ns(*pin), t, pin, net) for pin, (t, net) in pins.items())
+    failing = sorted(item for item in slacks if item[0] < 0)
     groups: dict[tuple[str | None, str], dict[str, Any]] = {}
     modules: dict[str, dict[str, Any]] = {}
     for slack, t, (cell, port), net in failing:

@@ -402,7 +402,6 @@ class ComputeEngine(wiring.Component):
         # The mask is a register, z_mask, set with z_a and z_left from their new
         # values (the sum and comparisons from z_left fed the flags' write enables and
         # the read ports' flag registers in one cycle, an FPGA critical path).
-        z_part = Signal(range(lanes + 2))
         z_end = Signal(lb + 2)
         z_mask = Signal(lanes)
         # z_left > lanes and iter_in > lanes as registers (set with z_left, and in
@@ -410,10 +409,14 @@ class ComputeEngine(wiring.Component):
         z_over = Signal()
         z_iter_over = Signal()
 
+        def line_extent(off: Value, left: Value, over: Value) -> Value:
+            """``off + min(left, lanes + 1)``, given ``over`` = ``left > lanes`` (only
+            ``left``'s low lb + 1 bits are read)."""
+            return off + Mux(over, lanes + 1, left[:lb + 1])
+
         def lane_mask(off: Value, left: Value, over: Value) -> Value:
-            """The lanes ``off .. min(off + left, lanes) - 1``, given ``over`` =
-            ``left > lanes`` (only ``left``'s low lb + 1 bits are read)."""
-            end = off + Mux(over, lanes + 1, left[:lb + 1])
+            """The lanes ``off .. min(off + left, lanes) - 1``."""
+            end = line_extent(off, left, over)
             return Cat(*((end > k) & (off <= k if k < lanes - 1 else 1)  # (off < lanes)
                          for k in range(lanes)))
         line_end = Signal()  # the rest of the line fits this cycle's row of flags
@@ -423,8 +426,7 @@ class ComputeEngine(wiring.Component):
         # the load's read beats); a cycle that writes nothing has an empty mask
         zeroing = Signal()
         m.d.comb += [z_off.eq(z_a[:lb]),
-                     z_part.eq(Mux(z_over, lanes + 1, z_left[:lb + 1])),
-                     z_end.eq(z_off + z_part), line_end.eq(z_end <= lanes),
+                     z_end.eq(line_extent(z_off, z_left, z_over)), line_end.eq(z_end <= lanes),
                      z_k.eq(Mux(line_end, z_left, lanes - z_off)),
                      self.acc_zero.row.eq(z_a >> lb),
                      self.acc_zero.mask.eq(Mux(zeroing, z_mask, 0))]
@@ -523,11 +525,11 @@ class ComputeEngine(wiring.Component):
                     m.d.comb += [zeroing.eq(1), self.gemm_busy.eq(1),
                                  self.gemm_uops.eq(z_k)]
                     with m.If(line_end):  # line done
-                        m.d.sync += [z_line.eq(z_line + g.acc_factor_out),
-                                     z_a.eq(z_line + g.acc_factor_out), z_left.eq(iter_in),
-                                     z_over.eq(z_iter_over),
-                                     z_mask.eq(lane_mask((z_line + g.acc_factor_out)[:lb],
-                                                         iter_in, z_iter_over)),
+                        next_line = z_line + g.acc_factor_out
+                        m.d.sync += [z_line.eq(next_line), z_a.eq(next_line),
+                                     z_left.eq(iter_in), z_over.eq(z_iter_over),
+                                     z_mask.eq(lane_mask(next_line[:lb], iter_in,
+                                                         z_iter_over)),
                                      i.eq(i + 1)]
                         with m.If(last_i):
                             m.d.comb += ex.done.eq(1)

@@ -89,13 +89,12 @@ class Core(wiring.Component):
         # asks for it comes through the host bridge's logic.
         start_req = csrs.start
         pending = Signal()
+        pending_next = Signal()
         quiet = Signal()
         start = Signal()
         m.d.sync += start.eq((start_req | pending) & quiet & ~start)
-        with m.If(start):
-            m.d.sync += pending.eq(0)
-        with m.Elif(start_req):
-            m.d.sync += pending.eq(1)
+        m.d.comb += pending_next.eq(~start & (start_req | pending))
+        m.d.sync += pending.eq(pending_next)
 
         def cleared(name: str, block: wiring.Component) -> wiring.Component:
             """Add ``block`` under ``name``, reset by every start."""
@@ -236,21 +235,22 @@ class Core(wiring.Component):
         running = Signal()
         done = Signal()
         error = Signal()
+        error_next = Signal()
         err_code = Signal(4)
         err_index = Signal(32)
         reporters = (fetch, load, compute, store)
         m.d.comb += quiet.eq(fetch.idle & load.idle & store.idle & compute.idle)
+        # a unit's error is this run's once the start has reset the units (not pending)
+        raised = running & ~error & ~pending & Cat(*(r.error.valid for r in reporters)).any()
+        m.d.comb += error_next.eq(~start_req & (error | raised))
+        m.d.sync += error.eq(error_next)
         with m.If(start_req):
-            m.d.sync += [running.eq(1), done.eq(0), error.eq(0), err_code.eq(0),
-                         err_index.eq(0)]
+            m.d.sync += [running.eq(1), done.eq(0), err_code.eq(0), err_index.eq(0)]
         with m.Elif(running):
-            # until the start resets them (pending) the units may still hold the last
-            # run's error: not this run's
             with m.If(~error & ~pending):
                 for r in reversed(reporters):  # the first listed wins a tie
                     with m.If(r.error.valid):
-                        m.d.sync += [error.eq(1), err_code.eq(r.error.code),
-                                     err_index.eq(r.error.index)]
+                        m.d.sync += [err_code.eq(r.error.code), err_index.eq(r.error.index)]
             all_idle = (compute.finished & fetch.idle & load.idle & store.idle
                         & compute.idle)
             for e in queues_empty:
@@ -263,9 +263,7 @@ class Core(wiring.Component):
         # (the OR of the two, fanned out to every unit, began FPGA critical paths into
         # the engines' buffer writes)
         halt = Signal()
-        raised = Signal()
-        m.d.comb += raised.eq(running & ~pending & Cat(*(r.error.valid for r in reporters)).any())
-        m.d.sync += halt.eq((~start_req & (error | raised)) | (~start & (start_req | pending)))
+        m.d.sync += halt.eq(error_next | pending_next)
         for r in reporters:
             m.d.comb += r.halt.eq(halt)
         # GEMM micro-ops counted a cycle late: a fast reset's count is a minimum of
