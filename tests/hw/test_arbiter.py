@@ -4,10 +4,13 @@ flight stay within ``read_beats``."""
 
 from __future__ import annotations
 
+import gc
 import random
+import warnings
 from collections import deque
 
 import pytest
+from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
 from tensorfab.hw.arbiter import MemArbiter
@@ -146,3 +149,19 @@ def test_arbiter_routes_every_beat_and_bounds_the_reads_in_flight(
         assert seen["most_open"] == outstanding
     else:
         assert seen["most_in_flight"] > read_beats - max(longest)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"outstanding": 1}, r"outstanding = 1; at least 2"),
+    ({"longest_reads": (0, 32)}, r"longest_reads = \(0, 32\); give the fetch's and the load's"),
+    ({"longest_reads": (8, MAX_BURST + 1)}, rf"longest_reads = \(8, {MAX_BURST + 1}\)"),
+    ({"longest_reads": (8,)}, r"longest_reads = \(8,\)"),
+])
+def test_arbiter_rejects_bad_parameters(kwargs: dict, message: str) -> None:
+    with warnings.catch_warnings():
+        # the half-built component is collected unelaborated; that is expected here
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        with pytest.raises(ValueError, match=r"MemArbiter: " + message) as excinfo:
+            MemArbiter(CFG, **kwargs)
+        del excinfo
+        gc.collect()
