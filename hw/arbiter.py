@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import HwConfig
@@ -30,16 +29,16 @@ class MemArbiter(wiring.Component):
     the command's own length, so that whether a master may be granted a read is a
     register, set from the counter's next value.
 
-    A granted read command records ``(master, len)`` in a FIFO of outstanding
-    reads; read beats from the port go to the master at its head, ``len + 1`` of
-    them. A granted write command records its ``len`` in a FIFO of outstanding
-    writes; the store's write beats are forwarded only while that FIFO holds a
-    command, so the port never sees a beat before its command. A master whose
-    FIFO is full is not granted (nor in the cycle after a command leaves a full
-    FIFO). The command choice is held while the port stalls it, as
+    A granted read command records ``(master, len)`` in a FIFO of outstanding reads (a
+    :class:`~.register_slice.RegisterSlice`, its head a register); read beats from the
+    port go to the master at its head, ``len + 1`` of them. A granted write command
+    records its ``len`` in a FIFO of outstanding writes; the store's write beats are
+    forwarded only while that FIFO holds a command, so the port never sees a beat before
+    its command. A master whose FIFO is full is not granted (nor in the cycle after a
+    command leaves a full FIFO). The command choice is held while the port stalls it, as
     :mod:`amaranth.lib.stream` requires. Each master's commands pass a two-entry
-    register slice first (one cycle of latency, full throughput), so that
-    the grant logic sees registered commands and the masters a registered ``ready``.
+    register slice first (one cycle of latency, full throughput), so that the grant
+    logic sees registered commands and the masters a registered ``ready``.
 
     Parameters
     ----------
@@ -84,8 +83,10 @@ class MemArbiter(wiring.Component):
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
-        m.submodules.rd_fifo = rd_fifo = SyncFIFO(width=1 + LEN_WIDTH, depth=self.outstanding)
-        m.submodules.wr_fifo = wr_fifo = SyncFIFO(width=LEN_WIDTH, depth=self.outstanding)
+        # (heads in registers: routing read beats from a LUT RAM's read began FPGA
+        # critical paths into every read master)
+        m.submodules.rd_fifo = rd_fifo = RegisterSlice(1 + LEN_WIDTH, self.outstanding)
+        m.submodules.wr_fifo = wr_fifo = RegisterSlice(LEN_WIDTH, self.outstanding)
         # ---- each master's commands enter through a two-entry register slice, so
         # that no path runs from one master's command logic through the grant into
         # another's (the FPGA's critical path): one cycle more per command. Its head

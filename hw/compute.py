@@ -389,7 +389,7 @@ class ComputeEngine(wiring.Component):
         lanes = zero_lanes(cfg)
         lb = log2(lanes)
         fast_reset = is_gemm & fast_reset_condition(g)
-        z_line = Signal(INDEX_WIDTH)  # first entry of the current line
+        z_next_line = Signal(INDEX_WIDTH)  # first entry of the next line
         z_a = Signal(INDEX_WIDTH)  # next entry to zero
         z_left = Signal(LOOP_ITER_WIDTH + 1)  # entries of the line still to zero
         z_off = Signal(lb)
@@ -405,18 +405,22 @@ class ComputeEngine(wiring.Component):
         z_end = Signal(lb + 2)
         z_mask = Signal(lanes)
         # z_left > lanes and iter_in > lanes as registers (set with z_left, and in
-        # ZERO_READ), so that no comparison of their full width precedes the sums
+        # ZERO_READ), so that no comparison of their full width precedes the sums;
+        # min(iter_in, lanes + 1) too, and the next line's start, so that a new line's
+        # mask is one short sum of registers and its comparisons (from the
+        # instruction's fields, an FPGA critical path)
         z_over = Signal()
         z_iter_over = Signal()
+        z_iter_len = Signal(lb + 2)
 
-        def line_extent(off: Value, left: Value, over: Value) -> Value:
-            """``off + min(left, lanes + 1)``, given ``over`` = ``left > lanes`` (only
+        def clipped(left: Value, over: Value) -> Value:
+            """``min(left, lanes + 1)``, given ``over`` = ``left > lanes`` (only
             ``left``'s low lb + 1 bits are read)."""
-            return off + Mux(over, lanes + 1, left[:lb + 1])
+            return Mux(over, lanes + 1, left[:lb + 1])
 
-        def lane_mask(off: Value, left: Value, over: Value) -> Value:
-            """The lanes ``off .. min(off + left, lanes) - 1``."""
-            end = line_extent(off, left, over)
+        def lane_mask(off: Value, length: Value) -> Value:
+            """The lanes ``off .. min(off + length, lanes) - 1``."""
+            end = off + length
             return Cat(*((end > k) & (off <= k if k < lanes - 1 else 1)  # (off < lanes)
                          for k in range(lanes)))
         line_end = Signal()  # the rest of the line fits this cycle's row of flags
@@ -426,7 +430,7 @@ class ComputeEngine(wiring.Component):
         # the load's read beats); a cycle that writes nothing has an empty mask
         zeroing = Signal()
         m.d.comb += [z_off.eq(z_a[:lb]),
-                     z_end.eq(line_extent(z_off, z_left, z_over)), line_end.eq(z_end <= lanes),
+                     z_end.eq(z_off + clipped(z_left, z_over)), line_end.eq(z_end <= lanes),
                      z_k.eq(Mux(line_end, z_left, lanes - z_off)),
                      self.acc_zero.row.eq(z_a >> lb),
                      self.acc_zero.mask.eq(Mux(zeroing, z_mask, 0))]
@@ -498,7 +502,8 @@ class ComputeEngine(wiring.Component):
                 with m.Else():
                     m.next = "ZERO_READ"
             with m.State("ZERO_READ"):  # S0R: the micro-op is registered
-                m.d.sync += z_iter_over.eq(iter_in > lanes)
+                m.d.sync += [z_iter_over.eq(iter_in > lanes),
+                             z_iter_len.eq(clipped(iter_in, iter_in > lanes))]
                 with m.If(stop):
                     m.next = "WAIT"
                 with m.Else():
@@ -511,9 +516,9 @@ class ComputeEngine(wiring.Component):
                 with m.Elif(uop.wgt >= cfg.wgt_depth):
                     m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
                 with m.Else():
-                    m.d.sync += [z_line.eq(uop.acc), z_a.eq(uop.acc), z_left.eq(iter_in),
-                                 z_over.eq(z_iter_over),
-                                 z_mask.eq(lane_mask(uop.acc[:lb], iter_in, z_iter_over))]
+                    m.d.sync += [z_next_line.eq(uop.acc + q_f_out[0]), z_a.eq(uop.acc),
+                                 z_left.eq(iter_in), z_over.eq(z_iter_over),
+                                 z_mask.eq(lane_mask(uop.acc[:lb], z_iter_len))]
                     m.next = "ZERO"
             with m.State("ZERO"):  # fast reset: zero up to `lanes` entries per cycle
                 m.d.comb += self.acc_zero.en.eq(1)
@@ -525,27 +530,26 @@ class ComputeEngine(wiring.Component):
                     m.d.comb += [zeroing.eq(1), self.gemm_busy.eq(1),
                                  self.gemm_uops.eq(z_k)]
                     with m.If(line_end):  # line done
-                        next_line = z_line + g.acc_factor_out
-                        m.d.sync += [z_line.eq(next_line), z_a.eq(next_line),
-                                     z_left.eq(iter_in), z_over.eq(z_iter_over),
-                                     z_mask.eq(lane_mask(next_line[:lb], iter_in,
-                                                         z_iter_over)),
+                        m.d.sync += [z_next_line.eq(z_next_line + q_f_out[0]),
+                                     z_a.eq(z_next_line), z_left.eq(iter_in),
+                                     z_over.eq(z_iter_over),
+                                     z_mask.eq(lane_mask(z_next_line[:lb], z_iter_len)),
                                      i.eq(i + 1)]
                         with m.If(last_i):
                             m.d.comb += ex.done.eq(1)
                             m.next = "WAIT"
                     with m.Else():  # z_k is lanes - z_off: on to the next row's start
-                        # the new z_left's mask from its low bits, and whether it
-                        # exceeds lanes (z_left + z_off > 2 lanes) from z_left's high
-                        # bits and a short sum, not from the new value's carry chain
-                        rest_over = (z_left[lb + 2:].any()
-                                     | ((z_left[:lb + 2] + z_off) > 2 * lanes))
+                        # the new z_left (z_left + z_off - lanes) and its mask from
+                        # a short sum of z_left's low bits and z_off, and its high
+                        # bits, not from the new value's carry chain: lane k is
+                        # zeroed if the new z_left exceeds k
+                        low = z_left[:lb + 2] + z_off
+                        rest_over = z_left[lb + 2:].any() | (low > 2 * lanes)
                         m.d.sync += [z_a.eq(Cat(Const(0, lb), z_a[lb:] + 1)),
                                      z_left.eq(z_left + z_off - lanes),
                                      z_over.eq(rest_over),
-                                     z_mask.eq(lane_mask(Const(0, max(lb, 1)),
-                                                         (z_left[:lb + 1] + z_off - lanes),
-                                                         rest_over))]
+                                     z_mask.eq(Cat(*(rest_over | (low > lanes + k)
+                                                     for k in range(lanes))))]
             with m.State("DRAIN"):
                 with m.If(stop):
                     m.next = "WAIT"

@@ -193,15 +193,26 @@ class Core(wiring.Component):
         lb = log2(lanes)
         zflags = Memory(shape=unsigned(lanes), depth=cfg.acc_depth // lanes, init=[])
         m.submodules.acc_zero_flags = zflags
+        # A flag write waits a cycle in registers (`pend_*`) before it reaches the
+        # memory, whose write enables, address and data then come from flip-flops (the
+        # load's write enable into the LUT RAM's write pins was an FPGA critical path);
+        # the reads below take the waiting write into account.
         zf_wp = zflags.write_port(granularity=1)
+        pend_row = Signal.like(zf_wp.addr)
+        pend_en = Signal(lanes)
+        pend_set = Signal()
+        m.d.sync += pend_en.eq(0)
         with m.If(compute.acc_zero.en):
-            m.d.comb += [zf_wp.addr.eq(compute.acc_zero.row), zf_wp.en.eq(compute.acc_zero.mask),
-                         zf_wp.data.eq(Const((1 << lanes) - 1, lanes))]
+            m.d.sync += [pend_row.eq(compute.acc_zero.row), pend_en.eq(compute.acc_zero.mask),
+                         pend_set.eq(1)]
         with m.Elif(acc_wp.en):
-            m.d.comb += [zf_wp.addr.eq(acc_wp.addr >> lb),
-                         zf_wp.en.eq(Const(1, lanes) << acc_wp.addr[:lb]), zf_wp.data.eq(0)]
-        # Each read registers its row of flags as the write port leaves it: a fast
-        # reset of the row sets a lane's flag, a write of the lane's entry clears it.
+            m.d.sync += [pend_row.eq(acc_wp.addr >> lb),
+                         pend_en.eq(Const(1, lanes) << acc_wp.addr[:lb]), pend_set.eq(0)]
+        m.d.comb += [zf_wp.addr.eq(pend_row), zf_wp.en.eq(pend_en),
+                     zf_wp.data.eq(Mux(pend_set, Const((1 << lanes) - 1, lanes), 0))]
+        # Each read registers its row of flags as this cycle's writes leave it: the
+        # waiting write, then a fast reset of the row sets a lane's flag, a write of
+        # the lane's entry clears it.
         # The three writers are compared with the read address one by one, not through
         # the shared port's multiplexers (a transparent read port of the flag memory put
         # the load's write enable, the port's choice, its address compare and the
@@ -220,6 +231,8 @@ class Core(wiring.Component):
             zp = zflags.read_port(domain="comb")
             row = rd.addr >> lb
             zeroed = compute.acc_zero.en & (compute.acc_zero.row == row)
+            waiting = pend_en & (pend_row == row).replicate(lanes)
+            stored = Mux(pend_set, zp.data | waiting, zp.data & ~waiting)
             by_compute = writes_entry(compute.acc_wr, compute_writes, row)
             by_load = writes_entry(load.acc_wr, load_writes, row)
             flags = Signal(lanes)
@@ -227,7 +240,7 @@ class Core(wiring.Component):
             with m.If(rd.en):
                 m.d.sync += [lane.eq(rd.addr[:lb]), flags.eq(Cat(*(
                     (zeroed & compute.acc_zero.mask[k])
-                    | (zp.data[k] & ~by_compute[k] & ~by_load[k]) for k in range(lanes))))]
+                    | (stored[k] & ~by_compute[k] & ~by_load[k]) for k in range(lanes))))]
             m.d.comb += [rp.addr.eq(rd.addr), rp.en.eq(rd.en), zp.addr.eq(row),
                          rd.data.eq(Mux(flags.bit_select(lane, 1), 0, rp.data))]
 

@@ -122,7 +122,8 @@ class Fetch(wiring.Component):
         # requested, not yet in the buffer), kept as one register so that a read's room
         # is one comparison of two registers (the sum of three was an FPGA critical path)
         free = Signal(range(D + 1), init=D)
-        outstanding = Signal(range(D * kw + 1))  # beats requested, not yet received
+        outstanding = Signal(range(D * kw + 1))  # beats requested, not yet received,
+        # a cycle ago
         disp_idx = Signal(32)
         cmd_stuck = Signal()
         issuing = Signal()
@@ -164,17 +165,20 @@ class Fetch(wiring.Component):
         else:
             m.d.comb += [word_done.eq(rfire), fifo.w_data.eq(rdata.payload.data)]
         m.d.comb += fifo.w_en.eq(word_done & ~flush)
-        # both counters' next values with and without a read command, chosen by
-        # cmd_fire last (it settles late: the room comparison, valid, the arbiter's
-        # ready), not added after it
+        # free's next values with and without a read command, chosen by cmd_fire last
+        # (it settles late: the room comparison, valid, the arbiter's ready), not
+        # added after it; in IDLE the buffer is flushed and no read is outstanding
         free_kept = Signal.like(free)
-        outstanding_kept = Signal.like(outstanding)
-        m.d.comb += [free_kept.eq(free + take), outstanding_kept.eq(outstanding - rfire)]
-        m.d.sync += [
-            # in IDLE the buffer is flushed and no read is outstanding (DRAIN waits)
-            free.eq(Mux(flush, D, Mux(cmd_fire, free_kept - n, free_kept))),
-            outstanding.eq(Mux(cmd_fire, outstanding_kept + n * kw, outstanding_kept)),
-        ]
+        m.d.comb += free_kept.eq(free + take)
+        m.d.sync += free.eq(Mux(flush, D, Mux(cmd_fire, free_kept - n, free_kept)))
+        # `outstanding` only tells DRAIN when the reads are all in, so it counts a
+        # command and a beat a cycle late, from registers (cmd_fire and a read beat's
+        # valid both began FPGA critical paths into its carry chain): the beats
+        # outstanding now are outstanding + fired_beats - got
+        fired_beats = Signal.like(outstanding)
+        got = Signal()
+        m.d.sync += [fired_beats.eq(Mux(cmd_fire, n * kw, 0)), got.eq(rfire),
+                     outstanding.eq(outstanding + fired_beats - got)]
 
         # ---- the buffer's first word into a register, checked from it into the head
         # register, dispatched from there (the check on the buffer's LUT RAM read was
@@ -254,6 +258,6 @@ class Fetch(wiring.Component):
                             m.next = "DRAIN"
             with m.State("DRAIN"):
                 m.d.comb += self.busy.eq(1)
-                with m.If(~cmd_stuck & (outstanding == 0)):
+                with m.If(~cmd_stuck & (fired_beats == 0) & (outstanding == got)):
                     m.next = "IDLE"
         return m

@@ -1,54 +1,65 @@
-"""A two-entry FIFO whose head is a register: a command slice with no RAM read on its
-output."""
+"""A FIFO whose head is a register: a queue with no RAM read on its output."""
 
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["RegisterSlice"]
 
 
 class RegisterSlice(wiring.Component):
-    """Two entries, first in first out, with the ports and timing of Amaranth's
-    ``SyncFIFO(depth=2)``: an entry written in one cycle can be read in the next, a full
-    slice takes no write (not even while read), an empty one has nothing to read.
+    """``depth`` entries, first in first out, with the ports and timing of Amaranth's
+    ``SyncFIFO(depth=depth)``: an entry written in one cycle can be read in the next, a
+    full queue takes no write (not even while read), an empty one has nothing to read.
 
     ``SyncFIFO`` keeps its entries in a small memory, which an FPGA build maps to LUT
     RAM: its read data comes out of the RAM's address decoder. Here ``r_data`` is a
-    flip-flop (the second entry waits in another), so whatever follows a read starts
-    at a register.
+    flip-flop, the head, refilled from the other ``depth - 1`` entries (a register
+    for a depth of 2, a ``SyncFIFO`` beyond), so whatever follows a read starts at a
+    register; ``level`` is a register too.
 
     Parameters
     ----------
     width : int
         Bits per entry.
+    depth : int
+        Entries (at least 2).
     """
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, depth: int = 2) -> None:
+        if depth < 2:
+            raise ValueError(f"RegisterSlice: depth = {depth}; at least 2")
         self.width = width
+        self.depth = depth
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "level": Out(range(depth + 1)),
         })
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
+        # (a SyncFIFO of depth 1 has zero-bit pointers, which Verilator misreads; the
+        # buffered one of depth 1 is a plain register)
+        m.submodules.tail = tail = (SyncFIFOBuffered(width=self.width, depth=1)
+                                    if self.depth == 2
+                                    else SyncFIFO(width=self.width, depth=self.depth - 1))
         head = Signal(self.width)
-        tail = Signal(self.width)
-        count = Signal(range(3))
+        level = self.level
         push = self.w_en & self.w_rdy
         pop = self.r_en & self.r_rdy
-        m.d.comb += [self.r_data.eq(head), self.r_rdy.eq(count != 0),
-                     self.w_rdy.eq(count != 2)]
-        with m.If(pop):
-            m.d.sync += head.eq(tail)
-        with m.If(push):
-            # the new entry goes to the head if the head is free after this cycle
-            with m.If((count == 0) | ((count == 1) & pop)):
-                m.d.sync += head.eq(self.w_data)
-            with m.Else():
-                m.d.sync += tail.eq(self.w_data)
-        m.d.sync += count.eq(count + push - pop)
+        m.d.comb += [self.r_data.eq(head), self.r_rdy.eq(level != 0),
+                     self.w_rdy.eq(level != self.depth)]
+        # the new entry goes to the head if the head is free after this cycle
+        to_head = (level == 0) | ((level == 1) & pop)
+        m.d.comb += [tail.w_data.eq(self.w_data), tail.w_en.eq(push & ~to_head),
+                     tail.r_en.eq(pop)]
+        with m.If(pop & tail.r_rdy):
+            m.d.sync += head.eq(tail.r_data)
+        with m.If(push & to_head):
+            m.d.sync += head.eq(self.w_data)
+        m.d.sync += level.eq(level + push - pop)
         return m

@@ -6,7 +6,6 @@ from typing import NamedTuple
 
 from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
 
@@ -14,6 +13,7 @@ from tensorfab.hw.mem_port import MemPortSignature
 from tensorfab.isa import HwConfig
 from tensorfab.isa.config import log2
 
+from ..register_slice import RegisterSlice
 from .spram import Ice40Spram
 
 __all__ = ["OnChipMemory"]
@@ -94,8 +94,9 @@ class OnChipMemory(wiring.Component):
         # but the queue (not the RAM's enable and address), and the reader sees
         # registers, not the RAM's output. A beat is issued only when the queue has
         # room for it and the beat still in the RAM's read; a queue of three keeps
-        # one beat per cycle.
-        m.submodules.out = out = SyncFIFO(width=cfg.mem_bus_width, depth=_OUT_DEPTH)
+        # one beat per cycle. The queue's head is a register (a LUT RAM's read began
+        # FPGA critical paths into the readers).
+        m.submodules.out = out = RegisterSlice(cfg.mem_bus_width, _OUT_DEPTH)
         in_flight = Signal()
         issue = Signal()
         room = out.level + in_flight < _OUT_DEPTH

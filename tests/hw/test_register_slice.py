@@ -1,4 +1,4 @@
-"""RegisterSlice against Amaranth's SyncFIFO(depth=2) and a deque, cycle by cycle."""
+"""RegisterSlice against Amaranth's SyncFIFO of the same depth and a deque, cycle by cycle."""
 
 from __future__ import annotations
 
@@ -13,32 +13,37 @@ from amaranth.sim import Simulator
 from tensorfab.hw.register_slice import RegisterSlice
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_register_slice_is_a_two_entry_fifo(seed: int) -> None:
+@pytest.mark.parametrize(("depth", "seed"), [(2, 0), (2, 1), (2, 2), (3, 0), (3, 1), (5, 0),
+                                           (16, 0)])
+def test_register_slice_is_a_fifo(depth: int, seed: int) -> None:
     m = Module()
-    m.submodules.dut = dut = RegisterSlice(8)
-    m.submodules.ref = ref = SyncFIFO(width=8, depth=2)
+    m.submodules.dut = dut = RegisterSlice(8, depth)
+    m.submodules.ref = ref = SyncFIFO(width=8, depth=depth)
     rng = random.Random(seed)
+    # pushes outnumber pops for a while, then pops: the queue fills and empties
+    phases = [(0.75, 0.4), (0.3, 0.7)] * 4
     seen = {"push": 0, "pop": 0, "both": 0, "full": 0, "push_when_full": 0}
 
     async def bench(ctx) -> None:
         model: deque[int] = deque()
-        for _ in range(600):
-            push, pop, value = rng.random() < 0.6, rng.random() < 0.5, rng.randrange(256)
+        for step in range(800):
+            p_push, p_pop = phases[step * len(phases) // 800]
+            push, pop, value = rng.random() < p_push, rng.random() < p_pop, rng.randrange(256)
             for port in (dut, ref):
                 ctx.set(port.w_en, push)
                 ctx.set(port.w_data, value)
                 ctx.set(port.r_en, pop)
-            assert ctx.get(dut.w_rdy) == ctx.get(ref.w_rdy) == (len(model) < 2)
+            assert ctx.get(dut.w_rdy) == ctx.get(ref.w_rdy) == (len(model) < depth)
+            assert ctx.get(dut.level) == ctx.get(ref.level) == len(model)
             assert ctx.get(dut.r_rdy) == ctx.get(ref.r_rdy) == (len(model) > 0)
             if model:
                 assert ctx.get(dut.r_data) == ctx.get(ref.r_data) == model[0]
-            pushed, popped = push and len(model) < 2, pop and len(model) > 0
+            pushed, popped = push and len(model) < depth, pop and len(model) > 0
             seen["push"] += pushed
             seen["pop"] += popped
             seen["both"] += pushed and popped
-            seen["full"] += len(model) == 2
-            seen["push_when_full"] += push and len(model) == 2
+            seen["full"] += len(model) == depth
+            seen["push_when_full"] += push and len(model) == depth
             if popped:
                 model.popleft()
             if pushed:
@@ -50,3 +55,8 @@ def test_register_slice_is_a_two_entry_fifo(seed: int) -> None:
     sim.add_testbench(bench)
     sim.run()
     assert all(seen.values()), seen  # every situation occurred
+
+
+def test_register_slice_needs_two_entries() -> None:
+    with pytest.raises(ValueError, match="depth = 1"):
+        RegisterSlice(8, 1)
