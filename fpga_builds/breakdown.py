@@ -31,7 +31,7 @@ from tensorfab.isa import HwConfig
 from .board_top import BoardTop
 from .boards import board_config, get_board
 from .errors import FpgaBuildError
-from .flow import BUILD_NAME, _synth_opts, error_lines, run_logged, yowasp_env
+from .flow import BUILD_NAME, _synth_opts, board_platform, error_lines, run_logged, yowasp_env
 
 __all__ = ["CATEGORIES", "ModuleCells", "breakdown_rows", "breakdown_script",
            "breakdown_table", "cell_category", "ice40_lc_estimate", "module_breakdown",
@@ -403,9 +403,10 @@ def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Pat
     console = console or Console(stderr=True)
     label = f"[bold]{board.name}[/] {cfg.name} breakdown"
     with console.status(f"{label}: elaboration"):
-        plan = board.platform().build(BoardTop(board, cfg), name=BUILD_NAME,
-                                      build_dir=str(out), do_build=False, do_program=False,
-                                      synth_opts=_synth_opts(board, dsp))
+        plan = board_platform(board, dsp).build(BoardTop(board, cfg), name=BUILD_NAME,
+                                                build_dir=str(out), do_build=False,
+                                                do_program=False,
+                                                synth_opts=_synth_opts(board, dsp))
         plan.extract(str(out))
     flow_script = (out / f"{BUILD_NAME}.ys").read_text().splitlines()
     synth_at = next((i for i, ln in enumerate(flow_script)

@@ -14,8 +14,10 @@ from typing import Any
 
 os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
 
+from amaranth.build import Platform
 from rich.console import Console
 
+from tensorfab.hw.dsp import NO_DSP
 from tensorfab.isa import HwConfig
 
 from .board_top import BoardTop
@@ -107,6 +109,16 @@ def error_lines(text: str) -> str:
     return "; ".join(errors) if errors else "no error line"
 
 
+def board_platform(board: Board, dsp: bool) -> Platform:
+    """``board``'s platform for a build; without ``dsp`` it tells the gateware to keep
+    its multipliers out of DSP blocks (:data:`tensorfab.hw.dsp.NO_DSP`), as Yosys is
+    told by :func:`_synth_opts`."""
+    platform = board.platform()
+    if not dsp:
+        setattr(platform, NO_DSP, True)
+    return platform
+
+
 def _synth_opts(board: Board, dsp: bool) -> str:
     if board.family == "ecp5":
         return "" if dsp else "-nodsp"
@@ -169,7 +181,7 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     console = console or Console(stderr=True)
     env = yowasp_env()
     t0 = time.monotonic()
-    platform = board.platform()
+    platform = board_platform(board, dsp)
     nextpnr_opts = f"--report nextpnr-report.json --detailed-timing-report --seed {seed}"
     if router is not None:
         nextpnr_opts += f" --router {router}"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, Value, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import HwConfig
 
+from .dsp import RegisteredMultiplier, ecp5_dsp
 from .signatures import WGT_OFFSET, wgt_entry_order
 
 __all__ = ["GemmCore"]
@@ -60,6 +61,12 @@ class GemmCore(wiring.Component):
         Gives ``batch``, ``block_in``, ``block_out`` and the element widths.
     levels_per_stage : int
         Adder-tree levels between pipeline registers.
+    per_product : bool, optional
+        One :class:`~.dsp.RegisteredMultiplier` per int8 product, its operands and
+        result in the multiplier's registers, instead of the packed products above
+        (same latency, same results). None (the default): per product on an ECP5
+        build that may use DSP blocks, where the block's own registers keep the
+        multiplier out of the fabric's paths; packed elsewhere, for Verilator's speed.
 
     Attributes
     ----------
@@ -86,7 +93,8 @@ class GemmCore(wiring.Component):
         levels_per_stage)`` (4 for tiny, 5 for default); also ``LATENCY``.
     """
 
-    def __init__(self, cfg: HwConfig, levels_per_stage: int = 2) -> None:
+    def __init__(self, cfg: HwConfig, levels_per_stage: int = 2,
+                 per_product: bool | None = None) -> None:
         if levels_per_stage < 1:
             raise ValueError("levels_per_stage must be at least 1")
         if not (cfg.inp_width == cfg.wgt_width == 8 and cfg.acc_width == 32):
@@ -94,6 +102,7 @@ class GemmCore(wiring.Component):
                              f"32, not {cfg.inp_width}, {cfg.wgt_width} and {cfg.acc_width}")
         self.cfg = cfg
         self.levels_per_stage = levels_per_stage
+        self.per_product = per_product
         self.tree_depth = (cfg.block_in - 1).bit_length()
         self.tree_stages = -(-self.tree_depth // levels_per_stage)
         self.latency = self.pipeline_latency(cfg, levels_per_stage)
@@ -155,6 +164,21 @@ class GemmCore(wiring.Component):
         m.d.sync += reg.eq(reg)
         return reg
 
+    @staticmethod
+    def _products(m: Module, act: Value, spread: Value, sel: list[int], name: str) -> Value:
+        """The products of activation ``act`` with the weight bytes of ``spread`` (a
+        stage-1 word, a byte in each 16-bit lane) that ``sel`` picks, each from its own
+        :class:`~.dsp.RegisteredMultiplier`, in the 32-bit lanes of a packed product's
+        word: lane ``t`` holds byte ``sel[t]``'s product (registered, as the packed
+        products are)."""
+        lanes = []
+        for t, lane in enumerate(sel):
+            mul = RegisteredMultiplier(8, 8)
+            m.submodules[f"{name}_{t}"] = mul
+            m.d.comb += [mul.a.eq(act), mul.b.eq(spread[16 * (lane // 2):][:8])]
+            lanes.append(mul.p[:16] if t == len(sel) - 1 else Cat(mul.p[:16], Const(0, 16)))
+        return Cat(*lanes)
+
     def elaborate(self, platform: object) -> Module:
         """Build the pipeline."""
         m = Module()
@@ -198,12 +222,17 @@ class GemmCore(wiring.Component):
             for sub in range(min(2, len(js))):
                 sel = js[sub::2]
                 split.append((g, sub, 32 * (len(sel) - 1) + 16, sel))
+        per_product = self.per_product if self.per_product is not None else ecp5_dsp(platform)
         prods = []  # [b][split][k]
         for b in range(cfg.batch):
             per_b = []
-            for n, (g, sub, width, _sel) in enumerate(split):
+            for n, (g, sub, width, sel) in enumerate(split):
                 terms = []
                 for k in range(n_in):
+                    if per_product:
+                        terms.append(self._products(m, act[b][k], spread[k][g], sel,
+                                                    f"p{b}_{n}_{k}"))
+                        continue
                     p = act[b][k] * spread[k][g]
                     lanes = (p >> (16 * sub)) & mask(HALF_LANES, len(p) - 16 * sub)
                     terms.append(self._delayed(m, lanes[:width], f"p{b}_{n}_{k}"))
