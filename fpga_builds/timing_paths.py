@@ -15,7 +15,8 @@ paths to cut instead of its single worst.
 ``slack_ns`` is ``period - arrival - setup``. The detailed report has no setup times
 (nextpnr's critical path adds them); :data:`ECP5_SETUP` has those read off nextpnr's
 critical paths: 0 for ECP5 flip-flops, 0.39 ns for a LUT RAM's write enable (taken for
-its write address and data too), 0.22 ns for a block RAM's data inputs. Without them a
+its write address and data too), 0.22 ns for a block RAM's data inputs, 3.49 ns for the
+operands of a DSP block with its output register. Without them a
 path into a LUT RAM's write port that misses the clock by less than its setup was not
 reported.
 """
@@ -70,11 +71,16 @@ ECP5_DELAYS = CellDelays(
 #: Setup times (ns) of capturing pins, by a pattern of the packed cell's name and the
 #: port: nextpnr's critical paths on ECP5 speed grade 6 measured the LUT RAM's ``WRE``
 #: (0.392) and the block RAM's ``DIA17`` (0.218); the LUT RAM's write address and data,
-#: and the block RAM's other data inputs, are taken to be the same.
+#: and the block RAM's other data inputs, are taken to be the same. A
+#: :class:`~tensorfab.hw.dsp.RegisteredMultiplier`'s ``MULT18X18D`` (cell ``….dsp``, its
+#: output register on) takes its operands ``A``/``B`` with the multiplication's delay as
+#: setup: 3.486 ns, the largest of prjtrellis' speed-6 ``REGS=OUTPUT`` figures
+#: (3.035-3.486), which nextpnr times it with.
 ECP5_SETUP: tuple[tuple[re.Pattern[str], re.Pattern[str], float], ...] = (
     (re.compile(r"\$DPRAM_COMB\d*$|_DPR16X4"), re.compile(r"^(WRE|WAD\d*|WD\d*|DI\d*)$"),
      0.392),
     (re.compile(r"DP16KD|\.\d+\.\d+$"), re.compile(r"^DI[AB]\d+$"), 0.218),
+    (re.compile(r"\.dsp$"), re.compile(r"^[AB]\d+$"), 3.486),
 )
 
 

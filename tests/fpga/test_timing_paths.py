@@ -190,3 +190,18 @@ def test_lut_ram_write_pins_count_their_setup() -> None:
     (group,) = result["groups"]
     assert group["to_pin"] == f"{ram}.WRE"
     assert group["slack_ns"] == pytest.approx(10.0 - 9.8 - 0.392, abs=1e-3)
+
+
+def test_registered_dsp_operands_count_the_multiplication_as_setup() -> None:
+    """A RegisteredMultiplier's operand that arrives 7 ns after the clock misses a
+    100 MHz clock (nextpnr adds the multiplication, 3.486 ns, as setup); the same pin of
+    a combinational (Yosys-mapped) DSP is not a register input and has none."""
+    dsp = "top.gemm.p0_0_0_0.dsp"
+    assert setup_ns(dsp, "B7") == pytest.approx(3.486)
+    assert setup_ns(dsp, "CLK0") == 0.0
+    assert setup_ns("top.gemm.p0_TRELLIS_FF_Q_DI_MULT18X18D_P0", "A3") == 0.0
+    report = {"fmax": {}, "critical_paths": [], "detailed_net_timings": [
+        _net("top.gemm.a0", "l1", "F", (dsp, "A3", 7.0))]}
+    result = timing_paths(report, 100.0)
+    assert result["failing"] == 1
+    assert result["groups"][0]["slack_ns"] == pytest.approx(10.0 - 7.0 - 3.486, abs=1e-3)
