@@ -502,8 +502,9 @@ class ComputeEngine(wiring.Component):
                 with m.Else():
                     m.next = "ZERO_READ"
             with m.State("ZERO_READ"):  # S0R: the micro-op is registered
-                m.d.sync += [z_iter_over.eq(iter_in > lanes),
-                             z_iter_len.eq(clipped(iter_in, iter_in > lanes))]
+                iter_over = iter_in > lanes
+                m.d.sync += [z_iter_over.eq(iter_over),
+                             z_iter_len.eq(clipped(iter_in, iter_over))]
                 with m.If(stop):
                     m.next = "WAIT"
                 with m.Else():

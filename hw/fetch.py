@@ -122,8 +122,8 @@ class Fetch(wiring.Component):
         # requested, not yet in the buffer), kept as one register so that a read's room
         # is one comparison of two registers (the sum of three was an FPGA critical path)
         free = Signal(range(D + 1), init=D)
-        outstanding = Signal(range(D * kw + 1))  # beats requested, not yet received,
-        # a cycle ago
+        # beats requested and not yet received, as of the cycle before (see below)
+        outstanding = Signal(range(D * kw + 1))
         disp_idx = Signal(32)
         cmd_stuck = Signal()
         issuing = Signal()

@@ -62,11 +62,12 @@ class GemmCore(wiring.Component):
     levels_per_stage : int
         Adder-tree levels between pipeline registers.
     per_product : bool, optional
-        One :class:`~.dsp.RegisteredMultiplier` per int8 product, its operands and
-        result in the multiplier's registers, instead of the packed products above
-        (same latency, same results). None (the default): per product on an ECP5
-        build that may use DSP blocks, where the block's own registers keep the
-        multiplier out of the fabric's paths; packed elsewhere, for Verilator's speed.
+        One :class:`~.dsp.RegisteredMultiplier` per int8 product, from the stage-1
+        operand registers, its product in the multiplier's register, instead of the
+        packed products above (same latency, same results). None (the default): per
+        product on an ECP5 build that may use DSP blocks, where the block's own output
+        register keeps the path out of the block off the fabric; packed elsewhere, for
+        Verilator's speed.
 
     Attributes
     ----------
