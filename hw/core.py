@@ -209,7 +209,7 @@ class Core(wiring.Component):
             m.d.sync += [pend_row.eq(acc_wp.addr >> lb),
                          pend_en.eq(Const(1, lanes) << acc_wp.addr[:lb]), pend_set.eq(0)]
         m.d.comb += [zf_wp.addr.eq(pend_row), zf_wp.en.eq(pend_en),
-                     zf_wp.data.eq(pend_set.replicate(lanes))]
+                     zf_wp.data.eq(Mux(pend_set, Const((1 << lanes) - 1, lanes), 0))]
         # Each read registers its row of flags as this cycle's writes leave it: the
         # waiting write, then a fast reset of the row sets a lane's flag, a write of
         # the lane's entry clears it.
