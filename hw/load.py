@@ -46,9 +46,11 @@ class LoadEngine(wiring.Component):
     (``DRAM_RANGE``) before any memory access; issue one burst read per data row
     (split at ``max_burst`` beats) while a sequencer walks the padded block in row-major
     order, writing a zero entry per cycle in the padding and, in the data region,
-    one beat per cycle, an entry being written with its last beat; the instruction
-    is done when the last entry is written. The bursts come from a
-    :class:`~.burst.BurstIssuer`.
+    one beat per cycle, an entry being written with its last beat. Writes leave from
+    registers, a cycle after the sequencer makes them, and wait there while their port
+    is not ready. The instruction is done when its last write is registered, an ACC
+    instruction when that write has landed (the accumulator port is shared). The
+    bursts come from a :class:`~.burst.BurstIssuer`.
 
     On ``halt`` the engine issues no further command and writes nothing more; it
     drains the read beats still owed to it, then goes idle without retiring.
@@ -227,11 +229,21 @@ class LoadEngine(wiring.Component):
         def in_cols(v: Value) -> Value:
             return (v >= word.pad_left) & (v < col_end)
         last_beat = Signal()  # bc == k_last, kept with bc (out of the read's ready)
-        wr_ready = Signal()
-        m.d.comb += wr_ready.eq(Array(getattr(self, PORT_OF[b]).ready for b in bufs)[buf])
         seq_on = Signal()  # the sequencer may write this cycle
         advance = Signal()
         seq_end = (r == rows_m1) & (c == cols_m1)
+        # The writes leave from registers, a cycle late (``w_addr``, ``w_data_*`` and
+        # the ports' ``en``), so that the buffers' write pins come from flip-flops (the
+        # read beat's ``valid``, through the sequencer, into the accumulator's shared
+        # write port and its zero flags was an FPGA critical path). A registered write
+        # whose port is not ready waits there (``held``) and holds the sequencer.
+        held = Signal()
+        m.d.comb += held.eq(Cat(*(getattr(self, PORT_OF[b]).en
+                                  & ~getattr(self, PORT_OF[b]).ready for b in bufs)).any())
+        w_addr = Signal.like(waddr)
+        take_write = ~held | self.halt  # a halt drops the waiting write
+        with m.If(take_write):
+            m.d.sync += w_addr.eq(waddr)
         wgt_entry = self._weight_columns(m, bc, rfire & (buf == Buffer.WGT), rdata.payload.data)
         for b in bufs:
             port = getattr(self, PORT_OF[b])
@@ -244,11 +256,23 @@ class LoadEngine(wiring.Component):
                 entry = Cat(shreg[(kmax - kb) * W:], rdata.payload.data)
             else:
                 entry = rdata.payload.data
-            m.d.comb += [
-                port.addr.eq(waddr),
-                port.data.eq(Mux(is_data, entry[:len(port.data)], pad)),
-                port.en.eq(seq_on & (buf == b) & (~is_data | (rdata.valid & last_beat))),
-            ]
+            w_data = Signal(len(port.data), name=f"w_data_{b.name.lower()}", reset_less=True)
+            with m.If(take_write):
+                m.d.sync += [
+                    w_data.eq(Mux(is_data, entry[:len(port.data)], pad)),
+                    port.en.eq(seq_on & (buf == b) & (~is_data | (rdata.valid & last_beat))),
+                ]
+            m.d.comb += [port.addr.eq(w_addr), port.data.eq(w_data)]
+        # An ACC instruction is done once its last write has landed (``flushing``
+        # waits for it): the compute engine, which may hold the shared accumulator port,
+        # could otherwise read the entry before it. The other buffers' writes land in
+        # the cycle after the last one is registered, before the instruction's token
+        # can reach its consumer (the core's ports are always ready).
+        flushing = Signal()
+        is_acc = buf == Buffer.ACC
+        with m.If(advance & seq_end & is_acc):
+            m.d.sync += flushing.eq(1)
+        last = Mux(is_acc, flushing & ~held, advance & seq_end)
         with m.If(advance):
             m.d.sync += waddr.eq(waddr + 1)
             with m.If(c == cols_m1):
@@ -264,17 +288,17 @@ class LoadEngine(wiring.Component):
                 m.d.sync += shreg.eq(Cat(shreg[W:], rdata.payload.data))
 
         # ---- execution: CHECK, RUN; DRAIN after a halt
-        ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad, advance & seq_end)
+        ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad, last)
         with m.If(ph.check):
-            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), last_beat.eq(k_last == 0),
+            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), last_beat.eq(k_last == 0), flushing.eq(0),
                          waddr.eq(word.sram),
                          row_in.eq(in_rows(0)), col_in.eq(in_cols(0))]
         with m.If((ph.run & self.halt) | ph.drain):
             m.d.comb += rdata.ready.eq(1)  # discard
-        with m.Elif(ph.run):
+        with m.Elif(ph.run & ~flushing):
             m.d.comb += [
                 seq_on.eq(1),
-                rdata.ready.eq(is_data & (~last_beat | wr_ready)),
-                advance.eq(Mux(is_data, rfire & last_beat, wr_ready)),
+                rdata.ready.eq(is_data & (~last_beat | ~held)),
+                advance.eq(Mux(is_data, rfire & last_beat, ~held)),
             ]
         return m
