@@ -16,11 +16,12 @@ from tensorfab.isa.formats import (
     requant_supported,
 )
 
+from .dsp import RegisteredMultiplier, ecp5_dsp
 from .signatures import WGT_OFFSET, wgt_entry_order
 
-__all__ = ["AluSignature", "VectorAlu", "alu_lane", "finish_clip", "finish_lane",
-           "partial_products", "requant_finish", "requant_first", "sum_high_word",
-           "sum_low_word"]
+__all__ = ["AluSignature", "VectorAlu", "alu_lane", "dsp_products", "finish_clip",
+           "finish_lane", "partial_operands", "partial_products", "requant_finish",
+           "requant_first", "sum_high_word", "sum_low_word"]
 
 
 #: Bits of the low half of each 32-bit multiplication operand: the halves' products
@@ -50,13 +51,19 @@ def partial_products(x: Value, y: Value) -> list[Value]:
     list[Value]
         ``[lo·lo, lo·hi, hi·lo, hi·hi]``.
     """
+    return [x_half * y_half for x_half, y_half in partial_operands(x, y)]
+
+
+def partial_operands(x: Value, y: Value) -> list[tuple[Value, Value]]:
+    """The operand pairs of :func:`partial_products`' four products: the 16-bit halves
+    of ``x`` and ``y``, the low ones unsigned, the high ones signed if their value is."""
     def halves(v: Value) -> tuple[Value, Value]:
         hi = v[HALF:]
         return v[:HALF], hi.as_signed() if v.shape().signed else hi
 
     x_lo, x_hi = halves(x)
     y_lo, y_hi = halves(y)
-    return [x_lo * y_lo, x_lo * y_hi, x_hi * y_lo, x_hi * y_hi]
+    return [(x_lo, y_lo), (x_lo, y_hi), (x_hi, y_lo), (x_hi, y_hi)]
 
 
 def sum_low_word(parts: list[Value]) -> tuple[Value, Value, Value]:
@@ -297,6 +304,25 @@ def registered_lanes(m: Module, en: Value, values: list[Value], name: str) -> li
     return out
 
 
+def dsp_products(m: Module, en: Value, x: Value, y: Value, products: list[Value],
+                 name: str) -> list[Value]:
+    """:func:`partial_products` of ``x · y``, registered when ``en``, each in its own
+    :class:`~.dsp.RegisteredMultiplier` (on ECP5, the DSP block's output register:
+    the product no longer crosses into the fabric before its register, an FPGA
+    critical path). ``products`` are the combinational products, whose shapes the
+    registered ones keep."""
+    out = []
+    for k, ((xh, yh), prod) in enumerate(zip(partial_operands(x, y), products, strict=True)):
+        # every half as a signed operand: an unsigned one gains a zero sign bit
+        xs, ys = (h if h.shape().signed else Cat(h, Const(0, 1)).as_signed() for h in (xh, yh))
+        mul = RegisteredMultiplier(len(xs), len(ys), signed=True)
+        m.submodules[f"{name}_{k}"] = mul
+        m.d.comb += [mul.a.eq(xs), mul.b.eq(ys), mul.en.eq(en)]
+        part = mul.p[:len(prod)]
+        out.append(part.as_signed() if prod.shape().signed else part)
+    return out
+
+
 def AluSignature(cfg: HwConfig) -> wiring.Signature:
     """The vector ALU's ports, as :class:`VectorAlu` sees them.
 
@@ -341,6 +367,12 @@ class VectorAlu(wiring.Component):
     cfg : HwConfig
         Gives the lane count (``batch * block_out``), the element width
         (``acc_width``) and the op field width.
+    per_product : bool, optional
+        Each partial product in its own :class:`~.dsp.RegisteredMultiplier`
+        (:func:`dsp_products`) instead of one register per product kind for all lanes
+        (same latency, same results). None (the default): per product on an ECP5 build
+        that may use DSP blocks, whose own output registers then hold the products;
+        the shared registers elsewhere, for Verilator's speed.
 
     Attributes
     ----------
@@ -368,8 +400,9 @@ class VectorAlu(wiring.Component):
     #: Cycles from an accepted input to its result.
     LATENCY = 2
 
-    def __init__(self, cfg: HwConfig) -> None:
+    def __init__(self, cfg: HwConfig, per_product: bool | None = None) -> None:
         self.cfg = cfg
+        self.per_product = per_product
         self.lanes = cfg.batch * cfg.block_out
         self.width = cfg.acc_width
         super().__init__(AluSignature(cfg))
@@ -421,8 +454,13 @@ class VectorAlu(wiring.Component):
             uses_product2 = is_mul2 | is_requant2
             uses_product3 = is_mul3 | is_requant3
         products = [partial_products(x[i], y[i]) for i in lanes]
-        parts = list(zip(*(registered_lanes(m, en & uses_product, [p[k] for p in products],
-                                            f"part{k}") for k in range(4)), strict=True))
+        per_product = self.per_product if self.per_product is not None else ecp5_dsp(platform)
+        if per_product:
+            parts = [dsp_products(m, en & uses_product, x[i], y[i], products[i], f"part{i}")
+                     for i in lanes]
+        else:
+            parts = list(zip(*(registered_lanes(m, en & uses_product, [p[k] for p in products],
+                                                f"part{k}") for k in range(4)), strict=True))
         rq_fields = [k for k in (rq[0] if rq else {}) if k not in ("x", "y")]
         rq_q = {k: registered_lanes(m, en & is_requant, [r[k] for r in rq], f"rq_{k}")
                 for k in rq_fields}

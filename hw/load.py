@@ -295,10 +295,10 @@ class LoadEngine(wiring.Component):
                          row_in.eq(in_rows(0)), col_in.eq(in_cols(0))]
         with m.If((ph.run & self.halt) | ph.drain):
             m.d.comb += rdata.ready.eq(1)  # discard
-        with m.Elif(ph.run & ~flushing):
-            m.d.comb += [
-                seq_on.eq(1),
-                rdata.ready.eq(is_data & (~last_beat | ~held)),
-                advance.eq(Mux(is_data, rfire & last_beat, ~held)),
-            ]
+        with m.Elif(ph.run):
+            # (flushing, r is past the last row, so is_data is low: the read's ready,
+            # an FPGA critical path into the issuer's counts, needs no more terms)
+            m.d.comb += rdata.ready.eq(is_data & (~last_beat | ~held))
+            with m.If(~flushing):
+                m.d.comb += [seq_on.eq(1), advance.eq(Mux(is_data, rfire & last_beat, ~held))]
         return m

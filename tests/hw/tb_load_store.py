@@ -124,6 +124,7 @@ class TB:
         self.gap_p = 0.2
         self.cycle = 0
         self.stall_cycles = {"load": 0, "store": 0}
+        self.acc_write_at_retire: list[int] = []  # cycles a LOAD retired with one waiting
 
     @classmethod
     def full_speed(cls, dut, *, seed: int, mem_size: int) -> TB:
@@ -211,6 +212,10 @@ class TB:
                                         .value.to_unsigned()))
                 if int(getattr(dut, f"{eng}_retire").value):
                     self.retired[eng] += 1
+                    # a LOAD retires only once its accumulator writes have landed:
+                    # the compute engine may read them as soon as it has the token
+                    if eng == "load" and int(dut.acc_wr__en.value):
+                        self.acc_write_at_retire.append(self.cycle)
                 if int(getattr(dut, f"{eng}_stall").value):
                     self.stall_cycles[eng] += 1
             # the compute engine's part: relay tokens
@@ -344,6 +349,9 @@ async def random_program(dut, seed: int, n_loads: int, n_pairs: int, **mem_kwarg
     tb.q["c2l"] = 0  # the final store→compute token, relayed but never popped
     assert not tb.errors, tb.errors
     assert tb.retired == {"load": loads, "store": stores}
+    assert not tb.acc_write_at_retire, (
+        f"LOADs retired with an accumulator write still waiting, cycles "
+        f"{tb.acc_write_at_retire[:5]}")
     assert sum(len(w) for w in tb.writes.values()) == n_writes, "extra or missing writes"
     compare_buffers(ref.bufs, tb.buffer_state(init))
     bad = np.nonzero(ref.dram != tb.mem.data)[0]

@@ -11,7 +11,12 @@ from tensorfab.isa import PRESETS
 from tensorfab.sim.testing.cocotb_runner import build, run
 
 
-@pytest.mark.parametrize("preset", ["tiny", "default"])
-def test_vector_alu(preset: str, tmp_path: Path) -> None:
-    built = build(VectorAlu(PRESETS[preset]), "vector_alu", {"preset": preset})
+@pytest.mark.parametrize(("preset", "per_product"),
+                         [("tiny", False), ("default", False), ("tiny", True)],
+                         ids=["tiny", "default", "tiny-per-product"])
+def test_vector_alu(preset: str, per_product: bool, tmp_path: Path) -> None:
+    """The ALU against the reference; ``per_product`` is the ECP5 build's datapath (a
+    registered multiplier per partial product), simulated through its model."""
+    built = build(VectorAlu(PRESETS[preset], per_product=per_product), "vector_alu",
+                  {"preset": preset, "per_product": per_product})
     run(built, "hw.tb_alu", test_dir=tmp_path)

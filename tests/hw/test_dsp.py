@@ -13,6 +13,7 @@ from amaranth.sim import Simulator
 
 from tensorfab.fpga_builds.boards import BOARDS
 from tensorfab.fpga_builds.flow import board_platform
+from tensorfab.hw.alu import VectorAlu
 from tensorfab.hw.dsp import RegisteredMultiplier
 from tensorfab.hw.gemm import GemmCore
 from tensorfab.isa import PRESETS
@@ -53,6 +54,41 @@ def test_model_is_a_product_a_cycle_later(a_width: int, b_width: int) -> None:
     assert got[:len(pairs)] == [a * b for a, b in pairs]
 
 
+@pytest.mark.parametrize(("a_width", "b_width"), [(17, 17), (16, 5)])
+def test_signed_model_holds_its_product_without_enable(a_width: int, b_width: int) -> None:
+    dut = RegisteredMultiplier(a_width, b_width, signed=True)
+    rng = random.Random(a_width + b_width)
+
+    def lo(width: int) -> int:
+        return -(1 << (width - 1))
+
+    def hi(width: int) -> int:
+        return (1 << (width - 1)) - 1
+    steps = [(lo(a_width), lo(b_width), 1), (lo(a_width), hi(b_width), 1), (-1, 1, 0),
+             (hi(a_width), -1, 1), (3, 3, 0), (5, -7, 0)]
+    steps += [(rng.randint(lo(a_width), hi(a_width)), rng.randint(lo(b_width), hi(b_width)),
+               rng.randrange(2)) for _ in range(40)]
+    got: list[int] = []
+
+    async def bench(ctx) -> None:
+        for a, b, en in steps:
+            ctx.set(dut.a, a)
+            ctx.set(dut.b, b)
+            ctx.set(dut.en, en)
+            await ctx.tick()
+            got.append(ctx.get(dut.p))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    want, held = [], 0
+    for a, b, en in steps:
+        held = a * b if en else held
+        want.append(held)
+    assert got == want
+
+
 def test_ecp5_build_uses_the_dsp_blocks_output_register() -> None:
     platform = board_platform(BOARDS["ulx3s-25f"], dsp=True)
     (dsp,) = _instances(RegisteredMultiplier(8, 8), platform)
@@ -69,6 +105,27 @@ def test_no_dsp_builds_and_other_families_use_the_model() -> None:
     for platform in (board_platform(BOARDS["ulx3s-25f"], dsp=False),
                      board_platform(BOARDS["icebreaker"], dsp=True), None):
         assert _instances(RegisteredMultiplier(8, 8), platform) == []
+
+
+def test_signed_ecp5_multiplier_sign_extends_and_enables() -> None:
+    platform = board_platform(BOARDS["ulx3s-25f"], dsp=True)
+    dut = RegisteredMultiplier(17, 16, signed=True)
+    (dsp,) = _instances(dut, platform)
+    ports = {name: repr(value) for name, (value, _dir) in dsp.ports.items()}
+    assert ports["SIGNEDA"] == ports["SIGNEDB"] == "(const 1'd1)"
+    # A17 repeats a's sign bit (A16); B16 and B17 repeat b's (B15)
+    assert ports["A17"] == ports["A16"] != ports["A15"]
+    assert ports["B16"] == ports["B17"] == ports["B15"] != ports["B14"]
+    assert "en" in ports["CE0"]
+    assert dict(dsp.parameters)["REG_OUTPUT_CE"] == "CE0"
+
+
+def test_vector_alu_on_ecp5_has_four_dsps_per_lane() -> None:
+    cfg = PRESETS["tiny"]
+    platform = board_platform(BOARDS["ulx3s-25f"], dsp=True)
+    dsps = [i for i in _instances(VectorAlu(cfg), platform) if i.type == "MULT18X18D"]
+    assert len(dsps) == 4 * cfg.batch * cfg.block_out
+    assert _instances(VectorAlu(cfg), None) == []
 
 
 def test_gemm_core_on_ecp5_has_one_dsp_per_product() -> None:
