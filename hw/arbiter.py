@@ -33,12 +33,13 @@ class MemArbiter(wiring.Component):
     :class:`~.register_slice.RegisterSlice`, its head a register); read beats from the
     port go to the master at its head, ``len + 1`` of them. A granted write command
     records its ``len`` in a FIFO of outstanding writes; the store's write beats are
-    forwarded only while that FIFO holds a command, so the port never sees a beat before
-    its command. A master whose FIFO is full is not granted (nor in the cycle after a
-    command leaves a full FIFO). The command choice is held while the port stalls it, as
-    :mod:`amaranth.lib.stream` requires. Each master's commands pass a two-entry
-    register slice first (one cycle of latency, full throughput), so that the grant
-    logic sees registered commands and the masters a registered ``ready``.
+    forwarded only while the port has taken the command at that FIFO's head, so the
+    port never sees a beat before its command. A master whose FIFO is full is not
+    granted (nor in the cycle after a command leaves a full FIFO). Each master's
+    commands pass a two-entry register slice first, and the granted commands a second
+    one on their way to the port (one cycle of latency each, full throughput), so that
+    the grant logic sees registered commands and room, the masters a registered
+    ``ready`` and the port registered commands.
 
     Parameters
     ----------
@@ -106,7 +107,7 @@ class MemArbiter(wiring.Component):
         in_flight = Signal(range(self.read_beats + MAX_BURST + 1))
         room = [Signal(init=1, name=f"room_{name}") for name in ("fetch", "load")]
 
-        # ---- command grant (round robin, choice held while the port stalls). Room in
+        # ---- command grant (round robin). Room in
         # an outstanding FIFO is a register too, set from its level and this cycle's
         # push, not counting a pop (the level's comparison began the grant's FPGA
         # critical path): it is low for a cycle after a pop from a full FIFO
@@ -115,9 +116,6 @@ class MemArbiter(wiring.Component):
                     cmds[LOAD][0] & fifo_room[0] & room[LOAD],
                     cmds[STORE][0] & fifo_room[1]]
         last = Signal(range(3), init=STORE)  # last granted master
-        held = Signal()
-        held_sel = Signal(range(3))
-        choice = Signal(range(3))
         sel = Signal(range(3))
         # priority order after `last`: (last+1, last+2, last)
         with m.Switch(last):
@@ -125,32 +123,38 @@ class MemArbiter(wiring.Component):
                 with m.Case(lv):
                     order = [(lv + 1) % 3, (lv + 2) % 3, lv]
                     with m.If(eligible[order[0]]):
-                        m.d.comb += choice.eq(order[0])
+                        m.d.comb += sel.eq(order[0])
                     with m.Elif(eligible[order[1]]):
-                        m.d.comb += choice.eq(order[1])
+                        m.d.comb += sel.eq(order[1])
                     with m.Else():
-                        m.d.comb += choice.eq(order[2])
-        m.d.comb += sel.eq(Mux(held, held_sel, choice))
+                        m.d.comb += sel.eq(order[2])
+        # ---- the granted command waits in a two-entry register slice for the port,
+        # so that the grant sees the slice's registered room, not the port's ready,
+        # and the port registers (the grant through the port's handshake into the
+        # outstanding FIFOs was an FPGA critical path)
         port_cmd = self.port.cmd
+        cmd_layout = port_cmd.payload.shape()
+        m.submodules.port_cmd_slice = out = RegisterSlice(cmd_layout.size)
+        granted = data.View(cmd_layout, out.w_data)
         with m.Switch(sel):
             for i, (_valid, payload, take) in enumerate(cmds):
                 with m.Case(i):
                     m.d.comb += [
-                        port_cmd.valid.eq(eligible[i]),
-                        port_cmd.payload.addr.eq(payload.addr),
-                        port_cmd.payload.len.eq(payload.len),
-                        port_cmd.payload.write.eq(i == STORE),
-                        take.eq(port_cmd.ready & eligible[i]),
+                        out.w_en.eq(eligible[i]),
+                        granted.addr.eq(payload.addr),
+                        granted.len.eq(payload.len),
+                        granted.write.eq(i == STORE),
+                        take.eq(out.w_rdy & eligible[i]),
                     ]
-        with m.If(port_cmd.valid & port_cmd.ready):
-            m.d.sync += [held.eq(0), last.eq(sel)]
-        with m.Elif(port_cmd.valid):
-            m.d.sync += [held.eq(1), held_sel.eq(sel)]
-        fire = port_cmd.valid & port_cmd.ready
+        fire = out.w_en & out.w_rdy  # a command is granted
+        with m.If(fire):
+            m.d.sync += last.eq(sel)
+        m.d.comb += [port_cmd.valid.eq(out.r_rdy), port_cmd.payload.eq(out.r_data),
+                     out.r_en.eq(port_cmd.ready)]
         m.d.comb += [
-            rd_fifo.w_data.eq(((sel == LOAD) << LEN_WIDTH) | port_cmd.payload.len),
+            rd_fifo.w_data.eq(((sel == LOAD) << LEN_WIDTH) | granted.len),
             rd_fifo.w_en.eq(fire & (sel != STORE)),
-            wr_fifo.w_data.eq(port_cmd.payload.len),
+            wr_fifo.w_data.eq(granted.len),
             wr_fifo.w_en.eq(fire & (sel == STORE)),
         ]
         for ok, f in zip(fifo_room, (rd_fifo, wr_fifo), strict=True):
@@ -195,18 +199,26 @@ class MemArbiter(wiring.Component):
             with m.Else():
                 m.d.sync += rd_count.eq(rd_count + 1)
 
-        # ---- write data from the store for its granted commands
+        # ---- write data from the store for its commands the port has taken (the head
+        # of the outstanding writes is one once `at_port`, the count of write
+        # commands the port took and whose beats have not all gone, is not zero)
         wr_count = Signal(LEN_WIDTH)
+        at_port = Signal(range(self.outstanding + 1))
         wdata = self.port.wdata
+        sending = Signal()
+        m.d.comb += sending.eq(wr_fifo.r_rdy & (at_port != 0))
         m.d.comb += [
             wdata.payload.eq(self.store.wdata.payload),
-            wdata.valid.eq(self.store.wdata.valid & wr_fifo.r_rdy),
-            self.store.wdata.ready.eq(wdata.ready & wr_fifo.r_rdy),
+            wdata.valid.eq(self.store.wdata.valid & sending),
+            self.store.wdata.ready.eq(wdata.ready & sending),
         ]
+        took_write = port_cmd.valid & port_cmd.ready & port_cmd.payload.write
+        sent_all = Signal()
         with m.If(wdata.valid & wdata.ready):
             with m.If(wr_count == wr_fifo.r_data):
                 m.d.sync += wr_count.eq(0)
-                m.d.comb += wr_fifo.r_en.eq(1)
+                m.d.comb += [wr_fifo.r_en.eq(1), sent_all.eq(1)]
             with m.Else():
                 m.d.sync += wr_count.eq(wr_count + 1)
+        m.d.sync += at_port.eq(at_port + took_write - sent_all)
         return m

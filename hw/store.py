@@ -138,13 +138,20 @@ class StoreEngine(wiring.Component):
         rd_addr = Signal(cfg.acc_bits)
         rd_pending = Signal()
         reading = Signal()  # the reader may run this cycle
+        # `rd_more` (rd_left != 0) and `queued` (fifo.level + rd_pending: entries read
+        # and not yet sent) are registers kept beside what they stand for: the read
+        # enable, which loads the counters, then starts at registers (the 33-bit
+        # comparison and the FIFO level's sum fed their clock enables: an FPGA
+        # critical path)
+        rd_more = Signal()
+        queued = Signal(range(self.fifo_depth + 1))
         m.d.comb += [
             self.acc_rd.addr.eq(rd_addr),
-            self.acc_rd.en.eq(reading & (rd_left != 0)
-                              & (fifo.level + rd_pending < self.fifo_depth - 1)),
+            self.acc_rd.en.eq(reading & rd_more & (queued < self.fifo_depth - 1)),
         ]
         with m.If(self.acc_rd.en):
-            m.d.sync += [rd_left.eq(rd_left - 1), rd_addr.eq(rd_addr + 1)]
+            m.d.sync += [rd_left.eq(rd_left - 1), rd_addr.eq(rd_addr + 1),
+                         rd_more.eq(rd_left != 1)]
         m.d.sync += rd_pending.eq(self.acc_rd.en & ~flush)
         m.d.comb += [
             fifo.w_en.eq(rd_pending),
@@ -180,11 +187,13 @@ class StoreEngine(wiring.Component):
                              wfire & last_beat & ent_one)
         with m.If(ph.check):
             m.d.comb += flush.eq(1)
-            m.d.sync += [rd_left.eq(n_entries), rd_addr.eq(word.sram),
+            m.d.sync += [rd_left.eq(n_entries), rd_more.eq(n_entries != 0),
+                         rd_addr.eq(word.sram),
                          ent_left.eq(n_entries), ent_one.eq(n_entries == 1), beat.eq(0)]
         m.d.comb += [reading.eq(ph.run | ph.drain),
                      sending.eq(ph.run | (ph.drain & bursts.owing))]
         with m.If(ph.drain & bursts.drained):  # the accepted commands' beats are sent
             m.d.comb += flush.eq(1)
-            m.d.sync += [rd_left.eq(0), beat.eq(0)]
+            m.d.sync += [rd_left.eq(0), rd_more.eq(0), beat.eq(0)]
+        m.d.sync += queued.eq(Mux(flush, 0, queued + self.acc_rd.en - fifo.r_en))
         return m

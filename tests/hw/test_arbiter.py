@@ -90,6 +90,9 @@ def test_arbiter_routes_every_beat_and_bounds_the_reads_in_flight(
             s_fire = ctx.get(dut.store.wdata.valid) and ctx.get(dut.store.wdata.ready)
 
             assert sum(delivered.values()) == r_fire, "a read beat went to no master or two"
+            # a write beat is offered only once the memory has taken a write command
+            assert not ctx.get(dut.port.wdata.valid) or any(c[0] for c in mem_queue), \
+                "a write beat offered before its command"
             assert w_fire == s_fire
             for name, fired in delivered.items():
                 if fired:
