@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import onnxruntime as ort
+from ort_reference import reference_session
 
 from tensorfab.benches.digits import run_digits_bench
 from tensorfab.cli import main as cli_main
@@ -33,8 +33,7 @@ def test_digits_bench_accuracies_against_independent_computation() -> None:
     # onnxruntime's int8 execution of the same QDQ model: the fixed-point network on the
     # accelerator predicts within two images of it
     qdq = compile_digits_int8(batch=8, per_channel=r["per_channel"]).qdq
-    ort_int8 = ort.InferenceSession(qdq.SerializeToString(),
-                                    providers=["CPUExecutionProvider"]).run(None,
+    ort_int8 = reference_session(qdq.SerializeToString()).run(None,
                                                                             {"image": x})[0]
     ort_acc = (ort_int8.argmax(axis=1) == y).mean()
     assert abs(r["int8_accuracy"] - ort_acc) <= 2 / N

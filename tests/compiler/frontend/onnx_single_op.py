@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
+from ort_reference import reference_session
 
 from tensorfab.compiler.frontend import from_onnx
 from tensorfab.compiler.graph import astext, parse, structural_equal
@@ -47,8 +47,7 @@ def run_both(model: onnx.ModelProto, inputs: Inputs,
              constant: Sequence[str] = ()) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(onnxruntime's outputs, tensorfab's outputs) as lists."""
     feeds = {n: v for n, v in inputs if v is not None and n not in constant}
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
+    session = reference_session(model.SerializeToString())
     ref = session.run(None, feeds)
     fn = from_onnx(model)
     assert structural_equal(parse(astext(fn)), fn)  # every imported model round-trips
