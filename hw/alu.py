@@ -16,7 +16,7 @@ from tensorfab.isa.formats import (
     requant_supported,
 )
 
-from .dsp import RegisteredMultiplier, ecp5_dsp
+from .dsp import RegisteredMultiplier, per_product_multipliers
 from .signatures import WGT_OFFSET, wgt_entry_order
 
 __all__ = ["AluSignature", "VectorAlu", "alu_lane", "dsp_products", "finish_clip",
@@ -454,7 +454,7 @@ class VectorAlu(wiring.Component):
             uses_product2 = is_mul2 | is_requant2
             uses_product3 = is_mul3 | is_requant3
         products = [partial_products(x[i], y[i]) for i in lanes]
-        per_product = self.per_product if self.per_product is not None else ecp5_dsp(platform)
+        per_product = per_product_multipliers(self.per_product, platform)
         if per_product:
             parts = [dsp_products(m, en & uses_product, x[i], y[i], products[i], f"part{i}")
                      for i in lanes]

@@ -7,7 +7,7 @@ from amaranth.hdl import signed as _signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["NO_DSP", "RegisteredMultiplier", "ecp5_dsp"]
+__all__ = ["NO_DSP", "RegisteredMultiplier", "ecp5_dsp", "per_product_multipliers"]
 
 #: Attribute a build sets on its platform object (True) when multipliers must stay out
 #: of DSP blocks (``tensorfab fpga build --no-dsp``, Yosys' ``-nodsp``).
@@ -21,6 +21,15 @@ def ecp5_dsp(platform: object) -> bool:
     """Whether ``platform`` is an ECP5 build that may use DSP blocks."""
     return (platform is not None and getattr(platform, "family", None) == "ecp5"
             and not getattr(platform, NO_DSP, False))
+
+
+def per_product_multipliers(choice: bool | None, platform: object) -> bool:
+    """A datapath's ``per_product`` option (:class:`~.gemm.GemmCore`,
+    :class:`~.alu.VectorAlu`): ``choice`` if given, else whether ``platform`` is an ECP5
+    build that may use DSP blocks (:func:`ecp5_dsp`), where a
+    :class:`RegisteredMultiplier` per product keeps each product in its block's output
+    register; elsewhere the datapaths' shared registers serve Verilator's speed."""
+    return choice if choice is not None else ecp5_dsp(platform)
 
 
 class RegisteredMultiplier(wiring.Component):

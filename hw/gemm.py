@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import HwConfig
 
-from .dsp import RegisteredMultiplier, ecp5_dsp
+from .dsp import RegisteredMultiplier, per_product_multipliers
 from .signatures import WGT_OFFSET, wgt_entry_order
 
 __all__ = ["GemmCore"]
@@ -223,7 +223,7 @@ class GemmCore(wiring.Component):
             for sub in range(min(2, len(js))):
                 sel = js[sub::2]
                 split.append((g, sub, 32 * (len(sel) - 1) + 16, sel))
-        per_product = self.per_product if self.per_product is not None else ecp5_dsp(platform)
+        per_product = per_product_multipliers(self.per_product, platform)
         prods = []  # [b][split][k]
         for b in range(cfg.batch):
             per_b = []

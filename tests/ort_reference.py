@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
@@ -29,17 +29,16 @@ def u8s8_kernels_saturate() -> bool:
     return int(got[0, 0]) != 2 * 255 * -128
 
 
-def reference_session(model: bytes | str | Path,
-                      options: ort.SessionOptions | None = None) -> ort.InferenceSession:
-    """A CPU session of ``model`` (serialized bytes or a path) for reference results.
+def reference_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """A CPU session of ``model`` for reference results.
 
     Where :func:`u8s8_kernels_saturate`, QDQ groups are not fused into onnxruntime's
     integer kernels (``session.disable_quant_qdq``): they run as dequantize, float
     operator, quantize, which is the QDQ format's definition, instead of kernels that
     differ from the exact result by tens of units on such a CPU.
     """
-    opts = options if options is not None else ort.SessionOptions()
+    opts = ort.SessionOptions()
     if u8s8_kernels_saturate():
         opts.add_session_config_entry("session.disable_quant_qdq", "1")
-    source = str(model) if isinstance(model, Path) else model
-    return ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])

@@ -33,7 +33,7 @@ def test_digits_bench_accuracies_against_independent_computation() -> None:
     # onnxruntime's int8 execution of the same QDQ model: the fixed-point network on the
     # accelerator predicts within two images of it
     qdq = compile_digits_int8(batch=8, per_channel=r["per_channel"]).qdq
-    ort_int8 = reference_session(qdq.SerializeToString()).run(None,
+    ort_int8 = reference_session(qdq).run(None,
                                                                             {"image": x})[0]
     ort_acc = (ort_int8.argmax(axis=1) == y).mean()
     assert abs(r["int8_accuracy"] - ort_acc) <= 2 / N

@@ -47,7 +47,7 @@ def run_both(model: onnx.ModelProto, inputs: Inputs,
              constant: Sequence[str] = ()) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(onnxruntime's outputs, tensorfab's outputs) as lists."""
     feeds = {n: v for n, v in inputs if v is not None and n not in constant}
-    session = reference_session(model.SerializeToString())
+    session = reference_session(model)
     ref = session.run(None, feeds)
     fn = from_onnx(model)
     assert structural_equal(parse(astext(fn)), fn)  # every imported model round-trips

@@ -124,7 +124,7 @@ def test_onnxruntime_qdq_residual_adds_lower_to_int8_within_one_lsb() -> None:
     g = lower_qdq(fold_constants(from_onnx(qdq)))
     assert _adds(g) == 2
     x = np.maximum(r.standard_normal((2, 16, 8, 8)), 0).astype(np.float32)
-    want = reference_session(qdq.SerializeToString()).run(None, {"x": x})[0]
+    want = reference_session(qdq).run(None, {"x": x})[0]
     got = evaluate(g, {"x": x})
     # the output's quantization step: the last QuantizeLinear's scale
     last_q = [n for n in qdq.graph.node if n.op_type == "QuantizeLinear"][-1]

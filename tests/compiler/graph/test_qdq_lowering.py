@@ -37,7 +37,7 @@ def test_digits_int8_graph_matches_onnxruntime_fused_int8(digits_qdq) -> None:
     assert names.count("qnn.dequantize") == 1 and names.count("qnn.quantize") == 1
     _, _, xte, yte = load_digits_split(0)
     # onnxruntime's default optimizations fuse the QDQ patterns into QLinearConv/-MatMul
-    want = reference_session(digits_qdq.SerializeToString()).run(None, {"image": xte})[0]
+    want = reference_session(digits_qdq).run(None, {"image": xte})[0]
     got = evaluate(g, {"image": xte})
     step = float(onnx.numpy_helper.to_array(
         next(e for e in digits_qdq.graph.initializer if e.name == "logits_scale")))

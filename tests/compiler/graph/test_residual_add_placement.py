@@ -60,7 +60,7 @@ def test_compile_onnx_residual_model_int8_adds_match_onnxruntime_qdq() -> None:
     qdq = quantize_onnx(model, batches, per_channel=True)
     x = np.maximum(np.random.default_rng(12).standard_normal((2, 16, 8, 8)), 0
                    ).astype(np.float32)
-    want = reference_session(qdq.SerializeToString()).run(None, {"x": x})[0]
+    want = reference_session(qdq).run(None, {"x": x})[0]
     got = np.asarray(run_program(on_cpu.program, [x]))
     last_q = [n for n in qdq.graph.node if n.op_type == "QuantizeLinear"][-1]
     step = float(next(numpy_helper.to_array(i) for i in qdq.graph.initializer
