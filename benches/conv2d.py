@@ -33,7 +33,6 @@ import numpy as np
 
 from tensorfab.compiler import RESNET18_CONV
 from tensorfab.isa import PRESETS, HwConfig
-from tensorfab.sim import DEVICES
 from tensorfab.sim.png_figure import png_figure
 from tensorfab.sim.testing.numpy_reference import conv2d_acc
 
@@ -77,7 +76,7 @@ def run_conv2d_bench(target: str = "rtl", config: str | HwConfig = "default",
     Parameters
     ----------
     target : str
-        Device name (:data:`tensorfab.sim.DEVICES`); ``fsim`` is untimed (``cycles``
+        Device name (:func:`tensorfab.isa.device.open_device`); ``fsim`` is untimed (``cycles``
         null).
     config : str or HwConfig
         Preset name or configuration.
@@ -261,7 +260,7 @@ def plot_utilization(result: dict[str, Any], path: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> dict:
     """Run the benchmark, print its JSON line last and return the result dict."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="rtl", choices=sorted(DEVICES),
+    ap.add_argument("--target", default="rtl", metavar="TARGET",
                     help="device that runs the programs (default rtl)")
     ap.add_argument("--compile-only", action="store_true", help="do not run the programs")
     ap.add_argument("--config", default="default", choices=sorted(PRESETS))

@@ -43,7 +43,6 @@ import numpy as np
 
 from tensorfab.compiler import RESNET18_CONV
 from tensorfab.isa import PRESETS, HwConfig
-from tensorfab.sim import DEVICES
 from tensorfab.sim.testing.numpy_reference import conv2d_acc
 
 __all__ = ["TARGETS", "float_reference", "quantized_layer", "run_requant_bench"]
@@ -93,7 +92,7 @@ def run_requant_bench(target: str = "rtl", config: str | HwConfig = "default",
     Parameters
     ----------
     target : str
-        Device name (:data:`tensorfab.sim.DEVICES`); ``fsim`` is untimed (no
+        Device name (:func:`tensorfab.isa.device.open_device`); ``fsim`` is untimed (no
         utilization).
     config : str or HwConfig
         Preset name or configuration.
@@ -238,7 +237,7 @@ def run_requant_bench(target: str = "rtl", config: str | HwConfig = "default",
 def main(argv: list[str] | None = None) -> dict:
     """Run the benchmark, print its JSON line last and return the result dict."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="rtl", choices=sorted(DEVICES))
+    ap.add_argument("--target", default="rtl", metavar="TARGET")
     ap.add_argument("--config", default="default", choices=sorted(PRESETS))
     ap.add_argument("--vthreads", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--layers", nargs="+", default=list(RESNET18_CONV),

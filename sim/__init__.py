@@ -1,15 +1,24 @@
 """tensorfab.sim: executors of tensorfab programs.
 
 :class:`FunctionalSimulator` is the bit-exact reference executor; every executor
-implements :class:`Device` and returns a :class:`RunResult`. ``rtl`` (in
-:mod:`tensorfab.sim.rtl`, imported on demand) runs the RTL in Verilator.
+implements :class:`Device` (declared in :mod:`tensorfab.isa.device`, with the registry
+of targets) and returns a :class:`RunResult`. ``rtl`` (in :mod:`tensorfab.sim.rtl`,
+imported on demand) runs the RTL in Verilator.
 """
 
-from .device import DEVICES, Counters, Device, DeviceMemory, RunResult, get_device
+from tensorfab.isa.device import (
+    Counters,
+    Device,
+    DeviceMemory,
+    RunResult,
+    device_schemes,
+    get_device,
+    open_device,
+)
+
 from .errors import DeadlockError, RaceError, TokenError, Wait
 from .fsim import FunctionalSimulator
 
-DEVICES["rtl"] = "tensorfab.sim.rtl:RtlSimulator"
-
-__all__ = ["DEVICES", "Counters", "DeadlockError", "Device", "DeviceMemory", "FunctionalSimulator",
-           "RaceError", "RunResult", "TokenError", "Wait", "get_device"]
+__all__ = ["Counters", "DeadlockError", "Device", "DeviceMemory", "FunctionalSimulator",
+           "RaceError", "RunResult", "TokenError", "Wait", "device_schemes", "get_device",
+           "open_device"]

@@ -32,11 +32,11 @@ from tensorfab.isa import (
     Store,
     decode_insn,
 )
+from tensorfab.isa.device import Device, ImageMemory, RunResult
 from tensorfab.isa.formats import TOKEN_QUEUES, token_pops, token_pushes
 from tensorfab.isa.program import words_from_bytes
 
 from .blas import single_threaded_blas
-from .device import Device, ImageMemory, RunResult
 from .errors import DeadlockError, TokenError, Wait
 from .fsim_alu import exec_alu
 from .fsim_gemm import exec_gemm

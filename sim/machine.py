@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tensorfab.isa import ErrorCode, HwConfig, Insn, Program, ProgramError, Store
+from tensorfab.isa.device import Counters
 
-from .device import Counters
 from .race import ENGINE_NAMES, Access, Tracker
 
 T = TypeVar("T")

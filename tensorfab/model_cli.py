@@ -162,12 +162,12 @@ def _program_configs(program: Any) -> set:
 
 
 def _device(target: str, trace: bool) -> Any:
-    from tensorfab.sim import DEVICES, get_device
+    from tensorfab.isa.device import device_schemes, open_device, target_scheme
 
-    if target not in DEVICES:
+    if target_scheme(target) not in device_schemes():
         raise ModelCliError(f"--target {target!r}: unknown executor (known: "
-                            f"{', '.join(DEVICES)})")
-    device = get_device(target)
+                            f"{', '.join(device_schemes())})")
+    device = open_device(target)
     if trace and hasattr(device, "trace"):
         device.trace = True
     return device

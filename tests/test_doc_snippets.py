@@ -20,7 +20,8 @@ from tensorfab.benches import BENCHES
 from tensorfab.cli import build_parser
 from tensorfab.isa import PRESETS
 from tensorfab.isa.asm import assemble
-from tensorfab.sim import DEVICES, FunctionalSimulator
+from tensorfab.isa.device import device_schemes, target_scheme
+from tensorfab.sim import FunctionalSimulator
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -90,6 +91,7 @@ def test_shell_snippet_parses_with_the_cli(where: str, line: str) -> None:
     if args.command == "bench":
         assert args.name in BENCHES, f"{where}: no benchmark {args.name!r}"
     if getattr(args, "target", None):
-        assert args.target in DEVICES, f"{where}: no executor {args.target!r}"
+        assert target_scheme(args.target) in device_schemes(), \
+            f"{where}: no executor {args.target!r}"
     if getattr(args, "config", None):
         assert args.config in PRESETS, f"{where}: no preset {args.config!r}"

@@ -13,9 +13,9 @@ from tensorfab.isa import (
     Program,
 )
 from tensorfab.isa.csr import STATUS_DONE
+from tensorfab.isa.device import Counters, Device, DeviceMemory, RunResult
 from tensorfab.isa.errors import UsageError
 
-from ..device import Counters, Device, DeviceMemory, RunResult
 from ..trace import Interval, attribute_intervals
 from .build import DEFAULT_THREADS, HarnessBuild, build_harness
 from .diagnosis import (

@@ -150,7 +150,7 @@ def compile_digits_int8(batch: int = 40, config: str = "default",
 
 def on_executor(program: GraphProgram, executor: str) -> GraphProgram:
     """``program`` with every ``accel.program`` node running on ``executor``
-    (a name of :data:`tensorfab.sim.DEVICES`)."""
+    (a target of :func:`tensorfab.isa.device.open_device`)."""
     nodes = [dataclasses.replace(n, attrs={**n.attrs, "executor": executor})
              if n.op == "accel.program" else n for n in program.nodes]
     return dataclasses.replace(program, nodes=nodes)

@@ -14,15 +14,20 @@ placed once and activations stay on the device between programs
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import importlib.metadata
+import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
 
-from tensorfab.isa import ErrorCode, HwConfig, Program, ProgramError, TensorfabError
-from tensorfab.isa.errors import UsageError
+from .config import HwConfig
+from .csr import ErrorCode
+from .errors import ProgramError, TensorfabError, UsageError
+from .program import Program
 
 
 @dataclass
@@ -269,27 +274,97 @@ class ImageMemory(DeviceMemory):
         return result
 
 
-#: Executors by name, as ``module:class`` of a :class:`Device` built without arguments.
-DEVICES: dict[str, str] = {
-    "fsim": "tensorfab.sim.fsim:FunctionalSimulator",
-}
+# ------------------------------------------------------------------ the registry
+#: Entry-point group naming the device factories of installed packages
+#: (``scheme = "module:attr"``, pyproject.toml's ``[project.entry-points]``).
+ENTRY_POINT_GROUP = "tensorfab.devices"
+
+#: A device factory: ``factory(target, **options) -> Device``, or a :class:`Device`
+#: subclass built as ``cls(**options)``.
+DeviceFactory = Callable[..., Device] | type[Device]
+
+_FACTORIES: dict[str, DeviceFactory] = {}
 
 
-def get_device(name: str) -> Device:
-    """A new executor by name (see :data:`DEVICES`).
+def register_device(scheme: str, factory: DeviceFactory, *, replace: bool = False) -> None:
+    """Make ``open_device("scheme...")`` call ``factory``.
+
+    Parameters
+    ----------
+    scheme : str
+        A plain name (``fsim``) or a URL scheme (``tcp`` serves ``tcp://host:port``).
+    factory : callable or Device subclass
+        Called as ``factory(target, **options)``; a :class:`Device` subclass is built
+        as ``cls(**options)``.
+    replace : bool
+        Replace an earlier registration of ``scheme`` instead of refusing it.
+
+    Raises
+    ------
+    UsageError
+        If ``scheme`` is registered already and ``replace`` is false.
+    """
+    if not re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme):
+        raise UsageError(f"device scheme {scheme!r}: lower-case letters, digits, '+', '.', "
+                         "'-', starting with a letter")
+    if scheme in _FACTORIES and not replace and _FACTORIES[scheme] is not factory:
+        raise UsageError(f"device scheme {scheme!r} is registered already")
+    _FACTORIES[scheme] = factory
+
+
+@cache
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def device_schemes() -> list[str]:
+    """Every scheme :func:`open_device` knows (registered or installed), sorted."""
+    return sorted(set(_FACTORIES) | set(_entry_points()))
+
+
+def target_scheme(target: str) -> str:
+    """The scheme of a target: ``tcp`` for ``tcp://host:port``, the name itself for
+    ``fsim``."""
+    return target.split("://", 1)[0] if "://" in target else target
+
+
+def _factory(scheme: str) -> DeviceFactory | None:
+    if scheme not in _FACTORIES and scheme in _entry_points():
+        _FACTORIES[scheme] = _entry_points()[scheme].load()
+    return _FACTORIES.get(scheme)
+
+
+def open_device(target: str, **options: Any) -> Device:
+    """A new executor for ``target``: a name (``fsim``, ``rtl``, ``virtual``) or a URL
+    (``serial:///dev/ttyUSB0``, ``tcp://127.0.0.1:9000``), with the factory's
+    keyword ``options``.
 
     Raises
     ------
     TensorfabError
-        If ``name`` is not a known executor.
+        If no factory serves the target's scheme.
+
+    Examples
+    --------
+    >>> open_device("fsim").name
+    'fsim'
     """
-    if name not in DEVICES:
-        raise TensorfabError(f"unknown executor {name!r} (known: {', '.join(DEVICES)})")
-    module, cls = DEVICES[name].split(":")
-    device = getattr(importlib.import_module(module), cls)()
-    assert isinstance(device, Device)
+    scheme = target_scheme(target)
+    factory = _factory(scheme)
+    if factory is None:
+        known = ", ".join(device_schemes()) or "none: is tensorfab installed (pip install -e .)?"
+        raise TensorfabError(f"unknown executor {target!r} (known: {known})")
+    device = (factory(**options) if isinstance(factory, type) else factory(target, **options))
+    if not isinstance(device, Device):
+        raise TensorfabError(f"the factory of {scheme!r} made a {type(device).__name__}, "
+                             "not a Device")
     return device
 
 
-__all__ = ["DEVICES", "Counters", "Device", "DeviceMemory", "ImageMemory", "RunResult",
-           "get_device"]
+#: The name :func:`open_device` had before targets took URLs.
+get_device = open_device
+
+
+__all__ = ["ENTRY_POINT_GROUP", "Counters", "Device", "DeviceFactory", "DeviceMemory",
+           "ImageMemory", "RunResult", "device_schemes", "get_device", "open_device",
+           "register_device", "target_scheme"]

@@ -1,0 +1,65 @@
+"""The target registry of isa/device.py: schemes, URL targets, registration hook."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorfab.isa import TensorfabError
+from tensorfab.isa.device import (
+    Device,
+    RunResult,
+    device_schemes,
+    open_device,
+    register_device,
+    target_scheme,
+)
+from tensorfab.isa.errors import UsageError
+
+
+class _Echo(Device):
+    name = "echo"
+
+    def __init__(self, target: str = "", **options: object) -> None:
+        self.target, self.options = target, options
+
+    def run(self, program, dram=None) -> RunResult:  # pragma: no cover - not run
+        return RunResult(np.zeros(0, np.uint8), {})
+
+
+def test_installed_schemes_come_from_entry_points() -> None:
+    assert {"fsim", "rtl"} <= set(device_schemes())
+    assert open_device("fsim").name == "fsim"
+
+
+def test_target_scheme() -> None:
+    assert target_scheme("tcp://127.0.0.1:9000") == "tcp"
+    assert target_scheme("serial:///dev/ttyUSB0") == "serial"
+    assert target_scheme("fsim") == "fsim"
+
+
+def test_registered_factory_gets_the_whole_target_and_options() -> None:
+    register_device("echo-test", lambda target, **kw: _Echo(target, **kw), replace=True)
+    dev = open_device("echo-test://host:1/x", token="t")
+    assert isinstance(dev, _Echo)
+    assert dev.target == "echo-test://host:1/x" and dev.options == {"token": "t"}
+    assert "echo-test" in device_schemes()
+
+
+def test_registration_conflicts_and_bad_names() -> None:
+    register_device("echo-dup", _Echo, replace=True)
+    with pytest.raises(UsageError, match="'echo-dup' is registered already"):
+        register_device("echo-dup", lambda t: _Echo(t))
+    with pytest.raises(UsageError, match="device scheme 'Bad Name'"):
+        register_device("Bad Name", _Echo)
+
+
+def test_unknown_target_names_the_known_ones() -> None:
+    with pytest.raises(TensorfabError, match=r"unknown executor 'nope://x' \(known: .*fsim"):
+        open_device("nope://x")
+
+
+def test_factory_must_make_a_device() -> None:
+    register_device("not-a-device", lambda target: object(), replace=True)
+    with pytest.raises(TensorfabError, match="made a object, not a Device"):
+        open_device("not-a-device")
