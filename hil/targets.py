@@ -1,0 +1,100 @@
+"""The hardware-in-the-loop targets of :func:`tensorfab.isa.device.open_device`
+(entry points of pyproject.toml):
+
+- ``serial:///dev/ttyUSB0[?baud=115200]``: a board on a serial port;
+- ``socket://127.0.0.1:PORT``: a virtual board served by ``tensorfab board virtual``
+  (give ``token=``, or set ``TENSORFAB_TOKEN``);
+- ``virtual`` or ``virtual://BOARD``: a virtual board in this process (fast UART),
+  built for each program's config, or modelled on BOARD (its config, memory, clock).
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+
+from tensorfab.isa import HwConfig, Program
+from tensorfab.isa.device import Device
+
+from .board import BoardDevice, BoardMemory, BoardRunResult
+from .link import HostLink
+from .transport import SerialTransport, parse_link_url
+from .virtual import InProcessTransport, LinkFaults, SocSpec, VirtualBoard
+
+__all__ = ["VirtualBoardDevice", "open_link_board", "open_virtual"]
+
+
+def open_link_board(target: str, *, baud: int | None = None, token: str | None = None,
+                    timeout: float = 1.0, retries: int = 8, **options: object
+                    ) -> BoardDevice:
+    """A :class:`BoardDevice` on a serial port or a virtual board's socket."""
+    url, rate = parse_link_url(target, baud)
+    if url.startswith("socket://") and token is None:
+        token = os.environ.get("TENSORFAB_TOKEN")
+    link = HostLink(SerialTransport(url, rate, token=token), timeout=timeout, retries=retries)
+    return BoardDevice(link, name=target.split("?")[0], **options)  # type: ignore[arg-type]
+
+
+class VirtualBoardDevice(Device):
+    """Virtual boards in this process, one per config, reached over the in-process
+    transport: the host link, the bridge and the SoC are all exercised.
+
+    Parameters
+    ----------
+    board : str, optional
+        Model this board (its default config, memory and clock).
+    exact : bool
+        The board builds' bit rate instead of the fast UART.
+    faults : LinkFaults, optional
+        Faults on the link, both directions.
+    mem_bytes : int, optional
+        On-chip memory (default: the board's, else 1 MiB).
+    timeout_bytes : int
+        A response's timeout beyond its own bytes, in byte times of the board's UART
+        (the in-process transport keeps simulated time).
+    retries : int
+        Retries of a request before the link gives up.
+    """
+
+    name = "virtual"
+
+    def __init__(self, board: str | None = None, *, exact: bool = False,
+                 faults: LinkFaults | None = None, mem_bytes: int | None = None,
+                 timeout_bytes: int = 64, retries: int = 12) -> None:
+        self.board = board
+        self.exact = exact
+        self.faults = faults
+        self.mem_bytes = mem_bytes
+        self.timeout_bytes = timeout_bytes
+        self.retries = retries
+        self._devices: dict[HwConfig, BoardDevice] = {}
+
+    def device(self, config: HwConfig) -> BoardDevice:
+        """The board device for ``config`` (its SoC built once, cached)."""
+        if config not in self._devices:
+            spec = SocSpec.for_board(self.board, None if self.board else config,
+                                     exact=self.exact, mem_bytes=self.mem_bytes)
+            vb = VirtualBoard(spec)
+            transport = InProcessTransport(vb, self.faults)
+            link = HostLink(transport, timeout=self.timeout_bytes * transport.byte_seconds,
+                            retries=self.retries)
+            self._devices[config] = BoardDevice(link, name="virtual")
+        return self._devices[config]
+
+    def run(self, program: Program, dram: np.ndarray | None = None) -> BoardRunResult:
+        return self.device(program.config).run(program, dram)
+
+    def open_memory(self, config: HwConfig, size: int) -> BoardMemory:
+        return self.device(config).open_memory(config, size)
+
+
+def open_virtual(target: str, **options: object) -> VirtualBoardDevice:
+    """``virtual`` or ``virtual://BOARD[?exact=1]``."""
+    parts = urlsplit(target)
+    board = parts.netloc or None
+    query = parse_qs(parts.query)
+    if "exact" in query:
+        options.setdefault("exact", query["exact"][0] not in ("0", "false", "no"))
+    return VirtualBoardDevice(board, **options)  # type: ignore[arg-type]

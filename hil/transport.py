@@ -1,0 +1,213 @@
+"""Byte transports of the host link: a serial port or a TCP socket (one code path,
+pyserial's ``serial_for_url``), and wrappers that record or replay the traffic.
+
+A transport moves bytes and knows nothing of frames; :class:`tensorfab.hil.link.HostLink`
+speaks the protocol over any of them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import parse_qs, urlsplit
+
+from .errors import LinkError, ReplayMismatch
+
+__all__ = ["RecordingTransport", "ReplayTransport", "SerialTransport", "Transport",
+           "parse_link_url"]
+
+
+class Transport(Protocol):
+    """What :class:`~tensorfab.hil.link.HostLink` needs of a byte pipe."""
+
+    #: Seconds one byte takes on the wire (0 when unknown); timeouts grow with it.
+    byte_seconds: float
+
+    def write(self, data: bytes) -> None:
+        """Send ``data``."""
+
+    def read(self, size: int, timeout: float) -> bytes:
+        """Up to ``size`` bytes as soon as any arrive; ``b""`` after ``timeout`` seconds."""
+
+    def discard_input(self) -> None:
+        """Drop bytes received and not read yet."""
+
+    def close(self) -> None:
+        """Release the port or socket."""
+
+
+def parse_link_url(target: str, baud: int | None = None) -> tuple[str, int]:
+    """The pyserial URL and bit rate of a board target.
+
+    ``serial:///dev/ttyUSB0?baud=115200`` → (``/dev/ttyUSB0``, 115200);
+    ``socket://127.0.0.1:9000`` and ``tcp://…`` (a raw byte stream, as the virtual
+    board serves) → (``socket://127.0.0.1:9000``, ``baud`` or 115200).
+
+    Raises
+    ------
+    LinkError
+        A target of another scheme, or without a port or path.
+    """
+    parts = urlsplit(target)
+    query = parse_qs(parts.query)
+    if "baud" in query:
+        try:
+            baud = int(query["baud"][0])
+        except ValueError:
+            raise LinkError(f"{target}: baud={query['baud'][0]!r} is not a number") from None
+    baud = baud or 115200
+    if baud <= 0:
+        raise LinkError(f"{target}: baud {baud} must be positive")
+    if parts.scheme == "serial":
+        path = parts.path or parts.netloc
+        if not path:
+            raise LinkError(f"{target}: no serial port (serial:///dev/ttyUSB0)")
+        return path, baud
+    if parts.scheme in ("socket", "tcp"):
+        if not parts.hostname or not parts.port:
+            raise LinkError(f"{target}: give host and port (socket://127.0.0.1:9000)")
+        return f"socket://{parts.hostname}:{parts.port}", baud
+    raise LinkError(f"{target}: a board link is serial:// or socket://")
+
+
+class SerialTransport:
+    """A serial port or a TCP byte stream through pyserial.
+
+    Parameters
+    ----------
+    url : str
+        pyserial URL: a device path (``/dev/ttyUSB0``, a pty) or ``socket://host:port``.
+    baud : int
+        Bit rate (8N1: ten bits a byte); for a socket it only sets :attr:`byte_seconds`.
+    token : str, optional
+        Sent first, as the line ``TOKEN <token>``, to a virtual board's socket
+        (:mod:`tensorfab.hil.board_server`), which refuses a connection without it.
+    """
+
+    def __init__(self, url: str, baud: int = 115200, token: str | None = None) -> None:
+        import serial
+
+        self.url = url
+        self.baud = int(baud)
+        self.byte_seconds = 10.0 / self.baud
+        try:
+            self._port = serial.serial_for_url(url, baudrate=self.baud, timeout=0,
+                                               write_timeout=30)
+        except (serial.SerialException, OSError, ValueError) as exc:
+            raise LinkError(f"cannot open {url}: {exc}") from None
+        if token is not None:
+            self.write(f"TOKEN {token}\n".encode())
+
+    def write(self, data: bytes) -> None:
+        import serial
+
+        try:
+            self._port.write(data)
+            self._port.flush()
+        except (serial.SerialException, OSError) as exc:
+            raise LinkError(f"{self.url}: write failed: {exc}") from None
+
+    def read(self, size: int, timeout: float) -> bytes:
+        import serial
+
+        self._port.timeout = max(0.0, timeout)
+        try:
+            first = self._port.read(1)
+            if not first:
+                return b""
+            self._port.timeout = 0
+            return first + self._port.read(max(0, size - 1))
+        except (serial.SerialException, OSError) as exc:
+            raise LinkError(f"{self.url}: read failed: {exc}") from None
+
+    def discard_input(self) -> None:
+        self._port.reset_input_buffer()
+
+    def close(self) -> None:
+        self._port.close()
+
+
+class RecordingTransport:
+    """Passes bytes through to ``inner`` and records them, in order, for
+    :class:`ReplayTransport` (a JSON file: ``{"byte_seconds": s, "events": [["w"|"r",
+    hex], ...]}``)."""
+
+    def __init__(self, inner: Transport, path: str | Path) -> None:
+        self.inner = inner
+        self.path = Path(path)
+        self.byte_seconds = inner.byte_seconds
+        self.events: list[list[str]] = []
+
+    def write(self, data: bytes) -> None:
+        self.events.append(["w", data.hex()])
+        self.inner.write(data)
+
+    def read(self, size: int, timeout: float) -> bytes:
+        data = self.inner.read(size, timeout)
+        if data:
+            self.events.append(["r", data.hex()])
+        return data
+
+    def discard_input(self) -> None:
+        self.inner.discard_input()
+
+    def save(self) -> Path:
+        """Write the recording; returns its path."""
+        self.path.write_text(json.dumps({"byte_seconds": self.byte_seconds,
+                                         "events": self.events}))
+        return self.path
+
+    def close(self) -> None:
+        self.save()
+        self.inner.close()
+
+
+class ReplayTransport:
+    """A fake port playing back a recording: each write must equal the recorded one
+    (else :class:`ReplayMismatch` names the event), and reads return the bytes the
+    board sent then. Tests the host side without a simulator or a board."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        doc = json.loads(self.path.read_text())
+        self.byte_seconds = float(doc["byte_seconds"])
+        self._events = [(kind, bytes.fromhex(data)) for kind, data in doc["events"]]
+        self._at = 0
+        self._pending = b""
+
+    def _next(self, kind: str) -> bytes | None:
+        if self._at < len(self._events) and self._events[self._at][0] == kind:
+            self._at += 1
+            return self._events[self._at - 1][1]
+        return None
+
+    def write(self, data: bytes) -> None:
+        want = self._next("w")
+        if want is None:
+            raise ReplayMismatch(f"{self.path}: event {self._at}: the host writes "
+                                 f"{len(data)} bytes where the recording has none")
+        if want != data:
+            raise ReplayMismatch(f"{self.path}: event {self._at - 1}: the host writes "
+                                 f"{data[:16].hex()}…, the recording {want[:16].hex()}…")
+
+    def read(self, size: int, timeout: float) -> bytes:
+        if not self._pending:
+            self._pending = self._next("r") or b""
+            if not self._pending:
+                time.sleep(min(timeout, 0.001))
+                return b""
+        out, self._pending = self._pending[:size], self._pending[size:]
+        return out
+
+    def discard_input(self) -> None:
+        self._pending = b""
+
+    @property
+    def finished(self) -> bool:
+        """Every recorded event was played."""
+        return self._at == len(self._events) and not self._pending
+
+    def close(self) -> None:
+        pass

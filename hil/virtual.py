@@ -1,0 +1,330 @@
+"""The virtual board: the SoC gateware a bitstream holds (host bridge, core, on-chip
+memory; :class:`~tensorfab.hw.soc.top.SocTop`) in Verilator, its UART driven bit by
+bit from C++ (``sim/harness/soc_harness.cpp``).
+
+Two speeds, the same gateware:
+
+- ``exact``: the board's clock and the bit rate of the board builds (115,200 baud):
+  every byte takes as many cycles as on the board;
+- ``fast`` (the default): the same SoC built with a UART divisor of 4 clock cycles a
+  bit, so the host link costs little simulated time. Everything else (bridge, core,
+  memory, the protocol, retries) is what the board runs.
+
+:class:`VirtualBoard` is the simulated board. :class:`InProcessTransport` speaks to it
+from the same process; :class:`~tensorfab.hil.board_server.BoardServer` puts it behind
+a TCP socket and a pty.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from amaranth.back import verilog
+
+from tensorfab.hw.soc.top import LEDS, SocTop
+from tensorfab.isa import HwConfig
+from tensorfab.isa.errors import UsageError
+from tensorfab.sim.rtl.build import VerilatedLibrary, build_verilated
+
+__all__ = ["FAST_DIVISOR", "VIRTUAL_MEM_BYTES", "InProcessTransport", "LinkFaults",
+           "SocSpec", "VirtualBoard"]
+
+#: UART divisor (clock cycles a bit) of the fast virtual board.
+FAST_DIVISOR = 4
+#: On-chip memory of a virtual board not modelled on a board.
+VIRTUAL_MEM_BYTES = 1 << 20
+#: Bit rate of the board builds (fpga_builds/board_top.py's BAUD).
+BOARD_BAUD = 115200
+#: Cycles the simulation runs per call before the host side looks at its socket.
+CHUNK_CYCLES = 200_000
+
+
+@dataclass(frozen=True)
+class SocSpec:
+    """What a virtual board is: configuration, memory, clock and UART divisor.
+
+    Attributes
+    ----------
+    config : HwConfig
+    mem_bytes : int
+        On-chip memory (a power of two).
+    clock_hz : int
+        The SoC clock (what INFO reports, and what cycle counts convert with).
+    divisor : int
+        UART clock cycles per bit.
+    board : str
+        The board it models, or ``""``.
+    """
+
+    config: HwConfig
+    mem_bytes: int
+    clock_hz: int
+    divisor: int
+    board: str = ""
+
+    @classmethod
+    def for_board(cls, board: str | None, config: HwConfig | None = None, *,
+                  exact: bool = False, mem_bytes: int | None = None) -> SocSpec:
+        """The SoC of ``board`` (its default config, memory and clock), or of no board
+        (``config`` required, :data:`VIRTUAL_MEM_BYTES`, 100 MHz)."""
+        if board:
+            from tensorfab.fpga_builds.board_top import board_clock_mhz
+            from tensorfab.fpga_builds.boards import board_config, get_board
+
+            b = get_board(board)
+            cfg = config or board_config(b.config)
+            clock_hz = round(board_clock_mhz(b, None) * 1e6)
+            mem = mem_bytes or b.mem_bytes
+        else:
+            if config is None:
+                raise UsageError("a virtual board without --board needs a config")
+            cfg, clock_hz, mem = config, 100_000_000, mem_bytes or VIRTUAL_MEM_BYTES
+        if mem & (mem - 1) or mem < cfg.mem_bus_bytes:
+            raise UsageError(f"virtual board memory {mem} is not a power of two of at least "
+                             "one bus beat")
+        divisor = clock_hz // BOARD_BAUD if exact else FAST_DIVISOR
+        return cls(cfg, mem, clock_hz, divisor, board or "")
+
+    @property
+    def baud(self) -> int:
+        """The UART's bit rate at :attr:`clock_hz`."""
+        return self.clock_hz // self.divisor
+
+    @property
+    def exact(self) -> bool:
+        """At the board builds' bit rate."""
+        return self.baud <= BOARD_BAUD
+
+    def soc(self) -> SocTop:
+        """The gateware."""
+        return SocTop(self.config, mem_bytes=self.mem_bytes, clk_hz=self.clock_hz,
+                      baud=self.baud)
+
+
+def build_soc(spec: SocSpec) -> VerilatedLibrary:
+    """The virtual board's library for ``spec`` (built once, cached with the RTL
+    executor's builds)."""
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    text = verilog.convert(spec.soc(), name="tensorfab_soc", emit_src=False)
+    name = f"soc-{spec.config.name}-{spec.mem_bytes}-d{spec.divisor}"
+    return build_verilated(name, text, "tensorfab_soc", "soc_harness.cpp",
+                           {"SOC_LED_BUSY": LEDS.index("busy")})
+
+
+@dataclass(frozen=True)
+class LinkFaults:
+    """Faults injected into the bytes crossing the virtual board's UART.
+
+    Attributes
+    ----------
+    bit_flip : float
+        Probability that a byte has one bit flipped.
+    drop : float
+        Probability that a byte is lost.
+    delay : float
+        Probability that a byte is held back for ``delay_seconds`` (in the TCP
+        server; the in-process transport holds it for ``delay_cycles``).
+    delay_seconds : float
+    reset_at_cycle : int, optional
+        Press the board's reset once its clock passes this cycle (a reset in the middle
+        of a run).
+    seed : int
+    """
+
+    bit_flip: float = 0.0
+    drop: float = 0.0
+    delay: float = 0.0
+    delay_seconds: float = 0.002
+    reset_at_cycle: int | None = None
+    seed: int = 0
+
+    def injector(self) -> FaultInjector:
+        return FaultInjector(self)
+
+
+class FaultInjector:
+    """Applies :class:`LinkFaults` to byte strings, counting what it did."""
+
+    def __init__(self, faults: LinkFaults) -> None:
+        self.faults = faults
+        self.rng = random.Random(faults.seed)
+        self.flipped = self.dropped = self.delayed = 0
+
+    def apply(self, data: bytes) -> tuple[bytes, bool]:
+        """The bytes after faults, and whether the last part should be delayed."""
+        f = self.faults
+        if not (f.bit_flip or f.drop or f.delay):
+            return data, False
+        out = bytearray()
+        delay = False
+        for byte in data:
+            r = self.rng.random()
+            if r < f.drop:
+                self.dropped += 1
+                continue
+            if r < f.drop + f.bit_flip:
+                byte ^= 1 << self.rng.randrange(8)
+                self.flipped += 1
+            if self.rng.random() < f.delay:
+                self.delayed += 1
+                delay = True
+            out.append(byte)
+        return bytes(out), delay
+
+    def counts(self) -> dict[str, int]:
+        return {"flipped": self.flipped, "dropped": self.dropped, "delayed": self.delayed}
+
+
+class VirtualBoard:
+    """One simulated board (the SoC in Verilator) and its UART.
+
+    Parameters
+    ----------
+    spec : SocSpec
+    """
+
+    def __init__(self, spec: SocSpec) -> None:
+        self.spec = spec
+        self.build = build_soc(spec)
+        self._lib = _load(self.build.library)
+        self._handle = ctypes.c_void_p(self._lib.vb_new(spec.divisor))
+        self.reset()
+
+    # the C API, one method each
+    def reset(self, cycles: int = 8) -> None:
+        """Hold the board's reset (power-up, or its reset button mid-run)."""
+        self._lib.vb_reset(self._handle, cycles)
+
+    def push(self, data: bytes) -> None:
+        """Bytes the host sends (queued on the UART's receive line)."""
+        if data:
+            self._lib.vb_push(self._handle, data, len(data))
+
+    def run(self, max_cycles: int = CHUNK_CYCLES, idle_cycles: int | None = None) -> bool:
+        """Clock until a response is complete, ``max_cycles`` passed, or nothing has
+        happened for ``idle_cycles``; True when the board is idle."""
+        idle = idle_cycles if idle_cycles is not None else 400 * self.spec.divisor
+        return bool(self._lib.vb_run(self._handle, max_cycles, idle))
+
+    def take(self) -> bytes:
+        """Bytes the board has sent since the last call."""
+        buf = ctypes.create_string_buffer(65536)
+        n = self._lib.vb_take(self._handle, buf, len(buf))
+        return buf.raw[:n]
+
+    @property
+    def pending(self) -> int:
+        """Bytes the host sent that the board has not received yet."""
+        return int(self._lib.vb_pending(self._handle))
+
+    @property
+    def cycle(self) -> int:
+        """Clock cycles since the board was made."""
+        return int(self._lib.vb_cycle(self._handle))
+
+    @property
+    def leds(self) -> dict[str, bool]:
+        """The status LEDs by name."""
+        v = int(self._lib.vb_leds(self._handle))
+        return {name: bool(v >> i & 1) for i, name in enumerate(LEDS)}
+
+    @property
+    def framing_errors(self) -> int:
+        """Bytes from the board whose stop bit was wrong."""
+        return int(self._lib.vb_framing_errors(self._handle))
+
+    def close(self) -> None:
+        """Free the simulation."""
+        if self._handle:
+            self._lib.vb_free(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __enter__(self) -> VirtualBoard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    lib.vb_new.restype = ctypes.c_void_p
+    lib.vb_new.argtypes = [ctypes.c_int]
+    lib.vb_free.argtypes = [ctypes.c_void_p]
+    lib.vb_reset.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.vb_push.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    lib.vb_run.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]
+    lib.vb_run.restype = ctypes.c_int
+    lib.vb_take.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    lib.vb_pending.argtypes = [ctypes.c_void_p]
+    lib.vb_cycle.argtypes = [ctypes.c_void_p]
+    lib.vb_cycle.restype = ctypes.c_uint64
+    lib.vb_leds.argtypes = [ctypes.c_void_p]
+    lib.vb_leds.restype = ctypes.c_uint32
+    lib.vb_framing_errors.argtypes = [ctypes.c_void_p]
+    lib.vb_framing_errors.restype = ctypes.c_uint32
+    return lib
+
+
+class InProcessTransport:
+    """A :class:`~tensorfab.hil.transport.Transport` straight into a
+    :class:`VirtualBoard` of this process: writes queue bytes on its UART, reads clock
+    it until it answers. Faults, when given, hit both directions.
+
+    Time is simulated: a read's ``timeout`` counts byte times of the board's UART
+    (``timeout / byte_seconds``), so retries behave as on a board whatever the
+    simulation's speed.
+    """
+
+    def __init__(self, board: VirtualBoard, faults: LinkFaults | None = None) -> None:
+        self.board = board
+        self.byte_seconds = 10.0 / board.spec.baud
+        faults = faults or LinkFaults()
+        self.faults_in = faults.injector()
+        self.faults_out = replace(faults, seed=faults.seed + 1).injector()
+        self._rx = b""
+        self._reset_at = faults.reset_at_cycle
+        self._delayed = b""
+
+    def write(self, data: bytes) -> None:
+        data, delay = self.faults_in.apply(data)
+        if delay:  # held back: reaches the board with the next write or read
+            self._delayed += data
+            return
+        self.board.push(self._delayed + data)
+        self._delayed = b""
+
+    def press_reset_at(self, cycle: int) -> None:
+        """Reset the board once its clock reaches ``cycle``."""
+        self._reset_at = cycle
+
+    def _clock(self, cycles: int) -> None:
+        if self._delayed:
+            self.board.push(self._delayed)
+            self._delayed = b""
+        if self._reset_at is not None and self.board.cycle + cycles >= self._reset_at:
+            self.board.run(max(0, self._reset_at - self.board.cycle))
+            self.board.reset()
+            self._reset_at = None
+            return
+        self.board.run(cycles)
+
+    def read(self, size: int, timeout: float) -> bytes:
+        if not self._rx:
+            cycles = int(timeout / self.byte_seconds * 10 * self.board.spec.divisor) + 1
+            start = self.board.cycle
+            while not self._rx and self.board.cycle - start < cycles:
+                self._clock(min(CHUNK_CYCLES, cycles - (self.board.cycle - start)))
+                self._rx, _ = self.faults_out.apply(self.board.take())
+        out, self._rx = self._rx[:size], self._rx[size:]
+        return out
+
+    def discard_input(self) -> None:
+        self._rx = b""
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,133 @@
+"""The virtual board (SoC in Verilator) behind the host-link client and BoardDevice,
+against the functional simulator."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.isa_programs import directed_programs
+
+from tensorfab.hil.board import BoardDevice
+from tensorfab.hil.errors import BoardConfigMismatch, BoardResetError
+from tensorfab.hil.link import HostLink
+from tensorfab.hil.targets import VirtualBoardDevice
+from tensorfab.hil.transport import RecordingTransport, ReplayTransport
+from tensorfab.hil.virtual import InProcessTransport, LinkFaults, SocSpec, VirtualBoard
+from tensorfab.isa import PRESETS, Program
+from tensorfab.isa.device import open_device
+from tensorfab.sim import FunctionalSimulator
+from tensorfab.sim.testing.random_program import random_program
+
+CFG = PRESETS["tiny"]
+MEM = 1 << 16
+FIXTURE = Path(__file__).parent / "fixtures" / "gemm_tiny.link.json"
+
+
+@pytest.fixture(scope="module")
+def board() -> VirtualBoardDevice:
+    return VirtualBoardDevice(mem_bytes=MEM)
+
+
+def _assert_same(prog: Program, got, name: str = "") -> None:
+    ref = FunctionalSimulator().run(prog)
+    assert np.array_equal(got.dram, ref.dram), f"{name}: DRAM differs from fsim"
+    for k, v in ref.outputs.items():
+        assert np.array_equal(got.outputs[k], v), f"{name}: output {k}"
+    c, g = ref.counters, got.counters
+    assert (g.load_insns, g.compute_insns, g.store_insns, g.gemm_uops, g.gemm_macs,
+            g.load_bytes_inp, g.load_bytes_wgt, g.store_bytes) == (
+        c.load_insns, c.compute_insns, c.store_insns, c.gemm_uops, c.gemm_macs,
+        c.load_bytes_inp, c.load_bytes_wgt, c.store_bytes), name
+
+
+def test_directed_programs_match_fsim(board: VirtualBoardDevice) -> None:
+    for name, prog in directed_programs(CFG).items():
+        got = board.run(prog)
+        _assert_same(prog, got, name)
+        assert got.cycles and got.cycles > 0 and got.device == "virtual"
+
+
+def test_virtual_target_by_name() -> None:
+    dev = open_device("virtual", mem_bytes=MEM)
+    assert isinstance(dev, VirtualBoardDevice)
+
+
+def test_random_programs_under_faults_match_fsim() -> None:
+    faults = LinkFaults(bit_flip=1e-3, drop=0.01, delay=0.01, seed=7)
+    dev = VirtualBoardDevice(mem_bytes=MEM, faults=faults)
+    for seed in range(6):
+        prog = random_program(CFG, seed)
+        _assert_same(prog, dev.run(prog), f"seed {seed}")
+    stats = dev.device(CFG).link.stats
+    assert stats.retries > 0 and stats.recovered > 0, stats
+    assert stats.reported == 0, stats
+
+
+def test_resident_memory_keeps_weights(board: VirtualBoardDevice) -> None:
+    """Written once, the memory serves two runs (each after a core reset)."""
+    prog = directed_programs(CFG)["gemm_vt2"]
+    ref = FunctionalSimulator().run(prog)
+    with board.open_memory(CFG, MEM) as mem:
+        mem.write(0, prog.dram_image())
+        written = mem.host_bytes_written
+        for _ in range(2):
+            result = mem.run(prog)
+            assert result.cycles and result.dram is None
+            assert np.array_equal(mem.read(0, ref.dram.size), ref.dram)
+        assert mem.host_bytes_written == written
+        got = mem.read(0, 8)
+        # unaligned partial access: read-modify-write on the board
+        mem.write(3, np.array([1, 2, 3], np.uint8))
+        assert mem.read(2, 5).tolist() == [got[2], 1, 2, 3, got[6]]
+
+
+def test_config_mismatch_names_both() -> None:
+    vb = VirtualBoard(SocSpec.for_board(None, CFG, mem_bytes=MEM))
+    dev = BoardDevice(HostLink(InProcessTransport(vb)))
+    other = directed_programs(PRESETS["small"])["gemm_vt2"]
+    with pytest.raises(BoardConfigMismatch, match=r"the board runs tiny \(CRC .*the program "
+                       r"is for small"):
+        dev.run(other)
+
+
+def test_reset_mid_run_is_an_error_not_a_result() -> None:
+    prog = directed_programs(CFG)["gemm_vt2"]
+    vb = VirtualBoard(SocSpec.for_board(None, CFG, mem_bytes=MEM))
+    transport = InProcessTransport(vb)
+    link = HostLink(transport, timeout=64 * transport.byte_seconds)
+    dev = BoardDevice(link)
+    start = link.start
+
+    def start_then_reset(*args: int) -> None:
+        start(*args)
+        transport.press_reset_at(vb.cycle + 20)  # the board's button, while it runs
+
+    link.start = start_then_reset  # type: ignore[method-assign]
+    with pytest.raises(BoardResetError, match="reset while tiny's program ran"):
+        dev.run(prog)
+
+
+def test_recorded_traffic_replays_without_a_simulator(tmp_path: Path) -> None:
+    """The committed fixture replays the host side; recording it again gives the same
+    bytes (so the fixture stays true to the gateware)."""
+    prog = directed_programs(CFG)["gemm_vt2"]
+    vb = VirtualBoard(SocSpec.for_board(None, CFG, mem_bytes=MEM))
+    rec = RecordingTransport(InProcessTransport(vb), tmp_path / "rec.json")
+    BoardDevice(HostLink(rec)).run(prog)
+    rec.save()
+    fresh = (tmp_path / "rec.json").read_text()
+    if os.environ.get("TENSORFAB_RERECORD") == "1":
+        FIXTURE.write_text(fresh)
+    assert fresh == FIXTURE.read_text(), ("the recorded link traffic changed: re-record it "
+                                          "with TENSORFAB_RERECORD=1")
+
+
+def test_replay_fixture_runs_the_host_side() -> None:
+    prog = directed_programs(CFG)["gemm_vt2"]
+    replay = ReplayTransport(FIXTURE)
+    got = BoardDevice(HostLink(replay)).run(prog)
+    _assert_same(prog, got, "replay")
+    assert replay.finished
