@@ -43,6 +43,8 @@ def board_config(name: str | Path) -> HwConfig:
             raise ConfigError(exc.field, exc.value, f"{exc.rule} (in {path})") from exc
     if key in PRESETS or (Path(key).suffix == ".json" and Path(key).is_file()):
         return get_config(key)
+    if Path(key).suffix == ".json":
+        raise ConfigError("name", key, "no such JSON config file")
     raise ConfigError("name", key,
                       f"not a preset ({', '.join(PRESETS)}), a board config "
                       f"({', '.join(board_config_names())}) nor a JSON config file "

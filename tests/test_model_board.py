@@ -57,6 +57,8 @@ def test_unknown_config_lists_presets_board_configs_and_json_files(files, capsys
         assert "'ecp5-52f'" in err and "tiny, small, default, large" in err
         assert "ecp5-25f, up5k" in err and "JSON config file" in err
     assert not (files["dir"] / "x.tfm").exists()
+    assert main(["config", "show", str(files["dir"] / "mine.json")]) == 2
+    assert "mine.json': no such JSON config file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["ecp5-25f", "up5k"])
