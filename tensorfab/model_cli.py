@@ -24,12 +24,16 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tensorfab.cli_output import check_writable, working
 from tensorfab.isa import TensorfabError
+
+if TYPE_CHECKING:
+    from tensorfab.fpga_builds.boards import Board
+    from tensorfab.runtime.interpreter import GraphProgram
 
 #: ``--calib-method`` choices (the observers of tensorfab.compiler.graph.calibration).
 CALIB_METHODS = ("minmax", "percentile")
@@ -94,7 +98,7 @@ def _config(name: str | None) -> Any:
     return None if name is None else board_config(name)
 
 
-def check_fits_board(program: Any, board: Any, what: str) -> int:
+def check_fits_board(program: GraphProgram, board: Board, what: str) -> int:
     """The device memory ``program`` needs (static area + activation area of its
     :func:`~tensorfab.runtime.memory_plan.plan_memory`; 0 without accelerator programs).
 

@@ -15,7 +15,7 @@ from tensorfab.isa import PRESETS
 from tensorfab.models import load_digits_split
 from tensorfab.models.digits_cnn import model_path
 from tensorfab.runtime.artifact import load_model
-from tensorfab.runtime.memory_plan import plan_memory
+from tensorfab.runtime.memory_plan import OutOfDeviceMemory, plan_memory
 
 
 @pytest.fixture(scope="module")
@@ -76,22 +76,31 @@ def test_compile_and_run_for_a_board_config_by_name(files, capsys, name: str) ->
     assert last_json(capsys)["outputs"] == from_tfm["outputs"]
 
 
-def test_compile_for_a_board_that_is_too_small_is_refused(files, capsys) -> None:
-    # tiny, ulx3s-85f's default config: the digits CNN for 40 images needs more than 64 KiB
-    board = BOARDS["ulx3s-85f"]
-    assert board.config == "tiny" and board.mem_bytes == 64 * 1024
-    reference = files["dir"] / "digits-tiny-40.tfm"
-    assert main(compile_args(files, reference, 40, "--config", "tiny")) == 0
+@pytest.mark.parametrize(("board", "batch"), [("ulx3s-85f", 40), ("icebreaker", 16),
+                                              ("icebreaker", 24)])
+def test_compile_for_a_board_that_is_too_small_is_refused(files, capsys, board: str,
+                                                          batch: int) -> None:
+    # the digits CNN needs more than ulx3s-85f's 64 KiB with tiny for 40 images, more
+    # than the iCEBreaker's 32 KiB with up5k for 16, more than up5k's whole 16-bit address
+    # space for 24
+    b = BOARDS[board]
+    reference = files["dir"] / f"digits-{b.config}-{batch}.tfm"
+    assert main(compile_args(files, reference, batch, "--config", b.config)) == 0
     capsys.readouterr()
-    plan = plan_memory(load_model(reference))
-    assert plan is not None and plan.size > board.mem_bytes
-    out = files["dir"] / "digits-85f.tfm"
-    assert main(compile_args(files, out, 40, "--board", "ulx3s-85f")) == 2
+    try:
+        plan = plan_memory(load_model(reference))
+        assert plan is not None
+        needed, split = plan.size, f" ({plan.static_bytes} static + "
+    except OutOfDeviceMemory as e:
+        needed, split = e.needed, ""
+    assert needed > b.mem_bytes and (split == "") == (batch == 24)
+    out = files["dir"] / f"digits-{board}-{batch}.tfm"
+    assert main(compile_args(files, out, batch, "--board", board)) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert f"needs {plan.size} bytes" in err and "ulx3s-85f" in err
-    assert f"has {board.mem_bytes}" in err
-    assert f"{plan.size - board.mem_bytes} bytes too many" in err
+    assert f"needs {needed} bytes of device memory{split}" in err and board in err
+    assert f"has {b.mem_bytes}" in err
+    assert f"{needed - b.mem_bytes} bytes too many" in err
     assert not out.exists()
 
 
