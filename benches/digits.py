@@ -41,7 +41,8 @@ def run_digits_bench(target: str = "fsim", images: int | None = None, batch: int
     batch : int
         The batch the model is compiled for.
     config : str
-        The accelerator preset.
+        The accelerator: a preset, a board config or a JSON config file
+        (:func:`~tensorfab.fpga_builds.board_configs.board_config`).
     per_channel : bool
         Per-channel weight quantization with the exact per-channel requantization on
         the accelerator (``qnn.requantize_q31``) instead of per-tensor.
@@ -55,6 +56,7 @@ def run_digits_bench(target: str = "fsim", images: int | None = None, batch: int
     """
     import onnxruntime as ort
 
+    from tensorfab.fpga_builds.board_configs import board_config
     from tensorfab.models import load_digits_split
     from tensorfab.models.digits_cnn import model_path
     from tensorfab.models.digits_int8 import compile_digits_int8, on_executor, predict_in_batches
@@ -68,7 +70,8 @@ def run_digits_bench(target: str = "fsim", images: int | None = None, batch: int
     t_float = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    model = compile_digits_int8(batch=batch, config=config, per_channel=per_channel)
+    model = compile_digits_int8(batch=batch, config=board_config(config),
+                                per_channel=per_channel)
     t_compile = time.perf_counter() - t0
     t0 = time.perf_counter()
     int8_logits = predict_in_batches(on_executor(model.program, target), x, batch)
@@ -85,7 +88,7 @@ def run_digits_bench(target: str = "fsim", images: int | None = None, batch: int
         "accel_mac_fraction": round(model.accel_mac_fraction, 6),
         "matches_reference": bool(np.array_equal(int8_logits, reference)),
         "target": target,
-        "config": config,
+        "config": model.config,
         "per_channel": per_channel,
         "batch": batch,
         "compile_seconds": round(t_compile, 3),
@@ -100,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="fsim")
     ap.add_argument("--images", type=int)
-    ap.add_argument("--config", default="default")
+    ap.add_argument("--config", default="default",
+                    help="preset, board config or JSON file (default: %(default)s)")
     ap.add_argument("--per-tensor", action="store_true")
     args = ap.parse_args(argv)
     print(json.dumps(run_digits_bench(args.target, args.images, config=args.config,

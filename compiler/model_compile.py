@@ -67,6 +67,10 @@ class CompiledModel:
     cpu_convolutions : tuple of str
         With an accelerator: the convolutions left on the CPU, each with the reason
         (:func:`~tensorfab.compiler.graph.partitioning.cpu_convolutions`).
+    integer_function : Function or None
+        The graph after lowering to integer operators, before partitioning: evaluated
+        on the CPU kernels (:func:`~tensorfab.compiler.graph.lower_runtime.evaluate`) it
+        is the bit-exact reference of ``program`` on any executor.
     """
 
     program: GraphProgram
@@ -75,6 +79,7 @@ class CompiledModel:
     quantized: bool
     graph_text: str = ""
     cpu_convolutions: tuple[str, ...] = ()
+    integer_function: Function | None = None
 
 
 def _symbolic_inputs(fn: Function) -> list[tuple[str, tuple]]:
@@ -266,6 +271,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
     fn = fixed_point_requantize(dense_as_conv(lower_qdq(fn)), per_channel=True,
                                 rounding=rounding)
     quantized = _has_int8(fn)
+    integer = fn
     if cfg is None:
         fn = plan_devices(fn)
     else:
@@ -287,4 +293,4 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
     text = astext(fn, lambda c: f"c{slots[id(c)]}" if id(c) in slots else None)
     on_cpu = tuple(cpu_convolutions(fn, cfg)) if cfg is not None else ()
     text = "".join(f"{CPU_CONVOLUTION_COMMENT}{line}\n" for line in on_cpu) + text
-    return CompiledModel(program, fn, cfg, quantized, text, on_cpu)
+    return CompiledModel(program, fn, cfg, quantized, text, on_cpu, integer)

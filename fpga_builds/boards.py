@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from amaranth.build import Attrs, PinsN, Platform, Resource
 from amaranth_boards.icebreaker import ICEBreakerPlatform
@@ -15,21 +14,10 @@ from amaranth_boards.orangecrab_r0_2 import (
 from amaranth_boards.resources import UARTResource
 from amaranth_boards.ulx3s import ULX3S_25F_Platform, ULX3S_85F_Platform
 
-from tensorfab.isa import HwConfig, get_config
+from .board_configs import CONFIG_DIR, board_config
 
 __all__ = ["BOARDS", "CONFIG_DIR", "ORANGECRAB_DFU_IDS", "ORANGECRAB_UART_PINS", "Board",
            "board_config", "get_board"]
-
-#: Configurations made for boards, beyond the presets (``NAME.json``).
-CONFIG_DIR = Path(__file__).parent / "configs"
-
-
-def board_config(name: str | Path) -> HwConfig:
-    """A preset, a config of :data:`CONFIG_DIR` by name, or a JSON file."""
-    path = CONFIG_DIR / f"{name}.json"
-    if path.is_file():
-        return HwConfig.from_json(path.read_text())
-    return get_config(name)
 
 
 def _without_loader(cls: type) -> type:

@@ -26,11 +26,29 @@ from tensorfab.isa.placement import place_program, placement_alignment
 
 from .interpreter import GraphProgram
 
-__all__ = ["Buffer", "MemoryPlan", "MemoryPlanError", "PlacedProgram", "plan_memory"]
+__all__ = ["Buffer", "MemoryPlan", "MemoryPlanError", "OutOfDeviceMemory", "PlacedProgram",
+           "plan_memory"]
 
 
 class MemoryPlanError(TensorfabError):
     """A model whose accelerator programs cannot share one device memory (names why)."""
+
+
+class OutOfDeviceMemory(MemoryPlanError):
+    """A plan larger than the configuration's address space.
+
+    Attributes
+    ----------
+    needed : int
+        Bytes of device memory the model needs (static area + activation area).
+    available : int
+        Bytes the address space holds.
+    """
+
+    def __init__(self, message: str, needed: int, available: int) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.available = available
 
 
 @dataclass(frozen=True)
@@ -155,7 +173,9 @@ def plan_memory(program: GraphProgram) -> MemoryPlan | None:
     Raises
     ------
     MemoryPlanError
-        Programs for different configurations, or a plan larger than the address space.
+        Programs for different configurations, or a program that cannot be placed.
+    OutOfDeviceMemory
+        A plan larger than the configuration's address space.
     """
     from .kernels import accel_program_of
 
@@ -231,6 +251,11 @@ def plan_memory(program: GraphProgram) -> MemoryPlan | None:
         requests.append((seg_out.nbytes, k, last_use.get(node.output, k)))
         owner.append((k, "out"))
     rel, area = _allocate(requests, align)
+    size = static_bytes + area
+    if size > cfg.dram_bytes:
+        raise OutOfDeviceMemory(f"the model needs {size} bytes of device memory, more than "
+                                f"the {cfg.dram_addr_width}-bit address space of {cfg.name}",
+                                size, cfg.dram_bytes)
     buffers: dict[tuple[int, str], Buffer] = {
         key: Buffer(static_bytes + a, req[0], req[1], req[2])
         for key, a, req in zip(owner, rel, requests, strict=True)}
@@ -252,8 +277,4 @@ def plan_memory(program: GraphProgram) -> MemoryPlan | None:
         placed[k] = PlacedProgram(k, placed_program, inp, out, k in shares,
                                   attrs["input_segment"], attrs["output_segment"],
                                   k in extra_src)
-    size = static_bytes + area
-    if size > cfg.dram_bytes:
-        raise MemoryPlanError(f"the model needs {size} bytes of device memory, more than "
-                              f"the {cfg.dram_addr_width}-bit address space of {cfg.name}")
     return MemoryPlan(cfg, placed, static, static_bytes, size)

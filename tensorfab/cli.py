@@ -17,7 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from tensorfab.cli_output import CliError, check_writable, working
-from tensorfab.isa import PRESETS, BinaryFormatError, Program, TensorfabError, get_config
+from tensorfab.fpga_builds.board_configs import board_config, board_config_names
+from tensorfab.isa import PRESETS, BinaryFormatError, Program, TensorfabError
 from tensorfab.isa.config import HwConfig
 from tensorfab.isa.formats import buffer_bytes, insn_formats, insn_width, uop_format
 from tensorfab.isa.program import MAGIC
@@ -29,7 +30,8 @@ err_console = Console(stderr=True, soft_wrap=True)
 # --------------------------------------------------------------------------- helpers
 def load_program(path: str | Path, config: str | None = None, *,
                  binary_only: bool = False) -> Program:
-    """Read a program from assembly (``.s``/``.asm``) or a binary (``.bin``).
+    """Read a program from assembly (``.s``/``.asm``) or a binary (``.bin``); ``config``
+    (a ``--config`` value, :func:`board_config`) must be the program's.
 
     With ``binary_only``, anything but a program binary is a :class:`BinaryFormatError`.
     """
@@ -43,13 +45,14 @@ def load_program(path: str | Path, config: str | None = None, *,
     if head != MAGIC and binary_only:
         raise BinaryFormatError(f"{path}: not a tensorfab program (no {MAGIC.decode()} "
                                 "header; assemble .s files with tensorfab asm)")
+    cfg = board_config(config) if config is not None else None
     if head == MAGIC:
         prog = Program.from_bytes(path.read_bytes(), source=str(path))
-        if config is not None and get_config(config) != prog.config:
+        if cfg is not None and cfg != prog.config:
             raise CliError(f"{path} was assembled for config {prog.config.name!r}, "
                            f"not {config!r}")
         return prog
-    return assemble_file(path, config)
+    return assemble_file(path, cfg)
 
 
 def _is_outputs_archive(names: Sequence[str]) -> Callable[[Path], bool]:
@@ -99,13 +102,17 @@ def config_summary(cfg: HwConfig) -> dict:
 # -------------------------------------------------------------------------- commands
 def cmd_config(args: argparse.Namespace) -> int:
     if args.action == "list":
-        for name, cfg in PRESETS.items():
+        named = [(name, "") for name in PRESETS]
+        named += [(name, "  (board config)") for name in board_config_names()]
+        for name, kind in named:
+            cfg = board_config(name)
             print(f"{name:8s} {cfg.batch}x{cfg.block_in}x{cfg.block_out} "
-                  f"{cfg.peak_macs_per_cycle} MACs/cycle")
+                  f"{cfg.peak_macs_per_cycle} MACs/cycle{kind}")
         return 0
     if not args.name:
-        raise CliError("config show needs a preset name or a JSON file")
-    print(json.dumps(config_summary(get_config(args.name)), indent=2))
+        raise CliError("config show needs a preset name, a board config name or a JSON "
+                       "file")
+    print(json.dumps(config_summary(board_config(args.name)), indent=2))
     return 0
 
 
@@ -244,7 +251,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_hw(args: argparse.Namespace) -> int:
     from tensorfab.hw.verilog import CORE_LINT_WAIVERS, CORE_TOP, core_verilog, lint
 
-    cfg = get_config(args.config)
+    cfg = board_config(args.config)
     out = Path(args.output or f"{CORE_TOP}_{cfg.name}.v")
     if args.action == "verilog":  # before the generation, which takes minutes for large
         check_writable(out, args.force,
@@ -323,18 +330,21 @@ def build_parser() -> argparse.ArgumentParser:
                               epilog=_examples(*examples) if examples else None,
                               formatter_class=_Formatter)
 
-    c = command("config", "list the hardware presets or show one with derived values",
+    c = command("config", "list the hardware presets and board configs or show one with "
+                "derived values",
                 "tensorfab config list", "tensorfab config show default",
                 "tensorfab config show my_config.json")
-    c.add_argument("action", choices=["show", "list"], help="show one config or list presets")
-    c.add_argument("name", nargs="?", help="preset name or JSON file (for show)")
+    c.add_argument("action", choices=["show", "list"],
+                   help="show one config or list the presets and board configs")
+    c.add_argument("name", nargs="?",
+                   help="preset, board config (ecp5-25f, ...) or JSON file (for show)")
     c.set_defaults(func=cmd_config)
 
     a = command("asm", "assemble FILE.s into a program binary",
                 "tensorfab asm prog.s", "tensorfab asm prog.s -o prog.bin --config default")
     a.add_argument("file", help="assembly source (.s)")
     a.add_argument("-o", "--output", help="output .bin (default: FILE with .bin)")
-    a.add_argument("--config", help="preset name or JSON file (must match .config)")
+    a.add_argument("--config", help="preset, board config or JSON file (must match .config)")
     a.add_argument("--force", action="store_true",
                    help="overwrite an existing output that is not a program binary")
     a.set_defaults(func=cmd_asm)
@@ -356,7 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", default="fsim",
                    help="executor: fsim (functional simulator) or rtl (Verilator) "
                         "(default: %(default)s)")
-    s.add_argument("--config", help="preset name or JSON file (must match the program's)")
+    s.add_argument("--config",
+                   help="preset, board config or JSON file (must match the program's)")
     s.add_argument("--json", action="store_true", help="print the result summary as JSON")
     s.add_argument("--outputs", metavar="OUT.npz", help="save output segments to this .npz")
     s.add_argument("--force", action="store_true",
@@ -385,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("action", choices=["verilog", "lint"],
                    help="verilog: write the Verilog; lint: verilator --lint-only -Wall")
     h.add_argument("--config", default="default",
-                   help="preset name or JSON file (default: %(default)s)")
+                   help="preset, board config or JSON file (default: %(default)s)")
     h.add_argument("-o", "--output", help="Verilog file (default: tensorfab_core_NAME.v)")
     h.add_argument("--force", action="store_true",
                    help="overwrite an existing output tensorfab did not write")

@@ -140,8 +140,8 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     fs = f.add_subparsers(dest="action", required=True)
     b = fs.add_parser("build", help="bitstream and JSON report for a board and config")
     b.add_argument("--board", required=True, choices=list(BOARDS))
-    b.add_argument("--config", help="preset or JSON file (default: the board's largest "
-                   "fitting preset)")
+    b.add_argument("--config", help="preset, board config or JSON file (default: the "
+                   "board's largest fitting config)")
     b.add_argument("-o", "--output", help="build directory (default build/fpga/BOARD-CONFIG)")
     b.add_argument("--allow-timing-failure", action="store_true",
                    help="write the bitstream and exit 0 even if a clock misses its target")

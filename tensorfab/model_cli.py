@@ -1,11 +1,13 @@
 """``tensorfab compile``, ``run`` and ``inspect``: ONNX models to ``.tfm`` files and back.
 
-* ``compile MODEL.onnx -o OUT.tfm [--config CONFIG] [--calib CALIB.npz|.npy]
-  [--quantizer tensorfab|ort] [--calib-method minmax|percentile] [--shape NAME=D,D]``:
-  import, optionally quantize to int8 on the calibration samples (per-channel
-  symmetric weights, per-tensor activations, int32 biases), lower to integer operators
-  with the accelerator's exact requantization, with ``--config`` put the convolution
-  chains on that accelerator, and save the runtime's ``.tfm`` file;
+* ``compile MODEL.onnx -o OUT.tfm [--config CONFIG] [--board BOARD] [--calib
+  CALIB.npz|.npy] [--quantizer tensorfab|ort] [--calib-method minmax|percentile]
+  [--shape NAME=D,D]``: import, optionally quantize to int8 on the calibration samples
+  (per-channel symmetric weights, per-tensor activations, int32 biases), lower to
+  integer operators with the accelerator's exact requantization, with ``--config`` (or
+  the default config of ``--board``) put the convolution chains on that accelerator,
+  with ``--board`` check that the model's device memory fits the board's, and save the
+  runtime's ``.tfm`` file;
 * ``run MODEL.tfm|MODEL.onnx --input [NAME=]FILE.npy ... [--target fsim|rtl]
   [--trace T.json] [-o OUT.npy]``: run it (an ``.onnx`` is compiled in memory first),
   print the outputs' summary and a per-layer table (device, op, shapes, cycles,
@@ -22,12 +24,16 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tensorfab.cli_output import check_writable, working
 from tensorfab.isa import TensorfabError
+
+if TYPE_CHECKING:
+    from tensorfab.fpga_builds.boards import Board
+    from tensorfab.runtime.interpreter import GraphProgram
 
 #: ``--calib-method`` choices (the observers of tensorfab.compiler.graph.calibration).
 CALIB_METHODS = ("minmax", "percentile")
@@ -84,7 +90,43 @@ def _calibration(path: str | None) -> Any:
     return None if path is None else _load_array(path, "--calib")
 
 
-def _compile(model: str, args: argparse.Namespace, config: str | None,
+def _config(name: str | None) -> Any:
+    """The HwConfig of a ``--config`` value (a preset, a board config or a JSON file;
+    :func:`~tensorfab.fpga_builds.board_configs.board_config`), None for None."""
+    from tensorfab.fpga_builds.board_configs import board_config
+
+    return None if name is None else board_config(name)
+
+
+def check_fits_board(program: GraphProgram, board: Board, what: str) -> int:
+    """The device memory ``program`` needs (static area + activation area of its
+    :func:`~tensorfab.runtime.memory_plan.plan_memory`; 0 without accelerator programs).
+
+    Raises
+    ------
+    ModelCliError
+        If that is more than ``board.mem_bytes``; the one-line message names ``what``
+        (the model), its bytes, the board's bytes and the excess.
+    """
+    from tensorfab.runtime.memory_plan import OutOfDeviceMemory, plan_memory
+
+    try:
+        plan = plan_memory(program)
+    except OutOfDeviceMemory as e:
+        needed, split = e.needed, ""
+    else:
+        needed = plan.size if plan is not None else 0
+        split = "" if plan is None else (f" ({plan.static_bytes} static + "
+                                         f"{plan.activation_bytes} activations)")
+    if needed > board.mem_bytes:
+        raise ModelCliError(f"{what} does not fit board {board.name}: it needs {needed} "
+                            f"bytes of device memory{split}, the board has "
+                            f"{board.mem_bytes} ({board.mem_bytes // 1024} KiB), "
+                            f"{needed - board.mem_bytes} bytes too many")
+    return needed
+
+
+def _compile(model: str, args: argparse.Namespace, config: Any,
              calibration: Any, shapes: dict | None, say: Any) -> Any:
     from tensorfab.compiler.model_compile import compile_onnx
 
@@ -98,11 +140,21 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     # before the import and compilation (the command line's one output policy)
     check_writable(Path(args.output), args.force, _is_model_file, suffixes=(".tfm",))
+    board = None
+    if args.board is not None:
+        from tensorfab.fpga_builds.boards import get_board
+
+        board = get_board(args.board)
+    cfg = _config(args.config or (board.config if board is not None else None))
     calibration = _calibration(args.calib)
     with working(f"compiling {Path(args.model).name}") as say:
-        compiled = _compile(args.model, args, args.config, calibration,
-                            _shapes(args.shape), say)
+        compiled = _compile(args.model, args, cfg, calibration, _shapes(args.shape), say)
     program = compiled.program
+    fit = {}
+    if board is not None:  # before writing the .tfm
+        fit = {"board": board.name, "board_memory_bytes": board.mem_bytes,
+               "device_memory_bytes": check_fits_board(program, board,
+                                                       Path(args.model).name)}
     save_model(program, args.output, compiled.graph_text)
     ops = Counter(n.op for n in program.nodes)
     print(json.dumps({"output": str(args.output), "nodes": len(program.nodes),
@@ -110,7 +162,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                       "config": compiled.config.name if compiled.config else None,
                       "int8": compiled.quantized,
                       "ops": dict(sorted(ops.items())),
-                      "cpu_convolutions": list(compiled.cpu_convolutions)}))
+                      "cpu_convolutions": list(compiled.cpu_convolutions), **fit}))
     return 0
 
 
@@ -174,7 +226,6 @@ def _device(target: str, trace: bool) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from tensorfab.isa import get_config
     from tensorfab.runtime.artifact import load_model
     from tensorfab.runtime.profiling import profile_program
     from tensorfab.sim.trace import is_tensorfab_trace
@@ -185,7 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.trace:
         check_writable(Path(args.trace), args.force, is_tensorfab_trace, suffixes=(".json",))
     model = Path(args.model)
-    want = get_config(args.config) if args.config else None
+    want = _config(args.config)
     quiet = args.json
     if model.suffix.lower() == ".onnx":
         types = _onnx_inputs(args.model)
@@ -203,7 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       "--calib CALIB.npz for a calibration set", file=sys.stderr)
         shapes = {n: tuple(v.shape) for n, v in feeds.items()}
         with working(f"compiling {model.name}", quiet=quiet) as say:
-            compiled = _compile(args.model, args, args.config or "default", calibration,
+            compiled = _compile(args.model, args, want or _config("default"), calibration,
                                 shapes, say)
         program = compiled.program
         cpu_convs = list(compiled.cpu_convolutions)
@@ -382,13 +433,18 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
         "accelerator of\n--config, the rest on the CPU. See docs/quantization.md for "
         "--calib.",
         epilog="examples:\n  tensorfab compile digits.onnx --config default --calib "
-        "calib.npy --shape image=16,1,8,8 -o digits.tfm\n  tensorfab compile model.onnx "
-        "-o model.tfm                  # float, all on the CPU")
+        "calib.npy --shape image=16,1,8,8 -o digits.tfm\n  tensorfab compile digits.onnx "
+        "--board ulx3s-25f --calib calib.npy --shape image=1,1,8,8 -o digits.tfm\n"
+        "  tensorfab compile model.onnx -o model.tfm                  # float, all on the CPU")
     c.add_argument("model", help="MODEL.onnx")
     c.add_argument("-o", "--output", required=True, help="OUT.tfm")
     c.add_argument("--config", metavar="CONFIG",
                    help="run int8 convolutions on the accelerator of this HwConfig (a "
-                        "preset name or a JSON config file); without it all runs on the CPU")
+                        "preset, a board config such as ecp5-25f, or a JSON config file); "
+                        "without it (and --board) all runs on the CPU")
+    c.add_argument("--board", metavar="BOARD",
+                   help="check that the model fits this FPGA board's device memory "
+                        "(ulx3s-85f, ...); without --config, compile for its default config")
     c.add_argument("--accel", dest="config", help=argparse.SUPPRESS)
     _quantization_options(c)
     c.add_argument("--int8", dest="calib", help=argparse.SUPPRESS)
@@ -412,8 +468,9 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
                    help="executor of the accelerator layers: fsim (functional simulator) "
                         "or rtl (Verilator, cycle-accurate) (default: %(default)s)")
     r.add_argument("--config", metavar="CONFIG",
-                   help="the device's HwConfig: a .tfm must be compiled for it; an .onnx "
-                        "is compiled for it (default: default)")
+                   help="the device's HwConfig (a preset, a board config or a JSON file): "
+                        "a .tfm must be compiled for it; an .onnx is compiled for it "
+                        "(default: default)")
     r.add_argument("--trace", metavar="OUT.json",
                    help="write one Perfetto/Chrome timeline of the whole network")
     r.add_argument("-o", "--output", help="save the (first) output as .npy")
@@ -431,4 +488,4 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     i.set_defaults(func=cmd_inspect)
 
 
-__all__ = ["ModelCliError", "add_model_commands"]
+__all__ = ["ModelCliError", "add_model_commands", "check_fits_board"]

@@ -18,6 +18,8 @@ import pytest
 
 from tensorfab.benches import BENCHES
 from tensorfab.cli import build_parser
+from tensorfab.fpga_builds.board_configs import board_config_names
+from tensorfab.fpga_builds.boards import BOARDS
 from tensorfab.isa import PRESETS
 from tensorfab.isa.asm import assemble
 from tensorfab.isa.device import device_schemes, target_scheme
@@ -94,4 +96,7 @@ def test_shell_snippet_parses_with_the_cli(where: str, line: str) -> None:
         assert target_scheme(args.target) in device_schemes(), \
             f"{where}: no executor {args.target!r}"
     if getattr(args, "config", None):
-        assert args.config in PRESETS, f"{where}: no preset {args.config!r}"
+        assert args.config in (*PRESETS, *board_config_names()), \
+            f"{where}: no preset or board config {args.config!r}"
+    if getattr(args, "board", None):
+        assert args.board in BOARDS, f"{where}: no board {args.board!r}"

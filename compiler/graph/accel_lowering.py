@@ -24,7 +24,7 @@ from tensorfab.runtime.layout_transform import layout_transform
 
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, post_order
-from .layout_planning import hw_config_of
+from .layout_planning import conv_output_layout, hw_config_of
 from .rewrite import rebuild
 from .types import GraphError
 
@@ -109,7 +109,7 @@ def _compile(chain: list[Call]) -> Call:
                 bias = np.full(out_channels, b.data.reshape(()), np.int32)
             else:
                 plain = layout_transform(np.ascontiguousarray(b.data),
-                                         conv.attrs["data_layout"], "NCHW")
+                                         conv_output_layout(cfg), "NCHW")
                 bias = plain[0, :, 0, 0].astype(np.int32)
         elif node.op == "qnn.requantize_fixed":
             requant = (node.attrs["multiplier"], node.attrs["shift"])

@@ -6,10 +6,21 @@ blocked layout of today's tensor compiler (:mod:`tensorfab.isa.layout`):
 activations ``NCHW{batch}n{block}c``, convolution weights ``OIHW{block_out}o{block_in}i``,
 the blocks read from the device's :class:`~tensorfab.isa.HwConfig`. A copy onto the
 accelerator is preceded by a ``layout_transform`` on the cpu; a copy back is followed by
-the inverse transform (and a slice dropping the channel padding), also on the cpu. Two
-accelerator operators never have a transform between them: convolutions take and give
-blocked tensors, elementwise operators work on any layout, constants are packed at
-compile time.
+the inverse transform (and a slice dropping the channel padding), also on the cpu.
+
+A convolution takes its data blocked by ``block_in`` (:func:`activation_layout`) and
+gives its result blocked by ``block_out`` (:func:`conv_output_layout`); elementwise
+operators keep the layout of their blocked operand, constants are packed at compile
+time into the layout of the operand they meet. Where a blocked value reaches an
+accelerator operator in another blocking than it takes (a convolution's result read by
+the next convolution when ``block_in != block_out``, or two operands of a binary
+operator blocked differently), :func:`pack_accel_layouts` inserts the relayout there: a
+copy to the cpu, the inverse transform and slice, the transform to the wanted layout
+and a copy back (:func:`relayout`). The accelerator has no instruction that moves data
+between blockings, and the memory plan reads a program's output in place only when
+the next program's input has the same blocked shape
+(:func:`tensorfab.runtime.memory_plan.plan_memory`). With ``block_in == block_out``
+(every preset) two accelerator operators never have a transform between them.
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ import numpy as np
 from tensorfab.isa import PRESETS, HwConfig
 from tensorfab.runtime.layout_transform import layout_transform, parse_layout
 
-from .device import VirtualDevice
+from .device import CPU, VirtualDevice
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, Let, Tuple, TupleGetItem, Var, post_order
 from .planning import short
@@ -78,6 +89,12 @@ def activation_layout(cfg: HwConfig, channel_block: int | None = None) -> str:
     return f"NCHW{cfg.batch}n{channel_block or cfg.block_in}c"
 
 
+def conv_output_layout(cfg: HwConfig) -> str:
+    """``NCHW{batch}n{block_out}c``: a convolution's result on the accelerator (its output
+    channels blocked by ``block_out``)."""
+    return activation_layout(cfg, cfg.block_out)
+
+
 def weight_layout(cfg: HwConfig) -> str:
     """``OIHW{block_out}o{block_in}i``."""
     return f"OIHW{cfg.block_out}o{cfg.block_in}i"
@@ -90,7 +107,8 @@ def _is_4d(e: Expr) -> bool:
 
 def pack_accel_layouts(fn: Function) -> Function:
     """Blocked layouts for the accelerator's 4-D tensors, with transforms only next to
-    device copies (see the module docstring). ``fn`` must be planned (every node has a
+    device copies and relayouts only where an operator takes another blocking than its
+    operand has (see the module docstring). ``fn`` must be planned (every node has a
     device).
 
     Raises
@@ -106,6 +124,17 @@ def pack_accel_layouts(fn: Function) -> Function:
 
     def pack_constant(c: Constant, to: str, device: VirtualDevice) -> Constant:
         return Constant(layout_transform(c.data, to[:4], to), device)
+
+    relayouts: dict[tuple[int, str], Expr] = {}
+
+    def as_layout(plain: Expr, x: Expr, lay: str, to: str, device: VirtualDevice) -> Expr:
+        """``x`` (the rebuilt ``plain``, blocked as ``lay``) blocked as ``to``, one
+        relayout per value and layout."""
+        key = (id(x), to)
+        if key not in relayouts:
+            shape = infer_types(plain).shape  # type: ignore[union-attr]
+            relayouts[key] = relayout(x, lay, to, shape, device)
+        return relayouts[key]
 
     let_value = {id(n.var): n.value for n in post_order(fn.body) if isinstance(n, Let)}
     for p in fn.params:
@@ -137,7 +166,8 @@ def pack_accel_layouts(fn: Function) -> Function:
                     raise LayoutPlanningError(f"{short(e)} on {dev} reads blocked data")
                 new[k], layout[k] = Call(e.op, args, e.attrs, dev), None
             else:
-                new[k], layout[k] = _accel_call(e, args, lays, dev, pack_constant)
+                new[k], layout[k] = _accel_call(e, args, lays, dev, pack_constant,
+                                                 as_layout)
         elif isinstance(e, Tuple | TupleGetItem):
             kids = e.fields if isinstance(e, Tuple) else (e.tuple_value,)
             if any(layout[id(x)] for x in kids):
@@ -165,26 +195,48 @@ def _copy(e: Call, new: dict[int, Expr], layout: dict[int, str | None]
     x, lay = new[id(e.args[0])], layout[id(e.args[0])]
     if dst.kind == "accel" and src.kind != "accel" and _is_4d(x):
         target = activation_layout(hw_config_of(dst))
-        packed = Call("layout_transform", [x], {"src_layout": "NCHW", "dst_layout": target},
-                      src)
-        return Call("device_copy", [packed], e.attrs, dst), target
+        return _packed_copy(x, target, src, dst, e.attrs), target
     if lay and dst.kind != "accel":
         plain_shape = infer_types(e.args[0]).shape  # type: ignore[union-attr]
         copied = Call("device_copy", [x], e.attrs, dst)
-        unpacked: Expr = Call("layout_transform", [copied],
-                              {"src_layout": lay, "dst_layout": "NCHW"}, dst)
-        padded = infer_types(unpacked).shape  # type: ignore[union-attr]
-        if padded != plain_shape:
-            axes = tuple(i for i in range(4) if padded[i] != plain_shape[i])
-            unpacked = Call("strided_slice", [unpacked],
-                            {"begin": (0,) * len(axes), "end": tuple(plain_shape[i]
-                                                                     for i in axes),
-                             "axes": axes, "steps": (1,) * len(axes)}, dst)
-        return unpacked, None
+        return _unpacked(copied, lay, plain_shape, dst), None
     if lay:
         raise LayoutPlanningError(f"{short(e)}: copying blocked data between accelerators "
                                   "is not supported")
     return Call("device_copy", [x], e.attrs, dst), None
+
+
+def _packed_copy(x: Expr, target: str, src: VirtualDevice, dst: VirtualDevice,
+                 copy_attrs: dict) -> Expr:
+    """Plain NCHW ``x`` on ``src`` transformed to ``target`` there and copied to ``dst``."""
+    packed = Call("layout_transform", [x], {"src_layout": "NCHW", "dst_layout": target}, src)
+    return Call("device_copy", [packed], copy_attrs, dst)
+
+
+def _unpacked(x: Expr, lay: str, plain_shape: tuple, dev: VirtualDevice) -> Expr:
+    """Blocked ``x`` (layout ``lay``) on ``dev`` as plain NCHW of ``plain_shape``: the
+    inverse transform, then a slice dropping the padding of the blocked axes."""
+    unpacked: Expr = Call("layout_transform", [x], {"src_layout": lay, "dst_layout": "NCHW"},
+                          dev)
+    padded = infer_types(unpacked).shape  # type: ignore[union-attr]
+    if padded != plain_shape:
+        axes = tuple(i for i in range(4) if padded[i] != plain_shape[i])
+        unpacked = Call("strided_slice", [unpacked],
+                        {"begin": (0,) * len(axes), "end": tuple(plain_shape[i] for i in axes),
+                         "axes": axes, "steps": (1,) * len(axes)}, dev)
+    return unpacked
+
+
+def relayout(x: Expr, src_layout: str, dst_layout: str, plain_shape: tuple,
+             device: VirtualDevice) -> Expr:
+    """Blocked ``x`` on the accelerator ``device``, in ``src_layout``, as ``dst_layout``
+    on the same device: copied to the cpu, unpacked to ``plain_shape`` (its padding
+    dropped), packed again and copied back (the accelerator has no instruction that
+    moves data between blockings)."""
+    to_cpu = Call("device_copy", [x], {"src_device": device, "dst_device": CPU}, CPU)
+    plain = _unpacked(to_cpu, src_layout, plain_shape, CPU)
+    return _packed_copy(plain, dst_layout, CPU, device,
+                        {"src_device": CPU, "dst_device": device})
 
 
 def _pack_per_channel(values: np.ndarray, layout: str, device: VirtualDevice) -> Constant:
@@ -196,7 +248,7 @@ def _pack_per_channel(values: np.ndarray, layout: str, device: VirtualDevice) ->
 
 
 def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualDevice,
-                pack_constant) -> tuple[Expr, str | None]:
+                pack_constant, as_layout) -> tuple[Expr, str | None]:
     cfg = hw_config_of(dev)
     hint = "; place it on the cpu (on_device(..., cpu)) or leave it unannotated"
     if e.op in CONV:
@@ -213,9 +265,8 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
                     "accelerator (a parameter placed there?); put it on the cpu so that a "
                     "copy with a layout transform is inserted")
             x = pack_constant(data, act, dev)
-        elif lays[0] != act:
-            raise LayoutPlanningError(f"{short(e)} on {dev}: data is {lays[0]}, the "
-                                      f"convolution takes {act} (block_in != block_out)")
+        elif lays[0] != act:  # e.g. the result of a convolution when block_in != block_out
+            x = as_layout(data, x, lays[0], act, dev)
         if not isinstance(weight, Constant):
             raise LayoutPlanningError(f"{short(e)} on {dev}: the weight must be a constant "
                                       "to be packed for the accelerator")
@@ -227,7 +278,7 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
                     raise LayoutPlanningError(f"{short(e)} on {dev}: blocked integer "
                                               "convolutions take zero points of 0")
         attrs = {**e.attrs, "data_layout": act, "kernel_layout": weight_layout(cfg)}
-        return Call(e.op, [x, w, *rest], attrs, dev), activation_layout(cfg, cfg.block_out)
+        return Call(e.op, [x, w, *rest], attrs, dev), conv_output_layout(cfg)
     blocked = next(lay for lay in lays if lay)
     if e.op in LAYOUT_AGNOSTIC:
         return Call(e.op, args, e.attrs, dev), blocked
@@ -250,6 +301,8 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
         for a, new_a, lay in zip(e.args, args, lays, strict=True):
             if lay == blocked:
                 out.append(new_a)
+            elif lay:
+                out.append(as_layout(a, new_a, lay, blocked, dev))
             elif isinstance(a, Constant) and a.data.size == 1:
                 out.append(a)
             elif isinstance(a, Constant) and a.data.ndim <= 4:
@@ -265,5 +318,5 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
     raise LayoutPlanningError(f"{short(e)} on {dev} has no blocked-layout form{hint}")
 
 
-__all__ = ["LayoutPlanningError", "activation_layout", "pack_accel_layouts",
-           "weight_layout"]
+__all__ = ["LayoutPlanningError", "activation_layout", "conv_output_layout",
+           "pack_accel_layouts", "relayout", "weight_layout"]

@@ -28,6 +28,7 @@ from tensorfab.compiler.tensor.residual_add import residual_add_program
 from tensorfab.compiler.tensor.timing import estimated_cycles
 from tensorfab.isa import HwConfig
 from tensorfab.runtime.kernels import KERNELS
+from tensorfab.runtime.layout_transform import transformed_shape
 
 from .infer import infer_types
 from .ir import Call, Function, post_order
@@ -93,10 +94,14 @@ def estimate_residual_add(call: Call, cfg: HwConfig) -> ResidualAddMeasurement:
     """The compile-time estimate of one ``qnn.add_q31`` (deterministic): the CPU kernel
     by :data:`CPU_ADD_FIXED_SECONDS` and :data:`CPU_ADD_SECONDS_PER_ELEMENT`, the
     accelerator program by the timing model's cycles (not run: ``accel_cycles`` and
-    ``exact`` None)."""
+    ``exact`` None). The program is the one for the blocked operands (channels padded
+    to the config's blocks), as :mod:`.accel_lowering` compiles it."""
+    from .layout_planning import activation_layout
+
     shape = tuple(call.checked_type.shape)  # type: ignore[union-attr]
     cpu = CPU_ADD_FIXED_SECONDS + CPU_ADD_SECONDS_PER_ELEMENT * int(np.prod(shape))
-    program = residual_add_program(cfg, shape, call.attrs)
+    blocked = transformed_shape(shape, "NCHW", activation_layout(cfg))
+    program = residual_add_program(cfg, blocked, call.attrs)
     return ResidualAddMeasurement(shape, cpu, None, estimated_cycles(program.insns, cfg),
                                   0.0, None)
 

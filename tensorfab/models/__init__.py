@@ -2,7 +2,7 @@
 (trained in numpy on data sets that PyPI packages ship), exported as ONNX."""
 
 from .digits_cnn import DigitsCNN, digits_cnn_onnx, load_digits_split, train_digits_cnn
-from .resnet import resnet18_onnx
+from .resnet import resnet18_onnx, resnet_onnx
 
 __all__ = ["DigitsCNN", "digits_cnn_onnx", "load_digits_split", "resnet18_onnx",
-           "train_digits_cnn"]
+           "resnet_onnx", "train_digits_cnn"]

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from tensorfab.isa import HwConfig, get_config
 from tensorfab.runtime.interpreter import GraphProgram, run_program
 
 from .digits_cnn import load_digits_split, model_path
@@ -58,7 +59,7 @@ class DigitsInt8:
     batch : int
         The batch the model was compiled for.
     config : str
-        The accelerator preset.
+        The accelerator's config name.
     """
 
     program: GraphProgram
@@ -102,11 +103,12 @@ def mac_layers(plain: Any, planned: Any) -> list[LayerInfo]:
     return layers
 
 
-def compile_digits_int8(batch: int = 40, config: str = "default",
+def compile_digits_int8(batch: int = 40, config: str | HwConfig = "default",
                         model: onnx.ModelProto | str | None = None,
                         per_channel: bool = True) -> DigitsInt8:
     """Quantize and compile the digits CNN (the shipped file unless ``model`` is given)
-    for a fixed ``batch``, its convolution chains for the accelerator preset ``config``.
+    for a fixed ``batch``, its convolution chains for the accelerator ``config`` (a
+    :class:`~tensorfab.isa.HwConfig`, a preset name or a JSON config file).
 
     The dense layer runs as a 1×1 convolution
     (:func:`~tensorfab.compiler.graph.dense_as_conv.dense_as_conv`), so all three
@@ -121,12 +123,11 @@ def compile_digits_int8(batch: int = 40, config: str = "default",
     from tensorfab.compiler.graph.constant_folding import fold_constants
     from tensorfab.compiler.graph.dense_as_conv import dense_as_conv
     from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
-    from tensorfab.compiler.graph.layout_planning import pack_accel_layouts
+    from tensorfab.compiler.graph.layout_planning import pack_accel_layouts, register_hw_config
     from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
     from tensorfab.compiler.graph.partitioning import annotate_accelerator
     from tensorfab.compiler.graph.planning import plan_devices
     from tensorfab.compiler.graph.qdq_lowering import lower_qdq
-    from tensorfab.isa import get_config
     from tensorfab.isa.formats import requant_supported
 
     float_model = onnx.load(str(model_path())) if model is None else (
@@ -138,14 +139,16 @@ def compile_digits_int8(batch: int = 40, config: str = "default",
     f = from_onnx(qdq, input_shapes={"image": (batch, 1, 8, 8)})
     integer = lower_qdq(fold_constants(f))
     # the dense layer as a 1x1 convolution: on the accelerator like the convolutions
-    rounding = "single" if requant_supported(get_config(config)) else "double"
+    cfg = config if isinstance(config, HwConfig) else get_config(config)
+    rounding = "single" if requant_supported(cfg) else "double"
     g = fixed_point_requantize(dense_as_conv(integer), per_channel=per_channel,
                                rounding=rounding)
-    planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(config))))
+    name = register_hw_config(cfg)
+    planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(name))))
     compiled = lower_accelerator_chains(planned)
     return DigitsInt8(program=lower_to_runtime(compiled), reference=lower_to_runtime(g),
                       qdq=qdq, layers=mac_layers(integer, planned), batch=batch,
-                      config=config)
+                      config=name)
 
 
 def on_executor(program: GraphProgram, executor: str) -> GraphProgram:

@@ -67,23 +67,37 @@ def resnet18_onnx(seed: int = 0, image_size: int = 224, classes: int = 1000,
                   opset: int = 17) -> onnx.ModelProto:
     """ResNet-18 taking ``input`` of shape ``(N, 3, image_size, image_size)`` and giving
     ``logits`` of shape ``(N, classes)``; checked by the onnx checker."""
+    return resnet_onnx(seed, image_size, classes, STAGES, opset=opset)
+
+
+def resnet_onnx(seed: int = 0, image_size: int = 224, classes: int = 1000,
+                stages: tuple[tuple[int, int], ...] = STAGES, blocks_per_stage: int = 2,
+                opset: int = 17) -> onnx.ModelProto:
+    """A ResNet of basic blocks: the ResNet-18 stem (7×7/2 convolution with
+    ``stages[0][0]`` channels, 3×3/2 max pool), then per stage ``(channels, stride)``
+    ``blocks_per_stage`` basic blocks (the first with the stride, and a 1×1 projection
+    where the shape changes), global average pool and dense. ``resnet_onnx(stages=((6,
+    1), (10, 2)), blocks_per_stage=1, image_size=16, classes=10)`` is a small
+    residual model with channel counts that no accelerator block divides."""
     b = _Builder(seed)
-    x = b.conv_bn("input", 3, 64, 7, 2, relu=True)
+    stem = stages[0][0]
+    x = b.conv_bn("input", 3, stem, 7, 2, relu=True)
     b.nodes.append(helper.make_node("MaxPool", [x], ["pool.out"], name="pool",
                                     kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
-    x, cin = "pool.out", 64
-    for cout, stride in STAGES:
+    x, cin = "pool.out", stem
+    for cout, stride in stages:
         x = b.block(x, cin, cout, stride)
-        x = b.block(x, cout, cout, 1)
+        for _ in range(blocks_per_stage - 1):
+            x = b.block(x, cout, cout, 1)
         cin = cout
     b.nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap.out"], name="gap"))
     b.nodes.append(helper.make_node("Flatten", ["gap.out"], ["flat.out"], name="flatten"))
-    fc = b.init("fc.w", b.rng.standard_normal((classes, 512)) * np.sqrt(1.0 / 512))
+    fc = b.init("fc.w", b.rng.standard_normal((classes, cin)) * np.sqrt(1.0 / cin))
     fcb = b.init("fc.b", b.rng.standard_normal(classes) * 0.01)
     b.nodes.append(helper.make_node("Gemm", ["flat.out", fc, fcb], ["logits"], name="fc",
                                     transB=1))
     graph = helper.make_graph(
-        b.nodes, "resnet18",
+        b.nodes, "resnet18" if (stages, blocks_per_stage) == (STAGES, 2) else "resnet",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT,
                                        ["N", 3, image_size, image_size])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])],

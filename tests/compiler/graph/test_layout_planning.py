@@ -19,7 +19,11 @@ from tensorfab.compiler.graph import (
     structural_equal,
 )
 from tensorfab.compiler.graph import builder as gb
-from tensorfab.compiler.graph.layout_planning import LayoutPlanningError, pack_accel_layouts
+from tensorfab.compiler.graph.layout_planning import (
+    LayoutPlanningError,
+    pack_accel_layouts,
+    register_hw_config,
+)
 from tensorfab.compiler.graph.lower_runtime import evaluate
 from tensorfab.compiler.graph.planning import expand_devices, plan_devices
 from tensorfab.isa import PRESETS
@@ -74,6 +78,31 @@ def test_blocked_layouts_give_the_same_result(cfg: str, c_mid: int) -> None:
     # the packed program is itself complete and round-trips through the compact text form
     assert structural_equal(expand_devices(parse(astext(p))), p)
     assert structural_equal(plan_devices(p), p)
+
+
+@pytest.mark.parametrize(("block_in", "block_out"), [(4, 2), (2, 4)])
+def test_block_in_and_block_out_differ_a_relayout_between_convolutions(block_in, block_out):
+    # the first convolution gives NCHW1n{block_out}c, the second takes NCHW1n{block_in}c:
+    # one relayout between them (to the cpu, unpacked and cropped, packed, back); the
+    # bias after the first is packed in the convolution's output layout
+    hw = PRESETS["tiny"].replace(name=f"tiny-i{block_in}-o{block_out}", block_in=block_in,
+                                 block_out=block_out, mem_bus_width=16)
+    f = two_convs(register_hw_config(hw), 6)
+    p = pack_accel_layouts(plan_devices(f))
+    calls = [e for e in post_order(p) if isinstance(e, Call)]
+    convs = [e for e in calls if e.op == "nn.conv2d"]
+    assert [c.attrs["data_layout"] for c in convs] == [f"NCHW1n{block_in}c"] * 2
+    transforms = [(e.attrs["src_layout"], e.attrs["dst_layout"]) for e in calls
+                  if e.op == "layout_transform"]
+    assert transforms == [("NCHW", f"NCHW1n{block_in}c"), (f"NCHW1n{block_out}c", "NCHW"),
+                          ("NCHW", f"NCHW1n{block_in}c"), (f"NCHW1n{block_out}c", "NCHW")]
+    relayout = convs[1].args[0]
+    assert relayout.op == "device_copy" and relayout.attrs["src_device"] == CPU
+    # 6 channels pad to 8 in blocks of 4: the padding is cropped before repacking
+    slices = [e for e in calls if e.op == "strided_slice"]
+    assert len(slices) == (block_out == 4) + (5 % block_out != 0)
+    x = np.random.default_rng(2).standard_normal((1, 3, 9, 9)).astype(np.float32)
+    np.testing.assert_allclose(evaluate(p, [x]), evaluate(f, [x]), rtol=1e-6, atol=1e-7)
 
 
 def test_packed_weights_are_the_tensor_compilers_layout() -> None:
