@@ -214,11 +214,11 @@ def test_bridge_refuses_bad_frames() -> None:
             assert nak_of(r) is reason, (frame, reason)
             assert r.payload[1] == frame[4]
         # a version the bridge does not speak
-        body = b"TF" + bytes([2, 11, hl.Command.INFO, 0, 0])
+        body = b"TF" + bytes([hl.VERSION - 1, 11, hl.Command.INFO, 0, 0])
         r = await exchange(ctx, br, body + struct.pack("<I", hl.crc32(body)))
         assert nak_of(r) is hl.NakReason.BAD_VERSION
         # an oversized length is refused at once
-        body = b"TF" + bytes([1, 12, hl.Command.WRITE_MEM]) + struct.pack("<H", 1000)
+        body = b"TF" + bytes([hl.VERSION, 12, hl.Command.WRITE_MEM]) + struct.pack("<H", 1000)
         r = await exchange(ctx, br, body)
         assert nak_of(r) is hl.NakReason.BAD_LENGTH
         for _ in range(TIMEOUT + 10):  # let the rest of that frame be forgotten
