@@ -9,6 +9,8 @@ lends it the payload buffer, and sends the response it gets back on
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -121,7 +123,7 @@ class Framer(wiring.Component):
         m = Module()
         m.submodules.ram = ram = Memory(shape=unsigned(8), depth=BUFFER_DEPTH, init=[])
         wp, rp = ram.write_port(), ram.read_port()
-        rx, tx, buf = self.rx, self.tx, self.buf
+        rx, buf = self.rx, self.buf
         idx = Signal(range(BUFFER_DEPTH))
         we, waddr, wdata = Signal(), Signal(range(BUFFER_DEPTH)), Signal(8)
         rd_byte = Signal(8)
@@ -258,61 +260,70 @@ class Framer(wiring.Component):
                                  resp_len.eq(Mux(answer.nak, 2, answer.length)),
                                  answered.eq(1), idx.eq(0), crc_clear.eq(1)]
                     m.next = "TX_HEADER"
-            # ------------------------------------------------------------ respond
-            # every byte sent is first loaded into tx_byte (with whether it ends its
-            # part of the frame), then offered to the transmitter and fed to the CRC
-            tx_byte, tx_end, resp_empty = Signal(8), Signal(), Signal()
-            with m.State("TX_HEADER"):
-                fields = {"magic": Const(int.from_bytes(hl.MAGIC, "little"), 16),
-                          "version": Const(hl.VERSION, 8), "seq": head.seq,
-                          "cmd": Mux(nak, hl.NAK, head.cmd | hl.RESPONSE), "length": resp_len}
-                header = Cat(*(Cat(Value.cast(fields[n]), Const(0, b))[:b]
-                               for n, b in _FIELD_BITS.items()))
-                m.d.sync += [tx_byte.eq(header.word_select(idx[:3], 8)),
-                             tx_end.eq(idx[:3] == hl.HEADER_BYTES - 1),
-                             resp_empty.eq(resp_len == 0)]
-                m.next = "TX_HEADER_SEND"
-            with m.State("TX_HEADER_SEND"):
-                m.d.comb += [tx.valid.eq(1), tx.payload.eq(tx_byte)]
-                with m.If(tx.ready):
-                    m.d.sync += [feed(tx_byte), idx.eq(idx + 1)]
-                    with m.If(tx_end):
-                        m.d.sync += idx.eq(0)
-                        with m.If(resp_empty):
-                            m.next = "TX_CRC_WAIT"
-                        with m.Else():
-                            m.next = "TX_FETCH"
-                    with m.Else():
-                        m.next = "TX_HEADER"
-            with m.State("TX_FETCH"):
-                m.next = "TX_WAIT"
-            with m.State("TX_WAIT"):
-                m.next = "TX_LOAD"
-            with m.State("TX_LOAD"):
-                m.d.sync += [tx_byte.eq(Mux(nak, Mux(idx == 0, reason, head.cmd), rd_byte)),
-                             tx_end.eq(idx + 1 == resp_len)]
-                m.next = "TX_SEND"
-            with m.State("TX_SEND"):
-                m.d.comb += [tx.valid.eq(1), tx.payload.eq(tx_byte)]
-                with m.If(tx.ready):
-                    m.d.sync += [feed(tx_byte), idx.eq(idx + 1)]
-                    with m.If(tx_end):
-                        m.d.sync += idx.eq(0)
+            self._transmit(m, SimpleNamespace(
+                idx=idx, rd_byte=rd_byte, nak=nak, reason=reason, resp_len=resp_len,
+                answered=answered, head=head, crc=crc, feed=feed))
+        return m
+
+    def _transmit(self, m: Module, r: SimpleNamespace) -> None:
+        """The states that send a response: header, payload (a NAK's or the buffer's),
+        CRC; the executor's answer is taken once its last byte has gone."""
+        tx = self.tx
+        idx, rd_byte, nak, reason, resp_len, head, crc, feed = (
+            r.idx, r.rd_byte, r.nak, r.reason, r.resp_len, r.head, r.crc, r.feed)
+        # every byte sent is first loaded into tx_byte (with whether it ends its
+        # part of the frame), then offered to the transmitter and fed to the CRC
+        tx_byte, tx_end, resp_empty = Signal(8), Signal(), Signal()
+        with m.State("TX_HEADER"):
+            fields = {"magic": Const(int.from_bytes(hl.MAGIC, "little"), 16),
+                      "version": Const(hl.VERSION, 8), "seq": head.seq,
+                      "cmd": Mux(nak, hl.NAK, head.cmd | hl.RESPONSE), "length": resp_len}
+            header = Cat(*(Cat(Value.cast(fields[n]), Const(0, b))[:b]
+                           for n, b in _FIELD_BITS.items()))
+            m.d.sync += [tx_byte.eq(header.word_select(idx[:3], 8)),
+                         tx_end.eq(idx[:3] == hl.HEADER_BYTES - 1),
+                         resp_empty.eq(resp_len == 0)]
+            m.next = "TX_HEADER_SEND"
+        with m.State("TX_HEADER_SEND"):
+            m.d.comb += [tx.valid.eq(1), tx.payload.eq(tx_byte)]
+            with m.If(tx.ready):
+                m.d.sync += [feed(tx_byte), idx.eq(idx + 1)]
+                with m.If(tx_end):
+                    m.d.sync += idx.eq(0)
+                    with m.If(resp_empty):
                         m.next = "TX_CRC_WAIT"
                     with m.Else():
                         m.next = "TX_FETCH"
-            with m.State("TX_CRC_WAIT"):
-                # the CRC takes the last byte sent in this cycle
-                m.next = "TX_CRC"
-            with m.State("TX_CRC"):
-                m.d.comb += [tx.valid.eq(1), tx.payload.eq((~crc).word_select(idx[:2], 8))]
-                with m.If(tx.ready):
-                    m.d.sync += idx.eq(idx + 1)
-                    with m.If(idx[:2] == hl.CRC_BYTES - 1):
-                        m.next = "TX_DONE"
-            with m.State("TX_DONE"):
-                # the transmitter took the last byte: the executor's answer is done
-                m.d.comb += self.response.ready.eq(answered)
-                m.d.sync += [answered.eq(0), nak.eq(0)]
-                m.next = "HUNT"
-        return m
+                with m.Else():
+                    m.next = "TX_HEADER"
+        with m.State("TX_FETCH"):
+            m.next = "TX_WAIT"
+        with m.State("TX_WAIT"):
+            m.next = "TX_LOAD"
+        with m.State("TX_LOAD"):
+            m.d.sync += [tx_byte.eq(Mux(nak, Mux(idx == 0, reason, head.cmd), rd_byte)),
+                         tx_end.eq(idx + 1 == resp_len)]
+            m.next = "TX_SEND"
+        with m.State("TX_SEND"):
+            m.d.comb += [tx.valid.eq(1), tx.payload.eq(tx_byte)]
+            with m.If(tx.ready):
+                m.d.sync += [feed(tx_byte), idx.eq(idx + 1)]
+                with m.If(tx_end):
+                    m.d.sync += idx.eq(0)
+                    m.next = "TX_CRC_WAIT"
+                with m.Else():
+                    m.next = "TX_FETCH"
+        with m.State("TX_CRC_WAIT"):
+            # the CRC takes the last byte sent in this cycle
+            m.next = "TX_CRC"
+        with m.State("TX_CRC"):
+            m.d.comb += [tx.valid.eq(1), tx.payload.eq((~crc).word_select(idx[:2], 8))]
+            with m.If(tx.ready):
+                m.d.sync += idx.eq(idx + 1)
+                with m.If(idx[:2] == hl.CRC_BYTES - 1):
+                    m.next = "TX_DONE"
+        with m.State("TX_DONE"):
+            # the transmitter took the last byte: the executor's answer is done
+            m.d.comb += self.response.ready.eq(r.answered)
+            m.d.sync += [r.answered.eq(0), nak.eq(0)]
+            m.next = "HUNT"
