@@ -1,8 +1,9 @@
 """The host link: the framed, versioned protocol between a host and an SoC's bridge.
 
-Declared once here. The gateware (:mod:`tensorfab.hw.soc.bridge`) takes its
-constants, command codes and payload layouts from this module, and the host side
-encodes requests and decodes responses with the functions below.
+Declared once here. The gateware (:mod:`tensorfab.hw.soc.framer` and
+:mod:`tensorfab.hw.soc.executor`, joined in :mod:`tensorfab.hw.soc.bridge`) takes
+its header fields, constants, command codes and payload layouts from this module,
+and the host side encodes requests and decodes responses with the functions below.
 
 Frame (all integers little-endian)::
 
@@ -22,10 +23,9 @@ bytes stop arriving for ``RX_TIMEOUT_BYTES`` byte times is dropped with a NAK
 TIMEOUT. The host sends a request only after the previous response (or its own
 timeout): the bridge does not read while it executes or answers.
 
-Retries (since VERSION 2). The host gives each new request the next ``seq``
-(mod 256). When it retries a request (after its own timeout, a corrupted
-response, or a NAK BAD_CRC or TIMEOUT) it sends the very same bytes again: same
-``seq``, same CRC. The bridge remembers the ``seq`` and the CRC-32 of the last
+Retries. The host gives each new request the next ``seq`` (mod 256). When it
+retries a request (after its own timeout, a corrupted response, or a NAK BAD_CRC
+or TIMEOUT) it sends the very same bytes again: same ``seq``, same CRC. The bridge remembers the ``seq`` and the CRC-32 of the last
 request it *executed* (a NAKed request was not executed; nothing is remembered
 after power-up, and the RESET command does not reset the bridge). A request whose
 ``seq`` and CRC both equal the remembered ones is a retry:
