@@ -21,7 +21,7 @@ from tensorfab.isa.config import log2
 
 from .framer import PayloadBufferSignature, RequestLayout, ResponseLayout
 
-__all__ = ["CommandExecutor"]
+__all__ = ["ARG_BYTES", "CommandExecutor", "request_args"]
 
 #: What an accepted command does, as a small code (the CSR dumps share one).
 _GO: dict[hl.Command, int] = {
@@ -29,6 +29,7 @@ _GO: dict[hl.Command, int] = {
     hl.Command.READ_CSR: 3, hl.Command.STATUS: 3, hl.Command.COUNTERS: 3,
     hl.Command.WRITE_CSR: 4, hl.Command.START: 5, hl.Command.RESET: 6,
 }
+#: Commands that access the memory (their address range is checked).
 _MEMORY = (hl.Command.READ_MEM, hl.Command.WRITE_MEM)
 #: Commands refused (BUSY) while the core runs.
 _IDLE = (*_MEMORY, hl.Command.START)
