@@ -25,10 +25,11 @@ timeout): the bridge does not read while it executes or answers.
 
 Retries. The host gives each new request the next ``seq`` (mod 256). When it
 retries a request (after its own timeout, a corrupted response, or a NAK BAD_CRC
-or TIMEOUT) it sends the very same bytes again: same ``seq``, same CRC. The bridge remembers the ``seq`` and the CRC-32 of the last
-request it *executed* (a NAKed request was not executed; nothing is remembered
-after power-up, and the RESET command does not reset the bridge). A request whose
-``seq`` and CRC both equal the remembered ones is a retry:
+or TIMEOUT) it sends the very same bytes again: same ``seq``, same CRC. The
+bridge remembers the ``seq`` and the CRC-32 of the last request it *executed* (a
+NAKed request was not executed; nothing is remembered after power-up, and the
+RESET command does not reset the bridge). A request whose ``seq`` and CRC both
+equal the remembered ones is a retry:
 
 - a command of :data:`SIDE_EFFECTS` (WRITE_MEM, WRITE_CSR, START, RESET) is not
   executed again, and the bridge answers with the success response it sent the
