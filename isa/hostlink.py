@@ -1,8 +1,9 @@
 """The host link: the framed, versioned protocol between a host and an SoC's bridge.
 
-Declared once here. The gateware (:mod:`tensorfab.hw.soc.bridge`) takes its
-constants, command codes and payload layouts from this module, and the host side
-encodes requests and decodes responses with the functions below.
+Declared once here. The gateware (:mod:`tensorfab.hw.soc.framer` and
+:mod:`tensorfab.hw.soc.executor`, joined in :mod:`tensorfab.hw.soc.bridge`) takes
+its header fields, constants, command codes and payload layouts from this module,
+and the host side encodes requests and decodes responses with the functions below.
 
 Frame (all integers little-endian)::
 
@@ -21,6 +22,26 @@ match is never answered (the receiver hunts for the next magic); a frame whose
 bytes stop arriving for ``RX_TIMEOUT_BYTES`` byte times is dropped with a NAK
 TIMEOUT. The host sends a request only after the previous response (or its own
 timeout): the bridge does not read while it executes or answers.
+
+Retries. The host gives each new request the next ``seq`` (mod 256). When it
+retries a request (after its own timeout, a corrupted response, or a NAK BAD_CRC
+or TIMEOUT) it sends the very same bytes again: same ``seq``, same CRC. The
+bridge remembers the ``seq`` and the CRC-32 of the last request it *executed* (a
+NAKed request was not executed; nothing is remembered after power-up, and the
+RESET command does not reset the bridge). A request whose ``seq`` and CRC both
+equal the remembered ones is a retry:
+
+- a command of :data:`SIDE_EFFECTS` (WRITE_MEM, WRITE_CSR, START, RESET) is not
+  executed again, and the bridge answers with the success response it sent the
+  first time (empty payload, ``cmd | RESPONSE``, the same ``seq``), even if the
+  core now runs (a retried START after a lost response is not BUSY);
+- any other command (INFO, READ_MEM, READ_CSR, STATUS, COUNTERS) executes again.
+
+Only the last executed request is remembered: a retry is the very next request
+after the one it repeats, and a frame with the same ``seq`` but other bytes is a
+new request. A host that opens a session on a bridge that may have served
+another one starts with a request outside :data:`SIDE_EFFECTS` (INFO), so its
+first side effect can never match a request of the previous session.
 
 Memory accesses are whole bus beats: the address and the data length must be
 multiples of the beat (``mem_bus_width / 8`` bytes, :attr:`LinkInfo.beat_bytes`).
@@ -41,6 +62,7 @@ __all__ = [
     "CRC_BYTES",
     "HEADER",
     "HEADER_BYTES",
+    "HEADER_FIELDS",
     "MAGIC",
     "MAX_DATA",
     "MAX_FRAME",
@@ -49,6 +71,7 @@ __all__ = [
     "REQUEST_ARGS",
     "RESPONSE",
     "RX_TIMEOUT_BYTES",
+    "SIDE_EFFECTS",
     "STATUS_CSRS",
     "VERSION",
     "Command",
@@ -74,9 +97,13 @@ __all__ = [
 ]
 
 MAGIC = b"TF"
-VERSION = 1
+VERSION = 2
+#: Header fields in order, with their sizes in bytes (integers little-endian).
+HEADER_FIELDS: tuple[tuple[str, int], ...] = (("magic", 2), ("version", 1), ("seq", 1),
+                                              ("cmd", 1), ("length", 2))
 #: Header layout: magic, version, seq, cmd, length.
 HEADER = struct.Struct("<2sBBBH")
+assert HEADER.size == sum(size for _, size in HEADER_FIELDS) and len(MAGIC) == 2
 HEADER_BYTES = HEADER.size
 CRC_BYTES = 4
 #: Largest data block of one READ_MEM or WRITE_MEM.
@@ -117,6 +144,11 @@ class NakReason(IntEnum):
     BUSY = 6  #: memory access or START while the core runs
     TIMEOUT = 7  #: the frame stopped arriving
 
+
+#: Commands a retry (same seq and CRC as the last executed request) does not execute
+#: again; the others have no side effect and execute again.
+SIDE_EFFECTS: frozenset[Command] = frozenset({Command.WRITE_MEM, Command.WRITE_CSR,
+                                              Command.START, Command.RESET})
 
 #: Fixed request payload layouts (``struct`` formats); WRITE_MEM is ``<I`` + data.
 REQUEST_ARGS: dict[Command, str] = {

@@ -29,7 +29,7 @@ def test_round_trip(seq: int, cmd: int, payload: bytes) -> None:
 
 def test_layout_by_hand() -> None:
     raw = hl.request(7, hl.Command.READ_MEM, 0x01020304, 0x20)
-    body = b"TF" + bytes([1, 7, 0x02, 6, 0]) + bytes([4, 3, 2, 1, 0x20, 0])
+    body = b"TF" + bytes([2, 7, 0x02, 6, 0]) + bytes([4, 3, 2, 1, 0x20, 0])
     assert raw == body + zlib.crc32(body).to_bytes(4, "little")
 
 

@@ -66,6 +66,7 @@ class UartHostLink:
         self.seq = 0
         self.timeout_bytes = timeout_bytes
         self.reader = hl.FrameReader()
+        self.last: tuple[bytes, hl.Command, tuple[int, ...]] | None = None
 
     async def call(self, cmd: hl.Command, *args: int, data: bytes = b"") -> bytes:
         """Send one request and return its response payload.
@@ -78,7 +79,13 @@ class UartHostLink:
             No complete response within ``timeout_bytes`` byte times.
         """
         self.seq = (self.seq + 1) & 0xFF
-        await self.uart.send(hl.request(self.seq, cmd, *args, data=data))
+        self.last = (hl.request(self.seq, cmd, *args, data=data), cmd, args)
+        return await self.retry()
+
+    async def retry(self) -> bytes:
+        """Send the last request again, the very same bytes (the host link's retry)."""
+        frame, cmd, args = self.last
+        await self.uart.send(frame)
         waited = 0
         while waited < self.timeout_bytes:
             frames = self.reader.feed(bytes(self.uart.received))

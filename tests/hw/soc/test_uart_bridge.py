@@ -214,11 +214,11 @@ def test_bridge_refuses_bad_frames() -> None:
             assert nak_of(r) is reason, (frame, reason)
             assert r.payload[1] == frame[4]
         # a version the bridge does not speak
-        body = b"TF" + bytes([2, 11, hl.Command.INFO, 0, 0])
+        body = b"TF" + bytes([hl.VERSION - 1, 11, hl.Command.INFO, 0, 0])
         r = await exchange(ctx, br, body + struct.pack("<I", hl.crc32(body)))
         assert nak_of(r) is hl.NakReason.BAD_VERSION
         # an oversized length is refused at once
-        body = b"TF" + bytes([1, 12, hl.Command.WRITE_MEM]) + struct.pack("<H", 1000)
+        body = b"TF" + bytes([hl.VERSION, 12, hl.Command.WRITE_MEM]) + struct.pack("<H", 1000)
         r = await exchange(ctx, br, body)
         assert nak_of(r) is hl.NakReason.BAD_LENGTH
         for _ in range(TIMEOUT + 10):  # let the rest of that frame be forgotten
@@ -346,3 +346,63 @@ def test_bridge_checks_the_crc_up_to_the_last_byte() -> None:
             assert r.seq == good[3] and r.cmd == good[4] | hl.RESPONSE
 
     tb.run(script)
+
+
+def test_bridge_retries_are_answered_and_not_executed_again() -> None:
+    """Through framer and executor: a request sent again with the same bytes gets the
+    same response frame; START then pulses the core's start once (the retry arrives
+    while the core runs and is not BUSY), WRITE_CSR writes once, RESET resets once; a
+    retry whose first attempt was NAKed BAD_CRC executes."""
+    tb = BridgeBench()
+    br = tb.bridge
+    starts: list[int] = []
+    writes: list[tuple[int, int]] = []
+    resets: list[int] = []
+
+    async def monitor(ctx):
+        async for _clk, _rst, start, w_en, addr, data, reset in ctx.tick().sample(
+                tb.csrs.start, br.csr.w_en, br.csr.addr, br.csr.w_data, br.core_reset):
+            if start:
+                starts.append(1)
+            if w_en:
+                writes.append((addr, data))
+            if reset:
+                resets.append(1)
+
+    async def resend(ctx, frame: bytes) -> tuple[hl.Frame, hl.Frame]:
+        first = await exchange(ctx, br, frame)
+        return first, await exchange(ctx, br, frame)
+
+    off = CSR_BY_NAME["DRAM_SIZE"].offset
+
+    async def script(ctx):
+        start = hl.request(1, hl.Command.START, 0x40, 3, MEM)
+        first = await exchange(ctx, br, start)
+        ctx.set(br.core_busy, 1)  # the first START started the core
+        again = await exchange(ctx, br, start)
+        assert first == again and call(again, 1, hl.Command.START) == b""
+        ctx.set(br.core_busy, 0)
+        assert len(starts) == 1 and len(writes) == 4
+        first, again = await resend(ctx, hl.request(2, hl.Command.WRITE_CSR, off, 0x1234))
+        assert first == again and call(again, 2, hl.Command.WRITE_CSR) == b""
+        assert writes[4:] == [(off, 0x1234)]
+        first, again = await resend(ctx, hl.request(3, hl.Command.RESET))
+        assert first == again and call(again, 3, hl.Command.RESET) == b""
+        for _ in range(5):
+            await ctx.tick()
+        assert len(resets) == 1
+        write = hl.request(4, hl.Command.WRITE_MEM, 0x20, data=b"\x01\x02\x03\x04")
+        bad = bytearray(write)
+        bad[-1] ^= 0x80
+        r = await exchange(ctx, br, bytes(bad))
+        assert nak_of(r) is hl.NakReason.BAD_CRC
+        first, again = await resend(ctx, write)
+        assert first == again and call(again, 4, hl.Command.WRITE_MEM) == b""
+        r = await exchange(ctx, br, hl.request(5, hl.Command.READ_MEM, 0x20, 4))
+        assert call(r, 5, hl.Command.READ_MEM, 0x20, 4) == b"\x01\x02\x03\x04"
+        # a new request with the old seq but other bytes executes
+        r = await exchange(ctx, br, hl.request(5, hl.Command.WRITE_CSR, off, 0x99))
+        call(r, 5, hl.Command.WRITE_CSR)
+        assert writes[-1] == (off, 0x99) and len(starts) == 1
+
+    tb.run(script, monitor)
