@@ -207,7 +207,10 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None, what: str) 
             sock.settimeout(left)
         else:
             sock.settimeout(None)
-        k = sock.recv_into(view[got:])
+        try:
+            k = sock.recv_into(view[got:])
+        except TimeoutError:
+            raise TimeoutError(f"{what}: {got} of {n} bytes arrived in time") from None
         if k == 0:
             if got == 0 and what == "header":
                 raise ConnectionClosed("the peer closed the connection")
