@@ -123,7 +123,8 @@ def test_optional_fields_may_be_absent() -> None:
 
 def test_a_run_result_round_trips(program) -> None:
     res = FunctionalSimulator().run(program)
-    got = result_from_wire(decode_message(encode_message({"type": "ok", **result_to_wire(res)})[4:]))
+    frame = encode_message({"type": "ok", **result_to_wire(res)})
+    got = result_from_wire(decode_message(frame[4:]))
     assert got.counters == res.counters and got.cycles == res.cycles
     assert got.device == "fsim" and got.outputs.keys() == res.outputs.keys()
     np.testing.assert_array_equal(got.dram, res.dram)
