@@ -111,7 +111,7 @@ class Connection:
         """Whether the connection is closed (by :meth:`close` or after a failure)."""
         return self._sock is None
 
-    def request(self, kind: Msg, *, timeout: float | None = None,
+    def request(self, kind: Msg, /, *, timeout: float | None = None,
                 **fields: Any) -> dict[str, Any]:
         """Send a request and return its reply's fields.
 
