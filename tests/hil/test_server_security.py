@@ -165,3 +165,34 @@ def test_a_bind_beyond_loopback_needs_an_explicit_token(service) -> None:
         assert s.token == "t0k3n-for-the-test" and s.port > 0
     with service(*args) as s:  # loopback: a token is made
         assert len(s.token) >= 32 and s.address.startswith("tcp://127.0.0.1:")
+
+
+def test_a_frame_body_that_stalls_is_dropped_after_the_frame_timeout(serve, program,
+                                                                     raw_client) -> None:
+    server = serve("fsim", frame_timeout=0.5)
+    raw = raw_client(server.port)
+    raw.hello(server.token)
+    raw.send_raw(HEADER.pack(1000) + b"\x82")  # an authenticated client that stalls
+    start = time.monotonic()
+    reply = raw.recv(within=3)
+    assert reply["error"] == "TimeoutError" and "payload: 1 of 1000 bytes" in reply["message"]
+    assert 0.4 < time.monotonic() - start < 2
+    assert raw.is_closed_by_server()
+    still_serves(server, program)
+
+
+def test_connections_past_the_limit_are_turned_away(serve, program, raw_client) -> None:
+    server = serve("fsim", max_connections=1)
+    first = raw_client(server.port)
+    first.hello(server.token)
+    second = raw_client(server.port)
+    assert second.recv()["message"] == "device server busy: 1 connections"
+    assert second.is_closed_by_server()
+    first.close()
+    deadline = time.monotonic() + 5  # until the server notices the first one's end
+    while True:
+        try:
+            return still_serves(server, program)
+        except RemoteError as exc:
+            assert "busy" in str(exc) and time.monotonic() < deadline
+            time.sleep(0.02)
