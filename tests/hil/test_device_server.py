@@ -217,13 +217,26 @@ def test_a_client_gone_mid_run_leaves_the_device_to_the_next(serve, program,
 
 
 def test_an_rtl_device_served_remotely_equals_the_local_rtl(serve, program) -> None:
-    from tensorfab.sim.rtl import RtlSimulator
+    from tensorfab.isa import Buffer, Finish, Gemm, Load, Uop
+    from tensorfab.sim.rtl import HangError, RtlSimulator
     from tensorfab.sim.rtl.device import RtlRunResult
 
-    server = serve("rtl")
-    local = RtlSimulator().run(program)
+    server = serve(RtlSimulator(hang_cycles=2000))
+    local = RtlSimulator(hang_cycles=2000)
+    # a compute engine waiting for a token nobody pushes
+    hang = Program(program.config,
+                   [Load(buffer=Buffer.UOP, sram=0, dram=0, y=1, x=1, stride=1),
+                    Gemm(pop_prev=True, reset=True), Finish()], [Uop()], [])
     with RemoteDevice(server.address, token=server.token) as dev:
         got = dev.run(program)
+        with pytest.raises(HangError) as want_err:
+            local.run(hang)
+        with pytest.raises(RemoteError) as got_err:
+            dev.run(hang)
+        assert got_err.value.remote_class == "HangError"
+        assert got_err.value.detail == str(want_err.value)
+        assert "waits to pop from load→compute" in str(got_err.value)
+    want = local.run(program)
     assert isinstance(got, RtlRunResult) and got.device == "rtl"
-    assert_same_run(got, local)
-    assert got.csrs == local.csrs and got.memory == local.memory
+    assert_same_run(got, want)
+    assert got.csrs == want.csrs and got.memory == want.memory
