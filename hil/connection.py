@@ -12,7 +12,7 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 from .errors import ConnectionClosed, HilError, RemoteError, WireError
-from .wire import MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Msg, recv_message, send_message
+from .wire import MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Msg, encode_message, recv_message
 
 __all__ = ["TOKEN_ENV", "Connection", "parse_address", "resolve_token"]
 
@@ -119,16 +119,20 @@ class Connection:
         ------
         RemoteError
             The server replied with an error.
+        WireError
+            A field the wire format does not carry (nothing is sent).
         HilError
             The connection failed or no reply came within ``timeout`` seconds (default
             :attr:`reply_timeout`); the connection is closed then.
         """
         wait = self.reply_timeout if timeout is None else timeout
+        frame = encode_message({"type": kind.value, **fields})  # a WireError sends nothing
         with self._lock:
             if self._sock is None:
                 raise HilError(f"{self.address}: the connection is closed")
             try:
-                send_message(self._sock, {"type": kind.value, **fields}, timeout=wait)
+                self._sock.settimeout(wait)
+                self._sock.sendall(frame)
                 reply = recv_message(self._sock, max_bytes=self.max_message,
                                      deadline=time.monotonic() + wait)
             except TimeoutError:

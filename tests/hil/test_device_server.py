@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import GatedFsim, RawClient, conv_program
 
-from tensorfab.hil.errors import HilError, RemoteError
+from tensorfab.hil.errors import HilError, RemoteError, WireError
 from tensorfab.hil.remote import RemoteDevice, RemoteMemory
 from tensorfab.hil.wire import Msg
 from tensorfab.isa import Program
@@ -240,3 +240,11 @@ def test_an_rtl_device_served_remotely_equals_the_local_rtl(serve, program) -> N
     assert isinstance(got, RtlRunResult) and got.device == "rtl"
     assert_same_run(got, want)
     assert got.csrs == want.csrs and got.memory == want.memory
+
+
+def test_an_image_the_wire_cannot_carry_is_refused_before_sending(serve, program) -> None:
+    server = serve("fsim")
+    with RemoteDevice(server.address, token=server.token) as dev:
+        with pytest.raises(WireError, match="dtype object cannot be sent"):
+            dev.run(program, np.array([object()] * 8))
+        assert dev.run(program).outputs  # the connection is still open
