@@ -102,7 +102,7 @@ def test_a_frame_claiming_a_huge_length_is_refused_from_its_header(serve, progra
         reply = raw.recv(within=2)
         assert reply["error"] == "WireError"
         assert "a frame of 4294967295 bytes is over the" in reply["message"]
-        assert time.monotonic() - start < 1  # not waiting for the announced bytes
+        assert time.monotonic() - start < 2  # not waiting for the announced bytes
         assert raw.is_closed_by_server()
     still_serves(server, program)
 
@@ -176,7 +176,7 @@ def test_a_frame_body_that_stalls_is_dropped_after_the_frame_timeout(serve, prog
     start = time.monotonic()
     reply = raw.recv(within=3)
     assert reply["error"] == "TimeoutError" and "payload: 1 of 1000 bytes" in reply["message"]
-    assert 0.4 < time.monotonic() - start < 2
+    assert 0.4 < time.monotonic() - start < 3
     assert raw.is_closed_by_server()
     still_serves(server, program)
 
