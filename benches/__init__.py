@@ -75,6 +75,13 @@ def _resnet18(target: str = "rtl", plot: str | None = None) -> dict[str, Any]:
     return run_resnet18_bench(target, **kw)
 
 
+def _device_server(target: str = "fsim") -> dict[str, Any]:
+    """device server on 127.0.0.1: PING round trip, remote run vs local (--target)."""
+    from .device_server import run_device_server_bench
+
+    return run_device_server_bench(target)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -84,4 +91,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "requant": _requant,
     "digits": _digits,
     "resnet18": _resnet18,
+    "device-server": _device_server,
 }

@@ -1,4 +1,5 @@
-"""The ``tensorfab`` command: config, asm, disasm, sim, bench, hw, demo."""
+"""The ``tensorfab`` command: config, asm, disasm, sim, bench, hw, demo (model, fpga,
+serve and tracker in modules of their own)."""
 
 from __future__ import annotations
 
@@ -408,6 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .model_cli import add_model_commands
     add_model_commands(sub)
+
+    from .serve_cli import add_serve_commands
+    add_serve_commands(command)
 
     from tensorfab.cli_fpga import add_fpga_parser
 
