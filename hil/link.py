@@ -289,7 +289,7 @@ class HostLink:
         self.transport.close()
 
 
-class _Lost(Exception):
+class _Lost(LinkError):
     """A response that did not come or could not be used (retried)."""
 
     def __init__(self, kind: str, detail: str) -> None:
