@@ -413,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .serve_cli import add_serve_commands
     add_serve_commands(command)
 
+    from .board_cli import add_board_commands
+    add_board_commands(command)
+
     from tensorfab.cli_fpga import add_fpga_parser
 
     add_fpga_parser(sub)

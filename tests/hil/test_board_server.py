@@ -1,0 +1,123 @@
+"""The virtual board behind TCP and a pty: the host reaches it through pyserial, as a
+board behind its USB-serial port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.isa_programs import directed_programs
+
+from tensorfab.hil.board import BoardDevice
+from tensorfab.hil.board_server import BoardServer
+from tensorfab.hil.errors import HilError, LinkError
+from tensorfab.hil.virtual import LinkFaults, SocSpec, VirtualBoard
+from tensorfab.isa import PRESETS
+from tensorfab.isa.device import open_device
+from tensorfab.sim import FunctionalSimulator
+
+CFG = PRESETS["tiny"]
+MEM = 1 << 16
+
+
+@pytest.fixture(scope="module")
+def board() -> VirtualBoard:
+    vb = VirtualBoard(SocSpec.for_board(None, CFG, mem_bytes=MEM))
+    yield vb
+    vb.close()
+
+
+def _check(dev: BoardDevice) -> None:
+    prog = directed_programs(CFG)["gemm_vt2"]
+    got, ref = dev.run(prog), FunctionalSimulator().run(prog)
+    assert np.array_equal(got.dram, ref.dram)
+    assert got.counters.gemm_uops == ref.counters.gemm_uops
+
+
+def test_tcp_with_token_runs_programs(board: VirtualBoard) -> None:
+    with BoardServer(board, pty=False) as server:
+        dev = open_device(server.address, token=server.token, timeout=2.0)
+        assert isinstance(dev, BoardDevice) and dev.info.mem_bytes == MEM
+        _check(dev)
+        dev.close()
+
+
+def test_pty_is_a_serial_port(board: VirtualBoard) -> None:
+    with BoardServer(board) as server:
+        assert server.pty_path and (os.stat(server.pty_path).st_mode & 0o777) == 0o600
+        dev = open_device(f"serial://{server.pty_path}", timeout=2.0)
+        _check(dev)
+        dev.close()
+
+
+def test_faults_on_the_socket_are_recovered(board: VirtualBoard) -> None:
+    faults = LinkFaults(bit_flip=1e-3, drop=0.01, delay=0.01, seed=3)
+    with BoardServer(board, pty=False, faults=faults) as server:
+        dev = open_device(server.address, token=server.token, timeout=0.05, retries=12)
+        _check(dev)
+        assert dev.link.stats.recovered > 0 and dev.link.stats.reported == 0
+        dev.close()
+
+
+def test_wrong_token_is_refused(board: VirtualBoard) -> None:
+    with BoardServer(board, pty=False, token="right") as server:
+        with pytest.raises(LinkError):
+            open_device(server.address, token="wrong", timeout=0.2, retries=1)
+        assert server.refused == 1
+        with socket.create_connection(("127.0.0.1", server.port)) as s:
+            s.sendall(b"TOKEN wrong\n")
+            assert s.recv(100).startswith(b"REFUSED: wrong or missing token")
+
+
+def test_silent_client_is_dropped_and_a_second_client_refused(board: VirtualBoard) -> None:
+    with BoardServer(board, pty=False, token="t", hello_timeout=0.3) as server:
+        silent = socket.create_connection(("127.0.0.1", server.port))
+        time.sleep(0.8)
+        assert silent.recv(10) == b""  # closed by the server
+        dev = open_device(server.address, token="t", timeout=2.0)
+        with socket.create_connection(("127.0.0.1", server.port)) as s:
+            s.sendall(b"TOKEN t\n")
+            assert s.recv(100).startswith(b"REFUSED: the board is in use")
+        _check(dev)
+        dev.close()
+
+
+def test_non_loopback_bind_needs_a_token(board: VirtualBoard) -> None:
+    with pytest.raises(HilError, match="needs an explicit token"):
+        BoardServer(board, host="0.0.0.0", pty=False)
+
+
+def test_board_virtual_command(tmp_path: Path) -> None:
+    """`tensorfab board virtual` as a process: prints where it listens; a program runs
+    through it; SIGINT ends it quietly."""
+    env = os.environ | {"PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "tensorfab.cli", "board", "virtual",
+                             "--config", "tiny", "--mem-bytes", str(MEM), "--no-pty"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        lines: dict[str, str] = {}
+        deadline = time.monotonic() + 600
+        while "token: " not in lines and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            for key in ("listening at ", "token: "):
+                if line.startswith(key):
+                    lines[key] = line[len(key):].strip()
+        assert "token: " in lines, proc.stderr.read() if proc.poll() is not None else lines
+        dev = open_device(lines["listening at "], token=lines["token: "], timeout=2.0)
+        _check(dev)
+        dev.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
