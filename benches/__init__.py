@@ -52,6 +52,13 @@ def _requant(target: str = "rtl") -> dict[str, Any]:
     return run_requant_bench(target)
 
 
+def _hil(programs: int = 1000) -> dict[str, Any]:
+    """hardware in the loop: programs under link faults, link efficiency, digits on a board."""
+    from .hil import run_hil_bench
+
+    return run_hil_bench(programs)
+
+
 def _digits(target: str = "fsim") -> dict[str, Any]:
     """digits CNN: float accuracy vs int8 with the convolutions on the accelerator."""
     from .digits import run_digits_bench
@@ -92,4 +99,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "digits": _digits,
     "resnet18": _resnet18,
     "device-server": _device_server,
+    "hil": _hil,
 }

@@ -1,0 +1,175 @@
+"""Hardware-in-the-loop benchmark (``tensorfab bench hil``): random programs on the
+virtual board under injected link faults, the link's efficiency on bulk transfers, the
+digits CNN resident on the virtual board against fsim and the RTL executor, and the
+device server's round trip.
+
+The virtual board is the SoC gateware in Verilator with the fast UART (4 clock cycles a
+bit); link efficiency is counted in the board's own clock, so it is what a board at any
+bit rate would see with the same bridge. Prints one JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from tensorfab.hil.errors import HilError
+from tensorfab.hil.link import HostLink
+from tensorfab.hil.targets import VirtualBoardDevice
+from tensorfab.hil.virtual import InProcessTransport, LinkFaults, SocSpec, VirtualBoard
+from tensorfab.isa import TensorfabError, get_config
+from tensorfab.isa.hostlink import HostLinkError
+from tensorfab.sim import FunctionalSimulator
+from tensorfab.sim.testing.random_program import random_program
+
+__all__ = ["TARGETS", "link_efficiency", "main", "run_hil_bench"]
+
+#: The issue's targets.
+TARGETS = {"programs": 1000, "link_efficiency": 0.80}
+#: One bit flip per 10 kB and 1 % dropped bytes, both directions.
+FAULTS = LinkFaults(bit_flip=1e-4, drop=0.01, seed=1)
+
+
+def _progress(total: int, what: str) -> Any:
+    from rich.progress import Progress
+
+    p = Progress(transient=True, disable=not sys.stderr.isatty())
+    p.start()
+    return p, p.add_task(what, total=total)
+
+
+def fault_programs(config: str, programs: int, faults: LinkFaults) -> dict[str, Any]:
+    """Random programs on a virtual board with ``faults``, each against fsim."""
+    cfg = get_config(config)
+    dev = VirtualBoardDevice(faults=faults, mem_bytes=1 << 16)
+    fsim = FunctionalSimulator()
+    wrong = errors = 0
+    first_wrong: list[int] = []
+    progress, task = _progress(programs, "programs under faults")
+    t0 = time.monotonic()
+    try:
+        for seed in range(programs):
+            prog = random_program(cfg, seed)
+            want = fsim.run(prog)
+            try:
+                got = dev.run(prog)
+            except (HostLinkError, HilError) as exc:  # reported, never a wrong result
+                errors += 1
+                print(f"seed {seed}: {exc}", file=sys.stderr)
+                continue
+            if not (np.array_equal(got.dram, want.dram)
+                    and got.counters.gemm_uops == want.counters.gemm_uops):
+                wrong += 1
+                first_wrong.append(seed)
+            progress.advance(task)
+    finally:
+        progress.stop()
+    board = dev.device(cfg)
+    stats = board.link.stats
+    transport = board.link.transport
+    assert isinstance(transport, InProcessTransport)
+    injected = {k: transport.faults_in.counts()[k] + transport.faults_out.counts()[k]
+                for k in ("flipped", "dropped", "delayed")}
+    return {"programs": programs, "wrong_results": wrong, "wrong_seeds": first_wrong[:10],
+            "runs_reported": errors, "recovered": stats.recovered,
+            "reported": stats.reported, "retries": stats.retries,
+            "faults_injected": injected, "fault_kinds": stats.faults,
+            "seconds": round(time.monotonic() - t0, 1)}
+
+
+def link_efficiency(config: str = "tiny", nbytes: int = 32768) -> dict[str, float]:
+    """Payload bytes per byte time on the wire for a bulk write and a bulk read,
+    counted in the virtual board's clock (1.0: every byte time carries payload)."""
+    spec = SocSpec.for_board(None, get_config(config), mem_bytes=1 << 16)
+    with VirtualBoard(spec) as vb:
+        link = HostLink(InProcessTransport(vb), timeout=64 * 10 / spec.baud)
+        link.info()
+        data = np.random.default_rng(0).integers(0, 256, nbytes, np.uint8).tobytes()
+        byte_cycles = 10 * spec.divisor
+        c0 = vb.cycle
+        link.write_mem(0, data)
+        c1 = vb.cycle
+        back = link.read_mem(0, nbytes)
+        c2 = vb.cycle
+    if back != data:
+        raise TensorfabError("link_efficiency: the bytes read back differ from those written")
+    return {"write": round(nbytes * byte_cycles / (c1 - c0), 4),
+            "read": round(nbytes * byte_cycles / (c2 - c1), 4)}
+
+
+def digits_on_board(config: str = "tiny", batch: int = 8) -> dict[str, Any]:
+    """The digits CNN resident on the virtual board, against fsim, and each layer's
+    board cycles beside the RTL executor's for the same programs."""
+    from tensorfab.models.digits_cnn import load_digits_split
+    from tensorfab.models.digits_int8 import compile_digits_int8
+    from tensorfab.runtime.profiling import profile_program
+    from tensorfab.sim.rtl import RtlSimulator
+
+    model = compile_digits_int8(batch=batch, config=config)
+    _, _, xte, _ = load_digits_split(0)
+    x = xte[:batch]
+    runs = {}
+    for name, dev in (("fsim", FunctionalSimulator()),
+                      ("virtual", VirtualBoardDevice(mem_bytes=1 << 20)),
+                      ("rtl", RtlSimulator())):
+        t0 = time.monotonic()
+        prof = profile_program(model.program, [x], dev)
+        runs[name] = (prof, time.monotonic() - t0)
+    out = {k: np.asarray(p.output) for k, (p, _) in runs.items()}
+    board_cycles, rtl_cycles = ([r.cycles for r in runs[k][0].layers if r.device == "accel"]
+                                for k in ("virtual", "rtl"))
+    return {"digits_matches_fsim": bool(np.array_equal(out["virtual"], out["fsim"])),
+            "digits_board_cycles": board_cycles, "digits_rtl_cycles": rtl_cycles,
+            "digits_cycles_equal_rtl": board_cycles == rtl_cycles,
+            "digits_board_seconds": round(runs["virtual"][1], 2),
+            "digits_rtl_seconds": round(runs["rtl"][1], 2)}
+
+
+def run_hil_bench(programs: int = TARGETS["programs"], config: str = "tiny",
+                  digits: bool = True, server: bool = True) -> dict[str, Any]:
+    """Run every part; the dict's keys are the issue's."""
+    result: dict[str, Any] = {"config": config}
+    eff = link_efficiency(config)
+    result["link_efficiency"] = min(eff.values())
+    result["link_efficiency_parts"] = eff
+    faults = fault_programs(config, programs, FAULTS)
+    result |= faults
+    if digits:
+        result |= digits_on_board(config)
+    if server:
+        from .device_server import run_device_server_bench
+
+        srv = run_device_server_bench("rtl", config, repeat=5)
+        result["server_round_trip_ms"] = srv.get("server_round_trip_ms")
+        result["server"] = srv
+    result["targets_met"] = {
+        "programs": programs >= TARGETS["programs"] and faults["wrong_results"] == 0,
+        "link_efficiency": result["link_efficiency"] >= TARGETS["link_efficiency"],
+        "digits_matches_fsim": result.get("digits_matches_fsim", False),
+    }
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark, print its JSON line last and return the result dict."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--programs", type=int, default=TARGETS["programs"],
+                    help="random programs under faults (default %(default)s)")
+    ap.add_argument("--config", default="tiny")
+    ap.add_argument("--no-digits", action="store_true")
+    ap.add_argument("--no-server", action="store_true")
+    ap.add_argument("--json", action="store_true", help="(the JSON line is always printed)")
+    args = ap.parse_args(argv)
+    result = run_hil_bench(args.programs, args.config, not args.no_digits,
+                           not args.no_server)
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
