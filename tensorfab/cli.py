@@ -365,8 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
                 "model (tens of seconds, cached under build/).")
     s.add_argument("file", help="program: assembly (.s) or binary (.bin)")
     s.add_argument("--target", default="fsim",
-                   help="executor: fsim (functional simulator) or rtl (Verilator) "
-                        "(default: %(default)s)")
+                   help="executor: fsim (functional simulator), rtl (Verilator), "
+                        "virtual (the SoC in Verilator), a board (serial:///dev/ttyUSB0, "
+                        "socket://HOST:PORT) or a served device (tcp://HOST:PORT); "
+                        "docs/hil.md (default: %(default)s)")
     s.add_argument("--config",
                    help="preset, board config or JSON file (must match the program's)")
     s.add_argument("--json", action="store_true", help="print the result summary as JSON")
