@@ -17,12 +17,16 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/tensorfab demo
 
+# the device suite runs on the virtual board in the first run; the second injects faults
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/pytest -n 2 -m "not slow"
+	$(BIN)/pytest -n 1 -m "not slow" tests/hil/test_device_suite.py --device-faults \
+		--device-programs 5 -k "not directed"
 
 test-all: $(STAMP)
 	$(BIN)/pytest -n 2
+	$(BIN)/pytest -n 1 tests/hil/test_device_suite.py --device-faults
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

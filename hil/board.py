@@ -27,7 +27,8 @@ from tensorfab.sim.rtl.device import RtlSimulator
 from .errors import BoardConfigMismatch, BoardResetError, BoardTimeout
 from .link import HostLink
 
-__all__ = ["BoardDevice", "BoardMemory", "BoardRunResult", "config_crc", "program_traffic"]
+__all__ = ["BoardDevice", "BoardMemory", "BoardRunResult", "config_crc", "find_config",
+           "program_traffic"]
 
 
 def config_crc(cfg: HwConfig) -> int:
@@ -35,15 +36,24 @@ def config_crc(cfg: HwConfig) -> int:
     return zlib.crc32(cfg.to_json().encode())
 
 
-def _known_config(crc: int) -> str:
-    """The name of a preset or board config with this CRC, or the CRC itself."""
+def find_config(crc: int) -> tuple[str, HwConfig] | None:
+    """The preset or board config whose :func:`config_crc` is ``crc`` (its name and
+    config), or ``None``: what a board's INFO says it was built for."""
     from tensorfab.fpga_builds.boards import CONFIG_DIR
 
     known = dict(PRESETS) | {p.stem: HwConfig.from_json(p.read_text())
                              for p in sorted(CONFIG_DIR.glob("*.json"))}
     for name, cfg in known.items():
         if config_crc(cfg) == crc:
-            return f"{name} (CRC 0x{crc:08x})"
+            return name, cfg
+    return None
+
+
+def _known_config(crc: int) -> str:
+    """The name of a preset or board config with this CRC, or the CRC itself."""
+    found = find_config(crc)
+    if found is not None:
+        return f"{found[0]} (CRC 0x{crc:08x})"
     return f"an unknown config (CRC 0x{crc:08x})"
 
 

@@ -1,5 +1,7 @@
-"""The virtual board (SoC in Verilator) behind the host-link client and BoardDevice,
-against the functional simulator."""
+"""What is particular to the virtual board (SoC in Verilator) behind the host-link
+client and BoardDevice: its target name, resident memory, a config mismatch, a reset
+mid-run, the recorded traffic. The programs themselves run on it in the device suite
+(test_device_suite.py, whose default device it is, with and without link faults)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.device_compare import assert_same_as_fsim
 from support.isa_programs import directed_programs
 
 from tensorfab.hil.board import BoardDevice
@@ -15,11 +18,10 @@ from tensorfab.hil.errors import BoardConfigMismatch, BoardResetError
 from tensorfab.hil.link import HostLink
 from tensorfab.hil.targets import VirtualBoardDevice
 from tensorfab.hil.transport import RecordingTransport, ReplayTransport
-from tensorfab.hil.virtual import InProcessTransport, LinkFaults, SocSpec, VirtualBoard
-from tensorfab.isa import PRESETS, Program
+from tensorfab.hil.virtual import InProcessTransport, SocSpec, VirtualBoard
+from tensorfab.isa import PRESETS
 from tensorfab.isa.device import open_device
 from tensorfab.sim import FunctionalSimulator
-from tensorfab.sim.testing.random_program import random_program
 
 CFG = PRESETS["tiny"]
 MEM = 1 << 16
@@ -31,39 +33,9 @@ def board() -> VirtualBoardDevice:
     return VirtualBoardDevice(mem_bytes=MEM)
 
 
-def _assert_same(prog: Program, got, name: str = "") -> None:
-    ref = FunctionalSimulator().run(prog)
-    assert np.array_equal(got.dram, ref.dram), f"{name}: DRAM differs from fsim"
-    for k, v in ref.outputs.items():
-        assert np.array_equal(got.outputs[k], v), f"{name}: output {k}"
-    c, g = ref.counters, got.counters
-    assert (g.load_insns, g.compute_insns, g.store_insns, g.gemm_uops, g.gemm_macs,
-            g.load_bytes_inp, g.load_bytes_wgt, g.store_bytes) == (
-        c.load_insns, c.compute_insns, c.store_insns, c.gemm_uops, c.gemm_macs,
-        c.load_bytes_inp, c.load_bytes_wgt, c.store_bytes), name
-
-
-def test_directed_programs_match_fsim(board: VirtualBoardDevice) -> None:
-    for name, prog in directed_programs(CFG).items():
-        got = board.run(prog)
-        _assert_same(prog, got, name)
-        assert got.cycles and got.cycles > 0 and got.device == "virtual"
-
-
 def test_virtual_target_by_name() -> None:
     dev = open_device("virtual", mem_bytes=MEM)
     assert isinstance(dev, VirtualBoardDevice)
-
-
-def test_random_programs_under_faults_match_fsim() -> None:
-    faults = LinkFaults(bit_flip=1e-3, drop=0.01, delay=0.01, seed=7)
-    dev = VirtualBoardDevice(mem_bytes=MEM, faults=faults)
-    for seed in range(6):
-        prog = random_program(CFG, seed)
-        _assert_same(prog, dev.run(prog), f"seed {seed}")
-    stats = dev.device(CFG).link.stats
-    assert stats.retries > 0 and stats.recovered > 0, stats
-    assert stats.reported == 0, stats
 
 
 def test_resident_memory_keeps_weights(board: VirtualBoardDevice) -> None:
@@ -129,5 +101,5 @@ def test_replay_fixture_runs_the_host_side() -> None:
     prog = directed_programs(CFG)["gemm_vt2"]
     replay = ReplayTransport(FIXTURE)
     got = BoardDevice(HostLink(replay)).run(prog)
-    _assert_same(prog, got, "replay")
+    assert_same_as_fsim(prog, got, "replay")
     assert replay.finished

@@ -1,9 +1,12 @@
-"""A bit-level UART model for cocotb and a host-link driver on top of it.
+"""A bit-level UART model for cocotb, and the host link's byte transport over it.
 
 :class:`UartModel` drives the DUT's receive line and decodes its transmit line, one
 cocotb wait per bit (not per clock), so a simulated board costs little Python.
-:class:`UartHostLink` speaks :mod:`tensorfab.isa.hostlink` through it: the same
-requests a host sends a real board over its serial port.
+:class:`UartTransport` is a :class:`~tensorfab.hil.transport.Transport` over it, so that
+the host side of a board (:class:`~tensorfab.hil.link.HostLink`,
+:class:`~tensorfab.hil.board.BoardDevice`) runs unchanged against the simulated SoC:
+called from a thread started with :func:`cocotb.task.bridge`, each write and read
+advances the simulation (:func:`cocotb.task.resume`) while the thread waits.
 """
 
 from __future__ import annotations
@@ -12,9 +15,8 @@ from collections import deque
 from typing import Any
 
 import cocotb
+from cocotb.task import resume
 from cocotb.triggers import ClockCycles, Edge
-
-from tensorfab.isa import hostlink as hl
 
 
 class UartModel:
@@ -49,80 +51,52 @@ class UartModel:
                 self.framing_errors += 1
             await ClockCycles(self.clk, self.divisor // 2)
 
-    async def wait_bytes(self, n: int, timeout_bits: int) -> bool:
-        """Wait until ``n`` bytes are buffered or ``timeout_bits`` bit times pass."""
-        waited = 0
-        while len(self.received) < n and waited < timeout_bits:
-            await ClockCycles(self.clk, self.divisor * 10)
-            waited += 10
-        return len(self.received) >= n
 
+class UartTransport:
+    """The host link's byte pipe over a :class:`UartModel`, in simulated time.
 
-class UartHostLink:
-    """Host-link requests over a :class:`UartModel`, with timeouts and sequence numbers."""
+    Parameters
+    ----------
+    uart : UartModel
+    clock_hz : float
+        The frequency of the DUT's clock in simulated time: a byte takes ``10 *
+        divisor / clock_hz`` seconds (:attr:`byte_seconds`), and a read's timeout
+        counts simulated seconds.
+    idle_bytes : int
+        A read that has bytes returns once the line has been quiet this many byte
+        times (a response comes back to back, so it is returned whole).
+    """
 
-    def __init__(self, uart: UartModel, *, timeout_bytes: int = 2 * hl.MAX_FRAME) -> None:
+    def __init__(self, uart: UartModel, clock_hz: float, *, idle_bytes: int = 8) -> None:
         self.uart = uart
-        self.seq = 0
-        self.timeout_bytes = timeout_bytes
-        self.reader = hl.FrameReader()
-        self.last: tuple[bytes, hl.Command, tuple[int, ...]] | None = None
+        self.byte_seconds = 10 * uart.divisor / clock_hz
+        self.idle_bytes = idle_bytes
 
-    async def call(self, cmd: hl.Command, *args: int, data: bytes = b"") -> bytes:
-        """Send one request and return its response payload.
+    def write(self, data: bytes) -> None:
+        resume(self.uart.send)(data)
 
-        Raises
-        ------
-        NakError, ResponseMismatch
-            As :func:`tensorfab.isa.hostlink.response_payload`.
-        TimeoutError
-            No complete response within ``timeout_bytes`` byte times.
-        """
-        self.seq = (self.seq + 1) & 0xFF
-        self.last = (hl.request(self.seq, cmd, *args, data=data), cmd, args)
-        return await self.retry()
+    def read(self, size: int, timeout: float) -> bytes:
+        return resume(self._read)(size, timeout)
 
-    async def retry(self) -> bytes:
-        """Send the last request again, the very same bytes (the host link's retry)."""
-        frame, cmd, args = self.last
-        await self.uart.send(frame)
-        waited = 0
-        while waited < self.timeout_bytes:
-            frames = self.reader.feed(bytes(self.uart.received))
-            self.uart.received.clear()
-            if frames:
-                return hl.response_payload(frames[0], self.seq, cmd, *args)
-            await ClockCycles(self.uart.clk, self.uart.divisor * 10)
+    async def _read(self, size: int, timeout: float) -> bytes:
+        clk, cycles = self.uart.clk, 10 * self.uart.divisor
+        rx = self.uart.received
+        waited, limit = 0, max(1, int(timeout / self.byte_seconds))
+        while not rx and waited < limit:
+            await ClockCycles(clk, cycles)
             waited += 1
-        raise TimeoutError(f"no response to {cmd.name} (seq {self.seq}) within "
-                           f"{self.timeout_bytes} byte times")
+        quiet = 0
+        while rx and len(rx) < size and quiet < self.idle_bytes:
+            have = len(rx)
+            await ClockCycles(clk, cycles)
+            quiet = 0 if len(rx) > have else quiet + 1
+        return bytes(rx.popleft() for _ in range(min(size, len(rx))))
 
-    async def info(self) -> hl.LinkInfo:
-        return hl.LinkInfo.unpack(await self.call(hl.Command.INFO))
+    def discard_input(self) -> None:
+        self.uart.received.clear()
 
-    async def write_mem(self, addr: int, data: bytes) -> None:
-        for off in range(0, len(data), hl.MAX_DATA):
-            await self.call(hl.Command.WRITE_MEM, addr + off, data=data[off:off + hl.MAX_DATA])
-
-    async def read_mem(self, addr: int, n: int) -> bytes:
-        out = bytearray()
-        for off in range(0, n, hl.MAX_DATA):
-            k = min(hl.MAX_DATA, n - off)
-            out += await self.call(hl.Command.READ_MEM, addr + off, k)
-        return bytes(out)
-
-    async def start(self, insn_base: int, insn_count: int, dram_size: int) -> None:
-        await self.call(hl.Command.START, insn_base, insn_count, dram_size)
-
-    async def status(self) -> hl.LinkStatus:
-        return hl.LinkStatus(*hl.u32s(await self.call(hl.Command.STATUS)))
-
-    async def counters(self) -> dict[str, int]:
-        return dict(zip(hl.COUNTER_CSRS, hl.u32s(await self.call(hl.Command.COUNTERS)),
-                        strict=True))
-
-    async def reset(self) -> None:
-        await self.call(hl.Command.RESET)
+    def close(self) -> None:
+        pass
 
 
-__all__ = ["UartHostLink", "UartModel"]
+__all__ = ["UartModel", "UartTransport"]
