@@ -20,9 +20,11 @@ demo: $(STAMP)
 # the device suite runs on the virtual board in the first run; the second injects faults
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -n 2 -m "not slow"
+	# the device suite on the virtual board with link faults, then everything (whose
+	# summary line closes the run)
 	$(BIN)/pytest -n 1 -m "not slow" tests/hil/test_device_suite.py --device-faults \
 		--device-programs 5 -k "not directed"
+	$(BIN)/pytest -n 2 -m "not slow"
 
 test-all: $(STAMP)
 	$(BIN)/pytest -n 2
