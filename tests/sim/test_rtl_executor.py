@@ -368,7 +368,7 @@ def test_concurrent_processes_build_a_key_once(tmp_path: Path) -> None:
     code = ("from tensorfab.isa import PRESETS\n"
             "from tensorfab.sim.rtl.build import build_harness\n"
             "print(build_harness(PRESETS['tiny'], pgo=False).build_seconds)\n")
-    env = {**os.environ, "TENSORFAB_HARNESS_CACHE": str(tmp_path)}
+    env = {**os.environ, "TENSORFAB_VERILATOR_CACHE": str(tmp_path)}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
                               text=True) for _ in range(2)]
     seconds = [float(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
