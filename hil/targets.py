@@ -113,6 +113,20 @@ class VirtualBoardDevice(Device):
         return self.device(program.config).run(program, dram)
 
     def open_memory(self, config: HwConfig, size: int) -> BoardMemory:
+        """The memory of the board for ``config``, checked against its config and size
+        before the board is built.
+
+        Raises
+        ------
+        BoardConfigMismatch
+            A board modelled on one that runs another config.
+        UsageError
+            ``size`` larger than the board's memory.
+        """
+        self.check_config(config)
+        if size > self.memory_bytes(config):
+            raise UsageError(f"virtual: a device memory of {size} bytes does not fit the "
+                             f"board's {self.memory_bytes(config)} bytes")
         return self.device(config).open_memory(config, size)
 
 

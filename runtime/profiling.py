@@ -155,7 +155,8 @@ class Profile:
         Wall time of the run (the model's load left out).
     load_seconds : float or None
         Wall time of loading the model on the device (building the device's model,
-        writing programs and weights), once; None when it was loaded before.
+        writing programs and weights), once; None when it was loaded before, or when
+        each program runs standalone (``resident=False``).
     """
 
     output: Any

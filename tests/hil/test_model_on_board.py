@@ -186,3 +186,16 @@ def test_socket_target_sends_the_token_of_its_url() -> None:
     thread.join(5)
     listener.close()
     assert got == [b"TOKEN s3cret\n"]
+
+
+def test_a_served_board_too_small_is_one_line(files, serve, capsys) -> None:
+    """Behind a device server the board refuses the memory (before its SoC is built),
+    and the error comes back in one line naming both sizes."""
+    server = serve(VirtualBoardDevice(mem_bytes=8192))
+    needed = plan_memory(load_model(files["tfm"])).size
+    assert main(["run", str(files["tfm"]), "--input", str(files["images"]), "--target",
+                 server.address, "--token", server.token]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert (f"{server.address}: UsageError: virtual: a device memory of {needed} bytes "
+            "does not fit the board's 8192 bytes") in err, err
