@@ -254,18 +254,13 @@ def _check_fits_device(program: Any, device: Any, what: str, target: str) -> Non
     """Refuse a model for another config than a board's, or larger than its memory,
     before the board is built or written (devices with ``check_config(config)`` and
     ``memory_bytes(config)``: boards, virtual boards)."""
-    from tensorfab.runtime.memory_plan import plan_memory
-
     limit = getattr(device, "memory_bytes", None)
     configs = _program_configs(program)
     if limit is None or len(configs) != 1:
         return
-    device.check_config(next(iter(configs)))
-    try:
-        plan_memory(program)
-    except TensorfabError:
-        return  # the run reports it
-    check_fits(program, limit(next(iter(configs))), what, target)
+    config = next(iter(configs))
+    device.check_config(config)
+    check_fits(program, limit(config), what, target)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -537,9 +532,11 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser(
         "run", help="run a .tfm or .onnx model on inputs from .npy files",
         formatter_class=fmt,
-        description="Run a model and print its outputs and a per-layer table (device, "
-        "op, shapes,\ncycles, utilization, time). An .onnx model is compiled in memory "
-        "first (int8,\ncalibrated on --calib or on the input itself).",
+        description="Run a model resident on --target and print its outputs and a "
+        "per-layer table\n(device, op, shapes, cycles from the device's counters, "
+        "hardware time at its\nclock, utilization, wall time; the one-time model load "
+        "apart). An .onnx model is\ncompiled in memory first (int8, calibrated on --calib "
+        "or on the input itself).",
         epilog="examples:\n  tensorfab run digits.tfm --input images.npy\n"
         "  tensorfab run digits.onnx --input images.npy --target rtl --trace t.json\n"
         "  tensorfab run digits.tfm --input images.npy --target virtual --trace t.json\n"
