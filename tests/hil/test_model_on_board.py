@@ -107,7 +107,7 @@ def test_run_on_a_served_virtual_board_keeps_its_clock(files, serve, capsys) -> 
     server = serve(board)
     out = files["dir"] / "remote.npy"
     assert main(["run", str(files["tfm"]), "--input", str(files["images"]), "--target",
-                 server.address, "--token", server.token, "-o", str(out), "--json"]) == 0
+                 server.address, f"--token={server.token}", "-o", str(out), "--json"]) == 0
     np.testing.assert_array_equal(np.load(out), _fsim(files))
     _check_timing(_last_json(capsys.readouterr().out), VIRTUAL_HZ)
 
@@ -194,7 +194,7 @@ def test_a_served_board_too_small_is_one_line(files, serve, capsys) -> None:
     server = serve(VirtualBoardDevice(mem_bytes=8192))
     needed = plan_memory(load_model(files["tfm"])).size
     assert main(["run", str(files["tfm"]), "--input", str(files["images"]), "--target",
-                 server.address, "--token", server.token]) == 2
+                 server.address, f"--token={server.token}"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert (f"{server.address}: UsageError: virtual: a device memory of {needed} bytes "
