@@ -161,6 +161,11 @@ class BoardDevice(Device):
         """The board's memory, kept across runs (weights written once)."""
         return BoardMemory(self, config, size)
 
+    def memory_bytes(self, config: HwConfig) -> int:
+        """Bytes of device memory a model for ``config`` can use (the board's, from its
+        INFO)."""
+        return self.info.mem_bytes
+
     def _execute(self, program: Program, dram_size: int, image: Any) -> BoardRunResult:
         """START a program placed in the board's memory, wait for it, read its CSRs."""
         self.link.reset()
@@ -206,8 +211,8 @@ class BoardMemory(DeviceMemory):
     def __init__(self, device: BoardDevice, config: HwConfig, size: int) -> None:
         device.check_config(config)
         if size > device.info.mem_bytes:
-            raise UsageError(f"a device memory of {size} bytes does not fit the board's "
-                             f"{device.info.mem_bytes}")
+            raise UsageError(f"{device.name}: a device memory of {size} bytes does not fit "
+                             f"the board's {device.info.mem_bytes} bytes")
         super().__init__(config, size)
         self.device = device
         self._beat = device.info.beat_bytes

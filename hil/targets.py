@@ -2,10 +2,11 @@
 (entry points of pyproject.toml):
 
 - ``serial:///dev/ttyUSB0[?baud=115200]``: a board on a serial port;
-- ``socket://127.0.0.1:PORT``: a virtual board served by ``tensorfab board virtual``
-  (give ``token=``, or set ``TENSORFAB_TOKEN``);
-- ``virtual`` or ``virtual://BOARD``: a virtual board in this process (fast UART),
-  built for each program's config, or modelled on BOARD (its config, memory, clock).
+- ``socket://127.0.0.1:PORT[?token=TOKEN]``: a virtual board served by ``tensorfab
+  board virtual`` (the token in the URL, the ``token=`` option, or ``TENSORFAB_TOKEN``);
+- ``virtual`` or ``virtual://BOARD[?exact=1&mem_bytes=N]``: a virtual board in this
+  process (fast UART), built for each program's config, or modelled on BOARD (its
+  config, memory, clock); ``mem_bytes`` sets its memory.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import numpy as np
 
 from tensorfab.isa import HwConfig, Program
 from tensorfab.isa.device import Device
+from tensorfab.isa.errors import UsageError
 
 from .board import BoardDevice, BoardMemory, BoardRunResult
+from .errors import BoardConfigMismatch
 from .link import HostLink
 from .transport import SerialTransport, parse_link_url
 from .virtual import InProcessTransport, LinkFaults, SocSpec, VirtualBoard
@@ -32,7 +35,8 @@ def open_link_board(target: str, *, baud: int | None = None, token: str | None =
     """A :class:`BoardDevice` on a serial port or a virtual board's socket."""
     url, rate = parse_link_url(target, baud)
     if url.startswith("socket://") and token is None:
-        token = os.environ.get("TENSORFAB_TOKEN")
+        token = (parse_qs(urlsplit(target).query).get("token", [None])[0]
+                 or os.environ.get("TENSORFAB_TOKEN"))
     link = HostLink(SerialTransport(url, rate, token=token), timeout=timeout, retries=retries)
     return BoardDevice(link, name=target.split("?")[0], **options)  # type: ignore[arg-type]
 
@@ -71,12 +75,34 @@ class VirtualBoardDevice(Device):
         self.retries = retries
         self._devices: dict[HwConfig, BoardDevice] = {}
 
+    def spec(self, config: HwConfig) -> SocSpec:
+        """The SoC that runs ``config``'s programs (nothing built)."""
+        return SocSpec.for_board(self.board, None if self.board else config,
+                                 exact=self.exact, mem_bytes=self.mem_bytes)
+
+    def memory_bytes(self, config: HwConfig) -> int:
+        """Bytes of device memory a model for ``config`` can use (known before the SoC
+        is built)."""
+        return self.spec(config).mem_bytes
+
+    def check_config(self, config: HwConfig) -> None:
+        """Refuse ``config`` on a board modelled on one that runs another (before its SoC
+        is built).
+
+        Raises
+        ------
+        BoardConfigMismatch
+        """
+        runs = self.spec(config).config
+        if runs != config:
+            raise BoardConfigMismatch(
+                f"virtual://{self.board} runs {runs.name}, the program is for "
+                f"{config.name}: compile for {runs.name} (--config {runs.name})")
+
     def device(self, config: HwConfig) -> BoardDevice:
         """The board device for ``config`` (its SoC built once, cached)."""
         if config not in self._devices:
-            spec = SocSpec.for_board(self.board, None if self.board else config,
-                                     exact=self.exact, mem_bytes=self.mem_bytes)
-            vb = VirtualBoard(spec)
+            vb = VirtualBoard(self.spec(config))
             transport = InProcessTransport(vb, self.faults)
             link = HostLink(transport, timeout=self.timeout_bytes * transport.byte_seconds,
                             retries=self.retries)
@@ -87,14 +113,39 @@ class VirtualBoardDevice(Device):
         return self.device(program.config).run(program, dram)
 
     def open_memory(self, config: HwConfig, size: int) -> BoardMemory:
+        """The memory of the board for ``config``, checked against its config and size
+        before the board is built.
+
+        Raises
+        ------
+        BoardConfigMismatch
+            A board modelled on one that runs another config.
+        UsageError
+            ``size`` larger than the board's memory.
+        """
+        self.check_config(config)
+        if size > self.memory_bytes(config):
+            raise UsageError(f"virtual: a device memory of {size} bytes does not fit the "
+                             f"board's {self.memory_bytes(config)} bytes")
         return self.device(config).open_memory(config, size)
 
 
 def open_virtual(target: str, **options: object) -> VirtualBoardDevice:
-    """``virtual`` or ``virtual://BOARD[?exact=1]``."""
+    """``virtual`` or ``virtual://BOARD[?exact=1&mem_bytes=N]``.
+
+    Raises
+    ------
+    UsageError
+        A ``mem_bytes`` that is not a number.
+    """
     parts = urlsplit(target)
     board = parts.netloc or None
     query = parse_qs(parts.query)
     if "exact" in query:
         options.setdefault("exact", query["exact"][0] not in ("0", "false", "no"))
+    if "mem_bytes" in query:
+        value = query["mem_bytes"][0]
+        if not value.isdigit():
+            raise UsageError(f"{target}: mem_bytes={value!r} is not a number of bytes")
+        options.setdefault("mem_bytes", int(value))
     return VirtualBoardDevice(board, **options)  # type: ignore[arg-type]

@@ -306,8 +306,9 @@ def error_reply(exc: BaseException) -> dict[str, Any]:
 # ------------------------------------------------------------------ run results
 def result_to_wire(result: RunResult) -> dict[str, Any]:
     """The fields of a RUN or RUN_PLACED reply: ``dram``, ``outputs``, ``counters``,
-    ``cycles``, ``device``, and ``csrs`` and ``memory`` when the executor reports them
-    (:class:`~tensorfab.sim.rtl.device.RtlRunResult`)."""
+    ``cycles``, ``device``, and ``csrs``, ``memory`` and ``clock_hz`` when the executor
+    reports them (:class:`~tensorfab.sim.rtl.device.RtlRunResult`,
+    :class:`~tensorfab.hil.board.BoardRunResult`)."""
     out: dict[str, Any] = {
         "dram": result.dram,
         "outputs": dict(result.outputs),
@@ -319,6 +320,8 @@ def result_to_wire(result: RunResult) -> dict[str, Any]:
         value = getattr(result, extra, None)
         if value is not None:
             out[extra] = {str(k): int(v) for k, v in value.items()}
+    if getattr(result, "clock_hz", None):
+        out["clock_hz"] = int(result.clock_hz)  # type: ignore[attr-defined]
     return out
 
 
@@ -332,7 +335,9 @@ def _int_map(fields: dict[str, Any], key: str) -> dict[str, int]:
 
 def result_from_wire(fields: dict[str, Any]) -> RunResult:
     """The :class:`~tensorfab.isa.device.RunResult` of a RUN or RUN_PLACED reply
-    (an :class:`~tensorfab.sim.rtl.device.RtlRunResult` when it carries ``csrs``).
+    (an :class:`~tensorfab.sim.rtl.device.RtlRunResult` when it carries ``csrs``, a
+    :class:`~tensorfab.hil.board.BoardRunResult` when it also carries a board's
+    ``clock_hz``).
 
     Raises
     ------
@@ -358,6 +363,13 @@ def result_from_wire(fields: dict[str, Any]) -> RunResult:
         raise WireError("run result: 'device' is not a string")
     common = dict(dram=dram, outputs=outputs, counters=Counters(**counts), cycles=cycles,
                   device=device)
+    clock_hz = fields.get("clock_hz")
+    if clock_hz is not None and (type(clock_hz) is not int or clock_hz <= 0):
+        raise WireError("run result: 'clock_hz' is not a positive integer")
+    if "csrs" in fields and clock_hz is not None:
+        from .board import BoardRunResult
+
+        return BoardRunResult(**common, csrs=_int_map(fields, "csrs"), clock_hz=clock_hz)
     if "csrs" in fields:
         from tensorfab.sim.rtl.device import RtlRunResult
 

@@ -4,7 +4,10 @@
 records, for every kernel node, where it ran (``cpu``: a numpy kernel; ``accel``: an
 ``accel.program`` node, run on the given :class:`~tensorfab.sim.Device`), its argument
 and result shapes and its wall time; for accelerator programs also the executor's
-cycles (``None`` on the untimed functional simulator), the GEMM core's
+cycles as its own counters measured them (``None`` on the untimed functional
+simulator), the hardware time they take at the device's clock (a board's clock as its
+INFO reports it, else the config's :attr:`~tensorfab.isa.HwConfig.clock_mhz`), the
+engines' busy cycles from the counter CSRs, the GEMM core's
 multiply-accumulates (:attr:`~tensorfab.sim.Counters.gemm_macs`, padding channels
 included), the utilization ``gemm_macs / (cycles × peak MACs per cycle)`` and, on an
 executor that records them (``rtl`` with ``trace``), the engines' activity intervals.
@@ -13,7 +16,9 @@ executor that records them (``rtl`` with ``trace``), the engines' activity inter
 
 By default the model is loaded on the device once (:class:`~.resident.ResidentModel`):
 weights placed in its memory, activations kept there between accelerator programs, the
-host link's traffic counted (:attr:`Profile.host_traffic`).
+host link's traffic counted (:attr:`Profile.host_traffic`). Loading it (building the
+device's model on rtl or a virtual board, writing the weights) is timed on its own
+(:attr:`Profile.load_seconds`), apart from the run.
 """
 
 from __future__ import annotations
@@ -30,7 +35,19 @@ from .kernels import KERNELS, accel_program_of, run_accel_program
 from .memory_plan import MemoryPlan
 from .resident import HostTraffic, ResidentModel, host_value
 
-__all__ = ["LayerRecord", "Profile", "profile_program"]
+__all__ = ["BUSY_CSRS", "LayerRecord", "Profile", "engine_busy", "profile_program"]
+
+
+#: The counter CSR of each engine's busy cycles.
+BUSY_CSRS = {"load": "LOAD_BUSY", "compute": "COMPUTE_BUSY", "gemm": "GEMM_BUSY",
+             "alu": "ALU_BUSY", "store": "STORE_BUSY"}
+
+
+def engine_busy(csrs: Mapping[str, int] | None) -> dict[str, int]:
+    """Busy cycles per engine from a run's counter CSRs (empty without them)."""
+    if not csrs:
+        return {}
+    return {engine: int(csrs[name]) for engine, name in BUSY_CSRS.items() if name in csrs}
 
 
 def _shape(v: Any) -> tuple[int, ...] | None:
@@ -76,6 +93,11 @@ class LayerRecord:
     intervals : list
         Engine activity (:class:`tensorfab.sim.trace.Interval`) of an accelerator
         program on an executor that records it.
+    clock_hz : float or None
+        The clock measured cycles convert with (None without measured cycles).
+    busy : dict[str, int]
+        Busy cycles per engine (``load``, ``compute``, ``store``, ``gemm``, ``alu``)
+        from the counter CSRs of an executor that reports them (rtl, boards).
     """
 
     index: int
@@ -92,6 +114,16 @@ class LayerRecord:
     estimated: bool = False
     gemm_macs: int | None = None
     peak: int | None = None
+    clock_hz: float | None = None
+    busy: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def hardware_seconds(self) -> float | None:
+        """Measured cycles / clock: the time the accelerator took (None on an untimed
+        executor, whose cycles are estimates)."""
+        if self.cycles is None or self.estimated or not self.clock_hz:
+            return None
+        return self.cycles / self.clock_hz
 
     @property
     def gemm_busy(self) -> float | None:
@@ -109,12 +141,23 @@ class LayerRecord:
                 "seconds": round(self.seconds, 6), "cycles": self.cycles, "macs": self.macs,
                 "utilization": None if self.utilization is None
                 else round(self.utilization, 4), "gemm_macs": self.gemm_macs,
-                "estimated": self.estimated}
+                "estimated": self.estimated, "clock_hz": self.clock_hz,
+                "hardware_seconds": self.hardware_seconds}
 
 
 @dataclass
 class Profile:
-    """The result and per-layer records of :func:`profile_program`."""
+    """The result and per-layer records of :func:`profile_program`.
+
+    Attributes
+    ----------
+    seconds : float
+        Wall time of the run (the model's load left out).
+    load_seconds : float or None
+        Wall time of loading the model on the device (building the device's model,
+        writing programs and weights), once; None when it was loaded before, or when
+        each program runs standalone (``resident=False``).
+    """
 
     output: Any
     layers: list[LayerRecord]
@@ -122,6 +165,21 @@ class Profile:
     executor: str
     host_traffic: HostTraffic | None = None
     memory_plan: MemoryPlan | None = None
+    load_seconds: float | None = None
+
+    @property
+    def hardware_seconds(self) -> float | None:
+        """Hardware time of all accelerator programs (None if unknown for one)."""
+        times = [r.hardware_seconds for r in self.layers if r.device == "accel"]
+        if not times or any(t is None for t in times):
+            return None
+        return float(sum(t for t in times if t is not None))
+
+    @property
+    def clock_hz(self) -> float | None:
+        """The accelerator's clock, when every accelerator program has the same one."""
+        clocks = {r.clock_hz for r in self.layers if r.device == "accel"}
+        return clocks.pop() if len(clocks) == 1 else None
 
     @property
     def estimated(self) -> bool:
@@ -169,13 +227,16 @@ def profile_program(program: GraphProgram,
         Inputs that do not match the program's (as :func:`~.interpreter.run_program`).
     """
     layers: list[LayerRecord] = []
-    t0 = time.perf_counter()
     has_accel = any(n.op == "accel.program" for n in program.nodes)
     model: ResidentModel | None = None
+    load_seconds = None
     if isinstance(resident, ResidentModel):
         model = resident
     elif resident and has_accel:
+        t_load = time.perf_counter()
         model = ResidentModel(program, device)
+        load_seconds = time.perf_counter() - t_load
+    t0 = time.perf_counter()
 
     def call(index: int, node: Node, args: list[Any], attrs: Mapping[str, Any]) -> Any:
         if progress is not None:
@@ -189,11 +250,14 @@ def profile_program(program: GraphProgram,
                                            *(host_value(a) for a in args[2:]))
                 out = result.outputs[attrs["output_segment"]]
             seconds = time.perf_counter() - start
-            peak = accel_program_of(args[1]).config.peak_macs_per_cycle
+            config = accel_program_of(args[1]).config
+            peak = config.peak_macs_per_cycle
             gemm_macs = int(result.counters.gemm_macs)
             macs = int(attrs.get("macs") or gemm_macs)
             cycles = None if result.cycles is None else int(result.cycles)
             estimated = cycles is None and bool(attrs.get("estimated_cycles"))
+            clock_hz = (None if cycles is None else
+                        float(getattr(result, "clock_hz", 0) or config.clock_mhz * 1e6))
             if estimated:
                 cycles = int(attrs["estimated_cycles"])
             layers.append(LayerRecord(
@@ -201,7 +265,7 @@ def profile_program(program: GraphProgram,
                 _shape(out), start - t0, seconds, cycles, macs,
                 macs / (cycles * peak) if cycles else None,
                 list(getattr(result, "intervals", None) or []), estimated, gemm_macs,
-                peak))
+                peak, clock_hz, engine_busy(getattr(result, "csrs", None))))
             return out
         out = KERNELS[node.op]([host_value(a) for a in args], attrs)
         layers.append(LayerRecord(index, node.op, "cpu",
@@ -220,4 +284,4 @@ def profile_program(program: GraphProgram,
     return Profile(output, layers, time.perf_counter() - t0,
                    str(getattr(device, "name", type(device).__name__)),
                    model.last_run if model is not None else None,
-                   model.plan if model is not None else None)
+                   model.plan if model is not None else None, load_seconds)

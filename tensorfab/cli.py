@@ -181,9 +181,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
         # a failed run's timeline is the one most worth looking at
         failed = getattr(exc, "intervals", None)
         if failed is not None:
-            _write_timelines(args, failed, None, f"{title}: failed")
+            _write_timelines(args, failed, None, f"{title}: failed", prog.config.clock_mhz)
         raise
-    _write_timelines(args, getattr(result, "intervals", None) or [], result.cycles, title)
+    _write_timelines(args, getattr(result, "intervals", None) or [], result.cycles, title,
+                     prog.config.clock_mhz)
     if args.outputs:
         import numpy as np
 
@@ -208,12 +209,13 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def _write_timelines(args: argparse.Namespace, intervals: list, cycles: int | None,
-                     title: str) -> None:
-    """Write ``sim --trace`` and ``--plot`` (after a run, or a failed one)."""
+                     title: str, clock_mhz: float) -> None:
+    """Write ``sim --trace`` (in hardware time: microseconds at ``clock_mhz``, the
+    config's clock) and ``--plot`` (in cycles), after a run or a failed one."""
     if args.trace:
         from tensorfab.sim.trace import write_chrome_trace
 
-        write_chrome_trace(intervals, args.trace)
+        write_chrome_trace(intervals, args.trace, clock_mhz=clock_mhz)
         print(f"wrote {args.trace} ({len(intervals)} intervals)", file=sys.stderr)
     if args.plot:
         from tensorfab.sim.trace import plot_timeline

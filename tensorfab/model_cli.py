@@ -8,11 +8,14 @@
   the default config of ``--board``) put the convolution chains on that accelerator,
   with ``--board`` check that the model's device memory fits the board's, and save the
   runtime's ``.tfm`` file;
-* ``run MODEL.tfm|MODEL.onnx --input [NAME=]FILE.npy ... [--target fsim|rtl]
-  [--trace T.json] [-o OUT.npy]``: run it (an ``.onnx`` is compiled in memory first),
-  print the outputs' summary and a per-layer table (device, op, shapes, cycles,
-  utilization, time); ``--trace`` writes one Perfetto timeline of the whole network;
-  the last line printed is a JSON summary;
+* ``run MODEL.tfm|MODEL.onnx --input [NAME=]FILE.npy ... [--target TARGET] [--token
+  TOKEN] [--trace T.json] [-o OUT.npy]``: run it (an ``.onnx`` is compiled in memory
+  first) resident on the target (``fsim``, ``rtl``, ``virtual``, ``serial://``,
+  ``socket://``, ``tcp://``), print the outputs' summary and a per-layer table (device,
+  op, shapes, cycles from the device's counters, hardware time at its clock,
+  utilization, wall time; the model's one-time load apart); ``--trace`` writes one
+  Perfetto timeline of the whole network in hardware time; the last line printed is a
+  JSON summary;
 * ``inspect FILE``: the IR text form of an ONNX model; for a ``.tfm``, its planned
   program (one line per node, with its device) and a JSON summary last.
 """
@@ -108,6 +111,18 @@ def check_fits_board(program: GraphProgram, board: Board, what: str) -> int:
         If that is more than ``board.mem_bytes``; the one-line message names ``what``
         (the model), its bytes, the board's bytes and the excess.
     """
+    return check_fits(program, board.mem_bytes, what, f"board {board.name}")
+
+
+def check_fits(program: GraphProgram, mem_bytes: int, what: str, where: str) -> int:
+    """The device memory ``program`` needs (see :func:`check_fits_board`).
+
+    Raises
+    ------
+    ModelCliError
+        If that is more than ``mem_bytes``; the one-line message names ``what`` (the
+        model), its bytes, ``where`` (the board or target) and its bytes, and the excess.
+    """
     from tensorfab.runtime.memory_plan import OutOfDeviceMemory, plan_memory
 
     try:
@@ -118,11 +133,11 @@ def check_fits_board(program: GraphProgram, board: Board, what: str) -> int:
         needed = plan.size if plan is not None else 0
         split = "" if plan is None else (f" ({plan.static_bytes} static + "
                                          f"{plan.activation_bytes} activations)")
-    if needed > board.mem_bytes:
-        raise ModelCliError(f"{what} does not fit board {board.name}: it needs {needed} "
+    if needed > mem_bytes:
+        raise ModelCliError(f"{what} does not fit {where}: it needs {needed} "
                             f"bytes of device memory{split}, the board has "
-                            f"{board.mem_bytes} ({board.mem_bytes // 1024} KiB), "
-                            f"{needed - board.mem_bytes} bytes too many")
+                            f"{mem_bytes} ({mem_bytes // 1024} KiB), "
+                            f"{needed - mem_bytes} bytes too many")
     return needed
 
 
@@ -213,16 +228,39 @@ def _program_configs(program: Any) -> set:
             program.constants}
 
 
-def _device(target: str, trace: bool) -> Any:
+#: Target schemes that take a token (``--token`` or ``TENSORFAB_TOKEN``).
+TOKEN_SCHEMES = ("tcp", "tracker", "socket")
+
+
+def _device(target: str, trace: bool, token: str | None = None) -> Any:
+    """The device of ``--target``: engine intervals recorded with ``trace`` where the
+    device records them (rtl), ``token`` passed to a networked one."""
     from tensorfab.isa.device import device_schemes, open_device, target_scheme
 
-    if target_scheme(target) not in device_schemes():
+    scheme = target_scheme(target)
+    if scheme not in device_schemes():
         raise ModelCliError(f"--target {target!r}: unknown executor (known: "
                             f"{', '.join(device_schemes())})")
-    device = open_device(target)
+    if token is not None and scheme not in TOKEN_SCHEMES:
+        raise ModelCliError(f"--token applies to {', '.join(s + '://' for s in TOKEN_SCHEMES)}"
+                            f" targets, not {target!r}")
+    device = open_device(target, **({} if token is None else {"token": token}))
     if trace and hasattr(device, "trace"):
         device.trace = True
     return device
+
+
+def _check_fits_device(program: Any, device: Any, what: str, target: str) -> None:
+    """Refuse a model for another config than a board's, or larger than its memory,
+    before the board is built or written (devices with ``check_config(config)`` and
+    ``memory_bytes(config)``: boards, virtual boards)."""
+    limit = getattr(device, "memory_bytes", None)
+    configs = _program_configs(program)
+    if limit is None or len(configs) != 1:
+        return
+    config = next(iter(configs))
+    device.check_config(config)
+    check_fits(program, limit(config), what, target)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -271,7 +309,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ModelCliError(f"{model} was compiled for HwConfig {have}, but the device "
                                 f"is {want.name!r}: recompile it with --config "
                                 f"{args.config}")
-    device = _device(args.target, bool(args.trace))
+    device = _device(args.target, bool(args.trace), args.token)
+    _check_fits_device(program, device, model.name, args.target)
     n_accel = sum(n.op == "accel.program" for n in program.nodes)
     with working(f"running {model.name} on {args.target}", quiet=quiet) as say:
         now = [""]
@@ -298,9 +337,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if o.ndim >= 1 and o.size else None} for o in outs]
     if not quiet:
         _print_report(profile, outs, f"{model.name} on {args.target}", cpu_convs)
+    clock = profile.clock_hz
     print(json.dumps({"outputs": summary, "target": args.target, "layers": len(profile.layers),
                       "accel_layers": n_accel, "total_cycles": profile.total_cycles,
                       "cycles_estimated": profile.estimated,
+                      "clock_mhz": None if clock is None else clock / 1e6,
+                      "hardware_seconds": profile.hardware_seconds,
                       "accel_macs": profile.accel_macs,
                       "utilization": None if profile.utilization is None
                       else round(profile.utilization, 4),
@@ -308,7 +350,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                       else profile.host_traffic.total,
                       "device_memory_bytes": None if profile.memory_plan is None
                       else profile.memory_plan.size,
-                      "seconds": round(profile.seconds, 4)}))
+                      "seconds": round(profile.seconds, 4),
+                      "load_seconds": None if profile.load_seconds is None
+                      else round(profile.load_seconds, 4),
+                      "accel_timing": [
+                          {"index": r.index, "cycles": r.cycles,
+                           "estimated": r.estimated, "clock_hz": r.clock_hz,
+                           "hardware_seconds": r.hardware_seconds,
+                           "seconds": round(r.seconds, 6)}
+                          for r in profile.layers if r.device == "accel"]}))
     return 0
 
 
@@ -328,6 +378,37 @@ def _cpu_convolutions_of(path: Path) -> list[str]:
             if line.startswith(CPU_CONVOLUTION_COMMENT)]
 
 
+def _duration(seconds: float) -> str:
+    """``127.4 µs``, ``12.3 ms`` or ``76.1 s``."""
+    if seconds >= 1:
+        return f"{seconds:.1f} s"
+    return f"{seconds * 1e3:.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} µs"
+
+
+def _footer(profile: Any) -> str:
+    """The table's caption: the accelerator's cycles and hardware time, then the wall
+    time of the run and of the model's one-time load."""
+    total, hardware, clock = profile.total_cycles, profile.hardware_seconds, profile.clock_hz
+    parts = []
+    if total is not None:
+        util = ("" if profile.utilization is None
+                else f", utilization {profile.utilization:.2f}")
+        if hardware is not None:
+            at = "" if clock is None else f" at {clock / 1e6:g} MHz"
+            parts.append(f"hardware: accelerator {_duration(hardware)}{at} "
+                         f"({total:,} cycles{util})")
+        else:
+            parts.append(f"hardware: accelerator — ({profile.executor} is untimed; "
+                         f"~{total:,} cycles estimated{util})")
+    cpu = sum(r.seconds for r in profile.layers if r.device == "cpu")
+    acc = sum(r.seconds for r in profile.layers if r.device == "accel")
+    parts.append(f"wall: cpu {_duration(cpu)}, accelerator {_duration(acc)}, total "
+                 f"{_duration(profile.seconds)}")
+    if profile.load_seconds is not None:
+        parts.append(f"model load {_duration(profile.load_seconds)} (once)")
+    return "; ".join(parts)
+
+
 def _print_report(profile: Any, outs: list[np.ndarray], title: str,
                   cpu_convolutions: list[str] | None = None) -> None:
     from rich.console import Console
@@ -340,29 +421,24 @@ def _print_report(profile: Any, outs: list[np.ndarray], title: str,
     table = Table(title=escape(f"{title}: per layer"))
     for col, justify in (("#", "right"), ("device", "left"), ("op", "left"),
                          ("inputs", "left"), ("output", "left"), ("cycles", "right"),
-                         ("MACs", "right"), ("util.", "right"), ("GEMM busy", "right"),
-                         ("time ms", "right")):
+                         ("hw µs", "right"), ("MACs", "right"), ("util.", "right"),
+                         ("GEMM busy", "right"), ("wall ms", "right")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     def ratio(v: float | None, estimated: bool) -> str:
         return "—" if v is None else f"{'~' * estimated}{v:.2f}"
 
     for rec in profile.layers:
+        hw = rec.hardware_seconds
         table.add_row(str(rec.index), rec.device, escape(rec.op),
                       ", ".join(_fmt_shape(s) for s in rec.in_shapes),
                       _fmt_shape(rec.out_shape),
                       "—" if rec.cycles is None else f"{'~' * rec.estimated}{rec.cycles:,}",
+                      "—" if hw is None else f"{hw * 1e6:,.2f}",
                       "—" if rec.macs is None else f"{rec.macs:,}",
                       ratio(rec.utilization, rec.estimated),
                       ratio(rec.gemm_busy, rec.estimated),
                       f"{rec.seconds * 1e3:.2f}")
-    cpu = sum(r.seconds for r in profile.layers if r.device == "cpu")
-    acc = sum(r.seconds for r in profile.layers if r.device == "accel")
-    total = profile.total_cycles
-    table.caption = (f"cpu {cpu * 1e3:.1f} ms, accelerator {acc * 1e3:.1f} ms"
-                     + (f" ({total:,} cycles{', estimated' * profile.estimated}, "
-                        f"utilization {profile.utilization:.2f})"
-                        if total is not None and profile.utilization is not None else "")
-                     + f", total {profile.seconds * 1e3:.1f} ms")
+    table.caption = _footer(profile)
     console.print(table)
     if cpu_convolutions:  # the table's CPU convolution rows, in the same order
         rows = [r.index for r in profile.layers
@@ -456,17 +532,27 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser(
         "run", help="run a .tfm or .onnx model on inputs from .npy files",
         formatter_class=fmt,
-        description="Run a model and print its outputs and a per-layer table (device, "
-        "op, shapes,\ncycles, utilization, time). An .onnx model is compiled in memory "
-        "first (int8,\ncalibrated on --calib or on the input itself).",
+        description="Run a model resident on --target and print its outputs and a "
+        "per-layer table\n(device, op, shapes, cycles from the device's counters, "
+        "hardware time at its\nclock, utilization, wall time; the one-time model load "
+        "apart). An .onnx model is\ncompiled in memory first (int8, calibrated on --calib "
+        "or on the input itself).",
         epilog="examples:\n  tensorfab run digits.tfm --input images.npy\n"
-        "  tensorfab run digits.onnx --input images.npy --target rtl --trace t.json")
+        "  tensorfab run digits.onnx --input images.npy --target rtl --trace t.json\n"
+        "  tensorfab run digits.tfm --input images.npy --target virtual --trace t.json\n"
+        "  tensorfab run digits.tfm --input images.npy --target tcp://127.0.0.1:9000 "
+        "--token TOKEN")
     r.add_argument("model", help="MODEL.tfm or MODEL.onnx")
     r.add_argument("--input", action="append", metavar="[NAME=]FILE.npy",
                    help="an input (NAME= may be left out for a model with one input)")
     r.add_argument("--target", default="fsim",
-                   help="executor of the accelerator layers: fsim (functional simulator) "
-                        "or rtl (Verilator, cycle-accurate) (default: %(default)s)")
+                   help="executor of the accelerator layers: fsim (functional simulator), "
+                        "rtl (Verilator, cycle-accurate), virtual or virtual://BOARD (a "
+                        "virtual board), serial://PORT or socket://HOST:PORT (a board), "
+                        "tcp://HOST:PORT (a device server) (default: %(default)s)")
+    r.add_argument("--token", metavar="TOKEN",
+                   help="token of a tcp://, tracker:// or socket:// target (default: "
+                        "$TENSORFAB_TOKEN)")
     r.add_argument("--config", metavar="CONFIG",
                    help="the device's HwConfig (a preset, a board config or a JSON file): "
                         "a .tfm must be compiled for it; an .onnx is compiled for it "

@@ -96,12 +96,26 @@ def test_timed_executor_cycles_and_network_trace(digits, tmp_path) -> None:
     assert {e["tid"] for e in network if e["cat"] == "cpu"} == {1}
     engines = [e for e in xs if e["pid"] == 2]
     assert len(engines) == 3 * len(accel)
-    for rec in accel:  # each program's engine slices lie inside its network slice
-        mine = [e for e in engines if e["args"]["layer"] == rec.index]
-        lo, hi = rec.start * 1e6, (rec.start + rec.seconds) * 1e6
-        assert all(lo - 1e-6 <= e["ts"] and e["ts"] + e["dur"] <= hi + 1e-3 for e in mine)
+    # the time axis is hardware time: nodes one after another, an accelerator program
+    # lasting its cycles at the config's clock (tiny: 24 MHz), a CPU operator its wall time
+    clock_mhz = 24.0
+    assert trace["otherData"]["clock_mhz"] == clock_mhz
+    ends = [e["ts"] + e["dur"] for e in network]
+    assert [e["ts"] for e in network] == pytest.approx([0.0, *ends[:-1]])
+    by_index = {e["args"]["index"]: e for e in network}
+    for rec in prof.layers:
+        want = rec.cycles / clock_mhz if rec.device == "accel" else rec.seconds * 1e6
+        assert by_index[rec.index]["dur"] == pytest.approx(want)
+    for rec in accel:  # each program's engine slices lie inside its network slice, at
+        mine = [e for e in engines if e["args"]["layer"] == rec.index]  # their cycles
+        assert rec.hardware_seconds == rec.cycles / (clock_mhz * 1e6)
+        lo = by_index[rec.index]["ts"]
+        hi = lo + by_index[rec.index]["dur"]
+        assert all(lo - 1e-6 <= e["ts"] and e["ts"] + e["dur"] <= hi + 1e-6 for e in mine)
         load = next(e for e in mine if e["name"] == "busy" and e["cat"] == "load")
         assert load["args"]["cycles"] == 4 * rec.cycles // 10  # the true cycles are kept
+        assert load["ts"] == pytest.approx(lo) and load["dur"] == pytest.approx(
+            load["args"]["cycles"] / clock_mhz)
     names = {e["args"]["name"] for e in trace["traceEvents"]
              if e["ph"] == "M" and e["name"] == "thread_name"}
     assert names == {"cpu", "accelerator", "load", "compute"}
@@ -123,5 +137,8 @@ def test_record_json() -> None:
     assert r.to_json() == {"index": 3, "op": "conv", "device": "accel",
                            "in_shapes": [[1, 2]], "out_shape": [1, 4], "seconds": 0.25,
                            "cycles": 100, "macs": 800, "utilization": 0.5,
-                           "gemm_macs": None, "estimated": False}
+                           "gemm_macs": None, "estimated": False, "clock_hz": None,
+                           "hardware_seconds": None}
+    r.clock_hz = 24e6
+    assert r.to_json()["hardware_seconds"] == 100 / 24e6
     assert Profile(None, [r], 1.0, "x").total_cycles == 100

@@ -340,7 +340,13 @@ def test_cli_sim_rtl_writes_trace_and_plot(tmp_path: Path, capsys) -> None:
                  "--plot", str(out_png)]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["device"] == "rtl" and summary["cycles"] > 0
-    assert json.loads(out_json.read_text())["traceEvents"]
+    trace = json.loads(out_json.read_text())
+    assert trace["otherData"]["clock_mhz"] == prog.config.clock_mhz  # hardware time:
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]   # µs at the clock
+    assert slices and all(
+        e["ts"] == pytest.approx(e["args"]["first_cycle"] / prog.config.clock_mhz)
+        and e["dur"] == pytest.approx(e["args"]["cycles"] / prog.config.clock_mhz)
+        for e in slices)
     assert out_png.read_bytes()[:4] == b"\x89PNG"
     assert main(["sim", str(src), "--target", "fsim", "--trace", str(out_json)]) == 2
 
