@@ -268,13 +268,14 @@ void tf_destroy(void* h) { delete H(h); }
 
 // Memory timing (see mem_model.h); returns 0, or -1 for an invalid setting.
 int tf_set_mem(void* h, uint32_t read_latency, uint32_t write_latency, uint32_t bandwidth,
-               uint32_t max_outstanding, uint32_t read_buffer) {
+               uint32_t max_outstanding, uint32_t read_buffer, uint32_t onchip) {
     tf::MemConfig c;
     c.read_latency = read_latency;
     c.write_latency = write_latency;
     c.bandwidth = bandwidth;
     c.max_outstanding = max_outstanding;
     c.read_buffer = read_buffer;
+    c.onchip = onchip;
     return H(h)->mem.configure(c) ? 0 : -1;
 }
 

@@ -18,6 +18,14 @@
 //   one read and one write beat per cycle, and only the head command moves data,
 //   so the model never exceeds one beat per cycle.
 //
+// With `onchip` set, the model is instead the SoC's on-chip memory
+// (hw/soc/memory.py, OnChipMemory) cycle for cycle, and the other fields are unused:
+// one command at a time (cmd.ready only when idle); a write takes its beats from the
+// cycle after its command; a read issues one RAM read a cycle from the cycle after its
+// command while its three-beat output queue has room (beats queued plus the one in the
+// RAM), a beat entering the queue the cycle after its read and offered from the next;
+// the next command is taken once the last read is issued.
+//
 // With `bandwidth >= bus bytes`, `write_latency == read_latency == L` and
 // `max_outstanding == 4`, this is exactly the cocotb model of tests/rtl/mem_model.py
 // with latency (L-1, L-1) and no random back-pressure.
@@ -39,6 +47,7 @@ struct MemConfig {
     uint32_t bandwidth = 8;         // bytes per cycle; >= bus bytes: one beat per cycle
     uint32_t max_outstanding = 16;  // accepted commands not yet complete
     uint32_t read_buffer = 8;       // read beats produced and not yet delivered
+    uint32_t onchip = 0;            // 1: the SoC's on-chip memory (see above)
 };
 
 // Indices of MemModel::stats (names in kStatNames, exported to Python).
@@ -90,6 +99,9 @@ class MemModel {
         pending_.clear();
         rhead_ = rcount_ = 0;
         credit_ = 0;
+        oc_state_ = OC_IDLE;
+        oc_queue_.clear();
+        oc_in_flight_ = oc_issue_ = false;
         cycle_ = 0;
         load_cur_ = 0;
         load_left_ = load_plan_.empty() ? 0 : load_plan_[0].first;
@@ -123,11 +135,20 @@ class MemModel {
     bool cmd_ready = false;
     bool wdata_ready = false;
     bool rdata_valid = false;
-    const uint8_t* rdata() const { return &rbuf_[rhead_ * bb_]; }
+    const uint8_t* rdata() const {
+        return cfg_.onchip ? oc_queue_.front().data() : &rbuf_[rhead_ * bb_];
+    }
 
     // Drive the outputs of the coming cycle (before the edge).
     inline void drive() {
         ++cycle_;
+        if (cfg_.onchip) {
+            cmd_ready = oc_state_ == OC_IDLE;
+            wdata_ready = oc_state_ == OC_WRITE;
+            rdata_valid = !oc_queue_.empty();
+            oc_issue_ = oc_state_ == OC_READ && oc_queue_.size() + oc_in_flight_ < kOcQueue;
+            return;
+        }
         if (limited_) {
             credit_ += cfg_.bandwidth;
             const int64_t cap = 4 * static_cast<int64_t>(bb_);
@@ -155,6 +176,10 @@ class MemModel {
     template <unsigned AOFF, unsigned AW, unsigned WOFF, unsigned LOFF, unsigned LW>
     inline bool commit(bool cmd_valid, uint64_t cmd_word, bool wdata_valid,
                        const uint8_t* wdata, bool rdata_ready) {
+        if (cfg_.onchip) {
+            return commit_onchip<AOFF, AW, WOFF, LOFF, LW>(cmd_valid, cmd_word, wdata_valid,
+                                                           wdata, rdata_ready);
+        }
         if (cmd_valid && cmd_ready) {
             MemCmd c;
             c.addr = (cmd_word >> AOFF) & mask(AW);
@@ -181,8 +206,14 @@ class MemModel {
     }
 
     // No command pending and no read beat waiting for delivery.
-    bool idle() const { return pending_.empty() && rcount_ == 0; }
-    size_t pending() const { return pending_.size(); }
+    bool idle() const {
+        if (cfg_.onchip) return oc_state_ == OC_IDLE && oc_queue_.empty() && !oc_in_flight_;
+        return pending_.empty() && rcount_ == 0;
+    }
+    size_t pending() const {
+        if (cfg_.onchip) return oc_state_ != OC_IDLE || !oc_queue_.empty() || oc_in_flight_;
+        return pending_.size();
+    }
     uint64_t cycle() const { return cycle_; }
 
     uint64_t stats[ST_COUNT] = {};
@@ -190,6 +221,50 @@ class MemModel {
 
   private:
     static constexpr uint64_t mask(unsigned w) { return w >= 64 ? ~0ULL : (1ULL << w) - 1; }
+
+    template <unsigned AOFF, unsigned AW, unsigned WOFF, unsigned LOFF, unsigned LW>
+    inline bool commit_onchip(bool cmd_valid, uint64_t cmd_word, bool wdata_valid,
+                              const uint8_t* wdata, bool rdata_ready) {
+        // the output queue: a beat taken leaves, the beat read last cycle enters
+        if (rdata_valid && rdata_ready) oc_queue_.pop_front();
+        if (oc_in_flight_) oc_queue_.push_back(oc_read_);
+        oc_in_flight_ = oc_issue_;
+        if (oc_issue_) {
+            const uint64_t addr = oc_addr_ * bb_;
+            oc_read_.assign(&data[addr], &data[addr] + bb_);
+            account_read(addr);
+        }
+        switch (oc_state_) {
+        case OC_IDLE:
+            if (cmd_valid) {
+                MemCmd c;
+                c.addr = (cmd_word >> AOFF) & mask(AW);
+                c.write = (cmd_word >> WOFF) & 1;
+                c.beats = static_cast<uint32_t>((cmd_word >> LOFF) & mask(LW)) + 1;
+                if (!check_range(c)) return false;
+                ++stats[c.write ? ST_WRITE_CMDS : ST_READ_CMDS];
+                oc_addr_ = c.addr / bb_;
+                oc_left_ = c.beats - 1;
+                oc_state_ = c.write ? OC_WRITE : OC_READ;
+            }
+            break;
+        case OC_WRITE:
+            if (wdata_valid) {
+                std::memcpy(&data[oc_addr_ * bb_], wdata, bb_);
+                stats[ST_BYTES_WRITTEN] += bb_;
+                ++oc_addr_;
+                if (oc_left_-- == 0) oc_state_ = OC_IDLE;
+            }
+            break;
+        case OC_READ:
+            if (oc_issue_) {
+                ++oc_addr_;
+                if (oc_left_-- == 0) oc_state_ = OC_IDLE;
+            }
+            break;
+        }
+        return true;
+    }
 
     inline bool take_credit() {
         if (!limited_) return true;
@@ -206,6 +281,11 @@ class MemModel {
         if (slot >= cfg_.read_buffer) slot -= cfg_.read_buffer;
         std::memcpy(&rbuf_[static_cast<size_t>(slot) * bb_], &data[addr], bb_);
         ++rcount_;
+        account_read(addr);
+    }
+
+    // Count a beat read at `addr` as fetch, load (by the load plan) or other bytes.
+    inline void account_read(uint64_t addr) {
         stats[ST_BYTES_READ] += bb_;
         if (addr >= insn_lo_ && addr < insn_hi_ && fetch_left_ > 0) {
             stats[ST_BYTES_FETCH] += bb_;
@@ -252,6 +332,15 @@ class MemModel {
     std::vector<std::pair<uint64_t, uint8_t>> load_plan_;
     size_t load_cur_ = 0;
     uint64_t load_left_ = 0;
+    // the on-chip memory (onchip)
+    enum OcState { OC_IDLE, OC_WRITE, OC_READ };
+    static constexpr size_t kOcQueue = 3;  // hw/soc/memory.py's _OUT_DEPTH
+    OcState oc_state_ = OC_IDLE;
+    uint64_t oc_addr_ = 0;  // in beats
+    uint32_t oc_left_ = 0;
+    bool oc_issue_ = false, oc_in_flight_ = false;
+    std::vector<uint8_t> oc_read_;
+    std::deque<std::vector<uint8_t>> oc_queue_;
 };
 
 }  // namespace tf

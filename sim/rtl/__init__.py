@@ -24,10 +24,11 @@ Modules: :mod:`.build` (Verilator build of the harness library, cached),
 
 from .device import RtlRunResult, RtlSimulator
 from .diagnosis import HangError
-from .harness import DEFAULT_MEMORY, Harness, HarnessError, MemoryTiming, RunStatus
+from .harness import DEFAULT_MEMORY, ONCHIP_MEMORY, Harness, HarnessError, MemoryTiming, RunStatus
 
 __all__ = [
     "DEFAULT_MEMORY",
+    "ONCHIP_MEMORY",
     "HangError",
     "Harness",
     "HarnessError",

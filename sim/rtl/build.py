@@ -99,7 +99,7 @@ REGISTERED_INPUTS: tuple[str, ...] = ("rst", "csr__addr", "csr__w_en", "csr__w_d
 #: Prefix of the Verilated classes.
 PREFIX = "Vcore"
 #: Version of the harness's C API (``tf_abi``); bump on any change of it.
-HARNESS_ABI = 2
+HARNESS_ABI = 3
 #: Verilator threads of the default build (``--threads``); 1 measured faster
 #: (docs/architecture.md, "RTL executor").
 DEFAULT_THREADS = 1

@@ -64,6 +64,10 @@ class MemoryTiming:
         Commands accepted and not yet complete; further commands wait.
     read_buffer : int
         Read beats the memory produces ahead of the core taking them.
+    onchip : bool
+        Model instead the SoC's on-chip memory (``hw/soc/memory.py``) cycle for cycle,
+        as a board and the virtual board have it (:data:`ONCHIP_MEMORY`); the other
+        fields are then unused.
     """
 
     read_latency: int = 20
@@ -71,9 +75,12 @@ class MemoryTiming:
     bandwidth: int = 8
     max_outstanding: int = 16
     read_buffer: int = 8
+    onchip: bool = False
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
+            if f.name == "onchip":
+                continue
             value = getattr(self, f.name)
             if not isinstance(value, int) or value < 1 or value >= 1 << 32:
                 raise UsageError(f"MemoryTiming.{f.name} = {value!r} must be an integer "
@@ -82,6 +89,9 @@ class MemoryTiming:
 
 #: The memory of :class:`RtlSimulator` unless told otherwise.
 DEFAULT_MEMORY = MemoryTiming()
+#: The SoC's on-chip memory: a run's cycles are then a board's
+#: (``RtlSimulator(ONCHIP_MEMORY)``).
+ONCHIP_MEMORY = MemoryTiming(read_latency=3, max_outstanding=1, read_buffer=3, onchip=True)
 
 
 # -------------------------------------------------------------------- the library
@@ -93,7 +103,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "tf_config_json": (ctypes.c_char_p, []),
     "tf_create": (ctypes.c_void_p, []),
     "tf_destroy": (None, [ctypes.c_void_p]),
-    "tf_set_mem": (ctypes.c_int, [ctypes.c_void_p] + [ctypes.c_uint32] * 5),
+    "tf_set_mem": (ctypes.c_int, [ctypes.c_void_p] + [ctypes.c_uint32] * 6),
     "tf_set_attribution": (None, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, _U64P,
                                   _U8P, ctypes.c_uint64]),
     "tf_load_dram": (None, [ctypes.c_void_p, _U8P, ctypes.c_uint64]),
@@ -200,7 +210,7 @@ class Harness:
         """Set the memory model's timing (also resets its state and statistics)."""
         m = memory
         if self._lib.tf_set_mem(self.handle, m.read_latency, m.write_latency, m.bandwidth,
-                                m.max_outstanding, m.read_buffer):
+                                m.max_outstanding, m.read_buffer, int(m.onchip)):
             raise UsageError(f"invalid memory timing {memory}")
         self.memory = memory
 
