@@ -13,6 +13,38 @@ from rich.table import Table
 __all__ = ["add_fpga_parser"]
 
 
+def _build_dir(path: str) -> Path:
+    """``-o``: a folder the build writes into (created), not an existing file.
+
+    Raises
+    ------
+    CliError
+        If ``path`` is an existing file.
+    """
+    from tensorfab.cli_output import CliError
+
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"-o {out}: a file exists there; name a folder for the build's "
+                       "files")
+    return out
+
+
+def _mhz(value: float | None, option: str) -> float | None:
+    """A clock option's value, None or positive.
+
+    Raises
+    ------
+    CliError
+        For zero or a negative value (names the option).
+    """
+    from tensorfab.cli_output import CliError
+
+    if value is not None and not value > 0:
+        raise CliError(f"{option} {value:g}: a clock in MHz must be positive")
+    return value
+
+
 def cmd_fpga(args: argparse.Namespace) -> int:
     if args.action == "build":
         return _build(args)
@@ -26,12 +58,12 @@ def _build(args: argparse.Namespace) -> int:
 
     board = get_board(args.board)
     config = args.config or board.config
-    out = Path(args.output or f"build/fpga/{board.name}-{Path(config).stem}")
+    out = _build_dir(args.output or f"build/fpga/{board.name}-{Path(config).stem}")
     try:
         report = build_bitstream(board.name, config, out, dsp=not args.no_dsp,
                                  allow_timing_failure=args.allow_timing_failure,
                                  seed=args.seed, router=args.router,
-                                 clock_mhz=args.clock_mhz)
+                                 clock_mhz=_mhz(args.clock_mhz, "--clock-mhz"))
     except TimingFailure as exc:
         Console(stderr=True).print(f"report: {out / 'report.json'}", highlight=False)
         raise exc
@@ -57,7 +89,7 @@ def _breakdown(args: argparse.Namespace) -> int:
 
     board = get_board(args.board)
     config = args.config or board.config
-    out = Path(args.output or f"build/fpga/{board.name}-{Path(config).stem}-breakdown")
+    out = _build_dir(args.output or f"build/fpga/{board.name}-{Path(config).stem}-breakdown")
     result = module_breakdown(board.name, config, out, dsp=not args.no_dsp,
                               flat=not args.no_flat)
     console = Console(stderr=args.json)
@@ -82,7 +114,7 @@ def _paths(args: argparse.Namespace) -> int:
     from tensorfab.fpga_builds.timing_paths import load_netlist, load_timing_report, timing_paths
 
     build = Path(args.build_dir)
-    target = args.target_mhz
+    target = _mhz(args.target_mhz, "--target-mhz")
     if target is None:
         report = build / "report.json"
         if not report.exists():

@@ -1,0 +1,42 @@
+"""Bad input to ``tensorfab fpga``: one line on stderr naming the culprit, exit 2, and
+nothing built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tensorfab.cli import main
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], *argv: str, words: tuple[str, ...]
+                   ) -> str:
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+def test_build_output_is_an_existing_file(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "cnn.onnx"
+    model.write_bytes(b"not a folder")
+    for action in ("build", "breakdown"):
+        one_line_error(capsys, "fpga", action, "--board", "ulx3s-25f", "-o", str(model),
+                       words=(str(model), "name a folder"))
+    assert model.read_bytes() == b"not a folder"
+
+
+@pytest.mark.parametrize("value", ["-1", "0"])
+def test_clocks_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 value: str) -> None:
+    one_line_error(capsys, "fpga", "paths", str(tmp_path), "--target-mhz", value,
+                   words=(f"--target-mhz {float(value):g}", "positive"))
+    one_line_error(capsys, "fpga", "build", "--board", "ulx3s-25f", "-o",
+                   str(tmp_path / "b"), "--clock-mhz", value,
+                   words=(f"--clock-mhz {float(value):g}", "positive"))
+    assert not (tmp_path / "b").exists()
