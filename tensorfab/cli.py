@@ -7,6 +7,7 @@ import argparse
 import functools
 import inspect
 import json
+import os
 import sys
 import zipfile
 from collections.abc import Callable, Sequence
@@ -439,9 +440,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensorfab`` console command."""
-    args = _parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        args = _parser().parse_args(argv)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
+    except BrokenPipeError:  # `tensorfab ... | head`: the reader has what it wanted
+        # Python's advice (signal module docs): the rest of stdout goes nowhere, so
+        # that the flush at exit raises nothing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except TensorfabError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False,
                           emoji=False)
