@@ -55,16 +55,6 @@ def _shapes(items: list[str] | None) -> dict[str, tuple[int | str, ...]]:
     return out
 
 
-def _is_model_file(path: Path) -> bool:
-    """Whether ``path`` is a ``.tfm`` file (what ``compile`` writes)."""
-    import zipfile
-
-    if not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as z:
-        return sorted(z.namelist()) == ["constants.npz", "graph.json"]
-
-
 def _is_npy(path: Path) -> bool:
     with path.open("rb") as f:
         return f.read(6) == b"\x93NUMPY"
@@ -136,10 +126,10 @@ def _compile(model: str, args: argparse.Namespace, config: Any,
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from tensorfab.runtime.artifact import save_model
+    from tensorfab.runtime.artifact import is_model_file, save_model
 
     # before the import and compilation (the command line's one output policy)
-    check_writable(Path(args.output), args.force, _is_model_file, suffixes=(".tfm",))
+    check_writable(Path(args.output), args.force, is_model_file, suffixes=(".tfm",))
     board = None
     if args.board is not None:
         from tensorfab.fpga_builds.boards import get_board

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -72,3 +73,16 @@ def test_errors_are_reported(files, capsys) -> None:
     assert main(["compile", str(files["onnx"]), "-o", str(files["dir"] / "x.tfm"),
                  "--shape", "image"]) == 2
     assert "expected NAME=D,D" in capsys.readouterr().err
+
+
+def test_compiling_again_replaces_the_tfm(files, capsys) -> None:
+    out = files["dir"] / "again.tfm"
+    args = ["compile", str(files["onnx"]), "-o", str(out), "--shape", "image=2,1,8,8"]
+    assert main(args) == 0
+    assert main(args) == 0, capsys.readouterr().err  # no --force for its own file
+    other = files["dir"] / "other.tfm"
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr("graph.json", json.dumps({"format": "something-else"}))
+    capsys.readouterr()
+    assert main([*args[:3], str(other), *args[4:]]) == 2
+    assert "pass --force" in capsys.readouterr().err
