@@ -10,6 +10,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from tensorfab.cli_output import CliError
+
 __all__ = ["add_fpga_parser"]
 
 
@@ -21,8 +23,6 @@ def _build_dir(path: str) -> Path:
     CliError
         If ``path`` is an existing file.
     """
-    from tensorfab.cli_output import CliError
-
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise CliError(f"-o {out}: a file exists there; name a folder for the build's "
@@ -38,8 +38,6 @@ def _mhz(value: float | None, option: str) -> float | None:
     CliError
         For zero or a negative value (names the option).
     """
-    from tensorfab.cli_output import CliError
-
     if value is not None and not value > 0:
         raise CliError(f"{option} {value:g}: a clock in MHz must be positive")
     return value
@@ -110,10 +108,12 @@ def _short(signal: str) -> str:
 
 
 def _paths(args: argparse.Namespace) -> int:
-    from tensorfab.cli_output import CliError
     from tensorfab.fpga_builds.timing_paths import load_netlist, load_timing_report, timing_paths
 
     build = Path(args.build_dir)
+    if not build.is_dir():
+        raise CliError(f"{build}: no such build folder (give the -o folder of "
+                       "`tensorfab fpga build`)")
     target = _mhz(args.target_mhz, "--target-mhz")
     if target is None:
         report = build / "report.json"

@@ -63,6 +63,8 @@ def _is_npy(path: Path) -> bool:
 def _load_array(path: str, what: str) -> Any:
     """A ``.npy`` array or ``.npz`` archive; errors name the file and the option."""
     p = Path(path)
+    if p.is_dir():
+        raise ModelCliError(f"{what} {path}: a folder; give a .npy file")
     if not p.is_file():
         raise ModelCliError(f"{what} {path}: no such file")
     try:
@@ -162,6 +164,9 @@ def _feeds(items: list[str] | None, names: list[str]) -> dict[str, np.ndarray]:
     feeds: dict[str, np.ndarray] = {}
     for item in items or []:
         name, sep, path = item.partition("=")
+        if sep and name not in names and not Path(item).exists():
+            raise ModelCliError(f"--input {item}: the model has no input {name!r}; its "
+                                f"inputs: {', '.join(names)}")
         if not sep or name not in names:  # a bare file (which may contain '=')
             if len(names) != 1:
                 raise ModelCliError(f"--input {item}: the model takes {len(names)} inputs "

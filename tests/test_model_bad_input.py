@@ -74,6 +74,14 @@ def test_input_files(files, capsys) -> None:
     junk.write_text("not numpy")
     assert main(["run", str(files["tfm"]), "--input", str(junk)]) == 2
     one_line_error(capsys, "junk.npy: not a NumPy .npy or .npz file")
+    assert main(["run", str(files["tfm"]), "--input", str(files["dir"])]) == 2
+    one_line_error(capsys, f"{files['dir']}: a folder; give a .npy file")
+    assert main(["run", str(files["tfm"]), "--input", f"wrong={files['images']}"]) == 2
+    one_line_error(capsys, "--input wrong=", "the model has no input 'wrong'",
+                   "its inputs: image")
+    assert main(["run", str(files["tfm"]), "--config", "nope", "--input",
+                 str(files["images"])]) == 2
+    one_line_error(capsys, "'nope'", "tiny", "ecp5-25f", "up5k", "JSON config file")
     assert main(["run", str(files["tfm"])]) == 2
     one_line_error(capsys, "inputs missing: ['image']", "pass --input FILE.npy")
     assert main(["run", str(files["tfm"]), "--input", str(files["images"]), "--input",

@@ -40,3 +40,9 @@ def test_clocks_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture[s
                    str(tmp_path / "b"), "--clock-mhz", value,
                    words=(f"--clock-mhz {float(value):g}", "positive"))
     assert not (tmp_path / "b").exists()
+
+
+def test_paths_of_a_missing_build_folder(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    one_line_error(capsys, "fpga", "paths", str(tmp_path / "nope"),
+                   words=(f"{tmp_path / 'nope'}: no such build folder",))
