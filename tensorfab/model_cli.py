@@ -268,22 +268,26 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 f"{args.config}")
     device = _device(args.target, bool(args.trace))
     n_accel = sum(n.op == "accel.program" for n in program.nodes)
-    with working(f"running {model.name} on {args.target}", quiet=quiet) as say:
-        now = [""]
+    title = f"{model.name} on {args.target}"
+    try:
+        with working(f"running {title}", quiet=quiet) as say:
+            now = [""]
 
-        def layer(index: int, count: int, op: str) -> None:
-            now[0] = f"running {model.name} on {args.target}: node {index + 1}/{count} ({op})"
-            say(now[0])
+            def layer(index: int, count: int, op: str) -> None:
+                now[0] = f"running {title}: node {index + 1}/{count} ({op})"
+                say(now[0])
 
-        if hasattr(device, "progress"):
-            device.progress = lambda cycles, _done: say(f"{now[0]}, cycle {cycles:,}")
-        profile = profile_program(program, feeds, device, progress=layer)
+            if hasattr(device, "progress"):
+                device.progress = lambda cycles, _done: say(f"{now[0]}, cycle {cycles:,}")
+            profile = profile_program(program, feeds, device, progress=layer)
+    except (TensorfabError, KeyboardInterrupt) as exc:
+        # a failed run's timeline is the one most worth looking at
+        stopped = getattr(exc, "profile", None)
+        if args.trace and stopped is not None:
+            _write_trace(stopped, args.trace, f"{title}: stopped")
+        raise
     if args.trace:
-        from tensorfab.runtime.network_trace import write_network_trace
-
-        write_network_trace(profile, args.trace, title=f"{model.name} on {args.target}")
-        if not quiet:
-            print(f"wrote {args.trace}", file=sys.stderr)
+        _write_trace(profile, args.trace, title, quiet)
     out = profile.output
     outs = list(out) if isinstance(out, tuple) else [out]
     if args.output:
@@ -305,6 +309,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                       else profile.memory_plan.size,
                       "seconds": round(profile.seconds, 4)}))
     return 0
+
+
+def _write_trace(profile: Any, path: str, title: str, quiet: bool = False) -> None:
+    """Write ``run --trace``: the network's timeline (of a run, or of one that
+    stopped)."""
+    from tensorfab.runtime.network_trace import write_network_trace
+
+    write_network_trace(profile, path, title=title)
+    if not quiet:
+        print(f"wrote {path} ({len(profile.layers)} layers)", file=sys.stderr)
 
 
 def _fmt_shape(shape: Any) -> str:
