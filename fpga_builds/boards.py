@@ -88,7 +88,8 @@ class Board:
     mem_bytes : int
         On-chip memory standing in for DRAM (on iCE40: the UP5K's SPRAM).
     config : str
-        The default configuration: the largest that fits (measured; docs/fpga.md).
+        The default configuration: the largest that fits (measured; docs/fpga.md), or,
+        on a board where none fits (``fits`` false), the smallest.
     loader_board : str
         openFPGALoader's ``-b`` name.
     dsp : str
@@ -99,6 +100,9 @@ class Board:
         The clock a build runs at by default (a PLL makes it from the board clock when
         they differ): the default config meets it, measured (docs/fpga.md). None:
         ``target_mhz``.
+    fits : bool
+        Whether the default config fits the device (measured): False where no config
+        fits yet.
     """
 
     name: str
@@ -111,6 +115,7 @@ class Board:
     dsp: str
     dfu_ids: tuple[int, int] | None = None
     clock_mhz: float | None = None
+    fits: bool = True
 
     @property
     def clock_in_mhz(self) -> float:
@@ -125,7 +130,7 @@ BOARDS: dict[str, Board] = {
         Board("ulx3s-25f", "ecp5", _without_loader(ULX3S_25F_Platform), 100.0, 16 * 1024,
               "ecp5-25f", "ulx3s", "MULT18X18D", clock_mhz=80.0),
         Board("icebreaker", "ice40", ICEBreakerPlatform, 12.0, 32 * 1024,
-              "up5k", "ice40_generic", "ICESTORM_DSP"),
+              "up5k", "ice40_generic", "ICESTORM_DSP", fits=False),
         Board("orangecrab-25f", "ecp5", _orangecrab_with_uart(OrangeCrabR0_2_25FPlatform),
               100.0, 16 * 1024, "ecp5-25f", "orangecrab", "MULT18X18D", ORANGECRAB_DFU_IDS,
               clock_mhz=80.0),

@@ -6,11 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from tensorfab.cli_output import CliError
+from tensorfab.fpga_builds.board_configs import board_config
+
+if TYPE_CHECKING:
+    from tensorfab.fpga_builds.boards import Board
 
 __all__ = ["add_fpga_parser"]
 
@@ -49,22 +54,41 @@ def cmd_fpga(args: argparse.Namespace) -> int:
     return _program(args)
 
 
+def _no_config_fits(board: Board) -> str:
+    """What a board where no config fits is (the start of a sentence)."""
+    cfg = board_config(board.config)
+    return (f"no config fits {board.name} ({board.platform().device}) yet: its smallest "
+            f"build, {cfg.name} ({cfg.batch}×{cfg.block_in}×{cfg.block_out})")
+
+
 def _build(args: argparse.Namespace) -> int:
     from tensorfab.fpga_builds.boards import get_board
-    from tensorfab.fpga_builds.errors import TimingFailure
+    from tensorfab.fpga_builds.errors import DoesNotFit, TimingFailure
     from tensorfab.fpga_builds.flow import build_bitstream
 
     board = get_board(args.board)
     config = args.config or board.config
     out = _build_dir(args.output or f"build/fpga/{board.name}-{Path(config).stem}")
+    clock_mhz = _mhz(args.clock_mhz, "--clock-mhz")
+    smallest = not board.fits and board_config(config) == board_config(board.config)
+    if not board.fits:
+        Console(stderr=True, soft_wrap=True).print(
+            f"note: {_no_config_fits(board)}, does not fit "
+            "(docs/fpga.md); building " + ("it to show what it needs" if smallest
+                                           else config), highlight=False)
     try:
         report = build_bitstream(board.name, config, out, dsp=not args.no_dsp,
                                  allow_timing_failure=args.allow_timing_failure,
-                                 seed=args.seed, router=args.router,
-                                 clock_mhz=_mhz(args.clock_mhz, "--clock-mhz"))
+                                 seed=args.seed, router=args.router, clock_mhz=clock_mhz)
     except TimingFailure as exc:
         Console(stderr=True).print(f"report: {out / 'report.json'}", highlight=False)
         raise exc
+    except DoesNotFit as exc:
+        if not smallest:
+            raise
+        # the board, not the one config: no build fits, and what the smallest needs
+        raise DoesNotFit(str(exc).replace("design", _no_config_fits(board) + ",", 1),
+                         exc.resource, exc.used, exc.available) from None
     if not args.json:
         table = Table(title=f"{board.name} {report['config']} ({report['seconds']} s)")
         table.add_column("resource")
