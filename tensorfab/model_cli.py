@@ -388,13 +388,35 @@ def _print_report(profile: Any, outs: list[np.ndarray], title: str,
             console.print(f"  argmax per item: {o.reshape(o.shape[0], -1).argmax(axis=1)[:16]}")
 
 
+def _onnx_text(fn: Any, values: bool) -> str:
+    """An imported model's text form; without ``values`` its large constants (the
+    weights) are ``meta[wK]``, listed first with their dtypes and shapes."""
+    from tensorfab.compiler.graph import astext
+    from tensorfab.compiler.graph.printer import INLINE_CONSTANT_LIMIT
+
+    if values:
+        return astext(fn)
+    names: dict[int, tuple[str, Any]] = {}
+
+    def ref(const: Any) -> str | None:
+        if const.data.size <= INLINE_CONSTANT_LIMIT:
+            return None
+        if id(const) not in names:
+            names[id(const)] = (f"w{len(names)}", const)
+        return names[id(const)][0]
+
+    text = astext(fn, ref)
+    listed = "".join(f"// meta[{name}]: {c.data.dtype} {_fmt_shape(c.data.shape)}\n"
+                     for name, c in names.values())
+    return listed + text
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if path.suffix == ".onnx":
         from tensorfab.compiler.frontend import from_onnx
-        from tensorfab.compiler.graph import astext
 
-        print(astext(from_onnx(path)), end="")
+        print(_onnx_text(from_onnx(path), args.values), end="")
         return 0
     from tensorfab.runtime.artifact import load_graph_text, load_model
     from tensorfab.runtime.memory_plan import plan_memory
@@ -491,6 +513,9 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     i = sub.add_parser("inspect", help="show an ONNX model's IR or a .tfm file's planned "
                        "graph, device-memory map and summary")
     i.add_argument("file", help="MODEL.onnx or MODEL.tfm")
+    i.add_argument("--values", action="store_true",
+                   help="for an .onnx: print the weights' values too (the text form "
+                        "complete), not only their dtypes and shapes")
     i.add_argument("--program", action="store_true",
                    help="for a .tfm: list the runtime program node by node instead of the "
                         "planned graph")

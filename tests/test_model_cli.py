@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -59,9 +60,16 @@ def test_compile_run_inspect(files, capsys, accel: str | None) -> None:
 
 
 def test_inspect_onnx_prints_the_text_form(files, capsys) -> None:
-    assert main(["inspect", str(files["onnx"])]) == 0
+    assert main(["inspect", str(files["onnx"]), "--values"]) == 0
     f = parse(capsys.readouterr().out)
     assert f.params[0].name == "image"
+
+
+def test_inspect_onnx_shows_the_weights_shapes_not_their_values(files, capsys) -> None:
+    assert main(["inspect", str(files["onnx"])]) == 0
+    text = capsys.readouterr().out
+    assert "// meta[w0]: float32 8×1×3×3\n" in text and "= meta[w0];" in text
+    assert not re.search(r'"[A-Za-z0-9+/=]{40,}"', text), "no base64 blobs"
 
 
 def test_errors_are_reported(files, capsys) -> None:
