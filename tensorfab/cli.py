@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tensorfab.cli_output import CliError, check_writable, working
+from tensorfab.cli_output import CliError, check_writable, print_result, working
 from tensorfab.fpga_builds.board_configs import board_config, board_config_names
 from tensorfab.isa import PRESETS, BinaryFormatError, Program, TensorfabError
 from tensorfab.isa.config import HwConfig
@@ -114,8 +114,28 @@ def cmd_config(args: argparse.Namespace) -> int:
     if not args.name:
         raise CliError("config show needs a preset name, a board config name or a JSON "
                        "file")
-    print(json.dumps(config_summary(board_config(args.name)), indent=2))
+    summary = config_summary(board_config(args.name))
+    # indented: the JSON is a config file (what --config reads)
+    print_result(summary, args.json, lambda: _print_config(summary), indent=2)
     return 0
+
+
+def _print_config(summary: dict) -> None:
+    """``config show``'s summary: the fields, then the derived values (``--json`` has
+    the instruction fields' widths too)."""
+    cfg, derived = summary["config"], summary["derived"]
+    width = max(map(len, cfg))
+    for key, value in cfg.items():
+        print(f"{key:{width}s}  {value}")
+    print(f"peak: {derived['peak_macs_per_cycle']} MACs/cycle; instructions "
+          f"{derived['insn_width']} bits, micro-ops {derived['uop_width']} bits")
+    print("buffers: " + ", ".join(f"{name} {size:,} B" for name, size
+                                  in derived["buffer_bytes"].items()))
+    print("entries: " + ", ".join(f"{name} {size} B" for name, size
+                                  in derived["entry_bytes"].items()))
+    print("instruction fields (bits):")
+    for op, fields in derived["field_widths"].items():
+        print(f"  {op:8s} " + ", ".join(f"{f} {w}" for f, w in fields.items()))
 
 
 def cmd_asm(args: argparse.Namespace) -> int:
@@ -241,12 +261,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if opt not in params:
                 raise CliError(f"benchmark {args.name!r} has no --{opt} option")
             kwargs[opt] = value
-    with _working(f"bench {args.name}: running (its JSON comes last)", quiet=args.json):
+    with _working(f"bench {args.name}: running", quiet=args.json):
         result = fn(**kwargs)
-    if not args.json:
+
+    def human() -> None:
+        width = max(map(len, result), default=0)
         for k, v in result.items():
-            print(f"{k:24s} {v}")
-    print(json.dumps(result))
+            print(f"{k:{width}s}  {v}")
+
+    print_result(result, args.json, human)
     return 0
 
 
@@ -340,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show one config or list the presets and board configs")
     c.add_argument("name", nargs="?",
                    help="preset, board config (ecp5-25f, ...) or JSON file (for show)")
+    c.add_argument("--json", action="store_true",
+                   help="show: the config and its derived values as one JSON object (a "
+                        "config file --config reads)")
     c.set_defaults(func=cmd_config)
 
     a = command("asm", "assemble FILE.s into a program binary",
@@ -381,13 +407,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plot", metavar="OUT.png", help="draw engine timelines as a PNG (rtl)")
     s.set_defaults(func=cmd_sim)
 
-    b = command("bench", "run a benchmark; the last line is its JSON",
+    b = command("bench", "run a benchmark and print its results",
                 "tensorfab bench fsim-gemm --json",
                 "tensorfab bench conv2d --target fsim --plot conv2d.png",
-                description="Run a benchmark; the last line it prints is one JSON "
-                "object.\n\n" + _bench_list())
+                description="Run a benchmark and print its results (--json: as one "
+                "JSON object).\n\n" + _bench_list())
     b.add_argument("name", metavar="NAME", help="benchmark (listed above)")
-    b.add_argument("--json", action="store_true", help="print only the JSON line")
+    b.add_argument("--json", action="store_true",
+                   help="print the results as one JSON object")
     b.add_argument("--target", help="executor of benchmarks that take one (conv2d: rtl, fsim)")
     b.add_argument("--plot", metavar="OUT.png",
                    help="PNG of benchmarks that draw one ('' for none; default under build/)")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from tensorfab.cli_output import CliError
+from tensorfab.cli_output import CliError, print_result
 from tensorfab.fpga_builds.board_configs import board_config
 
 if TYPE_CHECKING:
@@ -89,19 +89,21 @@ def _build(args: argparse.Namespace) -> int:
         # the board, not the one config: no build fits, and what the smallest needs
         raise DoesNotFit(str(exc).replace("design", _no_config_fits(board) + ",", 1),
                          exc.resource, exc.used, exc.available) from None
-    if not args.json:
+    def human() -> None:
+        console = Console()
         table = Table(title=f"{board.name} {report['config']} ({report['seconds']} s)")
         table.add_column("resource")
         table.add_column("used", justify="right")
         table.add_column("available", justify="right")
         for name, r in report["resources"].items():
             table.add_row(name, str(r["used"]), str(r["available"]))
-        Console(stderr=True).print(table)
+        console.print(table)
         for clk, v in report["clocks"].items():
-            Console(stderr=True).print(f"{clk}: {v['achieved_mhz']} MHz (target "
-                                       f"{v['target_mhz']} MHz)", highlight=False)
-        Console(stderr=True).print(f"bitstream: {report['bitstream']}", highlight=False)
-    print(json.dumps(report))
+            console.print(f"{clk}: {v['achieved_mhz']} MHz (target {v['target_mhz']} MHz)",
+                          highlight=False)
+        console.print(f"bitstream: {report['bitstream']}", highlight=False)
+
+    print_result(report, args.json, human)
     return 0
 
 
@@ -210,7 +212,8 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--router", choices=ROUTERS,
                    help="nextpnr's router (default: nextpnr's, router1; router2 finishes "
                    "congested large designs such as ulx3s-85f small)")
-    b.add_argument("--json", action="store_true", help="print only the report JSON")
+    b.add_argument("--json", action="store_true",
+                   help="print the report (report.json) as one JSON object")
     b.set_defaults(func=cmd_fpga)
     bd = fs.add_parser("breakdown", help="logic, flip-flops, DSP and block RAM of each "
                         "module (Yosys with the hierarchy kept)")

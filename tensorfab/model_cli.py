@@ -11,10 +11,14 @@
 * ``run MODEL.tfm|MODEL.onnx --input [NAME=]FILE.npy ... [--target fsim|rtl]
   [--trace T.json] [-o OUT.npy]``: run it (an ``.onnx`` is compiled in memory first),
   print the outputs' summary and a per-layer table (device, op, shapes, cycles,
-  utilization, time); ``--trace`` writes one Perfetto timeline of the whole network;
-  the last line printed is a JSON summary;
-* ``inspect FILE``: the IR text form of an ONNX model; for a ``.tfm``, its planned
-  program (one line per node, with its device) and a JSON summary last.
+  utilization, time); ``--trace`` writes one Perfetto timeline of the whole network
+  (of the run up to where it stopped, for a failed or interrupted one);
+* ``inspect FILE``: the IR text form of an ONNX model (its weights' dtypes and shapes;
+  ``--values`` for their values); for a ``.tfm``, its planned program (one line per
+  node, with its device), device-memory map and a summary.
+
+Each prints a summary for people, or with ``--json`` only the result as one JSON object
+(:func:`~tensorfab.cli_output.print_result`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensorfab.cli_output import check_writable, working
+from tensorfab.cli_output import check_writable, print_result, working
 from tensorfab.isa import TensorfabError
 
 if TYPE_CHECKING:
@@ -149,12 +153,25 @@ def cmd_compile(args: argparse.Namespace) -> int:
                                                        Path(args.model).name)}
     save_model(program, args.output, compiled.graph_text)
     ops = Counter(n.op for n in program.nodes)
-    print(json.dumps({"output": str(args.output), "nodes": len(program.nodes),
-                      "accel_programs": ops.get("accel.program", 0),
-                      "config": compiled.config.name if compiled.config else None,
-                      "int8": compiled.quantized,
-                      "ops": dict(sorted(ops.items())),
-                      "cpu_convolutions": list(compiled.cpu_convolutions), **fit}))
+    result = {"output": str(args.output), "nodes": len(program.nodes),
+              "accel_programs": ops.get("accel.program", 0),
+              "config": compiled.config.name if compiled.config else None,
+              "int8": compiled.quantized, "ops": dict(sorted(ops.items())),
+              "cpu_convolutions": list(compiled.cpu_convolutions), **fit}
+
+    def human() -> None:
+        where = (f"{result['accel_programs']} on the accelerator ({result['config']})"
+                 if result["accel_programs"] else "all on the CPU")
+        print(f"wrote {args.output}: {result['nodes']} nodes, {where}, "
+              + ("int8" if compiled.quantized else "float"))
+        print("ops: " + ", ".join(f"{op} {n}" for op, n in result["ops"].items()))
+        for line in result["cpu_convolutions"]:
+            print(f"on the CPU: {line}")
+        if fit:
+            print(f"device memory: {fit['device_memory_bytes']:,} bytes of board "
+                  f"{fit['board']}'s {fit['board_memory_bytes']:,}")
+
+    print_result(result, args.json, human)
     return 0
 
 
@@ -295,9 +312,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = [{"shape": list(o.shape), "dtype": str(o.dtype),
                 "argmax": o.reshape(o.shape[0], -1).argmax(axis=1).tolist()[:16]
                 if o.ndim >= 1 and o.size else None} for o in outs]
-    if not quiet:
-        _print_report(profile, outs, f"{model.name} on {args.target}", cpu_convs)
-    print(json.dumps({"outputs": summary, "target": args.target, "layers": len(profile.layers),
+    print_result({"outputs": summary, "target": args.target, "layers": len(profile.layers),
                       "accel_layers": n_accel, "total_cycles": profile.total_cycles,
                       "cycles_estimated": profile.estimated,
                       "accel_macs": profile.accel_macs,
@@ -307,7 +322,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                       else profile.host_traffic.total,
                       "device_memory_bytes": None if profile.memory_plan is None
                       else profile.memory_plan.size,
-                      "seconds": round(profile.seconds, 4)}))
+                      "seconds": round(profile.seconds, 4)}, quiet,
+                 lambda: _print_report(profile, outs, title, cpu_convs))
     return 0
 
 
@@ -411,12 +427,43 @@ def _onnx_text(fn: Any, values: bool) -> str:
     return listed + text
 
 
+def _onnx_summary(fn: Any) -> dict[str, Any]:
+    """``inspect MODEL.onnx --json``: the inputs and the weights (dtypes, shapes)."""
+    from tensorfab.compiler.graph.ir import Constant
+    from tensorfab.compiler.graph.printer import INLINE_CONSTANT_LIMIT
+
+    weights: dict[int, Any] = {}
+    stack, seen = [fn.body], set()
+    while stack:  # every constant of the graph, once
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Constant):
+            if node.data.size > INLINE_CONSTANT_LIMIT:
+                weights[id(node)] = node.data
+            continue
+        for name in ("args", "fields", "tuple_value", "value", "body"):
+            child = getattr(node, name, None)
+            stack.extend(child if isinstance(child, tuple | list) else
+                         [child] if child is not None else [])
+    return {"inputs": [{"name": p.name, "shape": list(p.type_annotation.shape),
+                        "dtype": p.type_annotation.dtype} for p in fn.params],
+            "weights": [{"dtype": str(w.dtype), "shape": list(w.shape)}
+                        for w in weights.values()],
+            "weight_bytes": int(sum(w.nbytes for w in weights.values()))}
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if path.suffix == ".onnx":
         from tensorfab.compiler.frontend import from_onnx
 
-        print(_onnx_text(from_onnx(path), args.values), end="")
+        fn = from_onnx(path)
+        if args.json:
+            print(json.dumps(_onnx_summary(fn)))
+        else:
+            print(_onnx_text(fn, args.values), end="")
         return 0
     from tensorfab.runtime.artifact import load_graph_text, load_model
     from tensorfab.runtime.memory_plan import plan_memory
@@ -424,10 +471,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     program = load_model(path)
     text = None if args.program else load_graph_text(path)
-    print(text if text is not None else program_text(program), end="")
     plan = plan_memory(program)
-    if plan is not None:
-        print(plan.text(), end="")
     info = {"inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype}
                        for i in program.inputs],
             "nodes": len(program.nodes),
@@ -437,7 +481,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                                       for c in program.constants.values())),
             "device_memory_bytes": plan.size if plan is not None else None,
             "listing": "graph" if text is not None else "program"}
-    print(json.dumps(info))
+
+    def human() -> None:
+        print(text if text is not None else program_text(program), end="")
+        if plan is not None:
+            print(plan.text(), end="")
+        print("inputs: " + ", ".join(f"{i['name']} {_fmt_shape(i['shape'])} {i['dtype']}"
+                                     for i in info["inputs"]))
+        print(f"nodes: {info['nodes']} (" + ", ".join(f"{op} {n}" for op, n
+                                                     in info["ops"].items()) + ")")
+        print(f"constants: {info['constant_bytes']:,} bytes; accelerator: "
+              + (", ".join(info["configs"]) or "none")
+              + ("" if plan is None else f", {plan.size:,} bytes of device memory"))
+
+    print_result(info, args.json, human)
     return 0
 
 
@@ -483,6 +540,9 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
                    help="fix an input's shape (needed for symbolic dims with --config)")
     c.add_argument("--force", action="store_true",
                    help="overwrite an existing output that is not a .tfm file")
+    c.add_argument("--json", action="store_true",
+                   help="print the result as one JSON object (what was written, nodes, "
+                        "ops, config, CPU convolutions, board fit)")
     c.set_defaults(func=cmd_compile)
     r = sub.add_parser(
         "run", help="run a .tfm or .onnx model on inputs from .npy files",
@@ -505,7 +565,8 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--trace", metavar="OUT.json",
                    help="write one Perfetto/Chrome timeline of the whole network")
     r.add_argument("-o", "--output", help="save the (first) output as .npy")
-    r.add_argument("--json", action="store_true", help="print only the JSON summary")
+    r.add_argument("--json", action="store_true",
+                   help="print the result as one JSON object instead of the tables")
     _quantization_options(r)
     r.add_argument("--force", action="store_true",
                    help="overwrite existing outputs tensorfab did not write")
@@ -519,6 +580,9 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--program", action="store_true",
                    help="for a .tfm: list the runtime program node by node instead of the "
                         "planned graph")
+    i.add_argument("--json", action="store_true",
+                   help="print a summary as one JSON object (inputs, ops, configs, bytes; "
+                        "for an .onnx: inputs and weights) instead of the listing")
     i.set_defaults(func=cmd_inspect)
 
 

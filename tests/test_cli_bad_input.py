@@ -183,9 +183,9 @@ def test_file_names_are_not_markup(tmp_path, capsys):
 
 
 def test_config_show_output_is_a_config(tmp_path, capsys):
-    code, out, _ = run(capsys, "config", "show", "tiny")
+    code, out, _ = run(capsys, "config", "show", "tiny", "--json")
     (tmp_path / "t.json").write_text(out)
-    code, out2, err = run(capsys, "config", "show", tmp_path / "t.json")
+    code, out2, err = run(capsys, "config", "show", tmp_path / "t.json", "--json")
     assert code == 0, err
     assert json.loads(out2) == json.loads(out)
 

@@ -38,12 +38,12 @@ def test_compile_run_inspect(files, capsys, accel: str | None) -> None:
     args = ["compile", str(files["onnx"]), "-o", str(out), "--shape", "image=16,1,8,8"]
     if accel:
         args += ["--int8", str(files["calib"]), "--accel", accel]
-    assert main(args) == 0
+    assert main([*args, "--json"]) == 0
     compiled = last_json(capsys)
     assert compiled["accel_programs"] == (3 if accel else 0)  # 2 convolutions, the dense
     result = files["dir"] / "out.npy"
     assert main(["run", str(out), "--input", f"image={files['images']}", "-o",
-                 str(result)]) == 0
+                 str(result), "--json"]) == 0
     summary = last_json(capsys)
     logits = np.load(result)
     assert summary["outputs"][0]["shape"] == [16, 10]
@@ -51,7 +51,8 @@ def test_compile_run_inspect(files, capsys, accel: str | None) -> None:
     assert (logits.argmax(axis=1) == np.load(files["labels"])).mean() >= 0.85
     assert main(["inspect", str(out)]) == 0
     text = capsys.readouterr().out
-    info = json.loads(text.strip().splitlines()[-1])
+    assert main(["inspect", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
     assert info["inputs"] == [{"name": "image", "shape": [16, 1, 8, 8], "dtype": "float32"}]
     assert ("accel.program" in info["ops"]) == bool(accel)
     # the device-memory map of the accelerator programs (None when all on the CPU)
