@@ -66,7 +66,7 @@ def check_bitstream(board_name: str, bitstream: str | Path) -> None:
         raise FpgaBuildError(f"{bitstream}: no such bitstream")
     with path.open("rb") as f:
         found = bitstream_device(f.read(_HEAD_BYTES))
-    device = board.platform().device
+    device = board.device
     want = "iCE40" if board.family == "ice40" else device
     build = f"`tensorfab fpga build --board {board.name}`"
     if found is None:

@@ -57,7 +57,7 @@ def cmd_fpga(args: argparse.Namespace) -> int:
 def _no_config_fits(board: Board) -> str:
     """What a board where no config fits is (the start of a sentence)."""
     cfg = board_config(board.config)
-    return (f"no config fits {board.name} ({board.platform().device}) yet: its smallest "
+    return (f"no config fits {board.name} ({board.device}) yet: its smallest "
             f"build, {cfg.name} ({cfg.batch}×{cfg.block_in}×{cfg.block_out})")
 
 
@@ -91,20 +91,35 @@ def _build(args: argparse.Namespace) -> int:
                          exc.resource, exc.used, exc.available) from None
     def human() -> None:
         console = Console()
-        table = Table(title=f"{board.name} {report['config']} ({report['seconds']} s)")
-        table.add_column("resource")
-        table.add_column("used", justify="right")
-        table.add_column("available", justify="right")
-        for name, r in report["resources"].items():
-            table.add_row(name, str(r["used"]), str(r["available"]))
-        console.print(table)
-        for clk, v in report["clocks"].items():
-            console.print(f"{clk}: {v['achieved_mhz']} MHz (target {v['target_mhz']} MHz)",
-                          highlight=False)
+        console.print(resource_table(report))
+        console.print(timing_line(report), highlight=False)
         console.print(f"bitstream: {report['bitstream']}", highlight=False)
 
     print_result(report, args.json, human)
     return 0
+
+
+def resource_table(report: dict) -> Table:
+    """``fpga build``'s table of a report: used, available and % of each resource the
+    design uses, most used first."""
+    table = Table(title=f"{report['board']} {report['config']} ({report['seconds']:.0f} s)")
+    for col, justify in (("resource", "left"), ("used", "right"), ("available", "right"),
+                         ("%", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    used = [(name, r) for name, r in report["resources"].items() if r["used"]]
+    for name, r in sorted(used, key=lambda item: -item[1]["used"] / item[1]["available"]):
+        table.add_row(name, f"{r['used']:,}", f"{r['available']:,}",
+                      f"{100 * r['used'] / r['available']:.0f}")
+    return table
+
+
+def timing_line(report: dict) -> str:
+    """``timing met at N MHz (target M)``, or how far it missed (the slowest clock)."""
+    fmax, target = report["fmax_mhz"], report["target_mhz"]
+    if report["timing_met"]:
+        return f"timing met at {fmax:g} MHz (target {target:g})"
+    return (f"timing missed: {fmax:g} MHz, target {target:g} (rebuild with --clock-mhz "
+            f"{int(fmax)} or less; `tensorfab fpga paths` lists the slow paths)")
 
 
 def _breakdown(args: argparse.Namespace) -> int:
