@@ -18,7 +18,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tensorfab.cli_output import CliError, check_writable, print_result, working
+from tensorfab.cli_output import (
+    CliError,
+    HelpFormatter,
+    check_writable,
+    examples,
+    print_result,
+    working,
+)
 from tensorfab.fpga_builds.board_configs import board_config, board_config_names
 from tensorfab.isa import PRESETS, BinaryFormatError, Program, TensorfabError
 from tensorfab.isa.config import HwConfig
@@ -304,14 +311,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- parser
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Help text as written (examples keep their lines)."""
-
-
-def _examples(*lines: str) -> str:
-    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
-
-
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -342,18 +341,18 @@ for a command's options and examples."""
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``tensorfab``."""
     p = argparse.ArgumentParser(
-        prog="tensorfab", description=DESCRIPTION, formatter_class=_Formatter,
-        epilog=_examples("tensorfab config list", "tensorfab demo",
+        prog="tensorfab", description=DESCRIPTION, formatter_class=HelpFormatter,
+        epilog=examples("tensorfab config list", "tensorfab demo",
                          "tensorfab sim prog.s --target rtl --trace t.json --plot t.png",
                          "tensorfab bench conv2d --target rtl --json"))
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, *examples: str, description: str | None = None
+    def command(name: str, help: str, *lines: str, description: str | None = None
                 ) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=description or help,
-                              epilog=_examples(*examples) if examples else None,
-                              formatter_class=_Formatter)
+                              epilog=examples(*lines) if lines else None,
+                              formatter_class=HelpFormatter)
 
     c = command("config", "list the hardware presets and board configs or show one with "
                 "derived values",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from tensorfab.cli_output import CliError, print_result
+from tensorfab.cli_output import CliError, HelpFormatter, examples, print_result
 from tensorfab.fpga_builds.board_configs import board_config
 
 if TYPE_CHECKING:
@@ -204,15 +204,52 @@ def _program(args: argparse.Namespace) -> int:
     return 0
 
 
+def _board_list() -> str:
+    """The boards, their parts, default configs and clocks (for ``--help``)."""
+    from tensorfab.fpga_builds.boards import BOARDS
+
+    width = max(map(len, BOARDS))
+    rows = [f"  {b.name:{width}s}  {b.device}-{b.platform().package}, config {b.config}"
+            + (f", {b.clock_mhz or b.target_mhz:g} MHz" if b.fits else " (does not fit)")
+            for b in BOARDS.values()]
+    return "boards (--board):\n" + "\n".join(rows)
+
+
 def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``fpga`` subcommand to the ``tensorfab`` parser."""
     from tensorfab.fpga_builds.boards import BOARDS
     from tensorfab.fpga_builds.flow import ROUTERS
 
-    f = sub.add_parser("fpga", help="build a bitstream (Yosys/nextpnr) or program a board")
-    fs = f.add_subparsers(dest="action", required=True)
-    b = fs.add_parser("build", help="bitstream and JSON report for a board and config")
-    b.add_argument("--board", required=True, choices=list(BOARDS))
+    boards = _board_list()
+
+    def command(parent: argparse._SubParsersAction, name: str, help: str, description: str,
+                *lines: str) -> argparse.ArgumentParser:
+        return parent.add_parser(name, help=help, description=description,
+                                 epilog=examples(*lines), formatter_class=HelpFormatter)
+
+    def board_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--board", required=True, choices=list(BOARDS), metavar="BOARD",
+                       help="the board (listed above)")
+
+    f = command(sub, "fpga", "build a bitstream (Yosys/nextpnr) or program a board",
+                "Build a bitstream of the SoC for a board with the open tools (YoWASP's "
+                "Yosys and nextpnr,\nno install needed), see where its logic goes and "
+                "which paths miss the clock, and\nload it with openFPGALoader. "
+                "docs/fpga.md has the results per board.\n\n" + boards,
+                "tensorfab fpga build --board ulx3s-25f",
+                "tensorfab fpga program --board ulx3s-25f build/fpga/ulx3s-25f-ecp5-25f/top.bit",
+                "tensorfab fpga breakdown --board ulx3s-25f --top 15",
+                "tensorfab fpga paths build/fpga/ulx3s-25f-ecp5-25f --target-mhz 100")
+    fs = f.add_subparsers(dest="action", required=True, metavar="ACTION")
+    b = command(fs, "build", "bitstream and JSON report for a board and config",
+                "Build the bitstream of a board's SoC with a config (default: the board's) "
+                "into a folder:\nthe bitstream, build.log (all tool output), report.json "
+                "(resources, clocks). Prints\nthe resources used and whether timing is "
+                "met. Takes minutes.\n\n" + boards,
+                "tensorfab fpga build --board ulx3s-25f",
+                "tensorfab fpga build --board ulx3s-85f --config tiny -o build/u85",
+                "tensorfab fpga build --board ulx3s-25f --clock-mhz 60 --json")
+    board_option(b)
     b.add_argument("--config", help="preset, board config or JSON file (default: the "
                    "board's largest fitting config)")
     b.add_argument("-o", "--output", help="build directory (default build/fpga/BOARD-CONFIG)")
@@ -230,9 +267,14 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--json", action="store_true",
                    help="print the report (report.json) as one JSON object")
     b.set_defaults(func=cmd_fpga)
-    bd = fs.add_parser("breakdown", help="logic, flip-flops, DSP and block RAM of each "
-                        "module (Yosys with the hierarchy kept)")
-    bd.add_argument("--board", required=True, choices=list(BOARDS))
+    bd = command(fs, "breakdown", "logic, flip-flops, DSP and block RAM of each module "
+                 "(Yosys with the hierarchy kept)",
+                 "Synthesize the SoC with its hierarchy kept and show what each module "
+                 "takes (logic,\nflip-flops, carry, DSP, block RAM), beside what the "
+                 "board has. Takes a minute or two.\n\n" + boards,
+                 "tensorfab fpga breakdown --board ulx3s-25f --top 15",
+                 "tensorfab fpga breakdown --board icebreaker --json > up5k.json")
+    board_option(bd)
     bd.add_argument("--config", help="preset, board config (fpga_builds/configs) or JSON "
                     "file (default: the board's)")
     bd.add_argument("-o", "--output",
@@ -245,8 +287,15 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     bd.add_argument("--json", action="store_true", help="the table on stderr, the result "
                     "as one JSON object on stdout")
     bd.set_defaults(func=_breakdown)
-    tp = fs.add_parser("paths", help="every path that misses the clock, grouped by the "
-                        "registers it starts and ends at (from a build's nextpnr report)")
+    tp = command(fs, "paths", "every path that misses the clock, grouped by the "
+                 "registers it starts and ends at (from a build's nextpnr report)",
+                 "List the register-to-register paths of a build that miss a clock (the "
+                 "build's target,\nor --target-mhz), grouped by the registers they start "
+                 "and end at, worst first,\nwith the modules they end in. Reads the "
+                 "build folder; builds nothing.",
+                 "tensorfab fpga paths build/fpga/ulx3s-25f-ecp5-25f",
+                 "tensorfab fpga paths build/fpga/ulx3s-25f-ecp5-25f --target-mhz 100 "
+                 "--top 40 --json")
     tp.add_argument("build_dir", help="a `tensorfab fpga build` output directory")
     tp.add_argument("--target-mhz", type=float, metavar="MHZ",
                     help="check against this clock (default: the build's target)")
@@ -255,9 +304,17 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--json", action="store_true", help="the tables on stderr, the result "
                     "as one JSON object on stdout")
     tp.set_defaults(func=_paths)
-    p = fs.add_parser("program", help="load a bitstream with openFPGALoader")
-    p.add_argument("--board", required=True, choices=list(BOARDS))
-    p.add_argument("bitstream")
+    p = command(fs, "program", "load a bitstream with openFPGALoader",
+                "Load a bitstream onto a board (SRAM, or --flash) with openFPGALoader, "
+                "after checking\nthat it is a bitstream of the board's device. The "
+                "OrangeCrab takes it through its\nDFU bootloader.\n\n" + boards,
+                "tensorfab fpga program --board ulx3s-25f build/fpga/ulx3s-25f-ecp5-25f/top.bit",
+                "tensorfab fpga program --board ulx3s-25f top.bit --flash",
+                "tensorfab fpga program --board icebreaker top.bin --dry-run")
+    board_option(p)
+    p.add_argument("bitstream", help="the top.bit (ECP5) or top.bin (iCE40) of "
+                   "`tensorfab fpga build`")
     p.add_argument("--flash", action="store_true", help="write the SPI flash, not SRAM")
-    p.add_argument("--dry-run", action="store_true", help="print the command only")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the bitstream and print the command only")
     p.set_defaults(func=cmd_fpga)

@@ -1,11 +1,12 @@
 """Where the command line may write: one overwrite policy for every output file, the
-command line's usage error, how a result is printed (JSON or a summary), and the
-progress display of long work. Shared by the
+command line's usage error, how a result is printed (JSON or a summary), the help
+text's form, and the progress display of long work. Shared by the
 command modules (``cli``, ``model_cli``, ``cli_fpga``), which import it and not each
 other."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -17,13 +18,23 @@ from rich.markup import escape
 
 from tensorfab.isa import TensorfabError
 
-__all__ = ["CliError", "check_writable", "print_result", "working"]
+__all__ = ["CliError", "HelpFormatter", "check_writable", "examples", "print_result",
+           "working"]
 
 _err_console = Console(stderr=True, soft_wrap=True)
 
 
 class CliError(TensorfabError):
     """A usage error of the command line (bad path, refusing to overwrite...)."""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help text as written (examples keep their lines): every command's formatter."""
+
+
+def examples(*lines: str) -> str:
+    """A command's ``--help`` epilog: its example command lines."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def check_writable(out: Path, force: bool, ours: Callable[[Path], bool], *,

@@ -46,3 +46,20 @@ def test_paths_of_a_missing_build_folder(tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     one_line_error(capsys, "fpga", "paths", str(tmp_path / "nope"),
                    words=(f"{tmp_path / 'nope'}: no such build folder",))
+
+
+@pytest.mark.parametrize("argv", [["fpga"], ["fpga", "build"], ["fpga", "program"],
+                                  ["fpga", "breakdown"], ["fpga", "paths"]])
+def test_help_has_a_description_examples_and_the_boards(
+        capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    from tensorfab.fpga_builds.boards import BOARDS
+
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    _usage, description, *_ = text.split("\n\n")
+    assert description.strip() and "\nexamples:\n  tensorfab " + " ".join(argv) in text
+    if argv != ["fpga", "paths"]:  # the commands that take --board
+        for board in BOARDS.values():
+            assert f"  {board.name} " in text and f" {board.device}-" in text, board.name
