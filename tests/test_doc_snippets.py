@@ -77,8 +77,21 @@ def test_readme_program_computes_a_times_w_transposed() -> None:
     want = np.einsum("rki,nkoi->rno", a, w)
     got = FunctionalSimulator().run(prog).outputs["C"]
     np.testing.assert_array_equal(got, want.astype(np.int8))
-    assert "C = [[27 2 3 4], [-1 0 1 0]]" in (ROOT / "README.md").read_text()
     assert got.reshape(2, 4).tolist() == [[27, 2, 3, 4], [-1, 0, 1, 0]]
+
+
+def test_readme_shows_what_sim_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                      ) -> None:
+    """`tensorfab sim prog.s` on the README's program prints the output the README
+    shows (the text block after the program's description)."""
+    from tensorfab.cli import main
+
+    text = next(t for w, t in ASM if w.startswith("README.md"))
+    shown = next(body for lang, _, body in fenced_blocks(ROOT / "README.md")
+                 if lang == "text" and body.startswith("C int8"))
+    (tmp_path / "prog.s").write_text(text)
+    assert main(["sim", str(tmp_path / "prog.s")]) == 0
+    assert shown in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("where", "line"), SHELL_LINES, ids=[w for w, _ in SHELL_LINES])

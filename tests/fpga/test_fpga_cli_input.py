@@ -63,3 +63,20 @@ def test_help_has_a_description_examples_and_the_boards(
     if argv != ["fpga", "paths"]:  # the commands that take --board
         for board in BOARDS.values():
             assert f"  {board.name} " in text and f" {board.device}-" in text, board.name
+
+
+def test_fpga_md_states_the_boards_default_clocks() -> None:
+    """docs/fpga.md's board table has each board's default clock (boards.py's)."""
+    import re
+
+    from tensorfab.fpga_builds.boards import BOARDS
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "fpga.md").read_text()
+    for board in BOARDS.values():
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{board.name}`"))
+        mhz = board.clock_mhz or board.target_mhz
+        assert re.search(rf"\b{mhz:g} MHz\b", row), (board.name, mhz, row)
+        # a sentence naming a board's default clock names this one
+        for m in re.finditer(rf"(\d+) MHz, the {board.name} default", text):
+            assert float(m[1]) == mhz, m[0]
+    assert "60 MHz, the board's default" not in text
