@@ -304,6 +304,21 @@ def cmd_hw(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_samples(args: argparse.Namespace) -> int:
+    from tensorfab.models.digits_cnn import sample_files
+
+    folder = Path(args.folder)
+    files = sample_files()
+    for name, data in files.items():  # all checked before any is written
+        check_writable(folder / name, args.force,
+                       lambda p, data=data: p.read_bytes() == data)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    print(f"wrote {', '.join(files)} in {folder}: the digits CNN (input image, "
+          "N×1×8×8 float32), 256 calibration images, 16 test images")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from tensorfab.demo import run_demo
 
@@ -435,6 +450,17 @@ def build_parser() -> argparse.ArgumentParser:
     m = command("demo", "assemble and run the example GEMM+requantization program",
                 "tensorfab demo")
     m.set_defaults(func=cmd_demo)
+
+    sm = command("samples", "write a small ONNX model and inputs to try the model "
+                 "commands on", "tensorfab samples", "tensorfab samples try/",
+                 description="Write the files the documentation's model commands use: "
+                 "digits.onnx (a small CNN,\ninput image, N×1×8×8 float32), calib.npy "
+                 "and calib.npz (256 calibration images),\nimages.npy (16 test images).")
+    sm.add_argument("folder", nargs="?", default=".",
+                    help="where to write them (an existing folder; default: here)")
+    sm.add_argument("--force", action="store_true",
+                    help="overwrite existing files of these names")
+    sm.set_defaults(func=cmd_samples)
 
     from .model_cli import add_model_commands
     add_model_commands(sub)

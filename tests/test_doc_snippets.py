@@ -3,8 +3,9 @@
 Fenced ```` ```asm ```` blocks are complete programs: each is assembled and run on the
 functional simulator. Fenced ```` ```sh ```` (``shell``, ``console``, ``bash``) blocks:
 each ``tensorfab ...`` line parses with the command's own argument parser and names
-benchmarks, executors and presets that exist. Fragments of assembly belong in plain
-```` ``` ```` or ```` ```text ```` blocks.
+benchmarks, executors and presets that exist; a block that starts with ``tensorfab
+samples`` is a session run as written, line after line, in an empty folder.
+Fragments of assembly belong in plain ```` ``` ```` or ```` ```text ```` blocks.
 """
 
 from __future__ import annotations
@@ -113,3 +114,28 @@ def test_shell_snippet_parses_with_the_cli(where: str, line: str) -> None:
             f"{where}: no preset or board config {args.config!r}"
     if getattr(args, "board", None):
         assert args.board in BOARDS, f"{where}: no board {args.board!r}"
+
+
+SESSIONS = [(where, [line for line in body.splitlines() if line.strip()])
+            for where, body in _snippets(SHELLS)
+            if body.lstrip().startswith("tensorfab samples")]
+
+
+def test_the_docs_have_sessions() -> None:
+    assert {w.split(":")[0] for w, _ in SESSIONS} >= {"docs/graph.md",
+                                                      "docs/quantization.md"}
+
+
+@pytest.mark.parametrize(("where", "lines"), SESSIONS, ids=[w for w, _ in SESSIONS])
+def test_shell_session_runs_as_written(where: str, lines: list[str], tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Every command of the session, in order, in a fresh folder: exit status 0."""
+    from tensorfab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        argv = shlex.split(line, comments=True)
+        assert argv[0] == "tensorfab", f"{where}: {line}"
+        code = main(argv[1:])
+        assert code == 0, f"{where}: `{line}` exit {code}: {capsys.readouterr().err}"
