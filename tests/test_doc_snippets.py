@@ -139,3 +139,30 @@ def test_shell_session_runs_as_written(where: str, lines: list[str], tmp_path: P
         assert argv[0] == "tensorfab", f"{where}: {line}"
         code = main(argv[1:])
         assert code == 0, f"{where}: `{line}` exit {code}: {capsys.readouterr().err}"
+
+
+#: Pages that describe what is, for users: how figures were reached belongs to the
+#: commit messages.
+CURRENT_PAGES = ["docs/fpga.md", "docs/architecture.md", "docs/graph.md",
+                 "docs/model-benchmarks.md", "README.md"]
+_HISTORY = re.compile(
+    r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|"
+    r"twelfth|this|that|one|the same)\s+session\b|(?<!Yosys )\bissues? #?\d+|"
+    r"\ban earlier measurement\b|DESIGN\.md|\b20\d\d-\d\d-\d\d\b", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("page", CURRENT_PAGES)
+def test_pages_describe_what_is(page: str) -> None:
+    text = (ROOT / page).read_text()
+    found = [(text.count("\n", 0, m.start()) + 1, m[0]) for m in _HISTORY.finditer(text)]
+    assert not found, f"{page}: history (line, words): {found}"
+
+
+def test_fpga_md_has_one_results_table_with_every_board() -> None:
+    text = (ROOT / "docs" / "fpga.md").read_text()
+    tables = [line for line in text.splitlines()
+              if line.startswith("| board | config |")]
+    assert len(tables) == 1, tables
+    for board in BOARDS.values():
+        assert re.search(rf"^\| {board.name} \| {board.config}\b", text, re.MULTILINE), \
+            board.name
