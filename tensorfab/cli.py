@@ -150,10 +150,14 @@ def cmd_asm(args: argparse.Namespace) -> int:
     check_writable(out, args.force, _is_program_binary)
     prog = load_program(args.file, args.config)
     out.write_bytes(prog.to_bytes())
-    counts = prog.count_by_opcode()
-    print(f"{out}: {len(prog.insns)} instructions ({', '.join(f'{v} {k}' for k, v in counts.items() if v)}), "  # noqa: E501
-          f"{len(prog.uops)} micro-ops, {len(prog.segments)} segments, "
-          f"config {prog.config.name}")
+    counts = {k: v for k, v in prog.count_by_opcode().items() if v}
+    result = {"output": str(out), "instructions": len(prog.insns), "by_opcode": counts,
+              "micro_ops": len(prog.uops), "segments": len(prog.segments),
+              "config": prog.config.name}
+    print_result(result, args.json, lambda: print(
+        f"{out}: {len(prog.insns)} instructions ("
+        + ", ".join(f"{v} {k}" for k, v in counts.items()) + f"), {len(prog.uops)} "
+        f"micro-ops, {len(prog.segments)} segments, config {prog.config.name}"))
     return 0
 
 
@@ -294,13 +298,21 @@ def cmd_hw(args: argparse.Namespace) -> int:
             say(f"linting the {cfg.name} core (verilator --lint-only -Wall)")
             problems = lint(text, CORE_TOP, CORE_LINT_WAIVERS)
     if args.action == "lint":
-        for line in problems:
-            print(line)
-        print(f"{CORE_TOP} ({cfg.name}): "
-              + ("lint clean" if not problems else f"{len(problems)} lint problem(s)"))
+
+        def human() -> None:
+            for line in problems:
+                print(line)
+            print(f"{CORE_TOP} ({cfg.name}): "
+                  + ("lint clean" if not problems else f"{len(problems)} lint problem(s)"))
+
+        print_result({"top": CORE_TOP, "config": cfg.name, "problems": problems},
+                     args.json, human)
         return 0 if not problems else 1
     out.write_text(text)
-    print(f"{out}: {CORE_TOP} for config {cfg.name}, {len(text.splitlines())} lines")
+    lines = len(text.splitlines())
+    print_result({"output": str(out), "top": CORE_TOP, "config": cfg.name, "lines": lines},
+                 args.json,
+                 lambda: print(f"{out}: {CORE_TOP} for config {cfg.name}, {lines} lines"))
     return 0
 
 
@@ -389,6 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--config", help="preset, board config or JSON file (must match .config)")
     a.add_argument("--force", action="store_true",
                    help="overwrite an existing output that is not a program binary")
+    a.add_argument("--json", action="store_true",
+                   help="print what was written as one JSON object")
     a.set_defaults(func=cmd_asm)
 
     d = command("disasm", "print the canonical assembly of a program binary",
@@ -445,6 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("-o", "--output", help="Verilog file (default: tensorfab_core_NAME.v)")
     h.add_argument("--force", action="store_true",
                    help="overwrite an existing output tensorfab did not write")
+    h.add_argument("--json", action="store_true",
+                   help="print the result (the file written, or lint's problems) as one "
+                        "JSON object")
     h.set_defaults(func=cmd_hw)
 
     m = command("demo", "assemble and run the example GEMM+requantization program",

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tensorfab.cli import main
+from tensorfab.demo import example_path
 from tensorfab.models import load_digits_split
 from tensorfab.models.digits_cnn import model_path
 
@@ -56,6 +57,8 @@ def _commands(files: dict[str, Path]) -> list[list[str]]:
         ["inspect", str(tfm)],
         ["inspect", str(model_path())],
         ["config", "show", "tiny"],
+        ["asm", str(example_path()), "-o", str(files["dir"] / "ex.bin")],
+        ["hw", "verilog", "--config", "tiny", "-o", str(files["dir"] / "core.v")],
         ["fpga", "build", "--board", "ulx3s-25f", "-o", str(files["dir"] / "b")],
     ]
 
