@@ -3,13 +3,16 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# setuptools' note on every editable install (a block of asterisks between "!!"
+# lines) is for package authors: not shown by `make demo` and `make test`
+QUIET_BUILD := PYTHONWARNINGS="ignore:Editable installation"
 
 .PHONY: setup demo test test-all lint isa-doc bench fpga clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(QUIET_BUILD) $(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -16,7 +16,8 @@ from amaranth_boards.ulx3s import ULX3S_25F_Platform, ULX3S_85F_Platform
 
 from .board_configs import CONFIG_DIR, board_config
 
-__all__ = ["BOARDS", "CONFIG_DIR", "ORANGECRAB_DFU_IDS", "ORANGECRAB_UART_PINS", "Board",
+__all__ = ["BOARDS", "CONFIG_DIR", "DEVICE_CAPACITY", "ORANGECRAB_DFU_IDS",
+           "ORANGECRAB_UART_PINS", "Board",
            "board_config", "get_board"]
 
 
@@ -70,6 +71,16 @@ def _orangecrab_with_uart(cls: type) -> type:
     return Platform_
 
 
+#: What each device has, in :mod:`.breakdown`'s categories (nextpnr's ``available``
+#: counts: LUT4s (TRELLIS_COMB) or logic cells (ICESTORM_LC), flip-flops, multiplier
+#: blocks, block RAMs); ``logic`` in the breakdown's unit (ECP5: LUT4, iCE40: LC).
+DEVICE_CAPACITY: dict[str, dict[str, int]] = {
+    "LFE5U-25F": {"logic": 24288, "LUT": 24288, "FF": 24288, "DSP": 28, "BRAM": 56},
+    "LFE5U-85F": {"logic": 83640, "LUT": 83640, "FF": 83640, "DSP": 156, "BRAM": 208},
+    "iCE40UP5K": {"logic": 5280, "LUT": 5280, "FF": 5280, "DSP": 8, "BRAM": 30},
+}
+
+
 @dataclass(frozen=True)
 class Board:
     """One board.
@@ -88,7 +99,8 @@ class Board:
     mem_bytes : int
         On-chip memory standing in for DRAM (on iCE40: the UP5K's SPRAM).
     config : str
-        The default configuration: the largest that fits (measured; docs/fpga.md).
+        The default configuration: the largest that fits (measured; docs/fpga.md), or,
+        on a board where none fits (``fits`` false), the smallest.
     loader_board : str
         openFPGALoader's ``-b`` name.
     dsp : str
@@ -99,6 +111,9 @@ class Board:
         The clock a build runs at by default (a PLL makes it from the board clock when
         they differ): the default config meets it, measured (docs/fpga.md). None:
         ``target_mhz``.
+    fits : bool
+        Whether the default config fits the device (measured): False where no config
+        fits yet.
     """
 
     name: str
@@ -111,6 +126,17 @@ class Board:
     dsp: str
     dfu_ids: tuple[int, int] | None = None
     clock_mhz: float | None = None
+    fits: bool = True
+
+    @property
+    def device(self) -> str:
+        """The FPGA part (``LFE5U-25F``, ``iCE40UP5K``)."""
+        return str(self.platform().device)
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        """What the device has (:data:`DEVICE_CAPACITY`)."""
+        return DEVICE_CAPACITY[self.device]
 
     @property
     def clock_in_mhz(self) -> float:
@@ -125,7 +151,7 @@ BOARDS: dict[str, Board] = {
         Board("ulx3s-25f", "ecp5", _without_loader(ULX3S_25F_Platform), 100.0, 16 * 1024,
               "ecp5-25f", "ulx3s", "MULT18X18D", clock_mhz=80.0),
         Board("icebreaker", "ice40", ICEBreakerPlatform, 12.0, 32 * 1024,
-              "up5k", "ice40_generic", "ICESTORM_DSP"),
+              "up5k", "ice40_generic", "ICESTORM_DSP", fits=False),
         Board("orangecrab-25f", "ecp5", _orangecrab_with_uart(OrangeCrabR0_2_25FPlatform),
               100.0, 16 * 1024, "ecp5-25f", "orangecrab", "MULT18X18D", ORANGECRAB_DFU_IDS,
               clock_mhz=80.0),

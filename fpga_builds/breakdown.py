@@ -504,4 +504,10 @@ def breakdown_table(result: Mapping[str, Any], top: int | None = None) -> Table:
         table.add_row(_display_name(row, first["module"]), str(row["logic"]),
                       str(row["logic_own"]), str(t["LUT"]), str(t["FF"]), str(t["CARRY"]),
                       str(t["DSP"]), str(t["BRAM"]), f"{100 * row['share']:.1f} %")
+    board = get_board(result["board"])
+    cap = board.capacity  # beside the totals: what the board's device has
+    table.add_section()
+    table.add_row(f"{board.name} has ({board.device})", str(cap["logic"]), "",
+                  str(cap["LUT"]), str(cap["FF"]), "", str(cap["DSP"]), str(cap["BRAM"]),
+                  f"{100 * first['logic'] / cap['logic']:.0f} % used", style="dim")
     return table

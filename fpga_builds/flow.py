@@ -80,7 +80,7 @@ def run_logged(cmd: list[str], cwd: Path, env: Mapping[str, str], log_path: Path
                step: str = "elaboration") -> tuple[int, str, float]:
     """Run ``cmd`` in ``cwd`` with all its output into ``log_path`` and a rich status
     line ``label: step (seconds)``, ``step`` changing where ``step_of`` names one in a
-    line of the output.
+    line of the output; when ``console`` is not a terminal (a log), one line per step.
 
     Returns
     -------
@@ -88,6 +88,9 @@ def run_logged(cmd: list[str], cwd: Path, env: Mapping[str, str], log_path: Path
         The exit status, the last step and the seconds taken.
     """
     t0 = time.monotonic()
+    plain = not console.is_terminal  # a log: one line per step instead of a status line
+    if plain:
+        console.print(f"{label}: {step}", highlight=False)
     with log_path.open("w") as log, console.status(f"{label}: {step}") as status:
         proc = subprocess.Popen(cmd, cwd=cwd, env=dict(env), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, bufsize=1)
@@ -97,7 +100,11 @@ def run_logged(cmd: list[str], cwd: Path, env: Mapping[str, str], log_path: Path
             new = step_of(line)
             if new is not None and new != step:
                 step = new
-                status.update(f"{label}: {step} ({time.monotonic() - t0:.0f} s)")
+                now = f"{label}: {step} ({time.monotonic() - t0:.0f} s)"
+                if plain:
+                    console.print(now, highlight=False)
+                else:
+                    status.update(now)
         rc = proc.wait()
     return rc, step, time.monotonic() - t0
 

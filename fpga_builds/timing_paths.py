@@ -337,7 +337,7 @@ def timing_paths(raw: dict[str, Any], target_mhz: float, netlist: Netlist | None
         capturing register, most first.
     """
     if target_mhz <= 0:
-        raise ValueError(f"target_mhz must be positive, not {target_mhz}")
+        raise FpgaBuildError(f"target_mhz must be positive, not {target_mhz}")
     period = 1000.0 / target_mhz
     pins: dict[tuple[str, str], tuple[float, str]] = {}
     for net in raw["detailed_net_timings"]:

@@ -62,6 +62,17 @@ def save_model(program: GraphProgram, path: str | os.PathLike,
             z.writestr("graph.txt", graph_text)
 
 
+def is_model_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a ``.tfm`` file of any version (a zip archive whose
+    ``graph.json`` names :data:`FORMAT`): what ``tensorfab compile`` may overwrite."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            graph = json.loads(z.read("graph.json"))
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError):
+        return False
+    return isinstance(graph, dict) and graph.get("format") == FORMAT
+
+
 def load_model(path: str | os.PathLike) -> GraphProgram:
     """Read a ``.tfm`` file into a :class:`GraphProgram` (validated).
 

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from tensorfab.isa import TensorfabError
+
 from .interpreter import GraphProgram, Node, run_program
 from .kernels import KERNELS, accel_program_of, run_accel_program
 from .memory_plan import MemoryPlan
@@ -225,6 +227,10 @@ def profile_program(program: GraphProgram,
     ------
     RuntimeInputError
         Inputs that do not match the program's (as :func:`~.interpreter.run_program`).
+    TensorfabError, KeyboardInterrupt
+        A failed or interrupted run, with ``profile``: the :class:`Profile` up to there
+        (no output; the layer that stopped last, ``(stopped)``, with its timeline when
+        the executor records one).
     """
     layers: list[LayerRecord] = []
     has_accel = any(n.op == "accel.program" for n in program.nodes)
@@ -243,12 +249,23 @@ def profile_program(program: GraphProgram,
             progress(index, len(program.nodes), str(attrs.get("layer") or node.op))
         start = time.perf_counter()
         if node.op == "accel.program":
-            if model is not None:
-                out, result = model.run_accel(index, args[0], *args[2:])
-            else:
-                result = run_accel_program(args[0], args[1], dict(attrs), device,
-                                           *(host_value(a) for a in args[2:]))
-                out = result.outputs[attrs["output_segment"]]
+            try:
+                if model is not None:
+                    out, result = model.run_accel(index, args[0], *args[2:])
+                else:
+                    result = run_accel_program(args[0], args[1], dict(attrs), device,
+                                               *(host_value(a) for a in args[2:]))
+                    out = result.outputs[attrs["output_segment"]]
+            except (TensorfabError, KeyboardInterrupt) as exc:
+                # the layer that stopped, with its executor's timeline up to there
+                intervals = list(getattr(exc, "intervals", None) or [])
+                cycles = getattr(exc, "cycles", None) or max((i.end for i in intervals),
+                                                             default=None)
+                layers.append(LayerRecord(
+                    index, f"{attrs.get('layer') or node.op} (stopped)", "accel",
+                    [_shape(args[0])], None, start - t0, time.perf_counter() - start,
+                    cycles, intervals=intervals))
+                raise
             seconds = time.perf_counter() - start
             config = accel_program_of(args[1]).config
             peak = config.peak_macs_per_cycle
@@ -273,15 +290,20 @@ def profile_program(program: GraphProgram,
                                   _shape(out), start - t0, time.perf_counter() - start))
         return out
 
+    executor = str(getattr(device, "name", type(device).__name__))
     try:
         if model is not None:
             output = model.run(inputs, call=call)
         else:
             output = run_program(program, inputs, call=call)
+    except (TensorfabError, KeyboardInterrupt) as exc:
+        # the run up to where it stopped, for a timeline of a failed or interrupted run
+        exc.profile = Profile(None, layers, time.perf_counter() - t0,  # type: ignore[attr-defined]
+                              executor)
+        raise
     finally:
         if model is not None and model is not resident:
             model.close()
-    return Profile(output, layers, time.perf_counter() - t0,
-                   str(getattr(device, "name", type(device).__name__)),
+    return Profile(output, layers, time.perf_counter() - t0, executor,
                    model.last_run if model is not None else None,
                    model.plan if model is not None else None, load_seconds)

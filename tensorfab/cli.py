@@ -7,6 +7,7 @@ import argparse
 import functools
 import inspect
 import json
+import os
 import sys
 import zipfile
 from collections.abc import Callable, Sequence
@@ -17,7 +18,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tensorfab.cli_output import CliError, check_writable, working
+from tensorfab.cli_output import (
+    CliError,
+    HelpFormatter,
+    check_writable,
+    examples,
+    print_result,
+    working,
+)
 from tensorfab.fpga_builds.board_configs import board_config, board_config_names
 from tensorfab.isa import PRESETS, BinaryFormatError, Program, TensorfabError
 from tensorfab.isa.config import HwConfig
@@ -113,8 +121,28 @@ def cmd_config(args: argparse.Namespace) -> int:
     if not args.name:
         raise CliError("config show needs a preset name, a board config name or a JSON "
                        "file")
-    print(json.dumps(config_summary(board_config(args.name)), indent=2))
+    summary = config_summary(board_config(args.name))
+    # indented: the JSON is a config file (what --config reads)
+    print_result(summary, args.json, lambda: _print_config(summary), indent=2)
     return 0
+
+
+def _print_config(summary: dict) -> None:
+    """``config show``'s summary: the fields, then the derived values (``--json`` has
+    the instruction fields' widths too)."""
+    cfg, derived = summary["config"], summary["derived"]
+    width = max(map(len, cfg))
+    for key, value in cfg.items():
+        print(f"{key:{width}s}  {value}")
+    print(f"peak: {derived['peak_macs_per_cycle']} MACs/cycle; instructions "
+          f"{derived['insn_width']} bits, micro-ops {derived['uop_width']} bits")
+    print("buffers: " + ", ".join(f"{name} {size:,} B" for name, size
+                                  in derived["buffer_bytes"].items()))
+    print("entries: " + ", ".join(f"{name} {size} B" for name, size
+                                  in derived["entry_bytes"].items()))
+    print("instruction fields (bits):")
+    for op, fields in derived["field_widths"].items():
+        print(f"  {op:8s} " + ", ".join(f"{f} {w}" for f, w in fields.items()))
 
 
 def cmd_asm(args: argparse.Namespace) -> int:
@@ -122,10 +150,14 @@ def cmd_asm(args: argparse.Namespace) -> int:
     check_writable(out, args.force, _is_program_binary)
     prog = load_program(args.file, args.config)
     out.write_bytes(prog.to_bytes())
-    counts = prog.count_by_opcode()
-    print(f"{out}: {len(prog.insns)} instructions ({', '.join(f'{v} {k}' for k, v in counts.items() if v)}), "  # noqa: E501
-          f"{len(prog.uops)} micro-ops, {len(prog.segments)} segments, "
-          f"config {prog.config.name}")
+    counts = {k: v for k, v in prog.count_by_opcode().items() if v}
+    result = {"output": str(out), "instructions": len(prog.insns), "by_opcode": counts,
+              "micro_ops": len(prog.uops), "segments": len(prog.segments),
+              "config": prog.config.name}
+    print_result(result, args.json, lambda: print(
+        f"{out}: {len(prog.insns)} instructions ("
+        + ", ".join(f"{v} {k}" for k, v in counts.items()) + f"), {len(prog.uops)} "
+        f"micro-ops, {len(prog.segments)} segments, config {prog.config.name}"))
     return 0
 
 
@@ -242,12 +274,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if opt not in params:
                 raise CliError(f"benchmark {args.name!r} has no --{opt} option")
             kwargs[opt] = value
-    with _working(f"bench {args.name}: running (its JSON comes last)", quiet=args.json):
+    with _working(f"bench {args.name}: running", quiet=args.json):
         result = fn(**kwargs)
-    if not args.json:
+
+    def human() -> None:
+        width = max(map(len, result), default=0)
         for k, v in result.items():
-            print(f"{k:24s} {v}")
-    print(json.dumps(result))
+            print(f"{k:{width}s}  {v}")
+
+    print_result(result, args.json, human)
     return 0
 
 
@@ -265,13 +300,36 @@ def cmd_hw(args: argparse.Namespace) -> int:
             say(f"linting the {cfg.name} core (verilator --lint-only -Wall)")
             problems = lint(text, CORE_TOP, CORE_LINT_WAIVERS)
     if args.action == "lint":
-        for line in problems:
-            print(line)
-        print(f"{CORE_TOP} ({cfg.name}): "
-              + ("lint clean" if not problems else f"{len(problems)} lint problem(s)"))
+
+        def human() -> None:
+            for line in problems:
+                print(line)
+            print(f"{CORE_TOP} ({cfg.name}): "
+                  + ("lint clean" if not problems else f"{len(problems)} lint problem(s)"))
+
+        print_result({"top": CORE_TOP, "config": cfg.name, "problems": problems},
+                     args.json, human)
         return 0 if not problems else 1
     out.write_text(text)
-    print(f"{out}: {CORE_TOP} for config {cfg.name}, {len(text.splitlines())} lines")
+    lines = len(text.splitlines())
+    print_result({"output": str(out), "top": CORE_TOP, "config": cfg.name, "lines": lines},
+                 args.json,
+                 lambda: print(f"{out}: {CORE_TOP} for config {cfg.name}, {lines} lines"))
+    return 0
+
+
+def cmd_samples(args: argparse.Namespace) -> int:
+    from tensorfab.models.digits_cnn import sample_files
+
+    folder = Path(args.folder)
+    files = sample_files()
+    for name, data in files.items():  # all checked before any is written
+        check_writable(folder / name, args.force,
+                       lambda p, data=data: p.read_bytes() == data)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    print(f"wrote {', '.join(files)} in {folder}: the digits CNN (input image, "
+          "N×1×8×8 float32), 256 calibration images, 16 test images")
     return 0
 
 
@@ -282,14 +340,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- parser
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Help text as written (examples keep their lines)."""
-
-
-def _examples(*lines: str) -> str:
-    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
-
-
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -320,18 +370,18 @@ for a command's options and examples."""
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``tensorfab``."""
     p = argparse.ArgumentParser(
-        prog="tensorfab", description=DESCRIPTION, formatter_class=_Formatter,
-        epilog=_examples("tensorfab config list", "tensorfab demo",
+        prog="tensorfab", description=DESCRIPTION, formatter_class=HelpFormatter,
+        epilog=examples("tensorfab config list", "tensorfab demo",
                          "tensorfab sim prog.s --target rtl --trace t.json --plot t.png",
                          "tensorfab bench conv2d --target rtl --json"))
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, *examples: str, description: str | None = None
+    def command(name: str, help: str, *lines: str, description: str | None = None
                 ) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=description or help,
-                              epilog=_examples(*examples) if examples else None,
-                              formatter_class=_Formatter)
+                              epilog=examples(*lines) if lines else None,
+                              formatter_class=HelpFormatter)
 
     c = command("config", "list the hardware presets and board configs or show one with "
                 "derived values",
@@ -341,6 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show one config or list the presets and board configs")
     c.add_argument("name", nargs="?",
                    help="preset, board config (ecp5-25f, ...) or JSON file (for show)")
+    c.add_argument("--json", action="store_true",
+                   help="show: the config and its derived values as one JSON object (a "
+                        "config file --config reads)")
     c.set_defaults(func=cmd_config)
 
     a = command("asm", "assemble FILE.s into a program binary",
@@ -350,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--config", help="preset, board config or JSON file (must match .config)")
     a.add_argument("--force", action="store_true",
                    help="overwrite an existing output that is not a program binary")
+    a.add_argument("--json", action="store_true",
+                   help="print what was written as one JSON object")
     a.set_defaults(func=cmd_asm)
 
     d = command("disasm", "print the canonical assembly of a program binary",
@@ -382,13 +437,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plot", metavar="OUT.png", help="draw engine timelines as a PNG (rtl)")
     s.set_defaults(func=cmd_sim)
 
-    b = command("bench", "run a benchmark; the last line is its JSON",
+    b = command("bench", "run a benchmark and print its results",
                 "tensorfab bench fsim-gemm --json",
                 "tensorfab bench conv2d --target fsim --plot conv2d.png",
-                description="Run a benchmark; the last line it prints is one JSON "
-                "object.\n\n" + _bench_list())
+                description="Run a benchmark and print its results (--json: as one "
+                "JSON object).\n\n" + _bench_list())
     b.add_argument("name", metavar="NAME", help="benchmark (listed above)")
-    b.add_argument("--json", action="store_true", help="print only the JSON line")
+    b.add_argument("--json", action="store_true",
+                   help="print the results as one JSON object")
     b.add_argument("--target", help="executor of benchmarks that take one (conv2d: rtl, fsim)")
     b.add_argument("--plot", metavar="OUT.png",
                    help="PNG of benchmarks that draw one ('' for none; default under build/)")
@@ -405,11 +461,25 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("-o", "--output", help="Verilog file (default: tensorfab_core_NAME.v)")
     h.add_argument("--force", action="store_true",
                    help="overwrite an existing output tensorfab did not write")
+    h.add_argument("--json", action="store_true",
+                   help="print the result (the file written, or lint's problems) as one "
+                        "JSON object")
     h.set_defaults(func=cmd_hw)
 
     m = command("demo", "assemble and run the example GEMM+requantization program",
                 "tensorfab demo")
     m.set_defaults(func=cmd_demo)
+
+    sm = command("samples", "write a small ONNX model and inputs to try the model "
+                 "commands on", "tensorfab samples", "tensorfab samples try/",
+                 description="Write the files the documentation's model commands use: "
+                 "digits.onnx (a small CNN,\ninput image, N×1×8×8 float32), calib.npy "
+                 "and calib.npz (256 calibration images),\nimages.npy (16 test images).")
+    sm.add_argument("folder", nargs="?", default=".",
+                    help="where to write them (an existing folder; default: here)")
+    sm.add_argument("--force", action="store_true",
+                    help="overwrite existing files of these names")
+    sm.set_defaults(func=cmd_samples)
 
     from .model_cli import add_model_commands
     add_model_commands(sub)
@@ -441,9 +511,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tensorfab`` console command."""
-    args = _parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        args = _parser().parse_args(argv)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
+    except BrokenPipeError:  # `tensorfab ... | head`: the reader has what it wanted
+        # Python's advice (signal module docs): the rest of stdout goes nowhere, so
+        # that the flush at exit raises nothing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except TensorfabError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False,
                           emoji=False)

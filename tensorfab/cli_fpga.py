@@ -6,11 +6,46 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
+from tensorfab.cli_output import CliError, HelpFormatter, examples, print_result
+from tensorfab.fpga_builds.board_configs import board_config
+
+if TYPE_CHECKING:
+    from tensorfab.fpga_builds.boards import Board
+
 __all__ = ["add_fpga_parser"]
+
+
+def _build_dir(path: str) -> Path:
+    """``-o``: a folder the build writes into (created), not an existing file.
+
+    Raises
+    ------
+    CliError
+        If ``path`` is an existing file.
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"-o {out}: a file exists there; name a folder for the build's "
+                       "files")
+    return out
+
+
+def _mhz(value: float | None, option: str) -> float | None:
+    """A clock option's value, None or positive.
+
+    Raises
+    ------
+    CliError
+        For zero or a negative value (names the option).
+    """
+    if value is not None and not value > 0:
+        raise CliError(f"{option} {value:g}: a clock in MHz must be positive")
+    return value
 
 
 def cmd_fpga(args: argparse.Namespace) -> int:
@@ -19,36 +54,72 @@ def cmd_fpga(args: argparse.Namespace) -> int:
     return _program(args)
 
 
+def _no_config_fits(board: Board) -> str:
+    """What a board where no config fits is (the start of a sentence)."""
+    cfg = board_config(board.config)
+    return (f"no config fits {board.name} ({board.device}) yet: its smallest "
+            f"build, {cfg.name} ({cfg.batch}×{cfg.block_in}×{cfg.block_out})")
+
+
 def _build(args: argparse.Namespace) -> int:
     from tensorfab.fpga_builds.boards import get_board
-    from tensorfab.fpga_builds.errors import TimingFailure
+    from tensorfab.fpga_builds.errors import DoesNotFit, TimingFailure
     from tensorfab.fpga_builds.flow import build_bitstream
 
     board = get_board(args.board)
     config = args.config or board.config
-    out = Path(args.output or f"build/fpga/{board.name}-{Path(config).stem}")
+    out = _build_dir(args.output or f"build/fpga/{board.name}-{Path(config).stem}")
+    clock_mhz = _mhz(args.clock_mhz, "--clock-mhz")
+    smallest = not board.fits and board_config(config) == board_config(board.config)
+    if not board.fits:
+        Console(stderr=True, soft_wrap=True).print(
+            f"note: {_no_config_fits(board)}, does not fit "
+            "(docs/fpga.md); building " + ("it to show what it needs" if smallest
+                                           else config), highlight=False)
     try:
         report = build_bitstream(board.name, config, out, dsp=not args.no_dsp,
                                  allow_timing_failure=args.allow_timing_failure,
-                                 seed=args.seed, router=args.router,
-                                 clock_mhz=args.clock_mhz)
+                                 seed=args.seed, router=args.router, clock_mhz=clock_mhz)
     except TimingFailure as exc:
         Console(stderr=True).print(f"report: {out / 'report.json'}", highlight=False)
         raise exc
-    if not args.json:
-        table = Table(title=f"{board.name} {report['config']} ({report['seconds']} s)")
-        table.add_column("resource")
-        table.add_column("used", justify="right")
-        table.add_column("available", justify="right")
-        for name, r in report["resources"].items():
-            table.add_row(name, str(r["used"]), str(r["available"]))
-        Console(stderr=True).print(table)
-        for clk, v in report["clocks"].items():
-            Console(stderr=True).print(f"{clk}: {v['achieved_mhz']} MHz (target "
-                                       f"{v['target_mhz']} MHz)", highlight=False)
-        Console(stderr=True).print(f"bitstream: {report['bitstream']}", highlight=False)
-    print(json.dumps(report))
+    except DoesNotFit as exc:
+        if not smallest:
+            raise
+        # the board, not the one config: no build fits, and what the smallest needs
+        raise DoesNotFit(str(exc).replace("design", _no_config_fits(board) + ",", 1),
+                         exc.resource, exc.used, exc.available) from None
+    def human() -> None:
+        console = Console()
+        console.print(resource_table(report))
+        console.print(timing_line(report), highlight=False)
+        console.print(f"bitstream: {report['bitstream']}", highlight=False)
+
+    print_result(report, args.json, human)
     return 0
+
+
+def resource_table(report: dict) -> Table:
+    """``fpga build``'s table of a report: used, available and % of each resource the
+    design uses, most used first."""
+    table = Table(title=f"{report['board']} {report['config']} ({report['seconds']:.0f} s)")
+    for col, justify in (("resource", "left"), ("used", "right"), ("available", "right"),
+                         ("%", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    used = [(name, r) for name, r in report["resources"].items() if r["used"]]
+    for name, r in sorted(used, key=lambda item: -item[1]["used"] / item[1]["available"]):
+        table.add_row(name, f"{r['used']:,}", f"{r['available']:,}",
+                      f"{100 * r['used'] / r['available']:.0f}")
+    return table
+
+
+def timing_line(report: dict) -> str:
+    """``timing met at N MHz (target M)``, or how far it missed (the slowest clock)."""
+    fmax, target = report["fmax_mhz"], report["target_mhz"]
+    if report["timing_met"]:
+        return f"timing met at {fmax:g} MHz (target {target:g})"
+    return (f"timing missed: {fmax:g} MHz, target {target:g} (rebuild with --clock-mhz "
+            f"{int(fmax)} or less; `tensorfab fpga paths` lists the slow paths)")
 
 
 def _breakdown(args: argparse.Namespace) -> int:
@@ -57,7 +128,7 @@ def _breakdown(args: argparse.Namespace) -> int:
 
     board = get_board(args.board)
     config = args.config or board.config
-    out = Path(args.output or f"build/fpga/{board.name}-{Path(config).stem}-breakdown")
+    out = _build_dir(args.output or f"build/fpga/{board.name}-{Path(config).stem}-breakdown")
     result = module_breakdown(board.name, config, out, dsp=not args.no_dsp,
                               flat=not args.no_flat)
     console = Console(stderr=args.json)
@@ -78,11 +149,13 @@ def _short(signal: str) -> str:
 
 
 def _paths(args: argparse.Namespace) -> int:
-    from tensorfab.cli_output import CliError
     from tensorfab.fpga_builds.timing_paths import load_netlist, load_timing_report, timing_paths
 
     build = Path(args.build_dir)
-    target = args.target_mhz
+    if not build.is_dir():
+        raise CliError(f"{build}: no such build folder (give the -o folder of "
+                       "`tensorfab fpga build`)")
+    target = _mhz(args.target_mhz, "--target-mhz")
     if target is None:
         report = build / "report.json"
         if not report.exists():
@@ -131,15 +204,52 @@ def _program(args: argparse.Namespace) -> int:
     return 0
 
 
+def _board_list() -> str:
+    """The boards, their parts, default configs and clocks (for ``--help``)."""
+    from tensorfab.fpga_builds.boards import BOARDS
+
+    width = max(map(len, BOARDS))
+    rows = [f"  {b.name:{width}s}  {b.device}-{b.platform().package}, config {b.config}"
+            + (f", {b.clock_mhz or b.target_mhz:g} MHz" if b.fits else " (does not fit)")
+            for b in BOARDS.values()]
+    return "boards (--board):\n" + "\n".join(rows)
+
+
 def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``fpga`` subcommand to the ``tensorfab`` parser."""
     from tensorfab.fpga_builds.boards import BOARDS
     from tensorfab.fpga_builds.flow import ROUTERS
 
-    f = sub.add_parser("fpga", help="build a bitstream (Yosys/nextpnr) or program a board")
-    fs = f.add_subparsers(dest="action", required=True)
-    b = fs.add_parser("build", help="bitstream and JSON report for a board and config")
-    b.add_argument("--board", required=True, choices=list(BOARDS))
+    boards = _board_list()
+
+    def command(parent: argparse._SubParsersAction, name: str, help: str, description: str,
+                *lines: str) -> argparse.ArgumentParser:
+        return parent.add_parser(name, help=help, description=description,
+                                 epilog=examples(*lines), formatter_class=HelpFormatter)
+
+    def board_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--board", required=True, choices=list(BOARDS), metavar="BOARD",
+                       help="the board (listed above)")
+
+    f = command(sub, "fpga", "build a bitstream (Yosys/nextpnr) or program a board",
+                "Build a bitstream of the SoC for a board with the open tools (YoWASP's "
+                "Yosys and nextpnr,\nno install needed), see where its logic goes and "
+                "which paths miss the clock, and\nload it with openFPGALoader. "
+                "docs/fpga.md has the results per board.\n\n" + boards,
+                "tensorfab fpga build --board ulx3s-25f",
+                "tensorfab fpga program --board ulx3s-25f build/fpga/ulx3s-25f-ecp5-25f/top.bit",
+                "tensorfab fpga breakdown --board ulx3s-25f --top 15",
+                "tensorfab fpga paths build/fpga/ulx3s-25f-ecp5-25f --target-mhz 100")
+    fs = f.add_subparsers(dest="action", required=True, metavar="ACTION")
+    b = command(fs, "build", "bitstream and JSON report for a board and config",
+                "Build the bitstream of a board's SoC with a config (default: the board's) "
+                "into a folder:\nthe bitstream, build.log (all tool output), report.json "
+                "(resources, clocks). Prints\nthe resources used and whether timing is "
+                "met. Takes minutes.\n\n" + boards,
+                "tensorfab fpga build --board ulx3s-25f",
+                "tensorfab fpga build --board ulx3s-85f --config tiny -o build/u85",
+                "tensorfab fpga build --board ulx3s-25f --clock-mhz 60 --json")
+    board_option(b)
     b.add_argument("--config", help="preset, board config or JSON file (default: the "
                    "board's largest fitting config)")
     b.add_argument("-o", "--output", help="build directory (default build/fpga/BOARD-CONFIG)")
@@ -154,11 +264,17 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--router", choices=ROUTERS,
                    help="nextpnr's router (default: nextpnr's, router1; router2 finishes "
                    "congested large designs such as ulx3s-85f small)")
-    b.add_argument("--json", action="store_true", help="print only the report JSON")
+    b.add_argument("--json", action="store_true",
+                   help="print the report (report.json) as one JSON object")
     b.set_defaults(func=cmd_fpga)
-    bd = fs.add_parser("breakdown", help="logic, flip-flops, DSP and block RAM of each "
-                        "module (Yosys with the hierarchy kept)")
-    bd.add_argument("--board", required=True, choices=list(BOARDS))
+    bd = command(fs, "breakdown", "logic, flip-flops, DSP and block RAM of each module "
+                 "(Yosys with the hierarchy kept)",
+                 "Synthesize the SoC with its hierarchy kept and show what each module "
+                 "takes (logic,\nflip-flops, carry, DSP, block RAM), beside what the "
+                 "board has. Takes a minute or two.\n\n" + boards,
+                 "tensorfab fpga breakdown --board ulx3s-25f --top 15",
+                 "tensorfab fpga breakdown --board icebreaker --json > up5k.json")
+    board_option(bd)
     bd.add_argument("--config", help="preset, board config (fpga_builds/configs) or JSON "
                     "file (default: the board's)")
     bd.add_argument("-o", "--output",
@@ -171,8 +287,15 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     bd.add_argument("--json", action="store_true", help="the table on stderr, the result "
                     "as one JSON object on stdout")
     bd.set_defaults(func=_breakdown)
-    tp = fs.add_parser("paths", help="every path that misses the clock, grouped by the "
-                        "registers it starts and ends at (from a build's nextpnr report)")
+    tp = command(fs, "paths", "every path that misses the clock, grouped by the "
+                 "registers it starts and ends at (from a build's nextpnr report)",
+                 "List the register-to-register paths of a build that miss a clock (the "
+                 "build's target,\nor --target-mhz), grouped by the registers they start "
+                 "and end at, worst first,\nwith the modules they end in. Reads the "
+                 "build folder; builds nothing.",
+                 "tensorfab fpga paths build/fpga/ulx3s-25f-ecp5-25f",
+                 "tensorfab fpga paths build/fpga/ulx3s-25f-ecp5-25f --target-mhz 100 "
+                 "--top 40 --json")
     tp.add_argument("build_dir", help="a `tensorfab fpga build` output directory")
     tp.add_argument("--target-mhz", type=float, metavar="MHZ",
                     help="check against this clock (default: the build's target)")
@@ -181,9 +304,17 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--json", action="store_true", help="the tables on stderr, the result "
                     "as one JSON object on stdout")
     tp.set_defaults(func=_paths)
-    p = fs.add_parser("program", help="load a bitstream with openFPGALoader")
-    p.add_argument("--board", required=True, choices=list(BOARDS))
-    p.add_argument("bitstream")
+    p = command(fs, "program", "load a bitstream with openFPGALoader",
+                "Load a bitstream onto a board (SRAM, or --flash) with openFPGALoader, "
+                "after checking\nthat it is a bitstream of the board's device. The "
+                "OrangeCrab takes it through its\nDFU bootloader.\n\n" + boards,
+                "tensorfab fpga program --board ulx3s-25f build/fpga/ulx3s-25f-ecp5-25f/top.bit",
+                "tensorfab fpga program --board ulx3s-25f top.bit --flash",
+                "tensorfab fpga program --board icebreaker top.bin --dry-run")
+    board_option(p)
+    p.add_argument("bitstream", help="the top.bit (ECP5) or top.bin (iCE40) of "
+                   "`tensorfab fpga build`")
     p.add_argument("--flash", action="store_true", help="write the SPI flash, not SRAM")
-    p.add_argument("--dry-run", action="store_true", help="print the command only")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the bitstream and print the command only")
     p.set_defaults(func=cmd_fpga)

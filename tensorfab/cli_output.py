@@ -1,10 +1,13 @@
 """Where the command line may write: one overwrite policy for every output file, the
-command line's usage error, and the progress display of long work. Shared by the
+command line's usage error, how a result is printed (JSON or a summary), the help
+text's form, and the progress display of long work. Shared by the
 command modules (``cli``, ``model_cli``, ``cli_fpga``), which import it and not each
 other."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -15,13 +18,23 @@ from rich.markup import escape
 
 from tensorfab.isa import TensorfabError
 
-__all__ = ["CliError", "check_writable", "working"]
+__all__ = ["CliError", "HelpFormatter", "check_writable", "examples", "print_result",
+           "working"]
 
 _err_console = Console(stderr=True, soft_wrap=True)
 
 
 class CliError(TensorfabError):
     """A usage error of the command line (bad path, refusing to overwrite...)."""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help text as written (examples keep their lines): every command's formatter."""
+
+
+def examples(*lines: str) -> str:
+    """A command's ``--help`` epilog: its example command lines."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def check_writable(out: Path, force: bool, ours: Callable[[Path], bool], *,
@@ -49,6 +62,17 @@ def check_writable(out: Path, force: bool, ours: Callable[[Path], bool], *,
         if not os.access(out, os.W_OK):
             raise CliError(f"cannot write {out}: the file is read-only")
     return out
+
+
+def print_result(result: object, as_json: bool, human: Callable[[], None], *,
+                 indent: int | None = None) -> None:
+    """A command's result, the command line's one convention: with ``--json`` only the
+    result as one JSON object on stdout (notes go to stderr; ``indent`` for a result
+    meant to be edited as a file), else its summary for people (``human`` prints it)."""
+    if as_json:
+        print(json.dumps(result, indent=indent))
+    else:
+        human()
 
 
 @contextmanager

@@ -14,10 +14,14 @@
   ``socket://``, ``tcp://``), print the outputs' summary and a per-layer table (device,
   op, shapes, cycles from the device's counters, hardware time at its clock,
   utilization, wall time; the model's one-time load apart); ``--trace`` writes one
-  Perfetto timeline of the whole network in hardware time; the last line printed is a
-  JSON summary;
-* ``inspect FILE``: the IR text form of an ONNX model; for a ``.tfm``, its planned
-  program (one line per node, with its device) and a JSON summary last.
+  Perfetto timeline of the whole network in hardware time (of the run up to where it
+  stopped, for a failed or interrupted one);
+* ``inspect FILE``: the IR text form of an ONNX model (its weights' dtypes and shapes;
+  ``--values`` for their values); for a ``.tfm``, its planned program (one line per
+  node, with its device), device-memory map and a summary.
+
+Each prints a summary for people, or with ``--json`` only the result as one JSON object
+(:func:`~tensorfab.cli_output.print_result`).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensorfab.cli_output import check_writable, working
+from tensorfab.cli_output import check_writable, print_result, working
 from tensorfab.isa import TensorfabError
 
 if TYPE_CHECKING:
@@ -58,16 +62,6 @@ def _shapes(items: list[str] | None) -> dict[str, tuple[int | str, ...]]:
     return out
 
 
-def _is_model_file(path: Path) -> bool:
-    """Whether ``path`` is a ``.tfm`` file (what ``compile`` writes)."""
-    import zipfile
-
-    if not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as z:
-        return sorted(z.namelist()) == ["constants.npz", "graph.json"]
-
-
 def _is_npy(path: Path) -> bool:
     with path.open("rb") as f:
         return f.read(6) == b"\x93NUMPY"
@@ -76,6 +70,8 @@ def _is_npy(path: Path) -> bool:
 def _load_array(path: str, what: str) -> Any:
     """A ``.npy`` array or ``.npz`` archive; errors name the file and the option."""
     p = Path(path)
+    if p.is_dir():
+        raise ModelCliError(f"{what} {path}: a folder; give a .npy file")
     if not p.is_file():
         raise ModelCliError(f"{what} {path}: no such file")
     try:
@@ -151,10 +147,10 @@ def _compile(model: str, args: argparse.Namespace, config: Any,
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from tensorfab.runtime.artifact import save_model
+    from tensorfab.runtime.artifact import is_model_file, save_model
 
     # before the import and compilation (the command line's one output policy)
-    check_writable(Path(args.output), args.force, _is_model_file, suffixes=(".tfm",))
+    check_writable(Path(args.output), args.force, is_model_file, suffixes=(".tfm",))
     board = None
     if args.board is not None:
         from tensorfab.fpga_builds.boards import get_board
@@ -172,12 +168,25 @@ def cmd_compile(args: argparse.Namespace) -> int:
                                                        Path(args.model).name)}
     save_model(program, args.output, compiled.graph_text)
     ops = Counter(n.op for n in program.nodes)
-    print(json.dumps({"output": str(args.output), "nodes": len(program.nodes),
-                      "accel_programs": ops.get("accel.program", 0),
-                      "config": compiled.config.name if compiled.config else None,
-                      "int8": compiled.quantized,
-                      "ops": dict(sorted(ops.items())),
-                      "cpu_convolutions": list(compiled.cpu_convolutions), **fit}))
+    result = {"output": str(args.output), "nodes": len(program.nodes),
+              "accel_programs": ops.get("accel.program", 0),
+              "config": compiled.config.name if compiled.config else None,
+              "int8": compiled.quantized, "ops": dict(sorted(ops.items())),
+              "cpu_convolutions": list(compiled.cpu_convolutions), **fit}
+
+    def human() -> None:
+        where = (f"{result['accel_programs']} on the accelerator ({result['config']})"
+                 if result["accel_programs"] else "all on the CPU")
+        print(f"wrote {args.output}: {result['nodes']} nodes, {where}, "
+              + ("int8" if compiled.quantized else "float"))
+        print("ops: " + ", ".join(f"{op} {n}" for op, n in result["ops"].items()))
+        for line in result["cpu_convolutions"]:
+            print(f"on the CPU: {line}")
+        if fit:
+            print(f"device memory: {fit['device_memory_bytes']:,} bytes of board "
+                  f"{fit['board']}'s {fit['board_memory_bytes']:,}")
+
+    print_result(result, args.json, human)
     return 0
 
 
@@ -187,6 +196,9 @@ def _feeds(items: list[str] | None, names: list[str]) -> dict[str, np.ndarray]:
     feeds: dict[str, np.ndarray] = {}
     for item in items or []:
         name, sep, path = item.partition("=")
+        if sep and name not in names and not Path(item).exists():
+            raise ModelCliError(f"--input {item}: the model has no input {name!r}; its "
+                                f"inputs: {', '.join(names)}")
         if not sep or name not in names:  # a bare file (which may contain '=')
             if len(names) != 1:
                 raise ModelCliError(f"--input {item}: the model takes {len(names)} inputs "
@@ -312,22 +324,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     device = _device(args.target, bool(args.trace), args.token)
     _check_fits_device(program, device, model.name, args.target)
     n_accel = sum(n.op == "accel.program" for n in program.nodes)
-    with working(f"running {model.name} on {args.target}", quiet=quiet) as say:
-        now = [""]
+    title = f"{model.name} on {args.target}"
+    try:
+        with working(f"running {title}", quiet=quiet) as say:
+            now = [""]
 
-        def layer(index: int, count: int, op: str) -> None:
-            now[0] = f"running {model.name} on {args.target}: node {index + 1}/{count} ({op})"
-            say(now[0])
+            def layer(index: int, count: int, op: str) -> None:
+                now[0] = f"running {title}: node {index + 1}/{count} ({op})"
+                say(now[0])
 
-        if hasattr(device, "progress"):
-            device.progress = lambda cycles, _done: say(f"{now[0]}, cycle {cycles:,}")
-        profile = profile_program(program, feeds, device, progress=layer)
+            if hasattr(device, "progress"):
+                device.progress = lambda cycles, _done: say(f"{now[0]}, cycle {cycles:,}")
+            profile = profile_program(program, feeds, device, progress=layer)
+    except (TensorfabError, KeyboardInterrupt) as exc:
+        # a failed run's timeline is the one most worth looking at
+        stopped = getattr(exc, "profile", None)
+        if args.trace and stopped is not None:
+            _write_trace(stopped, args.trace, f"{title}: stopped")
+        raise
     if args.trace:
-        from tensorfab.runtime.network_trace import write_network_trace
-
-        write_network_trace(profile, args.trace, title=f"{model.name} on {args.target}")
-        if not quiet:
-            print(f"wrote {args.trace}", file=sys.stderr)
+        _write_trace(profile, args.trace, title, quiet)
     out = profile.output
     outs = list(out) if isinstance(out, tuple) else [out]
     if args.output:
@@ -335,10 +351,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = [{"shape": list(o.shape), "dtype": str(o.dtype),
                 "argmax": o.reshape(o.shape[0], -1).argmax(axis=1).tolist()[:16]
                 if o.ndim >= 1 and o.size else None} for o in outs]
-    if not quiet:
-        _print_report(profile, outs, f"{model.name} on {args.target}", cpu_convs)
     clock = profile.clock_hz
-    print(json.dumps({"outputs": summary, "target": args.target, "layers": len(profile.layers),
+    print_result({"outputs": summary, "target": args.target, "layers": len(profile.layers),
                       "accel_layers": n_accel, "total_cycles": profile.total_cycles,
                       "cycles_estimated": profile.estimated,
                       "clock_mhz": None if clock is None else clock / 1e6,
@@ -358,8 +372,19 @@ def cmd_run(args: argparse.Namespace) -> int:
                            "estimated": r.estimated, "clock_hz": r.clock_hz,
                            "hardware_seconds": r.hardware_seconds,
                            "seconds": round(r.seconds, 6)}
-                          for r in profile.layers if r.device == "accel"]}))
+                          for r in profile.layers if r.device == "accel"]}, quiet,
+                 lambda: _print_report(profile, outs, title, cpu_convs))
     return 0
+
+
+def _write_trace(profile: Any, path: str, title: str, quiet: bool = False) -> None:
+    """Write ``run --trace``: the network's timeline (of a run, or of one that
+    stopped)."""
+    from tensorfab.runtime.network_trace import write_network_trace
+
+    write_network_trace(profile, path, title=title)
+    if not quiet:
+        print(f"wrote {path} ({len(profile.layers)} layers)", file=sys.stderr)
 
 
 def _fmt_shape(shape: Any) -> str:
@@ -455,13 +480,66 @@ def _print_report(profile: Any, outs: list[np.ndarray], title: str,
             console.print(f"  argmax per item: {o.reshape(o.shape[0], -1).argmax(axis=1)[:16]}")
 
 
+def _onnx_text(fn: Any, values: bool) -> str:
+    """An imported model's text form; without ``values`` its large constants (the
+    weights) are ``meta[wK]``, listed first with their dtypes and shapes."""
+    from tensorfab.compiler.graph import astext
+    from tensorfab.compiler.graph.printer import INLINE_CONSTANT_LIMIT
+
+    if values:
+        return astext(fn)
+    names: dict[int, tuple[str, Any]] = {}
+
+    def ref(const: Any) -> str | None:
+        if const.data.size <= INLINE_CONSTANT_LIMIT:
+            return None
+        if id(const) not in names:
+            names[id(const)] = (f"w{len(names)}", const)
+        return names[id(const)][0]
+
+    text = astext(fn, ref)
+    listed = "".join(f"// meta[{name}]: {c.data.dtype} {_fmt_shape(c.data.shape)}\n"
+                     for name, c in names.values())
+    return listed + text
+
+
+def _onnx_summary(fn: Any) -> dict[str, Any]:
+    """``inspect MODEL.onnx --json``: the inputs and the weights (dtypes, shapes)."""
+    from tensorfab.compiler.graph.ir import Constant
+    from tensorfab.compiler.graph.printer import INLINE_CONSTANT_LIMIT
+
+    weights: dict[int, Any] = {}
+    stack, seen = [fn.body], set()
+    while stack:  # every constant of the graph, once
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Constant):
+            if node.data.size > INLINE_CONSTANT_LIMIT:
+                weights[id(node)] = node.data
+            continue
+        for name in ("args", "fields", "tuple_value", "value", "body"):
+            child = getattr(node, name, None)
+            stack.extend(child if isinstance(child, tuple | list) else
+                         [child] if child is not None else [])
+    return {"inputs": [{"name": p.name, "shape": list(p.type_annotation.shape),
+                        "dtype": p.type_annotation.dtype} for p in fn.params],
+            "weights": [{"dtype": str(w.dtype), "shape": list(w.shape)}
+                        for w in weights.values()],
+            "weight_bytes": int(sum(w.nbytes for w in weights.values()))}
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if path.suffix == ".onnx":
         from tensorfab.compiler.frontend import from_onnx
-        from tensorfab.compiler.graph import astext
 
-        print(astext(from_onnx(path)), end="")
+        fn = from_onnx(path)
+        if args.json:
+            print(json.dumps(_onnx_summary(fn)))
+        else:
+            print(_onnx_text(fn, args.values), end="")
         return 0
     from tensorfab.runtime.artifact import load_graph_text, load_model
     from tensorfab.runtime.memory_plan import plan_memory
@@ -469,10 +547,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     program = load_model(path)
     text = None if args.program else load_graph_text(path)
-    print(text if text is not None else program_text(program), end="")
     plan = plan_memory(program)
-    if plan is not None:
-        print(plan.text(), end="")
     info = {"inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype}
                        for i in program.inputs],
             "nodes": len(program.nodes),
@@ -482,7 +557,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                                       for c in program.constants.values())),
             "device_memory_bytes": plan.size if plan is not None else None,
             "listing": "graph" if text is not None else "program"}
-    print(json.dumps(info))
+
+    def human() -> None:
+        print(text if text is not None else program_text(program), end="")
+        if plan is not None:
+            print(plan.text(), end="")
+        print("inputs: " + ", ".join(f"{i['name']} {_fmt_shape(i['shape'])} {i['dtype']}"
+                                     for i in info["inputs"]))
+        print(f"nodes: {info['nodes']} (" + ", ".join(f"{op} {n}" for op, n
+                                                     in info["ops"].items()) + ")")
+        print(f"constants: {info['constant_bytes']:,} bytes; accelerator: "
+              + (", ".join(info["configs"]) or "none")
+              + ("" if plan is None else f", {plan.size:,} bytes of device memory"))
+
+    print_result(info, args.json, human)
     return 0
 
 
@@ -528,6 +616,9 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
                    help="fix an input's shape (needed for symbolic dims with --config)")
     c.add_argument("--force", action="store_true",
                    help="overwrite an existing output that is not a .tfm file")
+    c.add_argument("--json", action="store_true",
+                   help="print the result as one JSON object (what was written, nodes, "
+                        "ops, config, CPU convolutions, board fit)")
     c.set_defaults(func=cmd_compile)
     r = sub.add_parser(
         "run", help="run a .tfm or .onnx model on inputs from .npy files",
@@ -560,7 +651,8 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--trace", metavar="OUT.json",
                    help="write one Perfetto/Chrome timeline of the whole network")
     r.add_argument("-o", "--output", help="save the (first) output as .npy")
-    r.add_argument("--json", action="store_true", help="print only the JSON summary")
+    r.add_argument("--json", action="store_true",
+                   help="print the result as one JSON object instead of the tables")
     _quantization_options(r)
     r.add_argument("--force", action="store_true",
                    help="overwrite existing outputs tensorfab did not write")
@@ -568,9 +660,15 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     i = sub.add_parser("inspect", help="show an ONNX model's IR or a .tfm file's planned "
                        "graph, device-memory map and summary")
     i.add_argument("file", help="MODEL.onnx or MODEL.tfm")
+    i.add_argument("--values", action="store_true",
+                   help="for an .onnx: print the weights' values too (the text form "
+                        "complete), not only their dtypes and shapes")
     i.add_argument("--program", action="store_true",
                    help="for a .tfm: list the runtime program node by node instead of the "
                         "planned graph")
+    i.add_argument("--json", action="store_true",
+                   help="print a summary as one JSON object (inputs, ops, configs, bytes; "
+                        "for an .onnx: inputs and weights) instead of the listing")
     i.set_defaults(func=cmd_inspect)
 
 

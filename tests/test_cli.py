@@ -15,7 +15,7 @@ from tensorfab.isa import PRESETS
 
 
 def test_config_show_prints_json_with_derived_values(capsys):
-    assert main(["config", "show", "default"]) == 0
+    assert main(["config", "show", "default", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["config"]["block_in"] == 16
     assert out["derived"]["peak_macs_per_cycle"] == 256

@@ -183,9 +183,9 @@ def test_file_names_are_not_markup(tmp_path, capsys):
 
 
 def test_config_show_output_is_a_config(tmp_path, capsys):
-    code, out, _ = run(capsys, "config", "show", "tiny")
+    code, out, _ = run(capsys, "config", "show", "tiny", "--json")
     (tmp_path / "t.json").write_text(out)
-    code, out2, err = run(capsys, "config", "show", tmp_path / "t.json")
+    code, out2, err = run(capsys, "config", "show", tmp_path / "t.json", "--json")
     assert code == 0, err
     assert json.loads(out2) == json.loads(out)
 
@@ -231,3 +231,24 @@ def test_optional_fields_take_their_documented_defaults():
     assert (gemm.acc_factor_out, gemm.inp_factor_in, gemm.wgt_factor_out, gemm.reset) == (
         0, 0, 0, False)
     assert (alu.use_imm, alu.imm, alu.dst_factor_out, alu.src_factor_in) == (False, 0, 0, 0)
+
+
+@pytest.mark.parametrize("argv", [["config", "show", "default"], ["config", "list"],
+                                  ["inspect", "MODEL"]])
+def test_closed_stdout_ends_quietly(argv):
+    """``tensorfab ... | head``: the reader closed the pipe before the command wrote."""
+    import os
+    import subprocess
+    import sys
+
+    from tensorfab.models.digits_cnn import model_path
+
+    argv = [str(model_path()) if a == "MODEL" else a for a in argv]
+    read, write = os.pipe()
+    os.close(read)  # every write of the command fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "tensorfab.cli", *argv], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    finally:
+        os.close(write)
+    assert done.stderr == "" and done.returncode == 1, done.stderr

@@ -3,8 +3,9 @@
 Fenced ```` ```asm ```` blocks are complete programs: each is assembled and run on the
 functional simulator. Fenced ```` ```sh ```` (``shell``, ``console``, ``bash``) blocks:
 each ``tensorfab ...`` line parses with the command's own argument parser and names
-benchmarks, executors and presets that exist. Fragments of assembly belong in plain
-```` ``` ```` or ```` ```text ```` blocks.
+benchmarks, executors and presets that exist; a block that starts with ``tensorfab
+samples`` is a session run as written, line after line, in an empty folder.
+Fragments of assembly belong in plain ```` ``` ```` or ```` ```text ```` blocks.
 """
 
 from __future__ import annotations
@@ -77,8 +78,21 @@ def test_readme_program_computes_a_times_w_transposed() -> None:
     want = np.einsum("rki,nkoi->rno", a, w)
     got = FunctionalSimulator().run(prog).outputs["C"]
     np.testing.assert_array_equal(got, want.astype(np.int8))
-    assert "C = [[27 2 3 4], [-1 0 1 0]]" in (ROOT / "README.md").read_text()
     assert got.reshape(2, 4).tolist() == [[27, 2, 3, 4], [-1, 0, 1, 0]]
+
+
+def test_readme_shows_what_sim_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                      ) -> None:
+    """`tensorfab sim prog.s` on the README's program prints the output the README
+    shows (the text block after the program's description)."""
+    from tensorfab.cli import main
+
+    text = next(t for w, t in ASM if w.startswith("README.md"))
+    shown = next(body for lang, _, body in fenced_blocks(ROOT / "README.md")
+                 if lang == "text" and body.startswith("C int8"))
+    (tmp_path / "prog.s").write_text(text)
+    assert main(["sim", str(tmp_path / "prog.s")]) == 0
+    assert shown in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("where", "line"), SHELL_LINES, ids=[w for w, _ in SHELL_LINES])
@@ -100,3 +114,55 @@ def test_shell_snippet_parses_with_the_cli(where: str, line: str) -> None:
             f"{where}: no preset or board config {args.config!r}"
     if getattr(args, "board", None):
         assert args.board in BOARDS, f"{where}: no board {args.board!r}"
+
+
+SESSIONS = [(where, [line for line in body.splitlines() if line.strip()])
+            for where, body in _snippets(SHELLS)
+            if body.lstrip().startswith("tensorfab samples")]
+
+
+def test_the_docs_have_sessions() -> None:
+    assert {w.split(":")[0] for w, _ in SESSIONS} >= {"docs/graph.md",
+                                                      "docs/quantization.md"}
+
+
+@pytest.mark.parametrize(("where", "lines"), SESSIONS, ids=[w for w, _ in SESSIONS])
+def test_shell_session_runs_as_written(where: str, lines: list[str], tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Every command of the session, in order, in a fresh folder: exit status 0."""
+    from tensorfab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        argv = shlex.split(line, comments=True)
+        assert argv[0] == "tensorfab", f"{where}: {line}"
+        code = main(argv[1:])
+        assert code == 0, f"{where}: `{line}` exit {code}: {capsys.readouterr().err}"
+
+
+#: Pages that describe what is, for users: how figures were reached belongs to the
+#: commit messages.
+CURRENT_PAGES = ["docs/fpga.md", "docs/architecture.md", "docs/graph.md",
+                 "docs/model-benchmarks.md", "README.md"]
+_HISTORY = re.compile(
+    r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|"
+    r"twelfth|this|that|one|the same)\s+session\b|(?<!Yosys )\bissues? #?\d+|"
+    r"\ban earlier measurement\b|DESIGN\.md|\b20\d\d-\d\d-\d\d\b", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("page", CURRENT_PAGES)
+def test_pages_describe_what_is(page: str) -> None:
+    text = (ROOT / page).read_text()
+    found = [(text.count("\n", 0, m.start()) + 1, m[0]) for m in _HISTORY.finditer(text)]
+    assert not found, f"{page}: history (line, words): {found}"
+
+
+def test_fpga_md_has_one_results_table_with_every_board() -> None:
+    text = (ROOT / "docs" / "fpga.md").read_text()
+    tables = [line for line in text.splitlines()
+              if line.startswith("| board | config |")]
+    assert len(tables) == 1, tables
+    for board in BOARDS.values():
+        assert re.search(rf"^\| {board.name} \| {board.config}\b", text, re.MULTILINE), \
+            board.name

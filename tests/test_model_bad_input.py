@@ -74,6 +74,14 @@ def test_input_files(files, capsys) -> None:
     junk.write_text("not numpy")
     assert main(["run", str(files["tfm"]), "--input", str(junk)]) == 2
     one_line_error(capsys, "junk.npy: not a NumPy .npy or .npz file")
+    assert main(["run", str(files["tfm"]), "--input", str(files["dir"])]) == 2
+    one_line_error(capsys, f"{files['dir']}: a folder; give a .npy file")
+    assert main(["run", str(files["tfm"]), "--input", f"wrong={files['images']}"]) == 2
+    one_line_error(capsys, "--input wrong=", "the model has no input 'wrong'",
+                   "its inputs: image")
+    assert main(["run", str(files["tfm"]), "--config", "nope", "--input",
+                 str(files["images"])]) == 2
+    one_line_error(capsys, "'nope'", "tiny", "ecp5-25f", "up5k", "JSON config file")
     assert main(["run", str(files["tfm"])]) == 2
     one_line_error(capsys, "inputs missing: ['image']", "pass --input FILE.npy")
     assert main(["run", str(files["tfm"]), "--input", str(files["images"]), "--input",
@@ -178,3 +186,36 @@ def test_calibration_files(files, capsys) -> None:
     assert main(["run", str(files["tfm"]), "--input", str(files["images"]), "--calib",
                  str(files["calib"])]) == 2
     one_line_error(capsys, "--calib applies to an .onnx model")
+
+
+def test_interrupted_run_writes_its_trace(files, capsys, monkeypatch) -> None:
+    """Ctrl-C in the second accelerator program: the timeline up to there, the stopped
+    layer's engine intervals included, and the interrupt's message (exit 130)."""
+    from tensorfab.runtime.resident import ResidentModel
+    from tensorfab.sim.trace import Interval, is_tensorfab_trace
+
+    run_accel = ResidentModel.run_accel
+    calls = []
+
+    def stop_second(self, index, *args):
+        calls.append(index)
+        if len(calls) == 2:
+            exc = KeyboardInterrupt("interrupted after 700 cycles")
+            exc.intervals = [Interval("gemm", "busy", 0, 500), Interval("load", "busy",
+                                                                          0, 700)]
+            raise exc
+        return run_accel(self, index, *args)
+
+    monkeypatch.setattr(ResidentModel, "run_accel", stop_second)
+    trace = files["dir"] / "stopped.json"
+    capsys.readouterr()
+    assert _run(files, files["tfm"], "--trace", str(trace)) == 130
+    err = capsys.readouterr().err
+    assert "interrupted after 700 cycles" in err and f"wrote {trace}" in err
+    assert is_tensorfab_trace(trace)
+    events = json.loads(trace.read_text())["traceEvents"]
+    layers = [e for e in events if e["ph"] == "X" and e["pid"] == events[0]["pid"]]
+    assert layers[-1]["name"].endswith("(stopped)") and layers[-1]["cat"] == "accel"
+    assert sum(e["cat"] == "accel" for e in layers) == 2
+    engines = [e for e in events if e["ph"] == "X" and e["pid"] != events[0]["pid"]]
+    assert {e["args"]["layer"] for e in engines} == {calls[1]}

@@ -33,7 +33,7 @@ def last_json(capsys) -> dict:
 
 def compile_args(files: dict[str, Path], out: Path, batch: int, *more: str) -> list[str]:
     return ["compile", str(model_path()), "-o", str(out), "--calib", str(files["calib"]),
-            "--shape", f"image={batch},1,8,8", *more]
+            "--shape", f"image={batch},1,8,8", "--json", *more]
 
 
 def test_config_list_and_show_know_the_board_configs(capsys) -> None:
@@ -41,7 +41,7 @@ def test_config_list_and_show_know_the_board_configs(capsys) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [*PRESETS, "ecp5-25f", "up5k"]
     assert [line.endswith("(board config)") for line in lines] == [False] * 4 + [True] * 2
-    assert main(["config", "show", "ecp5-25f"]) == 0
+    assert main(["config", "show", "ecp5-25f", "--json"]) == 0
     cfg = json.loads(capsys.readouterr().out)["config"]
     assert (cfg["name"], cfg["block_in"], cfg["block_out"]) == ("ecp5-25f", 4, 2)
 

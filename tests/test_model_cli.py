@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -36,12 +38,12 @@ def test_compile_run_inspect(files, capsys, accel: str | None) -> None:
     args = ["compile", str(files["onnx"]), "-o", str(out), "--shape", "image=16,1,8,8"]
     if accel:
         args += ["--int8", str(files["calib"]), "--accel", accel]
-    assert main(args) == 0
+    assert main([*args, "--json"]) == 0
     compiled = last_json(capsys)
     assert compiled["accel_programs"] == (3 if accel else 0)  # 2 convolutions, the dense
     result = files["dir"] / "out.npy"
     assert main(["run", str(out), "--input", f"image={files['images']}", "-o",
-                 str(result)]) == 0
+                 str(result), "--json"]) == 0
     summary = last_json(capsys)
     logits = np.load(result)
     assert summary["outputs"][0]["shape"] == [16, 10]
@@ -49,7 +51,8 @@ def test_compile_run_inspect(files, capsys, accel: str | None) -> None:
     assert (logits.argmax(axis=1) == np.load(files["labels"])).mean() >= 0.85
     assert main(["inspect", str(out)]) == 0
     text = capsys.readouterr().out
-    info = json.loads(text.strip().splitlines()[-1])
+    assert main(["inspect", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
     assert info["inputs"] == [{"name": "image", "shape": [16, 1, 8, 8], "dtype": "float32"}]
     assert ("accel.program" in info["ops"]) == bool(accel)
     # the device-memory map of the accelerator programs (None when all on the CPU)
@@ -58,9 +61,16 @@ def test_compile_run_inspect(files, capsys, accel: str | None) -> None:
 
 
 def test_inspect_onnx_prints_the_text_form(files, capsys) -> None:
-    assert main(["inspect", str(files["onnx"])]) == 0
+    assert main(["inspect", str(files["onnx"]), "--values"]) == 0
     f = parse(capsys.readouterr().out)
     assert f.params[0].name == "image"
+
+
+def test_inspect_onnx_shows_the_weights_shapes_not_their_values(files, capsys) -> None:
+    assert main(["inspect", str(files["onnx"])]) == 0
+    text = capsys.readouterr().out
+    assert "// meta[w0]: float32 8×1×3×3\n" in text and "= meta[w0];" in text
+    assert not re.search(r'"[A-Za-z0-9+/=]{40,}"', text), "no base64 blobs"
 
 
 def test_errors_are_reported(files, capsys) -> None:
@@ -72,3 +82,16 @@ def test_errors_are_reported(files, capsys) -> None:
     assert main(["compile", str(files["onnx"]), "-o", str(files["dir"] / "x.tfm"),
                  "--shape", "image"]) == 2
     assert "expected NAME=D,D" in capsys.readouterr().err
+
+
+def test_compiling_again_replaces_the_tfm(files, capsys) -> None:
+    out = files["dir"] / "again.tfm"
+    args = ["compile", str(files["onnx"]), "-o", str(out), "--shape", "image=2,1,8,8"]
+    assert main(args) == 0
+    assert main(args) == 0, capsys.readouterr().err  # no --force for its own file
+    other = files["dir"] / "other.tfm"
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr("graph.json", json.dumps({"format": "something-else"}))
+    capsys.readouterr()
+    assert main([*args[:3], str(other), *args[4:]]) == 2
+    assert "pass --force" in capsys.readouterr().err

@@ -89,11 +89,13 @@ def test_inspect_prints_the_planned_graph_or_the_program(tmp_path, capsys) -> No
     assert main(["inspect", str(tfm)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("fn (%image: Tensor[(4, 1, 8, 8), float32] @cpu)")
-    assert json.loads(out.strip().splitlines()[-1])["listing"] == "graph"
+    assert "\ninputs: image 4×1×8×8 float32\n" in out and "accelerator: tiny," in out
+    assert main(["inspect", str(tfm), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["listing"] == "graph"
     assert main(["inspect", "--program", str(tfm)]) == 0
-    out = capsys.readouterr().out
-    assert "@accel(tiny)" in out and json.loads(out.strip().splitlines()[-1])["listing"] \
-        == "program"
+    assert "@accel(tiny)" in capsys.readouterr().out
+    assert main(["inspect", "--program", str(tfm), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["listing"] == "program"
     # a .tfm written without the text (an older file) still inspects, as its program
     old = tmp_path / "old.tfm"
     with zipfile.ZipFile(tfm) as src, zipfile.ZipFile(old, "w") as dst:
@@ -101,8 +103,8 @@ def test_inspect_prints_the_planned_graph_or_the_program(tmp_path, capsys) -> No
             if item != "graph.txt":
                 dst.writestr(item, src.read(item))
     assert load_graph_text(old) is None
-    assert main(["inspect", str(old)]) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["listing"] == "program"
+    assert main(["inspect", str(old), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["listing"] == "program"
 
 
 def test_load_graph_text_errors_name_the_file(tmp_path) -> None:

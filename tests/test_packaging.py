@@ -55,3 +55,21 @@ def test_every_folder_with_files_is_a_declared_package() -> None:
                 assert any(path.match(f"*/{pat}") or path.match(pat)
                            for pat in data.get(name, [])), \
                     f"{rel}: no package-data pattern of {name} matches it"
+
+
+def test_make_setup_hides_the_editable_install_note() -> None:
+    """``make demo`` on a fresh clone: the editable build under the Makefile's
+    ``QUIET_BUILD`` environment prints no setuptools warning block."""
+    import os
+    import re
+
+    match = re.search(r'^QUIET_BUILD := (\w+)="([^"]*)"$', (ROOT / "Makefile").read_text(),
+                      re.MULTILINE)
+    assert match, "Makefile: no QUIET_BUILD"
+    assert "$(QUIET_BUILD) $(BIN)/python -m pip install" in (ROOT / "Makefile").read_text()
+    script = ("import tempfile\nfrom setuptools import build_meta\n"
+              "with tempfile.TemporaryDirectory() as d:\n    build_meta.build_editable(d)\n")
+    res = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env=os.environ | {match[1]: match[2]})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "!!" not in res.stderr and "Warning" not in res.stderr, res.stderr

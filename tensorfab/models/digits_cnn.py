@@ -203,6 +203,26 @@ def model_path() -> Path:
     return Path(str(resources.files("tensorfab") / "models" / MODEL_FILE))
 
 
+def sample_files() -> dict[str, bytes]:
+    """A small model to try the model commands on, by file name: the shipped digits CNN
+    (``digits.onnx``, input ``image``), 256 training images to calibrate on
+    (``calib.npy``, and ``calib.npz`` keyed by the input's name) and 16 test images
+    (``images.npy``), float32 ``(N, 1, 8, 8)``."""
+    import io
+
+    train, _, test, _ = load_digits_split(0)
+
+    def npy(array: np.ndarray) -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, array)
+        return buf.getvalue()
+
+    npz = io.BytesIO()
+    np.savez(npz, image=train[:256])
+    return {"digits.onnx": model_path().read_bytes(), "calib.npy": npy(train[:256]),
+            "images.npy": npy(test[:16]), "calib.npz": npz.getvalue()}
+
+
 def main(argv: list[str]) -> int:
     """Train with seed 0 and write the ONNX model (``--out PATH``, default: the shipped
     file); prints the test accuracy."""

@@ -141,7 +141,7 @@ def test_compile_and_inspect_show_the_cpu_convolution_and_why(tmp_path, capsys) 
     onnx.save(same_upper_then_dilated_onnx(), onnx_path)
     np.save(tmp_path / "calib.npy", _calib())
     assert main(["compile", str(onnx_path), "-o", str(tfm), "--config", "default",
-                 "--calib", str(tmp_path / "calib.npy")]) == 0
+                 "--calib", str(tmp_path / "calib.npy"), "--json"]) == 0
     info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert info["accel_programs"] == 2
     assert len(info["cpu_convolutions"]) == 1 and "dilation (3, 3)" in \

@@ -204,7 +204,10 @@ def test_table_shows_instances_and_flat_totals(ice40_stats: dict[str, Path]) -> 
     text = console.export_text()
     table_rows = [[c.strip() for c in ln.split("│")[1:-1]] for ln in text.splitlines()
                   if ln.startswith("│")]
-    assert [r[0] for r in table_rows] == ["top", "mul ×2"]
+    assert [r[0] for r in table_rows] == ["top", "mul ×2", "icebreaker has (iCE40UP5K)"]
+    # beside the totals, what the device has
+    assert table_rows[2][1:] == ["5280", "", "5280", "5280", "", "8", "30",
+                                 f"{100 * rows[0]['logic'] / 5280:.0f} % used"]
     assert table_rows[1][1:4] == [str(rows[1]["logic"]), str(rows[1]["logic_own"]),
                                   str(rows[1]["total"]["LUT"])]
     assert "flattened synthesis: 1 LC, 2 LUT4, 3 FF, 4 DSP" in " ".join(text.split())

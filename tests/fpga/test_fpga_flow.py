@@ -126,9 +126,18 @@ def test_yowasp_tools_found() -> None:
         assert Path(env[var]).exists(), var
 
 
+def ecp5_bitstream(idcode: int) -> bytes:
+    """The start of an ecppack bitstream for the part of ``idcode``."""
+    return (b"\xff\x00Part: LFE5U\x00\xff\xff\xff\xff\xbd\xb3\xff\xff\xff\xff\x3b\x00"
+            b"\x00\x00\xe2\x00\x00\x00" + idcode.to_bytes(4, "big") + b"\x22" + bytes(64))
+
+
+LFE5U_25F, LFE5U_85F = 0x41111043, 0x41113043
+
+
 def test_program_dry_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bit = tmp_path / "top.bit"
-    bit.write_bytes(b"\xff\x00")
+    bit.write_bytes(ecp5_bitstream(LFE5U_85F))
     assert main(["fpga", "program", "--board", "ulx3s-85f", str(bit), "--dry-run"]) == 0
     assert capsys.readouterr().out.split() == ["openFPGALoader", "-b", "ulx3s", "-m", str(bit)]
     assert program_command("icebreaker", bit, flash=True)[-2:] == ["-f", str(bit)]
@@ -139,10 +148,35 @@ def test_program_dry_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 def test_program_without_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     bit = tmp_path / "top.bit"
-    bit.write_bytes(b"\xff")
+    bit.write_bytes(ecp5_bitstream(LFE5U_25F))
     monkeypatch.setenv("OPENFPGALOADER", "openFPGALoader-not-installed")
     assert main(["fpga", "program", "--board", "ulx3s-25f", str(bit)]) == 2
     assert "openFPGALoader-not-installed is not installed" in capsys.readouterr().err
+
+
+def test_program_checks_the_bitstream_and_its_device(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    small = tmp_path / "top.bit"
+    small.write_bytes(ecp5_bitstream(LFE5U_25F))
+    model = tmp_path / "cnn.onnx"
+    model.write_bytes(b"\x08\x07\x12\x07pytorch" + bytes(100))
+    ice = tmp_path / "top.bin"
+    ice.write_bytes(b"\xff\x00Lattice\x00\xff\x7e\xaa\x99\x7e\x51\x00" + bytes(64))
+    for board, path, words in (
+            ("ulx3s-85f", small, ("a bitstream for LFE5U-25F", "ulx3s-85f has LFE5U-85F")),
+            ("ulx3s-85f", model, ("not an ECP5 .bit bitstream", "LFE5U-85F")),
+            ("orangecrab-85f", ice, ("a bitstream for iCE40", "LFE5U-85F")),
+            ("icebreaker", small, ("a bitstream for LFE5U-25F", "iCE40UP5K")),
+            ("icebreaker", model, ("not an iCE40 .bin bitstream",))):
+        assert main(["fpga", "program", "--board", board, str(path), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+        assert str(path) in err and all(w in err for w in words), err
+    for board, path in (("ulx3s-25f", small), ("orangecrab-25f", small),
+                        ("icebreaker", ice)):
+        assert main(["fpga", "program", "--board", board, str(path), "--dry-run"]) == 0
+        assert capsys.readouterr().out.split()[-1] == str(path)
 
 
 def test_unknown_board() -> None:

@@ -85,3 +85,29 @@ def test_bench_matrix_names_known_boards_and_configs() -> None:
     assert {(b, BOARDS[b].config) for b in BOARDS} <= {(b, c) for b, c, _ in DEFAULT_MATRIX}
     assert set(ROUTER) <= {(b, c) for b, c, _ in DEFAULT_MATRIX}
     assert set(ROUTER.values()) <= set(ROUTERS)
+
+
+def test_build_says_no_config_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The board, not only the config: no build fits the UP5K, and what the smallest
+    needs (the overflow of the measured up5k build, without building)."""
+    from tensorfab.fpga_builds import flow
+
+    def overflowing(*_args: object, **_kw: object) -> None:
+        check_fit("ice40", utilization_from_log(UP5K_LOG))
+
+    monkeypatch.setattr(flow, "build_bitstream", overflowing)
+    assert main(["fpga", "build", "--board", "icebreaker", "-o", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("note: no config fits icebreaker (iCE40UP5K) yet")
+    assert len(lines) == 2 and lines[1].startswith(
+        "error: no config fits icebreaker (iCE40UP5K) yet: its smallest build, up5k "
+        "(1×2×2), does not fit: DSP (ICESTORM_DSP) 16 used, 8 available"), err
+    assert "ICESTORM_LC 16004/5280" in lines[1]
+    # another config: its own overflow, after the note
+    assert main(["fpga", "build", "--board", "icebreaker", "--config", "tiny", "-o",
+                 str(tmp_path / "t")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert "building tiny" in lines[0]
+    assert lines[1].startswith("error: design does not fit: DSP (ICESTORM_DSP)")

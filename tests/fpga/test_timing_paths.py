@@ -106,7 +106,7 @@ def test_paths_against_another_clock() -> None:
     result = timing_paths(REPORT, 1000 / 10.75, NETLIST)
     assert result["failing"] == 1 and [g["from"] for g in result["groups"]] == ["top.c"]
     assert timing_paths(REPORT, 50.0, NETLIST)["groups"] == []
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(FpgaBuildError, match="positive"):
         timing_paths(REPORT, 0)
 
 
