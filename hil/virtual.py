@@ -108,10 +108,14 @@ class SocSpec:
 def build_soc(spec: SocSpec) -> VerilatedLibrary:
     """The virtual board's library for ``spec`` (built once, cached with the RTL
     executor's builds)."""
-    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
-    text = verilog.convert(spec.soc(), name="tensorfab_soc", emit_src=False)
+    def design() -> str:
+        os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+        return verilog.convert(spec.soc(), name="tensorfab_soc", emit_src=False)
+
     name = f"soc-{spec.config.name}-{spec.mem_bytes}-d{spec.divisor}"
-    return build_verilated(name, text, "tensorfab_soc", "soc_harness.cpp",
+    params = {"config": spec.config.to_dict(), "mem_bytes": spec.mem_bytes,
+              "clock_hz": spec.clock_hz, "baud": spec.baud}
+    return build_verilated(name, design, params, "tensorfab_soc", "soc_harness.cpp",
                            {"SOC_LED_BUSY": LEDS.index("busy")})
 
 

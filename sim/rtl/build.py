@@ -25,18 +25,19 @@ model, as one shared library per configuration, cached.
 Cache
 -----
 A build lives in ``<cache>/<key>/`` (:func:`~tensorfab.sim.verilator_tools.cached_build`,
-the one cache of every Verilator build) where the key hashes the configuration, the
-sources of :mod:`tensorfab.hw` (the RTL), the harness sources and this module, the
-Amaranth and Verilator versions, the C++ compiler, the host CPU (the code is built
-with ``-march=native``) and every flag; a finished build holds ``build.ok``. The
-cache folder is ``$TENSORFAB_VERILATOR_CACHE`` if set, else ``build/verilator/`` of
-the source checkout the package runs from, else ``~/.cache/tensorfab/verilator``. A
-file lock per key makes concurrent processes (pytest-xdist workers) build a key once;
-Verilator's runtime objects are compiled once per flags into
-``<cache>/_runtime-<hash>/``. ``TENSORFAB_BUILD_JOBS`` caps parallel compiler jobs
-(default: the CPU count). :func:`build_steps` lets a caller follow the steps of a
-build (the command line shows them on stderr). A failed build raises
-:class:`HarnessBuildError` with the failing command's error lines and output tail;
+the one cache of every Verilator build) where the key hashes the configuration, every
+Python source the RTL is elaborated from (:func:`rtl_sources`: the packages
+:mod:`tensorfab.hw` and :mod:`tensorfab.isa`, subpackages included), the harness
+sources and this module, the Amaranth and Verilator versions, the C++ compiler, the
+host CPU (the code is built with ``-march=native``) and every flag; a finished build
+holds ``build.ok``. The cache folder is ``$TENSORFAB_VERILATOR_CACHE`` if set, else
+``build/verilator/`` of the source checkout the package runs from, else
+``~/.cache/tensorfab/verilator``. A file lock per key makes concurrent processes
+(pytest-xdist workers) build a key once; Verilator's runtime objects are compiled
+once per flags into ``<cache>/_runtime-<hash>/``. ``TENSORFAB_BUILD_JOBS`` caps
+parallel compiler jobs (default: the CPU count). :func:`build_steps` lets a caller
+follow the steps of a build (the command line shows them on stderr). A failed build
+raises :class:`HarnessBuildError` with the failing command's error lines and output tail;
 the whole log stays in ``<cache>/<key>/build.log``.
 """
 
@@ -87,6 +88,7 @@ __all__ = [
     "cache_root",
     "config_header",
     "harness_key",
+    "rtl_sources",
 ]
 
 #: Module name of the core in the generated Verilog.
@@ -116,8 +118,10 @@ SAMPLED_OUTPUTS: tuple[str, ...] = ("mem__cmd__valid", "mem__cmd__payload",
 CLK_PREV = "__Vtrigprevexpr___TOP__clk__0"
 #: Harness sources copied into every build (and hashed into its key).
 HARNESS_SOURCES = ("harness.cpp", "mem_model.h", "port_bits.h")
-#: The hardware sources (hashed into every build's key).
-HW_DIR = Path(importlib.util.find_spec("tensorfab.hw").origin).parent
+#: Packages whose Python sources the core's RTL is elaborated from (hashed into every
+#: build's key): the hardware and what it imports (the layering lets ``hw`` import
+#: ``isa`` only, tests/architecture).
+RTL_PACKAGES: tuple[str, ...] = ("tensorfab.hw", "tensorfab.isa")
 
 #: Verilator arguments of every harness build, before the waivers.
 VERILATOR_ARGS: tuple[str, ...] = ("-O3", "--x-assign", "fast", "--x-initial", "fast",
@@ -300,6 +304,32 @@ def _hash_tree(h: hashlib._Hash, folder: Path, pattern: str) -> None:
         h.update(path.read_bytes())
 
 
+def rtl_sources() -> list[Path]:
+    """Every Python source the core's RTL is elaborated from: the modules of
+    :data:`RTL_PACKAGES` and of their subpackages (``hw/soc/``, ...), in a fixed order.
+
+    The instruction layouts the decoders use, the buffer shapes and the token-queue
+    topology come from ``isa/``, so an edit there changes the Verilog as surely as one
+    in ``hw/``; a key over ``hw/*.py`` alone once named a stale build.
+    """
+    out: list[Path] = []
+    for package in RTL_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        assert spec is not None and spec.origin is not None, package
+        root = Path(spec.origin).parent
+        out += sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    return out
+
+
+def _hash_sources(h: hashlib._Hash) -> None:
+    """Hash :func:`rtl_sources` by path within their package and content."""
+    for path in rtl_sources():
+        package = next(parent for parent in path.parents
+                       if not (parent / "__init__.py").exists())
+        h.update(path.relative_to(package).as_posix().encode() + b"\0")
+        h.update(path.read_bytes())
+
+
 def _cxx() -> str:
     return os.environ.get("CXX", "c++")
 
@@ -357,7 +387,7 @@ def harness_key(cfg: HwConfig, threads: int = DEFAULT_THREADS,
                          "amaranth": amaranth.__version__, "verilator": verilator_version(),
                          "compiler": _cxx_version(), "cpu": _host_cpu(), "pgo": pgo},
                         sort_keys=True).encode())
-    _hash_tree(h, HW_DIR, "*.py")
+    _hash_sources(h)
     for name in HARNESS_SOURCES:
         _hash_tree(h, HARNESS_DIR, name)
     _hash_tree(h, Path(__file__).parent, "build.py")  # the build steps
@@ -676,23 +706,27 @@ class VerilatedLibrary:
     build_seconds: float
 
 
-def build_verilated(name: str, verilog: str, top: str, harness: str,
-                    defines: dict[str, str | int]) -> VerilatedLibrary:
-    """A shared library of ``verilog`` (top module ``top``) and the harness source
-    ``harness`` of :data:`HARNESS_DIR`, built unless the cache has it.
+def build_verilated(name: str, design: Callable[[], str], params: dict[str, object],
+                    top: str, harness: str, defines: dict[str, str | int]
+                    ) -> VerilatedLibrary:
+    """A shared library of the Verilog ``design()`` makes (top module ``top``) and the
+    harness source ``harness`` of :data:`HARNESS_DIR`, built unless the cache has it.
 
-    The same cache, lock and steps as :func:`build_harness` (no profile-guided pass).
-    The key hashes the generated Verilog itself, the harness source, this module and
-    the tools, so a cached build is always of the source that was elaborated. The
-    harness includes ``soc_config.h``: ``SOC_TOP_CLASS`` and ``SOC_TOP_HEADER``, then
-    ``defines`` as ``#define NAME value``.
+    The same cache, lock and steps as :func:`build_harness` (no profile-guided pass),
+    keyed the same way: ``params`` (what the design is made from), every source the RTL
+    is elaborated from (:func:`rtl_sources`), the harness source, this module and the
+    tools. ``design`` runs only when the cache misses. The harness includes
+    ``soc_config.h``: ``SOC_TOP_CLASS`` and ``SOC_TOP_HEADER``, then ``defines`` as
+    ``#define NAME value``.
 
     Parameters
     ----------
     name : str
         Readable prefix of the cache key.
-    verilog : str
-        The design.
+    design : callable
+        Makes the Verilog.
+    params : dict
+        JSON-ready parameters the design is made from.
     top : str
         Its top module.
     harness : str
@@ -705,20 +739,23 @@ def build_verilated(name: str, verilog: str, top: str, harness: str,
     HarnessBuildError
         Verilator, the compiler or the linker failed.
     """
+    import amaranth
+
     h = hashlib.sha256()
-    h.update(json.dumps({"top": top, "defines": defines, "abi": HARNESS_ABI,
+    h.update(json.dumps({"top": top, "params": params, "defines": defines,
+                         "abi": HARNESS_ABI, "amaranth": amaranth.__version__,
                          "verilator_args": [*VERILATOR_ARGS, *VERILATOR_WAIVERS],
                          "cxx": [*CXX_COMMON, *CXX_FAST, *CXX_SLOW],
                          "verilator": verilator_version(), "compiler": _cxx_version(),
-                         "cpu": _host_cpu()}, sort_keys=True).encode())
-    h.update(verilog.encode())
+                         "cpu": _host_cpu()}, sort_keys=True, default=str).encode())
+    _hash_sources(h)
     _hash_tree(h, HARNESS_DIR, harness)
     _hash_tree(h, Path(__file__).parent, "build.py")
     key = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)[:40]}-{h.hexdigest()[:16]}"
 
     def make(directory: Path) -> dict[str, object]:
         _step(f"building {name} in Verilator once (cached in {directory})")
-        _build_top(directory, verilog, top, harness, defines)
+        _build_top(directory, design(), top, harness, defines)
         return {}
 
     directory, seconds, _ = cached_build(key, make)

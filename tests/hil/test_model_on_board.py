@@ -60,11 +60,13 @@ def _check_timing(summary: dict, clock_hz: float) -> None:
 
 def test_run_on_the_virtual_board_matches_fsim_in_hardware_time(files, capsys) -> None:
     trace, out = files["dir"] / "board.json", files["dir"] / "board.npy"
-    assert main(["run", str(files["tfm"]), "--input", str(files["images"]),
-                 "--target", "virtual", "--trace", str(trace), "-o", str(out)]) == 0
+    args = ["run", str(files["tfm"]), "--input", str(files["images"]), "--target", "virtual",
+            "-o", str(out)]
+    assert main([*args, "--trace", str(trace)]) == 0
     printed = capsys.readouterr().out
     np.testing.assert_array_equal(np.load(out), _fsim(files))
-    summary = _last_json(printed)
+    assert main([*args, "--json"]) == 0  # the same run: the board's cycles are the same
+    summary = _last_json(capsys.readouterr().out)
     assert summary["target"] == "virtual" and not summary["cycles_estimated"]
     _check_timing(summary, VIRTUAL_HZ)
     # the one-time load (the SoC's build, the weights' upload) is not in the run's time
@@ -119,14 +121,15 @@ def test_fsim_is_untimed_its_hardware_time_unknown(files, serve, capsys, monkeyp
     server = serve("fsim")
     monkeypatch.setenv("TENSORFAB_TOKEN", server.token)
     out = files["dir"] / "fsim.npy"
-    assert main(["run", str(files["tfm"]), "--input", str(files["images"]), "--target",
-                 server.address, "-o", str(out)]) == 0
-    printed = capsys.readouterr().out
+    args = ["run", str(files["tfm"]), "--input", str(files["images"]), "--target",
+            server.address, "-o", str(out)]
+    assert main(args) == 0
+    assert "hardware: accelerator — (" in capsys.readouterr().out
     np.testing.assert_array_equal(np.load(out), _fsim(files))
-    summary = _last_json(printed)
+    assert main([*args, "--json"]) == 0
+    summary = _last_json(capsys.readouterr().out)
     assert summary["cycles_estimated"] and summary["hardware_seconds"] is None
     assert all(t["hardware_seconds"] is None for t in summary["accel_timing"])
-    assert "hardware: accelerator — (" in printed
 
 
 def test_a_model_larger_than_the_board_is_one_line(files, capsys) -> None:
