@@ -24,18 +24,19 @@ model, as one shared library per configuration, cached.
 
 Cache
 -----
-A build lives in ``<cache>/<key>/`` where the key hashes the configuration, the
-sources of :mod:`tensorfab.hw` (the RTL), the harness sources and this module, the
-Amaranth and Verilator versions, the C++ compiler, the host CPU (the code is built
-with ``-march=native``) and every flag; a finished build holds ``build.ok``. The
-cache folder is ``$TENSORFAB_HARNESS_CACHE`` if set, else ``build/harness/`` of the
-source checkout the package runs from, else ``~/.cache/tensorfab/harness``. A file
-lock per key makes concurrent processes (pytest-xdist workers) build a key once;
-Verilator's runtime objects are compiled once per flags into
-``<cache>/_runtime-<hash>/``. ``TENSORFAB_BUILD_JOBS`` caps parallel compiler jobs
-(default: the CPU count). :func:`build_steps` lets a caller follow the steps of a
-build (the command line shows them on stderr). A failed build raises
-:class:`HarnessBuildError` with the failing command's error lines and output tail;
+A build lives in ``<cache>/<key>/`` where the key hashes the configuration, every
+Python source the RTL is elaborated from (:func:`rtl_sources`: the packages
+:mod:`tensorfab.hw` and :mod:`tensorfab.isa`, subpackages included), the harness
+sources and this module, the Amaranth and Verilator versions, the C++ compiler, the
+host CPU (the code is built with ``-march=native``) and every flag; a finished build
+holds ``build.ok``. The cache folder is ``$TENSORFAB_HARNESS_CACHE`` if set, else
+``build/harness/`` of the source checkout the package runs from, else
+``~/.cache/tensorfab/harness``. A file lock per key makes concurrent processes
+(pytest-xdist workers) build a key once; Verilator's runtime objects are compiled
+once per flags into ``<cache>/_runtime-<hash>/``. ``TENSORFAB_BUILD_JOBS`` caps
+parallel compiler jobs (default: the CPU count). :func:`build_steps` lets a caller
+follow the steps of a build (the command line shows them on stderr). A failed build
+raises :class:`HarnessBuildError` with the failing command's error lines and output tail;
 the whole log stays in ``<cache>/<key>/build.log``.
 """
 
@@ -82,6 +83,7 @@ __all__ = [
     "cache_root",
     "config_header",
     "harness_key",
+    "rtl_sources",
 ]
 
 #: Module name of the core in the generated Verilog.
@@ -111,8 +113,10 @@ SAMPLED_OUTPUTS: tuple[str, ...] = ("mem__cmd__valid", "mem__cmd__payload",
 CLK_PREV = "__Vtrigprevexpr___TOP__clk__0"
 #: Harness sources copied into every build (and hashed into its key).
 HARNESS_SOURCES = ("harness.cpp", "mem_model.h", "port_bits.h")
-#: The hardware sources (hashed into every build's key).
-HW_DIR = Path(importlib.util.find_spec("tensorfab.hw").origin).parent
+#: Packages whose Python sources the core's RTL is elaborated from (hashed into every
+#: build's key): the hardware and what it imports (the layering lets ``hw`` import
+#: ``isa`` only, tests/architecture).
+RTL_PACKAGES: tuple[str, ...] = ("tensorfab.hw", "tensorfab.isa")
 
 #: Verilator arguments of every harness build, before the waivers.
 VERILATOR_ARGS: tuple[str, ...] = ("-O3", "--x-assign", "fast", "--x-initial", "fast",
@@ -305,6 +309,32 @@ def _hash_tree(h: hashlib._Hash, folder: Path, pattern: str) -> None:
         h.update(path.read_bytes())
 
 
+def rtl_sources() -> list[Path]:
+    """Every Python source the core's RTL is elaborated from: the modules of
+    :data:`RTL_PACKAGES` and of their subpackages (``hw/soc/``, ...), in a fixed order.
+
+    The instruction layouts the decoders use, the buffer shapes and the token-queue
+    topology come from ``isa/``, so an edit there changes the Verilog as surely as one
+    in ``hw/``; a key over ``hw/*.py`` alone once named a stale build.
+    """
+    out: list[Path] = []
+    for package in RTL_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        assert spec is not None and spec.origin is not None, package
+        root = Path(spec.origin).parent
+        out += sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    return out
+
+
+def _hash_sources(h: hashlib._Hash) -> None:
+    """Hash :func:`rtl_sources` by path within their package and content."""
+    for path in rtl_sources():
+        package = next(parent for parent in path.parents
+                       if not (parent / "__init__.py").exists())
+        h.update(path.relative_to(package).as_posix().encode() + b"\0")
+        h.update(path.read_bytes())
+
+
 def _cxx() -> str:
     return os.environ.get("CXX", "c++")
 
@@ -362,7 +392,7 @@ def harness_key(cfg: HwConfig, threads: int = DEFAULT_THREADS,
                          "amaranth": amaranth.__version__, "verilator": verilator_version(),
                          "compiler": _cxx_version(), "cpu": _host_cpu(), "pgo": pgo},
                         sort_keys=True).encode())
-    _hash_tree(h, HW_DIR, "*.py")
+    _hash_sources(h)
     _hash_tree(h, HARNESS_DIR, "*.[ch]*")
     _hash_tree(h, Path(__file__).parent, "build.py")  # the build steps
     _hash_tree(h, Path(__file__).parent, "train.py")  # the profile's training run

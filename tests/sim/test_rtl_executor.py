@@ -55,6 +55,7 @@ from tensorfab.sim.rtl import (
     RtlSimulator,
     RunStatus,
 )
+from tensorfab.sim.rtl import build as rtl_build
 from tensorfab.sim.rtl.build import HarnessBuildError, build_harness, config_header
 from tensorfab.sim.trace import TRACKS, Interval, plot_timeline, write_chrome_trace
 
@@ -224,6 +225,43 @@ def test_broken_cxx_build_quotes_compiler_error() -> None:
     msg = str(info.value)
     assert "compiling the harness failed" in msg
     assert "#error" in msg and "deliberately broken harness build" in msg
+
+
+def test_key_covers_every_module_the_rtl_is_elaborated_from() -> None:
+    import subprocess
+    import sys
+
+    # a fresh interpreter: the modules that elaborating the core and the SoC top imports
+    code = ("import sys\n"
+            "from tensorfab.isa import PRESETS\n"
+            "from tensorfab.hw.verilog import core_verilog\n"
+            "import tensorfab.hw.soc.top\n"
+            "core_verilog(PRESETS['tiny'])\n"
+            "for name, mod in sorted(sys.modules.items()):\n"
+            "    if name.startswith('tensorfab.') and getattr(mod, '__file__', None):\n"
+            "        print(mod.__file__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    hashed = {p.resolve() for p in rtl_build.rtl_sources()}
+    used = {Path(f).resolve() for f in out}
+    assert used <= hashed, sorted(str(p) for p in used - hashed)
+    names = {p.as_posix() for p in hashed}
+    assert any(n.endswith("isa/formats.py") for n in names)
+    assert any(n.endswith("hw/soc/top.py") for n in names)
+
+
+def test_key_changes_with_any_rtl_source(tmp_path: Path, monkeypatch) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    for path in (pkg / "__init__.py", pkg / "sub" / "__init__.py"):
+        path.write_text("")
+    layout = pkg / "sub" / "layout.py"
+    layout.write_text("WIDTH = 8\n")
+    monkeypatch.setattr(rtl_build, "rtl_sources", lambda: [layout])
+    before = rtl_build.harness_key(TINY)
+    assert rtl_build.harness_key(TINY) == before
+    layout.write_text("WIDTH = 16\n")
+    assert rtl_build.harness_key(TINY) != before
 
 
 def test_config_header_is_derived_from_the_declarations() -> None:
