@@ -282,9 +282,9 @@ def requant_finish(m: Module, go: Value, first: dict[str, Value]) -> Value:
         A signed 32-bit signal (the clamped result, with ``go``). Shifts past
         REQUANT_MAX_SHIFT give an unspecified result; :class:`VectorAlu` flags them.
     """
-    # Intermediates are at most 64 bits wide (Verilator handles wider ones word by word)
-    # the product itself: Verilator would sign-extend another arm of a multiplexer
-    # here (a 9-bit bound to 63 bits) on every cycle
+    # Intermediates are at most 64 bits wide (Verilator handles wider ones word by
+    # word). p is the product itself: Verilator would sign-extend another arm of a
+    # multiplexer here (a 9-bit bound to 63 bits) on every cycle
     p = Signal(signed(63))  # |t · M| < 2^62 with the 31-bit multiplier
     m.d.comb += p.eq(first["product"])
     n = first["shift"]
