@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,8 +19,8 @@ from tensorfab.isa.formats import (
 from .dsp import RegisteredMultiplier, per_product_multipliers
 from .signatures import WGT_OFFSET, wgt_entry_order
 
-__all__ = ["AluSignature", "VectorAlu", "alu_lane", "dsp_products", "finish_clip",
-           "finish_lane", "partial_operands", "partial_products", "requant_finish",
+__all__ = ["AluSignature", "VectorAlu", "dsp_products", "finish_clip", "finish_lane",
+           "first_cycle", "partial_operands", "partial_products", "requant_finish",
            "requant_first", "sum_high_word", "sum_low_word"]
 
 
@@ -88,81 +88,109 @@ def sum_high_word(lo: Value, mid_hi: Value, hh: Value) -> Value:
     return Cat(lo[:2 * HALF], hi[:2 * HALF]).as_signed()
 
 
-def alu_lane(m: Module, op: Value, a: Value, b: Value,
-             width: int) -> tuple[Value, Value, Value, Value]:
-    """First-cycle logic of one lane: ``OP(a, b)`` (docs/isa.md) for every operation
-    but MUL and MULHI, which :func:`finish_lane` completes from
-    :func:`partial_products` in the third cycle (this gives 0 for them), and SHR_RND,
-    whose rounding increment :func:`finish_lane` adds.
+def first_cycle(m: Module, en: Value, op: Value, a: list[Value], b: list[Value],
+                width: int) -> tuple[list[Value], list[Value], list[Value], list[Value]]:
+    """First-cycle logic of every lane, registered when ``en``: ``OP(a, b)`` (docs/isa.md)
+    for every operation but MUL and MULHI, which :func:`finish_lane` completes from
+    :func:`partial_products` in the third cycle (they give 0 here), and SHR_RND, whose
+    rounding increment :func:`finish_lane` adds.
+
+    Each operation's arithmetic sits in its own case of a switch on ``op`` inside the
+    enable, so Verilator computes it only for that operation: logic between registers
+    that is not under their load condition runs on every cycle (docs/architecture.md,
+    "Where Verilator's time goes").
 
     Parameters
     ----------
     m : Module
-        Module the lane's logic is added to.
+        Module the registers are added to.
+    en : Value
+        Load the registers (an operation enters the ALU).
     op : Value
         AluOp code; codes outside :class:`~tensorfab.isa.AluOp` give 0.
-    a, b : Value
-        Signed operands of ``width`` bits.
+    a, b : list of Value
+        Each lane's signed operands of ``width`` bits.
     width : int
         Element width (32).
 
     Returns
     -------
-    tuple[Value, Value, Value, Value]
-        Two signed ``width``-bit signals whose OR is the result (SHR_RND: ``a >> s``;
-        CLIP: see below): the arithmetic operations' (ADD, shifts, MOV) and the
-        comparing operations' (MIN, MAX; for CLIP ``min(a, b)``), each 0 for the other
-        kind, so that the choice between them can wait for the next cycle; CLIP's
-        ``a > -b - 1`` for :func:`finish_clip`; and SHR_RND's rounding increment (1
-        bit). For a shift operation only the low five bits of ``b`` count here;
-        :class:`VectorAlu` flags other amounts.
+    tuple of lists
+        Per lane, registered: the arithmetic operations' result (ADD, shifts, MOV; 0
+        for the others) and the comparing operations' (MIN, MAX; for CLIP
+        ``min(a, b)``; 0 for the others), whose OR is the result (SHR_RND: ``a >> s``);
+        CLIP's ``a > -b - 1`` for :func:`finish_clip`; SHR_RND's rounding increment (1
+        bit, defined for SHR_RND only). For a shift operation only the low five bits
+        of ``b`` count here; :class:`VectorAlu` flags other amounts.
     """
+    lanes = len(a)
     shift_bits = (width - 1).bit_length()
-    out = Signal(signed(width))
-    s = b.as_unsigned()[:shift_bits]
-    # Values used more than once are Mux(op is theirs, value, <a signal>): Verilator
-    # evaluates all logic every cycle, and keeps such a conditional as a branch (see
-    # requant_first), so each operation's arithmetic runs only when it is selected.
-    # SHR_RND rounds half away from zero: rem = a mod 2^s exceeds (2^s - 1) >> 1 plus
-    # the sign, i.e. bit s-1 of a is set and, for a < 0, some bit below it too (no
-    # carry chain: this and the shift run side by side, the +1 comes a cycle later)
-    below = Signal(unsigned(width))  # bits below bit s-1 (s <= 31: bits 0..29)
-    at = Signal(unsigned(width))  # bit s-1 (none for s = 0)
-    m.d.comb += [
-        below.eq(Mux(op == AluOp.SHR_RND, Cat(*(s > k + 1 for k in range(width - 2))),
-                     a.as_unsigned())),
-        at.eq(Mux(op == AluOp.SHR_RND, Cat(*(s == k + 1 for k in range(width - 1))),
-                  a.as_unsigned())),
-    ]
-    round_up = Signal()
-    m.d.comb += round_up.eq((a.as_unsigned() & at).any()
-                            & (~a[width - 1] | (a.as_unsigned() & below).any()))
+    arith = Signal(width * lanes, name="arith", reset_less=True)
+    ordered = Signal(width * lanes, name="ordered", reset_less=True)
+    above_lo = Signal(lanes, name="above_lo", reset_less=True)
+    round_up = Signal(lanes, name="round_up", reset_less=True)
+
+    def lane(reg: Signal, i: int) -> Value:
+        return reg[width * i:][:width]
+
+    def put(reg: Signal, values: list[Value]) -> list:
+        return [lane(reg, i).eq(v) for i, v in enumerate(values)]
+
+    zero = [Const(0, width)] * lanes
+    s = [bi.as_unsigned()[:shift_bits] for bi in b]
+    ab = list(zip(a, b, strict=True))
+    as_ = list(zip(a, s, strict=True))
     # CLIP = min(max(a, lo), b), lo = ~b = -b - 1: min(a, b) when a > lo, else lo when
     # lo < b (i.e. b >= 0), else b; this cycle gives min(a, b) and whether a > lo,
     # :func:`finish_clip` the choice in the next
-    above_lo = Signal()
-    m.d.comb += above_lo.eq(a > ~b)
-    ordered = Signal(signed(width))
-    with m.Switch(op):
+    with m.If(en), m.Switch(op):
         with m.Case(AluOp.ADD):
-            m.d.comb += out.eq((a + b)[:width])
-        with m.Case(AluOp.MIN, AluOp.CLIP):
-            m.d.comb += ordered.eq(Mux(a < b, a, b))
+            m.d.sync += put(arith, [(ai + bi)[:width] for ai, bi in ab])
+            m.d.sync += put(ordered, zero)
+        with m.Case(AluOp.MIN):
+            m.d.sync += put(arith, zero)
+            m.d.sync += put(ordered, [Mux(ai < bi, ai, bi) for ai, bi in ab])
+        with m.Case(AluOp.CLIP):
+            m.d.sync += put(arith, zero)
+            m.d.sync += put(ordered, [Mux(ai < bi, ai, bi) for ai, bi in ab])
+            m.d.sync += above_lo.eq(Cat(*(ai > ~bi for ai, bi in ab)))
         with m.Case(AluOp.MAX):
-            m.d.comb += ordered.eq(Mux(a > b, a, b))
-        with m.Case(AluOp.SHR, AluOp.SHR_RND):
-            m.d.comb += out.eq(a >> s)
+            m.d.sync += put(arith, zero)
+            m.d.sync += put(ordered, [Mux(ai > bi, ai, bi) for ai, bi in ab])
+        with m.Case(AluOp.SHR):
+            m.d.sync += put(arith, [ai >> si for ai, si in as_])
+            m.d.sync += put(ordered, zero)
+        with m.Case(AluOp.SHR_RND):
+            m.d.sync += put(arith, [ai >> si for ai, si in as_])
+            m.d.sync += put(ordered, zero)
+            m.d.sync += round_up.eq(Cat(*(_round_up(ai, si, width)
+                                          for ai, si in as_)))
         with m.Case(AluOp.SHL):
-            m.d.comb += out.eq((a << s)[:width])
+            m.d.sync += put(arith, [(ai << si)[:width] for ai, si in as_])
+            m.d.sync += put(ordered, zero)
         with m.Case(AluOp.MOV):
-            m.d.comb += out.eq(b)
+            m.d.sync += put(arith, b)
+            m.d.sync += put(ordered, zero)
         with m.Default():
-            m.d.comb += [out.eq(0), ordered.eq(0)]
-    return out, ordered, above_lo, round_up
+            m.d.sync += [arith.eq(0), ordered.eq(0)]
+    return ([lane(arith, i).as_signed() for i in range(lanes)],
+            [lane(ordered, i).as_signed() for i in range(lanes)],
+            [above_lo[i] for i in range(lanes)], [round_up[i] for i in range(lanes)])
+
+
+def _round_up(a: Value, s: Value, width: int) -> Value:
+    """SHR_RND's rounding increment of ``a >> s``: rounding half away from zero, rem =
+    a mod 2^s exceeds (2^s - 1) >> 1 plus the sign, i.e. bit s-1 of a is set and, for
+    a < 0, some bit below it too (no carry chain: this and the shift run side by side,
+    the +1 comes two cycles later)."""
+    below = Cat(*(s > k + 1 for k in range(width - 2)))  # bits below bit s-1
+    at = Cat(*(s == k + 1 for k in range(width - 1)))  # bit s-1 (none for s = 0)
+    au = a.as_unsigned()
+    return (au[:width - 1] & at).any() & (~a[width - 1] | (au[:width - 2] & below).any())
 
 
 def finish_clip(ordered: Value, above_lo: Value, b: Value) -> Value:
-    """CLIP's result from :func:`alu_lane`'s ``ordered`` (``min(a, b)``) and
+    """CLIP's result from :func:`first_cycle`'s ``ordered`` (``min(a, b)``) and
     ``above_lo`` (``a > -b - 1``), registered, and the operand ``b``."""
     return Mux(above_lo, ordered, Mux(b[-1], b, ~b))
 
@@ -254,9 +282,11 @@ def requant_finish(m: Module, go: Value, first: dict[str, Value]) -> Value:
         A signed 32-bit signal (the clamped result, with ``go``). Shifts past
         REQUANT_MAX_SHIFT give an unspecified result; :class:`VectorAlu` flags them.
     """
-    # Intermediates are at most 64 bits wide (Verilator handles wider ones word by word)
+    # Intermediates are at most 64 bits wide (Verilator handles wider ones word by
+    # word). p is the product itself: Verilator would sign-extend another arm of a
+    # multiplexer here (a 9-bit bound to 63 bits) on every cycle
     p = Signal(signed(63))  # |t · M| < 2^62 with the 31-bit multiplier
-    m.d.comb += p.eq(Mux(go, first["product"], first["lo"]))
+    m.d.comb += p.eq(first["product"])
     n = first["shift"]
     sh = Signal(7)  # 64 - n: masks made by right shifts keep 64 bits
     m.d.comb += sh.eq(Mux(go, 64 - n, n))
@@ -434,10 +464,7 @@ class VectorAlu(wiring.Component):
         b = [self.b[i].as_signed() for i in lanes]
 
         # ---- first cycle: each lane's logic, registered per stage and kind
-        first = [alu_lane(m, self.op, a[i], b[i], self.width) for i in lanes]
-        arith, ordered, above_lo, round_up = (
-            registered_lanes(m, en, [f[k] for f in first], name)
-            for k, name in enumerate(("arith", "ordered", "above_lo", "round_up")))
+        arith, ordered, above_lo, round_up = first_cycle(m, en, self.op, a, b, self.width)
         clip_b = registered_lanes(m, en & is_clip, b, "clip_b")
         saturate = registered_lanes(m, en, [(a[i] == most_negative) & (b[i] == most_negative)
                                             for i in lanes], "saturate")
@@ -501,9 +528,10 @@ class VectorAlu(wiring.Component):
             m.d.comb += rec_bad.eq(Mux(is_requant, Cat(*(r["shift"] > REQUANT_MAX_SHIFT
                                                          for r in records)).any(), is_requant))
             shift_bad = shift_bad | rec_bad
-        shift_bad2 = Signal()
-        m.d.sync += [en2.eq(en), shift_bad2.eq(en & shift_bad),
-                     self.out_valid.eq(en2), self.shift_error.eq(shift_bad2)]
+        # under the enable, not ANDed with it: the checks then run only for an operation
+        shift_bad2 = registered(m, en, shift_bad, "shift_bad2")
+        m.d.sync += [en2.eq(en), self.out_valid.eq(en2),
+                     self.shift_error.eq(en2 & shift_bad2)]
         return m
 
     def _records(self) -> list[dict[str, Value]]:

@@ -303,11 +303,14 @@ class ComputeEngine(wiring.Component):
         prod = gemm.result
         gemm_new = Signal(self.acc_wr.data.shape())
         alu_new = Signal(self.acc_wr.data.shape())
-        acc_reg = Signal(self.acc_wr.data.shape())  # the read data, one cycle later
-        last_data = Signal(self.acc_wr.data.shape())  # the accumulator write of the
-        # previous cycle, and whether it was to the entry written back now: compared a
-        # cycle ahead, with the delay line's address one stage before the write-back, so
-        # that a register, not a comparison, selects the data ahead of the adders
+        # wide datapath registers without a reset (the valid bits say what they hold):
+        # with one, Verilator copies every word of them on every cycle
+        acc_reg = Signal(self.acc_wr.data.shape(), reset_less=True)  # the read data,
+        # one cycle later; last_data: the accumulator write of the previous cycle, and
+        # whether it was to the entry written back now: compared a cycle ahead, with the
+        # delay line's address one stage before the write-back, so that a register, not
+        # a comparison, selects the data ahead of the adders
+        last_data = Signal(self.acc_wr.data.shape(), reset_less=True)
         forward = Signal()
         acc_cur = Signal(self.acc_wr.data.shape())
         with m.If(dl_valid[lat - 1]):
@@ -338,8 +341,9 @@ class ComputeEngine(wiring.Component):
                                      for k in range(4, 7))
         s2_src = Signal(cfg.acc_bits)
         m.d.sync += s2_src.eq(idx_s)
-        a3_a, a3_b, a6_data = Signal(vec_shape), Signal(vec_shape), Signal(vec_shape)
-        a3_rec = Signal(len(self.wgt_rd.data))
+        a3_a, a3_b, a6_data = (Signal(vec_shape, name=name, reset_less=True)
+                               for name in ("a3_a", "a3_b", "a6_data"))
+        a3_rec = Signal(len(self.wgt_rd.data), reset_less=True)
         imm_b = Signal(signed(cfg.acc_width))  # the immediate operand (docs/isa.md)
         m.d.comb += imm_b.eq(Mux(alu_op == AluOp.MULHI, imm << MULHI_IMM_SHIFT, imm))
         alu_s2 = s2_valid & s2_alu
