@@ -104,11 +104,12 @@ def link_efficiency(config: str = "tiny", nbytes: int = 32768) -> dict[str, floa
 
 def digits_on_board(config: str = "tiny", batch: int = 8) -> dict[str, Any]:
     """The digits CNN resident on the virtual board, against fsim, and each layer's
-    board cycles beside the RTL executor's for the same programs."""
+    board cycles beside the RTL executor's for the same programs (its memory the SoC's
+    on-chip memory, :data:`~tensorfab.sim.rtl.ONCHIP_MEMORY`)."""
     from tensorfab.models.digits_cnn import load_digits_split
     from tensorfab.models.digits_int8 import compile_digits_int8
     from tensorfab.runtime.profiling import profile_program
-    from tensorfab.sim.rtl import RtlSimulator
+    from tensorfab.sim.rtl import ONCHIP_MEMORY, RtlSimulator
 
     model = compile_digits_int8(batch=batch, config=config)
     _, _, xte, _ = load_digits_split(0)
@@ -116,7 +117,7 @@ def digits_on_board(config: str = "tiny", batch: int = 8) -> dict[str, Any]:
     runs = {}
     for name, dev in (("fsim", FunctionalSimulator()),
                       ("virtual", VirtualBoardDevice(mem_bytes=1 << 20)),
-                      ("rtl", RtlSimulator())):
+                      ("rtl", RtlSimulator(ONCHIP_MEMORY))):
         t0 = time.monotonic()
         prof = profile_program(model.program, [x], dev)
         runs[name] = (prof, time.monotonic() - t0)

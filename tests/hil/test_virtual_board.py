@@ -22,6 +22,8 @@ from tensorfab.hil.virtual import InProcessTransport, SocSpec, VirtualBoard
 from tensorfab.isa import PRESETS
 from tensorfab.isa.device import open_device
 from tensorfab.sim import FunctionalSimulator
+from tensorfab.sim.rtl import ONCHIP_MEMORY, RtlSimulator
+from tensorfab.sim.testing.random_program import random_program
 
 CFG = PRESETS["tiny"]
 MEM = 1 << 16
@@ -103,3 +105,12 @@ def test_replay_fixture_runs_the_host_side() -> None:
     got = BoardDevice(HostLink(replay)).run(prog)
     assert_same_as_fsim(prog, got, "replay")
     assert replay.finished
+
+
+def test_board_cycles_equal_the_rtl_executor_with_the_socs_memory(board) -> None:
+    """The virtual board's CYCLES (its own counter, read over the link) equal the RTL
+    executor's with the on-chip memory model, program for program."""
+    progs = [*directed_programs(CFG).values()][:12] + [random_program(CFG, s)
+                                                         for s in range(4)]
+    rtl = RtlSimulator(ONCHIP_MEMORY)
+    assert [board.run(p).cycles for p in progs] == [rtl.run(p).cycles for p in progs]
