@@ -20,11 +20,10 @@ import socket
 import threading
 import time
 import tty
-from dataclasses import replace
 
 from .errors import HilError
 from .service import is_loopback
-from .virtual import CHUNK_CYCLES, FaultInjector, LinkFaults, VirtualBoard
+from .virtual import CHUNK_CYCLES, LinkFaults, VirtualBoard
 
 __all__ = ["BoardServer"]
 
@@ -70,8 +69,7 @@ class BoardServer:
         self.token = token
         self.hello_timeout = hello_timeout
         faults = faults or LinkFaults()
-        self._faults_in = FaultInjector(faults)
-        self._faults_out = FaultInjector(replace(faults, seed=faults.seed + 1))
+        self._faults_in, self._faults_out = faults.injectors()
         self._held: list[tuple[float, str, bytes]] = []  # (release time, direction, bytes)
         try:
             self._listener = socket.create_server((host, port))

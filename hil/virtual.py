@@ -146,8 +146,9 @@ class LinkFaults:
     reset_at_cycle: int | None = None
     seed: int = 0
 
-    def injector(self) -> FaultInjector:
-        return FaultInjector(self)
+    def injectors(self) -> tuple[FaultInjector, FaultInjector]:
+        """Injectors for the bytes to the board and those from it (seeded apart)."""
+        return FaultInjector(self), FaultInjector(replace(self, seed=self.seed + 1))
 
 
 class FaultInjector:
@@ -288,8 +289,7 @@ class InProcessTransport:
         self.board = board
         self.byte_seconds = 10.0 / board.spec.baud
         faults = faults or LinkFaults()
-        self.faults_in = faults.injector()
-        self.faults_out = replace(faults, seed=faults.seed + 1).injector()
+        self.faults_in, self.faults_out = faults.injectors()
         self._rx = b""
         self._reset_at = faults.reset_at_cycle
         self._delayed = b""
