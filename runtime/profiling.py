@@ -261,10 +261,12 @@ def profile_program(program: GraphProgram,
                 intervals = list(getattr(exc, "intervals", None) or [])
                 cycles = getattr(exc, "cycles", None) or max((i.end for i in intervals),
                                                              default=None)
+                clock = accel_program_of(args[1]).config.clock_mhz * 1e6
                 layers.append(LayerRecord(
                     index, f"{attrs.get('layer') or node.op} (stopped)", "accel",
                     [_shape(args[0])], None, start - t0, time.perf_counter() - start,
-                    cycles, intervals=intervals))
+                    cycles, intervals=intervals,
+                    clock_hz=None if cycles is None else clock))
                 raise
             seconds = time.perf_counter() - start
             config = accel_program_of(args[1]).config

@@ -16,6 +16,8 @@ def cmd_board_virtual(args: argparse.Namespace) -> int:
     from tensorfab.hil.virtual import LinkFaults, SocSpec, VirtualBoard
     from tensorfab.sim.rtl.build import build_steps
 
+    from .serve_cli import serve_until_interrupted
+
     config = board_config(args.config) if args.config else None
     spec = SocSpec.for_board(args.board, config, exact=args.exact, mem_bytes=args.mem_bytes)
     faults = LinkFaults(bit_flip=args.bit_flip, drop=args.drop, delay=args.delay,
@@ -35,13 +37,12 @@ def cmd_board_virtual(args: argparse.Namespace) -> int:
     print(f"connect: TENSORFAB_TOKEN={server.token} tensorfab run MODEL.tfm --target "
           f"{server.address}", flush=True)
     signal.signal(signal.SIGUSR1, lambda *_: server.press_reset())
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
+
+    def close() -> None:
         server.close()
         board.close()
+
+    serve_until_interrupted(server.serve_forever, close)
     return 0
 
 

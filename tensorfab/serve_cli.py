@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import socket
 import sys
 from collections.abc import Callable
 
-__all__ = ["add_serve_commands"]
+__all__ = ["add_serve_commands", "serve_until_interrupted"]
 
 #: Seconds between a served device's heartbeats to its tracker.
 HEARTBEAT_SECONDS = 5.0
@@ -29,7 +30,10 @@ def _advertised(host: str, port: int, advertise: str | None) -> str:
     return f"tcp://{f'[{name}]' if ':' in name else name}:{port}"
 
 
-def _serve_until_interrupted(serve: Callable[[], None], close: Callable[[], None]) -> None:
+def serve_until_interrupted(serve: Callable[[], None], close: Callable[[], None]) -> None:
+    """Run ``serve`` until Ctrl-C (a quiet end), then ``close``. Ctrl-C works even when
+    the process was started with SIGINT ignored (a background job of a shell)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         serve()
     except KeyboardInterrupt:
@@ -73,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             registration.close()
         server.close()
 
-    _serve_until_interrupted(server.serve_forever, close)
+    serve_until_interrupted(server.serve_forever, close)
     return 0
 
 
@@ -84,7 +88,7 @@ def cmd_tracker(args: argparse.Namespace) -> int:
     print(f"tracker at {tracker.address}", flush=True)
     print(f"token: {tracker.token}", flush=True)
     _log_to_stderr()
-    _serve_until_interrupted(tracker.serve_forever, tracker.close)
+    serve_until_interrupted(tracker.serve_forever, tracker.close)
     return 0
 
 

@@ -22,8 +22,11 @@ BLOCKS = {
     "insn_sequencer": lambda cfg: InsnSequencer(cfg, Engine.COMPUTE),
     "burst_issuer": lambda cfg: BurstIssuer(cfg),
 }
-#: Blocks with state machines and ``!= 0`` tests get the core's waivers for those patterns.
-BLOCK_WAIVERS = {"insn_sequencer": CORE_LINT_WAIVERS, "burst_issuer": CORE_LINT_WAIVERS}
+#: Blocks with state machines, ``!= 0`` tests, or a ``Switch`` inside an ``If`` whose
+#: other values hold the register (the ALU's first cycle, under its stage's enable) get
+#: the core's waivers for those patterns.
+BLOCK_WAIVERS = {"insn_sequencer": CORE_LINT_WAIVERS, "burst_issuer": CORE_LINT_WAIVERS,
+                 "vector_alu": CORE_LINT_WAIVERS}
 
 
 def _make(block: str, cfg: HwConfig) -> wiring.Component:
