@@ -22,7 +22,7 @@ from tensorfab.isa import PRESETS, Buffer, ErrorCode, HwConfig, Load, Program, P
 from tensorfab.isa.device import Device, DeviceMemory, RunResult
 from tensorfab.isa.errors import UsageError
 from tensorfab.isa.insn import buffer_entry_bytes
-from tensorfab.sim.rtl.device import RtlSimulator
+from tensorfab.sim.rtl.device import core_counters
 
 from .errors import BoardConfigMismatch, BoardResetError, BoardTimeout
 from .link import HostLink
@@ -194,7 +194,7 @@ class BoardDevice(Device):
             raise core_error(program, image(), st.error_code, st.error_index)
         return BoardRunResult(
             dram=None, outputs={},
-            counters=RtlSimulator._counters(program, csrs, program_traffic(program)),
+            counters=core_counters(program, csrs, program_traffic(program)),
             cycles=counters["CYCLES"], device=self.name, csrs=csrs,
             clock_hz=self.info.clock_hz)
 

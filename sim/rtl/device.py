@@ -196,7 +196,7 @@ class RtlSimulator(Device):
             raise HarnessError(f"the core reported done with {h.message or 'memory'} "
                                "commands still pending")
         mem = h.stats()
-        return RtlRunResult(dram=None, outputs={}, counters=self._counters(program, csrs, mem),
+        return RtlRunResult(dram=None, outputs={}, counters=core_counters(program, csrs, mem),
                             cycles=csrs["CYCLES"], device=self.name, csrs=csrs, memory=mem,
                             intervals=intervals)
 
@@ -234,20 +234,23 @@ class RtlSimulator(Device):
         return HangError(msg, reason=reason, cycles=cycles, waits=waits, engines=engines,
                          retired=retired, last_retired=last, csrs=csrs, activity=activity)
 
-    @staticmethod
-    def _counters(program: Program, csrs: Mapping[str, int], mem: Mapping[str, int]
+
+def core_counters(program: Program, csrs: Mapping[str, int], mem: Mapping[str, int]
                   ) -> Counters:
-        cfg = program.config
-        gemm_uops = csrs["GEMM_BUSY"]
-        return Counters(
-            load_insns=csrs["LOAD_INSNS"], compute_insns=csrs["COMPUTE_INSNS"],
-            store_insns=csrs["STORE_INSNS"],
-            load_bytes_inp=mem["bytes_load_inp"], load_bytes_wgt=mem["bytes_load_wgt"],
-            load_bytes_acc=mem["bytes_load_acc"], load_bytes_uop=mem["bytes_load_uop"],
-            store_bytes=mem["bytes_written"],
-            gemm_uops=gemm_uops,
-            gemm_macs=max(0, gemm_uops - reset_uops(program)) * cfg.peak_macs_per_cycle,
-            alu_uops=csrs["ALU_BUSY"], alu_ops=csrs["ALU_BUSY"] * cfg.batch * cfg.block_out)
+    """The :class:`~tensorfab.isa.device.Counters` of a run from the core's CSRs and the
+    memory's byte counts (``bytes_load_inp``, ``bytes_load_wgt``, ``bytes_load_acc``,
+    ``bytes_load_uop``, ``bytes_written``): what the RTL executor and a board report."""
+    cfg = program.config
+    gemm_uops = csrs["GEMM_BUSY"]
+    return Counters(
+        load_insns=csrs["LOAD_INSNS"], compute_insns=csrs["COMPUTE_INSNS"],
+        store_insns=csrs["STORE_INSNS"],
+        load_bytes_inp=mem["bytes_load_inp"], load_bytes_wgt=mem["bytes_load_wgt"],
+        load_bytes_acc=mem["bytes_load_acc"], load_bytes_uop=mem["bytes_load_uop"],
+        store_bytes=mem["bytes_written"],
+        gemm_uops=gemm_uops,
+        gemm_macs=max(0, gemm_uops - reset_uops(program)) * cfg.peak_macs_per_cycle,
+        alu_uops=csrs["ALU_BUSY"], alu_ops=csrs["ALU_BUSY"] * cfg.batch * cfg.block_out)
 
 
 class RtlMemory(DeviceMemory):
