@@ -324,6 +324,12 @@ class InProcessTransport:
             while not self._rx and self.board.cycle - start < cycles:
                 self._clock(min(CHUNK_CYCLES, cycles - (self.board.cycle - start)))
                 self._rx, _ = self.faults_out.apply(self.board.take())
+            # the rest of a response still on the wire: the host's deadlines are wall
+            # time, which a slow (exact) UART would otherwise outlast mid-frame
+            while self._rx and self.board.leds["tx"]:
+                self._clock(CHUNK_CYCLES)
+                more, _ = self.faults_out.apply(self.board.take())
+                self._rx += more
         out, self._rx = self._rx[:size], self._rx[size:]
         return out
 
