@@ -22,6 +22,7 @@ import onnx
 
 from tensorfab.isa import HwConfig, TensorfabError, get_config
 from tensorfab.isa.formats import requant_supported
+from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 from tensorfab.runtime.artifact import CPU_CONVOLUTION_COMMENT
 from tensorfab.runtime.interpreter import GraphProgram
 
@@ -158,7 +159,7 @@ def _with_macs(fn: Function, macs: list[int]) -> Function:
     left = iter(macs)
 
     def rule(e, _old):  # type: ignore[no-untyped-def]
-        if isinstance(e, Call) and e.op == "accel.program" and \
+        if isinstance(e, Call) and e.op == ACCEL_PROGRAM and \
                 not e.attrs.get("extra_input_segment"):  # residual adds have no MACs
             m = next(left, None)
             if m is None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from tensorfab.isa import TensorfabError
 
+from .accel_contract import ACCEL_PROGRAM, accel_nodes, decode_program
 from .interpreter import GraphProgram, InputSpec, Node
 
 FORMAT = "tensorfab-model"
@@ -137,16 +138,12 @@ def load_graph_text(path: str | os.PathLike) -> str | None:
 def _check_accel_programs(program: GraphProgram, where: str) -> None:
     """Decode every accelerator program now, so that a damaged one is reported with the
     file and the node rather than in the middle of a run."""
-    from .kernels import accel_program_of
-
-    for k, node in enumerate(program.nodes):
-        if node.op != "accel.program":
-            continue
+    for k, node in accel_nodes(program):
         blob = program.constants.get(node.inputs[1]) if len(node.inputs) in (2, 3) else None
         if blob is None:
-            raise ModelFileError(f"{where}: node {k} (accel.program) has no program bytes")
+            raise ModelFileError(f"{where}: node {k} ({ACCEL_PROGRAM}) has no program bytes")
         try:
-            accel_program_of(blob)
+            decode_program(blob)
         except TensorfabError as e:
             raise ModelFileError(f"{where}: node {k} ({node.attrs.get('layer') or node.op}):"
                                  f" damaged accelerator program: {e}") from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from tensorfab.isa import AluOp, TensorfabError
 from tensorfab.sim.fsim_alu import alu_apply, requant_values
 
+from .accel_contract import ACCEL_PROGRAM, decode_program
 from .layout_transform import layout_transform, parse_layout
 
 Kernel = Callable[..., Any]
@@ -567,13 +568,6 @@ def add_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return alu_apply(AluOp.CLIP, y, 127).astype(np.int8)
 
 
-@functools.lru_cache(maxsize=64)
-def _program(blob: bytes):  # -> tensorfab.isa.Program
-    from tensorfab.isa import Program
-
-    return Program.from_bytes(blob, "accel.program")
-
-
 def segment_operand(program: Any, name: str, value: Any, what: str) -> np.ndarray:
     """``value`` as the array written to segment ``name`` of ``program`` (a
     :class:`~tensorfab.isa.Program`).
@@ -591,17 +585,17 @@ def segment_operand(program: Any, name: str, value: Any, what: str) -> np.ndarra
     return v
 
 
-def run_accel_program(x: np.ndarray, blob: np.ndarray, attrs: dict[str, Any],
+def run_accel_program(x: np.ndarray, program: Any, attrs: Mapping[str, Any],
                       device: Any, *extra: np.ndarray) -> Any:
-    """Run a compiled accelerator program on ``device`` (a :class:`~tensorfab.sim.Device`)
-    with ``x`` written to its input segment (and a residual add's second operand to its
-    ``extra_input_segment``); the :class:`~tensorfab.sim.RunResult` (outputs, cycles,
-    counters) of the run. The ``accel.program`` kernel and the per-layer profile
-    (:mod:`.profiling`) both run programs through it."""
-    program = accel_program_of(blob)
+    """Run a decoded accelerator program (:func:`.accel_contract.decode_program`) on
+    ``device`` (a :class:`~tensorfab.sim.Device`) with ``x`` written to its input segment
+    (and a residual add's second operand to its ``extra_input_segment``), standalone
+    with its whole image; the :class:`~tensorfab.sim.RunResult` (outputs, cycles,
+    counters) of the run. The ``accel.program`` kernel and a
+    :class:`~.loaded_model.LoadedModel` without device memory run programs through it."""
     operands = [(attrs["input_segment"], x, "input"),
                 *((attrs["extra_input_segment"], v, "second input") for v in extra)]
-    values = [(name, segment_operand(program, name, v, f"accel.program: {what}"))
+    values = [(name, segment_operand(program, name, v, f"{ACCEL_PROGRAM}: {what}"))
               for name, v, what in operands]
     image = program.dram_image()
     layout = program.layout()
@@ -612,18 +606,13 @@ def run_accel_program(x: np.ndarray, blob: np.ndarray, attrs: dict[str, Any],
     return device.run(program, image)
 
 
-def accel_program_of(blob: np.ndarray):  # -> tensorfab.isa.Program
-    """The :class:`~tensorfab.isa.Program` of an ``accel.program`` node's byte constant
-    (decoded once per distinct program)."""
-    return _program(np.ascontiguousarray(blob, np.uint8).tobytes())
-
-
-@kernel("accel.program")
+@kernel(ACCEL_PROGRAM)
 def accel_program(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """Run a compiled accelerator program on an executor (the functional simulator by
     default): the input goes to its input segment, the output segment comes back."""
     from tensorfab.sim import get_device
 
     x, blob, *extra = inputs
-    result = run_accel_program(x, blob, attrs, get_device(attrs["executor"]), *extra)
+    result = run_accel_program(x, decode_program(blob), attrs, get_device(attrs["executor"]),
+                               *extra)
     return result.outputs[attrs["output_segment"]]

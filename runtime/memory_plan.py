@@ -17,6 +17,7 @@ host just before the run.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +25,7 @@ import numpy as np
 from tensorfab.isa import HwConfig, Program, TensorfabError
 from tensorfab.isa.placement import place_program, placement_alignment
 
+from .accel_contract import accel_nodes, decode_program, program_blob
 from .interpreter import GraphProgram
 
 __all__ = ["Buffer", "MemoryPlan", "MemoryPlanError", "OutOfDeviceMemory", "PlacedProgram",
@@ -167,8 +169,12 @@ def _allocate(buffers: list[tuple[int, int, int]], align: int) -> tuple[list[int
     return addrs, top
 
 
-def plan_memory(program: GraphProgram) -> MemoryPlan | None:
+def plan_memory(program: GraphProgram,
+                programs: Mapping[int, Program] | None = None) -> MemoryPlan | None:
     """The memory plan of ``program``'s ``accel.program`` nodes (None if it has none).
+
+    ``programs``: the nodes' decoded programs by node index, when the caller has them
+    (a :class:`~.loaded_model.LoadedModel` decodes each once); else decoded here.
 
     Raises
     ------
@@ -177,12 +183,11 @@ def plan_memory(program: GraphProgram) -> MemoryPlan | None:
     OutOfDeviceMemory
         A plan larger than the configuration's address space.
     """
-    from .kernels import accel_program_of
-
-    accel = [(k, n) for k, n in enumerate(program.nodes) if n.op == "accel.program"]
+    accel = list(accel_nodes(program))
     if not accel:
         return None
-    programs = {k: accel_program_of(program.constants[n.inputs[1]]) for k, n in accel}
+    if programs is None:
+        programs = {k: decode_program(program_blob(program, k)) for k, _ in accel}
     configs = {p.config for p in programs.values()}
     if len(configs) != 1:
         raise MemoryPlanError("the model's accelerator programs are for configs "

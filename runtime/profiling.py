@@ -32,12 +32,14 @@ import numpy as np
 
 from tensorfab.isa import TensorfabError
 
-from .interpreter import GraphProgram, Node, run_program
-from .kernels import KERNELS, accel_program_of, run_accel_program
+from .accel_contract import ACCEL_PROGRAM, accel_nodes
+from .interpreter import GraphProgram, Node
+from .loaded_model import Instrument, LoadedModel
 from .memory_plan import MemoryPlan
-from .resident import HostTraffic, ResidentModel, host_value
+from .resident import HostTraffic, ResidentModel
 
-__all__ = ["BUSY_CSRS", "LayerRecord", "Profile", "engine_busy", "profile_program"]
+__all__ = ["BUSY_CSRS", "LayerProfiler", "LayerRecord", "Profile", "engine_busy",
+           "profile_program"]
 
 
 #: The counter CSR of each engine's busy cycles.
@@ -211,17 +213,82 @@ class Profile:
         return int(sum(c for c in cycles if c is not None))
 
 
+class LayerProfiler(Instrument):
+    """The :class:`~.loaded_model.Instrument` recording a :class:`LayerRecord` per
+    kernel node of ``model``'s run, times from ``t0`` (``time.perf_counter()``);
+    ``progress`` is called before each node with its index, the node count and its op."""
+
+    def __init__(self, model: LoadedModel, t0: float,
+                 progress: Callable[[int, int, str], None] | None = None) -> None:
+        self.model = model
+        self.t0 = t0
+        self.progress = progress
+        self.layers: list[LayerRecord] = []
+        self._start = t0
+
+    def before(self, index: int, node: Node, args: list[Any],
+               attrs: Mapping[str, Any]) -> None:
+        if self.progress is not None:
+            self.progress(index, len(self.model.program.nodes),
+                          str(attrs.get("layer") or node.op))
+        self._start = time.perf_counter()
+
+    def after(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any],
+              out: Any, result: Any) -> None:
+        start = self._start
+        seconds = time.perf_counter() - start
+        if node.op != ACCEL_PROGRAM:
+            self.layers.append(LayerRecord(index, node.op, "cpu",
+                                           [s for s in map(_shape, args) if s is not None],
+                                           _shape(out), start - self.t0, seconds))
+            return
+        config = self.model.accel_programs[index].config
+        peak = config.peak_macs_per_cycle
+        gemm_macs = int(result.counters.gemm_macs)
+        macs = int(attrs.get("macs") or gemm_macs)
+        cycles = None if result.cycles is None else int(result.cycles)
+        estimated = cycles is None and bool(attrs.get("estimated_cycles"))
+        clock_hz = (None if cycles is None else
+                    float(getattr(result, "clock_hz", 0) or config.clock_mhz * 1e6))
+        if estimated:
+            cycles = int(attrs["estimated_cycles"])
+        self.layers.append(LayerRecord(
+            index, str(attrs.get("layer") or node.op), "accel", [_shape(args[0])],
+            _shape(out), start - self.t0, seconds, cycles, macs,
+            macs / (cycles * peak) if cycles else None,
+            list(getattr(result, "intervals", None) or []), estimated, gemm_macs,
+            peak, clock_hz, engine_busy(getattr(result, "csrs", None))))
+
+    def failed(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any],
+               exc: BaseException) -> None:
+        if node.op != ACCEL_PROGRAM or not isinstance(exc, (TensorfabError,
+                                                            KeyboardInterrupt)):
+            return
+        # the layer that stopped, with its executor's timeline up to there
+        intervals = list(getattr(exc, "intervals", None) or [])
+        cycles = getattr(exc, "cycles", None) or max((i.end for i in intervals),
+                                                     default=None)
+        clock = self.model.accel_programs[index].config.clock_mhz * 1e6
+        self.layers.append(LayerRecord(
+            index, f"{attrs.get('layer') or node.op} (stopped)", "accel",
+            [_shape(args[0])], None, self._start - self.t0,
+            time.perf_counter() - self._start, cycles, intervals=intervals,
+            clock_hz=None if cycles is None else clock))
+
+
 def profile_program(program: GraphProgram,
                     inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
                     device: Any,
                     progress: Callable[[int, int, str], None] | None = None, *,
-                    resident: bool | ResidentModel = True) -> Profile:
+                    resident: bool | LoadedModel = True) -> Profile:
     """Run ``program`` on ``inputs`` with every accelerator program on ``device`` (a
-    :class:`~tensorfab.sim.Device`), recording each node (see the module docstring).
+    :class:`~tensorfab.sim.Device`), recording each node (see the module docstring) with
+    a :class:`LayerProfiler` set on the model as its instrument.
     ``progress`` is called before each node with its index, the node count and its op.
     ``resident``: load the model on the device once (True; or an already loaded
-    :class:`~.resident.ResidentModel` of ``program``), or run each accelerator program
-    standalone with its own image (False).
+    :class:`~.loaded_model.LoadedModel` of ``program``, such as a
+    :class:`~.resident.ResidentModel`), or run each accelerator program standalone with
+    its own image (False).
 
     Raises
     ------
@@ -232,80 +299,32 @@ def profile_program(program: GraphProgram,
         (no output; the layer that stopped last, ``(stopped)``, with its timeline when
         the executor records one).
     """
-    layers: list[LayerRecord] = []
-    has_accel = any(n.op == "accel.program" for n in program.nodes)
-    model: ResidentModel | None = None
     load_seconds = None
-    if isinstance(resident, ResidentModel):
+    if isinstance(resident, LoadedModel):
         model = resident
-    elif resident and has_accel:
+    elif resident and any(True for _ in accel_nodes(program)):
         t_load = time.perf_counter()
         model = ResidentModel(program, device)
         load_seconds = time.perf_counter() - t_load
+    else:
+        model = LoadedModel(program, device)
     t0 = time.perf_counter()
-
-    def call(index: int, node: Node, args: list[Any], attrs: Mapping[str, Any]) -> Any:
-        if progress is not None:
-            progress(index, len(program.nodes), str(attrs.get("layer") or node.op))
-        start = time.perf_counter()
-        if node.op == "accel.program":
-            try:
-                if model is not None:
-                    out, result = model.run_accel(index, args[0], *args[2:])
-                else:
-                    result = run_accel_program(args[0], args[1], dict(attrs), device,
-                                               *(host_value(a) for a in args[2:]))
-                    out = result.outputs[attrs["output_segment"]]
-            except (TensorfabError, KeyboardInterrupt) as exc:
-                # the layer that stopped, with its executor's timeline up to there
-                intervals = list(getattr(exc, "intervals", None) or [])
-                cycles = getattr(exc, "cycles", None) or max((i.end for i in intervals),
-                                                             default=None)
-                clock = accel_program_of(args[1]).config.clock_mhz * 1e6
-                layers.append(LayerRecord(
-                    index, f"{attrs.get('layer') or node.op} (stopped)", "accel",
-                    [_shape(args[0])], None, start - t0, time.perf_counter() - start,
-                    cycles, intervals=intervals,
-                    clock_hz=None if cycles is None else clock))
-                raise
-            seconds = time.perf_counter() - start
-            config = accel_program_of(args[1]).config
-            peak = config.peak_macs_per_cycle
-            gemm_macs = int(result.counters.gemm_macs)
-            macs = int(attrs.get("macs") or gemm_macs)
-            cycles = None if result.cycles is None else int(result.cycles)
-            estimated = cycles is None and bool(attrs.get("estimated_cycles"))
-            clock_hz = (None if cycles is None else
-                        float(getattr(result, "clock_hz", 0) or config.clock_mhz * 1e6))
-            if estimated:
-                cycles = int(attrs["estimated_cycles"])
-            layers.append(LayerRecord(
-                index, str(attrs.get("layer") or node.op), "accel", [_shape(args[0])],
-                _shape(out), start - t0, seconds, cycles, macs,
-                macs / (cycles * peak) if cycles else None,
-                list(getattr(result, "intervals", None) or []), estimated, gemm_macs,
-                peak, clock_hz, engine_busy(getattr(result, "csrs", None))))
-            return out
-        out = KERNELS[node.op]([host_value(a) for a in args], attrs)
-        layers.append(LayerRecord(index, node.op, "cpu",
-                                  [s for s in map(_shape, args) if s is not None],
-                                  _shape(out), start - t0, time.perf_counter() - start))
-        return out
-
+    profiler = LayerProfiler(model, t0, progress)
+    previous = model.instrument
+    model.set_instrument(profiler)
     executor = str(getattr(device, "name", type(device).__name__))
     try:
-        if model is not None:
-            output = model.run(inputs, call=call)
-        else:
-            output = run_program(program, inputs, call=call)
+        output = model.run(inputs)
     except (TensorfabError, KeyboardInterrupt) as exc:
         # the run up to where it stopped, for a timeline of a failed or interrupted run
-        exc.profile = Profile(None, layers, time.perf_counter() - t0,  # type: ignore[attr-defined]
-                              executor)
+        exc.profile = Profile(None, profiler.layers,  # type: ignore[attr-defined]
+                              time.perf_counter() - t0, executor)
         raise
     finally:
-        if model is not None and model is not resident:
+        model.set_instrument(previous)
+        if model is not resident:
             model.close()
-    return Profile(output, layers, time.perf_counter() - t0, executor,
-                   model.last_run if model is not None else None,
-                   model.plan if model is not None else None, load_seconds)
+    on_device = isinstance(model, ResidentModel)
+    return Profile(output, profiler.layers, time.perf_counter() - t0, executor,
+                   model.last_run if on_device else None,
+                   model.plan if on_device else None, load_seconds)

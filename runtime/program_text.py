@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from .accel_contract import ACCEL_PROGRAM, decode_program
 from .interpreter import GraphProgram, Node
-from .kernels import accel_program_of
 
 __all__ = ["program_text"]
 
@@ -44,8 +44,8 @@ def _arg(program: GraphProgram, node: Node, k: int, slot: int) -> str:
     if slot not in program.constants:
         return f"%{slot}"
     c = np.asarray(program.constants[slot])
-    if node.op == "accel.program" and k == 1:
-        p = accel_program_of(c)
+    if node.op == ACCEL_PROGRAM and k == 1:
+        p = decode_program(c)
         return f"program({p.config.name}, {len(p.insns)} insns)"
     return f"c{slot}: {c.dtype}[{', '.join(map(str, c.shape))}]"
 
@@ -59,8 +59,8 @@ def program_text(program: GraphProgram) -> str:
         args += [f"{k}={_attr(v)}" for k, v in node.attrs.items()
                  if k not in _QUIET and v != ""]
         device = "@cpu"
-        if node.op == "accel.program":
-            device = f"@accel({accel_program_of(program.constants[node.inputs[1]]).config.name})"
+        if node.op == ACCEL_PROGRAM:
+            device = f"@accel({decode_program(program.constants[node.inputs[1]]).config.name})"
         lines.append(f"%{node.output} = {node.op}({', '.join(args)})  {device}")
     lines.append(f"return %{program.output}")
     return "\n".join(lines) + "\n"

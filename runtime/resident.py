@@ -19,48 +19,14 @@ import numpy as np
 
 from tensorfab.isa import TensorfabError
 
-from .interpreter import GraphProgram, Node, run_program
-from .kernels import KERNELS, segment_operand
+from .accel_contract import ACCEL_PROGRAM, accel_nodes, decode_program, program_blob
+from .device_tensor import DeviceTensor, host_value
+from .interpreter import GraphProgram
+from .kernels import segment_operand
+from .loaded_model import LoadedModel
 from .memory_plan import MemoryPlan, plan_memory
 
 __all__ = ["DeviceTensor", "HostTraffic", "ResidentModel", "host_value", "standalone_host_bytes"]
-
-
-class DeviceTensor:
-    """An activation in device memory: ``shape`` and ``dtype`` at byte ``addr``.
-
-    :meth:`numpy` reads it (once) over the host link.
-    """
-
-    def __init__(self, memory: Any, addr: int, shape: tuple[int, ...], dtype: str) -> None:
-        self.memory = memory
-        self.addr = addr
-        self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
-        self._host: np.ndarray | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape)) * self.dtype.itemsize
-
-    def numpy(self) -> np.ndarray:
-        """The value, read from device memory on first use."""
-        if self._host is None:
-            raw = self.memory.read(self.addr, self.nbytes)
-            self._host = raw.view(self.dtype).reshape(self.shape)
-        return self._host
-
-    def __repr__(self) -> str:
-        return f"DeviceTensor({self.dtype}{self.shape} @ {self.addr:#x})"
-
-
-def host_value(v: Any) -> Any:
-    """``v`` with every :class:`DeviceTensor` (also inside tuples) read to the host."""
-    if isinstance(v, DeviceTensor):
-        return v.numpy()
-    if isinstance(v, tuple):
-        return tuple(host_value(x) for x in v)
-    return v
 
 
 @dataclass(frozen=True)
@@ -76,8 +42,10 @@ class HostTraffic:
         return self.written + self.read
 
 
-class ResidentModel:
-    """``program`` loaded on ``device``, ready to run inputs.
+class ResidentModel(LoadedModel):
+    """``program`` loaded on ``device``, ready to run inputs: a
+    :class:`~.loaded_model.LoadedModel` (its dispatch and instrument hook) whose
+    accelerator programs run in place in one device memory.
 
     Parameters
     ----------
@@ -96,12 +64,11 @@ class ResidentModel:
     """
 
     def __init__(self, program: GraphProgram, device: Any) -> None:
-        plan = plan_memory(program)
+        super().__init__(program, device)
+        plan = plan_memory(program, self.accel_programs)
         if plan is None:
             raise TensorfabError("the model has no accelerator programs to load on a device")
-        self.program = program
         self.plan: MemoryPlan = plan
-        self.device = device
         self.memory = device.open_memory(plan.config, plan.size)
         for addr, data in plan.static:
             self.memory.write(addr, data)
@@ -111,12 +78,6 @@ class ResidentModel:
     def close(self) -> None:
         """Release the device memory."""
         self.memory.close()
-
-    def __enter__(self) -> ResidentModel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def run_accel(self, index: int, x: Any, *extra: Any) -> tuple[DeviceTensor, Any]:
         """Run node ``index``'s program on input ``x`` (a host array, or the
@@ -136,24 +97,16 @@ class ResidentModel:
                     and v.addr == addr):
                 continue  # read in place
             self.memory.write(addr, segment_operand(
-                placed.program, name, host_value(v), f"node {index} (accel.program): {what}"))
+                placed.program, name, host_value(v), f"node {index} ({ACCEL_PROGRAM}): {what}"))
         result = self.memory.run(placed.program)
         out = placed.program.segment(placed.output_segment)
         return DeviceTensor(self.memory, placed.output.addr, out.shape, out.dtype), result
 
-    def call(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any]) -> Any:
-        """The :data:`~.interpreter.NodeCall` running accelerator nodes here and the
-        others with their CPU kernel."""
-        if node.op == "accel.program":
-            return self.run_accel(index, args[0], *args[2:])[0]
-        return KERNELS[node.op]([host_value(a) for a in args], attrs)
-
-    def run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
-            call: Any = None) -> Any:
-        """Run one input set; the model's output on the host. ``call`` replaces
-        :meth:`call` (the profiler wraps it)."""
+    def run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> Any:
+        """Run one input set; the model's output on the host, the host link's traffic
+        in :attr:`last_run`."""
         w0, r0 = self.memory.host_bytes_written, self.memory.host_bytes_read
-        out = host_value(run_program(self.program, inputs, call=call or self.call))
+        out = super().run(inputs)
         self.last_run = HostTraffic(self.memory.host_bytes_written - w0,
                                     self.memory.host_bytes_read - r0)
         return out
@@ -163,11 +116,8 @@ def standalone_host_bytes(program: GraphProgram) -> int:
     """Host traffic of one run with every accelerator program standalone, the baseline a
     :class:`ResidentModel` improves on: each program's whole image (instructions,
     weights, input) written and its output read, per run."""
-    from .kernels import accel_program_of
-
     total = 0
-    for node in program.nodes:
-        if node.op == "accel.program":
-            p = accel_program_of(program.constants[node.inputs[1]])
-            total += p.dram_size + p.segment(node.attrs["output_segment"]).nbytes
+    for k, node in accel_nodes(program):
+        p = decode_program(program_blob(program, k))
+        total += p.dram_size + p.segment(node.attrs["output_segment"]).nbytes
     return total

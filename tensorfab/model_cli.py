@@ -147,6 +147,7 @@ def _compile(model: str, args: argparse.Namespace, config: Any,
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
     from tensorfab.runtime.artifact import is_model_file, save_model
 
     # before the import and compilation (the command line's one output policy)
@@ -169,7 +170,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     save_model(program, args.output, compiled.graph_text)
     ops = Counter(n.op for n in program.nodes)
     result = {"output": str(args.output), "nodes": len(program.nodes),
-              "accel_programs": ops.get("accel.program", 0),
+              "accel_programs": ops.get(ACCEL_PROGRAM, 0),
               "config": compiled.config.name if compiled.config else None,
               "int8": compiled.quantized, "ops": dict(sorted(ops.items())),
               "cpu_convolutions": list(compiled.cpu_convolutions), **fit}
@@ -233,11 +234,10 @@ def _onnx_inputs(path: str) -> dict[str, np.dtype]:
 
 def _program_configs(program: Any) -> set:
     """The HwConfigs of a runtime program's accelerator programs."""
-    from tensorfab.runtime.kernels import accel_program_of
+    from tensorfab.runtime.accel_contract import accel_nodes, decode_program
 
-    return {accel_program_of(program.constants[n.inputs[1]]).config
-            for n in program.nodes if n.op == "accel.program" and n.inputs[1] in
-            program.constants}
+    return {decode_program(program.constants[n.inputs[1]]).config
+            for _, n in accel_nodes(program) if n.inputs[1] in program.constants}
 
 
 #: Target schemes that take a token (``--token`` or ``TENSORFAB_TOKEN``).
@@ -276,6 +276,7 @@ def _check_fits_device(program: Any, device: Any, what: str, target: str) -> Non
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from tensorfab.runtime.accel_contract import accel_nodes
     from tensorfab.runtime.artifact import load_model
     from tensorfab.runtime.profiling import profile_program
     from tensorfab.sim.trace import is_tensorfab_trace
@@ -323,7 +324,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 f"{args.config}")
     device = _device(args.target, bool(args.trace), args.token)
     _check_fits_device(program, device, model.name, args.target)
-    n_accel = sum(n.op == "accel.program" for n in program.nodes)
+    n_accel = sum(1 for _ in accel_nodes(program))
     title = f"{model.name} on {args.target}"
     try:
         with working(f"running {title}", quiet=quiet) as say:

@@ -20,6 +20,7 @@ import numpy as np
 from tensorfab.compiler.tensor.epilogue import Epilogue
 from tensorfab.compiler.tensor.operators import conv2d as compile_conv2d
 from tensorfab.compiler.tensor.timing import estimated_cycles
+from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 from tensorfab.runtime.layout_transform import layout_transform
 
 from .infer import infer_types
@@ -143,7 +144,7 @@ def _compile(chain: list[Call]) -> Call:
     layer = "+".join(c.op.split(".")[-1] for c in chain) + f" {kh}x{kw}/{sh}"
     if dilation != (1, 1):
         layer += f" dilation {dilation[0]}x{dilation[1]}"
-    return Call("accel.program", [x, Constant(blob, dev)],
+    return Call(ACCEL_PROGRAM, [x, Constant(blob, dev)],
                 {"out_shape": out_shape, "layer": layer,
                  "estimated_cycles": estimated_cycles(op.program.insns, cfg)}, dev)
 
@@ -176,7 +177,7 @@ def _compile_residual_add(nodes: list[Call]) -> Call:
     relu = len(nodes) == 2
     program = residual_add_program(cfg, shape, add.attrs, relu=relu)
     blob = np.frombuffer(program.to_bytes(), np.uint8).copy()
-    return Call("accel.program", [add.args[0], Constant(blob, dev), add.args[1]],
+    return Call(ACCEL_PROGRAM, [add.args[0], Constant(blob, dev), add.args[1]],
                 {"out_shape": shape, "layer": "add_q31+relu" if relu else "add_q31",
                  "input_segment": "a", "extra_input_segment": "b",
                  "estimated_cycles": estimated_cycles(program.insns, cfg)}, dev)

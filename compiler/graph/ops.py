@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorfab.compiler.tensor.requant import ROUNDINGS
+from tensorfab.runtime.accel_contract import (
+    ACCEL_PROGRAM,
+    ACCEL_PROGRAM_ARGS,
+    ACCEL_PROGRAM_ATTRS,
+    ACCEL_PROGRAM_DOC,
+)
 from tensorfab.runtime.layout_transform import parse_layout
 
 from .device import VirtualDevice
@@ -790,16 +796,9 @@ def _add_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     return TensorType(broadcast_shapes(a.shape, b.shape), "int8")
 
 
-@register("accel.program", (2, 3), {"out_shape": REQUIRED, "input_segment": "inp",
-                                    "output_segment": "out", "executor": "fsim",
-                                    "layer": "", "estimated_cycles": 0, "macs": 0,
-                                    "extra_input_segment": ""},
-          "run a compiled accelerator program (argument 1: its TFABPROG bytes) on "
-          "argument 0, written to its input segment, and an optional argument 2 written "
-          "to extra_input_segment (a residual add's second operand); the result is its "
-          "output segment (layer: a label for profiles; estimated_cycles: the timing "
-          "model's estimate; macs: the layer's multiply-accumulates without channel "
-          "padding, 0 if unknown)")
+@register(ACCEL_PROGRAM, ACCEL_PROGRAM_ARGS,
+          {a.name: REQUIRED if a.required else a.default for a in ACCEL_PROGRAM_ATTRS},
+          ACCEL_PROGRAM_DOC)
 def _accel_program(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x, blob = _t(types, 0), _t(types, 1)
     _want_dtype(x, ("int8",), "the input")

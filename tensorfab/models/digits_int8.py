@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from tensorfab.isa import HwConfig, get_config
+from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 from tensorfab.runtime.interpreter import GraphProgram, run_program
 
 from .digits_cnn import load_digits_split, model_path
@@ -155,7 +156,7 @@ def on_executor(program: GraphProgram, executor: str) -> GraphProgram:
     """``program`` with every ``accel.program`` node running on ``executor``
     (a target of :func:`tensorfab.isa.device.open_device`)."""
     nodes = [dataclasses.replace(n, attrs={**n.attrs, "executor": executor})
-             if n.op == "accel.program" else n for n in program.nodes]
+             if n.op == ACCEL_PROGRAM else n for n in program.nodes]
     return dataclasses.replace(program, nodes=nodes)
 
 

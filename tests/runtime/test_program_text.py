@@ -7,8 +7,8 @@ import numpy as np
 from tensorfab.compiler.model_compile import compile_onnx
 from tensorfab.models import load_digits_split
 from tensorfab.models.digits_cnn import model_path
+from tensorfab.runtime.accel_contract import decode_program
 from tensorfab.runtime.interpreter import GraphProgram, InputSpec, Node
-from tensorfab.runtime.kernels import accel_program_of
 from tensorfab.runtime.program_text import program_text
 
 
@@ -23,7 +23,7 @@ def test_one_line_per_node_with_its_device() -> None:
     for node, line in zip(program.nodes, lines[1:-1], strict=True):
         assert line.startswith(f"%{node.output} = {node.op}(")
         if node.op == "accel.program":
-            prog = accel_program_of(program.constants[node.inputs[1]])
+            prog = decode_program(program.constants[node.inputs[1]])
             assert line.endswith("@accel(tiny)")
             assert f"program(tiny, {len(prog.insns)} insns)" in line
             assert f'layer="{node.attrs["layer"]}"' in line and "executor" not in line

@@ -14,8 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 from tensorfab.compiler.model_compile import compile_onnx
 from tensorfab.isa import ErrorCode, ProgramError, get_config
 from tensorfab.isa.errors import UsageError
+from tensorfab.runtime.accel_contract import decode_program
 from tensorfab.runtime.interpreter import run_program
-from tensorfab.runtime.kernels import accel_program_of
 from tensorfab.runtime.memory_plan import plan_memory
 from tensorfab.runtime.profiling import profile_program
 from tensorfab.runtime.resident import DeviceTensor, ResidentModel, standalone_host_bytes
@@ -148,7 +148,7 @@ def test_device_memory_errors_name_what_is_wrong(chain) -> None:
         with pytest.raises(UsageError, match="outside"):
             mem.write(-1, np.zeros(4, np.uint8))
         node = program.nodes[_accel_nodes(program)[0]]
-        p = accel_program_of(program.constants[node.inputs[1]])
+        p = decode_program(program.constants[node.inputs[1]])
         assert p.dram_size > 4096
         with pytest.raises(ProgramError) as e:
             mem.run(p)

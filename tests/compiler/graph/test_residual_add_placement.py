@@ -146,20 +146,21 @@ def test_resident_second_input_of_the_wrong_shape_is_refused() -> None:
 def test_kernel_second_input_of_the_wrong_dtype_is_refused() -> None:
     # the accel.program kernel checks the second operand as it checks the input (it
     # used to cast it to int8 silently)
-    from tensorfab.runtime.kernels import KernelError, accel_program_of, run_accel_program
+    from tensorfab.runtime.accel_contract import decode_program
+    from tensorfab.runtime.kernels import KernelError, run_accel_program
 
     program = compile_onnx(residual_block_onnx(), config="default",
                            calibration=_calibration(), residual_adds="accel").program
     node = next(n for n in program.nodes if n.op == "accel.program" and len(n.inputs) == 3)
     blob = program.constants[node.inputs[1]]
-    prog = accel_program_of(blob)
+    prog = decode_program(blob)
     a = prog.segment(node.attrs["input_segment"])
     b = prog.segment(node.attrs["extra_input_segment"])
     x = np.zeros(a.shape, np.int8)
     with pytest.raises(KernelError, match=r"accel.program: second input int32"
                        rf"\({b.shape[0]}, .*does not fit segment 'b' \(int8"):
-        run_accel_program(x, blob, dict(node.attrs), FunctionalSimulator(),
+        run_accel_program(x, prog, dict(node.attrs), FunctionalSimulator(),
                           np.zeros(b.shape, np.int32))
-    got = run_accel_program(x, blob, dict(node.attrs), FunctionalSimulator(),
+    got = run_accel_program(x, prog, dict(node.attrs), FunctionalSimulator(),
                             np.zeros(b.shape, np.int8))
     assert got.outputs[node.attrs["output_segment"]].shape == prog.segment("out").shape
