@@ -26,6 +26,7 @@ from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 from tensorfab.runtime.artifact import CPU_CONVOLUTION_COMMENT
 from tensorfab.runtime.interpreter import GraphProgram
 
+from .frontend.onnx_import import PreparedOnnx
 from .graph.ir import Call, Function, post_order
 from .graph.partitioning import cpu_convolutions
 from .graph.printer import astext
@@ -178,7 +179,7 @@ def _has_int8(fn: Function) -> bool:
     return any(isinstance(e, Call) and e.op.startswith("qnn.") for e in post_order(fn))
 
 
-def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
+def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
                  config: str | HwConfig | None = None,
                  calibration: Mapping[str, np.ndarray] | np.ndarray | None = None,
                  quantizer: str = DEFAULT_QUANTIZER, method: str = "minmax",
@@ -190,8 +191,10 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
 
     Parameters
     ----------
-    model : onnx.ModelProto or path
-        The model (float, or already quantized in QDQ form).
+    model : onnx.ModelProto, path or PreparedOnnx
+        The model (float, or already quantized in QDQ form); loaded and checked once
+        here, not at all when given prepared
+        (:func:`~tensorfab.compiler.frontend.load_onnx`).
     config : str or HwConfig, optional
         The accelerator (a preset name or a JSON config file); None: all on the CPU.
     calibration : mapping, optional
@@ -221,7 +224,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
         From the steps (each names the file, node or layer).
     """
     from .frontend import from_onnx, quantize_onnx
-    from .frontend.onnx_import import prepare_model
+    from .frontend.onnx_import import load_onnx
     from .graph import accel
     from .graph.accel_lowering import lower_accelerator_chains
     from .graph.batch_norm_folding import fold_batch_norm
@@ -242,8 +245,9 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
                                 f"{', '.join(QUANTIZERS)}")
     cfg = get_config(config) if isinstance(config, str | os.PathLike) else config
     say("importing the ONNX model")
-    where = "<model>" if isinstance(model, onnx.ModelProto) else str(model)
-    fn = fold_constants(fold_batch_norm(from_onnx(model, input_shapes)))
+    prepared = load_onnx(model)
+    where = prepared.where
+    fn = fold_constants(fold_batch_norm(from_onnx(prepared, input_shapes)))
     if cfg is not None:
         symbolic = _symbolic_inputs(fn)
         if symbolic:
@@ -257,7 +261,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
         if quantizer == "ort":
             say(f"quantizing with onnxruntime ({method}, {len(batches)} calibration "
                 "batches)")
-            qdq = quantize_onnx(prepare_model(model)[0], batches, per_channel=True, method=method,
+            qdq = quantize_onnx(prepared.proto, batches, per_channel=True, method=method,
                                 percentile=percentile)
             fn = fold_constants(from_onnx(qdq, input_shapes))
         else:

@@ -137,7 +137,7 @@ def check_fits(program: GraphProgram, mem_bytes: int, what: str, where: str) -> 
     return needed
 
 
-def _compile(model: str, args: argparse.Namespace, config: Any,
+def _compile(model: Any, args: argparse.Namespace, config: Any,
              calibration: Any, shapes: dict | None, say: Any) -> Any:
     from tensorfab.compiler.model_compile import compile_onnx
 
@@ -220,13 +220,11 @@ def _feeds(items: list[str] | None, names: list[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _onnx_inputs(path: str) -> dict[str, np.dtype]:
+def _onnx_inputs(prepared: Any) -> dict[str, np.dtype]:
     """The ONNX model's inputs (initializers left out) with their dtypes."""
     from onnx.helper import tensor_dtype_to_np_dtype
 
-    from tensorfab.compiler.frontend.onnx_import import prepare_model
-
-    proto, _ = prepare_model(path)
+    proto = prepared.proto
     inits = {i.name for i in proto.graph.initializer}
     return {v.name: np.dtype(tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type))
             for v in proto.graph.input if v.name not in inits}
@@ -290,7 +288,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     want = _config(args.config)
     quiet = args.json
     if model.suffix.lower() == ".onnx":
-        types = _onnx_inputs(args.model)
+        from tensorfab.compiler.frontend import load_onnx
+
+        prepared = load_onnx(args.model)  # loaded and checked once, compiled below
+        types = _onnx_inputs(prepared)
         names = list(types)
         feeds = _feeds(args.input, names)
         for name, v in feeds.items():  # before calibrating on them
@@ -305,7 +306,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       "--calib CALIB.npz for a calibration set", file=sys.stderr)
         shapes = {n: tuple(v.shape) for n, v in feeds.items()}
         with working(f"compiling {model.name}", quiet=quiet) as say:
-            compiled = _compile(args.model, args, want or _config("default"), calibration,
+            compiled = _compile(prepared, args, want or _config("default"), calibration,
                                 shapes, say)
         program = compiled.program
         cpu_convs = list(compiled.cpu_convolutions)

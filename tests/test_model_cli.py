@@ -95,3 +95,32 @@ def test_compiling_again_replaces_the_tfm(files, capsys) -> None:
     capsys.readouterr()
     assert main([*args[:3], str(other), *args[4:]]) == 2
     assert "pass --force" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("quantizer", ["tensorfab", "ort"])
+def test_run_onnx_loads_and_checks_the_file_once(files, capsys, monkeypatch,
+                                                 quantizer: str) -> None:
+    # run model.onnx: one onnx.load of the file and one checker pass, through reading
+    # the inputs' types, quantizing (either quantizer) and compiling
+    import onnx.checker
+
+    counts = {"load": 0, "check": 0}
+    load, check = onnx.load, onnx.checker.check_model
+
+    def counted_load(f, *a, **k):
+        if str(f) == str(files["onnx"]):
+            counts["load"] += 1
+        return load(f, *a, **k)
+
+    def counted_check(m, *a, **k):
+        counts["check"] += 1
+        return check(m, *a, **k)
+
+    monkeypatch.setattr(onnx, "load", counted_load)
+    monkeypatch.setattr(onnx.checker, "check_model", counted_check)
+    assert main(["run", str(files["onnx"]), "--input", str(files["images"]), "--config",
+                 "tiny", "--calib", str(files["calib"]), "--quantizer", quantizer,
+                 "--json"]) == 0, capsys.readouterr().err
+    # the ort flow imports the quantized QDQ model it made: one more check, of that one
+    assert counts == {"load": 1, "check": 1 if quantizer == "tensorfab" else 2}
+    assert last_json(capsys)["accel_layers"] == 3

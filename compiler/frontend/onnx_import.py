@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -102,6 +103,37 @@ def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.Mode
     return proto, where
 
 
+@dataclass(frozen=True)
+class PreparedOnnx:
+    """An ONNX model loaded, checked, converted to a supported opset and shape-inferred
+    once (:func:`load_onnx`): the importer and the compiler take it without doing any
+    of that again.
+
+    Attributes
+    ----------
+    proto : onnx.ModelProto
+        The prepared model.
+    where : str
+        Its file (``<model>`` for an in-memory model), for error messages.
+    """
+
+    proto: onnx.ModelProto
+    where: str
+
+
+def load_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx) -> PreparedOnnx:
+    """``model`` prepared (:func:`prepare_model`), or as it is when it already is.
+
+    Raises
+    ------
+    OnnxImportError
+        As :func:`prepare_model`.
+    """
+    if isinstance(model, PreparedOnnx):
+        return model
+    return PreparedOnnx(*prepare_model(model))
+
+
 def _input_type(value: onnx.ValueInfoProto, override: Sequence | None) -> TensorType:
     t = value.type.tensor_type
     dtype = onnx_dtype(t.elem_type, f"input {value.name!r}")
@@ -123,14 +155,14 @@ def _symbol(name: str) -> str:
     return text if text and (text[0].isalpha() or text[0] == "_") else "s_" + text
 
 
-def from_onnx(model: onnx.ModelProto | str | os.PathLike,
+def from_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx,
               input_shapes: Mapping[str, Sequence[int | str]] | None = None) -> Function:
     """Import an ONNX model as a graph-IR :class:`Function`.
 
     Parameters
     ----------
-    model : onnx.ModelProto or path
-        The model or its file.
+    model : onnx.ModelProto, path or PreparedOnnx
+        The model, its file, or the model prepared once (:func:`load_onnx`).
     input_shapes : mapping, optional
         Shapes (ints or symbol names) replacing the declared shapes of named inputs,
         e.g. to fix a symbolic batch.
@@ -148,8 +180,8 @@ def from_onnx(model: onnx.ModelProto | str | os.PathLike,
         operator (naming the node, its op_type and opset, and the supported ops), or a
         node whose types do not check.
     """
-    proto, where = prepare_model(model)
-    return _Importer(proto, where, dict(input_shapes or {})).run()
+    prepared = load_onnx(model)
+    return _Importer(prepared.proto, prepared.where, dict(input_shapes or {})).run()
 
 
 class _Importer:

@@ -31,7 +31,7 @@ def test_compiler_registers_accel_program_from_the_contract() -> None:
 
 
 def test_decode_program_rejects_bytes_that_are_not_a_program() -> None:
-    with pytest.raises(BinaryFormatError, match="accel.program"):
+    with pytest.raises(BinaryFormatError, match=r"accel\.program"):
         decode_program(np.frombuffer(b"not a program at all", np.uint8))
 
 
