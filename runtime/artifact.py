@@ -3,11 +3,15 @@
 A ``.tfm`` is a zip archive holding ``graph.json`` (format name and version, the inputs
 with their shapes and dtypes, the nodes with their attributes, the output slot),
 ``constants.npz`` (one array per constant slot; accelerator programs are uint8 arrays of
-their TFABPROG bytes) and, from ``tensorfab compile``, ``graph.txt``: the planned graph
-in the IR's text form, its large constants written ``meta[c<slot>]`` (the arrays of
-``constants.npz``). :func:`load_model` needs nothing but the runtime, so a compiled
-model runs without the compiler; :func:`load_graph_text` reads the text (the compiler's
-parser turns it back into the graph).
+their TFABPROG bytes), ``vm.json`` (version 2: the VM executable,
+:class:`~.vm_executable.Executable`, whose instructions name constants by slot and
+accelerator programs by node) and, from ``tensorfab compile``, ``graph.txt``: the planned
+graph in the IR's text form, its large constants written ``meta[c<slot>]`` (the arrays of
+``constants.npz``). Version 1 files (no ``vm.json``) still load; their executable is
+built from the graph when asked for (:func:`load_executable`). :func:`load_model` needs
+nothing but the runtime, so a compiled model runs without the compiler;
+:func:`load_graph_text` reads the text (the compiler's parser turns it back into the
+graph).
 """
 
 from __future__ import annotations
@@ -24,9 +28,13 @@ from tensorfab.isa import TensorfabError
 
 from .accel_contract import ACCEL_PROGRAM, accel_nodes, decode_program
 from .interpreter import GraphProgram, InputSpec, Node
+from .vm_build import build_executable
+from .vm_executable import Executable
 
 FORMAT = "tensorfab-model"
-VERSION = 1
+VERSION = 2
+#: The versions :func:`load_model` reads.
+READABLE_VERSIONS = (1, 2)
 
 
 class ModelFileError(TensorfabError):
@@ -39,10 +47,13 @@ def _tuples(v: Any) -> Any:
 
 
 def save_model(program: GraphProgram, path: str | os.PathLike,
-               graph_text: str | None = None) -> None:
+               graph_text: str | None = None, executable: Executable | None = None) -> None:
     """Write ``program`` as a ``.tfm`` file, with the planned graph's ``graph_text``
-    when given."""
+    when given, and its VM ``executable`` (built from ``program`` when not given)."""
     program.validate()
+    if executable is None:
+        executable = build_executable(program)
+    executable.validate()
     graph = {
         "format": FORMAT,
         "version": VERSION,
@@ -59,6 +70,8 @@ def save_model(program: GraphProgram, path: str | os.PathLike,
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("graph.json", json.dumps(graph, indent=1))
         z.writestr("constants.npz", arrays.getvalue())
+        z.writestr("vm.json", json.dumps(executable.to_json(), indent=None,
+                                         default=_json_default))
         if graph_text is not None:
             z.writestr("graph.txt", graph_text)
 
@@ -86,10 +99,12 @@ def load_model(path: str | os.PathLike) -> GraphProgram:
     try:
         with zipfile.ZipFile(path) as z:
             graph = json.loads(z.read("graph.json"))
-            if graph.get("format") != FORMAT or graph.get("version") != VERSION:
+            if graph.get("format") != FORMAT or graph.get("version") not in \
+                    READABLE_VERSIONS:
                 raise ModelFileError(f"{where}: format {graph.get('format')!r} version "
                                      f"{graph.get('version')!r}; this runtime reads "
-                                     f"{FORMAT!r} version {VERSION}")
+                                     f"{FORMAT!r} versions "
+                                     f"{', '.join(map(str, READABLE_VERSIONS))}")
             with np.load(io.BytesIO(z.read("constants.npz"))) as npz:
                 arrays = {k: npz[k] for k in npz.files}
     except FileNotFoundError:
@@ -110,6 +125,38 @@ def load_model(path: str | os.PathLike) -> GraphProgram:
         raise ModelFileError(f"{where}: malformed graph: {e}") from None
     _check_accel_programs(program, where)
     return program
+
+
+def load_executable(path: str | os.PathLike,
+                    program: GraphProgram | None = None) -> Executable:
+    """The VM executable of a ``.tfm`` file: the stored one (version 2), or one built
+    from its graph (version 1; ``program``: the graph when loaded already).
+
+    Raises
+    ------
+    ModelFileError
+        A missing or unreadable file, or a malformed executable.
+    """
+    try:
+        with zipfile.ZipFile(path) as z:
+            data = json.loads(z.read("vm.json")) if "vm.json" in z.namelist() else None
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: no such file") from None
+    except (zipfile.BadZipFile, ValueError, OSError) as e:
+        raise ModelFileError(f"{path}: not a tensorfab model file: {e}") from None
+    if data is None:
+        return build_executable(program if program is not None else load_model(path))
+    try:
+        return Executable.from_json(data)
+    except TensorfabError as e:
+        raise ModelFileError(f"{path}: vm.json: {e}") from None
+
+
+def _json_default(v: Any) -> Any:
+    """numpy scalars in attributes as Python numbers."""
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError(f"{type(v).__name__} is not JSON data")
 
 
 #: How ``graph.txt`` starts a comment line naming a convolution left on the CPU and why.

@@ -1,0 +1,298 @@
+"""The virtual machine: runs an :class:`~.vm_executable.Executable` over the kernels of a
+:class:`~.loaded_model.LoadedModel`, accelerator programs as futures.
+
+An ``INVOKE_ACCEL`` hands the program to the VM's accelerator thread and returns at
+once with a :class:`concurrent.futures.Future` in its register; the CPU kernels after
+it that do not read that register run meanwhile, and the first instruction that reads
+it waits. The accelerator thread runs programs one at a time in issue order (one
+device), so a program reading another's future never waits on the host. The RTL
+executor and the board's host link release the GIL while the accelerator runs, so the
+overlap is real time saved; the functional simulator is numpy and overlaps less.
+
+Each run records a timeline (:attr:`VirtualMachine.timeline`): one slice per CPU kernel
+on the ``cpu`` track, one per accelerator program on the ``accelerator`` track, one per
+wait on the ``wait`` track, in wall time; :func:`vm_trace` makes it a Perfetto trace.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tensorfab.isa import TensorfabError
+
+from .device_tensor import DeviceTensor, host_value
+from .interpreter import RuntimeInputError, _check_inputs
+from .kernels import KERNELS
+from .loaded_model import LoadedModel
+from .shape_functions import SHAPE_FUNCTIONS
+from .vm_executable import Executable, Op
+
+__all__ = ["Slice", "VMError", "VirtualMachine", "overlap_seconds", "vm_trace"]
+
+
+class VMError(TensorfabError):
+    """A run the VM cannot go on with (names the function, pc and what is wrong)."""
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One slice of a run's timeline: ``track`` (``cpu``, ``accelerator``, ``wait``),
+    its name and start/end in seconds from the start of the run."""
+
+    track: str
+    name: str
+    start: float
+    end: float
+
+
+class VirtualMachine:
+    """``executable`` ready to run on ``model``'s kernels and device.
+
+    Parameters
+    ----------
+    model : LoadedModel
+        The program whose constants, accelerator programs and device the executable
+        uses (a :class:`~.resident.ResidentModel` keeps activations on the device).
+    executable : Executable
+        Built by :func:`~.vm_build.build_executable` or read from a ``.tfm``.
+    futures : bool
+        Run accelerator programs on their own thread (True), or inline.
+
+    Attributes
+    ----------
+    timeline : list of Slice
+        The last run's slices.
+    storage_allocations : int
+        ``ALLOC_STORAGE`` instructions executed by the last run (the arenas of a
+        statically planned executable are allocated once, when the VM is made).
+    """
+
+    def __init__(self, model: LoadedModel, executable: Executable, *,
+                 futures: bool = True) -> None:
+        executable.validate()
+        self.model = model
+        self.executable = executable
+        self.futures = futures
+        self.arenas = {name: np.zeros(nbytes, np.uint8)
+                       for name, nbytes in executable.pools.items()}
+        self.timeline: list[Slice] = []
+        self.storage_allocations = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._t0 = 0.0
+        self._lock = threading.Lock()
+        self._quantized_inputs = _quantized_inputs(model)
+        self._symbols: dict[str, int] = {}
+
+    def close(self) -> None:
+        """Stop the accelerator thread."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __enter__(self) -> VirtualMachine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------------- running
+    def run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> Any:
+        """Run ``main`` on ``inputs`` (by name or in order); the output on the host.
+
+        Raises
+        ------
+        RuntimeInputError
+            Inputs that do not match the model's, or NaN/inf in an input a quantized
+            model quantizes (names the input).
+        VMError
+            A malformed run (a kernel without a shape function, a bad branch value).
+        """
+        program = self.model.program
+        if isinstance(inputs, Mapping):
+            names = [i.name for i in program.inputs]
+            missing = [n for n in names if n not in inputs]
+            if missing or set(inputs) - set(names):
+                raise RuntimeInputError(f"inputs missing: {missing}, unknown: "
+                                        f"{sorted(set(inputs) - set(names))}; the program "
+                                        f"takes {names}")
+            values = [np.asarray(inputs[n]) for n in names]
+        else:
+            values = [np.asarray(v) for v in inputs]
+            if len(values) != len(program.inputs):
+                raise RuntimeInputError(f"{len(values)} inputs given, the program takes "
+                                        f"{len(program.inputs)}")
+        self._symbols = _check_inputs(program, values)
+        for spec, v in zip(program.inputs, values, strict=True):
+            if spec.name in self._quantized_inputs and v.dtype.kind == "f" and \
+                    not np.isfinite(v).all():
+                bad = np.argwhere(~np.isfinite(v))[0]
+                raise RuntimeInputError(
+                    f"input {spec.name!r}: {v[tuple(bad)]} at index {tuple(int(i) for i in bad)}"
+                    "; a quantized model takes finite values only (int8 has no NaN or inf)")
+        self.timeline = []
+        self.storage_allocations = 0
+        self._t0 = time.perf_counter()
+        if self.futures and self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="tensorfab-accel")
+        out = self._call(0, values)
+        return self._host(self._resolve(out))
+
+    def _call(self, index: int, args: list[Any]) -> Any:
+        fn = self.executable.functions[index]
+        regs: list[Any] = [None] * fn.num_registers
+        regs[:len(args)] = args
+        code, attrs_table = fn.code, self.executable.attrs
+        pc = 0
+        while True:
+            ins = code[pc]
+            op = ins[0]
+            pc += 1
+            if op == Op.INVOKE:
+                args_ = [self._host(self._resolve(regs[r])) for r in ins[4:]]
+                attrs = attrs_table[ins[3]]
+                if self._symbols and ins[2] == "reshape":
+                    attrs = {**attrs, "newshape": tuple(self._symbols.get(d, d)
+                                                        for d in attrs["newshape"])}
+                start = time.perf_counter()
+                regs[ins[1]] = KERNELS[ins[2]](args_, attrs)
+                self._record("cpu", ins[2], start)
+            elif op == Op.KILL:
+                regs[ins[1]] = None
+            elif op == Op.INVOKE_ACCEL:
+                regs[ins[1]] = self._invoke_accel(ins[2], [regs[r] for r in ins[3:]])
+            elif op == Op.CONST:
+                regs[ins[1]] = self.model.program.constants[ins[2]]
+            elif op == Op.MOVE:
+                regs[ins[1]] = regs[ins[2]]
+            elif op == Op.GET_ITEM:
+                regs[ins[1]] = self._resolve(regs[ins[2]])[ins[3]]
+            elif op == Op.TUPLE:
+                regs[ins[1]] = tuple(regs[r] for r in ins[2:])
+            elif op == Op.SHAPE_FUNC:
+                fn_shape = SHAPE_FUNCTIONS.get(ins[2])
+                if fn_shape is None:
+                    raise VMError(f"function {fn.name!r} pc {pc - 1}: no shape function for "
+                                  f"{ins[2]!r}")
+                regs[ins[1]] = fn_shape([_shape_of(self._resolve(regs[r])) for r in ins[4:]],
+                                        attrs_table[ins[3]])
+            elif op == Op.ALLOC_STORAGE:
+                self.storage_allocations += 1
+                regs[ins[1]] = self.arenas.get(ins[3])
+                if regs[ins[1]] is None or regs[ins[1]].nbytes < ins[2]:
+                    regs[ins[1]] = np.zeros(ins[2], np.uint8)
+            elif op == Op.ALLOC_TENSOR:
+                shape = regs[ins[5]] if isinstance(ins[5], int) else ins[5]
+                dtype = np.dtype(ins[4])
+                n = math.prod(shape) * dtype.itemsize
+                regs[ins[1]] = regs[ins[2]][ins[3]: ins[3] + n].view(dtype).reshape(shape)
+            elif op == Op.IF:
+                cond = np.asarray(self._resolve(regs[ins[1]]))
+                if cond.size != 1:
+                    raise VMError(f"function {fn.name!r} pc {pc - 1}: IF on a value of "
+                                  f"shape {cond.shape}; it takes a scalar")
+                pc = ins[2] if bool(cond.reshape(())) else ins[3]
+            elif op == Op.GOTO:
+                pc = ins[1]
+            elif op == Op.CALL:
+                regs[ins[1]] = self._call(ins[2], [regs[r] for r in ins[3:]])
+            elif op == Op.RET:
+                return regs[ins[1]]
+            else:  # validate() refused it already
+                raise VMError(f"function {fn.name!r} pc {pc - 1}: opcode {op}")
+
+    def _invoke_accel(self, node: int, args: list[Any]) -> Any:
+        def run() -> Any:
+            values = [self._resolve(a) for a in args]
+            start = time.perf_counter()
+            out = self.model.call(node, self.model.program.nodes[node], values,
+                                  self.model.program.nodes[node].attrs)
+            self._record("accelerator",
+                         str(self.model.program.nodes[node].attrs.get("layer") or node),
+                         start)
+            return out
+
+        if self._pool is None:
+            return run()
+        return self._pool.submit(run)
+
+    def _host(self, v: Any) -> Any:
+        """``v`` on the host; device memory is read on the accelerator thread, so that
+        it is never touched by two threads at once."""
+        if self._pool is None or not _on_device(v):
+            return host_value(v)
+        return self._pool.submit(host_value, v).result()
+
+    def _resolve(self, v: Any) -> Any:
+        if isinstance(v, Future):
+            if not v.done():
+                start = time.perf_counter()
+                out = v.result()
+                self._record("wait", "wait for the accelerator", start)
+                return out
+            return v.result()
+        if isinstance(v, tuple):
+            return tuple(self._resolve(x) for x in v)
+        return v
+
+    def _record(self, track: str, name: str, start: float) -> None:
+        end = time.perf_counter()
+        with self._lock:
+            self.timeline.append(Slice(track, name, start - self._t0, end - self._t0))
+
+
+def _on_device(v: Any) -> bool:
+    if isinstance(v, tuple):
+        return any(_on_device(x) for x in v)
+    return isinstance(v, DeviceTensor)
+
+
+def _shape_of(v: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in np.shape(v)) if not hasattr(v, "addr") else tuple(v.shape)
+
+
+def _quantized_inputs(model: LoadedModel) -> set[str]:
+    """Names of the model's inputs that a ``qnn.quantize`` node reads directly."""
+    by_slot = {i.slot: i.name for i in model.program.inputs}
+    return {by_slot[s] for n in model.program.nodes if n.op == "qnn.quantize"
+            for s in n.inputs[:1] if s in by_slot}
+
+
+def overlap_seconds(timeline: Sequence[Slice]) -> float:
+    """Seconds during which a CPU kernel and an accelerator program ran at once."""
+    cpu = sorted((s.start, s.end) for s in timeline if s.track == "cpu")
+    accel = sorted((s.start, s.end) for s in timeline if s.track == "accelerator")
+    total, j = 0.0, 0
+    for a0, a1 in accel:
+        while j < len(cpu) and cpu[j][1] <= a0:
+            j += 1
+        k = j
+        while k < len(cpu) and cpu[k][0] < a1:
+            total += max(0.0, min(a1, cpu[k][1]) - max(a0, cpu[k][0]))
+            k += 1
+    return total
+
+
+def vm_trace(timeline: Sequence[Slice], title: str = "vm") -> dict[str, Any]:
+    """The Trace Event Format object (ui.perfetto.dev) of a VM run's timeline: one
+    process, tracks ``cpu``, ``accelerator`` and ``wait`` (host waiting on a future)."""
+    tids = {"cpu": 1, "accelerator": 2, "wait": 3}
+    events: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0,
+                                     "args": {"name": title}}]
+    for track, tid in tids.items():
+        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
+                       "args": {"name": track}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid,
+                       "args": {"sort_index": tid}})
+    for s in timeline:
+        events.append({"name": s.name, "cat": s.track, "ph": "X", "pid": 1,
+                       "tid": tids[s.track], "ts": s.start * 1e6,
+                       "dur": (s.end - s.start) * 1e6})
+    return {"traceEvents": events, "displayTimeUnit": "ms"}

@@ -1,0 +1,60 @@
+"""A :class:`~.interpreter.GraphProgram` as a VM :class:`~.vm_executable.Executable`.
+
+One function, ``main``: its parameters are the model's inputs (registers 0..n-1), each
+constant is loaded once (``CONST``), each node becomes an ``INVOKE`` (a CPU kernel),
+an ``INVOKE_ACCEL`` (an ``accel.program`` node) or a ``TUPLE``/``GET_ITEM``, and every
+value is dropped (``KILL``) after its last use, as the interpreter frees it. Nodes keep
+the program's order: a resident model's device-memory plan reuses buffers by that
+order, and the futures overlap an accelerator program with the CPU nodes after it that
+do not read its result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .accel_contract import ACCEL_PROGRAM
+from .interpreter import GraphProgram
+from .vm_executable import Executable, Op, VMFunction
+
+__all__ = ["build_executable"]
+
+
+def build_executable(program: GraphProgram) -> Executable:
+    """The VM executable running ``program`` (see the module docstring)."""
+    program.validate()
+    reg: dict[int, int] = {}
+
+    def r(slot: int) -> int:
+        if slot not in reg:
+            reg[slot] = len(reg)
+        return reg[slot]
+
+    for spec in program.inputs:
+        r(spec.slot)
+    code: list[tuple[Any, ...]] = []
+    for slot in sorted(program.constants):
+        if any(slot in n.inputs for n in program.nodes) or slot == program.output:
+            code.append((Op.CONST, r(slot), slot))
+    last_use: dict[int, int] = {}
+    for k, node in enumerate(program.nodes):
+        for s in node.inputs:
+            last_use[s] = k
+    attrs: list[dict[str, Any]] = []
+    keep = set(program.constants) | {program.output}
+    for k, node in enumerate(program.nodes):
+        args = [r(s) for s in node.inputs]
+        if node.op == "tuple":
+            code.append((Op.TUPLE, r(node.output), *args))
+        elif node.op == "tuple_get_item":
+            code.append((Op.GET_ITEM, r(node.output), args[0], int(node.attrs["index"])))
+        elif node.op == ACCEL_PROGRAM:
+            code.append((Op.INVOKE_ACCEL, r(node.output), k, *args))
+        else:
+            attrs.append(dict(node.attrs))
+            code.append((Op.INVOKE, r(node.output), node.op, len(attrs) - 1, *args))
+        for s in dict.fromkeys(node.inputs):
+            if last_use[s] == k and s not in keep:
+                code.append((Op.KILL, reg[s]))
+    code.append((Op.RET, r(program.output)))
+    return Executable([VMFunction("main", len(program.inputs), len(reg), code)], attrs)

@@ -1,0 +1,270 @@
+"""The VM (runtime/vm.py): the same results as the interpreter, control flow and frames,
+futures overlapping the accelerator with CPU kernels, shape functions, the executable in
+the .tfm (version 2; version 1 files still load), NaN/inf refused for a quantized model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorfab.runtime.accel_contract import ACCEL_PROGRAM, accel_nodes, program_blob
+from tensorfab.runtime.artifact import (
+    ModelFileError,
+    load_executable,
+    load_model,
+    save_model,
+)
+from tensorfab.runtime.interpreter import (
+    GraphProgram,
+    InputSpec,
+    Node,
+    RuntimeInputError,
+    run_program,
+)
+from tensorfab.runtime.kernels import KERNELS
+from tensorfab.runtime.loaded_model import Instrument, LoadedModel
+from tensorfab.runtime.resident import ResidentModel
+from tensorfab.runtime.shape_functions import SHAPE_FUNCTIONS
+from tensorfab.runtime.vm import VirtualMachine, VMError, overlap_seconds, vm_trace
+from tensorfab.runtime.vm_build import build_executable
+from tensorfab.runtime.vm_executable import Executable, ExecutableFormatError, Op, VMFunction
+from tensorfab.sim import FunctionalSimulator
+
+DATA = Path(__file__).parent / "data"
+#: written by ``save_model`` before the VM existed (format version 1), with its input
+#: and the interpreter's output at the time
+V1_FILE = DATA / "digits_tiny_v1.tfm"
+
+
+@pytest.fixture(scope="module")
+def digits() -> tuple[GraphProgram, np.ndarray, np.ndarray]:
+    io = np.load(DATA / "digits_tiny_v1_io.npz")
+    return load_model(V1_FILE), io["x"], io["y"]
+
+
+def test_version_1_file_loads_and_runs_on_the_vm(digits) -> None:
+    program, x, y = digits
+    exe = load_executable(V1_FILE, program)  # built from the graph: v1 has no vm.json
+    with VirtualMachine(LoadedModel(program, FunctionalSimulator()), exe) as vm:
+        np.testing.assert_array_equal(vm.run([x]), y)
+    np.testing.assert_array_equal(run_program(program, [x]), y)
+
+
+def test_version_2_stores_the_executable(digits, tmp_path) -> None:
+    program, x, y = digits
+    path = tmp_path / "d.tfm"
+    save_model(program, path)
+    with zipfile.ZipFile(path) as z:
+        assert json.loads(z.read("graph.json"))["version"] == 2
+        assert "vm.json" in z.namelist()
+    exe = load_executable(path)
+    assert exe.to_json() == build_executable(program).to_json()
+    with ResidentModel(load_model(path), FunctionalSimulator()) as model, \
+            VirtualMachine(model, exe) as vm:
+        np.testing.assert_array_equal(vm.run({"image": x}), y)
+        assert model.last_run is None  # the VM ran it, not the interpreter
+    # a damaged executable is one error naming the file
+    damaged = tmp_path / "damaged.tfm"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(damaged, "w") as z:
+        for name in ("graph.json", "constants.npz"):
+            z.writestr(name, src.read(name))
+        z.writestr("vm.json", json.dumps({"functions": [{"name": "main", "num_params": 1,
+                                                          "num_registers": 1,
+                                                          "code": [["GOTO", 7]]}],
+                                          "attrs": []}))
+    with pytest.raises(ModelFileError, match=r"damaged\.tfm: vm\.json: .*pc 0: jump outside"):
+        load_executable(damaged)
+
+
+def test_vm_runs_every_accelerator_program_once_through_the_loaded_model(digits) -> None:
+    program, x, _ = digits
+
+    class Count(Instrument):
+        def __init__(self) -> None:
+            self.accel: list[int] = []
+
+        def after(self, index, node, args, attrs, out, result) -> None:
+            self.accel.append(index)
+
+    model = LoadedModel(program, FunctionalSimulator())
+    count = Count()
+    model.set_instrument(count)
+    with VirtualMachine(model, build_executable(program)) as vm:
+        vm.run([x])
+    assert count.accel == [k for k, _ in accel_nodes(program)]
+
+
+def test_the_runtime_runs_a_tfm_without_importing_the_compiler() -> None:
+    code = f"""
+import sys, numpy as np
+from tensorfab.runtime.artifact import load_executable, load_model
+from tensorfab.runtime.loaded_model import LoadedModel
+from tensorfab.runtime.vm import VirtualMachine
+from tensorfab.sim import FunctionalSimulator
+p = load_model({str(V1_FILE)!r})
+io = np.load({str(DATA / 'digits_tiny_v1_io.npz')!r})
+exe = load_executable({str(V1_FILE)!r}, p)
+with VirtualMachine(LoadedModel(p, FunctionalSimulator()), exe) as vm:
+    assert np.array_equal(vm.run([io['x']]), io['y'])
+print(sorted(m for m in sys.modules if m.startswith('tensorfab.compiler')))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_nan_or_inf_in_a_quantized_models_input_names_the_input(digits) -> None:
+    program, x, _ = digits
+    bad = x.copy()
+    bad[1, 0, 2, 3] = np.nan
+    with VirtualMachine(LoadedModel(program, FunctionalSimulator()),
+                        build_executable(program)) as vm:
+        with pytest.raises(RuntimeInputError, match=r"input 'image': nan at index "
+                           r"\(1, 0, 2, 3\); a quantized model takes finite values"):
+            vm.run([bad])
+        bad[1, 0, 2, 3] = -np.inf
+        with pytest.raises(RuntimeInputError, match=r"input 'image': -inf"):
+            vm.run([bad])
+
+
+def _loop_executable() -> Executable:
+    """main(x, n): r = x; while n > 0: r = twice(r); n = n - 1; return r, where twice
+    is a called function (its own frame)."""
+    twice = VMFunction("twice", 1, 2, [(Op.INVOKE, 1, "add", 0, 0, 0), (Op.RET, 1)])
+    main = VMFunction("main", 2, 6, [
+        (Op.CONST, 2, 0),                         # 0: r2 = 0
+        (Op.CONST, 3, 1),                         # 1: r3 = 1
+        (Op.MOVE, 4, 0),                          # 2: r = x
+        (Op.INVOKE, 5, "maximum", 0, 1, 2),       # 3: loop: max(n, 0) ...
+        (Op.INVOKE, 5, "subtract", 0, 5, 2),      # 4: ... - 0
+        (Op.IF, 5, 6, 9),                         # 5: n > 0 ?
+        (Op.CALL, 4, 1, 4),                       # 6: r = twice(r)
+        (Op.INVOKE, 1, "subtract", 0, 1, 3),      # 7: n -= 1
+        (Op.GOTO, 3),                             # 8
+        (Op.RET, 4),                              # 9
+    ])
+    return Executable([main, twice], [{}])
+
+
+def test_control_flow_calls_and_frames() -> None:
+    # CONST reads the model's constant slots 0 and 1 (the inputs' slots are unused)
+    program = GraphProgram([InputSpec("x", 0, (3,), "float32"), InputSpec("n", 1, (), "int64")],
+                           {0: np.array(0, np.int64), 1: np.array(1, np.int64)}, [], 0)
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    with VirtualMachine(LoadedModel(program), _loop_executable()) as vm:
+        for n in (0, 1, 5):
+            np.testing.assert_array_equal(vm.run([x, np.array(n, np.int64)]), x * 2 ** n)
+
+
+def test_malformed_instructions_are_refused_before_running() -> None:
+    exe = _loop_executable()
+    exe.functions[0].code[6] = (Op.CALL, 4, 9, 4)
+    with pytest.raises(ExecutableFormatError, match=r"'main' pc 6: call of function 9"):
+        exe.validate()
+    exe = _loop_executable()
+    exe.functions[1].code[0] = (Op.INVOKE, 7, "add", 0, 0, 0)
+    with pytest.raises(ExecutableFormatError, match=r"'twice' pc 0: register 7 outside"):
+        exe.validate()
+
+
+def test_if_on_a_tensor_is_an_error_naming_the_pc() -> None:
+    exe = Executable([VMFunction("main", 1, 1, [(Op.IF, 0, 1, 1), (Op.RET, 0)])])
+    program = GraphProgram([InputSpec("x", 0, (2,), "float32")], {}, [], 0)
+    with VirtualMachine(LoadedModel(program), exe) as vm, \
+            pytest.raises(VMError, match=r"'main' pc 0: IF on a value of shape \(2,\)"):
+        vm.run([np.zeros(2, np.float32)])
+
+
+def test_shape_functions_agree_with_the_kernels(digits) -> None:
+    # every node of the digits model with a shape function, at two batch sizes
+    program, x, _ = digits
+    seen: set[str] = set()
+
+    class Check(Instrument):
+        def after(self, index, node, args, attrs, out, result) -> None:
+            fn = SHAPE_FUNCTIONS.get(node.op)
+            if fn is not None:
+                got = fn([tuple(np.shape(a)) for a in args], attrs)
+                assert got == tuple(np.shape(out)), (index, node.op)
+                seen.add(node.op)
+
+    model = LoadedModel(program, FunctionalSimulator())
+    model.set_instrument(Check())
+    model.run([x])
+    assert {"qnn.quantize", "nn.im2col", "nn.max_pool2d", "flatten", "reshape",
+            ACCEL_PROGRAM, "qnn.dequantize"} <= seen
+    assert set(SHAPE_FUNCTIONS) <= set(KERNELS)
+
+
+def test_shape_function_instruction_on_a_symbolic_batch() -> None:
+    # y = relu(x) allocated from its shape function in a storage, then filled
+    program = GraphProgram([InputSpec("x", 0, ("batch", 3), "float32")], {}, [], 0)
+    exe = Executable([VMFunction("main", 1, 5, [
+        (Op.SHAPE_FUNC, 1, "relu", 0, 0),
+        (Op.ALLOC_STORAGE, 2, 4 * 3 * 16, "host"),
+        (Op.ALLOC_TENSOR, 3, 2, 0, "float32", 1),
+        (Op.INVOKE, 4, "relu", 0, 0),
+        (Op.TUPLE, 0, 3, 4),
+        (Op.RET, 0),
+    ])], [{}])
+    for batch in (1, 5):
+        x = np.arange(batch * 3, dtype=np.float32).reshape(batch, 3) - 4
+        with VirtualMachine(LoadedModel(program), exe) as vm:
+            alloc, y = vm.run([x])
+            assert alloc.shape == (batch, 3) and vm.storage_allocations == 1
+        np.testing.assert_array_equal(y, np.maximum(x, 0))
+    exe.functions[0].code[0] = (Op.SHAPE_FUNC, 1, "strided_slice", 0, 0)
+    with VirtualMachine(LoadedModel(program), exe) as vm, \
+            pytest.raises(VMError, match="no shape function for 'strided_slice'"):
+        vm.run([np.zeros((2, 3), np.float32)])
+
+
+def _branches(digits) -> tuple[GraphProgram, list[np.ndarray]]:
+    """One accelerator program on one input and a chain of CPU kernels on another,
+    independent of it: the VM runs the chain while the accelerator works."""
+    program = digits[0]
+    k, node = next(accel_nodes(program))
+    blob = program_blob(program, k)
+    seg = LoadedModel(program).accel_programs[k].segment(node.attrs["input_segment"])
+    nodes = [Node(ACCEL_PROGRAM, (0, 2), node.attrs, 3)]
+    slot = 1
+    for _ in range(6):
+        nodes.append(Node("tanh", (slot,), {}, 4 + len(nodes)))
+        slot = nodes[-1].output
+    nodes.append(Node("tuple", (3, slot), {}, 4 + len(nodes)))
+    g = GraphProgram([InputSpec("a", 0, seg.shape, seg.dtype),
+                      InputSpec("b", 1, (256, 1024), "float32")], {2: blob}, nodes,
+                     nodes[-1].output)
+    rng = np.random.default_rng(0)
+    return g, [rng.integers(-128, 128, seg.shape).astype(np.int8),
+               rng.standard_normal((256, 1024)).astype(np.float32)]
+
+
+def test_futures_overlap_the_accelerator_with_independent_cpu_kernels(digits,
+                                                                      tmp_path) -> None:
+    from tensorfab.sim.rtl import RtlSimulator
+
+    g, inputs = _branches(digits)
+    want = run_program(g, inputs)
+    device = RtlSimulator()
+    with VirtualMachine(LoadedModel(g, device), build_executable(g)) as vm:
+        got = vm.run(inputs)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        tracks = {s.track for s in vm.timeline}
+        accel = [s for s in vm.timeline if s.track == "accelerator"]
+        assert len(accel) == 1 and tracks >= {"cpu", "accelerator"}
+        assert overlap_seconds(vm.timeline) > 0
+        trace = vm_trace(vm.timeline, "branches")
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert names == {"cpu", "accelerator", "wait"}
+    (tmp_path / "t.json").write_text(json.dumps(trace))
+    with VirtualMachine(LoadedModel(g, device), build_executable(g), futures=False) as vm:
+        vm.run(inputs)
+        assert overlap_seconds(vm.timeline) == 0
