@@ -89,6 +89,13 @@ def _device_server(target: str = "fsim") -> dict[str, Any]:
     return run_device_server_bench(target)
 
 
+def _vm_dispatch(target: str = "rtl") -> dict[str, Any]:
+    """the VM: dispatch ns per instruction (register vs stack), overlap from futures."""
+    from .vm_dispatch import run_vm_dispatch_bench
+
+    return run_vm_dispatch_bench(target)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -100,4 +107,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "resnet18": _resnet18,
     "device-server": _device_server,
     "hil": _hil,
+    "vm-dispatch": _vm_dispatch,
 }

@@ -17,7 +17,6 @@ wait on the ``wait`` track, in wall time; :func:`vm_trace` makes it a Perfetto t
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,6 +35,10 @@ from .shape_functions import SHAPE_FUNCTIONS
 from .vm_executable import Executable, Op
 
 __all__ = ["Slice", "VMError", "VirtualMachine", "overlap_seconds", "vm_trace"]
+
+
+(_MOVE, _CONST, _ALLOC_STORAGE, _ALLOC_TENSOR, _INVOKE, _INVOKE_ACCEL, _SHAPE_FUNC, _IF,
+ _GOTO, _CALL, _RET, _TUPLE, _GET_ITEM, _KILL) = (int(op) for op in Op)
 
 
 class VMError(TensorfabError):
@@ -83,13 +86,14 @@ class VirtualMachine:
         self.futures = futures
         self.arenas = {name: np.zeros(nbytes, np.uint8)
                        for name, nbytes in executable.pools.items()}
-        self.timeline: list[Slice] = []
+        self._slices: list[tuple[str, str, float, float]] = []
         self.storage_allocations = 0
         self._pool: ThreadPoolExecutor | None = None
         self._t0 = 0.0
-        self._lock = threading.Lock()
         self._quantized_inputs = _quantized_inputs(model)
         self._symbols: dict[str, int] = {}
+        # opcodes as plain ints: comparing enum members costs more than the dispatch
+        self._code = [[(int(i[0]), *i[1:]) for i in f.code] for f in executable.functions]
 
     def close(self) -> None:
         """Stop the accelerator thread."""
@@ -137,7 +141,7 @@ class VirtualMachine:
                 raise RuntimeInputError(
                     f"input {spec.name!r}: {v[tuple(bad)]} at index {tuple(int(i) for i in bad)}"
                     "; a quantized model takes finite values only (int8 has no NaN or inf)")
-        self.timeline = []
+        self._slices = []
         self.storage_allocations = 0
         self._t0 = time.perf_counter()
         if self.futures and self._pool is None:
@@ -149,61 +153,64 @@ class VirtualMachine:
         fn = self.executable.functions[index]
         regs: list[Any] = [None] * fn.num_registers
         regs[:len(args)] = args
-        code, attrs_table = fn.code, self.executable.attrs
+        code, attrs_table = self._code[index], self.executable.attrs
+        record = self._slices.append  # atomic under the GIL: both threads append
         pc = 0
         while True:
             ins = code[pc]
             op = ins[0]
             pc += 1
-            if op == Op.INVOKE:
-                args_ = [self._host(self._resolve(regs[r])) for r in ins[4:]]
+            if op == _INVOKE:
+                args_ = [regs[r] for r in ins[4:]]
+                if not all(type(a) is np.ndarray for a in args_):
+                    args_ = [self._host(self._resolve(a)) for a in args_]
                 attrs = attrs_table[ins[3]]
                 if self._symbols and ins[2] == "reshape":
                     attrs = {**attrs, "newshape": tuple(self._symbols.get(d, d)
                                                         for d in attrs["newshape"])}
                 start = time.perf_counter()
                 regs[ins[1]] = KERNELS[ins[2]](args_, attrs)
-                self._record("cpu", ins[2], start)
-            elif op == Op.KILL:
+                record(("cpu", ins[2], start, time.perf_counter()))
+            elif op == _KILL:
                 regs[ins[1]] = None
-            elif op == Op.INVOKE_ACCEL:
+            elif op == _INVOKE_ACCEL:
                 regs[ins[1]] = self._invoke_accel(ins[2], [regs[r] for r in ins[3:]])
-            elif op == Op.CONST:
+            elif op == _CONST:
                 regs[ins[1]] = self.model.program.constants[ins[2]]
-            elif op == Op.MOVE:
+            elif op == _MOVE:
                 regs[ins[1]] = regs[ins[2]]
-            elif op == Op.GET_ITEM:
+            elif op == _GET_ITEM:
                 regs[ins[1]] = self._resolve(regs[ins[2]])[ins[3]]
-            elif op == Op.TUPLE:
+            elif op == _TUPLE:
                 regs[ins[1]] = tuple(regs[r] for r in ins[2:])
-            elif op == Op.SHAPE_FUNC:
+            elif op == _SHAPE_FUNC:
                 fn_shape = SHAPE_FUNCTIONS.get(ins[2])
                 if fn_shape is None:
                     raise VMError(f"function {fn.name!r} pc {pc - 1}: no shape function for "
                                   f"{ins[2]!r}")
                 regs[ins[1]] = fn_shape([_shape_of(self._resolve(regs[r])) for r in ins[4:]],
                                         attrs_table[ins[3]])
-            elif op == Op.ALLOC_STORAGE:
+            elif op == _ALLOC_STORAGE:
                 self.storage_allocations += 1
                 regs[ins[1]] = self.arenas.get(ins[3])
                 if regs[ins[1]] is None or regs[ins[1]].nbytes < ins[2]:
                     regs[ins[1]] = np.zeros(ins[2], np.uint8)
-            elif op == Op.ALLOC_TENSOR:
+            elif op == _ALLOC_TENSOR:
                 shape = regs[ins[5]] if isinstance(ins[5], int) else ins[5]
                 dtype = np.dtype(ins[4])
                 n = math.prod(shape) * dtype.itemsize
                 regs[ins[1]] = regs[ins[2]][ins[3]: ins[3] + n].view(dtype).reshape(shape)
-            elif op == Op.IF:
+            elif op == _IF:
                 cond = np.asarray(self._resolve(regs[ins[1]]))
                 if cond.size != 1:
                     raise VMError(f"function {fn.name!r} pc {pc - 1}: IF on a value of "
                                   f"shape {cond.shape}; it takes a scalar")
                 pc = ins[2] if bool(cond.reshape(())) else ins[3]
-            elif op == Op.GOTO:
+            elif op == _GOTO:
                 pc = ins[1]
-            elif op == Op.CALL:
+            elif op == _CALL:
                 regs[ins[1]] = self._call(ins[2], [regs[r] for r in ins[3:]])
-            elif op == Op.RET:
+            elif op == _RET:
                 return regs[ins[1]]
             else:  # validate() refused it already
                 raise VMError(f"function {fn.name!r} pc {pc - 1}: opcode {op}")
@@ -243,9 +250,13 @@ class VirtualMachine:
         return v
 
     def _record(self, track: str, name: str, start: float) -> None:
-        end = time.perf_counter()
-        with self._lock:
-            self.timeline.append(Slice(track, name, start - self._t0, end - self._t0))
+        self._slices.append((track, name, start, time.perf_counter()))
+
+    @property
+    def timeline(self) -> list[Slice]:
+        """The last run's slices, in seconds from its start."""
+        t0 = self._t0
+        return [Slice(track, name, a - t0, b - t0) for track, name, a, b in self._slices]
 
 
 def _on_device(v: Any) -> bool:
