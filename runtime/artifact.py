@@ -64,6 +64,7 @@ def save_model(program: GraphProgram, path: str | os.PathLike,
         "constants": sorted(program.constants),
         "output": program.output,
         "num_slots": program.num_slots,
+        "value_types": {str(k): [list(s), d] for k, (s, d) in program.value_types.items()},
     }
     arrays = io.BytesIO()
     np.savez(arrays, **{f"c{slot}": np.asarray(v) for slot, v in program.constants.items()})
@@ -119,7 +120,9 @@ def load_model(path: str | os.PathLike) -> GraphProgram:
             nodes=[Node(n["op"], tuple(n["inputs"]),
                         {k: _tuples(v) for k, v in n["attrs"].items()}, n["output"],
                         n.get("name", "")) for n in graph["nodes"]],
-            output=graph["output"], num_slots=graph.get("num_slots", 0))
+            output=graph["output"], num_slots=graph.get("num_slots", 0),
+            value_types={int(k): (tuple(s), d)
+                         for k, (s, d) in graph.get("value_types", {}).items()})
         program.validate()
     except (KeyError, TypeError, TensorfabError) as e:
         raise ModelFileError(f"{where}: malformed graph: {e}") from None

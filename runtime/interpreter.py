@@ -51,13 +51,18 @@ class Node:
 
 @dataclass
 class GraphProgram:
-    """A graph as data: inputs, constants and nodes over slots, and the output slot."""
+    """A graph as data: inputs, constants and nodes over slots, and the output slot.
+
+    ``value_types`` gives the shape and dtype name of node outputs whose type the
+    compiler knew with fixed dims (by slot): what the static memory plan sizes.
+    """
 
     inputs: list[InputSpec]
     constants: dict[int, np.ndarray]
     nodes: list[Node]
     output: int
     num_slots: int = field(default=0)
+    value_types: dict[int, tuple[tuple[int, ...], str]] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Raise :class:`ProgramFormatError` on an unknown op or an undefined slot."""

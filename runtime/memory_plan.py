@@ -6,7 +6,8 @@ Layout of the device memory::
 
     0              static area: each program's instructions, micro-ops and constant
                    segments (weights, biases, requantization records), written once
-    static_bytes   activation area: buffers reused by liveness (first fit)
+    static_bytes   activation area: buffers reused by liveness (greedy by size, a
+                   hill climb when that stays above the lower bound: .arena_plan)
 
 An accelerator program's output is a buffer live from its run to its last reader. A
 program whose input is another program's output, with the same shape and dtype (the
@@ -26,6 +27,7 @@ from tensorfab.isa import HwConfig, Program, TensorfabError
 from tensorfab.isa.placement import place_program, placement_alignment
 
 from .accel_contract import accel_nodes, decode_program, program_blob
+from .arena_plan import ArenaPlan, LiveBuffer, plan_arena
 from .interpreter import GraphProgram
 
 __all__ = ["Buffer", "MemoryPlan", "MemoryPlanError", "OutOfDeviceMemory", "PlacedProgram",
@@ -113,6 +115,9 @@ class MemoryPlan:
         Size of the static area (programs and weights).
     size : int
         Bytes of device memory the model needs.
+    activations : ArenaPlan
+        The activation area's plan (:func:`~.arena_plan.plan_arena`: greedy by size,
+        hill-climb fallback), with its naive sum and lower bound.
     """
 
     config: HwConfig
@@ -120,6 +125,7 @@ class MemoryPlan:
     static: list[tuple[int, np.ndarray]] = field(default_factory=list)
     static_bytes: int = 0
     size: int = 0
+    activations: ArenaPlan | None = None
 
     @property
     def activation_bytes(self) -> int:
@@ -147,26 +153,6 @@ class MemoryPlan:
 
 def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
-
-
-def _allocate(buffers: list[tuple[int, int, int]], align: int) -> tuple[list[int], int]:
-    """First-fit addresses (relative) of buffers given as ``(nbytes, first, last)`` in
-    order of ``first``; returns them and the area's size."""
-    addrs: list[int] = []
-    active: list[tuple[int, int, int]] = []  # (addr, end, last)
-    top = 0
-    for nbytes, first, last in buffers:
-        active = [a for a in active if a[2] >= first]
-        size = _align(nbytes, align)
-        pos = 0
-        for a_addr, a_end, _ in sorted(active):
-            if pos + size <= a_addr:
-                break
-            pos = max(pos, a_end)
-        addrs.append(pos)
-        active.append((pos, pos + size, last))
-        top = max(top, pos + size)
-    return addrs, top
 
 
 def plan_memory(program: GraphProgram,
@@ -255,7 +241,10 @@ def plan_memory(program: GraphProgram,
         seg_out = p.segment(attrs["output_segment"])
         requests.append((seg_out.nbytes, k, last_use.get(node.output, k)))
         owner.append((k, "out"))
-    rel, area = _allocate(requests, align)
+    activations = plan_arena([LiveBuffer(i, n, first, last)
+                              for i, (n, first, last) in enumerate(requests)], align)
+    rel = [activations.offsets[i] for i in range(len(requests))]
+    area = activations.peak
     size = static_bytes + area
     if size > cfg.dram_bytes:
         raise OutOfDeviceMemory(f"the model needs {size} bytes of device memory, more than "
@@ -282,4 +271,4 @@ def plan_memory(program: GraphProgram,
         placed[k] = PlacedProgram(k, placed_program, inp, out, k in shares,
                                   attrs["input_segment"], attrs["output_segment"],
                                   k in extra_src)
-    return MemoryPlan(cfg, placed, static, static_bytes, size)
+    return MemoryPlan(cfg, placed, static, static_bytes, size, activations)

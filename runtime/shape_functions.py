@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .accel_contract import ACCEL_PROGRAM
 from .layout_transform import parse_layout
 
 __all__ = ["SHAPE_FUNCTIONS", "ShapeFunction"]
@@ -198,7 +199,7 @@ def _take(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     return (*x[:axis], *idx, *x[axis + 1:])
 
 
-@_register("accel.program")
+@_register(ACCEL_PROGRAM)
 def _accel_program(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     """The compiled program's output segment (fixed when compiled)."""
     return tuple(attrs["out_shape"])

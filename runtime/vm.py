@@ -38,7 +38,7 @@ __all__ = ["Slice", "VMError", "VirtualMachine", "overlap_seconds", "vm_trace"]
 
 
 (_MOVE, _CONST, _ALLOC_STORAGE, _ALLOC_TENSOR, _INVOKE, _INVOKE_ACCEL, _SHAPE_FUNC, _IF,
- _GOTO, _CALL, _RET, _TUPLE, _GET_ITEM, _KILL) = (int(op) for op in Op)
+ _GOTO, _CALL, _RET, _TUPLE, _GET_ITEM, _KILL, _INVOKE_INTO) = (int(op) for op in Op)
 
 
 class VMError(TensorfabError):
@@ -74,8 +74,8 @@ class VirtualMachine:
     timeline : list of Slice
         The last run's slices.
     storage_allocations : int
-        ``ALLOC_STORAGE`` instructions executed by the last run (the arenas of a
-        statically planned executable are allocated once, when the VM is made).
+        Buffers ``ALLOC_STORAGE`` allocated in the last run (the arenas of a statically
+        planned executable are allocated once, when the VM is made, and not counted).
     """
 
     def __init__(self, model: LoadedModel, executable: Executable, *,
@@ -171,6 +171,18 @@ class VirtualMachine:
                 start = time.perf_counter()
                 regs[ins[1]] = KERNELS[ins[2]](args_, attrs)
                 record(("cpu", ins[2], start, time.perf_counter()))
+            elif op == _INVOKE_INTO:
+                args_ = [regs[r] for r in ins[4:]]
+                if not all(type(a) is np.ndarray for a in args_):
+                    args_ = [self._host(self._resolve(a)) for a in args_]
+                start = time.perf_counter()
+                out, value = regs[ins[1]], KERNELS[ins[2]](args_, attrs_table[ins[3]])
+                if value.shape != out.shape or value.dtype != out.dtype:
+                    raise VMError(f"function {fn.name!r} pc {pc - 1}: {ins[2]} made "
+                                  f"{value.dtype}{value.shape}, its planned place holds "
+                                  f"{out.dtype}{out.shape}")
+                np.copyto(out, value)
+                record(("cpu", ins[2], start, time.perf_counter()))
             elif op == _KILL:
                 regs[ins[1]] = None
             elif op == _INVOKE_ACCEL:
@@ -191,10 +203,11 @@ class VirtualMachine:
                 regs[ins[1]] = fn_shape([_shape_of(self._resolve(regs[r])) for r in ins[4:]],
                                         attrs_table[ins[3]])
             elif op == _ALLOC_STORAGE:
-                self.storage_allocations += 1
-                regs[ins[1]] = self.arenas.get(ins[3])
-                if regs[ins[1]] is None or regs[ins[1]].nbytes < ins[2]:
-                    regs[ins[1]] = np.zeros(ins[2], np.uint8)
+                arena = self.arenas.get(ins[3])
+                if arena is None or arena.nbytes < ins[2]:  # not planned: allocated now
+                    self.storage_allocations += 1
+                    arena = np.zeros(ins[2], np.uint8)
+                regs[ins[1]] = arena
             elif op == _ALLOC_TENSOR:
                 shape = regs[ins[5]] if isinstance(ins[5], int) else ins[5]
                 dtype = np.dtype(ins[4])

@@ -15,13 +15,19 @@ from typing import Any
 
 from .accel_contract import ACCEL_PROGRAM
 from .interpreter import GraphProgram
+from .static_plan import HostPlan
 from .vm_executable import Executable, Op, VMFunction
 
 __all__ = ["build_executable"]
 
 
-def build_executable(program: GraphProgram) -> Executable:
-    """The VM executable running ``program`` (see the module docstring)."""
+def build_executable(program: GraphProgram, plan: HostPlan | None = None) -> Executable:
+    """The VM executable running ``program`` (see the module docstring).
+
+    With a host memory ``plan`` (:func:`~.static_plan.plan_host_arena`), every planned
+    value is an ``ALLOC_TENSOR`` in the ``host`` arena, filled by ``INVOKE_INTO``; the
+    executable's ``pools`` give the arena's size, so the VM allocates it once.
+    """
     program.validate()
     reg: dict[int, int] = {}
 
@@ -33,6 +39,11 @@ def build_executable(program: GraphProgram) -> Executable:
     for spec in program.inputs:
         r(spec.slot)
     code: list[tuple[Any, ...]] = []
+    arena = -1
+    if plan is not None and plan.places:
+        arena = len(program.inputs)
+        reg[-1] = arena  # the arena's register (no slot is negative)
+        code.append((Op.ALLOC_STORAGE, arena, plan.arena.peak, "host"))
     for slot in sorted(program.constants):
         if any(slot in n.inputs for n in program.nodes) or slot == program.output:
             code.append((Op.CONST, r(slot), slot))
@@ -50,6 +61,11 @@ def build_executable(program: GraphProgram) -> Executable:
             code.append((Op.GET_ITEM, r(node.output), args[0], int(node.attrs["index"])))
         elif node.op == ACCEL_PROGRAM:
             code.append((Op.INVOKE_ACCEL, r(node.output), k, *args))
+        elif plan is not None and node.output in plan.places:
+            offset, shape, dtype = plan.places[node.output]
+            attrs.append(dict(node.attrs))
+            code.append((Op.ALLOC_TENSOR, r(node.output), arena, offset, dtype, shape))
+            code.append((Op.INVOKE_INTO, r(node.output), node.op, len(attrs) - 1, *args))
         else:
             attrs.append(dict(node.attrs))
             code.append((Op.INVOKE, r(node.output), node.op, len(attrs) - 1, *args))
@@ -57,4 +73,7 @@ def build_executable(program: GraphProgram) -> Executable:
             if last_use[s] == k and s not in keep:
                 code.append((Op.KILL, reg[s]))
     code.append((Op.RET, r(program.output)))
-    return Executable([VMFunction("main", len(program.inputs), len(reg), code)], attrs)
+    pools = {"host": plan.arena.peak} if arena >= 0 and plan is not None else {}
+    memory = {"host": plan.arena.to_json()} if plan is not None else {}
+    return Executable([VMFunction("main", len(program.inputs), len(reg), code)], attrs,
+                      pools, memory)

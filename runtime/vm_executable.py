@@ -8,9 +8,14 @@ opcode              operands                                        effect
 ==================  ==============================================  ======================
 ``MOVE``            dst, src                                        ``r[dst] = r[src]``
 ``CONST``           dst, slot                                       a constant of the model
-``ALLOC_STORAGE``   dst, nbytes, pool                               a byte buffer
+``ALLOC_STORAGE``   dst, nbytes, pool                               a byte buffer (the
+                                                                    pool's arena when
+                                                                    planned)
 ``ALLOC_TENSOR``    dst, storage, offset, dtype, shape              a view of a storage
 ``INVOKE``          dst, kernel, attrs, args...                     a CPU kernel
+``INVOKE_INTO``     out, kernel, attrs, args...                     a CPU kernel whose
+                                                                    result is written
+                                                                    into tensor ``out``
 ``INVOKE_ACCEL``    dst, node, args...                              an accelerator program
                                                                     (a future in ``dst``)
 ``SHAPE_FUNC``      dst, kernel, attrs, args...                     the output shape of a
@@ -64,13 +69,14 @@ class Op(enum.IntEnum):
     TUPLE = 11
     GET_ITEM = 12
     KILL = 13
+    INVOKE_INTO = 14
 
 
 #: Operands before the variable-length argument list, per opcode (None: fixed length).
 _FIXED = {Op.MOVE: 2, Op.CONST: 2, Op.ALLOC_STORAGE: 3, Op.ALLOC_TENSOR: 5, Op.INVOKE: 3,
           Op.INVOKE_ACCEL: 2, Op.SHAPE_FUNC: 3, Op.IF: 3, Op.GOTO: 1, Op.CALL: 2, Op.RET: 1,
-          Op.TUPLE: 1, Op.GET_ITEM: 3, Op.KILL: 1}
-_VARIADIC = {Op.INVOKE, Op.INVOKE_ACCEL, Op.SHAPE_FUNC, Op.CALL, Op.TUPLE}
+          Op.TUPLE: 1, Op.GET_ITEM: 3, Op.KILL: 1, Op.INVOKE_INTO: 3}
+_VARIADIC = {Op.INVOKE, Op.INVOKE_ACCEL, Op.SHAPE_FUNC, Op.CALL, Op.TUPLE, Op.INVOKE_INTO}
 
 
 @dataclass
@@ -96,11 +102,15 @@ class Executable:
     pools : dict[str, int]
         Bytes of each statically planned arena (empty for a dynamic executable); the
         VM allocates them once when it is made.
+    memory_plan : dict
+        The static plan's figures by pool (:meth:`~.arena_plan.ArenaPlan.to_json`:
+        offsets, peak, naive sum, lower bound, method), as data.
     """
 
     functions: list[VMFunction]
     attrs: list[Mapping[str, Any]] = field(default_factory=list)
     pools: dict[str, int] = field(default_factory=dict)
+    memory_plan: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Raise :class:`ExecutableFormatError` on an unknown opcode, a wrong operand
@@ -122,7 +132,8 @@ class Executable:
                     raise ExecutableFormatError(f"{where}: jump outside the code")
                 if op == Op.CALL and not 0 <= ins[2] < len(self.functions):
                     raise ExecutableFormatError(f"{where}: call of function {ins[2]}")
-                if op in (Op.INVOKE, Op.SHAPE_FUNC) and not 0 <= ins[3] < len(self.attrs):
+                if op in (Op.INVOKE, Op.SHAPE_FUNC, Op.INVOKE_INTO) and \
+                        not 0 <= ins[3] < len(self.attrs):
                     raise ExecutableFormatError(f"{where}: attribute set {ins[3]}")
                 regs = [r for r in _registers(op, ins) if not 0 <= r < f.num_registers]
                 if regs:
@@ -135,7 +146,8 @@ class Executable:
                                "num_registers": f.num_registers,
                                "code": [[Op(i[0]).name, *i[1:]] for i in f.code]}
                               for f in self.functions],
-                "attrs": [dict(a) for a in self.attrs], "pools": dict(self.pools)}
+                "attrs": [dict(a) for a in self.attrs], "pools": dict(self.pools),
+                "memory_plan": self.memory_plan}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Executable:
@@ -152,7 +164,8 @@ class Executable:
                                      for i in f["code"]])
                          for f in data["functions"]]
             exe = cls(functions, [{k: _tuple(v) for k, v in a.items()} for a in data["attrs"]],
-                      {str(k): int(v) for k, v in data.get("pools", {}).items()})
+                      {str(k): int(v) for k, v in data.get("pools", {}).items()},
+                      dict(data.get("memory_plan", {})))
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ExecutableFormatError(f"malformed VM executable: {e!r}") from None
         exe.validate()
@@ -172,7 +185,7 @@ def _registers(op: Op, ins: tuple[Any, ...]) -> list[int]:
         return [ins[1]]
     if op == Op.ALLOC_TENSOR:
         return [ins[1], ins[2]] + ([ins[5]] if isinstance(ins[5], int) else [])
-    if op in (Op.INVOKE, Op.SHAPE_FUNC):
+    if op in (Op.INVOKE, Op.SHAPE_FUNC, Op.INVOKE_INTO):
         return [ins[1], *ins[4:]]
     if op in (Op.INVOKE_ACCEL, Op.CALL):
         return [ins[1], *ins[3:]]

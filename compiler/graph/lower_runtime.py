@@ -76,9 +76,21 @@ def lower_to_runtime(fn: Function, constant_slots: dict[int, int] | None = None
             slot_of[id(e)] = slot_of[id(let_value[id(e)])]
         elif isinstance(e, Function):
             raise GraphError("a nested function cannot be lowered to the interpreter")
-    program = GraphProgram(inputs, constants, nodes, slot_of[id(fn.body)], count)
+    program = GraphProgram(inputs, constants, nodes, slot_of[id(fn.body)], count,
+                           _value_types(all_nodes, slot_of))
     program.validate()
     return program
+
+
+def _value_types(exprs: list[Any], slot_of: dict[int, int]
+                 ) -> dict[int, tuple[tuple[int, ...], str]]:
+    """Shape and dtype of each call's value with a tensor type of fixed dims, by slot."""
+    out: dict[int, tuple[tuple[int, ...], str]] = {}
+    for e in exprs:
+        t = getattr(e, "checked_type", None) if isinstance(e, Call) else None
+        if isinstance(t, TensorType) and all(isinstance(d, int) for d in t.shape):
+            out[slot_of[id(e)]] = (tuple(int(d) for d in t.shape), t.dtype)
+    return out
 
 
 def _plain_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
