@@ -96,6 +96,13 @@ def _vm_dispatch(target: str = "rtl") -> dict[str, Any]:
     return run_vm_dispatch_bench(target)
 
 
+def _memory_plan() -> dict[str, Any]:
+    """AOT static memory plan per model: arena peak, naive sum, lower bound."""
+    from .memory_plan import run_memory_plan_bench
+
+    return run_memory_plan_bench()
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -108,4 +115,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "device-server": _device_server,
     "hil": _hil,
     "vm-dispatch": _vm_dispatch,
+    "memory-plan": _memory_plan,
 }

@@ -64,6 +64,11 @@ def plan_host_arena(program: GraphProgram, alignment: int = ALIGNMENT) -> HostPl
     for k, node in enumerate(program.nodes):
         for s in node.inputs:
             last_use[s] = end if node.op in ("tuple", "tuple_get_item") else k
+    # an accelerator program reads its inputs on the accelerator thread, at some time
+    # before the host next waits for it: its inputs live until then
+    for k, done in _accel_done(program).items():
+        for s in program.nodes[k].inputs:
+            last_use[s] = max(last_use.get(s, k), done)
     buffer_of: dict[int, int] = {}  # slot -> buffer key (the slot that made the buffer)
     spans: dict[int, list[int]] = {}  # buffer key -> [nbytes, first, last]
     in_place = 0
@@ -88,3 +93,22 @@ def plan_host_arena(program: GraphProgram, alignment: int = ALIGNMENT) -> HostPl
     places = {slot: (arena.offsets[key], *program.value_types[slot])
               for slot, key in buffer_of.items()}
     return HostPlan(arena, places, in_place)
+
+
+def _accel_done(program: GraphProgram) -> dict[int, int]:
+    """By ``accel.program`` node: the first node at which the VM's host thread waits for
+    it or for a later program (one accelerator thread runs them in issue order): a node
+    other than ``accel.program`` and ``tuple`` that reads an accelerator program's
+    output (the end of the program when none does)."""
+    end = len(program.nodes)
+    accel_out = {n.output: k for k, n in enumerate(program.nodes) if n.op == ACCEL_PROGRAM}
+    waits = [k for k, n in enumerate(program.nodes)
+             if n.op not in (ACCEL_PROGRAM, "tuple") and
+             any(s in accel_out and accel_out[s] < k for s in n.inputs)]
+    done: dict[int, int] = {}
+    for k in accel_out.values():
+        # a wait at node w on program m >= k means m is done, and k before it
+        done[k] = next((w for w in waits if any(
+            k <= accel_out[s] < w for s in program.nodes[w].inputs if s in accel_out)),
+            end)
+    return done
