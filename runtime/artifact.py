@@ -28,6 +28,7 @@ from tensorfab.isa import TensorfabError
 
 from .accel_contract import ACCEL_PROGRAM, accel_nodes, decode_program
 from .interpreter import GraphProgram, InputSpec, Node
+from .static_plan import plan_host_arena
 from .vm_build import build_executable
 from .vm_executable import Executable
 
@@ -49,10 +50,12 @@ def _tuples(v: Any) -> Any:
 def save_model(program: GraphProgram, path: str | os.PathLike,
                graph_text: str | None = None, executable: Executable | None = None) -> None:
     """Write ``program`` as a ``.tfm`` file, with the planned graph's ``graph_text``
-    when given, and its VM ``executable`` (built from ``program`` when not given)."""
+    when given, and its VM ``executable`` (when not given, built from ``program``, with
+    its static host memory plan when the inputs' shapes are fixed)."""
     program.validate()
-    if executable is None:
-        executable = build_executable(program)
+    if executable is None:  # with the host plan when every input's shape is fixed
+        static = all(isinstance(d, int) for i in program.inputs for d in i.shape)
+        executable = build_executable(program, plan_host_arena(program) if static else None)
     executable.validate()
     graph = {
         "format": FORMAT,

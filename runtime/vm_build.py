@@ -74,6 +74,6 @@ def build_executable(program: GraphProgram, plan: HostPlan | None = None) -> Exe
                 code.append((Op.KILL, reg[s]))
     code.append((Op.RET, r(program.output)))
     pools = {"host": plan.arena.peak} if arena >= 0 and plan is not None else {}
-    memory = {"host": plan.arena.to_json()} if plan is not None else {}
+    memory = {"host": plan.arena.to_json()} if arena >= 0 and plan is not None else {}
     return Executable([VMFunction("main", len(program.inputs), len(reg), code)], attrs,
                       pools, memory)
