@@ -16,8 +16,9 @@ bound is reached (USMP's fallback).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["ArenaPlan", "LiveBuffer", "lower_bound", "plan_arena"]
 
@@ -53,6 +54,35 @@ class ArenaPlan:
         return {"offsets": {str(k): v for k, v in self.offsets.items()}, "peak": self.peak,
                 "naive_sum": self.naive_sum, "lower_bound": self.lower_bound,
                 "method": self.method}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ArenaPlan:
+        """:meth:`to_json`'s data back (``KeyError``, ``TypeError`` or ``ValueError``
+        when malformed)."""
+        return cls({int(k): int(v) for k, v in data["offsets"].items()}, int(data["peak"]),
+                   int(data["naive_sum"]), int(data["lower_bound"]), str(data["method"]))
+
+    def conflict(self, buffers: Sequence[LiveBuffer], alignment: int = 1) -> str | None:
+        """Why these offsets do not place ``buffers`` (a buffer without an offset, one
+        past the peak or misaligned, two live at once sharing bytes), or None."""
+        spans = []
+        for b in buffers:
+            off = self.offsets.get(b.key)
+            if off is None:
+                return f"buffer {b.key} has no offset"
+            end = off + _align(b.nbytes, alignment)
+            if off % alignment or off < 0 or end > self.peak:
+                return f"buffer {b.key} at {off} ({b.nbytes} bytes) is misaligned or " \
+                       f"past the arena's {self.peak} bytes"
+            spans.append((off, end, b))
+        spans.sort(key=lambda s: s[0])
+        for i, (_, end, b) in enumerate(spans):
+            for off2, _, b2 in spans[i + 1:]:
+                if off2 >= end:
+                    break
+                if b.first <= b2.last and b2.first <= b.last:
+                    return f"buffers {b.key} and {b2.key} are live at once and share bytes"
+        return None
 
 
 def _align(n: int, a: int) -> int:

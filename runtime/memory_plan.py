@@ -156,16 +156,20 @@ def _align(n: int, a: int) -> int:
 
 
 def plan_memory(program: GraphProgram,
-                programs: Mapping[int, Program] | None = None) -> MemoryPlan | None:
+                programs: Mapping[int, Program] | None = None,
+                activations: ArenaPlan | None = None) -> MemoryPlan | None:
     """The memory plan of ``program``'s ``accel.program`` nodes (None if it has none).
 
     ``programs``: the nodes' decoded programs by node index, when the caller has them
     (a :class:`~.loaded_model.LoadedModel` decodes each once); else decoded here.
+    ``activations``: the activation area's plan made ahead of time (stored in the
+    ``.tfm``'s executable), checked and used instead of planning it here.
 
     Raises
     ------
     MemoryPlanError
-        Programs for different configurations, or a program that cannot be placed.
+        Programs for different configurations, a program that cannot be placed, or
+        ``activations`` that do not place this model's buffers.
     OutOfDeviceMemory
         A plan larger than the configuration's address space.
     """
@@ -241,8 +245,14 @@ def plan_memory(program: GraphProgram,
         seg_out = p.segment(attrs["output_segment"])
         requests.append((seg_out.nbytes, k, last_use.get(node.output, k)))
         owner.append((k, "out"))
-    activations = plan_arena([LiveBuffer(i, n, first, last)
-                              for i, (n, first, last) in enumerate(requests)], align)
+    live = [LiveBuffer(i, n, first, last) for i, (n, first, last) in enumerate(requests)]
+    if activations is None:
+        activations = plan_arena(live, align)
+    else:
+        why = activations.conflict(live, align)
+        if why is not None or len(activations.offsets) != len(live):
+            raise MemoryPlanError("the stored device memory plan does not fit the model: "
+                                  f"{why or 'another number of buffers'}")
     rel = [activations.offsets[i] for i in range(len(requests))]
     area = activations.peak
     size = static_bytes + area

@@ -20,6 +20,7 @@ import numpy as np
 from tensorfab.isa import TensorfabError
 
 from .accel_contract import ACCEL_PROGRAM, accel_nodes, decode_program, program_blob
+from .arena_plan import ArenaPlan
 from .device_tensor import DeviceTensor, host_value
 from .interpreter import GraphProgram
 from .kernels import segment_operand
@@ -54,6 +55,9 @@ class ResidentModel(LoadedModel):
     device : Device
         The executor (:class:`~tensorfab.sim.Device`); its
         :meth:`~tensorfab.sim.Device.open_memory` holds the model.
+    activations : ArenaPlan, optional
+        The device activation plan made ahead of time
+        (:meth:`~.vm_executable.Executable.device_plan`); planned here when not given.
 
     Raises
     ------
@@ -63,9 +67,10 @@ class ResidentModel(LoadedModel):
         A program without accelerator nodes (nothing to load).
     """
 
-    def __init__(self, program: GraphProgram, device: Any) -> None:
+    def __init__(self, program: GraphProgram, device: Any,
+                 activations: ArenaPlan | None = None) -> None:
         super().__init__(program, device)
-        plan = plan_memory(program, self.accel_programs)
+        plan = plan_memory(program, self.accel_programs, activations)
         if plan is None:
             raise TensorfabError("the model has no accelerator programs to load on a device")
         self.plan: MemoryPlan = plan

@@ -15,6 +15,7 @@ from typing import Any
 
 from .accel_contract import ACCEL_PROGRAM
 from .interpreter import GraphProgram
+from .memory_plan import plan_memory
 from .static_plan import HostPlan
 from .vm_executable import Executable, Op, VMFunction
 
@@ -75,5 +76,9 @@ def build_executable(program: GraphProgram, plan: HostPlan | None = None) -> Exe
     code.append((Op.RET, r(program.output)))
     pools = {"host": plan.arena.peak} if arena >= 0 and plan is not None else {}
     memory = {"host": plan.arena.to_json()} if arena >= 0 and plan is not None else {}
+    if plan is not None:  # the device's activation area planned ahead of time too
+        device = plan_memory(program)
+        if device is not None and device.activations is not None:
+            memory["device"] = device.activations.to_json()
     return Executable([VMFunction("main", len(program.inputs), len(reg), code)], attrs,
                       pools, memory)

@@ -45,6 +45,8 @@ from typing import Any
 
 from tensorfab.isa import TensorfabError
 
+from .arena_plan import ArenaPlan
+
 __all__ = ["Executable", "ExecutableFormatError", "Op", "VMFunction"]
 
 
@@ -111,6 +113,22 @@ class Executable:
     attrs: list[Mapping[str, Any]] = field(default_factory=list)
     pools: dict[str, int] = field(default_factory=dict)
     memory_plan: dict[str, Any] = field(default_factory=dict)
+
+    def device_plan(self) -> ArenaPlan | None:
+        """The device activation plan stored with a static executable (None without).
+
+        Raises
+        ------
+        ExecutableFormatError
+            A malformed stored plan.
+        """
+        data = self.memory_plan.get("device")
+        if data is None:
+            return None
+        try:
+            return ArenaPlan.from_json(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ExecutableFormatError(f"malformed device memory plan: {e!r}") from None
 
     def validate(self) -> None:
         """Raise :class:`ExecutableFormatError` on an unknown opcode, a wrong operand

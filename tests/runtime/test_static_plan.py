@@ -165,3 +165,28 @@ def test_accelerator_inputs_keep_their_bytes_until_the_host_waits(small_resnet) 
                 if n.output in plan.places:
                     o, sh, dt = plan.places[n.output]
                     assert o + int(np.prod(sh)) * np.dtype(dt).itemsize <= off or end <= o
+
+
+def test_the_device_plan_is_stored_and_used_at_load(digits_static, tmp_path) -> None:
+    program, x = digits_static
+    path = tmp_path / "m.tfm"
+    save_model(program, path)  # fixed shapes: the static executable, both plans
+    exe = load_executable(path)
+    stored = exe.device_plan()
+    assert stored is not None and stored.peak == stored.lower_bound
+    # a different valid placement (the area twice as large, everything moved up by
+    # its old size) is what the model uses when given
+    moved = type(stored)({k: v + stored.peak for k, v in stored.offsets.items()},
+                         2 * stored.peak, stored.naive_sum, stored.lower_bound, "stored")
+    with ResidentModel(load_model(path), FunctionalSimulator(), moved) as model, \
+            VirtualMachine(model, exe) as vm:
+        assert model.plan.activations == moved
+        assert model.plan.activation_bytes == 2 * stored.peak
+        np.testing.assert_array_equal(vm.run([x]), run_program(program, [x]))
+    # offsets that put two live buffers on the same bytes are refused
+    from tensorfab.runtime.memory_plan import MemoryPlanError
+
+    clash = type(stored)(dict.fromkeys(stored.offsets, 0), stored.peak, 0, 0, "stored")
+    with pytest.raises(MemoryPlanError, match=r"stored device memory plan does not fit "
+                       r"the model: buffers .* are live at once and share bytes"):
+        ResidentModel(program, FunctionalSimulator(), clash)

@@ -31,6 +31,7 @@ from tensorfab.runtime.kernels import KERNELS
 from tensorfab.runtime.loaded_model import Instrument, LoadedModel
 from tensorfab.runtime.resident import ResidentModel
 from tensorfab.runtime.shape_functions import SHAPE_FUNCTIONS
+from tensorfab.runtime.static_plan import plan_host_arena
 from tensorfab.runtime.vm import VirtualMachine, VMError, overlap_seconds, vm_trace
 from tensorfab.runtime.vm_build import build_executable
 from tensorfab.runtime.vm_executable import Executable, ExecutableFormatError, Op, VMFunction
@@ -64,7 +65,10 @@ def test_version_2_stores_the_executable(digits, tmp_path) -> None:
         assert json.loads(z.read("graph.json"))["version"] == 2
         assert "vm.json" in z.namelist()
     exe = load_executable(path)
-    assert exe.to_json() == build_executable(program).to_json()
+    # fixed input shapes: built with the static plans (a v1 graph has no value types,
+    # so only the device arena is planned)
+    assert exe.to_json() == build_executable(program, plan_host_arena(program)).to_json()
+    assert set(exe.memory_plan) == {"device"}
     with ResidentModel(load_model(path), FunctionalSimulator()) as model, \
             VirtualMachine(model, exe) as vm:
         np.testing.assert_array_equal(vm.run({"image": x}), y)
