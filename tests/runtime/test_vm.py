@@ -272,3 +272,18 @@ def test_futures_overlap_the_accelerator_with_independent_cpu_kernels(digits,
     with VirtualMachine(LoadedModel(g, device), build_executable(g), futures=False) as vm:
         vm.run(inputs)
         assert overlap_seconds(vm.timeline) == 0
+
+
+def test_a_symbolic_batch_runs_at_any_size() -> None:
+    # the float digits CNN keeps its symbolic batch on the CPU: one executable, any N
+    from tensorfab.compiler.model_compile import compile_onnx
+    from tensorfab.models import load_digits_split
+    from tensorfab.models.digits_cnn import model_path
+
+    program = compile_onnx(model_path()).program
+    assert isinstance(program.inputs[0].shape[0], str)
+    exe = build_executable(program)
+    xte = load_digits_split(0)[2]
+    with VirtualMachine(LoadedModel(program), exe) as vm:
+        for n in (1, 3, 7):
+            np.testing.assert_array_equal(vm.run([xte[:n]]), run_program(program, [xte[:n]]))
