@@ -102,6 +102,41 @@ def _check_inputs(program: GraphProgram, values: Sequence[np.ndarray]) -> dict[s
     return symbols
 
 
+def input_values(program: GraphProgram,
+                 inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``inputs`` (by name, or in order) as arrays in the program's input order, checked
+    against the declared shapes and dtypes; a NaN or inf in a float input that the model
+    quantizes (read by ``qnn.quantize``: int8 has neither) is refused too.
+
+    Raises
+    ------
+    RuntimeInputError
+        Names the input and what is wrong.
+    """
+    if isinstance(inputs, Mapping):
+        names = [i.name for i in program.inputs]
+        missing = [n for n in names if n not in inputs]
+        extra = [n for n in inputs if n not in names]
+        if missing or extra:
+            raise RuntimeInputError(f"inputs missing: {missing}, unknown: {extra}; the "
+                                    f"program takes {names}")
+        values = [np.asarray(inputs[n]) for n in names]
+    else:
+        values = [np.asarray(v) for v in inputs]
+        if len(values) != len(program.inputs):
+            raise RuntimeInputError(f"{len(values)} inputs given, the program takes "
+                                    f"{len(program.inputs)}")
+    _check_inputs(program, values)
+    quantized = {s for n in program.nodes if n.op == "qnn.quantize" for s in n.inputs[:1]}
+    for spec, v in zip(program.inputs, values, strict=True):
+        if spec.slot in quantized and v.dtype.kind == "f" and not np.isfinite(v).all():
+            bad = tuple(int(i) for i in np.argwhere(~np.isfinite(v))[0])
+            raise RuntimeInputError(f"input {spec.name!r}: {v[bad]} at index {bad}; a "
+                                    "quantized model takes finite values only (int8 has "
+                                    "no NaN or inf)")
+    return values
+
+
 def _bind_symbols(node: Node, symbols: Mapping[str, int]) -> Mapping[str, Any]:
     """A reshape's attributes with the symbols of its target shape replaced by the
     values the inputs gave them."""
@@ -136,19 +171,7 @@ def run_program(program: GraphProgram,
     numpy.ndarray or tuple
         The output value (a tuple for a tuple-valued program).
     """
-    if isinstance(inputs, Mapping):
-        names = [i.name for i in program.inputs]
-        missing = [n for n in names if n not in inputs]
-        extra = [n for n in inputs if n not in names]
-        if missing or extra:
-            raise RuntimeInputError(f"inputs missing: {missing}, unknown: {extra}; the "
-                                    f"program takes {names}")
-        values = [np.asarray(inputs[n]) for n in names]
-    else:
-        values = [np.asarray(v) for v in inputs]
-        if len(values) != len(program.inputs):
-            raise RuntimeInputError(f"{len(values)} inputs given, the program takes "
-                                    f"{len(program.inputs)}")
+    values = input_values(program, inputs)
     symbols = _check_inputs(program, values)
     last_use: dict[int, int] = {}
     for k, node in enumerate(program.nodes):

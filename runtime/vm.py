@@ -28,7 +28,7 @@ import numpy as np
 from tensorfab.isa import TensorfabError
 
 from .device_tensor import DeviceTensor, host_value
-from .interpreter import RuntimeInputError, _check_inputs
+from .interpreter import _check_inputs, input_values
 from .kernels import KERNELS
 from .loaded_model import LoadedModel
 from .shape_functions import SHAPE_FUNCTIONS
@@ -90,7 +90,6 @@ class VirtualMachine:
         self.storage_allocations = 0
         self._pool: ThreadPoolExecutor | None = None
         self._t0 = 0.0
-        self._quantized_inputs = _quantized_inputs(model)
         self._symbols: dict[str, int] = {}
         # opcodes as plain ints: comparing enum members costs more than the dispatch
         self._code = [[(int(i[0]), *i[1:]) for i in f.code] for f in executable.functions]
@@ -120,27 +119,8 @@ class VirtualMachine:
             A malformed run (a kernel without a shape function, a bad branch value).
         """
         program = self.model.program
-        if isinstance(inputs, Mapping):
-            names = [i.name for i in program.inputs]
-            missing = [n for n in names if n not in inputs]
-            if missing or set(inputs) - set(names):
-                raise RuntimeInputError(f"inputs missing: {missing}, unknown: "
-                                        f"{sorted(set(inputs) - set(names))}; the program "
-                                        f"takes {names}")
-            values = [np.asarray(inputs[n]) for n in names]
-        else:
-            values = [np.asarray(v) for v in inputs]
-            if len(values) != len(program.inputs):
-                raise RuntimeInputError(f"{len(values)} inputs given, the program takes "
-                                        f"{len(program.inputs)}")
+        values = input_values(program, inputs)
         self._symbols = _check_inputs(program, values)
-        for spec, v in zip(program.inputs, values, strict=True):
-            if spec.name in self._quantized_inputs and v.dtype.kind == "f" and \
-                    not np.isfinite(v).all():
-                bad = np.argwhere(~np.isfinite(v))[0]
-                raise RuntimeInputError(
-                    f"input {spec.name!r}: {v[tuple(bad)]} at index {tuple(int(i) for i in bad)}"
-                    "; a quantized model takes finite values only (int8 has no NaN or inf)")
         self._slices = []
         self.storage_allocations = 0
         self._t0 = time.perf_counter()
@@ -280,13 +260,6 @@ def _on_device(v: Any) -> bool:
 
 def _shape_of(v: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in np.shape(v)) if not hasattr(v, "addr") else tuple(v.shape)
-
-
-def _quantized_inputs(model: LoadedModel) -> set[str]:
-    """Names of the model's inputs that a ``qnn.quantize`` node reads directly."""
-    by_slot = {i.slot: i.name for i in model.program.inputs}
-    return {by_slot[s] for n in model.program.nodes if n.op == "qnn.quantize"
-            for s in n.inputs[:1] if s in by_slot}
 
 
 def overlap_seconds(timeline: Sequence[Slice]) -> float:

@@ -135,6 +135,16 @@ def test_nan_or_inf_in_a_quantized_models_input_names_the_input(digits) -> None:
         bad[1, 0, 2, 3] = -np.inf
         with pytest.raises(RuntimeInputError, match=r"input 'image': -inf"):
             vm.run([bad])
+    # the interpreter and the loaded model (tensorfab run's profile) refuse it too
+    from tensorfab.runtime.profiling import profile_program
+
+    with pytest.raises(RuntimeInputError, match=r"input 'image': -inf at index"):
+        run_program(program, {"image": bad})
+    with pytest.raises(RuntimeInputError, match=r"input 'image': -inf at index"):
+        profile_program(program, [bad], FunctionalSimulator())
+    good = x.copy()
+    good[0, 0, 0, 0] = 1e30  # finite: saturates, as int8 quantization does
+    assert np.isfinite(run_program(program, [good])).all()
 
 
 def _loop_executable() -> Executable:
