@@ -15,7 +15,7 @@ from typing import Any
 
 from .accel_contract import ACCEL_PROGRAM
 from .interpreter import GraphProgram
-from .memory_plan import plan_memory
+from .memory_plan import MemoryPlanError, plan_memory
 from .static_plan import HostPlan
 from .vm_executable import Executable, Op, VMFunction
 
@@ -77,7 +77,10 @@ def build_executable(program: GraphProgram, plan: HostPlan | None = None) -> Exe
     pools = {"host": plan.arena.peak} if arena >= 0 and plan is not None else {}
     memory = {"host": plan.arena.to_json()} if arena >= 0 and plan is not None else {}
     if plan is not None:  # the device's activation area planned ahead of time too
-        device = plan_memory(program)
+        try:
+            device = plan_memory(program)
+        except MemoryPlanError:  # too large for its config: refused when loaded
+            device = None
         if device is not None and device.activations is not None:
             memory["device"] = device.activations.to_json()
     return Executable([VMFunction("main", len(program.inputs), len(reg), code)], attrs,
