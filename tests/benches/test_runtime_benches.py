@@ -13,8 +13,11 @@ from tensorfab.benches.vm_dispatch import run_vm_dispatch_bench
 
 
 @pytest.mark.slow  # about 20 s (the VM itself: tests/runtime/test_vm.py)
-def test_vm_dispatch_bench_on_fsim() -> None:
-    r = run_vm_dispatch_bench("fsim")
+def test_vm_dispatch_bench_on_fsim(tmp_path) -> None:
+    r = run_vm_dispatch_bench("fsim", trace=str(tmp_path / "t.json"))
+    tracks = {e["args"]["name"] for e in json.loads((tmp_path / "t.json").read_text())[
+        "traceEvents"] if e["name"] == "thread_name"}
+    assert tracks == {"cpu", "accelerator", "wait"}
     json.dumps(r)
     assert {"register_ns_per_insn", "stack_ns_per_insn", "digits_dispatch_fraction",
             "overlap_seconds", "futures_speedup"} <= set(r)
