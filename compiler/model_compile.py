@@ -164,7 +164,7 @@ def _with_macs(fn: Function, macs: list[int]) -> Function:
             if m is None:
                 raise ModelCompileError("more accelerator programs than accelerator "
                                         "convolutions")
-            return Call(e.op, e.args, {**e.attrs, "macs": m}, e.virtual_device)
+            return Call(e.op, e.args, {**e.attrs, "macs": m}, e.virtual_device, e.name)
         return e
 
     out = rewrite(fn, rule)

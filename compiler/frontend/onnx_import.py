@@ -18,7 +18,7 @@ import onnx
 from onnx import numpy_helper, shape_inference, version_converter
 
 from tensorfab.compiler.graph.infer import infer_types
-from tensorfab.compiler.graph.ir import Call, Constant, Expr, Function, Tuple, Var
+from tensorfab.compiler.graph.ir import Call, Constant, Expr, Function, Tuple, Var, name_new_calls
 from tensorfab.compiler.graph.types import GraphError, TensorType
 from tensorfab.isa import TensorfabError
 from tensorfab.runtime.kernels import KERNELS
@@ -223,6 +223,8 @@ class _Importer:
                     infer_types(i)
             outs: Converted = converter(ctx, inputs)
             outs = [self.fold(o) if o is not None else None for o in outs]
+            name_new_calls([o for o in outs if o is not None],
+                           node.name or next((n for n in node.output if n), ""), set())
             for o in outs:
                 if o is not None:
                     infer_types(o)
@@ -260,7 +262,7 @@ class _Importer:
                 value = KERNELS[e.op]([a.data for a in args], dict(e.attrs))
                 memo[id(e)] = (e, Constant(np.asarray(value)))
             elif any(a is not b for a, b in zip(args, e.args, strict=True)):
-                memo[id(e)] = (e, Call(e.op, args, e.attrs))
+                memo[id(e)] = (e, Call(e.op, args, e.attrs, name=e.name))
             else:
                 memo[id(e)] = (e, e)
         return memo[id(expr)][1]

@@ -164,7 +164,7 @@ def pack_accel_layouts(fn: Function) -> Function:
             if dev.kind != "accel" or (not any(lays) and e.op not in CONV):
                 if any(lays):
                     raise LayoutPlanningError(f"{short(e)} on {dev} reads blocked data")
-                new[k], layout[k] = Call(e.op, args, e.attrs, dev), None
+                new[k], layout[k] = Call(e.op, args, e.attrs, dev, e.name), None
             else:
                 new[k], layout[k] = _accel_call(e, args, lays, dev, pack_constant,
                                                  as_layout)
@@ -278,10 +278,10 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
                     raise LayoutPlanningError(f"{short(e)} on {dev}: blocked integer "
                                               "convolutions take zero points of 0")
         attrs = {**e.attrs, "data_layout": act, "kernel_layout": weight_layout(cfg)}
-        return Call(e.op, [x, w, *rest], attrs, dev), conv_output_layout(cfg)
+        return Call(e.op, [x, w, *rest], attrs, dev, e.name), conv_output_layout(cfg)
     blocked = next(lay for lay in lays if lay)
     if e.op in LAYOUT_AGNOSTIC:
-        return Call(e.op, args, e.attrs, dev), blocked
+        return Call(e.op, args, e.attrs, dev, e.name), blocked
     if e.op in QUANT:
         out = [args[0]]
         for a in e.args[1:]:
@@ -295,7 +295,7 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
                 raise LayoutPlanningError(f"{short(e)} on {dev}: scales of shape {shape} "
                                           f"along axis {e.attrs['axis']} have no blocked "
                                           f"form{hint}")
-        return Call(e.op, out, e.attrs, dev), blocked
+        return Call(e.op, out, e.attrs, dev, e.name), blocked
     if e.op in BINARY:
         out = []
         for a, new_a, lay in zip(e.args, args, lays, strict=True):
@@ -314,7 +314,7 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
             else:
                 raise LayoutPlanningError(f"{short(e)} on {dev}: operands in layouts "
                                           f"{lay} and {blocked}{hint}")
-        return Call(e.op, out, e.attrs, dev), blocked
+        return Call(e.op, out, e.attrs, dev, e.name), blocked
     raise LayoutPlanningError(f"{short(e)} on {dev} has no blocked-layout form{hint}")
 
 
