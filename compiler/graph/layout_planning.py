@@ -53,35 +53,13 @@ class LayoutPlanningError(GraphError):
     data is required; names the call and its device."""
 
 
-#: Configs read from JSON files (:func:`register_hw_config`), by name, besides the presets.
-_REGISTERED: dict[str, HwConfig] = {}
-
-
-def register_hw_config(cfg: HwConfig) -> str:
-    """Make ``cfg`` (e.g. read from a JSON file) nameable by accel devices; its name.
-
-    Raises
-    ------
-    LayoutPlanningError
-        If a preset or another registered config has the name with other values.
-    """
-    known = PRESETS.get(cfg.name) or _REGISTERED.get(cfg.name)
-    if known is not None and known != cfg:
-        raise LayoutPlanningError(f"HwConfig name {cfg.name!r} is already a config with "
-                                  "other parameters; give the JSON config its own name")
-    if cfg.name not in PRESETS:
-        _REGISTERED[cfg.name] = cfg
-    return cfg.name
-
-
 def hw_config_of(device: VirtualDevice) -> HwConfig:
-    """The :class:`HwConfig` named by an accel device (a preset or a registered one)."""
-    name = device.hw_config or ""
-    cfg = PRESETS.get(name) or _REGISTERED.get(name)
-    if cfg is None:
-        raise LayoutPlanningError(f"device {device} names no HwConfig preset; known: "
-                                  f"{', '.join([*PRESETS, *_REGISTERED])}")
-    return cfg
+    """The :class:`HwConfig` an accel device carries."""
+    if device.config is None:
+        raise LayoutPlanningError(f"device {device} carries no HwConfig (a name that is no "
+                                  f"preset, {', '.join(PRESETS)}, needs the config itself: "
+                                  "accel(cfg))")
+    return device.config
 
 
 def activation_layout(cfg: HwConfig, channel_block: int | None = None) -> str:
