@@ -270,6 +270,8 @@ def _pool_pads(x: np.ndarray, attrs: dict[str, Any]) -> tuple[list[int], list[in
         size = x.shape[2 + i]
         room = size + begin[i] + end[i] - ((k - 1) * d + 1)
         out = (-(-room // s) if attrs["ceil_mode"] else room // s) + 1
+        if attrs["ceil_mode"] and (out - 1) * s >= size + begin[i]:
+            out -= 1  # the last window would start in the end padding: dropped
         need = (out - 1) * s + (k - 1) * d + 1 - (size + begin[i] + end[i])
         end[i] += max(need, 0)
     return begin, end
@@ -455,6 +457,68 @@ def take(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 def shape_of(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """The shape as int64."""
     return np.array(inputs[0].shape, dtype=np.int64)
+
+
+# ------------------------------------------------------------- runtime-parameter ops
+def _param(v: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(a) for a in np.asarray(v).reshape(-1))
+
+
+@kernel("dynamic.reshape")
+def dynamic_reshape(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Reshape to the shape of input 1 (0 copies the input dim unless ``allowzero``)."""
+    x, shape = inputs[0], _param(inputs[1])
+    if attrs["allowzero"]:
+        return x.reshape(shape)
+    return reshape([x], {"newshape": shape})
+
+
+@kernel("dynamic.squeeze")
+def dynamic_squeeze(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Drop the unit dims at the axes of input 1."""
+    return squeeze([inputs[0]], {"axes": _param(inputs[1])})
+
+
+@kernel("dynamic.expand_dims")
+def dynamic_expand_dims(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Insert unit dims at the axes of input 1."""
+    return expand_dims([inputs[0]], {"axes": _param(inputs[1])})
+
+
+@kernel("dynamic.strided_slice")
+def dynamic_strided_slice(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """ONNX Slice with starts, ends, axes and steps as inputs 1-4."""
+    begin, end, axes, steps = (_param(v) for v in inputs[1:5])
+    return strided_slice([inputs[0]], {"begin": begin, "end": end, "axes": axes,
+                                       "steps": steps})
+
+
+@kernel("dynamic.pad")
+def dynamic_pad(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """ONNX Pad with pads, the constant value and axes as inputs 1-3."""
+    x, pads, value, axes = inputs[0], _param(inputs[1]), inputs[2], _param(inputs[3])
+    full = [0] * (2 * x.ndim)
+    for k, a in enumerate(axes):
+        full[a % x.ndim] = pads[k]
+        full[a % x.ndim + x.ndim] = pads[k + len(axes)]
+    return pad([x], {"pads": tuple(full), "mode": attrs["mode"],
+                     "value": np.asarray(value).reshape(-1)[0] if value.size else 0})
+
+
+@kernel("dynamic.mean")
+def dynamic_mean(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """ONNX ReduceMean with the axes as input 1."""
+    axes = _param(inputs[1])
+    if not axes and attrs["noop_with_empty_axes"]:
+        return inputs[0]
+    return mean([inputs[0]], {"axes": axes or None, "keepdims": attrs["keepdims"]})
+
+
+@kernel("dynamic.split")
+def dynamic_split(inputs: Sequence[np.ndarray], attrs: dict[str, Any]
+                  ) -> tuple[np.ndarray, ...]:
+    """Split along ``axis`` into parts of the extents of input 1."""
+    return split([inputs[0]], {"axis": attrs["axis"], "sections": _param(inputs[1])})
 
 
 @kernel("layout_transform")

@@ -26,7 +26,7 @@ from tensorfab.runtime.kernels import KERNELS
 from .onnx_ops import CONVERTERS, Converted, NodeContext, OnnxImportError, onnx_dtype
 
 #: Opsets of the default ONNX domain converted natively.
-MIN_OPSET, MAX_OPSET = 11, 21
+MIN_OPSET, MAX_OPSET = 11, 28
 #: Older models are converted to this opset first.
 CONVERT_TO_OPSET = 13
 
@@ -160,6 +160,7 @@ class _Importer:
         self.input_shapes = input_shapes
         self.opset = default_opset(proto)
         self.folded: dict[int, tuple[Expr, Expr]] = {}
+        self.value_infos: dict[str, onnx.ValueInfoProto] | None = None
 
     def run(self) -> Function:
         graph = self.proto.graph
@@ -195,6 +196,21 @@ class _Importer:
         infer_types(fn)
         return fn
 
+    def inferred_shape(self, name: str) -> tuple[int | str, ...] | None:
+        """ONNX shape inference's shape of value ``name``: dims it could not infer as
+        symbols named after the value; None when the rank is unknown."""
+        if self.value_infos is None:
+            graph = self.proto.graph
+            self.value_infos = {v.name: v for v in [*graph.value_info, *graph.output]}
+        value = self.value_infos.get(name)
+        if value is None or not value.type.tensor_type.HasField("shape"):
+            return None
+        dims: list[int | str] = []
+        for i, d in enumerate(value.type.tensor_type.shape.dim):
+            dims.append(int(d.dim_value) if d.HasField("dim_value")
+                        else _symbol(d.dim_param or f"{name}_d{i}"))
+        return tuple(dims)
+
     def describe(self, index: int, node: onnx.NodeProto) -> str:
         name = node.name or f"#{index}"
         return (f"{self.where}: node {name!r} (op_type {node.op_type}, opset "
@@ -216,7 +232,8 @@ class _Importer:
             else:
                 inputs.append(env[name])
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        ctx = NodeContext(node, self.opset, attrs, what)
+        ctx = NodeContext(node, self.opset, attrs, what,
+                          [self.inferred_shape(name) for name in node.output])
         try:
             for i in inputs:
                 if i is not None:

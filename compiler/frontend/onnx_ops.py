@@ -1,4 +1,4 @@
-"""Converters from ONNX nodes (opsets 11 to 21) to graph-IR expressions.
+"""Converters from ONNX nodes (opsets 11 to 28) to graph-IR expressions.
 
 Each converter takes the node's context (node, opset, attributes) and its input
 expressions (``None`` for an omitted optional input) and returns one expression per ONNX
@@ -35,11 +35,23 @@ class NodeContext:
     opset: int
     attrs: dict[str, Any]
     where: str
+    #: ONNX shape inference's shapes of the node's outputs (None: unknown rank), dims
+    #: it could not infer as symbols.
+    output_shapes: Sequence[tuple[int | str, ...] | None] = ()
 
     def attr(self, name: str, default: Any = None) -> Any:
         """Attribute ``name`` (bytes decoded to str), or ``default``."""
         v = self.attrs.get(name, default)
         return v.decode() if isinstance(v, bytes) else v
+
+    def output_shape(self, k: int = 0) -> tuple[int | str, ...]:
+        """The inferred shape of output ``k`` (for ops whose result shape depends on
+        values known only at run time)."""
+        shape = self.output_shapes[k] if k < len(self.output_shapes) else None
+        if shape is None:
+            raise self.error(f"ONNX shape inference gives no rank for output {k}; with "
+                             "parameters computed at run time the rank must be known")
+        return shape
 
     def error(self, message: str) -> OnnxImportError:
         """An :class:`OnnxImportError` naming this node."""
@@ -93,6 +105,15 @@ def _const_value(ctx: NodeContext, e: Expr | None, what: str) -> np.ndarray | No
 def _ints(ctx: NodeContext, e: Expr | None, what: str) -> tuple[int, ...] | None:
     v = _const_value(ctx, e, what)
     return None if v is None else tuple(int(x) for x in v.reshape(-1))
+
+
+def _at_run_time(*exprs: Expr | None) -> bool:
+    """Whether a parameter input is computed at run time (not a constant)."""
+    return any(e is not None and not isinstance(e, Constant) for e in exprs)
+
+
+def _int_vector(values: Sequence[int]) -> Constant:
+    return Constant(np.asarray(values, dtype=np.int64).reshape(-1))
 
 
 def _call(op: str, *args: Expr, **attrs: Any) -> Call:
@@ -199,6 +220,14 @@ def _hard_sigmoid(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 @converter("Clip")
 def _clip(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
+    if any(not isinstance(b, Constant | None) for b in inputs[1:3]):
+        # bounds computed at run time: min(max(x, min), max), as ONNX defines Clip
+        lo_e, hi_e = _arg(inputs, 1), _arg(inputs, 2)
+        if lo_e is not None:
+            x = _call("maximum", x, lo_e)
+        if hi_e is not None:
+            x = _call("minimum", x, hi_e)
+        return [x]
     lo = _const_value(ctx, _arg(inputs, 1), "Clip's min")
     hi = _const_value(ctx, _arg(inputs, 2), "Clip's max")
     integer = _type(x).dtype not in ("float32", "float64", "float16")
@@ -394,6 +423,14 @@ def _layer_norm(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 def _pad(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
     ndim = _type(x).ndim
+    mode = ctx.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        raise ctx.error(f"mode {mode!r} is not supported (constant, reflect, edge are)")
+    if _at_run_time(*inputs[1:4]):
+        value = _arg(inputs, 2) or Constant(np.zeros((), DTYPES[_type(x).dtype]))
+        axes_e = _arg(inputs, 3) or _int_vector(range(ndim))
+        return [_call("dynamic.pad", x, _need(ctx, inputs, 1), value, axes_e, mode=mode,
+                      out_shape=ctx.output_shape())]
     pads = _ints(ctx, _need(ctx, inputs, 1), "Pad's pads")
     value = _const_value(ctx, _arg(inputs, 2), "Pad's constant_value")
     axes = _ints(ctx, _arg(inputs, 3), "Pad's axes")
@@ -404,13 +441,18 @@ def _pad(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
             full[a % ndim + ndim] = pads[k + len(axes)]
         pads = tuple(full)
     fill = 0.0 if value is None or value.size == 0 else value.reshape(()).item()
-    return [_call("nn.pad", x, pads=pads, mode=ctx.attr("mode", "constant"), value=fill)]
+    return [_call("nn.pad", x, pads=pads, mode=mode, value=fill)]
 
 
 @converter("ReduceMean")
 def _reduce_mean(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
     if ctx.opset >= 18:
+        if _at_run_time(_arg(inputs, 1)):
+            return [_call("dynamic.mean", x, _arg(inputs, 1),
+                          keepdims=bool(ctx.attr("keepdims", 1)),
+                          noop_with_empty_axes=bool(ctx.attr("noop_with_empty_axes", 0)),
+                          out_shape=ctx.output_shape())]
         axes = _ints(ctx, _arg(inputs, 1), "ReduceMean's axes")
         if not axes and ctx.attr("noop_with_empty_axes", 0):
             return [x]
@@ -429,6 +471,9 @@ def _flatten(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 @converter("Reshape")
 def _reshape(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
+    if _at_run_time(_need(ctx, inputs, 1)):
+        return [_call("dynamic.reshape", x, _need(ctx, inputs, 1),
+                      allowzero=bool(ctx.attr("allowzero", 0)), out_shape=ctx.output_shape())]
     shape = _ints(ctx, _need(ctx, inputs, 1), "Reshape's shape")
     if ctx.attr("allowzero", 0) and 0 in shape:
         raise ctx.error("allowzero=1 with a 0 in the shape (an empty tensor) is not "
@@ -452,11 +497,17 @@ def _axes(ctx: NodeContext, inputs: list[Expr | None], name: str) -> tuple[int, 
 
 @converter("Squeeze")
 def _squeeze(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
+    if ctx.opset >= 13 and _at_run_time(_arg(inputs, 1)):
+        return [_call("dynamic.squeeze", _need(ctx, inputs, 0), _arg(inputs, 1),
+                      out_shape=ctx.output_shape())]
     return [_call("squeeze", _need(ctx, inputs, 0), axes=_axes(ctx, inputs, "Squeeze"))]
 
 
 @converter("Unsqueeze")
 def _unsqueeze(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
+    if ctx.opset >= 13 and _at_run_time(_arg(inputs, 1)):
+        return [_call("dynamic.expand_dims", _need(ctx, inputs, 0), _arg(inputs, 1),
+                      out_shape=ctx.output_shape())]
     axes = _axes(ctx, inputs, "Unsqueeze")
     if axes is None:
         raise ctx.error("Unsqueeze needs axes")
@@ -477,6 +528,10 @@ def _split(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     extent = t.shape[axis]
     if not isinstance(extent, int):
         raise ctx.error(f"split axis {axis} is the symbol {extent!r}; it must be static")
+    if ctx.opset >= 13 and _at_run_time(_arg(inputs, 1)):
+        shapes = tuple(ctx.output_shape(k) for k in range(len(ctx.node.output)))
+        parts = _call("dynamic.split", x, _arg(inputs, 1), axis=axis, out_shapes=shapes)
+        return [TupleGetItem(parts, i) for i in range(len(shapes))]
     if ctx.opset >= 13:
         sizes = _ints(ctx, _arg(inputs, 1), "Split's split")
     else:
@@ -495,6 +550,15 @@ def _split(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 @converter("Slice")
 def _slice(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
+    if _at_run_time(*inputs[1:5]):
+        starts_e, ends_e = _need(ctx, inputs, 1), _need(ctx, inputs, 2)
+        n = _type(starts_e).shape[0]
+        if not isinstance(n, int):
+            raise ctx.error(f"starts has the symbolic length {n!r}; it must be static")
+        axes_e = _arg(inputs, 3) or _int_vector(range(n))
+        steps_e = _arg(inputs, 4) or _int_vector([1] * n)
+        return [_call("dynamic.strided_slice", x, starts_e, ends_e, axes_e, steps_e,
+                      out_shape=ctx.output_shape())]
     starts = _ints(ctx, _need(ctx, inputs, 1), "Slice's starts")
     ends = _ints(ctx, _need(ctx, inputs, 2), "Slice's ends")
     axes = _ints(ctx, _arg(inputs, 3), "Slice's axes") or tuple(range(len(starts)))

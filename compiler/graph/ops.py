@@ -221,14 +221,20 @@ def _nchw(t: TensorType, what: str) -> None:
 
 
 def _window_out(size: Dim, k: int, stride: int, pad: int, dilation: int, ceil: bool,
-                what: str) -> int:
+                what: str, pad_begin: int | None = None) -> int:
+    """Output extent of a window op; in ceil mode, a last window that would start in the
+    end padding is dropped (ONNX's and PyTorch's rule; ``pad_begin``: the begin padding
+    of the total ``pad``)."""
     size = _static(size, what)
     span = dilation * (k - 1) + 1
     room = size + pad - span
     if room < 0:
         raise _fail(f"{what}: window of extent {span} does not fit input {size} with "
                     f"padding {pad}")
-    return (-(-room // stride) if ceil else room // stride) + 1
+    out = (-(-room // stride) if ceil else room // stride) + 1
+    if ceil and pad_begin is not None and (out - 1) * stride >= size + pad_begin:
+        out -= 1
+    return out
 
 
 def _pair(attrs: Mapping[str, Any], key: str, n: int = 2) -> tuple[int, ...]:
@@ -415,8 +421,8 @@ def _pool(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     dh, dw = _pair(attrs, "dilation")
     pt, pl, pb, pr = _pair(attrs, "padding", 4)
     ceil = attrs["ceil_mode"]
-    oh = _window_out(x.shape[2], kh, sh, pt + pb, dh, ceil, "height")
-    ow = _window_out(x.shape[3], kw, sw, pl + pr, dw, ceil, "width")
+    oh = _window_out(x.shape[2], kh, sh, pt + pb, dh, ceil, "height", pt)
+    ow = _window_out(x.shape[3], kw, sw, pl + pr, dw, ceil, "width", pl)
     return TensorType((x.shape[0], x.shape[1], oh, ow), x.dtype)
 
 
@@ -672,6 +678,49 @@ def _mean(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     else:
         shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
     return TensorType(shape, x.dtype)
+
+
+# ------------------------------------------------------------- runtime-parameter ops
+# The shape ops whose parameters (a target shape, axes, slice bounds, pads, split
+# sizes) arrive as tensors at run time, on the CPU only: the result's shape is the
+# ``out_shape`` the frontend knows (ONNX shape inference; a symbol for each dim that
+# depends on the parameters' values).
+def _int_params(types: list[Type], first: int) -> None:
+    for i in range(first, len(types)):
+        p = _t(types, i)
+        if p.ndim > 1 or p.dtype not in ("int32", "int64"):
+            raise _fail(f"argument {i} is {p}; expected an int32 or int64 vector")
+
+
+def _runtime_shaped(params: tuple[int, ...]) -> TypeRule:
+    def rule(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+        for i in params:
+            _int_params([types[i]], 0)
+        return TensorType(tuple(attrs["out_shape"]), _t(types, 0).dtype)
+    return rule
+
+
+for _name, _n, _params, _attrs, _doc in [
+        ("dynamic.reshape", 2, (1,), {"allowzero": False},
+         "reshape to the shape given by argument 1 (ONNX Reshape: 0 copies, -1 inferred)"),
+        ("dynamic.squeeze", 2, (1,), {}, "squeeze the axes given by argument 1"),
+        ("dynamic.expand_dims", 2, (1,), {}, "insert unit dims at the axes of argument 1"),
+        ("dynamic.strided_slice", 5, (1, 2, 3, 4), {},
+         "ONNX Slice with starts, ends, axes, steps as arguments 1-4"),
+        ("dynamic.pad", 4, (1, 3), {"mode": "constant"},
+         "ONNX Pad with pads, the constant value and axes as arguments 1-3"),
+        ("dynamic.mean", 2, (1,), {"keepdims": True, "noop_with_empty_axes": False},
+         "ONNX ReduceMean with the axes as argument 1 (empty: all, or none with "
+         "noop_with_empty_axes)")]:
+    register(_name, _n, {**_attrs, "out_shape": REQUIRED}, _doc)(_runtime_shaped(_params))
+
+
+@register("dynamic.split", 2, {"axis": 0, "out_shapes": REQUIRED},
+          "split along axis into parts of the extents given by argument 1")
+def _dynamic_split(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _int_params(types, 1)
+    return TupleType(tuple(TensorType(tuple(s), x.dtype) for s in attrs["out_shapes"]))
 
 
 # --------------------------------------------------------------------------- quantized
