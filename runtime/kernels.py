@@ -361,7 +361,7 @@ def layer_norm(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarra
 
 @kernel("nn.pad")
 def pad(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    """Pad with ONNX's (begins..., ends...) order; constant, reflect or edge."""
+    """Pad with ONNX's (begins..., ends...) order; constant, reflect, edge or wrap."""
     x = inputs[0]
     pads = attrs["pads"]
     widths = list(zip(pads[: x.ndim], pads[x.ndim:], strict=True))
@@ -512,6 +512,12 @@ def dynamic_mean(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndar
     if not axes and attrs["noop_with_empty_axes"]:
         return inputs[0]
     return mean([inputs[0]], {"axes": axes or None, "keepdims": attrs["keepdims"]})
+
+
+@kernel("dynamic.full")
+def dynamic_full(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The shape of input 0 filled with the scalar input 1."""
+    return np.full(_param(inputs[0]), inputs[1], dtype=inputs[1].dtype)
 
 
 @kernel("dynamic.split")

@@ -120,6 +120,11 @@ def _call(op: str, *args: Expr, **attrs: Any) -> Call:
     return Call(op, list(args), attrs)
 
 
+def _float32(e: Expr) -> Expr:
+    """``e`` as float32 (scales given as float16 or float64)."""
+    return e if _type(e).dtype == "float32" else _call("cast", e, dtype="float32")
+
+
 def _scalar(value: float, like: Expr) -> Constant:
     return Constant(np.asarray(value, dtype=DTYPES[_type(like).dtype]))
 
@@ -344,6 +349,7 @@ def _matmul_integer(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 def _qlinear_matmul(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     a, a_s, azp, b, b_s, bzp, ys, yzp = (_need(ctx, inputs, i) for i in range(8))
     acc = _call("qnn.matmul_integer", a, b, azp, bzp)
+    a_s, b_s, ys = (_float32(s) for s in (a_s, b_s, ys))
     scale = _call("divide", _call("multiply", a_s, b_s), ys)
     return [_call("qnn.requantize", acc, scale, yzp, axis=-1, out_dtype=_type(yzp).dtype)]
 
@@ -415,8 +421,23 @@ def _softmax(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 def _layer_norm(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x, scale = _need(ctx, inputs, 0), _need(ctx, inputs, 1)
     bias = _arg(inputs, 2) or Constant(np.zeros((), DTYPES[_type(x).dtype]))
-    return [_call("nn.layer_norm", x, scale, bias, axis=int(ctx.attr("axis", -1)),
-                  epsilon=float(ctx.attr("epsilon", 1e-5))), None, None]
+    axis, epsilon = int(ctx.attr("axis", -1)), float(ctx.attr("epsilon", 1e-5))
+    y = _call("nn.layer_norm", x, scale, bias, axis=axis, epsilon=epsilon)
+    if len([o for o in ctx.node.output[1:] if o]) == 0:
+        return [y, None, None]
+    # the optional Mean and InvStdDev outputs, over the normalized axes (kept as 1),
+    # in float32 (stash_type 1) or the input's type (stash_type 0)
+    stash = x
+    if int(ctx.attr("stash_type", 1)) == 1 and _type(x).dtype != "float32":
+        stash = _call("cast", x, dtype="float32")
+    ndim = _type(x).ndim
+    axes = tuple(range(axis % ndim, ndim))
+    mean = _call("mean", stash, axes=axes, keepdims=True)
+    centered = _call("subtract", stash, mean)
+    var = _call("mean", _call("multiply", centered, centered), axes=axes, keepdims=True)
+    inv_std = _call("divide", _scalar(1.0, stash),
+                    _call("sqrt", _call("add", var, _scalar(epsilon, stash))))
+    return [y, mean, inv_std]
 
 
 @converter("Pad")
@@ -424,8 +445,9 @@ def _pad(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
     ndim = _type(x).ndim
     mode = ctx.attr("mode", "constant")
-    if mode not in ("constant", "reflect", "edge"):
-        raise ctx.error(f"mode {mode!r} is not supported (constant, reflect, edge are)")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise ctx.error(f"mode {mode!r} is not supported (constant, reflect, edge, wrap "
+                        "are)")
     if _at_run_time(*inputs[1:4]):
         value = _arg(inputs, 2) or Constant(np.zeros((), DTYPES[_type(x).dtype]))
         axes_e = _arg(inputs, 3) or _int_vector(range(ndim))
@@ -601,10 +623,13 @@ def _constant(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 
 @converter("ConstantOfShape")
 def _constant_of_shape(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
-    shape = _ints(ctx, _need(ctx, inputs, 0), "ConstantOfShape's shape")
     value = ctx.attrs.get("value")
     fill = (onnx.numpy_helper.to_array(value).reshape(-1) if value is not None
             else np.zeros(1, np.float32))
+    if _at_run_time(_need(ctx, inputs, 0)):
+        return [_call("dynamic.full", _need(ctx, inputs, 0), Constant(fill[:1].reshape(())),
+                      out_shape=ctx.output_shape())]
+    shape = _ints(ctx, _need(ctx, inputs, 0), "ConstantOfShape's shape")
     return [Constant(np.full(shape, fill[0], dtype=fill.dtype))]
 
 

@@ -482,14 +482,14 @@ def _layer_norm(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 @register("nn.pad", 1, {"pads": REQUIRED, "mode": "constant", "value": 0.0},
           "pad; pads are (begin of each axis..., end of each axis...) as in ONNX; mode "
-          "constant, reflect or edge")
+          "constant, reflect, edge or wrap")
 def _pad(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x = _t(types, 0)
     pads = tuple(attrs["pads"])
     if len(pads) != 2 * x.ndim:
         raise _fail(f"pads has {len(pads)} values; rank {x.ndim} needs {2 * x.ndim}")
-    if attrs["mode"] not in ("constant", "reflect", "edge"):
-        raise _fail(f"mode {attrs['mode']!r}: expected constant, reflect or edge")
+    if attrs["mode"] not in ("constant", "reflect", "edge", "wrap"):
+        raise _fail(f"mode {attrs['mode']!r}: expected constant, reflect, edge or wrap")
     shape = []
     for i, d in enumerate(x.shape):
         if pads[i] == 0 and pads[i + x.ndim] == 0:
@@ -713,6 +713,13 @@ for _name, _n, _params, _attrs, _doc in [
          "ONNX ReduceMean with the axes as argument 1 (empty: all, or none with "
          "noop_with_empty_axes)")]:
     register(_name, _n, {**_attrs, "out_shape": REQUIRED}, _doc)(_runtime_shaped(_params))
+
+
+@register("dynamic.full", 2, {"out_shape": REQUIRED},
+          "a tensor of the shape given by argument 1 filled with the scalar argument 2")
+def _dynamic_full(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    _int_params(types[:1], 0)
+    return TensorType(tuple(attrs["out_shape"]), _t(types, 1).dtype)
 
 
 @register("dynamic.split", 2, {"axis": 0, "out_shapes": REQUIRED},

@@ -18,7 +18,9 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import re
+import shutil
 import sys
 import warnings
 from collections import Counter
@@ -40,7 +42,7 @@ SEED = 0
 OUTCOMES = ("pass", "wrong", "refused", "failed", "crashed")
 #: Element types the project does not implement, refused by name and not counted.
 EXOTIC_TYPES = re.compile(r"float8|e4m3|e5m2|float4|(?<![a-z])u?int4|(?<![a-z])u?int2"
-                          r"|_int4|_uint4|_int2|_uint2")
+                          r"|_int4|_uint4|_int2|_uint2", re.IGNORECASE)
 #: Ops whose tests also run the int8 path (compared exactly).
 INTEGER_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "QLinearConv",
                          "QLinearMatMul", "ConvInteger", "MatMulInteger"})
@@ -107,8 +109,7 @@ def _generate(folder: Path) -> None:
         if case.kind != "node" or case.model is None or len(case.data_sets) != 1:
             continue
         inputs, outputs = case.data_sets[0]
-        inputs = [np.asarray(a) if isinstance(a, np.generic) else a for a in inputs]
-        outputs = [np.asarray(a) if isinstance(a, np.generic) else a for a in outputs]
+        inputs, outputs = [_plain(a) for a in inputs], [_plain(a) for a in outputs]
         arrays = inputs + outputs
         sub = folder / case.name
         sub.mkdir(parents=True, exist_ok=True)
@@ -129,11 +130,30 @@ def _generate(folder: Path) -> None:
     (folder / "index.json").write_text(json.dumps(index, indent=0))
 
 
+def _plain(value: object) -> object:
+    """A test value as a numpy array when it is a tensor of a numpy dtype (TensorProto
+    and numpy scalars included); anything else (sequences, optionals, float8...) as is."""
+    if isinstance(value, onnx.TensorProto):
+        value = onnx.numpy_helper.to_array(value)
+    if isinstance(value, np.generic):
+        value = np.asarray(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind not in "fiub":
+        return None
+    return value
+
+
 def cache_folder() -> Path:
     """The cache folder of the installed onnx version (generated on first use)."""
     folder = CACHE / f"onnx-{onnx.__version__}-seed{SEED}"
     if not (folder / "index.json").is_file():
-        _generate(folder)
+        # generated aside and renamed: parallel test workers never see half a cache
+        partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        _generate(partial)
+        try:
+            partial.rename(folder)
+        except OSError:  # another worker was first
+            shutil.rmtree(partial, ignore_errors=True)
     return folder
 
 
