@@ -70,12 +70,19 @@ def _load_external_data(proto: onnx.ModelProto, where: str) -> None:
             raise OnnxImportError(f"{where}: cannot read its external data: {e}") from None
 
 
-def default_opset(model: onnx.ModelProto) -> int:
-    """Opset version of the default (``ai.onnx``) domain."""
+def default_opset(model: onnx.ModelProto, where: str = "<model>") -> int:
+    """Opset version of the default (``ai.onnx``) domain; a model without one is an
+    error naming the file, the domains it imports and its first node of another domain."""
     for entry in model.opset_import:
         if entry.domain in ("", "ai.onnx"):
             return entry.version
-    raise OnnxImportError("the model imports no opset of the default ONNX domain")
+    domains = ", ".join(f"{e.domain} {e.version}" for e in model.opset_import) or "none"
+    other = next((n for n in model.graph.node if n.domain not in ("", "ai.onnx")), None)
+    node = (f"; its node {other.name or other.op_type!r} (op_type {other.op_type}, domain "
+            f"{other.domain!r}) is not supported" if other is not None else "")
+    raise OnnxImportError(f"{where}: the model imports no opset of the default ONNX "
+                          f"domain (it imports: {domains}){node}; only ai.onnx ops are "
+                          "supported")
 
 
 def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, str]:
@@ -85,7 +92,7 @@ def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.Mode
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
         raise OnnxImportError(f"{where}: the onnx checker rejects the model: {e}") from None
-    opset = default_opset(proto)
+    opset = default_opset(proto, where)
     if opset < MIN_OPSET:
         try:
             proto = version_converter.convert_version(proto, CONVERT_TO_OPSET)
@@ -103,6 +110,13 @@ def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.Mode
 
 
 def _input_type(value: onnx.ValueInfoProto, override: Sequence | None) -> TensorType:
+    kind = value.type.WhichOneof("value")
+    if kind != "tensor_type":
+        what = {"sequence_type": "a sequence", "optional_type": "an optional",
+                "map_type": "a map", "sparse_tensor_type": "a sparse tensor"}.get(
+                    kind or "", "of no declared type")
+        raise OnnxImportError(f"input {value.name!r} is {what}; only tensor inputs are "
+                              "supported")
     t = value.type.tensor_type
     dtype = onnx_dtype(t.elem_type, f"input {value.name!r}")
     if override is not None:
@@ -178,8 +192,8 @@ class _Importer:
                 continue
             try:
                 t = _input_type(value, self.input_shapes.get(value.name))
-            except GraphError as e:
-                raise OnnxImportError(f"{self.where}: input {value.name!r}: {e}") from None
+            except GraphError as e:  # names the input
+                raise OnnxImportError(f"{self.where}: {e}") from None
             var = Var(value.name, t)
             params.append(var)
             env[value.name] = var

@@ -374,18 +374,42 @@ def _pool_attrs(ctx: NodeContext, x: Expr) -> dict[str, Any]:
             "ceil_mode": bool(ctx.attr("ceil_mode", 0))}
 
 
+def _as_2d_pool(ctx: NodeContext, x: Expr) -> NodeContext | None:
+    """For a 1-D pool (N, C, L): the context of the same pool over (N, C, 1, L) (a unit
+    window across the inserted height); None for any other rank."""
+    if _type(x).ndim != 3:
+        return None
+    attrs = dict(ctx.attrs)
+    attrs["kernel_shape"] = (1, *ctx.attr("kernel_shape"))
+    for key, unit in (("strides", 1), ("dilations", 1)):
+        if key in attrs:
+            attrs[key] = (unit, *attrs[key])
+    if "pads" in attrs:
+        begin, end = attrs["pads"]
+        attrs["pads"] = (0, begin, 0, end)
+    return NodeContext(ctx.node, ctx.opset, attrs, ctx.where, ctx.output_shapes)
+
+
+def _pool(ctx: NodeContext, x: Expr, op: str, **extra: Any) -> Expr:
+    flat = _as_2d_pool(ctx, x)
+    if flat is None:
+        return _call(op, x, **_pool_attrs(ctx, x), **extra)
+    x4 = _call("expand_dims", x, axes=(2,))
+    return _call("squeeze", _call(op, x4, **_pool_attrs(flat, x4), **extra), axes=(2,))
+
+
 @converter("MaxPool")
 def _max_pool(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
     if ctx.attr("storage_order", 0):
         raise ctx.error("storage_order=1 is not supported")
-    return [_call("nn.max_pool2d", x, **_pool_attrs(ctx, x)), None]
+    return [_pool(ctx, x, "nn.max_pool2d"), None]
 
 
 @converter("AveragePool")
 def _avg_pool(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
-    return [_call("nn.avg_pool2d", x, **_pool_attrs(ctx, x),
+    return [_pool(ctx, x, "nn.avg_pool2d",
                   count_include_pad=bool(ctx.attr("count_include_pad", 0)))]
 
 
@@ -638,6 +662,11 @@ def _zero_point_or_default(zp: Expr | None, dtype: str) -> Expr:
     return zp if zp is not None else Constant(np.zeros((), DTYPES[dtype]))
 
 
+#: Element types of QuantizeLinear/DequantizeLinear (on the CPU; the accelerator's
+#: int8 path takes int8 only).
+_QUANTIZED = ("int8", "uint8", "int16", "uint16")
+
+
 @converter("QuantizeLinear")
 def _quantize(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     if ctx.attr("block_size", 0):
@@ -647,8 +676,9 @@ def _quantize(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     out_dtype = _type(zp).dtype if zp is not None else "uint8"
     if ctx.attr("output_dtype", 0):
         out_dtype = onnx_dtype(ctx.attr("output_dtype"), ctx.where)
-    if out_dtype not in ("int8", "uint8"):
-        raise ctx.error(f"quantizing to {out_dtype} is not supported (int8, uint8 are)")
+    if out_dtype not in _QUANTIZED:
+        raise ctx.error(f"quantizing to {out_dtype} is not supported "
+                        f"({', '.join(_QUANTIZED)} are)")
     return [_call("qnn.quantize", x, scale, _zero_point_or_default(zp, out_dtype),
                   axis=int(ctx.attr("axis", 1)), out_dtype=out_dtype)]
 
@@ -658,6 +688,9 @@ def _dequantize(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     if ctx.attr("block_size", 0):
         raise ctx.error("blocked quantization (block_size) is not supported")
     x, scale = _need(ctx, inputs, 0), _need(ctx, inputs, 1)
+    if _type(x).dtype not in (*_QUANTIZED, "int32"):
+        raise ctx.error(f"dequantizing {_type(x).dtype} is not supported "
+                        f"({', '.join(_QUANTIZED)}, int32 are)")
     zp = _zero_point_or_default(_arg(inputs, 2), _type(x).dtype)
     return [_call("qnn.dequantize", x, scale, zp, axis=int(ctx.attr("axis", 1)))]
 

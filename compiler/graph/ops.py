@@ -749,7 +749,7 @@ def _quantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
           "(x - zero_point) * scale as float32; per-axis scale allowed")
 def _dequantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x, s = _t(types, 0), _t(types, 1)
-    _want_dtype(x, (*QUANT_DTYPES, "int32"), "the input")
+    _want_dtype(x, (*QUANT_DTYPES, "int16", "uint16", "int32"), "the input")
     if s.dtype != "float32":
         raise _fail(f"scale has dtype {s.dtype}, not float32")
     axis = _quant_axis(attrs["axis"], x, s)
