@@ -289,6 +289,29 @@ def max_pool2d(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarra
     return win.max(axis=(4, 5))
 
 
+@kernel("nn.max_pool2d_indices")
+def max_pool2d_indices(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """MaxPool's Indices output: where each window's (first) maximum is, as an index
+    into the flattened input, row-major (``storage_order`` 0) or with H and W swapped
+    (1), as ONNX defines it."""
+    x = inputs[0]
+    n, c, h, w = x.shape
+    begin, end = _pool_pads(x, attrs)
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    xp = np.pad(x, ((0, 0), (0, 0), (begin[0], end[0]), (begin[1], end[1])),
+                constant_values=low)
+    (kh, kw), (sh, sw) = attrs["pool_size"], attrs["strides"]
+    dh, dw = attrs["dilation"]
+    win = _windows(xp, kh, kw, attrs["strides"], attrs["dilation"])
+    oh, ow = win.shape[2:4]
+    k = win.reshape(*win.shape[:4], kh * kw).argmax(axis=-1)
+    rows = np.arange(oh)[:, None] * sh - begin[0] + (k // kw) * dh
+    cols = np.arange(ow)[None, :] * sw - begin[1] + (k % kw) * dw
+    plane = (np.arange(n)[:, None, None, None] * c + np.arange(c)[None, :, None, None]) * h * w
+    within = rows * w + cols if attrs["storage_order"] == 0 else rows + cols * h
+    return (plane + within).astype(np.int64)
+
+
 @kernel("nn.avg_pool2d")
 def avg_pool2d(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """2-D average pooling; the divisor counts the declared padding with

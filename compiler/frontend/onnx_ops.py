@@ -149,19 +149,21 @@ def _spatial(ctx: NodeContext, x: Expr) -> tuple[int, int]:
 
 
 def _padding(ctx: NodeContext, x: Expr, kernel: Sequence[int], strides: Sequence[int],
-             dilations: Sequence[int]) -> tuple[int, int, int, int]:
-    """(top, left, bottom, right) from ``pads`` or ``auto_pad``."""
+             dilations: Sequence[int]) -> tuple[int, ...]:
+    """(begin of each spatial axis..., end of each...) from ``pads`` or ``auto_pad``:
+    (top, left, bottom, right) for a 2-D window."""
     auto = ctx.attr("auto_pad", "NOTSET")
+    n = len(kernel)
     if auto in ("NOTSET", ""):
-        pads = tuple(ctx.attr("pads", (0, 0, 0, 0)))
-        if len(pads) != 4:
-            raise ctx.error(f"pads {pads} must have 4 values for a 2-D window")
-        return pads  # type: ignore[return-value]
+        pads = tuple(ctx.attr("pads", (0,) * (2 * n)))
+        if len(pads) != 2 * n:
+            raise ctx.error(f"pads {pads} must have {2 * n} values for a {n}-D window")
+        return pads
     if auto == "VALID":
-        return (0, 0, 0, 0)
+        return (0,) * (2 * n)
     if auto not in ("SAME_UPPER", "SAME_LOWER"):
         raise ctx.error(f"auto_pad {auto!r} is not NOTSET, VALID, SAME_UPPER or SAME_LOWER")
-    sizes = _spatial(ctx, x)
+    sizes = _type(x).shape[2:]
     begin, end = [], []
     for size, k, s, d in zip(sizes, kernel, strides, dilations, strict=True):
         if not isinstance(size, int):
@@ -170,7 +172,7 @@ def _padding(ctx: NodeContext, x: Expr, kernel: Sequence[int], strides: Sequence
         small = total // 2
         begin.append(small if auto == "SAME_UPPER" else total - small)
         end.append(total - begin[-1])
-    return (begin[0], begin[1], end[0], end[1])
+    return (*begin, *end)
 
 
 def _channel_vector(v: Expr, ndim: int) -> Expr:
@@ -390,7 +392,36 @@ def _as_2d_pool(ctx: NodeContext, x: Expr) -> NodeContext | None:
     return NodeContext(ctx.node, ctx.opset, attrs, ctx.where, ctx.output_shapes)
 
 
+def _pool_3d(ctx: NodeContext, x: Expr, op: str, **extra: Any) -> Expr:
+    """A 3-D max or average pool as two 2-D ones: over (H, W) with the depth folded into
+    the channels, then over D with (H', W') flattened. Exact for max; for the average,
+    the window and its divisor are products over the axes, so the two means compose."""
+    n, c, d, h, w = (_static_dim(ctx, v) for v in _type(x).shape)
+    kernel = tuple(ctx.attr("kernel_shape"))
+    strides = tuple(ctx.attr("strides", (1, 1, 1)))
+    dilations = tuple(ctx.attr("dilations", (1, 1, 1)))
+    pads = _padding(ctx, x, kernel, strides, dilations)
+    ceil = bool(ctx.attr("ceil_mode", 0))
+    plane = _call(op, _call("reshape", x, newshape=(n, c * d, h, w)), pool_size=kernel[1:],
+                  strides=strides[1:], dilation=dilations[1:],
+                  padding=(pads[1], pads[2], pads[4], pads[5]), ceil_mode=ceil, **extra)
+    _, _, h2, w2 = _type(plane).shape
+    depth = _call(op, _call("reshape", plane, newshape=(n, c, d, h2 * w2)),
+                  pool_size=(kernel[0], 1), strides=(strides[0], 1),
+                  dilation=(dilations[0], 1), padding=(pads[0], 0, pads[3], 0),
+                  ceil_mode=ceil, **extra)
+    return _call("reshape", depth, newshape=(n, c, _type(depth).shape[2], h2, w2))
+
+
+def _static_dim(ctx: NodeContext, d: int | str) -> int:
+    if not isinstance(d, int):
+        raise ctx.error(f"a 3-D pool needs static dims; got the symbol {d!r}")
+    return d
+
+
 def _pool(ctx: NodeContext, x: Expr, op: str, **extra: Any) -> Expr:
+    if _type(x).ndim == 5:
+        return _pool_3d(ctx, x, op, **extra)
     flat = _as_2d_pool(ctx, x)
     if flat is None:
         return _call(op, x, **_pool_attrs(ctx, x), **extra)
@@ -401,9 +432,13 @@ def _pool(ctx: NodeContext, x: Expr, op: str, **extra: Any) -> Expr:
 @converter("MaxPool")
 def _max_pool(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
-    if ctx.attr("storage_order", 0):
-        raise ctx.error("storage_order=1 is not supported")
-    return [_pool(ctx, x, "nn.max_pool2d"), None]
+    indices = None
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        if _type(x).ndim != 4:
+            raise ctx.error("the Indices output is supported for 2-D pools only")
+        indices = _call("nn.max_pool2d_indices", x, **_pool_attrs(ctx, x),
+                        storage_order=int(ctx.attr("storage_order", 0)))
+    return [_pool(ctx, x, "nn.max_pool2d"), indices]
 
 
 @converter("AveragePool")

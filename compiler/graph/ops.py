@@ -429,6 +429,13 @@ def _pool(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 _POOL_ATTRS = {"pool_size": REQUIRED, "strides": (1, 1), "padding": (0, 0, 0, 0),
                "dilation": (1, 1), "ceil_mode": False}
 register("nn.max_pool2d", 1, _POOL_ATTRS, "2-D max pooling (padding is -inf)")(_pool)
+
+
+@register("nn.max_pool2d_indices", 1, {**_POOL_ATTRS, "storage_order": 0},
+          "where nn.max_pool2d's maxima are: int64 indices into the flattened input "
+          "(ONNX MaxPool's Indices output)")
+def _pool_indices(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    return TensorType(as_tensor_type(_pool(types, attrs), "the pool").shape, "int64")
 register("nn.avg_pool2d", 1, {**_POOL_ATTRS, "count_include_pad": False},
          "2-D average pooling")(_pool)
 

@@ -51,10 +51,8 @@ def test_op_node_tests(op: str) -> None:
             assert re.search(r"not supported|must be|only .* supported", text), text
 
 
-#: The share of counted tests that pass today (302 of 329 with onnx 1.23.2); issue 34
-#: asks for 0.95: the rest are 3-D pools, training-mode Dropout/BatchNormalization,
-#: bfloat16, blocked quantization, MaxPool's Indices, sequence/optional inputs.
-PASS_RATE_FLOOR = 0.91
+#: The share of counted tests that must pass (issue 34); 314 of 329 with onnx 1.23.2.
+PASS_RATE_FLOOR = 0.95
 
 
 def test_pass_rate() -> None:
