@@ -487,7 +487,7 @@ def _param(v: np.ndarray) -> tuple[int, ...]:
     return tuple(int(a) for a in np.asarray(v).reshape(-1))
 
 
-@kernel("dynamic.reshape")
+@kernel("dynamic_reshape")
 def dynamic_reshape(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """Reshape to the shape of input 1 (0 copies the input dim unless ``allowzero``)."""
     x, shape = inputs[0], _param(inputs[1])
@@ -496,19 +496,19 @@ def dynamic_reshape(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.n
     return reshape([x], {"newshape": shape})
 
 
-@kernel("dynamic.squeeze")
+@kernel("dynamic_squeeze")
 def dynamic_squeeze(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """Drop the unit dims at the axes of input 1."""
     return squeeze([inputs[0]], {"axes": _param(inputs[1])})
 
 
-@kernel("dynamic.expand_dims")
+@kernel("dynamic_expand_dims")
 def dynamic_expand_dims(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """Insert unit dims at the axes of input 1."""
     return expand_dims([inputs[0]], {"axes": _param(inputs[1])})
 
 
-@kernel("dynamic.strided_slice")
+@kernel("dynamic_strided_slice")
 def dynamic_strided_slice(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """ONNX Slice with starts, ends, axes and steps as inputs 1-4."""
     begin, end, axes, steps = (_param(v) for v in inputs[1:5])
@@ -516,7 +516,7 @@ def dynamic_strided_slice(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -
                                        "steps": steps})
 
 
-@kernel("dynamic.pad")
+@kernel("dynamic_pad")
 def dynamic_pad(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """ONNX Pad with pads, the constant value and axes as inputs 1-3."""
     x, pads, value, axes = inputs[0], _param(inputs[1]), inputs[2], _param(inputs[3])
@@ -528,7 +528,7 @@ def dynamic_pad(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarr
                      "value": np.asarray(value).reshape(-1)[0] if value.size else 0})
 
 
-@kernel("dynamic.mean")
+@kernel("dynamic_mean")
 def dynamic_mean(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """ONNX ReduceMean with the axes as input 1."""
     axes = _param(inputs[1])
@@ -537,13 +537,13 @@ def dynamic_mean(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndar
     return mean([inputs[0]], {"axes": axes or None, "keepdims": attrs["keepdims"]})
 
 
-@kernel("dynamic.full")
+@kernel("dynamic_full")
 def dynamic_full(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """The shape of input 0 filled with the scalar input 1."""
     return np.full(_param(inputs[0]), inputs[1], dtype=inputs[1].dtype)
 
 
-@kernel("dynamic.split")
+@kernel("dynamic_split")
 def dynamic_split(inputs: Sequence[np.ndarray], attrs: dict[str, Any]
                   ) -> tuple[np.ndarray, ...]:
     """Split along ``axis`` into parts of the extents of input 1."""

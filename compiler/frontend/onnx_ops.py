@@ -510,7 +510,7 @@ def _pad(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     if _at_run_time(*inputs[1:4]):
         value = _arg(inputs, 2) or Constant(np.zeros((), DTYPES[_type(x).dtype]))
         axes_e = _arg(inputs, 3) or _int_vector(range(ndim))
-        return [_call("dynamic.pad", x, _need(ctx, inputs, 1), value, axes_e, mode=mode,
+        return [_call("dynamic_pad", x, _need(ctx, inputs, 1), value, axes_e, mode=mode,
                       out_shape=ctx.output_shape())]
     pads = _ints(ctx, _need(ctx, inputs, 1), "Pad's pads")
     value = _const_value(ctx, _arg(inputs, 2), "Pad's constant_value")
@@ -530,7 +530,7 @@ def _reduce_mean(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
     if ctx.opset >= 18:
         if _at_run_time(_arg(inputs, 1)):
-            return [_call("dynamic.mean", x, _arg(inputs, 1),
+            return [_call("dynamic_mean", x, _arg(inputs, 1),
                           keepdims=bool(ctx.attr("keepdims", 1)),
                           noop_with_empty_axes=bool(ctx.attr("noop_with_empty_axes", 0)),
                           out_shape=ctx.output_shape())]
@@ -553,7 +553,7 @@ def _flatten(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 def _reshape(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
     if _at_run_time(_need(ctx, inputs, 1)):
-        return [_call("dynamic.reshape", x, _need(ctx, inputs, 1),
+        return [_call("dynamic_reshape", x, _need(ctx, inputs, 1),
                       allowzero=bool(ctx.attr("allowzero", 0)), out_shape=ctx.output_shape())]
     shape = _ints(ctx, _need(ctx, inputs, 1), "Reshape's shape")
     if ctx.attr("allowzero", 0) and 0 in shape:
@@ -579,7 +579,7 @@ def _axes(ctx: NodeContext, inputs: list[Expr | None], name: str) -> tuple[int, 
 @converter("Squeeze")
 def _squeeze(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     if ctx.opset >= 13 and _at_run_time(_arg(inputs, 1)):
-        return [_call("dynamic.squeeze", _need(ctx, inputs, 0), _arg(inputs, 1),
+        return [_call("dynamic_squeeze", _need(ctx, inputs, 0), _arg(inputs, 1),
                       out_shape=ctx.output_shape())]
     return [_call("squeeze", _need(ctx, inputs, 0), axes=_axes(ctx, inputs, "Squeeze"))]
 
@@ -587,7 +587,7 @@ def _squeeze(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 @converter("Unsqueeze")
 def _unsqueeze(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     if ctx.opset >= 13 and _at_run_time(_arg(inputs, 1)):
-        return [_call("dynamic.expand_dims", _need(ctx, inputs, 0), _arg(inputs, 1),
+        return [_call("dynamic_expand_dims", _need(ctx, inputs, 0), _arg(inputs, 1),
                       out_shape=ctx.output_shape())]
     axes = _axes(ctx, inputs, "Unsqueeze")
     if axes is None:
@@ -611,7 +611,7 @@ def _split(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
         raise ctx.error(f"split axis {axis} is the symbol {extent!r}; it must be static")
     if ctx.opset >= 13 and _at_run_time(_arg(inputs, 1)):
         shapes = tuple(ctx.output_shape(k) for k in range(len(ctx.node.output)))
-        parts = _call("dynamic.split", x, _arg(inputs, 1), axis=axis, out_shapes=shapes)
+        parts = _call("dynamic_split", x, _arg(inputs, 1), axis=axis, out_shapes=shapes)
         return [TupleGetItem(parts, i) for i in range(len(shapes))]
     if ctx.opset >= 13:
         sizes = _ints(ctx, _arg(inputs, 1), "Split's split")
@@ -638,7 +638,7 @@ def _slice(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
             raise ctx.error(f"starts has the symbolic length {n!r}; it must be static")
         axes_e = _arg(inputs, 3) or _int_vector(range(n))
         steps_e = _arg(inputs, 4) or _int_vector([1] * n)
-        return [_call("dynamic.strided_slice", x, starts_e, ends_e, axes_e, steps_e,
+        return [_call("dynamic_strided_slice", x, starts_e, ends_e, axes_e, steps_e,
                       out_shape=ctx.output_shape())]
     starts = _ints(ctx, _need(ctx, inputs, 1), "Slice's starts")
     ends = _ints(ctx, _need(ctx, inputs, 2), "Slice's ends")
@@ -686,7 +686,7 @@ def _constant_of_shape(ctx: NodeContext, inputs: list[Expr | None]) -> Converted
     fill = (onnx.numpy_helper.to_array(value).reshape(-1) if value is not None
             else np.zeros(1, np.float32))
     if _at_run_time(_need(ctx, inputs, 0)):
-        return [_call("dynamic.full", _need(ctx, inputs, 0), Constant(fill[:1].reshape(())),
+        return [_call("dynamic_full", _need(ctx, inputs, 0), Constant(fill[:1].reshape(())),
                       out_shape=ctx.output_shape())]
     shape = _ints(ctx, _need(ctx, inputs, 0), "ConstantOfShape's shape")
     return [Constant(np.full(shape, fill[0], dtype=fill.dtype))]

@@ -708,28 +708,28 @@ def _runtime_shaped(params: tuple[int, ...]) -> TypeRule:
 
 
 for _name, _n, _params, _attrs, _doc in [
-        ("dynamic.reshape", 2, (1,), {"allowzero": False},
+        ("dynamic_reshape", 2, (1,), {"allowzero": False},
          "reshape to the shape given by argument 1 (ONNX Reshape: 0 copies, -1 inferred)"),
-        ("dynamic.squeeze", 2, (1,), {}, "squeeze the axes given by argument 1"),
-        ("dynamic.expand_dims", 2, (1,), {}, "insert unit dims at the axes of argument 1"),
-        ("dynamic.strided_slice", 5, (1, 2, 3, 4), {},
+        ("dynamic_squeeze", 2, (1,), {}, "squeeze the axes given by argument 1"),
+        ("dynamic_expand_dims", 2, (1,), {}, "insert unit dims at the axes of argument 1"),
+        ("dynamic_strided_slice", 5, (1, 2, 3, 4), {},
          "ONNX Slice with starts, ends, axes, steps as arguments 1-4"),
-        ("dynamic.pad", 4, (1, 3), {"mode": "constant"},
+        ("dynamic_pad", 4, (1, 3), {"mode": "constant"},
          "ONNX Pad with pads, the constant value and axes as arguments 1-3"),
-        ("dynamic.mean", 2, (1,), {"keepdims": True, "noop_with_empty_axes": False},
+        ("dynamic_mean", 2, (1,), {"keepdims": True, "noop_with_empty_axes": False},
          "ONNX ReduceMean with the axes as argument 1 (empty: all, or none with "
          "noop_with_empty_axes)")]:
     register(_name, _n, {**_attrs, "out_shape": REQUIRED}, _doc)(_runtime_shaped(_params))
 
 
-@register("dynamic.full", 2, {"out_shape": REQUIRED},
+@register("dynamic_full", 2, {"out_shape": REQUIRED},
           "a tensor of the shape given by argument 1 filled with the scalar argument 2")
 def _dynamic_full(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     _int_params(types[:1], 0)
     return TensorType(tuple(attrs["out_shape"]), _t(types, 1).dtype)
 
 
-@register("dynamic.split", 2, {"axis": 0, "out_shapes": REQUIRED},
+@register("dynamic_split", 2, {"axis": 0, "out_shapes": REQUIRED},
           "split along axis into parts of the extents given by argument 1")
 def _dynamic_split(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x = _t(types, 0)
