@@ -78,6 +78,12 @@ kernel("maximum")(_binary(np.maximum, np.maximum))
 kernel("minimum")(_binary(np.minimum, np.minimum))
 
 
+@kernel("less")
+def less(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """a < b as bool."""
+    return np.less(inputs[0], inputs[1])
+
+
 def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
     return _float_result(lambda inputs, attrs: fn(inputs[0]))
 

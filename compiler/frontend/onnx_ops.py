@@ -193,6 +193,21 @@ def _binary(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     return [_call(_BINARY[ctx.node.op_type], a, b)]
 
 
+@converter("Less")
+def _less(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
+    return [_call("less", _need(ctx, inputs, 0), _need(ctx, inputs, 1))]
+
+
+@converter("Max", "Min")
+def _max_min(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
+    op = "maximum" if ctx.node.op_type == "Max" else "minimum"
+    out = _need(ctx, inputs, 0)
+    for e in inputs[1:]:
+        if e is not None:
+            out = _call(op, out, e)
+    return [out]
+
+
 @converter("Sum")
 def _sum(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     out = _need(ctx, inputs, 0)
@@ -202,7 +217,8 @@ def _sum(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 
 
 _UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sqrt": "sqrt",
-          "HardSwish": "hard_swish", "Identity": "identity"}
+          "HardSwish": "hard_swish", "Identity": "identity", "Neg": "negative",
+          "Exp": "exp"}
 
 
 @converter(*_UNARY)
@@ -211,6 +227,20 @@ def _unary(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     if ctx.node.op_type == "Identity":
         return [x]
     return [_call(_UNARY[ctx.node.op_type], x)]
+
+
+@converter("Reciprocal")
+def _reciprocal(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
+    x = _need(ctx, inputs, 0)
+    return [_call("divide", _scalar(1.0, x), x)]
+
+
+@converter("Size")
+def _size(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
+    shape = _type(_need(ctx, inputs, 0)).shape
+    if not all(isinstance(d, int) for d in shape):
+        raise ctx.error(f"Size of the shape {shape} with symbolic dims is not supported")
+    return [Constant(np.asarray(int(np.prod(shape, dtype=np.int64)), dtype=np.int64))]
 
 
 @converter("LeakyRelu")
@@ -254,6 +284,11 @@ def _where(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 @converter("Cast")
 def _cast(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     return [_call("cast", _need(ctx, inputs, 0), dtype=onnx_dtype(ctx.attr("to"), ctx.where))]
+
+
+@converter("CastLike")
+def _cast_like(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
+    return [_call("cast", _need(ctx, inputs, 0), dtype=_type(_need(ctx, inputs, 1)).dtype)]
 
 
 @converter("Dropout")
@@ -711,6 +746,10 @@ def _quantize(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     out_dtype = _type(zp).dtype if zp is not None else "uint8"
     if ctx.attr("output_dtype", 0):
         out_dtype = onnx_dtype(ctx.attr("output_dtype"), ctx.where)
+    precision = ctx.attr("precision", 0)
+    if precision and onnx_dtype(precision, ctx.where) != "float32":
+        raise ctx.error(f"precision {onnx.TensorProto.DataType.Name(precision)} is not "
+                        "supported (float32 is)")
     if out_dtype not in _QUANTIZED:
         raise ctx.error(f"quantizing to {out_dtype} is not supported "
                         f"({', '.join(_QUANTIZED)} are)")
@@ -723,6 +762,10 @@ def _dequantize(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     if ctx.attr("block_size", 0):
         raise ctx.error("blocked quantization (block_size) is not supported")
     x, scale = _need(ctx, inputs, 0), _need(ctx, inputs, 1)
+    output_dtype = ctx.attr("output_dtype", 0)
+    if output_dtype and onnx_dtype(output_dtype, ctx.where) != "float32":
+        raise ctx.error(f"output_dtype {onnx.TensorProto.DataType.Name(output_dtype)} is "
+                        "not supported (float32 is)")
     if _type(x).dtype not in (*_QUANTIZED, "int32"):
         raise ctx.error(f"dequantizing {_type(x).dtype} is not supported "
                         f"({', '.join(_QUANTIZED)}, int32 are)")

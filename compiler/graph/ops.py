@@ -176,6 +176,13 @@ for _name, _doc in [("add", "a + b"), ("subtract", "a - b"), ("multiply", "a * b
     register(_name, 2, {}, f"elementwise {_doc}, numpy broadcasting")(_binary)
 
 
+@register("less", 2, {}, "elementwise a < b as bool, numpy broadcasting")
+def _less(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    a, b = _t(types, 0), _t(types, 1)
+    _same_dtype(types)
+    return TensorType(broadcast_shapes(a.shape, b.shape), "bool")
+
+
 def _unary_float(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x = _t(types, 0)
     _want_dtype(x, FLOAT_DTYPES, "the input")

@@ -148,6 +148,8 @@ ISSUE_OPS = [
     "Constant", "ConstantOfShape", "Identity", "Dropout", "Cast", "Pad", "Softmax",
     "ReduceMean", "Pow", "Sqrt", "LayerNormalization", "Where", "QuantizeLinear",
     "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
+    # the ops the _expanded node tests of the above are written in (issue 34)
+    "Neg", "Reciprocal", "Exp", "Size", "Less", "Max", "Min", "CastLike",
 ]
 
 
