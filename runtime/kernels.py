@@ -493,33 +493,45 @@ def _param(v: np.ndarray) -> tuple[int, ...]:
     return tuple(int(a) for a in np.asarray(v).reshape(-1))
 
 
+def _as_declared(op: str, out: np.ndarray, declared: Sequence[int | str]) -> np.ndarray:
+    """``out``, checked against the static dims of the shape its type declares (from
+    ONNX shape inference at compile time)."""
+    if len(declared) != out.ndim or any(isinstance(d, int) and d != n
+                                        for d, n in zip(declared, out.shape, strict=False)):
+        raise KernelError(f"{op}: the parameters given at run time make a result of shape "
+                          f"{out.shape}; the model declares {tuple(declared)}")
+    return out
+
+
 @kernel("dynamic_reshape")
 def dynamic_reshape(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """Reshape to the shape of input 1 (0 copies the input dim unless ``allowzero``)."""
     x, shape = inputs[0], _param(inputs[1])
-    if attrs["allowzero"]:
-        return x.reshape(shape)
-    return reshape([x], {"newshape": shape})
+    out = x.reshape(shape) if attrs["allowzero"] else reshape([x], {"newshape": shape})
+    return _as_declared("dynamic_reshape", out, attrs["out_shape"])
 
 
 @kernel("dynamic_squeeze")
 def dynamic_squeeze(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """Drop the unit dims at the axes of input 1."""
-    return squeeze([inputs[0]], {"axes": _param(inputs[1])})
+    out = squeeze([inputs[0]], {"axes": _param(inputs[1])})
+    return _as_declared("dynamic_squeeze", out, attrs["out_shape"])
 
 
 @kernel("dynamic_expand_dims")
 def dynamic_expand_dims(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """Insert unit dims at the axes of input 1."""
-    return expand_dims([inputs[0]], {"axes": _param(inputs[1])})
+    out = expand_dims([inputs[0]], {"axes": _param(inputs[1])})
+    return _as_declared("dynamic_expand_dims", out, attrs["out_shape"])
 
 
 @kernel("dynamic_strided_slice")
 def dynamic_strided_slice(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """ONNX Slice with starts, ends, axes and steps as inputs 1-4."""
     begin, end, axes, steps = (_param(v) for v in inputs[1:5])
-    return strided_slice([inputs[0]], {"begin": begin, "end": end, "axes": axes,
-                                       "steps": steps})
+    out = strided_slice([inputs[0]], {"begin": begin, "end": end, "axes": axes,
+                                      "steps": steps})
+    return _as_declared("dynamic_strided_slice", out, attrs["out_shape"])
 
 
 @kernel("dynamic_pad")
@@ -530,8 +542,9 @@ def dynamic_pad(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarr
     for k, a in enumerate(axes):
         full[a % x.ndim] = pads[k]
         full[a % x.ndim + x.ndim] = pads[k + len(axes)]
-    return pad([x], {"pads": tuple(full), "mode": attrs["mode"],
-                     "value": np.asarray(value).reshape(-1)[0] if value.size else 0})
+    fill = np.asarray(value).reshape(-1)[0] if value.size else 0
+    out = pad([x], {"pads": tuple(full), "mode": attrs["mode"], "value": fill})
+    return _as_declared("dynamic_pad", out, attrs["out_shape"])
 
 
 @kernel("dynamic_mean")
@@ -539,21 +552,29 @@ def dynamic_mean(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndar
     """ONNX ReduceMean with the axes as input 1."""
     axes = _param(inputs[1])
     if not axes and attrs["noop_with_empty_axes"]:
-        return inputs[0]
-    return mean([inputs[0]], {"axes": axes or None, "keepdims": attrs["keepdims"]})
+        out = inputs[0]
+    else:
+        out = mean([inputs[0]], {"axes": axes or None, "keepdims": attrs["keepdims"]})
+    return _as_declared("dynamic_mean", out, attrs["out_shape"])
 
 
 @kernel("dynamic_full")
 def dynamic_full(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """The shape of input 0 filled with the scalar input 1."""
-    return np.full(_param(inputs[0]), inputs[1], dtype=inputs[1].dtype)
+    out = np.full(_param(inputs[0]), inputs[1], dtype=inputs[1].dtype)
+    return _as_declared("dynamic_full", out, attrs["out_shape"])
 
 
 @kernel("dynamic_split")
 def dynamic_split(inputs: Sequence[np.ndarray], attrs: dict[str, Any]
                   ) -> tuple[np.ndarray, ...]:
     """Split along ``axis`` into parts of the extents of input 1."""
-    return split([inputs[0]], {"axis": attrs["axis"], "sections": _param(inputs[1])})
+    parts = split([inputs[0]], {"axis": attrs["axis"], "sections": _param(inputs[1])})
+    if len(parts) != len(attrs["out_shapes"]):
+        raise KernelError(f"dynamic_split: the sizes given at run time make {len(parts)} "
+                          f"parts; the model declares {len(attrs['out_shapes'])}")
+    return tuple(_as_declared("dynamic_split", p, d)
+                 for p, d in zip(parts, attrs["out_shapes"], strict=True))
 
 
 @kernel("layout_transform")
