@@ -193,7 +193,7 @@ class _Importer:
             try:
                 t = _input_type(value, self.input_shapes.get(value.name))
             except GraphError as e:  # names the input
-                raise OnnxImportError(f"{self.where}: {e}") from None
+                raise OnnxImportError(f"{self.where}: {e}{self.consumer(value.name)}") from None
             var = Var(value.name, t)
             params.append(var)
             env[value.name] = var
@@ -224,6 +224,16 @@ class _Importer:
             dims.append(int(d.dim_value) if d.HasField("dim_value")
                         else _symbol(d.dim_param or f"{name}_d{i}"))
         return tuple(dims)
+
+    def consumer(self, name: str) -> str:
+        """``" (the input of node ... (op_type ..., opset ...))"`` for the first node
+        reading value ``name``, or ``""``."""
+        for index, node in enumerate(self.proto.graph.node):
+            if name in node.input:
+                name_text = node.name or f"#{index}"
+                return (f" (an input of node {name_text!r}, op_type {node.op_type}, opset "
+                        f"{self.opset})")
+        return ""
 
     def describe(self, index: int, node: onnx.NodeProto) -> str:
         name = node.name or f"#{index}"

@@ -294,6 +294,9 @@ def _cast_like(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 @converter("Dropout")
 def _dropout(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
+    if _at_run_time(_arg(inputs, 2)):
+        raise ctx.error("training_mode computed at run time is not supported (inference "
+                        "only: training_mode must be absent or a constant False)")
     training = _const_value(ctx, _arg(inputs, 2), "Dropout's training_mode")
     if training is not None and bool(training.reshape(())):
         raise ctx.error("training_mode=True is not supported (inference only)")
