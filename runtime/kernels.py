@@ -408,6 +408,25 @@ def mean(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
                           keepdims=attrs["keepdims"])
 
 
+@kernel("reduce_sum")
+def reduce_sum(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Sum over ``axes`` (all when None) in the input's dtype."""
+    x, axes = inputs[0], attrs["axes"]
+    return np.sum(x, axis=None if axes is None else tuple(axes), keepdims=attrs["keepdims"],
+                  dtype=x.dtype)
+
+
+@kernel("reduce_max")
+def reduce_max(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Max over ``axes`` (all when None); over an empty set, the dtype's lowest value
+    (-inf for floats, False for bool), as ONNX defines it."""
+    x, axes = inputs[0], attrs["axes"]
+    lowest = (-np.inf if x.dtype.kind == "f" else False if x.dtype.kind == "b"
+              else np.iinfo(x.dtype).min)
+    return np.max(x, axis=None if axes is None else tuple(axes), keepdims=attrs["keepdims"],
+                  initial=lowest)
+
+
 # ----------------------------------------------------------------------------- shapes
 @kernel("reshape")
 def reshape(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
@@ -547,15 +566,22 @@ def dynamic_pad(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarr
     return _as_declared("dynamic_pad", out, attrs["out_shape"])
 
 
-@kernel("dynamic_mean")
-def dynamic_mean(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    """ONNX ReduceMean with the axes as input 1."""
-    axes = _param(inputs[1])
-    if not axes and attrs["noop_with_empty_axes"]:
-        out = inputs[0]
-    else:
-        out = mean([inputs[0]], {"axes": axes or None, "keepdims": attrs["keepdims"]})
-    return _as_declared("dynamic_mean", out, attrs["out_shape"])
+def _dynamic_reduction(name: str, reduce: Kernel) -> Kernel:
+    def run(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+        axes = _param(inputs[1])
+        if not axes and attrs["noop_with_empty_axes"]:
+            out = inputs[0]
+        else:
+            out = reduce([inputs[0]], {"axes": axes or None, "keepdims": attrs["keepdims"]})
+        return _as_declared(name, out, attrs["out_shape"])
+    run.__doc__ = f"{name}: the reduction with the axes as input 1 (ONNX's empty axes: all, "
+    run.__doc__ += "or none with noop_with_empty_axes)."
+    return run
+
+
+for _name, _reduce in (("dynamic_mean", mean), ("dynamic_reduce_sum", reduce_sum),
+                       ("dynamic_reduce_max", reduce_max)):
+    kernel(_name)(_dynamic_reduction(_name, _reduce))
 
 
 @kernel("dynamic_full")

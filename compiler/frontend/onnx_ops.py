@@ -563,21 +563,29 @@ def _pad(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     return [_call("nn.pad", x, pads=pads, mode=mode, value=fill)]
 
 
-@converter("ReduceMean")
-def _reduce_mean(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
+#: ONNX reductions: (IR op, its run-time-axes form, the opset since which the axes are
+#: an input rather than an attribute).
+_REDUCTIONS = {"ReduceMean": ("mean", "dynamic_mean", 18),
+               "ReduceSum": ("reduce_sum", "dynamic_reduce_sum", 13),
+               "ReduceMax": ("reduce_max", "dynamic_reduce_max", 18)}
+
+
+@converter(*_REDUCTIONS)
+def _reduce(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
+    op, dynamic_op, axes_input_since = _REDUCTIONS[ctx.node.op_type]
     x = _need(ctx, inputs, 0)
-    if ctx.opset >= 18:
+    if ctx.opset >= axes_input_since:
         if _at_run_time(_arg(inputs, 1)):
-            return [_call("dynamic_mean", x, _arg(inputs, 1),
+            return [_call(dynamic_op, x, _arg(inputs, 1),
                           keepdims=bool(ctx.attr("keepdims", 1)),
                           noop_with_empty_axes=bool(ctx.attr("noop_with_empty_axes", 0)),
                           out_shape=ctx.output_shape())]
-        axes = _ints(ctx, _arg(inputs, 1), "ReduceMean's axes")
+        axes = _ints(ctx, _arg(inputs, 1), f"{ctx.node.op_type}'s axes")
         if not axes and ctx.attr("noop_with_empty_axes", 0):
             return [x]
     else:
         axes = ctx.attr("axes")
-    return [_call("mean", x, axes=None if not axes else tuple(axes),
+    return [_call(op, x, axes=None if not axes else tuple(axes),
                   keepdims=bool(ctx.attr("keepdims", 1)))]
 
 

@@ -683,8 +683,19 @@ def _shape_of(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 @register("mean", 1, {"axes": None, "keepdims": True}, "mean over axes (all by default)")
 def _mean(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    _want_dtype(_t(types, 0), FLOAT_DTYPES, "the input")
+    return _reduced(types, attrs)
+
+
+register("reduce_sum", 1, {"axes": None, "keepdims": True},
+         "sum over axes (all by default)")(lambda types, attrs: _reduced(types, attrs))
+register("reduce_max", 1, {"axes": None, "keepdims": True},
+         "max over axes (all by default; an empty set gives the dtype's lowest)")(
+    lambda types, attrs: _reduced(types, attrs))
+
+
+def _reduced(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x = _t(types, 0)
-    _want_dtype(x, FLOAT_DTYPES, "the input")
     axes = (set(range(x.ndim)) if attrs["axes"] is None
             else {_axis(a, x.ndim) for a in attrs["axes"]})
     if attrs["keepdims"]:
@@ -725,7 +736,11 @@ for _name, _n, _params, _attrs, _doc in [
          "ONNX Pad with pads, the constant value and axes as arguments 1-3"),
         ("dynamic_mean", 2, (1,), {"keepdims": True, "noop_with_empty_axes": False},
          "ONNX ReduceMean with the axes as argument 1 (empty: all, or none with "
-         "noop_with_empty_axes)")]:
+         "noop_with_empty_axes)"),
+        ("dynamic_reduce_sum", 2, (1,), {"keepdims": True, "noop_with_empty_axes": False},
+         "ONNX ReduceSum with the axes as argument 1"),
+        ("dynamic_reduce_max", 2, (1,), {"keepdims": True, "noop_with_empty_axes": False},
+         "ONNX ReduceMax with the axes as argument 1")]:
     register(_name, _n, {**_attrs, "out_shape": REQUIRED}, _doc)(_runtime_shaped(_params))
 
 

@@ -149,7 +149,8 @@ ISSUE_OPS = [
     "ReduceMean", "Pow", "Sqrt", "LayerNormalization", "Where", "QuantizeLinear",
     "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
     # the ops the _expanded node tests of the above are written in (issue 34)
-    "Neg", "Reciprocal", "Exp", "Size", "Less", "Max", "Min", "CastLike",
+    "Neg", "Reciprocal", "Exp", "Size", "Less", "Max", "Min", "CastLike", "ReduceSum",
+    "ReduceMax",
 ]
 
 
