@@ -236,27 +236,37 @@ def compare_outputs(got: list, expected: list[np.ndarray], rtol: float,
     return ""
 
 
-def run_int8_node_test(test: NodeTest) -> Outcome:
-    """The int8 path of an integer op's test: the compiled graph's integer reference
-    (:attr:`CompiledModel.integer_function` on the CPU kernels) must equal the
-    expected outputs exactly."""
+def run_int8_node_test(test: NodeTest, config: str = "tiny") -> Outcome:
+    """The int8 path of an integer op's test: compiled for the accelerator ``config``
+    (partitioning, device planning; what the accelerator does not take stays on the
+    CPU), run with the runtime on fsim, and the compiled integer graph
+    (``CompiledModel.integer_function``, the program's bit-exact reference) on the CPU
+    kernels: both must equal the expected outputs exactly. ``extra["accel"]`` counts
+    the accelerator programs."""
     from tensorfab.compiler.graph.lower_runtime import evaluate
     from tensorfab.compiler.model_compile import compile_onnx
+    from tensorfab.isa.device import open_device
+    from tensorfab.runtime.profiling import profile_program
 
     try:
-        compiled = compile_onnx(str(test.model_path))
+        compiled = compile_onnx(str(test.model_path), config=config)
     except Exception as e:
         return Outcome(test, "refused" if _is_project_error(e) else "crashed",
                        f"{type(e).__name__}: {e}")
     feeds, expected = test.data()
+    accel = sum(n.op == "accel.program" for n in compiled.program.nodes)
     try:
-        got = evaluate(compiled.integer_function, feeds)
+        ran = profile_program(compiled.program, feeds, open_device("fsim")).output
+        reference = evaluate(compiled.integer_function, feeds)
     except Exception as e:
         return Outcome(test, "failed" if _is_project_error(e) else "crashed",
                        f"{type(e).__name__}: {e}")
-    got = list(got) if isinstance(got, tuple) else [got]
-    problem = compare_outputs(got, expected, 0.0, 0.0)
-    return Outcome(test, "wrong", problem) if problem else Outcome(test, "pass")
+    for what, got in (("the program on fsim", ran), ("the integer graph", reference)):
+        got = list(got) if isinstance(got, tuple) else [got]
+        problem = compare_outputs(got, expected, 0.0, 0.0)
+        if problem:
+            return Outcome(test, "wrong", f"{what}: {problem}", {"accel": accel})
+    return Outcome(test, "pass", extra={"accel": accel})
 
 
 def missing_op(message: str) -> str | None:

@@ -82,8 +82,8 @@ def test_expanded_variants_pass_or_name_the_missing_op() -> None:
 
 @pytest.mark.parametrize("op", sorted(INTEGER_OPS))
 def test_int8_path_exact(op: str) -> None:
-    """The integer graph (CompiledModel.integer_function, the bit-exact reference of
-    the int8 program) equals onnx's expected outputs exactly."""
+    """Compiled for the tiny accelerator and run on fsim, and as the integer graph
+    (CompiledModel.integer_function), the outputs equal onnx's expected ones exactly."""
     tests = [t for t in node_tests([op]) if not t.expanded and not t.exotic]
     results = [run_int8_node_test(t) for t in tests]
     passed = [r for r in results if r.kind == "pass"]
