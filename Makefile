@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 # lines) is for package authors: not shown by `make demo` and `make test`
 QUIET_BUILD := PYTHONWARNINGS="ignore:Editable installation"
 
-.PHONY: setup demo test test-all lint isa-doc bench fpga clean
+.PHONY: setup demo test test-all lint isa-doc onnx-conformance-table bench fpga clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ lint: $(STAMP)
 
 isa-doc: $(STAMP)
 	$(BIN)/python -m tensorfab.isa.docgen docs/isa.md
+
+# ONNX's node tests of the claimed ops: the per-op table in docs/graph.md
+onnx-conformance-table: $(STAMP)
+	cd tests && ../$(BIN)/python -m support.onnx_node_suite --write-docs
 
 bench: $(STAMP)
 	$(BIN)/python -m tensorfab.benches.fsim_gemm

@@ -166,7 +166,7 @@ def _with_macs(fn: Function, macs: list[int]) -> Function:
             if m is None:
                 raise ModelCompileError("more accelerator programs than accelerator "
                                         "convolutions")
-            return Call(e.op, e.args, {**e.attrs, "macs": m}, e.virtual_device)
+            return Call(e.op, e.args, {**e.attrs, "macs": m}, e.virtual_device, e.name)
         return e
 
     out = rewrite(fn, rule)
@@ -231,7 +231,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     from .graph.constant_folding import fold_constants
     from .graph.dense_as_conv import dense_as_conv
     from .graph.fixed_point import fixed_point_requantize
-    from .graph.layout_planning import pack_accel_layouts, register_hw_config
+    from .graph.layout_planning import pack_accel_layouts
     from .graph.lower_runtime import lower_to_runtime
     from .graph.partitioning import annotate_accelerator
     from .graph.planning import plan_devices
@@ -285,10 +285,10 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
                 f"{where} is a float model and the accelerator runs int8 layers: pass "
                 "calibration data (--calib) to quantize it, or no --config to run it on "
                 "the CPU")
-        name = register_hw_config(cfg)
+        name = cfg.name
         say(f"partitioning and planning for the accelerator ({name})")
         plain = im2col_small_channel_convs(plan_devices(annotate_accelerator(
-            fn, accel(name), residual_adds=residual_adds)))
+            fn, accel(cfg), residual_adds=residual_adds)))
         planned = pack_accel_layouts(plain)
         say(f"compiling the accelerator layers ({name})")
         fn = _with_macs(lower_accelerator_chains(planned), _accel_conv_macs(plain))

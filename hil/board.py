@@ -12,7 +12,6 @@ keeps a model's weights on the board across runs (:meth:`BoardDevice.open_memory
 from __future__ import annotations
 
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 from tensorfab.isa import PRESETS, Buffer, ErrorCode, HwConfig, Load, Program, ProgramError, Store
 from tensorfab.isa.device import Device, DeviceMemory, RunResult
 from tensorfab.isa.errors import UsageError
+from tensorfab.isa.hostlink import config_crc
 from tensorfab.isa.insn import buffer_entry_bytes
 from tensorfab.sim.rtl.device import core_counters
 
@@ -29,11 +29,6 @@ from .link import HostLink
 
 __all__ = ["BoardDevice", "BoardMemory", "BoardRunResult", "config_crc", "find_config",
            "program_traffic"]
-
-
-def config_crc(cfg: HwConfig) -> int:
-    """The CRC-32 of a config's JSON, as the board's INFO reports it."""
-    return zlib.crc32(cfg.to_json().encode())
 
 
 def find_config(crc: int) -> tuple[str, HwConfig] | None:

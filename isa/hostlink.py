@@ -54,6 +54,7 @@ import zlib
 from dataclasses import dataclass
 from enum import IntEnum
 
+from .config import HwConfig
 from .csr import CSR_BY_NAME
 from .errors import TensorfabError
 
@@ -89,6 +90,7 @@ __all__ = [
     "NakError",
     "NakReason",
     "ResponseMismatch",
+    "config_crc",
     "crc32",
     "decode_frame",
     "encode_frame",
@@ -391,6 +393,12 @@ class LinkInfo:
         """Encode as an INFO payload (what the gateware sends)."""
         return INFO_FORMAT.pack(self.version, self.beat_bytes, self.max_payload,
                                 self.mem_bytes, self.clock_hz, self.baud, self.config_crc)
+
+
+def config_crc(cfg: HwConfig) -> int:
+    """The CRC-32 of a config's JSON (:meth:`HwConfig.to_json`): what INFO reports as
+    ``config_crc``, and what a host compares with its program's config."""
+    return zlib.crc32(cfg.to_json().encode())
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,12 @@ kernel("maximum")(_binary(np.maximum, np.maximum))
 kernel("minimum")(_binary(np.minimum, np.minimum))
 
 
+@kernel("less")
+def less(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """a < b as bool."""
+    return np.less(inputs[0], inputs[1])
+
+
 def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
     return _float_result(lambda inputs, attrs: fn(inputs[0]))
 
@@ -271,6 +277,8 @@ def _pool_pads(x: np.ndarray, attrs: dict[str, Any]) -> tuple[list[int], list[in
         size = x.shape[2 + i]
         room = size + begin[i] + end[i] - ((k - 1) * d + 1)
         out = (-(-room // s) if attrs["ceil_mode"] else room // s) + 1
+        if attrs["ceil_mode"] and (out - 1) * s >= size + begin[i]:
+            out -= 1  # the last window would start in the end padding: dropped
         need = (out - 1) * s + (k - 1) * d + 1 - (size + begin[i] + end[i])
         end[i] += max(need, 0)
     return begin, end
@@ -286,6 +294,29 @@ def max_pool2d(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarra
                 constant_values=low)
     win = _windows(xp, *attrs["pool_size"], attrs["strides"], attrs["dilation"])
     return win.max(axis=(4, 5))
+
+
+@kernel("nn.max_pool2d_indices")
+def max_pool2d_indices(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """MaxPool's Indices output: where each window's (first) maximum is, as an index
+    into the flattened input, row-major (``storage_order`` 0) or with H and W swapped
+    (1), as ONNX defines it."""
+    x = inputs[0]
+    n, c, h, w = x.shape
+    begin, end = _pool_pads(x, attrs)
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    xp = np.pad(x, ((0, 0), (0, 0), (begin[0], end[0]), (begin[1], end[1])),
+                constant_values=low)
+    (kh, kw), (sh, sw) = attrs["pool_size"], attrs["strides"]
+    dh, dw = attrs["dilation"]
+    win = _windows(xp, kh, kw, attrs["strides"], attrs["dilation"])
+    oh, ow = win.shape[2:4]
+    k = win.reshape(*win.shape[:4], kh * kw).argmax(axis=-1)
+    rows = np.arange(oh)[:, None] * sh - begin[0] + (k // kw) * dh
+    cols = np.arange(ow)[None, :] * sw - begin[1] + (k % kw) * dw
+    plane = (np.arange(n)[:, None, None, None] * c + np.arange(c)[None, :, None, None]) * h * w
+    within = rows * w + cols if attrs["storage_order"] == 0 else rows + cols * h
+    return (plane + within).astype(np.int64)
 
 
 @kernel("nn.avg_pool2d")
@@ -360,7 +391,7 @@ def layer_norm(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarra
 
 @kernel("nn.pad")
 def pad(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    """Pad with ONNX's (begins..., ends...) order; constant, reflect or edge."""
+    """Pad with ONNX's (begins..., ends...) order; constant, reflect, edge or wrap."""
     x = inputs[0]
     pads = attrs["pads"]
     widths = list(zip(pads[: x.ndim], pads[x.ndim:], strict=True))
@@ -376,6 +407,25 @@ def mean(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     axes = attrs["axes"]
     return inputs[0].mean(axis=None if axes is None else tuple(axes),
                           keepdims=attrs["keepdims"])
+
+
+@kernel("reduce_sum")
+def reduce_sum(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Sum over ``axes`` (all when None) in the input's dtype."""
+    x, axes = inputs[0], attrs["axes"]
+    return np.sum(x, axis=None if axes is None else tuple(axes), keepdims=attrs["keepdims"],
+                  dtype=x.dtype)
+
+
+@kernel("reduce_max")
+def reduce_max(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Max over ``axes`` (all when None); over an empty set, the dtype's lowest value
+    (-inf for floats, False for bool), as ONNX defines it."""
+    x, axes = inputs[0], attrs["axes"]
+    lowest = (-np.inf if x.dtype.kind == "f" else False if x.dtype.kind == "b"
+              else np.iinfo(x.dtype).min)
+    return np.max(x, axis=None if axes is None else tuple(axes), keepdims=attrs["keepdims"],
+                  initial=lowest)
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -456,6 +506,102 @@ def take(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 def shape_of(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """The shape as int64."""
     return np.array(inputs[0].shape, dtype=np.int64)
+
+
+# ------------------------------------------------------------- runtime-parameter ops
+def _param(v: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(a) for a in np.asarray(v).reshape(-1))
+
+
+def _as_declared(op: str, out: np.ndarray, declared: Sequence[int | str]) -> np.ndarray:
+    """``out``, checked against the static dims of the shape its type declares (from
+    ONNX shape inference at compile time)."""
+    if len(declared) != out.ndim or any(isinstance(d, int) and d != n
+                                        for d, n in zip(declared, out.shape, strict=False)):
+        raise KernelError(f"{op}: the parameters given at run time make a result of shape "
+                          f"{out.shape}; the model declares {tuple(declared)}")
+    return out
+
+
+@kernel("dynamic_reshape")
+def dynamic_reshape(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Reshape to the shape of input 1 (0 copies the input dim unless ``allowzero``)."""
+    x, shape = inputs[0], _param(inputs[1])
+    out = x.reshape(shape) if attrs["allowzero"] else reshape([x], {"newshape": shape})
+    return _as_declared("dynamic_reshape", out, attrs["out_shape"])
+
+
+@kernel("dynamic_squeeze")
+def dynamic_squeeze(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Drop the unit dims at the axes of input 1."""
+    out = squeeze([inputs[0]], {"axes": _param(inputs[1])})
+    return _as_declared("dynamic_squeeze", out, attrs["out_shape"])
+
+
+@kernel("dynamic_expand_dims")
+def dynamic_expand_dims(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Insert unit dims at the axes of input 1."""
+    out = expand_dims([inputs[0]], {"axes": _param(inputs[1])})
+    return _as_declared("dynamic_expand_dims", out, attrs["out_shape"])
+
+
+@kernel("dynamic_strided_slice")
+def dynamic_strided_slice(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """ONNX Slice with starts, ends, axes and steps as inputs 1-4."""
+    begin, end, axes, steps = (_param(v) for v in inputs[1:5])
+    out = strided_slice([inputs[0]], {"begin": begin, "end": end, "axes": axes,
+                                      "steps": steps})
+    return _as_declared("dynamic_strided_slice", out, attrs["out_shape"])
+
+
+@kernel("dynamic_pad")
+def dynamic_pad(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """ONNX Pad with pads, the constant value and axes as inputs 1-3."""
+    x, pads, value, axes = inputs[0], _param(inputs[1]), inputs[2], _param(inputs[3])
+    full = [0] * (2 * x.ndim)
+    for k, a in enumerate(axes):
+        full[a % x.ndim] = pads[k]
+        full[a % x.ndim + x.ndim] = pads[k + len(axes)]
+    fill = np.asarray(value).reshape(-1)[0] if value.size else 0
+    out = pad([x], {"pads": tuple(full), "mode": attrs["mode"], "value": fill})
+    return _as_declared("dynamic_pad", out, attrs["out_shape"])
+
+
+def _dynamic_reduction(name: str, reduce: Kernel) -> Kernel:
+    def run(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+        axes = _param(inputs[1])
+        if not axes and attrs["noop_with_empty_axes"]:
+            out = inputs[0]
+        else:
+            out = reduce([inputs[0]], {"axes": axes or None, "keepdims": attrs["keepdims"]})
+        return _as_declared(name, out, attrs["out_shape"])
+    run.__doc__ = f"{name}: the reduction with the axes as input 1 (ONNX's empty axes: all, "
+    run.__doc__ += "or none with noop_with_empty_axes)."
+    return run
+
+
+for _name, _reduce in (("dynamic_mean", mean), ("dynamic_reduce_sum", reduce_sum),
+                       ("dynamic_reduce_max", reduce_max)):
+    kernel(_name)(_dynamic_reduction(_name, _reduce))
+
+
+@kernel("dynamic_full")
+def dynamic_full(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The shape of input 0 filled with the scalar input 1."""
+    out = np.full(_param(inputs[0]), inputs[1], dtype=inputs[1].dtype)
+    return _as_declared("dynamic_full", out, attrs["out_shape"])
+
+
+@kernel("dynamic_split")
+def dynamic_split(inputs: Sequence[np.ndarray], attrs: dict[str, Any]
+                  ) -> tuple[np.ndarray, ...]:
+    """Split along ``axis`` into parts of the extents of input 1."""
+    parts = split([inputs[0]], {"axis": attrs["axis"], "sections": _param(inputs[1])})
+    if len(parts) != len(attrs["out_shapes"]):
+        raise KernelError(f"dynamic_split: the sizes given at run time make {len(parts)} "
+                          f"parts; the model declares {len(attrs['out_shapes'])}")
+    return tuple(_as_declared("dynamic_split", p, d)
+                 for p, d in zip(parts, attrs["out_shapes"], strict=True))
 
 
 @kernel("layout_transform")

@@ -102,6 +102,9 @@ class LayerRecord:
     busy : dict[str, int]
         Busy cycles per engine (``load``, ``compute``, ``store``, ``gemm``, ``alu``)
         from the counter CSRs of an executor that reports them (rtl, boards).
+    name : str
+        The source model's node name(s) the kernel computes (``conv1+relu1``; the ONNX
+        node names joined for a fused accelerator program), empty when unknown.
     """
 
     index: int
@@ -120,6 +123,7 @@ class LayerRecord:
     peak: int | None = None
     clock_hz: float | None = None
     busy: dict[str, int] = field(default_factory=dict)
+    name: str = ""
 
     @property
     def hardware_seconds(self) -> float | None:
@@ -139,7 +143,7 @@ class LayerRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready data (without the intervals)."""
-        return {"index": self.index, "op": self.op, "device": self.device,
+        return {"index": self.index, "name": self.name, "op": self.op, "device": self.device,
                 "in_shapes": [list(s) for s in self.in_shapes],
                 "out_shape": list(self.out_shape) if self.out_shape is not None else None,
                 "seconds": round(self.seconds, 6), "cycles": self.cycles, "macs": self.macs,
@@ -240,7 +244,8 @@ class LayerProfiler(Instrument):
         if node.op != ACCEL_PROGRAM:
             self.layers.append(LayerRecord(index, node.op, "cpu",
                                            [s for s in map(_shape, args) if s is not None],
-                                           _shape(out), start - self.t0, seconds))
+                                           _shape(out), start - self.t0, seconds,
+                                           name=node.name))
             return
         config = self.model.accel_programs[index].config
         peak = config.peak_macs_per_cycle
@@ -257,7 +262,7 @@ class LayerProfiler(Instrument):
             _shape(out), start - self.t0, seconds, cycles, macs,
             macs / (cycles * peak) if cycles else None,
             list(getattr(result, "intervals", None) or []), estimated, gemm_macs,
-            peak, clock_hz, engine_busy(getattr(result, "csrs", None))))
+            peak, clock_hz, engine_busy(getattr(result, "csrs", None)), node.name))
 
     def failed(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any],
                exc: BaseException) -> None:
@@ -273,7 +278,7 @@ class LayerProfiler(Instrument):
             index, f"{attrs.get('layer') or node.op} (stopped)", "accel",
             [_shape(args[0])], None, self._start - self.t0,
             time.perf_counter() - self._start, cycles, intervals=intervals,
-            clock_hz=None if cycles is None else clock))
+            clock_hz=None if cycles is None else clock, name=node.name))
 
 
 def profile_program(program: GraphProgram,

@@ -444,9 +444,9 @@ def _print_report(profile: Any, outs: list[np.ndarray], title: str,
 
     console = Console()
     if not console.is_terminal:  # a pipe or a file: rows on one line each
-        console.width = max(console.width, 160)
+        console.width = max(console.width, 200)
     table = Table(title=escape(f"{title}: per layer"))
-    for col, justify in (("#", "right"), ("device", "left"), ("op", "left"),
+    for col, justify in (("#", "right"), ("node", "left"), ("device", "left"), ("op", "left"),
                          ("inputs", "left"), ("output", "left"), ("cycles", "right"),
                          ("hw µs", "right"), ("MACs", "right"), ("util.", "right"),
                          ("GEMM busy", "right"), ("wall ms", "right")):
@@ -456,7 +456,7 @@ def _print_report(profile: Any, outs: list[np.ndarray], title: str,
 
     for rec in profile.layers:
         hw = rec.hardware_seconds
-        table.add_row(str(rec.index), rec.device, escape(rec.op),
+        table.add_row(str(rec.index), escape(rec.name), rec.device, escape(rec.op),
                       ", ".join(_fmt_shape(s) for s in rec.in_shapes),
                       _fmt_shape(rec.out_shape),
                       "—" if rec.cycles is None else f"{'~' * rec.estimated}{rec.cycles:,}",

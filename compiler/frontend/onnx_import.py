@@ -19,7 +19,7 @@ import onnx
 from onnx import numpy_helper, shape_inference, version_converter
 
 from tensorfab.compiler.graph.infer import infer_types
-from tensorfab.compiler.graph.ir import Call, Constant, Expr, Function, Tuple, Var
+from tensorfab.compiler.graph.ir import Call, Constant, Expr, Function, Tuple, Var, name_new_calls
 from tensorfab.compiler.graph.types import GraphError, TensorType
 from tensorfab.isa import TensorfabError
 from tensorfab.runtime.kernels import KERNELS
@@ -27,7 +27,7 @@ from tensorfab.runtime.kernels import KERNELS
 from .onnx_ops import CONVERTERS, Converted, NodeContext, OnnxImportError, onnx_dtype
 
 #: Opsets of the default ONNX domain converted natively.
-MIN_OPSET, MAX_OPSET = 11, 21
+MIN_OPSET, MAX_OPSET = 11, 28
 #: Older models are converted to this opset first.
 CONVERT_TO_OPSET = 13
 
@@ -71,12 +71,19 @@ def _load_external_data(proto: onnx.ModelProto, where: str) -> None:
             raise OnnxImportError(f"{where}: cannot read its external data: {e}") from None
 
 
-def default_opset(model: onnx.ModelProto) -> int:
-    """Opset version of the default (``ai.onnx``) domain."""
+def default_opset(model: onnx.ModelProto, where: str = "<model>") -> int:
+    """Opset version of the default (``ai.onnx``) domain; a model without one is an
+    error naming the file, the domains it imports and its first node of another domain."""
     for entry in model.opset_import:
         if entry.domain in ("", "ai.onnx"):
             return entry.version
-    raise OnnxImportError("the model imports no opset of the default ONNX domain")
+    domains = ", ".join(f"{e.domain} {e.version}" for e in model.opset_import) or "none"
+    other = next((n for n in model.graph.node if n.domain not in ("", "ai.onnx")), None)
+    node = (f"; its node {other.name or other.op_type!r} (op_type {other.op_type}, domain "
+            f"{other.domain!r}) is not supported" if other is not None else "")
+    raise OnnxImportError(f"{where}: the model imports no opset of the default ONNX "
+                          f"domain (it imports: {domains}){node}; only ai.onnx ops are "
+                          "supported")
 
 
 def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, str]:
@@ -86,7 +93,7 @@ def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.Mode
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
         raise OnnxImportError(f"{where}: the onnx checker rejects the model: {e}") from None
-    opset = default_opset(proto)
+    opset = default_opset(proto, where)
     if opset < MIN_OPSET:
         try:
             proto = version_converter.convert_version(proto, CONVERT_TO_OPSET)
@@ -135,6 +142,13 @@ def load_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx) -> Prep
 
 
 def _input_type(value: onnx.ValueInfoProto, override: Sequence | None) -> TensorType:
+    kind = value.type.WhichOneof("value")
+    if kind != "tensor_type":
+        what = {"sequence_type": "a sequence", "optional_type": "an optional",
+                "map_type": "a map", "sparse_tensor_type": "a sparse tensor"}.get(
+                    kind or "", "of no declared type")
+        raise OnnxImportError(f"input {value.name!r} is {what}; only tensor inputs are "
+                              "supported")
     t = value.type.tensor_type
     dtype = onnx_dtype(t.elem_type, f"input {value.name!r}")
     if override is not None:
@@ -192,6 +206,7 @@ class _Importer:
         self.input_shapes = input_shapes
         self.opset = default_opset(proto)
         self.folded: dict[int, tuple[Expr, Expr]] = {}
+        self.value_infos: dict[str, onnx.ValueInfoProto] | None = None
 
     def run(self) -> Function:
         graph = self.proto.graph
@@ -209,8 +224,8 @@ class _Importer:
                 continue
             try:
                 t = _input_type(value, self.input_shapes.get(value.name))
-            except GraphError as e:
-                raise OnnxImportError(f"{self.where}: input {value.name!r}: {e}") from None
+            except GraphError as e:  # names the input
+                raise OnnxImportError(f"{self.where}: {e}{self.consumer(value.name)}") from None
             var = Var(value.name, t)
             params.append(var)
             env[value.name] = var
@@ -226,6 +241,31 @@ class _Importer:
         fn = Function(params, body)
         infer_types(fn)
         return fn
+
+    def inferred_shape(self, name: str) -> tuple[int | str, ...] | None:
+        """ONNX shape inference's shape of value ``name``: dims it could not infer as
+        symbols named after the value; None when the rank is unknown."""
+        if self.value_infos is None:
+            graph = self.proto.graph
+            self.value_infos = {v.name: v for v in [*graph.value_info, *graph.output]}
+        value = self.value_infos.get(name)
+        if value is None or not value.type.tensor_type.HasField("shape"):
+            return None
+        dims: list[int | str] = []
+        for i, d in enumerate(value.type.tensor_type.shape.dim):
+            dims.append(int(d.dim_value) if d.HasField("dim_value")
+                        else _symbol(d.dim_param or f"{name}_d{i}"))
+        return tuple(dims)
+
+    def consumer(self, name: str) -> str:
+        """``" (the input of node ... (op_type ..., opset ...))"`` for the first node
+        reading value ``name``, or ``""``."""
+        for index, node in enumerate(self.proto.graph.node):
+            if name in node.input:
+                name_text = node.name or f"#{index}"
+                return (f" (an input of node {name_text!r}, op_type {node.op_type}, opset "
+                        f"{self.opset})")
+        return ""
 
     def describe(self, index: int, node: onnx.NodeProto) -> str:
         name = node.name or f"#{index}"
@@ -248,13 +288,16 @@ class _Importer:
             else:
                 inputs.append(env[name])
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        ctx = NodeContext(node, self.opset, attrs, what)
+        ctx = NodeContext(node, self.opset, attrs, what,
+                          [self.inferred_shape(name) for name in node.output])
         try:
             for i in inputs:
                 if i is not None:
                     infer_types(i)
             outs: Converted = converter(ctx, inputs)
             outs = [self.fold(o) if o is not None else None for o in outs]
+            name_new_calls([o for o in outs if o is not None],
+                           node.name or next((n for n in node.output if n), ""), set())
             for o in outs:
                 if o is not None:
                     infer_types(o)
@@ -292,7 +335,7 @@ class _Importer:
                 value = KERNELS[e.op]([a.data for a in args], dict(e.attrs))
                 memo[id(e)] = (e, Constant(np.asarray(value)))
             elif any(a is not b for a, b in zip(args, e.args, strict=True)):
-                memo[id(e)] = (e, Call(e.op, args, e.attrs))
+                memo[id(e)] = (e, Call(e.op, args, e.attrs, name=e.name))
             else:
                 memo[id(e)] = (e, e)
         return memo[id(expr)][1]

@@ -146,7 +146,14 @@ def _compile(chain: list[Call]) -> Call:
         layer += f" dilation {dilation[0]}x{dilation[1]}"
     return Call(ACCEL_PROGRAM, [x, Constant(blob, dev)],
                 {"out_shape": out_shape, "layer": layer,
-                 "estimated_cycles": estimated_cycles(op.program.insns, cfg)}, dev)
+                 "estimated_cycles": estimated_cycles(op.program.insns, cfg)}, dev,
+                source_names(chain))
+
+
+def source_names(chain: list[Call]) -> str:
+    """The source names of a fused chain's calls, each once, in order, joined by ``+``
+    (``conv1+relu1``)."""
+    return "+".join(dict.fromkeys(c.name for c in chain if c.name))
 
 
 def _residual_add_from(end: Call, readers: dict[int, list[Call]]) -> list[Call] | None:
@@ -180,7 +187,8 @@ def _compile_residual_add(nodes: list[Call]) -> Call:
     return Call(ACCEL_PROGRAM, [add.args[0], Constant(blob, dev), add.args[1]],
                 {"out_shape": shape, "layer": "add_q31+relu" if relu else "add_q31",
                  "input_segment": "a", "extra_input_segment": "b",
-                 "estimated_cycles": estimated_cycles(program.insns, cfg)}, dev)
+                 "estimated_cycles": estimated_cycles(program.insns, cfg)}, dev,
+                source_names(nodes))
 
 
 def lower_accelerator_chains(fn: Function) -> Function:

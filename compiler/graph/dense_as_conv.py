@@ -66,7 +66,7 @@ def _step(e: Call, n: int) -> Call | None:
         if any(r is None for r in rest):
             return None
         attrs = {**e.attrs, "axis": 1}
-        return Call(e.op, [e.args[0], *rest], attrs, e.virtual_device)  # type: ignore[list-item]
+        return Call(e.op, [e.args[0], *rest], attrs, e.virtual_device, e.name)  # type: ignore[list-item]
     return e
 
 
@@ -108,13 +108,13 @@ def _four_d(chain: list[Call], new: dict[int, Expr]) -> Expr:
     zeros = [Constant(np.zeros((), z.data.dtype), z.virtual_device)  # type: ignore[union-attr]
              for z in matmul.args[2:]]
     e: Expr = Call("qnn.conv2d_integer",
-                   [Call("reshape", [x], {"newshape": (m, k, 1, 1)}, dev), kernel, *zeros],
-                   {}, dev)
+                   [Call("reshape", [x], {"newshape": (m, k, 1, 1)}, dev, matmul.name), kernel,
+                    *zeros], {}, dev, matmul.name)
     for s in steps:
         e = Call(s.op, [e, *[new.get(id(a), a) for a in s.args[1:]]], s.attrs,
-                 s.virtual_device)
-    return Call("reshape", [e], {"newshape": (m, n)}, steps[-1].virtual_device if steps
-                else dev)
+                 s.virtual_device, s.name)
+    last = steps[-1] if steps else matmul
+    return Call("reshape", [e], {"newshape": (m, n)}, last.virtual_device, last.name)
 
 
 __all__ = ["dense_as_conv"]

@@ -98,12 +98,18 @@ class Constant(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Call(Expr):
-    """A call of the registered operator ``op`` on ``args`` with attributes ``attrs``."""
+    """A call of the registered operator ``op`` on ``args`` with attributes ``attrs``.
+
+    ``name`` is the source node's name (the ONNX node's ``name``, else its first output),
+    kept through the passes so that tables and traces can say which layer of the user's
+    model a kernel computes; empty for calls no source node made.
+    """
 
     op: str
     args: tuple[Expr, ...]
     attrs: Mapping[str, AttrValue] = field(default_factory=dict)
     virtual_device: VirtualDevice | None = None
+    name: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args", tuple(self.args))
@@ -117,7 +123,7 @@ class Call(Expr):
         object.__setattr__(self, "attrs", frozen)
 
     def with_device(self, device: VirtualDevice | None) -> Call:
-        return Call(self.op, self.args, self.attrs, device)
+        return Call(self.op, self.args, self.attrs, device, self.name)
 
 
 @dataclass(frozen=True, eq=False)
@@ -314,6 +320,22 @@ class _StructuralEqual:
                 raise GraphError(f"unknown node type {type(x).__name__}")
             self.done.add(key)
         return True
+
+
+def name_new_calls(exprs: list[Expr], name: str, known: set[int]) -> None:
+    """Give ``name`` to the unnamed calls among ``exprs`` and their arguments that are not
+    in ``known`` (ids of nodes that existed before): the calls a rewrite or a converter
+    has just made for the source node ``name``. Names only freshly made nodes, so the
+    immutability that passes rely on is kept."""
+    stack = list(exprs)
+    while stack:
+        e = stack.pop()
+        if not isinstance(e, Call) or e.name or id(e) in known:
+            if isinstance(e, Tuple | TupleGetItem) and id(e) not in known:
+                stack.extend(e.fields if isinstance(e, Tuple) else [e.tuple_value])
+            continue
+        object.__setattr__(e, "name", name)
+        stack.extend(e.args)
 
 
 def _attrs_equal(a: Mapping[str, AttrValue], b: Mapping[str, AttrValue]) -> bool:

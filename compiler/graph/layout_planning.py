@@ -53,35 +53,13 @@ class LayoutPlanningError(GraphError):
     data is required; names the call and its device."""
 
 
-#: Configs read from JSON files (:func:`register_hw_config`), by name, besides the presets.
-_REGISTERED: dict[str, HwConfig] = {}
-
-
-def register_hw_config(cfg: HwConfig) -> str:
-    """Make ``cfg`` (e.g. read from a JSON file) nameable by accel devices; its name.
-
-    Raises
-    ------
-    LayoutPlanningError
-        If a preset or another registered config has the name with other values.
-    """
-    known = PRESETS.get(cfg.name) or _REGISTERED.get(cfg.name)
-    if known is not None and known != cfg:
-        raise LayoutPlanningError(f"HwConfig name {cfg.name!r} is already a config with "
-                                  "other parameters; give the JSON config its own name")
-    if cfg.name not in PRESETS:
-        _REGISTERED[cfg.name] = cfg
-    return cfg.name
-
-
 def hw_config_of(device: VirtualDevice) -> HwConfig:
-    """The :class:`HwConfig` named by an accel device (a preset or a registered one)."""
-    name = device.hw_config or ""
-    cfg = PRESETS.get(name) or _REGISTERED.get(name)
-    if cfg is None:
-        raise LayoutPlanningError(f"device {device} names no HwConfig preset; known: "
-                                  f"{', '.join([*PRESETS, *_REGISTERED])}")
-    return cfg
+    """The :class:`HwConfig` an accel device carries."""
+    if device.config is None:
+        raise LayoutPlanningError(f"device {device} carries no HwConfig (a name that is no "
+                                  f"preset, {', '.join(PRESETS)}, needs the config itself: "
+                                  "accel(cfg))")
+    return device.config
 
 
 def activation_layout(cfg: HwConfig, channel_block: int | None = None) -> str:
@@ -164,7 +142,7 @@ def pack_accel_layouts(fn: Function) -> Function:
             if dev.kind != "accel" or (not any(lays) and e.op not in CONV):
                 if any(lays):
                     raise LayoutPlanningError(f"{short(e)} on {dev} reads blocked data")
-                new[k], layout[k] = Call(e.op, args, e.attrs, dev), None
+                new[k], layout[k] = Call(e.op, args, e.attrs, dev, e.name), None
             else:
                 new[k], layout[k] = _accel_call(e, args, lays, dev, pack_constant,
                                                  as_layout)
@@ -278,10 +256,10 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
                     raise LayoutPlanningError(f"{short(e)} on {dev}: blocked integer "
                                               "convolutions take zero points of 0")
         attrs = {**e.attrs, "data_layout": act, "kernel_layout": weight_layout(cfg)}
-        return Call(e.op, [x, w, *rest], attrs, dev), conv_output_layout(cfg)
+        return Call(e.op, [x, w, *rest], attrs, dev, e.name), conv_output_layout(cfg)
     blocked = next(lay for lay in lays if lay)
     if e.op in LAYOUT_AGNOSTIC:
-        return Call(e.op, args, e.attrs, dev), blocked
+        return Call(e.op, args, e.attrs, dev, e.name), blocked
     if e.op in QUANT:
         out = [args[0]]
         for a in e.args[1:]:
@@ -295,7 +273,7 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
                 raise LayoutPlanningError(f"{short(e)} on {dev}: scales of shape {shape} "
                                           f"along axis {e.attrs['axis']} have no blocked "
                                           f"form{hint}")
-        return Call(e.op, out, e.attrs, dev), blocked
+        return Call(e.op, out, e.attrs, dev, e.name), blocked
     if e.op in BINARY:
         out = []
         for a, new_a, lay in zip(e.args, args, lays, strict=True):
@@ -314,7 +292,7 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
             else:
                 raise LayoutPlanningError(f"{short(e)} on {dev}: operands in layouts "
                                           f"{lay} and {blocked}{hint}")
-        return Call(e.op, out, e.attrs, dev), blocked
+        return Call(e.op, out, e.attrs, dev, e.name), blocked
     raise LayoutPlanningError(f"{short(e)} on {dev} has no blocked-layout form{hint}")
 
 

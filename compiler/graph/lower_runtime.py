@@ -61,7 +61,7 @@ def lower_to_runtime(fn: Function, constant_slots: dict[int, int] | None = None
                 constant_slots[id(e)] = slot_of[id(e)]
         elif isinstance(e, Call):
             args = tuple(slot_of[id(a)] for a in e.args)
-            nodes.append(Node(e.op, args, _plain_attrs(e.attrs), new_slot(id(e))))
+            nodes.append(Node(e.op, args, _plain_attrs(e.attrs), new_slot(id(e)), e.name))
         elif isinstance(e, Tuple):
             args = tuple(slot_of[id(f)] for f in e.fields)
             nodes.append(Node("tuple", args, {}, new_slot(id(e))))

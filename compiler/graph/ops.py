@@ -182,6 +182,13 @@ for _name, _doc in [("add", "a + b"), ("subtract", "a - b"), ("multiply", "a * b
     register(_name, 2, {}, f"elementwise {_doc}, numpy broadcasting")(_binary)
 
 
+@register("less", 2, {}, "elementwise a < b as bool, numpy broadcasting")
+def _less(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    a, b = _t(types, 0), _t(types, 1)
+    _same_dtype(types)
+    return TensorType(broadcast_shapes(a.shape, b.shape), "bool")
+
+
 def _unary_float(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x = _t(types, 0)
     _want_dtype(x, FLOAT_DTYPES, "the input")
@@ -227,14 +234,20 @@ def _nchw(t: TensorType, what: str) -> None:
 
 
 def _window_out(size: Dim, k: int, stride: int, pad: int, dilation: int, ceil: bool,
-                what: str) -> int:
+                what: str, pad_begin: int | None = None) -> int:
+    """Output extent of a window op; in ceil mode, a last window that would start in the
+    end padding is dropped (ONNX's and PyTorch's rule; ``pad_begin``: the begin padding
+    of the total ``pad``)."""
     size = _static(size, what)
     span = dilation * (k - 1) + 1
     room = size + pad - span
     if room < 0:
         raise _fail(f"{what}: window of extent {span} does not fit input {size} with "
                     f"padding {pad}")
-    return (-(-room // stride) if ceil else room // stride) + 1
+    out = (-(-room // stride) if ceil else room // stride) + 1
+    if ceil and pad_begin is not None and (out - 1) * stride >= size + pad_begin:
+        out -= 1
+    return out
 
 
 def _pair(attrs: Mapping[str, Any], key: str, n: int = 2) -> tuple[int, ...]:
@@ -421,14 +434,21 @@ def _pool(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     dh, dw = _pair(attrs, "dilation")
     pt, pl, pb, pr = _pair(attrs, "padding", 4)
     ceil = attrs["ceil_mode"]
-    oh = _window_out(x.shape[2], kh, sh, pt + pb, dh, ceil, "height")
-    ow = _window_out(x.shape[3], kw, sw, pl + pr, dw, ceil, "width")
+    oh = _window_out(x.shape[2], kh, sh, pt + pb, dh, ceil, "height", pt)
+    ow = _window_out(x.shape[3], kw, sw, pl + pr, dw, ceil, "width", pl)
     return TensorType((x.shape[0], x.shape[1], oh, ow), x.dtype)
 
 
 _POOL_ATTRS = {"pool_size": REQUIRED, "strides": (1, 1), "padding": (0, 0, 0, 0),
                "dilation": (1, 1), "ceil_mode": False}
 register("nn.max_pool2d", 1, _POOL_ATTRS, "2-D max pooling (padding is -inf)")(_pool)
+
+
+@register("nn.max_pool2d_indices", 1, {**_POOL_ATTRS, "storage_order": 0},
+          "where nn.max_pool2d's maxima are: int64 indices into the flattened input "
+          "(ONNX MaxPool's Indices output)")
+def _pool_indices(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    return TensorType(as_tensor_type(_pool(types, attrs), "the pool").shape, "int64")
 register("nn.avg_pool2d", 1, {**_POOL_ATTRS, "count_include_pad": False},
          "2-D average pooling")(_pool)
 
@@ -482,14 +502,14 @@ def _layer_norm(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 @register("nn.pad", 1, {"pads": REQUIRED, "mode": "constant", "value": 0.0},
           "pad; pads are (begin of each axis..., end of each axis...) as in ONNX; mode "
-          "constant, reflect or edge")
+          "constant, reflect, edge or wrap")
 def _pad(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x = _t(types, 0)
     pads = tuple(attrs["pads"])
     if len(pads) != 2 * x.ndim:
         raise _fail(f"pads has {len(pads)} values; rank {x.ndim} needs {2 * x.ndim}")
-    if attrs["mode"] not in ("constant", "reflect", "edge"):
-        raise _fail(f"mode {attrs['mode']!r}: expected constant, reflect or edge")
+    if attrs["mode"] not in ("constant", "reflect", "edge", "wrap"):
+        raise _fail(f"mode {attrs['mode']!r}: expected constant, reflect, edge or wrap")
     shape = []
     for i, d in enumerate(x.shape):
         if pads[i] == 0 and pads[i + x.ndim] == 0:
@@ -669,8 +689,19 @@ def _shape_of(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 @register("mean", 1, {"axes": None, "keepdims": True}, "mean over axes (all by default)")
 def _mean(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    _want_dtype(_t(types, 0), FLOAT_DTYPES, "the input")
+    return _reduced(types, attrs)
+
+
+register("reduce_sum", 1, {"axes": None, "keepdims": True},
+         "sum over axes (all by default)")(lambda types, attrs: _reduced(types, attrs))
+register("reduce_max", 1, {"axes": None, "keepdims": True},
+         "max over axes (all by default; an empty set gives the dtype's lowest)")(
+    lambda types, attrs: _reduced(types, attrs))
+
+
+def _reduced(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x = _t(types, 0)
-    _want_dtype(x, FLOAT_DTYPES, "the input")
     axes = (set(range(x.ndim)) if attrs["axes"] is None
             else {_axis(a, x.ndim) for a in attrs["axes"]})
     if attrs["keepdims"]:
@@ -678,6 +709,60 @@ def _mean(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     else:
         shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
     return TensorType(shape, x.dtype)
+
+
+# ------------------------------------------------------------- runtime-parameter ops
+# The shape ops whose parameters (a target shape, axes, slice bounds, pads, split
+# sizes) arrive as tensors at run time, on the CPU only: the result's shape is the
+# ``out_shape`` the frontend knows (ONNX shape inference; a symbol for each dim that
+# depends on the parameters' values).
+def _int_params(types: list[Type], first: int) -> None:
+    for i in range(first, len(types)):
+        p = _t(types, i)
+        if p.ndim > 1 or p.dtype not in ("int32", "int64"):
+            raise _fail(f"argument {i} is {p}; expected an int32 or int64 vector")
+
+
+def _runtime_shaped(params: tuple[int, ...]) -> TypeRule:
+    def rule(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+        for i in params:
+            _int_params([types[i]], 0)
+        return TensorType(tuple(attrs["out_shape"]), _t(types, 0).dtype)
+    return rule
+
+
+for _name, _n, _params, _attrs, _doc in [
+        ("dynamic_reshape", 2, (1,), {"allowzero": False},
+         "reshape to the shape given by argument 1 (ONNX Reshape: 0 copies, -1 inferred)"),
+        ("dynamic_squeeze", 2, (1,), {}, "squeeze the axes given by argument 1"),
+        ("dynamic_expand_dims", 2, (1,), {}, "insert unit dims at the axes of argument 1"),
+        ("dynamic_strided_slice", 5, (1, 2, 3, 4), {},
+         "ONNX Slice with starts, ends, axes, steps as arguments 1-4"),
+        ("dynamic_pad", 4, (1, 3), {"mode": "constant"},
+         "ONNX Pad with pads, the constant value and axes as arguments 1-3"),
+        ("dynamic_mean", 2, (1,), {"keepdims": True, "noop_with_empty_axes": False},
+         "ONNX ReduceMean with the axes as argument 1 (empty: all, or none with "
+         "noop_with_empty_axes)"),
+        ("dynamic_reduce_sum", 2, (1,), {"keepdims": True, "noop_with_empty_axes": False},
+         "ONNX ReduceSum with the axes as argument 1"),
+        ("dynamic_reduce_max", 2, (1,), {"keepdims": True, "noop_with_empty_axes": False},
+         "ONNX ReduceMax with the axes as argument 1")]:
+    register(_name, _n, {**_attrs, "out_shape": REQUIRED}, _doc)(_runtime_shaped(_params))
+
+
+@register("dynamic_full", 2, {"out_shape": REQUIRED},
+          "a tensor of the shape given by argument 1 filled with the scalar argument 2")
+def _dynamic_full(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    _int_params(types[:1], 0)
+    return TensorType(tuple(attrs["out_shape"]), _t(types, 1).dtype)
+
+
+@register("dynamic_split", 2, {"axis": 0, "out_shapes": REQUIRED},
+          "split along axis into parts of the extents given by argument 1")
+def _dynamic_split(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _int_params(types, 1)
+    return TupleType(tuple(TensorType(tuple(s), x.dtype) for s in attrs["out_shapes"]))
 
 
 # --------------------------------------------------------------------------- quantized
@@ -699,7 +784,7 @@ def _quantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
           "(x - zero_point) * scale as float32; per-axis scale allowed")
 def _dequantize(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x, s = _t(types, 0), _t(types, 1)
-    _want_dtype(x, (*QUANT_DTYPES, "int32"), "the input")
+    _want_dtype(x, (*QUANT_DTYPES, "int16", "uint16", "int32"), "the input")
     if s.dtype != "float32":
         raise _fail(f"scale has dtype {s.dtype}, not float32")
     axis = _quant_axis(attrs["axis"], x, s)

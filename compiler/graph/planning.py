@@ -301,7 +301,7 @@ class _Planner:
                 new[k] = Call("device_copy", [arg(e.args[0], src)], e.attrs, dev_of(k))
             elif isinstance(e, Call):
                 dev = dev_of(k)
-                new[k] = Call(e.op, [arg(a, dev) for a in e.args], e.attrs, dev)
+                new[k] = Call(e.op, [arg(a, dev) for a in e.args], e.attrs, dev, e.name)
             elif isinstance(e, Tuple):
                 dev = dev_of(k)
                 new[k] = Tuple([arg(f, dev) for f in e.fields], dev)

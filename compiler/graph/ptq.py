@@ -214,7 +214,7 @@ def _quantized_linear(old: Call, rebuilt: Call) -> Call:
     w = Call("qnn.dequantize", [Constant(wq), Constant(ws),
                                 Constant(np.zeros(ws.shape, np.int8))], {"axis": axis})
     return Call(old.op, [rebuilt.args[0], w, *rebuilt.args[2:]], old.attrs,
-                old.virtual_device)
+                old.virtual_device, old.name)
 
 
 def _bias(lin: Call, b: Constant, s_x: np.float32) -> Expr:

@@ -118,15 +118,15 @@ def lower_qdq(fn: Function) -> Function:
         if isinstance(x, Call) and x.op == "add":
             x, bias = x.args
         if isinstance(x, Call) and x.op in ("nn.conv2d", "matmul"):
-            return _lower_linear(e, x, bias, ys) or e
+            return _lower_linear(e, x, bias, ys, e.args[0].name) or e
         if bias is None and isinstance(x, Call) and x.op in SCALE_COMMUTING:
             dq = _dequantized(x.args[0])
             if dq is None or dq[1].size != 1 or dq[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
                 return e
             q, s = dq
             if s == ys:
-                return Call(x.op, [q, *x.args[1:]], x.attrs, dev)
-            inner = Call(x.op, [_int32(q), *x.args[1:]], x.attrs, dev)
+                return Call(x.op, [q, *x.args[1:]], x.attrs, dev, x.name)
+            inner = Call(x.op, [_int32(q), *x.args[1:]], x.attrs, dev, x.name)
             return _requantize(inner, s / ys, 1, dev)
         return e
     return rewrite(fn, rule)
@@ -151,10 +151,11 @@ def _lower_add(add: Call, ys: np.ndarray) -> Expr | None:
     for name, real in (("a", sa / twice_max), ("b", sb / twice_max),
                        ("out", twice_max / ((1 << ADD_LEFT_SHIFT) * sy))):
         attrs[f"{name}_multiplier"], attrs[f"{name}_shift"] = quantize_multiplier_q31(real)
-    return Call("qnn.add_q31", [a, b], attrs, add.virtual_device)
+    return Call("qnn.add_q31", [a, b], attrs, add.virtual_device, add.name)
 
 
-def _lower_linear(q: Call, x: Call, bias: Expr | None, ys: np.ndarray) -> Expr | None:
+def _lower_linear(q: Call, x: Call, bias: Expr | None, ys: np.ndarray,
+                  bias_name: str) -> Expr | None:
     dev = q.virtual_device
     data = _dequantized(x.args[0])
     if data is None or data[1].size != 1 or data[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
@@ -166,14 +167,14 @@ def _lower_linear(q: Call, x: Call, bias: Expr | None, ys: np.ndarray) -> Expr |
         if weight is None or x.attrs["data_layout"] != "NCHW":
             return None
         wq, ws = weight
-        acc: Expr = Call("qnn.conv2d_integer", [xq, wq, zero, zero], x.attrs, dev)
+        acc: Expr = Call("qnn.conv2d_integer", [xq, wq, zero, zero], x.attrs, dev, x.name)
         channels, axis = wq.data.shape[0], 1
     else:
         weight = _int8_weight(x.args[1]) or _int8_weight(x.args[1], transpose=True)
         if weight is None or weight[0].data.ndim != 2:
             return None
         wq, ws = weight
-        acc = Call("qnn.matmul_integer", [xq, wq, zero, zero], {}, dev)
+        acc = Call("qnn.matmul_integer", [xq, wq, zero, zero], {}, dev, x.name)
         channels, axis = wq.data.shape[1], -1
     acc_scale = (xs * ws).astype(np.float32)
     if bias is not None:
@@ -181,6 +182,6 @@ def _lower_linear(q: Call, x: Call, bias: Expr | None, ys: np.ndarray) -> Expr |
         if b is None:
             return None
         shape = (-1, 1, 1) if x.op == "nn.conv2d" else (-1,)
-        acc = Call("add", [acc, Constant(b.reshape(shape))], {}, dev)
+        acc = Call("add", [acc, Constant(b.reshape(shape))], {}, dev, bias_name)
     return _requantize(acc, acc_scale / ys, axis, dev)
 

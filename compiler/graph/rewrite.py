@@ -8,7 +8,18 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from .infer import infer_types
-from .ir import Call, Constant, Expr, Function, Let, Tuple, TupleGetItem, Var, post_order
+from .ir import (
+    Call,
+    Constant,
+    Expr,
+    Function,
+    Let,
+    Tuple,
+    TupleGetItem,
+    Var,
+    name_new_calls,
+    post_order,
+)
 from .types import GraphError
 
 Rule = Callable[[Expr, Expr], Expr]
@@ -22,7 +33,7 @@ def rebuild(node: Expr, new: dict[int, Expr]) -> Expr:
         args = [new[id(a)] for a in node.args]
         if all(a is b for a, b in zip(args, node.args, strict=True)):
             return node
-        return Call(node.op, args, node.attrs, node.virtual_device)
+        return Call(node.op, args, node.attrs, node.virtual_device, node.name)
     if isinstance(node, Tuple):
         fields = [new[id(f)] for f in node.fields]
         if all(a is b for a, b in zip(fields, node.fields, strict=True)):
@@ -53,13 +64,20 @@ def rebuild(node: Expr, new: dict[int, Expr]) -> Expr:
 def rewrite(fn: Function, rule: Rule) -> Function:
     """Apply ``rule`` to every node of ``fn`` bottom-up; the rule receives the node with
     its children already rewritten (types inferred) and the original node, and returns
-    the node or a replacement."""
+    the node or a replacement. The calls a replacement is made of take the replaced
+    call's source name (:attr:`Call.name`) unless the rule named them."""
     new: dict[int, Expr] = {}
+    known: set[int] = set()
     for node in post_order(fn):
         rebuilt = rebuild(node, new)
         if not isinstance(rebuilt, Function | Var):
             infer_types(rebuilt)
+            replaced = rebuilt
             rebuilt = rule(rebuilt, node)
+            if rebuilt is not replaced and isinstance(replaced, Call) and replaced.name:
+                name_new_calls([rebuilt], replaced.name, known)
+        known.add(id(node))
+        known.add(id(rebuilt))
         new[id(node)] = rebuilt
     out = new[id(fn)]
     assert isinstance(out, Function)

@@ -64,7 +64,7 @@ def _rewrite(conv: Call) -> Call | None:
     w2 = Constant(np.ascontiguousarray(w.data.reshape(o, c * kh * kw, 1, 1)),
                   w.virtual_device)
     attrs = {**conv.attrs, "strides": (1, 1), "padding": (0, 0, 0, 0)}
-    return Call(conv.op, [moved, w2, *conv.args[2:]], attrs, dev)
+    return Call(conv.op, [moved, w2, *conv.args[2:]], attrs, dev, conv.name)
 
 
 def im2col_small_channel_convs(fn: Function) -> Function:

@@ -25,6 +25,9 @@ DTYPES: dict[str, type] = {
     "int16": np.int16,
     "int32": np.int32,
     "int64": np.int64,
+    "uint16": np.uint16,
+    "uint32": np.uint32,
+    "uint64": np.uint64,
     "bool": np.bool_,
 }
 

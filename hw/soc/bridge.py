@@ -8,8 +8,6 @@ buffer.
 
 from __future__ import annotations
 
-import zlib
-
 from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
@@ -29,7 +27,7 @@ def link_info(cfg: HwConfig, mem_bytes: int, clk_hz: int, baud: int) -> hl.LinkI
     """What an SoC answers to INFO."""
     return hl.LinkInfo(version=hl.VERSION, beat_bytes=cfg.mem_bus_bytes,
                        max_payload=hl.MAX_PAYLOAD, mem_bytes=mem_bytes, clock_hz=int(clk_hz),
-                       baud=int(baud), config_crc=zlib.crc32(cfg.to_json().encode()))
+                       baud=int(baud), config_crc=hl.config_crc(cfg))
 
 
 class HostBridge(wiring.Component):

@@ -124,7 +124,7 @@ def compile_digits_int8(batch: int = 40, config: str | HwConfig = "default",
     from tensorfab.compiler.graph.constant_folding import fold_constants
     from tensorfab.compiler.graph.dense_as_conv import dense_as_conv
     from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
-    from tensorfab.compiler.graph.layout_planning import pack_accel_layouts, register_hw_config
+    from tensorfab.compiler.graph.layout_planning import pack_accel_layouts
     from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
     from tensorfab.compiler.graph.partitioning import annotate_accelerator
     from tensorfab.compiler.graph.planning import plan_devices
@@ -144,12 +144,11 @@ def compile_digits_int8(batch: int = 40, config: str | HwConfig = "default",
     rounding = "single" if requant_supported(cfg) else "double"
     g = fixed_point_requantize(dense_as_conv(integer), per_channel=per_channel,
                                rounding=rounding)
-    name = register_hw_config(cfg)
-    planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(name))))
+    planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(cfg))))
     compiled = lower_accelerator_chains(planned)
     return DigitsInt8(program=lower_to_runtime(compiled), reference=lower_to_runtime(g),
                       qdq=qdq, layers=mac_layers(integer, planned), batch=batch,
-                      config=name)
+                      config=cfg.name)
 
 
 def on_executor(program: GraphProgram, executor: str) -> GraphProgram:

@@ -134,7 +134,7 @@ def test_trace_of_a_cpu_only_program() -> None:
 
 def test_record_json() -> None:
     r = LayerRecord(3, "conv", "accel", [(1, 2)], (1, 4), 0.5, 0.25, 100, 800, 0.5)
-    assert r.to_json() == {"index": 3, "op": "conv", "device": "accel",
+    assert r.to_json() == {"index": 3, "name": "", "op": "conv", "device": "accel",
                            "in_shapes": [[1, 2]], "out_shape": [1, 4], "seconds": 0.25,
                            "cycles": 100, "macs": 800, "utilization": 0.5,
                            "gemm_macs": None, "estimated": False, "clock_hz": None,

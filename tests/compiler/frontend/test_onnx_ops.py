@@ -154,6 +154,10 @@ POOL_CASES = {
     "k2s2": {"kernel_shape": [2, 2], "strides": [2, 2]},
     "k3s1p1": {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
     "k3s2_ceil": {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    # ceil mode whose last window would start in the end padding: dropped (width 8)
+    "k1s2_ceil_last_window": {"kernel_shape": [1, 1], "strides": [2, 2], "ceil_mode": 1},
+    "k3s3p1_ceil_last_window": {"kernel_shape": [3, 3], "strides": [3, 3],
+                                "pads": [1, 1, 1, 1], "ceil_mode": 1},
     "asym_pads": {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 0, 1]},
     "same_upper": {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"},
 }

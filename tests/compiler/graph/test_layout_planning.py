@@ -22,15 +22,14 @@ from tensorfab.compiler.graph import builder as gb
 from tensorfab.compiler.graph.layout_planning import (
     LayoutPlanningError,
     pack_accel_layouts,
-    register_hw_config,
 )
 from tensorfab.compiler.graph.lower_runtime import evaluate
 from tensorfab.compiler.graph.planning import expand_devices, plan_devices
-from tensorfab.isa import PRESETS
+from tensorfab.isa import PRESETS, HwConfig
 from tensorfab.isa.layout import pack_nchw, pack_oihw
 
 
-def two_convs(cfg: str, c_mid: int, float_dtype: bool = True) -> Function:
+def two_convs(cfg: str | HwConfig, c_mid: int, float_dtype: bool = True) -> Function:
     r = np.random.default_rng(11)
     dev = accel(cfg)
     x = gb.var("x", (1, 3, 9, 9), device=CPU)
@@ -87,7 +86,7 @@ def test_block_in_and_block_out_differ_a_relayout_between_convolutions(block_in,
     # bias after the first is packed in the convolution's output layout
     hw = PRESETS["tiny"].replace(name=f"tiny-i{block_in}-o{block_out}", block_in=block_in,
                                  block_out=block_out, mem_bus_width=16)
-    f = two_convs(register_hw_config(hw), 6)
+    f = two_convs(hw, 6)
     p = pack_accel_layouts(plan_devices(f))
     calls = [e for e in post_order(p) if isinstance(e, Call)]
     convs = [e for e in calls if e.op == "nn.conv2d"]
@@ -179,3 +178,23 @@ def test_random_conv_chains_on_the_accelerator(data) -> None:
     xv = r.standard_normal((1, channels[0], 5, 5)).astype(np.float32)
     np.testing.assert_allclose(evaluate(p, [xv]), evaluate(f, [xv]), rtol=1e-5, atol=1e-5)
     assert structural_equal(expand_devices(parse(astext(p))), p)
+
+
+def test_an_accel_device_carries_its_config() -> None:
+    # a config named like a preset but with other values needs no registry, lives beside
+    # the preset, and travels with its device (pickled, as to a worker process)
+    import pickle
+
+    from tensorfab.compiler.graph.layout_planning import hw_config_of
+
+    other = PRESETS["tiny"].replace(block_in=2, mem_bus_width=16)
+    assert other.name == "tiny" and other != PRESETS["tiny"]
+    dev, preset = accel(other), accel("tiny")
+    assert hw_config_of(dev) is other and hw_config_of(preset) is PRESETS["tiny"]
+    assert dev != preset
+    assert hw_config_of(pickle.loads(pickle.dumps(dev))) == other
+    p = pack_accel_layouts(plan_devices(two_convs(other, 6)))
+    convs = [e for e in post_order(p) if isinstance(e, Call) and e.op == "nn.conv2d"]
+    assert [c.attrs["data_layout"] for c in convs] == ["NCHW1n2c"] * 2
+    with pytest.raises(LayoutPlanningError, match="carries no HwConfig"):
+        hw_config_of(accel("not-a-preset"))
