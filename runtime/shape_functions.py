@@ -4,7 +4,8 @@ The VM's ``SHAPE_FUNC`` instruction calls them to size a result before the kerne
 when a dim is symbolic (batch, sequence length). A function takes the list of input
 shapes and the node's attributes and returns the output shape (a tuple of shapes for
 ``split``). Ops not listed have no shape function; the VM names the op when a program
-needs one.
+needs one: ``layout_transform``, and the ``dynamic_*`` ops, whose output shape depends
+on the values of their run-time parameters, not only on shapes.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _same(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
 
 
 @_register("add", "subtract", "multiply", "divide", "power", "maximum", "minimum",
-           "qnn.add_q31", "where")
+           "qnn.add_q31", "where", "less")
 def _broadcast(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     """numpy broadcasting of every input."""
     return tuple(np.broadcast_shapes(*shapes))
@@ -90,7 +91,7 @@ def _im2col(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     return (n, c * kh * kw, _window(h, kh, sh, 1, pt + pb), _window(w, kw, sw, 1, pl + pr))
 
 
-@_register("nn.max_pool2d", "nn.avg_pool2d")
+@_register("nn.max_pool2d", "nn.avg_pool2d", "nn.max_pool2d_indices")
 def _pool2d(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     """NCHW pooling, ceil mode included."""
     n, c, h, w = shapes[0]
@@ -121,7 +122,7 @@ def _pad(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     return tuple(d + pads[i] + pads[i + r] for i, d in enumerate(x))
 
 
-@_register("mean")
+@_register("mean", "reduce_sum", "reduce_max")
 def _mean(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     x, axes = shapes[0], attrs["axes"]
     picked = set(range(len(x))) if axes is None else {a % len(x) for a in axes}
@@ -185,6 +186,17 @@ def _split(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[Shape, ..
     axis = attrs["axis"] % len(x)
     return tuple(tuple(n if i == axis else d for i, d in enumerate(x))
                  for n in attrs["sections"])
+
+
+@_register("strided_slice")
+def _strided_slice(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
+    """ONNX Slice: each axis's length as Python's ``slice(begin, end, step)`` gives it."""
+    out = list(shapes[0])
+    for b, e, a, st in zip(attrs["begin"], attrs["end"], attrs["axes"], attrs["steps"],
+                           strict=True):
+        axis = a % len(out)
+        out[axis] = len(range(*slice(b, e, st).indices(out[axis])))
+    return tuple(out)
 
 
 @_register("shape_of")

@@ -297,3 +297,28 @@ def test_a_symbolic_batch_runs_at_any_size() -> None:
     with VirtualMachine(LoadedModel(program), exe) as vm:
         for n in (1, 3, 7):
             np.testing.assert_array_equal(vm.run([xte[:n]]), run_program(program, [xte[:n]]))
+
+
+_X = np.random.default_rng(0).standard_normal((2, 3, 7, 9)).astype(np.float32)
+
+
+@pytest.mark.parametrize(("op", "inputs", "attrs"), [
+    ("strided_slice", [_X], {"begin": (1, -1, 0), "end": (3, -8, 100), "axes": (1, 3, 2),
+                             "steps": (1, -2, 3)}),
+    ("reduce_sum", [_X], {"axes": (1, 3), "keepdims": True}),
+    ("reduce_max", [_X], {"axes": None, "keepdims": False}),
+    ("mean", [_X], {"axes": (-1,), "keepdims": False}),
+    ("less", [_X, _X[:1]], {}),
+    ("nn.max_pool2d_indices", [_X], {"pool_size": (3, 3), "strides": (2, 2),
+                                     "padding": (1, 1, 1, 1), "dilation": (1, 1),
+                                     "ceil_mode": True, "storage_order": 0}),
+    ("nn.pad", [_X], {"pads": (0, 1, 2, 0, 0, 0, 1, 3), "mode": "constant", "value": 0.0}),
+    ("transpose", [_X], {"axes": (0, 2, 3, 1)}),
+    ("concatenate", [_X, _X], {"axis": -1}),
+    ("split", [_X], {"axis": 3, "sections": (4, 5)}),
+    ("expand_dims", [_X], {"axes": (0, -1)}),
+])
+def test_shape_functions_of_ops_the_digits_cnn_lacks(op, inputs, attrs) -> None:
+    out = KERNELS[op](inputs, attrs)
+    want = tuple(np.shape(o) for o in out) if isinstance(out, tuple) else np.shape(out)
+    assert SHAPE_FUNCTIONS[op]([i.shape for i in inputs], attrs) == want
