@@ -89,6 +89,13 @@ def _device_server(target: str = "fsim") -> dict[str, Any]:
     return run_device_server_bench(target)
 
 
+def _timing_model(programs: int = 200) -> dict[str, Any]:
+    """the timing model vs the RTL: cycle error per workload and random program, speed."""
+    from .timing_model import run_timing_model_bench
+
+    return run_timing_model_bench(programs=programs)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -100,4 +107,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "resnet18": _resnet18,
     "device-server": _device_server,
     "hil": _hil,
+    "timing-model": _timing_model,
 }
