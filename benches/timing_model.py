@@ -134,8 +134,8 @@ def run_timing_model_bench(presets: Sequence[str] = ("tiny", "small", "default")
     max_random = max(all_err, default=0.0)
     max_workloads = max((abs(w["error"]) for w in per_workload.values()), default=0.0)
     speed = rtl_total / model_total if model_total else 0.0
-    meets = {"max_error": max(max_random, max_workloads) <= TARGETS["max_error"],
-             "speed_ratio": speed >= TARGETS["speed_ratio"]}
+    meets = {"max_error": bool(max(max_random, max_workloads) <= TARGETS["max_error"]),
+             "speed_ratio": bool(speed >= TARGETS["speed_ratio"])}
     return {"random": random, "workloads": per_workload,
             "max_error_random": float(max_random),
             "mean_error_random": float(np.mean(all_err)) if all_err else 0.0,
