@@ -103,6 +103,13 @@ def _memory_plan() -> dict[str, Any]:
     return run_memory_plan_bench()
 
 
+def _timing_model(programs: int = 200) -> dict[str, Any]:
+    """the timing model vs the RTL: cycle error per workload and random program, speed."""
+    from .timing_model import run_timing_model_bench
+
+    return run_timing_model_bench(programs=programs)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -116,4 +123,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "hil": _hil,
     "vm-dispatch": _vm_dispatch,
     "memory-plan": _memory_plan,
+    "timing-model": _timing_model,
 }

@@ -423,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file", help="program: assembly (.s) or binary (.bin)")
     s.add_argument("--target", default="fsim",
                    help="executor: fsim (functional simulator), rtl (Verilator), "
+                        "timing (the timing model's cycles, fsim's outputs), "
                         "virtual (the SoC in Verilator), a board (serial:///dev/ttyUSB0, "
                         "socket://HOST:PORT) or a served device (tcp://HOST:PORT); "
                         "docs/hil.md (default: %(default)s)")

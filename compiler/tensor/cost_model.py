@@ -45,15 +45,16 @@ from tensorfab.isa import (
 )
 from tensorfab.isa.formats import ALU_PIPELINE_STAGES
 from tensorfab.isa.insn import fast_reset_lanes
+from tensorfab.sim.timing.model import DEFAULT_TIMING
 
 from .tile_plan import OUTER_AXES, TilePlan
-from .timing import DEFAULT_TIMING
 
 #: Cycles the compute engine spends per instruction beyond its micro-ops (micro-op
 #: read, pipeline fill and drain, tokens).
 INSN_ISSUE_CYCLES = DEFAULT_TIMING.compute_fixed
 #: Cycles a LOAD spends besides its beats (decode, checks, the memory's read latency).
-DMA_SETUP_CYCLES = DEFAULT_TIMING.load_fixed
+#: (the read latency and the two cycles of an isolated LOAD's decode and push)
+DMA_SETUP_CYCLES = DEFAULT_TIMING.read_latency + 2.0
 #: Cycles a STORE spends besides its beats.
 STORE_SETUP_CYCLES = DEFAULT_TIMING.store_fixed
 

@@ -1,0 +1,161 @@
+"""``tensorfab bench timing-model``: the timing model (the ``timing`` device) against
+the RTL executor.
+
+For each preset, ``programs`` seeded random programs
+(:func:`tensorfab.sim.testing.random_program.random_program`: every instruction kind,
+REQUANT and MULHI included, one to four virtual threads) run on the RTL executor
+(default memory timing) and on the model; on the ``default`` preset so do ResNet-18's
+convolutions C2-C11 and the dense layers (default schedule, no operand data: the
+cycles do not depend on it) and a residual add. The error of one program is
+``(model - rtl) / rtl``; the speed ratio is the RTL executor's seconds over the
+model's on the same programs (the Verilator build excluded). Last line::
+
+    {"random": {preset: {"programs", "max_error", "mean_error", "bias",
+                         "rtl_seconds", "model_seconds", "speed_ratio"}},
+     "workloads": {name: {"rtl_cycles", "model_cycles", "error"}},
+     "max_error_random", "mean_error_random", "max_error_workloads",
+     "speed_ratio", "targets", "meets_targets"}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tensorfab.isa import PRESETS, Program
+from tensorfab.sim.timing.model import program_timing
+
+__all__ = ["TARGETS", "residual_add_attrs", "run_timing_model_bench", "workload_programs"]
+
+#: Targets of issue 33: error on every program and workload, speed over the RTL.
+TARGETS = {"max_error": 0.03, "speed_ratio": 1000.0}
+
+
+def residual_add_attrs() -> dict[str, int]:
+    """``qnn.add_q31`` attributes of a typical residual add: operand ``a`` on the
+    halving path, ``b`` through MULHI (multiplier ≈ 0.71), the output scaled down."""
+    return {"left_shift": 20, "a_multiplier": 1 << 30, "a_shift": 0,
+            "b_multiplier": 1518500250, "b_shift": -1, "out_multiplier": 1 << 30,
+            "out_shift": -17, "zero_point": 3}
+
+
+def workload_programs(config: str = "default") -> dict[str, Program]:
+    """The named workload programs: ResNet-18 C2-C11, the dense layers, a residual add."""
+    from tensorfab.compiler import RESNET18_CONV
+    from tensorfab.compiler.tensor import DENSE_LAYERS
+    from tensorfab.compiler.tensor.operators import compile_workload
+    from tensorfab.compiler.tensor.residual_add import residual_add_program
+
+    cfg = PRESETS[config]
+    out = {name: compile_workload(wl, cfg).program
+           for name, wl in {**RESNET18_CONV, **DENSE_LAYERS}.items()}
+    lanes = cfg.batch * cfg.block_in
+    out["residual_add"] = residual_add_program(cfg, (1, 4, 28, 28, 1, lanes),
+                                               residual_add_attrs())
+    return out
+
+
+def _compare(programs: Sequence[Program], rtl: Any) -> tuple[list[int], list[int], float,
+                                                             float]:
+    """RTL and model cycles of each program, and the seconds each took in all."""
+    rtl_cycles, model_cycles = [], []
+    rtl_s = model_s = 0.0
+    for p in programs:
+        t0 = time.perf_counter()
+        rtl_cycles.append(rtl.run(p).cycles)
+        t1 = time.perf_counter()
+        model_cycles.append(round(program_timing(p).cycles))
+        t2 = time.perf_counter()
+        rtl_s += t1 - t0
+        model_s += t2 - t1
+    return rtl_cycles, model_cycles, rtl_s, model_s
+
+
+def run_timing_model_bench(presets: Sequence[str] = ("tiny", "small", "default"),
+                           programs: int = 200, workloads: bool = True,
+                           progress: bool = False) -> dict[str, Any]:
+    """Run the benchmark (see the module docstring).
+
+    Parameters
+    ----------
+    presets : sequence of str
+        Presets of the random programs.
+    programs : int
+        Random programs per preset (seeds ``0 .. programs - 1``).
+    workloads : bool
+        Also compare the ResNet-18, dense and residual-add programs (``default``).
+    progress : bool
+        Print a line per preset and workload to stderr.
+
+    Returns
+    -------
+    dict
+        The JSON object of the module docstring.
+    """
+    from tensorfab.sim.rtl import RtlSimulator
+    from tensorfab.sim.testing.random_program import random_program
+
+    rtl = RtlSimulator()
+    random: dict[str, Any] = {}
+    all_err: list[float] = []
+    rtl_total = model_total = 0.0
+    for name in presets:
+        cfg = PRESETS[name]
+        rtl.build(cfg)
+        progs = [random_program(cfg, seed) for seed in range(programs)]
+        r, m, rs, ms = _compare(progs, rtl)
+        err = (np.array(m) - np.array(r)) / np.array(r)
+        all_err += list(np.abs(err))
+        rtl_total += rs
+        model_total += ms
+        random[name] = {"programs": programs, "max_error": float(np.abs(err).max()),
+                        "mean_error": float(np.abs(err).mean()), "bias": float(err.mean()),
+                        "worst_seed": int(np.abs(err).argmax()),
+                        "rtl_seconds": rs, "model_seconds": ms, "speed_ratio": rs / ms}
+        if progress:
+            print(f"{name}: {random[name]}", file=sys.stderr)
+    per_workload: dict[str, Any] = {}
+    if workloads:
+        rtl.build(PRESETS["default"])
+        for wname, program in workload_programs().items():
+            (r,), (m,), rs, ms = _compare([program], rtl)
+            rtl_total += rs
+            model_total += ms
+            per_workload[wname] = {"rtl_cycles": r, "model_cycles": m, "error": (m - r) / r,
+                                   "rtl_seconds": rs, "model_seconds": ms}
+            if progress:
+                print(f"{wname}: {per_workload[wname]}", file=sys.stderr)
+    max_random = max(all_err, default=0.0)
+    max_workloads = max((abs(w["error"]) for w in per_workload.values()), default=0.0)
+    speed = rtl_total / model_total if model_total else 0.0
+    meets = {"max_error": bool(max(max_random, max_workloads) <= TARGETS["max_error"]),
+             "speed_ratio": bool(speed >= TARGETS["speed_ratio"])}
+    return {"random": random, "workloads": per_workload,
+            "max_error_random": float(max_random),
+            "mean_error_random": float(np.mean(all_err)) if all_err else 0.0,
+            "max_error_workloads": float(max_workloads), "speed_ratio": speed,
+            "targets": TARGETS, "meets_targets": meets}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Command line: ``python -m tensorfab.benches.timing_model [--programs N]``."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--programs", type=int, default=200)
+    ap.add_argument("--presets", default="tiny,small,default")
+    ap.add_argument("--no-workloads", action="store_true")
+    ap.add_argument("--json", action="store_true", help="no progress lines")
+    args = ap.parse_args(argv)
+    out = run_timing_model_bench(args.presets.split(","), args.programs,
+                                 not args.no_workloads, progress=not args.json)
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Cycles the compute engine's ALU interlock adds to each ALU instruction.
+
+The compute pipeline (:class:`tensorfab.hw.compute.ComputeEngine`) holds an ALU
+micro-op at S1C while one of the micro-ops at S2, S3 or S4 writes an accumulator entry
+it reads (its destination always, its source unless the operation takes an immediate or
+is REQUANT). A micro-op that passes S1C at cycle ``t`` lets a dependent one pass at
+``t + 4`` at the earliest, so each micro-op passes at
+``max(previous + 1, max(dependency + 4))``. The pipeline drains between instructions,
+so only micro-ops of one instruction interact. The indices come from the micro-ops the
+program's UOP loads put on chip (followed in program order, as a race-free program
+sees them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tensorfab.isa import Alu, AluOp, Buffer, Insn, Load, Program, uop_format
+
+__all__ = ["INTERLOCK_DISTANCE", "alu_interlock_cycles", "interlock_stalls"]
+
+#: Cycles from one micro-op passing S1C to a micro-op reading its result passing it.
+INTERLOCK_DISTANCE = 4
+
+
+def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
+    """Cycles the interlock holds a sequence of ALU micro-ops, in issue order.
+
+    Parameters
+    ----------
+    dst : numpy.ndarray
+        Accumulator entry each micro-op writes (and reads).
+    src : numpy.ndarray | None
+        Entry each reads besides, ``None`` when the operation reads no second entry.
+    """
+    n = dst.size
+    dep = np.zeros((INTERLOCK_DISTANCE - 1, n), dtype=bool)
+    for d in range(1, INTERLOCK_DISTANCE):
+        hit = dst[d:] == dst[:-d]
+        if src is not None:
+            hit |= src[d:] == dst[:-d]
+        dep[d - 1, d:] = hit
+    if not dep.any():
+        return 0
+    first = int(np.flatnonzero(dep.any(axis=0))[0])
+    t = list(range(first))
+    for i in range(first, n):
+        ti = t[i - 1] + 1 if i else 0
+        for d in range(1, min(INTERLOCK_DISTANCE, i + 1)):
+            if dep[d - 1, i]:
+                ti = max(ti, t[i - d] + INTERLOCK_DISTANCE)
+        t.append(ti)
+    return t[-1] - (n - 1)
+
+
+def _decode_uops(program: Program, image: np.ndarray, load: Load
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``(acc, src)`` fields of the micro-ops ``load`` copies from ``image``."""
+    cfg = program.config
+    fmt = uop_format(cfg)
+    eb = fmt.bytes
+    rows = [image[(load.dram + r * load.stride) * eb:(load.dram + r * load.stride + load.x) * eb]
+            for r in range(load.y)]
+    raw = np.concatenate(rows).reshape(-1, eb) if rows else np.zeros((0, eb), np.uint8)
+    words = np.zeros(raw.shape[0], dtype=np.uint64)
+    for b in range(min(eb, -(-fmt.used_bits // 8))):
+        words |= raw[:, b].astype(np.uint64) << np.uint64(8 * b)
+    offsets = fmt.offsets()
+    out = []
+    for name in ("acc", "src"):
+        mask = np.uint64((1 << fmt.field(name).width) - 1)
+        out.append(((words >> np.uint64(offsets[name])) & mask).astype(np.int64))
+    return out[0], out[1]
+
+
+def _reads_src(insn: Alu) -> bool:
+    return not insn.use_imm and insn.op is not AluOp.REQUANT
+
+
+def alu_interlock_cycles(program: Program, insns: Sequence[Insn] | None = None
+                         ) -> list[float]:
+    """Interlock cycles of each instruction of ``program`` (0 for all but ALU).
+
+    Parameters
+    ----------
+    program : Program
+        The program: its DRAM image holds the micro-ops its UOP loads copy on chip.
+    insns : sequence of Insn, optional
+        The instructions, when not ``program.insns`` (the same micro-op loads).
+    """
+    insns = program.insns if insns is None else insns
+    depth = program.config.uop_depth
+    uop_acc = np.zeros(depth, dtype=np.int64)
+    uop_src = np.zeros(depth, dtype=np.int64)
+    image: np.ndarray | None = None
+    acc_mask = program.config.acc_depth - 1
+    out = [0.0] * len(insns)
+    cache: dict[tuple, int] = {}
+    for k, insn in enumerate(insns):
+        if isinstance(insn, Load) and insn.buffer is Buffer.UOP:
+            if image is None:
+                image = program.dram_image()
+            a, s = _decode_uops(program, image, insn)
+            grid_a = np.zeros(insn.rows * insn.cols, dtype=np.int64)
+            grid_s = np.zeros_like(grid_a)
+            idx = ((np.arange(insn.y)[:, None] + insn.pad_top) * insn.cols
+                   + insn.pad_left + np.arange(insn.x)[None, :]).ravel()
+            grid_a[idx], grid_s[idx] = a, s
+            end = min(depth, insn.sram + grid_a.size)
+            uop_acc[insn.sram:end] = grid_a[:end - insn.sram]
+            uop_src[insn.sram:end] = grid_s[:end - insn.sram]
+        elif isinstance(insn, Alu):
+            lo, hi = insn.uop_begin, insn.uop_end
+            ua, us = uop_acc[lo:hi], uop_src[lo:hi]
+            reads_src = _reads_src(insn)
+            key = (insn, ua.tobytes(), us.tobytes() if reads_src else b"")
+            stall = cache.get(key)
+            if stall is None:
+                i = np.arange(insn.iter_out, dtype=np.int64)[:, None, None]
+                j = np.arange(insn.iter_in, dtype=np.int64)[None, :, None]
+                dst = ((ua[None, None, :] + i * insn.dst_factor_out
+                        + j * insn.dst_factor_in).ravel()) & acc_mask
+                src = ((us[None, None, :] + i * insn.src_factor_out
+                        + j * insn.src_factor_in).ravel() & acc_mask) if reads_src else None
+                stall = cache[key] = interlock_stalls(dst, src)
+            out[k] = float(stall)
+    return out

@@ -1,0 +1,388 @@
+"""A cycle estimate of a built instruction stream: three in-order engines, dependency
+tokens, in-order dispatch into bounded command queues and one shared memory bus.
+
+One model for every user: the compiler's tile search
+(:mod:`tensorfab.compiler.tensor.tile_search`) ranks its best analytic candidates by
+it, :func:`tensorfab.compiler.tensor.tokens.dispatch_order` orders instructions by its
+start times, and the ``timing`` device (:class:`.device.TimingSimulator`) reports its
+cycles. It is an event simulation, not a cycle-accurate one:
+
+* each instruction keeps its engine busy for fixed cycles (:class:`TimingParams`) and,
+  for LOAD and STORE, for the bus beats it moves; beats of a LOAD and a STORE in
+  flight at once share the bus equally (one beat per cycle in all);
+* an instruction starts when its engine is free, fetch has dispatched it and the
+  tokens it pops have been pushed (a token is pushed when its instruction ends);
+* fetch dispatches in program order; an engine's queue holds ``cmd_queue_depth``
+  instructions besides the one the engine holds;
+* a LOAD into the accumulators makes no progress while the compute engine runs the
+  micro-ops of a GEMM or ALU instruction (they share the accumulator's write port);
+* a LOAD walks its padded block (:func:`load_walk`): padding one entry per cycle, data
+  as its beats arrive after the read latency;
+* an ALU instruction is held by the pipeline's interlock (:mod:`.alu_interlock`) when
+  :func:`program_timing` is given the whole program (its micro-ops).
+
+The constants of :data:`DEFAULT_TIMING` are calibrated against the RTL executor
+(docs/compiler.md, "Timing model").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tensorfab.isa import (
+    Alu,
+    Buffer,
+    Engine,
+    Finish,
+    Gemm,
+    HwConfig,
+    Insn,
+    Load,
+    Program,
+    ProgramError,
+    Store,
+    buffer_entry_bytes,
+)
+from tensorfab.isa.formats import (
+    ALU_PIPELINE_STAGES,
+    FAST_RESET_LANES,
+    TOKEN_QUEUES,
+    UOP_INDEX_STAGES,
+    UOP_READ_STAGES,
+    token_pops,
+    token_pushes,
+)
+from tensorfab.isa.insn import fast_reset_lanes, is_fast_reset
+
+from .alu_interlock import alu_interlock_cycles
+
+__all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
+           "estimated_cycles", "fast_reset", "insn_work", "load_walk", "program_timing",
+           "simulate"]
+
+_EPS = 1e-9
+#: Register slices a read command and its data pass in the memory arbiter.
+ARBITER_SLICES = 2
+_POPS = {e: [(q, f) for f, q in token_pops(e)] for e in Engine}
+_PUSHES = {e: [(q, f) for f, q in token_pushes(e)] for e in Engine}
+
+
+@dataclass(frozen=True)
+class TimingParams:
+    """Constants of the model, in core clock cycles.
+
+    Attributes
+    ----------
+    load_fixed : float
+        Per LOAD besides its walk (:func:`load_walk`): decode, range check, the token
+        push; measured as 3 on an isolated LOAD, calibrated as 7 so that it also
+        covers the average wait behind a STORE's write or an instruction fetch on the
+        in-order memory.
+    store_fixed : float
+        Per STORE besides its beats.
+    compute_fixed : float
+        Per GEMM or ALU instruction besides its micro-ops (micro-op read, pipeline
+        fill and drain, tokens).
+    start : float
+        Cycles before the first instruction can start (the first instruction fetch).
+    read_latency : float
+        Cycles from the start of a LOAD's walk to its first data beat: the memory's
+        read latency (:class:`tensorfab.sim.rtl.MemoryTiming`, 20 by default) and
+        the arbiter's two register slices.
+    outstanding : float
+        Read commands in flight at once (the memory's ``max_outstanding``): rows of
+        ``b`` beats arrive at most every ``(read_latency + b) / outstanding`` cycles.
+    in_order_memory : bool
+        The memory serves commands in order: a STORE's write waits for the reads of
+        the LOAD running when it gets there, and a LOAD's reads for the beats of a
+        write under way.
+    """
+
+    load_fixed: float = 3.0
+    store_fixed: float = 6.0
+    compute_fixed: float = 9.0 + UOP_READ_STAGES  # calibrated as 10 with one read stage
+    start: float = 30.0
+    read_latency: float = 22.0
+    outstanding: float = 16.0
+    in_order_memory: bool = True
+
+    @classmethod
+    def for_memory(cls, read_latency: int) -> TimingParams:
+        """The constants for a memory of ``read_latency`` cycles (the RTL harness's
+        :attr:`~tensorfab.sim.rtl.MemoryTiming.read_latency`; one beat per cycle)."""
+        return cls(read_latency=read_latency + ARBITER_SLICES)
+
+
+#: The calibrated model (docs/compiler.md).
+DEFAULT_TIMING = TimingParams()
+
+
+fast_reset = is_fast_reset  # the old name of the ISA's predicate
+
+
+def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
+              ) -> tuple[float, float]:
+    """``(fixed cycles, bus beats)`` of one instruction."""
+    bus = cfg.mem_bus_bytes
+    if isinstance(insn, Load):
+        beats = -(-insn.x * buffer_entry_bytes(cfg, insn.buffer) // bus)
+        walk = load_walk(insn, beats, params)
+        return params.load_fixed + walk - insn.y * beats, float(insn.y * beats)
+    if isinstance(insn, Store):
+        return params.store_fixed, float(insn.y * insn.x * cfg.out_entry_bytes // bus)
+    if is_fast_reset(insn):
+        lanes = fast_reset_lanes(cfg)
+        lines = insn.iter_out * (math.ceil(insn.iter_in / lanes) + 1)
+        return params.compute_fixed + lines, 0.0
+    if isinstance(insn, Gemm | Alu):
+        n = (insn.uop_end - insn.uop_begin) * insn.iter_out * insn.iter_in
+        drain = ALU_PIPELINE_STAGES if isinstance(insn, Alu) else 0
+        return params.compute_fixed + UOP_INDEX_STAGES + drain + n, 0.0
+    return 1.0, 0.0
+
+
+def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING) -> float:
+    """Cycles the load engine's sequencer takes to walk ``insn``'s padded block.
+
+    It writes one padding entry per cycle and the data as its beats arrive; the
+    memory delivers the beats of all rows back to back, the first
+    ``params.read_latency`` cycles after the walk starts (the padding before the first
+    data row overlaps that latency).
+
+    Parameters
+    ----------
+    insn : Load
+        The instruction.
+    row_beats : int
+        Bus beats of one data row.
+    params : TimingParams
+        Constants.
+    """
+    cols = insn.cols
+    t = float(insn.pad_top * cols)
+    arrived = params.read_latency
+    # one read command per row: at most `outstanding` in flight
+    spacing = max(float(row_beats), (params.read_latency + row_beats) / params.outstanding)
+    for _ in range(insn.y):
+        arrived += spacing
+        t = max(t + insn.pad_left + row_beats, arrived) + insn.pad_right
+    return t + insn.pad_bottom * cols
+
+
+@dataclass
+class Timing:
+    """What :func:`simulate` predicts.
+
+    Attributes
+    ----------
+    cycles : float
+        Until the last instruction ends.
+    start, end : list[float]
+        Per instruction.
+    busy : dict[str, float]
+        Cycles each engine held an instruction that was running (token waits
+        excluded).
+    stall : dict[str, float]
+        Cycles each engine had its next instruction dispatched and waited for the
+        tokens it pops (the RTL's ``stall``; the RTL's ``busy`` is ``busy + stall``).
+    """
+
+    cycles: float
+    start: list[float]
+    end: list[float]
+    busy: dict[str, float]
+    stall: dict[str, float] = field(default_factory=dict)
+
+
+def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAULT_TIMING,
+             *, fetch: bool = True, extra: Sequence[float] | None = None) -> Timing | None:
+    """Estimate the cycles of ``insns`` (see the module docstring); ``None`` when the
+    tokens deadlock (a pop no instruction can satisfy).
+
+    Parameters
+    ----------
+    insns : sequence of Insn
+        The program's instructions in program order (FINISH may be left out).
+    cfg : HwConfig
+        The configuration (bus width, command-queue depth).
+    params : TimingParams
+        Constants.
+    fetch : bool
+        Model in-order dispatch into bounded command queues; without it every
+        instruction is available from the start (the order only each engine's own).
+    extra : sequence of float, optional
+        Cycles each instruction holds its engine beyond :func:`insn_work` (the ALU
+        interlock's, :func:`.alu_interlock.alu_interlock_cycles`).
+    """
+    n = len(insns)
+    engines = list(Engine)
+    n_eng = len(engines)
+    eng_of = [int(insn.engine) for insn in insns]
+    queues = [q.name for q in TOKEN_QUEUES]
+    q_index = {q: k for k, q in enumerate(queues)}
+    # per instruction: queues it pops and pushes (indices)
+    pops = [tuple(q_index[q] for q, f in _POPS[insn.engine] if getattr(insn, f))
+            for insn in insns]
+    pushes = [tuple(q_index[q] for q, f in _PUSHES[insn.engine] if getattr(insn, f))
+              for insn in insns]
+    streams: list[list[int]] = [[] for _ in range(n_eng)]
+    pos = [0] * n  # position of each instruction in its engine's stream
+    for i, e in enumerate(eng_of):
+        pos[i] = len(streams[e])
+        streams[e].append(i)
+    work_cache: dict[Insn, tuple[float, float]] = {}
+    work = []
+    for insn in insns:
+        w = work_cache.get(insn)
+        if w is None:
+            w = work_cache[insn] = insn_work(insn, cfg, params)
+        work.append(w)
+    if extra is not None:
+        work = [(f + x, b) for (f, b), x in zip(work, extra, strict=True)]
+    depth = cfg.cmd_queue_depth
+    pushed: list[list[float]] = [[] for _ in queues]
+    popped = [0] * len(queues)
+    ptr = [0] * n_eng
+    n_taken = [0] * n_eng
+    run_i = [-1] * n_eng  # instruction each engine runs (-1: idle)
+    run_fixed = [0.0] * n_eng
+    run_beats = [0.0] * n_eng
+    start = [0.0] * n
+    end = [0.0] * n
+    busy_t = [0.0] * n_eng
+    dispatched = 0 if fetch else n
+    ld, st, cp = int(Engine.LOAD), int(Engine.STORE), int(Engine.COMPUTE)
+    acc_load = [isinstance(insn, Load) and insn.buffer is Buffer.ACC for insn in insns]
+    # per compute instruction: the fraction of its micro-op cycles writing the
+    # accumulators (the ALU interlock's bubbles write nothing)
+    acc_writes = [0.0] * n
+    for i, insn in enumerate(insns):
+        if isinstance(insn, Gemm | Alu):
+            busy_uops = work[i][0] - params.compute_fixed
+            stall = extra[i] if extra is not None else 0.0
+            acc_writes[i] = min(1.0, max(0.0, (busy_uops - stall) / busy_uops)) \
+                if busy_uops > _EPS else 0.0
+    writing = False  # the running STORE's write has begun
+    disp_t = [params.start] * n  # when fetch dispatched each instruction
+    free_t = [params.start] * n_eng  # when each engine last became free
+    stall_t = [0.0] * n_eng
+    t = params.start
+    done = 0
+    inf = math.inf
+    while done < n:
+        # fetch: dispatch in program order while the target queue has room
+        while dispatched < n:
+            k = pos[dispatched] - depth
+            if k >= 0 and n_taken[eng_of[dispatched]] <= k:
+                break
+            disp_t[dispatched] = t
+            dispatched += 1
+        # idle engines take their next instruction when dispatched and its tokens exist
+        wake = inf
+        for e in range(n_eng):
+            if run_i[e] >= 0 or ptr[e] >= len(streams[e]):
+                continue
+            i = streams[e][ptr[e]]
+            if i >= dispatched:
+                continue
+            ready_at = t
+            ok = True
+            for q in pops[i]:
+                if popped[q] >= len(pushed[q]):
+                    ok = False
+                    break
+                ready_at = max(ready_at, pushed[q][popped[q]])
+            if not ok:
+                continue
+            if ready_at > t:
+                wake = min(wake, ready_at)
+                continue
+            for q in pops[i]:
+                popped[q] += 1
+            n_taken[e] += 1
+            ptr[e] += 1
+            start[i] = t
+            stall_t[e] += t - max(free_t[e], disp_t[i])
+            run_i[e] = i
+            run_fixed[e], run_beats[e] = work[i]
+            if e == st:
+                writing = False
+            elif e == ld and params.in_order_memory and run_i[st] >= 0 and writing:
+                run_fixed[e] += run_beats[st]  # its read waits for the write's beats
+        active = [e for e in range(n_eng) if run_i[e] >= 0]
+        if not active:
+            if wake == inf:
+                return None  # deadlock
+            t = wake
+            continue
+        held = -1  # a store whose write waits for the load's reads ahead of it
+        if run_i[st] >= 0 and run_fixed[st] <= _EPS and not writing:
+            if params.in_order_memory and run_i[ld] >= 0:
+                held = st
+            else:
+                writing = True
+        # a LOAD into the accumulators waits while the compute engine writes them: it
+        # moves at the rate of the cycles the compute engine leaves the port free
+        tail = run_fixed[cp] - params.compute_fixed if run_i[cp] >= 0 else 0.0
+        slow = (acc_load[run_i[ld]] and acc_writes[run_i[cp]] > 0.0 and tail > _EPS
+                if run_i[ld] >= 0 and run_i[cp] >= 0 else False)
+        rate = [1.0] * n_eng
+        if slow:
+            rate[ld] = 1.0 - acc_writes[run_i[cp]]
+        share = sum(1 for e in active if run_fixed[e] <= _EPS and run_beats[e] > _EPS
+                    and e != held and rate[e] > _EPS) or 1
+        nxt = wake
+        if slow:
+            nxt = min(nxt, t + tail)
+        for e in active:
+            if e == held or rate[e] <= _EPS:
+                continue
+            f = run_fixed[e]
+            nxt = min(nxt, t + (f if f > _EPS else run_beats[e] * share) / rate[e])
+        dt = nxt - t
+        for e in active:
+            busy_t[e] += dt
+            if e == held:
+                continue
+            if run_fixed[e] > _EPS:
+                run_fixed[e] -= dt * rate[e]
+            else:
+                run_beats[e] -= dt * rate[e] / share
+        t = nxt
+        for e in active:
+            if run_fixed[e] <= _EPS and run_beats[e] <= _EPS:
+                i = run_i[e]
+                end[i] = t
+                for q in pushes[i]:
+                    pushed[q].append(t)
+                run_i[e] = -1
+                free_t[e] = t
+                done += 1
+    busy = {e.name.lower(): busy_t[int(e)] for e in engines}
+    stall = {e.name.lower(): stall_t[int(e)] for e in engines}
+    return Timing(cycles=max(end, default=t), start=start, end=end, busy=busy, stall=stall)
+
+
+def estimated_cycles(insns: Sequence[Insn], cfg: HwConfig) -> int:
+    """The model's cycles of ``insns`` (:func:`simulate` with the calibrated constants),
+    rounded; 0 when the tokens deadlock."""
+    timing = simulate(insns, cfg)
+    return round(timing.cycles) if timing else 0
+
+
+def program_timing(program: Program, params: TimingParams = DEFAULT_TIMING) -> Timing:
+    """:func:`simulate` of a whole program, the ALU interlock included.
+
+    Raises
+    ------
+    ProgramError
+        If the program's tokens deadlock.
+    """
+    insns = [insn for insn in program.insns if not isinstance(insn, Finish)]
+    timing = simulate(insns, program.config, params, extra=alu_interlock_cycles(program, insns))
+    if timing is None:
+        raise ProgramError("the timing model found the program's dependency tokens "
+                           "deadlocked (a pop no instruction's push satisfies)")
+    return timing

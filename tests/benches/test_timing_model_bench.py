@@ -1,0 +1,34 @@
+"""``tensorfab bench timing-model`` on a few programs: its JSON keys and figures."""
+
+from __future__ import annotations
+
+import json
+
+from tensorfab.benches.timing_model import main, residual_add_attrs
+from tensorfab.compiler.tensor.residual_add import residual_add_program
+from tensorfab.isa import PRESETS
+from tensorfab.sim import FunctionalSimulator
+from tensorfab.sim.testing.random_program import random_program
+from tensorfab.sim.timing import program_timing
+
+
+def test_bench_reports_errors_against_the_rtl(capsys) -> None:
+    from tensorfab.sim.rtl import RtlSimulator
+
+    out = main(["--programs", "2", "--presets", "tiny", "--no-workloads", "--json"])
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last == json.loads(json.dumps(out))
+    tiny = out["random"]["tiny"]
+    rtl = [RtlSimulator().run(random_program(PRESETS["tiny"], s)).cycles for s in range(2)]
+    model = [round(program_timing(random_program(PRESETS["tiny"], s)).cycles) for s in range(2)]
+    errors = [abs(m - r) / r for m, r in zip(model, rtl, strict=True)]
+    assert tiny["max_error"] == max(errors) and out["max_error_random"] == max(errors)
+    assert tiny["speed_ratio"] > 1.0
+    assert set(out) >= {"workloads", "mean_error_random", "max_error_workloads",
+                        "speed_ratio", "targets", "meets_targets"}
+
+
+def test_residual_add_attrs_build_a_program_the_fsim_runs() -> None:
+    cfg = PRESETS["default"]
+    p = residual_add_program(cfg, (1, 1, 2, 2, 1, 16), residual_add_attrs())
+    FunctionalSimulator().run(p)
