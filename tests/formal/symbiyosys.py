@@ -31,7 +31,8 @@ from amaranth.hdl import Elaboratable, Shape, ShapeLike, Value
 # redesigned; the RTLIL backend still writes them as $anyseq/$anyconst cells
 from amaranth.hdl._ast import AnyConst, AnySeq
 
-__all__ = ["FormalResult", "assert_proved", "assert_refuted", "free", "free_const", "prove"]
+__all__ = ["FormalResult", "assert_proved", "assert_refuted", "cover_traces", "first_values",
+           "free", "free_const", "prove"]
 
 #: Seconds a solver may take for one spec before the test fails.
 SOLVER_TIMEOUT = 170
@@ -163,3 +164,36 @@ def assert_refuted(spec: Elaboratable, workdir: Path, *, depth: int,
         f"mutant in {workdir}: {result.status}, expected a counterexample after "
         f"{result.seconds:.0f} s\n{_tail(result.log)}")
     return result
+
+
+def cover_traces(result: FormalResult) -> list[Path]:
+    """The trace SymbiYosys wrote for each reached ``Cover`` (VCD files)."""
+    return sorted((result.workdir / "spec_cover").glob("engine_*/trace*.vcd"))
+
+
+def first_values(vcd: Path, scope: tuple[str, ...], names: set[str]) -> dict[str, int]:
+    """The values of signals ``names`` in ``scope`` (module instance names from the
+    top, e.g. ``("top", "dut")``) at the first step of the trace ``vcd``."""
+    stack: list[str] = []
+    ids: dict[str, str] = {}
+    values: dict[str, int] = {}
+    for line in vcd.read_text().splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "$scope":
+            stack.append(parts[2])
+        elif parts[0] == "$upscope":
+            stack.pop()
+        elif parts[0] == "$var" and tuple(stack) == scope and parts[4] in names:
+            ids[parts[3]] = parts[4]
+        elif parts[0].startswith("#") and parts[0] != "#0":
+            break
+        elif parts[0].startswith("b") and len(parts) == 2 and parts[1] in ids:
+            values.setdefault(ids[parts[1]], int(parts[0][1:].replace("x", "0"), 2))
+        elif parts[0][0] in "01x" and parts[0][1:] in ids:
+            values.setdefault(ids[parts[0][1:]], int(parts[0][0].replace("x", "0")))
+    missing = names - values.keys()
+    if missing:
+        raise ValueError(f"{vcd}: no value for {sorted(missing)} in {'.'.join(scope)}")
+    return values
