@@ -26,7 +26,7 @@ SLICE_ENTRIES = 2
 #: the longest write the store sends in the proof, in beats
 STORE_LONGEST = 2
 #: cycles checked
-BOUND = 10
+BOUND = 9
 
 
 def arbiter_spec(dut: MemArbiter, group: tuple[str, ...],
