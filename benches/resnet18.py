@@ -56,8 +56,8 @@ TARGETS = {"run_seconds": 20.0, "compile_seconds": 30.0, "accel_mac_fraction": 0
 
 
 def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str = "default",
-                       plot: str | None = "build/bench/resnet18-layers.png", seed: int = 0
-                       ) -> dict[str, Any]:
+                       plot: str | None = "build/bench/resnet18-layers.png", seed: int = 0,
+                       fuse: bool = True) -> dict[str, Any]:
     """Run the benchmark (see the module docstring); ``plot`` is the PNG path (None:
     no chart)."""
     from tensorfab.compiler.frontend import from_onnx, quantize_onnx
@@ -71,6 +71,7 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     from tensorfab.compiler.graph.partitioning import annotate_accelerator, residual_add_chains
     from tensorfab.compiler.graph.planning import plan_devices
     from tensorfab.compiler.graph.qdq_lowering import lower_qdq
+    from tensorfab.compiler.graph.residual_fusion import fuse_residual_adds
     from tensorfab.compiler.graph.stem_im2col import im2col_small_channel_convs
     from tensorfab.isa import PRESETS
     from tensorfab.isa.formats import requant_supported
@@ -91,6 +92,8 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     integer = lower_qdq(fold_constants(from_onnx(qdq, input_shapes={"input": shape})))
     rounding = "single" if requant_supported(PRESETS[config]) else "double"
     g = fixed_point_requantize(dense_as_conv(integer), per_channel=True, rounding=rounding)
+    if fuse:
+        g = fuse_residual_adds(g)
 
     def compile_with(residual_adds: str) -> tuple[Any, Any]:
         planned = pack_accel_layouts(im2col_small_channel_convs(plan_devices(

@@ -34,7 +34,8 @@ class AcceleratorLoweringError(GraphError):
 
 
 #: Operators of an accelerator chain after its convolution.
-_CHAIN_OPS = ("add", "qnn.requantize_fixed", "qnn.requantize_q31", "relu", "clip")
+_CHAIN_OPS = ("add", "qnn.requantize_fixed", "qnn.requantize_q31",
+              "qnn.requantize_residual_q31", "relu", "clip")
 
 
 def _chain_from(end: Call) -> list[Call] | None:
@@ -50,8 +51,9 @@ def _chain_from(end: Call) -> list[Call] | None:
         chain.append(e)
     chain.reverse()
     ops = [c.op for c in chain]
-    if ops[0] != "qnn.conv2d_integer" or not {"qnn.requantize_fixed",
-                                               "qnn.requantize_q31"} & set(ops):
+    if ops[0] != "qnn.conv2d_integer" or not {
+            "qnn.requantize_fixed", "qnn.requantize_q31",
+            "qnn.requantize_residual_q31"} & set(ops):
         return None
     order = ["qnn.conv2d_integer", "add", "qnn.requantize", "relu", "clip"]
     ops = ["qnn.requantize" if o.startswith("qnn.requantize") else o for o in ops]
@@ -99,6 +101,7 @@ def _compile(chain: list[Call]) -> Call:
     bias = None
     requant = relu = clip = None
     per_channel: Any = None
+    residual: Call | None = None
     for node in chain[1:]:
         if node.op == "add":
             b = node.args[1]
@@ -115,6 +118,10 @@ def _compile(chain: list[Call]) -> Call:
             requant = (node.attrs["multiplier"], node.attrs["shift"])
         elif node.op == "qnn.requantize_q31":
             per_channel = node.attrs
+        elif node.op == "qnn.requantize_residual_q31":
+            per_channel = {**node.attrs, "rounding": "single"}
+            clip = (int(node.attrs["lo"]), int(node.attrs["hi"]))
+            residual = node
         elif node.op == "relu":
             relu = True
         elif node.op == "clip":
@@ -131,7 +138,9 @@ def _compile(chain: list[Call]) -> Call:
                             multiplier=_padded(per_channel["multiplier"], plain_w.shape[0]),
                             shift=_padded(per_channel["shift"], plain_w.shape[0]),
                             zero_point=per_channel["zero_point"],
-                            rounding=per_channel.get("rounding", "double"))
+                            rounding=per_channel.get("rounding", "double"),
+                            residual=None if residual is None else _padded(
+                                per_channel["residual_factor"], plain_w.shape[0]))
     dummy = np.zeros((n_pad, c_pad, h, wd), np.int8)
     op = compile_conv2d(cfg, dummy, plain_w, bias, stride=(sh, sw),
                         padding=(pt, pb, pl, pr), epilogue=epilogue)
@@ -143,9 +152,12 @@ def _compile(chain: list[Call]) -> Call:
     layer = "+".join(c.op.split(".")[-1] for c in chain) + f" {kh}x{kw}/{sh}"
     if dilation != (1, 1):
         layer += f" dilation {dilation[0]}x{dilation[1]}"
-    return Call("accel.program", [x, Constant(blob, dev)],
-                {"out_shape": out_shape, "layer": layer,
-                 "estimated_cycles": estimated_cycles(op.program.insns, cfg)}, dev)
+    attrs = {"out_shape": out_shape, "layer": layer,
+             "estimated_cycles": estimated_cycles(op.program.insns, cfg)}
+    if residual is None:
+        return Call("accel.program", [x, Constant(blob, dev)], attrs, dev)
+    return Call("accel.program", [x, Constant(blob, dev), residual.args[1]],
+                {**attrs, "extra_input_segment": "res"}, dev)
 
 
 def _residual_add_from(end: Call, readers: dict[int, list[Call]]) -> list[Call] | None:

@@ -43,7 +43,7 @@ LAYOUT_AGNOSTIC = frozenset({
     "qnn.requantize_q31",
 })
 BINARY = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
-                    "qnn.add_q31"})
+                    "qnn.add_q31", "qnn.requantize_residual_q31"})
 QUANT = frozenset({"qnn.quantize", "qnn.dequantize", "qnn.requantize"})
 CONV = frozenset({"nn.conv2d", "qnn.conv2d_integer"})
 

@@ -765,6 +765,27 @@ def _requantize_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     return TensorType(x.shape, "int8")
 
 
+@register("qnn.requantize_residual_q31", 2, {"multiplier": REQUIRED, "shift": REQUIRED,
+                                             "residual_factor": REQUIRED, "zero_point": 0,
+                                             "lo": -128, "hi": 127},
+          "int32 accumulators plus an int8 residual to int8 per output channel, one "
+          "rounding (a residual add fused into the convolution's REQUANT): t = x + "
+          "residual · residual_factor (int32), then t · multiplier rounded once by "
+          "31 - shift bits (half away from zero), + zero_point, clamped to lo..hi; "
+          "per-channel attributes as qnn.requantize_q31's, the residual of x's shape")
+def _requantize_residual_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x, r = _t(types, 0), _t(types, 1)
+    _want_dtype(r, ("int8",), "the residual")
+    if tuple(r.shape) != tuple(x.shape):
+        raise _fail(f"the residual {r} is not of the accumulators' shape {x}")
+    if len(attrs["residual_factor"]) != len(attrs["multiplier"]):
+        raise _fail(f"{len(attrs['residual_factor'])} residual factors for "
+                    f"{len(attrs['multiplier'])} multipliers: one of each per channel")
+    if not -128 <= attrs["lo"] <= attrs["hi"] <= 127:
+        raise _fail(f"bounds lo {attrs['lo']}, hi {attrs['hi']} not within int8 in order")
+    return _requantize_q31([x], {**attrs, "rounding": "single"})
+
+
 @register("qnn.add_q31", 2, {"left_shift": 20, "a_multiplier": REQUIRED,
                              "a_shift": REQUIRED, "b_multiplier": REQUIRED,
                              "b_shift": REQUIRED, "out_multiplier": REQUIRED,

@@ -34,7 +34,7 @@ from .rewrite import call_readers, rebuild, single_reader_chain
 from .types import GraphError
 
 EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "qnn.requantize_q31",
-                      "relu", "clip"})
+                      "qnn.requantize_residual_q31", "relu", "clip"})
 
 
 #: A dilated convolution runs on the accelerator as the same convolution with zeros
@@ -115,6 +115,8 @@ def _epilogue_step(e: Call, prev: Expr) -> bool:
         return isinstance(e.args[1], Constant)
     if e.op == "qnn.requantize":
         return all(isinstance(a, Constant) for a in e.args[1:])
+    if e.op == "qnn.requantize_residual_q31":  # the residual: an activation of its shape
+        return not isinstance(e.args[1], Constant)
     return True
 
 
