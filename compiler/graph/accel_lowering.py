@@ -25,7 +25,7 @@ from tensorfab.runtime.layout_transform import layout_transform
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, post_order
 from .layout_planning import conv_output_layout, hw_config_of
-from .rewrite import rebuild
+from .rewrite import call_readers, rebuild, rewrite
 from .types import GraphError
 
 
@@ -61,6 +61,19 @@ def _chain_from(end: Call) -> list[Call] | None:
             len(set(ops)) != len(ops):
         return None
     return chain
+
+
+def chain_end(conv: Call, readers: dict[int, list[Call]]) -> Call:
+    """The last node of the accelerator chain starting at ``conv``: through each single
+    reader on the same device that continues the chain (an operator of a chain taking
+    the node as its first argument)."""
+    end = conv
+    while True:
+        nxt = readers.get(id(end), [])
+        if not (len(nxt) == 1 and nxt[0].op in _CHAIN_OPS and nxt[0].args[0] is end
+                and nxt[0].virtual_device == conv.virtual_device):
+            return end
+        end = nxt[0]
 
 
 def dilated_kernel(w: np.ndarray, dilation: tuple[int, int]) -> np.ndarray:
@@ -192,6 +205,49 @@ def _compile_residual_add(nodes: list[Call]) -> Call:
                 {"out_shape": shape, "layer": "add_q31+relu" if relu else "add_q31",
                  "input_segment": "a", "extra_input_segment": "b",
                  "estimated_cycles": estimated_cycles(program.insns, cfg)}, dev)
+
+
+def accel_chain_macs(planned: Function) -> list[int]:
+    """The multiply-accumulates of each accelerator convolution of a planned program
+    (before blocked layouts pad the channels), in the post order of the ends of their
+    chains (the order of the ``accel.program`` calls that replace them: a convolution
+    with a fused residual comes after the program computing the residual)."""
+    infer_types(planned)
+    readers = call_readers(planned)
+    by_end: dict[int, int] = {}
+    for e in post_order(planned):
+        if (isinstance(e, Call) and e.op == "qnn.conv2d_integer"
+                and e.virtual_device is not None and e.virtual_device.kind == "accel"):
+            w = e.args[1].checked_type.shape  # type: ignore[union-attr]
+            y = e.checked_type.shape  # type: ignore[union-attr]
+            macs = int(np.prod(y)) * int(w[1]) * int(w[2]) * int(w[3])
+            by_end[id(chain_end(e, readers))] = macs
+    return [by_end[id(e)] for e in post_order(planned) if id(e) in by_end]
+
+
+def with_macs(fn: Function, macs: list[int]) -> Function:
+    """``fn`` with each ``accel.program`` call (in post order, one per accelerator
+    convolution, ``macs`` from :func:`accel_chain_macs`) given its layer's unpadded
+    MACs, and each residual-add program 0 (its identity GEMM multiplies no weight of
+    the model)."""
+    left = iter(macs)
+
+    def rule(e, _old):  # type: ignore[no-untyped-def]
+        if isinstance(e, Call) and e.op == "accel.program":
+            if str(e.attrs.get("layer", "")).startswith("add_q31"):  # no MACs of the model
+                return Call(e.op, e.args, {**e.attrs, "macs": 0}, e.virtual_device)
+            m = next(left, None)
+            if m is None:
+                raise AcceleratorLoweringError("more accelerator programs than accelerator "
+                                               "convolutions")
+            return Call(e.op, e.args, {**e.attrs, "macs": m}, e.virtual_device)
+        return e
+
+    out = rewrite(fn, rule)
+    if next(left, None) is not None:
+        raise AcceleratorLoweringError("fewer accelerator programs than accelerator "
+                                       "convolutions")
+    return out
 
 
 def lower_accelerator_chains(fn: Function) -> Function:

@@ -813,14 +813,15 @@ def _add_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 @register("accel.program", (2, 3), {"out_shape": REQUIRED, "input_segment": "inp",
                                     "output_segment": "out", "executor": "fsim",
-                                    "layer": "", "estimated_cycles": 0, "macs": 0,
+                                    "layer": "", "estimated_cycles": 0, "macs": -1,
                                     "extra_input_segment": ""},
           "run a compiled accelerator program (argument 1: its TFABPROG bytes) on "
           "argument 0, written to its input segment, and an optional argument 2 written "
-          "to extra_input_segment (a residual add's second operand); the result is its "
-          "output segment (layer: a label for profiles; estimated_cycles: the timing "
-          "model's estimate; macs: the layer's multiply-accumulates without channel "
-          "padding, 0 if unknown)")
+          "to extra_input_segment (a residual add's or a fused residual's second "
+          "operand); the result is its output segment (layer: a label for profiles; "
+          "estimated_cycles: the timing model's estimate; macs: the model's own "
+          "multiply-accumulates in the layer, without channel padding or a residual "
+          "add's identity GEMM, -1 if unknown)")
 def _accel_program(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x, blob = _t(types, 0), _t(types, 1)
     _want_dtype(x, ("int8",), "the input")

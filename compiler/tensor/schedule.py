@@ -26,7 +26,6 @@ responsible and the limit.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Iterable
 from dataclasses import dataclass
 
