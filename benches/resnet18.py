@@ -219,8 +219,11 @@ def float_agreement(images: int = 32, image_size: int = 224, config: str = "defa
     from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
     from tensorfab.runtime.interpreter import run_program
 
-    model, g, _, _ = integer_graph(config, image_size, seed, fuse)
+    from tensorfab.models import resnet18_onnx
+
+    _, g, _, _ = integer_graph(config, image_size, seed, fuse)
     program = lower_to_runtime(g)
+    model = resnet18_onnx(seed=seed, image_size=image_size)  # quantizing changed the other
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(seed + 1)

@@ -22,6 +22,7 @@ from tensorfab.compiler.model_compile import compile_onnx
 from tensorfab.runtime.interpreter import run_program
 from tensorfab.runtime.profiling import profile_program
 from tensorfab.runtime.resident import ResidentModel
+from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.rtl import RtlSimulator
 
 
@@ -73,3 +74,40 @@ def test_fusion_is_no_farther_from_float_than_the_separate_add() -> None:
             got = np.asarray(run_program(lower_to_runtime(g), [x]))
             err[name].append(np.abs(got - want).mean())
     assert np.mean(err["fused"]) <= np.mean(err["separate"]) * 1.01, err
+
+
+def _onnx_conv_macs(model) -> int:
+    """The model's convolution MACs counted in numpy from the ONNX file: output
+    elements × input channels per group × kernel taps, per Conv node."""
+    from onnx import numpy_helper
+
+    weights = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    shapes = {"x": (2, 16, 8, 8)}
+    total = 0
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            w = weights[node.input[1]]
+            n, _, h, wd = shapes[node.input[0]]
+            out = (n, w.shape[0], h, wd)  # 3×3, padding 1, stride 1
+            total += int(np.prod(out)) * int(np.prod(w.shape[1:]))
+            shapes[node.output[0]] = out
+        else:
+            shapes[node.output[0]] = shapes[node.input[0]]
+    return total
+
+
+def test_accel_macs_count_the_models_own_multiply_accumulates() -> None:
+    # the residual adds as programs (their identity GEMM) or fused: either way the
+    # profile counts the four convolutions' MACs, no padding, no identity GEMM
+    model = residual_block_onnx()
+    want = _onnx_conv_macs(model)
+    assert want == 4 * 2 * 16 * 64 * 16 * 9
+    x = _calibration()[:2]
+    for mode in ("accel", "auto"):
+        compiled = compile_onnx(residual_block_onnx(), config="default",
+                                calibration=_calibration(), residual_adds=mode)
+        profile = profile_program(compiled.program, [x], FunctionalSimulator())
+        assert profile.accel_macs == want, mode
+        adds = [r for r in profile.layers if r.op.startswith("add_q31")]
+        assert len(adds) == (2 if mode == "accel" else 0)
+        assert all(r.macs == 0 and r.gemm_macs > 0 for r in adds)
