@@ -60,7 +60,7 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
                        fuse: bool = True) -> dict[str, Any]:
     """Run the benchmark (see the module docstring); ``plot`` is the PNG path (None:
     no chart)."""
-    from tensorfab.compiler.graph import accel
+    from tensorfab.compiler.graph import Call, accel, post_order
     from tensorfab.compiler.graph.accel_lowering import (
         accel_chain_macs,
         lower_accelerator_chains,
@@ -154,6 +154,8 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
         "host_bytes": profile.host_traffic.total if profile.host_traffic else None,
         "host_bytes_standalone": standalone_host_bytes(program),
         "residual_adds": chosen,
+        "fused_residual_adds": sum(isinstance(e, Call) and e.op == "qnn.requantize_residual_q31"
+                                   for e in post_order(g)),
     }
     for placement, profiles in ab.items():
         fastest = min(profiles, key=lambda p: p.seconds)
@@ -217,9 +219,8 @@ def float_agreement(images: int = 32, image_size: int = 224, config: str = "defa
     import onnxruntime as ort
 
     from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
-    from tensorfab.runtime.interpreter import run_program
-
     from tensorfab.models import resnet18_onnx
+    from tensorfab.runtime.interpreter import run_program
 
     _, g, _, _ = integer_graph(config, image_size, seed, fuse)
     program = lower_to_runtime(g)
@@ -327,9 +328,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--config", default="default")
     ap.add_argument("--plot", default="build/bench/resnet18-layers.png")
+    ap.add_argument("--separate-adds", action="store_true",
+                    help="keep the residual adds as separate int8 adds (not fused into "
+                         "the convolutions before them)")
+    ap.add_argument("--agreement", type=int, default=0, metavar="N",
+                    help="only measure the int8 graph against the float model on N "
+                         "seeded images (top-1 agreement, cosine of the logits)")
     args = ap.parse_args(argv)
+    if args.agreement:
+        print(json.dumps(float_agreement(args.agreement, args.image_size, args.config,
+                                         fuse=not args.separate_adds)))
+        return 0
     print(json.dumps(run_resnet18_bench(args.target, args.image_size, args.config,
-                                        args.plot or None)))
+                                        args.plot or None, fuse=not args.separate_adds)))
     return 0
 
 

@@ -23,6 +23,8 @@ instructions for the in-order fetch unit.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from tensorfab.isa import Alu, AluOp, Buffer, Gemm, HwConfig, Load, Program, Segment, Store
@@ -326,6 +328,16 @@ def plan_instructions(plan: TilePlan, n_alu_ops: int = 0) -> list[Emitted]:
     return [uops, *dispatch_order(insert_tokens(steps, lookahead(plan.cfg)), plan.cfg)]
 
 
+def _group_epilogue(ep: Epilogue, i: int, n: int, groups: int) -> Epilogue:
+    """Group ``i``'s epilogue: its ``n`` channels' multipliers and shifts when ``ep`` has
+    them for all ``groups · n`` channels (a grouped convolution), else ``ep``."""
+    if groups == 1 or ep.multiplier is None or len(ep.multiplier) != groups * n:
+        return ep
+    cut = slice(i * n, (i + 1) * n)
+    return dataclasses.replace(ep, multiplier=ep.multiplier[cut],
+                               shift=ep.shift[cut] if ep.shift else None)
+
+
 def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray | None = None,
           wgt: np.ndarray | None = None, bias: np.ndarray | None = None,
           residual: np.ndarray | None = None) -> Program:
@@ -395,8 +407,8 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
     if ep.one_pass:
         b = None if bias is None else np.asarray(bias).reshape(
             g, ext["oc"], cfg.batch, cfg.block_out)[:, :, 0, :].reshape(g, -1)
-        recs = [ep.records(cfg, None if b is None else b[i, :wl.out_channels])
-                for i in range(g)]
+        recs = [_group_epilogue(ep, i, wl.out_channels, g).records(
+                    cfg, None if b is None else b[i, :wl.out_channels]) for i in range(g)]
         if ep.residual is not None:  # the identity entry of the residual's GEMM
             recs.append(np.eye(cfg.block_out, cfg.block_in, dtype=np.int8)[None])
         bld.add_segment(Segment("records", "int8", (plan.records, cfg.block_out,
