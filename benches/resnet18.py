@@ -119,20 +119,25 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     total_macs = sum(layer.macs for layer in layers)  # the model's, counted in numpy
     accel_macs = profile.accel_macs  # the compiler's count per program (no padding)
     total_cycles = sum(int(r.cycles or 0) for r in runs)
-    per_layer = {}
-    for i, r in enumerate(runs, 1):
-        kernel = r.op.split()[-1] if " " in r.op else ""
-        kind = "add" if r.op.startswith("add_q31") else "conv"
-        fused = "+residual" if "requantize_residual" in r.op else ""
+    # programs in execution order: the MAC layers' kinds in the model's order (the
+    # classifier last), residual adds (with --separate-adds) apart
+    kinds = ["conv" if layer.op == "qnn.conv2d_integer" else "dense" for layer in layers]
+    mac_runs = [r for r in runs if not r.op.startswith("add_q31")]
+    per_layer: dict[str, dict[str, Any]] = {}
+    conv_runs = []
+    for i, (r, kind) in enumerate(zip(mac_runs, kinds, strict=True), 1):
         c = int(r.cycles or 0)
-        per_layer[f"{i:02d} {kind} {kernel}{fused}".rstrip()] = {
+        per_layer[f"{kind}{i}"] = {
             "macs": r.macs, "cycles": c,
-            "utilization": round(r.macs / (c * peak), 4) if c and r.macs else None}
-    # the convolutions: programs with MACs and an output of more than one pixel (not
-    # the classifier)
-    conv = [r for r in runs if r.macs and r.out_shape and np.prod(r.out_shape[2:4]) > 1]
-    conv_cycles = sum(int(r.cycles or 0) for r in conv)
-    conv_util = sum(r.macs or 0 for r in conv) / (conv_cycles * peak) \
+            "utilization": round(r.macs / (c * peak), 4) if c and r.macs else None,
+            "fused_residual": "requantize_residual" in r.op}
+        if kind == "conv":
+            conv_runs.append(r)
+    for i, r in enumerate((r for r in runs if r.op.startswith("add_q31")), 1):
+        per_layer[f"add{i}"] = {"macs": r.macs, "cycles": int(r.cycles or 0),
+                                "utilization": None, "fused_residual": False}
+    conv_cycles = sum(int(r.cycles or 0) for r in conv_runs)
+    conv_util = sum(r.macs or 0 for r in conv_runs) / (conv_cycles * peak) \
         if conv_cycles else None
     result: dict[str, Any] = {
         "target": target, "config": config, "image_size": image_size,

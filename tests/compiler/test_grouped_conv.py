@@ -26,7 +26,7 @@ DEFAULT = PRESETS["default"]
 def grouped_reference(x, w, bias, groups, stride, pad, mult, exp, zp) -> np.ndarray:
     """Each group convolved by its definition, then ``round(acc · M / 2^(31 - e))``
     half away from zero, + zp, clamped to int8."""
-    _, c, h, wd = x.shape
+    _, _, h, wd = x.shape
     o, ci, kh, kw = w.shape
     co = o // groups
     xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
