@@ -155,8 +155,15 @@ def _compile(chain: list[Call]) -> Call:
                             residual=None if residual is None else _padded(
                                 per_channel["residual_factor"], plain_w.shape[0]))
     dummy = np.zeros((n_pad, c_pad, h, wd), np.int8)
-    op = compile_conv2d(cfg, dummy, plain_w, bias, stride=(sh, sw),
-                        padding=(pt, pb, pl, pr), epilogue=epilogue)
+    if conv.attrs["groups"] != 1:  # super-groups with block-diagonal kernels
+        from tensorfab.compiler.tensor.grouped_conv import compile_super_groups
+
+        op = compile_super_groups(cfg, dummy, plain_w, conv.attrs["groups"], bias,
+                                  stride=(sh, sw), padding=(pt, pb, pl, pr),
+                                  epilogue=epilogue, image_shapes=True)
+    else:
+        op = compile_conv2d(cfg, dummy, plain_w, bias, stride=(sh, sw),
+                            padding=(pt, pb, pl, pr), epilogue=epilogue)
     blob = np.frombuffer(op.program.to_bytes(), np.uint8).copy()
     out_shape = tuple(infer_types(chain[-1]).shape)  # type: ignore[union-attr]
     seg_shape = op.program.segment("out").shape

@@ -268,11 +268,14 @@ def conv2d_shape(x: TensorType, w: TensorType, attrs: Mapping[str, Any]) -> tupl
                     f"{k_layout.ndim} dims")
     blocked = d_layout.blocks or k_layout.blocks
     if blocked:
-        if groups != 1:
-            raise _fail("blocked layouts take groups=1 only")
-        if x.shape[1] != w.shape[1] or x.shape[5] != w.shape[5]:
+        # groups: independent convolutions over consecutive channel blocks (a grouped
+        # convolution's super-groups, their kernels block-diagonal)
+        if groups < 1 or (isinstance(w.shape[0], int) and w.shape[0] % groups):
+            raise _fail(f"groups={groups} does not divide the weight's {w.shape[0]} output "
+                        "channel blocks")
+        if x.shape[1] != w.shape[1] * groups or x.shape[5] != w.shape[5]:
             raise _fail(f"input channel blocks of data {x.shape} (dims 1, 5) and weight "
-                        f"{w.shape} (dims 1, 5) differ")
+                        f"{w.shape} (dims 1, 5) × groups {groups} differ")
         kh, kw = _static(w.shape[2], "kernel height"), _static(w.shape[3], "kernel width")
         oh = _window_out(x.shape[2], kh, sh, pt + pb, dh, False, "height")
         ow = _window_out(x.shape[3], kw, sw, pl + pr, dw, False, "width")

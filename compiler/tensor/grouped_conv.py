@@ -33,7 +33,8 @@ from .lower import lower
 from .operators import CompiledOp, _schedule
 from .workload import Workload
 
-__all__ = ["block_diagonal_weights", "grouped_conv2d", "super_group_size"]
+__all__ = ["block_diagonal_weights", "compile_super_groups", "grouped_conv2d",
+           "super_group_size"]
 
 
 def super_group_size(cfg: HwConfig, channels_in: int, channels_out: int,
@@ -106,15 +107,41 @@ def grouped_conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray,
     x, w = np.asarray(x), np.asarray(w)
     if x.ndim != 4 or w.ndim != 4 or x.shape[0] != 1:
         raise CompileError(f"shapes {x.shape} and {w.shape} are not one NCHW image and OIHW")
-    _, c, h, wd = x.shape
-    o, ci, kh, kw = w.shape
+    c = x.shape[1]
+    o, ci = w.shape[:2]
     if ci * groups != c:
         raise CompileError(f"weights of {ci} input channels per group × {groups} groups "
                            f"!= {c} input channels")
+    if epilogue is not None and epilogue.per_channel and not epilogue.one_pass:
+        raise CompileError("a grouped convolution's per-channel requantization needs "
+                           "rounding='single' (one REQUANT record per channel)")
     s = super_group_size(cfg, c, o, groups)
-    gs = groups // s
-    wl = dataclasses.replace(Workload.conv2d(1, s * ci, h, wd, o // gs, (kh, kw), stride,
-                                             padding), groups=gs)
+    dense = block_diagonal_weights(w.astype(np.int8), groups, s)
+    return compile_super_groups(cfg, x.astype(np.int8), dense, groups // s, bias,
+                                stride=stride, padding=padding, epilogue=epilogue,
+                                vthreads=vthreads)
+
+
+def compile_super_groups(cfg: HwConfig, x: np.ndarray, dense: np.ndarray, super_groups: int,
+                         bias: np.ndarray | None = None, *,
+                         stride: int | tuple[int, int] = 1,
+                         padding: int | tuple[int, int] | tuple[int, int, int, int] = 0,
+                         epilogue: Epilogue | None = None, vthreads: int = 2,
+                         image_shapes: bool = False) -> CompiledOp:
+    """Compile ``super_groups`` independent convolutions of one image, super-group ``g``
+    reading input channels ``[g·Ci, (g+1)·Ci)`` with the kernel
+    ``dense[g·Co:(g+1)·Co]`` (``(super_groups·Co, Ci, KH, KW)``, from
+    :func:`block_diagonal_weights`); ``image_shapes`` declares the program's ``inp``
+    and ``out`` as one image's blocked tensors (see :func:`.lower.lower`)."""
+    _, c, h, wd = x.shape
+    o, ci, kh, kw = dense.shape
+    gs = super_groups
+    if ci * gs != c or o % gs or ci % cfg.block_in or (o // gs) % cfg.block_out:
+        raise CompileError(f"{gs} super-groups of a {dense.shape} kernel over {c} input "
+                           "channels are not whole blocks")
+    per = o // gs
+    wl = dataclasses.replace(Workload.conv2d(1, ci, h, wd, per, (kh, kw), stride, padding),
+                             groups=gs)
     ep = epilogue or Epilogue()
     if bias is not None:
         ep = dataclasses.replace(ep, bias=True)
@@ -123,14 +150,13 @@ def grouped_conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray,
                            "rounding='single' (one REQUANT record per channel)")
     sched = _schedule(wl, cfg, ep, None, vthreads)
     plan = sched.plan()
-    dense = block_diagonal_weights(w.astype(np.int8), groups, s)
-    per = o // gs
     wgt = np.concatenate([pack_weight(cfg, dense[g * per:(g + 1) * per]) for g in range(gs)])
-    inp = pack_activation(cfg, x.astype(np.int8))
+    inp = pack_activation(cfg, x)
     inp = inp.reshape(gs, -1, *inp.shape[2:])  # the same bytes, one image per group
     packed_bias = None
     if bias is not None:
         b = np.asarray(bias, np.int32).reshape(gs, per)
         packed_bias = np.concatenate([pack_bias_for(cfg, b[g]) for g in range(gs)])
-    program = lower(plan, ep, inp=inp, wgt=wgt, bias=packed_bias)
+    program = lower(plan, ep, inp=inp.reshape(1, -1, *inp.shape[2:]) if image_shapes
+                    else inp, wgt=wgt, bias=packed_bias, image_shapes=image_shapes)
     return CompiledOp(wl, sched, plan, ep, program, (1, o, wl.out_height, wl.out_width))

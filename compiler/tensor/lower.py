@@ -328,6 +328,14 @@ def plan_instructions(plan: TilePlan, n_alu_ops: int = 0) -> list[Emitted]:
     return [uops, *dispatch_order(insert_tokens(steps, lookahead(plan.cfg)), plan.cfg)]
 
 
+def _one_image(shape: tuple[int, ...], groups: int) -> tuple[int, ...]:
+    """A grouped blocked shape ``(G·nb, cb, ...)`` as one image's ``(1, G·cb, ...)``."""
+    if shape[0] != groups:
+        raise CompileError(f"one image's shapes need one batch block per group, not "
+                           f"{shape[0] // groups}")
+    return (1, groups * shape[1], *shape[2:])
+
+
 def _group_epilogue(ep: Epilogue, i: int, n: int, groups: int) -> Epilogue:
     """Group ``i``'s epilogue: its ``n`` channels' multipliers and shifts when ``ep`` has
     them for all ``groups · n`` channels (a grouped convolution), else ``ep``."""
@@ -340,7 +348,8 @@ def _group_epilogue(ep: Epilogue, i: int, n: int, groups: int) -> Epilogue:
 
 def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray | None = None,
           wgt: np.ndarray | None = None, bias: np.ndarray | None = None,
-          residual: np.ndarray | None = None) -> Program:
+          residual: np.ndarray | None = None,
+          image_shapes: bool = False) -> Program:
     """The program computing ``plan``'s operator with ``epilogue``.
 
     Parameters
@@ -353,6 +362,11 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
     inp, wgt, bias, residual : numpy.ndarray | None
         Packed segment contents (shapes in the module docstring; ``residual`` is the
         ``res`` segment); zeros when omitted.
+    image_shapes : bool
+        Declare ``inp`` and ``out`` with one image's blocked shapes, every group's
+        channels along the channel-block axis (``(1, G·C/BLOCK_IN, ...)``, the same
+        bytes as the grouped layout when the batch is one block): the form of a grouped
+        convolution's activations in a graph.
 
     Returns
     -------
@@ -398,6 +412,8 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
         if name == "bias" and ep.one_pass:
             continue  # the records hold it
         dtype, shape = shapes[name]
+        if name == "inp" and image_shapes:
+            shape = _one_image(shape, g)
         arr = data[name]
         if arr is not None:
             arr = np.asarray(arr)
@@ -421,9 +437,10 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
         packed = pack_bias_for(cfg, vec)
         bld.add_segment(Segment(name, "int32", shapes["bias"][1],
                                 np.concatenate([packed] * g)))
-    bld.add_segment(Segment("out", "int8", (g * ext["b"], ext["oc"], wl.out_height,
-                                            wl.out_width, cfg.batch, cfg.block_out),
-                            output=True))
+    out_shape = (g * ext["b"], ext["oc"], wl.out_height, wl.out_width, cfg.batch,
+                 cfg.block_out)
+    bld.add_segment(Segment("out", "int8", _one_image(out_shape, g) if image_shapes
+                            else out_shape, output=True))
     if ep.residual is not None:
         bld.add_segment(Segment("res", "int8", (g * ext["b"], ext["oc"], wl.out_height,
                                                 wl.out_width, cfg.batch, cfg.block_out),

@@ -56,6 +56,8 @@ class CompiledOp:
         """The unpacked int8 result from the packed ``out`` segment."""
         wl, cfg = self.workload, self.program.config
         g = wl.groups
+        if packed.shape[0] % g:  # one image's blocked tensor holding every group
+            packed = np.asarray(packed).reshape(g, -1, *packed.shape[2:])
         per = packed.shape[0] // g
         parts = [unpack_output(cfg, packed[i * per:(i + 1) * per], wl.batch, wl.out_channels)
                  for i in range(g)]
