@@ -254,6 +254,9 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
     if e.op in CONV:
         data, weight = e.args[0], e.args[1]
         groups = e.attrs["groups"]
+        if groups != 1 and e.op != "qnn.conv2d_integer":
+            raise LayoutPlanningError(f"{short(e)} on {dev}: grouped float convolutions "
+                                      f"have no blocked form{hint}")
         if groups != 1:  # super-groups of whole blocks with block-diagonal kernels
             from tensorfab.compiler.tensor.errors import CompileError
             from tensorfab.compiler.tensor.grouped_conv import (
