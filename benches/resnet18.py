@@ -23,11 +23,15 @@ model's multiply-accumulates (convolutions and the dense layer, unpadded channel
 ``conv_utilization`` the convolution programs' MACs / (their cycles × peak MACs per
 cycle) and ``accel_utilization`` the same over every accelerator program (the
 classifier included).
-Residual adds (int8 ``qnn.add_q31``) go where the partitioner's cost model puts them
-(``residual_adds``: on the default preset, the accelerator, each with its relu); the other
-placement is compiled and run too, in the same session, and both runs are reported
-(``residual_adds_cpu``, ``residual_adds_accel``), with each add measured alone on both
-devices (:func:`residual_add_keys`).
+The eight residual adds are fused into the convolutions before them
+(:mod:`~tensorfab.compiler.graph.residual_fusion`, ``fused_residual_adds``); with
+``--separate-adds`` (``fuse=False``) they stay int8 ``qnn.add_q31`` and go where the
+partitioner's cost model puts them, the other placement compiled and run too in the
+same session (``residual_adds_cpu``, ``residual_adds_accel``), each add measured alone
+on both devices (:func:`residual_add_keys`). Per program under ``layers``: the model's
+own ``macs`` as the compiler records them, ``cycles``, ``utilization`` and
+``fused_residual``. :func:`float_agreement` (``--agreement N``) measures the int8 graph
+against the float model.
 A PNG shows cycles and utilization per convolution.
 
 Targets (issue 12): simulation < 20 s, compile < 30 s, ≥ 99 % of MACs on the
