@@ -82,6 +82,13 @@ def _resnet18(target: str = "rtl", plot: str | None = None) -> dict[str, Any]:
     return run_resnet18_bench(target, **kw)
 
 
+def _grouped_conv(target: str = "rtl") -> dict[str, Any]:
+    """depthwise and grouped convolutions on the GEMM core vs the CPU kernels."""
+    from .grouped_conv import run_grouped_conv_bench
+
+    return run_grouped_conv_bench(target)
+
+
 def _device_server(target: str = "fsim") -> dict[str, Any]:
     """device server on 127.0.0.1: PING round trip, remote run vs local (--target)."""
     from .device_server import run_device_server_bench
@@ -119,6 +126,7 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "requant": _requant,
     "digits": _digits,
     "resnet18": _resnet18,
+    "grouped-conv": _grouped_conv,
     "device-server": _device_server,
     "hil": _hil,
     "vm-dispatch": _vm_dispatch,

@@ -23,11 +23,15 @@ model's multiply-accumulates (convolutions and the dense layer, unpadded channel
 ``conv_utilization`` the convolution programs' MACs / (their cycles × peak MACs per
 cycle) and ``accel_utilization`` the same over every accelerator program (the
 classifier included).
-Residual adds (int8 ``qnn.add_q31``) go where the partitioner's cost model puts them
-(``residual_adds``: on the default preset, the accelerator, each with its relu); the other
-placement is compiled and run too, in the same session, and both runs are reported
-(``residual_adds_cpu``, ``residual_adds_accel``), with each add measured alone on both
-devices (:func:`residual_add_keys`).
+The eight residual adds are fused into the convolutions before them
+(:mod:`~tensorfab.compiler.graph.residual_fusion`, ``fused_residual_adds``); with
+``--separate-adds`` (``fuse=False``) they stay int8 ``qnn.add_q31`` and go where the
+partitioner's cost model puts them, the other placement compiled and run too in the
+same session (``residual_adds_cpu``, ``residual_adds_accel``), each add measured alone
+on both devices (:func:`residual_add_keys`). Per program under ``layers``: the model's
+own ``macs`` as the compiler records them, ``cycles``, ``utilization`` and
+``fused_residual``. :func:`float_agreement` (``--agreement N``) measures the int8 graph
+against the float model.
 A PNG shows cycles and utilization per convolution.
 
 Targets (issue 12): simulation < 20 s, compile < 30 s, ≥ 99 % of MACs on the
@@ -56,25 +60,22 @@ TARGETS = {"run_seconds": 20.0, "compile_seconds": 30.0, "accel_mac_fraction": 0
 
 
 def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str = "default",
-                       plot: str | None = "build/bench/resnet18-layers.png", seed: int = 0
-                       ) -> dict[str, Any]:
+                       plot: str | None = "build/bench/resnet18-layers.png", seed: int = 0,
+                       fuse: bool = True) -> dict[str, Any]:
     """Run the benchmark (see the module docstring); ``plot`` is the PNG path (None:
     no chart)."""
-    from tensorfab.compiler.frontend import from_onnx, quantize_onnx
-    from tensorfab.compiler.graph import accel
-    from tensorfab.compiler.graph.accel_lowering import lower_accelerator_chains
-    from tensorfab.compiler.graph.constant_folding import fold_constants
-    from tensorfab.compiler.graph.dense_as_conv import dense_as_conv
-    from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
+    from tensorfab.compiler.graph import Call, accel, post_order
+    from tensorfab.compiler.graph.accel_lowering import (
+        accel_chain_macs,
+        lower_accelerator_chains,
+        with_macs,
+    )
     from tensorfab.compiler.graph.layout_planning import pack_accel_layouts
     from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
     from tensorfab.compiler.graph.partitioning import annotate_accelerator, residual_add_chains
     from tensorfab.compiler.graph.planning import plan_devices
-    from tensorfab.compiler.graph.qdq_lowering import lower_qdq
     from tensorfab.compiler.graph.stem_im2col import im2col_small_channel_convs
     from tensorfab.isa import PRESETS
-    from tensorfab.isa.formats import requant_supported
-    from tensorfab.models import resnet18_onnx
     from tensorfab.models.digits_int8 import mac_layers
     from tensorfab.runtime.interpreter import run_program
     from tensorfab.runtime.profiling import profile_program
@@ -82,20 +83,16 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
 
     rng = np.random.default_rng(seed)
     shape = (1, 3, image_size, image_size)
-    calib = [{"input": rng.standard_normal((2, *shape[1:])).astype(np.float32)}
-             for _ in range(2)]
-    x = rng.standard_normal(shape).astype(np.float32)
     t0 = time.perf_counter()
-    qdq = quantize_onnx(resnet18_onnx(seed=seed, image_size=image_size), calib,
-                        per_channel=True)
-    integer = lower_qdq(fold_constants(from_onnx(qdq, input_shapes={"input": shape})))
-    rounding = "single" if requant_supported(PRESETS[config]) else "double"
-    g = fixed_point_requantize(dense_as_conv(integer), per_channel=True, rounding=rounding)
+    _, g, integer, rounding = integer_graph(config, image_size, seed, fuse, rng)
+    x = rng.standard_normal(shape).astype(np.float32)
 
     def compile_with(residual_adds: str) -> tuple[Any, Any]:
-        planned = pack_accel_layouts(im2col_small_channel_convs(plan_devices(
-            annotate_accelerator(g, accel(config), residual_adds=residual_adds))))
-        return planned, lower_to_runtime(lower_accelerator_chains(planned))
+        plain = im2col_small_channel_convs(plan_devices(
+            annotate_accelerator(g, accel(config), residual_adds=residual_adds)))
+        planned = pack_accel_layouts(plain)
+        lowered = with_macs(lower_accelerator_chains(planned), accel_chain_macs(plain))
+        return planned, lower_to_runtime(lowered)
 
     # the partitioner's choice (residual adds by its cost model), then the alternative
     chosen = "accel" if residual_add_chains(g, accel(config), "auto") else "cpu"
@@ -122,23 +119,29 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     got = profile.output
     reference = run_program(lower_to_runtime(g), [x])
     runs = [r for r in profile.layers if r.device == "accel"]
-    mac_runs = [r for r in runs if not r.op.startswith("add_q31")]
     peak = PRESETS[config].peak_macs_per_cycle
-    accel_layers = [layer for layer in layers if layer.device == "accel"]
-    cycles = [int(r.cycles or 0) for r in mac_runs]
-    total_macs = sum(layer.macs for layer in layers)
-    accel_macs = sum(layer.macs for layer in accel_layers)
+    total_macs = sum(layer.macs for layer in layers)  # the model's, counted in numpy
+    accel_macs = profile.accel_macs  # the compiler's count per program (no padding)
     total_cycles = sum(int(r.cycles or 0) for r in runs)
-    per_layer = {layer.name: {"macs": layer.macs, "cycles": c,
-                              "utilization": round(layer.macs / (c * peak), 4) if c else None}
-                 for layer, c in zip(accel_layers, cycles,
-                                     strict=len(mac_runs) == len(accel_layers))}
+    # programs in execution order: the MAC layers' kinds in the model's order (the
+    # classifier last), residual adds (with --separate-adds) apart
+    kinds = ["conv" if layer.op == "qnn.conv2d_integer" else "dense" for layer in layers]
+    mac_runs = [r for r in runs if not r.op.startswith("add_q31")]
+    per_layer: dict[str, dict[str, Any]] = {}
+    conv_runs = []
+    for i, (r, kind) in enumerate(zip(mac_runs, kinds, strict=True), 1):
+        c = int(r.cycles or 0)
+        per_layer[f"{kind}{i}"] = {
+            "macs": r.macs, "cycles": c,
+            "utilization": round(r.macs / (c * peak), 4) if c and r.macs else None,
+            "fused_residual": "requantize_residual" in r.op}
+        if kind == "conv":
+            conv_runs.append(r)
     for i, r in enumerate((r for r in runs if r.op.startswith("add_q31")), 1):
-        per_layer[f"add{i}"] = {"macs": 0, "cycles": int(r.cycles or 0), "utilization": None}
-    conv = [(layer, c) for layer, c in zip(accel_layers, cycles, strict=False)
-            if layer.op == "qnn.conv2d_integer"]
-    conv_cycles = sum(c for _, c in conv)
-    conv_util = sum(layer.macs for layer, _ in conv) / (conv_cycles * peak) \
+        per_layer[f"add{i}"] = {"macs": r.macs, "cycles": int(r.cycles or 0),
+                                "utilization": None, "fused_residual": False}
+    conv_cycles = sum(int(r.cycles or 0) for r in conv_runs)
+    conv_util = sum(r.macs or 0 for r in conv_runs) / (conv_cycles * peak) \
         if conv_cycles else None
     result: dict[str, Any] = {
         "target": target, "config": config, "image_size": image_size,
@@ -160,6 +163,8 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
         "host_bytes": profile.host_traffic.total if profile.host_traffic else None,
         "host_bytes_standalone": standalone_host_bytes(program),
         "residual_adds": chosen,
+        "fused_residual_adds": sum(isinstance(e, Call) and e.op == "qnn.requantize_residual_q31"
+                                   for e in post_order(g)),
     }
     for placement, profiles in ab.items():
         fastest = min(profiles, key=lambda p: p.seconds)
@@ -175,6 +180,73 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     if plot:
         result["plot"] = str(plot_layers(result, plot))
     return result
+
+
+def integer_graph(config: str = "default", image_size: int = 224, seed: int = 0,
+                  fuse: bool = True, rng: np.random.Generator | None = None
+                  ) -> tuple[Any, Any, Any, str]:
+    """ResNet-18 (seeded weights) quantized by onnxruntime's QDQ quantizer (per-channel
+    weights, two batches of seeded normal images to calibrate), lowered to integers with
+    exact per-channel requantization and, with ``fuse``, its residual adds fused into
+    the convolutions before them (:mod:`~tensorfab.compiler.graph.residual_fusion`).
+
+    Returns
+    -------
+    tuple
+        ``(float ONNX model, integer graph, integer graph before fixed-point
+        requantization, rounding)``.
+    """
+    from tensorfab.compiler.frontend import from_onnx, quantize_onnx
+    from tensorfab.compiler.graph.constant_folding import fold_constants
+    from tensorfab.compiler.graph.dense_as_conv import dense_as_conv
+    from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
+    from tensorfab.compiler.graph.qdq_lowering import lower_qdq
+    from tensorfab.compiler.graph.residual_fusion import fuse_residual_adds
+    from tensorfab.isa import PRESETS
+    from tensorfab.isa.formats import requant_supported
+    from tensorfab.models import resnet18_onnx
+
+    rng = rng if rng is not None else np.random.default_rng(seed)
+    shape = (1, 3, image_size, image_size)
+    calib = [{"input": rng.standard_normal((2, *shape[1:])).astype(np.float32)}
+             for _ in range(2)]
+    model = resnet18_onnx(seed=seed, image_size=image_size)
+    qdq = quantize_onnx(model, calib, per_channel=True)
+    integer = lower_qdq(fold_constants(from_onnx(qdq, input_shapes={"input": shape})))
+    rounding = "single" if requant_supported(PRESETS[config]) else "double"
+    g = fixed_point_requantize(dense_as_conv(integer), per_channel=True, rounding=rounding)
+    if fuse and rounding == "single":
+        g = fuse_residual_adds(g)
+    return model, g, integer, rounding
+
+
+def float_agreement(images: int = 32, image_size: int = 224, config: str = "default",
+                    seed: int = 0, fuse: bool = True) -> dict[str, Any]:
+    """How closely the int8 graph (CPU interpreter) follows the float model
+    (onnxruntime) on ``images`` seeded normal images: ``top1_agreement`` (share of
+    equal argmax), ``logit_cosine_mean`` and ``logit_cosine_min``."""
+    import onnxruntime as ort
+
+    from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
+    from tensorfab.models import resnet18_onnx
+    from tensorfab.runtime.interpreter import run_program
+
+    _, g, _, _ = integer_graph(config, image_size, seed, fuse)
+    program = lower_to_runtime(g)
+    model = resnet18_onnx(seed=seed, image_size=image_size)  # quantizing changed the other
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(seed + 1)
+    agree, cosines = 0, []
+    for _ in range(images):
+        x = rng.standard_normal((1, 3, image_size, image_size)).astype(np.float32)
+        ref = session.run(None, {"input": x})[0].astype(np.float64).ravel()
+        got = np.asarray(run_program(program, [x]), np.float64).ravel()
+        agree += int(np.argmax(ref) == np.argmax(got))
+        cosines.append(float(ref @ got / (np.linalg.norm(ref) * np.linalg.norm(got))))
+    return {"images": images, "fused": fuse, "top1_agreement": round(agree / images, 4),
+            "logit_cosine_mean": round(float(np.mean(cosines)), 5),
+            "logit_cosine_min": round(float(np.min(cosines)), 5)}
 
 
 def _placement_keys(profile: Any, reference: np.ndarray) -> dict[str, Any]:
@@ -265,9 +337,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--config", default="default")
     ap.add_argument("--plot", default="build/bench/resnet18-layers.png")
+    ap.add_argument("--separate-adds", action="store_true",
+                    help="keep the residual adds as separate int8 adds (not fused into "
+                         "the convolutions before them)")
+    ap.add_argument("--agreement", type=int, default=0, metavar="N",
+                    help="only measure the int8 graph against the float model on N "
+                         "seeded images (top-1 agreement, cosine of the logits)")
     args = ap.parse_args(argv)
+    if args.agreement:
+        print(json.dumps(float_agreement(args.agreement, args.image_size, args.config,
+                                         fuse=not args.separate_adds)))
+        return 0
     print(json.dumps(run_resnet18_bench(args.target, args.image_size, args.config,
-                                        args.plot or None)))
+                                        args.plot or None, fuse=not args.separate_adds)))
     return 0
 
 

@@ -22,7 +22,6 @@ import onnx
 
 from tensorfab.isa import HwConfig, TensorfabError, get_config
 from tensorfab.isa.formats import requant_supported
-from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 from tensorfab.runtime.artifact import CPU_CONVOLUTION_COMMENT
 from tensorfab.runtime.interpreter import GraphProgram
 
@@ -136,45 +135,6 @@ def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndar
     return [{n: v[i:i + batch] for n, v in data.items()} for i in range(0, stop, batch)]
 
 
-def _accel_conv_macs(planned: Function) -> list[int]:
-    """The multiply-accumulates of each accelerator convolution of a planned program
-    (before blocked layouts pad the channels), in post order."""
-    from .graph.infer import infer_types
-
-    infer_types(planned)
-    out = []
-    for e in post_order(planned):
-        if (isinstance(e, Call) and e.op == "qnn.conv2d_integer"
-                and e.virtual_device is not None and e.virtual_device.kind == "accel"):
-            w = e.args[1].checked_type.shape  # type: ignore[union-attr]
-            y = e.checked_type.shape  # type: ignore[union-attr]
-            out.append(int(np.prod(y)) * int(w[1]) * int(w[2]) * int(w[3]))
-    return out
-
-
-def _with_macs(fn: Function, macs: list[int]) -> Function:
-    """``fn`` with each ``accel.program`` call (in post order, one per accelerator
-    convolution) given its layer's unpadded MACs."""
-    from .graph.rewrite import rewrite
-
-    left = iter(macs)
-
-    def rule(e, _old):  # type: ignore[no-untyped-def]
-        if isinstance(e, Call) and e.op == ACCEL_PROGRAM and \
-                not e.attrs.get("extra_input_segment"):  # residual adds have no MACs
-            m = next(left, None)
-            if m is None:
-                raise ModelCompileError("more accelerator programs than accelerator "
-                                        "convolutions")
-            return Call(e.op, e.args, {**e.attrs, "macs": m}, e.virtual_device, e.name)
-        return e
-
-    out = rewrite(fn, rule)
-    if next(left, None) is not None:
-        raise ModelCompileError("fewer accelerator programs than accelerator convolutions")
-    return out
-
-
 def _has_int8(fn: Function) -> bool:
     return any(isinstance(e, Call) and e.op.startswith("qnn.") for e in post_order(fn))
 
@@ -211,9 +171,11 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     progress : callable, optional
         Called with a description of each step.
     residual_adds : str
-        Where int8 residual adds run with an accelerator: ``"auto"`` (the partitioner's
-        cost model), ``"cpu"`` or ``"accel"``
-        (:func:`~tensorfab.compiler.graph.partitioning.annotate_accelerator`).
+        Where int8 residual adds run with an accelerator: ``"auto"`` (fused into the
+        convolution before them where they can be,
+        :func:`~tensorfab.compiler.graph.residual_fusion.fuse_residual_adds`, the others
+        by the partitioner's cost model), ``"cpu"`` or ``"accel"`` (separate adds,
+        :func:`~tensorfab.compiler.graph.partitioning.annotate_accelerator`).
 
     Raises
     ------
@@ -226,7 +188,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     from .frontend import from_onnx, quantize_onnx
     from .frontend.onnx_import import load_onnx
     from .graph import accel
-    from .graph.accel_lowering import lower_accelerator_chains
+    from .graph.accel_lowering import accel_chain_macs, lower_accelerator_chains, with_macs
     from .graph.batch_norm_folding import fold_batch_norm
     from .graph.constant_folding import fold_constants
     from .graph.dense_as_conv import dense_as_conv
@@ -237,6 +199,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     from .graph.planning import plan_devices
     from .graph.ptq import quantize_graph
     from .graph.qdq_lowering import lower_qdq
+    from .graph.residual_fusion import fuse_residual_adds
     from .graph.stem_im2col import im2col_small_channel_convs
 
     say = progress or (lambda _text: None)
@@ -275,6 +238,10 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     rounding = "double" if cfg is not None and not requant_supported(cfg) else "single"
     fn = fixed_point_requantize(dense_as_conv(lower_qdq(fn)), per_channel=True,
                                 rounding=rounding)
+    if cfg is not None and rounding == "single" and residual_adds == "auto" \
+            and cfg.block_in == cfg.block_out:
+        say("fusing residual adds into the convolutions before them")
+        fn = fuse_residual_adds(fn)
     quantized = _has_int8(fn)
     integer = fn
     if cfg is None:
@@ -291,7 +258,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
             fn, accel(cfg), residual_adds=residual_adds)))
         planned = pack_accel_layouts(plain)
         say(f"compiling the accelerator layers ({name})")
-        fn = _with_macs(lower_accelerator_chains(planned), _accel_conv_macs(plain))
+        fn = with_macs(lower_accelerator_chains(planned), accel_chain_macs(plain))
     say("lowering to the runtime")
     slots: dict[int, int] = {}
     program = lower_to_runtime(fn, slots)

@@ -52,19 +52,22 @@ ACCEL_PROGRAM_ATTRS: tuple[AccelAttr, ...] = (
               "target the node runs on when no loaded model gives a device"),
     AccelAttr("layer", "", False, "a label for profiles"),
     AccelAttr("estimated_cycles", 0, False, "the timing model's estimate, 0 if unknown"),
-    AccelAttr("macs", 0, False,
-              "the layer's multiply-accumulates without channel padding, 0 if unknown"),
+    AccelAttr("macs", -1, False,
+              "the model's own multiply-accumulates in the layer, without channel padding "
+              "or a residual add's identity GEMM, -1 if unknown"),
     AccelAttr("extra_input_segment", "", False,
-              "segment argument 2 is written to (a residual add's second operand)"),
+              "segment argument 2 is written to (a residual add's second operand or a "
+              "fused residual)"),
 )
 
 #: The op's one-line description (the compiler's registry shows it).
 ACCEL_PROGRAM_DOC = (
     "run a compiled accelerator program (argument 1: its TFABPROG bytes) on argument 0, "
     "written to its input segment, and an optional argument 2 written to "
-    "extra_input_segment (a residual add's second operand); the result is its output "
-    "segment (layer: a label for profiles; estimated_cycles: the timing model's estimate; "
-    "macs: the layer's multiply-accumulates without channel padding, 0 if unknown)")
+    "extra_input_segment (a residual add's or a fused residual's second operand); the "
+    "result is its output segment (layer: a label for profiles; estimated_cycles: the "
+    "timing model's estimate; macs: the model's own multiply-accumulates in the layer, "
+    "without channel padding or a residual add's identity GEMM, -1 if unknown)")
 
 
 @functools.lru_cache(maxsize=64)

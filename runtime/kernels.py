@@ -702,6 +702,32 @@ def requantize_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.nd
     return alu_apply(AluOp.CLIP, a, 127).astype(np.int8)
 
 
+def _per_channel(x: np.ndarray, values: Sequence[int]) -> np.ndarray:
+    """Per-channel ``values`` (int64) broadcastable against ``x`` (NCHW or blocked
+    NCHW{n}n{c}c), 0 past them (the blocked layout's padding channels)."""
+    if x.ndim == 4:
+        chans, shape = x.shape[1], (1, -1, 1, 1)
+    else:
+        chans, shape = x.shape[1] * x.shape[5], (1, x.shape[1], 1, 1, 1, x.shape[5])
+    out = np.zeros(chans, np.int64)
+    out[:len(values)] = values
+    return out.reshape(shape)
+
+
+@kernel("qnn.requantize_residual_q31")
+def requantize_residual_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]
+                            ) -> np.ndarray:
+    """A residual add fused into REQUANT, as the accelerator's residual epilogue
+    computes it: ``t = x + residual · factor`` wrapped to int32 (the GEMM and ALU
+    arithmetic), then one REQUANT pass (bias 0: ``x`` holds it)."""
+    x, r = inputs
+    t = x.astype(np.int64) + r.astype(np.int64) * _per_channel(x, attrs["residual_factor"])
+    t = (t + (1 << 31)) % (1 << 32) - (1 << 31)
+    return requant_values(t, _per_channel(x, attrs["multiplier"]), 0,
+                          31 - _per_channel(x, attrs["shift"]), attrs["zero_point"],
+                          attrs["lo"], attrs["hi"]).astype(np.int8)
+
+
 @kernel("qnn.add_q31")
 def add_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """TFLite's int8 ADD with the functional simulator's ALU (see the op's doc)."""

@@ -250,7 +250,8 @@ class LayerProfiler(Instrument):
         config = self.model.accel_programs[index].config
         peak = config.peak_macs_per_cycle
         gemm_macs = int(result.counters.gemm_macs)
-        macs = int(attrs.get("macs") or gemm_macs)
+        recorded = int(attrs.get("macs", -1))  # the model's own MACs; -1: unknown
+        macs = recorded if recorded >= 0 else gemm_macs
         cycles = None if result.cycles is None else int(result.cycles)
         estimated = cycles is None and bool(attrs.get("estimated_cycles"))
         clock_hz = (None if cycles is None else

@@ -26,7 +26,7 @@ from tensorfab.runtime.layout_transform import layout_transform
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, post_order
 from .layout_planning import conv_output_layout, hw_config_of
-from .rewrite import rebuild
+from .rewrite import call_readers, rebuild, rewrite
 from .types import GraphError
 
 
@@ -35,7 +35,8 @@ class AcceleratorLoweringError(GraphError):
 
 
 #: Operators of an accelerator chain after its convolution.
-_CHAIN_OPS = ("add", "qnn.requantize_fixed", "qnn.requantize_q31", "relu", "clip")
+_CHAIN_OPS = ("add", "qnn.requantize_fixed", "qnn.requantize_q31",
+              "qnn.requantize_residual_q31", "relu", "clip")
 
 
 def _chain_from(end: Call) -> list[Call] | None:
@@ -51,8 +52,9 @@ def _chain_from(end: Call) -> list[Call] | None:
         chain.append(e)
     chain.reverse()
     ops = [c.op for c in chain]
-    if ops[0] != "qnn.conv2d_integer" or not {"qnn.requantize_fixed",
-                                               "qnn.requantize_q31"} & set(ops):
+    if ops[0] != "qnn.conv2d_integer" or not {
+            "qnn.requantize_fixed", "qnn.requantize_q31",
+            "qnn.requantize_residual_q31"} & set(ops):
         return None
     order = ["qnn.conv2d_integer", "add", "qnn.requantize", "relu", "clip"]
     ops = ["qnn.requantize" if o.startswith("qnn.requantize") else o for o in ops]
@@ -60,6 +62,19 @@ def _chain_from(end: Call) -> list[Call] | None:
             len(set(ops)) != len(ops):
         return None
     return chain
+
+
+def chain_end(conv: Call, readers: dict[int, list[Call]]) -> Call:
+    """The last node of the accelerator chain starting at ``conv``: through each single
+    reader on the same device that continues the chain (an operator of a chain taking
+    the node as its first argument)."""
+    end = conv
+    while True:
+        nxt = readers.get(id(end), [])
+        if not (len(nxt) == 1 and nxt[0].op in _CHAIN_OPS and nxt[0].args[0] is end
+                and nxt[0].virtual_device == conv.virtual_device):
+            return end
+        end = nxt[0]
 
 
 def dilated_kernel(w: np.ndarray, dilation: tuple[int, int]) -> np.ndarray:
@@ -100,6 +115,7 @@ def _compile(chain: list[Call]) -> Call:
     bias = None
     requant = relu = clip = None
     per_channel: Any = None
+    residual: Call | None = None
     for node in chain[1:]:
         if node.op == "add":
             b = node.args[1]
@@ -116,6 +132,10 @@ def _compile(chain: list[Call]) -> Call:
             requant = (node.attrs["multiplier"], node.attrs["shift"])
         elif node.op == "qnn.requantize_q31":
             per_channel = node.attrs
+        elif node.op == "qnn.requantize_residual_q31":
+            per_channel = {**node.attrs, "rounding": "single"}
+            clip = (int(node.attrs["lo"]), int(node.attrs["hi"]))
+            residual = node
         elif node.op == "relu":
             relu = True
         elif node.op == "clip":
@@ -132,10 +152,19 @@ def _compile(chain: list[Call]) -> Call:
                             multiplier=_padded(per_channel["multiplier"], plain_w.shape[0]),
                             shift=_padded(per_channel["shift"], plain_w.shape[0]),
                             zero_point=per_channel["zero_point"],
-                            rounding=per_channel.get("rounding", "double"))
+                            rounding=per_channel.get("rounding", "double"),
+                            residual=None if residual is None else _padded(
+                                per_channel["residual_factor"], plain_w.shape[0]))
     dummy = np.zeros((n_pad, c_pad, h, wd), np.int8)
-    op = compile_conv2d(cfg, dummy, plain_w, bias, stride=(sh, sw),
-                        padding=(pt, pb, pl, pr), epilogue=epilogue)
+    if conv.attrs["groups"] != 1:  # super-groups with block-diagonal kernels
+        from tensorfab.compiler.tensor.grouped_conv import compile_super_groups
+
+        op = compile_super_groups(cfg, dummy, plain_w, conv.attrs["groups"], bias,
+                                  stride=(sh, sw), padding=(pt, pb, pl, pr),
+                                  epilogue=epilogue, image_shapes=True)
+    else:
+        op = compile_conv2d(cfg, dummy, plain_w, bias, stride=(sh, sw),
+                            padding=(pt, pb, pl, pr), epilogue=epilogue)
     blob = np.frombuffer(op.program.to_bytes(), np.uint8).copy()
     out_shape = tuple(infer_types(chain[-1]).shape)  # type: ignore[union-attr]
     seg_shape = op.program.segment("out").shape
@@ -144,9 +173,12 @@ def _compile(chain: list[Call]) -> Call:
     layer = "+".join(c.op.split(".")[-1] for c in chain) + f" {kh}x{kw}/{sh}"
     if dilation != (1, 1):
         layer += f" dilation {dilation[0]}x{dilation[1]}"
-    return Call(ACCEL_PROGRAM, [x, Constant(blob, dev)],
-                {"out_shape": out_shape, "layer": layer,
-                 "estimated_cycles": estimated_cycles(op.program.insns, cfg)}, dev,
+    attrs = {"out_shape": out_shape, "layer": layer,
+             "estimated_cycles": estimated_cycles(op.program.insns, cfg)}
+    if residual is None:
+        return Call(ACCEL_PROGRAM, [x, Constant(blob, dev)], attrs, dev, source_names(chain))
+    return Call(ACCEL_PROGRAM, [x, Constant(blob, dev), residual.args[1]],
+                {**attrs, "extra_input_segment": "res"}, dev,
                 source_names(chain))
 
 
@@ -189,6 +221,49 @@ def _compile_residual_add(nodes: list[Call]) -> Call:
                  "input_segment": "a", "extra_input_segment": "b",
                  "estimated_cycles": estimated_cycles(program.insns, cfg)}, dev,
                 source_names(nodes))
+
+
+def accel_chain_macs(planned: Function) -> list[int]:
+    """The multiply-accumulates of each accelerator convolution of a planned program
+    (before blocked layouts pad the channels), in the post order of the ends of their
+    chains (the order of the ``accel.program`` calls that replace them: a convolution
+    with a fused residual comes after the program computing the residual)."""
+    infer_types(planned)
+    readers = call_readers(planned)
+    by_end: dict[int, int] = {}
+    for e in post_order(planned):
+        if (isinstance(e, Call) and e.op == "qnn.conv2d_integer"
+                and e.virtual_device is not None and e.virtual_device.kind == "accel"):
+            w = e.args[1].checked_type.shape  # type: ignore[union-attr]
+            y = e.checked_type.shape  # type: ignore[union-attr]
+            macs = int(np.prod(y)) * int(w[1]) * int(w[2]) * int(w[3])
+            by_end[id(chain_end(e, readers))] = macs
+    return [by_end[id(e)] for e in post_order(planned) if id(e) in by_end]
+
+
+def with_macs(fn: Function, macs: list[int]) -> Function:
+    """``fn`` with each ``accel.program`` call (in post order, one per accelerator
+    convolution, ``macs`` from :func:`accel_chain_macs`) given its layer's unpadded
+    MACs, and each residual-add program 0 (its identity GEMM multiplies no weight of
+    the model)."""
+    left = iter(macs)
+
+    def rule(e, _old):  # type: ignore[no-untyped-def]
+        if isinstance(e, Call) and e.op == ACCEL_PROGRAM:
+            if str(e.attrs.get("layer", "")).startswith("add_q31"):  # no MACs of the model
+                return Call(e.op, e.args, {**e.attrs, "macs": 0}, e.virtual_device, e.name)
+            m = next(left, None)
+            if m is None:
+                raise AcceleratorLoweringError("more accelerator programs than accelerator "
+                                               "convolutions")
+            return Call(e.op, e.args, {**e.attrs, "macs": m}, e.virtual_device, e.name)
+        return e
+
+    out = rewrite(fn, rule)
+    if next(left, None) is not None:
+        raise AcceleratorLoweringError("fewer accelerator programs than accelerator "
+                                       "convolutions")
+    return out
 
 
 def lower_accelerator_chains(fn: Function) -> Function:

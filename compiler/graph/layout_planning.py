@@ -43,7 +43,7 @@ LAYOUT_AGNOSTIC = frozenset({
     "qnn.requantize_q31",
 })
 BINARY = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
-                    "qnn.add_q31"})
+                    "qnn.add_q31", "qnn.requantize_residual_q31"})
 QUANT = frozenset({"qnn.quantize", "qnn.dequantize", "qnn.requantize"})
 CONV = frozenset({"nn.conv2d", "qnn.conv2d_integer"})
 
@@ -230,10 +230,29 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
     cfg = hw_config_of(dev)
     hint = "; place it on the cpu (on_device(..., cpu)) or leave it unannotated"
     if e.op in CONV:
-        if e.attrs["groups"] != 1:
-            raise LayoutPlanningError(f"{short(e)} on {dev}: grouped convolutions have no "
-                                      f"blocked form{hint}")
         data, weight = e.args[0], e.args[1]
+        groups = e.attrs["groups"]
+        if groups != 1 and e.op != "qnn.conv2d_integer":
+            raise LayoutPlanningError(f"{short(e)} on {dev}: grouped float convolutions "
+                                      f"have no blocked form{hint}")
+        if groups != 1:  # super-groups of whole blocks with block-diagonal kernels
+            from tensorfab.compiler.tensor.errors import CompileError
+            from tensorfab.compiler.tensor.grouped_conv import (
+                block_diagonal_weights,
+                super_group_size,
+            )
+
+            if not isinstance(weight, Constant):
+                raise LayoutPlanningError(f"{short(e)} on {dev}: the weight must be a "
+                                          "constant to be packed for the accelerator")
+            try:
+                s = super_group_size(cfg, int(infer_types(data).shape[1]),  # type: ignore[union-attr]
+                                     weight.data.shape[0], groups)
+            except CompileError as exc:
+                raise LayoutPlanningError(f"{short(e)} on {dev}: {exc}{hint}") from exc
+            weight = Constant(block_diagonal_weights(weight.data, groups, s),
+                              weight.virtual_device)
+            groups //= s
         act = activation_layout(cfg)
         x = args[0]
         if lays[0] is None:
@@ -255,7 +274,8 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
                 if not isinstance(zp, Constant) or np.any(zp.data != 0):
                     raise LayoutPlanningError(f"{short(e)} on {dev}: blocked integer "
                                               "convolutions take zero points of 0")
-        attrs = {**e.attrs, "data_layout": act, "kernel_layout": weight_layout(cfg)}
+        attrs = {**e.attrs, "data_layout": act, "kernel_layout": weight_layout(cfg),
+                 "groups": groups}
         return Call(e.op, [x, w, *rest], attrs, dev, e.name), conv_output_layout(cfg)
     blocked = next(lay for lay in lays if lay)
     if e.op in LAYOUT_AGNOSTIC:

@@ -287,11 +287,14 @@ def conv2d_shape(x: TensorType, w: TensorType, attrs: Mapping[str, Any]) -> tupl
                     f"{k_layout.ndim} dims")
     blocked = d_layout.blocks or k_layout.blocks
     if blocked:
-        if groups != 1:
-            raise _fail("blocked layouts take groups=1 only")
-        if x.shape[1] != w.shape[1] or x.shape[5] != w.shape[5]:
+        # groups: independent convolutions over consecutive channel blocks (a grouped
+        # convolution's super-groups, their kernels block-diagonal)
+        if groups < 1 or (isinstance(w.shape[0], int) and w.shape[0] % groups):
+            raise _fail(f"groups={groups} does not divide the weight's {w.shape[0]} output "
+                        "channel blocks")
+        if x.shape[1] != w.shape[1] * groups or x.shape[5] != w.shape[5]:
             raise _fail(f"input channel blocks of data {x.shape} (dims 1, 5) and weight "
-                        f"{w.shape} (dims 1, 5) differ")
+                        f"{w.shape} (dims 1, 5) × groups {groups} differ")
         kh, kw = _static(w.shape[2], "kernel height"), _static(w.shape[3], "kernel width")
         oh = _window_out(x.shape[2], kh, sh, pt + pb, dh, False, "height")
         ow = _window_out(x.shape[3], kw, sw, pl + pr, dw, False, "width")
@@ -854,6 +857,27 @@ def _requantize_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     if not -128 <= attrs["zero_point"] <= 127:
         raise _fail(f"zero_point {attrs['zero_point']} outside -128..127")
     return TensorType(x.shape, "int8")
+
+
+@register("qnn.requantize_residual_q31", 2, {"multiplier": REQUIRED, "shift": REQUIRED,
+                                             "residual_factor": REQUIRED, "zero_point": 0,
+                                             "lo": -128, "hi": 127},
+          "int32 accumulators plus an int8 residual to int8 per output channel, one "
+          "rounding (a residual add fused into the convolution's REQUANT): t = x + "
+          "residual · residual_factor (int32), then t · multiplier rounded once by "
+          "31 - shift bits (half away from zero), + zero_point, clamped to lo..hi; "
+          "per-channel attributes as qnn.requantize_q31's, the residual of x's shape")
+def _requantize_residual_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x, r = _t(types, 0), _t(types, 1)
+    _want_dtype(r, ("int8",), "the residual")
+    if tuple(r.shape) != tuple(x.shape):
+        raise _fail(f"the residual {r} is not of the accumulators' shape {x}")
+    if len(attrs["residual_factor"]) != len(attrs["multiplier"]):
+        raise _fail(f"{len(attrs['residual_factor'])} residual factors for "
+                    f"{len(attrs['multiplier'])} multipliers: one of each per channel")
+    if not -128 <= attrs["lo"] <= attrs["hi"] <= 127:
+        raise _fail(f"bounds lo {attrs['lo']}, hi {attrs['hi']} not within int8 in order")
+    return _requantize_q31([x], {**attrs, "rounding": "single"})
 
 
 @register("qnn.add_q31", 2, {"left_shift": 20, "a_multiplier": REQUIRED,

@@ -34,7 +34,7 @@ from .rewrite import call_readers, rebuild, single_reader_chain
 from .types import GraphError
 
 EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "qnn.requantize_q31",
-                      "relu", "clip"})
+                      "qnn.requantize_residual_q31", "relu", "clip"})
 
 
 #: A dilated convolution runs on the accelerator as the same convolution with zeros
@@ -63,7 +63,9 @@ def accelerator_conv_refusal(e: Expr, cfg: HwConfig | None = None) -> str | None
         return "not quantized to int8 (a float convolution)"
     a = e.attrs
     if a["groups"] != 1:
-        return f"groups={a['groups']}: the accelerator's convolution takes groups 1"
+        why = _grouped_refusal(e, cfg)
+        if why is not None:
+            return why
     if a["data_layout"] != "NCHW":
         return f"data_layout={a['data_layout']}: the accelerator takes NCHW"
     ratio = dilated_taps_ratio(e)
@@ -80,6 +82,29 @@ def accelerator_conv_refusal(e: Expr, cfg: HwConfig | None = None) -> str | None
     if cfg is not None and max(a["padding"]) > max_pad(cfg):
         return (f"padding {tuple(a['padding'])}: a LOAD of {cfg.name} pads at most "
                 f"{max_pad(cfg)} per side")
+    return None
+
+
+def _grouped_refusal(e: Call, cfg: HwConfig | None) -> str | None:
+    """Why a grouped convolution stays on the CPU (None: block-diagonal super-groups
+    on the GEMM core take it, :mod:`tensorfab.compiler.tensor.grouped_conv`)."""
+    from tensorfab.compiler.tensor.errors import CompileError
+    from tensorfab.compiler.tensor.grouped_conv import super_group_size
+    from tensorfab.isa.formats import requant_supported
+
+    g = e.attrs["groups"]
+    if cfg is None:
+        return f"groups={g}: no accelerator config to map its groups onto"
+    if not requant_supported(cfg):
+        return (f"groups={g}: grouped convolutions need REQUANT's per-channel records "
+                f"({cfg.name} has none)")
+    x, w = e.args[0].checked_type, e.args[1].checked_type
+    if x.shape[0] != cfg.batch:  # type: ignore[union-attr]
+        return f"groups={g}: the accelerator's grouped convolution takes one batch block"
+    try:
+        super_group_size(cfg, x.shape[1], w.shape[0], g)  # type: ignore[union-attr]
+    except CompileError as exc:
+        return str(exc)
     return None
 
 
@@ -115,6 +140,8 @@ def _epilogue_step(e: Call, prev: Expr) -> bool:
         return isinstance(e.args[1], Constant)
     if e.op == "qnn.requantize":
         return all(isinstance(a, Constant) for a in e.args[1:])
+    if e.op == "qnn.requantize_residual_q31":  # the residual: an activation of its shape
+        return not isinstance(e.args[1], Constant)
     return True
 
 

@@ -38,6 +38,12 @@ class Epilogue:
     5. ``clip = (lo, hi)``: ``a = min(max(a, lo), hi)``; with requantization and no
        ``clip``, ``a`` is saturated to int8 (``clip = (-128, 127)``).
 
+    With ``residual`` (one pass only), a residual int8 tile ``r`` of the output's shape
+    enters the accumulators before the convolution: ``a = r · residual[c] + Σ x·w``
+    (the tile loaded into the input buffer, moved in by a GEMM with an identity weight
+    entry, multiplied by the per-channel factor), so REQUANT rounds the sum of both
+    once (a residual add fused into the convolution's program).
+
     The STORE then keeps the low byte of ``a``: without requantization or ``clip``
     int32 values wrap.
 
@@ -70,6 +76,10 @@ class Epilogue:
         ``"single"`` (REQUANT: one rounding of the exact product, closer to float
         and one ALU pass instead of four to six; needs a config whose weight rows hold
         a record, :func:`~tensorfab.isa.formats.requant_supported`).
+    residual : tuple[int, ...] | None
+        Per output channel int32 factors of a fused residual (see above; needs
+        ``rounding="single"``); the program gets an int8 input segment ``res`` of the
+        output's shape.
     """
 
     bias: bool = False
@@ -81,9 +91,10 @@ class Epilogue:
     zero_point: int = 0
     headroom: int = 0
     rounding: str = "double"
+    residual: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("multiplier", "shift"):
+        for name in ("multiplier", "shift", "residual"):
             v = getattr(self, name)
             if v is not None:
                 object.__setattr__(self, name,
@@ -117,6 +128,15 @@ class Epilogue:
             if self.headroom:
                 raise CompileError("headroom only applies to rounding='double' (single "
                                    "rounding needs none)")
+        if self.residual is not None:
+            if self.rounding != "single" or self.multiplier is None:
+                raise CompileError("a residual epilogue needs rounding='single' with "
+                                   "per-channel multiplier and shift")
+            if len(self.residual) != len(self.multiplier):
+                raise CompileError(f"{len(self.residual)} residual factors for "
+                                   f"{len(self.multiplier)} channels")
+            if any(not -(1 << 31) <= k < 1 << 31 for k in self.residual):
+                raise CompileError("residual factors must be int32")
         if self.multiplier is None or self.shift is None:
             return
         if self.requant is not None:
@@ -181,7 +201,7 @@ class Epilogue:
         """Weight-buffer entries of the REQUANT records (0 unless :attr:`one_pass`)."""
         if not self.one_pass:
             return 0
-        return groups * -(-out_channels // cfg.block_out)
+        return groups * -(-out_channels // cfg.block_out) + int(self.residual is not None)
 
     def records(self, cfg: HwConfig, bias: np.ndarray | None) -> np.ndarray:
         """REQUANT's records, one per output channel (:mod:`tensorfab.isa.requant_record`):
@@ -214,7 +234,9 @@ class Epilogue:
         """Names of the per-channel vectors the ALU reads, in their order in the
         accumulator slot after the bias tile: ``left_shift`` (only if some exponent is
         positive), ``multiplier``, ``right_shift`` (only if some exponent is negative)."""
-        if self.shift is None or self.one_pass:
+        if self.one_pass:
+            return ["residual_factor"] if self.residual is not None else []
+        if self.shift is None:
             return []
         left, right = self._shifts()
         names = ["left_shift"] if left.max() > 0 else []
@@ -237,13 +259,16 @@ class Epilogue:
         and the vectors of :meth:`vector_tiles` (none in one pass: the records hold the
         bias)."""
         if self.one_pass:
-            return 0
+            return len(self.vector_tiles())
         return int(self.bias) + len(self.vector_tiles())
 
     def channel_vectors(self) -> dict[str, np.ndarray]:
         """The per-channel int32 vectors by name (see :meth:`vector_tiles`)."""
         if self.multiplier is None or self.shift is None:
             return {}
+        if self.one_pass:
+            return {} if self.residual is None else {
+                "residual_factor": np.array(self.residual, np.int64).astype(np.int32)}
         left, right = self._shifts()
         every = {"left_shift": left, "multiplier": np.array(self.multiplier, dtype=np.int64),
                  "right_shift": right}
@@ -301,6 +326,8 @@ class Epilogue:
             parts.append("relu")
         if self.clip is not None:
             parts.append(f"clip{self.clip}")
+        if self.residual is not None:
+            parts.append("residual")
         return "+".join(parts) or "none"
 
 

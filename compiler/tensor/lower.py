@@ -8,6 +8,7 @@ the first axis):
 ``bias`` int32 ``(G·O/BLOCK_OUT, BATCH, BLOCK_OUT)`` (with a bias epilogue)
 ``out``  int8 ``(G·N/BATCH, O/BLOCK_OUT, OH, OW, BATCH, BLOCK_OUT)``, the output
 ``zeros`` int8, only when some input window lies wholly in the padding
+``res``  int8, the shape of ``out``: the residual of a residual epilogue
 
 Output tiles are dealt round-robin to the virtual threads in groups of ``vthreads``;
 within a group the reduction (input-channel) tiles run outermost, so every thread
@@ -22,6 +23,8 @@ instructions for the in-order fetch unit.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from tensorfab.isa import Alu, AluOp, Buffer, Gemm, HwConfig, Load, Program, Segment, Store
@@ -33,11 +36,14 @@ from .errors import CompileError
 from .residency import plan_steps
 from .schedule import MAX_XFER
 from .tensorize import (
+    MAX_ITER,
+    Dim,
     Kernel,
     KernelTable,
     alu_kernel,
     channel_kernel,
     gemm_kernel,
+    make_kernel,
     record_kernel,
     reset_kernel,
 )
@@ -152,7 +158,8 @@ class _Lowering:
     def channel_names(self) -> list[str]:
         """Per-channel tiles of the accumulator slot after the output tile, in order
         (each also names its DRAM segment): the bias, then the epilogue's vectors."""
-        return (["bias"] if self.ep.bias else []) + self.ep.vector_tiles()
+        bias = self.ep.bias and not self.ep.one_pass  # one pass: the records hold it
+        return (["bias"] if bias else []) + self.ep.vector_tiles()
 
     def channel_loads(self, v: int, t: dict[str, int]) -> list[Emitted]:
         plan = self.plan
@@ -161,6 +168,29 @@ class _Lowering:
         return [(Load(buffer=Buffer.ACC, sram=base + k * toc, dram=t["g"] * self.geo.ob + t["oc"],
                       y=1, x=toc, stride=toc), name)
                 for k, name in enumerate(self.channel_names())]
+
+    def residual_loads(self, v: int, t: dict[str, int]) -> list[Emitted]:
+        """LOADs of output tile ``t``'s residual (segment ``res``, the output's layout)
+        into ``v``'s residual tile of the input buffer, laid out as the accumulators."""
+        return [(Load(buffer=Buffer.INP, sram=st.sram - self.plan.slot_base("acc", v)
+                      + self.plan.residual_base(v), dram=st.dram, y=st.y, x=st.x,
+                      stride=st.stride), "res")
+                for st, _ in self.stores(v, t)]
+
+    def residual_compute(self, v: int) -> list[Gemm | Alu]:
+        """Bring ``v``'s residual tile into its (reset) accumulators by a GEMM with the
+        identity weight entry, then multiply it by the per-channel factors."""
+        plan = self.plan
+        a, r = plan.slot_base("acc", v), plan.residual_base(v)
+        identity = plan.records_base + plan.records - 1
+        if plan.out_entries <= MAX_ITER:
+            dims = [Dim("entries", plan.out_entries, (1, 1, 0))]
+        else:
+            tw = plan.tile("ow")
+            dims = [Dim("rows", plan.out_entries // tw, (tw, tw, 0)), Dim("ow", tw, (1, 1, 0))]
+        kg = make_kernel(dims, {d.name for d in dims}, (a, r, identity))
+        kv = channel_kernel(plan, v, self.channel_names().index("residual_factor"))
+        return [_gemm(kg, self.kernels.add(kg)), _alu(kv, self.kernels.add(kv), AluOp.MUL, None)]
 
     # ----------------------------------------------------------------- stores
     def stores(self, v: int, t: dict[str, int]) -> list[Emitted]:
@@ -213,6 +243,11 @@ class _Lowering:
                     writes.append(("bias", v))
                     held[v] = key
                 step.reads = (*step.reads, ("bias", v))  # type: ignore[misc]
+            residual = sl.first and self.ep.residual is not None
+            if residual:
+                step.loads += self.residual_loads(v, t)
+                writes.append(("res", v))
+                step.reads = (*step.reads, ("res", v), ("records", 0))  # type: ignore[misc]
             if sl.load_inp:
                 step.loads += self.input_loads(sl.inp_region, t, c0, tic)
                 writes.append(("inp", sl.inp_region))
@@ -227,6 +262,8 @@ class _Lowering:
                 else:
                     k = reset_kernel(plan, v)
                     step.compute.append(_gemm(k, self.kernels.add(k), reset=True))
+                if residual:
+                    step.compute += self.residual_compute(v)
             key = (v, tic, sl.inp_region, sl.wgt_region)
             if key not in gemms:
                 k = gemm_kernel(plan, v, tic, sl.inp_region, sl.wgt_region)
@@ -264,8 +301,10 @@ class _EpilogueShape:
 
     one_pass = False  # a one-pass epilogue is timed as its one ALU pass
 
-    def __init__(self, channel_tiles: int, n_alu_ops: int) -> None:
-        self.bias = bool(channel_tiles)
+    def __init__(self, channel_tiles: int, n_alu_ops: int, residual: bool = False) -> None:
+        # a residual's factors take the one per-channel tile of a one-pass epilogue
+        self.residual = () if residual else None
+        self.bias = bool(channel_tiles) and not residual
         self.channel_tiles = int(channel_tiles)
         self._ops = [(AluOp.MAX, 0)] * n_alu_ops
 
@@ -273,6 +312,8 @@ class _EpilogueShape:
         return list(self._ops)
 
     def vector_tiles(self) -> list[str]:
+        if self.residual is not None:
+            return ["residual_factor"]
         return [f"vector{k}" for k in range(self.channel_tiles - 1)]
 
 
@@ -280,15 +321,35 @@ def plan_instructions(plan: TilePlan, n_alu_ops: int = 0) -> list[Emitted]:
     """The instructions :func:`lower` emits for ``plan`` (with an epilogue of
     ``n_alu_ops`` ALU instructions and the plan's bias), in dispatch order, without
     FINISH and DRAM addresses: enough to estimate the program's timing."""
-    low = _Lowering(plan, _EpilogueShape(plan.bias, n_alu_ops))  # type: ignore[arg-type]
+    low = _Lowering(plan, _EpilogueShape(plan.bias, n_alu_ops, plan.residual))  # type: ignore[arg-type]
     steps = low.steps()
     uops: Emitted = (Load(buffer=Buffer.UOP, y=1, x=len(low.kernels), stride=len(low.kernels)),
                      "uops")
     return [uops, *dispatch_order(insert_tokens(steps, lookahead(plan.cfg)), plan.cfg)]
 
 
+def _one_image(shape: tuple[int, ...], groups: int) -> tuple[int, ...]:
+    """A grouped blocked shape ``(G·nb, cb, ...)`` as one image's ``(1, G·cb, ...)``."""
+    if shape[0] != groups:
+        raise CompileError(f"one image's shapes need one batch block per group, not "
+                           f"{shape[0] // groups}")
+    return (1, groups * shape[1], *shape[2:])
+
+
+def _group_epilogue(ep: Epilogue, i: int, n: int, groups: int) -> Epilogue:
+    """Group ``i``'s epilogue: its ``n`` channels' multipliers and shifts when ``ep`` has
+    them for all ``groups · n`` channels (a grouped convolution), else ``ep``."""
+    if groups == 1 or ep.multiplier is None or len(ep.multiplier) != groups * n:
+        return ep
+    cut = slice(i * n, (i + 1) * n)
+    return dataclasses.replace(ep, multiplier=ep.multiplier[cut],
+                               shift=ep.shift[cut] if ep.shift else None)
+
+
 def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray | None = None,
-          wgt: np.ndarray | None = None, bias: np.ndarray | None = None) -> Program:
+          wgt: np.ndarray | None = None, bias: np.ndarray | None = None,
+          residual: np.ndarray | None = None,
+          image_shapes: bool = False) -> Program:
     """The program computing ``plan``'s operator with ``epilogue``.
 
     Parameters
@@ -298,8 +359,14 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
         epilogue's.
     epilogue : Epilogue | None
         Fused epilogue (default: none, outputs are the accumulators' low bytes).
-    inp, wgt, bias : numpy.ndarray | None
-        Packed segment contents (shapes in the module docstring); zeros when omitted.
+    inp, wgt, bias, residual : numpy.ndarray | None
+        Packed segment contents (shapes in the module docstring; ``residual`` is the
+        ``res`` segment); zeros when omitted.
+    image_shapes : bool
+        Declare ``inp`` and ``out`` with one image's blocked shapes, every group's
+        channels along the channel-block axis (``(1, G·C/BLOCK_IN, ...)``, the same
+        bytes as the grouped layout when the batch is one block): the form of a grouped
+        convolution's activations in a graph.
 
     Returns
     -------
@@ -313,6 +380,12 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
     if plan.records != records:
         raise CompileError(f"the schedule reserves {plan.records} weight entries for "
                            f"REQUANT records, the epilogue needs {records}")
+    if ep.residual is not None and plan.cfg.block_in != plan.cfg.block_out:
+        raise CompileError(f"config {plan.cfg.name!r}: a residual epilogue needs block_in == "
+                           "block_out")
+    if (ep.residual is not None) != plan.residual:
+        raise CompileError(f"the epilogue {'has' if ep.residual else 'has no'} residual, the "
+                           f"schedule {'reserves' if plan.residual else 'has no'} room for one")
     if ep.channel_tiles != plan.bias:
         raise CompileError(f"the epilogue needs {ep.channel_tiles} per-channel tile(s) (bias "
                          f"{ep.bias}, vectors {ep.vector_tiles()}) but the schedule was made "
@@ -339,6 +412,8 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
         if name == "bias" and ep.one_pass:
             continue  # the records hold it
         dtype, shape = shapes[name]
+        if name == "inp" and image_shapes:
+            shape = _one_image(shape, g)
         arr = data[name]
         if arr is not None:
             arr = np.asarray(arr)
@@ -348,8 +423,10 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
     if ep.one_pass:
         b = None if bias is None else np.asarray(bias).reshape(
             g, ext["oc"], cfg.batch, cfg.block_out)[:, :, 0, :].reshape(g, -1)
-        recs = [ep.records(cfg, None if b is None else b[i, :wl.out_channels])
-                for i in range(g)]
+        recs = [_group_epilogue(ep, i, wl.out_channels, g).records(
+                    cfg, None if b is None else b[i, :wl.out_channels]) for i in range(g)]
+        if ep.residual is not None:  # the identity entry of the residual's GEMM
+            recs.append(np.eye(cfg.block_out, cfg.block_in, dtype=np.int8)[None])
         bld.add_segment(Segment("records", "int8", (plan.records, cfg.block_out,
                                                     cfg.block_in), np.concatenate(recs)))
     vectors = ep.channel_vectors()
@@ -360,9 +437,14 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
         packed = pack_bias_for(cfg, vec)
         bld.add_segment(Segment(name, "int32", shapes["bias"][1],
                                 np.concatenate([packed] * g)))
-    bld.add_segment(Segment("out", "int8", (g * ext["b"], ext["oc"], wl.out_height,
-                                            wl.out_width, cfg.batch, cfg.block_out),
-                            output=True))
+    out_shape = (g * ext["b"], ext["oc"], wl.out_height, wl.out_width, cfg.batch,
+                 cfg.block_out)
+    bld.add_segment(Segment("out", "int8", _one_image(out_shape, g) if image_shapes
+                            else out_shape, output=True))
+    if ep.residual is not None:
+        bld.add_segment(Segment("res", "int8", (g * ext["b"], ext["oc"], wl.out_height,
+                                                wl.out_width, cfg.batch, cfg.block_out),
+                                residual))
     if low.needs_zeros:
         rows, cols = plan.window
         bld.add_segment(Segment("zeros", "int8", (rows * cols, cfg.batch, cfg.block_in)))

@@ -56,6 +56,8 @@ class CompiledOp:
         """The unpacked int8 result from the packed ``out`` segment."""
         wl, cfg = self.workload, self.program.config
         g = wl.groups
+        if packed.shape[0] % g:  # one image's blocked tensor holding every group
+            packed = np.asarray(packed).reshape(g, -1, *packed.shape[2:])
         per = packed.shape[0] // g
         parts = [unpack_output(cfg, packed[i * per:(i + 1) * per], wl.batch, wl.out_channels)
                  for i in range(g)]
@@ -86,12 +88,15 @@ def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedul
     records = ep.record_entries(cfg, workload.out_channels, workload.groups)
     if schedule is None:
         return default_schedule(workload, cfg, vthreads, bias=ep.channel_tiles,
-                                n_alu_ops=len(ep.alu_ops()), records=records)
+                                n_alu_ops=len(ep.alu_ops()), records=records,
+                                residual=ep.residual is not None)
     if schedule.workload != workload or schedule.cfg != cfg:
         raise CompileError("the schedule was made for another workload or config")
     if schedule.bias != ep.channel_tiles:
         raise CompileError(f"the schedule was made with bias={schedule.bias}, the epilogue "
                          f"needs {ep.channel_tiles} per-channel tile(s)")
+    if schedule.residual != (ep.residual is not None):
+        raise CompileError("the schedule's residual reservation does not match the epilogue")
     if schedule.records != records:
         raise CompileError(f"the schedule reserves {schedule.records} weight entries for "
                            f"REQUANT records, the epilogue needs {records}")
@@ -134,7 +139,7 @@ def conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None 
            stride: int | tuple[int, int] = 1,
            padding: int | tuple[int, int] | tuple[int, int, int, int] = 0,
            epilogue: Epilogue | None = None, schedule: Schedule | None = None,
-           vthreads: int = 2) -> CompiledOp:
+           vthreads: int = 2, residual: np.ndarray | None = None) -> CompiledOp:
     """Compile an int8 2-D convolution ``(N, C, H, W) * (O, C, KH, KW)``.
 
     Parameters
@@ -153,6 +158,9 @@ def conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None 
         A schedule of the same workload (default: :func:`.default_schedule`).
     vthreads : int
         Virtual threads of the default schedule.
+    residual : numpy.ndarray | None
+        ``(N, O, OH, OW)`` int8 contents of the ``res`` segment (an epilogue with
+        :attr:`.Epilogue.residual`; zeros when omitted).
 
     Returns
     -------
@@ -168,8 +176,15 @@ def conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None 
     ep = _epilogue(epilogue, bias)
     sched = _schedule(wl, cfg, ep, schedule, vthreads)
     plan = sched.plan()
+    res = None
+    if residual is not None:
+        r = _int8("residual", residual)
+        if r.shape != (n, o, wl.out_height, wl.out_width):
+            raise CompileError(f"residual has shape {r.shape}, the output "
+                               f"{(n, o, wl.out_height, wl.out_width)}")
+        res = pack_activation(cfg, r)
     prog = lower(plan, ep, inp=pack_activation(cfg, x), wgt=pack_weight(cfg, w),
-                 bias=_bias(bias, o, 1, cfg))
+                 bias=_bias(bias, o, 1, cfg), residual=res)
     return CompiledOp(wl, sched, plan, ep, prog, (n, o, wl.out_height, wl.out_width))
 
 

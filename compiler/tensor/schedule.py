@@ -25,6 +25,7 @@ responsible and the limit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -89,6 +90,9 @@ class Schedule:
         requantization vectors, :meth:`.Epilogue.channel_tiles`; ``True``: the bias).
     records : int
         Weight entries reserved for REQUANT records (:meth:`.Epilogue.record_entries`).
+    residual : bool
+        Reserve one output tile per thread at the top of the input buffer for a
+        residual epilogue (:attr:`.TilePlan.residual`).
 
     Examples
     --------
@@ -100,11 +104,12 @@ class Schedule:
     """
 
     def __init__(self, workload: Workload, cfg: HwConfig, *, bias: int = False,
-                 records: int = 0) -> None:
+                 records: int = 0, residual: bool = False) -> None:
         self.workload = workload
         self.cfg = cfg
         self.bias = bias
         self.records = records
+        self.residual = residual
         self.trace: list[Primitive] = []
         self._extents = workload.extents(cfg)
         self._tiles = dict(self._extents)
@@ -221,9 +226,11 @@ class Schedule:
 
     @classmethod
     def from_trace(cls, workload: Workload, cfg: HwConfig, trace: Iterable[Primitive], *,
-                   bias: bool = False, records: int = 0) -> Schedule:
+                   bias: bool = False, records: int = 0, residual: bool = False
+                   ) -> Schedule:
         """A new schedule with ``trace`` replayed."""
-        return cls(workload, cfg, bias=bias, records=records).replay(trace)
+        return cls(workload, cfg, bias=bias, records=records,
+                   residual=residual).replay(trace)
 
     def __str__(self) -> str:
         return "\n".join(str(p) for p in self.trace)
@@ -235,8 +242,9 @@ class Schedule:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Schedule):
             return NotImplemented
-        return (self.workload, self.cfg, self.bias, self.records, self.trace) == (
-            other.workload, other.cfg, other.bias, other.records, other.trace)
+        return (self.workload, self.cfg, self.bias, self.records, self.residual,
+                self.trace) == (other.workload, other.cfg, other.bias, other.records,
+                                other.residual, other.trace)
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
@@ -261,7 +269,9 @@ class Schedule:
         """
         cfg, wl = self.cfg, self.workload
         v = self._vthreads
-        depth = {"inp": cfg.inp_depth, "wgt": cfg.wgt_depth - self.records,
+        reserved = math.prod(self._tiles[a] for a in ("b", "oc", "oh", "ow")) * v \
+            if self.residual else 0
+        depth = {"inp": cfg.inp_depth - reserved, "wgt": cfg.wgt_depth - self.records,
                  "acc": cfg.acc_depth}
         if depth["wgt"] < 1:
             raise ScheduleError("epilogue", "wgt_depth", f"{self.records} REQUANT records "
@@ -280,7 +290,7 @@ class Schedule:
                                     f"past {b}_depth {depth[b]}")
             pitches[b] = p
         plan = TilePlan(wl, cfg, tuple((a, self._tiles[a]) for a in AXES), self._order, v,
-                        tuple(pitches.items()), self.bias, self.records)
+                        tuple(pitches.items()), self.bias, self.records, self.residual)
         pad = max_pad(cfg)
         if max(wl.padding) > pad:
             raise ScheduleError("workload", "pad field",
@@ -306,7 +316,7 @@ class Schedule:
     def _check_slot(self, plan: TilePlan, buffer: str, need: int, what: str,
                     axes: tuple[str, ...]) -> None:
         pitch = plan.pitch(buffer)
-        depth = getattr(self.cfg, f"{buffer}_depth")
+        depth = plan.inp_capacity if buffer == "inp" else getattr(self.cfg, f"{buffer}_depth")
         v = plan.vthreads
         if need > pitch:
             share = f"{buffer}_depth {depth} / {v} threads" if self._pitch[buffer] is None \

@@ -70,6 +70,10 @@ class TilePlan:
         Weight-buffer entries reserved at the top of the buffer for REQUANT's
         per-channel records (:meth:`.Epilogue.record_entries`); the operand regions
         share the rest.
+    residual : bool
+        The epilogue adds a residual (:attr:`.Epilogue.residual`): each thread keeps
+        one output tile of the int8 residual at the top of the input buffer
+        (:meth:`residual_base`), below which the operand regions share the rest.
     """
 
     workload: Workload
@@ -80,6 +84,7 @@ class TilePlan:
     pitches: tuple[tuple[str, int], ...]
     bias: int = False
     records: int = 0
+    residual: bool = False
 
     # ------------------------------------------------------------------ tile sizes
     @cached_property
@@ -146,11 +151,21 @@ class TilePlan:
         """First weight entry of the REQUANT records."""
         return self.wgt_capacity
 
+    @property
+    def inp_capacity(self) -> int:
+        """Input entries the operand regions may use (below the residual tiles)."""
+        reserved = self.out_entries * self.vthreads if self.residual else 0
+        return self.cfg.inp_depth - reserved
+
+    def residual_base(self, vthread: int) -> int:
+        """First input entry of ``vthread``'s residual tile (with :attr:`residual`)."""
+        return self.inp_capacity + vthread * self.out_entries
+
     def regions(self, buffer: str) -> int:
         """Regions of ``inp`` or ``wgt`` that cache operand tiles (:mod:`.residency`):
         every ``pitch`` entries, as many as the buffer holds."""
         fp = self.inp_entries() if buffer == "inp" else self.wgt_entries()
-        depth = self.cfg.inp_depth if buffer == "inp" else self.wgt_capacity
+        depth = self.inp_capacity if buffer == "inp" else self.wgt_capacity
         return (depth - fp) // self.pitch(buffer) + 1 if fp <= depth else 0
 
     def slot_base(self, buffer: str, vthread: int) -> int:

@@ -63,7 +63,8 @@ def tile_candidates(extent: int) -> list[int]:
 def _fits(plan: TilePlan, n_threads: int) -> bool:
     cfg = plan.cfg
     v = plan.vthreads
-    if plan.inp_entries() > cfg.inp_depth // v or plan.wgt_entries() > plan.wgt_capacity // v:
+    if plan.inp_entries() > plan.inp_capacity // v or \
+            plan.wgt_entries() > plan.wgt_capacity // v:
         return False
     if plan.acc_entries > cfg.acc_depth // v:
         return False
@@ -71,7 +72,7 @@ def _fits(plan: TilePlan, n_threads: int) -> bool:
     gemm = sum(kernel_size(gemm_dims(plan, t), GEMM_LOOPS) for t in tics)
     bias = plan.tile("b") * plan.tile("oc") * int(plan.bias) + (plan.bias > 1) \
         if plan.bias else 1
-    return (gemm + bias + 1) * n_threads <= cfg.uop_depth
+    return (gemm + bias + 1 + 2 * plan.residual) * n_threads <= cfg.uop_depth
 
 
 class _Bounds:
@@ -110,7 +111,8 @@ def _cannot_win(plan: TilePlan, n_alu_ops: int, bounds: _Bounds) -> bool:
 
 
 def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: int = False,
-                n_alu_ops: int = 0, refine: bool = True, records: int = 0) -> TilePlan:
+                n_alu_ops: int = 0, refine: bool = True, records: int = 0,
+                residual: bool = False) -> TilePlan:
     """The cheapest tiling of ``workload`` with ``vthreads`` threads (see the module
     docstring).
 
@@ -142,14 +144,16 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
             out = tn * toc * th * tw + toc * int(bias)
             if out > cfg.acc_depth // vthreads or out // tw > MAX_ITER:
                 continue
+            inp_cap = cfg.inp_depth - (tn * toc * th * tw * vthreads if residual else 0)
+            pitches = (("inp", inp_cap // vthreads), *pitches[1:])
             for tic in cands["ic"]:
                 if toc * tic * kh * kw > wgt_depth // vthreads:
                     continue
                 tiles = (("b", tn), ("oc", toc), ("oh", th), ("ow", tw), ("ic", tic))
                 for order in orders:
                     plan = TilePlan(workload, cfg, tiles, order, vthreads, pitches, bias,
-                                    records)
-                    if plan.inp_entries() > cfg.inp_depth // vthreads:
+                                    records, residual)
+                    if plan.inp_entries() > inp_cap // vthreads:
                         break
                     if _cannot_win(plan, n_alu_ops, bounds):
                         # nor can its packed placement or other order (same compute)
@@ -163,7 +167,7 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
                               pitches[2])
                     if packed != pitches:
                         plan = TilePlan(workload, cfg, tiles, order, vthreads, packed, bias,
-                                        records)
+                                        records, residual)
                         found.append((estimate_cost(plan, n_alu_ops), plan))
                         bounds.add(found[-1][0])
     if not found:
@@ -195,7 +199,8 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
 def schedule_for(plan: TilePlan) -> Schedule:
     """A :class:`Schedule` reproducing ``plan`` with primitives (only what differs from
     the defaults is recorded)."""
-    s = Schedule(plan.workload, plan.cfg, bias=plan.bias, records=plan.records)
+    s = Schedule(plan.workload, plan.cfg, bias=plan.bias, records=plan.records,
+                 residual=plan.residual)
     ext = plan.extents
     split = {a: plan.tile(a) for a in AXES if plan.tile(a) != ext[a]}
     if split:
@@ -205,14 +210,16 @@ def schedule_for(plan: TilePlan) -> Schedule:
     if plan.vthreads != 1:
         s.virtual_thread(plan.vthreads)
     for buffer in ("inp", "wgt", "acc"):
-        depth = plan.wgt_capacity if buffer == "wgt" else getattr(plan.cfg, f"{buffer}_depth")
+        depth = {"wgt": plan.wgt_capacity, "inp": plan.inp_capacity}.get(
+            buffer, plan.cfg.acc_depth)
         if plan.pitch(buffer) != depth // plan.vthreads:
             s.place(buffer, plan.pitch(buffer))
     return s
 
 
 def default_schedule(workload: Workload, cfg: HwConfig, vthreads: int = 2, *,
-                     bias: int = False, n_alu_ops: int = 0, records: int = 0) -> Schedule:
+                     bias: int = False, n_alu_ops: int = 0, records: int = 0,
+                     residual: bool = False) -> Schedule:
     """The searched schedule of ``workload`` (see :func:`search_plan`) with up to
     ``vthreads`` threads: when no tiling fits that many slots (e.g. a large kernel's
     taps overflow a weight slot), fewer threads are used.
@@ -228,7 +235,7 @@ def default_schedule(workload: Workload, cfg: HwConfig, vthreads: int = 2, *,
                             f"vthreads must be an integer in 1..{cfg.dep_queue_depth} (the "
                             "token queues hold one token per thread)")
     plan = _searched_plan(dataclasses.replace(workload, name=""), cfg, int(vthreads),
-                          bias, n_alu_ops, records)
+                          bias, n_alu_ops, records, residual)
     if plan.workload != workload:  # found for another layer of the same shape
         plan = dataclasses.replace(plan, workload=workload)
     return schedule_for(plan)
@@ -236,14 +243,14 @@ def default_schedule(workload: Workload, cfg: HwConfig, vthreads: int = 2, *,
 
 @functools.lru_cache(maxsize=SEARCH_CACHE_SIZE)
 def _searched_plan(workload: Workload, cfg: HwConfig, vthreads: int, bias: int,
-                   n_alu_ops: int, records: int = 0) -> TilePlan:
+                   n_alu_ops: int, records: int = 0, residual: bool = False) -> TilePlan:
     """:func:`search_plan` with up to ``vthreads`` threads, memoized: a network's layers
     of one shape (ResNet-18 has 11 shapes in 20 convolutions) are searched once.
     The search is a pure function of these values (``workload`` without its name)."""
     for v in range(vthreads, 0, -1):
         try:
             return search_plan(workload, cfg, v, bias=bias, n_alu_ops=n_alu_ops,
-                               records=records)
+                               records=records, residual=residual)
         except ScheduleError:
             if v == 1:
                 raise

@@ -3,6 +3,8 @@ topology, and the RTL run bit-exact to the interpreter with cycles and a chart."
 
 from __future__ import annotations
 
+import pytest
+
 from tensorfab.benches.resnet18 import run_resnet18_bench
 
 
@@ -22,28 +24,19 @@ def resnet18_macs(size: int) -> tuple[int, int]:
     return conv, 512 * 1000
 
 
-def test_resnet18_bench_on_rtl_at_32px(tmp_path) -> None:
-    r = run_resnet18_bench("rtl", image_size=32, plot=str(tmp_path / "r.png"))
+def _common(r: dict, tmp_path) -> None:
     for key in ("total_cycles", "macs", "accel_mac_fraction", "conv_utilization",
                 "run_seconds", "compile_seconds", "matches_reference"):
         assert key in r
     conv, dense = resnet18_macs(32)
     assert r["macs"] == conv + dense
     assert r["accel_mac_fraction"] == 1.0  # the classifier too (dense_as_conv)
-    # 20 convolutions and the classifier, plus the residual adds where the partitioner
-    # put them on the accelerator (its cost model at 100 MHz: all eight)
-    assert r["residual_adds"] == "accel" and r["residual_add_count"] == 8
-    assert r["accel_programs"] == 21 + 8 and r["matches_reference"] is True
-    # the other placement ran in the same session, bit-exact too
-    on_cpu, on_accel = r["residual_adds_cpu"], r["residual_adds_accel"]
-    assert on_cpu["matches_reference"] and on_accel["matches_reference"]
-    assert on_accel["total_cycles"] == r["total_cycles"]
-    assert on_accel["total_cycles"] == on_cpu["total_cycles"] + on_accel["add_cycles"]
-    assert on_cpu["add_cycles"] == 0 and on_accel["add_cycles"] > 0
-    assert on_accel["host_bytes"] < on_cpu["host_bytes"]
-    assert r["residual_adds_accel_exact"] is True
+    assert r["matches_reference"] is True
     assert r["total_cycles"] == sum(v["cycles"] for v in r["layers"].values())
     assert r["requant_rounding"] == "single"
+    # the per-program MACs are the model's own, counted here from the topology
+    assert sum(v["macs"] for k, v in r["layers"].items() if k.startswith("conv")) == conv
+    assert r["layers"]["dense21"]["macs"] == dense
     conv_cycles = sum(v["cycles"] for k, v in r["layers"].items() if k.startswith("conv"))
     assert 0 < r["conv_utilization"] <= 1
     assert r["conv_utilization"] == round(conv / (conv_cycles * 256), 4)
@@ -52,3 +45,33 @@ def test_resnet18_bench_on_rtl_at_32px(tmp_path) -> None:
     # the stem runs as a 1x1 convolution over im2col patches: fewer cycles than the
     # 16x16 pixels x 4 output blocks x 49 taps GEMM micro-ops of the 7x7 form
     assert r["layers"]["conv1"]["cycles"] < 16 * 16 * 4 * 49
+
+
+def test_resnet18_bench_on_rtl_at_32px_fused(tmp_path) -> None:
+    r = run_resnet18_bench("rtl", image_size=32, plot=str(tmp_path / "r.png"))
+    _common(r, tmp_path)
+    # the eight residual adds fused into the convolutions before them: 20 convolutions
+    # and the classifier, no add program
+    assert r["fused_residual_adds"] == 8 and r["accel_programs"] == 21
+    assert sum(v["fused_residual"] for v in r["layers"].values()) == 8
+    assert r["residual_adds_cpu"]["matches_reference"]
+    assert r["residual_adds_accel"]["total_cycles"] == r["total_cycles"]
+
+
+@pytest.mark.slow
+def test_resnet18_bench_on_rtl_at_32px_separate_adds(tmp_path) -> None:
+    r = run_resnet18_bench("rtl", image_size=32, plot=str(tmp_path / "r.png"), fuse=False)
+    _common(r, tmp_path)
+    # 20 convolutions and the classifier, plus the residual adds where the partitioner
+    # put them on the accelerator (its cost model at 100 MHz: all eight)
+    assert r["residual_adds"] == "accel" and r["residual_add_count"] == 8
+    assert r["accel_programs"] == 21 + 8 and r["fused_residual_adds"] == 0
+    # the other placement ran in the same session, bit-exact too
+    on_cpu, on_accel = r["residual_adds_cpu"], r["residual_adds_accel"]
+    assert on_cpu["matches_reference"] and on_accel["matches_reference"]
+    assert on_accel["total_cycles"] == r["total_cycles"]
+    assert on_accel["total_cycles"] == on_cpu["total_cycles"] + on_accel["add_cycles"]
+    assert on_cpu["add_cycles"] == 0 and on_accel["add_cycles"] > 0
+    assert on_accel["host_bytes"] < on_cpu["host_bytes"]
+    assert r["residual_adds_accel_exact"] is True
+    assert all(r["layers"][f"add{i}"]["macs"] == 0 for i in range(1, 9))

@@ -140,7 +140,7 @@ def test_integer_conv_on_accel() -> None:
     (lambda y: gb.max_pool2d(y, pool_size=(2, 2)), "nn.max_pool2d.*has no blocked-layout form"),
     (lambda y: gb.conv2d(y, gb.var("w", (4, 4, 1, 1))), "the weight must be a constant"),
     (lambda y: gb.conv2d(y, np.ones((4, 2, 1, 1), np.float32), groups=2),
-     "grouped convolutions have no blocked form"),
+     "grouped float convolutions have no blocked form"),
 ])
 def test_unsupported_accelerator_ops_are_named(make, match: str) -> None:
     x = gb.var("x", (1, 4, 4, 4), device=CPU)

@@ -17,6 +17,7 @@ from test_add_q31 import residual_block_onnx
 from tensorfab.compiler.frontend import from_onnx, quantize_onnx
 from tensorfab.compiler.graph import Call, post_order
 from tensorfab.compiler.graph.constant_folding import fold_constants
+from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
 from tensorfab.compiler.graph.qdq_lowering import lower_qdq
 from tensorfab.compiler.graph.residual_add_placement import (
     measure_residual_adds,
@@ -48,8 +49,9 @@ def test_compile_onnx_residual_model_int8_adds_match_onnxruntime_qdq() -> None:
     adds = _ops(on_cpu.function, "qnn.add_q31")
     assert len(adds) == 2 and all(a.virtual_device.kind == "cpu" for a in adds)
     assert len(_ops(on_cpu.function, "accel.program")) == 4
-    # the partitioner's cost model puts both adds (with their relu) on the accelerator
-    auto = compile_onnx(model, config="default", calibration=calib, quantizer="ort")
+    # separate adds (not fused into the convolutions) on the accelerator
+    auto = compile_onnx(model, config="default", calibration=calib, quantizer="ort",
+                        residual_adds="accel")
     assert not _ops(auto.function, "qnn.add_q31")
     programs = _ops(auto.function, "accel.program")
     assert len(programs) == 6
@@ -117,17 +119,22 @@ def test_measured_placement_is_exact_and_follows_the_costs() -> None:
 def test_every_preset_runs_the_adds_on_the_accelerator_bit_exact(preset, auto_adds) -> None:
     # forced onto the accelerator, the adds give the CPU kernel's output bit for bit;
     # the cost model keeps them on the CPU where the clock is slow and the blocks small
-    # (tiny 24 MHz, 4 lanes; small 50 MHz, 8) and moves them on large (150 MHz, 32)
+    # (tiny 24 MHz, 4 lanes; small 50 MHz, 8: no REQUANT, so no fusion either); on
+    # large (REQUANT) auto fuses them into the convolutions (a program with a second
+    # input each), exact against its own integer graph on the CPU
     model, calib = residual_block_onnx(), _calibration()
     x = calib[:2]
     got = {}
     for mode in ("cpu", "accel", "auto"):
         c = compile_onnx(model, config=preset, calibration=calib, residual_adds=mode)
         adds = [p for p in _ops(c.function, "accel.program") if p.attrs["extra_input_segment"]]
-        got[mode] = (len(adds), run_program(c.program, [x]))
+        got[mode] = (len(adds), run_program(c.program, [x]),
+                     run_program(lower_to_runtime(c.integer_function), [x]))
     assert (got["cpu"][0], got["accel"][0], got["auto"][0]) == (0, 2, auto_adds)
     np.testing.assert_array_equal(got["accel"][1], got["cpu"][1])
-    np.testing.assert_array_equal(got["auto"][1], got["cpu"][1])
+    np.testing.assert_array_equal(got["auto"][1], got["auto"][2])
+    if preset != "large":
+        np.testing.assert_array_equal(got["auto"][1], got["cpu"][1])
 
 
 def test_resident_second_input_of_the_wrong_shape_is_refused() -> None:
