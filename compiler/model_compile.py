@@ -184,7 +184,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
                  percentile: float = 99.99,
                  input_shapes: Mapping[str, Sequence[int | str]] | None = None,
                  progress: Callable[[str], None] | None = None,
-                 residual_adds: str = "auto") -> CompiledModel:
+                 residual_adds: str = "auto",
+                 quantize_options: Mapping[str, bool] | None = None) -> CompiledModel:
     """Compile an ONNX model for the runtime (see the module docstring).
 
     Parameters
@@ -210,6 +211,10 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
         Where int8 residual adds run with an accelerator: ``"auto"`` (the partitioner's
         cost model), ``"cpu"`` or ``"accel"``
         (:func:`~tensorfab.compiler.graph.partitioning.annotate_accelerator`).
+    quantize_options : mapping, optional
+        Options of tensorfab's quantizer
+        (:func:`~tensorfab.compiler.graph.ptq.quantize_graph`: ``activation_matmuls``,
+        ``residual_adds``, ``per_channel_outputs``, for transformers).
 
     Raises
     ------
@@ -223,6 +228,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
     from .frontend.onnx_import import prepare_model
     from .graph import accel
     from .graph.accel_lowering import lower_accelerator_chains
+    from .graph.activation_matmul_lowering import lower_activation_matmuls
     from .graph.batch_norm_folding import fold_batch_norm
     from .graph.constant_folding import fold_constants
     from .graph.dense_as_conv import dense_as_conv
@@ -262,7 +268,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
         else:
             say(f"quantizing ({method}, {len(batches)} calibration batches)")
             fn = fold_constants(quantize_graph(fn, batches, method=method,
-                                               percentile=percentile))
+                                               percentile=percentile,
+                                               **(quantize_options or {})))
     say("lowering to integer operators")
     # dense layers as 1x1 convolutions reach the accelerator; requantization rounds
     # once (REQUANT's arithmetic: faster and closer to float than TFLite's), except for
@@ -287,6 +294,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
         planned = pack_accel_layouts(plain)
         say(f"compiling the accelerator layers ({name})")
         fn = _with_macs(lower_accelerator_chains(planned), _accel_conv_macs(plain))
+        fn = lower_activation_matmuls(fn, accel(name))
     say("lowering to the runtime")
     slots: dict[int, int] = {}
     program = lower_to_runtime(fn, slots)
