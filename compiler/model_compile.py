@@ -26,6 +26,7 @@ from tensorfab.runtime.artifact import CPU_CONVOLUTION_COMMENT
 from tensorfab.runtime.interpreter import GraphProgram
 
 from .graph.ir import Call, Function, post_order
+from .graph.cpu_operators import cpu_operators
 from .graph.partitioning import cpu_convolutions
 from .graph.printer import astext
 from .graph.types import TensorType
@@ -67,6 +68,9 @@ class CompiledModel:
     cpu_convolutions : tuple of str
         With an accelerator: the convolutions left on the CPU, each with the reason
         (:func:`~tensorfab.compiler.graph.partitioning.cpu_convolutions`).
+    cpu_operators : tuple of str
+        With an accelerator: every operator kind left on the CPU, with its count and
+        reason (:func:`~tensorfab.compiler.graph.cpu_operators.cpu_operators`).
     integer_function : Function or None
         The graph after lowering to integer operators, before partitioning: evaluated
         on the CPU kernels (:func:`~tensorfab.compiler.graph.lower_runtime.evaluate`) it
@@ -80,6 +84,7 @@ class CompiledModel:
     graph_text: str = ""
     cpu_convolutions: tuple[str, ...] = ()
     integer_function: Function | None = None
+    cpu_operators: tuple[str, ...] = ()
 
 
 def _symbolic_inputs(fn: Function) -> list[tuple[str, tuple]]:
@@ -301,4 +306,5 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
     text = astext(fn, lambda c: f"c{slots[id(c)]}" if id(c) in slots else None)
     on_cpu = tuple(cpu_convolutions(fn, cfg)) if cfg is not None else ()
     text = "".join(f"{CPU_CONVOLUTION_COMMENT}{line}\n" for line in on_cpu) + text
-    return CompiledModel(program, fn, cfg, quantized, text, on_cpu, integer)
+    cpu_ops = tuple(cpu_operators(fn, cfg)) if cfg is not None else ()
+    return CompiledModel(program, fn, cfg, quantized, text, on_cpu, integer, cpu_ops)
