@@ -25,8 +25,8 @@ from tensorfab.isa.formats import requant_supported
 from tensorfab.runtime.artifact import CPU_CONVOLUTION_COMMENT
 from tensorfab.runtime.interpreter import GraphProgram
 
-from .graph.ir import Call, Function, post_order
 from .graph.cpu_operators import cpu_operators
+from .graph.ir import Call, Function, post_order
 from .graph.partitioning import cpu_convolutions
 from .graph.printer import astext
 from .graph.types import TensorType
@@ -190,7 +190,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike, *,
                  input_shapes: Mapping[str, Sequence[int | str]] | None = None,
                  progress: Callable[[str], None] | None = None,
                  residual_adds: str = "auto",
-                 quantize_options: Mapping[str, bool] | None = None) -> CompiledModel:
+                 quantize_options: Mapping[str, bool | int] | None = None) -> CompiledModel:
     """Compile an ONNX model for the runtime (see the module docstring).
 
     Parameters

@@ -56,7 +56,14 @@ def cpu_reason(e: Call, cfg: HwConfig | None = None) -> str:
 
         return activation_matmul_refusal(e, cfg) or "no requantization to int8 follows it"
     if e.op == "matmul":
+        x = e.args[0]
+        if isinstance(x, Call) and x.op == "take" and isinstance(e.args[1], Constant):
+            return ("a dense layer's outlier input channels, kept in float "
+                    "(outlier_channels; the accelerator runs the rest)")
         return "not quantized to int8 (a float matmul)"
+    if e.op == "take" and e.attrs.get("axis") in (-1,) and isinstance(e.args[1], Constant) \
+            and e.args[1].data.ndim == 1:
+        return "gathers a dense layer's outlier input channels for their float matmul"
     if e.op in _REASONS:
         return _REASONS[e.op]
     if e.op in _DATA_MOVEMENT:

@@ -24,7 +24,7 @@ apply unchanged:
   output scale (after a ``relu`` that is its only reader), so that it lowers to the
   integer ``qnn.add_q31``.
 
-Three options serve transformers (all off by default, as CNNs want):
+Four options serve transformers (all off by default, as CNNs want):
 
 * ``activation_matmuls``: a ``matmul`` of two float activations (attention's
   ``Q·Kᵀ`` and ``P·V``) gets per-tensor int8 inputs and an observed per-tensor output,
@@ -32,6 +32,10 @@ Three options serve transformers (all off by default, as CNNs want):
 * ``residual_adds=False``: an ``add`` of two quantized activations stays float (a
   transformer's residual stream has channels a hundred times its typical magnitude,
   which one int8 scale cannot hold; its layer norm runs in float anyway);
+* ``outlier_channels=k``: each dense layer's ``k`` input channels of largest
+  calibrated magnitude computed apart in float
+  (:func:`~.outlier_channels.split_outlier_channels`), so that one int8 scale covers the
+  rest;
 * ``per_channel_outputs``: a linear operator's output read only by float operators
   (not by a scale-commuting op, a ``relu`` or another quantized operator) gets one
   observed scale per channel (last axis), which the accelerator's per-channel
@@ -50,6 +54,7 @@ import numpy as np
 from .calibration import ChannelMinMaxObserver, observe, symmetric_scale
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, Var, post_order
+from .outlier_channels import split_outlier_channels
 from .qdq_lowering import SCALE_COMMUTING
 from .rewrite import rebuild
 
@@ -125,7 +130,7 @@ def _qdq(e: Expr, scale: np.float32 | np.ndarray) -> Expr:
 def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]], *,
                    method: str = "minmax", percentile: float = 99.99,
                    activation_matmuls: bool = False, residual_adds: bool = True,
-                   per_channel_outputs: bool = False) -> Function:
+                   per_channel_outputs: bool = False, outlier_channels: int = 0) -> Function:
     """The QDQ int8 form of the float program ``fn`` (see the module docstring).
 
     Parameters
@@ -140,6 +145,8 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
         The percentile of ``|x|`` of the ``percentile`` observer.
     activation_matmuls, residual_adds, per_channel_outputs : bool
         The transformer options of the module docstring.
+    outlier_channels : int
+        Input channels of each dense layer kept in float (0: none).
 
     Returns
     -------
@@ -152,6 +159,8 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
     CalibrationError
         Empty calibration data, batches that do not fit the inputs, a bad method.
     """
+    calibration = list(calibration)
+    fn, float_matmuls = split_outlier_channels(fn, calibration, outlier_channels)
     infer_types(fn)
     nodes = list(post_order(fn))
     readers: dict[int, list[Call]] = defaultdict(list)
@@ -159,7 +168,7 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
         if isinstance(e, Call):
             for a in e.args:
                 readers[id(a)].append(e)
-    linears = [e for e in nodes if _linear(e)]
+    linears = [e for e in nodes if _linear(e) and id(e) not in float_matmuls]
     act_mms = [e for e in nodes if activation_matmuls and _activation_matmul(e)]
     bias: dict[int, Call] = {}
     ends: set[int] = set()

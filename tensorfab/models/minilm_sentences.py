@@ -16,17 +16,25 @@ _SUBJECTS = ("the old farmer", "a young student", "my neighbour", "the committee
              "my brother", "the chef", "a quiet librarian")
 _VERBS = ("repaired", "discussed", "painted", "carried", "studied", "cooked", "sold",
           "found", "described", "measured", "ignored", "celebrated", "cleaned", "planned",
-          "announced", "photographed")
+          "announced", "photographed", "ate", "played", "installed", "predicted",
+          "watched", "bought", "wrote", "delivered", "fixed", "enjoyed", "cancelled",
+          "visited", "tested", "ordered", "won", "lost")
 _OBJECTS = ("the broken fence", "a new budget", "the morning train", "fresh bread",
             "an ancient map", "the river bridge", "a strange noise", "the football match",
             "the quarterly report", "a wooden boat", "the weather forecast",
             "a chocolate cake", "the hospital roof", "a rare flower", "the school garden",
-            "the election results")
+            "the election results", "a plate of noodles", "a jazz song",
+            "the operating system", "a heavy snowstorm", "the championship final",
+            "a cheap flight to Rome", "the flu vaccine", "the stock price", "a pizza",
+            "the concert tickets", "a broken laptop", "the museum tour", "some apples",
+            "the new phone app", "a cup of coffee", "the basketball game")
 _TAILS = ("before the storm arrived", "after a long day at work", "with great care",
           "in the middle of the night", "while everyone was watching",
           "despite the heavy rain", "for the third time this year", "near the old harbour",
           "without asking anyone", "during the summer holidays", "as the sun went down",
-          "under strict supervision")
+          "under strict supervision", "on Monday morning", "at the crowded airport",
+          "in front of the stadium", "after the server crashed", "before lunch",
+          "with a big smile", "in the small kitchen", "when the music started")
 _JOINS = ("and", "but", "because", "so", "while", "although")
 
 #: Sentences with clear topics (food, music, weather, sport, computing): each has a
