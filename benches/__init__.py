@@ -89,6 +89,13 @@ def _device_server(target: str = "fsim") -> dict[str, Any]:
     return run_device_server_bench(target)
 
 
+def _minilm(target: str = "fsim") -> dict[str, Any]:
+    """MiniLM-L6 int8 embeddings per bucket (16/64/128): time, cycles, MACs, cosine."""
+    from .minilm import run_minilm_bench
+
+    return run_minilm_bench(target)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -100,4 +107,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "resnet18": _resnet18,
     "device-server": _device_server,
     "hil": _hil,
+    "minilm": _minilm,
 }
