@@ -5,6 +5,8 @@ whole model on 20+ sentences of 4 to 128 tokens is `slow`."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -97,4 +99,4 @@ def test_int8_similarity_ranking_equals_float(tmp_path) -> None:
     # each sentence's ranking of the others (ties within 0.01 may swap)
     for q, f in zip(sim_q, sim_f, strict=True):
         order = np.argsort(-f)[:-1]  # without itself
-        assert all(q[a] >= q[b] - 0.01 for a, b in zip(order, order[1:], strict=False))
+        assert all(q[a] >= q[b] - 0.01 for a, b in itertools.pairwise(order))
