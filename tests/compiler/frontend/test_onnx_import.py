@@ -148,6 +148,7 @@ ISSUE_OPS = [
     "Constant", "ConstantOfShape", "Identity", "Dropout", "Cast", "Pad", "Softmax",
     "ReduceMean", "Pow", "Sqrt", "LayerNormalization", "Where", "QuantizeLinear",
     "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
+    "Gelu",
 ]
 
 
