@@ -126,3 +126,25 @@ def test_activation_matmul_refusals_name_the_rule() -> None:
     mm = fn.body
     why = activation_matmul_refusal(mm, get_config("default"))
     assert why is not None and "block_out 16" in why and "columns 12" in why
+
+
+def test_compile_command_lists_every_cpu_operator(tmp_path, capsys) -> None:
+    """``tensorfab compile`` of the block as a new user runs it: its 3-D dense layers
+    become programs, and the JSON lists every CPU operator with its reason."""
+    import json
+
+    import onnx
+
+    from tensorfab.cli import main
+
+    onnx.save(block_onnx(), tmp_path / "block.onnx")
+    np.save(tmp_path / "calib.npy",
+            np.random.default_rng(1).standard_normal((4, SEQ, HIDDEN)).astype(np.float32))
+    assert main(["compile", str(tmp_path / "block.onnx"), "--config", "default", "--calib",
+                 str(tmp_path / "calib.npy"), "-o", str(tmp_path / "block.tfm"),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["accel_programs"] == 6
+    reasons = dict(line.split(": ", 1) for line in out["cpu_operators"])
+    assert reasons["matmul x2"].startswith("not quantized to int8")
+    assert "softmax" in reasons["nn.softmax x1"]
