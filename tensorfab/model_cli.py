@@ -173,7 +173,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
               "accel_programs": ops.get(ACCEL_PROGRAM, 0),
               "config": compiled.config.name if compiled.config else None,
               "int8": compiled.quantized, "ops": dict(sorted(ops.items())),
-              "cpu_convolutions": list(compiled.cpu_convolutions), **fit}
+              "cpu_convolutions": list(compiled.cpu_convolutions),
+              "cpu_operators": list(compiled.cpu_operators), **fit}
 
     def human() -> None:
         where = (f"{result['accel_programs']} on the accelerator ({result['config']})"
@@ -183,6 +184,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print("ops: " + ", ".join(f"{op} {n}" for op, n in result["ops"].items()))
         for line in result["cpu_convolutions"]:
             print(f"on the CPU: {line}")
+        for line in result["cpu_operators"]:
+            print(f"CPU operator: {line}")
         if fit:
             print(f"device memory: {fit['device_memory_bytes']:,} bytes of board "
                   f"{fit['board']}'s {fit['board_memory_bytes']:,}")

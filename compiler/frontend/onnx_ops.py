@@ -243,6 +243,24 @@ def _size(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     return [Constant(np.asarray(int(np.prod(shape, dtype=np.int64)), dtype=np.int64))]
 
 
+@converter("Gelu")
+def _gelu(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
+    """Gelu (opset 20) as the IR's elementwise operators: ``x/2 · (1 + erf(x/√2))``, or
+    with ``approximate="tanh"`` ``x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))``."""
+    x = _need(ctx, inputs, 0)
+    approximate = ctx.attr("approximate", "none")
+    if approximate == "none":
+        inner = _call("erf", _call("multiply", x, _scalar(1 / np.sqrt(2.0), x)))
+    elif approximate == "tanh":
+        cube = _call("multiply", _call("multiply", x, x), x)
+        poly = _call("add", x, _call("multiply", cube, _scalar(0.044715, x)))
+        inner = _call("tanh", _call("multiply", poly, _scalar(np.sqrt(2.0 / np.pi), x)))
+    else:
+        raise ctx.error(f"approximate={approximate!r}: expected 'none' or 'tanh'")
+    half = _call("multiply", x, _scalar(0.5, x))
+    return [_call("multiply", half, _call("add", inner, _scalar(1.0, x)))]
+
+
 @converter("LeakyRelu")
 def _leaky_relu(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     return [_call("leaky_relu", _need(ctx, inputs, 0), alpha=float(ctx.attr("alpha", 0.01)))]

@@ -25,7 +25,8 @@ from .ir import Expr, Function, Tuple
 from .lower_runtime import lower_to_runtime
 from .types import GraphError
 
-__all__ = ["CALIBRATION_METHODS", "MinMaxObserver", "Observer", "PercentileObserver",
+__all__ = ["CALIBRATION_METHODS", "ChannelMinMaxObserver", "MinMaxObserver", "Observer",
+           "PercentileObserver",
            "make_observer", "observe", "symmetric_scale"]
 
 #: Names of the observers ``--calib-method`` accepts.
@@ -89,6 +90,29 @@ class PercentileObserver(Observer):
         return float(np.percentile(np.concatenate(self.magnitudes), self.percentile))
 
 
+class ChannelMinMaxObserver(Observer):
+    """The largest magnitude seen in each channel along the last axis
+    (:meth:`channel_amax`), for per-channel activation scales."""
+
+    def __init__(self) -> None:
+        self.seen: np.ndarray | None = None
+
+    def update(self, values: np.ndarray) -> None:
+        v = np.abs(np.asarray(values, np.float64))
+        if v.size:
+            m = v.reshape(-1, v.shape[-1]).max(axis=0)
+            self.seen = m if self.seen is None else np.maximum(self.seen, m)
+
+    def channel_amax(self) -> np.ndarray:
+        """The symmetric range of each channel (``>= 0``)."""
+        if self.seen is None:
+            raise CalibrationError("the observer saw no values")
+        return self.seen
+
+    def amax(self) -> float:
+        return float(self.channel_amax().max())
+
+
 def make_observer(method: str, percentile: float = 99.99) -> Observer:
     """A new observer by name (:data:`CALIBRATION_METHODS`)."""
     if method == "minmax":
@@ -106,16 +130,19 @@ def symmetric_scale(amax: float) -> np.float32:
 
 def observe(fn: Function, exprs: Sequence[Expr],
             batches: Iterable[Mapping[str, np.ndarray]], method: str = "minmax",
-            percentile: float = 99.99) -> list[Observer]:
+            percentile: float = 99.99, observers: Sequence[Observer] | None = None
+            ) -> list[Observer]:
     """Run ``fn`` on every batch (input name to array) and feed one observer per
-    sub-expression of ``exprs`` with its values; the observers, in order.
+    sub-expression of ``exprs`` with its values (new ones of ``method``, or the given
+    ``observers``); the observers, in order.
 
     Raises
     ------
     CalibrationError
         No batches, or a batch that does not fit the function's inputs.
     """
-    observers = [make_observer(method, percentile) for _ in exprs]
+    observers = (list(observers) if observers is not None else
+                 [make_observer(method, percentile) for _ in exprs])
     program = lower_to_runtime(Function(fn.params, Tuple(list(exprs))))
     seen = 0
     for feeds in batches:

@@ -24,6 +24,23 @@ apply unchanged:
   output scale (after a ``relu`` that is its only reader), so that it lowers to the
   integer ``qnn.add_q31``.
 
+Four options serve transformers (all off by default, as CNNs want):
+
+* ``activation_matmuls``: a ``matmul`` of two float activations (attention's
+  ``Q·Kᵀ`` and ``P·V``) gets per-tensor int8 inputs and an observed per-tensor output,
+  so that it lowers to ``qnn.matmul_integer`` of two int8 activations;
+* ``residual_adds=False``: an ``add`` of two quantized activations stays float (a
+  transformer's residual stream has channels a hundred times its typical magnitude,
+  which one int8 scale cannot hold; its layer norm runs in float anyway);
+* ``outlier_channels=k``: each dense layer's ``k`` input channels of largest
+  calibrated magnitude computed apart in float
+  (:func:`~.outlier_channels.split_outlier_channels`), so that one int8 scale covers the
+  rest;
+* ``per_channel_outputs``: a linear operator's output read only by float operators
+  (not by a scale-commuting op, a ``relu`` or another quantized operator) gets one
+  observed scale per channel (last axis), which the accelerator's per-channel
+  requantization applies for free and the float reader's ``dequantize`` undoes.
+
 Everything else stays float and reads the dequantized values.
 """
 
@@ -34,9 +51,10 @@ from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 
-from .calibration import observe, symmetric_scale
+from .calibration import ChannelMinMaxObserver, observe, symmetric_scale
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, Var, post_order
+from .outlier_channels import split_outlier_channels
 from .qdq_lowering import SCALE_COMMUTING
 from .rewrite import rebuild
 
@@ -70,6 +88,14 @@ def _linear(e: Expr) -> bool:
     return w.data.ndim == 2
 
 
+def _activation_matmul(e: Expr) -> bool:
+    """A ``matmul`` of two float activations (no constant operand)."""
+    if not (isinstance(e, Call) and e.op == "matmul"):
+        return False
+    return all(not isinstance(a, Constant) and a.checked_type.dtype == "float32"  # type: ignore[union-attr]
+               and len(a.checked_type.shape) >= 2 for a in e.args)  # type: ignore[union-attr]
+
+
 def _channels(linear: Call) -> int:
     w = linear.args[1].data  # type: ignore[union-attr]
     return int(w.shape[0] if linear.op == "nn.conv2d" else w.shape[1])
@@ -87,18 +113,24 @@ def _bias_of(linear: Call, readers: list[Call]) -> Call | None:
     return readers[0] if b.data.shape in want else None
 
 
-def _qdq(e: Expr, scale: np.float32) -> Expr:
-    """``dequantize(quantize(e, scale, 0), scale, 0)`` (int8, per tensor)."""
+def _qdq(e: Expr, scale: np.float32 | np.ndarray) -> Expr:
+    """``dequantize(quantize(e, scale, 0), scale, 0)`` (int8, per tensor, or per channel
+    of the last axis for a vector ``scale``)."""
     ndim = len(e.checked_type.shape)  # type: ignore[union-attr]
     axis = 1 if ndim >= 2 else 0
-    s, z = Constant(np.asarray(scale, np.float32)), Constant(np.zeros((), np.int8))
+    if np.ndim(scale):
+        axis = ndim - 1
+    s = Constant(np.asarray(scale, np.float32))
+    z = Constant(np.zeros(np.shape(scale), np.int8))
     q = Call("qnn.quantize", [e, s, z], {"axis": axis, "out_dtype": "int8"},
              e.virtual_device)
     return Call("qnn.dequantize", [q, s, z], {"axis": axis}, e.virtual_device)
 
 
 def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]], *,
-                   method: str = "minmax", percentile: float = 99.99) -> Function:
+                   method: str = "minmax", percentile: float = 99.99,
+                   activation_matmuls: bool = False, residual_adds: bool = True,
+                   per_channel_outputs: bool = False, outlier_channels: int = 0) -> Function:
     """The QDQ int8 form of the float program ``fn`` (see the module docstring).
 
     Parameters
@@ -111,6 +143,10 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
         Activation observer: ``"minmax"`` or ``"percentile"``.
     percentile : float
         The percentile of ``|x|`` of the ``percentile`` observer.
+    activation_matmuls, residual_adds, per_channel_outputs : bool
+        The transformer options of the module docstring.
+    outlier_channels : int
+        Input channels of each dense layer kept in float (0: none).
 
     Returns
     -------
@@ -123,6 +159,8 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
     CalibrationError
         Empty calibration data, batches that do not fit the inputs, a bad method.
     """
+    calibration = list(calibration)
+    fn, float_matmuls = split_outlier_channels(fn, calibration, outlier_channels)
     infer_types(fn)
     nodes = list(post_order(fn))
     readers: dict[int, list[Call]] = defaultdict(list)
@@ -130,7 +168,8 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
         if isinstance(e, Call):
             for a in e.args:
                 readers[id(a)].append(e)
-    linears = [e for e in nodes if _linear(e)]
+    linears = [e for e in nodes if _linear(e) and id(e) not in float_matmuls]
+    act_mms = [e for e in nodes if activation_matmuls and _activation_matmul(e)]
     bias: dict[int, Call] = {}
     ends: set[int] = set()
     for lin in linears:
@@ -141,8 +180,10 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
     # which observed tensor gives each quantized tensor its scale
     source: dict[int, Expr] = {}
     linear_inputs = {id(lin.args[0]) for lin in linears}
+    linear_inputs |= {id(a) for mm in act_mms for a in mm.args}
+    ends |= {id(mm) for mm in act_mms}
     for e in nodes:
-        if id(e) in ends or _residual_add(e, source.keys() | linear_inputs):
+        if id(e) in ends or (residual_adds and _residual_add(e, source.keys() | linear_inputs)):
             r = readers[id(e)]
             source[id(e)] = r[0] if (len(r) == 1 and r[0].op == "relu"
                                      and e is not fn.body) else e
@@ -151,12 +192,26 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
             source[id(e)] = source[id(e.args[0])]
     for lin in linears:
         source.setdefault(id(lin.args[0]), lin.args[0])
-    if not linears:
+    for mm in act_mms:
+        for a in mm.args:
+            source.setdefault(id(a), a)
+    if not linears and not act_mms:
         return fn
+    channel_wise: set[int] = set()
+    if per_channel_outputs:
+        by_id = {id(n): n for n in nodes}
+        passed_on = {id(src) for k, src in source.items() if k != id(src)}
+        mm_ids = {id(mm) for mm in act_mms}
+        channel_wise = {k for k in ends
+                        if source[k] is by_id[k] and k not in linear_inputs
+                        and k not in passed_on and k not in mm_ids
+                        and not any(r.op in SCALE_COMMUTING or r.op == "relu"
+                                    or id(r) in ends for r in readers[k])}
     observed = list({id(e): e for e in source.values()}.values())
-    observers = observe(fn, observed, calibration, method, percentile)
-    scale_of = {id(e): symmetric_scale(o.amax()) for e, o in zip(observed, observers,
-                                                                 strict=True)}
+    observers = _observers(fn, observed, channel_wise, calibration, method, percentile)
+    scale_of = {id(e): (_channel_scales(o) if id(e) in channel_wise  # type: ignore[arg-type]
+                        else symmetric_scale(o.amax()))
+                for e, o in zip(observed, observers, strict=True)}
     scale = {k: scale_of[id(src)] for k, src in source.items()}
 
     linear_ids = {id(lin) for lin in linears}
@@ -191,6 +246,24 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
     assert isinstance(result, Function)
     infer_types(result)
     return result
+
+
+def _observers(fn: Function, observed: list[Expr], channel_wise: set[int],
+               calibration: Iterable[Mapping[str, np.ndarray]], method: str,
+               percentile: float) -> list:
+    """Observers of ``observed``: per channel for the ids in ``channel_wise``, else of
+    ``method``."""
+    from .calibration import make_observer
+
+    obs = [ChannelMinMaxObserver() if id(e) in channel_wise else
+           make_observer(method, percentile) for e in observed]
+    return observe(fn, observed, calibration, method, percentile, obs)
+
+
+def _channel_scales(observer: ChannelMinMaxObserver) -> np.ndarray:
+    """Per-channel int8 scales ``amax / 127`` (1 for an all-zero channel)."""
+    amax = observer.channel_amax()
+    return np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
 
 
 def _residual_add(e: Expr, quantized: Set[int]) -> bool:

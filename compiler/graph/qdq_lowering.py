@@ -12,6 +12,10 @@ operators with the same meaning (as onnxruntime's QDQ fusion into QLinearConv do
   (relu, max pooling, flatten, reshape, transpose, identity) → ``op(x)`` when
   ``s_x == s_y``, else ``requantize(op(int32(x)), s_x / s_y)``;
 * ``quantize(dq(x, s_x), s_y)`` → ``x`` or ``requantize(int32(x), s_x / s_y)``;
+* ``quantize(matmul(dq(a, s_a), dq(b, s_b)), s_y)`` of two int8 activations (attention's
+  batched matmuls) → ``requantize(matmul_integer(a, b), s_a * s_b / s_y)``;
+* a per-channel ``s_y`` (a vector along the last axis) after a ``matmul`` with a
+  constant weight gives per-channel multipliers ``s_x * s_w / s_y``;
 * ``quantize(add(dq(a, s_a), dq(b, s_b)), s_y)`` of two int8 tensors (a residual add) →
   ``qnn.add_q31(a, b)``, TFLite's int8 ADD: both operands shifted left by 20 and scaled
   by ``s_a / 2m`` and ``s_b / 2m`` (``m = max(s_a, s_b)``), added, and scaled by
@@ -100,10 +104,18 @@ def lower_qdq(fn: Function) -> Function:
                 and e.attrs["out_dtype"] == "int8"):
             return e
         ys, yz = _const(e.args[1]), _const(e.args[2])
-        if ys is None or yz is None or np.any(yz != 0) or ys.size != 1:
+        if ys is None or yz is None or np.any(yz != 0):
             return e
-        ys = ys.astype(np.float32).reshape(())
         x, dev = e.args[0], e.virtual_device
+        if ys.size != 1:  # per channel: only a dense layer's output (last axis)
+            ndim = len(x.checked_type.shape)  # type: ignore[union-attr]
+            if e.attrs["axis"] not in (-1, ndim - 1) or ys.ndim != 1:
+                return e
+            inner, bias = (x.args if isinstance(x, Call) and x.op == "add" else (x, None))
+            if not (isinstance(inner, Call) and inner.op == "matmul"):
+                return e
+            return _lower_linear(e, inner, bias, ys.astype(np.float32)) or e
+        ys = ys.astype(np.float32).reshape(())
         dq = _dequantized(x)
         if dq is not None:
             q, s = dq
@@ -118,7 +130,8 @@ def lower_qdq(fn: Function) -> Function:
         if isinstance(x, Call) and x.op == "add":
             x, bias = x.args
         if isinstance(x, Call) and x.op in ("nn.conv2d", "matmul"):
-            return _lower_linear(e, x, bias, ys, e.args[0].name) or e
+            return (_lower_linear(e, x, bias, ys, e.args[0].name)
+                    or (_lower_activation_matmul(x, ys) if bias is None else None) or e)
         if bias is None and isinstance(x, Call) and x.op in SCALE_COMMUTING:
             dq = _dequantized(x.args[0])
             if dq is None or dq[1].size != 1 or dq[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
@@ -152,6 +165,19 @@ def _lower_add(add: Call, ys: np.ndarray) -> Expr | None:
                        ("out", twice_max / ((1 << ADD_LEFT_SHIFT) * sy))):
         attrs[f"{name}_multiplier"], attrs[f"{name}_shift"] = quantize_multiplier_q31(real)
     return Call("qnn.add_q31", [a, b], attrs, add.virtual_device, add.name)
+
+
+def _lower_activation_matmul(mm: Call, ys: np.ndarray) -> Expr | None:
+    """``requantize(matmul_integer(a, b), s_a s_b / s_y)`` for a matmul of two int8
+    per-tensor activations."""
+    operands = [_dequantized(a) for a in mm.args]
+    if any(d is None or isinstance(d[0], Constant) or d[1].size != 1
+           or d[0].checked_type.dtype != "int8" for d in operands):  # type: ignore[union-attr]
+        return None
+    (a, sa), (b, sb) = operands  # type: ignore[misc]
+    zero = Constant(np.zeros((), np.int8))
+    acc = Call("qnn.matmul_integer", [a, b, zero, zero], {}, mm.virtual_device, mm.name)
+    return _requantize(acc, (sa * sb).astype(np.float32) / ys, -1, mm.virtual_device)
 
 
 def _lower_linear(q: Call, x: Call, bias: Expr | None, ys: np.ndarray,

@@ -151,6 +151,7 @@ ISSUE_OPS = [
     # the ops the _expanded node tests of the above are written in (issue 34)
     "Neg", "Reciprocal", "Exp", "Size", "Less", "Max", "Min", "CastLike", "ReduceSum",
     "ReduceMax",
+    "Gelu",
 ]
 
 

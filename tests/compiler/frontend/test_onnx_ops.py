@@ -66,6 +66,12 @@ def test_leaky_relu_and_hard_sigmoid() -> None:
     check_op("HardSigmoid", [("x", f32(3, 7, scale=4.0))], {"alpha": 0.3, "beta": 0.4})
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_opset20(approximate: str) -> None:
+    check_op("Gelu", [("x", f32(3, 5, 7, scale=3.0))], {"approximate": approximate},
+             opset=20)
+
+
 @pytest.mark.parametrize("bounds", [(-0.5, 0.7), (None, 0.3), (0.0, None)])
 def test_clip(bounds: tuple) -> None:
     lo, hi = (None if b is None else np.array(b, np.float32) for b in bounds)

@@ -1,0 +1,79 @@
+"""MiniLM-L6 sentence embeddings in int8 on the accelerator, per bucket length.
+
+For each sequence length (16, 64, 128 tokens) one generated sentence that fills the
+bucket is embedded on ``--target`` with the bucket compiled (or loaded from the disk
+cache, :func:`~tensorfab.models.minilm_embed.compile_bucket`), and compared with the
+float model on onnxruntime. Per length: wall time of the run, accelerator cycles (as
+the executor counts them: the RTL's cycle counter, fsim's model), the fraction of the
+encoder's MACs on the accelerator, cosine vs float, whether the bucket was compiled now
+and how long that took, and the time outside kernels (dispatch) as a fraction of the
+run. The last line of ``tensorfab bench minilm --json`` is the JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from tensorfab.models.minilm import tokenize
+from tensorfab.models.minilm_embed import MiniLmEmbedder, float_embeddings
+from tensorfab.models.minilm_sentences import generated_sentence
+
+LENGTHS = (16, 64, 128)
+
+
+def bench_sentence(seq: int, seed: int = 1000) -> str:
+    """A generated sentence of ``seq - 15 .. seq`` tokens (it fills bucket ``seq``)."""
+    rng = np.random.default_rng(seed + seq)
+    words = max(2, int(seq * 0.8))
+    for _ in range(200):
+        text = generated_sentence(rng, words)
+        n = len(tokenize(text, max_tokens=10**6))
+        if seq - 15 <= n <= seq:
+            return text
+        words += -1 if n > seq else 1
+    raise RuntimeError(f"no generated sentence fills {seq} tokens")
+
+
+def run_minilm_bench(target: str = "fsim", config: str = "default",
+                     lengths: tuple[int, ...] = LENGTHS) -> dict[str, Any]:
+    """Run the benchmark (see the module docstring); a JSON-ready dict."""
+    embedder = MiniLmEmbedder(target, config)
+    rows = []
+    try:
+        for seq in lengths:
+            text = bench_sentence(seq)
+            t0 = time.perf_counter()
+            bucket = embedder.bucket(seq)
+            compile_seconds = time.perf_counter() - t0
+            emb, run = embedder.embed_one(text)
+            ref = float_embeddings([text])[0]
+            cosine = float(emb @ ref / (np.linalg.norm(emb) * np.linalg.norm(ref)))
+            rows.append({
+                "seq": seq, "tokens": run.tokens, "wall_seconds": round(run.seconds, 3),
+                "accelerator_cycles": run.cycles,
+                "accel_mac_fraction": round(run.accel_fraction, 4),
+                "accel_macs": run.accel_macs, "cpu_macs": run.cpu_macs,
+                "cosine_vs_float": round(cosine, 5),
+                "bucket_compiled": not bucket.cached,
+                "bucket_seconds": round(compile_seconds, 2),
+                "dispatch_fraction": round(1 - run.kernel_seconds / run.seconds, 4),
+            })
+    finally:
+        embedder.close()
+    return {
+        "bench": "minilm", "target": target, "config": config,
+        "lengths": rows,
+        "buckets_compiled": sum(r["bucket_compiled"] for r in rows),
+        "buckets_loaded_from_cache": sum(not r["bucket_compiled"] for r in rows),
+        "min_cosine_vs_float": min(r["cosine_vs_float"] for r in rows),
+        "min_accel_mac_fraction": min(r["accel_mac_fraction"] for r in rows),
+        "futures_overlap": None,  # the VM's futures live on the runtime branch
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run_minilm_bench()))

@@ -1,0 +1,124 @@
+"""MiniLM-L6 in int8 on the accelerator (functional simulator) against the float model
+on onnxruntime: cosine per sentence, the similarity ranking, MACs on the accelerator,
+the disk cache of compiled buckets. CI runs a one-layer encoder on short sentences; the
+whole model on 20+ sentences of 4 to 128 tokens is `slow`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorfab.models.minilm import MiniLmError, tokenize
+from tensorfab.models.minilm_embed import (
+    MiniLmEmbedder,
+    compile_bucket,
+    cosine_matrix,
+    float_embeddings,
+)
+from tensorfab.models.minilm_sentences import SIMILARITY_SET, generated_sentences
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.diag(cosine_matrix(a, b))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory):
+    return tmp_path_factory.mktemp("minilm-cache")
+
+
+def test_one_layer_int8_on_the_accelerator_match_float(cache) -> None:
+    texts = list(SIMILARITY_SET[:3])
+    embedder = MiniLmEmbedder("fsim", calibration=6, directory=cache, layers=1)
+    try:
+        got, runs = embedder.embed(texts)
+    finally:
+        embedder.close()
+    want = float_embeddings(texts, layers=1)
+    assert _cosines(got, want).min() >= 0.99, _cosines(got, want)
+    for r in runs:
+        assert r.bucket == 16 and r.tokens == len(tokenize(r.text))
+        assert r.accel_fraction >= 0.95
+        # every matmul is an accelerator program (outlier channels as zeros there)
+        assert r.accel_macs == r.total_macs and 0 < r.cpu_macs < 0.05 * r.total_macs
+    bucket = embedder.buckets[16]
+    assert not bucket.cached and bucket.path.is_file()
+    programs = [n for n in bucket.program.nodes if n.op == "accel.program"]
+    assert len(programs) == 8  # per layer: q, k, v, output, ffn in, ffn out, 2 attention
+    reasons = {line.split(" x")[0]: line for line in bucket.cpu_operators}
+    for op in ("take", "nn.layer_norm", "nn.softmax", "erf", "mean", "sqrt"):
+        assert op in reasons
+
+
+def test_a_compiled_bucket_comes_back_from_the_cache(cache) -> None:
+    first = compile_bucket(16, calibration=6, directory=cache, layers=1)
+    again = compile_bucket(16, calibration=6, directory=cache, layers=1)
+    assert again.cached and again.path == first.path
+    assert again.cpu_operators == first.cpu_operators
+    assert [n.op for n in again.program.nodes] == [n.op for n in first.program.nodes]
+
+
+def test_a_sentence_past_the_largest_bucket_names_the_limit(cache) -> None:
+    embedder = MiniLmEmbedder("fsim", calibration=6, directory=cache, layers=1)
+    with pytest.raises(MiniLmError, match="largest bucket takes 128"):
+        embedder.embed(["word " * 200])
+
+
+#: The buckets the slow tests use (a sentence goes to the smallest that holds it; the
+#: embedding does not depend on the bucket), from the disk cache `bench minilm` fills.
+SLOW_BUCKETS = (16, 64, 128)
+
+
+def _embed_in_buckets(texts: list[str]) -> tuple[np.ndarray, list]:
+    embedder = MiniLmEmbedder("fsim")
+    try:
+        rows, runs = [], []
+        for t in texts:
+            n = len(tokenize(t))
+            e, r = embedder.embed_one(t, bucket=min(b for b in SLOW_BUCKETS if b >= n))
+            rows.append(e)
+            runs.append(r)
+    finally:
+        embedder.close()
+    return np.stack(rows), runs
+
+
+@pytest.mark.slow
+def test_int8_quality_on_sentences_of_4_to_128_tokens() -> None:
+    """Every sentence of up to 64 tokens within 0.99 cosine of float. Longer ones are
+    not yet: at 100+ tokens the int8 softmax probabilities (steps of 1/127, with
+    attention weights near 1/100) cost up to 0.02 (measured 0.98 at 113 tokens; a
+    numpy study keeping them exact gives 0.997), so they are held to 0.97 here."""
+    texts = generated_sentences(16, 2, 100, seed=4242) + list(SIMILARITY_SET[:6])
+    lengths = np.array([len(tokenize(t)) for t in texts])
+    assert len(texts) >= 20 and lengths.min() <= 8 and lengths.max() > 100
+    got, runs = _embed_in_buckets(texts)
+    cos = _cosines(got, float_embeddings(texts))
+    report = dict(zip(lengths.tolist(), cos.round(4).tolist(), strict=True))
+    assert cos[lengths <= 64].min() >= 0.99, report
+    assert cos.min() >= 0.97, report
+    assert min(r.accel_fraction for r in runs) >= 0.95
+
+
+@pytest.mark.slow
+def test_int8_similarity_ranking_equals_float() -> None:
+    texts = list(SIMILARITY_SET)
+    got, _ = _embed_in_buckets(texts)
+    sim_q, sim_f = cosine_matrix(got), cosine_matrix(float_embeddings(texts))
+    np.fill_diagonal(sim_q, -1)
+    np.fill_diagonal(sim_f, -1)
+    # each sentence's nearest neighbour, and it is the other sentence of its topic
+    assert (sim_q.argmax(1) == sim_f.argmax(1)).all()
+    assert (sim_f.argmax(1) == np.arange(len(texts)) ^ 1).all()
+    # each sentence's ranking of the others: the order of two neighbours whose float
+    # similarities differ by more than 0.03 is kept (unrelated sentences score within
+    # 0.03 of each other around 0, and int8 moves a similarity by up to 0.027)
+    for q, f in zip(sim_q, sim_f, strict=True):
+        order = np.argsort(-f)[:-1]  # without itself
+        for i, a in enumerate(order):
+            for b in order[i + 1:]:
+                if f[a] - f[b] > 0.03:
+                    assert q[a] > q[b], (a, b, f[a], f[b], q[a], q[b])
+    iu = np.triu_indices(len(texts), 1)
+    ranks_q, ranks_f = (np.argsort(np.argsort(m[iu])) for m in (sim_q, sim_f))
+    assert np.corrcoef(ranks_q, ranks_f)[0, 1] >= 0.98  # Spearman over the 45 pairs

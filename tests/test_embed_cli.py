@@ -1,0 +1,36 @@
+"""``tensorfab embed``: a sentence past the largest bucket is one line naming the limit;
+the embeddings' norms and cosine matrix (slow: compiles or loads the 16-token bucket)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tensorfab.cli import main
+from tensorfab.models.minilm_embed import float_embeddings
+
+
+def test_a_too_long_sentence_is_one_line(capsys) -> None:
+    assert main(["embed", "word " * 300]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "302 tokens" in err and "largest bucket takes 128" in err
+
+
+@pytest.mark.slow
+def test_embed_prints_norms_and_the_cosine_matrix(capsys) -> None:
+    texts = ["A man is eating a bowl of pasta.", "Someone is having spaghetti for dinner.",
+             "The forecast says a storm is coming."]
+    assert main(["embed", *texts, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [s["text"] for s in out["sentences"]] == texts
+    assert all(abs(s["norm"] - 1) < 1e-3 and s["bucket"] == 16 for s in out["sentences"])
+    cos = np.array(out["cosine"])
+    f = float_embeddings(texts)
+    np.testing.assert_allclose(cos, f @ f.T, atol=0.03)
+    assert cos[0, 1] > 0.5 > cos[0, 2]
+    assert main(["embed", *texts]) == 0
+    human = capsys.readouterr().out
+    assert "norm 1.0000" in human and "cosine:" in human
