@@ -114,7 +114,7 @@ def lower_qdq(fn: Function) -> Function:
             inner, bias = (x.args if isinstance(x, Call) and x.op == "add" else (x, None))
             if not (isinstance(inner, Call) and inner.op == "matmul"):
                 return e
-            return _lower_linear(e, inner, bias, ys.astype(np.float32)) or e
+            return _lower_linear(e, inner, bias, ys.astype(np.float32), x.name) or e
         ys = ys.astype(np.float32).reshape(())
         dq = _dequantized(x)
         if dq is not None:
