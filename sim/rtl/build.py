@@ -370,12 +370,23 @@ def elaborated(name: str, params: dict[str, object], design: Callable[[], str]) 
     path = verilator_cache() / "_verilog" / f"{_slug(name, 40)}-{h.hexdigest()[:16]}.v"
     if not path.exists():
         text = design()
+        if _sources_changed_since_start():
+            return text  # this process may have elaborated the sources before the edit
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         partial.write_text(text)
         partial.replace(path)
         return text
     return path.read_text()
+
+
+def _sources_changed_since_start() -> bool:
+    """A source of :func:`rtl_sources` was written after this process started (its
+    modules, imported then, may not be what the files hold now)."""
+    started = Path(f"/proc/{os.getpid()}")
+    if not started.exists():
+        return False
+    return any(p.stat().st_mtime > started.stat().st_ctime for p in rtl_sources())
 
 
 def core_source(cfg: HwConfig) -> str:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -256,7 +257,11 @@ def test_elaborated_again_only_when_a_source_changes(tmp_path: Path, monkeypatch
     for path in (pkg / "__init__.py", pkg / "sub" / "__init__.py"):
         path.write_text("")
     layout = pkg / "sub" / "layout.py"
-    layout.write_text("WIDTH = 8\n")
+
+    def write(text: str) -> None:  # as if written before this process started
+        layout.write_text(text)
+        os.utime(layout, (0, 0))
+    write("WIDTH = 8\n")
     monkeypatch.setattr(rtl_build, "rtl_sources", lambda: [layout])
     monkeypatch.setenv("TENSORFAB_VERILATOR_CACHE", str(tmp_path / "cache"))
     calls: list[str] = []
@@ -268,11 +273,17 @@ def test_elaborated_again_only_when_a_source_changes(tmp_path: Path, monkeypatch
     first = rtl_build.elaborated("m", {"n": 1}, design)
     assert rtl_build.elaborated("m", {"n": 1}, design) == first
     assert len(calls) == 1
-    layout.write_text("WIDTH = 16\n")
+    write("WIDTH = 16\n")
     assert rtl_build.elaborated("m", {"n": 1}, design) != first
     assert calls == ["WIDTH = 8\n", "WIDTH = 16\n"]
     rtl_build.elaborated("m", {"n": 2}, design)
     assert len(calls) == 3
+    # a source edited while this process runs: its modules may be the old ones, so
+    # what it elaborates is not kept under the new sources' key
+    layout.write_text("WIDTH = 32\n")
+    rtl_build.elaborated("m", {"n": 1}, design)
+    rtl_build.elaborated("m", {"n": 1}, design)
+    assert len(calls) == 5
 
 
 def test_build_key_is_the_elaborated_verilog() -> None:
