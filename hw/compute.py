@@ -7,10 +7,8 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import Out
 
 from tensorfab.isa import AluOp, Engine, ErrorCode, HwConfig, Opcode, uop_format
-from tensorfab.isa.config import log2
 from tensorfab.isa.formats import (
     ALU_PIPELINE_STAGES,
-    LOOP_ITER_WIDTH,
     MULHI_IMM_SHIFT,
     UOP_INDEX_STAGES,
     UOP_READ_STAGES,
@@ -19,15 +17,15 @@ from tensorfab.isa.formats import (
 from tensorfab.isa.insn import fast_reset_condition
 
 from .alu import AluSignature, VectorAlu
+from .fast_reset import FastReset
 from .gemm import GemmCore
 from .layouts import format_layout, insn_layout, uop_layout
 from .sequencer import InsnSequencer, engine_members
 from .signatures import BufReadSignature, BufWriteSignature, ZeroSignature, zero_lanes
+from .uop_loop import INDEX_WIDTH, UopLoop
 
 __all__ = ["ComputeEngine"]
 
-#: Width of the index arithmetic: wide enough for any base + (2^14-1) * factor sum.
-INDEX_WIDTH = 32
 
 
 class ComputeEngine(wiring.Component):
@@ -59,11 +57,12 @@ class ComputeEngine(wiring.Component):
 
     **Fast reset.** A GEMM with ``reset`` whose accumulator indices run in contiguous
     lines (one micro-op, ``acc_factor_in = 1``, every input and weight factor 0, as
-    compilers emit it) does not go through the pipeline: after reading its micro-op
-    it zeroes each line ``uop.acc + i·acc_factor_out + [0, iter_in)`` through
-    :attr:`acc_zero`, up to :func:`~.signatures.zero_lanes` entries per cycle (the
-    part of the line within one zero-flag row). Range checks and errors are those
-    of the micro-op loop; :attr:`gemm_uops` counts every entry zeroed.
+    compilers emit it) does not go through the pipeline: a
+    :class:`~.fast_reset.FastReset` reads its micro-op and zeroes each line
+    ``uop.acc + i·acc_factor_out + [0, iter_in)`` through :attr:`acc_zero`, up to
+    :func:`~.signatures.zero_lanes` entries per cycle. Range checks and errors are those
+    of the micro-op loop; :attr:`gemm_uops` counts every entry zeroed. The loops
+    themselves are a :class:`~.uop_loop.UopLoop`.
 
     Parameters
     ----------
@@ -130,12 +129,6 @@ class ComputeEngine(wiring.Component):
         is_gemm = opcode == Opcode.GEMM
         is_alu = opcode == Opcode.ALU
 
-        # loop counters and incremental offsets (acc/dst, inp/src, wgt)
-        u = Signal(cfg.uop_bits + 1)
-        j = Signal(LOOP_ITER_WIDTH)
-        i = Signal(LOOP_ITER_WIDTH)
-        row = [Signal(INDEX_WIDTH, name=f"row{k}") for k in range(3)]
-        cur = [Signal(INDEX_WIDTH, name=f"cur{k}") for k in range(3)]
         is_requant = is_alu & (a.op == AluOp.REQUANT)
         # REQUANT steps its record (weight) index by the source factors
         f_out = [Mux(is_gemm, g.acc_factor_out, a.dst_factor_out),
@@ -144,10 +137,18 @@ class ComputeEngine(wiring.Component):
         f_in = [Mux(is_gemm, g.acc_factor_in, a.dst_factor_in),
                 Mux(is_gemm, g.inp_factor_in, a.src_factor_in),
                 Mux(is_gemm, g.wgt_factor_in, a.src_factor_in)]
-        uop_begin = Mux(is_gemm, g.uop_begin, a.uop_begin)
-        uop_end = Mux(is_gemm, g.uop_end, a.uop_end)
-        iter_out = Mux(is_gemm, g.iter_out, a.iter_out)
         iter_in = Mux(is_gemm, g.iter_in, a.iter_in)
+        # the micro-op loop (acc/dst, inp/src, wgt offsets)
+        factor_width = max(len(f) for f in f_out + f_in)
+        m.submodules.loop = loop = UopLoop(cfg.uop_bits, factor_width)
+        m.d.comb += [loop.start.eq(ex.start),
+                     loop.uop_begin.eq(Mux(is_gemm, g.uop_begin, a.uop_begin)),
+                     loop.uop_end.eq(Mux(is_gemm, g.uop_end, a.uop_end)),
+                     loop.iter_out.eq(Mux(is_gemm, g.iter_out, a.iter_out)),
+                     loop.iter_in.eq(iter_in)]
+        m.d.comb += [loop.factor_in[k].eq(f_in[k]) for k in range(3)]
+        m.d.comb += [loop.factor_out[k].eq(f_out[k]) for k in range(3)]
+        cur = [loop.offsets[k] for k in range(3)]
 
         err_code = Signal(4)
         m.d.comb += [ex.fail.eq(error), ex.code.eq(err_code), self.finished.eq(finished)]
@@ -198,7 +199,7 @@ class ComputeEngine(wiring.Component):
             m.d.sync += [r_valid.eq(r_valid & ~self.halt & ~error),
                          s1_valid.eq(s1_valid & ~self.halt & ~error),
                          c_valid.eq(c_valid & ~self.halt & ~error)]
-        m.d.comb += [self.uop_rd.addr.eq(u), self.uop_rd.en.eq(stepping)]
+        m.d.comb += [self.uop_rd.addr.eq(loop.uop), loop.step.eq(stepping)]
         with m.If(stepping):
             m.d.sync += [r_off[k].eq(cur[k]) for k in range(3)]
         with m.If(r_valid & ~hold):
@@ -384,177 +385,46 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [self.acc_wr.addr.eq(wb_addr), self.acc_wr.data.eq(gemm_new),
                          self.acc_wr.en.eq(1)]
         gemm_slow = s2_valid & ~s2_alu
-        m.d.comb += [self.gemm_busy.eq(gemm_slow), self.alu_busy.eq(alu_s2),
-                     self.gemm_uops.eq(gemm_slow)]
         in_flight = (r_valid | s1_valid | c_valid | s2_valid | Cat(*dl_valid).any() | a3_valid
                      | a4_valid | alu_port.out_valid | a6_valid)
 
         # ------------------------------------------------------------ fast reset
-        lanes = zero_lanes(cfg)
-        lb = log2(lanes)
-        fast_reset = is_gemm & fast_reset_condition(g)
-        z_next_line = Signal(INDEX_WIDTH)  # first entry of the next line
-        z_a = Signal(INDEX_WIDTH)  # next entry to zero
-        z_left = Signal(LOOP_ITER_WIDTH + 1)  # entries of the line still to zero
-        z_off = Signal(lb)
-        z_k = Signal(range(lanes + 1))  # entries zeroed this cycle
-        # the mask: lanes z_off .. min(z_off + z_left, lanes) - 1, each bit compared
-        # with one sum (a shifted run of ones took three carry chains in a row to the
-        # zero flags' write enables, an FPGA critical path). The sum is of z_off and
-        # min(z_left, lanes + 1), lb + 2 bits wide, which decides the mask and the
-        # line's end as the full sum would, without a carry chain of z_left's width.
-        # The mask is a register, z_mask, set with z_a and z_left from their new
-        # values (the sum and comparisons from z_left fed the flags' write enables and
-        # the read ports' flag registers in one cycle, an FPGA critical path).
-        z_end = Signal(lb + 2)
-        z_mask = Signal(lanes)
-        # z_left > lanes and iter_in > lanes as registers (set with z_left, and in
-        # ZERO_READ), so that no comparison of their full width precedes the sums;
-        # min(iter_in, lanes + 1) too, and the next line's start, so that a new line's
-        # mask is one short sum of registers and its comparisons (from the
-        # instruction's fields, an FPGA critical path)
-        z_over = Signal()
-        z_iter_over = Signal()
-        z_iter_len = Signal(lb + 2)
-
-        def clipped(left: Value, over: Value) -> Value:
-            """``min(left, lanes + 1)``, given ``over`` = ``left > lanes`` (only
-            ``left``'s low lb + 1 bits are read)."""
-            return Mux(over, lanes + 1, left[:lb + 1])
-
-        def lane_mask(off: Value, length: Value) -> Value:
-            """The lanes ``off .. min(off + length, lanes) - 1``."""
-            end = off + length
-            return Cat(*((end > k) & (off <= k if k < lanes - 1 else 1)  # (off < lanes)
-                         for k in range(lanes)))
-        line_end = Signal()  # the rest of the line fits this cycle's row of flags
-        # zeroing: the flags are written this cycle. The port is the fast reset's in
-        # every ZERO cycle (acc_zero.en, a decode of the state, which the load engine's
-        # accumulator writes wait on: not the checks below, FPGA critical paths into
-        # the load's read beats); a cycle that writes nothing has an empty mask
-        zeroing = Signal()
-        m.d.comb += [z_off.eq(z_a[:lb]),
-                     z_end.eq(z_off + clipped(z_left, z_over)), line_end.eq(z_end <= lanes),
-                     z_k.eq(Mux(line_end, z_left, lanes - z_off)),
-                     self.acc_zero.row.eq(z_a >> lb),
-                     self.acc_zero.mask.eq(Mux(zeroing, z_mask, 0))]
-
-        # ------------------------------------------------------------- execution
+        m.submodules.fast_reset = fr = FastReset(cfg)
+        wiring.connect(m, wiring.flipped(self.acc_zero), fr.acc_zero)
         stop = self.halt | error
-        # the loops' last values, registered at the start (the decoder rejects empty
-        # loops): each loop end is one comparison of two registers, not a sum and a
-        # comparison with a multiplexed instruction field
-        u_last, j_last, i_last = Signal.like(u), Signal.like(j), Signal.like(i)
-        # and the fields the loops step by, for the adders (not the instruction word
-        # through the GEMM/ALU field multiplexers)
-        q_uop_begin = Signal.like(u)
-        q_f_in = [Signal(f.shape(), name=f"q_f_in{k}") for k, f in enumerate(f_in)]
-        q_f_out = [Signal(f.shape(), name=f"q_f_out{k}") for k, f in enumerate(f_out)]
-        last_u = u == u_last
-        last_j = j == j_last
-        last_i = i == i_last
+        m.d.comb += [fr.start.eq(ex.start & is_gemm & fast_reset_condition(g)),
+                     fr.stop.eq(stop), fr.iter_out.eq(g.iter_out), fr.iter_in.eq(g.iter_in),
+                     fr.acc_factor_out.eq(g.acc_factor_out),
+                     fr.acc.eq(uop.acc), fr.src.eq(uop.src), fr.wgt.eq(uop.wgt)]
+        m.d.comb += [self.uop_rd.en.eq(stepping | fr.uop_rd_en),
+                     self.gemm_busy.eq(gemm_slow | fr.zeroing), self.alu_busy.eq(alu_s2),
+                     self.gemm_uops.eq(Mux(fr.zeroing, fr.zeroed, gemm_slow))]
+        with m.If(fr.fail & ~error):
+            m.d.sync += [error.eq(1), err_code.eq(fr.code)]
+        # ------------------------------------------------------------- execution
         with m.If(seq.retire & (opcode == Opcode.FINISH)):
             m.d.sync += finished.eq(1)
         with m.If(ex.start):
-            m.d.sync += [u.eq(uop_begin), j.eq(0), i.eq(0),
-                         u_last.eq(uop_end - 1), j_last.eq(iter_in - 1),
-                         i_last.eq(iter_out - 1), q_uop_begin.eq(uop_begin),
-                         alu_op.eq(a.op), use_imm.eq(a.use_imm),
-                         imm.eq(a.imm)]
-            m.d.sync += [row[k].eq(0) for k in range(3)]
-            m.d.sync += [cur[k].eq(0) for k in range(3)]
-            m.d.sync += [q_f_in[k].eq(f_in[k]) for k in range(3)]
-            m.d.sync += [q_f_out[k].eq(f_out[k]) for k in range(3)]
-
-        # the loops' next values, computed whether or not the loop steps: `hold` (the
-        # interlock, late in the cycle) only enables the registers
-        u_next, j_next, i_next = Signal.like(u), Signal.like(j), Signal.like(i)
-        row_next = [Signal(INDEX_WIDTH, name=f"row_next{k}") for k in range(3)]
-        cur_next = [Signal(INDEX_WIDTH, name=f"cur_next{k}") for k in range(3)]
-        row_step = [row[k] + q_f_out[k] for k in range(3)]
-        m.d.comb += [u_next.eq(Mux(last_u, q_uop_begin, u + 1)),
-                     j_next.eq(Mux(last_u, Mux(last_j, 0, j + 1), j)),
-                     i_next.eq(Mux(last_u & last_j & ~last_i, i + 1, i))]
-        m.d.comb += [row_next[k].eq(Mux(last_u & last_j, row_step[k], row[k]))
-                     for k in range(3)]
-        m.d.comb += [cur_next[k].eq(Mux(~last_u, cur[k],
-                                        Mux(last_j, row_step[k], cur[k] + q_f_in[k])))
-                     for k in range(3)]
-        with m.If(stepping):
-            m.d.sync += [u.eq(u_next), j.eq(j_next), i.eq(i_next)]
-            m.d.sync += [row[k].eq(row_next[k]) for k in range(3)]
-            m.d.sync += [cur[k].eq(cur_next[k]) for k in range(3)]
+            m.d.sync += [alu_op.eq(a.op), use_imm.eq(a.use_imm), imm.eq(a.imm)]
 
         with m.FSM():
             with m.State("WAIT"), m.If(ex.start):
                 with m.If(opcode == Opcode.FINISH):
                     m.d.comb += ex.done.eq(1)
-                with m.Elif(fast_reset):
-                    m.next = "ZERO_UOP"
+                with m.Elif(fr.start):
+                    m.next = "FAST_RESET"
                 with m.Else():
                     m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += [stepping.eq(~hold), issuing.eq(~stop & ~hold)]
                 with m.If(stop):
                     m.next = "WAIT"
-                with m.Elif(~hold & last_u & last_j & last_i):
+                with m.Elif(~hold & loop.last):
                     m.next = "DRAIN"
-            with m.State("ZERO_UOP"):  # fast reset: read the micro-op
-                m.d.comb += self.uop_rd.en.eq(1)
-                with m.If(stop):
+            with m.State("FAST_RESET"):
+                m.d.comb += ex.done.eq(fr.done)
+                with m.If(stop | fr.done):
                     m.next = "WAIT"
-                with m.Else():
-                    m.next = "ZERO_READ"
-            with m.State("ZERO_READ"):  # S0R: the micro-op is registered
-                iter_over = iter_in > lanes
-                m.d.sync += [z_iter_over.eq(iter_over),
-                             z_iter_len.eq(clipped(iter_in, iter_over))]
-                with m.If(stop):
-                    m.next = "WAIT"
-                with m.Else():
-                    m.next = "ZERO_CHECK"
-            with m.State("ZERO_CHECK"):  # its fields, as the micro-op loop checks them
-                with m.If(stop):
-                    m.next = "WAIT"
-                with m.Elif(uop.src >= cfg.inp_depth):
-                    m.d.sync += [error.eq(1), err_code.eq(ErrorCode.UOP_RANGE)]
-                with m.Elif(uop.wgt >= cfg.wgt_depth):
-                    m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
-                with m.Else():
-                    m.d.sync += [z_next_line.eq(uop.acc + q_f_out[0]), z_a.eq(uop.acc),
-                                 z_left.eq(iter_in), z_over.eq(z_iter_over),
-                                 z_mask.eq(lane_mask(uop.acc[:lb], z_iter_len))]
-                    m.next = "ZERO"
-            with m.State("ZERO"):  # fast reset: zero up to `lanes` entries per cycle
-                m.d.comb += self.acc_zero.en.eq(1)
-                with m.If(stop):
-                    m.next = "WAIT"
-                with m.Elif(z_a[cfg.acc_bits:].any()):  # z_a >= acc_depth
-                    m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
-                with m.Else():
-                    m.d.comb += [zeroing.eq(1), self.gemm_busy.eq(1),
-                                 self.gemm_uops.eq(z_k)]
-                    with m.If(line_end):  # line done
-                        m.d.sync += [z_next_line.eq(z_next_line + q_f_out[0]),
-                                     z_a.eq(z_next_line), z_left.eq(iter_in),
-                                     z_over.eq(z_iter_over),
-                                     z_mask.eq(lane_mask(z_next_line[:lb], z_iter_len)),
-                                     i.eq(i + 1)]
-                        with m.If(last_i):
-                            m.d.comb += ex.done.eq(1)
-                            m.next = "WAIT"
-                    with m.Else():  # z_k is lanes - z_off: on to the next row's start
-                        # the new z_left (z_left + z_off - lanes) and its mask from
-                        # a short sum of z_left's low bits and z_off, and its high
-                        # bits, not from the new value's carry chain: lane k is
-                        # zeroed if the new z_left exceeds k
-                        low = z_left[:lb + 2] + z_off
-                        rest_over = z_left[lb + 2:].any() | (low > 2 * lanes)
-                        m.d.sync += [z_a.eq(Cat(Const(0, lb), z_a[lb:] + 1)),
-                                     z_left.eq(z_left + z_off - lanes),
-                                     z_over.eq(rest_over),
-                                     z_mask.eq(Cat(*(rest_over | (low > lanes + k)
-                                                     for k in range(lanes))))]
             with m.State("DRAIN"):
                 with m.If(stop):
                     m.next = "WAIT"

@@ -25,13 +25,18 @@ model, as one shared library per configuration, cached.
 Cache
 -----
 A build lives in ``<cache>/<key>/`` (:func:`~tensorfab.sim.verilator_tools.cached_build`,
-the one cache of every Verilator build) where the key hashes the configuration, every
-Python source the RTL is elaborated from (:func:`rtl_sources`: the packages
-:mod:`tensorfab.hw` and :mod:`tensorfab.isa`, subpackages included), the harness
-sources and this module, the Amaranth and Verilator versions, the C++ compiler, the
-host CPU (the code is built with ``-march=native``) and every flag; a finished build
-holds ``build.ok``. The cache folder is ``$TENSORFAB_VERILATOR_CACHE`` if set, else
-``build/verilator/`` of the source checkout the package runs from, else
+the one cache of every Verilator build) where the key hashes what Verilator and the
+compiler are given: the elaborated Verilog (with the harness wrapper and
+``tf_config.h``), the harness sources and this module, the Verilator version, the C++
+compiler, the host CPU (the code is built with ``-march=native``) and every flag; a
+finished build holds ``build.ok``. A design whose Verilog did not change (an edit of a
+docstring in ``hw/``) reuses its build; any change of the Verilog gets a new one.
+Elaborating takes seconds to minutes, so :func:`elaborated` keeps each Verilog text in
+``<cache>/_verilog/`` under a key of what it is elaborated from: the parameters, the
+Amaranth version and every Python source of :func:`rtl_sources` (the packages
+:mod:`tensorfab.hw` and :mod:`tensorfab.isa`, subpackages included). The cache folder
+is ``$TENSORFAB_VERILATOR_CACHE`` if set, else ``build/verilator/`` of the source
+checkout the package runs from, else
 ``~/.cache/tensorfab/verilator``. A file lock per key makes concurrent processes
 (pytest-xdist workers) build a key once; Verilator's runtime objects are compiled
 once per flags into ``<cache>/_runtime-<hash>/``. ``TENSORFAB_BUILD_JOBS`` caps
@@ -87,6 +92,8 @@ __all__ = [
     "build_verilated",
     "cache_root",
     "config_header",
+    "core_source",
+    "elaborated",
     "harness_key",
     "rtl_sources",
 ]
@@ -330,6 +337,69 @@ def _hash_sources(h: hashlib._Hash) -> None:
         h.update(path.read_bytes())
 
 
+def _slug(name: str, length: int) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:length]
+
+
+def elaborated(name: str, params: dict[str, object], design: Callable[[], str]) -> str:
+    """The Verilog ``design()`` makes, elaborated once per sources and parameters.
+
+    The text is kept in ``<cache>/_verilog/`` under a key of ``params``, the Amaranth
+    version and every source of :func:`rtl_sources`; ``design`` runs only when that
+    key is new. The builds themselves are keyed on the text (:func:`harness_key`).
+
+    Parameters
+    ----------
+    name : str
+        Readable prefix of the file name.
+    params : dict
+        JSON-ready parameters the design is made from.
+    design : callable
+        Makes the Verilog.
+
+    Returns
+    -------
+    str
+    """
+    import amaranth
+
+    h = hashlib.sha256()
+    h.update(json.dumps({"params": params, "amaranth": amaranth.__version__},
+                        sort_keys=True, default=str).encode())
+    _hash_sources(h)
+    path = verilator_cache() / "_verilog" / f"{_slug(name, 40)}-{h.hexdigest()[:16]}.v"
+    if not path.exists():
+        text = design()
+        if _sources_changed_since_start():
+            return text  # this process may have elaborated the sources before the edit
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_text(text)
+        partial.replace(path)
+        return text
+    return path.read_text()
+
+
+def _sources_changed_since_start() -> bool:
+    """A source of :func:`rtl_sources` was written after this process started (its
+    modules, imported then, may not be what the files hold now)."""
+    started = Path(f"/proc/{os.getpid()}")
+    if not started.exists():
+        return False
+    return any(p.stat().st_mtime > started.stat().st_ctime for p in rtl_sources())
+
+
+def core_source(cfg: HwConfig) -> str:
+    """The core's Verilog for ``cfg`` (:func:`elaborated`)."""
+    from tensorfab.hw.verilog import core_verilog
+
+    def design() -> str:
+        _step("generating the core's Verilog (Amaranth)")
+        return core_verilog(cfg)
+
+    return elaborated(f"core-{cfg.name}", {"config": cfg.to_dict()}, design)
+
+
 def _cxx() -> str:
     return os.environ.get("CXX", "c++")
 
@@ -354,15 +424,19 @@ def _cxx_version() -> str:
     return proc.stdout.splitlines()[0] if proc.stdout else proc.stderr.strip()
 
 
-def harness_key(cfg: HwConfig, threads: int = DEFAULT_THREADS,
+def harness_key(cfg: HwConfig, verilog: str, threads: int = DEFAULT_THREADS,
                 verilator_args: Sequence[str] = (), cxxflags: Sequence[str] = (),
                 two_evals: bool = False, pgo: bool = True) -> str:
-    """Cache key of a harness build (readable prefix and a hash of every input).
+    """Cache key of a harness build (readable prefix and a hash of every input): the
+    core's Verilog as elaborated, the wrapper and ``tf_config.h`` made from it, the
+    harness sources, the build steps, the tools and the flags.
 
     Parameters
     ----------
     cfg : HwConfig
         Configuration.
+    verilog : str
+        The core's Verilog (:func:`core_source`).
     threads : int
         Verilator threads.
     verilator_args, cxxflags : sequence of str
@@ -376,23 +450,20 @@ def harness_key(cfg: HwConfig, threads: int = DEFAULT_THREADS,
     -------
     str
     """
-    import amaranth
-
     h = hashlib.sha256()
-    h.update(json.dumps({"config": cfg.to_dict(), "threads": threads, "abi": HARNESS_ABI,
-                         "two_evals": two_evals,
+    h.update(json.dumps({"threads": threads, "abi": HARNESS_ABI, "two_evals": two_evals,
                          "verilator_args": [*VERILATOR_ARGS, *VERILATOR_WAIVERS,
                                             *verilator_args],
                          "cxx": [*CXX_COMMON, *CXX_FAST, *CXX_SLOW, *cxxflags],
-                         "amaranth": amaranth.__version__, "verilator": verilator_version(),
-                         "compiler": _cxx_version(), "cpu": _host_cpu(), "pgo": pgo},
-                        sort_keys=True).encode())
-    _hash_sources(h)
+                         "verilator": verilator_version(), "compiler": _cxx_version(),
+                         "cpu": _host_cpu(), "pgo": pgo}, sort_keys=True).encode())
+    for text in (verilog, harness_wrapper(verilog), config_header(cfg)):
+        h.update(hashlib.sha256(text.encode()).digest())
     for name in HARNESS_SOURCES:
         _hash_tree(h, HARNESS_DIR, name)
     _hash_tree(h, Path(__file__).parent, "build.py")  # the build steps
     _hash_tree(h, Path(__file__).parent, "train.py")  # the profile's training run
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", cfg.name)[:24]
+    slug = _slug(cfg.name, 24)
     tags = f"t{threads}{'-2e' if two_evals else ''}{'' if pgo else '-nopgo'}"
     return f"core-{slug}-{tags}-{h.hexdigest()[:16]}"
 
@@ -541,9 +612,10 @@ def _runtime_objects(cppflags: list[str], cxxflags: Sequence[str], log: _Log) ->
     return objs
 
 
-def _build(cfg: HwConfig, directory: Path, threads: int, verilator_args: Sequence[str],
-           cxxflags: Sequence[str], two_evals: bool, pgo: bool) -> str:
-    from tensorfab.hw.verilog import CORE_TOP, core_verilog
+def _build(cfg: HwConfig, text: str, directory: Path, threads: int,
+           verilator_args: Sequence[str], cxxflags: Sequence[str], two_evals: bool,
+           pgo: bool) -> str:
+    from tensorfab.hw.verilog import CORE_TOP
 
     verilator_env()
     # Verilator's scripts call `python3`; make it this interpreter's
@@ -551,8 +623,6 @@ def _build(cfg: HwConfig, directory: Path, threads: int, verilator_args: Sequenc
     os.environ["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
     log = _Log(directory / "build.log")
     assert CORE_TOP == CORE
-    _step("generating the core's Verilog (Amaranth)")
-    text = core_verilog(cfg)
     (directory / "core.v").write_text(text)
     (directory / "top.v").write_text(harness_wrapper(text))
     (directory / "tf_config.h").write_text(config_header(cfg))
@@ -623,7 +693,7 @@ def _build(cfg: HwConfig, directory: Path, threads: int, verilator_args: Sequenc
     return scheme + note
 
 
-_BUILT: dict[str, HarnessBuild] = {}
+_BUILT: dict[tuple[object, ...], HarnessBuild] = {}
 
 
 def build_harness(cfg: HwConfig, *, threads: int = DEFAULT_THREADS,
@@ -662,14 +732,16 @@ def build_harness(cfg: HwConfig, *, threads: int = DEFAULT_THREADS,
     """
     if threads < 1:
         raise UsageError(f"threads = {threads} must be at least 1")
-    key = harness_key(cfg, threads, verilator_args, cxxflags, two_evals, pgo)
-    if key in _BUILT:
-        return _BUILT[key]
+    memo = (cfg.to_json(), threads, tuple(verilator_args), tuple(cxxflags), two_evals, pgo)
+    if memo in _BUILT:
+        return _BUILT[memo]
+    text = core_source(cfg)
+    key = harness_key(cfg, text, threads, verilator_args, cxxflags, two_evals, pgo)
 
     def make(directory: Path) -> dict[str, object]:
         _step(f"building the {cfg.name} RTL model once (cached in {directory})")
         start = time.monotonic()
-        scheme = _build(cfg, directory, threads, verilator_args, cxxflags, two_evals, pgo)
+        scheme = _build(cfg, text, directory, threads, verilator_args, cxxflags, two_evals, pgo)
         (directory / "config.json").write_text(cfg.to_json())
         _step(f"built the {cfg.name} RTL model in {time.monotonic() - start:.0f} s; later "
               f"runs reuse it from {directory}")
@@ -678,7 +750,7 @@ def build_harness(cfg: HwConfig, *, threads: int = DEFAULT_THREADS,
     directory, seconds, info = cached_build(key, make)
     built = HarnessBuild(cfg, key, directory, directory / LIBRARY, threads, seconds,
                          info["clocking"])
-    _BUILT[key] = built
+    _BUILT[memo] = built
     return built
 
 
@@ -713,9 +785,9 @@ def build_verilated(name: str, design: Callable[[], str], params: dict[str, obje
     harness source ``harness`` of :data:`HARNESS_DIR`, built unless the cache has it.
 
     The same cache, lock and steps as :func:`build_harness` (no profile-guided pass),
-    keyed the same way: ``params`` (what the design is made from), every source the RTL
-    is elaborated from (:func:`rtl_sources`), the harness source, this module and the
-    tools. ``design`` runs only when the cache misses. The harness includes
+    keyed the same way: the Verilog (:func:`elaborated`: ``design`` runs only when
+    ``params`` or a source of :func:`rtl_sources` is new), the harness source, the
+    macros, this module and the tools. The harness includes
     ``soc_config.h``: ``SOC_TOP_CLASS`` and ``SOC_TOP_HEADER``, then ``defines`` as
     ``#define NAME value``.
 
@@ -739,23 +811,21 @@ def build_verilated(name: str, design: Callable[[], str], params: dict[str, obje
     HarnessBuildError
         Verilator, the compiler or the linker failed.
     """
-    import amaranth
-
+    text = elaborated(name, {"top": top, **params}, design)
     h = hashlib.sha256()
-    h.update(json.dumps({"top": top, "params": params, "defines": defines,
-                         "abi": HARNESS_ABI, "amaranth": amaranth.__version__,
+    h.update(json.dumps({"top": top, "defines": defines, "abi": HARNESS_ABI,
                          "verilator_args": [*VERILATOR_ARGS, *VERILATOR_WAIVERS],
                          "cxx": [*CXX_COMMON, *CXX_FAST, *CXX_SLOW],
                          "verilator": verilator_version(), "compiler": _cxx_version(),
                          "cpu": _host_cpu()}, sort_keys=True, default=str).encode())
-    _hash_sources(h)
+    h.update(hashlib.sha256(text.encode()).digest())
     _hash_tree(h, HARNESS_DIR, harness)
     _hash_tree(h, Path(__file__).parent, "build.py")
-    key = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)[:40]}-{h.hexdigest()[:16]}"
+    key = f"{_slug(name, 40)}-{h.hexdigest()[:16]}"
 
     def make(directory: Path) -> dict[str, object]:
         _step(f"building {name} in Verilator once (cached in {directory})")
-        _build_top(directory, design(), top, harness, defines)
+        _build_top(directory, text, top, harness, defines)
         return {}
 
     directory, seconds, _ = cached_build(key, make)

@@ -127,7 +127,7 @@ def fast_reset_program(cfg, rng: np.random.Generator, resets: int):
 
 
 def test_fast_resets_match_fsim(tmp_path: Path) -> None:
-    """The fast reset's lane masks and row steps (hw/compute.py ``ZERO``) against fsim,
+    """The fast reset's lane masks and row steps (hw/fast_reset.py ``ZERO``) against fsim,
     on lines that start and end anywhere in a flag row and span up to three rows."""
     cfg = PRESETS["tiny"]
     rng = np.random.default_rng(5)

@@ -9,9 +9,11 @@ from amaranth.lib import wiring
 
 from tensorfab.hw.alu import VectorAlu
 from tensorfab.hw.burst import BurstIssuer
+from tensorfab.hw.fast_reset import FastReset
 from tensorfab.hw.gemm import GemmCore
 from tensorfab.hw.sequencer import InsnSequencer
 from tensorfab.hw.token_queue import TokenQueue
+from tensorfab.hw.uop_loop import UopLoop
 from tensorfab.hw.verilog import CORE_LINT_WAIVERS, LINT_WAIVERS, generate_verilog, lint
 from tensorfab.isa import PRESETS, Engine, HwConfig
 
@@ -21,12 +23,14 @@ BLOCKS = {
     "token_queue": lambda cfg: TokenQueue(cfg.dep_queue_depth),
     "insn_sequencer": lambda cfg: InsnSequencer(cfg, Engine.COMPUTE),
     "burst_issuer": lambda cfg: BurstIssuer(cfg),
+    "uop_loop": lambda cfg: UopLoop(cfg.uop_bits, 11),
+    "fast_reset": lambda cfg: FastReset(cfg),
 }
 #: Blocks with state machines, ``!= 0`` tests, or a ``Switch`` inside an ``If`` whose
 #: other values hold the register (the ALU's first cycle, under its stage's enable) get
 #: the core's waivers for those patterns.
 BLOCK_WAIVERS = {"insn_sequencer": CORE_LINT_WAIVERS, "burst_issuer": CORE_LINT_WAIVERS,
-                 "vector_alu": CORE_LINT_WAIVERS}
+                 "vector_alu": CORE_LINT_WAIVERS, "fast_reset": CORE_LINT_WAIVERS}
 
 
 def _make(block: str, cfg: HwConfig) -> wiring.Component:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -250,18 +251,51 @@ def test_key_covers_every_module_the_rtl_is_elaborated_from() -> None:
     assert any(n.endswith("hw/soc/top.py") for n in names)
 
 
-def test_key_changes_with_any_rtl_source(tmp_path: Path, monkeypatch) -> None:
+def test_elaborated_again_only_when_a_source_changes(tmp_path: Path, monkeypatch) -> None:
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
     for path in (pkg / "__init__.py", pkg / "sub" / "__init__.py"):
         path.write_text("")
     layout = pkg / "sub" / "layout.py"
-    layout.write_text("WIDTH = 8\n")
+
+    def write(text: str) -> None:  # as if written before this process started
+        layout.write_text(text)
+        os.utime(layout, (0, 0))
+    write("WIDTH = 8\n")
     monkeypatch.setattr(rtl_build, "rtl_sources", lambda: [layout])
-    before = rtl_build.harness_key(TINY)
-    assert rtl_build.harness_key(TINY) == before
-    layout.write_text("WIDTH = 16\n")
-    assert rtl_build.harness_key(TINY) != before
+    monkeypatch.setenv("TENSORFAB_VERILATOR_CACHE", str(tmp_path / "cache"))
+    calls: list[str] = []
+
+    def design() -> str:
+        calls.append(layout.read_text())
+        return f"module m; localparam W = {len(calls)}; endmodule\n"
+
+    first = rtl_build.elaborated("m", {"n": 1}, design)
+    assert rtl_build.elaborated("m", {"n": 1}, design) == first
+    assert len(calls) == 1
+    write("WIDTH = 16\n")
+    assert rtl_build.elaborated("m", {"n": 1}, design) != first
+    assert calls == ["WIDTH = 8\n", "WIDTH = 16\n"]
+    rtl_build.elaborated("m", {"n": 2}, design)
+    assert len(calls) == 3
+    # a source edited while this process runs: its modules may be the old ones, so
+    # what it elaborates is not kept under the new sources' key
+    layout.write_text("WIDTH = 32\n")
+    rtl_build.elaborated("m", {"n": 1}, design)
+    rtl_build.elaborated("m", {"n": 1}, design)
+    assert len(calls) == 5
+
+
+def test_build_key_is_the_elaborated_verilog() -> None:
+    text = rtl_build.core_source(TINY)
+    assert text == rtl_build.core_source(TINY)  # from the cache the second time
+    key = rtl_build.harness_key(TINY, text)
+    assert rtl_build.harness_key(TINY, text) == key  # an unchanged design reuses its build
+    # a changed design (one constant of the Verilog) gets a new key
+    changed = text.replace("1'h0", "1'h1", 1)
+    assert changed != text
+    assert rtl_build.harness_key(TINY, changed) != key
+    assert rtl_build.harness_key(TINY, text, pgo=False) != key
 
 
 def test_config_header_is_derived_from_the_declarations() -> None:
