@@ -81,7 +81,8 @@ def _build(args: argparse.Namespace) -> int:
     try:
         report = build_bitstream(board.name, config, out, dsp=not args.no_dsp,
                                  allow_timing_failure=args.allow_timing_failure,
-                                 seed=args.seed, router=args.router, clock_mhz=clock_mhz)
+                                 seed=args.seed, router=args.router, clock_mhz=clock_mhz,
+                                 sdram=args.sdram)
     except TimingFailure as exc:
         Console(stderr=True).print(f"report: {out / 'report.json'}", highlight=False)
         raise exc
@@ -122,7 +123,8 @@ def _build_seeds(args: argparse.Namespace, board: str, config: str, out: Path,
     except FpgaBuildError as exc:
         raise CliError(str(exc)) from None
     summary = build_seeds(build_bitstream, seeds, out, board_name=board, config=config,
-                          dsp=not args.no_dsp, router=args.router, clock_mhz=clock_mhz)
+                          dsp=not args.no_dsp, router=args.router, clock_mhz=clock_mhz,
+                          sdram=args.sdram)
 
     def human() -> None:
         for row in summary["seeds"]:
@@ -299,6 +301,8 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--allow-timing-failure", action="store_true",
                    help="write the bitstream and exit 0 even if a clock misses its target")
     b.add_argument("--no-dsp", action="store_true", help="LUT multipliers instead of DSP blocks")
+    b.add_argument("--sdram", action="store_true", help="device memory in the board's SDR "
+                   "SDRAM (ULX3S: 32 MB) instead of block RAM")
     b.add_argument("--clock-mhz", type=float, metavar="MHZ",
                    help="SoC clock and timing target (default: the board's default clock, "
                    "one its default config meets: docs/fpga.md; the ECP5 PLL makes it, the "

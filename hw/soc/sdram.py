@@ -37,7 +37,7 @@ from tensorfab.isa import HwConfig
 from tensorfab.isa.config import log2
 
 __all__ = ["SDRAM_CMD", "SdramController", "SdramGeometry", "SdramPinsSignature",
-           "SdramTiming", "mode_register"]
+           "SdramTiming", "mode_register", "sdram_size_bytes"]
 
 #: Command encodings as (ras, cas, we), active high (the pins are active low; the
 #: board's ``PinsN`` inverts); chip select is asserted for all but a deselect.
@@ -133,6 +133,11 @@ class SdramTiming:
         return max(1, math.ceil(ns * clk_hz / 1e9 - 1e-9))
 
 
+def sdram_size_bytes(cfg: HwConfig, geometry: SdramGeometry = SdramGeometry()) -> int:
+    """The device memory a chip gives ``cfg``: the chip within the core's address range."""
+    return min(geometry.size_bytes, 1 << cfg.dram_addr_width)
+
+
 def mode_register(burst: int, cl: int) -> int:
     """The mode register value: sequential bursts of ``burst`` words, CAS latency
     ``cl``, burst writes.
@@ -212,7 +217,7 @@ class SdramController(wiring.Component):
         self.timing = timing
         self.board_delay = board_delay
         self.burst = cfg.mem_bus_width // g.width
-        self.size_bytes = min(g.size_bytes, 1 << cfg.dram_addr_width)
+        self.size_bytes = sdram_size_bytes(cfg, g)
         super().__init__({"port": In(MemPortSignature(cfg)),
                           "sdram": Out(SdramPinsSignature(g)), "ready": Out(1),
                           "abort": In(1)})
