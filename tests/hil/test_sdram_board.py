@@ -29,6 +29,7 @@ def test_sdram_target_by_name() -> None:
     assert dev.memory_bytes(CFG) == 1 << CFG.dram_addr_width  # 16 MB of the 32 MB chip
 
 
+@pytest.mark.slow
 def test_programs_on_sdram_match_fsim(board: VirtualBoardDevice) -> None:
     """The directed suite and random programs, bit-exact against fsim; the chip saw no
     timing violation; the stalls against the ideal memory are bounded."""
