@@ -6,7 +6,7 @@ Each module prints one JSON object as its last line when run as a script
 Each returns a JSON-ready dict (its docstring's line is what ``tensorfab bench --help``
 lists); the command prints it as its last line. A benchmark
 whose function takes ``target`` (or ``plot``) accepts the command's ``--target`` (or
-``--plot``) option.
+``--plot``, ``--board``, ``--config``) option.
 """
 
 from __future__ import annotations
@@ -66,11 +66,13 @@ def _digits(target: str = "fsim") -> dict[str, Any]:
     return run_digits_bench(target)
 
 
-def _fpga(plot: str | None = None) -> dict[str, Any]:
+def _fpga(plot: str | None = None, board: str | None = None,
+          config: str | None = None) -> dict[str, Any]:
     """FPGA bitstreams per board and config: resources, fmax, peak GOPS (minutes)."""
-    from .fpga import run_fpga_bench
+    from .fpga import run_fpga_bench, select_builds
 
-    return run_fpga_bench(plot="build/fpga-bench/utilization.png" if plot is None
+    return run_fpga_bench(select_builds(board=board, config=config),
+                          plot="build/fpga-bench/utilization.png" if plot is None
                           else plot or None)
 
 

@@ -16,7 +16,7 @@ from tensorfab.fpga_builds.errors import DoesNotFit, FpgaBuildError
 from tensorfab.fpga_builds.flow import build_bitstream
 from tensorfab.fpga_builds.report import check_fit, utilization_from_log
 
-__all__ = ["DEFAULT_MATRIX", "ROUTER", "plot_utilization", "run_fpga_bench"]
+__all__ = ["DEFAULT_MATRIX", "ROUTER", "plot_utilization", "run_fpga_bench", "select_builds"]
 
 #: (board, config, DSP multipliers) built by default: the presets that fit or show
 #: where a board's limit is, and the LUT-multiplier option where DSPs run out.
@@ -38,6 +38,32 @@ DEFAULT_MATRIX: tuple[tuple[str, str, bool], ...] = (
 ROUTER: dict[tuple[str, str], str] = {("ulx3s-85f", "small"): "router2"}
 
 
+def select_builds(matrix: tuple[tuple[str, str, bool], ...] = DEFAULT_MATRIX, *,
+                  board: str | None = None,
+                  config: str | None = None) -> tuple[tuple[str, str, bool], ...]:
+    """The entries of ``matrix`` for ``board`` and/or ``config`` (None: any).
+
+    A board and config given together that the matrix does not list are one build
+    of their own (DSP multipliers), so any pair can be measured alone.
+
+    Raises
+    ------
+    FpgaBuildError
+        For an unknown board, or a filter no entry matches (the message lists the
+        matrix's boards and configs).
+    """
+    if board is not None and board not in BOARDS:
+        raise FpgaBuildError(f"--board {board!r}: unknown board (known: {', '.join(BOARDS)})")
+    chosen = tuple(e for e in matrix if board in (None, e[0]) and config in (None, e[1]))
+    if chosen:
+        return chosen
+    if board is not None and config is not None:
+        return ((board, config, True),)
+    raise FpgaBuildError(f"--config {config!r}: no build of the benchmark has it (its "
+                         f"configs: {', '.join(sorted({c for _, c, _ in matrix}))}; give "
+                         "--board too to build any pair)")
+
+
 def _entry(report: dict[str, Any]) -> dict[str, Any]:
     keys = ("board", "config", "fmax_mhz", "target_mhz", "timing_met", "peak_gops",
             "peak_gops_at_target", "macs_per_cycle", "resources", "clocks", "seconds",
@@ -50,7 +76,8 @@ def run_fpga_bench(matrix: tuple[tuple[str, str, bool], ...] = DEFAULT_MATRIX, *
                    reuse: bool = False) -> dict[str, Any]:
     """Build every entry of ``matrix`` and return ``{"builds": [...]}``.
 
-    A build that does not fit is listed with ``fits: false`` and the resource;
+    Every entry has ``peak_gops`` (2 × MACs per cycle × its fmax; 0 for a build that
+    does not fit). A build that does not fit is listed with ``fits: false`` and the resource;
     timing failures are listed with ``timing_met: false`` (the bitstream is kept).
     ``reuse`` takes an existing ``report.json`` instead of building again.
     """
@@ -129,8 +156,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--reuse", action="store_true", help="reuse existing reports")
     ap.add_argument("--out", default="build/fpga-bench", help="build directories")
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
+    ap.add_argument("--board", help="only this board's builds")
+    ap.add_argument("--config", help="only this config's builds")
     args = ap.parse_args(argv)
-    result = run_fpga_bench(DEFAULT_MATRIX, out_dir=args.out, plot=args.plot or None,
+    matrix = select_builds(board=args.board, config=args.config)
+    result = run_fpga_bench(matrix, out_dir=args.out, plot=args.plot or None,
                             reuse=args.reuse)
     if not args.json:
         for b in result["builds"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from amaranth.build import ResourceError
 from amaranth.hdl import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, Signal
 
+from tensorfab.hw.soc.sdram import sdram_size_bytes
 from tensorfab.hw.soc.top import LEDS, SocTop
 from tensorfab.isa import HwConfig
 
@@ -72,6 +73,11 @@ class BoardTop(Elaboratable):
     clock_mhz : float, optional
         Clock of the SoC (default: the board's, :func:`board_clock_mhz`). On ECP5 a PLL makes it
         from the board clock; an iCE40 runs at its board clock.
+    sdram : bool
+        Device memory in the board's SDRAM (:attr:`Board.sdram_bytes`) instead of block
+        RAM. The chip's clock is the SoC clock inverted (a DDR output register driving
+        0 then 1), so commands reach it half a cycle after they leave their registers
+        and read data is sampled one cycle after the CAS latency (``board_delay`` 1).
 
     Raises
     ------
@@ -80,10 +86,29 @@ class BoardTop(Elaboratable):
         PLL setting gives it exactly).
     """
 
-    def __init__(self, board: Board, cfg: HwConfig, clock_mhz: float | None = None) -> None:
+    def __init__(self, board: Board, cfg: HwConfig, clock_mhz: float | None = None, *,
+                 sdram: bool = False) -> None:
+        if sdram and board.sdram_bytes is None:
+            raise FpgaBuildError(f"{board.name}: no SDRAM on this board (boards with one: "
+                                 "ulx3s-85f, ulx3s-25f)")
         self.board = board
         self.cfg = cfg
+        self.sdram = sdram
         self.clock_mhz = board_clock_mhz(board, clock_mhz)
+
+    @property
+    def memory(self) -> str:
+        """Where the device memory is: ``sdram``, ``spram`` or ``bram``."""
+        if self.sdram:
+            return "sdram"
+        return "spram" if self.board.family == "ice40" else "bram"
+
+    @property
+    def mem_bytes(self) -> int:
+        """The device memory: the SDRAM within the core's address range, or on-chip."""
+        if self.sdram:
+            return sdram_size_bytes(self.cfg)
+        return self.board.mem_bytes
 
     def elaborate(self, platform) -> Module:
         board = self.board
@@ -127,8 +152,19 @@ class BoardTop(Elaboratable):
 
         soc = SocTop(self.cfg, mem_bytes=board.mem_bytes,
                      clk_hz=int(self.clock_mhz * 1e6), baud=BAUD,
-                     spram=board.family == "ice40")
+                     spram=board.family == "ice40", sdram=self.sdram,
+                     sdram_board_delay=1)
         m.submodules.soc = soc
+        if self.sdram:
+            pins = platform.request("sdram", 0, xdr={"clk": 2})
+            chip = soc.sdram
+            m.d.comb += [pins.clk.o_clk.eq(ClockSignal("sync")), pins.clk.o0.eq(0),
+                         pins.clk.o1.eq(1), pins.clk_en.o.eq(chip.clk_en),
+                         pins.cs.o.eq(chip.cs), pins.ras.o.eq(chip.ras),
+                         pins.cas.o.eq(chip.cas), pins.we.o.eq(chip.we),
+                         pins.ba.o.eq(chip.ba), pins.a.o.eq(chip.a), pins.dqm.o.eq(chip.dqm),
+                         pins.dq.o.eq(chip.dq_o), pins.dq.oe.eq(chip.dq_oe),
+                         chip.dq_i.eq(pins.dq.i)]
         uart = platform.request("uart", 0)
         m.d.comb += [soc.uart_rx.eq(uart.rx.i), uart.tx.o.eq(soc.uart_tx)]
         for i in range(len(LEDS)):

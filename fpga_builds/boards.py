@@ -114,6 +114,9 @@ class Board:
     fits : bool
         Whether the default config fits the device (measured): False where no config
         fits yet.
+    sdram_bytes : int, optional
+        The board's SDR SDRAM (the ULX3S's 32 MB), which ``--sdram`` builds use as
+        device memory (:class:`~tensorfab.hw.soc.sdram.SdramController`); None: none.
     """
 
     name: str
@@ -127,6 +130,7 @@ class Board:
     dfu_ids: tuple[int, int] | None = None
     clock_mhz: float | None = None
     fits: bool = True
+    sdram_bytes: int | None = None
 
     @property
     def device(self) -> str:
@@ -147,9 +151,11 @@ class Board:
 BOARDS: dict[str, Board] = {
     b.name: b for b in (
         Board("ulx3s-85f", "ecp5", _without_loader(ULX3S_85F_Platform), 100.0, 64 * 1024,
-              "tiny", "ulx3s", "MULT18X18D", clock_mhz=60.0),
+              "tiny", "ulx3s", "MULT18X18D", clock_mhz=60.0,
+              sdram_bytes=32 << 20),
         Board("ulx3s-25f", "ecp5", _without_loader(ULX3S_25F_Platform), 100.0, 16 * 1024,
-              "ecp5-25f", "ulx3s", "MULT18X18D", clock_mhz=80.0),
+              "ecp5-25f", "ulx3s", "MULT18X18D", clock_mhz=80.0,
+              sdram_bytes=32 << 20),
         Board("icebreaker", "ice40", ICEBreakerPlatform, 12.0, 32 * 1024,
               "up5k", "ice40_generic", "ICESTORM_DSP", fits=False),
         Board("orangecrab-25f", "ecp5", _orangecrab_with_uart(OrangeCrabR0_2_25FPlatform),

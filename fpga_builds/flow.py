@@ -135,7 +135,7 @@ def _synth_opts(board: Board, dsp: bool) -> str:
 def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path, *,
                     dsp: bool = True, allow_timing_failure: bool = False, seed: int = 1,
                     router: str | None = None, clock_mhz: float | None = None,
-                    console: Console | None = None) -> dict[str, Any]:
+                    console: Console | None = None, sdram: bool = False) -> dict[str, Any]:
     """Build ``config`` for ``board_name`` into ``out_dir``.
 
     Writes ``top.bit`` (ECP5; with a DFU suffix for boards that have ``dfu_ids``) or
@@ -163,6 +163,9 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
         PLL makes it, an iCE40 runs at its board clock.
     console : rich Console, optional
         Where the progress display goes (stderr by default).
+    sdram : bool
+        Device memory in the board's SDRAM (:class:`~tensorfab.fpga_builds.board_top.
+        BoardTop`).
 
     Returns
     -------
@@ -184,7 +187,7 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     cfg = config if isinstance(config, HwConfig) else board_config(config)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    top = BoardTop(board, cfg, clock_mhz)
+    top = BoardTop(board, cfg, clock_mhz, sdram=sdram)
     console = console or Console(stderr=True)
     env = yowasp_env()
     t0 = time.monotonic()
@@ -226,7 +229,8 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     report = build_report(board=board.name, family=board.family, config=cfg.name,
                           nextpnr_json=report_json, macs_per_cycle=cfg.peak_macs_per_cycle,
                           target_mhz=top.clock_mhz, seconds=seconds,
-                          options={"dsp": dsp, "seed": seed, "mem_bytes": board.mem_bytes}
+                          options={"dsp": dsp, "seed": seed,
+                                   "mem_bytes": top.mem_bytes, "memory": top.memory}
                           | ({"router": router} if router else {}),
                           ff=ff)
     report["bitstream"] = str(bitstream)

@@ -60,14 +60,18 @@ class VirtualBoardDevice(Device):
         (the in-process transport keeps simulated time).
     retries : int
         Retries of a request before the link gives up.
+    sdram : bool
+        Device memory in SDRAM (the controller the ULX3S bitstreams hold, the chip
+        modelled in the harness) instead of on-chip memory.
     """
 
     name = "virtual"
 
     def __init__(self, board: str | None = None, *, exact: bool = False,
                  faults: LinkFaults | None = None, mem_bytes: int | None = None,
-                 timeout_bytes: int = 64, retries: int = 12) -> None:
+                 timeout_bytes: int = 64, retries: int = 12, sdram: bool = False) -> None:
         self.board = board
+        self.sdram = sdram
         self.exact = exact
         self.faults = faults
         self.mem_bytes = mem_bytes
@@ -77,8 +81,9 @@ class VirtualBoardDevice(Device):
 
     def spec(self, config: HwConfig) -> SocSpec:
         """The SoC that runs ``config``'s programs (nothing built)."""
-        return SocSpec.for_board(self.board, None if self.board else config,
+        spec = SocSpec.for_board(self.board, None if self.board else config,
                                  exact=self.exact, mem_bytes=self.mem_bytes)
+        return spec.with_sdram() if self.sdram else spec
 
     def memory_bytes(self, config: HwConfig) -> int:
         """Bytes of device memory a model for ``config`` can use (known before the SoC
@@ -131,7 +136,7 @@ class VirtualBoardDevice(Device):
 
 
 def open_virtual(target: str, **options: object) -> VirtualBoardDevice:
-    """``virtual`` or ``virtual://BOARD[?exact=1&mem_bytes=N]``.
+    """``virtual`` or ``virtual://BOARD[?exact=1&mem_bytes=N&sdram=1]``.
 
     Raises
     ------
@@ -143,6 +148,8 @@ def open_virtual(target: str, **options: object) -> VirtualBoardDevice:
     query = parse_qs(parts.query)
     if "exact" in query:
         options.setdefault("exact", query["exact"][0] not in ("0", "false", "no"))
+    if "sdram" in query:
+        options.setdefault("sdram", query["sdram"][0] not in ("0", "false", "no"))
     if "mem_bytes" in query:
         value = query["mem_bytes"][0]
         if not value.isdigit():

@@ -58,6 +58,10 @@ class SocSpec:
         UART clock cycles per bit.
     board : str
         The board it models, or ``""``.
+    sdram : bool
+        Device memory in SDRAM: the SoC's :class:`~tensorfab.hw.soc.sdram.
+        SdramController` with the chip modelled in the harness (``mem_bytes`` is the
+        chip's size within the core's address range).
     """
 
     config: HwConfig
@@ -65,6 +69,7 @@ class SocSpec:
     clock_hz: int
     divisor: int
     board: str = ""
+    sdram: bool = False
 
     @classmethod
     def for_board(cls, board: str | None, config: HwConfig | None = None, *,
@@ -102,7 +107,13 @@ class SocSpec:
     def soc(self) -> SocTop:
         """The gateware."""
         return SocTop(self.config, mem_bytes=self.mem_bytes, clk_hz=self.clock_hz,
-                      baud=self.baud)
+                      baud=self.baud, sdram=self.sdram)
+
+    def with_sdram(self) -> SocSpec:
+        """The same SoC with its device memory in SDRAM (the ULX3S's chip)."""
+        from tensorfab.hw.soc.sdram import sdram_size_bytes
+
+        return replace(self, sdram=True, mem_bytes=sdram_size_bytes(self.config))
 
 
 def build_soc(spec: SocSpec) -> VerilatedLibrary:
@@ -112,11 +123,33 @@ def build_soc(spec: SocSpec) -> VerilatedLibrary:
         os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
         return verilog.convert(spec.soc(), name="tensorfab_soc", emit_src=False)
 
-    name = f"soc-{spec.config.name}-{spec.mem_bytes}-d{spec.divisor}"
+    name = f"soc-{spec.config.name}-{spec.mem_bytes}-d{spec.divisor}" \
+        + ("-sdram" if spec.sdram else "")
     params = {"config": spec.config.to_dict(), "mem_bytes": spec.mem_bytes,
-              "clock_hz": spec.clock_hz, "baud": spec.baud}
+              "clock_hz": spec.clock_hz, "baud": spec.baud, "sdram": spec.sdram}
+    defines: dict[str, str | int] = {"SOC_LED_BUSY": LEDS.index("busy")}
+    if spec.sdram:
+        defines |= sdram_defines(spec.clock_hz)
     return build_verilated(name, design, params, "tensorfab_soc", "soc_harness.cpp",
-                           {"SOC_LED_BUSY": LEDS.index("busy")})
+                           defines)
+
+
+def sdram_defines(clock_hz: int) -> dict[str, str | int]:
+    """The harness's SDRAM chip: its size, columns and timing in cycles of ``clock_hz``
+    (the controller's :class:`~tensorfab.hw.soc.sdram.SdramTiming`)."""
+    from tensorfab.hw.soc.sdram import SdramGeometry, SdramTiming
+
+    g, t = SdramGeometry(), SdramTiming()
+
+    def c(ns: float) -> int:
+        return t.clocks(ns, clock_hz)
+
+    return {"SOC_SDRAM": 1, "SDRAM_WORDS": g.size_bytes // 2, "SDRAM_COLS": g.cols,
+            "SDRAM_T_RP": c(t.t_rp), "SDRAM_T_RCD": c(t.t_rcd), "SDRAM_T_RAS": c(t.t_ras),
+            "SDRAM_T_RC": c(t.t_rc), "SDRAM_T_RRD": c(t.t_rrd), "SDRAM_T_WR": c(t.t_wr),
+            "SDRAM_T_RFC": c(t.t_rfc), "SDRAM_T_MRD": t.t_mrd,
+            "SDRAM_T_REFI": int(t.t_refi * clock_hz / 1e9), "SDRAM_T_INIT": c(t.t_init),
+            "SDRAM_INIT_REFRESHES": t.init_refreshes}
 
 
 @dataclass(frozen=True)
@@ -242,6 +275,18 @@ class VirtualBoard:
         """Bytes from the board whose stop bit was wrong."""
         return int(self._lib.vb_framing_errors(self._handle))
 
+    @property
+    def sdram_violations(self) -> tuple[int, str]:
+        """The SDRAM chip's timing violations and the first as text ((0, "") without
+        SDRAM, or when the controller kept every rule)."""
+        first = self._lib.vb_sdram_first_violation(self._handle) or b""
+        return int(self._lib.vb_sdram_violations(self._handle)), first.decode()
+
+    @property
+    def sdram_commands(self) -> int:
+        """Commands the SDRAM chip took (0 without SDRAM)."""
+        return int(self._lib.vb_sdram_commands(self._handle))
+
     def close(self) -> None:
         """Free the simulation."""
         if self._handle:
@@ -272,6 +317,12 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.vb_leds.restype = ctypes.c_uint32
     lib.vb_framing_errors.argtypes = [ctypes.c_void_p]
     lib.vb_framing_errors.restype = ctypes.c_uint32
+    lib.vb_sdram_violations.argtypes = [ctypes.c_void_p]
+    lib.vb_sdram_violations.restype = ctypes.c_uint64
+    lib.vb_sdram_first_violation.argtypes = [ctypes.c_void_p]
+    lib.vb_sdram_first_violation.restype = ctypes.c_char_p
+    lib.vb_sdram_commands.argtypes = [ctypes.c_void_p]
+    lib.vb_sdram_commands.restype = ctypes.c_uint64
     return lib
 
 

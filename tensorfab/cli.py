@@ -268,7 +268,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         check_writable(Path(args.plot), args.force, is_tensorfab_png, suffixes=(".png",))
     params = inspect.signature(fn).parameters
     kwargs = {}
-    for opt in ("target", "plot"):
+    for opt in ("target", "plot", "board", "config"):
         value = getattr(args, opt)
         if value is not None:
             if opt not in params:
@@ -450,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--plot", metavar="OUT.png",
                    help="PNG of benchmarks that draw one ('' for none; default under build/)")
     b.add_argument("--force", action="store_true", help="overwrite any existing --plot file")
+    b.add_argument("--board", help="only this board's builds (fpga)")
+    b.add_argument("--config", help="only this config's builds (fpga; with --board, any "
+                   "config)")
     b.set_defaults(func=cmd_bench)
 
     h = command("hw", "generate or lint the core's Verilog",

@@ -76,10 +76,13 @@ def _build(args: argparse.Namespace) -> int:
             f"note: {_no_config_fits(board)}, does not fit "
             "(docs/fpga.md); building " + ("it to show what it needs" if smallest
                                            else config), highlight=False)
+    if args.seeds is not None:
+        return _build_seeds(args, board.name, config, out, clock_mhz)
     try:
         report = build_bitstream(board.name, config, out, dsp=not args.no_dsp,
                                  allow_timing_failure=args.allow_timing_failure,
-                                 seed=args.seed, router=args.router, clock_mhz=clock_mhz)
+                                 seed=args.seed, router=args.router, clock_mhz=clock_mhz,
+                                 sdram=args.sdram)
     except TimingFailure as exc:
         Console(stderr=True).print(f"report: {out / 'report.json'}", highlight=False)
         raise exc
@@ -96,6 +99,47 @@ def _build(args: argparse.Namespace) -> int:
         console.print(f"bitstream: {report['bitstream']}", highlight=False)
 
     print_result(report, args.json, human)
+    return 0
+
+
+def _build_seeds(args: argparse.Namespace, board: str, config: str, out: Path,
+                 clock_mhz: float | None) -> int:
+    """``fpga build --seeds``: one build per seed, a line each, the summary as JSON.
+
+    Raises
+    ------
+    CliError
+        For a bad ``--seeds`` value.
+    FpgaBuildError
+        When a seed misses timing (after all are built; unless
+        ``--allow-timing-failure``), naming the seeds that missed.
+    """
+    from tensorfab.fpga_builds.errors import FpgaBuildError
+    from tensorfab.fpga_builds.flow import build_bitstream
+    from tensorfab.fpga_builds.seeds import build_seeds, parse_seeds
+
+    try:
+        seeds = parse_seeds(args.seeds)
+    except FpgaBuildError as exc:
+        raise CliError(str(exc)) from None
+    summary = build_seeds(build_bitstream, seeds, out, board_name=board, config=config,
+                          dsp=not args.no_dsp, router=args.router, clock_mhz=clock_mhz,
+                          sdram=args.sdram)
+
+    def human() -> None:
+        for row in summary["seeds"]:
+            print(f"seed {row['seed']}: {row['fmax_mhz']:g} MHz / {summary['target_mhz']:g} "
+                  f"MHz, slack {row['slack_ns']:+.3f} ns, "
+                  + ("met" if row["timing_met"] else "missed"))
+        print(f"timing met at {summary['met']} of {summary['of']} seeds "
+              f"(summary: {out / 'seeds.json'})")
+
+    print_result(summary, args.json, human)
+    missed = [row["seed"] for row in summary["seeds"] if not row["timing_met"]]
+    if missed and not args.allow_timing_failure:
+        raise FpgaBuildError(f"{board} {config}: timing missed at seed(s) "
+                             f"{', '.join(map(str, missed))} of {args.seeds} "
+                             f"({summary['target_mhz']:g} MHz); see {out / 'seeds.json'}")
     return 0
 
 
@@ -248,7 +292,8 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
                 "met. Takes minutes.\n\n" + boards,
                 "tensorfab fpga build --board ulx3s-25f",
                 "tensorfab fpga build --board ulx3s-85f --config tiny -o build/u85",
-                "tensorfab fpga build --board ulx3s-25f --clock-mhz 60 --json")
+                "tensorfab fpga build --board ulx3s-25f --clock-mhz 60 --json",
+                "tensorfab fpga build --board ulx3s-25f --clock-mhz 100 --seeds 1,2,3")
     board_option(b)
     b.add_argument("--config", help="preset, board config or JSON file (default: the "
                    "board's largest fitting config)")
@@ -256,11 +301,17 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--allow-timing-failure", action="store_true",
                    help="write the bitstream and exit 0 even if a clock misses its target")
     b.add_argument("--no-dsp", action="store_true", help="LUT multipliers instead of DSP blocks")
+    b.add_argument("--sdram", action="store_true", help="device memory in the board's SDR "
+                   "SDRAM (ULX3S: 32 MB) instead of block RAM")
     b.add_argument("--clock-mhz", type=float, metavar="MHZ",
                    help="SoC clock and timing target (default: the board's default clock, "
                    "one its default config meets: docs/fpga.md; the ECP5 PLL makes it, the "
                    "iCEBreaker runs at its 12 MHz oscillator)")
-    b.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    seed = b.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    seed.add_argument("--seeds", metavar="N,N,...",
+                      help="build once per placement seed (into -o/seed-N) and report each "
+                      "seed's fmax and whether it met timing (-o/seeds.json)")
     b.add_argument("--router", choices=ROUTERS,
                    help="nextpnr's router (default: nextpnr's, router1; router2 finishes "
                    "congested large designs such as ulx3s-85f small)")

@@ -12,6 +12,7 @@ from tensorfab.isa import hostlink as hl
 
 from .bridge import HostBridge, link_info
 from .memory import OnChipMemory
+from .sdram import SdramController, SdramPinsSignature
 from .uart import UartRx, UartTx
 
 __all__ = ["LEDS", "SocTop"]
@@ -40,6 +41,12 @@ class SocTop(wiring.Component):
         UART bit rate; ``clk_hz // baud`` must be at least 4.
     spram : bool
         Put the on-chip memory in the iCE40UP5K's SPRAM (see :class:`OnChipMemory`).
+    sdram : bool
+        Device memory in an SDR SDRAM chip (:class:`~tensorfab.hw.soc.sdram.
+        SdramController`, the ULX3S's 32 MB) instead of on-chip memory; ``mem_bytes``
+        is then the chip's size within the core's address range.
+    sdram_board_delay : int
+        The controller's ``board_delay`` (1 on the ULX3S, 0 in simulation).
 
     Attributes
     ----------
@@ -49,19 +56,29 @@ class SocTop(wiring.Component):
         Serial output.
     leds : Out(len(LEDS))
         Status, named by :data:`LEDS`.
+    sdram : Out(SdramPinsSignature())
+        The SDRAM chip's pins (with ``sdram`` only).
     """
 
     def __init__(self, cfg: HwConfig, *, mem_bytes: int, clk_hz: int, baud: int,
-                 spram: bool = False) -> None:
+                 spram: bool = False, sdram: bool = False,
+                 sdram_board_delay: int = 0) -> None:
         self.cfg = cfg
         self.spram = spram
+        self.controller = SdramController(cfg, clk_hz, board_delay=sdram_board_delay) \
+            if sdram else None
+        if self.controller is not None:
+            mem_bytes = self.controller.size_bytes
         self.mem_bytes = mem_bytes
         self.clk_hz = int(clk_hz)
         self.baud = int(baud)
         self.divisor = self.clk_hz // self.baud
         self.info = link_info(cfg, mem_bytes, self.clk_hz, self.baud)
-        super().__init__({"uart_rx": In(1, init=1), "uart_tx": Out(1, init=1),
-                          "leds": Out(len(LEDS))})
+        members = {"uart_rx": In(1, init=1), "uart_tx": Out(1, init=1),
+                   "leds": Out(len(LEDS))}
+        if sdram:
+            members["sdram"] = Out(SdramPinsSignature())
+        super().__init__(members)
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
@@ -72,8 +89,15 @@ class SocTop(wiring.Component):
         m.submodules.bridge = bridge
         core_reset = Signal()
         m.submodules.core = core = ResetInserter(core_reset)(Core(self.cfg))
-        m.submodules.memory = memory = ResetInserter(core_reset)(
-            OnChipMemory(self.cfg, self.mem_bytes, spram=self.spram))
+        if self.controller is not None:
+            # a RESET aborts the controller's transfer; the chip's side (refresh,
+            # open rows, timers) runs on
+            m.submodules.memory = memory = self.controller
+            connect(m, wiring.flipped(self.sdram), memory.sdram)
+            m.d.comb += memory.abort.eq(core_reset)
+        else:
+            m.submodules.memory = memory = ResetInserter(core_reset)(
+                OnChipMemory(self.cfg, self.mem_bytes, spram=self.spram))
         m.d.comb += [rx.rx.eq(self.uart_rx), self.uart_tx.eq(tx.tx),
                      core_reset.eq(bridge.core_reset), bridge.core_busy.eq(core.running)]
         connect(m, rx.data, bridge.rx)

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "verilated.h"
@@ -17,6 +19,144 @@
 #include SOC_TOP_HEADER
 
 namespace {
+
+#ifdef SOC_SDRAM
+// The SDRAM chip on the SoC's sdram pins (hw/soc/sdram.py): the same cycle-level
+// model as tensorfab.sim.sdram_chip, in C++. It samples the command pins at each
+// rising edge, keeps 32 MB of contents, drives read data the CAS latency after a
+// READ, and counts the timing rules a command breaks (the first is kept as text).
+// The SDRAM_T_* macros are the chip's timing in cycles of the SoC clock.
+struct SdramChip {
+    static constexpr int kBanks = 4;
+    std::vector<uint16_t> mem = std::vector<uint16_t>(size_t(SDRAM_WORDS), 0);
+    int64_t cycle = 0;
+    int64_t activated[kBanks], precharged[kBanks], read_at[kBanks], write_end[kBanks];
+    int row[kBanks];
+    int64_t last_act = -1000000, refreshed = -1000000, mode_at = -1000000;
+    int64_t burst_end = -1000000, driving_until = -1;
+    int mode = -1, refreshes = 0, max_gap = 0;
+    bool init_precharged = false;
+    // write burst under way
+    int w_left = 0, w_bank = 0, w_row = 0, w_col = 0;
+    std::deque<std::pair<int64_t, uint16_t>> reads;
+    uint64_t violations = 0;
+    std::string first;
+    uint64_t commands = 0;
+
+    SdramChip() {
+        for (int b = 0; b < kBanks; b++) {
+            activated[b] = precharged[b] = read_at[b] = write_end[b] = -1000000;
+            row[b] = -1;
+        }
+    }
+    int burst() const { return 1 << (mode & 7); }
+    int cl() const { return (mode >> 4) & 7; }
+    size_t index(int bank, int r, int col) const {
+        return ((size_t(r) * kBanks + bank) * SDRAM_COLS + col) % mem.size();
+    }
+    void fail(const char* cmd, const std::string& rule) {
+        if (violations++ == 0)
+            first = "SDRAM cycle " + std::to_string(cycle) + ": " + cmd + ": " + rule;
+    }
+    void since(int64_t then, int64_t need, const char* rule, const char* cmd) {
+        if (cycle - then < need)
+            fail(cmd, std::string(rule) + " is " + std::to_string(need) + " cycles, only " +
+                          std::to_string(cycle - then) + " passed");
+    }
+    void write_word(bool oe, uint16_t dq) {
+        if (oe) {
+            mem[index(w_bank, w_row, w_col + burst() - w_left)] = dq;
+            write_end[w_bank] = cycle;
+        }
+        w_left--;
+    }
+    // One rising edge: cs/ras/cas/we active high, as the controller drives them.
+    void edge(int cs, int ras, int cas, int we, int ba, int a, bool oe, uint16_t dq) {
+        cycle++;
+        if (oe && cycle <= driving_until) fail("data bus", "both sides drive dq");
+        if (w_left > 0) write_word(oe, dq);
+        if (!cs || !(ras | cas | we)) return;
+        commands++;
+        const char* name = ras && cas && we ? "LOAD_MODE" : ras && cas ? "REFRESH"
+                         : ras && we ? "PRECHARGE" : ras ? "ACTIVE" : cas && we ? "WRITE"
+                         : cas ? "READ" : "BURST_STOP";
+        if (cycle < SDRAM_T_INIT) fail(name, "before the power-up wait");
+        since(mode_at, SDRAM_T_MRD, "tMRD", name);
+        if (ras && cas && we) {
+            if (!init_precharged || refreshes < SDRAM_INIT_REFRESHES)
+                fail(name, "before the initialization's precharge and refreshes");
+            mode = a;
+            mode_at = cycle;
+        } else if (ras && cas) {
+            for (int b = 0; b < kBanks; b++) {
+                if (row[b] >= 0) fail(name, "a bank is active");
+                since(precharged[b], SDRAM_T_RP, "tRP", name);
+            }
+            since(refreshed, SDRAM_T_RFC, "tRFC", name);
+            if (mode >= 0) {
+                int gap = int(cycle - refreshed);
+                if (gap > max_gap) max_gap = gap;
+                if (gap > SDRAM_T_REFI) fail(name, "refresh gap over tREFI");
+            }
+            refreshed = cycle;
+            refreshes++;
+        } else if (ras && we) {
+            bool all = (a >> 10) & 1;
+            if (all && mode < 0) init_precharged = true;
+            for (int b = 0; b < kBanks; b++) {
+                if (!all && b != ba) continue;
+                if (row[b] >= 0) {
+                    since(activated[b], SDRAM_T_RAS, "tRAS", name);
+                    since(write_end[b], SDRAM_T_WR, "tWR", name);
+                    if (mode >= 0) since(read_at[b], burst(), "a read burst", name);
+                }
+                row[b] = -1;
+                precharged[b] = cycle;
+            }
+        } else if (ras) {
+            if (mode < 0) fail(name, "before the mode register");
+            if (row[ba] >= 0) fail(name, "bank already active");
+            since(precharged[ba], SDRAM_T_RP, "tRP", name);
+            since(activated[ba], SDRAM_T_RC, "tRC", name);
+            since(last_act, SDRAM_T_RRD, "tRRD", name);
+            since(refreshed, SDRAM_T_RFC, "tRFC", name);
+            row[ba] = a;
+            activated[ba] = last_act = cycle;
+        } else if (cas) {
+            if (mode < 0 || row[ba] < 0) {
+                fail(name, "no open row");
+                return;
+            }
+            since(activated[ba], SDRAM_T_RCD, "tRCD", name);
+            int col = a & 0x3ff;
+            if (col % burst() || col >= SDRAM_COLS) fail(name, "column not burst aligned");
+            if (cycle <= burst_end) fail(name, "a burst interrupted");
+            burst_end = cycle + burst() - 1;
+            if (we) {
+                w_left = burst();
+                w_bank = ba;
+                w_row = row[ba];
+                w_col = col;
+                write_word(oe, dq);
+            } else {
+                read_at[ba] = cycle;
+                for (int k = 0; k < burst(); k++)
+                    reads.emplace_back(cycle + cl() - 1 + k, mem[index(ba, row[ba], col + k)]);
+                driving_until = cycle + cl() + burst();
+            }
+        }
+    }
+    // What the chip drives on dq during the cycle after this edge.
+    uint16_t drive() {
+        uint16_t v = 0;
+        while (!reads.empty() && reads.front().first <= cycle) {
+            if (reads.front().first == cycle) v = reads.front().second;
+            reads.pop_front();
+        }
+        return v;
+    }
+};
+#endif
 
 struct Board {
     std::unique_ptr<VerilatedContext> ctx;
@@ -37,6 +177,9 @@ struct Board {
     uint32_t framing_errors = 0;
     uint64_t quiet = 0;     // cycles with both lines idle, the core not busy
     uint64_t tx_quiet = 0;  // cycles since the board last sent a bit
+#ifdef SOC_SDRAM
+    SdramChip sdram;
+#endif
 
     explicit Board(int div) : ctx(new VerilatedContext), divisor(div) {
         top.reset(new SOC_TOP_CLASS{ctx.get(), "soc"});
@@ -98,8 +241,17 @@ struct Board {
         drive_rx();
         top->clk = 0;
         top->eval();
+#ifdef SOC_SDRAM
+        // Verilator escapes the "__" of Amaranth's port names as "___05F"
+        sdram.edge(top->sdram___05Fcs, top->sdram___05Fras, top->sdram___05Fcas,
+                   top->sdram___05Fwe, top->sdram___05Fba, top->sdram___05Fa,
+                   top->sdram___05Fdq_oe, top->sdram___05Fdq_o);
+#endif
         top->clk = 1;
         top->eval();
+#ifdef SOC_SDRAM
+        top->sdram___05Fdq_i = sdram.drive();
+#endif
         cycle++;
         sample_tx();
         bool idle = rx_bit < 0 && rx_queue.empty() && tx_state == 0 && (top->uart_tx & 1)
@@ -168,5 +320,34 @@ uint64_t vb_cycle(void* p) { return static_cast<Board*>(p)->cycle; }
 uint32_t vb_leds(void* p) { return static_cast<Board*>(p)->top->leds; }
 
 uint32_t vb_framing_errors(void* p) { return static_cast<Board*>(p)->framing_errors; }
+
+// The SDRAM chip's timing violations (0 without SDRAM) and the first one as text.
+uint64_t vb_sdram_violations(void* p) {
+#ifdef SOC_SDRAM
+    return static_cast<Board*>(p)->sdram.violations;
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
+const char* vb_sdram_first_violation(void* p) {
+#ifdef SOC_SDRAM
+    return static_cast<Board*>(p)->sdram.first.c_str();
+#else
+    (void)p;
+    return "";
+#endif
+}
+
+// Commands the SDRAM chip took (0 without SDRAM).
+uint64_t vb_sdram_commands(void* p) {
+#ifdef SOC_SDRAM
+    return static_cast<Board*>(p)->sdram.commands;
+#else
+    (void)p;
+    return 0;
+#endif
+}
 
 }  // extern "C"

@@ -1,0 +1,100 @@
+"""``fpga build --seeds`` and ``bench fpga --board/--config``: the plumbing around the
+builds (the builds themselves are tested by test_fpga_flow's real bitstream)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tensorfab.cli import main
+from tensorfab.fpga_builds.errors import FpgaBuildError
+from tensorfab.fpga_builds.seeds import parse_seeds, seed_summary
+
+#: fmax per seed of the fake builds (around a 100 MHz target).
+FMAX = {1: 100.4, 2: 98.1, 3: 103.0}
+
+
+def fake_build(board_name: str, config: str, out_dir: Path, *, seed: int,
+               allow_timing_failure: bool, clock_mhz: float | None, **_kw: Any) -> dict:
+    """A report of the shape build_bitstream writes, its fmax by seed."""
+    assert allow_timing_failure
+    out = Path(out_dir)
+    out.mkdir(parents=True)
+    target = clock_mhz or 80.0
+    report = {"board": board_name, "config": config, "target_mhz": target,
+              "fmax_mhz": FMAX[seed], "timing_met": FMAX[seed] >= target,
+              "options": {"seed": seed}, "bitstream": str(out / "top.bit")}
+    (out / "report.json").write_text(json.dumps(report))
+    return report
+
+
+def test_parse_seeds() -> None:
+    assert parse_seeds("1,2, 3") == [1, 2, 3]
+    for bad, what in (("1,,2", "'' is not a seed"), ("-1", "'-1' is not a seed"),
+                      ("1,1", "seed 1 given twice")):
+        with pytest.raises(FpgaBuildError, match=what):
+            parse_seeds(bad)
+
+
+def test_summary_counts_the_seeds_that_met() -> None:
+    reports = [{
+        "board": "b", "config": "c", "target_mhz": 100.0, "fmax_mhz": FMAX[s],
+        "timing_met": FMAX[s] >= 100.0, "options": {"seed": s},
+        "bitstream": f"/x/seed-{s}/top.bit"} for s in (1, 2, 3)]
+    summary = seed_summary(reports)
+    assert (summary["met"], summary["of"]) == (2, 3)
+    assert [r["seed"] for r in summary["seeds"]] == [1, 2, 3]
+    assert summary["seeds"][1]["slack_ns"] == pytest.approx(10 - 1000 / 98.1, abs=1e-3)
+    assert summary["seeds"][0]["slack_ns"] > 0
+    assert (summary["fmax_mhz_min"], summary["fmax_mhz_max"]) == (98.1, 103.0)
+
+
+def test_build_seeds_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorfab.fpga_builds import flow
+
+    monkeypatch.setattr(flow, "build_bitstream", fake_build)
+    out = tmp_path / "b"
+    args = ["fpga", "build", "--board", "ulx3s-25f", "--clock-mhz", "100", "-o", str(out),
+            "--seeds", "1,2,3"]
+    assert main([*args, "--json", "--allow-timing-failure"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary == json.loads((out / "seeds.json").read_text())
+    assert [(r["seed"], r["timing_met"]) for r in summary["seeds"]] == [
+        (1, True), (2, False), (3, True)]
+    assert all((out / f"seed-{s}" / "report.json").exists() for s in (1, 2, 3))
+    # without --allow-timing-failure: every seed reported, then one error naming seed 2
+    out.rename(tmp_path / "old")
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert "timing met at 2 of 3 seeds" in captured.out
+    assert "seed 2: 98.1 MHz / 100 MHz" in captured.out
+    assert captured.err.strip().splitlines() == [
+        f"error: ulx3s-25f ecp5-25f: timing missed at seed(s) 2 of 1,2,3 (100 MHz); "
+        f"see {out / 'seeds.json'}"]
+
+
+def test_bench_filters() -> None:
+    from tensorfab.benches.fpga import DEFAULT_MATRIX, select_builds
+
+    assert select_builds() == DEFAULT_MATRIX
+    assert {b for b, _, _ in select_builds(board="ulx3s-25f")} == {"ulx3s-25f"}
+    assert select_builds(board="ulx3s-85f", config="tiny") == (("ulx3s-85f", "tiny", True),)
+    assert {c for _, c, _ in select_builds(config="tiny")} == {"tiny"}
+    # a pair the matrix does not list is a build of its own
+    assert select_builds(board="ulx3s-85f", config="ecp5-25f") == (
+        ("ulx3s-85f", "ecp5-25f", True),)
+    with pytest.raises(FpgaBuildError, match="unknown board"):
+        select_builds(board="de0")
+    with pytest.raises(FpgaBuildError, match="no build of the benchmark has it"):
+        select_builds(config="default")
+
+
+def test_bench_cli_filter_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "fpga", "--board", "de0", "--json"]) == 2
+    assert "--board 'de0': unknown board" in capsys.readouterr().err
+    assert main(["bench", "fsim-gemm", "--board", "ulx3s-25f"]) == 2
+    assert "has no --board option" in capsys.readouterr().err

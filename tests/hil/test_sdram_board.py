@@ -1,0 +1,50 @@
+"""The virtual board with its device memory in SDRAM: the SoC's SDRAM controller (the
+one the ULX3S bitstreams hold) in Verilator, the chip modelled in the harness with its
+timing rules checked. Programs are bit-exact against fsim; the memory stalls it adds
+are measured against the RTL executor's ideal memory."""
+
+from __future__ import annotations
+
+import pytest
+from support.device_compare import assert_same_as_fsim
+from support.isa_programs import directed_programs
+
+from tensorfab.hil.targets import VirtualBoardDevice
+from tensorfab.isa import PRESETS
+from tensorfab.isa.device import open_device
+from tensorfab.sim.rtl import RtlSimulator
+from tensorfab.sim.testing.random_program import random_program
+
+CFG = PRESETS["tiny"]
+
+
+@pytest.fixture(scope="module")
+def board() -> VirtualBoardDevice:
+    return VirtualBoardDevice(sdram=True)
+
+
+def test_sdram_target_by_name() -> None:
+    dev = open_device("virtual://?sdram=1")
+    assert isinstance(dev, VirtualBoardDevice) and dev.sdram
+    assert dev.memory_bytes(CFG) == 1 << CFG.dram_addr_width  # 16 MB of the 32 MB chip
+
+
+@pytest.mark.slow
+def test_programs_on_sdram_match_fsim(board: VirtualBoardDevice) -> None:
+    """The directed suite and random programs, bit-exact against fsim; the chip saw no
+    timing violation; the stalls against the ideal memory are bounded."""
+    progs = {**directed_programs(CFG),
+             **{f"random{s}": random_program(CFG, s) for s in range(6)}}
+    ideal = RtlSimulator()
+    cycles = ideal_cycles = 0
+    for name, prog in progs.items():
+        got = board.run(prog)
+        assert_same_as_fsim(prog, got, f"virtual sdram {name}")
+        cycles += got.cycles
+        ideal_cycles += ideal.run(prog).cycles
+    vb = board.device(CFG).link.transport.board  # type: ignore[attr-defined]
+    assert vb.sdram_violations == (0, "")
+    assert vb.sdram_commands > 100
+    ratio = cycles / ideal_cycles
+    print(f"SDRAM / ideal memory cycles: {cycles} / {ideal_cycles} = {ratio:.3f}")
+    assert 1.0 <= ratio < 3.0
