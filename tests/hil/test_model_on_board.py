@@ -74,12 +74,13 @@ def test_run_on_the_virtual_board_matches_fsim_in_hardware_time(files, capsys) -
     # the table: an accelerator row's hardware time (µs) is its cycles at 100 MHz
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in printed.splitlines()
             if line.startswith("│")]
-    accel = [r for r in rows if r[1] == "accel"]
-    assert [int(r[5].replace(",", "")) for r in accel] == [
+    # columns: #, node, device, op, inputs, output, cycles, hw µs, ...
+    accel = [r for r in rows if r[2] == "accel"]
+    assert [int(r[6].replace(",", "")) for r in accel] == [
         t["cycles"] for t in summary["accel_timing"]]
-    assert [float(r[6].replace(",", "")) for r in accel] == [
+    assert [float(r[7].replace(",", "")) for r in accel] == [
         round(t["cycles"] / 100, 2) for t in summary["accel_timing"]]
-    assert all(r[6] == "—" for r in rows if r[1] == "cpu")
+    assert all(r[7] == "—" for r in rows if r[2] == "cpu")
     assert re.search(r"hardware: accelerator [\d.]+ µs at 100 MHz \([\d,]+ cycles", printed)
     assert "model load" in printed and "(once)" in printed
     # the timeline: valid JSON, nodes one after another on the hardware-time axis
