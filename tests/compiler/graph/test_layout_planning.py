@@ -198,3 +198,8 @@ def test_an_accel_device_carries_its_config() -> None:
     assert [c.attrs["data_layout"] for c in convs] == ["NCHW1n2c"] * 2
     with pytest.raises(LayoutPlanningError, match="carries no HwConfig"):
         hw_config_of(accel("not-a-preset"))
+    from tensorfab.compiler.graph.device import VirtualDevice
+    from tensorfab.compiler.graph.types import GraphError
+
+    with pytest.raises(GraphError, match=r"accel\(small\) given the config named 'tiny'"):
+        VirtualDevice("accel", "small", None, PRESETS["tiny"])
