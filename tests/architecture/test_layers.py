@@ -25,9 +25,11 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"isa", "sim", "runtime", "compiler"},
     "fpga_builds": {"isa", "hw", "sim"},
     "hil": {"isa", "hw", "sim", "fpga_builds"},
-    "benches": {"isa", "hw", "sim", "runtime", "compiler", "models", "fpga_builds", "hil"},
+    "dse": {"isa", "hw", "sim", "runtime", "compiler", "models", "fpga_builds", "hil"},
+    "benches": {"isa", "hw", "sim", "runtime", "compiler", "models", "fpga_builds", "hil",
+                "dse"},
     "cli": {"isa", "hw", "sim", "runtime", "compiler", "models", "fpga_builds", "hil",
-            "benches"},
+            "dse", "benches"},
 }
 
 
