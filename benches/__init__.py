@@ -126,6 +126,13 @@ def _minilm(target: str = "fsim") -> dict[str, Any]:
     return run_minilm_bench(target)
 
 
+def _orientation(target: str = "fsim") -> dict[str, Any]:
+    """RapidOCR's orientation classifier (real weights): float vs int8 accuracy, MACs."""
+    from .orientation import run_orientation_bench
+
+    return run_orientation_bench(rtl_image=target == "rtl")
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -142,4 +149,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "memory-plan": _memory_plan,
     "timing-model": _timing_model,
     "minilm": _minilm,
+    "orientation": _orientation,
 }
