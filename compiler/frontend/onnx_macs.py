@@ -9,6 +9,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
+from .onnx_ops import OnnxImportError
+
 __all__ = ["onnx_macs"]
 
 _MAC_OPS = ("Conv", "MatMul", "Gemm", "ConvInteger", "MatMulInteger", "QLinearConv",
@@ -24,9 +26,9 @@ def onnx_macs(model: onnx.ModelProto,
 
     Raises
     ------
-    ValueError
-        A convolution or matrix product whose shapes inference could not determine
-        (names the node).
+    OnnxImportError
+        A convolution or matrix product whose shapes could not be determined (names the
+        node), or an input without a static shape.
     """
     model = onnx.ModelProto.FromString(model.SerializeToString())
     for inp in model.graph.input:
@@ -60,7 +62,7 @@ def onnx_macs(model: onnx.ModelProto,
         w_index = 3 if node.op_type.startswith("QLinear") else 1
         w, y = node.input[w_index], node.output[0]
         if w not in shapes or y not in shapes:
-            raise ValueError(f"ONNX node {node.name or k} ({node.op_type}): shape of "
+            raise OnnxImportError(f"ONNX node {node.name or k} ({node.op_type}): shape of "
                              f"{w!r} or {y!r} unknown (give every input's shape)")
         out = int(np.prod(shapes[y]))
         if "Conv" in node.op_type:
@@ -89,7 +91,7 @@ def _shapes_by_running(model: onnx.ModelProto, names: list[str]) -> dict[str, tu
         t = inp.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
         if any(d < 0 for d in dims):
-            raise ValueError(f"ONNX input {inp.name!r}: shape {dims} is not static; give "
+            raise OnnxImportError(f"ONNX input {inp.name!r}: shape {dims} is not static; give "
                              "it in input_shapes")
         dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
         feeds[inp.name] = np.zeros(dims, dtype)
