@@ -239,20 +239,20 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
             from tensorfab.compiler.tensor.errors import CompileError
             from tensorfab.compiler.tensor.grouped_conv import (
                 block_diagonal_weights,
-                super_group_size,
+                super_group_plan,
             )
 
             if not isinstance(weight, Constant):
                 raise LayoutPlanningError(f"{short(e)} on {dev}: the weight must be a "
                                           "constant to be packed for the accelerator")
             try:
-                s = super_group_size(cfg, int(infer_types(data).shape[1]),  # type: ignore[union-attr]
-                                     weight.data.shape[0], groups)
+                s, padded = super_group_plan(cfg, int(infer_types(data).shape[1]),  # type: ignore[union-attr]
+                                             weight.data.shape[0], groups)
             except CompileError as exc:
                 raise LayoutPlanningError(f"{short(e)} on {dev}: {exc}{hint}") from exc
-            weight = Constant(block_diagonal_weights(weight.data, groups, s),
+            weight = Constant(block_diagonal_weights(weight.data, groups, s, padded),
                               weight.virtual_device)
-            groups //= s
+            groups = padded // s
         act = activation_layout(cfg)
         x = args[0]
         if lays[0] is None:

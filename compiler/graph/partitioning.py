@@ -89,7 +89,7 @@ def _grouped_refusal(e: Call, cfg: HwConfig | None) -> str | None:
     """Why a grouped convolution stays on the CPU (None: block-diagonal super-groups
     on the GEMM core take it, :mod:`tensorfab.compiler.tensor.grouped_conv`)."""
     from tensorfab.compiler.tensor.errors import CompileError
-    from tensorfab.compiler.tensor.grouped_conv import super_group_size
+    from tensorfab.compiler.tensor.grouped_conv import super_group_plan
     from tensorfab.isa.formats import requant_supported
 
     g = e.attrs["groups"]
@@ -102,7 +102,7 @@ def _grouped_refusal(e: Call, cfg: HwConfig | None) -> str | None:
     if x.shape[0] != cfg.batch:  # type: ignore[union-attr]
         return f"groups={g}: the accelerator's grouped convolution takes one batch block"
     try:
-        super_group_size(cfg, x.shape[1], w.shape[0], g)  # type: ignore[union-attr]
+        super_group_plan(cfg, x.shape[1], w.shape[0], g)  # type: ignore[union-attr]
     except CompileError as exc:
         return str(exc)
     return None

@@ -21,6 +21,7 @@ see docs/compiler.md, "Grouped and depthwise convolutions".
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from .operators import CompiledOp, _schedule
 from .workload import Workload
 
 __all__ = ["block_diagonal_weights", "compile_super_groups", "grouped_conv2d",
-           "super_group_size"]
+           "super_group_plan", "super_group_size"]
 
 
 def super_group_size(cfg: HwConfig, channels_in: int, channels_out: int,
@@ -59,12 +60,46 @@ def super_group_size(cfg: HwConfig, channels_in: int, channels_out: int,
                        "lanes")
 
 
-def block_diagonal_weights(w: np.ndarray, groups: int, s: int) -> np.ndarray:
-    """``(groups/s · s·co, s·ci, KH, KW)``: each super-group's ``s`` kernels
+def super_group_plan(cfg: HwConfig, channels_in: int, channels_out: int,
+                     groups: int) -> tuple[int, int]:
+    """``(S, padded groups)``: :func:`super_group_size` when a divisor of ``groups``
+    serves, else the smallest ``S`` whose super-groups fill whole blocks and ``groups``
+    rounded up to a multiple of it, the extra groups all zeros, when that is exactly
+    the blocked layout's channel padding (a depthwise convolution of 200 channels on
+    16-lane blocks: ``S = 16`` over 208 groups, the last 8 of them padding).
+
+    Raises
+    ------
+    CompileError
+        Neither fits (e.g. 3 groups of 3 channels on 16-lane blocks).
+    """
+    try:
+        return super_group_size(cfg, channels_in, channels_out, groups), groups
+    except CompileError as exc:
+        ci, co = channels_in // groups, channels_out // groups
+        s = math.lcm(cfg.block_in // math.gcd(ci, cfg.block_in),
+                     cfg.block_out // math.gcd(co, cfg.block_out))
+        padded = -(-groups // s) * s
+        fits = (padded * ci == -(-channels_in // cfg.block_in) * cfg.block_in
+                and padded * co == -(-channels_out // cfg.block_out) * cfg.block_out)
+        if not fits:
+            raise CompileError(f"{exc}, and padding them to {padded} groups would exceed "
+                               "the blocked layout's channel padding") from None
+        return s, padded
+
+
+def block_diagonal_weights(w: np.ndarray, groups: int, s: int,
+                           padded_groups: int | None = None) -> np.ndarray:
+    """``(G/s · s·co, s·ci, KH, KW)``: each super-group's ``s`` kernels
     ``(co, ci, KH, KW)`` on the diagonal of a dense kernel, zeros elsewhere (``w`` is the
-    grouped OIHW kernel ``(groups·co, ci, KH, KW)``)."""
+    grouped OIHW kernel ``(groups·co, ci, KH, KW)``; ``G`` is ``padded_groups``, default
+    ``groups``, the groups past ``groups`` all zeros, :func:`super_group_plan`)."""
     o, ci, kh, kw = w.shape
     co = o // groups
+    if padded_groups is not None and padded_groups != groups:
+        w = np.concatenate([w, np.zeros(((padded_groups - groups) * co, ci, kh, kw),
+                                        w.dtype)])
+        o, groups = w.shape[0], padded_groups
     out = np.zeros((o, s * ci, kh, kw), w.dtype)
     for g in range(groups):
         k = g % s
@@ -115,11 +150,24 @@ def grouped_conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray,
     if epilogue is not None and epilogue.per_channel and not epilogue.one_pass:
         raise CompileError("a grouped convolution's per-channel requantization needs "
                            "rounding='single' (one REQUANT record per channel)")
-    s = super_group_size(cfg, c, o, groups)
-    dense = block_diagonal_weights(w.astype(np.int8), groups, s)
-    return compile_super_groups(cfg, x.astype(np.int8), dense, groups // s, bias,
-                                stride=stride, padding=padding, epilogue=epilogue,
-                                vthreads=vthreads)
+    s, padded = super_group_plan(cfg, c, o, groups)
+    dense = block_diagonal_weights(w.astype(np.int8), groups, s, padded)
+    x = x.astype(np.int8)
+    if padded != groups:  # zero channels for the padding groups
+        x = np.concatenate([x, np.zeros((1, padded * ci - c, *x.shape[2:]), np.int8)],
+                           axis=1)
+        if bias is not None:
+            bias = np.concatenate([np.asarray(bias), np.zeros(dense.shape[0] - o,
+                                                              np.asarray(bias).dtype)])
+        if epilogue is not None and epilogue.multiplier is not None:
+            extra = (0,) * (dense.shape[0] - o)
+            epilogue = dataclasses.replace(
+                epilogue, multiplier=epilogue.multiplier + extra,
+                shift=epilogue.shift + extra,  # type: ignore[operator]
+                residual=None if epilogue.residual is None else epilogue.residual + extra)
+    op = compile_super_groups(cfg, x, dense, padded // s, bias, stride=stride,
+                              padding=padding, epilogue=epilogue, vthreads=vthreads)
+    return dataclasses.replace(op, out_shape=(1, o, *op.out_shape[2:]))
 
 
 def compile_super_groups(cfg: HwConfig, x: np.ndarray, dense: np.ndarray, super_groups: int,

@@ -61,7 +61,8 @@ class CompiledOp:
         per = packed.shape[0] // g
         parts = [unpack_output(cfg, packed[i * per:(i + 1) * per], wl.batch, wl.out_channels)
                  for i in range(g)]
-        return np.stack(parts).reshape(self.out_shape)
+        full = np.stack(parts).reshape(self.out_shape[0], -1, *self.out_shape[2:])
+        return full[:, :self.out_shape[1]]  # without padding groups (grouped_conv2d)
 
     def run(self, device: object = "fsim") -> np.ndarray:
         """Run on ``device`` (a :class:`~tensorfab.sim.Device` or its name) and return the

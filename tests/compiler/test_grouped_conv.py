@@ -13,6 +13,7 @@ from tensorfab.compiler.tensor.errors import CompileError
 from tensorfab.compiler.tensor.grouped_conv import (
     block_diagonal_weights,
     grouped_conv2d,
+    super_group_plan,
     super_group_size,
 )
 from tensorfab.compiler.tensor.requant import quantize_multipliers
@@ -51,6 +52,8 @@ def grouped_reference(x, w, bias, groups, stride, pad, mult, exp, zp) -> np.ndar
     (48, 48, 48, 9, 5, 2),     # depthwise 5×5, stride 2, odd size
     (64, 96, 2, 8, 3, 1),      # AlexNet-like groups=2
     (64, 32, 8, 6, 1, 1),      # 8 in / 4 out channels a group: super-groups of 4
+    (24, 24, 24, 6, 3, 2),     # depthwise, 24 channels: 32 groups, the last 8 padding
+    (40, 40, 20, 5, 5, 1),     # 2 channels a group, 20 groups: 24, the last 4 padding
 ])
 def test_fsim_equals_numpy_and_cpu_kernels(c, o, groups, size, k, stride) -> None:
     rng = np.random.default_rng(c + groups)
@@ -99,6 +102,13 @@ def test_block_diagonal_layout_and_refusals() -> None:
     assert super_group_size(DEFAULT, 96, 256, 2) == 1
     with pytest.raises(CompileError, match="no number of whole groups"):
         super_group_size(DEFAULT, 24, 24, 3)  # 8 lanes a group, 3 groups
+    # padding groups: only up to the blocked layout's channel padding
+    assert super_group_plan(DEFAULT, 200, 200, 200) == (16, 208)
+    assert super_group_plan(DEFAULT, 24, 24, 3) == (2, 4)  # 8 lanes a group: 32 channels
+    np.testing.assert_array_equal(block_diagonal_weights(w[:3], 3, 2, 4)[:, :, 0, 0],
+                                  [[1, 0], [0, 2], [3, 0], [0, 0]])
+    with pytest.raises(CompileError, match="exceed the blocked layout's channel padding"):
+        super_group_plan(DEFAULT, 9, 9, 3)  # 3 channels a group: 16 groups of 48
     with pytest.raises(CompileError, match="rounding='single'"):
         mult, exp = quantize_multipliers(np.full(32, 1e-3))
         grouped_conv2d(DEFAULT, np.zeros((1, 32, 4, 4), np.int8),

@@ -19,7 +19,8 @@ from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.rtl import RtlSimulator
 
 #: (name, in, out, groups, kernel, stride)
-CONVS = [("c0", 16, 32, 1, 3, 1), ("dw", 32, 32, 32, 3, 1), ("pw", 32, 48, 1, 1, 1),
+#: the depthwise 3×3 has 24 channels: 32 groups on 16-lane blocks, 8 of them padding
+CONVS = [("c0", 16, 24, 1, 3, 1), ("dw", 24, 24, 24, 3, 1), ("pw", 24, 48, 1, 1, 1),
          ("g2", 48, 64, 2, 3, 2), ("dw5", 64, 64, 64, 5, 1)]
 
 
