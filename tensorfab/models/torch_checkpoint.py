@@ -1,0 +1,176 @@
+"""PyTorch checkpoints (``.pth``) read into numpy arrays without torch.
+
+A checkpoint is a pickle of a state dict whose tensors point at storages stored beside
+it. :func:`load_state_dict` reads both file formats torch writes: the zip archive of
+torch ≥ 1.6 (``archive/data.pkl`` and ``archive/data/<key>``) and the legacy stream
+(magic number, protocol, system info, the state dict, the storage keys, then each
+storage as an 8-byte element count and its bytes). The unpickler is restricted: it
+resolves only ``collections.OrderedDict``, torch's ``_rebuild_tensor_v2`` and the typed
+storage classes, each to a function that builds a numpy array; any other global (code a
+hostile file would run) is refused with :class:`CheckpointError` naming it.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import pickle
+import struct
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from tensorfab.isa import TensorfabError
+
+__all__ = ["CheckpointError", "load_state_dict"]
+
+#: torch's typed storages → numpy dtypes.
+STORAGE_DTYPES = {
+    "FloatStorage": np.float32, "DoubleStorage": np.float64, "HalfStorage": np.float16,
+    "LongStorage": np.int64, "IntStorage": np.int32, "ShortStorage": np.int16,
+    "CharStorage": np.int8, "ByteStorage": np.uint8, "BoolStorage": np.bool_,
+}
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+
+
+class CheckpointError(TensorfabError, ValueError):
+    """A checkpoint that is not a plain state dict of tensors (names what and where)."""
+
+
+class _StorageRef:
+    """A storage the pickle points at: its key, dtype and element count."""
+
+    def __init__(self, key: str, dtype: type, count: int) -> None:
+        self.key, self.dtype, self.count = key, dtype, count
+
+
+class _TensorRef:
+    def __init__(self, storage: _StorageRef, offset: int, shape: tuple[int, ...],
+                 stride: tuple[int, ...]) -> None:
+        self.storage, self.offset, self.shape, self.stride = storage, offset, shape, stride
+
+
+def _rebuild_tensor(storage: _StorageRef, offset: int, shape: tuple[int, ...],
+                    stride: tuple[int, ...], *_: Any) -> _TensorRef:
+    return _TensorRef(storage, offset, tuple(shape), tuple(stride))
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def __init__(self, file: BinaryIO, where: str) -> None:
+        super().__init__(file)
+        self.where = where
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return _rebuild_tensor
+        if module == "torch" and name in STORAGE_DTYPES:
+            return name
+        raise CheckpointError(f"{self.where}: refuses the pickled global {module}.{name} "
+                              "(only a state dict of tensors is read)")
+
+    def persistent_load(self, pid: Any) -> _StorageRef:
+        # ('storage', storage type, key, location, element count[, view metadata])
+        if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"
+                and pid[1] in STORAGE_DTYPES):
+            raise CheckpointError(f"{self.where}: unexpected persistent id {pid!r}")
+        return _StorageRef(str(pid[2]), STORAGE_DTYPES[pid[1]], int(pid[4]))
+
+
+def _tensors(state: Any, read: Callable[[_StorageRef], np.ndarray],
+             where: str) -> dict[str, np.ndarray]:
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{where}: the pickle holds a {type(state).__name__}, not a "
+                              "state dict")
+    out: dict[str, np.ndarray] = {}
+    for name, ref in state.items():
+        if not isinstance(ref, _TensorRef):
+            raise CheckpointError(f"{where}: entry {name!r} is a {type(ref).__name__}, "
+                                  "not a tensor")
+        flat = read(ref.storage)
+        item = flat.itemsize
+        need = ref.offset + sum((d - 1) * s for d, s in zip(ref.shape, ref.stride,
+                                                            strict=True)) + 1
+        if min(ref.shape, default=1) > 0 and need > flat.size:
+            raise CheckpointError(f"{where}: tensor {name!r} {ref.shape} reaches element "
+                                  f"{need} of a storage of {flat.size}")
+        view = np.lib.stride_tricks.as_strided(
+            flat[ref.offset:], ref.shape, tuple(s * item for s in ref.stride))
+        out[str(name)] = np.ascontiguousarray(view)
+    return out
+
+
+def _load_zip(path: Path) -> dict[str, np.ndarray]:
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        pkl = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
+        if not pkl:
+            raise CheckpointError(f"{path}: a zip without data.pkl is not a torch checkpoint")
+        root = pkl[0][: -len("data.pkl")]
+        state = _RestrictedUnpickler(io.BytesIO(z.read(pkl[0])), str(path)).load()
+
+        def read(ref: _StorageRef) -> np.ndarray:
+            member = f"{root}data/{ref.key}"
+            if member not in names:
+                raise CheckpointError(f"{path}: storage {ref.key} missing ({member})")
+            return np.frombuffer(z.read(member), ref.dtype, count=ref.count)
+
+        return _tensors(state, read, str(path))
+
+
+def _load_legacy(path: Path) -> dict[str, np.ndarray]:
+    with path.open("rb") as f:
+        where = str(path)
+        try:
+            magic = _RestrictedUnpickler(f, where).load()
+            if magic != _LEGACY_MAGIC:
+                raise CheckpointError(f"{where}: not a torch checkpoint (magic {magic!r})")
+            _RestrictedUnpickler(f, where).load()  # protocol version
+            info = _RestrictedUnpickler(f, where).load()
+            state = _RestrictedUnpickler(f, where).load()
+            keys = _RestrictedUnpickler(f, where).load()
+        except (pickle.UnpicklingError, EOFError) as e:
+            raise CheckpointError(f"{where}: not a readable torch checkpoint ({e})") from None
+        if not isinstance(info, dict) or not info.get("little_endian", True):
+            raise CheckpointError(f"{where}: only little-endian checkpoints are read")
+        refs: dict[str, _StorageRef] = {}
+        for ref in state.values() if isinstance(state, dict) else ():
+            if isinstance(ref, _TensorRef):
+                refs[ref.storage.key] = ref.storage
+        data: dict[str, np.ndarray] = {}
+        for key in keys:
+            (count,) = struct.unpack("<q", f.read(8))
+            ref = refs.get(str(key))
+            dtype = ref.dtype if ref is not None else np.uint8
+            raw = f.read(count * np.dtype(dtype).itemsize)
+            if len(raw) != count * np.dtype(dtype).itemsize:
+                raise CheckpointError(f"{where}: storage {key} truncated")
+            data[str(key)] = np.frombuffer(raw, dtype)
+
+        def read(ref: _StorageRef) -> np.ndarray:
+            if ref.key not in data:
+                raise CheckpointError(f"{where}: storage {ref.key} missing")
+            return data[ref.key]
+
+        return _tensors(state, read, where)
+
+
+def load_state_dict(path: str | Path) -> dict[str, np.ndarray]:
+    """A ``.pth`` state dict as numpy arrays by name (see the module docstring).
+
+    Raises
+    ------
+    CheckpointError
+        The file is missing, not a torch checkpoint, holds anything but a state dict of
+        tensors, or pickles a global other than the few tensor-building ones.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    if zipfile.is_zipfile(path):
+        return _load_zip(path)
+    return _load_legacy(path)
