@@ -133,6 +133,13 @@ def _orientation(target: str = "fsim") -> dict[str, Any]:
     return run_orientation_bench(rtl_image=target == "rtl")
 
 
+def _efficientnet(target: str = "fsim") -> dict[str, Any]:
+    """EfficientNet-Lite0 (ImageNet weights): float vs int8 top-1 on photographs, MACs."""
+    from .efficientnet import run_efficientnet_bench
+
+    return run_efficientnet_bench(rtl_image=target == "rtl")
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -150,4 +157,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "timing-model": _timing_model,
     "minilm": _minilm,
     "orientation": _orientation,
+    "efficientnet": _efficientnet,
 }

