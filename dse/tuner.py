@@ -215,7 +215,8 @@ def tune_workload(name: str, workload: Workload, cfg: HwConfig,
                     for _ in range(16 * batch)]
         for _ in range(4 * batch):  # crossover of two parents
             a, b = (parents[int(rng.integers(len(parents)))] for _ in range(2))
-            children.append(tuple(x if rng.random() < 0.5 else y for x, y in zip(a, b)))
+            children.append(tuple(x if rng.random() < 0.5 else y
+                                  for x, y in zip(a, b, strict=True)))
         children += [space.random(rng) for _ in range(4 * batch)]
         fresh = [g for g in dict.fromkeys(children) if g not in seen]
         if not fresh:

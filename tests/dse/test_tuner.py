@@ -21,7 +21,7 @@ WL = Workload.conv2d(1, 16, 8, 8, 16, (3, 3), 1, 1)
 
 def _conv_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Plain numpy 3x3 convolution, padding 1, stride 1, int32 sums."""
-    n, c, h, wd = x.shape
+    n, _, h, wd = x.shape
     xp = np.pad(x.astype(np.int32), ((0, 0), (0, 0), (1, 1), (1, 1)))
     out = np.zeros((n, w.shape[0], h, wd), np.int32)
     for i in range(3):
