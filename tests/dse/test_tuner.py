@@ -59,3 +59,17 @@ def test_tuned_schedule_computes_the_convolution() -> None:
     assert want.max() <= 127
     op = conv2d(CFG, x, w, padding=1, schedule=schedule_for(plan))
     assert np.array_equal(op.run(FunctionalSimulator()), want.astype(np.int8))
+
+
+def test_tune_of_an_unsupported_model_is_one_clear_error(capsys) -> None:
+    from tensorfab.cli import main
+
+    assert main(["tune", "model.onnx"]) != 0
+    err = capsys.readouterr().err
+    assert "tune model.onnx: only the built-in resnet18" in err and "Traceback" not in err
+
+
+def test_tune_bench_is_registered() -> None:
+    from tensorfab.benches import BENCHES
+
+    assert "tune" in BENCHES
