@@ -31,11 +31,12 @@ import numpy as np
 
 from tensorfab.compiler.tensor import Workload
 from tensorfab.compiler.tensor.epilogue import Epilogue
+from tensorfab.compiler.tensor.schedule import Schedule
 from tensorfab.compiler.tensor.tile_plan import AXES, OUTER_AXES, TilePlan
 from tensorfab.compiler.tensor.tile_search import schedule_for, tile_candidates
-from tensorfab.isa import HwConfig, TensorfabError
+from tensorfab.isa import HwConfig, TensorfabError, UsageError
 
-__all__ = ["Genome", "TuneResult", "task_key", "tune_workload"]
+__all__ = ["Genome", "TaskRecorder", "TuneResult", "TuningLog", "task_key", "tune_workload"]
 
 #: Loop orders of the output tile loops (outermost first).
 ORDERS: tuple[tuple[str, ...], ...] = tuple(permutations(OUTER_AXES))
@@ -274,3 +275,51 @@ def tune_workloads(workloads: Sequence[tuple[str, Workload]], cfg: HwConfig, **k
                    ) -> list[TuneResult]:
     """:func:`tune_workload` of each named workload with the same options."""
     return [tune_workload(name, wl, cfg, **kwargs) for name, wl in workloads]
+
+
+class TuningLog:
+    """A tuning log as the compiler's :class:`~tensorfab.compiler.tensor.schedule_source.
+    ScheduleSource`: the fastest legal schedule logged for an operator's key, else
+    ``None`` (the tile search picks).
+
+    Parameters
+    ----------
+    path
+        The JSON-lines log :func:`tune_workload` writes.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise UsageError(f"--tuning-log {self.path}: no such file")
+        self.best: dict[str, tuple[int, Genome]] = {}
+        for n, line in enumerate(self.path.read_text().splitlines(), 1):
+            try:
+                rec = json.loads(line)
+                key, cycles, genome = rec["key"], rec["cycles"], tuple(rec["genome"])
+            except (ValueError, KeyError, TypeError):
+                raise UsageError(f"{self.path}:{n}: not a tuning-log record") from None
+            if cycles is not None and (key not in self.best or cycles < self.best[key][0]):
+                self.best[key] = (int(cycles), genome)
+        self.used: list[str] = []
+
+    def schedule(self, workload: Workload, cfg: HwConfig, epilogue: Epilogue
+                 ) -> Schedule | None:
+        """The logged fastest schedule of this operator, or ``None``."""
+        found = self.best.get(task_key(workload, cfg, epilogue))
+        if found is None:
+            return None
+        self.used.append(workload.name)
+        return schedule_for(_Space(workload, cfg, epilogue).plan(found[1]))
+
+
+class TaskRecorder:
+    """A :class:`~tensorfab.compiler.tensor.schedule_source.ScheduleSource` that gives
+    no schedule and records each operator asked about: the tuning tasks of a model."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, tuple[Workload, HwConfig, Epilogue]] = {}
+
+    def schedule(self, workload: Workload, cfg: HwConfig, epilogue: Epilogue) -> None:
+        """Record the task; the tile search picks."""
+        self.tasks.setdefault(task_key(workload, cfg, epilogue), (workload, cfg, epilogue))

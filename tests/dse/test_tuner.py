@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tensorfab.compiler.tensor import Workload
 from tensorfab.compiler.tensor.epilogue import Epilogue
@@ -73,3 +74,28 @@ def test_tune_bench_is_registered() -> None:
     from tensorfab.benches import BENCHES
 
     assert "tune" in BENCHES
+
+
+def test_compiler_takes_the_logged_schedule_through_its_hook(tmp_path: Path) -> None:
+    """conv2d(schedules=TuningLog) compiles the log's fastest schedule (the plan the
+    tuner picked), computes the convolution, and leaves unlogged workloads to the tile
+    search; a broken log is one error naming file and line."""
+    from tensorfab.dse.tuner import TuningLog
+    from tensorfab.isa import UsageError
+
+    log = tmp_path / "tune.jsonl"
+    result = tune_workload("conv", WL, CFG, trials=16, log=log, seed=3)
+    tuned = _Space(WL, CFG, Epilogue()).plan(result.best_genome)
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 2, (1, 16, 8, 8)).astype(np.int8)
+    w = (rng.integers(0, 2, (16, 16, 3, 3)) * (rng.random((16, 16, 3, 3)) < 0.3)).astype(
+        np.int8)
+    source = TuningLog(log)
+    op = conv2d(CFG, x, w, padding=1, schedules=source)
+    assert op.plan == tuned and source.used == [WL.name]
+    assert np.array_equal(op.run(FunctionalSimulator()), _conv_reference(x, w).astype(np.int8))
+    other = conv2d(CFG, x[:, :, :6, :6], w, padding=1, schedules=source)
+    assert other.plan == conv2d(CFG, x[:, :, :6, :6], w, padding=1).plan
+    log.write_text(log.read_text() + "not json\n")
+    with pytest.raises(UsageError, match=r"tune\.jsonl:17: not a tuning-log record"):
+        TuningLog(log)
