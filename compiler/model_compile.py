@@ -201,6 +201,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     from .graph.accel_lowering import accel_chain_macs, lower_accelerator_chains, with_macs
     from .graph.activation_matmul_lowering import lower_activation_matmuls
     from .graph.batch_norm_folding import fold_batch_norm
+    from .graph.channel_affine_as_conv import channel_affine_as_conv
     from .graph.constant_folding import fold_constants
     from .graph.dense_as_conv import dense_as_conv
     from .graph.fixed_point import fixed_point_requantize
@@ -239,6 +240,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
                                 percentile=percentile)
             fn = fold_constants(from_onnx(qdq, input_shapes))
         else:
+            if cfg is not None:  # unfoldable batch norms run on the accelerator
+                fn = channel_affine_as_conv(fn)
             say(f"quantizing ({method}, {len(batches)} calibration batches)")
             fn = fold_constants(quantize_graph(fn, batches, method=method,
                                                percentile=percentile,
