@@ -94,7 +94,20 @@ def _dequantized(e: Expr) -> tuple[Expr, float, int] | None:
 
 def lower_asymmetric_qdq(fn: Function) -> Function:
     """``fn`` with uint8 QDQ as int8 (:func:`uint8_as_int8`) and the QDQ patterns with
-    nonzero zero points replaced by integer operators (see the module docstring)."""
+    nonzero zero points replaced by integer operators (see the module docstring).
+
+    Parameters
+    ----------
+    fn : Function
+        A QDQ program with constant weights (run
+        :func:`~tensorfab.compiler.graph.constant_folding.fold_constants` first).
+
+    Returns
+    -------
+    Function
+        The program with those patterns lowered; the rest unchanged (symmetric patterns
+        are :func:`~tensorfab.compiler.graph.qdq_lowering.lower_qdq`'s).
+    """
     def rule(e: Expr, _old: Expr) -> Expr:
         if not (isinstance(e, Call) and e.op == "qnn.quantize"
                 and e.attrs["out_dtype"] == "int8"):

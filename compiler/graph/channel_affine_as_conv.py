@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ir import Call, Constant, Expr, Function
+from .ir import Call, Constant, Expr, Function, Var
 from .rewrite import rewrite
 from .types import TensorType
 
@@ -47,14 +47,30 @@ def _channel_vector(e: Expr, channels: int) -> np.ndarray | None:
 
 def channel_affine_as_conv(fn: Function) -> Function:
     """``fn`` with every ``x * s + t`` (``x`` float32 NCHW, ``s`` and ``t`` constant
-    per-channel vectors) as ``conv2d(x, s[:, None, None, None], groups=C) + t``; other
-    nodes are unchanged."""
+    per-channel vectors) as ``conv2d(x, s[:, None, None, None], groups=C) + t``.
+
+    A scale and shift of a model input (an input normalization) stays: quantized
+    before it, the input would get one int8 scale for channels of different ranges.
+
+    Parameters
+    ----------
+    fn : Function
+        A float program (batch norms already folded or rewritten by
+        :func:`~tensorfab.compiler.graph.batch_norm_folding.fold_batch_norm`).
+
+    Returns
+    -------
+    Function
+        ``fn`` with those rewritten; other nodes unchanged.
+    """
     def rule(e: Expr, _old: Expr) -> Expr:
         if not (isinstance(e, Call) and e.op == "add" and isinstance(e.args[0], Call)
                 and e.args[0].op == "multiply"):
             return e
         mul = e.args[0]
         x = mul.args[0]
+        if isinstance(x, Var):
+            return e
         xt = x.checked_type
         if not (isinstance(xt, TensorType) and xt.ndim == 4 and xt.dtype == "float32"
                 and isinstance(xt.shape[1], int)):

@@ -139,3 +139,57 @@ def test_uint8_qdq_from_onnxruntime_runs_on_the_accelerator(name: str) -> None:
                                        if n.op_type == "DequantizeLinear"))
     diff = np.abs(np.asarray(profile.output) - _ort(qdq, x))
     assert diff.max() <= float(out_scale) * 1.001
+
+
+def test_uint8_as_int8_keeps_every_dequantized_value() -> None:
+    from tensorfab.compiler.frontend import from_onnx
+    from tensorfab.compiler.graph.asymmetric_qdq import uint8_as_int8
+    from tensorfab.compiler.graph.constant_folding import fold_constants
+
+    model = TOPOLOGIES["alexnet_groups"]()
+    calib, x = _data(model)
+    fn = fold_constants(from_onnx(_uint8_qdq(model, calib)))
+    shifted = uint8_as_int8(fn)
+    text = str(shifted)
+    assert "uint8" in str(fn) and "uint8" not in text
+    np.testing.assert_array_equal(evaluate(shifted, [x]), evaluate(fn, [x]))
+
+
+def test_channel_affine_as_conv_keeps_the_float_values() -> None:
+    from tensorfab.compiler.frontend import from_onnx
+    from tensorfab.compiler.graph.batch_norm_folding import fold_batch_norm
+    from tensorfab.compiler.graph.channel_affine_as_conv import channel_affine_as_conv
+    from tensorfab.compiler.graph.constant_folding import fold_constants
+    from tensorfab.compiler.graph.ir import Call, post_order
+
+    def ops(f) -> list[str]:  # type: ignore[no-untyped-def]
+        return [e.op for e in post_order(f) if isinstance(e, Call)]
+
+    model = TOPOLOGIES["densenet_block"]()
+    _, x = _data(model)
+    fn = fold_constants(fold_batch_norm(from_onnx(model)))
+    rewritten = channel_affine_as_conv(fn)
+    assert ops(fn).count("multiply") == 3 and "multiply" not in ops(rewritten)
+    np.testing.assert_allclose(evaluate(rewritten, [x]), evaluate(fn, [x]), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_input_normalization_stays_float() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tensorfab.compiler.frontend import from_onnx
+    from tensorfab.compiler.graph.batch_norm_folding import fold_batch_norm
+    from tensorfab.compiler.graph.channel_affine_as_conv import channel_affine_as_conv
+    from tensorfab.compiler.graph.ir import Call, post_order
+
+    c = 3
+    params = {n: numpy_helper.from_array(np.full(c, v, np.float32), n)
+              for n, v in (("g", 2.0), ("b", 0.5), ("m", 0.1), ("v", 1.0))}
+    graph = helper.make_graph(
+        [helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y"])], "norm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, c, 4, 4))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, c, 4, 4))],
+        list(params.values()))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    fn = channel_affine_as_conv(fold_batch_norm(from_onnx(model)))
+    assert [e.op for e in post_order(fn) if isinstance(e, Call)] == ["multiply", "add"]
