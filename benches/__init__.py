@@ -140,6 +140,13 @@ def _efficientnet(target: str = "fsim") -> dict[str, Any]:
     return run_efficientnet_bench(rtl_image=target == "rtl")
 
 
+def _topologies(target: str = "fsim", config: str = "default") -> dict[str, Any]:
+    """small AlexNet/ShuffleNet/DenseNet int8 (tensorfab, ort uint8): MACs on the accelerator."""
+    from .topologies import run_topologies_bench
+
+    return run_topologies_bench(target, config)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -158,4 +165,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "minilm": _minilm,
     "orientation": _orientation,
     "efficientnet": _efficientnet,
+    "topologies": _topologies,
 }

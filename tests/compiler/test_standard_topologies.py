@@ -8,17 +8,12 @@ graph (fsim must equal it bit for bit).
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import tempfile
-from pathlib import Path
-
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
+from tensorfab.compiler.frontend import quantize_onnx
 from tensorfab.compiler.frontend.onnx_macs import onnx_macs
 from tensorfab.compiler.graph.lower_runtime import evaluate
 from tensorfab.compiler.model_compile import compile_onnx
@@ -49,32 +44,8 @@ def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 def _uint8_qdq(model: onnx.ModelProto, calib: np.ndarray) -> onnx.ModelProto:
     """onnxruntime's default static quantization: uint8 activations with zero points,
     per-channel int8 weights, QDQ format."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.items = iter([{"x": c[None]} for c in calib])
-
-        def get_next(self) -> dict | None:
-            return next(self.items, None)
-
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
-            out = Path(tmp) / "q.onnx"
-            quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                            per_channel=True)
-            return onnx.load(out)
-    finally:
-        root.setLevel(level)
+    return quantize_onnx(model, [{"x": c[None]} for c in calib], symmetric=False,
+                         preprocess=False, activation_dtype="uint8")
 
 
 def _run_on_fsim(compiled, x: np.ndarray):  # type: ignore[no-untyped-def]
