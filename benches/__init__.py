@@ -147,6 +147,13 @@ def _tune() -> dict[str, Any]:
     return run_tune_bench()
 
 
+def _topologies(target: str = "fsim", config: str = "default") -> dict[str, Any]:
+    """small AlexNet/ShuffleNet/DenseNet int8 (tensorfab, ort uint8): MACs on the accelerator."""
+    from .topologies import run_topologies_bench
+
+    return run_topologies_bench(target, config)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -166,4 +173,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "orientation": _orientation,
     "efficientnet": _efficientnet,
     "tune": _tune,
+    "topologies": _topologies,
 }

@@ -205,7 +205,9 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     from .graph import accel
     from .graph.accel_lowering import accel_chain_macs, lower_accelerator_chains, with_macs
     from .graph.activation_matmul_lowering import lower_activation_matmuls
+    from .graph.asymmetric_qdq import lower_asymmetric_qdq
     from .graph.batch_norm_folding import fold_batch_norm
+    from .graph.channel_affine_as_conv import channel_affine_as_conv
     from .graph.constant_folding import fold_constants
     from .graph.dense_as_conv import dense_as_conv
     from .graph.fixed_point import fixed_point_requantize
@@ -244,6 +246,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
                                 percentile=percentile)
             fn = fold_constants(from_onnx(qdq, input_shapes))
         else:
+            if cfg is not None:  # unfoldable batch norms run on the accelerator
+                fn = channel_affine_as_conv(fn)
             say(f"quantizing ({method}, {len(batches)} calibration batches)")
             fn = fold_constants(quantize_graph(fn, batches, method=method,
                                                percentile=percentile,
@@ -253,7 +257,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     # once (REQUANT's arithmetic: faster and closer to float than TFLite's), except for
     # a config without REQUANT, which gets TFLite's MULHI epilogue
     rounding = "double" if cfg is not None and not requant_supported(cfg) else "single"
-    fn = fixed_point_requantize(dense_as_conv(lower_qdq(fn)), per_channel=True,
+    fn = fixed_point_requantize(dense_as_conv(lower_qdq(lower_asymmetric_qdq(fn))),
+                                per_channel=True,
                                 rounding=rounding)
     if cfg is not None and rounding == "single" and residual_adds == "auto" \
             and cfg.block_in == cfg.block_out:

@@ -25,7 +25,8 @@ from .onnx_ops import OnnxImportError
 def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.ndarray]], *,
                   per_channel: bool = True, symmetric: bool = True,
                   preprocess: bool = True, method: str = "minmax",
-                  percentile: float = 99.99) -> onnx.ModelProto:
+                  percentile: float = 99.99,
+                  activation_dtype: str = "int8") -> onnx.ModelProto:
     """A QDQ int8 copy of ``model`` calibrated on the input feeds of ``calibration``.
 
     Parameters
@@ -45,6 +46,9 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
         onnxruntime's calibration: ``"minmax"`` or ``"percentile"``.
     percentile : float
         The percentile of the ``percentile`` method (onnxruntime's ``CalibPercentile``).
+    activation_dtype : str
+        ``"int8"`` or ``"uint8"`` (onnxruntime's default for ``quantize_static``: with
+        ``symmetric=False``, asymmetric activations with zero points).
     """
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -58,6 +62,10 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
     if method not in methods:
         raise OnnxImportError(f"quantize_onnx: unknown calibration method {method!r}; "
                               f"known: {', '.join(methods)}")
+    activation_types = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
+    if activation_dtype not in activation_types:
+        raise OnnxImportError(f"quantize_onnx: activation_dtype {activation_dtype!r}; "
+                              f"known: {', '.join(activation_types)}")
     feeds = [dict(f) for f in calibration]
     if not feeds:
         raise OnnxImportError("quantize_onnx: the calibration data is empty")
@@ -83,7 +91,8 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
                 model = onnx.load(prepared)
             with contextlib.redirect_stdout(io.StringIO()):  # its percentile calibrator prints
                 quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ,
-                                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                                activation_type=activation_types[activation_dtype],
+                                weight_type=QuantType.QInt8,
                                 per_channel=per_channel, calibrate_method=methods[method],
                                 extra_options={"ActivationSymmetric": symmetric,
                                                "WeightSymmetric": symmetric,

@@ -24,6 +24,7 @@ from tensorfab.compiler.tensor.timing import estimated_cycles
 from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 from tensorfab.runtime.layout_transform import layout_transform
 
+from .channel_affine_as_conv import is_channel_affine
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, post_order
 from .layout_planning import conv_output_layout, hw_config_of
@@ -229,7 +230,10 @@ def accel_chain_macs(planned: Function) -> list[int]:
     """The multiply-accumulates of each accelerator convolution of a planned program
     (before blocked layouts pad the channels), in the post order of the ends of their
     chains (the order of the ``accel.program`` calls that replace them: a convolution
-    with a fused residual comes after the program computing the residual)."""
+    with a fused residual comes after the program computing the residual). A batch
+    norm's scale and shift run as a convolution
+    (:func:`~tensorfab.compiler.graph.channel_affine_as_conv.channel_affine_as_conv`)
+    count 0: they are no multiply-accumulates of the model."""
     infer_types(planned)
     readers = call_readers(planned)
     by_end: dict[int, int] = {}
@@ -239,6 +243,8 @@ def accel_chain_macs(planned: Function) -> list[int]:
             w = e.args[1].checked_type.shape  # type: ignore[union-attr]
             y = e.checked_type.shape  # type: ignore[union-attr]
             macs = int(np.prod(y)) * int(w[1]) * int(w[2]) * int(w[3])
+            if is_channel_affine(e):  # a batch norm's scale: no MACs of the model
+                macs = 0
             by_end[id(chain_end(e, readers))] = macs
     return [by_end[id(e)] for e in post_order(planned) if id(e) in by_end]
 

@@ -1,0 +1,101 @@
+"""``tensorfab bench topologies``: small seeded standard CNNs
+(:mod:`tensorfab.models.cnn_topologies`: AlexNet's ``groups=2`` convolutions, a
+ShuffleNet stage, a DenseNet block) compiled int8 for the accelerator with tensorfab's
+quantizer and as onnxruntime's asymmetric uint8 QDQ model, run on ``target``.
+
+Per model and quantizer: ``macs`` (the ONNX model's), ``accel_macs``,
+``accel_mac_fraction``, ``host_bytes`` (host link traffic of one inference) against
+``io_bytes`` (input + output), ``exact`` (the output equals the CPU integer graph's),
+``cosine`` of the output with onnxruntime's float output, ``cpu_operators`` (what stays
+on the CPU, with the reason), ``compile_seconds``, ``run_seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["run_topologies_bench"]
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def run_topologies_bench(target: str = "fsim", config: str = "default",
+                         models: Sequence[str] | None = None) -> dict[str, Any]:
+    """The figures of the module docstring, per model (all of
+    :data:`~tensorfab.models.cnn_topologies.TOPOLOGIES` by default) and quantizer."""
+    import onnxruntime as ort
+
+    from tensorfab.compiler.frontend import quantize_onnx
+    from tensorfab.compiler.frontend.onnx_macs import onnx_macs
+    from tensorfab.compiler.graph.lower_runtime import evaluate
+    from tensorfab.compiler.model_compile import compile_onnx
+    from tensorfab.models.cnn_topologies import TOPOLOGIES
+    from tensorfab.runtime.profiling import profile_program
+    from tensorfab.sim import get_device
+
+    device = get_device(target)
+    result: dict[str, Any] = {"target": target, "config": config, "models": {}}
+    for name in models or sorted(TOPOLOGIES):
+        model = TOPOLOGIES[name]()
+        shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+        rng = np.random.default_rng(1)
+        calib = rng.normal(0, 1, (8, *shape[1:])).astype(np.float32)
+        x = rng.normal(0, 1, shape).astype(np.float32)
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        reference = session.run(None, {"x": x})[0]
+        macs = onnx_macs(model, {"x": shape})
+        rows = {}
+        for quantizer in ("tensorfab", "ort_uint8"):
+            t0 = time.perf_counter()
+            if quantizer == "tensorfab":
+                compiled = compile_onnx(model, config=config, calibration=calib)
+            else:
+                qdq = quantize_onnx(model, [{"x": c[None]} for c in calib], symmetric=False,
+                                    preprocess=False, activation_dtype="uint8")
+                compiled = compile_onnx(qdq, config=config)
+            t1 = time.perf_counter()
+            profile = profile_program(compiled.program, {"x": x}, device)
+            t2 = time.perf_counter()
+            out = np.asarray(profile.output)
+            host = None if profile.host_traffic is None else profile.host_traffic.total
+            rows[quantizer] = {
+                "macs": macs,
+                "accel_macs": profile.accel_macs,
+                "accel_mac_fraction": round(profile.accel_macs / macs, 4),
+                "host_bytes": host,
+                "io_bytes": int(x.nbytes + out.nbytes),
+                "exact": bool(np.array_equal(out, evaluate(compiled.integer_function, [x]))),
+                "cosine": round(_cosine(out, reference), 5),
+                "cpu_operators": list(compiled.cpu_operators),
+                "compile_seconds": round(t1 - t0, 3),
+                "run_seconds": round(t2 - t1, 3),
+            }
+        result["models"][name] = rows
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tensorfab.benches.topologies [--target T] [--models A,B]``."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="fsim")
+    ap.add_argument("--config", default="default")
+    ap.add_argument("--models", default="")
+    args = ap.parse_args(argv)
+    models = [s for s in args.models.split(",") if s] or None
+    print(json.dumps(run_topologies_bench(args.target, args.config, models)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Asymmetric (uint8, nonzero zero point) QDQ programs to integer operators.
+
+onnxruntime's ``quantize_static`` quantizes activations to uint8 with a zero point by
+default. A uint8 tensor ``q`` with zero point ``z`` is, exactly, the int8 tensor
+``q - 128`` with zero point ``z - 128`` (the same real values ``(q - z) · s``), so
+:func:`lower_asymmetric_qdq` first rewrites every uint8 ``qnn.quantize`` and
+``qnn.dequantize`` into int8, then lowers the patterns with nonzero zero points:
+
+* ``quantize(conv2d(dq(x, s_x, z_x), dq(W, s_w, 0)) [+ b], s_y, z_y)`` →
+  ``requantize(conv2d_integer(x', W) + b', s_x s_w / s_y, z_y)``, where the bias
+  ``b' = round(b / (s_x s_w)) - z_x · Σ W[o]`` (the sum over the kernel of each output
+  channel) takes the input's zero point out of the products; a convolution with
+  padding pads ``x`` with ``z_x`` first (``x' = pad(x, z_x)``, the quantized form of
+  the float model's zero padding), so the correction is the same for every output
+  position. The requantization's zero point ``z_y`` runs in the accelerator's
+  epilogue; a ReLU that onnxruntime removed (its output range starts at 0) is the
+  saturation at ``z_y = -128``.
+* the same for ``matmul`` with a constant weight (``b' -= z_x · Σ_k W[k, n]``);
+* ``quantize(op(dq(x, s, z)), s, z)`` for an op that commutes with ``q ↦ (q - z) s``
+  (max pooling, reshapes, transposes, flatten) → ``op(x)``, and
+  ``quantize(dq(x, s, z), s, z)`` → ``x``.
+
+Anything else keeps its QDQ form and runs in float on the CPU. Symmetric patterns are
+left to :func:`~tensorfab.compiler.graph.qdq_lowering.lower_qdq`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .infer import infer_types
+from .ir import Call, Constant, Expr, Function, post_order
+from .qdq_lowering import _bias_int32, _const, _int8_weight
+from .rewrite import rebuild, rewrite
+
+__all__ = ["lower_asymmetric_qdq", "uint8_as_int8"]
+
+#: Operators through which ``q ↦ (q - z)·s`` commutes (a monotone affine map).
+_AFFINE_COMMUTING = frozenset({"nn.max_pool2d", "flatten", "reshape", "transpose",
+                               "identity", "squeeze", "expand_dims"})
+
+
+def _dtype(e: Expr) -> str:
+    return e.checked_type.dtype  # type: ignore[union-attr]
+
+
+def uint8_as_int8(fn: Function) -> Function:
+    """``fn`` with every uint8 ``qnn.quantize``/``qnn.dequantize`` as int8 (data and
+    zero points shifted by -128; exact). A ``qnn.dequantize`` of another uint8 tensor
+    (a uint8 model input) is left as it is."""
+    def uint8_constant(e: Expr) -> bool:
+        return isinstance(e, Constant) and e.data.dtype == np.uint8
+
+    def uint8_quantize(e: Expr) -> bool:
+        return (isinstance(e, Call) and e.op == "qnn.quantize"
+                and e.attrs["out_dtype"] == "uint8" and uint8_constant(e.args[2]))
+
+    shift: set[int] = set()  # the uint8 constants to shift by -128
+    for e in post_order(fn):
+        if uint8_quantize(e):
+            shift.add(id(e.args[2]))  # type: ignore[union-attr]
+        elif (isinstance(e, Call) and e.op == "qnn.dequantize" and uint8_constant(e.args[2])
+              and (uint8_quantize(e.args[0]) or uint8_constant(e.args[0]))):
+            shift.update(id(a) for a in e.args if uint8_constant(a))
+    new: dict[int, Expr] = {}
+    for node in post_order(fn):  # no type inference until every node is int8
+        if isinstance(node, Constant) and id(node) in shift:
+            rebuilt: Expr = Constant((node.data.astype(np.int16) - 128).astype(np.int8),
+                                     node.virtual_device)
+        elif uint8_quantize(node):
+            assert isinstance(node, Call)
+            rebuilt = Call(node.op, [new[id(a)] for a in node.args],
+                           {**node.attrs, "out_dtype": "int8"}, node.virtual_device, node.name)
+        else:
+            rebuilt = rebuild(node, new)
+        new[id(node)] = rebuilt
+    out = new[id(fn)]
+    assert isinstance(out, Function)
+    infer_types(out)
+    return out
+
+
+def _dequantized(e: Expr) -> tuple[Expr, float, int] | None:
+    """(int8 activation, scale, zero point) of a per-tensor ``qnn.dequantize``."""
+    if not (isinstance(e, Call) and e.op == "qnn.dequantize"):
+        return None
+    scale, zp = _const(e.args[1]), _const(e.args[2])
+    if scale is None or zp is None or scale.size != 1 or zp.size != 1:
+        return None
+    if isinstance(e.args[0], Constant) or _dtype(e.args[0]) != "int8":
+        return None
+    return e.args[0], float(np.float32(scale.reshape(()))), int(zp.reshape(()))
+
+
+def lower_asymmetric_qdq(fn: Function) -> Function:
+    """``fn`` with uint8 QDQ as int8 (:func:`uint8_as_int8`) and the QDQ patterns with
+    nonzero zero points replaced by integer operators (see the module docstring).
+
+    Parameters
+    ----------
+    fn : Function
+        A QDQ program with constant weights (run
+        :func:`~tensorfab.compiler.graph.constant_folding.fold_constants` first).
+
+    Returns
+    -------
+    Function
+        The program with those patterns lowered; the rest unchanged (symmetric patterns
+        are :func:`~tensorfab.compiler.graph.qdq_lowering.lower_qdq`'s).
+    """
+    def rule(e: Expr, _old: Expr) -> Expr:
+        if not (isinstance(e, Call) and e.op == "qnn.quantize"
+                and e.attrs["out_dtype"] == "int8"):
+            return e
+        ys, yz = _const(e.args[1]), _const(e.args[2])
+        if ys is None or yz is None or ys.size != 1 or yz.size != 1:
+            return e
+        sy, zy = np.float32(ys.reshape(())), int(yz.reshape(()))
+        x = e.args[0]
+        dq = _dequantized(x)
+        if dq is not None:
+            return dq[0] if (dq[1], dq[2]) == (sy, zy) else e
+        if isinstance(x, Call) and x.op in _AFFINE_COMMUTING:
+            dq = _dequantized(x.args[0])
+            if dq is None or (dq[1], dq[2]) != (sy, zy):
+                return e
+            return Call(x.op, [dq[0], *x.args[1:]], x.attrs, x.virtual_device, x.name)
+        bias = None
+        if isinstance(x, Call) and x.op == "add":
+            x, bias = x.args
+        if isinstance(x, Call) and x.op in ("nn.conv2d", "matmul"):
+            return _lower_linear(e, x, bias, sy, zy) or e
+        return e
+    return rewrite(uint8_as_int8(fn), rule)
+
+
+def _lower_linear(q: Call, lin: Call, bias: Expr | None, sy: np.float32, zy: int
+                  ) -> Expr | None:
+    """The integer form of a quantized conv2d or matmul whose input or output has a
+    nonzero zero point (None: not this pattern, or symmetric)."""
+    data = _dequantized(lin.args[0])
+    if data is None:
+        return None
+    xq, sx, zx = data
+    if zx == 0 and zy == 0:
+        return None  # symmetric: lower_qdq's
+    dev = q.virtual_device
+    zero = Constant(np.zeros((), np.int8))
+    if lin.op == "nn.conv2d":
+        weight = _int8_weight(lin.args[1])
+        if weight is None or lin.attrs["data_layout"] != "NCHW" \
+                or lin.attrs["kernel_layout"] != "OIHW":
+            return None
+        wq, ws = weight
+        w = wq.data.astype(np.int64)
+        attrs = dict(lin.attrs)
+        pt, pl, pb, pr = attrs["padding"]
+        if zx != 0 and any(attrs["padding"]):  # the float model's zeros are z_x here
+            xq = Call("nn.pad", [xq], {"pads": (0, 0, pt, pl, 0, 0, pb, pr),
+                                       "mode": "constant", "value": float(zx)}, dev)
+            attrs["padding"] = (0, 0, 0, 0)
+        acc: Expr = Call("qnn.conv2d_integer", [xq, wq, zero, zero], attrs, dev, lin.name)
+        channels, axis, shape = w.shape[0], 1, (-1, 1, 1)
+        weight_sums = w.sum(axis=(1, 2, 3))
+    else:
+        weight = _int8_weight(lin.args[1]) or _int8_weight(lin.args[1], transpose=True)
+        if weight is None or weight[0].data.ndim != 2:
+            return None
+        wq, ws = weight
+        acc = Call("qnn.matmul_integer", [xq, wq, zero, zero], {}, dev, lin.name)
+        channels, axis, shape = wq.data.shape[1], -1, (-1,)
+        weight_sums = wq.data.astype(np.int64).sum(axis=0)
+    acc_scale = (np.float32(sx) * ws.astype(np.float32)).reshape(-1)
+    if acc_scale.size == 1:
+        acc_scale = np.full(channels, acc_scale[0], np.float32)
+    b = np.zeros(channels, np.int64)
+    if bias is not None:
+        real = _bias_int32(bias, acc_scale, channels)
+        if real is None:
+            return None
+        b = real.astype(np.int64)
+    b -= zx * weight_sums
+    if np.abs(b).max(initial=0) >= 1 << 31:
+        return None
+    acc = Call("add", [acc, Constant(b.astype(np.int32).reshape(shape))], {}, dev,
+               q.args[0].name)
+    multiplier = (acc_scale / sy).astype(np.float32)
+    return Call("qnn.requantize", [acc, Constant(multiplier),
+                                   Constant(np.full(multiplier.shape, zy, np.int8))],
+                {"axis": axis, "out_dtype": "int8"}, dev)

@@ -1,0 +1,170 @@
+"""Standard CNN topologies (small, seeded: AlexNet's groups=2 convolutions, a ShuffleNet
+stage, a DenseNet block) compile and run float and int8, with every MAC of the model on
+the accelerator: tensorfab's quantizer and onnxruntime's asymmetric uint8 QDQ models.
+
+References: onnxruntime on the float model and on the QDQ model, and the CPU integer
+graph (fsim must equal it bit for bit).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from tensorfab.compiler.frontend import quantize_onnx
+from tensorfab.compiler.frontend.onnx_macs import onnx_macs
+from tensorfab.compiler.graph.lower_runtime import evaluate
+from tensorfab.compiler.model_compile import compile_onnx
+from tensorfab.models.cnn_topologies import TOPOLOGIES
+from tensorfab.runtime.interpreter import run_program
+from tensorfab.runtime.profiling import profile_program
+from tensorfab.sim import get_device
+
+
+def _shape(model: onnx.ModelProto) -> tuple[int, ...]:
+    return tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+
+
+def _data(model: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray]:
+    """(calibration batch of 8, one test input), seeded."""
+    shape = _shape(model)
+    rng = np.random.default_rng(1)
+    return (rng.normal(0, 1, (8, *shape[1:])).astype(np.float32),
+            rng.normal(0, 1, shape).astype(np.float32))
+
+
+def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def _uint8_qdq(model: onnx.ModelProto, calib: np.ndarray) -> onnx.ModelProto:
+    """onnxruntime's default static quantization: uint8 activations with zero points,
+    per-channel int8 weights, QDQ format."""
+    return quantize_onnx(model, [{"x": c[None]} for c in calib], symmetric=False,
+                         preprocess=False, activation_dtype="uint8")
+
+
+def _run_on_fsim(compiled, x: np.ndarray):  # type: ignore[no-untyped-def]
+    """(fsim profile, the CPU integer graph's output)."""
+    profile = profile_program(compiled.program, {"x": x}, get_device("fsim"))
+    return profile, evaluate(compiled.integer_function, [x])
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("name", sorted(TOPOLOGIES))
+def test_float_on_the_cpu_equals_onnxruntime(name: str) -> None:
+    model = TOPOLOGIES[name]()
+    _, x = _data(model)
+    compiled = compile_onnx(model)
+    np.testing.assert_allclose(run_program(compiled.program, [x]), _ort(model, x),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(TOPOLOGIES))
+def test_int8_runs_every_mac_on_the_accelerator(name: str) -> None:
+    model = TOPOLOGIES[name]()
+    calib, x = _data(model)
+    compiled = compile_onnx(model, config="default", calibration=calib)
+    assert compiled.cpu_convolutions == ()
+    profile, want = _run_on_fsim(compiled, x)
+    np.testing.assert_array_equal(profile.output, want)
+    # every MAC of the model, and no more (a batch norm's scale counts none)
+    assert profile.accel_macs == onnx_macs(model, {"x": _shape(model)})
+    assert _cosine(profile.output, _ort(model, x)) > 0.99
+
+
+def test_batch_norm_after_a_concatenation_runs_on_the_accelerator() -> None:
+    model = TOPOLOGIES["densenet_block"]()
+    calib, x = _data(model)
+    compiled = compile_onnx(model, config="default", calibration=calib)
+    float_ops = [op for op in compiled.cpu_operators
+                 if op.split()[0] in ("multiply", "add", "relu", "nn.batch_norm")]
+    assert float_ops == []
+    # the three batch norms are accelerator programs of their own
+    profile, _ = _run_on_fsim(compiled, x)
+    assert sum(1 for r in profile.layers if r.device == "accel") == 4 + 3
+
+
+@pytest.mark.parametrize("name", sorted(TOPOLOGIES))
+def test_uint8_qdq_from_onnxruntime_runs_on_the_accelerator(name: str) -> None:
+    model = TOPOLOGIES[name]()
+    calib, x = _data(model)
+    qdq = _uint8_qdq(model, calib)
+    compiled = compile_onnx(qdq, config="default")
+    assert compiled.cpu_convolutions == ()
+    profile, want = _run_on_fsim(compiled, x)
+    np.testing.assert_array_equal(profile.output, want)
+    assert profile.accel_macs == onnx_macs(model, {"x": _shape(model)})
+    # the same integer arithmetic as onnxruntime's on the QDQ model: at most one
+    # quantum of the output (a rounding tie resolved differently)
+    out_scale = next(onnx.numpy_helper.to_array(i) for i in qdq.graph.initializer
+                     if i.name == next(n.input[1] for n in reversed(qdq.graph.node)
+                                       if n.op_type == "DequantizeLinear"))
+    want_ort = _ort(qdq, x)
+    diff = np.abs(np.asarray(profile.output) - want_ort)
+    assert diff.max() <= float(out_scale) * 1.001
+    # without an accelerator, the CPU runs the same integer graph
+    on_cpu = run_program(compile_onnx(qdq).program, [x])
+    assert np.abs(on_cpu - want_ort).max() <= float(out_scale) * 1.001
+
+
+def test_uint8_as_int8_keeps_every_dequantized_value() -> None:
+    from tensorfab.compiler.frontend import from_onnx
+    from tensorfab.compiler.graph.asymmetric_qdq import uint8_as_int8
+    from tensorfab.compiler.graph.constant_folding import fold_constants
+
+    model = TOPOLOGIES["alexnet_groups"]()
+    calib, x = _data(model)
+    fn = fold_constants(from_onnx(_uint8_qdq(model, calib)))
+    shifted = uint8_as_int8(fn)
+    text = str(shifted)
+    assert "uint8" in str(fn) and "uint8" not in text
+    np.testing.assert_array_equal(evaluate(shifted, [x]), evaluate(fn, [x]))
+
+
+def test_channel_affine_as_conv_keeps_the_float_values() -> None:
+    from tensorfab.compiler.frontend import from_onnx
+    from tensorfab.compiler.graph.batch_norm_folding import fold_batch_norm
+    from tensorfab.compiler.graph.channel_affine_as_conv import channel_affine_as_conv
+    from tensorfab.compiler.graph.constant_folding import fold_constants
+    from tensorfab.compiler.graph.ir import Call, post_order
+
+    def ops(f) -> list[str]:  # type: ignore[no-untyped-def]
+        return [e.op for e in post_order(f) if isinstance(e, Call)]
+
+    model = TOPOLOGIES["densenet_block"]()
+    _, x = _data(model)
+    fn = fold_constants(fold_batch_norm(from_onnx(model)))
+    rewritten = channel_affine_as_conv(fn)
+    assert ops(fn).count("multiply") == 3 and "multiply" not in ops(rewritten)
+    np.testing.assert_allclose(evaluate(rewritten, [x]), evaluate(fn, [x]), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_input_normalization_stays_float() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tensorfab.compiler.frontend import from_onnx
+    from tensorfab.compiler.graph.batch_norm_folding import fold_batch_norm
+    from tensorfab.compiler.graph.channel_affine_as_conv import channel_affine_as_conv
+    from tensorfab.compiler.graph.ir import Call, post_order
+
+    c = 3
+    params = {n: numpy_helper.from_array(np.full(c, v, np.float32), n)
+              for n, v in (("g", 2.0), ("b", 0.5), ("m", 0.1), ("v", 1.0))}
+    graph = helper.make_graph(
+        [helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["y"])], "norm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, c, 4, 4))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, c, 4, 4))],
+        list(params.values()))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    fn = channel_affine_as_conv(fold_batch_norm(from_onnx(model)))
+    assert [e.op for e in post_order(fn) if isinstance(e, Call)] == ["multiply", "add"]
