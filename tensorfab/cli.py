@@ -497,8 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .embed_cli import add_embed_command
     add_embed_command(command)
 
-    from .dse_cli import add_dse_command
+    from .dse_cli import add_advise_command, add_dse_command
     add_dse_command(command)
+    add_advise_command(command)
 
     from tensorfab.cli_fpga import add_fpga_parser
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .cli_output import print_result
 
-__all__ = ["add_dse_command"]
+__all__ = ["add_advise_command", "add_dse_command"]
 
 
 def cmd_dse(args: argparse.Namespace) -> int:
@@ -83,3 +83,54 @@ def add_dse_command(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="output folder (points.parquet, summary.json, cache/)")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     d.set_defaults(func=cmd_dse)
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from tensorfab.dse.advice import advise
+
+    from .cli_output import working
+    from .model_cli import _calibration, _shapes
+
+    with working(f"compiling {Path(args.model).name} per configuration", quiet=args.json):
+        result = advise(args.model, args.board, _calibration(args.calib),
+                        _shapes(args.shape) or None,
+                        args.configs.split(",") if args.configs else None)
+
+    def human() -> None:
+        print(f"board {result['board']}: {result['board_memory_bytes']:,} bytes of "
+              f"device memory, {result['clock_mhz']:g} MHz")
+        print(f"{'config':12} {'memory (B)':>11} {'fits':>5} {'resources':>9} "
+              f"{'cycles (est.)':>14} {'ms (est.)':>10}")
+        for r in result["configs"]:
+            if r["error"]:
+                print(f"{r['config']:12} does not compile: {r['error']}")
+                continue
+            fits = "yes" if r["fits_memory"] else "NO"
+            print(f"{r['config']:12} {r['device_memory_bytes']:>11,} {fits:>5} "
+                  f"{r['resources']:>9} {r['estimated_cycles']:>14,} "
+                  f"{r['estimated_latency_ms']:>10.3f}")
+        print(f"build: {result['build'] or 'no configuration known to fit'}"
+              + (f" (fastest within memory, resources unknown: "
+                 f"{result['fastest_fitting_memory']})"
+                 if result["fastest_fitting_memory"] not in (None, result["build"]) else ""))
+
+    print_result(result, args.json, human)
+    return 0
+
+
+def add_advise_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add ``advise`` with the parser's ``command`` helper."""
+    a = command(
+        "advise", "which accelerator configuration to build for a model on a board: "
+        "device memory, estimated cycles and latency per configuration",
+        "tensorfab advise digits.onnx --board ulx3s-85f --calib calib.npy "
+        "--shape image=1,1,8,8")
+    a.add_argument("model", help="ONNX model")
+    a.add_argument("--board", required=True, help="board name (tensorfab board list)")
+    a.add_argument("--calib", help="calibration inputs (.npy or .npz) for int8")
+    a.add_argument("--shape", action="append",
+                   help="fixed input shape NAME=D,D,... (repeatable)")
+    a.add_argument("--configs", help="comma-separated configs (default: presets and "
+                   "board configs)")
+    a.add_argument("--json", action="store_true", help="print the result as JSON")
+    a.set_defaults(func=cmd_advise)
