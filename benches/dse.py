@@ -18,10 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["BENCH_SPACE", "pareto_front", "run_dse_bench"]
+__all__ = ["BENCH_SPACE", "run_dse_bench"]
 
 #: The swept HwConfig fields and their values (24 points).
 BENCH_SPACE: dict[str, list[Any]] = {"block_in": [8, 16], "block_out": [8, 16],
@@ -29,21 +28,10 @@ BENCH_SPACE: dict[str, list[Any]] = {"block_in": [8, 16], "block_out": [8, 16],
                                      "clock_mhz": [25.0, 50.0, 100.0]}
 
 
-def pareto_front(items: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the points (cost, gain) no other point beats: lower or equal cost and
-    higher or equal gain, one of them strictly."""
-    front = []
-    for i, (c, g) in enumerate(items):
-        if not any((c2 <= c and g2 >= g and (c2 < c or g2 > g))
-                   for j, (c2, g2) in enumerate(items) if j != i):
-            front.append(i)
-    return front
-
-
 def run_dse_bench(workers: int = 2, resnet18: bool = False) -> dict[str, Any]:
     """Sweep :data:`BENCH_SPACE` twice on a LocalCluster; see the module docstring."""
     from tensorfab.dse.cluster import dask_client
-    from tensorfab.dse.results import point_summary
+    from tensorfab.dse.results import pareto_front, point_summary
     from tensorfab.dse.space import space_points
     from tensorfab.dse.sweep import run_sweep, workload_by_name
 

@@ -19,7 +19,7 @@ def cmd_dse(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from tensorfab.dse.cluster import dask_client
-    from tensorfab.dse.results import point_summary, write_parquet
+    from tensorfab.dse.results import plot_pareto, point_summary, write_best_config, write_parquet
     from tensorfab.dse.space import load_space, space_points
     from tensorfab.dse.sweep import run_sweep, workload_by_name
 
@@ -35,13 +35,17 @@ def cmd_dse(args: argparse.Namespace) -> int:
                                lambda d, t: bar.update(task, completed=d, total=t))
     parquet = write_parquet(result.rows, out / "points.parquet")
     summary = point_summary(result.rows)
+    front = plot_pareto(summary, out / "pareto.png")
+    best = write_best_config(summary, out / "best_config.json")
     invalid = [{"values": p.values, "reason": p.invalid_reason}
                for p in points if p.config is None]
     report = {"points": len(points), "valid_points": len(points) - len(invalid),
               "workloads": workloads, "computed": result.computed,
               "cached": result.cached, "cache_hit_ratio": result.cache_hit_ratio,
               "seconds": round(result.seconds, 3), "parquet": str(parquet),
-              "invalid": invalid,
+              "invalid": invalid, "pareto_png": str(out / "pareto.png"),
+              "pareto_front_size": len(front), "best_config": best,
+              "best_config_json": str(out / "best_config.json") if best else None,
               "summary": [{k: v for k, v in s.items() if k != "config"} for s in summary],
               "cycles_source": "timing model (estimated)"}
 
@@ -58,7 +62,10 @@ def cmd_dse(args: argparse.Namespace) -> int:
             gops = "-" if s["gops"] is None else f"{s['gops']:.3f}"
             print(f"{s['name']:48} {s['macs_per_cycle']:>8} {s['clock_mhz']:>6g} "
                   f"{cyc:>14} {gops:>8}")
-        print(f"all points: {parquet}")
+        print(f"all points: {parquet}; Pareto front ({len(front)} points): "
+              f"{out / 'pareto.png'}")
+        if best:
+            print(f"highest GOPS (estimated): {best} -> {out / 'best_config.json'}")
 
     print_result(report, args.json, human)
     (out / "summary.json").write_text(json.dumps(report, indent=1))

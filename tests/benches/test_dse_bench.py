@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tensorfab.benches.dse import pareto_front, run_dse_bench
+from tensorfab.benches.dse import run_dse_bench
+from tensorfab.dse.results import pareto_front
 
 
 def test_pareto_front_keeps_only_undominated_points() -> None:

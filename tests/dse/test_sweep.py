@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -89,3 +90,34 @@ def test_sweep_on_a_local_cluster_is_free_on_rerun(tmp_path: Path) -> None:
     assert table.num_rows == 4
     assert table.column("cycles").to_pylist() == [r["cycles"] for r in first.rows]
     assert json.loads(table.column("config").to_pylist()[0])["block_in"] == 8
+
+
+def test_dse_command_writes_parquet_pareto_png_and_a_config_compile_accepts(
+        tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tensorfab.fpga_builds.board_configs import board_config
+    from tensorfab.models.digits_cnn import load_digits_split, model_path
+    from tensorfab.sim.png_figure import is_tensorfab_png
+
+    exe = str(Path(sys.executable).parent / "tensorfab")
+    space = _space(tmp_path, SPACE)
+    run = subprocess.run([exe, "dse", "--space", str(space), "--workloads", "dense64",
+                          "--workers", "1", "--out", str(tmp_path / "out"), "--json"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    report = json.loads(run.stdout)
+    assert "dashboard: http://127.0.0.1:" in run.stderr
+    assert report["valid_points"] == 4 and report["computed"] == 4
+    assert pq.read_table(report["parquet"]).num_rows == 4
+    assert is_tensorfab_png(report["pareto_png"])
+    best = max(report["summary"], key=lambda s: s["gops"])
+    cfg = board_config(report["best_config_json"])
+    assert cfg.name == report["best_config"] == best["name"]
+    assert (cfg.block_in, cfg.block_out, cfg.clock_mhz) == (16, 16, 50.0)
+    np.save(tmp_path / "calib.npy", load_digits_split(0)[0][:64])
+    subprocess.run([exe, "compile", str(model_path()), "--config",
+                    report["best_config_json"], "--calib", str(tmp_path / "calib.npy"),
+                    "--shape", "image=1,1,8,8", "-o", str(tmp_path / "d.tfm")],
+                   capture_output=True, text=True, timeout=300, check=True)
+    assert (tmp_path / "d.tfm").stat().st_size > 0
