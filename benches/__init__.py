@@ -147,6 +147,13 @@ def _efficientnet(target: str = "fsim") -> dict[str, Any]:
     return run_efficientnet_bench(rtl_image=target == "rtl")
 
 
+def _tune() -> dict[str, Any]:
+    """the schedule tuner on ResNet-18 and the dense layers: RTL cycles before/after."""
+    from .tune import run_tune_bench
+
+    return run_tune_bench()
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -166,4 +173,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "minilm": _minilm,
     "orientation": _orientation,
     "efficientnet": _efficientnet,
+    "tune": _tune,
 }

@@ -31,6 +31,7 @@ from .graph.ir import Call, Function, post_order
 from .graph.partitioning import cpu_convolutions
 from .graph.printer import astext
 from .graph.types import TensorType
+from .tensor.schedule_source import ScheduleSource
 
 __all__ = ["DEFAULT_QUANTIZER", "QUANTIZERS", "CompiledModel", "ModelCompileError",
            "calibration_batches", "compile_onnx"]
@@ -152,7 +153,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
                  input_shapes: Mapping[str, Sequence[int | str]] | None = None,
                  progress: Callable[[str], None] | None = None,
                  residual_adds: str = "auto",
-                 quantize_options: Mapping[str, bool | int] | None = None) -> CompiledModel:
+                 quantize_options: Mapping[str, bool | int] | None = None,
+                 schedules: ScheduleSource | None = None) -> CompiledModel:
     """Compile an ONNX model for the runtime (see the module docstring).
 
     Parameters
@@ -186,6 +188,9 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
         Options of tensorfab's quantizer
         (:func:`~tensorfab.compiler.graph.ptq.quantize_graph`: ``activation_matmuls``,
         ``residual_adds``, ``per_channel_outputs``, for transformers).
+    schedules : ScheduleSource, optional
+        Asked for each accelerator convolution's schedule (e.g. a tuning log) before
+        the tile search.
 
     Raises
     ------
@@ -270,7 +275,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
             fn, accel(cfg), residual_adds=residual_adds)))
         planned = pack_accel_layouts(plain)
         say(f"compiling the accelerator layers ({name})")
-        fn = with_macs(lower_accelerator_chains(planned), accel_chain_macs(plain))
+        fn = with_macs(lower_accelerator_chains(planned, schedules), accel_chain_macs(plain))
         fn = lower_activation_matmuls(fn, accel(cfg))
     say("lowering to the runtime")
     slots: dict[int, int] = {}

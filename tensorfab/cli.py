@@ -501,6 +501,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_dse_command(command)
     add_advise_command(command)
 
+    from .verify_cli import add_verify_command
+    add_verify_command(command)
+
+    from .tune_cli import add_tune_command
+    add_tune_command(command)
+
     from tensorfab.cli_fpga import add_fpga_parser
 
     add_fpga_parser(sub)

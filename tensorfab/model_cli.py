@@ -141,9 +141,15 @@ def _compile(model: Any, args: argparse.Namespace, config: Any,
              calibration: Any, shapes: dict | None, say: Any) -> Any:
     from tensorfab.compiler.model_compile import compile_onnx
 
+    schedules = None
+    if getattr(args, "tuning_log", None):
+        from tensorfab.dse.tuner import TuningLog
+
+        schedules = TuningLog(Path(args.tuning_log))
     return compile_onnx(model, config=config, calibration=calibration,
                         quantizer=args.quantizer, method=args.calib_method,
-                        percentile=args.percentile, input_shapes=shapes, progress=say)
+                        percentile=args.percentile, input_shapes=shapes, progress=say,
+                        schedules=schedules)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -616,6 +622,9 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
                         "(ulx3s-85f, ...); without --config, compile for its default config")
     c.add_argument("--accel", dest="config", help=argparse.SUPPRESS)
     _quantization_options(c)
+    c.add_argument("--tuning-log", metavar="LOG.jsonl",
+                   help="take each accelerator convolution's schedule from this tuning "
+                        "log (tensorfab tune) where it has one")
     c.add_argument("--int8", dest="calib", help=argparse.SUPPRESS)
     c.add_argument("--shape", action="append", metavar="NAME=D,D,...",
                    help="fix an input's shape (needed for symbolic dims with --config)")

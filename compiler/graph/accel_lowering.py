@@ -19,6 +19,7 @@ import numpy as np
 
 from tensorfab.compiler.tensor.epilogue import Epilogue
 from tensorfab.compiler.tensor.operators import conv2d as compile_conv2d
+from tensorfab.compiler.tensor.schedule_source import ScheduleSource
 from tensorfab.compiler.tensor.timing import estimated_cycles
 from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 from tensorfab.runtime.layout_transform import layout_transform
@@ -95,7 +96,7 @@ def _padded(values: tuple[int, ...], channels: int) -> tuple[int, ...]:
     return tuple(values) + (0,) * (channels - len(values))
 
 
-def _compile(chain: list[Call]) -> Call:
+def _compile(chain: list[Call], schedules: ScheduleSource | None = None) -> Call:
     conv = chain[0]
     dev = conv.virtual_device
     cfg = hw_config_of(dev)
@@ -164,7 +165,8 @@ def _compile(chain: list[Call]) -> Call:
                                   epilogue=epilogue, image_shapes=True)
     else:
         op = compile_conv2d(cfg, dummy, plain_w, bias, stride=(sh, sw),
-                            padding=(pt, pb, pl, pr), epilogue=epilogue)
+                            padding=(pt, pb, pl, pr), epilogue=epilogue,
+                            schedules=schedules)
     blob = np.frombuffer(op.program.to_bytes(), np.uint8).copy()
     out_shape = tuple(infer_types(chain[-1]).shape)  # type: ignore[union-attr]
     seg_shape = op.program.segment("out").shape
@@ -266,9 +268,11 @@ def with_macs(fn: Function, macs: list[int]) -> Function:
     return out
 
 
-def lower_accelerator_chains(fn: Function) -> Function:
+def lower_accelerator_chains(fn: Function, schedules: ScheduleSource | None = None
+                             ) -> Function:
     """``fn`` with each complete accelerator chain replaced by an ``accel.program`` call
-    running its compiled program (see the module docstring)."""
+    running its compiled program (see the module docstring); ``schedules`` (e.g. a
+    tuning log) is asked for each convolution's schedule before the tile search."""
     infer_types(fn)
     readers: dict[int, list[Call]] = {}
     for e in post_order(fn):
@@ -292,7 +296,7 @@ def lower_accelerator_chains(fn: Function) -> Function:
             if (chain is not None and not continues
                     and all(len(readers.get(id(c), [])) == 1 for c in chain[:-1])):
                 nodes = [new[id(c)] for c in chain[:-1]] + [rebuilt]
-                rebuilt = _compile(nodes)  # type: ignore[arg-type]
+                rebuilt = _compile(nodes, schedules)  # type: ignore[arg-type]
         new[id(node)] = rebuilt
     out = new[id(fn)]
     assert isinstance(out, Function)

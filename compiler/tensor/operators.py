@@ -20,6 +20,7 @@ from .epilogue import Epilogue
 from .errors import CompileError
 from .lower import lower
 from .schedule import Schedule
+from .schedule_source import ScheduleSource
 from .tile_plan import TilePlan
 from .tile_search import default_schedule
 from .workload import Workload
@@ -84,9 +85,11 @@ def _epilogue(epilogue: Epilogue | None, bias: np.ndarray | None) -> Epilogue:
 
 
 def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedule | None,
-              vthreads: int) -> Schedule:
+              vthreads: int, schedules: ScheduleSource | None = None) -> Schedule:
     ep.check_config(cfg)
     records = ep.record_entries(cfg, workload.out_channels, workload.groups)
+    if schedule is None and schedules is not None:
+        schedule = schedules.schedule(workload, cfg, ep)
     if schedule is None:
         return default_schedule(workload, cfg, vthreads, bias=ep.channel_tiles,
                                 n_alu_ops=len(ep.alu_ops()), records=records,
@@ -140,7 +143,8 @@ def conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None 
            stride: int | tuple[int, int] = 1,
            padding: int | tuple[int, int] | tuple[int, int, int, int] = 0,
            epilogue: Epilogue | None = None, schedule: Schedule | None = None,
-           vthreads: int = 2, residual: np.ndarray | None = None) -> CompiledOp:
+           vthreads: int = 2, residual: np.ndarray | None = None,
+           schedules: ScheduleSource | None = None) -> CompiledOp:
     """Compile an int8 2-D convolution ``(N, C, H, W) * (O, C, KH, KW)``.
 
     Parameters
@@ -162,6 +166,9 @@ def conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None 
     residual : numpy.ndarray | None
         ``(N, O, OH, OW)`` int8 contents of the ``res`` segment (an epilogue with
         :attr:`.Epilogue.residual`; zeros when omitted).
+    schedules : ScheduleSource | None
+        Asked for a schedule (e.g. a tuning log) when ``schedule`` is not given; the
+        tile search picks when it has none.
 
     Returns
     -------
@@ -175,7 +182,7 @@ def conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None 
     o, _, kh, kw = w.shape
     wl = Workload.conv2d(n, c, h, wd, o, (kh, kw), stride, padding)
     ep = _epilogue(epilogue, bias)
-    sched = _schedule(wl, cfg, ep, schedule, vthreads)
+    sched = _schedule(wl, cfg, ep, schedule, vthreads, schedules)
     plan = sched.plan()
     res = None
     if residual is not None:

@@ -1,0 +1,229 @@
+"""Verification at scale: the random-program differential check (functional simulator
+against the RTL executor under random memory timing) as a dask.distributed job.
+
+Each task checks one chunk of seeds of one config on a worker: the worker's Verilator
+model of that config is built once (cached under ``TENSORFAB_VERILATOR_CACHE``) and
+every program of the chunk runs on it. A program that differs is saved as a
+replayable case: ``CONFIG-SEED.bin`` (the program, runnable with ``tensorfab sim
+--target rtl``) and ``CONFIG-SEED.json`` (config, seed, memory timing, what differed),
+which ``tensorfab verify --replay`` runs again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tensorfab.isa import HwConfig, Program, TensorfabError, UsageError, get_config
+
+__all__ = ["CaseResult", "VerifySummary", "check_case", "chunks", "memory_timing_for",
+           "replay_case", "run_verify"]
+
+#: Cycle limit of one random program on the RTL executor.
+MAX_CYCLES = 200_000
+
+
+@dataclass
+class CaseResult:
+    """One random program checked: its config and seed, and what differed (empty when
+    the RTL matched the functional simulator)."""
+
+    config: str
+    seed: int
+    problems: list[str] = field(default_factory=list)
+    memory: dict[str, int] = field(default_factory=dict)
+    saved: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class VerifySummary:
+    """Programs, passed and failed per config, throughput, the failures."""
+
+    per_config: dict[str, dict[str, int]]
+    failures: list[CaseResult]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        total = sum(c["programs"] for c in self.per_config.values())
+        return {"configs": self.per_config, "programs": total,
+                "failed": len(self.failures), "seconds": round(self.seconds, 3),
+                "programs_per_second": round(total / self.seconds, 2) if self.seconds else None,
+                "failures": [{"config": f.config, "seed": f.seed, "problems": f.problems,
+                              "saved": f.saved, "replay": replay_command(f.saved)}
+                             for f in self.failures]}
+
+
+def memory_timing_for(seed: int) -> Any:
+    """The random memory timing a seed's program runs under (a function of the seed)."""
+    from tensorfab.sim.rtl import MemoryTiming
+
+    rng = np.random.default_rng([seed, 0x6D656D])
+    return MemoryTiming(read_latency=int(rng.integers(1, 41)),
+                        write_latency=int(rng.integers(1, 9)),
+                        bandwidth=int(rng.choice([1, 2, 4, 8, 16])),
+                        max_outstanding=int(rng.integers(1, 17)),
+                        read_buffer=int(rng.integers(1, 9)))
+
+
+def replay_command(saved: str | None) -> str | None:
+    """The command that runs a saved failure again."""
+    return None if saved is None else f"tensorfab verify --replay {saved}"
+
+
+def check_case(cfg: HwConfig, seed: int, *, inject: bool = False,
+               program: Program | None = None) -> CaseResult:
+    """Run seed ``seed``'s random program on fsim and on the RTL and compare the final
+    DRAM image and the counters; ``inject`` flips one byte of fsim's image (a check that
+    the checker reports, saves and replays a mismatch)."""
+    from tensorfab.sim.fsim import FunctionalSimulator
+    from tensorfab.sim.rtl import RtlSimulator
+    from tensorfab.sim.testing.random_program import random_program
+
+    prog = program if program is not None else random_program(cfg, seed)
+    memory = memory_timing_for(seed)
+    result = CaseResult(cfg.name, seed, memory=dataclasses.asdict(memory))
+    ref = FunctionalSimulator().run(prog)
+    want = ref.dram.copy()
+    if inject:
+        out = prog.layout()[next(s.name for s in prog.segments if s.output)]
+        want[out.offset] ^= 0x5A
+    try:
+        got = RtlSimulator(memory, max_cycles=MAX_CYCLES).run(prog)
+    except TensorfabError as exc:
+        result.problems.append(f"RTL raised {type(exc).__name__}: {exc}")
+        return result
+    diff = np.flatnonzero(got.dram != want)
+    if diff.size:
+        result.problems.append(f"{diff.size} DRAM byte(s) differ, first at {int(diff[0]):#x}")
+    c, r = ref.counters, got.counters
+    for name in ("load_insns", "compute_insns", "store_insns", "gemm_uops", "alu_uops"):
+        if getattr(c, name) != getattr(r, name):
+            result.problems.append(f"{name}: RTL {getattr(r, name)} != fsim {getattr(c, name)}")
+    return result
+
+
+def _save(case: CaseResult, cfg: HwConfig, inject: bool, out: Path) -> str:
+    from tensorfab.sim.testing.random_program import random_program
+
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{cfg.name}-{case.seed}"
+    stem.with_suffix(".bin").write_bytes(random_program(cfg, case.seed).to_bytes())
+    record = {"config": cfg.to_dict(), "seed": case.seed, "memory": case.memory,
+              "inject": inject, "problems": case.problems,
+              "program": stem.with_suffix(".bin").name}
+    stem.with_suffix(".json").write_text(json.dumps(record, indent=1))
+    return str(stem.with_suffix(".json"))
+
+
+def check_chunk(cfg_json: str, seeds: Sequence[int], inject: Sequence[int],
+                out: str) -> list[CaseResult]:
+    """Check ``seeds`` of one config (a Dask task); failures saved under ``out``."""
+    cfg = HwConfig.from_json(cfg_json)
+    results = []
+    for seed in seeds:
+        case = check_case(cfg, seed, inject=seed in inject)
+        if not case.passed:
+            case.saved = _save(case, cfg, seed in inject, Path(out))
+        results.append(case)
+    return results
+
+
+def chunks(seeds: Sequence[int], parts: int) -> list[list[int]]:
+    """``seeds`` split into at most ``parts`` contiguous chunks of near-equal size."""
+    parts = max(1, min(parts, len(seeds)))
+    size = -(-len(seeds) // parts)
+    return [list(seeds[i:i + size]) for i in range(0, len(seeds), size)]
+
+
+def run_verify(configs: Sequence[str], programs: int, *, seed: int = 0,
+               scheduler: str | None = None, workers: int = 2, out: Path = Path("verify"),
+               chunks_per_worker: int = 4, inject: Sequence[int] = (),
+               progress: Callable[[int, int], None] | None = None) -> VerifySummary:
+    """Check ``programs`` random programs (seeds ``seed ..``) per config on a Dask cluster.
+
+    Parameters
+    ----------
+    configs
+        Presets or JSON config files.
+    programs, seed
+        Programs per config and the first seed.
+    scheduler, workers
+        :func:`~tensorfab.dse.cluster.dask_client`'s arguments.
+    out
+        Folder receiving the failures.
+    chunks_per_worker
+        Tasks per worker and config (a worker loads its model once per task).
+    inject
+        Seeds whose expected image gets one byte flipped (checks the checker).
+    progress
+        Called with (programs done, programs in all) as chunks finish.
+
+    Raises
+    ------
+    UsageError
+        No configs, fewer than one program, a negative seed; a bad scheduler.
+    """
+    from .cluster import dask_client
+
+    if not configs or programs < 1 or seed < 0:
+        raise UsageError("verify needs at least one config, --programs >= 1 and a "
+                         "non-negative --seed")
+    cfgs = [get_config(c) for c in configs]
+    seeds = list(range(seed, seed + programs))
+    t0 = time.perf_counter()
+    results: list[CaseResult] = []
+    with dask_client(scheduler, workers) as client:
+        from distributed import as_completed
+
+        n_workers = max(1, len(client.scheduler_info().get("workers", {})))  # type: ignore[attr-defined]
+        futures = [client.submit(check_chunk, cfg.to_json(), part, list(inject),  # type: ignore[attr-defined]
+                                 str(out.resolve()), pure=False)
+                   for cfg in cfgs for part in chunks(seeds, n_workers * chunks_per_worker)]
+        total = len(seeds) * len(cfgs)
+        for fut in as_completed(futures):
+            results += fut.result()
+            if progress is not None:
+                progress(len(results), total)
+    seconds = time.perf_counter() - t0
+    per_config = {cfg.name: {"programs": 0, "passed": 0, "failed": 0} for cfg in cfgs}
+    for r in results:
+        per_config[r.config]["programs"] += 1
+        per_config[r.config]["passed" if r.passed else "failed"] += 1
+    failures = sorted((r for r in results if not r.passed), key=lambda r: (r.config, r.seed))
+    return VerifySummary(per_config, failures, seconds)
+
+
+def replay_case(path: Path) -> CaseResult:
+    """Run a saved failure (``CONFIG-SEED.json``) again; its program is checked to be
+    the one its seed generates.
+
+    Raises
+    ------
+    UsageError
+        The file is missing or not a saved failure.
+    """
+    from tensorfab.sim.testing.random_program import random_program
+
+    try:
+        record = json.loads(Path(path).read_text())
+        cfg = HwConfig.from_dict(record["config"])
+        seed = int(record["seed"])
+        blob = (Path(path).parent / record["program"]).read_bytes()
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path}: not a saved verify failure ({exc})") from None
+    program = Program.from_bytes(blob, str(path))
+    if random_program(cfg, seed).to_bytes() != blob:
+        raise UsageError(f"{path}: the saved program is not what seed {seed} generates "
+                         "today (the generator changed)")
+    return check_case(cfg, seed, inject=bool(record.get("inject")), program=program)

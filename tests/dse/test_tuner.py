@@ -1,0 +1,101 @@
+"""The schedule tuner: GA + learned cost model on the timing model, its log reused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorfab.compiler.tensor import Workload
+from tensorfab.compiler.tensor.epilogue import Epilogue
+from tensorfab.compiler.tensor.operators import conv2d
+from tensorfab.compiler.tensor.tile_search import schedule_for
+from tensorfab.dse.tuner import _Space, mac_bound, tune_workload
+from tensorfab.isa import PRESETS
+from tensorfab.sim import FunctionalSimulator
+
+CFG = PRESETS["tiny"]
+WL = Workload.conv2d(1, 16, 8, 8, 16, (3, 3), 1, 1)
+
+
+def _conv_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Plain numpy 3x3 convolution, padding 1, stride 1, int32 sums."""
+    n, _, h, wd = x.shape
+    xp = np.pad(x.astype(np.int32), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((n, w.shape[0], h, wd), np.int32)
+    for i in range(3):
+        for j in range(3):
+            out += np.einsum("nchw,oc->nohw", xp[:, :, i:i + h, j:j + wd],
+                             w[:, :, i, j].astype(np.int32))
+    return out
+
+
+def test_tuner_never_slower_and_its_log_is_reused(tmp_path: Path) -> None:
+    log = tmp_path / "tune.jsonl"
+    first = tune_workload("conv", WL, CFG, trials=20, log=log, seed=1)
+    assert first.measured == 20 and first.reused == 0
+    assert first.best_cycles <= first.baseline_cycles
+    assert first.best_cycles >= first.mac_bound == mac_bound(WL, CFG) > 0
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(lines) == 20 and {r["key"] for r in lines} == {first.key}
+    assert min(r["cycles"] for r in lines if r["cycles"] is not None) == first.best_cycles
+    again = tune_workload("conv", WL, CFG, trials=20, log=log, seed=1)
+    assert again.measured == 0 and again.reused == 20
+    assert again.best_genome == first.best_genome
+    assert len(log.read_text().splitlines()) == 20
+
+
+def test_tuned_schedule_computes_the_convolution() -> None:
+    """The tuned schedule's program on fsim equals a numpy convolution (small values:
+    the sums stay in int8)."""
+    result = tune_workload("conv", WL, CFG, trials=12, seed=2)
+    plan = _Space(WL, CFG, Epilogue()).plan(result.best_genome)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2, (1, 16, 8, 8)).astype(np.int8)
+    w = (rng.integers(0, 2, (16, 16, 3, 3)) * (rng.random((16, 16, 3, 3)) < 0.3)).astype(
+        np.int8)
+    want = _conv_reference(x, w)
+    assert want.max() <= 127
+    op = conv2d(CFG, x, w, padding=1, schedule=schedule_for(plan))
+    assert np.array_equal(op.run(FunctionalSimulator()), want.astype(np.int8))
+
+
+def test_tune_of_an_unsupported_model_is_one_clear_error(capsys) -> None:
+    from tensorfab.cli import main
+
+    assert main(["tune", "model.onnx"]) != 0
+    err = capsys.readouterr().err
+    assert "tune model.onnx: only the built-in resnet18" in err and "Traceback" not in err
+
+
+def test_tune_bench_is_registered() -> None:
+    from tensorfab.benches import BENCHES
+
+    assert "tune" in BENCHES
+
+
+def test_compiler_takes_the_logged_schedule_through_its_hook(tmp_path: Path) -> None:
+    """conv2d(schedules=TuningLog) compiles the log's fastest schedule (the plan the
+    tuner picked), computes the convolution, and leaves unlogged workloads to the tile
+    search; a broken log is one error naming file and line."""
+    from tensorfab.dse.tuner import TuningLog
+    from tensorfab.isa import UsageError
+
+    log = tmp_path / "tune.jsonl"
+    result = tune_workload("conv", WL, CFG, trials=16, log=log, seed=3)
+    tuned = _Space(WL, CFG, Epilogue()).plan(result.best_genome)
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 2, (1, 16, 8, 8)).astype(np.int8)
+    w = (rng.integers(0, 2, (16, 16, 3, 3)) * (rng.random((16, 16, 3, 3)) < 0.3)).astype(
+        np.int8)
+    source = TuningLog(log)
+    op = conv2d(CFG, x, w, padding=1, schedules=source)
+    assert op.plan == tuned and source.used == [WL.name]
+    assert np.array_equal(op.run(FunctionalSimulator()), _conv_reference(x, w).astype(np.int8))
+    other = conv2d(CFG, x[:, :, :6, :6], w, padding=1, schedules=source)
+    assert other.plan == conv2d(CFG, x[:, :, :6, :6], w, padding=1).plan
+    log.write_text(log.read_text() + "not json\n")
+    with pytest.raises(UsageError, match=r"tune\.jsonl:17: not a tuning-log record"):
+        TuningLog(log)

@@ -1,0 +1,61 @@
+"""``tensorfab verify``: random programs on fsim and the RTL on a Dask LocalCluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tensorfab.cli import main
+from tensorfab.dse.verify import chunks, memory_timing_for, replay_case
+from tensorfab.isa import PRESETS, UsageError
+from tensorfab.isa.program import Program
+from tensorfab.sim.testing.random_program import random_program
+
+
+def test_small_run_passes_and_injected_mismatch_is_saved_and_replays(
+        tmp_path: Path, capsys) -> None:
+    """20 tiny programs on a 1-worker LocalCluster: all match but the one whose expected
+    image was corrupted, which is reported, saved as its seed's program and replays."""
+    out = tmp_path / "fails"
+    code = main(["verify", "--programs", "20", "--configs", "tiny", "--workers", "1",
+                 "--seed", "100", "--out", str(out), "--inject-mismatch", "107", "--json"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 1
+    assert result["configs"] == {"tiny": {"programs": 20, "passed": 19, "failed": 1}}
+    (fail,) = result["failures"]
+    assert fail["seed"] == 107 and "DRAM byte(s) differ" in fail["problems"][0]
+    saved = Path(fail["saved"])
+    assert saved == out / "tiny-107.json" and fail["replay"].endswith(str(saved))
+    blob = (out / "tiny-107.bin").read_bytes()
+    assert blob == random_program(PRESETS["tiny"], 107).to_bytes()
+    assert Program.from_bytes(blob).config == PRESETS["tiny"]
+    record = json.loads(saved.read_text())
+    assert record["memory"]["read_latency"] == memory_timing_for(107).read_latency
+    # the replay reproduces the failure; without the injection the RTL matches
+    assert replay_case(saved).problems == fail["problems"]
+    assert main(["verify", "--replay", str(saved)]) == 1
+    record["inject"] = False
+    saved.write_text(json.dumps(record))
+    assert replay_case(saved).passed
+    assert main(["verify", "--replay", str(saved)]) == 0
+
+
+def test_replay_of_a_file_that_is_not_a_failure_names_it(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    with pytest.raises(UsageError, match=r"x\.json: not a saved verify failure"):
+        replay_case(bad)
+
+
+def test_chunks_cover_every_seed_once() -> None:
+    seeds = list(range(5, 28))
+    parts = chunks(seeds, 4)
+    assert len(parts) <= 4 and [s for p in parts for s in p] == seeds
+    assert chunks([1], 8) == [[1]]
+
+
+def test_memory_timing_is_a_function_of_the_seed() -> None:
+    assert memory_timing_for(3) == memory_timing_for(3)
+    assert len({memory_timing_for(s) for s in range(20)}) > 10
