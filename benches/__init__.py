@@ -119,6 +119,13 @@ def _timing_model(programs: int = 200) -> dict[str, Any]:
     return run_timing_model_bench(programs=programs)
 
 
+def _dse() -> dict[str, Any]:
+    """design-space sweep of 24 points on 2 dask workers: points/s, cache, Pareto front."""
+    from .dse import run_dse_bench
+
+    return run_dse_bench()
+
+
 def _minilm(target: str = "fsim") -> dict[str, Any]:
     """MiniLM-L6 int8 embeddings per bucket (16/64/128): time, cycles, MACs, cosine."""
     from .minilm import run_minilm_bench
@@ -169,6 +176,7 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "vm-dispatch": _vm_dispatch,
     "memory-plan": _memory_plan,
     "timing-model": _timing_model,
+    "dse": _dse,
     "minilm": _minilm,
     "orientation": _orientation,
     "efficientnet": _efficientnet,

@@ -497,6 +497,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .embed_cli import add_embed_command
     add_embed_command(command)
 
+    from .dse_cli import add_advise_command, add_dse_command
+    add_dse_command(command)
+    add_advise_command(command)
+
     from .verify_cli import add_verify_command
     add_verify_command(command)
 

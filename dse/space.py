@@ -1,0 +1,118 @@
+"""The design space of a sweep: HwConfig fields and the values each takes, read from a
+YAML file, and the points (configurations) it spans."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tensorfab.isa import HwConfig, UsageError
+from tensorfab.isa.config import ConfigError
+
+__all__ = ["SWEEPABLE_FIELDS", "SpacePoint", "load_space", "space_points"]
+
+#: HwConfig fields a space file may name.
+SWEEPABLE_FIELDS = ("batch", "block_in", "block_out", "inp_depth", "wgt_depth",
+                    "acc_depth", "uop_depth", "mem_bus_width", "clock_mhz")
+
+
+@dataclass(frozen=True)
+class SpacePoint:
+    """One point of the space: the field values and the config they make, or why not.
+
+    Attributes
+    ----------
+    values : dict[str, Any]
+        The swept fields' values at this point.
+    config : HwConfig or None
+        The configuration, ``None`` when the values break a HwConfig rule.
+    invalid_reason : str or None
+        The :class:`~tensorfab.isa.config.ConfigError` message of an invalid point.
+    """
+
+    values: dict[str, Any]
+    config: HwConfig | None
+    invalid_reason: str | None
+
+
+def _yaml_line(node: Any, key: str) -> int | None:
+    """1-based line of ``key`` in a composed YAML mapping node."""
+    for k, _ in getattr(node, "value", []):
+        if getattr(k, "value", None) == key:
+            return k.start_mark.line + 1
+    return None
+
+
+def load_space(path: str | Path) -> dict[str, list[Any]]:
+    """Read a space file: a mapping of HwConfig field to a list of values.
+
+    Parameters
+    ----------
+    path
+        The YAML file, e.g. ``{batch: [1], block_in: [8, 16], clock_mhz: [50]}``.
+
+    Returns
+    -------
+    dict[str, list]
+        Field name to its values, in file order.
+
+    Raises
+    ------
+    UsageError
+        The file is missing, not YAML (file and line named), or names an unknown
+        field or a field without a non-empty list of values (file, line, field named).
+    """
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise UsageError(f"{p}: cannot read the space file ({e.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+        node = yaml.compose(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+        problem = getattr(e, "problem", None) or str(e)
+        raise UsageError(f"{where}: not valid YAML ({problem})") from None
+    if not isinstance(data, dict) or not data:
+        raise UsageError(f"{p}: expected a mapping of HwConfig field to a list of values")
+    space: dict[str, list[Any]] = {}
+    for key, values in data.items():
+        where = f"{p}:{_yaml_line(node, str(key)) or '?'}"
+        if key not in SWEEPABLE_FIELDS:
+            raise UsageError(f"{where}: field {key!r} is not a sweepable HwConfig field "
+                             f"(one of {', '.join(SWEEPABLE_FIELDS)})")
+        if not isinstance(values, list):
+            values = [values]
+        if not values or any(isinstance(v, (dict, list)) or v is None for v in values):
+            raise UsageError(f"{where}: field {key!r} needs a non-empty list of numbers")
+        space[str(key)] = values
+    return space
+
+
+def space_points(space: dict[str, list[Any]],
+                 base: HwConfig | None = None) -> list[SpacePoint]:
+    """Every combination of the space's values applied to ``base`` (default HwConfig).
+
+    A combination that breaks a HwConfig rule becomes an invalid point carrying the
+    ConfigError's message rather than an exception.
+    """
+    base = base or HwConfig()
+    fields = list(space)
+    points = []
+    for combo in itertools.product(*(space[f] for f in fields)):
+        values = dict(zip(fields, combo, strict=True))
+        name = "dse-" + "-".join(f"{k}{v}" for k, v in values.items())
+        try:
+            cfg = dataclasses.replace(base, name=name, **values)
+        except ConfigError as e:
+            points.append(SpacePoint(values, None, str(e)))
+        else:
+            points.append(SpacePoint(values, cfg, None))
+    return points

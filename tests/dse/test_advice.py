@@ -1,0 +1,55 @@
+"""advise: the digits model on the ULX3S 85F, device memory against the board's 64 KiB."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorfab.compiler.model_compile import compile_onnx
+from tensorfab.dse.advice import advise
+from tensorfab.isa import PRESETS
+from tensorfab.models.digits_cnn import load_digits_split, model_path
+from tensorfab.runtime.memory_plan import plan_memory
+
+
+@pytest.fixture(scope="module")
+def calib() -> np.ndarray:
+    return load_digits_split(0)[0][:256]
+
+
+def test_digits_one_image_fits_and_tiny_is_the_config_to_build(calib: np.ndarray) -> None:
+    out = advise(str(model_path()), "ulx3s-85f", calib, {"image": (1, 1, 8, 8)},
+                 ["tiny", "default"])
+    assert out["board_memory_bytes"] == 64 * 1024 and out["clock_mhz"] == 60.0
+    rows = {r["config"]: r for r in out["configs"]}
+    for name in ("tiny", "default"):
+        ref = compile_onnx(str(model_path()), config=PRESETS[name], calibration=calib,
+                           input_shapes={"image": (1, 1, 8, 8)})
+        assert rows[name]["device_memory_bytes"] == plan_memory(ref.program).size
+        assert rows[name]["fits_memory"]
+        r = rows[name]
+        assert r["estimated_latency_ms"] == pytest.approx(r["estimated_cycles"] / 60e3)
+    assert rows["tiny"]["resources"] == "built" and rows["default"]["resources"] == "unknown"
+    # the bigger core takes fewer cycles; tiny is the one known to fit the 85F's LUTs
+    assert rows["default"]["estimated_cycles"] < rows["tiny"]["estimated_cycles"]
+    assert out["build"] == "tiny" and out["fastest_fitting_memory"] == "default"
+
+
+def test_digits_batch_64_exceeds_the_85f_memory_and_is_flagged(tmp_path: Path,
+                                                                calib: np.ndarray) -> None:
+    np.save(tmp_path / "calib.npy", calib)
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "tensorfab"), "advise", str(model_path()), "--board",
+         "ulx3s-85f", "--calib", str(tmp_path / "calib.npy"), "--shape",
+         "image=64,1,8,8", "--configs", "tiny", "--json"],
+        capture_output=True, text=True, timeout=300, check=True)
+    out = json.loads(run.stdout)
+    (tiny,) = out["configs"]
+    assert tiny["device_memory_bytes"] > 64 * 1024
+    assert tiny["fits_memory"] is False
+    assert out["build"] is None and out["fastest_fitting_memory"] is None

@@ -1,0 +1,123 @@
+"""The design-space sweep: the space file, invalid points, the timing-model figures
+against an independent count, the on-disk cache and the Parquet output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tensorfab.dse.cluster import dask_client
+from tensorfab.dse.results import write_parquet
+from tensorfab.dse.space import load_space, space_points
+from tensorfab.dse.sweep import evaluate, known_workloads, run_sweep, workload_by_name
+from tensorfab.isa import HwConfig, UsageError
+from tensorfab.sim.timing.model import program_timing
+
+SPACE = """\
+block_in: [8, 16]
+block_out: [8, 16]
+clock_mhz: [50]
+"""
+
+
+def _space(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "space.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_space_points_span_the_product_and_keep_invalid_reasons(tmp_path: Path) -> None:
+    space = load_space(_space(tmp_path, SPACE + "batch: [1, 3]\n"))
+    points = space_points(space)
+    assert len(points) == 8
+    bad = [p for p in points if p.config is None]
+    assert len(bad) == 4 and all(p.values["batch"] == 3 for p in bad)
+    assert all("HwConfig.batch = 3" in p.invalid_reason and "power of two"
+               in p.invalid_reason for p in bad)
+    good = [p.config for p in points if p.config is not None]
+    assert {(c.block_in, c.block_out, c.clock_mhz) for c in good} == {
+        (8, 8, 50), (8, 16, 50), (16, 8, 50), (16, 16, 50)}
+
+
+def test_bad_space_files_name_file_line_and_field(tmp_path: Path) -> None:
+    p = _space(tmp_path, "block_in: [8, 16]\nblock_width: [4]\n")
+    with pytest.raises(UsageError, match=r"space.yaml:2: field 'block_width'"):
+        load_space(p)
+    p = _space(tmp_path, "block_in: [8, 16\nbatch: [1]\n")
+    with pytest.raises(UsageError, match=r"space.yaml:\d+: not valid YAML"):
+        load_space(p)
+    p = _space(tmp_path, "block_in: []\n")
+    with pytest.raises(UsageError, match=r"space.yaml:1: field 'block_in' needs"):
+        load_space(p)
+    with pytest.raises(UsageError, match="unknown workload 'nope'"):
+        workload_by_name(["dense64", "nope"])
+
+
+def test_evaluate_matches_the_timing_model_and_mac_count() -> None:
+    from tensorfab.compiler.tensor.operators import compile_workload
+
+    cfg = HwConfig(block_in=8, block_out=8, clock_mhz=50.0)
+    r = evaluate(cfg.to_json(), "dense64")
+    wl = known_workloads()["dense64"]
+    assert r["macs"] == 16 * 64 * 64
+    assert r["cycles"] == round(program_timing(compile_workload(wl, cfg).program).cycles)
+    # MACs over what the 1x8x8 core could do in those cycles
+    assert r["utilization"] == pytest.approx(16 * 64 * 64 / (r["cycles"] * 64))
+    assert 0 < r["utilization"] <= 1
+    assert r["gops"] == pytest.approx(2 * 16 * 64 * 64 / (r["cycles"] / 50e6) / 1e9)
+
+
+def test_sweep_on_a_local_cluster_is_free_on_rerun(tmp_path: Path) -> None:
+    points = space_points(load_space(_space(tmp_path, SPACE)))
+    with dask_client(workers=1) as client:
+        first = run_sweep(points, ["dense64"], client, tmp_path / "cache")
+        again = run_sweep(points, ["dense64"], client, tmp_path / "cache")
+    assert (first.computed, first.cached) == (4, 0)
+    assert (again.computed, again.cached) == (0, 4)
+    assert again.cache_hit_ratio == 1.0
+    assert [r["cycles"] for r in again.rows] == [r["cycles"] for r in first.rows]
+    for r in first.rows:
+        want = evaluate(r["config"], "dense64")
+        assert r["cycles"] == want["cycles"]
+    # bigger GEMM core, fewer cycles
+    cyc = {(r["block_in"], r["block_out"]): r["cycles"] for r in first.rows}
+    assert cyc[(16, 16)] < cyc[(8, 8)]
+    table = pq.read_table(write_parquet(first.rows, tmp_path / "points.parquet"))
+    assert table.num_rows == 4
+    assert table.column("cycles").to_pylist() == [r["cycles"] for r in first.rows]
+    assert json.loads(table.column("config").to_pylist()[0])["block_in"] == 8
+
+
+def test_dse_command_writes_parquet_pareto_png_and_a_config_compile_accepts(
+        tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tensorfab.fpga_builds.board_configs import board_config
+    from tensorfab.models.digits_cnn import load_digits_split, model_path
+    from tensorfab.sim.png_figure import is_tensorfab_png
+
+    exe = str(Path(sys.executable).parent / "tensorfab")
+    space = _space(tmp_path, SPACE)
+    run = subprocess.run([exe, "dse", "--space", str(space), "--workloads", "dense64",
+                          "--workers", "1", "--out", str(tmp_path / "out"), "--json"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    report = json.loads(run.stdout)
+    assert "dashboard: http://127.0.0.1:" in run.stderr
+    assert report["valid_points"] == 4 and report["computed"] == 4
+    assert pq.read_table(report["parquet"]).num_rows == 4
+    assert is_tensorfab_png(report["pareto_png"])
+    best = max(report["summary"], key=lambda s: s["gops"])
+    cfg = board_config(report["best_config_json"])
+    assert cfg.name == report["best_config"] == best["name"]
+    assert (cfg.block_in, cfg.block_out, cfg.clock_mhz) == (16, 16, 50.0)
+    np.save(tmp_path / "calib.npy", load_digits_split(0)[0][:64])
+    subprocess.run([exe, "compile", str(model_path()), "--config",
+                    report["best_config_json"], "--calib", str(tmp_path / "calib.npy"),
+                    "--shape", "image=1,1,8,8", "-o", str(tmp_path / "d.tfm")],
+                   capture_output=True, text=True, timeout=300, check=True)
+    assert (tmp_path / "d.tfm").stat().st_size > 0
