@@ -115,3 +115,22 @@ def test_int8_on_the_accelerator_agrees_with_float() -> None:
     finally:
         model.close()
     assert (pred == _float_predictions(test.images)).mean() >= 29 / 30
+
+
+@pytest.mark.slow
+def test_int8_line_on_rtl_equals_functional_simulator() -> None:
+    """One rendered line through every accelerator program cycle-accurately (Verilator):
+    the class probabilities equal fsim's bit for bit, and both decide as float does."""
+    from tensorfab.compiler.model_compile import compile_onnx
+    from tensorfab.runtime.profiling import profile_program
+    from tensorfab.sim import get_device
+
+    line, calib = orientation_set(2, seed=0), orientation_set(16, seed=1)
+    compiled = compile_onnx(str(classifier_path()), config="default",
+                            calibration=calib.images, input_shapes={"x": (1, *INPUT_SHAPE)})
+    x = {"x": line.images[:1]}
+    fsim = profile_program(compiled.program, x, get_device("fsim"))
+    rtl = profile_program(compiled.program, x, get_device("rtl"))
+    np.testing.assert_array_equal(np.asarray(rtl.output), np.asarray(fsim.output))
+    assert rtl.total_cycles > 0 and rtl.accel_macs == fsim.accel_macs
+    assert np.asarray(rtl.output).reshape(-1).argmax() == _float_predictions(line.images[:1])[0]
