@@ -11,6 +11,7 @@ do not read its result.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .accel_contract import ACCEL_PROGRAM
@@ -22,14 +23,25 @@ from .vm_executable import Executable, Op, VMFunction
 __all__ = ["build_executable"]
 
 
-def build_executable(program: GraphProgram, plan: HostPlan | None = None) -> Executable:
+def build_executable(program: GraphProgram, plan: HostPlan | None = None,
+                     order: Sequence[int] | None = None) -> Executable:
     """The VM executable running ``program`` (see the module docstring).
 
     With a host memory ``plan`` (:func:`~.static_plan.plan_host_arena`), every planned
     value is an ``ALLOC_TENSOR`` in the ``host`` arena, filled by ``INVOKE_INTO``; the
     executable's ``pools`` give the arena's size, so the VM allocates it once.
+    ``order`` runs the nodes in another topological order (node indices, e.g.
+    :func:`~.overlap_order.overlap_order`); a host plan assumes the program's own order,
+    so the two do not go together.
     """
     program.validate()
+    if order is None:
+        order = range(len(program.nodes))
+    elif plan is not None:
+        raise ValueError("a host plan is made for the program's order; build with "
+                         "plan=None to use another order")
+    elif sorted(order) != list(range(len(program.nodes))):
+        raise ValueError(f"order is not a permutation of the {len(program.nodes)} nodes")
     reg: dict[int, int] = {}
 
     def r(slot: int) -> int:
@@ -49,12 +61,13 @@ def build_executable(program: GraphProgram, plan: HostPlan | None = None) -> Exe
         if any(slot in n.inputs for n in program.nodes) or slot == program.output:
             code.append((Op.CONST, r(slot), slot))
     last_use: dict[int, int] = {}
-    for k, node in enumerate(program.nodes):
-        for s in node.inputs:
+    for k in order:
+        for s in program.nodes[k].inputs:
             last_use[s] = k
     attrs: list[dict[str, Any]] = []
     keep = set(program.constants) | {program.output}
-    for k, node in enumerate(program.nodes):
+    for k in order:
+        node = program.nodes[k]
         args = [r(s) for s in node.inputs]
         if node.op == "tuple":
             code.append((Op.TUPLE, r(node.output), *args))

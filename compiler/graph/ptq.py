@@ -24,7 +24,7 @@ apply unchanged:
   output scale (after a ``relu`` that is its only reader), so that it lowers to the
   integer ``qnn.add_q31``.
 
-Four options serve transformers (all off by default, as CNNs want):
+Five options serve transformers (all off by default, as CNNs want):
 
 * ``activation_matmuls``: a ``matmul`` of two float activations (attention's
   ``Q·Kᵀ`` and ``P·V``) gets per-tensor int8 inputs and an observed per-tensor output,
@@ -36,6 +36,10 @@ Four options serve transformers (all off by default, as CNNs want):
   calibrated magnitude computed apart in float
   (:func:`~.outlier_channels.split_outlier_channels`), so that one int8 scale covers the
   rest;
+* ``two_part_probabilities`` (with ``activation_matmuls``): ``softmax(x)·V`` as two
+  int8 matmuls of the probabilities' high part (fixed scale ``1/127``) and their
+  remainder (:func:`~.probability_split.split_probabilities`), for attention over long
+  sequences whose weights are near one int8 step;
 * ``per_channel_outputs``: a linear operator's output read only by float operators
   (not by a scale-commuting op, a ``relu`` or another quantized operator) gets one
   observed scale per channel (last axis), which the accelerator's per-channel
@@ -55,6 +59,7 @@ from .calibration import ChannelMinMaxObserver, observe, symmetric_scale
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, Var, post_order
 from .outlier_channels import split_outlier_channels
+from .probability_split import split_probabilities
 from .qdq_lowering import SCALE_COMMUTING
 from .rewrite import rebuild
 
@@ -130,7 +135,8 @@ def _qdq(e: Expr, scale: np.float32 | np.ndarray) -> Expr:
 def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]], *,
                    method: str = "minmax", percentile: float = 99.99,
                    activation_matmuls: bool = False, residual_adds: bool = True,
-                   per_channel_outputs: bool = False, outlier_channels: int = 0) -> Function:
+                   per_channel_outputs: bool = False, outlier_channels: int = 0,
+                   two_part_probabilities: bool = False) -> Function:
     """The QDQ int8 form of the float program ``fn`` (see the module docstring).
 
     Parameters
@@ -143,7 +149,7 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
         Activation observer: ``"minmax"`` or ``"percentile"``.
     percentile : float
         The percentile of ``|x|`` of the ``percentile`` observer.
-    activation_matmuls, residual_adds, per_channel_outputs : bool
+    activation_matmuls, residual_adds, per_channel_outputs, two_part_probabilities : bool
         The transformer options of the module docstring.
     outlier_channels : int
         Input channels of each dense layer kept in float (0: none).
@@ -160,6 +166,8 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
         Empty calibration data, batches that do not fit the inputs, a bad method.
     """
     calibration = list(calibration)
+    if activation_matmuls and two_part_probabilities:
+        fn = split_probabilities(fn)
     fn, float_matmuls = split_outlier_channels(fn, calibration, outlier_channels)
     infer_types(fn)
     nodes = list(post_order(fn))
@@ -194,7 +202,8 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
         source.setdefault(id(lin.args[0]), lin.args[0])
     for mm in act_mms:
         for a in mm.args:
-            source.setdefault(id(a), a)
+            if not (isinstance(a, Call) and a.op == "qnn.dequantize"):  # already int8
+                source.setdefault(id(a), a)
     if not linears and not act_mms:
         return fn
     channel_wise: set[int] = set()

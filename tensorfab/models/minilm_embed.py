@@ -46,10 +46,11 @@ from .minilm_sentences import generated_sentences
 
 #: The quantizer's options for MiniLM (see :func:`~tensorfab.compiler.graph.ptq.quantize_graph`).
 QUANTIZE_OPTIONS = {"activation_matmuls": True, "residual_adds": False,
-                    "per_channel_outputs": True, "outlier_channels": 4}
-#: Calibration sentences per bucket (16 gave cosines down to 0.9885 on real sentences,
-#: 32 gives 0.993 and above on bucket 16).
-CALIBRATION_SENTENCES = 32
+                    "per_channel_outputs": True, "outlier_channels": 4,
+                    "two_part_probabilities": True}
+#: Calibration sentences per bucket (on the similarity set's short sentences, bucket 16:
+#: 16 gave cosines down to 0.9885, 32 down to 0.9898, 64 down to 0.9931).
+CALIBRATION_SENTENCES = 64
 
 
 def cache_dir() -> Path:
@@ -60,15 +61,17 @@ def cache_dir() -> Path:
 
 
 def _source_digest() -> str:
-    """A digest of the compiler's and this model's sources: a changed compiler misses the
-    cache instead of loading a stale program."""
+    """A digest of the sources a compiled bucket depends on (the compiler, the encoder's
+    graph, the calibration sentences): a changed compiler misses the cache instead of
+    loading a stale program, while a change to how buckets are run does not."""
     import tensorfab.compiler
 
+    from . import minilm, minilm_sentences
+
     h = hashlib.sha256()
-    roots = [Path(tensorfab.compiler.__file__).parent, Path(__file__).parent]
-    for root in roots:
-        for path in sorted(root.rglob("*.py")):
-            h.update(path.read_bytes())
+    paths = sorted(Path(tensorfab.compiler.__file__).parent.rglob("*.py"))
+    for path in [*paths, Path(minilm.__file__), Path(minilm_sentences.__file__)]:
+        h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -184,6 +187,57 @@ class SentenceRun:
 
 
 @dataclass
+class VmRun:
+    """One sentence run by the VM from its bucket's ``.tfm`` executable (``vm.json``),
+    accelerator programs as futures.
+
+    Attributes
+    ----------
+    seconds : float
+        Wall time of the run.
+    cpu_seconds, accelerator_seconds : float
+        Time inside CPU kernels, and inside accelerator programs (the accelerator thread).
+    overlap_seconds : float
+        Time a CPU kernel ran while an accelerator program was in flight
+        (:func:`~tensorfab.runtime.vm.overlap_seconds`).
+    kernel_seconds : float
+        Time inside any kernel (the union of both tracks); the rest is dispatch and
+        waiting.
+    trace : dict
+        The run's Perfetto trace (:func:`~tensorfab.runtime.vm.vm_trace`): ``cpu``,
+        ``accelerator`` and ``wait`` tracks.
+    """
+
+    seconds: float
+    cpu_seconds: float
+    accelerator_seconds: float
+    overlap_seconds: float
+    kernel_seconds: float
+    trace: dict[str, Any]
+
+    @property
+    def futures_overlap(self) -> float:
+        """The fraction of the CPU kernels' time spent while an accelerator program was
+        in flight."""
+        return self.overlap_seconds / self.cpu_seconds if self.cpu_seconds else 0.0
+
+    @property
+    def dispatch_fraction(self) -> float:
+        """The fraction of the run outside every kernel (dispatch and waits)."""
+        return 1.0 - self.kernel_seconds / self.seconds
+
+
+def _busy_seconds(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of ``intervals``."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+@dataclass
 class MiniLmEmbedder:
     """Sentence embeddings on a device (see the module docstring).
 
@@ -253,6 +307,40 @@ class MiniLmEmbedder:
                                 bucket_macs(seq, self.layers),
                                 sum(r.seconds for r in profile.layers))
 
+    def embed_vm(self, text: str, bucket: int | None = None,
+                 overlap: bool = True) -> tuple[np.ndarray, VmRun]:
+        """The embedding of ``text`` run by the VM with futures, and its :class:`VmRun`
+        (timeline figures and Perfetto trace). ``overlap``: an executable built from the
+        bucket's graph in :func:`~tensorfab.runtime.overlap_order.overlap_order`
+        (independent CPU nodes moved up beside the accelerator programs); else the
+        bucket's stored executable (``vm.json``, the program's order, host arena)."""
+        from tensorfab.runtime.artifact import load_executable
+        from tensorfab.runtime.overlap_order import overlap_order
+        from tensorfab.runtime.vm import VirtualMachine, overlap_seconds, vm_trace
+        from tensorfab.runtime.vm_build import build_executable
+
+        tokens = tokenize(text, MAX_TOKENS)
+        seq = bucket if bucket is not None else bucket_length(len(tokens))
+        if seq < len(tokens):
+            raise MiniLmError(f"bucket {seq} is shorter than the sentence's {len(tokens)} "
+                              "tokens")
+        model = self._model(seq)
+        ids, mask = tokens.padded(seq)
+        executable = (build_executable(model.program, order=overlap_order(model.program))
+                      if overlap else load_executable(self.bucket(seq).path, model.program))
+        with VirtualMachine(model, executable) as vm:
+            t0 = time.perf_counter()
+            out = vm.run({"input_ids": ids, "attention_mask": mask})
+            seconds = time.perf_counter() - t0
+            timeline = vm.timeline
+        track = {k: [(s.start, s.end) for s in timeline if s.track == k]
+                 for k in ("cpu", "accelerator")}
+        run = VmRun(seconds, sum(b - a for a, b in track["cpu"]),
+                    sum(b - a for a, b in track["accelerator"]), overlap_seconds(timeline),
+                    _busy_seconds(track["cpu"] + track["accelerator"]),
+                    vm_trace(timeline, f"MiniLM bucket {seq} on {self.target}"))
+        return np.asarray(out, np.float32).reshape(-1), run
+
     def embed(self, texts: list[str]) -> tuple[np.ndarray, list[SentenceRun]]:
         """Embeddings ``(len(texts), 384)`` and one :class:`SentenceRun` per sentence."""
         rows, runs = [], []
@@ -295,5 +383,5 @@ def cosine_matrix(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
     return an @ bn.T
 
 
-__all__ = ["Bucket", "MiniLmEmbedder", "SentenceRun", "bucket_macs", "cache_dir",
+__all__ = ["Bucket", "MiniLmEmbedder", "SentenceRun", "VmRun", "bucket_macs", "cache_dir",
            "calibration_tokens", "compile_bucket", "cosine_matrix", "float_embeddings"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorfab.models.minilm import MiniLmError, tokenize
+from tensorfab.models.minilm import HIDDEN, MiniLmError, tokenize
 from tensorfab.models.minilm_embed import (
     MiniLmEmbedder,
     compile_bucket,
@@ -39,12 +39,16 @@ def test_one_layer_int8_on_the_accelerator_match_float(cache) -> None:
     for r in runs:
         assert r.bucket == 16 and r.tokens == len(tokenize(r.text))
         assert r.accel_fraction >= 0.95
-        # every matmul is an accelerator program (outlier channels as zeros there)
-        assert r.accel_macs == r.total_macs and 0 < r.cpu_macs < 0.05 * r.total_macs
+        # every matmul is an accelerator program (outlier channels as zeros there), and
+        # P·V twice (the probabilities' high and low int8 parts)
+        pv_macs = r.bucket * r.bucket * HIDDEN
+        assert r.accel_macs == r.total_macs + pv_macs
+        assert 0 < r.cpu_macs < 0.05 * r.total_macs
     bucket = embedder.buckets[16]
     assert not bucket.cached and bucket.path.is_file()
     programs = [n for n in bucket.program.nodes if n.op == "accel.program"]
-    assert len(programs) == 8  # per layer: q, k, v, output, ffn in, ffn out, 2 attention
+    # per layer: q, k, v, output, ffn in, ffn out, Q·Kᵀ, P·V (high and low parts)
+    assert len(programs) == 9
     reasons = {line.split(" x")[0]: line for line in bucket.cpu_operators}
     for op in ("take", "nn.layer_norm", "nn.softmax", "erf", "mean", "sqrt"):
         assert op in reasons
@@ -85,18 +89,16 @@ def _embed_in_buckets(texts: list[str]) -> tuple[np.ndarray, list]:
 
 @pytest.mark.slow
 def test_int8_quality_on_sentences_of_4_to_128_tokens() -> None:
-    """Every sentence of up to 64 tokens within 0.99 cosine of float. Longer ones are
-    not yet: at 100+ tokens the int8 softmax probabilities (steps of 1/127, with
-    attention weights near 1/100) cost up to 0.02 (measured 0.98 at 113 tokens; a
-    numpy study keeping them exact gives 0.997), so they are held to 0.97 here."""
-    texts = generated_sentences(16, 2, 100, seed=4242) + list(SIMILARITY_SET[:6])
+    """Every sentence of 4 to 128 tokens within 0.99 cosine of float (the softmax
+    probabilities in two int8 parts keep the diffuse attention of long sentences)."""
+    texts = (generated_sentences(16, 2, 100, seed=4242) + list(SIMILARITY_SET[:6])
+             + generated_sentences(2, 118, 125, seed=128))
     lengths = np.array([len(tokenize(t)) for t in texts])
-    assert len(texts) >= 20 and lengths.min() <= 8 and lengths.max() > 100
+    assert len(texts) >= 20 and lengths.min() <= 8 and 120 < lengths.max() <= 128
     got, runs = _embed_in_buckets(texts)
     cos = _cosines(got, float_embeddings(texts))
     report = dict(zip(lengths.tolist(), cos.round(4).tolist(), strict=True))
-    assert cos[lengths <= 64].min() >= 0.99, report
-    assert cos.min() >= 0.97, report
+    assert cos.min() >= 0.99, report
     assert min(r.accel_fraction for r in runs) >= 0.95
 
 

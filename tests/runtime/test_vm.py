@@ -322,3 +322,35 @@ def test_shape_functions_of_ops_the_digits_cnn_lacks(op, inputs, attrs) -> None:
     out = KERNELS[op](inputs, attrs)
     want = tuple(np.shape(o) for o in out) if isinstance(out, tuple) else np.shape(out)
     assert SHAPE_FUNCTIONS[op]([i.shape for i in inputs], attrs) == want
+
+
+def test_overlap_order_moves_independent_cpu_nodes_beside_an_accelerator_program() -> None:
+    from tensorfab.runtime.overlap_order import overlap_order
+
+    def node(op: str, inputs: tuple[int, ...], out: int) -> Node:
+        return Node(op, inputs, {}, out)
+
+    # 0 -> accel -> 1 -> relu -> 2 ; 0 -> tanh -> 3 ; add(2, 3) -> 4 ; accel(4) -> 5 ;
+    # relu(5) -> 6 ; a device_copy of 0 is never moved
+    program = GraphProgram([InputSpec("x", 0, (4,), "float32")], {},
+                           [node(ACCEL_PROGRAM, (0,), 1), node("nn.relu", (1,), 2),
+                            node("tanh", (0,), 3), node("add", (2, 3), 4),
+                            node("device_copy", (0,), 7),
+                            node(ACCEL_PROGRAM, (4,), 5), node("nn.relu", (5,), 6)], 6)
+    # tanh runs while the first program is in flight; nothing passes the second program
+    assert overlap_order(program) == [0, 2, 1, 3, 4, 5, 6]
+
+
+def test_the_overlap_order_gives_the_interpreters_result(digits) -> None:
+    from tensorfab.runtime.overlap_order import overlap_order
+
+    program, x, y = digits
+    order = overlap_order(program)
+    assert sorted(order) == list(range(len(program.nodes)))
+    accel = [k for k, _ in accel_nodes(program)]
+    assert [k for k in order if k in set(accel)] == accel
+    with ResidentModel(program, FunctionalSimulator()) as model, \
+            VirtualMachine(model, build_executable(program, order=order)) as vm:
+        np.testing.assert_array_equal(vm.run([x]), y)
+    with pytest.raises(ValueError, match="host plan"):
+        build_executable(program, plan_host_arena(program), order=order)

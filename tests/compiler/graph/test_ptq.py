@@ -182,3 +182,47 @@ def test_bad_calibration_data_names_the_input(digits) -> None:
         quantize_graph(digits["float"], [{"image": np.zeros((2, 1, 8, 8))}])
     with pytest.raises(CalibrationError, match="calibration data is empty"):
         quantize_graph(digits["float"], [])
+
+
+def _attention(seq: int):
+    """softmax(s)·v over ``seq`` tokens, two heads, as a float program."""
+    s = gb.var("s", (2, seq, seq))
+    v = gb.var("v", (2, seq, 8))
+    return gb.function([s, v], gb.matmul(gb.call("nn.softmax", s, axis=-1), v))
+
+
+def _attention_batch(seq: int) -> dict[str, np.ndarray]:
+    # near-uniform attention (weights about 1/seq), as a trained model's heads often
+    # are, but for one token attending only to itself (probabilities up to 1, as on
+    # BERT's [CLS] and [SEP]); values exact in int8 (integers, ±127 present: scale 1),
+    # so that only P and the output round
+    s = RNG.standard_normal((2, seq, seq)) * 0.5
+    s[0, 0, 0] = 30.0
+    v = RNG.integers(-127, 128, (2, seq, 8))
+    v[0, 0, 0], v[1, 0, 0] = 127, -127
+    return {"s": s.astype(np.float32), "v": v.astype(np.float32)}
+
+
+def test_two_part_probabilities_keep_diffuse_attention_exact() -> None:
+    seq = 128
+    f = _attention(seq)
+    calib = [_attention_batch(seq) for _ in range(3)]
+    one = quantize_graph(f, calib, activation_matmuls=True)
+    two = quantize_graph(f, calib, activation_matmuls=True, two_part_probabilities=True)
+    # two activation matmuls, the high part at the fixed scale 1/127
+    mms = [e for e in post_order(two) if isinstance(e, Call) and e.op == "matmul"]
+    assert len(mms) == 2
+    high = mms[0].args[0]
+    assert high.op == "qnn.dequantize" and float(high.args[1].data) == pytest.approx(1 / 127)
+    # the reference in numpy (float64)
+    x = _attention_batch(seq)
+    e = np.exp(x["s"].astype(np.float64) - x["s"].max(-1, keepdims=True))
+    want = (e / e.sum(-1, keepdims=True)) @ x["v"].astype(np.float64)
+    rms = float(np.sqrt(np.mean(want ** 2)))
+    err_one = float(np.sqrt(np.mean((evaluate(one, x) - want) ** 2))) / rms
+    err_two = float(np.sqrt(np.mean((evaluate(two, x) - want) ** 2))) / rms
+    # one int8 scale: the diffuse weights are one step of 1/127 and P·V is off by a
+    # quarter; two parts: what is left is the output's own int8 rounding (rms step/√12)
+    out_rounding = np.abs(want).max() / 127 / math.sqrt(12) / rms
+    assert err_one > 3 * out_rounding
+    assert err_two < 1.5 * out_rounding
