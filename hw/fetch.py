@@ -12,7 +12,7 @@ from tensorfab.isa import ErrorCode, HwConfig, Opcode, insn_width
 from .insn_check import InsnCheck
 from .layouts import insn_layout
 from .mem_port import LEN_WIDTH, MAX_BURST, MemReadSignature
-from .signatures import ErrorSignature, InsnStreamLayout
+from .signatures import ErrorSignature, InsnStreamLayout, insn_index_width
 
 __all__ = ["Fetch"]
 
@@ -113,10 +113,15 @@ class Fetch(wiring.Component):
         m.submodules.fifo = ResetInserter({"sync": flush})(fifo)
         m.submodules.check = check = InsnCheck(cfg)
 
-        left = Signal(32)  # words still to dispatch
+        # a program fits in DRAM: its indices take ib bits, its counts ib + 1 (the host's
+        # 32-bit INSN_COUNT is clamped to the most words DRAM holds, 2**ib)
+        ib = insn_index_width(cfg)
+        count = Signal(ib + 1)
+        m.d.comb += count.eq(Mux(self.insn_count > (1 << ib), 1 << ib, self.insn_count))
+        left = Signal(ib + 1)  # words still to dispatch
         none_left = Signal()  # left == 0
         one_left = Signal()  # left == 1
-        req_left = Signal(32)  # words still to request
+        req_left = Signal(ib + 1)  # words still to request
         req_addr = Signal(cfg.dram_addr_width)
         # buffer words neither in the buffer nor requested: D - (fifo level + words
         # requested, not yet in the buffer), kept as one register so that a read's room
@@ -124,7 +129,7 @@ class Fetch(wiring.Component):
         free = Signal(range(D + 1), init=D)
         # beats requested and not yet received, as of the cycle before (see below)
         outstanding = Signal(range(D * kw + 1))
-        disp_idx = Signal(32)
+        disp_idx = Signal(ib + 1)  # NO_FINISH reports index = count, up to 2**ib
         cmd_stuck = Signal()
         issuing = Signal()
         take = Signal()  # the buffer's first word moves into the stage register
@@ -132,7 +137,7 @@ class Fetch(wiring.Component):
         # ---- read commands
         cmd = self.mem.cmd
         # n: words of the next read, min(req_left, chunk), a register updated with
-        # req_left (the 32-bit comparison stays out of the request decision's cycle)
+        # req_left (the count comparison stays out of the request decision's cycle)
         n = Signal(range(self.chunk + 1))
 
         def chunk_of(words: Value) -> Value:
@@ -230,9 +235,9 @@ class Fetch(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += [self.idle.eq(1), flush.eq(1)]
                 with m.If(self.start):
-                    m.d.sync += [left.eq(self.insn_count), none_left.eq(self.insn_count == 0),
-                                 one_left.eq(self.insn_count == 1), req_left.eq(self.insn_count),
-                                 n.eq(chunk_of(self.insn_count)),
+                    m.d.sync += [left.eq(count), none_left.eq(count == 0),
+                                 one_left.eq(count == 1), req_left.eq(count),
+                                 n.eq(chunk_of(count)),
                                  req_addr.eq(self.insn_base), disp_idx.eq(0),
                                  finished.eq(0)]
                     m.next = "RUN"

@@ -18,7 +18,7 @@ from tensorfab.isa import Engine, HwConfig, insn_width
 from tensorfab.isa.formats import header_format, token_pops, token_pushes
 
 from .layouts import format_layout
-from .signatures import ErrorSignature, InsnStreamLayout, TokenSignature
+from .signatures import ErrorSignature, InsnStreamLayout, TokenSignature, insn_index_width
 
 __all__ = ["ExecSignature", "InsnSequencer", "engine_members"]
 
@@ -173,7 +173,7 @@ class InsnSequencer(wiring.Component):
         m = Module()
         ex = self.exec
         word = Signal(insn_width(self.cfg))
-        index = Signal(32)
+        index = Signal(insn_index_width(self.cfg))
         flags = data.View(format_layout(header_format(self.cfg)), word)
         m.d.comb += [ex.word.eq(word), self.error.valid.eq(ex.fail),
                      self.error.code.eq(ex.code), self.error.index.eq(index)]

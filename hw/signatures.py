@@ -11,6 +11,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import HwConfig, insn_width, uop_format
+from tensorfab.isa.config import log2
 from tensorfab.isa.formats import FAST_RESET_LANES
 from tensorfab.isa.insn import fast_reset_lanes
 
@@ -29,6 +30,7 @@ __all__ = [
     "ZeroSignature",
     "acc_entry_bits",
     "inp_entry_bits",
+    "insn_index_width",
     "uop_entry_bits",
     "wgt_entry_bits",
     "wgt_entry_order",
@@ -48,7 +50,27 @@ def InsnStreamLayout(cfg: HwConfig) -> data.StructLayout:
     -------
     amaranth.lib.data.StructLayout
     """
-    return data.StructLayout({"word": unsigned(insn_width(cfg)), "index": unsigned(32)})
+    return data.StructLayout({"word": unsigned(insn_width(cfg)),
+                              "index": unsigned(insn_index_width(cfg))})
+
+
+def insn_index_width(cfg: HwConfig) -> int:
+    """Bits of an instruction's index in its program.
+
+    A program lies in DRAM, so it holds at most ``2**dram_addr_width / insn_bytes``
+    instructions: indices ``0 … 2**w - 1`` with ``w = dram_addr_width -
+    log2(insn_bytes)``; an instruction count needs one bit more.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Gives the DRAM address width and the instruction width.
+
+    Returns
+    -------
+    int
+    """
+    return cfg.dram_addr_width - log2(insn_width(cfg) // 8)
 
 
 #: A dependency token, from the producer's side: ``valid`` offers (or requests) a

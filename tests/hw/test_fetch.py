@@ -9,6 +9,7 @@ from amaranth.sim import Simulator
 
 from hw.dma_top import FetchTop
 from tensorfab.hw.insn_check import InsnCheck
+from tensorfab.hw.signatures import InsnStreamLayout
 from tensorfab.isa import (
     PRESETS,
     ErrorCode,
@@ -104,3 +105,14 @@ def test_fetch_unit_parameters_are_checked_with_a_message() -> None:
 
     with pytest.raises(ValueError, match=r"buffer_words = 1; .* at least 2"):
         Fetch(PRESETS["tiny"], buffer_words=1)
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_insn_index_width_covers_a_program_filling_dram(preset: str) -> None:
+    """Every index of a program that fills DRAM fits the streams' index field, and
+    no bit more is carried (the field was 32 bits whatever the DRAM)."""
+    cfg = PRESETS[preset]
+    width = InsnStreamLayout(cfg)["index"].shape.width
+    most_insns = cfg.dram_bytes // (insn_width(cfg) // 8)
+    assert (1 << width) == most_insns
+    assert width < 32 or cfg.dram_addr_width == 32
