@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .orientation import profile_entry
+from .model_figures import accelerator_figures, rtl_figures
 
 __all__ = ["TARGETS", "run_efficientnet_bench"]
 
@@ -122,25 +122,12 @@ def run_efficientnet_bench(config: str = "default", rtl_image: bool = False,
         "photos": per_photo,
         "float_top1_unambiguous": None if not counted else round(right / counted, 4),
         "int8_agreement": round(agreement, 4),
-        "macs": macs,
-        "accel_macs": profile.accel_macs,
-        "accel_mac_fraction": round(profile.accel_macs / macs, 4),
-        "accel_programs": sum(1 for r in profile.layers if r.device == "accel"),
-        "host_bytes": host,
-        "io_bytes": io_bytes,
-        "host_bytes_ratio": None if host is None else round(host / io_bytes, 3),
-        "cpu_operators": list(compiled.cpu_operators),
         "compile_seconds": round(t_compile, 3),
         "float_seconds": round(t_float, 3),
         "int8_seconds": round(t_int8, 3),
-        "fsim": profile_entry(profile),
-    }
+    } | accelerator_figures(profile, compiled.cpu_operators, macs, io_bytes)
     if rtl_image:
-        t0 = time.perf_counter()
-        rtl = profile_program(program, {"image": test[:1]}, get_device("rtl"))
-        result["rtl"] = profile_entry(rtl) | {
-            "seconds": round(time.perf_counter() - t0, 3),
-            "matches_fsim": bool(np.array_equal(np.asarray(rtl.output), out))}
+        result["rtl"] = rtl_figures(program, {"image": test[:1]}, out)
     result["meets_target"] = bool(
         agreement >= TARGETS["int8_agreement"]
         and right == counted

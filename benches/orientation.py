@@ -32,24 +32,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TARGETS", "profile_entry", "run_orientation_bench"]
+from .model_figures import accelerator_figures, rtl_figures
+
+__all__ = ["TARGETS", "run_orientation_bench"]
 
 #: Targets of the benchmark (issue 30).
 TARGETS = {"float_accuracy": 0.90, "accuracy_drop": 0.01, "accel_mac_fraction": 0.99,
            "host_bytes_ratio": 2.0}
-
-
-def profile_entry(profile: Any) -> dict[str, Any]:
-    """A run's total cycles and utilization, and per accelerator program its source
-    node names, cycles, MACs and utilization."""
-    return {"total_cycles": profile.total_cycles,
-            "utilization": None if profile.utilization is None
-            else round(profile.utilization, 4),
-            "layers": [{"node": r.name if hasattr(r, "name") else r.op, "op": r.op,
-                        "cycles": r.cycles, "macs": r.macs,
-                        "utilization": None if r.utilization is None
-                        else round(r.utilization, 4)}
-                       for r in profile.layers if r.device == "accel"]}
 
 
 def run_orientation_bench(images: int = 500, config: str = "default",
@@ -125,25 +114,12 @@ def run_orientation_bench(images: int = 500, config: str = "default",
         "int8_accuracy": round(int8_acc, 4),
         "accuracy_drop": round(float_acc - int8_acc, 4),
         "agreement": round(float((int8_pred == float_pred).mean()), 4),
-        "macs": macs,
-        "accel_macs": profile.accel_macs,
-        "accel_mac_fraction": round(profile.accel_macs / macs, 4),
-        "accel_programs": sum(1 for r in profile.layers if r.device == "accel"),
-        "host_bytes": host,
-        "io_bytes": io_bytes,
-        "host_bytes_ratio": None if host is None else round(host / io_bytes, 3),
-        "cpu_operators": list(compiled.cpu_operators),
         "compile_seconds": round(t_compile, 3),
         "float_seconds": round(t_float, 3),
         "int8_seconds": round(t_int8, 3),
-        "fsim": profile_entry(profile),
-    }
+    } | accelerator_figures(profile, compiled.cpu_operators, macs, io_bytes)
     if rtl_image:
-        t0 = time.perf_counter()
-        rtl = profile_program(program, {"x": test.images[:1]}, get_device("rtl"))
-        result["rtl"] = profile_entry(rtl) | {
-            "seconds": round(time.perf_counter() - t0, 3),
-            "matches_fsim": bool(np.array_equal(np.asarray(rtl.output), out))}
+        result["rtl"] = rtl_figures(program, {"x": test.images[:1]}, out)
     result["meets_target"] = bool(
         float_acc >= TARGETS["float_accuracy"]
         and float_acc - int8_acc <= TARGETS["accuracy_drop"]
