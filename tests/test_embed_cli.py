@@ -1,4 +1,5 @@
-"""``tensorfab embed``: a sentence past the largest bucket is one line naming the limit;
+"""``tensorfab embed``: a sentence past the largest bucket or not UTF-8 is one line naming
+the limit or the byte; an empty sentence and mixed lengths tokenize into their buckets;
 the embeddings' norms and cosine matrix (slow: compiles or loads the 16-token bucket)."""
 
 from __future__ import annotations
@@ -17,6 +18,25 @@ def test_a_too_long_sentence_is_one_line(capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "302 tokens" in err and "largest bucket takes 128" in err
+
+
+def test_text_that_is_not_utf8_is_one_line(capsys) -> None:
+    # what Python makes of the argument bytes b"caf\xe9 au lait" (Latin-1, not UTF-8)
+    arg = b"caf\xe9 au lait".decode("utf-8", "surrogateescape")
+    assert main(["embed", arg]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "not valid UTF-8" in err and "byte 0xe9 at character 3" in err
+
+
+def test_an_empty_sentence_is_cls_and_sep() -> None:
+    from tensorfab.models.minilm import bucket_length, tokenize
+
+    t = tokenize("")
+    assert len(t) == 2 and bucket_length(len(t)) == 16  # [CLS] [SEP], the first bucket
+    # a batch of mixed lengths: each sentence in its own bucket
+    assert [bucket_length(len(tokenize(s))) for s in ("hi", "word " * 20, "word " * 100)] == [
+        16, 32, 112]
 
 
 @pytest.mark.slow

@@ -125,10 +125,19 @@ def tokenize(text: str, max_tokens: int = MAX_TOKENS) -> Tokens:
     Raises
     ------
     MiniLmError
-        More than ``max_tokens`` tokens (the message gives the count and the limit).
+        More than ``max_tokens`` tokens (the message gives the count and the limit), or
+        text that is not valid UTF-8 (bytes a command line could not decode arrive as
+        lone surrogates; the message names the byte and where).
     """
     if not isinstance(text, str):
         raise MiniLmError(f"a sentence must be text, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = ord(text[e.start])
+        what = f"byte 0x{bad - 0xDC00:02x}" if 0xDC80 <= bad <= 0xDCFF else f"U+{bad:04X}"
+        raise MiniLmError(f"sentence {text[:40]!r} is not valid UTF-8 text ({what} at "
+                          f"character {e.start})") from None
     ids = np.asarray(_tokenizer().encode(text).ids, np.int64)
     if ids.size > max_tokens:
         raise MiniLmError(f"sentence {text[:40]!r}... has {ids.size} tokens; the largest "
