@@ -281,21 +281,26 @@ class MiniLmEmbedder:
             self._loaded[seq] = ResidentModel(self.bucket(seq).program, self._device)
         return self._loaded[seq]
 
-    def embed_one(self, text: str, bucket: int | None = None) -> tuple[np.ndarray, SentenceRun]:
-        """The embedding of ``text`` (384 floats) and its :class:`SentenceRun`;
-        ``bucket`` overrides the bucket length (at least the token count)."""
-        from tensorfab.runtime.profiling import profile_program
-
+    def _sentence(self, text: str, bucket: int | None) -> tuple[Tokens, int, Any,
+                                                                 dict[str, np.ndarray]]:
+        """``text``'s tokens, its bucket length (``bucket`` or its token count rounded
+        up), the bucket's loaded model and the padded feeds."""
         tokens = tokenize(text, MAX_TOKENS)
         seq = bucket if bucket is not None else bucket_length(len(tokens))
         if seq < len(tokens):
             raise MiniLmError(f"bucket {seq} is shorter than the sentence's {len(tokens)} "
                               "tokens")
-        model = self._model(seq)
         ids, mask = tokens.padded(seq)
+        return tokens, seq, self._model(seq), {"input_ids": ids, "attention_mask": mask}
+
+    def embed_one(self, text: str, bucket: int | None = None) -> tuple[np.ndarray, SentenceRun]:
+        """The embedding of ``text`` (384 floats) and its :class:`SentenceRun`;
+        ``bucket`` overrides the bucket length (at least the token count)."""
+        from tensorfab.runtime.profiling import profile_program
+
+        tokens, seq, model, feeds = self._sentence(text, bucket)
         t0 = time.perf_counter()
-        profile = profile_program(model.program, {"input_ids": ids, "attention_mask": mask},
-                                  self._device, resident=model)
+        profile = profile_program(model.program, feeds, self._device, resident=model)
         seconds = time.perf_counter() - t0
         accel = [r for r in profile.layers if r.device == "accel"]
         cycles = profile.total_cycles
@@ -319,18 +324,12 @@ class MiniLmEmbedder:
         from tensorfab.runtime.vm import VirtualMachine, overlap_seconds, vm_trace
         from tensorfab.runtime.vm_build import build_executable
 
-        tokens = tokenize(text, MAX_TOKENS)
-        seq = bucket if bucket is not None else bucket_length(len(tokens))
-        if seq < len(tokens):
-            raise MiniLmError(f"bucket {seq} is shorter than the sentence's {len(tokens)} "
-                              "tokens")
-        model = self._model(seq)
-        ids, mask = tokens.padded(seq)
+        _, seq, model, feeds = self._sentence(text, bucket)
         executable = (build_executable(model.program, order=overlap_order(model.program))
                       if overlap else load_executable(self.bucket(seq).path, model.program))
         with VirtualMachine(model, executable) as vm:
             t0 = time.perf_counter()
-            out = vm.run({"input_ids": ids, "attention_mask": mask})
+            out = vm.run(feeds)
             seconds = time.perf_counter() - t0
             timeline = vm.timeline
         track = {k: [(s.start, s.end) for s in timeline if s.track == k]
