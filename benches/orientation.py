@@ -103,7 +103,6 @@ def run_orientation_bench(images: int = 500, config: str = "default",
     macs = onnx_macs(onnx.load(str(path)), {"x": shape})
     out = np.asarray(profile.output)
     io_bytes = int(test.images[:1].nbytes + out.nbytes)
-    host = None if profile.host_traffic is None else profile.host_traffic.total
     float_acc = float((float_pred == test.labels).mean())
     int8_acc = float((int8_pred == test.labels).mean())
     result: dict[str, Any] = {
@@ -124,7 +123,8 @@ def run_orientation_bench(images: int = 500, config: str = "default",
         float_acc >= TARGETS["float_accuracy"]
         and float_acc - int8_acc <= TARGETS["accuracy_drop"]
         and result["accel_mac_fraction"] >= TARGETS["accel_mac_fraction"]
-        and host is not None and host <= TARGETS["host_bytes_ratio"] * io_bytes)
+        and result["host_bytes"] is not None
+        and result["host_bytes"] <= TARGETS["host_bytes_ratio"] * io_bytes)
     return result
 
 
