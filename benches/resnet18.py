@@ -67,6 +67,7 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     from tensorfab.compiler.graph import Call, accel, post_order
     from tensorfab.compiler.graph.accel_lowering import (
         accel_chain_macs,
+        is_model_mac_layer,
         lower_accelerator_chains,
         with_macs,
     )
@@ -124,9 +125,10 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     accel_macs = profile.accel_macs  # the compiler's count per program (no padding)
     total_cycles = sum(int(r.cycles or 0) for r in runs)
     # programs in execution order: the MAC layers' kinds in the model's order (the
-    # classifier last), residual adds (with --separate-adds) apart
+    # classifier last), residual adds (with --separate-adds) and the global average
+    # pooling apart
     kinds = ["conv" if layer.op == "qnn.conv2d_integer" else "dense" for layer in layers]
-    mac_runs = [r for r in runs if not r.op.startswith("add_q31")]
+    mac_runs = [r for r in runs if is_model_mac_layer(r.op)]
     per_layer: dict[str, dict[str, Any]] = {}
     conv_runs = []
     for i, (r, kind) in enumerate(zip(mac_runs, kinds, strict=True), 1):
@@ -140,6 +142,10 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     for i, r in enumerate((r for r in runs if r.op.startswith("add_q31")), 1):
         per_layer[f"add{i}"] = {"macs": r.macs, "cycles": int(r.cycles or 0),
                                 "utilization": None, "fused_residual": False}
+    for i, r in enumerate((r for r in runs if not is_model_mac_layer(r.op)
+                           and not r.op.startswith("add_q31")), 1):
+        per_layer[f"{r.op.split()[0]}{i}"] = {"macs": r.macs, "cycles": int(r.cycles or 0),
+                                              "utilization": None, "fused_residual": False}
     conv_cycles = sum(int(r.cycles or 0) for r in conv_runs)
     conv_util = sum(r.macs or 0 for r in conv_runs) / (conv_cycles * peak) \
         if conv_cycles else None

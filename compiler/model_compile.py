@@ -213,6 +213,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     from .graph.fixed_point import fixed_point_requantize
     from .graph.layout_planning import pack_accel_layouts
     from .graph.lower_runtime import lower_to_runtime
+    from .graph.mobile_activations import fold_hard_sigmoid, recognize_hard_swish
     from .graph.partitioning import annotate_accelerator
     from .graph.planning import plan_devices
     from .graph.ptq import quantize_graph
@@ -228,7 +229,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     say("importing the ONNX model")
     prepared = load_onnx(model)
     where = prepared.where
-    fn = fold_constants(fold_batch_norm(from_onnx(prepared, input_shapes)))
+    fn = fold_constants(fold_hard_sigmoid(recognize_hard_swish(
+        fold_batch_norm(from_onnx(prepared, input_shapes)))))
     if cfg is not None:
         symbolic = _symbolic_inputs(fn)
         if symbolic:

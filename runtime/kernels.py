@@ -740,6 +740,38 @@ def add_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return alu_apply(AluOp.CLIP, y, 127).astype(np.int8)
 
 
+def _to_int8(v: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    """An int8 vector operator's output scale on int32 values ``v`` (SHL left_shift, the
+    Q31 multiplier, + zero_point, CLIP), with the functional simulator's ALU."""
+    v = alu_apply(AluOp.SHL, v, attrs["left_shift"])
+    y = alu_apply(AluOp.ADD, _scale_q31(v, attrs["multiplier"], attrs["shift"]),
+                  attrs["zero_point"])
+    return alu_apply(AluOp.CLIP, y, 127).astype(np.int8)
+
+
+@kernel("qnn.hard_swish_q31")
+def hard_swish_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """int8 hard-swish with the functional simulator's ALU (see the op's doc)."""
+    x = inputs[0].astype(np.int32)
+    t = alu_apply(AluOp.ADD, alu_apply(AluOp.SHL, x, attrs["t_shift"]), attrs["offset"])
+    t = alu_apply(AluOp.MIN, alu_apply(AluOp.MAX, t, 0), attrs["upper"])
+    return _to_int8(alu_apply(AluOp.MUL, x, t), attrs)
+
+
+@kernel("qnn.mul_q31")
+def mul_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """int8 multiply with the functional simulator's ALU (see the op's doc)."""
+    a, b = np.broadcast_arrays(*(x.astype(np.int32) for x in inputs))
+    return _to_int8(alu_apply(AluOp.MUL, a, b), attrs)
+
+
+@kernel("qnn.global_avg_pool_q31")
+def global_avg_pool_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """int8 global average pooling with the accelerator's arithmetic (see the op's doc)."""
+    total = inputs[0].astype(np.int64).sum(axis=(2, 3), keepdims=True)
+    return _to_int8(total.astype(np.int32), attrs)
+
+
 def segment_operand(program: Any, name: str, value: Any, what: str) -> np.ndarray:
     """``value`` as the array written to segment ``name`` of ``program`` (a
     :class:`~tensorfab.isa.Program`).

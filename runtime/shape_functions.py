@@ -37,14 +37,15 @@ def _register(*names: str) -> Callable[[ShapeFunction], ShapeFunction]:
 @_register("relu", "negative", "identity", "on_device", "device_copy", "leaky_relu",
            "hard_sigmoid", "hard_swish", "clip", "cast", "erf", "exp", "sqrt", "tanh",
            "sigmoid", "nn.softmax", "nn.layer_norm", "nn.lrn", "qnn.quantize",
-           "qnn.dequantize", "qnn.requantize", "qnn.requantize_fixed", "qnn.requantize_q31")
+           "qnn.dequantize", "qnn.requantize", "qnn.requantize_fixed", "qnn.requantize_q31",
+           "qnn.hard_swish_q31")
 def _same(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     """Elementwise on its first input: the same shape."""
     return tuple(shapes[0])
 
 
 @_register("add", "subtract", "multiply", "divide", "power", "maximum", "minimum",
-           "qnn.add_q31", "where", "less")
+           "qnn.add_q31", "qnn.mul_q31", "where", "less")
 def _broadcast(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     """numpy broadcasting of every input."""
     return tuple(np.broadcast_shapes(*shapes))
@@ -107,6 +108,13 @@ def _global_pool(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     """Spatial dims kept as 1."""
     x = shapes[0]
     return (*x[:2], *(1 for _ in x[2:]))
+
+
+@_register("qnn.global_avg_pool_q31")
+def _global_pool_blocked(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
+    """Axes 2 and 3 kept as 1 (NCHW or a blocked NCHW{n}n{c}c)."""
+    x = shapes[0]
+    return (*x[:2], 1, 1, *x[4:])
 
 
 @_register("nn.batch_norm")

@@ -28,6 +28,7 @@ from .channel_affine_as_conv import is_channel_affine
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, post_order
 from .layout_planning import conv_output_layout, hw_config_of
+from .partitioning import ACCEL_ACTIVATIONS
 from .rewrite import call_readers, rebuild, rewrite
 from .types import GraphError
 
@@ -226,6 +227,57 @@ def _compile_residual_add(nodes: list[Call]) -> Call:
                 source_names(nodes))
 
 
+def _compile_activation(node: Call) -> Call:
+    """One ``accel.program`` for an integer operator with a vector program
+    (:data:`~.partitioning.ACCEL_ACTIVATIONS`): ``qnn.hard_swish_q31``
+    (:func:`~tensorfab.compiler.tensor.hard_swish.hard_swish_program`),
+    ``qnn.global_avg_pool_q31`` (:func:`~tensorfab.compiler.tensor.global_pool.
+    global_avg_pool_program`) or a channel-wise ``qnn.mul_q31``
+    (:func:`~tensorfab.compiler.tensor.channel_scale.channel_scale_program`, the
+    per-channel operand to segment ``s``); input segment ``x``."""
+    from tensorfab.compiler.tensor.channel_scale import channel_scale_program
+    from tensorfab.compiler.tensor.global_pool import global_avg_pool_program
+    from tensorfab.compiler.tensor.hard_swish import hard_swish_program
+
+    from .partitioning import channel_scale_operands
+
+    dev = node.virtual_device
+    cfg = hw_config_of(dev)
+    x = node.args[0]
+    shape = tuple(infer_types(x).shape)  # type: ignore[union-attr]
+    extra: list[Expr] = []
+    attrs: dict[str, Any] = {"input_segment": "x"}
+    if node.op == "qnn.hard_swish_q31":
+        program, layer = hard_swish_program(cfg, shape, node.attrs), "hard_swish"
+    elif node.op == "qnn.global_avg_pool_q31":
+        program, layer = global_avg_pool_program(cfg, shape, node.attrs), "global_avg_pool"
+    else:
+        operands = channel_scale_operands(node)
+        if operands is None:
+            raise AcceleratorLoweringError(f"{node.op}: not a channel-wise scale")
+        x, s = operands
+        shape = tuple(infer_types(x).shape)  # type: ignore[union-attr]
+        program, layer = channel_scale_program(cfg, shape, node.attrs), "mul_q31"
+        extra, attrs["extra_input_segment"] = [s], "s"
+    blob = np.frombuffer(program.to_bytes(), np.uint8).copy()
+    out_shape = tuple(infer_types(node).shape)  # type: ignore[union-attr]
+    return Call(ACCEL_PROGRAM, [x, Constant(blob, dev), *extra],
+                {"out_shape": out_shape, "layer": layer, **attrs,
+                 "estimated_cycles": estimated_cycles(program.insns, cfg)}, dev,
+                source_names([node]))
+
+
+#: Layers (the ``layer`` attribute's first word) of programs that do no multiply-
+#: accumulate of the model: an identity GEMM moves their operands into the accumulators.
+NO_MODEL_MACS = ("add_q31", "hard_swish", "global_avg_pool", "mul_q31")
+
+
+def is_model_mac_layer(layer: str) -> bool:
+    """Whether an ``accel.program`` of this ``layer`` attribute computes MACs of the
+    model (a convolution or dense layer), not a vector program (:data:`NO_MODEL_MACS`)."""
+    return not str(layer).startswith(NO_MODEL_MACS)
+
+
 def accel_chain_macs(planned: Function) -> list[int]:
     """The multiply-accumulates of each accelerator convolution of a planned program
     (before blocked layouts pad the channels), in the post order of the ends of their
@@ -252,13 +304,12 @@ def accel_chain_macs(planned: Function) -> list[int]:
 def with_macs(fn: Function, macs: list[int]) -> Function:
     """``fn`` with each ``accel.program`` call (in post order, one per accelerator
     convolution, ``macs`` from :func:`accel_chain_macs`) given its layer's unpadded
-    MACs, and each residual-add program 0 (its identity GEMM multiplies no weight of
-    the model)."""
+    MACs, and each residual-add or activation program 0 (:data:`NO_MODEL_MACS`)."""
     left = iter(macs)
 
     def rule(e, _old):  # type: ignore[no-untyped-def]
         if isinstance(e, Call) and e.op == ACCEL_PROGRAM:
-            if str(e.attrs.get("layer", "")).startswith("add_q31"):  # no MACs of the model
+            if not is_model_mac_layer(e.attrs.get("layer", "")):
                 return Call(e.op, e.args, {**e.attrs, "macs": 0}, e.virtual_device, e.name)
             m = next(left, None)
             if m is None:
@@ -290,6 +341,9 @@ def lower_accelerator_chains(fn: Function, schedules: ScheduleSource | None = No
         rebuilt = rebuild(node, new)
         if (isinstance(node, Call) and node.virtual_device is not None
                 and node.virtual_device.kind == "accel"):
+            if node.op in ACCEL_ACTIVATIONS:
+                new[id(node)] = _compile_activation(rebuilt)  # type: ignore[arg-type]
+                continue
             adds = _residual_add_from(node, readers)
             if adds is not None:
                 new[id(node)] = _compile_residual_add(

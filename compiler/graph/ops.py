@@ -905,6 +905,68 @@ def _add_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     return TensorType(broadcast_shapes(a.shape, b.shape), "int8")
 
 
+@register("qnn.hard_swish_q31", 1, {"t_shift": 0, "offset": REQUIRED, "upper": REQUIRED,
+                                    "left_shift": 0, "multiplier": REQUIRED,
+                                    "shift": REQUIRED, "zero_point": 0},
+          "int8 hard-swish x·relu6(x + 3)/6 with the accelerator's ALU arithmetic: t = "
+          "min(max(SHL(x, t_shift) + offset, 0), upper) (offset and upper are 3 and 6 in "
+          "units of x's step / 2^t_shift), "
+          "p = x·t (int32), SHL left_shift, scaled by the Q31 multiplier (SHL max(shift, "
+          "0), MULHI, SHR_RND max(-shift, 0)), + zero_point, clipped to int8")
+def _hard_swish_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _want_dtype(x, ("int8",), "the input")
+    if not 0 <= attrs["t_shift"] <= 16:
+        raise _fail(f"t_shift {attrs['t_shift']} outside 0..16")
+    if not 0 <= attrs["offset"] <= attrs["upper"] <= 32767:
+        raise _fail(f"offset {attrs['offset']} and upper {attrs['upper']} must satisfy "
+                    "0 <= offset <= upper <= 32767 (16-bit ALU immediates)")
+    _check_output_scale(attrs, 128 * attrs["upper"])
+    return x
+
+
+def _check_output_scale(attrs: Mapping[str, Any], largest: int) -> None:
+    """The checks of an int8 vector operator's output scale (``left_shift``,
+    ``multiplier``, ``shift``, ``zero_point``) for values up to ``largest`` in
+    magnitude."""
+    m, e, left = attrs["multiplier"], attrs["shift"], attrs["left_shift"]
+    if not 0 <= m < 1 << 31 or not -31 <= e <= 30:
+        raise _fail(f"multiplier {m} must be in 0..2^31-1 and shift {e} in -31..30")
+    if not 0 <= left <= 30 or largest << max(left + max(e, 0), 0) >= 1 << 31:
+        raise _fail(f"left_shift {left} (with shift {e}) lets values up to {largest} "
+                    "overflow 32 bits")
+    if not -128 <= attrs["zero_point"] <= 127:
+        raise _fail(f"zero_point {attrs['zero_point']} outside -128..127")
+
+
+@register("qnn.mul_q31", 2, {"left_shift": 0, "multiplier": REQUIRED, "shift": REQUIRED,
+                             "zero_point": 0},
+          "int8 · int8 to int8 (numpy broadcasting; squeeze-excite's channel-wise scale), "
+          "with the accelerator's ALU arithmetic: the int32 product, SHL left_shift, "
+          "scaled by the Q31 multiplier (SHL max(shift, 0), MULHI, SHR_RND max(-shift, "
+          "0)), + zero_point, clipped to int8")
+def _mul_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    a, b = _t(types, 0), _t(types, 1)
+    _want_dtype(a, ("int8",), "operand a")
+    _want_dtype(b, ("int8",), "operand b")
+    _check_output_scale(attrs, 128 * 128)
+    return TensorType(broadcast_shapes(a.shape, b.shape), "int8")
+
+
+@register("qnn.global_avg_pool_q31", 1, {"left_shift": 0, "multiplier": REQUIRED,
+                                         "shift": REQUIRED, "zero_point": 0},
+          "int8 global average pooling with the accelerator's arithmetic: the int32 sum "
+          "over axes 2 and 3 (NCHW, or a blocked NCHW{n}n{c}c), SHL left_shift, scaled by "
+          "the Q31 multiplier (1 / (H·W) and the scales), + zero_point, clipped to int8")
+def _global_avg_pool_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _want_dtype(x, ("int8",), "the input")
+    if x.ndim not in (4, 6):
+        raise _fail(f"the input is {x}; expected NCHW or a blocked NCHW{{n}}n{{c}}c")
+    _check_output_scale(attrs, 128 * int(x.shape[2]) * int(x.shape[3]))
+    return TensorType((*x.shape[:2], 1, 1, *x.shape[4:]), "int8")
+
+
 @register(ACCEL_PROGRAM, ACCEL_PROGRAM_ARGS,
           {a.name: REQUIRED if a.required else a.default for a in ACCEL_PROGRAM_ATTRS},
           ACCEL_PROGRAM_DOC)

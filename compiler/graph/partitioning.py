@@ -11,6 +11,11 @@ node in ``on_device(..., accel)`` and each of the chain's computed inputs in
 ``on_device(..., cpu)``, so that :func:`~tensorfab.compiler.graph.planning.plan_devices`
 puts exactly the chains on the accelerator and copies data at their borders.
 
+Integer operators with a vector program of their own (``qnn.hard_swish_q31``,
+``qnn.global_avg_pool_q31``, squeeze-excite's channel-wise ``qnn.mul_q31``) go to the
+accelerator whenever the config can run them (:func:`activation_chains`), so that the
+activations around them stay in device memory.
+
 Residual adds (``qnn.add_q31`` of two same-shape int8 activations, with the ``relu``
 that is its only reader) go to the accelerator by ``residual_adds``: ``"cpu"`` (none),
 ``"accel"`` (all), ``"auto"`` (each where
@@ -207,6 +212,49 @@ def residual_add_chains(fn: Function, device: VirtualDevice, residual_adds: str 
     return chains
 
 
+#: Integer operators the accelerator runs as vector programs of their own
+#: (:mod:`tensorfab.compiler.tensor.hard_swish`, :mod:`~tensorfab.compiler.tensor.
+#: global_pool`, :mod:`~tensorfab.compiler.tensor.channel_scale`), on 4-D tensors.
+ACCEL_ACTIVATIONS = frozenset({"qnn.hard_swish_q31", "qnn.global_avg_pool_q31",
+                               "qnn.mul_q31"})
+
+
+def channel_scale_operands(e: Call) -> tuple[Expr, Expr] | None:
+    """``(x, s)`` when ``e`` (a ``qnn.mul_q31``) multiplies an ``N×C×H×W`` activation by
+    an ``N×C×1×1`` one (either order; or the same in a blocked layout), else None."""
+    if len(e.args) != 2 or any(isinstance(a, Constant) for a in e.args):
+        return None
+    shapes = [tuple(infer_types(a).shape) for a in e.args]  # type: ignore[union-attr]
+    if any(len(s) not in (4, 6) for s in shapes):
+        return None
+    (a, b), (sa, sb) = e.args, shapes
+    for x, s, sx, ss in ((a, b, sa, sb), (b, a, sb, sa)):
+        if ss == (*sx[:2], 1, 1, *sx[4:]):
+            return x, s
+    return None
+
+
+def activation_chains(fn: Function, cfg: HwConfig) -> list[list[Call]]:
+    """``[op]`` for each integer operator of :data:`ACCEL_ACTIVATIONS` on 4-D tensors (a
+    ``qnn.mul_q31`` only as a channel-wise scale, :func:`channel_scale_operands`), when
+    ``cfg`` has ``block_in == block_out``, 8-bit inputs and 32-bit accumulators (what
+    their programs need)."""
+    if cfg.block_in != cfg.block_out or cfg.inp_width != 8 or cfg.acc_width != 32:
+        return []
+    infer_types(fn)
+    chains = []
+    for e in post_order(fn):
+        if not (isinstance(e, Call) and e.op in ACCEL_ACTIVATIONS):
+            continue
+        if e.op == "qnn.mul_q31":
+            if channel_scale_operands(e) is not None:
+                chains.append([e])
+        elif not isinstance(e.args[0], Constant) and \
+                len(e.args[0].checked_type.shape) == 4:  # type: ignore[union-attr]
+            chains.append([e])
+    return chains
+
+
 def annotate_accelerator(fn: Function, device: VirtualDevice,
                          default: VirtualDevice = CPU, *, residual_adds: str = "cpu",
                          link_bytes_per_second: float | None = None) -> Function:
@@ -217,6 +265,7 @@ def annotate_accelerator(fn: Function, device: VirtualDevice,
 
     chains = accelerator_chains(fn, hw_config_of(device))
     chains += residual_add_chains(fn, device, residual_adds, link_bytes_per_second)
+    chains += activation_chains(fn, hw_config_of(device))
     members = {id(e) for chain in chains for e in chain}
     ends = {id(chain[-1]) for chain in chains}
     inputs = {id(a) for chain in chains for e in chain for a in e.args

@@ -22,7 +22,11 @@ apply unchanged:
   int8 after lowering;
 * an ``add`` of two quantized activations (a residual connection) gets an observed
   output scale (after a ``relu`` that is its only reader), so that it lowers to the
-  integer ``qnn.add_q31``.
+  integer ``qnn.add_q31``;
+* a ``hard_swish`` or ``nn.global_avg_pool2d`` of a quantized activation, and a
+  ``multiply`` of two (squeeze-excite's channel-wise scale), get an observed output
+  scale, so that they lower to the integer ``qnn.hard_swish_q31``,
+  ``qnn.global_avg_pool_q31`` and ``qnn.mul_q31``.
 
 Five options serve transformers (all off by default, as CNNs want):
 
@@ -198,6 +202,11 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
         elif (isinstance(e, Call) and e.op in SCALE_COMMUTING and e.args
               and id(e.args[0]) in source):
             source[id(e)] = source[id(e.args[0])]
+        elif _rectifier(e) and source.get(id(e.args[0])) is e:  # type: ignore[union-attr]
+            source[id(e)] = e  # a ReLU6 clip observed in its producer's place
+        elif isinstance(e, Call) and e.op in INT8_ACTIVATIONS and all(
+                id(a) in source or id(a) in linear_inputs for a in e.args):
+            source[id(e)] = e
     for lin in linears:
         source.setdefault(id(lin.args[0]), lin.args[0])
     for mm in act_mms:
@@ -281,6 +290,11 @@ def _rectifier(e: Expr) -> bool:
     the int8 clip it lowers to is exact, :func:`~.qdq_lowering.lower_qdq`)."""
     return isinstance(e, Call) and (e.op == "relu" or (
         e.op == "clip" and float(e.attrs["a_min"]) == 0.0 and float(e.attrs["a_max"]) > 0))
+
+
+#: Float activations that get an observed output scale when their input is quantized,
+#: so that they lower to integer operators (:func:`~.qdq_lowering.lower_qdq`).
+INT8_ACTIVATIONS = frozenset({"hard_swish", "nn.global_avg_pool2d", "multiply"})
 
 
 def _residual_add(e: Expr, quantized: Set[int]) -> bool:

@@ -12,6 +12,12 @@ operators with the same meaning (as onnxruntime's QDQ fusion into QLinearConv do
   (relu, max pooling, flatten, reshape, transpose, identity) → ``op(x)`` when
   ``s_x == s_y``, else ``requantize(op(int32(x)), s_x / s_y)``;
 * ``quantize(dq(x, s_x), s_y)`` → ``x`` or ``requantize(int32(x), s_x / s_y)``;
+* ``quantize(hard_swish(dq(x, s_x)), s_y)`` → ``qnn.hard_swish_q31(x)`` (3 and 6 in
+  ``x``'s steps, the product ``x · relu6(x + 3)`` scaled by ``s_x² / 6 s_y``);
+* ``quantize(global_avg_pool2d(dq(x, s_x)), s_y)`` → ``qnn.global_avg_pool_q31(x)``
+  (the int32 sum scaled by ``s_x / (H·W·s_y)``); ``quantize(multiply(dq(a, s_a),
+  dq(b, s_b)), s_y)`` of two int8 activations → ``qnn.mul_q31(a, b)`` (the product
+  scaled by ``s_a · s_b / s_y``);
 * ``quantize(clip(dq(x, s), lo, hi), s)`` (ReLU6 after a convolution) → the int8
   ``clip(x, round(lo/s), round(hi/s))``;
 * ``quantize(matmul(dq(a, s_a), dq(b, s_b)), s_y)`` of two int8 activations (attention's
@@ -134,6 +140,12 @@ def lower_qdq(fn: Function) -> Function:
         if isinstance(x, Call) and x.op in ("nn.conv2d", "matmul"):
             return (_lower_linear(e, x, bias, ys, e.args[0].name)
                     or (_lower_activation_matmul(x, ys) if bias is None else None) or e)
+        if bias is None and isinstance(x, Call) and x.op == "hard_swish":
+            return _lower_hard_swish(x, ys) or e
+        if bias is None and isinstance(x, Call) and x.op == "nn.global_avg_pool2d":
+            return _lower_global_avg_pool(x, ys) or e
+        if bias is None and isinstance(x, Call) and x.op == "multiply":
+            return _lower_multiply(x, ys) or e
         if bias is None and isinstance(x, Call) and x.op == "clip":
             return _lower_clip(x, ys) or e
         if bias is None and isinstance(x, Call) and x.op in SCALE_COMMUTING:
@@ -163,6 +175,51 @@ def _lower_clip(clip: Call, ys: np.ndarray) -> Expr | None:
     lo, hi = (int(np.clip(np.rint(np.float32(clip.attrs[k]) / s.reshape(())), -128, 127))
               for k in ("a_min", "a_max"))
     return Call("clip", [q], {"a_min": lo, "a_max": hi}, clip.virtual_device, clip.name)
+
+
+def _lower_hard_swish(hs: Call, ys: np.ndarray) -> Expr | None:
+    """``qnn.hard_swish_q31(x)`` for ``hard_swish(dq(x, s))`` of an int8 per-tensor
+    ``x`` (:func:`~tensorfab.compiler.tensor.hard_swish.hard_swish_attrs`)."""
+    from tensorfab.compiler.tensor.hard_swish import hard_swish_attrs
+
+    dq = _dequantized(hs.args[0])
+    if dq is None or dq[1].size != 1 or dq[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
+        return None
+    attrs = hard_swish_attrs(float(dq[1].reshape(())), float(ys.reshape(())))
+    if attrs is None:
+        return None
+    return Call("qnn.hard_swish_q31", [dq[0]], attrs, hs.virtual_device, hs.name)
+
+
+def _lower_global_avg_pool(pool: Call, ys: np.ndarray) -> Expr | None:
+    """``qnn.global_avg_pool_q31(x)`` for ``global_avg_pool2d(dq(x, s))`` of an int8
+    per-tensor NCHW ``x``
+    (:func:`~tensorfab.compiler.tensor.global_pool.global_avg_pool_attrs`)."""
+    from tensorfab.compiler.tensor.global_pool import global_avg_pool_attrs
+
+    dq = _dequantized(pool.args[0])
+    if dq is None or dq[1].size != 1 or dq[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
+        return None
+    shape = dq[0].checked_type.shape  # type: ignore[union-attr]
+    if len(shape) != 4:
+        return None
+    attrs = global_avg_pool_attrs(float(dq[1].reshape(())), float(ys.reshape(())),
+                                  int(shape[2]) * int(shape[3]))
+    return Call("qnn.global_avg_pool_q31", [dq[0]], attrs, pool.virtual_device, pool.name)
+
+
+def _lower_multiply(mul: Call, ys: np.ndarray) -> Expr | None:
+    """``qnn.mul_q31(a, b)`` for ``multiply(dq(a), dq(b))`` of two int8 per-tensor
+    activations (:func:`~tensorfab.compiler.tensor.channel_scale.mul_attrs`)."""
+    from tensorfab.compiler.tensor.channel_scale import mul_attrs
+
+    operands = [_dequantized(a) for a in mul.args]
+    if any(d is None or isinstance(d[0], Constant) or d[1].size != 1
+           or d[0].checked_type.dtype != "int8" for d in operands):  # type: ignore[union-attr]
+        return None
+    (a, sa), (b, sb) = operands  # type: ignore[misc]
+    attrs = mul_attrs(float(sa.reshape(())), float(sb.reshape(())), float(ys.reshape(())))
+    return Call("qnn.mul_q31", [a, b], attrs, mul.virtual_device, mul.name)
 
 
 #: TFLite's left shift of int8 ADD operands (headroom for the scaled sum).

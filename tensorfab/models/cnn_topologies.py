@@ -1,8 +1,9 @@
 """Small seeded versions of standard CNN topologies as ONNX graphs (onnx.helper), for
 checking what the compiler puts on the accelerator: AlexNet's ``groups=2``
 convolutions, ShuffleNet's grouped 1×1 convolutions with a channel shuffle and
-depthwise 3×3, and DenseNet's concatenation followed by a batch norm that cannot fold
-into a convolution.
+depthwise 3×3, DenseNet's concatenation followed by a batch norm that cannot fold
+into a convolution, and MobileNetV3's hard-swish (spelled out as exporters write it)
+and squeeze-excite with hard-sigmoid.
 
 Each builder returns a float model with one input ``x`` (NCHW) and one output ``y``;
 the weights come from ``numpy.random.default_rng(seed)``.
@@ -16,7 +17,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["TOPOLOGIES", "alexnet_groups", "densenet_block", "shufflenet_unit"]
+__all__ = ["TOPOLOGIES", "alexnet_groups", "densenet_block", "mobilenet_v3_block",
+           "shufflenet_unit"]
 
 
 class _Graph:
@@ -53,6 +55,14 @@ class _Graph:
         names = [self.const(f"{name}.{p}", v.astype(np.float32))
                  for p, v in zip(("scale", "bias", "mean", "var"), params, strict=True)]
         return self.node("BatchNormalization", [x, *names], name)
+
+    def hard_swish(self, x: str, name: str) -> str:
+        """``x · clip(x + 3, 0, 6) / 6`` as PyTorch's and Paddle's exporters write it."""
+        three, zero, six = (self.const(f"{name}.{k}", np.array(v, np.float32))
+                            for k, v in (("three", 3.0), ("zero", 0.0), ("six", 6.0)))
+        t = self.node("Clip", [self.node("Add", [x, three], f"{name}.add"), zero, six],
+                      f"{name}.clip")
+        return self.node("Div", [self.node("Mul", [x, t], f"{name}.mul"), six], name)
 
     def model(self, y: str, name: str, shape: tuple[int, ...],
               out_shape: tuple[int, ...]) -> onnx.ModelProto:
@@ -124,9 +134,33 @@ def densenet_block(seed: int = 0, size: int = 16) -> onnx.ModelProto:
                    (1, channels))
 
 
+def mobilenet_v3_block(seed: int = 0, size: int = 16) -> onnx.ModelProto:
+    """MobileNetV3 at small scale: a stride-2 stem with hard-swish, an inverted residual
+    block (1×1 expansion, depthwise 3×3 with hard-swish, squeeze-excite: global average
+    pooling, 1×1 with ReLU, 1×1 with hard-sigmoid, channel-wise multiply; 1×1
+    projection, residual add), global average pooling and a classifier."""
+    g = _Graph(seed)
+    c, e, r = 16, 48, 12
+    x = g.hard_swish(g.conv("x", "stem", 3, c, 3, stride=2, relu=False), "stem.hswish")
+    y = g.conv(x, "expand", c, e, 1)
+    y = g.hard_swish(g.conv(y, "dw", e, e, 3, groups=e, relu=False), "dw.hswish")
+    s = g.node("GlobalAveragePool", [y], "se.pool")
+    s = g.conv(s, "se.reduce", e, r, 1)
+    s = g.node("HardSigmoid", [g.conv(s, "se.expand", r, e, 1, relu=False)], "se.gate",
+               alpha=1.0 / 6.0, beta=0.5)
+    y = g.node("Mul", [y, s], "se.scale")
+    y = g.conv(y, "project", e, c, 1, relu=False)
+    x = g.node("Add", [x, y], "residual")
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "gap")], "flat")
+    w = g.rng.normal(0, 0.2, (c, 10)).astype(np.float32)
+    x = g.node("MatMul", [x, g.const("fc.w", w)], "fc")
+    return g.model(x, "mobilenet_v3_block", (1, 3, size, size), (1, 10))
+
+
 #: The builders by name.
 TOPOLOGIES: dict[str, Callable[..., onnx.ModelProto]] = {
     "alexnet_groups": alexnet_groups,
     "shufflenet_unit": shufflenet_unit,
     "densenet_block": densenet_block,
+    "mobilenet_v3_block": mobilenet_v3_block,
 }

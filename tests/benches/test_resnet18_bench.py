@@ -50,9 +50,10 @@ def _common(r: dict, tmp_path) -> None:
 def test_resnet18_bench_on_rtl_at_32px_fused(tmp_path) -> None:
     r = run_resnet18_bench("rtl", image_size=32, plot=str(tmp_path / "r.png"))
     _common(r, tmp_path)
-    # the eight residual adds fused into the convolutions before them: 20 convolutions
-    # and the classifier, no add program
-    assert r["fused_residual_adds"] == 8 and r["accel_programs"] == 21
+    # the eight residual adds fused into the convolutions before them: 20 convolutions,
+    # the global average pooling and the classifier, no add program
+    assert r["fused_residual_adds"] == 8 and r["accel_programs"] == 22
+    assert r["layers"]["global_avg_pool1"]["macs"] == 0
     assert sum(v["fused_residual"] for v in r["layers"].values()) == 8
     assert r["residual_adds_cpu"]["matches_reference"]
     assert r["residual_adds_accel"]["total_cycles"] == r["total_cycles"]
@@ -65,7 +66,7 @@ def test_resnet18_bench_on_rtl_at_32px_separate_adds(tmp_path) -> None:
     # 20 convolutions and the classifier, plus the residual adds where the partitioner
     # put them on the accelerator (its cost model at 100 MHz: all eight)
     assert r["residual_adds"] == "accel" and r["residual_add_count"] == 8
-    assert r["accel_programs"] == 21 + 8 and r["fused_residual_adds"] == 0
+    assert r["accel_programs"] == 22 + 8 and r["fused_residual_adds"] == 0
     # the other placement ran in the same session, bit-exact too
     on_cpu, on_accel = r["residual_adds_cpu"], r["residual_adds_accel"]
     assert on_cpu["matches_reference"] and on_accel["matches_reference"]

@@ -16,6 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tensorfab.compiler.graph.accel_lowering import is_model_mac_layer
 from tensorfab.compiler.graph.lower_runtime import evaluate
 from tensorfab.compiler.model_compile import CompiledModel, compile_onnx
 from tensorfab.fpga_builds.board_configs import board_config
@@ -100,7 +101,7 @@ def test_compiles_and_runs_bit_exact_on_fsim(name: str, model: str, json_config:
     cfg = config_of(name, json_config)
     result, x = compiled(model, cfg)
     layers = [n for n in result.program.nodes if n.op == "accel.program"
-              and not str(n.attrs.get("layer")).startswith("add_q31")]  # adds aside
+              and is_model_mac_layer(n.attrs.get("layer"))]  # adds and pooling aside
     assert len(layers) == ACCEL_LAYERS[model] and not result.cpu_convolutions
     want = evaluate(result.integer_function, [x])
     assert np.ptp(want) > 0

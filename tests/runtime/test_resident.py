@@ -62,10 +62,11 @@ def test_plan_keeps_chained_activations_on_the_device_without_overlap(chain) -> 
     program, _ = chain
     plan = plan_memory(program)
     accel = _accel_nodes(program)
-    assert list(plan.programs) == accel and len(accel) == 3
-    # the 2nd and 3rd convolutions read their input where the previous one wrote it
+    assert list(plan.programs) == accel and len(accel) == 4
+    # the 2nd and 3rd convolutions and the pooling read their input where the previous
+    # program wrote it
     flags = [plan.programs[k].input_on_device for k in accel]
-    assert flags == [False, True, True]
+    assert flags == [False, True, True, True]
     for a, b in itertools.pairwise(accel):
         assert plan.programs[b].input.addr == plan.programs[a].output.addr
     # buffers live at the same time never share a byte; all sit above the static area
@@ -94,7 +95,7 @@ def test_resident_run_equals_standalone_programs_and_moves_fewer_bytes(chain) ->
             got = model.run([x])
             np.testing.assert_array_equal(got, run_program(program, [x]))
             traffic = model.last_run
-            first, last = (model.plan.programs[k] for k in _accel_nodes(program)[::2])
+            first, last = (model.plan.programs[k] for k in _accel_nodes(program)[::3])
             # only the first program's input goes down and the last one's output up
             assert traffic.written == first.input.nbytes
             assert traffic.read == last.output.nbytes

@@ -1,0 +1,90 @@
+"""int8 hard-swish (``qnn.hard_swish_q31``) as an accelerator program: bit-exact against
+an independent numpy reference (gemmlowp arithmetic written in the tests' support), against
+the graph's CPU kernel, within one int8 step of float hard-swish, and on the RTL executor
+against the functional simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support.gemmlowp_reference import multiply_by_quantized_multiplier
+
+from tensorfab.compiler import check_program_order
+from tensorfab.compiler.tensor.errors import CompileError
+from tensorfab.compiler.tensor.hard_swish import hard_swish_attrs, hard_swish_program
+from tensorfab.isa import PRESETS
+from tensorfab.runtime.kernels import KERNELS
+from tensorfab.sim import FunctionalSimulator
+
+FSIM = FunctionalSimulator()
+
+
+def reference(x: np.ndarray, attrs: dict) -> np.ndarray:
+    """``x · relu6(x + offset)`` in int64, scaled as TFLite's MultiplyByQuantizedMultiplier
+    after the left shift, + zero point, clipped to int8."""
+    x = x.astype(np.int64)
+    t = np.clip((x << attrs["t_shift"]) + attrs["offset"], 0, attrs["upper"])
+    p = (x * t) << attrs["left_shift"]
+    y = multiply_by_quantized_multiplier(p, attrs["multiplier"], attrs["shift"])
+    return np.clip(y + attrs["zero_point"], -128, 127).astype(np.int8)
+
+
+def _case(seed: int, shape: tuple[int, ...]):
+    r = np.random.default_rng(seed)
+    x = r.integers(-128, 128, shape).astype(np.int8)
+    s_x = float(np.float32(10 ** r.uniform(-2.2, 0)))
+    s_y = float(np.float32(s_x * r.uniform(0.3, 1.5)))
+    attrs = hard_swish_attrs(s_x, s_y, int(r.integers(-10, 10)) if seed % 2 else 0)
+    assert attrs is not None
+    return x, s_x, s_y, attrs
+
+
+@pytest.mark.parametrize(("seed", "shape", "tile"), [
+    (0, (1, 4, 9, 9, 1, 16), 64),      # ragged last tile (324 entries)
+    (1, (1, 2, 5, 7, 1, 16), 256),     # fewer entries than a tile, zero point
+    (2, (1, 8, 12, 24, 1, 16), 256),
+    (3, (1, 16, 3, 3, 1, 16), 32)])
+def test_fsim_equals_reference_and_cpu_kernel(seed, shape, tile) -> None:
+    x, _, _, attrs = _case(seed, shape)
+    p = hard_swish_program(PRESETS["default"], shape, attrs, x, tile=tile)
+    check_program_order(p.insns, p.config.dep_queue_depth)
+    got = FSIM.run(p).outputs["out"]
+    np.testing.assert_array_equal(got, reference(x, attrs))
+    np.testing.assert_array_equal(got, KERNELS["qnn.hard_swish_q31"]([x], attrs))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_close_to_float_hard_swish(seed) -> None:
+    x, s_x, s_y, attrs = _case(seed, (256,))
+    x = np.arange(-128, 128, dtype=np.int8)
+    real = x * np.float64(s_x)
+    want = real * np.clip(real + 3, 0, 6) / 6 / s_y + attrs["zero_point"]
+    got = KERNELS["qnn.hard_swish_q31"]([x], attrs).astype(np.float64)
+    inside = (want > -128.5) & (want < 127.5)
+    # the output's rounding, 3 and 6 rounded to a fraction of x's step
+    assert np.abs(got - want)[inside].max() <= 0.51
+    assert np.all(got[want >= 127.5] == 127)
+
+
+def test_tiny_input_range_is_left_to_the_cpu() -> None:
+    assert hard_swish_attrs(1e-4, 1e-4) is None
+
+
+def test_config_without_equal_blocks_is_refused() -> None:
+    shape = (1, 1, 2, 2, 1, 16)
+    attrs = hard_swish_attrs(0.05, 0.05)
+    with pytest.raises(CompileError, match="block_in == block_out"):
+        hard_swish_program(PRESETS["default"].replace(block_out=8), shape, attrs)
+    with pytest.raises(CompileError, match="missing attributes t_shift, offset"):
+        hard_swish_program(PRESETS["default"], shape, {})
+
+
+@pytest.mark.slow
+def test_rtl_equals_fsim() -> None:
+    from tensorfab.sim.rtl import RtlSimulator
+
+    x, _, _, attrs = _case(4, (1, 4, 6, 20, 1, 16))
+    p = hard_swish_program(PRESETS["default"], x.shape, attrs, x, tile=128)
+    want = FSIM.run(p)
+    got = RtlSimulator().run(p)
+    np.testing.assert_array_equal(got.outputs["out"], want.outputs["out"])
