@@ -732,6 +732,8 @@ def requantize_residual_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]
 def add_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """TFLite's int8 ADD with the functional simulator's ALU (see the op's doc)."""
     a, b = np.broadcast_arrays(*(x.astype(np.int32) for x in inputs))
+    a = alu_apply(AluOp.ADD, a, -attrs.get("a_zero_point", 0))
+    b = alu_apply(AluOp.ADD, b, -attrs.get("b_zero_point", 0))
     left = attrs["left_shift"]
     sa = _scale_q31(alu_apply(AluOp.SHL, a, left), attrs["a_multiplier"], attrs["a_shift"])
     sb = _scale_q31(alu_apply(AluOp.SHL, b, left), attrs["b_multiplier"], attrs["b_shift"])

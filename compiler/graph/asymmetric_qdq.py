@@ -16,6 +16,9 @@ default. A uint8 tensor ``q`` with zero point ``z`` is, exactly, the int8 tensor
   epilogue; a ReLU that onnxruntime removed (its output range starts at 0) is the
   saturation at ``z_y = -128``.
 * the same for ``matmul`` with a constant weight (``b' -= z_x · Σ_k W[k, n]``);
+* ``quantize(add(dq(a, s_a, z_a), dq(b, s_b, z_b)), s_y, z_y)`` of two activations (a
+  residual add) → ``qnn.add_q31(a, b)`` with the three zero points (each operand less
+  its own before the scaling, the output's added after it);
 * ``quantize(op(dq(x, s, z)), s, z)`` for an op that commutes with ``q ↦ (q - z) s``
   (max pooling, reshapes, transposes, flatten) → ``op(x)``, and
   ``quantize(dq(x, s, z), s, z)`` → ``x``.
@@ -127,11 +130,32 @@ def lower_asymmetric_qdq(fn: Function) -> Function:
             return Call(x.op, [dq[0], *x.args[1:]], x.attrs, x.virtual_device, x.name)
         bias = None
         if isinstance(x, Call) and x.op == "add":
+            added = _lower_add(x, sy, zy)
+            if added is not None:
+                return added
             x, bias = x.args
         if isinstance(x, Call) and x.op in ("nn.conv2d", "matmul"):
             return _lower_linear(e, x, bias, sy, zy) or e
         return e
     return rewrite(uint8_as_int8(fn), rule)
+
+
+def _lower_add(add: Call, sy: np.float32, zy: int) -> Expr | None:
+    """``qnn.add_q31(a, b)`` with the operands' and the output's zero points for
+    ``add(dq(a, s_a, z_a), dq(b, s_b, z_b))`` of two int8 activations (a residual add
+    of an asymmetric model), scaled as :func:`~.qdq_lowering.lower_qdq` scales a
+    symmetric one."""
+    from .qdq_lowering import add_q31_attrs
+
+    operands = [_dequantized(a) for a in add.args]
+    if any(d is None for d in operands):
+        return None
+    (a, sa, za), (b, sb, zb) = operands  # type: ignore[misc]
+    if not (za or zb or zy):
+        return None  # symmetric: lower_qdq's
+    attrs = add_q31_attrs(sa, sb, float(sy)) | {"zero_point": zy, "a_zero_point": za,
+                                                "b_zero_point": zb}
+    return Call("qnn.add_q31", [a, b], attrs, add.virtual_device, add.name)
 
 
 def _lower_linear(q: Call, lin: Call, bias: Expr | None, sy: np.float32, zy: int

@@ -883,9 +883,11 @@ def _requantize_residual_q31(types: list[Type], attrs: Mapping[str, Any]) -> Typ
 @register("qnn.add_q31", 2, {"left_shift": 20, "a_multiplier": REQUIRED,
                              "a_shift": REQUIRED, "b_multiplier": REQUIRED,
                              "b_shift": REQUIRED, "out_multiplier": REQUIRED,
-                             "out_shift": REQUIRED, "zero_point": 0},
+                             "out_shift": REQUIRED, "zero_point": 0, "a_zero_point": 0,
+                             "b_zero_point": 0},
           "int8 + int8 to int8 with two scales, as TFLite's int8 ADD and the accelerator's "
-          "ALU compute it: each operand SHL left_shift, then scaled by its Q31 multiplier "
+          "ALU compute it: each operand less its zero point (a_zero_point, b_zero_point), "
+          "SHL left_shift, then scaled by its Q31 multiplier "
           "(SHL max(shift, 0), MULHI, SHR_RND max(-shift, 0)), added, scaled by the output "
           "multiplier the same way, + zero_point, clipped to int8; same shapes (numpy "
           "broadcasting)")
@@ -900,8 +902,12 @@ def _add_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
         m, e = attrs[f"{k}_multiplier"], attrs[f"{k}_shift"]
         if not 0 <= m < 1 << 31 or not -31 <= e <= 30:
             raise _fail(f"{k}: multiplier {m} must be in 0..2^31-1 and shift {e} in -31..30")
-    if not -128 <= attrs["zero_point"] <= 127:
-        raise _fail(f"zero_point {attrs['zero_point']} outside -128..127")
+    for k in ("zero_point", "a_zero_point", "b_zero_point"):
+        if not -128 <= attrs[k] <= 127:
+            raise _fail(f"{k} {attrs[k]} outside -128..127")
+    if attrs["left_shift"] > 23 and (attrs["a_zero_point"] or attrs["b_zero_point"]):
+        raise _fail(f"left_shift {attrs['left_shift']} with input zero points: x - z (up "
+                    "to 255) shifted by it must fit 32 bits")
     return TensorType(broadcast_shapes(a.shape, b.shape), "int8")
 
 

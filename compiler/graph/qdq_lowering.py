@@ -226,21 +226,30 @@ def _lower_multiply(mul: Call, ys: np.ndarray) -> Expr | None:
 ADD_LEFT_SHIFT = 20
 
 
-def _lower_add(add: Call, ys: np.ndarray) -> Expr | None:
-    """``qnn.add_q31`` for ``add(dq(a), dq(b))`` of two int8 per-tensor operands."""
+def add_q31_attrs(sa: float, sb: float, sy: float) -> dict[str, int]:
+    """The ``qnn.add_q31`` scales of ``s_a · a + s_b · b`` quantized with ``s_y``
+    (TFLite's: both operands shifted left by :data:`ADD_LEFT_SHIFT` and scaled by
+    ``s / 2m``, ``m = max(s_a, s_b)``, the sum by ``2m / (2^20 s_y)``), zero points 0."""
     from tensorfab.compiler.tensor.requant import quantize_multiplier_q31
 
-    operands = [_dequantized(a) for a in add.args]
-    if any(d is None or isinstance(d[0], Constant) or d[1].size != 1
-           or d[0].checked_type.dtype != "int8" for d in operands):  # type: ignore[union-attr]
-        return None
-    (a, sa), (b, sb) = operands  # type: ignore[misc]
-    sa, sb, sy = (float(np.float32(s).reshape(())) for s in (sa, sb, ys))
+    sa, sb, sy = (float(np.float32(s)) for s in (sa, sb, sy))
     twice_max = 2.0 * max(sa, sb)
     attrs: dict[str, int] = {"left_shift": ADD_LEFT_SHIFT, "zero_point": 0}
     for name, real in (("a", sa / twice_max), ("b", sb / twice_max),
                        ("out", twice_max / ((1 << ADD_LEFT_SHIFT) * sy))):
         attrs[f"{name}_multiplier"], attrs[f"{name}_shift"] = quantize_multiplier_q31(real)
+    return attrs
+
+
+def _lower_add(add: Call, ys: np.ndarray) -> Expr | None:
+    """``qnn.add_q31`` for ``add(dq(a), dq(b))`` of two int8 per-tensor operands."""
+    operands = [_dequantized(a) for a in add.args]
+    if any(d is None or isinstance(d[0], Constant) or d[1].size != 1
+           or d[0].checked_type.dtype != "int8" for d in operands):  # type: ignore[union-attr]
+        return None
+    (a, sa), (b, sb) = operands  # type: ignore[misc]
+    attrs = add_q31_attrs(float(sa.reshape(())), float(sb.reshape(())),
+                          float(ys.reshape(())))
     return Call("qnn.add_q31", [a, b], attrs, add.virtual_device, add.name)
 
 

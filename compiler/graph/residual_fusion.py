@@ -71,6 +71,8 @@ def _macs(conv: Call) -> int:
 def _fused(add: Call, relu: bool, readers: dict[int, list[Call]]) -> Call | None:
     """The ``qnn.requantize_residual_q31`` replacing ``add`` (None: not fusable)."""
     a = add.attrs
+    if a.get("a_zero_point", 0) or a.get("b_zero_point", 0):
+        return None  # the fused form adds the residual without a zero point
     gain = _real(a["out_multiplier"], a["out_shift"]) * 2.0 ** a["left_shift"]
     options = []
     for k, other in ((0, 1), (1, 0)):

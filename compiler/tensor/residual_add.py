@@ -8,7 +8,8 @@ so its result is bit-exact with the CPU kernel:
 1. each operand tile (int8, one input-buffer entry per ``batch × block_in`` values) is
    brought into the accumulators by a GEMM with an identity weight entry
    (``acc = x @ I``, exact), both operands in one GEMM instruction;
-2. ``SHL left_shift`` (both), ``MULHI`` by the operand's Q31 multiplier (a vector
+2. ``ADD -zero_point`` of an operand with one (asymmetric models), ``SHL left_shift``
+   (both), ``MULHI`` by the operand's Q31 multiplier (a vector
    operand: an accumulator entry holding the multiplier in every lane, loaded once),
    ``SHL`` / ``SHR_RND`` by the operand's exponent; for the operand with the larger
    scale (multiplier ``2^30``, exponent 0) ``SHL left_shift`` + ``MULHI`` is exactly
@@ -171,6 +172,13 @@ def residual_add_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[s
                      push_prev=i + 2 < n))
         left, half = attrs["left_shift"], (_half(attrs, "a"), _half(attrs, "b"))
         ops: list[Alu] = []
+        zeros = (attrs.get("a_zero_point", 0), attrs.get("b_zero_point", 0))
+        if zeros[0] and zeros[0] == zeros[1]:
+            ops.append(alu(s["x"], AluOp.ADD, -zeros[0], both=True))
+        else:
+            for key, z in zip(("x", "y"), zeros, strict=True):
+                if z:
+                    ops.append(alu(s[key], AluOp.ADD, -z))
         if half[0] == half[1]:  # both operands alike: one instruction each
             if left:
                 ops.append(alu(s["x"], AluOp.SHL, left - half[0], both=True))

@@ -68,6 +68,22 @@ def test_fsim_equals_tflite_reference_and_cpu_kernel(seed, shape, tile) -> None:
     np.testing.assert_array_equal(got, KERNELS["qnn.add_q31"]([a, b], attrs))
 
 
+@pytest.mark.parametrize(("za", "zb"), [(-128, 5), (17, 17), (0, -60)])
+def test_operand_zero_points(za: int, zb: int) -> None:
+    # an asymmetric model's add: each operand less its zero point before the scaling
+    r = np.random.default_rng(11)
+    shape = (1, 3, 5, 6, 1, 16)
+    a = r.integers(-128, 128, shape).astype(np.int8)
+    b = r.integers(-128, 128, shape).astype(np.int8)
+    attrs = add_attrs(0.02, 0.05, 0.06, zero_point=-20) | {"a_zero_point": za,
+                                                            "b_zero_point": zb}
+    got = FSIM.run(residual_add_program(PRESETS["default"], shape, attrs, a, b)).outputs["out"]
+    shifted = {**attrs, "a_zero_point": 0, "b_zero_point": 0}
+    want = tflite_add(a.astype(np.int64) - za, b.astype(np.int64) - zb, shifted)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, KERNELS["qnn.add_q31"]([a, b], attrs))
+
+
 def test_positive_operand_exponent_takes_the_shl_path() -> None:
     # one operand's scale far above the other's: b's multiplier has exponent < -1 and a's
     # is 0; an out scale > 1 gives a positive output exponent

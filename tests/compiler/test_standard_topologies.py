@@ -101,6 +101,10 @@ def test_uint8_qdq_from_onnxruntime_runs_on_the_accelerator(name: str) -> None:
     compiled = compile_onnx(qdq, config="default")
     assert compiled.cpu_convolutions == ()
     profile, want = _run_on_fsim(compiled, x)
+    # residual adds (of two activations) with zero points are int8 programs too
+    consts = {i.name for i in model.graph.initializer}
+    residual = [n for n in model.graph.node if n.op_type == "Add" and not consts & set(n.input)]
+    assert sum(r.op.startswith("add_q31") for r in profile.layers) == len(residual)
     np.testing.assert_array_equal(profile.output, want)
     assert profile.accel_macs == onnx_macs(model, {"x": _shape(model)})
     # the same integer arithmetic as onnxruntime's on the QDQ model: at most one
