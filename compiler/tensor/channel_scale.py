@@ -30,14 +30,16 @@ from tensorfab.isa import AluOp, HwConfig
 from tensorfab.isa.builder import ProgramBuilder
 from tensorfab.isa.formats import Buffer
 from tensorfab.isa.insn import Alu, Gemm, Load, Uop
-from tensorfab.isa.program import Program, Segment
+from tensorfab.isa.program import Program
 
 from .errors import CompileError
 from .vector_program import (
     Tile,
     VectorLoop,
-    block_entries,
+    blocked_groups,
+    declare_segments,
     group_tiles,
+    load_constants,
     output_scale,
     output_scale_ops,
 )
@@ -88,26 +90,15 @@ def channel_scale_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[
         For a configuration or shape the program cannot take, or missing attributes.
     """
     shape = tuple(shape)
-    block_entries(cfg, shape, "qnn.mul_q31", attrs, MUL_ATTRS)
-    if len(shape) != 6:
-        raise CompileError(f"qnn.mul_q31 of shape {shape}: the program takes a blocked "
-                           "NCHW{n}n{c}c activation (6-D)")
-    groups, per_group = shape[0] * shape[1], shape[2] * shape[3]
+    groups, per_group = blocked_groups(cfg, shape, "qnn.mul_q31", attrs, MUL_ATTRS)
     s_shape = (shape[0], shape[1], 1, 1, shape[4], shape[5])
     t = max(1, min(tile, per_group, (cfg.inp_depth - groups) // 2,
                    (cfg.acc_depth - 1 - groups) // 2))
     if groups + 2 > min(cfg.inp_depth, cfg.acc_depth - 1):
         raise CompileError(f"qnn.mul_q31 of shape {shape}: {groups} scale entries do not "
                            f"fit the buffers of config {cfg.name!r}")
-    lanes = cfg.batch * cfg.block_out
     pb = ProgramBuilder(cfg)
-    pb.add_segment(Segment("x", "int8", shape, x))
-    pb.add_segment(Segment("s", "int8", s_shape, s))
-    pb.add_segment(Segment("out", "int8", shape, output=True))
-    pb.add_segment(Segment("q31", "int32", (1, lanes),
-                           np.full((1, lanes), attrs["multiplier"], np.int64)))
-    pb.add_segment(Segment("identity", "int8", (cfg.block_out, cfg.block_in),
-                           np.eye(cfg.block_out, dtype=np.int8)))
+    declare_segments(pb, [("x", shape, x), ("s", s_shape, s)], shape, attrs["multiplier"])
     loop = VectorLoop(pb, t, constants=1 + groups)
     s_inp = 2 * t  # the scales' input entries, after both slots
     s_reset = pb.add_uops([Uop(acc=1)])
@@ -116,9 +107,7 @@ def channel_scale_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[
               "scaled": pb.add_uops([Uop(acc=slot["acc"], src=0)]),
               "mul": [pb.add_uops([Uop(acc=slot["acc"], src=1 + g)]) for g in range(groups)]}
              for slot in loop.slots]
-    pb.load_uops()
-    pb.emit(Load(buffer=Buffer.WGT, sram=0, dram=0, y=1, x=1, stride=1), segment="identity")
-    pb.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, y=1, x=1, stride=1), segment="q31")
+    load_constants(pb)
     pb.emit(Load(buffer=Buffer.INP, sram=s_inp, dram=0, y=1, x=groups, stride=groups,
                  push_next=True), segment="s")
     pb.emit(Gemm(reset=True, uop_begin=s_reset[0], uop_end=s_reset[1], iter_out=1,
@@ -127,12 +116,7 @@ def channel_scale_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[
                  acc_factor_in=1, inp_factor_in=1))
 
     def compute(slot: int, tile: Tile) -> list[Alu]:
-        u = spans[slot]
-
-        def alu(span: tuple[int, int], op: AluOp, imm: int | None,
-                vector: bool = False) -> Alu:
-            return loop.alu(span, op, imm, tile.count, vector=vector)
-
+        u, alu = spans[slot], VectorLoop.alu_over(tile.count)
         return [alu(u["mul"][tile.group], AluOp.MUL, None),
                 *output_scale_ops(attrs, alu, u["x"], u["scaled"])]
 

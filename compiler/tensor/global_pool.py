@@ -25,14 +25,22 @@ from typing import Any
 
 import numpy as np
 
-from tensorfab.isa import AluOp, HwConfig
+from tensorfab.isa import HwConfig
 from tensorfab.isa.builder import ProgramBuilder
 from tensorfab.isa.formats import Buffer
-from tensorfab.isa.insn import Alu, Gemm, Load, Store, Uop
-from tensorfab.isa.program import Program, Segment
+from tensorfab.isa.insn import Gemm, Load, Store, Uop
+from tensorfab.isa.program import Program
 
 from .errors import CompileError
-from .vector_program import Tile, block_entries, output_scale, output_scale_ops
+from .vector_program import (
+    Tile,
+    VectorLoop,
+    blocked_groups,
+    declare_segments,
+    load_constants,
+    output_scale,
+    output_scale_ops,
+)
 
 __all__ = ["GLOBAL_POOL_ATTRS", "global_avg_pool_attrs", "global_avg_pool_program"]
 
@@ -81,32 +89,20 @@ def global_avg_pool_program(cfg: HwConfig, shape: tuple[int, ...],
         For a configuration or shape the program cannot take, or missing attributes.
     """
     shape = tuple(shape)
-    block_entries(cfg, shape, "qnn.global_avg_pool_q31", attrs, GLOBAL_POOL_ATTRS)
-    if len(shape) != 6:
-        raise CompileError(f"qnn.global_avg_pool_q31 of shape {shape}: the program takes a "
-                           "blocked NCHW{n}n{c}c activation (6-D)")
-    groups, per_group = shape[0] * shape[1], shape[2] * shape[3]
+    groups, per_group = blocked_groups(cfg, shape, "qnn.global_avg_pool_q31", attrs,
+                                       GLOBAL_POOL_ATTRS)
     if groups + 1 > cfg.acc_depth:
         raise CompileError(f"qnn.global_avg_pool_q31 of shape {shape}: {groups} sums do not "
                            f"fit the accumulators of config {cfg.name!r}")
     t = max(1, min(tile, per_group, cfg.inp_depth // 2))
-    lanes = cfg.batch * cfg.block_out
     pb = ProgramBuilder(cfg)
-    pb.add_segment(Segment("x", "int8", shape, x))
-    pb.add_segment(Segment("out", "int8", (shape[0], shape[1], 1, 1, shape[4], shape[5]),
-                           output=True))
-    pb.add_segment(Segment("q31", "int32", (1, lanes),
-                           np.full((1, lanes), attrs["multiplier"], np.int64)))
-    pb.add_segment(Segment("identity", "int8", (cfg.block_out, cfg.block_in),
-                           np.eye(cfg.block_out, dtype=np.int8)))
+    declare_segments(pb, [("x", shape, x)], (shape[0], shape[1], 1, 1, shape[4], shape[5]),
+                     attrs["multiplier"])
     sums = pb.add_uops([Uop(acc=1)])
     scaled = pb.add_uops([Uop(acc=1, src=0)])
     add = [[pb.add_uops([Uop(acc=1 + g, src=slot * t)]) for g in range(groups)]
            for slot in range(2)]
-    pb.load_uops()
-    pb.emit(Load(buffer=Buffer.WGT, sram=0, dram=0, y=1, x=1, stride=1), segment="identity")
-    pb.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, y=1, x=1, stride=1, push_next=True),
-            segment="q31")
+    load_constants(pb, push_next=True)
     pb.emit(Gemm(reset=True, uop_begin=sums[0], uop_end=sums[1], iter_out=1,
                  iter_in=groups, acc_factor_in=1, pop_prev=True))
 
@@ -128,12 +124,7 @@ def global_avg_pool_program(cfg: HwConfig, shape: tuple[int, ...],
         if i + 2 < n:
             load(i + 2)
 
-    def alu(span: tuple[int, int], op: AluOp, imm: int | None) -> Alu:
-        return Alu(op=op, use_imm=imm is not None, imm=imm or 0, uop_begin=span[0],
-                   uop_end=span[1], iter_out=1, iter_in=groups, dst_factor_out=0,
-                   dst_factor_in=1, src_factor_out=0, src_factor_in=0)
-
-    ops = output_scale_ops(attrs, alu, sums, scaled)
+    ops = output_scale_ops(attrs, VectorLoop.alu_over(groups), sums, scaled)
     for op in ops[:-1]:
         pb.emit(op)
     pb.emit(dataclasses.replace(ops[-1], push_next=True))

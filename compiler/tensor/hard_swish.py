@@ -29,14 +29,15 @@ import numpy as np
 
 from tensorfab.isa import AluOp, HwConfig
 from tensorfab.isa.builder import ProgramBuilder
-from tensorfab.isa.formats import Buffer
-from tensorfab.isa.insn import Alu, Load, Uop
-from tensorfab.isa.program import Program, Segment
+from tensorfab.isa.insn import Alu, Uop
+from tensorfab.isa.program import Program
 
 from .vector_program import (
     Tile,
     VectorLoop,
     block_entries,
+    declare_segments,
+    load_constants,
     output_scale,
     output_scale_ops,
     uniform_tiles,
@@ -113,14 +114,8 @@ def hard_swish_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[str
     entries = block_entries(cfg, tuple(shape), "qnn.hard_swish_q31", attrs,
                             HARD_SWISH_ATTRS)
     t = max(1, min(tile, entries, cfg.inp_depth // 2, (cfg.acc_depth - 1) // 4))
-    lanes = cfg.batch * cfg.block_out
     pb = ProgramBuilder(cfg)
-    pb.add_segment(Segment("x", "int8", shape, x))
-    pb.add_segment(Segment("out", "int8", shape, output=True))
-    pb.add_segment(Segment("q31", "int32", (1, lanes),
-                           np.full((1, lanes), attrs["multiplier"], np.int64)))
-    pb.add_segment(Segment("identity", "int8", (cfg.block_out, cfg.block_in),
-                           np.eye(cfg.block_out, dtype=np.int8)))
+    declare_segments(pb, [("x", shape, x)], shape, attrs["multiplier"])
     loop = VectorLoop(pb, t, constants=1, acc_tiles=2)
     spans = []  # per slot: the input's values at X, t at X + t
     for s in loop.slots:
@@ -128,17 +123,10 @@ def hard_swish_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[str
         u = {"x": Uop(acc=xa), "t_mov": Uop(acc=xa + t, src=xa), "t": Uop(acc=xa + t),
              "mul": Uop(acc=xa, src=xa + t), "scaled": Uop(acc=xa, src=0)}
         spans.append({k: pb.add_uops([v]) for k, v in u.items()})
-    pb.load_uops()
-    pb.emit(Load(buffer=Buffer.WGT, sram=0, dram=0, y=1, x=1, stride=1), segment="identity")
-    pb.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, y=1, x=1, stride=1), segment="q31")
+    load_constants(pb)
 
     def compute(slot: int, tile: Tile) -> list[Alu]:
-        u = spans[slot]
-
-        def alu(span: tuple[int, int], op: AluOp, imm: int | None,
-                vector: bool = False) -> Alu:
-            return loop.alu(span, op, imm, tile.count, vector=vector)
-
+        u, alu = spans[slot], VectorLoop.alu_over(tile.count)
         ops = [alu(u["t_mov"], AluOp.MOV, None, True)]
         if attrs["t_shift"]:
             ops.append(alu(u["t"], AluOp.SHL, attrs["t_shift"]))

@@ -41,7 +41,7 @@ from tensorfab.isa.formats import Buffer
 from tensorfab.isa.insn import Alu, Gemm, Load, Store, Uop
 from tensorfab.isa.program import Program, Segment
 
-from .errors import CompileError
+from .vector_program import block_entries
 
 __all__ = ["ADD_Q31_ATTRS", "residual_add_program"]
 
@@ -51,22 +51,6 @@ ADD_Q31_ATTRS = ("left_shift", "a_multiplier", "a_shift", "b_multiplier", "b_shi
 
 #: Accumulator entries of the Q31 multipliers (a, b, out), loaded once.
 _CONSTS = 3
-
-
-def _check(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[str, Any]) -> int:
-    if cfg.block_in != cfg.block_out or cfg.inp_width != 8 or cfg.acc_width != 32:
-        raise CompileError(f"config {cfg.name!r}: a residual add needs block_in == "
-                           f"block_out (got {cfg.block_in}, {cfg.block_out}), 8-bit inputs "
-                           "and 32-bit accumulators")
-    missing = [k for k in ADD_Q31_ATTRS if k not in attrs]
-    if missing:
-        raise CompileError(f"qnn.add_q31: missing attributes {', '.join(missing)}")
-    lanes = cfg.batch * cfg.block_in
-    size = int(np.prod(shape))
-    if size % lanes:
-        raise CompileError(f"residual add of shape {shape}: {size} values are not whole "
-                           f"entries of {lanes} (use the blocked layout)")
-    return size // lanes
 
 
 def _half(attrs: Mapping[str, Any], k: str) -> bool:
@@ -110,7 +94,7 @@ def residual_add_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[s
     CompileError
         For a configuration or shape the program cannot take, or missing attributes.
     """
-    entries = _check(cfg, tuple(shape), attrs)
+    entries = block_entries(cfg, tuple(shape), "a residual add", attrs, ADD_Q31_ATTRS)
     t = max(1, min(tile, entries, cfg.inp_depth // 4, (cfg.acc_depth - _CONSTS) // 4))
     lanes = cfg.batch * cfg.block_out
     pb = ProgramBuilder(cfg)

@@ -24,11 +24,14 @@ from tensorfab.isa import AluOp, HwConfig
 from tensorfab.isa.builder import ProgramBuilder
 from tensorfab.isa.formats import Buffer
 from tensorfab.isa.insn import Alu, Gemm, Load, Store, Uop
+from tensorfab.isa.program import Segment
 
 from .errors import CompileError
 
-__all__ = ["OutputScale", "Tile", "VectorLoop", "block_entries", "group_tiles",
-           "output_scale", "output_scale_ops", "uniform_tiles"]
+__all__ = ["OutputScale", "Tile", "VectorLoop", "block_entries", "blocked_groups",
+           "declare_segments",
+           "group_tiles", "load_constants", "output_scale", "output_scale_ops",
+           "uniform_tiles"]
 
 
 def block_entries(cfg: HwConfig, shape: tuple[int, ...], what: str,
@@ -55,6 +58,18 @@ def block_entries(cfg: HwConfig, shape: tuple[int, ...], what: str,
         raise CompileError(f"{what} of shape {shape}: {size} values are not whole entries "
                            f"of {lanes} (use the blocked layout)")
     return size // lanes
+
+
+def blocked_groups(cfg: HwConfig, shape: tuple[int, ...], what: str,
+                   attrs: Mapping[str, Any], names: Sequence[str]) -> tuple[int, int]:
+    """``(groups, per_group)`` of a blocked ``NCHW{n}n{c}c`` activation: its runs of
+    ``H·W`` entries, one per batch block and channel block (the checks of
+    :func:`block_entries`, and 6-D)."""
+    block_entries(cfg, shape, what, attrs, names)
+    if len(shape) != 6:
+        raise CompileError(f"{what} of shape {shape}: the program takes a blocked "
+                           "NCHW{n}n{c}c activation (6-D)")
+    return shape[0] * shape[1], shape[2] * shape[3]
 
 
 @dataclass(frozen=True)
@@ -99,6 +114,33 @@ def output_scale_ops(attrs: Mapping[str, Any], alu: Callable[..., Alu],
     return ops
 
 
+def declare_segments(pb: ProgramBuilder, inputs: Sequence[tuple[str, tuple[int, ...],
+                                                                 np.ndarray | None]],
+                     out_shape: tuple[int, ...], multiplier: int) -> None:
+    """The segments of a vector program: its int8 ``inputs`` (name, shape, contents or
+    None), ``out`` (int8, the output), ``q31`` (one accumulator entry holding
+    ``multiplier`` in every lane, the output scale's) and ``identity`` (the weight entry
+    that moves an input tile into the accumulators)."""
+    cfg = pb.cfg
+    lanes = cfg.batch * cfg.block_out
+    for name, shape, data in inputs:
+        pb.add_segment(Segment(name, "int8", shape, data))
+    pb.add_segment(Segment("out", "int8", out_shape, output=True))
+    pb.add_segment(Segment("q31", "int32", (1, lanes), np.full((1, lanes), multiplier,
+                                                               np.int64)))
+    pb.add_segment(Segment("identity", "int8", (cfg.block_out, cfg.block_in),
+                           np.eye(cfg.block_out, dtype=np.int8)))
+
+
+def load_constants(pb: ProgramBuilder, **flags: bool) -> None:
+    """The loads of a vector program's constants: the micro-ops, ``identity`` to weight
+    entry 0, ``q31`` to accumulator entry 0 (``flags`` on the last)."""
+    pb.load_uops()
+    pb.emit(Load(buffer=Buffer.WGT, sram=0, dram=0, y=1, x=1, stride=1), segment="identity")
+    pb.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, y=1, x=1, stride=1, **flags),
+            segment="q31")
+
+
 @dataclass(frozen=True)
 class Tile:
     """``count`` entries from entry ``start`` of the input, of operand group ``group``."""
@@ -139,13 +181,17 @@ class VectorLoop:
                                "reset": pb.add_uops([Uop(acc=acc)]),
                                "gemm": pb.add_uops([Uop(acc=acc, src=inp)])})
 
-    def alu(self, span: tuple[int, int], op: AluOp, imm: int | None, count: int, *,
-            vector: bool = False) -> Alu:
-        """One ALU instruction over ``count`` entries of the micro-op ``span`` (``imm``
-        None: the source operand, stepping with the destination when ``vector``)."""
-        return Alu(op=op, use_imm=imm is not None, imm=imm or 0, uop_begin=span[0],
-                   uop_end=span[1], iter_out=1, iter_in=count, dst_factor_out=0,
-                   dst_factor_in=1, src_factor_out=0, src_factor_in=1 if vector else 0)
+    @staticmethod
+    def alu_over(count: int) -> Callable[..., Alu]:
+        """``alu(span, op, imm, vector=False)``: one ALU instruction over ``count``
+        entries of the micro-op ``span`` (``imm`` None: the source operand, stepping
+        with the destination when ``vector``)."""
+        def alu(span: tuple[int, int], op: AluOp, imm: int | None,
+                vector: bool = False) -> Alu:
+            return Alu(op=op, use_imm=imm is not None, imm=imm or 0, uop_begin=span[0],
+                       uop_end=span[1], iter_out=1, iter_in=count, dst_factor_out=0,
+                       dst_factor_in=1, src_factor_out=0, src_factor_in=1 if vector else 0)
+        return alu
 
     def run(self, tiles: Sequence[Tile], segment: str, out: str,
             compute: Callable[[int, Tile], list[Alu]]) -> None:
