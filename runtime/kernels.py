@@ -770,7 +770,9 @@ def mul_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 @kernel("qnn.global_avg_pool_q31")
 def global_avg_pool_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """int8 global average pooling with the accelerator's arithmetic (see the op's doc)."""
-    total = inputs[0].astype(np.int64).sum(axis=(2, 3), keepdims=True)
+    x = inputs[0]
+    total = x.astype(np.int64).sum(axis=(2, 3), keepdims=True)
+    total -= x.shape[2] * x.shape[3] * attrs.get("input_zero_point", 0)
     return _to_int8(total.astype(np.int32), attrs)
 
 

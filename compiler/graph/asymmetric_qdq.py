@@ -19,6 +19,8 @@ default. A uint8 tensor ``q`` with zero point ``z`` is, exactly, the int8 tensor
 * ``quantize(add(dq(a, s_a, z_a), dq(b, s_b, z_b)), s_y, z_y)`` of two activations (a
   residual add) → ``qnn.add_q31(a, b)`` with the three zero points (each operand less
   its own before the scaling, the output's added after it);
+* ``quantize(global_avg_pool2d(dq(x, s_x, z_x)), s_y, z_y)`` →
+  ``qnn.global_avg_pool_q31(x)`` (the sum of ``x - z_x``, scaled, plus ``z_y``);
 * ``quantize(op(dq(x, s, z)), s, z)`` for an op that commutes with ``q ↦ (q - z) s``
   (max pooling, reshapes, transposes, flatten) → ``op(x)``, and
   ``quantize(dq(x, s, z), s, z)`` → ``x``.
@@ -128,6 +130,8 @@ def lower_asymmetric_qdq(fn: Function) -> Function:
             if dq is None or (dq[1], dq[2]) != (sy, zy):
                 return e
             return Call(x.op, [dq[0], *x.args[1:]], x.attrs, x.virtual_device, x.name)
+        if isinstance(x, Call) and x.op == "nn.global_avg_pool2d":
+            return _lower_global_avg_pool(x, sy, zy) or e
         bias = None
         if isinstance(x, Call) and x.op == "add":
             added = _lower_add(x, sy, zy)
@@ -138,6 +142,22 @@ def lower_asymmetric_qdq(fn: Function) -> Function:
             return _lower_linear(e, x, bias, sy, zy) or e
         return e
     return rewrite(uint8_as_int8(fn), rule)
+
+
+def _lower_global_avg_pool(pool: Call, sy: np.float32, zy: int) -> Expr | None:
+    """``qnn.global_avg_pool_q31(x)`` with the input's and the output's zero points for
+    ``global_avg_pool2d(dq(x, s_x, z_x))`` of an int8 NCHW activation."""
+    from tensorfab.compiler.tensor.global_pool import global_avg_pool_attrs
+
+    dq = _dequantized(pool.args[0])
+    if dq is None or not (dq[2] or zy):
+        return None  # symmetric: lower_qdq's
+    x, sx, zx = dq
+    shape = x.checked_type.shape  # type: ignore[union-attr]
+    if len(shape) != 4:
+        return None
+    attrs = global_avg_pool_attrs(sx, float(sy), int(shape[2]) * int(shape[3]), zy, zx)
+    return Call("qnn.global_avg_pool_q31", [x], attrs, pool.virtual_device, pool.name)
 
 
 def _lower_add(add: Call, sy: np.float32, zy: int) -> Expr | None:

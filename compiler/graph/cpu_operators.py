@@ -17,7 +17,7 @@ from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 
 from .infer import infer_types
 from .ir import Call, Constant, Function, post_order
-from .partitioning import accelerator_conv_refusal
+from .partitioning import ACCEL_ACTIVATIONS, accelerator_conv_refusal
 
 __all__ = ["cpu_operators", "cpu_reason"]
 
@@ -32,6 +32,14 @@ _REASONS: dict[str, str] = {
     "exp": "a float transcendental (the accelerator's ALU has none)",
     "sqrt": "a float square root (the L2 normalization)",
     "divide": "a float division (pooling or normalization)",
+    "hard_swish": "float hard-swish: its input is no int8 activation (int8 hard-swish runs "
+                  "on the accelerator)",
+    "hard_sigmoid": "float hard-sigmoid: it follows no convolution it could fold into (as "
+                    "the clip of that convolution's epilogue)",
+    "nn.global_avg_pool2d": "float average pooling: its input is no int8 activation (int8 "
+                            "pooling runs on the accelerator)",
+    "nn.max_pool2d": "max pooling has no accelerator lowering (int8 on the CPU when its "
+                     "input is)",
     "mean": "a float reduction (mean pooling or a norm)",
     "qnn.quantize": "float to int8 at an accelerator input",
     "qnn.dequantize": "int8 to float at an accelerator output read by a float operator",
@@ -72,8 +80,17 @@ def cpu_reason(e: Call, cfg: HwConfig | None = None) -> str:
     if e.op in _ELEMENTWISE:
         dtype = getattr(e.checked_type, "dtype", "float32")
         if dtype.startswith("float"):
-            return "float elementwise (residual adds, scaling, masking, GELU's products)"
+            return ("float elementwise: its operands are no int8 activations (the int8 "
+                    "forms of residual adds, channel-wise scales and ReLU6 run on the "
+                    "accelerator)")
         return "int8/int32 elementwise outside an accelerator chain"
+    if e.op in ACCEL_ACTIVATIONS:
+        if cfg is not None and (cfg.block_in != cfg.block_out or cfg.inp_width != 8
+                                or cfg.acc_width != 32):
+            return (f"int8 on the CPU: its program needs block_in == block_out, 8-bit "
+                    f"inputs and 32-bit accumulators (config {cfg.name!r})")
+        return ("int8 on the CPU: its input is computed there (a program would only move "
+                "it to the device)")
     if e.op.startswith("qnn."):
         return "integer arithmetic outside an accelerator chain"
     return "no accelerator lowering for this operator"

@@ -960,16 +960,21 @@ def _mul_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 
 @register("qnn.global_avg_pool_q31", 1, {"left_shift": 0, "multiplier": REQUIRED,
-                                         "shift": REQUIRED, "zero_point": 0},
+                                         "shift": REQUIRED, "zero_point": 0,
+                                         "input_zero_point": 0},
           "int8 global average pooling with the accelerator's arithmetic: the int32 sum "
-          "over axes 2 and 3 (NCHW, or a blocked NCHW{n}n{c}c), SHL left_shift, scaled by "
+          "of x - input_zero_point over axes 2 and 3 (NCHW, or a blocked NCHW{n}n{c}c), "
+          "SHL left_shift, scaled by "
           "the Q31 multiplier (1 / (H·W) and the scales), + zero_point, clipped to int8")
 def _global_avg_pool_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     x = _t(types, 0)
     _want_dtype(x, ("int8",), "the input")
     if x.ndim not in (4, 6):
         raise _fail(f"the input is {x}; expected NCHW or a blocked NCHW{{n}}n{{c}}c")
-    _check_output_scale(attrs, 128 * int(x.shape[2]) * int(x.shape[3]))
+    if not -128 <= attrs["input_zero_point"] <= 127:
+        raise _fail(f"input_zero_point {attrs['input_zero_point']} outside -128..127")
+    _check_output_scale(attrs, (256 if attrs["input_zero_point"] else 128)
+                        * int(x.shape[2]) * int(x.shape[3]))
     return TensorType((*x.shape[:2], 1, 1, *x.shape[4:]), "int8")
 
 

@@ -13,8 +13,8 @@ puts exactly the chains on the accelerator and copies data at their borders.
 
 Integer operators with a vector program of their own (``qnn.hard_swish_q31``,
 ``qnn.global_avg_pool_q31``, squeeze-excite's channel-wise ``qnn.mul_q31``) go to the
-accelerator whenever the config can run them (:func:`activation_chains`), so that the
-activations around them stay in device memory.
+accelerator whenever the config can run them and their input is computed there
+(:func:`activation_chains`), so that the activations around them stay in device memory.
 
 Residual adds (``qnn.add_q31`` of two same-shape int8 activations, with the ``relu``
 that is its only reader) go to the accelerator by ``residual_adds``: ``"cpu"`` (none),
@@ -234,24 +234,31 @@ def channel_scale_operands(e: Call) -> tuple[Expr, Expr] | None:
     return None
 
 
-def activation_chains(fn: Function, cfg: HwConfig) -> list[list[Call]]:
+def activation_chains(fn: Function, cfg: HwConfig, on_accel: set[int]
+                      ) -> list[list[Call]]:
     """``[op]`` for each integer operator of :data:`ACCEL_ACTIVATIONS` on 4-D tensors (a
-    ``qnn.mul_q31`` only as a channel-wise scale, :func:`channel_scale_operands`), when
-    ``cfg`` has ``block_in == block_out``, 8-bit inputs and 32-bit accumulators (what
-    their programs need)."""
+    ``qnn.mul_q31`` only as a channel-wise scale, :func:`channel_scale_operands`) whose
+    input the accelerator computes (its id in ``on_accel``, the ends of the other
+    chains, or an earlier such operator), when ``cfg`` has ``block_in == block_out``,
+    8-bit inputs and 32-bit accumulators (what their programs need). One whose input the
+    CPU computes stays there: its program would move that input to the device and save
+    nothing."""
     if cfg.block_in != cfg.block_out or cfg.inp_width != 8 or cfg.acc_width != 32:
         return []
     infer_types(fn)
+    on_accel = set(on_accel)
     chains = []
     for e in post_order(fn):
         if not (isinstance(e, Call) and e.op in ACCEL_ACTIVATIONS):
             continue
         if e.op == "qnn.mul_q31":
-            if channel_scale_operands(e) is not None:
-                chains.append([e])
-        elif not isinstance(e.args[0], Constant) and \
-                len(e.args[0].checked_type.shape) == 4:  # type: ignore[union-attr]
+            operands = channel_scale_operands(e)
+            x = operands[0] if operands is not None else None
+        else:
+            x = e.args[0] if len(e.args[0].checked_type.shape) == 4 else None  # type: ignore[union-attr]
+        if x is not None and id(x) in on_accel:
             chains.append([e])
+            on_accel.add(id(e))
     return chains
 
 
@@ -265,7 +272,7 @@ def annotate_accelerator(fn: Function, device: VirtualDevice,
 
     chains = accelerator_chains(fn, hw_config_of(device))
     chains += residual_add_chains(fn, device, residual_adds, link_bytes_per_second)
-    chains += activation_chains(fn, hw_config_of(device))
+    chains += activation_chains(fn, hw_config_of(device), {id(c[-1]) for c in chains})
     members = {id(e) for chain in chains for e in chain}
     ends = {id(chain[-1]) for chain in chains}
     inputs = {id(a) for chain in chains for e in chain for a in e.args

@@ -3,7 +3,8 @@
 The graph's ``qnn.global_avg_pool_q31`` (see :mod:`tensorfab.compiler.graph.ops`) is
 the int32 sum over the spatial axes scaled to int8; this program computes the same:
 
-1. accumulator entries ``1..G`` (one per channel block and batch block) are reset;
+1. accumulator entries ``1..G`` (one per channel block and batch block) are loaded with
+   ``-H·W·z`` (``z`` the input's zero point, 0 for a symmetric model);
 2. the input (blocked ``NCHW{n}n{c}c``: a run of ``H·W`` entries per channel block) is
    loaded in tiles alternating between two input-buffer slots, and each tile is summed
    into its block's entry by a GEMM with an identity weight entry whose accumulator
@@ -29,7 +30,7 @@ from tensorfab.isa import HwConfig
 from tensorfab.isa.builder import ProgramBuilder
 from tensorfab.isa.formats import Buffer
 from tensorfab.isa.insn import Gemm, Load, Store, Uop
-from tensorfab.isa.program import Program
+from tensorfab.isa.program import Program, Segment
 
 from .errors import CompileError
 from .vector_program import (
@@ -48,14 +49,16 @@ __all__ = ["GLOBAL_POOL_ATTRS", "global_avg_pool_attrs", "global_avg_pool_progra
 GLOBAL_POOL_ATTRS = ("left_shift", "multiplier", "shift", "zero_point")
 
 
-def global_avg_pool_attrs(s_x: float, s_y: float, pixels: int,
-                          zero_point: int = 0) -> dict[str, int]:
-    """The ``qnn.global_avg_pool_q31`` attributes of ``quantize(mean(x · s_x), s_y)``
-    over ``pixels`` values: the sum scaled by ``s_x / (pixels · s_y)`` (headroom from its
-    largest magnitude, ``128 · pixels``)."""
-    scale = output_scale(s_x / (pixels * s_y), 128 * pixels)
+def global_avg_pool_attrs(s_x: float, s_y: float, pixels: int, zero_point: int = 0,
+                          input_zero_point: int = 0) -> dict[str, int]:
+    """The ``qnn.global_avg_pool_q31`` attributes of ``quantize(mean((x - z_x) · s_x),
+    s_y, zero_point)`` over ``pixels`` values: the sum scaled by ``s_x / (pixels · s_y)``
+    (headroom from its largest magnitude, ``128 · pixels``, twice that with an input
+    zero point)."""
+    scale = output_scale(s_x / (pixels * s_y), (256 if input_zero_point else 128) * pixels)
     return {"left_shift": scale.left_shift, "multiplier": scale.multiplier,
-            "shift": scale.shift, "zero_point": zero_point}
+            "shift": scale.shift, "zero_point": zero_point,
+            "input_zero_point": input_zero_point}
 
 
 def global_avg_pool_program(cfg: HwConfig, shape: tuple[int, ...],
@@ -98,13 +101,19 @@ def global_avg_pool_program(cfg: HwConfig, shape: tuple[int, ...],
     pb = ProgramBuilder(cfg)
     declare_segments(pb, [("x", shape, x)], (shape[0], shape[1], 1, 1, shape[4], shape[5]),
                      attrs["multiplier"])
+    lanes = cfg.batch * cfg.block_out
+    start = -per_group * attrs.get("input_zero_point", 0)  # Σ (x - z) = Σ x - H·W·z
+    pb.add_segment(Segment("start", "int32", (groups, lanes),
+                           np.full((groups, lanes), start, np.int64)))
     sums = pb.add_uops([Uop(acc=1)])
     scaled = pb.add_uops([Uop(acc=1, src=0)])
     add = [[pb.add_uops([Uop(acc=1 + g, src=slot * t)]) for g in range(groups)]
            for slot in range(2)]
-    load_constants(pb, push_next=True)
-    pb.emit(Gemm(reset=True, uop_begin=sums[0], uop_end=sums[1], iter_out=1,
-                 iter_in=groups, acc_factor_in=1, pop_prev=True))
+    load_constants(pb)
+    # the sums start at -H·W·z: loaded before the tiles on the load engine, so the
+    # first GEMM (after its tile's token) follows it
+    pb.emit(Load(buffer=Buffer.ACC, sram=1, dram=0, y=1, x=groups, stride=groups),
+            segment="start")
 
     tiles = [Tile(g * per_group + j, min(t, per_group - j), g)
              for g in range(groups) for j in range(0, per_group, t)]

@@ -37,25 +37,27 @@ def _int8(r: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return r.integers(-128, 128, shape).astype(np.int8)
 
 
-@pytest.mark.parametrize(("seed", "shape", "tile"), [
-    (0, (1, 3, 9, 9, 1, 16), 64),      # runs split in tiles, the last shorter
-    (1, (1, 2, 5, 7, 1, 16), 256),     # a run shorter than a tile, zero point
-    (2, (1, 13, 12, 24, 1, 16), 256),  # 13 channel blocks (200 channels padded)
-    (3, (1, 1, 1, 1, 1, 16), 8)])      # one entry
-def test_global_pool_equals_reference_and_cpu_kernel(seed, shape, tile) -> None:
+@pytest.mark.parametrize(("seed", "shape", "tile", "zx"), [
+    (0, (1, 3, 9, 9, 1, 16), 64, 0),       # runs split in tiles, the last shorter
+    (1, (1, 2, 5, 7, 1, 16), 256, 0),      # a run shorter than a tile, zero point
+    (2, (1, 13, 12, 24, 1, 16), 256, 0),   # 13 channel blocks (200 channels padded)
+    (3, (1, 1, 1, 1, 1, 16), 8, 0),        # one entry
+    (5, (1, 4, 7, 7, 1, 16), 32, -128)])   # an asymmetric model's input zero point
+def test_global_pool_equals_reference_and_cpu_kernel(seed, shape, tile, zx) -> None:
     r = np.random.default_rng(seed)
     x = _int8(r, shape)
     pixels = shape[2] * shape[3]
     s_x = float(np.float32(10 ** r.uniform(-2, 0)))
-    s_y = float(np.float32(s_x * r.uniform(0.05, 0.5)))
-    attrs = global_avg_pool_attrs(s_x, s_y, pixels, int(r.integers(-9, 9)) if seed % 2 else 0)
+    s_y = float(np.float32(s_x * r.uniform(0.05, 0.5) * (8 if zx else 1)))
+    attrs = global_avg_pool_attrs(s_x, s_y, pixels, int(r.integers(-9, 9)) if seed % 2 else 0,
+                                  zx)
     p = global_avg_pool_program(CFG, shape, attrs, x, tile=tile)
     check_program_order(p.insns, p.config.dep_queue_depth)
     got = FSIM.run(p).outputs["out"]
-    want = scaled(x.astype(np.int64).sum(axis=(2, 3), keepdims=True), attrs)
+    want = scaled((x.astype(np.int64) - zx).sum(axis=(2, 3), keepdims=True), attrs)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, KERNELS["qnn.global_avg_pool_q31"]([x], attrs))
-    mean = x.astype(np.float64).mean(axis=(2, 3), keepdims=True) * s_x / s_y
+    mean = (x.astype(np.float64) - zx).mean(axis=(2, 3), keepdims=True) * s_x / s_y
     inside = np.abs(mean + attrs["zero_point"]) < 127
     assert np.abs(got - mean - attrs["zero_point"])[inside].max() <= 0.5 + 1e-6
 

@@ -88,6 +88,9 @@ def test_batch_norm_after_a_concatenation_runs_on_the_accelerator() -> None:
     float_ops = [op for op in compiled.cpu_operators
                  if op.split()[0] in ("multiply", "add", "relu", "nn.batch_norm")]
     assert float_ops == []
+    # the pooling of the last concatenation (float, on the CPU) says why
+    assert any(op.startswith("nn.global_avg_pool2d x1: float average pooling: its input is "
+                             "no int8 activation") for op in compiled.cpu_operators)
     # the three batch norms are accelerator programs of their own
     profile, _ = _run_on_fsim(compiled, x)
     assert sum(1 for r in profile.layers if r.device == "accel") == 4 + 3

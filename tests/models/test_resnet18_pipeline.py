@@ -55,8 +55,9 @@ def _int8_on_accelerator(size: int, cfg: str) -> None:
     assert ops(g).count("qnn.conv2d_integer") == 20 and "nn.conv2d" not in ops(g)
     compiled = lower_accelerator_chains(pack_accel_layouts(plan_devices(
         annotate_accelerator(g, accel(cfg)))))
-    # 20 convolutions and the global average pooling
-    assert ops(compiled).count("accel.program") == 21
+    # 20 convolutions; the residual adds stay on the CPU here (annotate_accelerator's
+    # default), so does the global average pooling of the last one
+    assert ops(compiled).count("accel.program") == 20
     x = r.standard_normal((1, 3, size, size)).astype(np.float32)
     got = evaluate(compiled, [x])
     np.testing.assert_array_equal(got, evaluate(g, [x]))
