@@ -21,6 +21,7 @@ from tensorfab.isa import AluOp, TensorfabError
 from tensorfab.sim.fsim_alu import alu_apply, requant_values
 
 from .accel_contract import ACCEL_PROGRAM, decode_program
+from .blas_threads import limited_blas
 from .layout_transform import layout_transform, parse_layout
 
 Kernel = Callable[..., Any]
@@ -33,11 +34,12 @@ class KernelError(TensorfabError):
 
 def kernel(name: str) -> Callable[[Kernel], Kernel]:
     """Register a kernel as operator ``name``; it runs with numpy's floating-point
-    warnings off (overflow to inf and nan are results, as in onnxruntime)."""
+    warnings off (overflow to inf and nan are results, as in onnxruntime) and BLAS on
+    :func:`~.blas_threads.kernel_blas_threads` threads."""
     def wrap(fn: Kernel) -> Kernel:
         @functools.wraps(fn)
         def quiet(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> Any:
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), limited_blas():
                 return fn(inputs, attrs)
         KERNELS[name] = quiet
         return fn
