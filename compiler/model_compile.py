@@ -30,7 +30,6 @@ from .graph.cpu_operators import cpu_operators
 from .graph.ir import Call, Function, post_order
 from .graph.partitioning import cpu_convolutions
 from .graph.printer import astext
-from .graph.types import TensorType
 from .tensor.schedule_source import ScheduleSource
 
 __all__ = ["DEFAULT_QUANTIZER", "QUANTIZERS", "CompiledModel", "ModelCompileError",
@@ -87,15 +86,6 @@ class CompiledModel:
     cpu_convolutions: tuple[str, ...] = ()
     integer_function: Function | None = None
     cpu_operators: tuple[str, ...] = ()
-
-
-def _symbolic_inputs(fn: Function) -> list[tuple[str, tuple]]:
-    out = []
-    for p in fn.params:
-        t = p.checked_type
-        if isinstance(t, TensorType) and any(isinstance(d, str) for d in t.shape):
-            out.append((p.name, tuple(t.shape)))
-    return out
 
 
 def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndarray
@@ -201,7 +191,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
         From the steps (each names the file, node or layer).
     """
     from .frontend import from_onnx, quantize_onnx
-    from .frontend.onnx_import import load_onnx
+    from .frontend.onnx_import import load_onnx, symbolic_inputs
     from .graph import accel
     from .graph.accel_lowering import accel_chain_macs, lower_accelerator_chains, with_macs
     from .graph.activation_matmul_lowering import lower_activation_matmuls
@@ -229,16 +219,20 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     say("importing the ONNX model")
     prepared = load_onnx(model)
     where = prepared.where
-    fn = fold_constants(fold_hard_sigmoid(recognize_hard_swish(
-        fold_batch_norm(from_onnx(prepared, input_shapes)))))
     if cfg is not None:
-        symbolic = _symbolic_inputs(fn)
+        symbolic = symbolic_inputs(prepared, input_shapes)
         if symbolic:
             name, shape = symbolic[0]
-            example = ",".join(str(d) if isinstance(d, int) else "1" for d in shape)
+            # the batch as 1; other symbolic dims as placeholders to fill in
+            example = ",".join(str(d) if isinstance(d, int) else "1" if i == 0 else f"D{i}"
+                               for i, d in enumerate(shape))
+            sizes = ("any fixed sizes" if "D" not in example
+                     else "D2, D3, ... the sizes to run it at")
             raise ModelCompileError(
                 f"{where}: input {name!r} has symbolic dims {shape}; the accelerator "
-                f"needs fixed shapes: pass --shape {name}={example} (any fixed sizes)")
+                f"needs fixed shapes: pass --shape {name}={example} ({sizes})")
+    fn = fold_constants(fold_hard_sigmoid(recognize_hard_swish(
+        fold_batch_norm(from_onnx(prepared, input_shapes)))))
     if calibration is not None:
         batches = calibration_batches(fn, calibration)
         if quantizer == "ort":

@@ -155,13 +155,32 @@ def _input_type(value: onnx.ValueInfoProto, override: Sequence | None) -> Tensor
         return TensorType(tuple(override), dtype)
     dims: list[int | str] = []
     for i, d in enumerate(t.shape.dim):
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:
             dims.append(int(d.dim_value))
         elif d.dim_param:
             dims.append(_symbol(d.dim_param))
         else:
             dims.append(_symbol(f"{value.name}_d{i}"))
     return TensorType(tuple(dims), dtype)
+
+
+def symbolic_inputs(model: PreparedOnnx, input_shapes: dict[str, Sequence[int | str]]
+                    | None = None) -> list[tuple[str, tuple[int | str, ...]]]:
+    """``(name, shape)`` of each graph input of ``model`` with a symbolic dim that
+    ``input_shapes`` does not fix (a ``dim_param``, no dim, or a negative ``dim_value``);
+    inputs that are not tensors are left to :func:`from_onnx` to name."""
+    fixed = input_shapes or {}
+    graph = model.proto.graph
+    inits = {i.name for i in graph.initializer}
+    out = []
+    for value in graph.input:
+        if value.name in inits or value.name in fixed or \
+                value.type.WhichOneof("value") != "tensor_type":
+            continue
+        shape = _input_type(value, None).shape
+        if any(isinstance(d, str) for d in shape):
+            out.append((value.name, tuple(shape)))
+    return out
 
 
 def _symbol(name: str) -> str:
@@ -253,7 +272,8 @@ class _Importer:
             return None
         dims: list[int | str] = []
         for i, d in enumerate(value.type.tensor_type.shape.dim):
-            dims.append(int(d.dim_value) if d.HasField("dim_value")
+            # some exporters (Paddle's) write -1 for a dynamic dim: a symbol too
+            dims.append(int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
                         else _symbol(d.dim_param or f"{name}_d{i}"))
         return tuple(dims)
 

@@ -83,6 +83,18 @@ def test_symbolic_dims_suggest_shape(data) -> None:
                              r"8, 8\); the accelerator needs fixed shapes: pass --shape "
                              r"image=1,1,8,8"):
         compile_onnx(model_path(), config="tiny", calibration=data["calib"])
+    # a dynamic dim written as -1 (Paddle's exporter) and symbolic spatial dims
+    model = onnx.load(str(model_path()))
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[0].Clear()
+    dims[0].dim_value = -1
+    for d in dims[2:]:
+        d.Clear()
+        d.dim_param = "_"
+    with pytest.raises(ModelCompileError, match=r"input 'image' has symbolic dims "
+                       r"\('image_d0', 1, '_', '_'\); .*pass --shape image=1,1,D2,D3 "
+                       r"\(D2, D3, ... the sizes to run it at\)"):
+        compile_onnx(model, config="tiny", calibration=data["calib"])
     # on the CPU symbolic dims are fine
     cpu = compile_onnx(model_path(), calibration=data["calib"][:64])
     assert cpu.program.inputs[0].shape == ("N", 1, 8, 8)
