@@ -745,8 +745,12 @@ def add_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 
 
 def _to_int8(v: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
-    """An int8 vector operator's output scale on int32 values ``v`` (SHL left_shift, the
-    Q31 multiplier, + zero_point, CLIP), with the functional simulator's ALU."""
+    """An int8 vector operator's output scale on int32 values ``v`` with the functional
+    simulator's ALU: SHL left_shift, the Q31 multiplier (MULHI, shifts), + zero_point,
+    CLIP; or with ``rounding="single"`` REQUANT's one rounding of the exact product."""
+    if attrs.get("rounding", "double") == "single":
+        return requant_values(v, attrs["multiplier"], 0, 31 - attrs["shift"],
+                              attrs["zero_point"], -128, 127).astype(np.int8)
     v = alu_apply(AluOp.SHL, v, attrs["left_shift"])
     y = alu_apply(AluOp.ADD, _scale_q31(v, attrs["multiplier"], attrs["shift"]),
                   attrs["zero_point"])

@@ -20,6 +20,23 @@ from tensorfab.compiler.tensor.requant import quantize_multipliers
 from .ir import Call, Constant, Expr, Function
 from .rewrite import rewrite
 
+#: Integer operators whose output scale is an ``OutputScale`` (``left_shift``,
+#: ``multiplier``, ``shift``, ``zero_point``, ``rounding``; see
+#: :mod:`tensorfab.compiler.tensor.vector_program`).
+VECTOR_OPERATORS = frozenset({"qnn.hard_swish_q31", "qnn.mul_q31",
+                              "qnn.global_avg_pool_q31"})
+
+
+def single_rounding(attrs: dict) -> dict:
+    """The output-scale attributes of a vector operator as one REQUANT: the same real
+    scale ``multiplier · 2^(shift - 31) · 2^left_shift`` as a Q31 multiplier and shift
+    of the exact product, ``left_shift`` 0, ``rounding="single"``."""
+    from tensorfab.compiler.tensor.requant import quantize_multiplier_q31
+
+    real = attrs["multiplier"] * 2.0 ** (attrs["shift"] - 31 + attrs["left_shift"])
+    multiplier, shift = quantize_multiplier_q31(real)
+    return {"left_shift": 0, "multiplier": multiplier, "shift": shift, "rounding": "single"}
+
 
 def _acc_bound(acc: Expr) -> int | None:
     """Largest |accumulator| of an integer conv/matmul (plus a constant bias)."""
@@ -53,8 +70,14 @@ def fixed_point_requantize(fn: Function, per_channel: bool = False,
     ``qnn.requantize_q31`` with ``rounding``: ``"double"`` is TFLite's exact per-channel
     arithmetic (the accelerator's MULHI epilogue), ``"single"`` one rounding of the
     exact product (the REQUANT instruction: one ALU pass, closer to float; for configs
-    with :func:`~tensorfab.isa.formats.requant_supported`); otherwise they stay."""
+    with :func:`~tensorfab.isa.formats.requant_supported`); otherwise they stay. With
+    ``rounding="single"`` the int8 vector operators (:data:`VECTOR_OPERATORS`) scale
+    their output with one REQUANT too (:func:`single_rounding`)."""
     def rule(e: Expr, _old: Expr) -> Expr:
+        if isinstance(e, Call) and e.op in VECTOR_OPERATORS and rounding == "single" \
+                and e.attrs.get("rounding", "double") == "double":
+            return Call(e.op, e.args, {**e.attrs, **single_rounding(e.attrs)},
+                        e.virtual_device, e.name)
         if not (isinstance(e, Call) and e.op == "qnn.requantize"
                 and e.attrs["out_dtype"] == "int8"):
             return e

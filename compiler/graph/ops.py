@@ -913,7 +913,8 @@ def _add_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 @register("qnn.hard_swish_q31", 1, {"t_shift": 0, "offset": REQUIRED, "upper": REQUIRED,
                                     "left_shift": 0, "multiplier": REQUIRED,
-                                    "shift": REQUIRED, "zero_point": 0},
+                                    "shift": REQUIRED, "zero_point": 0,
+                                    "rounding": "double"},
           "int8 hard-swish x·relu6(x + 3)/6 with the accelerator's ALU arithmetic: t = "
           "min(max(SHL(x, t_shift) + offset, 0), upper) (offset and upper are 3 and 6 in "
           "units of x's step / 2^t_shift), "
@@ -933,9 +934,15 @@ def _hard_swish_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 def _check_output_scale(attrs: Mapping[str, Any], largest: int) -> None:
     """The checks of an int8 vector operator's output scale (``left_shift``,
-    ``multiplier``, ``shift``, ``zero_point``) for values up to ``largest`` in
-    magnitude."""
+    ``multiplier``, ``shift``, ``zero_point``, ``rounding``: ``"double"`` is SHL,
+    MULHI and SHR_RND, ``"single"`` one REQUANT of the exact product by ``31 - shift``
+    bits) for values up to ``largest`` in magnitude."""
     m, e, left = attrs["multiplier"], attrs["shift"], attrs["left_shift"]
+    if attrs["rounding"] not in ("double", "single"):
+        raise _fail(f"rounding={attrs['rounding']!r}; expected 'double' or 'single'")
+    if attrs["rounding"] == "single" and left:
+        raise _fail(f"left_shift {left} with rounding='single' (REQUANT's exact product "
+                    "needs no headroom)")
     if not 0 <= m < 1 << 31 or not -31 <= e <= 30:
         raise _fail(f"multiplier {m} must be in 0..2^31-1 and shift {e} in -31..30")
     if not 0 <= left <= 30 or largest << max(left + max(e, 0), 0) >= 1 << 31:
@@ -946,7 +953,7 @@ def _check_output_scale(attrs: Mapping[str, Any], largest: int) -> None:
 
 
 @register("qnn.mul_q31", 2, {"left_shift": 0, "multiplier": REQUIRED, "shift": REQUIRED,
-                             "zero_point": 0},
+                             "zero_point": 0, "rounding": "double"},
           "int8 · int8 to int8 (numpy broadcasting; squeeze-excite's channel-wise scale), "
           "with the accelerator's ALU arithmetic: the int32 product, SHL left_shift, "
           "scaled by the Q31 multiplier (SHL max(shift, 0), MULHI, SHR_RND max(-shift, "
@@ -961,7 +968,7 @@ def _mul_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 @register("qnn.global_avg_pool_q31", 1, {"left_shift": 0, "multiplier": REQUIRED,
                                          "shift": REQUIRED, "zero_point": 0,
-                                         "input_zero_point": 0},
+                                         "input_zero_point": 0, "rounding": "double"},
           "int8 global average pooling with the accelerator's arithmetic: the int32 sum "
           "of x - input_zero_point over axes 2 and 3 (NCHW, or a blocked NCHW{n}n{c}c), "
           "SHL left_shift, scaled by "

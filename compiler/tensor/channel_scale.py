@@ -42,6 +42,7 @@ from .vector_program import (
     load_constants,
     output_scale,
     output_scale_ops,
+    scale_uop,
 )
 
 __all__ = ["MUL_ATTRS", "channel_scale_program", "mul_attrs"]
@@ -98,13 +99,13 @@ def channel_scale_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[
         raise CompileError(f"qnn.mul_q31 of shape {shape}: {groups} scale entries do not "
                            f"fit the buffers of config {cfg.name!r}")
     pb = ProgramBuilder(cfg)
-    declare_segments(pb, [("x", shape, x), ("s", s_shape, s)], shape, attrs["multiplier"])
+    declare_segments(pb, [("x", shape, x), ("s", s_shape, s)], shape, attrs)
     loop = VectorLoop(pb, t, constants=1 + groups)
     s_inp = 2 * t  # the scales' input entries, after both slots
     s_reset = pb.add_uops([Uop(acc=1)])
     s_gemm = pb.add_uops([Uop(acc=1, src=s_inp)])
     spans = [{"x": pb.add_uops([Uop(acc=slot["acc"])]),
-              "scaled": pb.add_uops([Uop(acc=slot["acc"], src=0)]),
+              "scaled": pb.add_uops([scale_uop(attrs, slot["acc"])]),
               "mul": [pb.add_uops([Uop(acc=slot["acc"], src=1 + g)]) for g in range(groups)]}
              for slot in loop.slots]
     load_constants(pb)

@@ -41,6 +41,7 @@ from .vector_program import (
     load_constants,
     output_scale,
     output_scale_ops,
+    scale_uop,
 )
 
 __all__ = ["GLOBAL_POOL_ATTRS", "global_avg_pool_attrs", "global_avg_pool_program"]
@@ -100,13 +101,13 @@ def global_avg_pool_program(cfg: HwConfig, shape: tuple[int, ...],
     t = max(1, min(tile, per_group, cfg.inp_depth // 2))
     pb = ProgramBuilder(cfg)
     declare_segments(pb, [("x", shape, x)], (shape[0], shape[1], 1, 1, shape[4], shape[5]),
-                     attrs["multiplier"])
+                     attrs)
     lanes = cfg.batch * cfg.block_out
     start = -per_group * attrs.get("input_zero_point", 0)  # Σ (x - z) = Σ x - H·W·z
     pb.add_segment(Segment("start", "int32", (groups, lanes),
                            np.full((groups, lanes), start, np.int64)))
     sums = pb.add_uops([Uop(acc=1)])
-    scaled = pb.add_uops([Uop(acc=1, src=0)])
+    scaled = pb.add_uops([scale_uop(attrs, 1)])
     add = [[pb.add_uops([Uop(acc=1 + g, src=slot * t)]) for g in range(groups)]
            for slot in range(2)]
     load_constants(pb)

@@ -40,6 +40,7 @@ from .vector_program import (
     load_constants,
     output_scale,
     output_scale_ops,
+    scale_uop,
     uniform_tiles,
 )
 
@@ -115,13 +116,13 @@ def hard_swish_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[str
                             HARD_SWISH_ATTRS)
     t = max(1, min(tile, entries, cfg.inp_depth // 2, (cfg.acc_depth - 1) // 4))
     pb = ProgramBuilder(cfg)
-    declare_segments(pb, [("x", shape, x)], shape, attrs["multiplier"])
+    declare_segments(pb, [("x", shape, x)], shape, attrs)
     loop = VectorLoop(pb, t, constants=1, acc_tiles=2)
     spans = []  # per slot: the input's values at X, t at X + t
     for s in loop.slots:
         xa = s["acc"]
         u = {"x": Uop(acc=xa), "t_mov": Uop(acc=xa + t, src=xa), "t": Uop(acc=xa + t),
-             "mul": Uop(acc=xa, src=xa + t), "scaled": Uop(acc=xa, src=0)}
+             "mul": Uop(acc=xa, src=xa + t), "scaled": scale_uop(attrs, xa)}
         spans.append({k: pb.add_uops([v]) for k, v in u.items()})
     load_constants(pb)
 

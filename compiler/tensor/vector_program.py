@@ -22,16 +22,16 @@ import numpy as np
 
 from tensorfab.isa import AluOp, HwConfig
 from tensorfab.isa.builder import ProgramBuilder
-from tensorfab.isa.formats import Buffer
+from tensorfab.isa.formats import Buffer, requant_supported
 from tensorfab.isa.insn import Alu, Gemm, Load, Store, Uop
 from tensorfab.isa.program import Segment
+from tensorfab.isa.requant_record import pack_requant_records
 
 from .errors import CompileError
 
 __all__ = ["OutputScale", "Tile", "VectorLoop", "block_entries", "blocked_groups",
-           "declare_segments",
-           "group_tiles", "load_constants", "output_scale", "output_scale_ops",
-           "uniform_tiles"]
+           "declare_segments", "group_tiles", "load_constants", "output_scale",
+           "output_scale_ops", "scale_uop", "single", "uniform_tiles"]
 
 
 def block_entries(cfg: HwConfig, shape: tuple[int, ...], what: str,
@@ -98,9 +98,11 @@ def output_scale(real: float, largest: int) -> OutputScale:
 def output_scale_ops(attrs: Mapping[str, Any], alu: Callable[..., Alu],
                      value: tuple[int, int], scaled: tuple[int, int]) -> list[Alu]:
     """ALU instructions applying ``attrs``' ``left_shift``, ``multiplier``, ``shift`` and
-    ``zero_point`` and the int8 clip to the values of micro-op span ``value``;
-    ``scaled`` is the span whose source is the accumulator entry holding the multiplier.
-    ``alu(span, op, imm)`` builds one instruction (``imm`` None: the vector operand)."""
+    ``zero_point`` and the int8 clip to the values of micro-op span ``value``, or with
+    ``rounding="single"`` one REQUANT; ``scaled`` is the span of :func:`scale_uop`.
+    ``alu(span, op, imm)`` builds one instruction (``imm`` None: the source operand)."""
+    if single(attrs):
+        return [alu(scaled, AluOp.REQUANT, None)]
     shift, left = attrs["shift"], attrs["left_shift"]
     ops = []
     if left + max(shift, 0):
@@ -114,31 +116,65 @@ def output_scale_ops(attrs: Mapping[str, Any], alu: Callable[..., Alu],
     return ops
 
 
+def single(attrs: Mapping[str, Any]) -> bool:
+    """Whether the output scale is one REQUANT (``rounding="single"``)."""
+    return attrs.get("rounding", "double") == "single"
+
+
+def scale_uop(attrs: Mapping[str, Any], acc: int) -> Uop:
+    """The micro-op of the output scale's instruction on accumulator entry ``acc``: its
+    operand is the REQUANT record's weight entry (1, the micro-op's ``wgt``) or the
+    accumulator entry holding the Q31 multiplier (0, its ``src``)."""
+    return Uop(acc=acc, wgt=1) if single(attrs) else Uop(acc=acc, src=0)
+
+
 def declare_segments(pb: ProgramBuilder, inputs: Sequence[tuple[str, tuple[int, ...],
                                                                  np.ndarray | None]],
-                     out_shape: tuple[int, ...], multiplier: int) -> None:
+                     out_shape: tuple[int, ...], attrs: Mapping[str, Any]) -> None:
     """The segments of a vector program: its int8 ``inputs`` (name, shape, contents or
-    None), ``out`` (int8, the output), ``q31`` (one accumulator entry holding
-    ``multiplier`` in every lane, the output scale's) and ``identity`` (the weight entry
-    that moves an input tile into the accumulators)."""
+    None), ``out`` (int8, the output), ``identity`` (the weight entry that moves an
+    input tile into the accumulators) and the output scale's operand: ``q31`` (one
+    accumulator entry holding the multiplier in every lane) or, with
+    ``rounding="single"``, ``record`` (a weight entry whose every row is the REQUANT
+    record of the scale, the zero point and the int8 clamp).
+
+    Raises
+    ------
+    CompileError
+        ``rounding="single"`` on a config without REQUANT.
+    """
     cfg = pb.cfg
     lanes = cfg.batch * cfg.block_out
     for name, shape, data in inputs:
         pb.add_segment(Segment(name, "int8", shape, data))
     pb.add_segment(Segment("out", "int8", out_shape, output=True))
-    pb.add_segment(Segment("q31", "int32", (1, lanes), np.full((1, lanes), multiplier,
-                                                               np.int64)))
     pb.add_segment(Segment("identity", "int8", (cfg.block_out, cfg.block_in),
                            np.eye(cfg.block_out, dtype=np.int8)))
+    if single(attrs):
+        if not requant_supported(cfg):
+            raise CompileError(f"config {cfg.name!r} has no REQUANT: rounding='single' "
+                               "needs it")
+        record = pack_requant_records(
+            cfg, multiplier=np.full(cfg.block_out, attrs["multiplier"], np.int64), bias=0,
+            shift=31 - attrs["shift"], zero_point=attrs["zero_point"], lo=-128, hi=127)
+        pb.add_segment(Segment("record", "int8", record.shape[1:], record[0]))
+    else:
+        pb.add_segment(Segment("q31", "int32", (1, lanes),
+                               np.full((1, lanes), attrs["multiplier"], np.int64)))
 
 
 def load_constants(pb: ProgramBuilder, **flags: bool) -> None:
     """The loads of a vector program's constants: the micro-ops, ``identity`` to weight
-    entry 0, ``q31`` to accumulator entry 0 (``flags`` on the last)."""
+    entry 0, and ``record`` to weight entry 1 or ``q31`` to accumulator entry 0
+    (``flags`` on the last)."""
     pb.load_uops()
     pb.emit(Load(buffer=Buffer.WGT, sram=0, dram=0, y=1, x=1, stride=1), segment="identity")
-    pb.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, y=1, x=1, stride=1, **flags),
-            segment="q31")
+    if any(s.name == "record" for s in pb.segments):
+        pb.emit(Load(buffer=Buffer.WGT, sram=1, dram=0, y=1, x=1, stride=1, **flags),
+                segment="record")
+    else:
+        pb.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, y=1, x=1, stride=1, **flags),
+                segment="q31")
 
 
 @dataclass(frozen=True)

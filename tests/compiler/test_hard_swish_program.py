@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.gemmlowp_reference import multiply_by_quantized_multiplier
+from support.gemmlowp_reference import multiply_by_quantized_multiplier, requant_single
 
 from tensorfab.compiler import check_program_order
 from tensorfab.compiler.tensor.errors import CompileError
 from tensorfab.compiler.tensor.hard_swish import hard_swish_attrs, hard_swish_program
-from tensorfab.isa import PRESETS
+from tensorfab.isa import PRESETS, AluOp
 from tensorfab.runtime.kernels import KERNELS
 from tensorfab.sim import FunctionalSimulator
 
@@ -66,6 +66,23 @@ def test_close_to_float_hard_swish(seed) -> None:
     assert np.all(got[want >= 127.5] == 127)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_single_rounding_is_one_requant(seed) -> None:
+    from tensorfab.compiler.graph.fixed_point import single_rounding
+
+    x, _, _, attrs = _case(seed, (1, 3, 7, 9, 1, 16))
+    attrs = attrs | single_rounding(attrs)
+    p = hard_swish_program(PRESETS["default"], x.shape, attrs, x, tile=64)
+    assert sum(i.op == AluOp.REQUANT for i in p.insns if hasattr(i, "op")) >= 1
+    got = FSIM.run(p).outputs["out"]
+    t = np.clip((x.astype(np.int64) << attrs["t_shift"]) + attrs["offset"], 0, attrs["upper"])
+    want = requant_single(x * t, attrs["multiplier"], attrs["shift"], attrs["zero_point"])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, KERNELS["qnn.hard_swish_q31"]([x], attrs))
+    with pytest.raises(CompileError, match="has no REQUANT"):
+        hard_swish_program(PRESETS["tiny"], (1, 1, 2, 2, 1, 4), attrs)
+
+
 def test_tiny_input_range_is_left_to_the_cpu() -> None:
     assert hard_swish_attrs(1e-4, 1e-4) is None
 
@@ -81,10 +98,12 @@ def test_config_without_equal_blocks_is_refused() -> None:
 
 @pytest.mark.slow
 def test_rtl_equals_fsim() -> None:
+    from tensorfab.compiler.graph.fixed_point import single_rounding
     from tensorfab.sim.rtl import RtlSimulator
 
     x, _, _, attrs = _case(4, (1, 4, 6, 20, 1, 16))
-    p = hard_swish_program(PRESETS["default"], x.shape, attrs, x, tile=128)
-    want = FSIM.run(p)
-    got = RtlSimulator().run(p)
-    np.testing.assert_array_equal(got.outputs["out"], want.outputs["out"])
+    for a in (attrs, attrs | single_rounding(attrs)):
+        p = hard_swish_program(PRESETS["default"], x.shape, a, x, tile=128)
+        want = FSIM.run(p)
+        got = RtlSimulator().run(p)
+        np.testing.assert_array_equal(got.outputs["out"], want.outputs["out"])

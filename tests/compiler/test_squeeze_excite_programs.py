@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.gemmlowp_reference import multiply_by_quantized_multiplier
+from support.gemmlowp_reference import multiply_by_quantized_multiplier, requant_single
 
 from tensorfab.compiler import check_program_order
 from tensorfab.compiler.tensor.channel_scale import channel_scale_program, mul_attrs
@@ -84,6 +84,28 @@ def test_channel_scale_equals_reference_and_cpu_kernel(seed, shape, tile) -> Non
     assert np.abs(got - real)[inside].max() <= 0.5 + 1e-6
 
 
+def test_single_rounding_is_one_requant() -> None:
+    from tensorfab.compiler.graph.fixed_point import single_rounding
+
+    r = np.random.default_rng(9)
+    shape = (1, 3, 5, 11, 1, 16)
+    x = _int8(r, shape)
+    s = r.integers(0, 128, (1, 3, 1, 1, 1, 16)).astype(np.int8)
+    pool = global_avg_pool_attrs(0.05, 0.02, 55, 4, -7)
+    pool |= single_rounding(pool)
+    got = FSIM.run(global_avg_pool_program(CFG, shape, pool, x, tile=16)).outputs["out"]
+    total = (x.astype(np.int64) + 7).sum(axis=(2, 3), keepdims=True)
+    want = requant_single(total, pool["multiplier"], pool["shift"], 4)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, KERNELS["qnn.global_avg_pool_q31"]([x], pool))
+    mul = mul_attrs(0.05, 0.008, 0.05, -3)
+    mul |= single_rounding(mul)
+    got = FSIM.run(channel_scale_program(CFG, shape, mul, x, s, tile=16)).outputs["out"]
+    want = requant_single(x.astype(np.int64) * s, mul["multiplier"], mul["shift"], -3)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, KERNELS["qnn.mul_q31"]([x, s], mul))
+
+
 def test_plain_layouts_and_full_buffers_are_refused() -> None:
     attrs = mul_attrs(0.1, 0.01, 0.1)
     with pytest.raises(CompileError, match="blocked"):
@@ -104,11 +126,14 @@ def test_rtl_equals_fsim() -> None:
     shape = (1, 5, 6, 30, 1, 16)
     x = _int8(r, shape)
     s = r.integers(0, 128, (1, 5, 1, 1, 1, 16)).astype(np.int8)
+    from tensorfab.compiler.graph.fixed_point import single_rounding
+
     rtl = RtlSimulator()
-    for p in (global_avg_pool_program(CFG, shape, global_avg_pool_attrs(0.1, 0.01, 180), x,
-                                      tile=64),
-              channel_scale_program(CFG, shape, mul_attrs(0.1, 0.008, 0.1, 3), x, s,
-                                    tile=64)):
+    pool, mul = global_avg_pool_attrs(0.1, 0.01, 180), mul_attrs(0.1, 0.008, 0.1, 3)
+    for p in (global_avg_pool_program(CFG, shape, pool, x, tile=64),
+              global_avg_pool_program(CFG, shape, pool | single_rounding(pool), x, tile=64),
+              channel_scale_program(CFG, shape, mul, x, s, tile=64),
+              channel_scale_program(CFG, shape, mul | single_rounding(mul), x, s, tile=64)):
         want = FSIM.run(p)
         got = rtl.run(p)
         np.testing.assert_array_equal(got.outputs["out"], want.outputs["out"])

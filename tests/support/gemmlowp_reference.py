@@ -76,3 +76,12 @@ def requantize(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray, zero_
     """TFLite's int8 output stage: scale, add the output zero point, clamp."""
     out = multiply_by_quantized_multiplier(acc, multiplier, shift) + zero_point
     return np.clip(out, lo, hi).astype(np.int64)
+
+
+def requant_single(v: np.ndarray, multiplier: int, shift: int, zero_point: int) -> np.ndarray:
+    """REQUANT's one rounding (half away from zero) of the exact product
+    ``v · multiplier / 2^(31 - shift)``, + zero point, clipped to int8 (int64 numpy)."""
+    p = np.asarray(v, np.int64) * np.int64(multiplier)
+    n = 31 - shift
+    r = np.sign(p) * ((np.abs(p) + (np.int64(1) << (n - 1))) >> n)
+    return np.clip(r + zero_point, -128, 127).astype(np.int8)
