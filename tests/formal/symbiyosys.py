@@ -16,6 +16,7 @@ cannot pass because the assumptions rule every interesting trace out).
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
@@ -23,16 +24,17 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from amaranth.back import rtlil
-from amaranth.hdl import Elaboratable, Shape, ShapeLike, Value
+from amaranth.hdl import Elaboratable, Fragment, Module, Shape, ShapeLike, Signal, Value
 
 # Amaranth 0.5 keeps AnySeq/AnyConst out of amaranth.hdl while its formal API is
 # redesigned; the RTLIL backend still writes them as $anyseq/$anyconst cells
 from amaranth.hdl._ast import AnyConst, AnySeq
 
-__all__ = ["FormalResult", "assert_proved", "assert_refuted", "cover_traces", "first_values",
-           "free", "free_const", "prove"]
+__all__ = ["FormalResult", "assert_proved", "assert_refuted", "cover_traces", "driven_signals",
+           "elaborate_here", "first_values", "free", "free_const", "mutant", "prove"]
 
 #: Seconds a solver may take for one spec before the test fails.
 SOLVER_TIMEOUT = 170
@@ -46,6 +48,38 @@ def free(shape: ShapeLike) -> Value:
 def free_const(shape: ShapeLike) -> Value:
     """A value the solver chooses once, the same in every cycle of a trace."""
     return AnyConst(Shape.cast(shape))
+
+
+def driven_signals(fragment: Fragment) -> dict[str, Signal]:
+    """The signals an elaborated module drives (not its submodules'), by name: a
+    block's registers, for a spec's helper invariants (what makes a property
+    inductive). A name the module gives two signals keeps the last."""
+    found: dict[str, Signal] = {}
+    for statements in fragment.statements.values():
+        for statement in statements:
+            for signal in statement._lhs_signals():
+                found[signal.name] = signal
+    return found
+
+
+def elaborate_here(block: Elaboratable) -> Module:
+    """``block``'s module, elaborated by the spec (to reach into it before it is
+    elaborated further) rather than by ``Fragment.get``, so marked as used."""
+    block._MustUse__used = True  # Amaranth warns about elaboratables never elaborated
+    return block.elaborate(None)
+
+
+def mutant(module: ModuleType, name: str, original: str, replacement: str) -> type:
+    """The class ``name`` of ``module`` built from the module's source with the text
+    ``original`` (found exactly once) replaced by ``replacement``: a deliberately broken
+    variant of a block for a mutation check, without a copy of its code."""
+    source = inspect.getsource(module)
+    assert source.count(original) == 1, f"{original!r} is not in {module.__name__} once"
+    namespace: dict[str, object] = {"__name__": f"{module.__name__}_mutant",
+                                    "__package__": module.__package__}
+    exec(compile(source.replace(original, replacement), f"{module.__name__} (mutant)", "exec"),
+         namespace)
+    return namespace[name]
 
 
 @dataclass

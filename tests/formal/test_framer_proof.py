@@ -24,13 +24,12 @@ real trace that breaks the property itself.
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 from amaranth.hdl import Assert, Assume, Cat, Cover, Fragment, Module, Signal, Value
 
 import tensorfab.hw.soc.framer as framer_module
-from formal.symbiyosys import assert_proved, assert_refuted, free
+from formal.symbiyosys import assert_proved, assert_refuted, driven_signals, free, mutant
 from tensorfab.hw.soc.framer import Crc32, Framer
 from tensorfab.isa import hostlink as hl
 
@@ -59,17 +58,6 @@ class FreeCrc(Crc32):
         m = Module()
         m.d.comb += self.value.eq(free(32))
         return m
-
-
-def driven_signals(fragment: Fragment) -> dict[str, Signal]:
-    """The signals an elaborated module drives, by name: the framer's registers, for
-    the spec's helper invariants (what makes the properties inductive)."""
-    found: dict[str, Signal] = {}
-    for statements in fragment.statements.values():
-        for statement in statements:
-            for signal in statement._lhs_signals():
-                found[signal.name] = signal
-    return found
 
 
 class FramerSpec:
@@ -308,11 +296,7 @@ def silence_spec(framer: Framer, *, helpers: bool = True) -> Module:
 def mutated_framer(original: str, replacement: str) -> Framer:
     """A framer built from hw/soc/framer.py's source with ``original`` (found exactly
     once) replaced by ``replacement``: a deliberately broken variant."""
-    source = inspect.getsource(framer_module)
-    assert source.count(original) == 1, f"{original!r} is not in the framer once"
-    namespace: dict[str, object] = {"__name__": "mutated_framer"}
-    exec(compile(source.replace(original, replacement), "mutated_framer", "exec"), namespace)
-    return namespace["Framer"](RX_TIMEOUT, crc_unit=FreeCrc())
+    return mutant(framer_module, "Framer", original, replacement)(RX_TIMEOUT, crc_unit=FreeCrc())
 
 
 def test_framer_crc_gate_proved(tmp_path: Path) -> None:
