@@ -17,6 +17,7 @@ cannot pass because the assumptions rule every interesting trace out).
 from __future__ import annotations
 
 import inspect
+import linecache
 import os
 import re
 import subprocess
@@ -34,7 +35,8 @@ from amaranth.hdl import Elaboratable, Fragment, Module, Shape, ShapeLike, Signa
 from amaranth.hdl._ast import AnyConst, AnySeq
 
 __all__ = ["FormalResult", "assert_proved", "assert_refuted", "cover_traces", "driven_signals",
-           "elaborate_here", "first_values", "free", "free_const", "mutant", "prove"]
+           "elaborate_here", "failed_assertions", "first_values", "free", "free_const", "mutant",
+           "prove"]
 
 #: Seconds a solver may take for one spec before the test fails.
 SOLVER_TIMEOUT = 170
@@ -189,15 +191,26 @@ def assert_proved(spec: Elaboratable, workdir: Path, *, depth: int, mode: str = 
     return result
 
 
-def assert_refuted(spec: Elaboratable, workdir: Path, *, depth: int,
-                   mode: str = "bmc") -> FormalResult:
+def assert_refuted(spec: Elaboratable, workdir: Path, *, depth: int, mode: str = "bmc",
+                   failing: str | None = None) -> FormalResult:
     """Check that the prover finds a counterexample to ``spec`` (a deliberately broken
-    design: the mutation check); fail the test if it passes, times out or errs."""
+    design: the mutation check); fail the test if it passes, times out or errs, or, with
+    ``failing``, if no failed assertion's source line contains that text."""
     result = prove(spec, workdir, depth=depth, mode=mode)
     assert result.status == "FAIL", (
         f"mutant in {workdir}: {result.status}, expected a counterexample after "
         f"{result.seconds:.0f} s\n{_tail(result.log)}")
+    if failing is not None:
+        lines = failed_assertions(result)
+        assert any(failing in line for line in lines), (
+            f"mutant in {workdir}: failed {lines}, not the assertion with {failing!r}")
     return result
+
+
+def failed_assertions(result: FormalResult) -> list[str]:
+    """The source lines of the assertions a run found failed."""
+    found = re.findall(r"failed assertion \S+ at (\S+?):(\d+)", result.log)
+    return [linecache.getline(path, int(line)).strip() for path, line in found]
 
 
 def cover_traces(result: FormalResult) -> list[Path]:

@@ -316,15 +316,18 @@ def test_framer_back_in_hunt_after_silence_proved(tmp_path: Path) -> None:
 
 def test_framer_ignoring_the_crc_refuted(tmp_path: Path) -> None:
     framer = mutated_framer("crc_bad.eq(rx_crc != ~crc)", "crc_bad.eq(0)")
-    assert_refuted(crc_gate_spec(framer, helpers=False), tmp_path, depth=18)
+    assert_refuted(crc_gate_spec(framer, helpers=False), tmp_path, depth=18,
+                   failing="~request.valid | crc_ok")
 
 
 def test_framer_wrong_response_sequence_number_refuted(tmp_path: Path) -> None:
     framer = mutated_framer('"seq": head.seq,', '"seq": head.seq ^ 1,')
-    assert_refuted(sequence_spec(framer, helpers=False), tmp_path, depth=18)
+    assert_refuted(sequence_spec(framer, helpers=False), tmp_path, depth=18,
+                   failing="tx.payload == seq")
 
 
 def test_framer_without_timeout_refuted(tmp_path: Path) -> None:
     framer = mutated_framer("Mux(in_frame & ~take, timer + 1, 0)",
                             "Mux(in_frame & ~take, timer, 0)")
-    assert_refuted(silence_spec(framer, helpers=False), tmp_path, depth=SILENCE_BOUND + 3)
+    assert_refuted(silence_spec(framer, helpers=False), tmp_path, depth=SILENCE_BOUND + 3,
+                   failing="| hunt")

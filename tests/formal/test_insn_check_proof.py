@@ -14,14 +14,17 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from amaranth.hdl import Assert, Cover, Module
+from amaranth.hdl import Assert, Cat, Cover, Module, Value
 
+import tensorfab.hw.insn_check as insn_check_module
+from formal.isa_reference import bad_field_logic
 from formal.symbiyosys import (
     assert_proved,
     assert_refuted,
     cover_traces,
     first_values,
     free,
+    mutant,
 )
 from tensorfab.hw.insn_check import InsnCheck
 from tensorfab.isa import (
@@ -58,6 +61,8 @@ def insn_check_spec(dut: InsnCheck) -> Module:
         Assert((dut.code == ErrorCode.RESERVED_BITS) == (known & reserved),
                "RESERVED_BITS not the format's reserved mask"),
         Assert(dut.code <= ErrorCode.BAD_FIELD, "a code the check does not give"),
+        Assert((dut.code == ErrorCode.BAD_FIELD) == (known & ~reserved & isa_bad_field(dut.word)),
+               "BAD_FIELD not the ISA's check_insn"),
     ]
     for value in range(len(Opcode), 1 << OPCODE_BITS):
         m.d.comb += Cover(opcode == value)
@@ -72,6 +77,13 @@ def insn_check_spec(dut: InsnCheck) -> Module:
             m.d.comb += [Cover(is_op & (bits == 0) & ~reserved),
                          Cover(is_op & (bits == (1 << len(bits)) - 1) & ~reserved)]
     return m
+
+
+def isa_bad_field(word: Value) -> Value:
+    """The ISA's field rules on ``word`` (by its opcode), from ``check_insn`` itself
+    (:func:`formal.isa_reference.bad_field_logic`)."""
+    opcode = word[:OPCODE_BITS]
+    return Cat(*((opcode == op) & bad_field_logic(word, CFG, op) for op in Opcode)).any()
 
 
 def sampled_verdicts(op: Opcode) -> set[ErrorCode]:
@@ -122,3 +134,10 @@ def test_insn_check_proved_and_cross_checked(tmp_path: Path) -> None:
 
 def test_insn_check_mutant_refuted(tmp_path: Path) -> None:
     assert_refuted(insn_check_spec(AcceptsOpcodeSeven(CFG)), tmp_path, depth=1)
+
+
+def test_insn_check_field_rule_mutant_refuted(tmp_path: Path) -> None:
+    """Mutant: an empty micro-op range (``uop_begin == uop_end``) passes."""
+    broken = mutant(insn_check_module, "InsnCheck", "v.uop_begin >= v.uop_end",
+                    "v.uop_begin > v.uop_end")
+    assert_refuted(insn_check_spec(broken(CFG)), tmp_path, depth=1, failing="isa_bad_field")
