@@ -208,9 +208,22 @@ def assert_refuted(spec: Elaboratable, workdir: Path, *, depth: int, mode: str =
 
 
 def failed_assertions(result: FormalResult) -> list[str]:
-    """The source lines of the assertions a run found failed."""
+    """The source of the assertions a run found failed (from the line SymbiYosys names
+    to the end of the call)."""
     found = re.findall(r"failed assertion \S+ at (\S+?):(\d+)", result.log)
-    return [linecache.getline(path, int(line)).strip() for path, line in found]
+    sources = []
+    for path, line in found:
+        linecache.checkcache(path)
+        number, text, depth = int(line), "", 0
+        while True:
+            source = linecache.getline(path, number)
+            text += source.strip() + " "
+            depth += source.count("(") - source.count(")")
+            number += 1
+            if depth <= 0 or not source:
+                break
+        sources.append(text.strip())
+    return sources
 
 
 def cover_traces(result: FormalResult) -> list[Path]:
