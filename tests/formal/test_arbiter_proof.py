@@ -14,9 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from amaranth.hdl import Assert, Assume, Cat, Cover, Fragment, Module, Signal
+from amaranth.hdl import Assert, Assume, Cat, Cover, Fragment, Module, Mux, Signal, Value
+from amaranth.lib import data
 
 import tensorfab.hw.arbiter as arbiter_module
+from formal.fifo_view import FifoView, register_slice_view
 from formal.symbiyosys import (
     assert_proved,
     assert_refuted,
@@ -40,17 +42,32 @@ BOUND = 9
 
 
 def arbiter_spec(dut: MemArbiter, group: tuple[str, ...],
-                 longest_reads: tuple[int, int] = LONGEST_READS) -> Module:
+                 longest_reads: tuple[int, int] = LONGEST_READS, *,
+                 store_longest: int = STORE_LONGEST, budget_helpers: bool = False) -> Module:
     """The arbiter between three free masters and a memory that answers reads, with the
     properties of ``group`` (``commands``, ``beats``, ``budget``: one solver run each,
-    which together take a fraction of the time of all in one)."""
+    which together take a fraction of the time of all in one). ``budget_helpers`` adds
+    the invariants that make the budget inductive (:func:`budget_invariants`)."""
     m = Module()
-    m.submodules.dut = dut
+    if budget_helpers:
+        module = elaborate_here(dut)
+        slices = {name: module.submodules[f"{name}_cmd_slice"]
+                  for name in ("fetch", "load", "port")}
+        views = {}
+        for name, block in slices.items():
+            views[name] = register_slice_view(block)
+            block.elaborate = lambda platform, view=views[name]: view.fragment
+        fragment = Fragment.get(module, None)
+        m.submodules.dut = fragment
+        for view in views.values():
+            m.d.comb += view.statements
+    else:
+        m.submodules.dut = dut
     masters = {"fetch": dut.fetch, "load": dut.load, "store": dut.store}
     # (addresses and data stay zero: no property looks at them, and every bit of them
     # multiplies the solver's work)
     for name, mst in masters.items():
-        longest = dict(zip(("fetch", "load", "store"), (*longest_reads, STORE_LONGEST),
+        longest = dict(zip(("fetch", "load", "store"), (*longest_reads, store_longest),
                            strict=True))[name]
         m.d.comb += [mst.cmd.valid.eq(free(1)), mst.cmd.payload.len.eq(free(8)),
                      Assume(~mst.cmd.valid | (mst.cmd.payload.len < longest))]
@@ -111,6 +128,9 @@ def arbiter_spec(dut: MemArbiter, group: tuple[str, ...],
     }
     for name in group:
         m.d.comb += properties[name]()
+    if budget_helpers:
+        m.d.comb += budget_invariants(dut, driven_signals(fragment), views, mem_owed,
+                                      longest_reads)
     m.d.comb += [
         # the budget spent while a write still goes out
         Cover((mem_owed == dut.read_beats) & fired(port.cmd) & port.cmd.payload.write),
@@ -120,6 +140,34 @@ def arbiter_spec(dut: MemArbiter, group: tuple[str, ...],
         Cover(fired(dut.fetch.rdata) & (owed["load"] != 0)),
     ]
     return m
+
+
+def budget_invariants(dut: MemArbiter, reg: dict[str, Signal], views: dict[str, FifoView],
+                      mem_owed: Value, longest_reads: tuple[int, int]) -> list[Assert]:
+    """The arbiter's read-beat count (``in_flight``) is the beats the memory owes, plus
+    those of the reads waiting in the port's command slice, plus the beat delivered in
+    the cycle before (it leaves the count a cycle late); it never exceeds the budget;
+    each read master's room is what its rule says of the count; every read waiting in a
+    master's command slice is within that master's longest read."""
+    in_flight = reg["in_flight"]
+    cmd_layout = dut.port.cmd.payload.shape()
+    port_slice = views["port"]
+    waiting = 0
+    for i, entry in enumerate(port_slice.entries):
+        cmd = data.View(cmd_layout, entry)
+        waiting = waiting + Mux((i < port_slice.level) & ~cmd.write, cmd.len + 1, 0)
+    out = [Assert(in_flight == mem_owed + waiting + reg["delivered"]),
+           Assert(in_flight <= dut.read_beats)]
+    for name, longest in zip(("fetch", "load"), longest_reads, strict=True):
+        out.append(Assert(reg[f"room_{name}"]
+                          == ((in_flight == 0) | (in_flight <= dut.read_beats - longest))))
+        view = views[name]
+        layout = getattr(dut, name).cmd.payload.shape()
+        out += [Assert(~(i < view.level) | (data.View(layout, entry).len < longest))
+                for i, entry in enumerate(view.entries)]
+    for view in views.values():
+        out += [Assert(invariant) for invariant in view.invariants]
+    return out
 
 
 def _arbiter(longest_reads: tuple[int, int] = LONGEST_READS) -> MemArbiter:
@@ -235,3 +283,12 @@ def test_arbiter_fixed_priority_refuted(tmp_path: Path) -> None:
     dut = broken(get_config("tiny"), longest_reads=core_longest_reads("tiny"))
     assert_refuted(round_robin_spec(dut, port_ready=False, helpers=False), tmp_path,
                    depth=12, failing="passed == 2")
+
+
+def test_arbiter_budget_proved_at_the_core_sizes(tmp_path: Path) -> None:
+    """The budget by k-induction at the core's 16 outstanding commands, 64 read beats
+    and tiny's longest reads (16 and 32 beats; the store's 32)."""
+    longest = core_longest_reads("tiny")
+    spec = arbiter_spec(core_arbiter("tiny"), ("budget",), longest, store_longest=32,
+                        budget_helpers=True)
+    assert_proved(spec, tmp_path, depth=3)

@@ -20,19 +20,17 @@ it is in the FIFO and no other entry is, ``b`` is at most one entry, behind ``a`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import amaranth.lib.fifo
 import pytest
-from amaranth.hdl import Assert, Assume, Cover, Fragment, Module, Mux, Signal, Value
+from amaranth.hdl import Assert, Assume, Cover, Module, Signal
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 
+from formal.fifo_view import FifoView, buffered_fifo_view, register_slice_view
 from formal.symbiyosys import (
     assert_proved,
     assert_refuted,
-    driven_signals,
-    elaborate_here,
     free,
     free_const,
     mutant,
@@ -52,93 +50,6 @@ def command_fifo(width: int, depth: int) -> SyncFIFO:
     """The FIFO the core puts between fetch and each engine (hw/core.py)."""
     return (SyncFIFOBuffered(width=width, depth=depth) if depth > 2
             else SyncFIFO(width=width, depth=depth))
-
-
-@dataclass
-class FifoView:
-    """A FIFO elaborated with its entries in view, for the helper invariants that
-    make the contract inductive.
-
-    Attributes
-    ----------
-    fragment : Fragment
-        The FIFO, elaborated (the spec's submodule).
-    entries : list of Value
-        ``entries[i]``: the ``i``-th entry from the head (meaningful below the level).
-    invariants : list of Value
-        The FIFO's own consistency: pointers in range, its level counts the same
-        entries as its pointers (and output register).
-    statements : list of Assign
-        Combinational statements the spec adds (the addresses of the read ports
-        through which it sees the memory).
-    """
-
-    fragment: Fragment
-    entries: list[Value]
-    invariants: list[Value] = field(default_factory=list)
-    statements: list = field(default_factory=list)
-
-
-def _wrap(value: Value, modulo: int) -> Value:
-    """``value % modulo`` for a ``value`` below ``2 * modulo``."""
-    return Mux(value >= modulo, value - modulo, value)
-
-
-class RingView:
-    """The ring memory (``storage``) of an Amaranth FIFO module, through read ports
-    the spec adds before the module is elaborated."""
-
-    def __init__(self, module: Module, depth: int) -> None:
-        self.depth = depth
-        self.peeks = [module.submodules.storage.read_port(domain="comb") for _ in range(depth)]
-
-    def entries(self, fragment: Fragment, level: Value) -> tuple[list[Value], list[Value], list]:
-        """Once elaborated: the entries from ``consume`` on, the invariants
-        (``produce`` and ``consume`` in range, ``level`` entries from ``consume`` to
-        ``produce``) and the read ports' addresses."""
-        reg = driven_signals(fragment)
-        produce, consume, depth = reg["produce"], reg["consume"], self.depth
-        statements = [peek.addr.eq(_wrap(consume + n, depth))
-                      for n, peek in enumerate(self.peeks)]
-        invariants = [produce < depth, consume < depth, level <= depth,
-                      _wrap(consume + level, depth) == produce]
-        return [peek.data for peek in self.peeks], invariants, statements
-
-
-def buffered_fifo_view(fifo: SyncFIFOBuffered) -> FifoView:
-    """``SyncFIFOBuffered`` (depth 3 or more): the head in the read port's output
-    register while ``r_rdy``, the others in a ring of ``depth - 1``."""
-    module = elaborate_here(fifo)
-    inner = fifo.depth - 1
-    ring = RingView(module, inner)
-    fragment = Fragment.get(module, None)
-    inner_level = driven_signals(fragment)["inner_level"]
-    stored, invariants, statements = ring.entries(fragment, inner_level)
-    entries = [Mux(fifo.r_rdy, fifo.r_data if i == 0 else stored[i - 1], stored[min(i, inner - 1)])
-               for i in range(fifo.depth)]
-    invariants.append(fifo.level == inner_level + fifo.r_rdy)
-    return FifoView(fragment, entries, invariants, statements)
-
-
-def register_slice_view(dut: RegisterSlice) -> FifoView:
-    """RegisterSlice: the head register while the level is not 0, then the tail (a
-    register for a depth of 2, a ``SyncFIFO`` ring of ``depth - 1`` beyond)."""
-    module = elaborate_here(dut)
-    tail = module.submodules.tail
-    invariants = [tail.level == Mux(dut.level == 0, 0, dut.level - 1)]
-    statements: list = []
-    if isinstance(tail, SyncFIFOBuffered):  # depth 1: a register
-        stored = [tail.r_data]
-    else:
-        tail_module = elaborate_here(tail)
-        ring = RingView(tail_module, tail.depth)
-        tail_fragment = Fragment.get(tail_module, None)
-        tail.elaborate = lambda platform: tail_fragment  # elaborated once, in view
-        stored, tail_invariants, statements = ring.entries(tail_fragment, tail.level)
-        invariants += tail_invariants
-    fragment = Fragment.get(module, None)
-    head = driven_signals(fragment)["head"]
-    return FifoView(fragment, [head, *stored], invariants, statements)
 
 
 def fifo_spec(dut: SyncFIFO | RegisterSlice, depth: int, width: int, *,
