@@ -112,7 +112,8 @@ class Framer(wiring.Component):
     (above ``MAX_PAYLOAD``: NAK BAD_LENGTH at once), the CRC-32 (NAK BAD_CRC) and
     the version (NAK BAD_VERSION). A frame whose bytes stop arriving for
     ``rx_timeout`` cycles after its magic is dropped with a NAK TIMEOUT (silently
-    before the header starts). An accepted frame is offered on :attr:`request`; from
+    before the header starts); a byte offered in the cycle it is dropped is not taken
+with it, HUNT takes it. An accepted frame is offered on :attr:`request`; from
     then until the framer takes the :attr:`response`, the buffer is the executor's
     (:attr:`buf`). A response is sent with its payload from the buffer (a NAK's is
     the reason and the command byte), and the response stream's transfer completes
@@ -214,6 +215,9 @@ class Framer(wiring.Component):
         m.d.sync += timer.eq(Mux(in_frame & ~take, timer + 1, 0))
         # high in the cycle the timer reaches rx_timeout, decided the cycle before
         m.d.sync += timed_out.eq(in_frame & ~take & (timer == self.rx_timeout - 1))
+        # inside a frame, a byte is taken unless the frame times out in this cycle: a
+        # byte that comes just then belongs to what follows (HUNT takes it)
+        frame_ready = ~timed_out
 
         with m.FSM():
             # ------------------------------------------------------------ receive
@@ -223,7 +227,7 @@ class Framer(wiring.Component):
                     m.d.sync += feed(rx.payload, restart=True)
                     m.next = "MAGIC1"
             with m.State("MAGIC1"):
-                m.d.comb += [rx.ready.eq(1), in_frame.eq(1)]
+                m.d.comb += [rx.ready.eq(frame_ready), in_frame.eq(1)]
                 with m.If(timed_out):
                     m.next = "HUNT"
                 with m.Elif(take):
@@ -235,7 +239,7 @@ class Framer(wiring.Component):
                     with m.Else():
                         m.next = "HUNT"
             with m.State("HEADER"):
-                m.d.comb += [rx.ready.eq(1), in_frame.eq(1)]
+                m.d.comb += [rx.ready.eq(frame_ready), in_frame.eq(1)]
                 with m.If(timed_out):
                     m.d.sync += refuse(hl.NakReason.TIMEOUT)
                     m.next = "TX_HEADER"
@@ -257,7 +261,7 @@ class Framer(wiring.Component):
                 with m.Else():
                     m.next = "PAYLOAD"
             with m.State("PAYLOAD"):
-                m.d.comb += [rx.ready.eq(1), in_frame.eq(1)]
+                m.d.comb += [rx.ready.eq(frame_ready), in_frame.eq(1)]
                 with m.If(timed_out):
                     m.d.sync += refuse(hl.NakReason.TIMEOUT)
                     m.next = "TX_HEADER"
@@ -268,7 +272,7 @@ class Framer(wiring.Component):
                         m.d.sync += idx.eq(0)
                         m.next = "RX_CRC"
             with m.State("RX_CRC"):
-                m.d.comb += [rx.ready.eq(1), in_frame.eq(1)]
+                m.d.comb += [rx.ready.eq(frame_ready), in_frame.eq(1)]
                 with m.If(timed_out):
                     m.d.sync += refuse(hl.NakReason.TIMEOUT)
                     m.next = "TX_HEADER"

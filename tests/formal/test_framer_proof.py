@@ -111,14 +111,23 @@ class FramerSpec:
 def crc_gate_spec(framer: Framer, *, helpers: bool = True) -> Module:
     """A request is offered only if the CRC unit's value, in the cycle after the
     frame's last byte (CHECK), was the complement of the CRC field received, and it
-    carries that field; while receiving, the unit is fed only the byte taken in the
-    cycle before."""
+    carries that field; while receiving, the unit is fed the byte taken in the cycle
+    before, and every byte of a frame before its CRC field is fed (none is taken and
+    dropped, not even in the cycle the frame times out)."""
     spec = FramerSpec(framer)
     spec.free_environment()
     m, reg, in_state, rx = spec.m, spec.reg, spec.in_state, framer.rx
     taken = spec.taken_bytes()
     took, took_byte = Signal(), Signal(8)
     m.d.sync += [took.eq(rx.valid & rx.ready), took_byte.eq(rx.payload)]
+    # a byte of a frame before its CRC field: a magic byte that starts or continues
+    # one, a byte of its header or payload
+    took_frame_byte = Signal()
+    m.d.sync += took_frame_byte.eq(
+        rx.valid & rx.ready
+        & (in_state("HEADER", "PAYLOAD")
+           | (in_state("HUNT", "MAGIC1") & (rx.payload == hl.MAGIC[0]))
+           | (in_state("MAGIC1") & (rx.payload == hl.MAGIC[1]))))
     crc_unit = framer.crc_unit
     crc_field = taken[8:]
     crc_ok = Signal()
@@ -136,6 +145,7 @@ def crc_gate_spec(framer: Framer, *, helpers: bool = True) -> Module:
                "a request's CRC is not the CRC field received"),
         Assert(~(fed & receiving) | (took & (crc_unit.byte == took_byte)),
                "the CRC unit fed a byte that was not the one just taken"),
+        Assert(~took_frame_byte | fed, "a byte of a frame taken but not fed to the CRC unit"),
         Cover(request.valid & request.ready),
         Cover(in_state("VERDICT") & ~crc_ok),
     ]
@@ -318,6 +328,14 @@ def test_framer_ignoring_the_crc_refuted(tmp_path: Path) -> None:
     framer = mutated_framer("crc_bad.eq(rx_crc != ~crc)", "crc_bad.eq(0)")
     assert_refuted(crc_gate_spec(framer, helpers=False), tmp_path, depth=18,
                    failing="~request.valid | crc_ok")
+
+
+def test_framer_dropping_a_byte_at_the_timeout_refuted(tmp_path: Path) -> None:
+    """The framer before its fix: a byte offered in the cycle a frame times out was
+    taken and dropped (the next frame's magic, so that frame was lost)."""
+    framer = mutated_framer("frame_ready = ~timed_out", "frame_ready = Const(1)")
+    assert_refuted(crc_gate_spec(framer, helpers=False), tmp_path, depth=12,
+                   failing="took_frame_byte | fed")
 
 
 def test_framer_wrong_response_sequence_number_refuted(tmp_path: Path) -> None:

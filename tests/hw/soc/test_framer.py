@@ -200,6 +200,19 @@ def test_truncated_frame_times_out_then_the_next_is_taken() -> None:
     assert [r.seq for r in tb.requests] == [13]
 
 
+@pytest.mark.parametrize("gap", [TIMEOUT, TIMEOUT + 1])
+def test_a_byte_in_the_cycle_of_the_timeout_starts_the_next_frame(gap: int) -> None:
+    """The next frame's first byte offered in the very cycle the frame before times
+    out (``gap`` = TIMEOUT) is not taken with it: the next frame is received whole."""
+    cut = hl.encode_frame(12, 0x31, b"0123456789")[:9]
+    tb = Bench()
+    tb.send(cut, gap, hl.encode_frame(13, 0x32, b"ok"))
+    tb.run(2)
+    assert bytes(tb.sent) == (nak(12, hl.NakReason.TIMEOUT, 0x31)
+                              + hl.encode_frame(13, 0x32 | hl.RESPONSE, b"ko"))
+    assert [r.seq for r in tb.requests] == [13]
+
+
 def test_slow_bytes_within_the_timeout_are_accepted() -> None:
     frame = hl.encode_frame(1, 0x41, b"slow")
     tb = Bench()
