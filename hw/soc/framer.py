@@ -18,7 +18,7 @@ from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import hostlink as hl
 
-__all__ = ["BUFFER_DEPTH", "Framer", "PayloadBufferSignature", "RequestLayout",
+__all__ = ["BUFFER_DEPTH", "Crc32", "Framer", "PayloadBufferSignature", "RequestLayout",
            "ResponseLayout", "crc32_step"]
 
 _POLY = 0xEDB88320
@@ -71,6 +71,39 @@ def crc32_step(crc: Value, byte: Value) -> Value:
     return Cat(*bits)
 
 
+class Crc32(wiring.Component):
+    """The CRC-32 register of a frame (reflected, before the final inversion).
+
+    Attributes
+    ----------
+    byte : In(8)
+        The byte to take.
+    restart : In(1)
+        Start over with ``byte`` as the first byte.
+    feed : In(1)
+        Take ``byte`` after the bytes so far (unless ``restart``).
+    clear : In(1)
+        Back to the initial value (unless ``restart`` or ``feed``).
+    value : Out(32)
+        The register: after ``restart``/``feed``, :func:`crc32_step` of the value
+        before and ``byte``, in the next cycle.
+    """
+
+    def __init__(self) -> None:
+        super().__init__({"byte": In(8), "restart": In(1), "feed": In(1), "clear": In(1),
+                          "value": Out(32, init=0xFFFFFFFF)})
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        with m.If(self.restart):
+            m.d.sync += self.value.eq(crc32_step(Const(0xFFFFFFFF, 32), self.byte))
+        with m.Elif(self.feed):
+            m.d.sync += self.value.eq(crc32_step(self.value, self.byte))
+        with m.Elif(self.clear):
+            m.d.sync += self.value.eq(0xFFFFFFFF)
+        return m
+
+
 class Framer(wiring.Component):
     """Receives host-link request frames from a byte stream and sends response frames.
 
@@ -79,7 +112,8 @@ class Framer(wiring.Component):
     (above ``MAX_PAYLOAD``: NAK BAD_LENGTH at once), the CRC-32 (NAK BAD_CRC) and
     the version (NAK BAD_VERSION). A frame whose bytes stop arriving for
     ``rx_timeout`` cycles after its magic is dropped with a NAK TIMEOUT (silently
-    before the header starts). An accepted frame is offered on :attr:`request`; from
+    before the header starts); a byte offered in the cycle it is dropped is not taken
+with it, HUNT takes it. An accepted frame is offered on :attr:`request`; from
     then until the framer takes the :attr:`response`, the buffer is the executor's
     (:attr:`buf`). A response is sent with its payload from the buffer (a NAK's is
     the reason and the command byte), and the response stream's transfer completes
@@ -90,6 +124,9 @@ class Framer(wiring.Component):
     ----------
     rx_timeout : int
         Clock cycles without a byte after which a partial frame is dropped.
+    crc_unit : Crc32 or None
+        The CRC-32 register (a new :class:`Crc32` if ``None``; the formal spec of
+        the framer gives it one whose value is a free input).
 
     Attributes
     ----------
@@ -105,8 +142,9 @@ class Framer(wiring.Component):
         The payload buffer, driven by the executor between request and response.
     """
 
-    def __init__(self, rx_timeout: int) -> None:
+    def __init__(self, rx_timeout: int, crc_unit: Crc32 | None = None) -> None:
         self.rx_timeout = rx_timeout
+        self.crc_unit = Crc32() if crc_unit is None else crc_unit
         super().__init__({
             "rx": In(stream.Signature(8)),
             "tx": Out(stream.Signature(8)),
@@ -120,12 +158,16 @@ class Framer(wiring.Component):
         # through one multiplexer), a byte read is registered as it leaves the RAM,
         # the CRC steps a cycle after its byte, and the length and CRC checks are
         # registered a cycle before they are acted on.
+        # (one signal per assignment, so that each is named: the framer's formal spec
+        # states invariants of its registers by name)
         m = Module()
         m.submodules.ram = ram = Memory(shape=unsigned(8), depth=BUFFER_DEPTH, init=[])
         wp, rp = ram.write_port(), ram.read_port()
         rx, buf = self.rx, self.buf
         idx = Signal(range(BUFFER_DEPTH))
-        we, waddr, wdata = Signal(), Signal(range(BUFFER_DEPTH)), Signal(8)
+        we = Signal()
+        waddr = Signal(range(BUFFER_DEPTH))
+        wdata = Signal(8)
         rd_byte = Signal(8)
         lend = Signal()  # the executor owns the buffer
         m.d.sync += [we.eq(0), rd_byte.eq(rp.data)]
@@ -140,24 +182,27 @@ class Framer(wiring.Component):
         left = Signal(range(hl.MAX_PAYLOAD + 1))  # payload bytes after this one
         last = Signal()
 
-        crc = Signal(32, init=0xFFFFFFFF)
-        crc_byte, crc_feed, crc_restart, crc_clear = Signal(8), Signal(), Signal(), Signal()
+        m.submodules.crc = crc_unit = self.crc_unit
+        crc = crc_unit.value
+        crc_byte = Signal(8)
+        crc_feed = Signal()
+        crc_restart = Signal()
+        crc_clear = Signal()
         m.d.sync += [crc_feed.eq(0), crc_restart.eq(0), crc_clear.eq(0)]
-        with m.If(crc_restart):
-            m.d.sync += crc.eq(crc32_step(Const(0xFFFFFFFF, 32), crc_byte))
-        with m.Elif(crc_feed):
-            m.d.sync += crc.eq(crc32_step(crc, crc_byte))
-        with m.Elif(crc_clear):
-            m.d.sync += crc.eq(0xFFFFFFFF)
+        m.d.comb += [crc_unit.byte.eq(crc_byte), crc_unit.feed.eq(crc_feed),
+                     crc_unit.restart.eq(crc_restart), crc_unit.clear.eq(crc_clear)]
 
         def feed(byte: Value, *, restart: bool = False) -> list:
             return [crc_byte.eq(byte), (crc_restart if restart else crc_feed).eq(1)]
 
         # the response being sent
-        nak, reason = Signal(), Signal(8)
+        nak = Signal()
+        reason = Signal(8)
         resp_len = Signal(_LENGTH)
         answered = Signal()  # the response came from the executor
-        crc_bad, version_bad, too_long = Signal(), Signal(), Signal()
+        crc_bad = Signal()
+        version_bad = Signal()
+        too_long = Signal()
 
         def refuse(code: int) -> list:
             return [nak.eq(1), reason.eq(code), resp_len.eq(2), answered.eq(0), idx.eq(0),
@@ -170,6 +215,9 @@ class Framer(wiring.Component):
         m.d.sync += timer.eq(Mux(in_frame & ~take, timer + 1, 0))
         # high in the cycle the timer reaches rx_timeout, decided the cycle before
         m.d.sync += timed_out.eq(in_frame & ~take & (timer == self.rx_timeout - 1))
+        # inside a frame, a byte is taken unless the frame times out in this cycle: a
+        # byte that comes just then belongs to what follows (HUNT takes it)
+        frame_ready = ~timed_out
 
         with m.FSM():
             # ------------------------------------------------------------ receive
@@ -179,7 +227,7 @@ class Framer(wiring.Component):
                     m.d.sync += feed(rx.payload, restart=True)
                     m.next = "MAGIC1"
             with m.State("MAGIC1"):
-                m.d.comb += [rx.ready.eq(1), in_frame.eq(1)]
+                m.d.comb += [rx.ready.eq(frame_ready), in_frame.eq(1)]
                 with m.If(timed_out):
                     m.next = "HUNT"
                 with m.Elif(take):
@@ -191,7 +239,7 @@ class Framer(wiring.Component):
                     with m.Else():
                         m.next = "HUNT"
             with m.State("HEADER"):
-                m.d.comb += [rx.ready.eq(1), in_frame.eq(1)]
+                m.d.comb += [rx.ready.eq(frame_ready), in_frame.eq(1)]
                 with m.If(timed_out):
                     m.d.sync += refuse(hl.NakReason.TIMEOUT)
                     m.next = "TX_HEADER"
@@ -213,7 +261,7 @@ class Framer(wiring.Component):
                 with m.Else():
                     m.next = "PAYLOAD"
             with m.State("PAYLOAD"):
-                m.d.comb += [rx.ready.eq(1), in_frame.eq(1)]
+                m.d.comb += [rx.ready.eq(frame_ready), in_frame.eq(1)]
                 with m.If(timed_out):
                     m.d.sync += refuse(hl.NakReason.TIMEOUT)
                     m.next = "TX_HEADER"
@@ -224,7 +272,7 @@ class Framer(wiring.Component):
                         m.d.sync += idx.eq(0)
                         m.next = "RX_CRC"
             with m.State("RX_CRC"):
-                m.d.comb += [rx.ready.eq(1), in_frame.eq(1)]
+                m.d.comb += [rx.ready.eq(frame_ready), in_frame.eq(1)]
                 with m.If(timed_out):
                     m.d.sync += refuse(hl.NakReason.TIMEOUT)
                     m.next = "TX_HEADER"
@@ -273,7 +321,9 @@ class Framer(wiring.Component):
             r.idx, r.rd_byte, r.nak, r.reason, r.resp_len, r.head, r.crc, r.feed)
         # every byte sent is first loaded into tx_byte (with whether it ends its
         # part of the frame), then offered to the transmitter and fed to the CRC
-        tx_byte, tx_end, resp_empty = Signal(8), Signal(), Signal()
+        tx_byte = Signal(8)
+        tx_end = Signal()
+        resp_empty = Signal()
         with m.State("TX_HEADER"):
             fields = {"magic": Const(int.from_bytes(hl.MAGIC, "little"), 16),
                       "version": Const(hl.VERSION, 8), "seq": head.seq,

@@ -16,6 +16,8 @@ cannot pass because the assumptions rule every interesting trace out).
 
 from __future__ import annotations
 
+import inspect
+import linecache
 import os
 import re
 import subprocess
@@ -23,16 +25,18 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from amaranth.back import rtlil
-from amaranth.hdl import Elaboratable, Shape, ShapeLike, Value
+from amaranth.hdl import Elaboratable, Fragment, Module, Shape, ShapeLike, Signal, Value
 
 # Amaranth 0.5 keeps AnySeq/AnyConst out of amaranth.hdl while its formal API is
 # redesigned; the RTLIL backend still writes them as $anyseq/$anyconst cells
 from amaranth.hdl._ast import AnyConst, AnySeq
 
-__all__ = ["FormalResult", "assert_proved", "assert_refuted", "cover_traces", "first_values",
-           "free", "free_const", "prove"]
+__all__ = ["FormalResult", "assert_proved", "assert_refuted", "cover_traces", "driven_signals",
+           "elaborate_here", "failed_assertions", "first_values", "free", "free_const", "mutant",
+           "prove"]
 
 #: Seconds a solver may take for one spec before the test fails.
 SOLVER_TIMEOUT = 170
@@ -46,6 +50,38 @@ def free(shape: ShapeLike) -> Value:
 def free_const(shape: ShapeLike) -> Value:
     """A value the solver chooses once, the same in every cycle of a trace."""
     return AnyConst(Shape.cast(shape))
+
+
+def driven_signals(fragment: Fragment) -> dict[str, Signal]:
+    """The signals an elaborated module drives (not its submodules'), by name: a
+    block's registers, for a spec's helper invariants (what makes a property
+    inductive). A name the module gives two signals keeps the last."""
+    found: dict[str, Signal] = {}
+    for statements in fragment.statements.values():
+        for statement in statements:
+            for signal in statement._lhs_signals():
+                found[signal.name] = signal
+    return found
+
+
+def elaborate_here(block: Elaboratable) -> Module:
+    """``block``'s module, elaborated by the spec (to reach into it before it is
+    elaborated further) rather than by ``Fragment.get``, so marked as used."""
+    block._MustUse__used = True  # Amaranth warns about elaboratables never elaborated
+    return block.elaborate(None)
+
+
+def mutant(module: ModuleType, name: str, original: str, replacement: str) -> type:
+    """The class ``name`` of ``module`` built from the module's source with the text
+    ``original`` (found exactly once) replaced by ``replacement``: a deliberately broken
+    variant of a block for a mutation check, without a copy of its code."""
+    source = inspect.getsource(module)
+    assert source.count(original) == 1, f"{original!r} is not in {module.__name__} once"
+    namespace: dict[str, object] = {"__name__": f"{module.__name__}_mutant",
+                                    "__package__": module.__package__}
+    exec(compile(source.replace(original, replacement), f"{module.__name__} (mutant)", "exec"),
+         namespace)
+    return namespace[name]
 
 
 @dataclass
@@ -155,15 +191,39 @@ def assert_proved(spec: Elaboratable, workdir: Path, *, depth: int, mode: str = 
     return result
 
 
-def assert_refuted(spec: Elaboratable, workdir: Path, *, depth: int,
-                   mode: str = "bmc") -> FormalResult:
+def assert_refuted(spec: Elaboratable, workdir: Path, *, depth: int, mode: str = "bmc",
+                   failing: str | None = None) -> FormalResult:
     """Check that the prover finds a counterexample to ``spec`` (a deliberately broken
-    design: the mutation check); fail the test if it passes, times out or errs."""
+    design: the mutation check); fail the test if it passes, times out or errs, or, with
+    ``failing``, if no failed assertion's source line contains that text."""
     result = prove(spec, workdir, depth=depth, mode=mode)
     assert result.status == "FAIL", (
         f"mutant in {workdir}: {result.status}, expected a counterexample after "
         f"{result.seconds:.0f} s\n{_tail(result.log)}")
+    if failing is not None:
+        lines = failed_assertions(result)
+        assert any(failing in line for line in lines), (
+            f"mutant in {workdir}: failed {lines}, not the assertion with {failing!r}")
     return result
+
+
+def failed_assertions(result: FormalResult) -> list[str]:
+    """The source of the assertions a run found failed (from the line SymbiYosys names
+    to the end of the call)."""
+    found = re.findall(r"failed assertion \S+ at (\S+?):(\d+)", result.log)
+    sources = []
+    for path, line in found:
+        linecache.checkcache(path)
+        number, text, depth = int(line), "", 0
+        while True:
+            source = linecache.getline(path, number)
+            text += source.strip() + " "
+            depth += source.count("(") - source.count(")")
+            number += 1
+            if depth <= 0 or not source:
+                break
+        sources.append(text.strip())
+    return sources
 
 
 def cover_traces(result: FormalResult) -> list[Path]:

@@ -1,34 +1,49 @@
 """RegisterSlice and the core's command FIFOs: the stream protocol on both sides, the
 level, and order (the contract form: two arbitrary entries come out in the order they
-went in), by bounded model checking from reset.
+went in), by k-induction (unbounded).
 
-RegisterSlice at depths 2, 3 and 4 (to 2·depth + 2 cycles: every state of the FIFO and
-each entry's whole stay in it): 2 is every command slice of the arbiter, 3 the memory
-model's output, 4 the smallest with a ``SyncFIFO`` tail, the structure of the arbiter's
-16-deep outstanding FIFOs (whose 34-cycle bound the solver does not finish in minutes).
-The command FIFOs (Amaranth's ``SyncFIFOBuffered``) at the tiny preset's depth 4 to
-2·depth + 2 cycles and the small preset's 8 to depth + 3 (filled, then drained by
-three); 16 is only tested. Entries are 4 bits wide: every bit of an entry takes the
-same path, and the contract needs only two distinguishable values (the solver's time
-grows steeply with the width)."""
+RegisterSlice at depths 2 (every command slice of the arbiter), 3 (the memory model's
+output), 4 (the smallest with a ``SyncFIFO`` tail) and 16 (the arbiter's outstanding
+FIFOs). The command FIFOs (Amaranth's ``SyncFIFOBuffered``) at every preset's depth:
+4 (tiny), 8 (small), 16 (the larger presets; ``slow``, about a minute). Entries are 4
+bits wide: every bit of an entry takes the same path, and the contract needs only two
+distinguishable values (the solver's time grows steeply with the width).
+
+The contract alone is not inductive: a state the solver may start the induction from
+can hold the tracked entry ``a`` where the spec's count says it is not, or ``b`` twice.
+The helper invariants link the spec's counters to the FIFO's internals, read through
+a :class:`FifoView` (read ports the spec adds to the FIFO's memory before it is
+elaborated, and its pointers by name): the FIFO's level is its pointers' distance (plus
+the output register), ``a`` is the entry ``ahead`` places from the head exactly while
+it is in the FIFO and no other entry is, ``b`` is at most one entry, behind ``a``.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import amaranth.lib.fifo
 import pytest
 from amaranth.hdl import Assert, Assume, Cover, Module, Signal
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 
-from formal.symbiyosys import assert_proved, assert_refuted, free, free_const
+from formal.fifo_view import FifoView, buffered_fifo_view, register_slice_view
+from formal.symbiyosys import (
+    assert_proved,
+    assert_refuted,
+    free,
+    free_const,
+    mutant,
+)
 from tensorfab.hw.register_slice import RegisterSlice
 from tensorfab.isa import PRESETS
 
-#: (depth, where the core uses it)
-SLICE_DEPTHS = [2, 3, 4]
-#: command-FIFO depth of a preset: cycles checked
-CMD_QUEUE_BOUNDS = {4: 10, 8: 11}
+SLICE_DEPTHS = [2, 3, 4, 16]
+#: the command FIFOs' depths that the presets use
+CMD_QUEUE_DEPTHS = [4, 8, pytest.param(16, marks=pytest.mark.slow)]
 WIDTH = 4
+#: k of the k-induction
+INDUCTION_DEPTH = 3
 
 
 def command_fifo(width: int, depth: int) -> SyncFIFO:
@@ -38,7 +53,7 @@ def command_fifo(width: int, depth: int) -> SyncFIFO:
 
 
 def fifo_spec(dut: SyncFIFO | RegisterSlice, depth: int, width: int, *,
-              registered_head: bool) -> Module:
+              registered_head: bool, view: FifoView | None = None) -> Module:
     """The FIFO interface (``w_data/w_en/w_rdy``, ``r_data/r_en/r_rdy``, ``level``)
     against its contract.
 
@@ -49,9 +64,15 @@ def fifo_spec(dut: SyncFIFO | RegisterSlice, depth: int, width: int, *,
     entry (``r_rdy`` without ``r_en``) stays offered with the same data. With
     ``registered_head`` (RegisterSlice) ``r_rdy`` and ``w_rdy`` are exactly not empty
     and not full.
+
+    With a ``view`` of the FIFO's entries the spec adds the helper invariants that
+    make the contract inductive (so that k-induction starts only from states a
+    trace can reach): the FIFO's own consistency, ``a`` is the entry ``ahead``
+    places from the head exactly while it is in the FIFO, no other entry is ``a``,
+    and ``b`` only behind it.
     """
     m = Module()
-    m.submodules.dut = dut
+    m.submodules.dut = dut if view is None else view.fragment
     w_data = free(width)
     m.d.comb += [dut.w_data.eq(w_data), dut.w_en.eq(free(1)), dut.r_en.eq(free(1))]
     push = dut.w_en & dut.w_rdy
@@ -101,6 +122,22 @@ def fifo_spec(dut: SyncFIFO | RegisterSlice, depth: int, width: int, *,
     if registered_head:
         m.d.comb += [Assert(dut.r_rdy == (level != 0), "r_rdy is not exactly not-empty"),
                      Assert(dut.w_rdy == (level != depth), "w_rdy is not exactly not-full")]
+    if view is None:
+        return m
+    m.d.comb += view.statements
+    m.d.comb += [Assert(invariant) for invariant in view.invariants]
+    m.d.comb += [Assert((a_at != 3) & (b_at != 3)), Assert(~(b_at != 0) | (a_at != 0)),
+                 Assert(~(a_at == 1) | (ahead < level))]
+    for i, entry in enumerate(view.entries):
+        held_here = i < level
+        m.d.comb += [
+            Assert(~(held_here & (entry == a)) | ((a_at == 1) & (ahead == i))),
+            Assert(~((a_at == 1) & (ahead == i)) | (held_here & (entry == a))),
+            Assert(~(held_here & (entry == b))
+                   | ((b_at == 1) & ((a_at == 2) | ((a_at == 1) & (ahead < i))))),
+            # b once at most (a is once by the assertions above)
+            *(Assert(~(held_here & (entry == b) & (other == b))) for other in view.entries[:i]),
+        ]
     return m
 
 
@@ -131,21 +168,33 @@ class SliceHeadNotRefilled(RegisterSlice):
 
 @pytest.mark.parametrize("depth", SLICE_DEPTHS)
 def test_register_slice_proved(depth: int, tmp_path: Path) -> None:
-    spec = fifo_spec(RegisterSlice(WIDTH, depth), depth, WIDTH, registered_head=True)
-    assert_proved(spec, tmp_path, mode="bmc", depth=2 * depth + 2, cover_depth=depth + 4)
+    dut = RegisterSlice(WIDTH, depth)
+    spec = fifo_spec(dut, depth, WIDTH, registered_head=True, view=register_slice_view(dut))
+    assert_proved(spec, tmp_path, depth=INDUCTION_DEPTH, cover_depth=depth + 4)
 
 
 def test_command_fifo_depths_are_the_presets() -> None:
-    assert set(CMD_QUEUE_BOUNDS) | {16} == {cfg.cmd_queue_depth for cfg in PRESETS.values()}
+    depths = {p if isinstance(p, int) else p.values[0] for p in CMD_QUEUE_DEPTHS}
+    assert depths == {cfg.cmd_queue_depth for cfg in PRESETS.values()}
 
 
-@pytest.mark.parametrize("depth", sorted(CMD_QUEUE_BOUNDS))
+@pytest.mark.parametrize("depth", CMD_QUEUE_DEPTHS)
 def test_command_fifo_proved(depth: int, tmp_path: Path) -> None:
-    spec = fifo_spec(command_fifo(WIDTH, depth), depth, WIDTH, registered_head=False)
-    assert_proved(spec, tmp_path, mode="bmc", depth=CMD_QUEUE_BOUNDS[depth],
-                  cover_depth=depth + 4)
+    dut = command_fifo(WIDTH, depth)
+    spec = fifo_spec(dut, depth, WIDTH, registered_head=False, view=buffered_fifo_view(dut))
+    assert_proved(spec, tmp_path, depth=INDUCTION_DEPTH, cover_depth=depth + 4)
 
 
 def test_register_slice_mutant_refuted(tmp_path: Path) -> None:
     spec = fifo_spec(SliceHeadNotRefilled(WIDTH, 4), 4, WIDTH, registered_head=True)
+    assert_refuted(spec, tmp_path, depth=10)
+
+
+def test_command_fifo_mutant_refuted(tmp_path: Path) -> None:
+    # the output register is refilled on a write too, even while it holds an entry
+    # not read: the entry is lost
+    broken = mutant(amaranth.lib.fifo, "SyncFIFOBuffered",
+                    "inner_r_rdy & (~self.r_rdy | self.r_en)",
+                    "inner_r_rdy & (~self.r_rdy | self.r_en | self.w_en)")
+    spec = fifo_spec(broken(width=WIDTH, depth=4), 4, WIDTH, registered_head=False)
     assert_refuted(spec, tmp_path, depth=10)

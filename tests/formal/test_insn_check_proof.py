@@ -1,12 +1,16 @@
-"""The instruction decoder's legality check (``InsnCheck``) against the ISA, on tiny.
+"""The instruction decoder's legality check (``InsnCheck``) against the ISA, on every
+preset.
 
 Proved for every word: ``ok`` exactly when the code is NONE; BAD_OPCODE exactly for
 the opcodes the ISA does not declare; RESERVED_BITS exactly for a declared opcode with
 a bit of its format's reserved mask set (from the ISA's ``Format``, not the hardware's
-layouts). The field rules (BAD_FIELD) are cross-checked: covers make the solver find,
-for every opcode, a word of each verdict its random words can have, and words with each
-field at zero and at all ones; :func:`tensorfab.isa.decode_insn` (which applies
-:func:`tensorfab.isa.check_insn`) must give every one of them the hardware's verdict.
+layouts); BAD_FIELD exactly when the ISA's field rules reject the word, the reference
+being :func:`tensorfab.isa.check_insn` itself run on symbolic fields
+(:mod:`formal.isa_reference`). Cross-checked on tiny as well: covers make the solver
+find, for every opcode, a word of each verdict its random words can have, and words
+with each field at zero and at all ones; :func:`tensorfab.isa.decode_insn` (which
+applies :func:`tensorfab.isa.check_insn`) must give every one of them the hardware's
+verdict.
 """
 
 from __future__ import annotations
@@ -14,18 +18,24 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from amaranth.hdl import Assert, Cover, Module
+import pytest
+from amaranth.hdl import Assert, Cat, Cover, Module, Value
 
+import tensorfab.hw.insn_check as insn_check_module
+from formal.isa_reference import bad_field_logic
 from formal.symbiyosys import (
     assert_proved,
     assert_refuted,
     cover_traces,
     first_values,
     free,
+    mutant,
 )
 from tensorfab.hw.insn_check import InsnCheck
 from tensorfab.isa import (
+    PRESETS,
     ErrorCode,
+    HwConfig,
     IllegalInstruction,
     Opcode,
     decode_insn,
@@ -38,15 +48,16 @@ CFG = get_config("tiny")
 OPCODE_BITS = 3
 
 
-def insn_check_spec(dut: InsnCheck) -> Module:
-    """The check on a free word, with the properties and covers above."""
+def insn_check_spec(dut: InsnCheck, *, covers: bool = True) -> Module:
+    """The check on a free word, with the properties above, and with ``covers`` (on
+    tiny) the covers."""
     m = Module()
     m.submodules.dut = dut
-    width = insn_width(CFG)
-    m.d.comb += dut.word.eq(free(width))
+    cfg = dut.cfg
+    m.d.comb += dut.word.eq(free(insn_width(cfg)))
     opcode = dut.word[:OPCODE_BITS]
     known = opcode < len(Opcode)
-    fmts = insn_formats(CFG)
+    fmts = insn_formats(cfg)
     reserved = 0
     for op in Opcode:
         mask = fmts[op].reserved_mask
@@ -58,7 +69,12 @@ def insn_check_spec(dut: InsnCheck) -> Module:
         Assert((dut.code == ErrorCode.RESERVED_BITS) == (known & reserved),
                "RESERVED_BITS not the format's reserved mask"),
         Assert(dut.code <= ErrorCode.BAD_FIELD, "a code the check does not give"),
+        Assert((dut.code == ErrorCode.BAD_FIELD)
+               == (known & ~reserved & isa_bad_field(dut.word, cfg)),
+               "BAD_FIELD not the ISA's check_insn"),
     ]
+    if not covers:
+        return m
     for value in range(len(Opcode), 1 << OPCODE_BITS):
         m.d.comb += Cover(opcode == value)
     for op in Opcode:
@@ -72,6 +88,13 @@ def insn_check_spec(dut: InsnCheck) -> Module:
             m.d.comb += [Cover(is_op & (bits == 0) & ~reserved),
                          Cover(is_op & (bits == (1 << len(bits)) - 1) & ~reserved)]
     return m
+
+
+def isa_bad_field(word: Value, cfg: HwConfig) -> Value:
+    """The ISA's field rules on ``word`` (by its opcode), from ``check_insn`` itself
+    (:func:`formal.isa_reference.bad_field_logic`)."""
+    opcode = word[:OPCODE_BITS]
+    return Cat(*((opcode == op) & bad_field_logic(word, cfg, op) for op in Opcode)).any()
 
 
 def sampled_verdicts(op: Opcode) -> set[ErrorCode]:
@@ -120,5 +143,19 @@ def test_insn_check_proved_and_cross_checked(tmp_path: Path) -> None:
                                          ErrorCode.RESERVED_BITS, ErrorCode.BAD_FIELD}
 
 
+@pytest.mark.parametrize("preset", sorted(set(PRESETS) - {"tiny"}))
+def test_insn_check_proved_on_other_presets(preset: str, tmp_path: Path) -> None:
+    """The same equivalences with each preset's field widths and buffer depths."""
+    assert_proved(insn_check_spec(InsnCheck(get_config(preset)), covers=False), tmp_path,
+                  depth=1)
+
+
 def test_insn_check_mutant_refuted(tmp_path: Path) -> None:
     assert_refuted(insn_check_spec(AcceptsOpcodeSeven(CFG)), tmp_path, depth=1)
+
+
+def test_insn_check_field_rule_mutant_refuted(tmp_path: Path) -> None:
+    """Mutant: an empty micro-op range (``uop_begin == uop_end``) passes."""
+    broken = mutant(insn_check_module, "InsnCheck", "v.uop_begin >= v.uop_end",
+                    "v.uop_begin > v.uop_end")
+    assert_refuted(insn_check_spec(broken(CFG)), tmp_path, depth=1, failing="isa_bad_field")

@@ -1,16 +1,19 @@
 """InsnSequencer: an instruction retires once, only after the tokens its flags ask for
 were popped (all in its start cycle) and in the cycle its pushes go out (all of them,
 into queues with room); a halt or a failure drops it with no token pushed and nothing
-retired. By bounded model checking, for each engine (each has its own token ports)."""
+retired. By k-induction, for each engine (each has its own token ports); the helper
+invariants say the spec's phase of the instruction is the state machine's state and
+the word it holds the spec's.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from amaranth.hdl import Assert, Assume, Cover, Module, Signal, Value
+from amaranth.hdl import Assert, Assume, Cover, Fragment, Module, Signal, Value
 
-from formal.symbiyosys import assert_proved, assert_refuted, free
+from formal.symbiyosys import assert_proved, assert_refuted, driven_signals, free
 from tensorfab.hw import sequencer
 from tensorfab.hw.layouts import format_layout
 from tensorfab.hw.sequencer import InsnSequencer
@@ -18,16 +21,18 @@ from tensorfab.isa import Engine, get_config, insn_width
 from tensorfab.isa.formats import header_format
 
 CFG = get_config("tiny")
-#: cycles checked: an instruction taken, stalled on its pops, executed, stalled on its
-#: pushes and retired, then the next one
-BOUND = 12
+#: k of the k-induction
+INDUCTION_DEPTH = 3
 
 
-def sequencer_spec(dut: InsnSequencer) -> Module:
+def sequencer_spec(dut: InsnSequencer, *, helpers: bool = True) -> Module:
     """The sequencer between a free instruction stream, free token queues, a free
-    datapath (which answers only for an instruction it was started on) and a free halt."""
+    datapath (which answers only for an instruction it was started on) and a free halt.
+    The ``helpers`` (the spec's phase and word are the state machine's) make the
+    properties inductive; a mutant's BMC runs without them."""
     m = Module()
-    m.submodules.dut = dut
+    fragment = Fragment.get(dut, None)
+    m.submodules.dut = fragment
     ex = dut.exec
     width = insn_width(CFG)
     m.d.comb += [dut.insn.valid.eq(free(1)), dut.insn.payload.word.eq(free(width)),
@@ -87,6 +92,13 @@ def sequencer_spec(dut: InsnSequencer) -> Module:
         Cover((phase == 3) & dut.halt & ~ex.idle),
     ]
     m.d.comb += props
+    if helpers:
+        reg = driven_signals(fragment)
+        encoding = fragment.generated["fsm"].encoding
+        state = reg["fsm_state"]
+        for name, phases in (("IDLE", 0), ("DROP", 0), ("POP", 1), ("EXEC", 2), ("PUSH", 3)):
+            m.d.comb += Assert(~(state == encoding[name]) | (phase == phases))
+        m.d.comb += [Assert(state < len(encoding)), Assert((phase == 0) | (reg["word"] == held))]
     return m
 
 
@@ -101,7 +113,7 @@ def _any(terms: list[Value]) -> Value:
 @pytest.mark.parametrize("engine", [Engine.LOAD, Engine.COMPUTE, Engine.STORE],
                          ids=lambda e: e.name.lower())
 def test_sequencer_proved(engine: Engine, tmp_path: Path) -> None:
-    assert_proved(sequencer_spec(InsnSequencer(CFG, engine)), tmp_path, mode="bmc", depth=BOUND,
+    assert_proved(sequencer_spec(InsnSequencer(CFG, engine)), tmp_path, depth=INDUCTION_DEPTH,
                   cover_depth=8)
 
 
@@ -109,4 +121,5 @@ def test_sequencer_mutant_refuted(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     """Mutant: the compute engine (two pop and two push queues) starts when any of its
     tokens is there and retires when any of its queues has room."""
     monkeypatch.setattr(sequencer, "_all", _any)
-    assert_refuted(sequencer_spec(InsnSequencer(CFG, Engine.COMPUTE)), tmp_path, depth=6)
+    assert_refuted(sequencer_spec(InsnSequencer(CFG, Engine.COMPUTE), helpers=False), tmp_path,
+                   depth=6)

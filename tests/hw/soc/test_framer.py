@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 from amaranth.sim import Simulator
 
-from tensorfab.hw.soc.framer import Framer
+from tensorfab.hw.soc.framer import Crc32, Framer
 from tensorfab.isa import hostlink as hl
 
 TIMEOUT = 60
@@ -200,6 +200,19 @@ def test_truncated_frame_times_out_then_the_next_is_taken() -> None:
     assert [r.seq for r in tb.requests] == [13]
 
 
+@pytest.mark.parametrize("gap", [TIMEOUT, TIMEOUT + 1])
+def test_a_byte_in_the_cycle_of_the_timeout_starts_the_next_frame(gap: int) -> None:
+    """The next frame's first byte offered in the very cycle the frame before times
+    out (``gap`` = TIMEOUT) is not taken with it: the next frame is received whole."""
+    cut = hl.encode_frame(12, 0x31, b"0123456789")[:9]
+    tb = Bench()
+    tb.send(cut, gap, hl.encode_frame(13, 0x32, b"ok"))
+    tb.run(2)
+    assert bytes(tb.sent) == (nak(12, hl.NakReason.TIMEOUT, 0x31)
+                              + hl.encode_frame(13, 0x32 | hl.RESPONSE, b"ko"))
+    assert [r.seq for r in tb.requests] == [13]
+
+
 def test_slow_bytes_within_the_timeout_are_accepted() -> None:
     frame = hl.encode_frame(1, 0x41, b"slow")
     tb = Bench()
@@ -248,3 +261,35 @@ def test_every_single_bit_error_is_refused() -> None:
     tb.run(len(expect), max_cycles=200_000)
     assert bytes(tb.sent) == b"".join(expect)
     assert not tb.requests
+
+
+def test_crc_unit_computes_crc32_of_what_it_is_fed() -> None:
+    """The unit the framer's formal spec abstracts (tests/formal/test_framer_proof.py)
+    against zlib: restart with a frame's first byte, feed the rest (with idle cycles
+    between), the complement of its value is the CRC-32; clear starts over."""
+    rng = random.Random(11)
+    messages = [b"T", b"TF", rng.randbytes(7), rng.randbytes(hl.MAX_PAYLOAD)]
+    unit = Crc32()
+    got: list[tuple[int, int]] = []
+
+    async def bench(ctx):
+        for message in messages:
+            for i, byte in enumerate(message):
+                ctx.set(unit.byte, byte)
+                ctx.set(unit.restart, i == 0)
+                ctx.set(unit.feed, i != 0)
+                await ctx.tick()
+                ctx.set(unit.restart, 0)
+                ctx.set(unit.feed, 0)
+                for _ in range(rng.randrange(2)):
+                    await ctx.tick()
+            got.append((~ctx.get(unit.value) & 0xFFFFFFFF, zlib.crc32(message)))
+        ctx.set(unit.clear, 1)
+        await ctx.tick()
+        got.append((ctx.get(unit.value), 0xFFFFFFFF))
+
+    sim = Simulator(unit)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert [g for g, _ in got] == [want for _, want in got]
