@@ -5,7 +5,9 @@ The CPU kernels' matrix products are small (a MiniLM layer at 16 tokens multipli
 OpenBLAS's threads spin while they wait for work: with two of them per process on a
 loaded 2-core machine one such product took 20–30 ms instead of 1.7 ms on one thread.
 So the kernels run BLAS on ``TENSORFAB_BLAS_THREADS`` threads (default 1); the limit
-applies only while a kernel runs, so numpy code of the caller keeps its own setting.
+applies only while a kernel runs, so numpy code of the caller keeps its own setting. It
+applies to the BLAS libraries loaded when the first kernel runs (numpy's; one loaded
+later, such as scipy's, is not what the kernels call).
 """
 
 from __future__ import annotations
