@@ -81,8 +81,10 @@ def cmd_dse(args: argparse.Namespace) -> int:
         write_parquet,
     )
     from tensorfab.dse.space import load_space, space_points
-    from tensorfab.dse.sweep import run_sweep, workload_by_name
+    from tensorfab.dse.sweep import check_on_rtl, run_sweep, workload_by_name
 
+    if args.check_rtl is not None and args.check_rtl < 1:
+        raise UsageError(f"--check-rtl {args.check_rtl}: give at least one point")
     space = load_space(args.space)
     workloads = workload_by_name([w for w in args.workloads.split(",") if w])
     board = ecp5_board(args.board or "ulx3s-85f").name
@@ -95,6 +97,12 @@ def cmd_dse(args: argparse.Namespace) -> int:
             task = bar.add_task("sweep", total=None)
             result = run_sweep(points, workloads, client, out / "cache",
                                lambda d, t: bar.update(task, completed=d, total=t))
+        rtl_check = None
+        if args.check_rtl:
+            with Progress(transient=True, disable=args.json) as bar:
+                bar.add_task(f"{args.check_rtl} points on the RTL (Verilator builds "
+                             "take minutes per config)", total=None)
+                rtl_check = check_on_rtl(result.rows, args.check_rtl, client)
     summary = point_summary(result.rows)
     add_resources(summary, model, board)
     by_config = {s["config"]: s for s in summary}
@@ -124,7 +132,7 @@ def cmd_dse(args: argparse.Namespace) -> int:
               "resources_source": "resource model fitted to Yosys builds (estimated), "
                                   f"held-out error {model.held_out_error()}",
               "resource_model_source_hash": model.data["source_hash"],
-              "fmax_reported": fmax}
+              "fmax_reported": fmax, "rtl_check": rtl_check}
 
     def human() -> None:
         print(f"{report['points']} points ({report['valid_points']} valid) x "
@@ -147,6 +155,14 @@ def cmd_dse(args: argparse.Namespace) -> int:
         if fmax:
             print(f"fmax reported by a real build on {board}: {fmax['fmax_mhz']} MHz "
                   f"({fmax['config']}, docs/fpga.md); not modelled per point")
+        if rtl_check is not None:
+            for c in rtl_check["checked"]:
+                print(f"  RTL check {c['config']} {c['workload']}: model "
+                      f"{c['model_cycles']}, RTL {c['rtl_cycles']} ({c['error']:+.2%})")
+            if rtl_check["max_abs_error"] is not None:
+                print(f"timing model against the RTL on {len(rtl_check['checked'])} "
+                      f"points: max {rtl_check['max_abs_error']:.2%}, mean "
+                      f"{rtl_check['mean_abs_error']:.2%}")
         if best:
             print(f"highest GOPS that fits {board} (estimated): {best} -> "
                   f"{out / 'best_config.json'}")
@@ -189,6 +205,10 @@ def add_dse_command(command: Callable[..., argparse.ArgumentParser]) -> None:
     d.add_argument("--workers", type=int, default=2, help="LocalCluster workers")
     d.add_argument("--out", default="dse-out",
                    help="output folder (points.parquet, summary.json, cache/)")
+    d.add_argument("--check-rtl", type=int, metavar="N",
+                   help="sweep: run N sampled (point, workload) pairs on the RTL "
+                        "(Verilator, a model built per config) and report the timing "
+                        "model's error on them")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     d.set_defaults(func=cmd_dse)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tensorfab.dse.resource_builds import TRAINING_CONFIGS, design_source_hash
+from tensorfab.dse.resource_builds import TRAINING_CONFIGS
 from tensorfab.dse.resource_model import (
     FEATURES,
     MODEL_PATH,
