@@ -3,12 +3,17 @@ configuration, fitted to real Yosys syntheses (:mod:`.resource_builds`) and vali
 on held-out builds (leave-one-out).
 
 Each resource is linear in a few features of the configuration that follow the
-design's structure: the GEMM core's MACs (one multiplier and adder each), the vector
-ALU's lanes (``batch × block_out``, a 32-bit multiplier each), the memory bus width,
-the DRAM address width (the load, store and fetch engines' address arithmetic) and,
-for block RAM, the DP16KD blocks the buffers need by their shapes. The board's
-on-chip memory (block RAM of its own) is added by its shape, so the model trained on
-one ECP5 board estimates the others.
+design's structure (:data:`FEATURES`): the GEMM core's MACs (one multiplier each) and
+their reduction over ``block_in`` (MACs × block_in for the logic, MACs × log2 block_in
+for the adder tree's pipeline registers), the vector ALU's lanes (``batch ×
+block_out``, a 32-bit multiplier each), the weight tile (``block_in × block_out``
+bytes assembled by the load engine), the DRAM address width (the load, store and fetch
+engines' address arithmetic) and, for block RAM, the DP16KD blocks the buffers need by
+their shapes (the accumulator's apart: it is read by several ports). The feature sets
+were chosen among such structural terms by leave-one-out error on the first eight
+builds; the last two training builds were held out of that choice. The board's on-chip
+memory (block RAM of its own) is added by its shape, so the model trained on one ECP5
+board estimates the others.
 
 Every figure it gives is an estimate: outputs label it so. The fitted model, its
 training data (with the Yosys version and the source hash of the design it was built
@@ -30,7 +35,7 @@ import numpy as np
 from tensorfab.isa import HwConfig, UsageError
 
 __all__ = ["FEATURES", "MODEL_PATH", "REPORTED_FMAX", "RESOURCES", "ResourceModel",
-           "buffer_brams", "config_features", "dp16kd_blocks", "ecp5_board",
+           "buffer_blocks", "buffer_brams", "config_features", "dp16kd_blocks", "ecp5_board",
            "fit_resource_model",
            "memory_brams"]
 
@@ -40,10 +45,10 @@ RESOURCES = ("LUT", "FF", "DSP", "BRAM")
 
 #: The features each resource is linear in (``one`` is the constant term).
 FEATURES: dict[str, tuple[str, ...]] = {
-    "LUT": ("one", "macs", "lanes", "mem_bus_width", "dram_addr_width"),
-    "FF": ("one", "macs", "lanes", "mem_bus_width", "dram_addr_width"),
+    "LUT": ("one", "macs", "lanes", "macs_x_block_in", "dram_addr_width"),
+    "FF": ("one", "lanes", "weight_tile", "macs_x_log2_block_in", "dram_addr_width"),
     "DSP": ("one", "macs", "lanes"),
-    "BRAM": ("one", "buffer_brams"),
+    "BRAM": ("one", "acc_brams", "other_brams"),
 }
 
 #: The package's fitted model (``tensorfab dse fit-resources`` writes it).
@@ -68,10 +73,10 @@ def dp16kd_blocks(depth: int, width: int) -> int:
     return min(math.ceil(depth / d) * math.ceil(width / w) for d, w in _DP16KD_SHAPES)
 
 
-def buffer_brams(cfg: HwConfig) -> int:
-    """DP16KD blocks of the core's on-chip buffers by their shapes (input, micro-op,
-    accumulator, the weight buffer's 64-bit banks), as :class:`~tensorfab.hw.core.Core`
-    declares them."""
+def buffer_blocks(cfg: HwConfig) -> dict[str, int]:
+    """DP16KD blocks of each of the core's on-chip buffers by its shape (``inp``,
+    ``uop``, ``acc``, ``wgt``: the weight buffer's 64-bit banks), as
+    :class:`~tensorfab.hw.core.Core` declares them."""
     from tensorfab.hw.signatures import (
         acc_entry_bits,
         inp_entry_bits,
@@ -80,10 +85,15 @@ def buffer_brams(cfg: HwConfig) -> int:
     )
 
     bank = min(64, wgt_entry_bits(cfg))
-    return (dp16kd_blocks(cfg.inp_depth, inp_entry_bits(cfg))
-            + dp16kd_blocks(cfg.uop_depth, uop_entry_bits(cfg))
-            + dp16kd_blocks(cfg.acc_depth, acc_entry_bits(cfg))
-            + wgt_entry_bits(cfg) // bank * dp16kd_blocks(cfg.wgt_depth, bank))
+    return {"inp": dp16kd_blocks(cfg.inp_depth, inp_entry_bits(cfg)),
+            "uop": dp16kd_blocks(cfg.uop_depth, uop_entry_bits(cfg)),
+            "acc": dp16kd_blocks(cfg.acc_depth, acc_entry_bits(cfg)),
+            "wgt": wgt_entry_bits(cfg) // bank * dp16kd_blocks(cfg.wgt_depth, bank)}
+
+
+def buffer_brams(cfg: HwConfig) -> int:
+    """DP16KD blocks of all the core's buffers by their shapes (:func:`buffer_blocks`)."""
+    return sum(buffer_blocks(cfg).values())
 
 
 def memory_brams(mem_bytes: int, cfg: HwConfig) -> int:
@@ -93,11 +103,17 @@ def memory_brams(mem_bytes: int, cfg: HwConfig) -> int:
 
 def config_features(cfg: HwConfig) -> dict[str, float]:
     """The model's features of a configuration (:data:`FEATURES` names them)."""
+    blocks = buffer_blocks(cfg)
     return {"one": 1.0, "macs": float(cfg.batch * cfg.block_in * cfg.block_out),
             "lanes": float(cfg.batch * cfg.block_out),
+            "weight_tile": float(cfg.block_in * cfg.block_out),
+            "macs_x_block_in": float(cfg.batch * cfg.block_in ** 2 * cfg.block_out),
+            "macs_x_log2_block_in": float(cfg.batch * cfg.block_in * cfg.block_out
+                                          * math.log2(cfg.block_in)),
             "mem_bus_width": float(cfg.mem_bus_width),
             "dram_addr_width": float(cfg.dram_addr_width),
-            "buffer_brams": float(buffer_brams(cfg))}
+            "acc_brams": float(blocks["acc"]),
+            "other_brams": float(blocks["inp"] + blocks["uop"] + blocks["wgt"])}
 
 
 def ecp5_board(name: str) -> Any:
