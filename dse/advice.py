@@ -32,16 +32,18 @@ class ConfigAdvice:
     fits_memory : bool
         Whether that is within the board's memory.
     resources : str
-        ``"built"`` for the board's own configuration (a real build fits),
+        ``"built"`` for a configuration a real build on the board is recorded for
+        (the board's own; on the 85F also ``small``, which did not route),
         ``"estimated"`` for the others on an ECP5 board (the resource model), else
         ``"unknown"``.
     lut, ff, dsp, bram : int or None
         The resource model's estimates on the board (``None`` without a model).
     fits_board : bool or None
-        Whether the config fits the board's device: a real build for the board's own
-        config, else the estimates against its capacity; ``None`` when unknown.
+        Whether the config fits the board's device: a recorded real build (it
+        routed), else the estimates against its capacity; ``None`` when unknown.
     over : list of str
-        The estimated resources beyond the device.
+        The estimated resources beyond the device, and a real build that did not
+        route.
     estimated_cycles : int
         Sum of the accelerator programs' timing-model cycles, one inference.
     estimated_latency_ms : float
@@ -117,7 +119,13 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
             res = {"resources": "estimated", "lut": est["LUT"], "ff": est["FF"],
                    "dsp": est["DSP"], "bram": est["BRAM"], "fits_board": fits,
                    "over": over}
-        if name == board.config:
+        known = model.reported_build(board.name, cfg) if model is not None else None
+        if known is not None:  # a real build outweighs the estimate
+            res |= {"resources": "built", "fits_board": known["routed"]}
+            if not known["routed"]:
+                res["over"] = [*res.get("over", []),
+                               f"a real build did not route: {known.get('note', '')}"]
+        elif name == board.config:
             res |= {"resources": "built", "fits_board": board.fits}
         try:
             compiled = compile_onnx(model_path, config=cfg, calibration=calibration,

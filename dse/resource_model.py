@@ -34,7 +34,7 @@ import numpy as np
 
 from tensorfab.isa import HwConfig, UsageError
 
-__all__ = ["FEATURES", "MODEL_PATH", "REPORTED_FMAX", "RESOURCES", "ResourceModel",
+__all__ = ["FEATURES", "MODEL_PATH", "REPORTED_BUILDS", "RESOURCES", "ResourceModel",
            "buffer_blocks", "buffer_brams", "config_features", "dp16kd_blocks", "ecp5_board",
            "fit_resource_model",
            "memory_brams"]
@@ -54,14 +54,23 @@ FEATURES: dict[str, tuple[str, ...]] = {
 #: The package's fitted model (``tensorfab dse fit-resources`` writes it).
 MODEL_PATH = Path(__file__).with_name("resource_model.json")
 
-#: fmax of real place-and-route builds (nextpnr-ecp5), from the build reports recorded
-#: in docs/fpga.md: not modelled, reported beside the estimates for the board.
-REPORTED_FMAX: tuple[dict[str, Any], ...] = (
-    {"board": "ulx3s-85f", "config": "tiny", "fmax_mhz": 63.6, "constraint_mhz": 60.0},
-    {"board": "ulx3s-25f", "config": "ecp5-25f", "fmax_mhz": 95.0, "constraint_mhz": 100.0},
-    {"board": "orangecrab-25f", "config": "ecp5-25f", "fmax_mhz": 83.4,
+#: Real place-and-route builds (nextpnr-ecp5) recorded in docs/fpga.md's table: whether
+#: the design routed and the fmax it reached against its clock constraint. Not
+#: modelled: reported beside the estimates, and a build that did not route outweighs
+#: an estimate that fits.
+REPORTED_BUILDS: tuple[dict[str, Any], ...] = (
+    {"board": "ulx3s-85f", "config": "tiny", "routed": True, "fmax_mhz": 63.6,
+     "constraint_mhz": 60.0},
+    {"board": "ulx3s-85f", "config": "small", "routed": False, "fmax_mhz": None,
+     "constraint_mhz": 60.0,
+     "note": "placed (29,037 LUT, 100 DSP) but router1 does not converge and router2 "
+             "did not finish"},
+    {"board": "ulx3s-25f", "config": "ecp5-25f", "routed": True, "fmax_mhz": 85.4,
      "constraint_mhz": 80.0},
-    {"board": "orangecrab-85f", "config": "tiny", "fmax_mhz": 79.9, "constraint_mhz": 72.0},
+    {"board": "orangecrab-25f", "config": "ecp5-25f", "routed": True, "fmax_mhz": 83.4,
+     "constraint_mhz": 80.0},
+    {"board": "orangecrab-85f", "config": "tiny", "routed": True, "fmax_mhz": 79.9,
+     "constraint_mhz": 72.0},
 )
 
 #: DP16KD shapes (depth, width): 18 Kbit, 16 Kbit of them in the narrow modes.
@@ -171,7 +180,7 @@ def fit_resource_model(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ``resources`` (per resource: ``features``, ``coefficients``, ``training_error``
         and ``loo`` — each build's leave-one-out estimate and relative error, their mean
         and max), ``builds`` (the records), ``source_hash``, ``yosys``, ``board``,
-        ``reported_fmax``.
+        ``reported_builds`` (:data:`REPORTED_BUILDS`).
 
     Raises
     ------
@@ -215,7 +224,7 @@ def fit_resource_model(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                         "6 x TRELLIS_DPR16X4), the flattened synthesis of fpga build",
             "resources": resources,
             "builds": [{k: v for k, v in r.items() if k != "reused"} for r in records],
-            "reported_fmax": list(REPORTED_FMAX)}
+            "reported_builds": list(REPORTED_BUILDS)}
 
 
 @dataclass(frozen=True)
@@ -291,6 +300,19 @@ class ResourceModel:
                 for res, e in self.data["resources"].items()}
 
     def reported_fmax(self, board: str) -> dict[str, Any] | None:
-        """The measured fmax of a real build on ``board`` (docs/fpga.md), if any."""
-        return next((f for f in self.data.get("reported_fmax", ())
-                     if f["board"] == board), None)
+        """The highest fmax a real build reached on ``board`` (docs/fpga.md), if any."""
+        routed = [b for b in self.data.get("reported_builds", ())
+                  if b["board"] == board and b["routed"]]
+        return max(routed, key=lambda b: b["fmax_mhz"], default=None)
+
+    def reported_build(self, board: str, cfg: HwConfig) -> dict[str, Any] | None:
+        """The real build of ``cfg`` (the same values, whatever its name and clock) on
+        ``board`` recorded in the model (:data:`REPORTED_BUILDS`), if any."""
+        from tensorfab.fpga_builds.board_configs import board_config
+
+        def same(c: HwConfig) -> bool:
+            a, b = c.to_dict(), cfg.to_dict()
+            return all(a[k] == b[k] for k in a if k not in ("name", "clock_mhz"))
+
+        return next((b for b in self.data.get("reported_builds", ())
+                     if b["board"] == board and same(board_config(b["config"]))), None)

@@ -94,10 +94,12 @@ def pareto_fronts(summary: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
             for res, (key, _) in PARETO_AXES.items()}
 
 
-def plot_pareto(summary: Sequence[dict[str, Any]], path: str | Path) -> dict[str, list[str]]:
+def plot_pareto(summary: Sequence[dict[str, Any]], path: str | Path,
+                board: Any = None) -> dict[str, list[str]]:
     """Scatter of GOPS (timing model, estimated) against each estimated resource (one
-    panel per resource of :data:`PARETO_AXES`), each Pareto front drawn as a line;
-    returns :func:`pareto_fronts`."""
+    panel per resource of :data:`PARETO_AXES`), each Pareto front drawn as a line, and
+    with ``board`` (a :class:`~tensorfab.fpga_builds.boards.Board`) what its device
+    has as a vertical line; returns :func:`pareto_fronts`."""
     from tensorfab.sim.png_figure import png_figure
 
     ok = [s for s in summary if s["gops"] is not None]
@@ -112,6 +114,9 @@ def plot_pareto(summary: Sequence[dict[str, Any]], path: str | Path) -> dict[str
             fp = sorted((s[key], s["gops"]) for s in ok if s["name"] in names)
             ax.plot([c for c, _ in fp], [g for _, g in fp], "o-", color="C3",
                     label="Pareto front")
+            if board is not None:
+                ax.axvline(board.capacity[res], color="C0", linestyle="--",
+                           label=f"{board.name} has {board.capacity[res]}")
             ax.set_xlabel(label)
             ax.set_ylabel("GOPS over the workloads (estimated)")
             ax.legend()

@@ -87,7 +87,8 @@ def cmd_dse(args: argparse.Namespace) -> int:
         raise UsageError(f"--check-rtl {args.check_rtl}: give at least one point")
     space = load_space(args.space)
     workloads = workload_by_name([w for w in args.workloads.split(",") if w])
-    board = ecp5_board(args.board or "ulx3s-85f").name
+    board_info = ecp5_board(args.board or "ulx3s-85f")
+    board = board_info.name
     model = ResourceModel.load()
     points = space_points(space)
     out = Path(args.out)
@@ -112,7 +113,7 @@ def cmd_dse(args: argparse.Namespace) -> int:
             row.update({k: by_config[row["config"]][k] for k in resource_keys})
     parquet = write_parquet(result.rows, out / "points.parquet")
     shown = [s for s in summary if s["fits"]] if args.board else summary
-    fronts = plot_pareto(shown, out / "pareto.png")
+    fronts = plot_pareto(shown, out / "pareto.png", board_info)
     best = write_best_config(summary, out / "best_config.json")
     fmax = model.reported_fmax(board)
     invalid = [{"values": p.values, "reason": p.invalid_reason}
@@ -142,12 +143,13 @@ def cmd_dse(args: argparse.Namespace) -> int:
             print(f"  invalid {inv['values']}: {inv['reason']}")
         print(f"resources on {board} (estimated)"
               + (f"; only the {len(shown)} points that fit" if args.board else ""))
-        print(f"{'config':44} {'MAC/cyc':>7} {'MHz':>5} {'cycles (est.)':>13} "
+        width = max([44, *(len(s["name"]) for s in shown)])
+        print(f"{'config':{width}} {'MAC/cyc':>7} {'MHz':>5} {'cycles (est.)':>13} "
               f"{'GOPS':>7} {'LUT':>7} {'FF':>6} {'DSP':>4} {'BRAM':>4} {'fits':>4}")
         for s in sorted(shown, key=lambda s: -(s["gops"] or 0)):
             cyc = "-" if s["cycles"] is None else str(s["cycles"])
             gops = "-" if s["gops"] is None else f"{s['gops']:.3f}"
-            print(f"{s['name']:44} {s['macs_per_cycle']:>7} {s['clock_mhz']:>5g} "
+            print(f"{s['name']:{width}} {s['macs_per_cycle']:>7} {s['clock_mhz']:>5g} "
                   f"{cyc:>13} {gops:>7} {s['lut_est']:>7} {s['ff_est']:>6} "
                   f"{s['dsp_est']:>4} {s['bram_est']:>4} {'yes' if s['fits'] else 'NO':>4}")
         print(f"all points: {parquet}; Pareto fronts (GOPS vs LUT: {len(fronts['LUT'])}, "

@@ -146,6 +146,16 @@ def test_estimates_match_real_builds_the_model_never_saw(model: ResourceModel, b
     assert fits and over == []
 
 
+def test_reported_builds_match_by_values_not_names(model: ResourceModel) -> None:
+    renamed = dataclasses.replace(PRESETS["small"], name="mine", clock_mhz=42.0)
+    known = model.reported_build("ulx3s-85f", renamed)
+    assert known is not None and known["config"] == "small" and not known["routed"]
+    assert model.reported_build("ulx3s-85f", PRESETS["default"]) is None
+    assert model.reported_build("ulx3s-25f", PRESETS["small"]) is None
+    best = model.reported_fmax("ulx3s-85f")
+    assert best is not None and (best["config"], best["fmax_mhz"]) == ("tiny", 63.6)
+
+
 def test_default_does_not_fit_the_85f_and_says_why(model: ResourceModel) -> None:
     est = model.estimate(PRESETS["default"], "ulx3s-85f")
     fits, over = model.fits(est, "ulx3s-85f")
