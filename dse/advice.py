@@ -155,7 +155,7 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
             "fastest_fitting_memory": fitting[0].config if fitting else None,
             "cycles_source": "timing model (estimated)",
             "resources_source": (f"resource model fitted to Yosys builds (estimated; "
-                                 f"held-out error {model.held_out_error()}); the board's "
-                                 f"own config from a real build" if model is not None
+                                 f"held-out error {model.held_out_text()}); configs with "
+                                 "a real build recorded: that build" if model is not None
                                  else "the board's own config from a real build; no "
                                  f"resource model for {board.family}")}

@@ -299,6 +299,11 @@ class ResourceModel:
                       "max": e["loo"]["max_relative_error"]}
                 for res, e in self.data["resources"].items()}
 
+    def held_out_text(self) -> str:
+        """:meth:`held_out_error` in words: ``LUT mean 6.0 % max 12.6 %, ...``."""
+        return ", ".join(f"{res} mean {e['mean']:.1%} max {e['max']:.1%}"
+                         for res, e in self.held_out_error().items())
+
     def reported_fmax(self, board: str) -> dict[str, Any] | None:
         """The highest fmax a real build reached on ``board`` (docs/fpga.md), if any."""
         routed = [b for b in self.data.get("reported_builds", ())

@@ -130,8 +130,8 @@ def cmd_dse(args: argparse.Namespace) -> int:
               "best_config_json": str(out / "best_config.json") if best else None,
               "summary": [{k: v for k, v in s.items() if k != "config"} for s in shown],
               "cycles_source": "timing model (estimated)",
-              "resources_source": "resource model fitted to Yosys builds (estimated), "
-                                  f"held-out error {model.held_out_error()}",
+              "resources_source": "resource model fitted to Yosys builds (estimated)",
+              "resource_model_error": model.held_out_error(),
               "resource_model_source_hash": model.data["source_hash"],
               "fmax_reported": fmax, "rtl_check": rtl_check}
 
@@ -141,7 +141,8 @@ def cmd_dse(args: argparse.Namespace) -> int:
               f"{result.cached} from the cache, {result.seconds:.1f} s")
         for inv in invalid:
             print(f"  invalid {inv['values']}: {inv['reason']}")
-        print(f"resources on {board} (estimated)"
+        print(f"resources on {board} (estimated; the model's held-out error: "
+              f"{model.held_out_text()})"
               + (f"; only the {len(shown)} points that fit" if args.board else ""))
         width = max([44, *(len(s["name"]) for s in shown)])
         print(f"{'config':{width}} {'MAC/cyc':>7} {'MHz':>5} {'cycles (est.)':>13} "
