@@ -4,15 +4,16 @@ build.
 
 Cycles are the compiler's per-program ``estimated_cycles`` (the timing model: within
 1.3 % of the RTL on the ResNet-18 and dense workloads, up to ~10 % on random programs),
-so the latency is an estimate too. Resources: only the board's own configuration is
-known to fit from a real build (docs/fpga.md); the others are marked unknown, as no
-resource model is fitted yet.
+so the latency is an estimate too. Resources on an ECP5 board come from the resource
+model fitted to Yosys builds (:mod:`.resource_model`, estimated); the board's own
+configuration is also known to fit from a real build (docs/fpga.md). On an iCE40 board
+(no model) only that build is known.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["ConfigAdvice", "advise", "candidate_configs"]
@@ -31,8 +32,18 @@ class ConfigAdvice:
     fits_memory : bool
         Whether that is within the board's memory.
     resources : str
-        ``"built"`` for the board's own configuration (a real build fits), else
+        ``"built"`` for a configuration a real build on the board is recorded for
+        (the board's own; on the 85F also ``small``, which did not route),
+        ``"estimated"`` for the others on an ECP5 board (the resource model), else
         ``"unknown"``.
+    lut, ff, dsp, bram : int or None
+        The resource model's estimates on the board (``None`` without a model).
+    fits_board : bool or None
+        Whether the config fits the board's device: a recorded real build (it
+        routed), else the estimates against its capacity; ``None`` when unknown.
+    over : list of str
+        The estimated resources beyond the device, and a real build that did not
+        route.
     estimated_cycles : int
         Sum of the accelerator programs' timing-model cycles, one inference.
     estimated_latency_ms : float
@@ -51,6 +62,12 @@ class ConfigAdvice:
     estimated_latency_ms: float | None
     accel_programs: int
     error: str | None = None
+    lut: int | None = None
+    ff: int | None = None
+    dsp: int | None = None
+    bram: int | None = None
+    fits_board: bool | None = None
+    over: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict."""
@@ -65,18 +82,20 @@ def candidate_configs() -> list[str]:
     return [*PRESETS, *board_config_names()]
 
 
-def advise(model: Any, board_name: str, calibration: Any = None,
+def advise(model_path: Any, board_name: str, calibration: Any = None,
            input_shapes: dict[str, tuple[int | str, ...]] | None = None,
            configs: Sequence[str] | None = None) -> dict[str, Any]:
-    """Compile ``model`` for every candidate config and rank them for ``board_name``.
+    """Compile the ONNX model at ``model_path`` for every candidate config and rank
+    them for ``board_name``.
 
     Returns
     -------
     dict
         ``board``, ``board_memory_bytes``, ``clock_mhz``, ``configs`` (a
         :class:`ConfigAdvice` dict each) and ``build``: the fastest config that fits the
-        memory and is known to fit the board's resources (``None`` if none does), and
-        ``fastest_fitting_memory``: the fastest that fits the memory, resources unknown.
+        memory and the board's device (``None`` if none does), and
+        ``fastest_fitting_memory``: the fastest that fits the memory whatever its
+        resources; ``resources_source`` says where the resources come from.
     """
     from tensorfab.compiler.model_compile import compile_onnx
     from tensorfab.fpga_builds.board_configs import board_config
@@ -85,16 +104,36 @@ def advise(model: Any, board_name: str, calibration: Any = None,
     from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
     from tensorfab.runtime.memory_plan import OutOfDeviceMemory, plan_memory
 
+    from .resource_model import ResourceModel
+
     board = get_board(board_name)
+    model = ResourceModel.load() if board.family == "ecp5" else None
     clock = board.clock_mhz or board.clock_in_mhz
     rows: list[ConfigAdvice] = []
     for name in configs or candidate_configs():
-        resources = "built" if name == board.config else "unknown"
+        cfg = board_config(name)
+        res: dict[str, Any] = {"resources": "unknown"}
+        if model is not None:
+            est = model.estimate(cfg, board.name)
+            fits, over = model.fits(est, board.name)
+            res = {"resources": "estimated", "lut": est["LUT"], "ff": est["FF"],
+                   "dsp": est["DSP"], "bram": est["BRAM"], "fits_board": fits,
+                   "over": over}
+        known = model.reported_build(board.name, cfg) if model is not None else None
+        if known is not None:  # a real build outweighs the estimate
+            res |= {"resources": "built", "fits_board": known["routed"]}
+            if not known["routed"]:
+                res["over"] = [*res.get("over", []),
+                               f"a real build did not route: {known.get('note', '')}"]
+        elif name == board.config:
+            res |= {"resources": "built", "fits_board": board.fits}
         try:
-            compiled = compile_onnx(model, config=board_config(name),
-                                    calibration=calibration, input_shapes=input_shapes)
+            compiled = compile_onnx(model_path, config=cfg, calibration=calibration,
+                                    input_shapes=input_shapes)
         except TensorfabError as e:
-            rows.append(ConfigAdvice(name, None, False, resources, None, None, 0, str(e)))
+            rows.append(ConfigAdvice(name, None, False, estimated_cycles=None,
+                                     estimated_latency_ms=None, accel_programs=0,
+                                     error=str(e), **res))
             continue
         accel = [n for n in compiled.program.nodes if n.op == ACCEL_PROGRAM]
         try:
@@ -103,13 +142,20 @@ def advise(model: Any, board_name: str, calibration: Any = None,
         except OutOfDeviceMemory as e:
             needed = e.needed
         cycles = sum(int(n.attrs.get("estimated_cycles", 0)) for n in accel)
-        rows.append(ConfigAdvice(name, needed, needed <= board.mem_bytes, resources, cycles,
-                                 cycles / (clock * 1e3), len(accel)))
+        rows.append(ConfigAdvice(name, needed, needed <= board.mem_bytes,
+                                 estimated_cycles=cycles,
+                                 estimated_latency_ms=cycles / (clock * 1e3),
+                                 accel_programs=len(accel), **res))
     fitting = sorted((r for r in rows if r.fits_memory and r.estimated_cycles is not None),
                      key=lambda r: r.estimated_cycles or 0)
-    build = next((r.config for r in fitting if r.resources == "built"), None)
+    build = next((r.config for r in fitting if r.fits_board), None)
     return {"board": board.name, "board_memory_bytes": board.mem_bytes,
             "clock_mhz": clock, "configs": [r.to_json() for r in rows],
             "build": build,
             "fastest_fitting_memory": fitting[0].config if fitting else None,
-            "cycles_source": "timing model (estimated)"}
+            "cycles_source": "timing model (estimated)",
+            "resources_source": (f"resource model fitted to Yosys builds (estimated; "
+                                 f"held-out error {model.held_out_text()}); configs with "
+                                 "a real build recorded: that build" if model is not None
+                                 else "the board's own config from a real build; no "
+                                 f"resource model for {board.family}")}

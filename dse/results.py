@@ -1,4 +1,5 @@
-"""A sweep's rows on disk: the Parquet table of all points and the summary per point."""
+"""A sweep's rows on disk: the Parquet table of all points and the summary per point
+with its estimated resources, the Pareto fronts and the best fitting config."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["pareto_front", "plot_pareto", "point_summary", "write_best_config",
-           "write_parquet"]
+__all__ = ["PARETO_AXES", "add_resources", "pareto_front", "pareto_fronts", "plot_pareto",
+           "point_summary", "write_best_config", "write_parquet"]
 
 
 def write_parquet(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
@@ -56,32 +57,80 @@ def pareto_front(items: Sequence[tuple[float, float]]) -> list[int]:
     return front
 
 
-def plot_pareto(summary: Sequence[dict[str, Any]], path: str | Path) -> list[str]:
-    """Scatter of GOPS (timing model, estimated) against the GEMM core's MACs per cycle,
-    the Pareto front drawn as a line; returns the names of the front's configs."""
+def add_resources(summary: Sequence[dict[str, Any]], model: Any, board: str) -> None:
+    """Give each point of ``summary`` its estimated resources on ``board`` and whether
+    it fits, in place.
+
+    Adds ``lut_est``, ``ff_est``, ``dsp_est``, ``bram_est`` (the resource model's
+    estimates, :class:`~tensorfab.dse.resource_model.ResourceModel`), ``board``,
+    ``fits`` (every estimate within the board's device), ``over`` (the resources
+    beyond it), ``gops_per_klut`` and ``gops_per_dsp`` (``None`` without GOPS or
+    DSPs).
+    """
+    from tensorfab.isa import HwConfig
+
+    for s in summary:
+        est = model.estimate(HwConfig.from_json(s["config"]), board)
+        fits, over = model.fits(est, board)
+        gops = s.get("gops")
+        s.update({f"{r.lower()}_est": v for r, v in est.items()})
+        s.update({"board": board, "fits": fits, "over": over,
+                  "gops_per_klut": gops / (est["LUT"] / 1e3) if gops and est["LUT"]
+                  else None,
+                  "gops_per_dsp": gops / est["DSP"] if gops and est["DSP"] else None})
+
+
+#: The cost axes of the Pareto fronts: summary key and axis label.
+PARETO_AXES = {"LUT": ("lut_est", "LUT4 slots (estimated)"),
+               "DSP": ("dsp_est", "DSP blocks, MULT18X18D (estimated)"),
+               "BRAM": ("bram_est", "block RAMs, DP16KD (estimated)")}
+
+
+def pareto_fronts(summary: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    """Names of the points on the front of GOPS against each resource of
+    :data:`PARETO_AXES` (points without GOPS left out)."""
+    ok = [s for s in summary if s["gops"] is not None]
+    return {res: [ok[i]["name"] for i in pareto_front([(s[key], s["gops"]) for s in ok])]
+            for res, (key, _) in PARETO_AXES.items()}
+
+
+def plot_pareto(summary: Sequence[dict[str, Any]], path: str | Path,
+                board: Any = None) -> dict[str, list[str]]:
+    """Scatter of GOPS (timing model, estimated) against each estimated resource (one
+    panel per resource of :data:`PARETO_AXES`), each Pareto front drawn as a line, and
+    with ``board`` (a :class:`~tensorfab.fpga_builds.boards.Board`) what its device
+    has as a vertical line; returns :func:`pareto_fronts`."""
     from tensorfab.sim.png_figure import png_figure
 
     ok = [s for s in summary if s["gops"] is not None]
-    pts = [(s["macs_per_cycle"], s["gops"]) for s in ok]
-    front = pareto_front(pts)
-    with png_figure(path, (6.0, 4.0)) as (_, ax):
-        ax.scatter([c for c, _ in pts], [g for _, g in pts], s=14, color="0.6",
-                   label="points")
-        fp = sorted(pts[i] for i in front)
-        ax.plot([c for c, _ in fp], [g for _, g in fp], "o-", color="C3",
-                label="Pareto front")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("GEMM MACs per cycle (batch × block_in × block_out)")
-        ax.set_ylabel("GOPS over the workloads (estimated)")
-        ax.legend()
-    return [ok[i]["name"] for i in front]
+    fronts = pareto_fronts(ok)
+    with png_figure(path, (13.0, 4.0)) as (fig, first):
+        first.remove()
+        for k, (res, (key, label)) in enumerate(PARETO_AXES.items()):
+            ax = fig.add_subplot(1, len(PARETO_AXES), k + 1)
+            ax.scatter([s[key] for s in ok], [s["gops"] for s in ok], s=14, color="0.6",
+                       label="points")
+            names = set(fronts[res])
+            fp = sorted((s[key], s["gops"]) for s in ok if s["name"] in names)
+            ax.plot([c for c, _ in fp], [g for _, g in fp], "o-", color="C3",
+                    label="Pareto front")
+            if board is not None:
+                ax.axvline(board.capacity[res], color="C0", linestyle="--",
+                           label=f"{board.name} has {board.capacity[res]}")
+            ax.set_xlabel(label)
+            ax.set_ylabel("GOPS over the workloads (estimated)")
+            ax.legend()
+    return fronts
 
 
 def write_best_config(summary: Sequence[dict[str, Any]], path: str | Path) -> str | None:
-    """Write the highest-GOPS config of ``summary`` as a HwConfig JSON file (the form
-    ``--config`` accepts); returns its name, ``None`` when no point has figures."""
-    ok = [s for s in summary if s["gops"] is not None]
+    """Write the highest-GOPS config of ``summary`` that fits its board (``fits``) as
+    a HwConfig JSON file (the form ``--config`` accepts); returns its name, ``None``
+    when no fitting point has figures (then a best config of an earlier sweep there is
+    removed)."""
+    ok = [s for s in summary if s["gops"] is not None and s.get("fits")]
     if not ok:
+        Path(path).unlink(missing_ok=True)
         return None
     best = max(ok, key=lambda s: s["gops"])
     p = Path(path)

@@ -20,8 +20,8 @@ from tensorfab.isa import HwConfig, UsageError
 
 from .space import SpacePoint
 
-__all__ = ["SweepResult", "code_version", "evaluate", "known_workloads", "run_sweep",
-           "workload_by_name"]
+__all__ = ["SweepResult", "check_on_rtl", "code_version", "evaluate", "known_workloads",
+           "rtl_cycles_of", "run_sweep", "workload_by_name"]
 
 #: Source folders whose code decides a point's result (the code version hashes them).
 _SOURCE_DIRS = ("isa", "compiler", "sim", "dse")
@@ -191,3 +191,61 @@ def run_sweep(points: Sequence[SpacePoint], workloads: Sequence[str], client: An
         if progress:
             progress(done, total)
     return SweepResult(rows, len(todo), cached, time.perf_counter() - t0)
+
+
+def rtl_cycles_of(config_json: str, workload: str) -> dict[str, Any]:
+    """Cycles of ``workload``'s program for the config on the RTL executor (Verilator;
+    a config's model is built once and cached) and on the timing model.
+
+    Returns
+    -------
+    dict
+        ``rtl_cycles``, ``model_cycles``, ``error`` (``(model - rtl) / rtl``),
+        ``rtl_seconds``.
+    """
+    from tensorfab.compiler.tensor.operators import compile_workload
+    from tensorfab.sim.rtl import RtlSimulator
+    from tensorfab.sim.timing.model import program_timing
+
+    cfg = HwConfig.from_json(config_json)
+    program = compile_workload(known_workloads()[workload], cfg).program
+    model = round(program_timing(program).cycles)
+    t0 = time.perf_counter()
+    rtl = RtlSimulator().run(program).cycles
+    return {"rtl_cycles": rtl, "model_cycles": model, "error": (model - rtl) / rtl,
+            "rtl_seconds": round(time.perf_counter() - t0, 3)}
+
+
+def check_on_rtl(rows: Sequence[dict[str, Any]], n: int, client: Any, seed: int = 0
+                 ) -> dict[str, Any]:
+    """Run ``n`` sampled (point, workload) rows with cycles on the RTL on ``client``
+    and compare with the timing model's cycles.
+
+    Returns
+    -------
+    dict
+        ``checked`` (per row: ``config`` name, ``workload``, :func:`rtl_cycles_of`'s
+        figures), ``max_abs_error``, ``mean_abs_error`` (``None`` when no row has
+        cycles).
+
+    Raises
+    ------
+    UsageError
+        ``n`` is below 1.
+    """
+    import random
+
+    if n < 1:
+        raise UsageError(f"--check-rtl {n}: give at least one point")
+    done = [r for r in rows if r.get("cycles")]
+    picked = random.Random(seed).sample(done, min(n, len(done)))
+    futs = [client.submit(rtl_cycles_of, r["config"], r["workload"], pure=False)
+            for r in picked]
+    checked = []
+    for r, fut in zip(picked, futs, strict=True):
+        checked.append({"config": HwConfig.from_json(r["config"]).name,
+                        "workload": r["workload"], **fut.result()})
+    errors = [abs(c["error"]) for c in checked]
+    return {"checked": checked,
+            "max_abs_error": max(errors) if errors else None,
+            "mean_abs_error": sum(errors) / len(errors) if errors else None}

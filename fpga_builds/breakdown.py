@@ -33,8 +33,9 @@ from .boards import board_config, get_board
 from .errors import FpgaBuildError
 from .flow import BUILD_NAME, _synth_opts, board_platform, error_lines, run_logged, yowasp_env
 
-__all__ = ["CATEGORIES", "ModuleCells", "breakdown_rows", "breakdown_script",
-           "breakdown_table", "cell_category", "ice40_lc_estimate", "module_breakdown",
+__all__ = ["CATEGORIES", "LOGIC_UNIT", "ModuleCells", "breakdown_rows", "breakdown_script",
+           "breakdown_table", "cell_category", "flat_synthesis", "ice40_lc_estimate",
+           "module_breakdown",
            "module_totals", "parse_stat_json", "run_yosys"]
 
 #: Resource categories of each family: category → the cell types (a trailing ``*``
@@ -51,6 +52,13 @@ CATEGORIES: dict[str, dict[str, tuple[str, ...]]] = {
 #: maps.
 _PASS = re.compile(r"^\d+(?:\.\d+)*\. Executing (\S+)")
 _ABC_MODULE = re.compile(r"from module `?\\?([^'`]+)'")
+
+
+#: What :func:`module_breakdown`'s ``logic`` counts, per family.
+LOGIC_UNIT: dict[str, str] = {
+    "ice40": "estimated logic cells (LUT4 + FF and SB_CARRY not packed with one)",
+    "ecp5": "LUT4 + 2 x CCU2C + 6 x TRELLIS_DPR16X4, nextpnr's LUT4s before packing",
+}
 
 
 def cell_category(family: str, cell_type: str) -> str | None:
@@ -355,6 +363,88 @@ def _yosys_step(line: str) -> str | None:
     return m.group(1).rstrip(".") if m else None
 
 
+def _elaborate(board_name: str, config: str | HwConfig, out_dir: str | Path, dsp: bool,
+               console: Console) -> tuple[Any, HwConfig, Path, list[str], int, str]:
+    """Elaborate the build flow's design into ``out_dir``: the board, the config, the
+    directory, the flow's Yosys script lines, the index of its ``synth_`` line and the
+    progress label."""
+    board = get_board(board_name)
+    cfg = config if isinstance(config, HwConfig) else board_config(config)
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    label = f"[bold]{board.name}[/] {cfg.name} breakdown"
+    with console.status(f"{label}: elaboration"):
+        plan = board_platform(board, dsp).build(BoardTop(board, cfg), name=BUILD_NAME,
+                                                build_dir=str(out), do_build=False,
+                                                do_program=False,
+                                                synth_opts=_synth_opts(board, dsp))
+        plan.extract(str(out))
+    flow_script = (out / f"{BUILD_NAME}.ys").read_text().splitlines()
+    synth_at = next((i for i, ln in enumerate(flow_script)
+                     if ln.strip().startswith("synth_")), None)
+    if synth_at is None:
+        raise FpgaBuildError(f"{board.name}: no synth_ command in {out / BUILD_NAME}.ys")
+    return board, cfg, out, flow_script, synth_at, label
+
+
+def _flat_synthesis(family: str, out: Path, flow_script: list[str], synth_at: int,
+                    label: str, console: Console) -> dict[str, Any]:
+    """Run the build's own (flattened) synthesis of an elaborated design in ``out``:
+    ``totals``, ``logic``, ``log`` and ``seconds``."""
+    flat_script = out / "breakdown_flat.ys"
+    flat_script.write_text("\n".join([*flow_script[:synth_at + 1],
+                                      "tee -q -o flat_stat.json stat -json",
+                                      "write_json flat_netlist.json"]) + "\n")
+    seconds = run_yosys(flat_script, out, out / "breakdown_flat.log",
+                        label=f"{label} (flattened)", console=console)
+    flat_modules = parse_stat_json((out / "flat_stat.json").read_text())
+    flat_lc = None
+    if family == "ice40":
+        flat_lc = ice40_lc_estimate(json.loads((out / "flat_netlist.json").read_text()))
+    flat_row = breakdown_rows(family, flat_modules, lc_own=flat_lc)[0]
+    return {"totals": flat_row["total"], "logic": flat_row["logic"],
+            "log": str(out / "breakdown_flat.log"), "seconds": round(seconds, 1)}
+
+
+def flat_synthesis(board_name: str, config: str | HwConfig, out_dir: str | Path, *,
+                   dsp: bool = True, console: Console | None = None) -> dict[str, Any]:
+    """Resources of ``config`` on ``board_name``'s device from the build's own
+    synthesis (flattened, as ``fpga build`` runs it), without place and route.
+
+    The flattened half of :func:`module_breakdown`: writes ``breakdown_flat.log``,
+    ``flat_stat.json`` and ``flat_netlist.json`` into ``out_dir``.
+
+    Parameters
+    ----------
+    board_name : str
+        A key of :data:`tensorfab.fpga_builds.boards.BOARDS`.
+    config : str or HwConfig
+        Preset name, board config name, JSON file or config.
+    out_dir : path
+        Work directory (created).
+    dsp : bool
+        Map multipliers to DSP blocks, as ``build_bitstream``'s ``dsp``.
+    console : rich Console, optional
+        Where the progress display goes (stderr by default).
+
+    Returns
+    -------
+    dict
+        ``board``, ``config``, ``family``, ``totals`` (category → count), ``logic``
+        (in the family's unit, as :func:`module_breakdown`'s), ``log`` and ``seconds``.
+
+    Raises
+    ------
+    FpgaBuildError
+        When Yosys fails or its statistics cannot be read.
+    """
+    console = console or Console(stderr=True)
+    board, cfg, out, flow_script, synth_at, label = _elaborate(board_name, config, out_dir,
+                                                               dsp, console)
+    flat = _flat_synthesis(board.family, out, flow_script, synth_at, label, console)
+    return {"board": board.name, "config": cfg.name, "family": board.family} | flat
+
+
 def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Path, *,
                      dsp: bool = True, flat: bool = True,
                      console: Console | None = None) -> dict[str, Any]:
@@ -396,23 +486,9 @@ def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Pat
     FpgaBuildError
         When Yosys fails or its statistics cannot be read.
     """
-    board = get_board(board_name)
-    cfg = config if isinstance(config, HwConfig) else board_config(config)
-    out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     console = console or Console(stderr=True)
-    label = f"[bold]{board.name}[/] {cfg.name} breakdown"
-    with console.status(f"{label}: elaboration"):
-        plan = board_platform(board, dsp).build(BoardTop(board, cfg), name=BUILD_NAME,
-                                                build_dir=str(out), do_build=False,
-                                                do_program=False,
-                                                synth_opts=_synth_opts(board, dsp))
-        plan.extract(str(out))
-    flow_script = (out / f"{BUILD_NAME}.ys").read_text().splitlines()
-    synth_at = next((i for i, ln in enumerate(flow_script)
-                     if ln.strip().startswith("synth_")), None)
-    if synth_at is None:
-        raise FpgaBuildError(f"{board.name}: no synth_ command in {out / BUILD_NAME}.ys")
+    board, cfg, out, flow_script, synth_at, label = _elaborate(board_name, config, out_dir,
+                                                               dsp, console)
     script = out / "breakdown.ys"
     script.write_text("\n".join([*flow_script[:synth_at],
                                  *breakdown_script(flow_script[synth_at])]) + "\n")
@@ -428,26 +504,14 @@ def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Pat
         "board": board.name, "config": cfg.name, "family": board.family,
         "options": {"dsp": dsp, "flat": flat}, "top": top, "totals": rows[0]["total"],
         "logic": rows[0]["logic"],
-        "logic_unit": ("estimated logic cells (LUT4 + FF and SB_CARRY not packed with one)"
-                       if board.family == "ice40"
-                       else "LUT4 + 2 x CCU2C + 6 x TRELLIS_DPR16X4, nextpnr's LUT4s "
-                       "before packing"),
+        "logic_unit": LOGIC_UNIT[board.family],
         "rows": rows, "log": str(log_path),
     }
     if flat:
-        flat_script = out / "breakdown_flat.ys"
-        flat_script.write_text("\n".join([*flow_script[:synth_at + 1],
-                                          "tee -q -o flat_stat.json stat -json",
-                                          "write_json flat_netlist.json"]) + "\n")
-        seconds += run_yosys(flat_script, out, out / "breakdown_flat.log",
-                             label=f"{label} (flattened)", console=console)
-        flat_modules = parse_stat_json((out / "flat_stat.json").read_text())
-        flat_lc = None
-        if board.family == "ice40":
-            flat_lc = ice40_lc_estimate(json.loads((out / "flat_netlist.json").read_text()))
-        flat_row = breakdown_rows(board.family, flat_modules, lc_own=flat_lc)[0]
-        result["flat"] = {"totals": flat_row["total"], "logic": flat_row["logic"],
-                          "log": str(out / "breakdown_flat.log")}
+        flat_result = _flat_synthesis(board.family, out, flow_script, synth_at, label,
+                                      console)
+        seconds += flat_result.pop("seconds")
+        result["flat"] = flat_result
     result["seconds"] = round(seconds, 1)
     (out / "breakdown.json").write_text(json.dumps(result, indent=2) + "\n")
     return result

@@ -8,23 +8,88 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from tensorfab.isa import UsageError
+
 from .cli_output import print_result
 
 __all__ = ["add_advise_command", "add_dse_command"]
 
 
+def cmd_fit_resources(args: argparse.Namespace) -> int:
+    """``tensorfab dse fit-resources``: synthesize the training configs, fit, write."""
+    from rich.console import Console
+
+    from tensorfab.dse.resource_builds import TRAINING_CONFIGS, synthesize_configs
+    from tensorfab.dse.resource_model import MODEL_PATH, RESOURCES, fit_resource_model
+
+    console = Console(stderr=True)
+    configs = TRAINING_CONFIGS
+    if args.configs:
+        names = args.configs.split(",")
+        unknown = [n for n in names if n not in {c.name for c in TRAINING_CONFIGS}]
+        if unknown:
+            raise UsageError(f"--configs: unknown training config {unknown[0]!r} (known: "
+                             f"{', '.join(c.name for c in TRAINING_CONFIGS)})")
+        configs = tuple(c for c in TRAINING_CONFIGS if c.name in names)
+
+    def done(r: dict) -> None:
+        if not args.json:
+            how = "reused" if r["reused"] else f"{r['seconds']:.0f} s"
+            console.print(f"{r['name']:12} LUT {r['LUT']:>6} FF {r['FF']:>6} DSP "
+                          f"{r['DSP']:>4} BRAM {r['BRAM']:>4} ({how})", highlight=False)
+
+    board = args.board or "ulx3s-85f"
+    records = synthesize_configs(configs, board, args.work, console=console, done=done)
+    model = fit_resource_model(records)
+    out = Path(args.output) if args.output else MODEL_PATH
+    out.write_text(json.dumps(model, indent=1) + "\n")
+    report = {"model": str(out), "builds": len(records), "board": board,
+              "source_hash": model["source_hash"], "yosys": model["yosys"],
+              "held_out_error": {r: {"mean": model["resources"][r]["loo"]
+                                     ["mean_relative_error"],
+                                     "max": model["resources"][r]["loo"]
+                                     ["max_relative_error"]} for r in RESOURCES}}
+
+    def human() -> None:
+        print(f"{len(records)} builds on {board} ({model['yosys'].split(' (')[0]}, "
+              f"design {model['source_hash']}) -> {out}")
+        print("leave-one-out relative error: " + ", ".join(
+            f"{r} mean {e['mean']:.1%} max {e['max']:.1%}"
+            for r, e in report["held_out_error"].items()))
+
+    print_result(report, args.json, human)
+    return 0
+
+
 def cmd_dse(args: argparse.Namespace) -> int:
     import sys
+
+    if args.action == "fit-resources":
+        return cmd_fit_resources(args)
+    if args.space is None:
+        raise UsageError("dse: --space is required for a sweep")
 
     from rich.progress import Progress
 
     from tensorfab.dse.cluster import dask_client
-    from tensorfab.dse.results import plot_pareto, point_summary, write_best_config, write_parquet
+    from tensorfab.dse.resource_model import ResourceModel, ecp5_board
+    from tensorfab.dse.results import (
+        add_resources,
+        plot_pareto,
+        point_summary,
+        write_best_config,
+        write_parquet,
+    )
     from tensorfab.dse.space import load_space, space_points
-    from tensorfab.dse.sweep import run_sweep, workload_by_name
+    from tensorfab.dse.sweep import check_on_rtl, run_sweep, workload_by_name
 
+    if args.check_rtl is not None and args.check_rtl < 1:
+        raise UsageError(f"--check-rtl {args.check_rtl}: give at least one point")
     space = load_space(args.space)
     workloads = workload_by_name([w for w in args.workloads.split(",") if w])
+    board_info = ecp5_board(args.board or "ulx3s-85f")
+    board = board_info.name
+    model = ResourceModel.load()
     points = space_points(space)
     out = Path(args.out)
     with dask_client(args.scheduler, args.workers) as client:
@@ -33,21 +98,42 @@ def cmd_dse(args: argparse.Namespace) -> int:
             task = bar.add_task("sweep", total=None)
             result = run_sweep(points, workloads, client, out / "cache",
                                lambda d, t: bar.update(task, completed=d, total=t))
-    parquet = write_parquet(result.rows, out / "points.parquet")
+        rtl_check = None
+        if args.check_rtl:
+            with Progress(transient=True, disable=args.json) as bar:
+                bar.add_task(f"{args.check_rtl} points on the RTL (Verilator builds "
+                             "take minutes per config)", total=None)
+                rtl_check = check_on_rtl(result.rows, args.check_rtl, client)
     summary = point_summary(result.rows)
-    front = plot_pareto(summary, out / "pareto.png")
+    add_resources(summary, model, board)
+    by_config = {s["config"]: s for s in summary}
+    resource_keys = ("lut_est", "ff_est", "dsp_est", "bram_est", "board", "fits")
+    for row in result.rows:
+        if row.get("config") in by_config:
+            row.update({k: by_config[row["config"]][k] for k in resource_keys})
+    parquet = write_parquet(result.rows, out / "points.parquet")
+    shown = [s for s in summary if s["fits"]] if args.board else summary
+    fronts = plot_pareto(shown, out / "pareto.png", board_info)
     best = write_best_config(summary, out / "best_config.json")
+    fmax = model.reported_fmax(board)
     invalid = [{"values": p.values, "reason": p.invalid_reason}
                for p in points if p.config is None]
     report = {"points": len(points), "valid_points": len(points) - len(invalid),
               "workloads": workloads, "computed": result.computed,
               "cached": result.cached, "cache_hit_ratio": result.cache_hit_ratio,
               "seconds": round(result.seconds, 3), "parquet": str(parquet),
-              "invalid": invalid, "pareto_png": str(out / "pareto.png"),
-              "pareto_front_size": len(front), "best_config": best,
+              "invalid": invalid, "board": board, "board_filter": args.board is not None,
+              "fitting_points": sum(s["fits"] for s in summary),
+              "pareto_png": str(out / "pareto.png"),
+              "pareto_front_size": len(fronts["LUT"]), "pareto_fronts": fronts,
+              "best_config": best,
               "best_config_json": str(out / "best_config.json") if best else None,
-              "summary": [{k: v for k, v in s.items() if k != "config"} for s in summary],
-              "cycles_source": "timing model (estimated)"}
+              "summary": [{k: v for k, v in s.items() if k != "config"} for s in shown],
+              "cycles_source": "timing model (estimated)",
+              "resources_source": "resource model fitted to Yosys builds (estimated)",
+              "resource_model_error": model.held_out_error(),
+              "resource_model_source_hash": model.data["source_hash"],
+              "fmax_reported": fmax, "rtl_check": rtl_check}
 
     def human() -> None:
         print(f"{report['points']} points ({report['valid_points']} valid) x "
@@ -55,17 +141,36 @@ def cmd_dse(args: argparse.Namespace) -> int:
               f"{result.cached} from the cache, {result.seconds:.1f} s")
         for inv in invalid:
             print(f"  invalid {inv['values']}: {inv['reason']}")
-        print(f"{'config':48} {'MAC/cyc':>8} {'MHz':>6} {'cycles (est.)':>14} "
-              f"{'GOPS':>8}")
-        for s in sorted(summary, key=lambda s: -(s["gops"] or 0)):
+        print(f"resources on {board} (estimated; the model's held-out error: "
+              f"{model.held_out_text()})"
+              + (f"; only the {len(shown)} points that fit" if args.board else ""))
+        width = max([44, *(len(s["name"]) for s in shown)])
+        print(f"{'config':{width}} {'MAC/cyc':>7} {'MHz':>5} {'cycles (est.)':>13} "
+              f"{'GOPS':>7} {'LUT':>7} {'FF':>6} {'DSP':>4} {'BRAM':>4} {'fits':>4}")
+        for s in sorted(shown, key=lambda s: -(s["gops"] or 0)):
             cyc = "-" if s["cycles"] is None else str(s["cycles"])
             gops = "-" if s["gops"] is None else f"{s['gops']:.3f}"
-            print(f"{s['name']:48} {s['macs_per_cycle']:>8} {s['clock_mhz']:>6g} "
-                  f"{cyc:>14} {gops:>8}")
-        print(f"all points: {parquet}; Pareto front ({len(front)} points): "
-              f"{out / 'pareto.png'}")
+            print(f"{s['name']:{width}} {s['macs_per_cycle']:>7} {s['clock_mhz']:>5g} "
+                  f"{cyc:>13} {gops:>7} {s['lut_est']:>7} {s['ff_est']:>6} "
+                  f"{s['dsp_est']:>4} {s['bram_est']:>4} {'yes' if s['fits'] else 'NO':>4}")
+        print(f"all points: {parquet}; Pareto fronts (GOPS vs LUT: {len(fronts['LUT'])}, "
+              f"vs DSP: {len(fronts['DSP'])} points): {out / 'pareto.png'}")
+        if fmax:
+            print(f"fmax reported by a real build on {board}: {fmax['fmax_mhz']} MHz "
+                  f"({fmax['config']}, docs/fpga.md); not modelled per point")
+        if rtl_check is not None:
+            for c in rtl_check["checked"]:
+                print(f"  RTL check {c['config']} {c['workload']}: model "
+                      f"{c['model_cycles']}, RTL {c['rtl_cycles']} ({c['error']:+.2%})")
+            if rtl_check["max_abs_error"] is not None:
+                print(f"timing model against the RTL on {len(rtl_check['checked'])} "
+                      f"points: max {rtl_check['max_abs_error']:.2%}, mean "
+                      f"{rtl_check['mean_abs_error']:.2%}")
         if best:
-            print(f"highest GOPS (estimated): {best} -> {out / 'best_config.json'}")
+            print(f"highest GOPS that fits {board} (estimated): {best} -> "
+                  f"{out / 'best_config.json'}")
+        else:
+            print(f"no point fits {board}: no best_config.json")
 
     print_result(report, args.json, human)
     (out / "summary.json").write_text(json.dumps(report, indent=1))
@@ -77,9 +182,24 @@ def add_dse_command(command: Callable[..., argparse.ArgumentParser]) -> None:
     d = command(
         "dse", "design-space sweep: HwConfig fields over workloads on the timing model, "
         "on a dask cluster, cached on disk",
-        "tensorfab dse --space space.yaml --workloads dense64,fc1000 --workers 2")
-    d.add_argument("--space", required=True,
-                   help="YAML file: HwConfig field -> list of values")
+        "tensorfab dse --space space.yaml --workloads dense64,fc1000 --workers 2",
+        "tensorfab dse --space space.yaml --board ulx3s-25f",
+        "tensorfab dse fit-resources")
+    d.add_argument("action", nargs="?", choices=["sweep", "fit-resources"], default="sweep",
+                   help="sweep (default) or fit-resources: synthesize the resource "
+                        "model's training configs with Yosys (ECP5, one at a time, "
+                        "minutes) and write the fitted model")
+    d.add_argument("--space", help="YAML file: HwConfig field -> list of values (sweep)")
+    d.add_argument("--board", default=None,
+                   help="sweep: keep only points that fit this ECP5 board (resources "
+                        "estimated against ulx3s-85f without it); fit-resources: the "
+                        "board to synthesize for (default ulx3s-85f)")
+    d.add_argument("--work", default="build/resmodel",
+                   help="fit-resources: work folder of the syntheses (reused when the "
+                        "design's sources did not change)")
+    d.add_argument("--configs", help="fit-resources: only these training configs")
+    d.add_argument("-o", "--output", help="fit-resources: model file (default: the "
+                   "package's dse/resource_model.json)")
     d.add_argument("--workloads", default="dense64",
                    help="comma-separated: resnet18, C2..C11, fc1000, proj, dense64")
     d.add_argument("--scheduler", default=None,
@@ -88,6 +208,10 @@ def add_dse_command(command: Callable[..., argparse.ArgumentParser]) -> None:
     d.add_argument("--workers", type=int, default=2, help="LocalCluster workers")
     d.add_argument("--out", default="dse-out",
                    help="output folder (points.parquet, summary.json, cache/)")
+    d.add_argument("--check-rtl", type=int, metavar="N",
+                   help="sweep: run N sampled (point, workload) pairs on the RTL "
+                        "(Verilator, a model built per config) and report the timing "
+                        "model's error on them")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     d.set_defaults(func=cmd_dse)
 
@@ -107,17 +231,23 @@ def cmd_advise(args: argparse.Namespace) -> int:
         print(f"board {result['board']}: {result['board_memory_bytes']:,} bytes of "
               f"device memory, {result['clock_mhz']:g} MHz")
         print(f"{'config':12} {'memory (B)':>11} {'fits':>5} {'resources':>9} "
+              f"{'LUT':>7} {'DSP':>4} {'BRAM':>4} {'fits board':>10} "
               f"{'cycles (est.)':>14} {'ms (est.)':>10}")
         for r in result["configs"]:
+            def num(v: int | None) -> str:
+                return "-" if v is None else str(v)
+            fits_board = {True: "yes", False: "NO", None: "unknown"}[r["fits_board"]]
+            head = (f"{r['config']:12} {num(r['device_memory_bytes']):>11} "
+                    f"{'yes' if r['fits_memory'] else 'NO':>5} {r['resources']:>9} "
+                    f"{num(r['lut']):>7} {num(r['dsp']):>4} {num(r['bram']):>4} "
+                    f"{fits_board:>10}")
             if r["error"]:
-                print(f"{r['config']:12} does not compile: {r['error']}")
+                print(f"{head} does not compile: {r['error']}")
                 continue
-            fits = "yes" if r["fits_memory"] else "NO"
-            print(f"{r['config']:12} {r['device_memory_bytes']:>11,} {fits:>5} "
-                  f"{r['resources']:>9} {r['estimated_cycles']:>14,} "
-                  f"{r['estimated_latency_ms']:>10.3f}")
-        print(f"build: {result['build'] or 'no configuration known to fit'}"
-              + (f" (fastest within memory, resources unknown: "
+            print(f"{head} {r['estimated_cycles']:>14,} {r['estimated_latency_ms']:>10.3f}")
+        print(f"resources: {result['resources_source']}")
+        print(f"build: {result['build'] or 'no configuration fits the memory and the board'}"
+              + (f" (fastest within memory, whatever its resources: "
                  f"{result['fastest_fitting_memory']})"
                  if result["fastest_fitting_memory"] not in (None, result["build"]) else ""))
 
@@ -129,7 +259,7 @@ def add_advise_command(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add ``advise`` with the parser's ``command`` helper."""
     a = command(
         "advise", "which accelerator configuration to build for a model on a board: "
-        "device memory, estimated cycles and latency per configuration",
+        "device memory, estimated resources, cycles and latency per configuration",
         "tensorfab advise digits.onnx --board ulx3s-85f --calib calib.npy "
         "--shape image=1,1,8,8")
     a.add_argument("model", help="ONNX model")

@@ -109,15 +109,76 @@ def test_dse_command_writes_parquet_pareto_png_and_a_config_compile_accepts(
     report = json.loads(run.stdout)
     assert "dashboard: http://127.0.0.1:" in run.stderr
     assert report["valid_points"] == 4 and report["computed"] == 4
-    assert pq.read_table(report["parquet"]).num_rows == 4
+    table = pq.read_table(report["parquet"])
+    assert table.num_rows == 4
     assert is_tensorfab_png(report["pareto_png"])
-    best = max(report["summary"], key=lambda s: s["gops"])
+    # resources estimated on the 85F: only 1x8x8 fits (the others need 164 to 324 DSPs:
+    # one per MAC, four per ALU lane, four in load/store, of 156)
+    by = {(s["name"]): s for s in report["summary"]}
+    assert report["board"] == "ulx3s-85f" and report["fitting_points"] == 1
+    dsp = {(json.loads(c)["block_in"], json.loads(c)["block_out"]): d
+           for c, d in zip(table.column("config").to_pylist(),
+                           table.column("dsp_est").to_pylist(), strict=True)}
+    assert dsp == {(8, 8): 100, (8, 16): 196, (16, 8): 164, (16, 16): 324}
+    assert table.column("fits").to_pylist().count(True) == 1
+    fastest = max(report["summary"], key=lambda s: s["gops"])
     cfg = board_config(report["best_config_json"])
-    assert cfg.name == report["best_config"] == best["name"]
-    assert (cfg.block_in, cfg.block_out, cfg.clock_mhz) == (16, 16, 50.0)
+    assert cfg.name == report["best_config"] != fastest["name"]
+    assert by[cfg.name]["fits"] and not by[fastest["name"]]["fits"]
+    assert (cfg.block_in, cfg.block_out, cfg.clock_mhz) == (8, 8, 50.0)
+    assert by[cfg.name]["gops_per_dsp"] == pytest.approx(by[cfg.name]["gops"] / 100)
+    assert report["pareto_front_size"] == len(report["pareto_fronts"]["LUT"]) >= 1
     np.save(tmp_path / "calib.npy", load_digits_split(0)[0][:64])
     subprocess.run([exe, "compile", str(model_path()), "--config",
                     report["best_config_json"], "--calib", str(tmp_path / "calib.npy"),
                     "--shape", "image=1,1,8,8", "-o", str(tmp_path / "d.tfm")],
                    capture_output=True, text=True, timeout=300, check=True)
     assert (tmp_path / "d.tfm").stat().st_size > 0
+
+
+def test_dse_board_filter_keeps_only_fitting_points(tmp_path: Path) -> None:
+    """--board ulx3s-25f (28 DSPs): no point of the space fits, so none is listed and
+    no best config is written (the cache from nothing: the same sweep, computed)."""
+    import subprocess
+    import sys
+
+    exe = str(Path(sys.executable).parent / "tensorfab")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "best_config.json").write_text("{}")  # a stale one from an earlier sweep
+    run = subprocess.run([exe, "dse", "--space", str(_space(tmp_path, SPACE)),
+                          "--workloads", "dense64", "--workers", "1", "--board",
+                          "ulx3s-25f", "--out", str(out), "--json"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    report = json.loads(run.stdout)
+    assert report["board"] == "ulx3s-25f" and report["board_filter"]
+    assert report["fitting_points"] == 0 and report["summary"] == []
+    assert report["best_config"] is None and not (out / "best_config.json").exists()
+    bad = subprocess.run([exe, "dse", "--space", str(_space(tmp_path, SPACE)),
+                          "--board", "icebreaker", "--out", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "icebreaker is ice40" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.slow
+def test_check_rtl_compares_sampled_points_with_the_rtl(tmp_path: Path) -> None:
+    """--check-rtl 1 on a one-point space of a small core: the RTL's cycles (its own
+    Verilator model) against the timing model's, within the model's 3 % target."""
+    import subprocess
+    import sys
+
+    space = _space(tmp_path, "block_in: [4]\nblock_out: [4]\ninp_depth: [256]\n"
+                   "wgt_depth: [128]\nacc_depth: [256]\nuop_depth: [512]\n"
+                   "mem_bus_width: [32]\n")
+    run = subprocess.run([str(Path(sys.executable).parent / "tensorfab"), "dse",
+                          "--space", str(space), "--workloads", "dense64", "--workers",
+                          "1", "--check-rtl", "1", "--out", str(tmp_path / "out"),
+                          "--json"], capture_output=True, text=True, timeout=1500,
+                         check=True)
+    check = json.loads(run.stdout)["rtl_check"]
+    (c,) = check["checked"]
+    assert c["workload"] == "dense64" and c["rtl_cycles"] > 0
+    assert c["error"] == pytest.approx((c["model_cycles"] - c["rtl_cycles"])
+                                       / c["rtl_cycles"])
+    assert check["max_abs_error"] == abs(c["error"]) <= 0.03

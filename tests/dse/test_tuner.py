@@ -62,12 +62,60 @@ def test_tuned_schedule_computes_the_convolution() -> None:
     assert np.array_equal(op.run(FunctionalSimulator()), want.astype(np.int8))
 
 
-def test_tune_of_an_unsupported_model_is_one_clear_error(capsys) -> None:
+def test_tune_of_a_missing_model_file_is_one_clear_error(capsys) -> None:
     from tensorfab.cli import main
 
-    assert main(["tune", "model.onnx"]) != 0
+    assert main(["tune", "nope.onnx", "--config", "tiny"]) != 0
     err = capsys.readouterr().err
-    assert "tune model.onnx: only the built-in resnet18" in err and "Traceback" not in err
+    assert "tune nope.onnx: no such file (give resnet18 or an ONNX model)" in err
+    assert "Traceback" not in err
+
+
+def test_tune_an_onnx_model_then_compile_it_with_the_log(tmp_path: Path) -> None:
+    """`tune digits.onnx` tunes the operators compiling the model records (its two
+    convolutions and the dense layer), never slower than the tile search on the timing
+    model; `compile --tuning-log` then takes the logged schedules (one per operator)
+    and the compiled model's per-program estimated cycles are the tuned ones; the
+    outputs stay those of the untuned model (the runtime's default executor)."""
+    import subprocess
+    import sys
+
+    from tensorfab.compiler.model_compile import compile_onnx
+    from tensorfab.dse.tuner import TuningLog
+    from tensorfab.models.digits_cnn import load_digits_split, model_path
+    from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
+    from tensorfab.runtime.interpreter import run_program
+
+    calib = load_digits_split(0)[0][:64]
+    np.save(tmp_path / "calib.npy", calib)
+    log = tmp_path / "digits.jsonl"
+    exe = str(Path(sys.executable).parent / "tensorfab")
+    run = subprocess.run([exe, "tune", str(model_path()), "--config", "tiny", "--calib",
+                          str(tmp_path / "calib.npy"), "--shape", "image=1,1,8,8",
+                          "--trials", "8", "--log", str(log), "--json"],
+                         capture_output=True, text=True, timeout=600, check=True)
+    layers = json.loads(run.stdout)["layers"]
+    assert len(layers) >= 2
+    for layer in layers:
+        assert layer["best_cycles"] <= layer["baseline_cycles"]
+        assert layer["measured"] >= 1
+    shapes = {"image": (1, 1, 8, 8)}
+    plain = compile_onnx(str(model_path()), config=CFG, calibration=calib,
+                         input_shapes=shapes)
+    source = TuningLog(log)
+    tuned = compile_onnx(str(model_path()), config=CFG, calibration=calib,
+                         input_shapes=shapes, schedules=source)
+    assert len(source.used) == len(layers)
+
+    def cycles(compiled: object) -> int:
+        return sum(int(n.attrs.get("estimated_cycles", 0))
+                   for n in compiled.program.nodes if n.op == ACCEL_PROGRAM)
+
+    assert cycles(tuned) == sum(r["best_cycles"] for r in layers)
+    assert cycles(tuned) <= cycles(plain)
+    image = calib[:1]
+    np.testing.assert_array_equal(run_program(tuned.program, [image]),
+                                  run_program(plain.program, [image]))
 
 
 def test_tune_bench_is_registered() -> None:

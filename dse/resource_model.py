@@ -1,0 +1,323 @@
+"""A resource model of the accelerator on ECP5: LUT, FF, DSP and block RAM of any
+configuration, fitted to real Yosys syntheses (:mod:`.resource_builds`) and validated
+on held-out builds (leave-one-out).
+
+Each resource is linear in a few features of the configuration that follow the
+design's structure (:data:`FEATURES`): the GEMM core's MACs (one multiplier each) and
+their reduction over ``block_in`` (MACs × block_in for the logic, MACs × log2 block_in
+for the adder tree's pipeline registers), the vector ALU's lanes (``batch ×
+block_out``, a 32-bit multiplier each), the weight tile (``block_in × block_out``
+bytes assembled by the load engine), the DRAM address width (the load, store and fetch
+engines' address arithmetic) and, for block RAM, the DP16KD blocks the buffers need by
+their shapes (the accumulator's apart: it is read by several ports). The feature sets
+were chosen among such structural terms by leave-one-out error on the first eight
+builds; the last two training builds were held out of that choice. The board's on-chip
+memory (block RAM of its own) is added by its shape, so the model trained on one ECP5
+board estimates the others.
+
+Every figure it gives is an estimate: outputs label it so. The fitted model, its
+training data (with the Yosys version and the source hash of the design it was built
+from) and its leave-one-out errors are ``resource_model.json`` beside this module,
+written by ``tensorfab dse fit-resources``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tensorfab.isa import HwConfig, UsageError
+
+__all__ = ["FEATURES", "MODEL_PATH", "REPORTED_BUILDS", "RESOURCES", "ResourceModel",
+           "buffer_blocks", "buffer_brams", "config_features", "dp16kd_blocks", "ecp5_board",
+           "fit_resource_model",
+           "memory_brams"]
+
+#: The resources the model estimates, in :mod:`tensorfab.fpga_builds.breakdown`'s
+#: categories (``LUT``: ECP5 LUT4 slots before packing, as ``fpga breakdown``'s logic).
+RESOURCES = ("LUT", "FF", "DSP", "BRAM")
+
+#: The features each resource is linear in (``one`` is the constant term).
+FEATURES: dict[str, tuple[str, ...]] = {
+    "LUT": ("one", "macs", "lanes", "macs_x_block_in", "dram_addr_width"),
+    "FF": ("one", "lanes", "weight_tile", "macs_x_log2_block_in", "dram_addr_width"),
+    "DSP": ("one", "macs", "lanes"),
+    "BRAM": ("one", "acc_brams", "other_brams"),
+}
+
+#: The package's fitted model (``tensorfab dse fit-resources`` writes it).
+MODEL_PATH = Path(__file__).with_name("resource_model.json")
+
+#: Real place-and-route builds (nextpnr-ecp5) recorded in docs/fpga.md's table: whether
+#: the design routed and the fmax it reached against its clock constraint. Not
+#: modelled: reported beside the estimates, and a build that did not route outweighs
+#: an estimate that fits.
+REPORTED_BUILDS: tuple[dict[str, Any], ...] = (
+    {"board": "ulx3s-85f", "config": "tiny", "routed": True, "fmax_mhz": 63.6,
+     "constraint_mhz": 60.0},
+    {"board": "ulx3s-85f", "config": "small", "routed": False, "fmax_mhz": None,
+     "constraint_mhz": 60.0,
+     "note": "placed (29,037 LUT, 100 DSP) but router1 does not converge and router2 "
+             "did not finish"},
+    {"board": "ulx3s-25f", "config": "ecp5-25f", "routed": True, "fmax_mhz": 85.4,
+     "constraint_mhz": 80.0},
+    {"board": "orangecrab-25f", "config": "ecp5-25f", "routed": True, "fmax_mhz": 83.4,
+     "constraint_mhz": 80.0},
+    {"board": "orangecrab-85f", "config": "tiny", "routed": True, "fmax_mhz": 79.9,
+     "constraint_mhz": 72.0},
+)
+
+#: DP16KD shapes (depth, width): 18 Kbit, 16 Kbit of them in the narrow modes.
+_DP16KD_SHAPES = ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36))
+
+
+def dp16kd_blocks(depth: int, width: int) -> int:
+    """ECP5 DP16KD blocks a ``depth × width`` memory takes in its best shape."""
+    return min(math.ceil(depth / d) * math.ceil(width / w) for d, w in _DP16KD_SHAPES)
+
+
+def buffer_blocks(cfg: HwConfig) -> dict[str, int]:
+    """DP16KD blocks of each of the core's on-chip buffers by its shape (``inp``,
+    ``uop``, ``acc``, ``wgt``: the weight buffer's 64-bit banks), as
+    :class:`~tensorfab.hw.core.Core` declares them."""
+    from tensorfab.hw.signatures import (
+        acc_entry_bits,
+        inp_entry_bits,
+        uop_entry_bits,
+        wgt_entry_bits,
+    )
+
+    bank = min(64, wgt_entry_bits(cfg))
+    return {"inp": dp16kd_blocks(cfg.inp_depth, inp_entry_bits(cfg)),
+            "uop": dp16kd_blocks(cfg.uop_depth, uop_entry_bits(cfg)),
+            "acc": dp16kd_blocks(cfg.acc_depth, acc_entry_bits(cfg)),
+            "wgt": wgt_entry_bits(cfg) // bank * dp16kd_blocks(cfg.wgt_depth, bank)}
+
+
+def buffer_brams(cfg: HwConfig) -> int:
+    """DP16KD blocks of all the core's buffers by their shapes (:func:`buffer_blocks`)."""
+    return sum(buffer_blocks(cfg).values())
+
+
+def memory_brams(mem_bytes: int, cfg: HwConfig) -> int:
+    """DP16KD blocks of a board's on-chip memory (``mem_bytes``, one bus word wide)."""
+    return dp16kd_blocks(mem_bytes * 8 // cfg.mem_bus_width, cfg.mem_bus_width)
+
+
+def config_features(cfg: HwConfig) -> dict[str, float]:
+    """The model's features of a configuration (:data:`FEATURES` names them)."""
+    blocks = buffer_blocks(cfg)
+    return {"one": 1.0, "macs": float(cfg.batch * cfg.block_in * cfg.block_out),
+            "lanes": float(cfg.batch * cfg.block_out),
+            "weight_tile": float(cfg.block_in * cfg.block_out),
+            "macs_x_block_in": float(cfg.batch * cfg.block_in ** 2 * cfg.block_out),
+            "macs_x_log2_block_in": float(cfg.batch * cfg.block_in * cfg.block_out
+                                          * math.log2(cfg.block_in)),
+            "mem_bus_width": float(cfg.mem_bus_width),
+            "dram_addr_width": float(cfg.dram_addr_width),
+            "acc_brams": float(blocks["acc"]),
+            "other_brams": float(blocks["inp"] + blocks["uop"] + blocks["wgt"])}
+
+
+def ecp5_board(name: str) -> Any:
+    """An ECP5 board by name (the family the model is fitted to).
+
+    Raises
+    ------
+    UsageError
+        For an unknown board (the known ones listed) or one of another family.
+    """
+    from tensorfab.fpga_builds.boards import get_board
+    from tensorfab.fpga_builds.errors import FpgaBuildError
+
+    try:
+        board = get_board(name)
+    except FpgaBuildError as e:
+        raise UsageError(f"--board: {e}") from None
+    if board.family != "ecp5":
+        raise UsageError(f"--board {name}: the resource model is fitted to ECP5 builds; "
+                         f"{name} is {board.family}")
+    return board
+
+
+def _target(record: Mapping[str, Any], resource: str) -> float:
+    """A build's figure the model fits: block RAM without the board's memory."""
+    value = float(record[resource])
+    if resource == "BRAM":
+        cfg = HwConfig.from_dict(record["config"])
+        value -= memory_brams(ecp5_board(record["board"]).mem_bytes, cfg)
+    return value
+
+
+def _design(records: Sequence[Mapping[str, Any]], resource: str) -> np.ndarray:
+    rows = [config_features(HwConfig.from_dict(r["config"])) for r in records]
+    return np.array([[row[f] for f in FEATURES[resource]] for row in rows])
+
+
+def _least_squares(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    return coef
+
+
+def fit_resource_model(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Fit each resource to the builds by least squares, with leave-one-out errors.
+
+    Parameters
+    ----------
+    records : sequence of mapping
+        :func:`~tensorfab.dse.resource_builds.synthesize_configs`'s results: ``config``,
+        ``board`` and the measured ``LUT``, ``FF``, ``DSP``, ``BRAM``.
+
+    Returns
+    -------
+    dict
+        ``resources`` (per resource: ``features``, ``coefficients``, ``training_error``
+        and ``loo`` — each build's leave-one-out estimate and relative error, their mean
+        and max), ``builds`` (the records), ``source_hash``, ``yosys``, ``board``,
+        ``reported_builds`` (:data:`REPORTED_BUILDS`).
+
+    Raises
+    ------
+    UsageError
+        With fewer builds than a resource has features plus one (no held-out check).
+    """
+    need = max(len(f) for f in FEATURES.values()) + 1
+    if len(records) < need:
+        raise UsageError(f"the resource model needs at least {need} builds "
+                         f"(got {len(records)})")
+    resources: dict[str, Any] = {}
+    for res in RESOURCES:
+        x = _design(records, res)
+        y = np.array([_target(r, res) for r in records])
+        coef = _least_squares(x, y)
+        fitted = x @ coef
+        held_out = []
+        for i, rec in enumerate(records):
+            keep = np.arange(len(records)) != i
+            pred = float(x[i] @ _least_squares(x[keep], y[keep]))
+            measured = float(rec[res])
+            offset = measured - y[i]  # the board memory's blocks, for BRAM
+            estimate = pred + offset
+            held_out.append({"name": rec["name"], "measured": measured,
+                             "estimate": round(estimate, 1),
+                             "relative_error": round(abs(estimate - measured)
+                                                     / max(measured, 1.0), 4)})
+        errors = [h["relative_error"] for h in held_out]
+        resources[res] = {
+            "features": list(FEATURES[res]),
+            "coefficients": [round(float(c), 6) for c in coef],
+            "training_error_max": round(float(np.max(np.abs(fitted - y)
+                                                     / np.maximum(np.abs(y), 1.0))), 4),
+            "loo": {"builds": held_out, "mean_relative_error": round(float(np.mean(errors)), 4),
+                    "max_relative_error": round(float(np.max(errors)), 4)},
+        }
+    first = records[0]
+    return {"kind": "tensorfab resource model", "family": "ecp5", "board": first["board"],
+            "source_hash": first["source_hash"], "yosys": first["yosys"],
+            "lut_unit": "ECP5 LUT4 slots before packing (LUT4 + 2 x CCU2C + "
+                        "6 x TRELLIS_DPR16X4), the flattened synthesis of fpga build",
+            "resources": resources,
+            "builds": [{k: v for k, v in r.items() if k != "reused"} for r in records],
+            "reported_builds": list(REPORTED_BUILDS)}
+
+
+@dataclass(frozen=True)
+class ResourceModel:
+    """A fitted resource model (the content of ``resource_model.json``).
+
+    Attributes
+    ----------
+    data : dict
+        :func:`fit_resource_model`'s result.
+    """
+
+    data: dict[str, Any]
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> ResourceModel:
+        """Read a model file (default: the package's, :data:`MODEL_PATH`).
+
+        Raises
+        ------
+        UsageError
+            The file is missing or is not a resource model (the file named).
+        """
+        p = Path(path) if path is not None else MODEL_PATH
+        try:
+            data = json.loads(p.read_text())
+        except OSError as e:
+            raise UsageError(f"{p}: cannot read the resource model ({e.strerror}); "
+                             "`tensorfab dse fit-resources` writes it") from None
+        except json.JSONDecodeError as e:
+            raise UsageError(f"{p}: not JSON (line {e.lineno})") from None
+        if not isinstance(data, dict) or data.get("kind") != "tensorfab resource model":
+            raise UsageError(f"{p}: not a tensorfab resource model file")
+        for res in RESOURCES:
+            entry = data.get("resources", {}).get(res)
+            if not entry or len(entry.get("coefficients", ())) != len(entry.get(
+                    "features", ())) or any(f not in config_features(HwConfig())
+                                            for f in entry["features"]):
+                raise UsageError(f"{p}: resource {res!r} is missing or malformed")
+        return cls(data)
+
+    def estimate(self, cfg: HwConfig, board: str) -> dict[str, int]:
+        """Estimated LUT, FF, DSP and BRAM of ``cfg``'s SoC on ``board`` (ECP5).
+
+        Raises
+        ------
+        UsageError
+            For an unknown board or one that is not ECP5.
+        """
+        b = ecp5_board(board)
+        feats = config_features(cfg)
+        out = {}
+        for res in RESOURCES:
+            entry = self.data["resources"][res]
+            value = sum(c * feats[f] for f, c in zip(entry["features"],
+                                                     entry["coefficients"], strict=True))
+            if res == "BRAM":
+                value += memory_brams(b.mem_bytes, cfg)
+            out[res] = max(0, round(value))
+        return out
+
+    def fits(self, estimate: Mapping[str, int], board: str) -> tuple[bool, list[str]]:
+        """Whether an estimate is within ``board``'s device, and the resources over."""
+        cap = ecp5_board(board).capacity
+        over = [f"{res} {estimate[res]} > {cap[res]}" for res in RESOURCES
+                if estimate[res] > cap[res]]
+        return not over, over
+
+    def held_out_error(self) -> dict[str, dict[str, float]]:
+        """Leave-one-out relative error per resource: ``mean`` and ``max``."""
+        return {res: {"mean": e["loo"]["mean_relative_error"],
+                      "max": e["loo"]["max_relative_error"]}
+                for res, e in self.data["resources"].items()}
+
+    def held_out_text(self) -> str:
+        """:meth:`held_out_error` in words: ``LUT mean 6.0 % max 12.6 %, ...``."""
+        return ", ".join(f"{res} mean {e['mean']:.1%} max {e['max']:.1%}"
+                         for res, e in self.held_out_error().items())
+
+    def reported_fmax(self, board: str) -> dict[str, Any] | None:
+        """The highest fmax a real build reached on ``board`` (docs/fpga.md), if any."""
+        routed = [b for b in self.data.get("reported_builds", ())
+                  if b["board"] == board and b["routed"]]
+        return max(routed, key=lambda b: b["fmax_mhz"], default=None)
+
+    def reported_build(self, board: str, cfg: HwConfig) -> dict[str, Any] | None:
+        """The real build of ``cfg`` (the same values, whatever its name and clock) on
+        ``board`` recorded in the model (:data:`REPORTED_BUILDS`), if any."""
+        from tensorfab.fpga_builds.board_configs import board_config
+
+        def same(c: HwConfig) -> bool:
+            a, b = c.to_dict(), cfg.to_dict()
+            return all(a[k] == b[k] for k in a if k not in ("name", "clock_mhz"))
+
+        return next((b for b in self.data.get("reported_builds", ())
+                     if b["board"] == board and same(board_config(b["config"]))), None)
