@@ -1,7 +1,8 @@
 """A per-layer profile of one run of a :class:`~.interpreter.GraphProgram`.
 
-:func:`profile_program` runs the program as :func:`~.interpreter.run_program` does and
-records, for every kernel node, where it ran (``cpu``: a numpy kernel; ``accel``: an
+:func:`profile_program` runs the program on its VM (:class:`~.loaded_model.LoadedModel`,
+the one dispatch) with a :class:`LayerProfiler` instrument that records, for every
+kernel call, where it ran (``cpu``: a numpy kernel; ``accel``: an
 ``accel.program`` node, run on the given :class:`~tensorfab.sim.Device`), its argument
 and result shapes and its wall time; for accelerator programs also the executor's
 cycles as its own counters measured them (``None`` on the untimed functional
@@ -33,7 +34,7 @@ import numpy as np
 from tensorfab.isa import TensorfabError
 
 from .accel_contract import ACCEL_PROGRAM, accel_nodes
-from .interpreter import GraphProgram, Node
+from .graph_program import GraphProgram, Node
 from .loaded_model import Instrument, LoadedModel
 from .memory_plan import MemoryPlan
 from .resident import HostTraffic, ResidentModel
@@ -228,18 +229,19 @@ class LayerProfiler(Instrument):
         self.t0 = t0
         self.progress = progress
         self.layers: list[LayerRecord] = []
-        self._start = t0
+        # by node: the VM's accelerator thread runs programs while CPU kernels go on
+        self._start: dict[int, float] = {}
 
     def before(self, index: int, node: Node, args: list[Any],
                attrs: Mapping[str, Any]) -> None:
         if self.progress is not None:
             self.progress(index, len(self.model.program.nodes),
                           str(attrs.get("layer") or node.op))
-        self._start = time.perf_counter()
+        self._start[index] = time.perf_counter()
 
     def after(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any],
               out: Any, result: Any) -> None:
-        start = self._start
+        start = self._start.pop(index, self.t0)
         seconds = time.perf_counter() - start
         if node.op != ACCEL_PROGRAM:
             self.layers.append(LayerRecord(index, node.op, "cpu",
@@ -277,8 +279,8 @@ class LayerProfiler(Instrument):
         clock = self.model.accel_programs[index].config.clock_mhz * 1e6
         self.layers.append(LayerRecord(
             index, f"{attrs.get('layer') or node.op} (stopped)", "accel",
-            [_shape(args[0])], None, self._start - self.t0,
-            time.perf_counter() - self._start, cycles, intervals=intervals,
+            [_shape(args[0])], None, self._start.get(index, self.t0) - self.t0,
+            time.perf_counter() - self._start.get(index, self.t0), cycles, intervals=intervals,
             clock_hz=None if cycles is None else clock, name=node.name))
 
 

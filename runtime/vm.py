@@ -21,20 +21,21 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from tensorfab.isa import TensorfabError
 
+from .accel_contract import ACCEL_PROGRAM
 from .device_tensor import DeviceTensor, host_value
-from .interpreter import _check_inputs, input_values
+from .graph_program import GraphProgram, Node, _check_inputs, input_values
 from .kernels import KERNELS
-from .loaded_model import LoadedModel
 from .shape_functions import SHAPE_FUNCTIONS
 from .vm_executable import Executable, Op
 
-__all__ = ["Slice", "VMError", "VirtualMachine", "overlap_seconds", "vm_trace"]
+__all__ = ["Instrument", "ModelHost", "Slice", "VMError", "VirtualMachine", "overlap_seconds",
+           "vm_trace"]
 
 
 (_MOVE, _CONST, _ALLOC_STORAGE, _ALLOC_TENSOR, _INVOKE, _INVOKE_ACCEL, _SHAPE_FUNC, _IF,
@@ -43,6 +44,41 @@ __all__ = ["Slice", "VMError", "VirtualMachine", "overlap_seconds", "vm_trace"]
 
 class VMError(TensorfabError):
     """A run the VM cannot go on with (names the function, pc and what is wrong)."""
+
+
+class Instrument:
+    """Hooks around each kernel call the VM makes for a
+    :class:`~.loaded_model.LoadedModel` (no-ops here; subclass and override; set with
+    :meth:`~.loaded_model.LoadedModel.set_instrument`).
+
+    ``index``, ``node``, ``args`` (argument values; a :class:`~.device_tensor.DeviceTensor`
+    for an activation kept on the device) and ``attrs`` (the node's attributes, symbols
+    bound) describe the call.
+    """
+
+    def before(self, index: int, node: Node, args: list[Any],
+               attrs: Mapping[str, Any]) -> None:
+        """Called before the node runs."""
+
+    def after(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any],
+              out: Any, result: Any) -> None:
+        """Called after it ran: its value ``out`` and, for an accelerator program, the
+        executor's :class:`~tensorfab.sim.RunResult` (``None`` for a CPU kernel)."""
+
+    def failed(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any],
+               exc: BaseException) -> None:
+        """Called when the node raised ``exc`` (re-raised after the call)."""
+
+
+class ModelHost(Protocol):
+    """What the VM runs over (a :class:`~.loaded_model.LoadedModel`): the program, its
+    instrument, and ``call``, which runs an ``accel.program`` node on the device."""
+
+    program: GraphProgram
+    instrument: Instrument | None
+
+    def call(self, index: int, node: Node, args: list[Any],
+             attrs: Mapping[str, Any]) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -61,9 +97,10 @@ class VirtualMachine:
 
     Parameters
     ----------
-    model : LoadedModel
-        The program whose constants, accelerator programs and device the executable
-        uses (a :class:`~.resident.ResidentModel` keeps activations on the device).
+    model : ModelHost
+        A :class:`~.loaded_model.LoadedModel`: the program whose constants,
+        accelerator programs and device the executable uses (a
+        :class:`~.resident.ResidentModel` keeps activations on the device).
     executable : Executable
         Built by :func:`~.vm_build.build_executable` or read from a ``.tfm``.
     futures : bool
@@ -78,7 +115,7 @@ class VirtualMachine:
         planned executable are allocated once, when the VM is made, and not counted).
     """
 
-    def __init__(self, model: LoadedModel, executable: Executable, *,
+    def __init__(self, model: ModelHost, executable: Executable, *,
                  futures: bool = True) -> None:
         executable.validate()
         self.model = model
@@ -91,8 +128,9 @@ class VirtualMachine:
         self._pool: ThreadPoolExecutor | None = None
         self._t0 = 0.0
         self._symbols: dict[str, int] = {}
-        # opcodes as plain ints: comparing enum members costs more than the dispatch
-        self._code = [[(int(i[0]), *i[1:]) for i in f.code] for f in executable.functions]
+        nodes = executable.nodes or _kernel_nodes(model.program, len(executable.attrs))
+        self._code = [_decode(f.name, f.code, executable, nodes, index == 0)
+                      for index, f in enumerate(executable.functions)]
 
     def close(self) -> None:
         """Stop the accelerator thread."""
@@ -133,36 +171,41 @@ class VirtualMachine:
         fn = self.executable.functions[index]
         regs: list[Any] = [None] * fn.num_registers
         regs[:len(args)] = args
-        code, attrs_table = self._code[index], self.executable.attrs
+        code = self._code[index]
         record = self._slices.append  # atomic under the GIL: both threads append
+        hook = self.model.instrument
+        clock = time.perf_counter
         pc = 0
         while True:
             ins = code[pc]
             op = ins[0]
             pc += 1
-            if op == _INVOKE:
-                args_ = [regs[r] for r in ins[4:]]
-                if not all(type(a) is np.ndarray for a in args_):
+            if op in (_INVOKE, _INVOKE_INTO):
+                # (op, dst, kernel, attrs, arg registers, kernel function, resolve,
+                #  symbolic reshape, node)
+                args_ = [regs[r] for r in ins[4]]
+                if ins[6]:  # an argument may be a future or in device memory
                     args_ = [self._host(self._resolve(a)) for a in args_]
-                attrs = attrs_table[ins[3]]
-                if self._symbols and ins[2] == "reshape":
+                attrs = ins[3]
+                if ins[7] and self._symbols:
                     attrs = {**attrs, "newshape": tuple(self._symbols.get(d, d)
                                                         for d in attrs["newshape"])}
-                start = time.perf_counter()
-                regs[ins[1]] = KERNELS[ins[2]](args_, attrs)
-                record(("cpu", ins[2], start, time.perf_counter()))
-            elif op == _INVOKE_INTO:
-                args_ = [regs[r] for r in ins[4:]]
-                if not all(type(a) is np.ndarray for a in args_):
-                    args_ = [self._host(self._resolve(a)) for a in args_]
-                start = time.perf_counter()
-                out, value = regs[ins[1]], KERNELS[ins[2]](args_, attrs_table[ins[3]])
-                if value.shape != out.shape or value.dtype != out.dtype:
-                    raise VMError(f"function {fn.name!r} pc {pc - 1}: {ins[2]} made "
-                                  f"{value.dtype}{value.shape}, its planned place holds "
-                                  f"{out.dtype}{out.shape}")
-                np.copyto(out, value)
-                record(("cpu", ins[2], start, time.perf_counter()))
+                start = clock()
+                if hook is None:
+                    value = ins[5](args_, attrs)
+                else:  # records its own slice, without the hooks' time
+                    value, start = self._instrumented(hook, ins, args_, attrs), 0.0
+                if op == _INVOKE:
+                    regs[ins[1]] = value
+                else:
+                    out = regs[ins[1]]
+                    if value.shape != out.shape or value.dtype != out.dtype:
+                        raise VMError(f"function {fn.name!r} pc {pc - 1}: {ins[2]} made "
+                                      f"{value.dtype}{value.shape}, its planned place "
+                                      f"holds {out.dtype}{out.shape}")
+                    np.copyto(out, value)
+                if start:
+                    record(("cpu", ins[2], start, clock()))
             elif op == _KILL:
                 regs[ins[1]] = None
             elif op == _INVOKE_ACCEL:
@@ -181,7 +224,7 @@ class VirtualMachine:
                     raise VMError(f"function {fn.name!r} pc {pc - 1}: no shape function for "
                                   f"{ins[2]!r}")
                 regs[ins[1]] = fn_shape([_shape_of(self._resolve(regs[r])) for r in ins[4:]],
-                                        attrs_table[ins[3]])
+                                        self.executable.attrs[ins[3]])
             elif op == _ALLOC_STORAGE:
                 arena = self.arenas.get(ins[3])
                 if arena is None or arena.nbytes < ins[2]:  # not planned: allocated now
@@ -207,6 +250,24 @@ class VirtualMachine:
                 return regs[ins[1]]
             else:  # validate() refused it already
                 raise VMError(f"function {fn.name!r} pc {pc - 1}: opcode {op}")
+
+    def _instrumented(self, hook: Instrument, ins: tuple[Any, ...], args: list[Any],
+                      attrs: Mapping[str, Any]) -> Any:
+        """Run a decoded ``INVOKE`` with ``hook`` around it, record its slice; its
+        value."""
+        index = ins[8]
+        node = (self.model.program.nodes[index] if index >= 0 else
+                Node(ins[2], (), ins[3], -1))
+        hook.before(index, node, args, attrs)
+        start = time.perf_counter()
+        try:
+            value = ins[5](args, attrs)
+        except BaseException as exc:
+            hook.failed(index, node, args, attrs, exc)
+            raise
+        self._slices.append(("cpu", ins[2], start, time.perf_counter()))
+        hook.after(index, node, args, attrs, value, None)
+        return value
 
     def _invoke_accel(self, node: int, args: list[Any]) -> Any:
         def run() -> Any:
@@ -250,6 +311,58 @@ class VirtualMachine:
         """The last run's slices, in seconds from its start."""
         t0 = self._t0
         return [Slice(track, name, a - t0, b - t0) for track, name, a, b in self._slices]
+
+
+def _kernel_nodes(program: GraphProgram, count: int) -> list[int]:
+    """The node of each of ``count`` attribute sets of an executable stored without its
+    node table: the program's kernel nodes in order, as the builder made them (-1 each
+    when the counts differ)."""
+    nodes = [k for k, n in enumerate(program.nodes)
+             if n.op not in (ACCEL_PROGRAM, "tuple", "tuple_get_item")]
+    return nodes if len(nodes) == count else [-1] * count
+
+
+def _decode(name: str, code: list[tuple[Any, ...]], executable: Executable,
+            nodes: list[int], entry: bool) -> list[tuple[Any, ...]]:
+    """A function's code with opcodes as plain ints (comparing enum members costs more
+    than the dispatch) and each ``INVOKE``/``INVOKE_INTO`` pre-decoded to ``(op, dst,
+    kernel, attrs, arg registers, kernel function, resolve, symbolic reshape, node)``:
+    ``resolve`` is whether an argument register may hold a future or a value in device
+    memory (written by ``INVOKE_ACCEL``, ``CALL``, ``GET_ITEM``, ``TUPLE`` or ``MOVE``
+    of such, or a parameter of a function other than ``main``, whose inputs are host
+    arrays); the others read host arrays only and skip the check."""
+    maybe_remote: set[int] = set()
+    if not entry:
+        maybe_remote.update(range(max((r for i in code for r in _dst(i)), default=-1) + 1))
+    grown = True
+    while grown:  # to a fixed point: a loop may copy a register written further down
+        before = len(maybe_remote)
+        for ins in code:
+            op = int(ins[0])
+            if op in (_INVOKE_ACCEL, _CALL, _TUPLE) or (
+                    op in (_GET_ITEM, _MOVE) and ins[2] in maybe_remote):
+                maybe_remote.add(ins[1])
+        grown = len(maybe_remote) > before
+    out = []
+    for pc, ins in enumerate(code):
+        op = int(ins[0])
+        if op in (_INVOKE, _INVOKE_INTO):
+            if ins[2] not in KERNELS:
+                raise VMError(f"function {name!r} pc {pc}: no CPU kernel {ins[2]!r}")
+            attrs = executable.attrs[ins[3]]
+            shape = attrs.get("newshape") if ins[2] == "reshape" else None
+            out.append((op, ins[1], ins[2], attrs, tuple(ins[4:]), KERNELS[ins[2]],
+                        any(r in maybe_remote for r in ins[4:]),
+                        bool(shape) and any(isinstance(d, str) for d in shape),
+                        nodes[ins[3]]))
+        else:
+            out.append((op, *ins[1:]))
+    return out
+
+
+def _dst(ins: tuple[Any, ...]) -> tuple[int, ...]:
+    """The register an instruction writes (none for a jump, ``KILL`` or ``RET``)."""
+    return () if int(ins[0]) in (_IF, _GOTO, _KILL, _RET) else (ins[1],)
 
 
 def _on_device(v: Any) -> bool:
