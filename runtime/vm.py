@@ -126,6 +126,7 @@ class VirtualMachine:
         self._slices: list[tuple[str, str, float, float]] = []
         self.storage_allocations = 0
         self._pool: ThreadPoolExecutor | None = None
+        self._last: Future | None = None  # the last program issued to the thread
         self._t0 = 0.0
         self._symbols: dict[str, int] = {}
         nodes = executable.nodes or _kernel_nodes(model.program, len(executable.attrs))
@@ -209,7 +210,9 @@ class VirtualMachine:
             elif op == _KILL:
                 regs[ins[1]] = None
             elif op == _INVOKE_ACCEL:
-                regs[ins[1]] = self._invoke_accel(ins[2], [regs[r] for r in ins[3:]])
+                # (op, dst, node, arg registers, read back to the host, inline)
+                regs[ins[1]] = self._invoke_accel(ins[2], [regs[r] for r in ins[3]], ins[4],
+                                                  ins[5])
             elif op == _CONST:
                 regs[ins[1]] = self.model.program.constants[ins[2]]
             elif op == _MOVE:
@@ -269,25 +272,49 @@ class VirtualMachine:
         hook.after(index, node, args, attrs, value, None)
         return value
 
-    def _invoke_accel(self, node: int, args: list[Any]) -> Any:
+    def _invoke_accel(self, index: int, args: list[Any], read_back: bool,
+                      inline: bool) -> Any:
+        """Run node ``index``'s program: a future on the accelerator thread, or, when
+        ``inline`` (the host has nothing to do before it reads the result) or without
+        futures, now on this thread, once the programs in flight are done (the device
+        runs one program at a time, in issue order, and a handoff to the other thread
+        and back would only add its latency). With ``read_back``, its output is read to
+        the host right after it (a CPU kernel reads it: the host then finds it read)."""
+        model = self.model
+        node = model.program.nodes[index]
+
         def run() -> Any:
             values = [self._resolve(a) for a in args]
             start = time.perf_counter()
-            out = self.model.call(node, self.model.program.nodes[node], values,
-                                  self.model.program.nodes[node].attrs)
-            self._record("accelerator",
-                         str(self.model.program.nodes[node].attrs.get("layer") or node),
-                         start)
+            out = model.call(index, node, values, node.attrs)
+            if read_back:
+                host_value(out)  # a DeviceTensor keeps what it read
+            self._record("accelerator", str(node.attrs.get("layer") or index), start)
             return out
 
         if self._pool is None:
             return run()
-        return self._pool.submit(run)
+        if inline:
+            self._drain()
+            return run()
+        self._last = self._pool.submit(run)
+        return self._last
+
+    def _drain(self) -> None:
+        """Wait for the programs in flight (the last one issued: they run in order)."""
+        if self._last is not None:
+            self._resolve(self._last)
+            self._last = None
 
     def _host(self, v: Any) -> Any:
-        """``v`` on the host; device memory is read on the accelerator thread, so that
-        it is never touched by two threads at once."""
+        """``v`` on the host; device memory is never touched by two threads at once:
+        while a program is in flight, it is read on the accelerator thread."""
+        if type(v) is DeviceTensor and v.on_host:
+            return v.numpy()
         if self._pool is None or not _on_device(v):
+            return host_value(v)
+        if self._last is None or self._last.done():
+            self._last = None
             return host_value(v)
         return self._pool.submit(host_value, v).result()
 
@@ -343,10 +370,18 @@ def _decode(name: str, code: list[tuple[Any, ...]], executable: Executable,
                     op in (_GET_ITEM, _MOVE) and ins[2] in maybe_remote):
                 maybe_remote.add(ins[1])
         grown = len(maybe_remote) > before
+    # accelerator outputs a host instruction reads (all but another program and
+    # SHAPE_FUNC, which reads the shape only)
+    host_read = {r for ins in code if int(ins[0]) not in (_INVOKE_ACCEL, _SHAPE_FUNC)
+                 for r in _reads(ins)}
+    jumps = any(int(ins[0]) in (_IF, _GOTO, _CALL) for ins in code)
     out = []
     for pc, ins in enumerate(code):
         op = int(ins[0])
-        if op in (_INVOKE, _INVOKE_INTO):
+        if op == _INVOKE_ACCEL:
+            out.append((op, ins[1], ins[2], tuple(ins[3:]), ins[1] in host_read,
+                        not jumps and _read_before_host_work(code, pc)))
+        elif op in (_INVOKE, _INVOKE_INTO):
             if ins[2] not in KERNELS:
                 raise VMError(f"function {name!r} pc {pc}: no CPU kernel {ins[2]!r}")
             attrs = executable.attrs[ins[3]]
@@ -358,6 +393,38 @@ def _decode(name: str, code: list[tuple[Any, ...]], executable: Executable,
         else:
             out.append((op, *ins[1:]))
     return out
+
+
+def _read_before_host_work(code: list[tuple[Any, ...]], pc: int) -> bool:
+    """Whether the ``INVOKE_ACCEL`` at ``pc`` has its result (or a later program's
+    made from it) read before the host has a CPU kernel to run that does not read it:
+    then nothing would overlap it."""
+    waits = {code[pc][1]}  # its result and what is made from it without the host
+    for ins in code[pc + 1:]:
+        op = int(ins[0])
+        if op in (_INVOKE, _INVOKE_INTO, _SHAPE_FUNC, _GET_ITEM, _RET, _IF):
+            return not waits.isdisjoint(_reads(ins))
+        if op in (_INVOKE_ACCEL, _MOVE, _TUPLE) and not waits.isdisjoint(_reads(ins)):
+            waits.add(ins[1])
+    return True
+
+
+def _reads(ins: tuple[Any, ...]) -> tuple[int, ...]:
+    """The registers an instruction reads."""
+    op = int(ins[0])
+    if op in (_INVOKE, _INVOKE_INTO, _SHAPE_FUNC):
+        return tuple(ins[4:])
+    if op in (_INVOKE_ACCEL, _CALL):
+        return tuple(ins[3:])
+    if op == _TUPLE:
+        return tuple(ins[2:])
+    if op in (_MOVE, _GET_ITEM):
+        return (ins[2],)
+    if op in (_RET, _IF):
+        return (ins[1],)
+    if op == _ALLOC_TENSOR:
+        return (ins[2],) + ((ins[5],) if isinstance(ins[5], int) else ())
+    return ()
 
 
 def _dst(ins: tuple[Any, ...]) -> tuple[int, ...]:

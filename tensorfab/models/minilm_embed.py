@@ -7,7 +7,8 @@ adds, per-channel output scales), calibrated on :func:`~.minilm_sentences.genera
 that fit the bucket, every linear and attention matmul an ``accel.program``. The result
 is cached on disk as a ``.tfm`` (``$TENSORFAB_MODEL_CACHE`` or
 ``~/.cache/tensorfab/models``), keyed by the bucket, the config, the calibration and the
-compiler's source, so a new sentence length compiles at most one new bucket.
+compiler's source (and the runtime's executable builder), so a new sentence length
+compiles at most one new bucket.
 
 :class:`MiniLmEmbedder` tokenizes sentences, pads each to its bucket, runs the bucket's
 stored VM executable on a device (each bucket's programs and weights loaded once,
@@ -63,15 +64,18 @@ def cache_dir() -> Path:
 
 def _source_digest() -> str:
     """A digest of the sources a compiled bucket depends on (the compiler, the encoder's
-    graph, the calibration sentences): a changed compiler misses the cache instead of
-    loading a stale program, while a change to how buckets are run does not."""
+    graph, the calibration sentences, and what builds the stored VM executable: its
+    order and memory plan): a changed compiler misses the cache instead of loading a
+    stale program, while a change to how buckets are run does not."""
     import tensorfab.compiler
+    from tensorfab.runtime import artifact, overlap_order, static_plan, vm_build
 
     from . import minilm, minilm_sentences
 
     h = hashlib.sha256()
     paths = sorted(Path(tensorfab.compiler.__file__).parent.rglob("*.py"))
-    for path in [*paths, Path(minilm.__file__), Path(minilm_sentences.__file__)]:
+    builder = [Path(m.__file__) for m in (artifact, overlap_order, static_plan, vm_build)]
+    for path in [*paths, *builder, Path(minilm.__file__), Path(minilm_sentences.__file__)]:
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
