@@ -113,6 +113,10 @@ class VirtualMachine:
     storage_allocations : int
         Buffers ``ALLOC_STORAGE`` allocated in the last run (the arenas of a statically
         planned executable are allocated once, when the VM is made, and not counted).
+    inline_sites : set of (int, int)
+        ``INVOKE_ACCEL`` sites (function, pc) run inline from now on: in an earlier run
+        the host's work before it read the program's result took less than the median
+        handoff between the threads (a program's end to the host going on).
     """
 
     def __init__(self, model: ModelHost, executable: Executable, *,
@@ -127,6 +131,11 @@ class VirtualMachine:
         self.storage_allocations = 0
         self._pool: ThreadPoolExecutor | None = None
         self._last: Future | None = None  # the last program issued to the thread
+        # by issued program: its site, issue time and end time (set when it ends)
+        self._issued: dict[Future, tuple[tuple[int, int], float, list[float]]] = {}
+        self._site_work: dict[tuple[int, int], float] = {}
+        self._handoffs: list[float] = []
+        self.inline_sites: set[tuple[int, int]] = set()
         self._t0 = 0.0
         self._symbols: dict[str, int] = {}
         nodes = executable.nodes or _kernel_nodes(model.program, len(executable.attrs))
@@ -165,8 +174,23 @@ class VirtualMachine:
         self._t0 = time.perf_counter()
         if self.futures and self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="tensorfab-accel")
-        out = self._call(0, values)
-        return self._host(self._resolve(out))
+        self._issued, self._handoffs = {}, []
+        try:
+            out = self._call(0, values)
+            return self._host(self._resolve(out))
+        finally:
+            self._inline_short_waits()
+
+    def _inline_short_waits(self) -> None:
+        """After a run: each program site whose host work before it read the result
+        took less than the median handoff (a program's end to the host going on after
+        waiting for it) runs inline from now on: its overlap cost more than it bought."""
+        if not self._handoffs:
+            return
+        handoff = sorted(self._handoffs)[len(self._handoffs) // 2]
+        self.inline_sites.update(site for site, work in self._site_work.items()
+                                 if work < handoff)
+        self._site_work.clear()
 
     def _call(self, index: int, args: list[Any]) -> Any:
         fn = self.executable.functions[index]
@@ -211,8 +235,9 @@ class VirtualMachine:
                 regs[ins[1]] = None
             elif op == _INVOKE_ACCEL:
                 # (op, dst, node, arg registers, read back to the host, inline)
-                regs[ins[1]] = self._invoke_accel(ins[2], [regs[r] for r in ins[3]], ins[4],
-                                                  ins[5])
+                regs[ins[1]] = self._invoke_accel(
+                    ins[2], [regs[r] for r in ins[3]], ins[4],
+                    ins[5] or (index, pc - 1) in self.inline_sites, (index, pc - 1))
             elif op == _CONST:
                 regs[ins[1]] = self.model.program.constants[ins[2]]
             elif op == _MOVE:
@@ -272,25 +297,30 @@ class VirtualMachine:
         hook.after(index, node, args, attrs, value, None)
         return value
 
-    def _invoke_accel(self, index: int, args: list[Any], read_back: bool,
-                      inline: bool) -> Any:
+    def _invoke_accel(self, index: int, args: list[Any], read_back: bool, inline: bool,
+                      site: tuple[int, int]) -> Any:
         """Run node ``index``'s program: a future on the accelerator thread, or, when
         ``inline`` (the host has nothing to do before it reads the result) or without
         futures, now on this thread, once the programs in flight are done (the device
         runs one program at a time, in issue order, and a handoff to the other thread
         and back would only add its latency). With ``read_back``, its output is read to
-        the host right after it (a CPU kernel reads it: the host then finds it read)."""
+        the host right after it (a CPU kernel reads it: the host then finds it read).
+        ``site`` (function, pc) is where the host's work before it reads an issued
+        program's result is measured (:meth:`_inline_short_waits`)."""
         model = self.model
         node = model.program.nodes[index]
 
         def run() -> Any:
-            values = [self._resolve(a) for a in args]
+            values = [self._resolve(a, host=False) for a in args]
             start = time.perf_counter()
             out = model.call(index, node, values, node.attrs)
             if read_back:
                 host_value(out)  # a DeviceTensor keeps what it read
             self._record("accelerator", str(node.attrs.get("layer") or index), start)
+            ended[0] = time.perf_counter()
             return out
+
+        ended = [0.0]
 
         if self._pool is None:
             return run()
@@ -298,6 +328,7 @@ class VirtualMachine:
             self._drain()
             return run()
         self._last = self._pool.submit(run)
+        self._issued[self._last] = (site, time.perf_counter(), ended)
         return self._last
 
     def _drain(self) -> None:
@@ -318,16 +349,25 @@ class VirtualMachine:
             return host_value(v)
         return self._pool.submit(host_value, v).result()
 
-    def _resolve(self, v: Any) -> Any:
+    def _resolve(self, v: Any, host: bool = True) -> Any:
+        """``v`` with futures waited for; on the ``host`` thread, the first wait for
+        an issued program measures the host's work since its issue and, when the host
+        waited past the program's end, the handoff."""
         if isinstance(v, Future):
+            issued = self._issued.pop(v, None) if host else None
+            if issued is not None:
+                site, t_issue, ended = issued
+                self._site_work[site] = time.perf_counter() - t_issue
             if not v.done():
                 start = time.perf_counter()
                 out = v.result()
                 self._record("wait", "wait for the accelerator", start)
+                if issued is not None and ended[0]:
+                    self._handoffs.append(time.perf_counter() - ended[0])
                 return out
             return v.result()
         if isinstance(v, tuple):
-            return tuple(self._resolve(x) for x in v)
+            return tuple(self._resolve(x, host) for x in v)
         return v
 
     def _record(self, track: str, name: str, start: float) -> None:

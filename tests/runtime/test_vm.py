@@ -459,3 +459,48 @@ def test_the_per_layer_profile_comes_from_the_vms_kernel_calls(digits, tmp_path)
         "accelerator" if r.device == "accel" else "cpu" for r in profile.layers]
     for a, b in zip(profile.output, run_program(g, inputs), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_program_whose_result_the_host_reads_next_runs_inline(digits) -> None:
+    """A program with host work beside it goes to the accelerator thread; one whose
+    result the next CPU kernel reads runs on the host thread (no handoff). Either way
+    the host reads its output once, read back right after the program."""
+    import threading
+
+    class Threads(Instrument):
+        def __init__(self) -> None:
+            self.accel: list[str] = []
+
+        def after(self, index, node, args, attrs, out, result) -> None:
+            if result is not None:
+                self.accel.append(threading.current_thread().name)
+
+    from tensorfab.runtime.overlap_order import overlap_order
+
+    g, inputs = _waits_then_independent(digits)
+    want = run_program(g, inputs)
+    for order, thread in ((overlap_order(g), "tensorfab-accel"),
+                          (range(len(g.nodes)), threading.current_thread().name)):
+        with ResidentModel(g, FunctionalSimulator(), executable=build_executable(g, None, order),
+                           futures=True) as model:
+            threads = Threads()
+            model.set_instrument(threads)
+            got = model.run(inputs)
+            assert threads.accel[0].startswith(thread)
+            out = model.accel_programs[0].segment(g.nodes[0].attrs["output_segment"])
+            assert model.last_run.read == out.nbytes  # read once
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_sites_whose_host_work_is_shorter_than_a_handoff_go_inline(digits) -> None:
+    g, inputs = _waits_then_independent(digits)
+    with VirtualMachine(LoadedModel(g, FunctionalSimulator()), build_executable(g)) as vm:
+        vm.run(inputs)
+        # as a run measures them: the host's work before reading each issued program's
+        # result, and the handoffs (a program's end to the host going on)
+        vm._site_work.update({(0, 3): 0.0001, (0, 7): 0.01})
+        vm._handoffs[:] = [0.002, 0.003, 0.001]
+        vm._inline_short_waits()
+        assert vm.inline_sites == {(0, 3)}
+        assert not vm._site_work
