@@ -115,8 +115,8 @@ class VirtualMachine:
         planned executable are allocated once, when the VM is made, and not counted).
     inline_sites : set of (int, int)
         ``INVOKE_ACCEL`` sites (function, pc) run inline from now on: in an earlier run
-        the host's work before it read the program's result took less than the median
-        handoff between the threads (a program's end to the host going on).
+        the host's work before it read the program's result took less than two
+        handoffs between the threads (a program's end to the host going on, median).
     """
 
     def __init__(self, model: ModelHost, executable: Executable, *,
@@ -183,13 +183,14 @@ class VirtualMachine:
 
     def _inline_short_waits(self) -> None:
         """After a run: each program site whose host work before it read the result
-        took less than the median handoff (a program's end to the host going on after
-        waiting for it) runs inline from now on: its overlap cost more than it bought."""
+        took less than two handoffs (there and back; a handoff measured as the median
+        time from a program's end to the host going on after waiting for it) runs
+        inline from now on: the overlap it bought was less than what it cost."""
         if not self._handoffs:
             return
         handoff = sorted(self._handoffs)[len(self._handoffs) // 2]
         self.inline_sites.update(site for site, work in self._site_work.items()
-                                 if work < handoff)
+                                 if work < 2 * handoff)
         self._site_work.clear()
 
     def _call(self, index: int, args: list[Any]) -> Any:
