@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -105,6 +105,9 @@ class VirtualMachine:
         Built by :func:`~.vm_build.build_executable` or read from a ``.tfm``.
     futures : bool
         Run accelerator programs on their own thread (True), or inline.
+    kernels, shape_functions : mapping, optional
+        Kernels (and their shape functions) of this executable beyond the runtime's
+        (:data:`~.kernels.KERNELS`): a bucketed model's (:mod:`.bucketed`).
 
     Attributes
     ----------
@@ -120,8 +123,12 @@ class VirtualMachine:
     """
 
     def __init__(self, model: ModelHost, executable: Executable, *,
-                 futures: bool = True) -> None:
+                 futures: bool = True,
+                 kernels: Mapping[str, Callable[..., Any]] | None = None,
+                 shape_functions: Mapping[str, Callable[..., Any]] | None = None) -> None:
         executable.validate()
+        self.kernels = {**KERNELS, **(kernels or {})}
+        self.shape_functions = {**SHAPE_FUNCTIONS, **(shape_functions or {})}
         self.model = model
         self.executable = executable
         self.futures = futures
@@ -139,7 +146,7 @@ class VirtualMachine:
         self._t0 = 0.0
         self._symbols: dict[str, int] = {}
         nodes = executable.nodes or _kernel_nodes(model.program, len(executable.attrs))
-        self._code = [_decode(f.name, f.code, executable, nodes, index == 0)
+        self._code = [_decode(f.name, f.code, executable, nodes, index == 0, self.kernels)
                       for index, f in enumerate(executable.functions)]
 
     def close(self) -> None:
@@ -248,7 +255,7 @@ class VirtualMachine:
             elif op == _TUPLE:
                 regs[ins[1]] = tuple(regs[r] for r in ins[2:])
             elif op == _SHAPE_FUNC:
-                fn_shape = SHAPE_FUNCTIONS.get(ins[2])
+                fn_shape = self.shape_functions.get(ins[2])
                 if fn_shape is None:
                     raise VMError(f"function {fn.name!r} pc {pc - 1}: no shape function for "
                                   f"{ins[2]!r}")
@@ -391,7 +398,8 @@ def _kernel_nodes(program: GraphProgram, count: int) -> list[int]:
 
 
 def _decode(name: str, code: list[tuple[Any, ...]], executable: Executable,
-            nodes: list[int], entry: bool) -> list[tuple[Any, ...]]:
+            nodes: list[int], entry: bool,
+            kernels: Mapping[str, Callable[..., Any]]) -> list[tuple[Any, ...]]:
     """A function's code with opcodes as plain ints (comparing enum members costs more
     than the dispatch) and each ``INVOKE``/``INVOKE_INTO`` pre-decoded to ``(op, dst,
     kernel, attrs, arg registers, kernel function, resolve, symbolic reshape, node)``:
@@ -423,11 +431,11 @@ def _decode(name: str, code: list[tuple[Any, ...]], executable: Executable,
             out.append((op, ins[1], ins[2], tuple(ins[3:]), ins[1] in host_read,
                         not jumps and _read_before_host_work(code, pc)))
         elif op in (_INVOKE, _INVOKE_INTO):
-            if ins[2] not in KERNELS:
+            if ins[2] not in kernels:
                 raise VMError(f"function {name!r} pc {pc}: no CPU kernel {ins[2]!r}")
             attrs = executable.attrs[ins[3]]
             shape = attrs.get("newshape") if ins[2] == "reshape" else None
-            out.append((op, ins[1], ins[2], attrs, tuple(ins[4:]), KERNELS[ins[2]],
+            out.append((op, ins[1], ins[2], attrs, tuple(ins[4:]), kernels[ins[2]],
                         any(r in maybe_remote for r in ins[4:]),
                         bool(shape) and any(isinstance(d, str) for d in shape),
                         nodes[ins[3]]))

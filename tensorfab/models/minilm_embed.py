@@ -34,6 +34,7 @@ from tensorfab.runtime.artifact import load_executable, load_model, save_model
 from tensorfab.runtime.interpreter import GraphProgram
 
 from .minilm import (
+    BUCKET_BLOCK,
     FFN,
     HIDDEN,
     LAYERS,
@@ -313,6 +314,22 @@ class MiniLmEmbedder:
             sum(b - a for a, b in track["cpu"]), sum(b - a for a, b in track["accelerator"]),
             overlap_seconds(timeline), vm_trace(timeline, f"MiniLM bucket {seq} on "
                                                           f"{self.target}"))
+
+    def symbolic_vm(self) -> Any:
+        """MiniLM as one VM executable over a symbolic ``seq``
+        (:func:`~tensorfab.runtime.bucketed.bucketed_vm`): inputs ``input_ids`` (int64)
+        and ``attention_mask`` (float32) of shape ``(1, seq)``, padded to their bucket by
+        the executable (a multiple of :data:`~.minilm.BUCKET_BLOCK`; past
+        :data:`~.minilm.MAX_TOKENS`, a
+        :class:`~tensorfab.runtime.bucketed.BucketLimitError` naming the limit), each
+        bucket compiled or loaded (:meth:`bucket`) the first time a length needs it. Its
+        ``run`` gives the embedding ``(1, 384)``."""
+        from tensorfab.runtime.bucketed import Buckets, bucketed_vm
+        from tensorfab.runtime.graph_program import InputSpec
+
+        inputs = [InputSpec("input_ids", 0, (1, "seq"), "int64"),
+                  InputSpec("attention_mask", 1, (1, "seq"), "float32")]
+        return bucketed_vm(inputs, [0, 0.0], Buckets(self._model, BUCKET_BLOCK, MAX_TOKENS))
 
     def embed(self, texts: list[str]) -> tuple[np.ndarray, list[SentenceRun]]:
         """Embeddings ``(len(texts), 384)`` and one :class:`SentenceRun` per sentence."""
