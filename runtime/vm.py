@@ -117,9 +117,13 @@ class VirtualMachine:
         Buffers ``ALLOC_STORAGE`` allocated in the last run (the arenas of a statically
         planned executable are allocated once, when the VM is made, and not counted).
     inline_sites : set of (int, int)
-        ``INVOKE_ACCEL`` sites (function, pc) run inline from now on: in an earlier run
-        the host's work before it read the program's result took less than two
-        handoffs between the threads (a program's end to the host going on, median).
+        ``INVOKE_ACCEL`` sites (function, pc) the next run runs inline: the host's work
+        before it read the program's result took less than two handoffs between the
+        threads (:attr:`handoff_seconds`).
+    handoff_seconds : float or None
+        The handoff estimate: the median time from a program's end to the host going on
+        after waiting for it, in the last run that measured one (halved in each run
+        since that measured none).
     """
 
     def __init__(self, model: ModelHost, executable: Executable, *,
@@ -143,6 +147,7 @@ class VirtualMachine:
         self._site_work: dict[tuple[int, int], float] = {}
         self._handoffs: list[float] = []
         self.inline_sites: set[tuple[int, int]] = set()
+        self.handoff_seconds: float | None = None
         self._t0 = 0.0
         self._symbols: dict[str, int] = {}
         nodes = executable.nodes or _kernel_nodes(model.program, len(executable.attrs))
@@ -189,16 +194,20 @@ class VirtualMachine:
             self._inline_short_waits()
 
     def _inline_short_waits(self) -> None:
-        """After a run: each program site whose host work before it read the result
-        took less than two handoffs (there and back; a handoff measured as the median
-        time from a program's end to the host going on after waiting for it) runs
-        inline from now on: the overlap it bought was less than what it cost."""
-        if not self._handoffs:
-            return
-        handoff = sorted(self._handoffs)[len(self._handoffs) // 2]
-        self.inline_sites.update(site for site, work in self._site_work.items()
-                                 if work < 2 * handoff)
-        self._site_work.clear()
+        """After a run: the program sites whose host work before it read the result
+        (as last measured with the program issued) took less than two handoffs (there
+        and back) run inline from the next run on: the overlap they bought was less
+        than it cost. A handoff is the median time from a program's end to the host
+        going on after waiting for it in the run; in a run with none to measure (every
+        program inline), the estimate halves, so that the sites with the most host
+        work go back to the thread and measure it again (a load that passed)."""
+        if self._handoffs:
+            self.handoff_seconds = sorted(self._handoffs)[len(self._handoffs) // 2]
+        elif self.handoff_seconds is not None:
+            self.handoff_seconds /= 2
+        if self.handoff_seconds is not None:
+            self.inline_sites = {site for site, work in self._site_work.items()
+                                 if work < 2 * self.handoff_seconds}
 
     def _call(self, index: int, args: list[Any]) -> Any:
         fn = self.executable.functions[index]

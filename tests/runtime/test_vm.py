@@ -498,10 +498,15 @@ def test_sites_whose_host_work_is_shorter_than_a_handoff_go_inline(digits) -> No
     with VirtualMachine(LoadedModel(g, FunctionalSimulator()), build_executable(g)) as vm:
         vm.run(inputs)
         # as a run measures them: the host's work before reading each issued program's
-        # result, and the handoffs (a program's end to the host going on)
-        # (two handoffs, there and back: 2 x the median 0.002 s)
+        # result, and the handoffs (a program's end to the host going on); two
+        # handoffs (there and back): 2 x the median 0.002 s
+        vm._site_work.clear()
         vm._site_work.update({(0, 3): 0.0035, (0, 7): 0.0045})
         vm._handoffs[:] = [0.002, 0.003, 0.001]
         vm._inline_short_waits()
-        assert vm.inline_sites == {(0, 3)}
-        assert not vm._site_work
+        assert vm.inline_sites == {(0, 3)} and vm.handoff_seconds == 0.002
+        # a run with every program inline measures no handoff: the estimate halves and
+        # the sites with more work than two of it go back to the thread
+        vm._handoffs[:] = []
+        vm._inline_short_waits()
+        assert vm.handoff_seconds == 0.001 and vm.inline_sites == set()
