@@ -27,7 +27,8 @@ import numpy as np
 from tensorfab.isa import TensorfabError
 
 from .accel_contract import ACCEL_PROGRAM, accel_nodes, decode_program
-from .interpreter import GraphProgram, InputSpec, Node
+from .graph_program import GraphProgram, InputSpec, Node
+from .overlap_order import overlap_order
 from .static_plan import plan_host_arena
 from .vm_build import build_executable
 from .vm_executable import Executable
@@ -50,12 +51,19 @@ def _tuples(v: Any) -> Any:
 def save_model(program: GraphProgram, path: str | os.PathLike,
                graph_text: str | None = None, executable: Executable | None = None) -> None:
     """Write ``program`` as a ``.tfm`` file, with the planned graph's ``graph_text``
-    when given, and its VM ``executable`` (when not given, built from ``program``, with
-    its static host memory plan when the inputs' shapes are fixed)."""
+    when given, and its VM ``executable`` (when not given, the program's own, else built
+    from ``program`` in :func:`~.overlap_order.overlap_order`, so that a loaded model's
+    futures overlap independent host work, with its static host memory plan over that
+    order when the inputs' shapes are fixed)."""
     program.validate()
-    if executable is None:  # with the host plan when every input's shape is fixed
+    if executable is None:
+        executable = program.executable
+    if executable is None:  # in the overlap order, with the host plan over that order
+        # when every input's shape is fixed
         static = all(isinstance(d, int) for i in program.inputs for d in i.shape)
-        executable = build_executable(program, plan_host_arena(program) if static else None)
+        order = overlap_order(program)
+        executable = build_executable(
+            program, plan_host_arena(program, order=order) if static else None, order)
     executable.validate()
     graph = {
         "format": FORMAT,
@@ -130,6 +138,8 @@ def load_model(path: str | os.PathLike) -> GraphProgram:
     except (KeyError, TypeError, TensorfabError) as e:
         raise ModelFileError(f"{where}: malformed graph: {e}") from None
     _check_accel_programs(program, where)
+    if graph["version"] >= 2:  # version 1 has no executable: built when it runs
+        program.executable = load_executable(path, program)
     return program
 
 

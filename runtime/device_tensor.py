@@ -26,6 +26,11 @@ class DeviceTensor:
     def nbytes(self) -> int:
         return int(np.prod(self.shape)) * self.dtype.itemsize
 
+    @property
+    def on_host(self) -> bool:
+        """Whether it was read to the host already (:meth:`numpy` reads no more)."""
+        return self._host is not None
+
     def numpy(self) -> np.ndarray:
         """The value, read from device memory on first use."""
         if self._host is None:

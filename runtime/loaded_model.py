@@ -1,13 +1,17 @@
-"""A compiled model loaded for running: each accelerator program decoded once, one
-dispatch for every node, and an instrument hook around it.
+"""A compiled model loaded for running: each accelerator program decoded once, run by
+the VM, and an instrument hook around each kernel call.
 
-:class:`LoadedModel` runs a :class:`~.interpreter.GraphProgram`: a CPU node with its
-kernel of :data:`~.kernels.KERNELS`, an ``accel.program`` node on the model's
-:class:`~tensorfab.sim.Device` (standalone, its whole image per run; the node's
+:class:`LoadedModel` runs a :class:`~.interpreter.GraphProgram` with its
+:class:`~.vm.VirtualMachine`, over the program's executable (the ``.tfm``'s ``vm.json``,
+:attr:`~.interpreter.GraphProgram.executable`, or one built from the graph): the VM
+runs a CPU node's kernel of :data:`~.kernels.KERNELS` itself and hands an
+``accel.program`` node to :meth:`LoadedModel.call`, which runs its program on the
+model's :class:`~tensorfab.sim.Device` (standalone, its whole image per run; the node's
 ``executor`` when the model has no device). :class:`~.resident.ResidentModel` is the
 same with the model placed in the device's memory once. An :class:`Instrument` set with
-:meth:`LoadedModel.set_instrument` (as TVM's ``set_instrument``) sees every kernel node
-before and after it runs: the per-layer profile (:mod:`.profiling`) is one.
+:meth:`LoadedModel.set_instrument` (as TVM's ``set_instrument``) sees every kernel call
+the VM makes, before and after it runs: the per-layer profile (:mod:`.profiling`) is
+one.
 """
 
 from __future__ import annotations
@@ -21,33 +25,13 @@ from tensorfab.isa import Program
 
 from .accel_contract import ACCEL_PROGRAM, accel_nodes, decode_program, program_blob
 from .device_tensor import host_value
-from .interpreter import GraphProgram, Node, run_program
+from .graph_program import GraphProgram, Node
 from .kernels import KERNELS, run_accel_program
+from .vm import Instrument, VirtualMachine
+from .vm_build import build_executable
+from .vm_executable import Executable
 
 __all__ = ["Instrument", "LoadedModel"]
-
-
-class Instrument:
-    """Hooks around each kernel node a :class:`LoadedModel` runs (no-ops here; subclass
-    and override).
-
-    ``index``, ``node``, ``args`` (argument values; a :class:`~.device_tensor.DeviceTensor`
-    for an activation kept on the device) and ``attrs`` (the node's attributes, symbols
-    bound) describe the call.
-    """
-
-    def before(self, index: int, node: Node, args: list[Any],
-               attrs: Mapping[str, Any]) -> None:
-        """Called before the node runs."""
-
-    def after(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any],
-              out: Any, result: Any) -> None:
-        """Called after it ran: its value ``out`` and, for an accelerator program, the
-        executor's :class:`~tensorfab.sim.RunResult` (``None`` for a CPU kernel)."""
-
-    def failed(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any],
-               exc: BaseException) -> None:
-        """Called when the node raised ``exc`` (re-raised after the call)."""
 
 
 class LoadedModel:
@@ -60,6 +44,13 @@ class LoadedModel:
     device : Device or None
         The executor of its accelerator programs; None runs each on its node's
         ``executor`` attribute.
+    executable : Executable, optional
+        What the VM runs: by default the program's own
+        (:attr:`~.interpreter.GraphProgram.executable`, a ``.tfm``'s ``vm.json``), else
+        one built from the graph (:func:`~.vm_build.build_executable`).
+    futures : bool
+        Run accelerator programs on the VM's accelerator thread while independent CPU
+        kernels go on (True), or inline, one node after the other (False).
 
     Attributes
     ----------
@@ -67,21 +58,39 @@ class LoadedModel:
         Each ``accel.program`` node's program by node index, decoded once.
     instrument : Instrument or None
         The hook around each node (:meth:`set_instrument`).
+    executable : Executable
+        What :attr:`vm` runs.
     """
 
-    def __init__(self, program: GraphProgram, device: Any = None) -> None:
+    def __init__(self, program: GraphProgram, device: Any = None,
+                 executable: Executable | None = None, *, futures: bool = False) -> None:
         self.program = program
         self.device = device
         self.accel_programs: dict[int, Program] = {
             k: decode_program(program_blob(program, k)) for k, _ in accel_nodes(program)}
         self.instrument: Instrument | None = None
+        if executable is None:
+            executable = program.executable or build_executable(program)
+        self.executable = executable
+        self.futures = futures
+        self._vm: VirtualMachine | None = None
+
+    @property
+    def vm(self) -> VirtualMachine:
+        """The model's VM (made on first use; its host arena allocated once)."""
+        if self._vm is None:
+            self._vm = VirtualMachine(self, self.executable, futures=self.futures)
+        return self._vm
 
     def set_instrument(self, instrument: Instrument | None) -> None:
         """Call ``instrument`` around every kernel node of later runs (None: none)."""
         self.instrument = instrument
 
     def close(self) -> None:
-        """Release what the model holds on its device (nothing here)."""
+        """Stop the VM's accelerator thread (a resident model also releases its device
+        memory)."""
+        if self._vm is not None:
+            self._vm.close()
 
     def __enter__(self) -> LoadedModel:
         return self
@@ -103,8 +112,9 @@ class LoadedModel:
         return result.outputs[attrs["output_segment"]], result
 
     def call(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any]) -> Any:
-        """Run one kernel node (the :data:`~.interpreter.NodeCall` of :meth:`run`), with
-        the instrument around it."""
+        """Run one kernel node, with the instrument around it: how the VM runs an
+        accelerator program (``INVOKE_ACCEL``; it runs CPU kernels itself, with the same
+        hooks)."""
         hook = self.instrument
         if hook is not None:
             hook.before(index, node, args, attrs)
@@ -122,11 +132,13 @@ class LoadedModel:
         return out
 
     def run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> Any:
-        """Run one input set (by name, or in order); the model's output on the host.
+        """Run one input set (by name, or in order) on the model's VM; the model's
+        output on the host.
 
         Raises
         ------
         RuntimeInputError
-            Inputs that do not match the program's (see :func:`~.interpreter.run_program`).
+            Inputs that do not match the program's (see
+            :func:`~.interpreter.input_values`).
         """
-        return host_value(run_program(self.program, inputs, call=self.call))
+        return self.vm.run(inputs)

@@ -28,7 +28,7 @@ from tensorfab.isa.placement import place_program, placement_alignment
 
 from .accel_contract import accel_nodes, decode_program, program_blob
 from .arena_plan import ArenaPlan, LiveBuffer, plan_arena
-from .interpreter import GraphProgram
+from .graph_program import GraphProgram
 
 __all__ = ["Buffer", "MemoryPlan", "MemoryPlanError", "OutOfDeviceMemory", "PlacedProgram",
            "plan_memory"]

@@ -19,7 +19,7 @@ order has no host plan.
 from __future__ import annotations
 
 from .accel_contract import ACCEL_PROGRAM
-from .interpreter import GraphProgram
+from .graph_program import GraphProgram
 
 __all__ = ["overlap_order"]
 

@@ -1,7 +1,8 @@
 """A per-layer profile of one run of a :class:`~.interpreter.GraphProgram`.
 
-:func:`profile_program` runs the program as :func:`~.interpreter.run_program` does and
-records, for every kernel node, where it ran (``cpu``: a numpy kernel; ``accel``: an
+:func:`profile_program` runs the program on its VM (:class:`~.loaded_model.LoadedModel`,
+the one dispatch) with a :class:`LayerProfiler` instrument that records, for every
+kernel call, where it ran (``cpu``: a numpy kernel; ``accel``: an
 ``accel.program`` node, run on the given :class:`~tensorfab.sim.Device`), its argument
 and result shapes and its wall time; for accelerator programs also the executor's
 cycles as its own counters measured them (``None`` on the untimed functional
@@ -33,7 +34,7 @@ import numpy as np
 from tensorfab.isa import TensorfabError
 
 from .accel_contract import ACCEL_PROGRAM, accel_nodes
-from .interpreter import GraphProgram, Node
+from .graph_program import GraphProgram, Node
 from .loaded_model import Instrument, LoadedModel
 from .memory_plan import MemoryPlan
 from .resident import HostTraffic, ResidentModel
@@ -55,6 +56,8 @@ def engine_busy(csrs: Mapping[str, int] | None) -> dict[str, int]:
 
 
 def _shape(v: Any) -> tuple[int, ...] | None:
+    if type(v) is np.ndarray:  # the common case first: its shape is a tuple of ints
+        return v.shape
     if isinstance(v, np.ndarray) or hasattr(v, "addr"):  # a host array or a DeviceTensor
         return tuple(int(d) for d in v.shape)
     return None
@@ -227,25 +230,38 @@ class LayerProfiler(Instrument):
         self.model = model
         self.t0 = t0
         self.progress = progress
-        self.layers: list[LayerRecord] = []
-        self._start = t0
+        # a LayerRecord per node, or a CPU kernel's fields until :attr:`layers` is read
+        # (building the record costs more than the rest of the hooks)
+        self._rows: list[LayerRecord | tuple[Any, ...]] = []
+        # by node: the VM's accelerator thread runs programs while CPU kernels go on
+        self._start: dict[int, float] = {}
+
+    @property
+    def layers(self) -> list[LayerRecord]:
+        """The records so far, in the order the nodes ran."""
+        rows = self._rows
+        for k, row in enumerate(rows):
+            if isinstance(row, tuple):
+                index, node, shapes, out_shape, start, seconds = row
+                rows[k] = LayerRecord(index, node.op, "cpu",
+                                      [s for s in shapes if s is not None], out_shape,
+                                      start, seconds, name=node.name)
+        return rows  # type: ignore[return-value]
 
     def before(self, index: int, node: Node, args: list[Any],
                attrs: Mapping[str, Any]) -> None:
         if self.progress is not None:
             self.progress(index, len(self.model.program.nodes),
                           str(attrs.get("layer") or node.op))
-        self._start = time.perf_counter()
+        self._start[index] = time.perf_counter()
 
     def after(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any],
               out: Any, result: Any) -> None:
-        start = self._start
+        start = self._start.pop(index, self.t0)
         seconds = time.perf_counter() - start
         if node.op != ACCEL_PROGRAM:
-            self.layers.append(LayerRecord(index, node.op, "cpu",
-                                           [s for s in map(_shape, args) if s is not None],
-                                           _shape(out), start - self.t0, seconds,
-                                           name=node.name))
+            self._rows.append((index, node, [_shape(a) for a in args], _shape(out),
+                               start - self.t0, seconds))
             return
         config = self.model.accel_programs[index].config
         peak = config.peak_macs_per_cycle
@@ -258,7 +274,7 @@ class LayerProfiler(Instrument):
                     float(getattr(result, "clock_hz", 0) or config.clock_mhz * 1e6))
         if estimated:
             cycles = int(attrs["estimated_cycles"])
-        self.layers.append(LayerRecord(
+        self._rows.append(LayerRecord(
             index, str(attrs.get("layer") or node.op), "accel", [_shape(args[0])],
             _shape(out), start - self.t0, seconds, cycles, macs,
             macs / (cycles * peak) if cycles else None,
@@ -275,10 +291,10 @@ class LayerProfiler(Instrument):
         cycles = getattr(exc, "cycles", None) or max((i.end for i in intervals),
                                                      default=None)
         clock = self.model.accel_programs[index].config.clock_mhz * 1e6
-        self.layers.append(LayerRecord(
+        self._rows.append(LayerRecord(
             index, f"{attrs.get('layer') or node.op} (stopped)", "accel",
-            [_shape(args[0])], None, self._start - self.t0,
-            time.perf_counter() - self._start, cycles, intervals=intervals,
+            [_shape(args[0])], None, self._start.get(index, self.t0) - self.t0,
+            time.perf_counter() - self._start.get(index, self.t0), cycles, intervals=intervals,
             clock_hz=None if cycles is None else clock, name=node.name))
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .accel_contract import ACCEL_PROGRAM, decode_program
-from .interpreter import GraphProgram, Node
+from .graph_program import GraphProgram, Node
 
 __all__ = ["program_text"]
 

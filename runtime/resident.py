@@ -22,10 +22,11 @@ from tensorfab.isa import TensorfabError
 from .accel_contract import ACCEL_PROGRAM, accel_nodes, decode_program, program_blob
 from .arena_plan import ArenaPlan
 from .device_tensor import DeviceTensor, host_value
-from .interpreter import GraphProgram
+from .graph_program import GraphProgram
 from .kernels import segment_operand
 from .loaded_model import LoadedModel
 from .memory_plan import MemoryPlan, plan_memory
+from .vm_executable import Executable
 
 __all__ = ["DeviceTensor", "HostTraffic", "ResidentModel", "host_value", "standalone_host_bytes"]
 
@@ -56,8 +57,14 @@ class ResidentModel(LoadedModel):
         The executor (:class:`~tensorfab.sim.Device`); its
         :meth:`~tensorfab.sim.Device.open_memory` holds the model.
     activations : ArenaPlan, optional
-        The device activation plan made ahead of time
-        (:meth:`~.vm_executable.Executable.device_plan`); planned here when not given.
+        The device activation plan made ahead of time; by default the one stored with
+        the model's executable (:meth:`~.vm_executable.Executable.device_plan`, a
+        ``.tfm``'s ``vm.json``), else planned here.
+    executable : Executable, optional
+        What the VM runs (see :class:`~.loaded_model.LoadedModel`).
+    futures : bool
+        Accelerator programs on the VM's accelerator thread (see
+        :class:`~.loaded_model.LoadedModel`).
 
     Raises
     ------
@@ -68,8 +75,11 @@ class ResidentModel(LoadedModel):
     """
 
     def __init__(self, program: GraphProgram, device: Any,
-                 activations: ArenaPlan | None = None) -> None:
-        super().__init__(program, device)
+                 activations: ArenaPlan | None = None,
+                 executable: Executable | None = None, *, futures: bool = False) -> None:
+        super().__init__(program, device, executable, futures=futures)
+        if activations is None:
+            activations = self.executable.device_plan()
         plan = plan_memory(program, self.accel_programs, activations)
         if plan is None:
             raise TensorfabError("the model has no accelerator programs to load on a device")
@@ -81,7 +91,8 @@ class ResidentModel(LoadedModel):
         self.last_run: HostTraffic | None = None
 
     def close(self) -> None:
-        """Release the device memory."""
+        """Stop the VM's accelerator thread and release the device memory."""
+        super().close()
         self.memory.close()
 
     def run_accel(self, index: int, x: Any, *extra: Any) -> tuple[DeviceTensor, Any]:

@@ -18,31 +18,61 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from tensorfab.isa import TensorfabError
-
 from .device_tensor import DeviceTensor, host_value
-from .interpreter import _check_inputs, input_values
+from .graph_program import GraphProgram, Node, _check_inputs, input_values
 from .kernels import KERNELS
-from .loaded_model import LoadedModel
 from .shape_functions import SHAPE_FUNCTIONS
+from .vm_decode import VMError, decode_function, kernel_nodes
 from .vm_executable import Executable, Op
 
-__all__ = ["Slice", "VMError", "VirtualMachine", "overlap_seconds", "vm_trace"]
+__all__ = ["Instrument", "ModelHost", "Slice", "VMError", "VirtualMachine", "overlap_seconds",
+           "vm_trace"]
 
-
+# opcodes as plain ints: comparing enum members costs more than the dispatch
 (_MOVE, _CONST, _ALLOC_STORAGE, _ALLOC_TENSOR, _INVOKE, _INVOKE_ACCEL, _SHAPE_FUNC, _IF,
  _GOTO, _CALL, _RET, _TUPLE, _GET_ITEM, _KILL, _INVOKE_INTO) = (int(op) for op in Op)
 
 
-class VMError(TensorfabError):
-    """A run the VM cannot go on with (names the function, pc and what is wrong)."""
+class Instrument:
+    """Hooks around each kernel call the VM makes for a
+    :class:`~.loaded_model.LoadedModel` (no-ops here; subclass and override; set with
+    :meth:`~.loaded_model.LoadedModel.set_instrument`).
+
+    ``index``, ``node``, ``args`` (argument values; a :class:`~.device_tensor.DeviceTensor`
+    for an activation kept on the device) and ``attrs`` (the node's attributes, symbols
+    bound) describe the call.
+    """
+
+    def before(self, index: int, node: Node, args: list[Any],
+               attrs: Mapping[str, Any]) -> None:
+        """Called before the node runs."""
+
+    def after(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any],
+              out: Any, result: Any) -> None:
+        """Called after it ran: its value ``out`` and, for an accelerator program, the
+        executor's :class:`~tensorfab.sim.RunResult` (``None`` for a CPU kernel)."""
+
+    def failed(self, index: int, node: Node, args: list[Any], attrs: Mapping[str, Any],
+               exc: BaseException) -> None:
+        """Called when the node raised ``exc`` (re-raised after the call)."""
+
+
+class ModelHost(Protocol):
+    """What the VM runs over (a :class:`~.loaded_model.LoadedModel`): the program, its
+    instrument, and ``call``, which runs an ``accel.program`` node on the device."""
+
+    program: GraphProgram
+    instrument: Instrument | None
+
+    def call(self, index: int, node: Node, args: list[Any],
+             attrs: Mapping[str, Any]) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -61,13 +91,17 @@ class VirtualMachine:
 
     Parameters
     ----------
-    model : LoadedModel
-        The program whose constants, accelerator programs and device the executable
-        uses (a :class:`~.resident.ResidentModel` keeps activations on the device).
+    model : ModelHost
+        A :class:`~.loaded_model.LoadedModel`: the program whose constants,
+        accelerator programs and device the executable uses (a
+        :class:`~.resident.ResidentModel` keeps activations on the device).
     executable : Executable
         Built by :func:`~.vm_build.build_executable` or read from a ``.tfm``.
     futures : bool
         Run accelerator programs on their own thread (True), or inline.
+    kernels, shape_functions : mapping, optional
+        Kernels (and their shape functions) of this executable beyond the runtime's
+        (:data:`~.kernels.KERNELS`): a bucketed model's (:mod:`.bucketed`).
 
     Attributes
     ----------
@@ -76,11 +110,23 @@ class VirtualMachine:
     storage_allocations : int
         Buffers ``ALLOC_STORAGE`` allocated in the last run (the arenas of a statically
         planned executable are allocated once, when the VM is made, and not counted).
+    inline_sites : set of (int, int)
+        ``INVOKE_ACCEL`` sites (function, pc) the next run runs inline: the host's work
+        before it read the program's result took less than two handoffs between the
+        threads (:attr:`handoff_seconds`).
+    handoff_seconds : float or None
+        The handoff estimate: the median time from a program's end to the host going on
+        after waiting for it, in the last run that measured one (halved in each run
+        since that measured none).
     """
 
-    def __init__(self, model: LoadedModel, executable: Executable, *,
-                 futures: bool = True) -> None:
+    def __init__(self, model: ModelHost, executable: Executable, *,
+                 futures: bool = True,
+                 kernels: Mapping[str, Callable[..., Any]] | None = None,
+                 shape_functions: Mapping[str, Callable[..., Any]] | None = None) -> None:
         executable.validate()
+        self.kernels = {**KERNELS, **(kernels or {})}
+        self.shape_functions = {**SHAPE_FUNCTIONS, **(shape_functions or {})}
         self.model = model
         self.executable = executable
         self.futures = futures
@@ -89,10 +135,18 @@ class VirtualMachine:
         self._slices: list[tuple[str, str, float, float]] = []
         self.storage_allocations = 0
         self._pool: ThreadPoolExecutor | None = None
+        self._last: Future | None = None  # the last program issued to the thread
+        # by issued program: its site, issue time and end time (set when it ends)
+        self._issued: dict[Future, tuple[tuple[int, int], float, list[float]]] = {}
+        self._site_work: dict[tuple[int, int], float] = {}
+        self._handoffs: list[float] = []
+        self.inline_sites: set[tuple[int, int]] = set()
+        self.handoff_seconds: float | None = None
         self._t0 = 0.0
         self._symbols: dict[str, int] = {}
-        # opcodes as plain ints: comparing enum members costs more than the dispatch
-        self._code = [[(int(i[0]), *i[1:]) for i in f.code] for f in executable.functions]
+        nodes = executable.nodes or kernel_nodes(model.program, len(executable.attrs))
+        self._code = [decode_function(f.name, f.code, executable, nodes, index == 0, self.kernels)
+                      for index, f in enumerate(executable.functions)]
 
     def close(self) -> None:
         """Stop the accelerator thread."""
@@ -126,47 +180,75 @@ class VirtualMachine:
         self._t0 = time.perf_counter()
         if self.futures and self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="tensorfab-accel")
-        out = self._call(0, values)
-        return self._host(self._resolve(out))
+        self._issued, self._handoffs = {}, []
+        try:
+            out = self._call(0, values)
+            return self._host(self._resolve(out))
+        finally:
+            self._inline_short_waits()
+
+    def _inline_short_waits(self) -> None:
+        """After a run: the program sites whose host work before it read the result
+        (as last measured with the program issued) took less than two handoffs (there
+        and back) run inline from the next run on: the overlap they bought was less
+        than it cost. A handoff is the median time from a program's end to the host
+        going on after waiting for it in the run; in a run with none to measure (every
+        program inline), the estimate halves, so that the sites with the most host
+        work go back to the thread and measure it again (a load that passed)."""
+        if self._handoffs:
+            self.handoff_seconds = sorted(self._handoffs)[len(self._handoffs) // 2]
+        elif self.handoff_seconds is not None:
+            self.handoff_seconds /= 2
+        if self.handoff_seconds is not None:
+            self.inline_sites = {site for site, work in self._site_work.items()
+                                 if work < 2 * self.handoff_seconds}
 
     def _call(self, index: int, args: list[Any]) -> Any:
         fn = self.executable.functions[index]
         regs: list[Any] = [None] * fn.num_registers
         regs[:len(args)] = args
-        code, attrs_table = self._code[index], self.executable.attrs
+        code = self._code[index]
         record = self._slices.append  # atomic under the GIL: both threads append
+        hook = self.model.instrument
+        clock = time.perf_counter
         pc = 0
         while True:
             ins = code[pc]
             op = ins[0]
             pc += 1
-            if op == _INVOKE:
-                args_ = [regs[r] for r in ins[4:]]
-                if not all(type(a) is np.ndarray for a in args_):
+            if op in (_INVOKE, _INVOKE_INTO):
+                # (op, dst, kernel, attrs, arg registers, kernel function, resolve,
+                #  symbolic reshape, node)
+                args_ = [regs[r] for r in ins[4]]
+                if ins[6]:  # an argument may be a future or in device memory
                     args_ = [self._host(self._resolve(a)) for a in args_]
-                attrs = attrs_table[ins[3]]
-                if self._symbols and ins[2] == "reshape":
+                attrs = ins[3]
+                if ins[7] and self._symbols:
                     attrs = {**attrs, "newshape": tuple(self._symbols.get(d, d)
                                                         for d in attrs["newshape"])}
-                start = time.perf_counter()
-                regs[ins[1]] = KERNELS[ins[2]](args_, attrs)
-                record(("cpu", ins[2], start, time.perf_counter()))
-            elif op == _INVOKE_INTO:
-                args_ = [regs[r] for r in ins[4:]]
-                if not all(type(a) is np.ndarray for a in args_):
-                    args_ = [self._host(self._resolve(a)) for a in args_]
-                start = time.perf_counter()
-                out, value = regs[ins[1]], KERNELS[ins[2]](args_, attrs_table[ins[3]])
-                if value.shape != out.shape or value.dtype != out.dtype:
-                    raise VMError(f"function {fn.name!r} pc {pc - 1}: {ins[2]} made "
-                                  f"{value.dtype}{value.shape}, its planned place holds "
-                                  f"{out.dtype}{out.shape}")
-                np.copyto(out, value)
-                record(("cpu", ins[2], start, time.perf_counter()))
+                start = clock()
+                if hook is None:
+                    value = ins[5](args_, attrs)
+                else:  # records its own slice, without the hooks' time
+                    value, start = self._instrumented(hook, ins, args_, attrs), 0.0
+                if op == _INVOKE:
+                    regs[ins[1]] = value
+                else:
+                    out = regs[ins[1]]
+                    if value.shape != out.shape or value.dtype != out.dtype:
+                        raise VMError(f"function {fn.name!r} pc {pc - 1}: {ins[2]} made "
+                                      f"{value.dtype}{value.shape}, its planned place "
+                                      f"holds {out.dtype}{out.shape}")
+                    np.copyto(out, value)
+                if start:
+                    record(("cpu", ins[2], start, clock()))
             elif op == _KILL:
                 regs[ins[1]] = None
             elif op == _INVOKE_ACCEL:
-                regs[ins[1]] = self._invoke_accel(ins[2], [regs[r] for r in ins[3:]])
+                # (op, dst, node, arg registers, read back to the host, inline)
+                regs[ins[1]] = self._invoke_accel(
+                    ins[2], [regs[r] for r in ins[3]], ins[4],
+                    ins[5] or (index, pc - 1) in self.inline_sites, (index, pc - 1))
             elif op == _CONST:
                 regs[ins[1]] = self.model.program.constants[ins[2]]
             elif op == _MOVE:
@@ -176,12 +258,12 @@ class VirtualMachine:
             elif op == _TUPLE:
                 regs[ins[1]] = tuple(regs[r] for r in ins[2:])
             elif op == _SHAPE_FUNC:
-                fn_shape = SHAPE_FUNCTIONS.get(ins[2])
+                fn_shape = self.shape_functions.get(ins[2])
                 if fn_shape is None:
                     raise VMError(f"function {fn.name!r} pc {pc - 1}: no shape function for "
                                   f"{ins[2]!r}")
                 regs[ins[1]] = fn_shape([_shape_of(self._resolve(regs[r])) for r in ins[4:]],
-                                        attrs_table[ins[3]])
+                                        self.executable.attrs[ins[3]])
             elif op == _ALLOC_STORAGE:
                 arena = self.arenas.get(ins[3])
                 if arena is None or arena.nbytes < ins[2]:  # not planned: allocated now
@@ -208,38 +290,95 @@ class VirtualMachine:
             else:  # validate() refused it already
                 raise VMError(f"function {fn.name!r} pc {pc - 1}: opcode {op}")
 
-    def _invoke_accel(self, node: int, args: list[Any]) -> Any:
+    def _instrumented(self, hook: Instrument, ins: tuple[Any, ...], args: list[Any],
+                      attrs: Mapping[str, Any]) -> Any:
+        """Run a decoded ``INVOKE`` with ``hook`` around it, record its slice; its
+        value."""
+        index = ins[8]
+        node = (self.model.program.nodes[index] if index >= 0 else
+                Node(ins[2], (), ins[3], -1))
+        hook.before(index, node, args, attrs)
+        start = time.perf_counter()
+        try:
+            value = ins[5](args, attrs)
+        except BaseException as exc:
+            hook.failed(index, node, args, attrs, exc)
+            raise
+        self._slices.append(("cpu", ins[2], start, time.perf_counter()))
+        hook.after(index, node, args, attrs, value, None)
+        return value
+
+    def _invoke_accel(self, index: int, args: list[Any], read_back: bool, inline: bool,
+                      site: tuple[int, int]) -> Any:
+        """Run node ``index``'s program: a future on the accelerator thread, or, when
+        ``inline`` (the host has nothing to do before it reads the result) or without
+        futures, now on this thread, once the programs in flight are done (the device
+        runs one program at a time, in issue order, and a handoff to the other thread
+        and back would only add its latency). With ``read_back``, its output is read to
+        the host right after it (a CPU kernel reads it: the host then finds it read).
+        ``site`` (function, pc) is where the host's work before it reads an issued
+        program's result is measured (:meth:`_inline_short_waits`)."""
+        model = self.model
+        node = model.program.nodes[index]
+
         def run() -> Any:
-            values = [self._resolve(a) for a in args]
+            values = [self._resolve(a, host=False) for a in args]
             start = time.perf_counter()
-            out = self.model.call(node, self.model.program.nodes[node], values,
-                                  self.model.program.nodes[node].attrs)
-            self._record("accelerator",
-                         str(self.model.program.nodes[node].attrs.get("layer") or node),
-                         start)
+            out = model.call(index, node, values, node.attrs)
+            if read_back:
+                host_value(out)  # a DeviceTensor keeps what it read
+            self._record("accelerator", str(node.attrs.get("layer") or index), start)
+            ended[0] = time.perf_counter()
             return out
+
+        ended = [0.0]
 
         if self._pool is None:
             return run()
-        return self._pool.submit(run)
+        if inline:
+            self._drain()
+            return run()
+        self._last = self._pool.submit(run)
+        self._issued[self._last] = (site, time.perf_counter(), ended)
+        return self._last
+
+    def _drain(self) -> None:
+        """Wait for the programs in flight (the last one issued: they run in order)."""
+        if self._last is not None:
+            self._resolve(self._last)
+            self._last = None
 
     def _host(self, v: Any) -> Any:
-        """``v`` on the host; device memory is read on the accelerator thread, so that
-        it is never touched by two threads at once."""
+        """``v`` on the host; device memory is never touched by two threads at once:
+        while a program is in flight, it is read on the accelerator thread."""
+        if type(v) is DeviceTensor and v.on_host:
+            return v.numpy()
         if self._pool is None or not _on_device(v):
+            return host_value(v)
+        if self._last is None or self._last.done():
+            self._last = None
             return host_value(v)
         return self._pool.submit(host_value, v).result()
 
-    def _resolve(self, v: Any) -> Any:
+    def _resolve(self, v: Any, host: bool = True) -> Any:
+        """``v`` with futures waited for; on the ``host`` thread, the first wait for
+        an issued program measures the host's work since its issue and, when the host
+        waited past the program's end, the handoff."""
         if isinstance(v, Future):
+            issued = self._issued.pop(v, None) if host else None
+            if issued is not None:
+                site, t_issue, ended = issued
+                self._site_work[site] = time.perf_counter() - t_issue
             if not v.done():
                 start = time.perf_counter()
                 out = v.result()
                 self._record("wait", "wait for the accelerator", start)
+                if issued is not None and ended[0]:
+                    self._handoffs.append(time.perf_counter() - ended[0])
                 return out
             return v.result()
         if isinstance(v, tuple):
-            return tuple(self._resolve(x) for x in v)
+            return tuple(self._resolve(x, host) for x in v)
         return v
 
     def _record(self, track: str, name: str, start: float) -> None:

@@ -3,10 +3,10 @@
 One function, ``main``: its parameters are the model's inputs (registers 0..n-1), each
 constant is loaded once (``CONST``), each node becomes an ``INVOKE`` (a CPU kernel),
 an ``INVOKE_ACCEL`` (an ``accel.program`` node) or a ``TUPLE``/``GET_ITEM``, and every
-value is dropped (``KILL``) after its last use, as the interpreter frees it. Nodes keep
-the program's order: a resident model's device-memory plan reuses buffers by that
-order, and the futures overlap an accelerator program with the CPU nodes after it that
-do not read its result.
+value is dropped (``KILL``) after its last use. Nodes keep the program's order, or the
+order given (:func:`~.overlap_order.overlap_order`, what a ``.tfm`` stores: independent
+host nodes moved up beside an accelerator program in flight, for the futures); a
+resident model's device-memory plan holds in both.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .accel_contract import ACCEL_PROGRAM
-from .interpreter import GraphProgram
+from .graph_program import GraphProgram
 from .memory_plan import MemoryPlanError, plan_memory
 from .static_plan import HostPlan
 from .vm_executable import Executable, Op, VMFunction
@@ -31,17 +31,18 @@ def build_executable(program: GraphProgram, plan: HostPlan | None = None,
     value is an ``ALLOC_TENSOR`` in the ``host`` arena, filled by ``INVOKE_INTO``; the
     executable's ``pools`` give the arena's size, so the VM allocates it once.
     ``order`` runs the nodes in another topological order (node indices, e.g.
-    :func:`~.overlap_order.overlap_order`); a host plan assumes the program's own order,
-    so the two do not go together.
+    :func:`~.overlap_order.overlap_order`); a host plan must be made over the same order
+    (``plan_host_arena(program, order=order)``), as its lifetimes follow it.
     """
     program.validate()
-    if order is None:
-        order = range(len(program.nodes))
-    elif plan is not None:
-        raise ValueError("a host plan is made for the program's order; build with "
-                         "plan=None to use another order")
-    elif sorted(order) != list(range(len(program.nodes))):
+    steps = None if order is None else tuple(int(k) for k in order)
+    if steps is not None and sorted(steps) != list(range(len(program.nodes))):
         raise ValueError(f"order is not a permutation of the {len(program.nodes)} nodes")
+    identity = tuple(range(len(program.nodes)))
+    if plan is not None and (plan.order or identity) != (steps or identity):
+        raise ValueError("the host plan was made over another node order than the "
+                         "executable's; plan with plan_host_arena(program, order=order)")
+    order = range(len(program.nodes)) if steps is None else steps
     reg: dict[int, int] = {}
 
     def r(slot: int) -> int:
@@ -65,6 +66,7 @@ def build_executable(program: GraphProgram, plan: HostPlan | None = None,
         for s in program.nodes[k].inputs:
             last_use[s] = k
     attrs: list[dict[str, Any]] = []
+    nodes: list[int] = []  # the node of each attribute set
     keep = set(program.constants) | {program.output}
     for k in order:
         node = program.nodes[k]
@@ -78,10 +80,12 @@ def build_executable(program: GraphProgram, plan: HostPlan | None = None,
         elif plan is not None and node.output in plan.places:
             offset, shape, dtype = plan.places[node.output]
             attrs.append(dict(node.attrs))
+            nodes.append(k)
             code.append((Op.ALLOC_TENSOR, r(node.output), arena, offset, dtype, shape))
             code.append((Op.INVOKE_INTO, r(node.output), node.op, len(attrs) - 1, *args))
         else:
             attrs.append(dict(node.attrs))
+            nodes.append(k)
             code.append((Op.INVOKE, r(node.output), node.op, len(attrs) - 1, *args))
         for s in dict.fromkeys(node.inputs):
             if last_use[s] == k and s not in keep:
@@ -97,4 +101,4 @@ def build_executable(program: GraphProgram, plan: HostPlan | None = None,
         if device is not None and device.activations is not None:
             memory["device"] = device.activations.to_json()
     return Executable([VMFunction("main", len(program.inputs), len(reg), code)], attrs,
-                      pools, memory)
+                      pools, memory, nodes)

@@ -107,12 +107,17 @@ class Executable:
     memory_plan : dict
         The static plan's figures by pool (:meth:`~.arena_plan.ArenaPlan.to_json`:
         offsets, peak, naive sum, lower bound, method), as data.
+    nodes : list of int
+        The model node each attribute set belongs to (``nodes[a]`` for ``attrs[a]``):
+        what an :class:`~.loaded_model.Instrument` is told a kernel call is. Empty in
+        an executable stored before it was kept (the model's kernel nodes in order).
     """
 
     functions: list[VMFunction]
     attrs: list[Mapping[str, Any]] = field(default_factory=list)
     pools: dict[str, int] = field(default_factory=dict)
     memory_plan: dict[str, Any] = field(default_factory=dict)
+    nodes: list[int] = field(default_factory=list)
 
     def device_plan(self) -> ArenaPlan | None:
         """The device activation plan stored with a static executable (None without).
@@ -132,7 +137,11 @@ class Executable:
 
     def validate(self) -> None:
         """Raise :class:`ExecutableFormatError` on an unknown opcode, a wrong operand
-        count, a register outside the frame, a jump or call outside the code."""
+        count, a register outside the frame, a jump or call outside the code, a node
+        table of another length than the attribute table."""
+        if self.nodes and len(self.nodes) != len(self.attrs):
+            raise ExecutableFormatError(f"{len(self.nodes)} nodes for {len(self.attrs)} "
+                                        "attribute sets")
         for f in self.functions:
             for pc, ins in enumerate(f.code):
                 where = f"function {f.name!r} pc {pc}"
@@ -165,7 +174,7 @@ class Executable:
                                "code": [[Op(i[0]).name, *i[1:]] for i in f.code]}
                               for f in self.functions],
                 "attrs": [dict(a) for a in self.attrs], "pools": dict(self.pools),
-                "memory_plan": self.memory_plan}
+                "memory_plan": self.memory_plan, "nodes": list(self.nodes)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Executable:
@@ -183,7 +192,8 @@ class Executable:
                          for f in data["functions"]]
             exe = cls(functions, [{k: _tuple(v) for k, v in a.items()} for a in data["attrs"]],
                       {str(k): int(v) for k, v in data.get("pools", {}).items()},
-                      dict(data.get("memory_plan", {})))
+                      dict(data.get("memory_plan", {})),
+                      [int(k) for k in data.get("nodes", [])])
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ExecutableFormatError(f"malformed VM executable: {e!r}") from None
         exe.validate()

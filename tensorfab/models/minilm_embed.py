@@ -7,12 +7,14 @@ adds, per-channel output scales), calibrated on :func:`~.minilm_sentences.genera
 that fit the bucket, every linear and attention matmul an ``accel.program``. The result
 is cached on disk as a ``.tfm`` (``$TENSORFAB_MODEL_CACHE`` or
 ``~/.cache/tensorfab/models``), keyed by the bucket, the config, the calibration and the
-compiler's source, so a new sentence length compiles at most one new bucket.
+compiler's source (and the runtime's executable builder), so a new sentence length
+compiles at most one new bucket.
 
 :class:`MiniLmEmbedder` tokenizes sentences, pads each to its bucket, runs the bucket's
-program on a device (each bucket's programs and weights loaded once,
-:class:`~tensorfab.runtime.resident.ResidentModel`) and keeps per-sentence figures:
-wall time, accelerator cycles, the MACs on the accelerator.
+stored VM executable on a device (each bucket's programs and weights loaded once,
+:class:`~tensorfab.runtime.resident.ResidentModel`; accelerator programs as futures)
+and keeps per-sentence figures: wall time, accelerator cycles, the MACs on the
+accelerator, the VM's timeline (time in kernels, overlap).
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from typing import Any
 import numpy as np
 
 from tensorfab.isa import HwConfig, get_config
-from tensorfab.runtime.artifact import load_model, save_model
+from tensorfab.runtime.artifact import load_executable, load_model, save_model
 from tensorfab.runtime.interpreter import GraphProgram
 
 from .minilm import (
+    BUCKET_BLOCK,
     FFN,
     HIDDEN,
     LAYERS,
@@ -62,15 +65,18 @@ def cache_dir() -> Path:
 
 def _source_digest() -> str:
     """A digest of the sources a compiled bucket depends on (the compiler, the encoder's
-    graph, the calibration sentences): a changed compiler misses the cache instead of
-    loading a stale program, while a change to how buckets are run does not."""
+    graph, the calibration sentences, and what builds the stored VM executable: its
+    order and memory plan): a changed compiler misses the cache instead of loading a
+    stale program, while a change to how buckets are run does not."""
     import tensorfab.compiler
+    from tensorfab.runtime import artifact, overlap_order, static_plan, vm_build
 
     from . import minilm, minilm_sentences
 
     h = hashlib.sha256()
     paths = sorted(Path(tensorfab.compiler.__file__).parent.rglob("*.py"))
-    for path in [*paths, Path(minilm.__file__), Path(minilm_sentences.__file__)]:
+    builder = [Path(m.__file__) for m in (artifact, overlap_order, static_plan, vm_build)]
+    for path in [*paths, *builder, Path(minilm.__file__), Path(minilm_sentences.__file__)]:
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -150,6 +156,7 @@ def compile_bucket(seq: int, config: str | HwConfig = "default",
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     save_model(compiled.program, tmp, compiled.graph_text)
     os.replace(tmp, path)
+    compiled.program.executable = load_executable(path)  # what a cached bucket runs
     sidecar.write_text(json.dumps({"seq": seq, "cpu_operators": list(compiled.cpu_operators)}))
     return Bucket(seq, compiled.program, list(compiled.cpu_operators), False,
                   time.perf_counter() - t0, path)
@@ -163,11 +170,26 @@ def _matmul_macs(shapes: list[tuple[int, ...]]) -> int:
 
 @dataclass
 class SentenceRun:
-    """One sentence's run: its tokens, bucket, wall time, accelerator cycles (None when
+    """One sentence's run on the VM (the bucket's stored executable, accelerator
+    programs as futures): its tokens, bucket, wall time, accelerator cycles (None when
     the executor counts none), the MACs of the accelerator's programs, of the float
-    matmuls on the CPU (the outlier channels, which the programs see as zeros) and of the
-    whole encoder (:func:`bucket_macs`), and the time spent inside kernels (CPU kernels
-    and accelerator runs; the rest of ``seconds`` is dispatch)."""
+    matmuls on the CPU (the outlier channels, which the programs see as zeros) and of
+    the whole encoder (:func:`bucket_macs`), and the VM's timeline figures.
+
+    Attributes
+    ----------
+    cpu_seconds, accelerator_seconds : float
+        Time inside CPU kernels, and inside accelerator programs (the accelerator thread).
+    overlap_seconds : float
+        Time a CPU kernel ran while an accelerator program was in flight
+        (:func:`~tensorfab.runtime.vm.overlap_seconds`).
+    kernel_seconds : float
+        Time inside any kernel (the union of both tracks); the rest of ``seconds`` is
+        dispatch and waiting.
+    trace : dict
+        The run's Perfetto trace (:func:`~tensorfab.runtime.vm.vm_trace`): ``cpu``,
+        ``accelerator`` and ``wait`` tracks.
+    """
 
     text: str
     tokens: int
@@ -178,42 +200,16 @@ class SentenceRun:
     cpu_macs: int
     total_macs: int
     kernel_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    accelerator_seconds: float = 0.0
+    overlap_seconds: float = 0.0
+    trace: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def accel_fraction(self) -> float:
         """The fraction of the encoder's MACs done on the accelerator: all but the CPU's
         float matmuls."""
         return 1.0 - self.cpu_macs / self.total_macs
-
-
-@dataclass
-class VmRun:
-    """One sentence run by the VM from its bucket's ``.tfm`` executable (``vm.json``),
-    accelerator programs as futures.
-
-    Attributes
-    ----------
-    seconds : float
-        Wall time of the run.
-    cpu_seconds, accelerator_seconds : float
-        Time inside CPU kernels, and inside accelerator programs (the accelerator thread).
-    overlap_seconds : float
-        Time a CPU kernel ran while an accelerator program was in flight
-        (:func:`~tensorfab.runtime.vm.overlap_seconds`).
-    kernel_seconds : float
-        Time inside any kernel (the union of both tracks); the rest is dispatch and
-        waiting.
-    trace : dict
-        The run's Perfetto trace (:func:`~tensorfab.runtime.vm.vm_trace`): ``cpu``,
-        ``accelerator`` and ``wait`` tracks.
-    """
-
-    seconds: float
-    cpu_seconds: float
-    accelerator_seconds: float
-    overlap_seconds: float
-    kernel_seconds: float
-    trace: dict[str, Any]
 
     @property
     def futures_overlap(self) -> float:
@@ -277,8 +273,9 @@ class MiniLmEmbedder:
 
         if self._device is None:
             self._device = get_device(self.target)
-        if seq not in self._loaded:
-            self._loaded[seq] = ResidentModel(self.bucket(seq).program, self._device)
+        if seq not in self._loaded:  # the stored executable, futures on
+            self._loaded[seq] = ResidentModel(self.bucket(seq).program, self._device,
+                                              futures=True)
         return self._loaded[seq]
 
     def _sentence(self, text: str, bucket: int | None) -> tuple[Tokens, int, Any,
@@ -295,50 +292,44 @@ class MiniLmEmbedder:
 
     def embed_one(self, text: str, bucket: int | None = None) -> tuple[np.ndarray, SentenceRun]:
         """The embedding of ``text`` (384 floats) and its :class:`SentenceRun`;
-        ``bucket`` overrides the bucket length (at least the token count)."""
+        ``bucket`` overrides the bucket length (at least the token count). The bucket's
+        VM runs it (futures on), with a :class:`~tensorfab.runtime.profiling.LayerProfiler`
+        on its kernel calls for the cycles and MACs."""
         from tensorfab.runtime.profiling import profile_program
+        from tensorfab.runtime.vm import overlap_seconds, vm_trace
 
         tokens, seq, model, feeds = self._sentence(text, bucket)
-        t0 = time.perf_counter()
         profile = profile_program(model.program, feeds, self._device, resident=model)
-        seconds = time.perf_counter() - t0
+        timeline = model.vm.timeline
         accel = [r for r in profile.layers if r.device == "accel"]
-        cycles = profile.total_cycles
-        macs = sum(int(r.macs or 0) for r in accel)
         cpu_macs = sum(_matmul_macs(r.in_shapes) for r in profile.layers
                        if r.device == "cpu" and r.op == "matmul")
-        out = np.asarray(profile.output, np.float32).reshape(-1)
-        return out, SentenceRun(text, len(tokens), seq, seconds, cycles, macs, cpu_macs,
-                                bucket_macs(seq, self.layers),
-                                sum(r.seconds for r in profile.layers))
-
-    def embed_vm(self, text: str, bucket: int | None = None,
-                 overlap: bool = True) -> tuple[np.ndarray, VmRun]:
-        """The embedding of ``text`` run by the VM with futures, and its :class:`VmRun`
-        (timeline figures and Perfetto trace). ``overlap``: an executable built from the
-        bucket's graph in :func:`~tensorfab.runtime.overlap_order.overlap_order`
-        (independent CPU nodes moved up beside the accelerator programs); else the
-        bucket's stored executable (``vm.json``, the program's order, host arena)."""
-        from tensorfab.runtime.artifact import load_executable
-        from tensorfab.runtime.overlap_order import overlap_order
-        from tensorfab.runtime.vm import VirtualMachine, overlap_seconds, vm_trace
-        from tensorfab.runtime.vm_build import build_executable
-
-        _, seq, model, feeds = self._sentence(text, bucket)
-        executable = (build_executable(model.program, order=overlap_order(model.program))
-                      if overlap else load_executable(self.bucket(seq).path, model.program))
-        with VirtualMachine(model, executable) as vm:
-            t0 = time.perf_counter()
-            out = vm.run(feeds)
-            seconds = time.perf_counter() - t0
-            timeline = vm.timeline
         track = {k: [(s.start, s.end) for s in timeline if s.track == k]
                  for k in ("cpu", "accelerator")}
-        run = VmRun(seconds, sum(b - a for a, b in track["cpu"]),
-                    sum(b - a for a, b in track["accelerator"]), overlap_seconds(timeline),
-                    _busy_seconds(track["cpu"] + track["accelerator"]),
-                    vm_trace(timeline, f"MiniLM bucket {seq} on {self.target}"))
-        return np.asarray(out, np.float32).reshape(-1), run
+        out = np.asarray(profile.output, np.float32).reshape(-1)
+        return out, SentenceRun(
+            text, len(tokens), seq, profile.seconds, profile.total_cycles,
+            sum(int(r.macs or 0) for r in accel), cpu_macs, bucket_macs(seq, self.layers),
+            _busy_seconds(track["cpu"] + track["accelerator"]),
+            sum(b - a for a, b in track["cpu"]), sum(b - a for a, b in track["accelerator"]),
+            overlap_seconds(timeline), vm_trace(timeline, f"MiniLM bucket {seq} on "
+                                                          f"{self.target}"))
+
+    def symbolic_vm(self) -> Any:
+        """MiniLM as one VM executable over a symbolic ``seq``
+        (:func:`~tensorfab.runtime.bucketed.bucketed_vm`): inputs ``input_ids`` (int64)
+        and ``attention_mask`` (float32) of shape ``(1, seq)``, padded to their bucket by
+        the executable (a multiple of :data:`~.minilm.BUCKET_BLOCK`; past
+        :data:`~.minilm.MAX_TOKENS`, a
+        :class:`~tensorfab.runtime.bucketed.BucketLimitError` naming the limit), each
+        bucket compiled or loaded (:meth:`bucket`) the first time a length needs it. Its
+        ``run`` gives the embedding ``(1, 384)``."""
+        from tensorfab.runtime.bucketed import Buckets, bucketed_vm
+        from tensorfab.runtime.graph_program import InputSpec
+
+        inputs = [InputSpec("input_ids", 0, (1, "seq"), "int64"),
+                  InputSpec("attention_mask", 1, (1, "seq"), "float32")]
+        return bucketed_vm(inputs, [0, 0.0], Buckets(self._model, BUCKET_BLOCK, MAX_TOKENS))
 
     def embed(self, texts: list[str]) -> tuple[np.ndarray, list[SentenceRun]]:
         """Embeddings ``(len(texts), 384)`` and one :class:`SentenceRun` per sentence."""
@@ -382,5 +373,5 @@ def cosine_matrix(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
     return an @ bn.T
 
 
-__all__ = ["Bucket", "MiniLmEmbedder", "SentenceRun", "VmRun", "bucket_macs", "cache_dir",
+__all__ = ["Bucket", "MiniLmEmbedder", "SentenceRun", "bucket_macs", "cache_dir",
            "calibration_tokens", "compile_bucket", "cosine_matrix", "float_embeddings"]

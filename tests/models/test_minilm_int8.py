@@ -124,3 +124,47 @@ def test_int8_similarity_ranking_equals_float() -> None:
     iu = np.triu_indices(len(texts), 1)
     ranks_q, ranks_f = (np.argsort(np.argsort(m[iu])) for m in (sim_q, sim_f))
     assert np.corrcoef(ranks_q, ranks_f)[0, 1] >= 0.98  # Spearman over the 45 pairs
+
+
+def test_one_executable_over_a_symbolic_length_compiles_one_bucket_per_new_bucket(
+        tmp_path, monkeypatch) -> None:
+    """MiniLM as one VM executable with a symbolic ``seq``: a length in a bucket
+    already loaded compiles nothing, a length in a new bucket compiles that one bucket,
+    and a length past the largest names the limit (compiling nothing)."""
+    import tensorfab.compiler.model_compile as model_compile
+    from tensorfab.runtime.bucketed import BucketLimitError
+
+    compiled: list[int] = []
+    real = model_compile.compile_onnx
+
+    def counting(model, **kwargs):
+        compiled.append(model.graph.input[0].type.tensor_type.shape.dim[1].dim_value)
+        return real(model, **kwargs)
+
+    monkeypatch.setattr(model_compile, "compile_onnx", counting)
+    embedder = MiniLmEmbedder("fsim", calibration=6, directory=tmp_path, layers=1)
+    vm = embedder.symbolic_vm()
+    texts = ["A cat.", "A man is eating a big plate of pasta.",
+             "The quick brown fox jumps over the lazy dog while the children watch "
+             "from the old wooden fence."]
+    lengths = [len(tokenize(t)) for t in texts]
+    assert lengths[0] < lengths[1] <= 16 < lengths[2] <= 32
+    try:
+        got = []
+        for k, text in enumerate(texts):
+            t = tokenize(text)
+            ids, mask = t.padded(len(t))  # the sentence's own length: no padding
+            got.append(vm.run({"input_ids": ids, "attention_mask": mask}).reshape(-1))
+            assert compiled == [16, 32][:1 + (k == 2)]  # one bucket per new bucket
+        with pytest.raises(BucketLimitError, match="length of 200 is past the largest "
+                                                   "bucket, 128"):
+            vm.run({"input_ids": np.zeros((1, 200), np.int64),
+                    "attention_mask": np.ones((1, 200), np.float32)})
+        assert compiled == [16, 32] and sorted(embedder.buckets) == [16, 32]
+        # the same buckets' models give the same embeddings as a sentence run alone
+        for text, e in zip(texts, got, strict=True):
+            np.testing.assert_array_equal(e, embedder.embed_one(text)[0])
+    finally:
+        embedder.close()
+    want = float_embeddings(texts, layers=1)
+    assert _cosines(np.stack(got), want).min() >= 0.99

@@ -86,22 +86,31 @@ def test_version_2_stores_the_executable(digits, tmp_path) -> None:
         load_executable(damaged)
 
 
-def test_vm_runs_every_accelerator_program_once_through_the_loaded_model(digits) -> None:
+def test_vm_runs_every_kernel_node_once_with_the_instrument_around_it(digits) -> None:
     program, x, _ = digits
 
     class Count(Instrument):
         def __init__(self) -> None:
-            self.accel: list[int] = []
+            self.nodes: list[int] = []
+            self.results: list[object] = []
 
         def after(self, index, node, args, attrs, out, result) -> None:
-            self.accel.append(index)
+            assert node is program.nodes[index]
+            self.nodes.append(index)
+            self.results.append(result)
 
     model = LoadedModel(program, FunctionalSimulator())
     count = Count()
     model.set_instrument(count)
     with VirtualMachine(model, build_executable(program)) as vm:
         vm.run([x])
-    assert count.accel == [k for k, _ in accel_nodes(program)]
+    kernels = [k for k, n in enumerate(program.nodes)
+               if n.op not in ("tuple", "tuple_get_item")]
+    assert count.nodes == kernels
+    accel = [k for k, _ in accel_nodes(program)]
+    # an accelerator program's executor result; None for a CPU kernel
+    assert [k for k, r in zip(count.nodes, count.results, strict=True)
+            if r is not None] == accel
 
 
 def test_the_runtime_runs_a_tfm_without_importing_the_compiler() -> None:
@@ -352,5 +361,152 @@ def test_the_overlap_order_gives_the_interpreters_result(digits) -> None:
     with ResidentModel(program, FunctionalSimulator()) as model, \
             VirtualMachine(model, build_executable(program, order=order)) as vm:
         np.testing.assert_array_equal(vm.run([x]), y)
-    with pytest.raises(ValueError, match="host plan"):
-        build_executable(program, plan_host_arena(program), order=order)
+    plan = plan_host_arena(program, order=order)
+    with ResidentModel(program, FunctionalSimulator()) as model, \
+            VirtualMachine(model, build_executable(program, plan, order)) as vm:
+        np.testing.assert_array_equal(vm.run([x]), y)
+        assert vm.storage_allocations == 0
+
+
+def _waits_then_independent(digits) -> tuple[GraphProgram, list[np.ndarray]]:
+    """An accelerator program, a CPU node reading its output first and then a chain of
+    CPU kernels independent of it (fixed shapes, typed): in the program's order the VM
+    waits for the program before the chain; in the overlap order the chain runs
+    beside it."""
+    program = digits[0]
+    k, node = next(accel_nodes(program))
+    seg = LoadedModel(program).accel_programs[k].segment(node.attrs["input_segment"])
+    out = LoadedModel(program).accel_programs[k].segment(node.attrs["output_segment"])
+    nodes = [Node(ACCEL_PROGRAM, (0, 2), node.attrs, 3),
+             Node("negative", (3,), {}, 4)]
+    slot = 1
+    for _ in range(6):
+        nodes.append(Node("tanh", (slot,), {}, 3 + len(nodes)))
+        slot = nodes[-1].output
+    nodes.append(Node("tuple", (4, slot), {}, 3 + len(nodes)))
+    types = {3: (tuple(out.shape), str(out.dtype)), 4: (tuple(out.shape), str(out.dtype))}
+    types.update({n.output: ((256, 1024), "float32") for n in nodes if n.op == "tanh"})
+    g = GraphProgram([InputSpec("a", 0, seg.shape, seg.dtype),
+                      InputSpec("b", 1, (256, 1024), "float32")],
+                     {2: program_blob(program, k)}, nodes, nodes[-1].output,
+                     value_types=types)
+    rng = np.random.default_rng(1)
+    return g, [rng.integers(-128, 128, seg.shape).astype(np.int8),
+               rng.standard_normal((256, 1024)).astype(np.float32)]
+
+
+def test_a_loaded_tfm_runs_in_the_overlap_order_and_overlaps(digits, tmp_path) -> None:
+    from tensorfab.runtime.overlap_order import overlap_order
+
+    g, inputs = _waits_then_independent(digits)
+    order = overlap_order(g)
+    assert order != list(range(len(g.nodes)))  # the chain moves up beside the program
+    want = run_program(g, inputs)
+    path = tmp_path / "branches.tfm"
+    save_model(g, path)
+    loaded = load_model(path)
+    exe = loaded.executable
+    assert exe is not None and exe.pools == {"host": exe.memory_plan["host"]["peak"]}
+    # the stored code runs the nodes in the overlap order
+    ran = [exe.nodes[i[3]] if i[0] in (Op.INVOKE, Op.INVOKE_INTO) else i[2]
+           for i in exe.functions[0].code if i[0] in (Op.INVOKE, Op.INVOKE_INTO,
+                                                      Op.INVOKE_ACCEL)]
+    assert ran == [k for k in order if g.nodes[k].op != "tuple"]
+    # the host plan's lifetimes follow that order: a plan over the program's order
+    # does not go with it
+    with pytest.raises(ValueError, match="another node order"):
+        build_executable(g, plan_host_arena(g), order)
+    overlaps = []
+    for _ in range(3):  # on two shared vCPUs one run may see no overlap
+        with ResidentModel(loaded, FunctionalSimulator(), futures=True) as model:
+            for _ in range(2):  # the arena reused run after run
+                got = model.run(inputs)
+                for a, b in zip(got, want, strict=True):
+                    np.testing.assert_array_equal(a, b)
+            assert model.vm.storage_allocations == 0
+            overlaps.append(overlap_seconds(model.vm.timeline))
+        if overlaps[-1] > 0:
+            break
+    assert max(overlaps) > 0, overlaps
+    # the program's order waits for the accelerator before the chain: no overlap
+    with ResidentModel(g, FunctionalSimulator(), executable=build_executable(g),
+                       futures=True) as model:
+        model.run(inputs)
+        assert overlap_seconds(model.vm.timeline) == 0
+
+
+def test_the_per_layer_profile_comes_from_the_vms_kernel_calls(digits, tmp_path) -> None:
+    """One dispatch loop: the profiler's rows are the VM's instrument callbacks, in the
+    order the executable runs the nodes (the stored overlap order, not the graph's)."""
+    from tensorfab.runtime.profiling import profile_program
+
+    g, inputs = _waits_then_independent(digits)
+    path = tmp_path / "branches.tfm"
+    save_model(g, path)
+    loaded = load_model(path)
+    with ResidentModel(loaded, FunctionalSimulator()) as model:
+        profile = profile_program(loaded, inputs, model.device, resident=model)
+        timeline = model.vm.timeline
+    exe = loaded.executable
+    ran = [exe.nodes[i[3]] if i[0] in (Op.INVOKE, Op.INVOKE_INTO) else i[2]
+           for i in exe.functions[0].code if i[0] in (Op.INVOKE, Op.INVOKE_INTO,
+                                                      Op.INVOKE_ACCEL)]
+    assert [r.index for r in profile.layers] == ran != sorted(ran)
+    assert [r.device for r in profile.layers] == [
+        "accel" if g.nodes[k].op == ACCEL_PROGRAM else "cpu" for k in ran]
+    # each row is one slice of the VM's timeline (one kernel call each)
+    assert [s.track for s in timeline] == [
+        "accelerator" if r.device == "accel" else "cpu" for r in profile.layers]
+    for a, b in zip(profile.output, run_program(g, inputs), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_program_whose_result_the_host_reads_next_runs_inline(digits) -> None:
+    """A program with host work beside it goes to the accelerator thread; one whose
+    result the next CPU kernel reads runs on the host thread (no handoff). Either way
+    the host reads its output once, read back right after the program."""
+    import threading
+
+    class Threads(Instrument):
+        def __init__(self) -> None:
+            self.accel: list[str] = []
+
+        def after(self, index, node, args, attrs, out, result) -> None:
+            if result is not None:
+                self.accel.append(threading.current_thread().name)
+
+    from tensorfab.runtime.overlap_order import overlap_order
+
+    g, inputs = _waits_then_independent(digits)
+    want = run_program(g, inputs)
+    for order, thread in ((overlap_order(g), "tensorfab-accel"),
+                          (range(len(g.nodes)), threading.current_thread().name)):
+        with ResidentModel(g, FunctionalSimulator(), executable=build_executable(g, None, order),
+                           futures=True) as model:
+            threads = Threads()
+            model.set_instrument(threads)
+            got = model.run(inputs)
+            assert threads.accel[0].startswith(thread)
+            out = model.accel_programs[0].segment(g.nodes[0].attrs["output_segment"])
+            assert model.last_run.read == out.nbytes  # read once
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_sites_whose_host_work_is_shorter_than_a_handoff_go_inline(digits) -> None:
+    g, inputs = _waits_then_independent(digits)
+    with VirtualMachine(LoadedModel(g, FunctionalSimulator()), build_executable(g)) as vm:
+        vm.run(inputs)
+        # as a run measures them: the host's work before reading each issued program's
+        # result, and the handoffs (a program's end to the host going on); two
+        # handoffs (there and back): 2 x the median 0.002 s
+        vm._site_work.clear()
+        vm._site_work.update({(0, 3): 0.0035, (0, 7): 0.0045})
+        vm._handoffs[:] = [0.002, 0.003, 0.001]
+        vm._inline_short_waits()
+        assert vm.inline_sites == {(0, 3)} and vm.handoff_seconds == 0.002
+        # a run with every program inline measures no handoff: the estimate halves and
+        # the sites with more work than two of it go back to the thread
+        vm._handoffs[:] = []
+        vm._inline_short_waits()
+        assert vm.handoff_seconds == 0.001 and vm.inline_sites == set()
