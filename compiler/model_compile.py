@@ -88,6 +88,33 @@ class CompiledModel:
     cpu_operators: tuple[str, ...] = ()
 
 
+def check_fixed_inputs(model: PreparedOnnx, input_shapes: Mapping[str, Sequence[int | str]]
+                       | None = None) -> None:
+    """Raise :class:`ModelCompileError` if an input of ``model`` keeps a symbolic dim
+    (the accelerator needs fixed shapes), suggesting the ``--shape`` that fixes it.
+
+    Parameters
+    ----------
+    model : PreparedOnnx
+        The loaded ONNX model (:func:`~tensorfab.compiler.frontend.onnx_import.load_onnx`).
+    input_shapes : mapping, optional
+        The shapes given per input name.
+    """
+    from .frontend.onnx_import import symbolic_inputs
+
+    symbolic = symbolic_inputs(model, dict(input_shapes or {}))
+    if symbolic:
+        name, shape = symbolic[0]
+        # the batch as 1; other symbolic dims as placeholders to fill in
+        example = ",".join(str(d) if isinstance(d, int) else "1" if i == 0 else f"D{i}"
+                           for i, d in enumerate(shape))
+        sizes = ("any fixed sizes" if "D" not in example
+                 else "D2, D3, ... the sizes to run it at")
+        raise ModelCompileError(
+            f"{model.where}: input {name!r} has symbolic dims {shape}; the accelerator "
+            f"needs fixed shapes: pass --shape {name}={example} ({sizes})")
+
+
 def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndarray
                         ) -> list[dict[str, np.ndarray]]:
     """Calibration samples (input name to an array of samples along axis 0, or one array
@@ -191,7 +218,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
         From the steps (each names the file, node or layer).
     """
     from .frontend import from_onnx, quantize_onnx
-    from .frontend.onnx_import import load_onnx, symbolic_inputs
+    from .frontend.onnx_import import load_onnx
     from .graph import accel
     from .graph.accel_lowering import accel_chain_macs, lower_accelerator_chains, with_macs
     from .graph.activation_matmul_lowering import lower_activation_matmuls
@@ -220,17 +247,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     prepared = load_onnx(model)
     where = prepared.where
     if cfg is not None:
-        symbolic = symbolic_inputs(prepared, input_shapes)
-        if symbolic:
-            name, shape = symbolic[0]
-            # the batch as 1; other symbolic dims as placeholders to fill in
-            example = ",".join(str(d) if isinstance(d, int) else "1" if i == 0 else f"D{i}"
-                               for i, d in enumerate(shape))
-            sizes = ("any fixed sizes" if "D" not in example
-                     else "D2, D3, ... the sizes to run it at")
-            raise ModelCompileError(
-                f"{where}: input {name!r} has symbolic dims {shape}; the accelerator "
-                f"needs fixed shapes: pass --shape {name}={example} ({sizes})")
+        check_fixed_inputs(prepared, input_shapes)
     fn = fold_constants(fold_hard_sigmoid(recognize_hard_swish(
         fold_batch_norm(from_onnx(prepared, input_shapes)))))
     if calibration is not None:

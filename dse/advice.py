@@ -88,6 +88,13 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     """Compile the ONNX model at ``model_path`` for every candidate config and rank
     them for ``board_name``.
 
+    Raises
+    ------
+    ModelCompileError
+        The model cannot be read, an input has symbolic dims ``input_shapes`` does not
+        fix, or every config fails to compile it the same way (a float model without
+        calibration): once, not per config.
+
     Returns
     -------
     dict
@@ -97,7 +104,8 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
         ``fastest_fitting_memory``: the fastest that fits the memory whatever its
         resources; ``resources_source`` says where the resources come from.
     """
-    from tensorfab.compiler.model_compile import compile_onnx
+    from tensorfab.compiler.frontend.onnx_import import load_onnx
+    from tensorfab.compiler.model_compile import check_fixed_inputs, compile_onnx
     from tensorfab.fpga_builds.board_configs import board_config
     from tensorfab.fpga_builds.boards import get_board
     from tensorfab.isa import TensorfabError
@@ -107,9 +115,12 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     from .resource_model import ResourceModel
 
     board = get_board(board_name)
+    prepared = load_onnx(model_path)  # loaded and checked once for every config
+    check_fixed_inputs(prepared, input_shapes)
     model = ResourceModel.load() if board.family == "ecp5" else None
     clock = board.clock_mhz or board.clock_in_mhz
     rows: list[ConfigAdvice] = []
+    failures: list[TensorfabError] = []
     for name in configs or candidate_configs():
         cfg = board_config(name)
         res: dict[str, Any] = {"resources": "unknown"}
@@ -128,9 +139,10 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
         elif name == board.config:
             res |= {"resources": "built", "fits_board": board.fits}
         try:
-            compiled = compile_onnx(model_path, config=cfg, calibration=calibration,
+            compiled = compile_onnx(prepared, config=cfg, calibration=calibration,
                                     input_shapes=input_shapes)
         except TensorfabError as e:
+            failures.append(e)
             rows.append(ConfigAdvice(name, None, False, estimated_cycles=None,
                                      estimated_latency_ms=None, accel_programs=0,
                                      error=str(e), **res))
@@ -146,6 +158,8 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
                                  estimated_cycles=cycles,
                                  estimated_latency_ms=cycles / (clock * 1e3),
                                  accel_programs=len(accel), **res))
+    if failures and len(failures) == len(rows) and len({str(e) for e in failures}) == 1:
+        raise failures[0]  # the model's problem (a float model without --calib), not a config's
     fitting = sorted((r for r in rows if r.fits_memory and r.estimated_cycles is not None),
                      key=lambda r: r.estimated_cycles or 0)
     build = next((r.config for r in fitting if r.fits_board), None)

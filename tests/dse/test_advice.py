@@ -67,3 +67,16 @@ def test_digits_batch_64_exceeds_the_85f_memory_and_is_flagged(tmp_path: Path,
     assert tiny["device_memory_bytes"] > 64 * 1024
     assert tiny["fits_memory"] is False
     assert out["build"] is None and out["fastest_fitting_memory"] is None
+
+
+def test_a_model_problem_is_one_error_not_one_per_config(calib: np.ndarray) -> None:
+    from tensorfab.compiler.model_compile import ModelCompileError
+
+    # symbolic batch without --shape: named once, before any config is compiled
+    with pytest.raises(ModelCompileError, match=r"input 'image' has symbolic dims.*"
+                       r"pass --shape image=1,1,8,8"):
+        advise(str(model_path()), "ulx3s-85f", calib, None, ["tiny", "small"])
+    # a float model with no calibration fails every config the same way: one error
+    with pytest.raises(ModelCompileError, match="is a float model"):
+        advise(str(model_path()), "ulx3s-85f", None, {"image": (1, 1, 8, 8)},
+               ["tiny", "small"])
