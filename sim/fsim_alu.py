@@ -81,7 +81,8 @@ def alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
     return np.broadcast_to(r, a.shape).astype(np.int32)
 
 
-def requant_apply(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def requant_apply(a: np.ndarray, rows: np.ndarray,
+                  index: np.ndarray | None = None) -> np.ndarray:
     """REQUANT of accumulator entries ``a`` (``(..., batch, block_out)``) with the weight
     entries ``rows`` (``(..., block_out, block_in)`` int8) holding each channel's record.
 
@@ -90,9 +91,12 @@ def requant_apply(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
     the product is exact, the rounding shift rounds half
     away from zero (gemmlowp's ``RoundingDivideByPOT``, on the 64-bit product), the
     clamp is ``min(max(v, lo), hi)``. Shifts must be checked (``<= REQUANT_MAX_SHIFT``)
-    by the caller.
+    by the caller. With ``index``, ``a[i]`` takes the records of ``rows[index[i]]``
+    (each distinct weight entry unpacked once).
     """
     rec = unpack_requant_records(rows)  # each (..., block_out)
+    if index is not None:
+        rec = {k: v[index] for k, v in rec.items()}
     return requant_values(a, **{k: v[..., None, :] for k, v in rec.items()})  # over batch
 
 
@@ -314,9 +318,10 @@ def _requant(access: Access, m: Machine, plan: AluPlan) -> None:
     else:
         groups = [np.arange(plan.d.size)]
     for sel in groups:
-        rows = m.wgt[plan.w[sel]]
-        _check_records(access, rows, plan.w[sel])
-        m.acc[plan.d[sel]] = requant_apply(m.acc[plan.d[sel]], rows)
+        entries, index = np.unique(plan.w[sel], return_inverse=True)
+        rows = m.wgt[entries]
+        _check_records(access, rows, entries)
+        m.acc[plan.d[sel]] = requant_apply(m.acc[plan.d[sel]], rows, index.reshape(-1))
 
 
 __all__ = ["AluPlan", "alu_apply", "exec_alu", "plan_alu", "requant_apply", "requant_values"]
