@@ -43,6 +43,13 @@ class CsrBlock(wiring.Component):
     count cycles in which their event input is high (GEMM_BUSY adds ``gemm_uops``,
     the micro-ops executed that cycle), from ``start`` until ``done`` or ``error``.
 
+    Parameters
+    ----------
+    counters : bool, optional
+        Keep the :data:`COUNTERS` (default). Without them their CSRs read 0 and their
+        event inputs are unused (:attr:`~tensorfab.isa.HwConfig.perf_counters`): twelve
+        32-bit adders and their read multiplexer less.
+
     Attributes
     ----------
     bus : In(CsrBusSignature)
@@ -55,7 +62,8 @@ class CsrBlock(wiring.Component):
         Core status (``error`` together with ``error_code`` and ``error_index``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, counters: bool = True) -> None:
+        self.counters = counters
         members = {
             "bus": In(CsrBusSignature),
             "start": Out(1),
@@ -84,7 +92,7 @@ class CsrBlock(wiring.Component):
                 with m.If(self.bus.w_en & (self.bus.addr == c.offset)):
                     m.d.sync += regs[c.name].eq(self.bus.w_data)
         counting = self.busy & ~start
-        for name, event in COUNTERS.items():
+        for name, event in COUNTERS.items() if self.counters else ():
             with m.If(start):
                 m.d.sync += regs[name].eq(0)
             with m.Elif(counting & (getattr(self, event) != 0)):
@@ -94,7 +102,7 @@ class CsrBlock(wiring.Component):
         m.d.comb += [regs["ERROR_CODE"].eq(self.error_code),
                      regs["ERROR_INDEX"].eq(self.error_index)]
         with m.Switch(self.bus.addr):
-            for c in CSRS:
+            for c in CSRS if self.counters else (c for c in CSRS if c.name not in COUNTERS):
                 with m.Case(c.offset):
                     m.d.comb += self.bus.r_data.eq(regs[c.name])
         return m
