@@ -190,9 +190,7 @@ class BoardDevice(Device):
         return BoardRunResult(
             dram=None, outputs={},
             counters=core_counters(program, csrs, program_traffic(program)),
-            # a core without counters counts no cycles (its CYCLES reads 0)
-            cycles=counters["CYCLES"] if program.config.perf_counters else None,
-            device=self.name, csrs=csrs,
+            cycles=counters["CYCLES"], device=self.name, csrs=csrs,
             clock_hz=self.info.clock_hz)
 
     def close(self) -> None:

@@ -62,10 +62,10 @@ class HwConfig:
     clock_mhz : float
         Target clock frequency.
     perf_counters : bool
-        The core keeps the twelve 32-bit performance counters (CYCLES, the engines'
-        busy and stall cycles, GEMM_BUSY, ALU_BUSY, the retired instructions). Without
-        them (False: a small FPGA's config) those CSRs read 0; the RTL executor then
-        takes a run's cycles from its harness's clock count.
+        The core keeps all twelve 32-bit performance counters. Without them (False: a
+        small FPGA's config) it keeps CYCLES alone (a run's hardware time); the
+        engines' busy and stall cycles, GEMM_BUSY, ALU_BUSY and the retired
+        instructions read 0, and a run's counters are then the program's own counts.
     """
 
     name: str = "custom"
@@ -197,8 +197,16 @@ class HwConfig:
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        """Parameters as a plain dict (JSON-ready)."""
-        return dataclasses.asdict(self)
+        """Parameters as a plain dict (JSON-ready).
+
+        ``perf_counters`` appears only when False: a config with every counter has the
+        JSON (and so the CRC that seeds random programs and names a bitstream's config)
+        it had before the field existed; :meth:`from_dict` reads a missing one as True.
+        """
+        out = dataclasses.asdict(self)
+        if self.perf_counters:
+            del out["perf_counters"]
+        return out
 
     def to_json(self) -> str:
         """Parameters as JSON text; :meth:`from_json` reads it back."""
