@@ -248,10 +248,14 @@ class ComputeEngine(wiring.Component):
         with m.Elif(range_bad & ~error):
             m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SRAM_RANGE)]
 
+        # the reads at S1C: by c_valid alone, not s1_ok (a read changes nothing, and the
+        # micro-op an error, a halt or a range check stops is dropped at S2 all the same;
+        # the error register's fan-out into the buffers' read ports and the zero flags
+        # was an FPGA critical path at 100 MHz)
         m.d.comb += [
-            self.inp_rd.addr.eq(idx_s), self.inp_rd.en.eq(s1_ok & q_gemm),
-            self.wgt_rd.addr.eq(idx_w), self.wgt_rd.en.eq(s1_ok & (q_gemm | q_requant)),
-            self.acc_rd_src.addr.eq(idx_s), self.acc_rd_src.en.eq(s1_ok & q_alu),
+            self.inp_rd.addr.eq(idx_s), self.inp_rd.en.eq(c_valid & q_gemm),
+            self.wgt_rd.addr.eq(idx_w), self.wgt_rd.en.eq(c_valid & (q_gemm | q_requant)),
+            self.acc_rd_src.addr.eq(idx_s), self.acc_rd_src.en.eq(c_valid & q_alu),
         ]
         # The interlock: whether the micro-op at S1C reads the entry the one at S2
         # (`c_dep2`), S3 (`c_dep3`) or S4 (`c_dep4`) writes, registered a cycle ahead,
@@ -293,7 +297,7 @@ class ComputeEngine(wiring.Component):
         # read could not see, forwarded)
         assert lat >= 2
         gemm_rd_valid, gemm_rd_addr = dl_valid[lat - 2], dl_addr[lat - 2]
-        with m.If(s1_ok & q_alu):
+        with m.If(c_valid & q_alu):
             m.d.comb += [self.acc_rd_dst.addr.eq(idx_a), self.acc_rd_dst.en.eq(1)]
         with m.Else():
             m.d.comb += [self.acc_rd_dst.addr.eq(gemm_rd_addr),

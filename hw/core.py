@@ -77,7 +77,7 @@ class Core(wiring.Component):
     def elaborate(self, platform: object) -> Module:
         cfg = self.cfg
         m = Module()
-        m.submodules.csrs = csrs = CsrBlock()
+        m.submodules.csrs = csrs = CsrBlock(counters=cfg.perf_counters)
         connect(m, wiring.flipped(self.csr), csrs.bus)
         # A start the host asks for (CTRL) clears STATUS at once; the units start when
         # none has work or a read in flight (``quiet``). After an error the fetch unit

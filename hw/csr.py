@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from tensorfab.isa import CSRS
 from tensorfab.isa.csr import STATUS_BUSY, STATUS_DONE, STATUS_ERROR
 
-__all__ = ["COUNTERS", "CsrBlock", "CsrBusSignature"]
+__all__ = ["COUNTERS", "KEPT_COUNTER", "CsrBlock", "CsrBusSignature"]
 
 CsrBusSignature = wiring.Signature({
     "addr": Out(8),
@@ -19,6 +19,9 @@ CsrBusSignature = wiring.Signature({
 })
 """A register bus from the host's side: byte address, write strobe and data; the read
 data is combinational (valid in the cycle ``addr`` is presented)."""
+
+#: The counter a core without performance counters keeps (a run's hardware time).
+KEPT_COUNTER = "CYCLES"
 
 #: Counter registers and the event input of :class:`CsrBlock` that increments each
 #: (by one per cycle it is high; ``gemm_uops`` is a count added every cycle).
@@ -43,6 +46,14 @@ class CsrBlock(wiring.Component):
     count cycles in which their event input is high (GEMM_BUSY adds ``gemm_uops``,
     the micro-ops executed that cycle), from ``start`` until ``done`` or ``error``.
 
+    Parameters
+    ----------
+    counters : bool, optional
+        Keep every one of the :data:`COUNTERS` (default). Without them
+        (:attr:`~tensorfab.isa.HwConfig.perf_counters` False) only CYCLES counts, the
+        run's hardware time a host reads; the other eleven CSRs read 0 and their event
+        inputs are unused: eleven 32-bit adders and their read multiplexer less.
+
     Attributes
     ----------
     bus : In(CsrBusSignature)
@@ -55,7 +66,8 @@ class CsrBlock(wiring.Component):
         Core status (``error`` together with ``error_code`` and ``error_index``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, counters: bool = True) -> None:
+        self.counters = counters
         members = {
             "bus": In(CsrBusSignature),
             "start": Out(1),
@@ -85,6 +97,8 @@ class CsrBlock(wiring.Component):
                     m.d.sync += regs[c.name].eq(self.bus.w_data)
         counting = self.busy & ~start
         for name, event in COUNTERS.items():
+            if not self.counters and name != KEPT_COUNTER:
+                continue
             with m.If(start):
                 m.d.sync += regs[name].eq(0)
             with m.Elif(counting & (getattr(self, event) != 0)):
@@ -95,6 +109,8 @@ class CsrBlock(wiring.Component):
                      regs["ERROR_INDEX"].eq(self.error_index)]
         with m.Switch(self.bus.addr):
             for c in CSRS:
+                if not self.counters and c.name in COUNTERS and c.name != KEPT_COUNTER:
+                    continue  # reads 0
                 with m.Case(c.offset):
                     m.d.comb += self.bus.r_data.eq(regs[c.name])
         return m

@@ -12,7 +12,7 @@ from tensorfab.isa import ErrorCode, HwConfig, Opcode, insn_width
 from .insn_check import InsnCheck
 from .layouts import insn_layout
 from .mem_port import LEN_WIDTH, MAX_BURST, MemReadSignature
-from .signatures import ErrorSignature, InsnStreamLayout, insn_index_width
+from .signatures import ErrorSignature, InsnStreamLayout, clamped_insn_count, insn_index_width
 
 __all__ = ["Fetch"]
 
@@ -117,7 +117,7 @@ class Fetch(wiring.Component):
         # 32-bit INSN_COUNT is clamped to the most words DRAM holds, 2**ib)
         ib = insn_index_width(cfg)
         count = Signal(ib + 1)
-        m.d.comb += count.eq(Mux(self.insn_count > (1 << ib), 1 << ib, self.insn_count))
+        m.d.comb += count.eq(clamped_insn_count(self.insn_count, cfg))
         left = Signal(ib + 1)  # words still to dispatch
         none_left = Signal()  # left == 0
         one_left = Signal()  # left == 1

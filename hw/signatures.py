@@ -6,7 +6,7 @@ the side that drives ``valid`` (the producer) unless stated otherwise.
 
 from __future__ import annotations
 
-from amaranth.hdl import unsigned
+from amaranth.hdl import Mux, Value, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -29,6 +29,7 @@ __all__ = [
     "TokenSignature",
     "ZeroSignature",
     "acc_entry_bits",
+    "clamped_insn_count",
     "inp_entry_bits",
     "insn_index_width",
     "uop_entry_bits",
@@ -71,6 +72,14 @@ def insn_index_width(cfg: HwConfig) -> int:
     int
     """
     return cfg.dram_addr_width - log2(insn_width(cfg) // 8)
+
+
+def clamped_insn_count(insn_count: Value, cfg: HwConfig) -> Value:
+    """The host's 32-bit INSN_COUNT clamped to the most instructions DRAM holds,
+    ``2**insn_index_width(cfg)``: the words the fetch unit reads, in
+    ``insn_index_width(cfg) + 1`` bits."""
+    most = 1 << insn_index_width(cfg)
+    return Mux(insn_count > most, most, insn_count)[:insn_index_width(cfg) + 1]
 
 
 #: A dependency token, from the producer's side: ``valid`` offers (or requests) a

@@ -14,7 +14,7 @@ from .burst import BurstIssuer, check_max_burst, dram_limit, transfer_phases
 from .layouts import insn_layout
 from .mem_port import MemWriteSignature
 from .sequencer import InsnSequencer, engine_members
-from .signatures import BufReadSignature, acc_entry_bits
+from .signatures import BufReadSignature, acc_entry_bits, clamped_insn_count
 
 __all__ = ["StoreEngine"]
 
@@ -99,12 +99,15 @@ class StoreEngine(wiring.Component):
         # the instruction stream's (reset_less: a start does not clear them)
         lim_entries = Signal(33, reset_less=True)
         m.d.sync += lim_entries.eq(dram_limit(self.dram_size, aw) >> sh_entry)
-        insn_end_value = self.insn_base + (self.insn_count << log2(insn_width(cfg) // 8))
-        insn_end = Signal(insn_end_value.shape(), reset_less=True)  # bytes
-        base_entries = Signal(32, reset_less=True)  # insn_base >> sh_entry
+        # the stream as the fetch unit reads it: from insn_base within DRAM (aw bits),
+        # the clamped count of words (so aw + 1 bits hold its end, not 37)
+        insn_base = self.insn_base[:aw]
+        insn_count = clamped_insn_count(self.insn_count, cfg)
+        insn_end = Signal(aw + 1, reset_less=True)  # bytes
+        base_entries = Signal(aw - sh_entry, reset_less=True)  # insn_base >> sh_entry
         protect = Signal(reset_less=True)  # insn_count != 0
-        m.d.sync += [insn_end.eq(insn_end_value), base_entries.eq(self.insn_base >> sh_entry),
-                     protect.eq(self.insn_count != 0)]
+        m.d.sync += [insn_end.eq(insn_base + (insn_count << log2(insn_width(cfg) // 8))),
+                     base_entries.eq(insn_base >> sh_entry), protect.eq(insn_count != 0)]
         y_m1 = Signal(16)
         dram_x = Signal(aw + 1)  # dram + x: one past the first row's last entry
         room = Signal(signed(cfg.acc_bits + 2))  # acc_depth - sram
@@ -116,7 +119,7 @@ class StoreEngine(wiring.Component):
         n_entries = Signal(33)  # y * x
         span = Signal(32)  # (y - 1) * stride
         slack = Signal(signed(35))  # entries left below the limit after dram + x
-        base_slack = Signal(signed(35))  # insn_base >> sh_entry - (dram + x)
+        base_slack = Signal(signed(aw + 2))  # insn_base >> sh_entry - (dram + x)
         m.d.sync += [n_entries.eq(word.y * word.x), span.eq(y_m1 * word.stride),
                      slack.eq(lim_entries - dram_x), base_slack.eq(base_entries - dram_x)]
         start_bytes = word.dram << sh_entry

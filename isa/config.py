@@ -61,6 +61,11 @@ class HwConfig:
         Capacity of each engine's instruction (command) queue.
     clock_mhz : float
         Target clock frequency.
+    perf_counters : bool
+        The core keeps all twelve 32-bit performance counters. Without them (False: a
+        small FPGA's config) it keeps CYCLES alone (a run's hardware time); the
+        engines' busy and stall cycles, GEMM_BUSY, ALU_BUSY and the retired
+        instructions read 0, and a run's counters are then the program's own counts.
     """
 
     name: str = "custom"
@@ -80,6 +85,7 @@ class HwConfig:
     dep_queue_depth: int = 8
     cmd_queue_depth: int = 8
     clock_mhz: float = 100.0
+    perf_counters: bool = True
 
     def __post_init__(self) -> None:
         for name in ("batch", "block_in", "block_out", "inp_depth", "wgt_depth",
@@ -122,6 +128,8 @@ class HwConfig:
                               f"entry) is {smallest * 8} bits")
         if not isinstance(self.clock_mhz, int | float) or not 0 < self.clock_mhz <= 2000:
             raise ConfigError("clock_mhz", self.clock_mhz, "must be in (0, 2000]")
+        if not isinstance(self.perf_counters, bool):
+            raise ConfigError("perf_counters", self.perf_counters, "must be true or false")
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError("name", self.name, "must be a non-empty string")
 
@@ -189,8 +197,16 @@ class HwConfig:
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        """Parameters as a plain dict (JSON-ready)."""
-        return dataclasses.asdict(self)
+        """Parameters as a plain dict (JSON-ready).
+
+        ``perf_counters`` appears only when False: a config with every counter has the
+        JSON (and so the CRC that seeds random programs and names a bitstream's config)
+        it had before the field existed; :meth:`from_dict` reads a missing one as True.
+        """
+        out = dataclasses.asdict(self)
+        if self.perf_counters:
+            del out["perf_counters"]
+        return out
 
     def to_json(self) -> str:
         """Parameters as JSON text; :meth:`from_json` reads it back."""

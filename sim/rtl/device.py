@@ -24,6 +24,7 @@ from .diagnosis import (
     describe_hang,
     load_plan,
     reset_uops,
+    retired_counts,
     run_interrupted,
 )
 from .harness import DEFAULT_MEMORY, Harness, HarnessError, MemoryTiming, RunStatus
@@ -177,6 +178,7 @@ class RtlSimulator(Device):
             raise self._interrupted(program, h) from None
         if self.trace and status is RunStatus.LIMIT:
             h.close_trace()
+        cycles = h.run_cycles  # the CYCLES counter's count, with or without counters
         csrs = h.read_csrs()
         intervals = attribute_intervals(h.intervals(), program) if self.trace else None
         failure: Exception | None = None
@@ -197,7 +199,7 @@ class RtlSimulator(Device):
                                "commands still pending")
         mem = h.stats()
         return RtlRunResult(dram=None, outputs={}, counters=core_counters(program, csrs, mem),
-                            cycles=csrs["CYCLES"], device=self.name, csrs=csrs, memory=mem,
+                            cycles=cycles, device=self.name, csrs=csrs, memory=mem,
                             intervals=intervals)
 
     @staticmethod
@@ -239,8 +241,13 @@ def core_counters(program: Program, csrs: Mapping[str, int], mem: Mapping[str, i
                   ) -> Counters:
     """The :class:`~tensorfab.isa.device.Counters` of a run from the core's CSRs and the
     memory's byte counts (``bytes_load_inp``, ``bytes_load_wgt``, ``bytes_load_acc``,
-    ``bytes_load_uop``, ``bytes_written``): what the RTL executor and a board report."""
+    ``bytes_load_uop``, ``bytes_written``): what the RTL executor and a board report.
+    A core without counters (:attr:`~tensorfab.isa.HwConfig.perf_counters` False)
+    reads 0 from them: its instruction and micro-op counts are then the program's
+    (:func:`~.diagnosis.retired_counts`, a finished run's)."""
     cfg = program.config
+    if not cfg.perf_counters:
+        csrs = dict(csrs) | retired_counts(program)
     gemm_uops = csrs["GEMM_BUSY"]
     return Counters(
         load_insns=csrs["LOAD_INSNS"], compute_insns=csrs["COMPUTE_INSNS"],

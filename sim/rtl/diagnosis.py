@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from tensorfab.isa import (
+    Alu,
     Buffer,
     Engine,
     ErrorCode,
@@ -18,6 +19,7 @@ from tensorfab.isa import (
     Load,
     Program,
     ProgramError,
+    Store,
     buffer_entry_bytes,
     decode_insn,
 )
@@ -186,6 +188,22 @@ def reset_uops(program: Program) -> int:
     """GEMM micro-op executions of the program that only reset accumulators."""
     return sum((g.uop_end - g.uop_begin) * g.iter_out * g.iter_in for g in program.insns
                if isinstance(g, Gemm) and g.reset)
+
+
+def retired_counts(program: Program) -> dict[str, int]:
+    """What the core's instruction and micro-op counters (LOAD_INSNS, COMPUTE_INSNS,
+    STORE_INSNS, GEMM_BUSY, ALU_BUSY) hold after a run of ``program`` that finished:
+    every instruction retires once and each loop executes ``uops × iter_out ×
+    iter_in`` micro-ops (a fast reset zeroes as many entries). The counts of a core
+    built without counters (:attr:`~tensorfab.isa.HwConfig.perf_counters` False)."""
+    counts = dict.fromkeys(("LOAD_INSNS", "COMPUTE_INSNS", "STORE_INSNS", "GEMM_BUSY",
+                            "ALU_BUSY"), 0)
+    for insn in program.insns:
+        counts[{Load: "LOAD_INSNS", Store: "STORE_INSNS"}.get(type(insn), "COMPUTE_INSNS")] += 1
+        if isinstance(insn, Gemm | Alu):
+            execs = (insn.uop_end - insn.uop_begin) * insn.iter_out * insn.iter_in
+            counts["GEMM_BUSY" if isinstance(insn, Gemm) else "ALU_BUSY"] += execs
+    return counts
 
 
 def core_error(program: Program, image: np.ndarray, code: int, index: int) -> ProgramError:

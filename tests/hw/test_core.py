@@ -49,6 +49,9 @@ def assert_matches_fsim(name: str, run: CoreRun) -> None:
                              f"{mism[0]:#x} in segment {where}")
     c = ref.counters
     got = (run.csrs["LOAD_INSNS"], run.csrs["COMPUTE_INSNS"], run.csrs["STORE_INSNS"])
+    if not run.program.config.perf_counters:  # only CYCLES counts
+        assert got == (0, 0, 0) and run.csrs["GEMM_BUSY"] == 0 < run.csrs["CYCLES"], name
+        return
     assert got == (c.load_insns, c.compute_insns, c.store_insns), name
     assert run.csrs["GEMM_BUSY"] == c.gemm_uops, name
 
