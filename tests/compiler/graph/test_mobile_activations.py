@@ -113,3 +113,27 @@ def test_int8_block_stays_on_the_accelerator() -> None:
     want = _ort(model, x).ravel().astype(np.float64)
     got = np.ravel(profile.output).astype(np.float64)
     assert got @ want / np.linalg.norm(got) / np.linalg.norm(want) > 0.99
+
+
+@pytest.mark.parametrize(("op", "attrs", "message"), [
+    ("qnn.hard_swish_q31", {"offset": 3, "upper": 40000, "multiplier": 1 << 30, "shift": 0},
+     r"offset 3 and upper 40000 must satisfy 0 <= offset <= upper <= 32767"),
+    ("qnn.hard_swish_q31", {"t_shift": 17, "offset": 3, "upper": 6, "multiplier": 1,
+                            "shift": 0}, r"t_shift 17 outside 0..16"),
+    ("qnn.global_avg_pool_q31", {"multiplier": 1, "shift": 0, "input_zero_point": 300},
+     r"input_zero_point 300 outside -128..127"),
+    ("qnn.global_avg_pool_q31", {"multiplier": 1, "shift": 0, "left_shift": 25},
+     r"left_shift 25 \(with shift 0\) lets values up to 128 overflow 32 bits"),
+    ("qnn.global_avg_pool_q31", {"multiplier": 1, "shift": 0, "left_shift": 2,
+                                 "rounding": "single"},
+     r"left_shift 2 with rounding='single'"),
+    ("qnn.global_avg_pool_q31", {"multiplier": 1, "shift": 0, "rounding": "triple"},
+     r"rounding='triple'; expected 'double' or 'single'")])
+def test_vector_operators_name_bad_attributes(op, attrs, message) -> None:
+    from tensorfab.compiler.graph.infer import infer_types
+    from tensorfab.compiler.graph.ir import Var
+    from tensorfab.compiler.graph.types import TensorType, TypeInferenceError
+
+    x = Var("x", TensorType((1, 16, 1, 1), "int8"))
+    with pytest.raises(TypeInferenceError, match=rf"in call {op}.*{message}"):
+        infer_types(Call(op, [x], attrs))
