@@ -18,13 +18,8 @@ from tensorfab.compiler.tensor.quantize import accumulator_bound, quantize_multi
 from tensorfab.compiler.tensor.requant import quantize_multipliers
 
 from .ir import Call, Constant, Expr, Function
+from .partitioning import ACCEL_ACTIVATIONS
 from .rewrite import rewrite
-
-#: Integer operators whose output scale is an ``OutputScale`` (``left_shift``,
-#: ``multiplier``, ``shift``, ``zero_point``, ``rounding``; see
-#: :mod:`tensorfab.compiler.tensor.vector_program`).
-VECTOR_OPERATORS = frozenset({"qnn.hard_swish_q31", "qnn.mul_q31",
-                              "qnn.global_avg_pool_q31"})
 
 
 def single_rounding(attrs: dict) -> dict:
@@ -71,10 +66,12 @@ def fixed_point_requantize(fn: Function, per_channel: bool = False,
     arithmetic (the accelerator's MULHI epilogue), ``"single"`` one rounding of the
     exact product (the REQUANT instruction: one ALU pass, closer to float; for configs
     with :func:`~tensorfab.isa.formats.requant_supported`); otherwise they stay. With
-    ``rounding="single"`` the int8 vector operators (:data:`VECTOR_OPERATORS`) scale
+    ``rounding="single"`` the int8 vector operators (:data:`~.partitioning.
+    ACCEL_ACTIVATIONS`, each with an output scale of
+    :mod:`tensorfab.compiler.tensor.vector_program`'s attributes) scale
     their output with one REQUANT too (:func:`single_rounding`)."""
     def rule(e: Expr, _old: Expr) -> Expr:
-        if isinstance(e, Call) and e.op in VECTOR_OPERATORS and rounding == "single" \
+        if isinstance(e, Call) and e.op in ACCEL_ACTIVATIONS and rounding == "single" \
                 and e.attrs.get("rounding", "double") == "double":
             return Call(e.op, e.args, {**e.attrs, **single_rounding(e.attrs)},
                         e.virtual_device, e.name)
