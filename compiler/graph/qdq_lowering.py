@@ -62,6 +62,16 @@ def _dequantized(e: Expr) -> tuple[Expr, np.ndarray] | None:
     return e.args[0], scale.astype(np.float32)
 
 
+def _int8_activations(call: Call) -> list[tuple[Expr, np.ndarray]] | None:
+    """``[(int8 tensor, scale), ...]`` of ``call``'s arguments when every one is a
+    per-tensor symmetric ``dequantize`` of an int8 activation (not a constant)."""
+    operands = [_dequantized(a) for a in call.args]
+    if any(d is None or isinstance(d[0], Constant) or d[1].size != 1
+           or d[0].checked_type.dtype != "int8" for d in operands):  # type: ignore[union-attr]
+        return None
+    return operands  # type: ignore[return-value]
+
+
 def _int8_weight(e: Expr, transpose: bool = False) -> tuple[Constant, np.ndarray] | None:
     """A constant int8 weight behind a symmetric dequantize (optionally transposed)."""
     if transpose:
@@ -213,11 +223,10 @@ def _lower_multiply(mul: Call, ys: np.ndarray) -> Expr | None:
     activations (:func:`~tensorfab.compiler.tensor.channel_scale.mul_attrs`)."""
     from tensorfab.compiler.tensor.channel_scale import mul_attrs
 
-    operands = [_dequantized(a) for a in mul.args]
-    if any(d is None or isinstance(d[0], Constant) or d[1].size != 1
-           or d[0].checked_type.dtype != "int8" for d in operands):  # type: ignore[union-attr]
+    operands = _int8_activations(mul)
+    if operands is None:
         return None
-    (a, sa), (b, sb) = operands  # type: ignore[misc]
+    (a, sa), (b, sb) = operands
     attrs = mul_attrs(float(sa.reshape(())), float(sb.reshape(())), float(ys.reshape(())))
     return Call("qnn.mul_q31", [a, b], attrs, mul.virtual_device, mul.name)
 
@@ -243,11 +252,10 @@ def add_q31_attrs(sa: float, sb: float, sy: float) -> dict[str, int]:
 
 def _lower_add(add: Call, ys: np.ndarray) -> Expr | None:
     """``qnn.add_q31`` for ``add(dq(a), dq(b))`` of two int8 per-tensor operands."""
-    operands = [_dequantized(a) for a in add.args]
-    if any(d is None or isinstance(d[0], Constant) or d[1].size != 1
-           or d[0].checked_type.dtype != "int8" for d in operands):  # type: ignore[union-attr]
+    operands = _int8_activations(add)
+    if operands is None:
         return None
-    (a, sa), (b, sb) = operands  # type: ignore[misc]
+    (a, sa), (b, sb) = operands
     attrs = add_q31_attrs(float(sa.reshape(())), float(sb.reshape(())),
                           float(ys.reshape(())))
     return Call("qnn.add_q31", [a, b], attrs, add.virtual_device, add.name)
@@ -256,11 +264,10 @@ def _lower_add(add: Call, ys: np.ndarray) -> Expr | None:
 def _lower_activation_matmul(mm: Call, ys: np.ndarray) -> Expr | None:
     """``requantize(matmul_integer(a, b), s_a s_b / s_y)`` for a matmul of two int8
     per-tensor activations."""
-    operands = [_dequantized(a) for a in mm.args]
-    if any(d is None or isinstance(d[0], Constant) or d[1].size != 1
-           or d[0].checked_type.dtype != "int8" for d in operands):  # type: ignore[union-attr]
+    operands = _int8_activations(mm)
+    if operands is None:
         return None
-    (a, sa), (b, sb) = operands  # type: ignore[misc]
+    (a, sa), (b, sb) = operands
     zero = Constant(np.zeros((), np.int8))
     acc = Call("qnn.matmul_integer", [a, b, zero, zero], {}, mm.virtual_device, mm.name)
     return _requantize(acc, (sa * sb).astype(np.float32) / ys, -1, mm.virtual_device)

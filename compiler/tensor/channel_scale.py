@@ -54,9 +54,7 @@ MUL_ATTRS = ("left_shift", "multiplier", "shift", "zero_point")
 def mul_attrs(s_a: float, s_b: float, s_y: float, zero_point: int = 0) -> dict[str, int]:
     """The ``qnn.mul_q31`` attributes of ``quantize(a · s_a · b · s_b, s_y)``: the
     product scaled by ``s_a · s_b / s_y`` (headroom from its largest magnitude, 2^14)."""
-    scale = output_scale(s_a * s_b / s_y, 128 * 128)
-    return {"left_shift": scale.left_shift, "multiplier": scale.multiplier,
-            "shift": scale.shift, "zero_point": zero_point}
+    return output_scale(s_a * s_b / s_y, 128 * 128).attrs(zero_point)
 
 
 def channel_scale_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[str, Any],

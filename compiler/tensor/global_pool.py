@@ -57,9 +57,7 @@ def global_avg_pool_attrs(s_x: float, s_y: float, pixels: int, zero_point: int =
     (headroom from its largest magnitude, ``128 · pixels``, twice that with an input
     zero point)."""
     scale = output_scale(s_x / (pixels * s_y), (256 if input_zero_point else 128) * pixels)
-    return {"left_shift": scale.left_shift, "multiplier": scale.multiplier,
-            "shift": scale.shift, "zero_point": zero_point,
-            "input_zero_point": input_zero_point}
+    return scale.attrs(zero_point) | {"input_zero_point": input_zero_point}
 
 
 def global_avg_pool_program(cfg: HwConfig, shape: tuple[int, ...],

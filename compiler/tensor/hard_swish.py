@@ -78,9 +78,7 @@ def hard_swish_attrs(s_x: float, s_y: float, zero_point: int = 0) -> dict[str, i
     upper = int(np.rint(6.0 * (1 << t_shift) / s_x))
     offset = int(np.rint(3.0 * (1 << t_shift) / s_x))
     scale = output_scale(s_x * s_x / ((1 << t_shift) * 6.0 * s_y), 128 * upper)
-    return {"t_shift": t_shift, "offset": offset, "upper": upper,
-            "left_shift": scale.left_shift, "multiplier": scale.multiplier,
-            "shift": scale.shift, "zero_point": zero_point}
+    return {"t_shift": t_shift, "offset": offset, "upper": upper} | scale.attrs(zero_point)
 
 
 def hard_swish_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[str, Any],

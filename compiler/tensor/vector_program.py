@@ -80,6 +80,11 @@ class OutputScale:
     multiplier: int
     shift: int
 
+    def attrs(self, zero_point: int = 0) -> dict[str, int]:
+        """The operator attributes of this scale and the output's ``zero_point``."""
+        return {"left_shift": self.left_shift, "multiplier": self.multiplier,
+                "shift": self.shift, "zero_point": zero_point}
+
 
 def output_scale(real: float, largest: int) -> OutputScale:
     """The Q31 scale of ``real`` for values of magnitude at most ``largest``, with the
