@@ -899,9 +899,7 @@ def _add_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
         raise _fail(f"left_shift {attrs['left_shift']} outside 0..24 (an int8 shifted by "
                     "it must fit 32 bits with headroom for the sum)")
     for k in ("a", "b", "out"):
-        m, e = attrs[f"{k}_multiplier"], attrs[f"{k}_shift"]
-        if not 0 <= m < 1 << 31 or not -31 <= e <= 30:
-            raise _fail(f"{k}: multiplier {m} must be in 0..2^31-1 and shift {e} in -31..30")
+        _check_multiplier(attrs[f"{k}_multiplier"], attrs[f"{k}_shift"], f"{k}: ")
     for k in ("zero_point", "a_zero_point", "b_zero_point"):
         if not -128 <= attrs[k] <= 127:
             raise _fail(f"{k} {attrs[k]} outside -128..127")
@@ -932,19 +930,24 @@ def _hard_swish_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     return x
 
 
+def _check_multiplier(m: int, e: int, what: str = "") -> None:
+    """A Q31 multiplier in ``0..2^31-1`` and its exponent in ``-31..30``."""
+    if not 0 <= m < 1 << 31 or not -31 <= e <= 30:
+        raise _fail(f"{what}multiplier {m} must be in 0..2^31-1 and shift {e} in -31..30")
+
+
 def _check_output_scale(attrs: Mapping[str, Any], largest: int) -> None:
     """The checks of an int8 vector operator's output scale (``left_shift``,
     ``multiplier``, ``shift``, ``zero_point``, ``rounding``: ``"double"`` is SHL,
     MULHI and SHR_RND, ``"single"`` one REQUANT of the exact product by ``31 - shift``
     bits) for values up to ``largest`` in magnitude."""
     m, e, left = attrs["multiplier"], attrs["shift"], attrs["left_shift"]
+    _check_multiplier(m, e)
     if attrs["rounding"] not in ("double", "single"):
         raise _fail(f"rounding={attrs['rounding']!r}; expected 'double' or 'single'")
     if attrs["rounding"] == "single" and left:
         raise _fail(f"left_shift {left} with rounding='single' (REQUANT's exact product "
                     "needs no headroom)")
-    if not 0 <= m < 1 << 31 or not -31 <= e <= 30:
-        raise _fail(f"multiplier {m} must be in 0..2^31-1 and shift {e} in -31..30")
     if not 0 <= left <= 30 or largest << max(left + max(e, 0), 0) >= 1 << 31:
         raise _fail(f"left_shift {left} (with shift {e}) lets values up to {largest} "
                     "overflow 32 bits")
