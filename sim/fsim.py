@@ -53,6 +53,9 @@ PUSHES: dict[Engine, tuple[tuple[str, str], ...]] = {e: token_pushes(e) for e in
 #: Per queue: the engine that pushes it and the flag that does.
 QUEUE_PUSHER = {q.name: (q.producer.name.lower(), q.push) for q in TOKEN_QUEUES}
 
+#: Decoded words a simulator keeps per configuration before starting over.
+_DECODED_WORDS_KEPT = 1 << 16
+
 Token = tuple[tuple[int, int, int], int]  # (pusher's vector clock, pusher's index)
 
 
@@ -97,9 +100,21 @@ def check_finish(insns: Sequence[Insn]) -> None:
                            index=len(insns), engine="compute", field="opcode")
 
 
-def decode_image(program: Program, dram: np.ndarray) -> list[Insn]:
+def decode_image(program: Program, dram: np.ndarray,
+                 decoded: dict[int, Insn] | None = None) -> list[Insn]:
     """Decode the program's instructions from the DRAM image (they start at
     :attr:`~tensorfab.isa.Program.insn_base`).
+
+    Parameters
+    ----------
+    program : Program
+        Gives the configuration, the instruction count and where they start.
+    dram : numpy.ndarray
+        The image read (an instruction patched into it is what runs).
+    decoded : dict, optional
+        Words already decoded for ``program.config`` (a word decodes the same wherever
+        it is); new legal words are added. Illegal words are never stored, so they
+        raise on every run.
 
     Raises
     ------
@@ -112,7 +127,8 @@ def decode_image(program: Program, dram: np.ndarray) -> list[Insn]:
     n = len(program.insns)
     base = program.insn_base
     words = words_from_bytes(dram[base: base + n * program.insn_bytes], cfg)
-    decoded: dict[int, Insn] = {}  # a word decodes the same wherever it is
+    if decoded is None:
+        decoded = {}
     insns = []
     for i, w in enumerate(words):
         insn = decoded.get(w)
@@ -143,6 +159,9 @@ class FunctionalSimulator(Device):
 
     def __init__(self, fast: bool = True) -> None:
         self.fast = fast
+        # Decoded words per configuration: a resident model runs the same programs
+        # over and over, and decoding costs more than most instructions' execution.
+        self._decoded: dict[HwConfig, dict[int, Insn]] = {}
 
     def run(self, program: Program, dram: np.ndarray | None = None) -> RunResult:
         """Execute ``program`` on a copy of ``dram`` (default ``program.dram_image()``).
@@ -165,7 +184,10 @@ class FunctionalSimulator(Device):
 
     def _execute(self, program: Program, image: np.ndarray) -> RunResult:
         """Run ``program`` on ``image``, modifying it."""
-        insns = decode_image(program, image)
+        decoded = self._decoded.setdefault(program.config, {})
+        if len(decoded) > _DECODED_WORDS_KEPT:  # random programs: mostly unique words
+            decoded.clear()
+        insns = decode_image(program, image, decoded)
         streams: list[list[tuple[int, Insn]]] = [[], [], []]
         for i, insn in enumerate(insns):
             streams[insn.engine].append((i, insn))

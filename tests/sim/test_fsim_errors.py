@@ -361,6 +361,26 @@ def test_finish_patched_out_of_image() -> None:
     assert info.value.code is ErrorCode.NO_FINISH
 
 
+def test_words_patched_into_an_image_after_a_good_run_are_decoded_again() -> None:
+    """A simulator that has run a program keeps its decoded words; the same program
+    with an instruction patched (illegal, or legal but different) is decoded anew."""
+    sim = FunctionalSimulator()
+    prog = _program_for_patching()
+    good = sim.run(prog).dram
+    nb = prog.insn_bytes
+    image = prog.dram_image()
+    image[2 * nb] = (image[2 * nb] & 0xF8) | 7
+    for _ in range(2):
+        with pytest.raises(IllegalInstruction, match=r"instruction 2.*unknown opcode 7"):
+            sim.run(prog, image)
+    # instruction 2 (ALU ADD imm 1) becomes the FINISH: its result is never written
+    image = prog.dram_image()
+    image[2 * nb: 3 * nb] = image[3 * nb: 4 * nb]
+    with pytest.raises(ProgramError, match=r"instruction 2.*FINISH must be the last"):
+        sim.run(prog, image)
+    np.testing.assert_array_equal(sim.run(prog).dram, good)
+
+
 def test_program_without_finish() -> None:
     prog = Program(TINY, [Alu(op=AluOp.ADD, use_imm=True, imm=1)], [Uop()])
     with pytest.raises(ProgramError, match=r"instruction 1, compute engine.*does not end with "
