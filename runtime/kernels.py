@@ -760,7 +760,7 @@ def _to_int8(v: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
 @kernel("qnn.hard_swish_q31")
 def hard_swish_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """int8 hard-swish with the functional simulator's ALU (see the op's doc)."""
-    x = inputs[0].astype(np.int32)
+    x = alu_apply(AluOp.ADD, inputs[0].astype(np.int32), -attrs.get("input_zero_point", 0))
     t = alu_apply(AluOp.ADD, alu_apply(AluOp.SHL, x, attrs["t_shift"]), attrs["offset"])
     t = alu_apply(AluOp.MIN, alu_apply(AluOp.MAX, t, 0), attrs["upper"])
     return _to_int8(alu_apply(AluOp.MUL, x, t), attrs)
@@ -770,6 +770,8 @@ def hard_swish_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.nd
 def mul_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """int8 multiply with the functional simulator's ALU (see the op's doc)."""
     a, b = np.broadcast_arrays(*(x.astype(np.int32) for x in inputs))
+    a = alu_apply(AluOp.ADD, a, -attrs.get("a_zero_point", 0))
+    b = alu_apply(AluOp.ADD, b, -attrs.get("b_zero_point", 0))
     return _to_int8(alu_apply(AluOp.MUL, a, b), attrs)
 
 

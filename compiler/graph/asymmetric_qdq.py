@@ -21,6 +21,14 @@ default. A uint8 tensor ``q`` with zero point ``z`` is, exactly, the int8 tensor
   its own before the scaling, the output's added after it);
 * ``quantize(global_avg_pool2d(dq(x, s_x, z_x)), s_y, z_y)`` →
   ``qnn.global_avg_pool_q31(x)`` (the sum of ``x - z_x``, scaled, plus ``z_y``);
+* ``quantize(hard_swish(dq(x, s_x, z_x)), s_y, z_y)`` → ``qnn.hard_swish_q31(x)`` with
+  both zero points, and ``quantize(multiply(dq(a, ...), dq(b, ...)), s_y, z_y)`` of two
+  int8 activations (squeeze-excite's scale) → ``qnn.mul_q31(a, b)`` with the three
+  (hard-swish and hard-sigmoid in a QDQ model are recognized first:
+  :mod:`.mobile_activations`);
+* ``quantize(clip(dq(x, s, z), lo, hi), s, z)`` → ``clip(x, z + round(lo/s), z +
+  round(hi/s))``, and a clip over a convolution or matmul (a folded hard-sigmoid) → the
+  integer form below, then that clip;
 * ``quantize(op(dq(x, s, z)), s, z)`` for an op that commutes with ``q ↦ (q - z) s``
   (max pooling, reshapes, transposes, flatten) → ``op(x)``, and
   ``quantize(dq(x, s, z), s, z)`` → ``x``.
@@ -35,7 +43,7 @@ import numpy as np
 
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, post_order
-from .qdq_lowering import _bias_int32, _const, _int8_weight
+from .qdq_lowering import _bias_int32, _const, _int8_weight, int8_clip, linear_and_bias
 from .rewrite import rebuild, rewrite
 
 __all__ = ["lower_asymmetric_qdq", "uint8_as_int8"]
@@ -132,6 +140,12 @@ def lower_asymmetric_qdq(fn: Function) -> Function:
             return Call(x.op, [dq[0], *x.args[1:]], x.attrs, x.virtual_device, x.name)
         if isinstance(x, Call) and x.op == "nn.global_avg_pool2d":
             return _lower_global_avg_pool(x, sy, zy) or e
+        if isinstance(x, Call) and x.op == "hard_swish":
+            return _lower_hard_swish(x, sy, zy) or e
+        if isinstance(x, Call) and x.op == "multiply":
+            return _lower_multiply(x, sy, zy) or e
+        if isinstance(x, Call) and x.op == "clip":
+            return _lower_clip(e, x, sy, zy) or e
         bias = None
         if isinstance(x, Call) and x.op == "add":
             added = _lower_add(x, sy, zy)
@@ -158,6 +172,52 @@ def _lower_global_avg_pool(pool: Call, sy: np.float32, zy: int) -> Expr | None:
         return None
     attrs = global_avg_pool_attrs(sx, float(sy), int(shape[2]) * int(shape[3]), zy, zx)
     return Call("qnn.global_avg_pool_q31", [x], attrs, pool.virtual_device, pool.name)
+
+
+def _lower_hard_swish(hs: Call, sy: np.float32, zy: int) -> Expr | None:
+    """``qnn.hard_swish_q31(x)`` with the input's and the output's zero points for
+    ``hard_swish(dq(x, s_x, z_x))`` of an int8 activation."""
+    from tensorfab.compiler.tensor.hard_swish import hard_swish_attrs
+
+    dq = _dequantized(hs.args[0])
+    if dq is None or not (dq[2] or zy):
+        return None  # symmetric: lower_qdq's
+    x, sx, zx = dq
+    attrs = hard_swish_attrs(sx, float(sy), zy, zx)
+    if attrs is None:
+        return None
+    return Call("qnn.hard_swish_q31", [x], attrs, hs.virtual_device, hs.name)
+
+
+def _lower_multiply(mul: Call, sy: np.float32, zy: int) -> Expr | None:
+    """``qnn.mul_q31(a, b)`` with the three zero points for ``multiply(dq(a, s_a, z_a),
+    dq(b, s_b, z_b))`` of two int8 activations."""
+    from tensorfab.compiler.tensor.channel_scale import mul_attrs
+
+    operands = [_dequantized(a) for a in mul.args]
+    if any(d is None for d in operands):
+        return None
+    (a, sa, za), (b, sb, zb) = operands  # type: ignore[misc]
+    if not (za or zb or zy):
+        return None  # symmetric: lower_qdq's
+    attrs = mul_attrs(sa, sb, float(sy), zy, za, zb)
+    return Call("qnn.mul_q31", [a, b], attrs, mul.virtual_device, mul.name)
+
+
+def _lower_clip(q: Call, clip: Call, sy: np.float32, zy: int) -> Expr | None:
+    """The int8 clip of ``quantize(clip(dq(x, s, z)), s, z)``, or of a clip over a
+    convolution or matmul quantized with a zero point (:func:`.qdq_lowering.int8_clip`)."""
+    dq = _dequantized(clip.args[0])
+    if dq is not None:
+        x, sx, zx = dq
+        if (sx, zx) != (sy, zy) or not zy:
+            return None  # another scale: the CPU's; symmetric: lower_qdq's
+        return int8_clip(x, clip, float(sy), zy)
+    linear, bias = linear_and_bias(clip.args[0])
+    if linear is None:
+        return None
+    lowered = _lower_linear(q, linear, bias, sy, zy)
+    return None if lowered is None else int8_clip(lowered, clip, float(sy), zy)
 
 
 def _lower_add(add: Call, sy: np.float32, zy: int) -> Expr | None:

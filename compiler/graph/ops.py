@@ -9,7 +9,7 @@ CPU kernels of :mod:`tensorfab.runtime.kernels`, which implement each of them in
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -900,9 +900,7 @@ def _add_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
                     "it must fit 32 bits with headroom for the sum)")
     for k in ("a", "b", "out"):
         _check_multiplier(attrs[f"{k}_multiplier"], attrs[f"{k}_shift"], f"{k}: ")
-    for k in ("zero_point", "a_zero_point", "b_zero_point"):
-        if not -128 <= attrs[k] <= 127:
-            raise _fail(f"{k} {attrs[k]} outside -128..127")
+    _check_zero_points(attrs, ("zero_point", "a_zero_point", "b_zero_point"))
     if attrs["left_shift"] > 23 and (attrs["a_zero_point"] or attrs["b_zero_point"]):
         raise _fail(f"left_shift {attrs['left_shift']} with input zero points: x - z (up "
                     "to 255) shifted by it must fit 32 bits")
@@ -912,8 +910,9 @@ def _add_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 @register("qnn.hard_swish_q31", 1, {"t_shift": 0, "offset": REQUIRED, "upper": REQUIRED,
                                     "left_shift": 0, "multiplier": REQUIRED,
                                     "shift": REQUIRED, "zero_point": 0,
-                                    "rounding": "double"},
-          "int8 hard-swish x·relu6(x + 3)/6 with the accelerator's ALU arithmetic: t = "
+                                    "input_zero_point": 0, "rounding": "double"},
+          "int8 hard-swish x·relu6(x + 3)/6 with the accelerator's ALU arithmetic: x less "
+          "input_zero_point, t = "
           "min(max(SHL(x, t_shift) + offset, 0), upper) (offset and upper are 3 and 6 in "
           "units of x's step / 2^t_shift), "
           "p = x·t (int32), SHL left_shift, scaled by the Q31 multiplier (SHL max(shift, "
@@ -926,8 +925,22 @@ def _hard_swish_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     if not 0 <= attrs["offset"] <= attrs["upper"] <= 32767:
         raise _fail(f"offset {attrs['offset']} and upper {attrs['upper']} must satisfy "
                     "0 <= offset <= upper <= 32767 (16-bit ALU immediates)")
-    _check_output_scale(attrs, 128 * attrs["upper"])
+    _check_zero_points(attrs, ("input_zero_point",))
+    _check_output_scale(attrs, _operand_range(attrs, ("input_zero_point",)) * attrs["upper"])
     return x
+
+
+def _check_zero_points(attrs: Mapping[str, Any], names: Sequence[str]) -> None:
+    """Zero points of an int8 operator in ``-128..127``."""
+    for k in names:
+        if not -128 <= attrs[k] <= 127:
+            raise _fail(f"{k} {attrs[k]} outside -128..127")
+
+
+def _operand_range(attrs: Mapping[str, Any], names: Sequence[str]) -> int:
+    """The largest magnitude of an int8 operand less its zero point (any of ``names``
+    nonzero: up to 255)."""
+    return 256 if any(attrs[k] for k in names) else 128
 
 
 def _check_multiplier(m: int, e: int, what: str = "") -> None:
@@ -956,16 +969,20 @@ def _check_output_scale(attrs: Mapping[str, Any], largest: int) -> None:
 
 
 @register("qnn.mul_q31", 2, {"left_shift": 0, "multiplier": REQUIRED, "shift": REQUIRED,
-                             "zero_point": 0, "rounding": "double"},
+                             "zero_point": 0, "a_zero_point": 0, "b_zero_point": 0,
+                             "rounding": "double"},
           "int8 · int8 to int8 (numpy broadcasting; squeeze-excite's channel-wise scale), "
-          "with the accelerator's ALU arithmetic: the int32 product, SHL left_shift, "
+          "with the accelerator's ALU arithmetic: the int32 product of a - a_zero_point "
+          "and b - b_zero_point, SHL left_shift, "
           "scaled by the Q31 multiplier (SHL max(shift, 0), MULHI, SHR_RND max(-shift, "
           "0)), + zero_point, clipped to int8")
 def _mul_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     a, b = _t(types, 0), _t(types, 1)
     _want_dtype(a, ("int8",), "operand a")
     _want_dtype(b, ("int8",), "operand b")
-    _check_output_scale(attrs, 128 * 128)
+    _check_zero_points(attrs, ("a_zero_point", "b_zero_point"))
+    _check_output_scale(attrs, _operand_range(attrs, ("a_zero_point",))
+                        * _operand_range(attrs, ("b_zero_point",)))
     return TensorType(broadcast_shapes(a.shape, b.shape), "int8")
 
 
@@ -981,9 +998,8 @@ def _global_avg_pool_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     _want_dtype(x, ("int8",), "the input")
     if x.ndim not in (4, 6):
         raise _fail(f"the input is {x}; expected NCHW or a blocked NCHW{{n}}n{{c}}c")
-    if not -128 <= attrs["input_zero_point"] <= 127:
-        raise _fail(f"input_zero_point {attrs['input_zero_point']} outside -128..127")
-    _check_output_scale(attrs, (256 if attrs["input_zero_point"] else 128)
+    _check_zero_points(attrs, ("input_zero_point",))
+    _check_output_scale(attrs, _operand_range(attrs, ("input_zero_point",))
                         * int(x.shape[2]) * int(x.shape[3]))
     return TensorType((*x.shape[:2], 1, 1, *x.shape[4:]), "int8")
 

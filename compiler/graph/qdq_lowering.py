@@ -157,7 +157,14 @@ def lower_qdq(fn: Function) -> Function:
         if bias is None and isinstance(x, Call) and x.op == "multiply":
             return _lower_multiply(x, ys) or e
         if bias is None and isinstance(x, Call) and x.op == "clip":
-            return _lower_clip(x, ys) or e
+            clipped = _lower_clip(x, ys)
+            if clipped is not None:
+                return clipped
+            inner, inner_bias = linear_and_bias(x.args[0])
+            if inner is None:
+                return e
+            lowered = _lower_linear(e, inner, inner_bias, ys, x.args[0].name)
+            return e if lowered is None else int8_clip(lowered, x, float(ys), 0)
         if bias is None and isinstance(x, Call) and x.op in SCALE_COMMUTING:
             dq = _dequantized(x.args[0])
             if dq is None or dq[1].size != 1 or dq[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
@@ -173,18 +180,35 @@ def lower_qdq(fn: Function) -> Function:
 
 def _lower_clip(clip: Call, ys: np.ndarray) -> Expr | None:
     """``clip(x, round(lo/s), round(hi/s))`` in int8 for ``clip(dq(x, s), lo, hi)``
-    quantized with the same scale ``s`` (ReLU6 after a convolution): exact, as
-    ``round(clip(x·s, lo, hi) / s) = clip(x, round(lo/s), round(hi/s))`` for integer
-    ``x``."""
+    quantized with the same scale ``s`` (ReLU6 after a convolution; :func:`int8_clip`)."""
     dq = _dequantized(clip.args[0])
     if dq is None or dq[1].size != 1 or dq[0].checked_type.dtype != "int8":  # type: ignore[union-attr]
         return None
     q, s = dq
     if s != ys:
         return None
-    lo, hi = (int(np.clip(np.rint(np.float32(clip.attrs[k]) / s.reshape(())), -128, 127))
+    return int8_clip(q, clip, float(s.reshape(())), 0)
+
+
+def int8_clip(q: Expr, clip: Call, s: float, z: int) -> Call:
+    """The int8 form of float ``clip`` applied before quantizing with ``(s, z)``, on
+    ``q``, the int8 quantization of its input: ``clip(q, z + round(lo/s), z +
+    round(hi/s))`` within int8 — exact, as ``round(clip(v, lo, hi)/s) + z =
+    clip(round(v/s) + z, ...)`` for rounding that is monotone and exact on integers."""
+    lo, hi = (int(np.clip(z + np.rint(np.float32(clip.attrs[k]) / np.float32(s)), -128, 127))
               for k in ("a_min", "a_max"))
     return Call("clip", [q], {"a_min": lo, "a_max": hi}, clip.virtual_device, clip.name)
+
+
+def linear_and_bias(e: Expr) -> tuple[Call | None, Expr | None]:
+    """``(conv2d or matmul, bias or None)`` of ``e`` = ``linear(...) [+ bias]``, else
+    ``(None, None)``."""
+    bias = None
+    if isinstance(e, Call) and e.op == "add":
+        e, bias = e.args
+    if isinstance(e, Call) and e.op in ("nn.conv2d", "matmul"):
+        return e, bias
+    return None, None
 
 
 def _lower_hard_swish(hs: Call, ys: np.ndarray) -> Expr | None:

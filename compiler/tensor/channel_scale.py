@@ -11,7 +11,8 @@ operation for operation:
 2. each tile of ``x`` (within one channel block: a run of ``H·W`` entries of the blocked
    layout) comes into the accumulators the same way (:class:`.vector_program.VectorLoop`)
    and is multiplied by its block's ``s`` entry (``MUL`` with a source that does not
-   step);
+   step); zero points of an asymmetric model come off both first (``ADD -z``: the
+   scale entries once, each tile's entries before the product);
 3. the output scale (:func:`.vector_program.output_scale_ops`), the zero point and the
    int8 clip; the STORE keeps the low byte.
 
@@ -51,10 +52,14 @@ __all__ = ["MUL_ATTRS", "channel_scale_program", "mul_attrs"]
 MUL_ATTRS = ("left_shift", "multiplier", "shift", "zero_point")
 
 
-def mul_attrs(s_a: float, s_b: float, s_y: float, zero_point: int = 0) -> dict[str, int]:
-    """The ``qnn.mul_q31`` attributes of ``quantize(a · s_a · b · s_b, s_y)``: the
-    product scaled by ``s_a · s_b / s_y`` (headroom from its largest magnitude, 2^14)."""
-    return output_scale(s_a * s_b / s_y, 128 * 128).attrs(zero_point)
+def mul_attrs(s_a: float, s_b: float, s_y: float, zero_point: int = 0,
+              a_zero_point: int = 0, b_zero_point: int = 0) -> dict[str, int]:
+    """The ``qnn.mul_q31`` attributes of ``quantize((a - z_a) s_a · (b - z_b) s_b, s_y,
+    zero_point)``: the product scaled by ``s_a · s_b / s_y`` (headroom from its largest
+    magnitude, 2^14, or 255 for an operand with a zero point)."""
+    largest = (256 if a_zero_point else 128) * (256 if b_zero_point else 128)
+    return (output_scale(s_a * s_b / s_y, largest).attrs(zero_point)
+            | {"a_zero_point": a_zero_point, "b_zero_point": b_zero_point})
 
 
 def channel_scale_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[str, Any],
@@ -113,10 +118,14 @@ def channel_scale_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[
                  iter_in=groups, acc_factor_in=1, pop_prev=True))
     pb.emit(Gemm(uop_begin=s_gemm[0], uop_end=s_gemm[1], iter_out=1, iter_in=groups,
                  acc_factor_in=1, inp_factor_in=1))
+    za, zb = attrs.get("a_zero_point", 0), attrs.get("b_zero_point", 0)
+    if zb:
+        pb.emit(VectorLoop.alu_over(groups)(s_reset, AluOp.ADD, -zb))
 
     def compute(slot: int, tile: Tile) -> list[Alu]:
         u, alu = spans[slot], VectorLoop.alu_over(tile.count)
-        return [alu(u["mul"][tile.group], AluOp.MUL, None),
+        shift = [alu(u["x"], AluOp.ADD, -za)] if za else []
+        return [*shift, alu(u["mul"][tile.group], AluOp.MUL, None),
                 *output_scale_ops(attrs, alu, u["x"], u["scaled"])]
 
     loop.run(group_tiles(groups, per_group, t), "x", "out", compute)

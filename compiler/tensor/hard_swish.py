@@ -7,7 +7,8 @@ for bit:
 
 1. each int8 tile is brought into the accumulators by a GEMM with an identity weight
    entry (``x = q @ I``, exact);
-2. ``t = MOV x``, ``SHL t_shift``, ``ADD offset``, ``MAX 0``, ``MIN upper``
+2. ``ADD -input_zero_point`` (an asymmetric input only), ``t = MOV x``, ``SHL t_shift``,
+   ``ADD offset``, ``MAX 0``, ``MIN upper``
    (``relu6(x + 3)`` in units of ``x``'s step over ``2^t_shift``), ``x = MUL x, t``;
 3. ``SHL left_shift`` (with the output exponent when it is positive), ``MULHI`` by the
    Q31 multiplier (an accumulator entry holding it in every lane, loaded once),
@@ -47,22 +48,26 @@ from .vector_program import (
 __all__ = ["HARD_SWISH_ATTRS", "hard_swish_attrs", "hard_swish_program"]
 
 #: The attributes of ``qnn.hard_swish_q31`` the program reads.
-HARD_SWISH_ATTRS = ("t_shift", "offset", "upper", "left_shift", "multiplier", "shift", "zero_point")
+HARD_SWISH_ATTRS = ("t_shift", "offset", "upper", "left_shift", "multiplier", "shift",
+                    "zero_point")
 
 
 #: Largest ``upper`` (``6 / s_x``): a 16-bit ALU immediate.
 MAX_UPPER = 32767
 
 
-def hard_swish_attrs(s_x: float, s_y: float, zero_point: int = 0) -> dict[str, int] | None:
-    """The ``qnn.hard_swish_q31`` attributes of ``quantize(hard_swish(x · s_x), s_y)``.
+def hard_swish_attrs(s_x: float, s_y: float, zero_point: int = 0,
+                     input_zero_point: int = 0) -> dict[str, int] | None:
+    """The ``qnn.hard_swish_q31`` attributes of ``quantize(hard_swish((x - z_x) · s_x),
+    s_y, zero_point)`` (``z_x = input_zero_point``).
 
     ``t`` is computed in units of ``s_x / 2^k`` (``x`` shifted left by ``k = t_shift``,
     the largest with ``6 · 2^k / s_x`` a 16-bit immediate), so that 3 and 6 rounded to
     its steps, ``offset = round(3 · 2^k / s_x)`` and ``upper = round(6 · 2^k / s_x)``,
     are exact to a fraction of an input step. The product ``x · t`` is in units of
     ``s_x² / 2^k`` and scaled by ``s_x² / (2^k · 6 s_y)`` (:func:`.vector_program.
-    output_scale`, headroom from its largest magnitude ``128 · upper``).
+    output_scale`, headroom from its largest magnitude ``128 · upper``, ``256 · upper``
+    with an input zero point).
 
     Returns
     -------
@@ -77,8 +82,10 @@ def hard_swish_attrs(s_x: float, s_y: float, zero_point: int = 0) -> dict[str, i
         t_shift -= 1
     upper = int(np.rint(6.0 * (1 << t_shift) / s_x))
     offset = int(np.rint(3.0 * (1 << t_shift) / s_x))
-    scale = output_scale(s_x * s_x / ((1 << t_shift) * 6.0 * s_y), 128 * upper)
-    return {"t_shift": t_shift, "offset": offset, "upper": upper} | scale.attrs(zero_point)
+    scale = output_scale(s_x * s_x / ((1 << t_shift) * 6.0 * s_y),
+                         (256 if input_zero_point else 128) * upper)
+    return ({"t_shift": t_shift, "offset": offset, "upper": upper,
+             "input_zero_point": input_zero_point} | scale.attrs(zero_point))
 
 
 def hard_swish_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[str, Any],
@@ -126,7 +133,10 @@ def hard_swish_program(cfg: HwConfig, shape: tuple[int, ...], attrs: Mapping[str
 
     def compute(slot: int, tile: Tile) -> list[Alu]:
         u, alu = spans[slot], VectorLoop.alu_over(tile.count)
-        ops = [alu(u["t_mov"], AluOp.MOV, None, True)]
+        ops = []
+        if attrs.get("input_zero_point", 0):
+            ops.append(alu(u["x"], AluOp.ADD, -attrs["input_zero_point"]))
+        ops.append(alu(u["t_mov"], AluOp.MOV, None, True))
         if attrs["t_shift"]:
             ops.append(alu(u["t"], AluOp.SHL, attrs["t_shift"]))
         ops += [alu(u["t"], AluOp.ADD, attrs["offset"]), alu(u["t"], AluOp.MAX, 0),

@@ -62,24 +62,27 @@ def test_global_pool_equals_reference_and_cpu_kernel(seed, shape, tile, zx) -> N
     assert np.abs(got - mean - attrs["zero_point"])[inside].max() <= 0.5 + 1e-6
 
 
-@pytest.mark.parametrize(("seed", "shape", "tile"), [
-    (0, (1, 3, 9, 9, 1, 16), 64),
-    (1, (1, 2, 5, 7, 1, 16), 256),     # zero point
-    (2, (1, 13, 6, 24, 1, 16), 100),   # runs not multiples of the tile
-    (3, (1, 4, 1, 1, 1, 16), 8)])
-def test_channel_scale_equals_reference_and_cpu_kernel(seed, shape, tile) -> None:
+@pytest.mark.parametrize(("seed", "shape", "tile", "za", "zb"), [
+    (0, (1, 3, 9, 9, 1, 16), 64, 0, 0),
+    (1, (1, 2, 5, 7, 1, 16), 256, 0, 0),     # zero point
+    (2, (1, 13, 6, 24, 1, 16), 100, 0, 0),   # runs not multiples of the tile
+    (3, (1, 4, 1, 1, 1, 16), 8, 0, 0),
+    (5, (1, 3, 5, 9, 1, 16), 32, -114, -128),  # an asymmetric model's zero points
+    (7, (1, 2, 3, 3, 1, 16), 8, 17, 0)])
+def test_channel_scale_equals_reference_and_cpu_kernel(seed, shape, tile, za, zb) -> None:
     r = np.random.default_rng(seed)
     x = _int8(r, shape)
-    s = r.integers(0, 128, (shape[0], shape[1], 1, 1, shape[4], shape[5])).astype(np.int8)
+    s = r.integers(zb, 128, (shape[0], shape[1], 1, 1, shape[4], shape[5])).astype(np.int8)
     s_x, s_s = (float(np.float32(10 ** r.uniform(-2, 0))) for _ in range(2))
-    s_y = float(np.float32(s_x * s_s * 127 * r.uniform(0.5, 1.5)))
-    attrs = mul_attrs(s_x, s_s, s_y, int(r.integers(-9, 9)) if seed % 2 else 0)
+    s_y = float(np.float32(s_x * s_s * 127 * r.uniform(0.5, 1.5) * (2 if za else 1)))
+    attrs = mul_attrs(s_x, s_s, s_y, int(r.integers(-9, 9)) if seed % 2 else 0, za, zb)
     p = channel_scale_program(CFG, shape, attrs, x, s, tile=tile)
     check_program_order(p.insns, p.config.dep_queue_depth)
     got = FSIM.run(p).outputs["out"]
-    np.testing.assert_array_equal(got, scaled(x.astype(np.int64) * s, attrs))
+    product = (x.astype(np.int64) - za) * (s.astype(np.int64) - zb)
+    np.testing.assert_array_equal(got, scaled(product, attrs))
     np.testing.assert_array_equal(got, KERNELS["qnn.mul_q31"]([x, s], attrs))
-    real = x.astype(np.float64) * s * s_x * s_s / s_y + attrs["zero_point"]
+    real = product.astype(np.float64) * s_x * s_s / s_y + attrs["zero_point"]
     inside = np.abs(real) < 127
     assert np.abs(got - real)[inside].max() <= 0.5 + 1e-6
 
@@ -130,7 +133,9 @@ def test_rtl_equals_fsim() -> None:
 
     rtl = RtlSimulator()
     pool, mul = global_avg_pool_attrs(0.1, 0.01, 180), mul_attrs(0.1, 0.008, 0.1, 3)
+    asym = mul_attrs(0.1, 0.004, 0.1, -5, 30, -128)
     for p in (global_avg_pool_program(CFG, shape, pool, x, tile=64),
+              channel_scale_program(CFG, shape, asym, x, s, tile=64),
               global_avg_pool_program(CFG, shape, pool | single_rounding(pool), x, tile=64),
               channel_scale_program(CFG, shape, mul, x, s, tile=64),
               channel_scale_program(CFG, shape, mul | single_rounding(mul), x, s, tile=64)):

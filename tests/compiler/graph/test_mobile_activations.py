@@ -95,6 +95,71 @@ def test_hard_sigmoid_of_a_shared_convolution_is_not_folded() -> None:
     assert "hard_sigmoid" in _ops(fold_hard_sigmoid(fn))
 
 
+def _ort_uint8(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnxruntime's default static quantization of ``model`` (uint8 QDQ)."""
+    from tensorfab.compiler.frontend import quantize_onnx
+
+    return quantize_onnx(model, [{"x": c[None]} for c in _input(1, 8)], symmetric=False,
+                         preprocess=False, activation_dtype="uint8")
+
+
+def test_qdq_forms_are_recognized_through_their_rounding_points() -> None:
+    """onnxruntime's QDQ model spells hard-swish with a quantize/dequantize pair after
+    each operator and drops the Clip (the pair after the Add represents [0, 6]); the
+    gate's convolution is quantized before HardSigmoid. Both rewrites see through the
+    pairs; the rewritten graph rounds once per pattern, so its values stay within a
+    few output steps of the QDQ graph's."""
+    qdq = _ort_uint8(mobilenet_v3_block())
+    fn = fold_constants(from_onnx(qdq))
+    assert "clip" not in _ops(fn)
+    rewritten = fold_hard_sigmoid(recognize_hard_swish(fn))
+    ops = _ops(rewritten)
+    assert ops.count("hard_swish") == 2 and "hard_sigmoid" not in ops
+    assert "divide" not in ops and ops.count("multiply") == 1  # squeeze-excite's scale
+    step = float(next(numpy_helper.to_array(i) for i in qdq.graph.initializer
+                      if i.name == "fc_scale"))
+    for seed in range(3):
+        x = _input(10 + seed)
+        assert np.abs(evaluate(rewritten, [x]) - evaluate(fn, [x])).max() <= 3 * step
+
+
+def test_a_quantized_add_without_the_clip_range_is_no_hard_swish() -> None:
+    qdq = _ort_uint8(mobilenet_v3_block())
+    for init in qdq.graph.initializer:  # the stem's pair now represents [0, 7]
+        if init.name == "stem.hswish.clip_scale":
+            init.CopyFrom(numpy_helper.from_array(np.array(7 / 255, np.float32), init.name))
+    fn = fold_constants(from_onnx(qdq))
+    assert _ops(recognize_hard_swish(fn)).count("hard_swish") == 1
+
+
+def test_ort_uint8_block_stays_on_the_accelerator() -> None:
+    """The QDQ model's hard-swish, gate and scale run as int8 programs with zero points,
+    bit-exact against the integer graph, closer to float than onnxruntime's own QDQ
+    arithmetic plus one step."""
+    model = mobilenet_v3_block()
+    qdq = _ort_uint8(model)
+    float_model = mobilenet_v3_block()
+    compiled = compile_onnx(qdq, config="default")
+    float_ops = [op for op in compiled.cpu_operators if op.split()[0] in (
+        "multiply", "add", "clip", "divide", "hard_swish", "hard_sigmoid",
+        "nn.global_avg_pool2d", "qnn.mul_q31", "qnn.hard_swish_q31")]
+    assert float_ops == []
+    step = float(next(numpy_helper.to_array(i) for i in qdq.graph.initializer
+                      if i.name == "fc_scale"))
+    for seed in range(3):
+        x = _input(20 + seed)
+        profile = profile_program(compiled.program, {"x": x}, get_device("fsim"))
+        if seed == 0:
+            layers = [r.op for r in profile.layers if r.device == "accel"]
+            assert sum(op.startswith("hard_swish") for op in layers) == 2
+            assert sum(op.startswith("mul_q31") for op in layers) == 1
+        np.testing.assert_array_equal(profile.output,
+                                      evaluate(compiled.integer_function, [x]))
+        want = _ort(float_model, x)
+        ort_error = np.abs(_ort(qdq, x) - want).max()
+        assert np.abs(np.asarray(profile.output) - want).max() <= ort_error + step
+
+
 def test_int8_block_stays_on_the_accelerator() -> None:
     model = mobilenet_v3_block()
     compiled = compile_onnx(model, config="default", calibration=_input(1, 8))
