@@ -162,6 +162,7 @@ class FunctionalSimulator(Device):
         # Decoded words per configuration: a resident model runs the same programs
         # over and over, and decoding costs more than most instructions' execution.
         self._decoded: dict[HwConfig, dict[int, Insn]] = {}
+        self._plans: dict[HwConfig, dict] = {}
 
     def run(self, program: Program, dram: np.ndarray | None = None) -> RunResult:
         """Execute ``program`` on a copy of ``dram`` (default ``program.dram_image()``).
@@ -191,7 +192,8 @@ class FunctionalSimulator(Device):
         streams: list[list[tuple[int, Insn]]] = [[], [], []]
         for i, insn in enumerate(insns):
             streams[insn.engine].append((i, insn))
-        machine = Machine(program, image, streams)
+        machine = Machine(program, image, streams,
+                          self._plans.setdefault(program.config, {}))
         with single_threaded_blas():
             _Run(machine, streams, program.config.dep_queue_depth, self.fast).run()
         return RunResult(dram=image, outputs=program.outputs(image),

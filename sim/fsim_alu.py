@@ -94,7 +94,12 @@ def requant_apply(a: np.ndarray, rows: np.ndarray,
     by the caller. With ``index``, ``a[i]`` takes the records of ``rows[index[i]]``
     (each distinct weight entry unpacked once).
     """
-    rec = unpack_requant_records(rows)  # each (..., block_out)
+    return _apply_records(a, unpack_requant_records(rows), index)
+
+
+def _apply_records(a: np.ndarray, rec: dict[str, np.ndarray],
+                   index: np.ndarray | None) -> np.ndarray:
+    """:func:`requant_apply` with the records unpacked (each field ``(..., block_out)``)."""
     if index is not None:
         rec = {k: v[index] for k, v in rec.items()}
     return requant_values(a, **{k: v[..., None, :] for k, v in rec.items()})  # over batch
@@ -115,9 +120,10 @@ def requant_values(a: np.ndarray, multiplier: np.ndarray | int, bias: np.ndarray
     return np.minimum(np.maximum(r + zero_point, lo), hi).astype(np.int32)
 
 
-def _check_records(access: Access, rows: np.ndarray, w: np.ndarray) -> None:
-    """Raise ``SHIFT_RANGE`` if a REQUANT record's shift is past REQUANT_MAX_SHIFT."""
-    shift = unpack_requant_records(rows)["shift"]
+def _check_records(access: Access, rec: dict[str, np.ndarray], w: np.ndarray) -> None:
+    """Raise ``SHIFT_RANGE`` if a REQUANT record's shift is past REQUANT_MAX_SHIFT
+    (``rec``: the unpacked records of weight entries ``w``)."""
+    shift = rec["shift"]
     bad = np.nonzero(shift > REQUANT_MAX_SHIFT)
     if bad[0].size:
         k, row = int(bad[0][0]), int(bad[1][0])
@@ -277,7 +283,7 @@ def plan_alu(m: Machine, access: Access, insn: Alu, fast: bool = True) -> AluPla
 def exec_alu(m: Machine, access: Access, insn: Alu, fast: bool = True) -> None:
     """Execute an ALU instruction (range checks, race checks, effect, counters).
 
-    Plans are cached per instruction until the next micro-op load.
+    Plans are cached per instruction and micro-op table (:meth:`.Machine.cached_plan`).
 
     Parameters
     ----------
@@ -286,7 +292,7 @@ def exec_alu(m: Machine, access: Access, insn: Alu, fast: bool = True) -> None:
         runs every iteration in order (same result, for testing).
     """
     key = (insn, fast)
-    plan = m.plans.get(key)
+    plan = m.cached_plan(key)
     if plan is None:
         plan = m.remember(key, plan_alu(m, access, insn, fast))
     tr = m.trackers
@@ -319,9 +325,9 @@ def _requant(access: Access, m: Machine, plan: AluPlan) -> None:
         groups = [np.arange(plan.d.size)]
     for sel in groups:
         entries, index = np.unique(plan.w[sel], return_inverse=True)
-        rows = m.wgt[entries]
-        _check_records(access, rows, entries)
-        m.acc[plan.d[sel]] = requant_apply(m.acc[plan.d[sel]], rows, index.reshape(-1))
+        rec = unpack_requant_records(m.wgt[entries])
+        _check_records(access, rec, entries)
+        m.acc[plan.d[sel]] = _apply_records(m.acc[plan.d[sel]], rec, index.reshape(-1))
 
 
 __all__ = ["AluPlan", "alu_apply", "exec_alu", "plan_alu", "requant_apply", "requant_values"]

@@ -318,7 +318,7 @@ def run_gemm(m: Machine, access: Access, plan: GemmPlan) -> None:
 def exec_gemm(m: Machine, access: Access, insn: Gemm, fast: bool = True) -> None:
     """Execute a GEMM instruction (range checks, race checks, effect, counters).
 
-    Plans are cached per instruction until the next micro-op load.
+    Plans are cached per instruction and micro-op table (:meth:`.Machine.cached_plan`).
 
     Parameters
     ----------
@@ -327,7 +327,7 @@ def exec_gemm(m: Machine, access: Access, insn: Gemm, fast: bool = True) -> None
         product separately (same result, for testing).
     """
     key = (insn, fast)
-    plan = m.plans.get(key)
+    plan = m.cached_plan(key)
     if plan is None:
         plan = m.remember(key, plan_gemm(m, access, insn, fast))
     run_gemm(m, access, plan)

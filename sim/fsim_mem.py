@@ -62,7 +62,7 @@ def exec_load(m: Machine, acc: Access, insn: Load) -> None:
         a, s, w = _decode_uops(m, data.reshape(n, eb))
         sl = slice(insn.sram, insn.sram + n)
         m.uop_acc[sl], m.uop_src[sl], m.uop_wgt[sl] = a, s, w
-        m.forget_plans()
+        m.forget_plans(insn.sram + n)
         c.load_bytes_uop += nbytes
         return
     buf = {Buffer.INP: m.inp, Buffer.WGT: m.wgt, Buffer.ACC: m.acc}[insn.buffer]

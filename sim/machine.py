@@ -3,6 +3,7 @@ trackers and counters, plus the range-error helpers the instruction modules shar
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
@@ -52,13 +53,16 @@ class Machine:
         The instruction stream's byte range in DRAM (STOREs must not write into it).
     store_hull : tuple[int, int]
         Byte range ``[lo, hi)`` covering every STORE destination of the program.
-    plans : dict
-        GEMM/ALU evaluation plans by ``(instruction, fast)``, valid until the next
-        micro-op load.
+    plan_cache : dict, optional
+        GEMM/ALU evaluation plans by ``(micro-op table digest, instruction, fast)``, kept
+        by the simulator across runs of the same configuration (a plan depends only on
+        the instruction, the micro-op table and the configuration); default: this run's
+        own.
     """
 
     def __init__(self, program: Program, dram: np.ndarray,
-                 streams: Sequence[Sequence[tuple[int, Insn]]]) -> None:
+                 streams: Sequence[Sequence[tuple[int, Insn]]],
+                 plan_cache: dict[Hashable, Any] | None = None) -> None:
         cfg = program.config
         self.cfg: HwConfig = cfg
         self.program = program
@@ -83,19 +87,34 @@ class Machine:
         self.trackers["dram"] = Tracker("dram", int(dram.size), self._locate,
                                         self._describe_dram)
         self.store_hull = _store_hull(cfg, streams)
-        #: Per-instruction evaluation plans, valid until the micro-op table changes.
-        self.plans: dict[Hashable, Any] = {}
+        self._plans: dict[Hashable, Any] = {} if plan_cache is None else plan_cache
+        self._table: bytes | None = None  # digest of the micro-op table
+        self._uops_loaded = 0  # entries past the highest load are still zero
+
+    def _uop_table(self) -> bytes:
+        if self._table is None:
+            h = hashlib.blake2b(digest_size=16)
+            for a in (self.uop_acc, self.uop_src, self.uop_wgt):
+                h.update(a[:self._uops_loaded].data)
+            self._table = h.digest()
+        return self._table
+
+    def cached_plan(self, key: Hashable) -> Any:
+        """The plan cached under ``key`` for the current micro-op table, or None."""
+        return self._plans.get((self._uop_table(), key))
 
     def remember(self, key: Hashable, plan: T) -> T:
-        """Cache ``plan`` under ``key`` (bounded; see :meth:`forget_plans`)."""
-        if len(self.plans) >= _MAX_PLANS:
-            self.plans.clear()
-        self.plans[key] = plan
+        """Cache ``plan`` under ``key`` for the current micro-op table (bounded)."""
+        if len(self._plans) >= _MAX_PLANS:
+            self._plans.clear()
+        self._plans[(self._uop_table(), key)] = plan
         return plan
 
-    def forget_plans(self) -> None:
-        """Drop every plan: the micro-op table changed."""
-        self.plans.clear()
+    def forget_plans(self, loaded_end: int = 0) -> None:
+        """The micro-op table changed (a load ending at entry ``loaded_end``): plans are
+        looked up under its new contents."""
+        self._table = None
+        self._uops_loaded = max(self._uops_loaded, loaded_end)
 
     def dram_may_be_written(self, start: int, end: int) -> bool:
         """Whether any STORE of the program can write a byte in ``[start, end)``: reads

@@ -421,3 +421,24 @@ def test_full_command_queue_deadlocks_like_hardware():
     # with one load fewer the GEMM is dispatched and the program runs to the end
     ok = Program(cfg, [*loads[:-1], Gemm(push_prev=True), Finish()], [Uop()], [seg])
     FunctionalSimulator().run(ok)
+
+
+def test_a_simulator_plans_each_micro_op_table_on_its_own() -> None:
+    """A simulator keeps instruction plans across runs, keyed by the micro-op table:
+    the same instruction words over another table compute what a fresh simulator
+    computes."""
+    def program(acc: int) -> Program:
+        return assemble(TINY, lambda at: [
+            load_uops(at, push_next=True),
+            Alu(pop_prev=True, op=AluOp.ADD, use_imm=True, imm=5, push_next=True),
+            Store(pop_prev=True, sram=0, dram=at("out", 4), y=1, x=2, stride=2),
+            Finish(),
+        ], uops=[Uop(acc=acc)], segments=segs())
+
+    a, b = program(0), program(1)
+    assert a.insns == b.insns
+    sim = FunctionalSimulator()
+    for prog, entry in ((a, 0), (b, 1), (a, 0)):
+        out = sim.run(prog).outputs["out"]
+        np.testing.assert_array_equal(out, FunctionalSimulator().run(prog).outputs["out"])
+        assert out[entry].min() == 5 and out[1 - entry].max() == 0
