@@ -775,6 +775,16 @@ def mul_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return _to_int8(alu_apply(AluOp.MUL, a, b), attrs)
 
 
+@kernel("qnn.concat_q31")
+def concat_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """int8 channel concatenation, each input requantized to the output's scale with
+    REQUANT's arithmetic (see the op's doc)."""
+    parts = [requant_values(x, attrs[f"{k}_multiplier"], -attrs[f"{k}_zero_point"],
+                            31 - attrs[f"{k}_shift"], attrs["zero_point"], -128, 127)
+             for k, x in zip(("a", "b"), inputs, strict=True)]
+    return np.concatenate(parts, axis=1).astype(np.int8)
+
+
 @kernel("qnn.global_avg_pool_q31")
 def global_avg_pool_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """int8 global average pooling with the accelerator's arithmetic (see the op's doc)."""

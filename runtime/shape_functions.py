@@ -180,7 +180,7 @@ def _expand_dims(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     return tuple(x)
 
 
-@_register("concatenate")
+@_register("concatenate", "qnn.concat_q31")
 def _concatenate(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     axis = attrs["axis"] % len(shapes[0])
     out = list(shapes[0])

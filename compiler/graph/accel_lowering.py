@@ -232,10 +232,13 @@ def _compile_activation(node: Call) -> Call:
     (:data:`~.partitioning.ACCEL_ACTIVATIONS`): ``qnn.hard_swish_q31``
     (:func:`~tensorfab.compiler.tensor.hard_swish.hard_swish_program`),
     ``qnn.global_avg_pool_q31`` (:func:`~tensorfab.compiler.tensor.global_pool.
-    global_avg_pool_program`) or a channel-wise ``qnn.mul_q31``
+    global_avg_pool_program`), a channel-wise ``qnn.mul_q31``
     (:func:`~tensorfab.compiler.tensor.channel_scale.channel_scale_program`, the
-    per-channel operand to segment ``s``); input segment ``x``."""
+    per-channel operand to segment ``s``) or ``qnn.concat_q31``
+    (:func:`~tensorfab.compiler.tensor.concat.concat_program`, segments ``a`` and
+    ``b``); input segment ``x`` otherwise."""
     from tensorfab.compiler.tensor.channel_scale import channel_scale_program
+    from tensorfab.compiler.tensor.concat import concat_program
     from tensorfab.compiler.tensor.global_pool import global_avg_pool_program
     from tensorfab.compiler.tensor.hard_swish import hard_swish_program
 
@@ -249,6 +252,11 @@ def _compile_activation(node: Call) -> Call:
     attrs: dict[str, Any] = {"input_segment": "x"}
     if node.op == "qnn.hard_swish_q31":
         program, layer = hard_swish_program(cfg, shape, node.attrs), "hard_swish"
+    elif node.op == "qnn.concat_q31":
+        b = node.args[1]
+        b_shape = tuple(infer_types(b).shape)  # type: ignore[union-attr]
+        program, layer = concat_program(cfg, shape, b_shape, node.attrs), "concat"
+        extra, attrs = [b], {"input_segment": "a", "extra_input_segment": "b"}
     elif node.op == "qnn.global_avg_pool_q31":
         program, layer = global_avg_pool_program(cfg, shape, node.attrs), "global_avg_pool"
     else:
@@ -269,7 +277,7 @@ def _compile_activation(node: Call) -> Call:
 
 #: Layers (the ``layer`` attribute's first word) of programs that do no multiply-
 #: accumulate of the model: an identity GEMM moves their operands into the accumulators.
-NO_MODEL_MACS = ("add_q31", "hard_swish", "global_avg_pool", "mul_q31")
+NO_MODEL_MACS = ("add_q31", "hard_swish", "global_avg_pool", "mul_q31", "concat")
 
 
 def is_model_mac_layer(layer: str) -> bool:

@@ -26,6 +26,10 @@ default. A uint8 tensor ``q`` with zero point ``z`` is, exactly, the int8 tensor
   int8 activations (squeeze-excite's scale) → ``qnn.mul_q31(a, b)`` with the three
   (hard-swish and hard-sigmoid in a QDQ model are recognized first:
   :mod:`.mobile_activations`);
+* ``quantize(concatenate(dq(x_1, s_1, z_1), ..., axis=1), s_y, z_y)`` of int8
+  activations (zero points or not) → a chain of ``qnn.concat_q31``, each input
+  requantized to the output's scale by REQUANT's arithmetic (copied when it is at that
+  scale already);
 * ``quantize(clip(dq(x, s, z), lo, hi), s, z)`` → ``clip(x, z + round(lo/s), z +
   round(hi/s))``, and a clip over a convolution or matmul (a folded hard-sigmoid) → the
   integer form below, then that clip;
@@ -140,6 +144,8 @@ def lower_asymmetric_qdq(fn: Function) -> Function:
             return Call(x.op, [dq[0], *x.args[1:]], x.attrs, x.virtual_device, x.name)
         if isinstance(x, Call) and x.op == "nn.global_avg_pool2d":
             return _lower_global_avg_pool(x, sy, zy) or e
+        if isinstance(x, Call) and x.op == "concatenate":
+            return _lower_concat(x, sy, zy) or e
         if isinstance(x, Call) and x.op == "hard_swish":
             return _lower_hard_swish(x, sy, zy) or e
         if isinstance(x, Call) and x.op == "multiply":
@@ -172,6 +178,28 @@ def _lower_global_avg_pool(pool: Call, sy: np.float32, zy: int) -> Expr | None:
         return None
     attrs = global_avg_pool_attrs(sx, float(sy), int(shape[2]) * int(shape[3]), zy, zx)
     return Call("qnn.global_avg_pool_q31", [x], attrs, pool.virtual_device, pool.name)
+
+
+def _lower_concat(cat: Call, sy: np.float32, zy: int) -> Expr | None:
+    """``qnn.concat_q31`` of the first two inputs, then of that and each next one (at
+    the output's scale already: copied), for a channel concatenation of per-tensor int8
+    activations."""
+    from tensorfab.compiler.tensor.concat import concat_attrs
+
+    operands = [_dequantized(a) for a in cat.args]
+    if len(operands) < 2 or any(d is None for d in operands) \
+            or len(_shape(cat)) != 4 or cat.attrs["axis"] % 4 != 1:
+        return None
+    (joined, s, z), *rest = operands  # type: ignore[misc]
+    for x, sx, zx in rest:  # type: ignore[misc]
+        attrs = concat_attrs(s, z, sx, zx, float(sy), zy)
+        joined = Call("qnn.concat_q31", [joined, x], attrs, cat.virtual_device, cat.name)
+        s, z = float(sy), zy
+    return joined
+
+
+def _shape(e: Expr) -> tuple[int, ...]:
+    return tuple(e.checked_type.shape)  # type: ignore[union-attr]
 
 
 def _lower_hard_swish(hs: Call, sy: np.float32, zy: int) -> Expr | None:

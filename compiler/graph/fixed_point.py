@@ -18,7 +18,7 @@ from tensorfab.compiler.tensor.quantize import accumulator_bound, quantize_multi
 from tensorfab.compiler.tensor.requant import quantize_multipliers
 
 from .ir import Call, Constant, Expr, Function
-from .partitioning import ACCEL_ACTIVATIONS
+from .partitioning import OUTPUT_SCALE_ACTIVATIONS
 from .rewrite import rewrite
 
 
@@ -67,11 +67,11 @@ def fixed_point_requantize(fn: Function, per_channel: bool = False,
     exact product (the REQUANT instruction: one ALU pass, closer to float; for configs
     with :func:`~tensorfab.isa.formats.requant_supported`); otherwise they stay. With
     ``rounding="single"`` the int8 vector operators (:data:`~.partitioning.
-    ACCEL_ACTIVATIONS`, each with an output scale of
+    OUTPUT_SCALE_ACTIVATIONS`, each with an output scale of
     :mod:`tensorfab.compiler.tensor.vector_program`'s attributes) scale
     their output with one REQUANT too (:func:`single_rounding`)."""
     def rule(e: Expr, _old: Expr) -> Expr:
-        if isinstance(e, Call) and e.op in ACCEL_ACTIVATIONS and rounding == "single" \
+        if isinstance(e, Call) and e.op in OUTPUT_SCALE_ACTIVATIONS and rounding == "single" \
                 and e.attrs.get("rounding", "double") == "double":
             return Call(e.op, e.args, {**e.attrs, **single_rounding(e.attrs)},
                         e.virtual_device, e.name)

@@ -43,7 +43,8 @@ LAYOUT_AGNOSTIC = frozenset({
     "qnn.requantize_q31", "qnn.hard_swish_q31", "qnn.global_avg_pool_q31",
 })
 BINARY = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
-                    "qnn.add_q31", "qnn.mul_q31", "qnn.requantize_residual_q31"})
+                    "qnn.add_q31", "qnn.mul_q31", "qnn.requantize_residual_q31",
+                    "qnn.concat_q31"})
 QUANT = frozenset({"qnn.quantize", "qnn.dequantize", "qnn.requantize"})
 CONV = frozenset({"nn.conv2d", "qnn.conv2d_integer"})
 

@@ -986,6 +986,33 @@ def _mul_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     return TensorType(broadcast_shapes(a.shape, b.shape), "int8")
 
 
+@register("qnn.concat_q31", 2, {"axis": 1, "a_multiplier": REQUIRED, "a_shift": REQUIRED,
+                                "a_zero_point": 0, "b_multiplier": REQUIRED,
+                                "b_shift": REQUIRED, "b_zero_point": 0, "zero_point": 0},
+          "int8 channel concatenation (axis 1: NCHW, or a blocked NCHW{n}n{c}c whose first "
+          "input's channels are whole blocks) with each input requantized to the output's "
+          "scale as REQUANT computes it: clamp(RDBPOT((x - x_zero_point) · x_multiplier, "
+          "31 - x_shift) + zero_point, -128, 127) (a multiplier of 2^30 with shift 1 is a "
+          "scale of 1: a copy when the zero points agree)")
+def _concat_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    a, b = _t(types, 0), _t(types, 1)
+    _want_dtype(a, ("int8",), "operand a")
+    _want_dtype(b, ("int8",), "operand b")
+    if attrs["axis"] != 1:
+        raise _fail(f"axis {attrs['axis']}: the operator joins channels (axis 1)")
+    if a.ndim not in (4, 6) or b.ndim != a.ndim or a.shape[:1] + a.shape[2:] != \
+            b.shape[:1] + b.shape[2:]:
+        raise _fail(f"operands {a} and {b}: expected NCHW (or blocked) activations that "
+                    "differ only in their channels")
+    for x in ("a", "b"):
+        _check_multiplier(attrs[f"{x}_multiplier"], attrs[f"{x}_shift"], f"{x}: ")
+        if not 1 <= 31 - attrs[f"{x}_shift"] <= 62:
+            raise _fail(f"{x}_shift {attrs[f'{x}_shift']}: REQUANT shifts by 31 - shift, "
+                        "which must be in 1..62")
+    _check_zero_points(attrs, ("a_zero_point", "b_zero_point", "zero_point"))
+    return TensorType((a.shape[0], a.shape[1] + b.shape[1], *a.shape[2:]), "int8")
+
+
 @register("qnn.global_avg_pool_q31", 1, {"left_shift": 0, "multiplier": REQUIRED,
                                          "shift": REQUIRED, "zero_point": 0,
                                          "input_zero_point": 0, "rounding": "double"},

@@ -12,7 +12,8 @@ node in ``on_device(..., accel)`` and each of the chain's computed inputs in
 puts exactly the chains on the accelerator and copies data at their borders.
 
 Integer operators with a vector program of their own (``qnn.hard_swish_q31``,
-``qnn.global_avg_pool_q31``, squeeze-excite's channel-wise ``qnn.mul_q31``) go to the
+``qnn.global_avg_pool_q31``, squeeze-excite's channel-wise ``qnn.mul_q31``, the channel
+concatenation ``qnn.concat_q31`` of inputs all computed there) go to the
 accelerator whenever the config can run them and their input is computed there
 (:func:`activation_chains`), so that the activations around them stay in device memory.
 
@@ -216,7 +217,33 @@ def residual_add_chains(fn: Function, device: VirtualDevice, residual_adds: str 
 #: (:mod:`tensorfab.compiler.tensor.hard_swish`, :mod:`~tensorfab.compiler.tensor.
 #: global_pool`, :mod:`~tensorfab.compiler.tensor.channel_scale`), on 4-D tensors.
 ACCEL_ACTIVATIONS = frozenset({"qnn.hard_swish_q31", "qnn.global_avg_pool_q31",
-                               "qnn.mul_q31"})
+                               "qnn.mul_q31", "qnn.concat_q31"})
+#: Those of :data:`ACCEL_ACTIVATIONS` with one output scale in
+#: :mod:`tensorfab.compiler.tensor.vector_program`'s attributes (the concatenation
+#: scales each input with a REQUANT record of its own).
+OUTPUT_SCALE_ACTIVATIONS = ACCEL_ACTIVATIONS - {"qnn.concat_q31"}
+
+
+def concat_refusal(e: Call, cfg: HwConfig) -> str | None:
+    """Why the ``qnn.concat_q31`` ``e`` cannot run as a program on ``cfg`` (its inputs
+    apart), or None (:func:`~tensorfab.compiler.tensor.concat.concat_program`)."""
+    from tensorfab.compiler.tensor.concat import CONCAT_INPUTS, is_copy
+    from tensorfab.isa.formats import requant_supported
+
+    a, _ = (tuple(infer_types(x).shape) for x in e.args)  # type: ignore[union-attr]
+    if len(a) != 4:
+        return f"int8 concatenation of {len(a)}-D tensors (the program joins NCHW channels)"
+    if a[0] > cfg.batch:
+        return (f"int8 concatenation of a batch of {a[0]}: the program takes one batch "
+                f"block ({cfg.batch} on config {cfg.name!r})")
+    if a[1] % cfg.block_out:
+        return (f"int8 concatenation after {a[1]} channels, no whole number of "
+                f"{cfg.block_out}-channel blocks (the accelerator's layout would put "
+                "padding between the inputs)")
+    if not requant_supported(cfg) and not all(is_copy(e.attrs, x) for x in CONCAT_INPUTS):
+        return (f"int8 concatenation of inputs at other scales: config {cfg.name!r} has no "
+                "REQUANT to bring them to the output's")
+    return None
 
 
 def channel_scale_operands(e: Call) -> tuple[Expr, Expr] | None:
@@ -234,32 +261,48 @@ def channel_scale_operands(e: Call) -> tuple[Expr, Expr] | None:
     return None
 
 
-def activation_chains(fn: Function, cfg: HwConfig, on_accel: set[int]
-                      ) -> list[list[Call]]:
+def activation_chains(fn: Function, cfg: HwConfig, on_accel: set[int],
+                      accel_members: set[int] | None = None) -> list[list[Call]]:
     """``[op]`` for each integer operator of :data:`ACCEL_ACTIVATIONS` on 4-D tensors (a
-    ``qnn.mul_q31`` only as a channel-wise scale, :func:`channel_scale_operands`) whose
-    input the accelerator computes (its id in ``on_accel``, the ends of the other
-    chains, or an earlier such operator), when ``cfg`` has ``block_in == block_out``,
+    ``qnn.mul_q31`` only as a channel-wise scale, :func:`channel_scale_operands`; a
+    ``qnn.concat_q31`` only where :func:`concat_refusal` has no objection) whose
+    inputs the accelerator computes (their ids in ``on_accel``, the ends of the other
+    chains, or earlier such operators), when ``cfg`` has ``block_in == block_out``,
     8-bit inputs and 32-bit accumulators (what their programs need). One whose input the
     CPU computes stays there: its program would move that input to the device and save
-    nothing."""
+    nothing. So does a concatenation that no accelerator operator reads (an element of
+    ``accel_members``, the other chains' operators, or another operator taken here): its
+    result would only travel to the host, padded to whole channel blocks."""
     if cfg.block_in != cfg.block_out or cfg.inp_width != 8 or cfg.acc_width != 32:
         return []
     infer_types(fn)
-    on_accel = set(on_accel)
-    chains = []
+    inputs_of: dict[int, tuple[Expr, ...]] = {}
+    taken: list[Call] = []
+    on = set(on_accel)
     for e in post_order(fn):
         if not (isinstance(e, Call) and e.op in ACCEL_ACTIVATIONS):
             continue
         if e.op == "qnn.mul_q31":
             operands = channel_scale_operands(e)
-            x = operands[0] if operands is not None else None
+            inputs: tuple[Expr, ...] = operands[:1] if operands is not None else ()
+        elif e.op == "qnn.concat_q31":
+            inputs = tuple(e.args) if concat_refusal(e, cfg) is None else ()
         else:
-            x = e.args[0] if len(e.args[0].checked_type.shape) == 4 else None  # type: ignore[union-attr]
-        if x is not None and id(x) in on_accel:
-            chains.append([e])
-            on_accel.add(id(e))
-    return chains
+            inputs = e.args[:1] if len(e.args[0].checked_type.shape) == 4 else ()  # type: ignore[union-attr]
+        if inputs and all(id(x) in on for x in inputs):
+            taken.append(e)
+            inputs_of[id(e)] = inputs
+            on.add(id(e))
+    readers, members = call_readers(fn), accel_members or set()
+    while True:  # drop what no accelerator operator reads, and what read only that
+        kept = {id(e) for e in taken}
+        dropped = {id(e) for e in taken
+                   if (e.op == "qnn.concat_q31" and not any(
+                       id(r) in members or id(r) in kept for r in readers[id(e)]))
+                   or not all(id(x) in on_accel or id(x) in kept for x in inputs_of[id(e)])}
+        if not dropped:
+            return [[e] for e in taken]
+        taken = [e for e in taken if id(e) not in dropped]
 
 
 def annotate_accelerator(fn: Function, device: VirtualDevice,
@@ -272,7 +315,8 @@ def annotate_accelerator(fn: Function, device: VirtualDevice,
 
     chains = accelerator_chains(fn, hw_config_of(device))
     chains += residual_add_chains(fn, device, residual_adds, link_bytes_per_second)
-    chains += activation_chains(fn, hw_config_of(device), {id(c[-1]) for c in chains})
+    chains += activation_chains(fn, hw_config_of(device), {id(c[-1]) for c in chains},
+                                {id(e) for c in chains for e in c})
     members = {id(e) for chain in chains for e in chain}
     ends = {id(chain[-1]) for chain in chains}
     inputs = {id(a) for chain in chains for e in chain for a in e.args

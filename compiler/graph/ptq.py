@@ -23,10 +23,11 @@ apply unchanged:
 * an ``add`` of two quantized activations (a residual connection) gets an observed
   output scale (after a ``relu`` that is its only reader), so that it lowers to the
   integer ``qnn.add_q31``;
-* a ``hard_swish`` or ``nn.global_avg_pool2d`` of a quantized activation, and a
-  ``multiply`` of two (squeeze-excite's channel-wise scale), get an observed output
-  scale, so that they lower to the integer ``qnn.hard_swish_q31``,
-  ``qnn.global_avg_pool_q31`` and ``qnn.mul_q31``.
+* a ``hard_swish`` or ``nn.global_avg_pool2d`` of a quantized activation, a
+  ``multiply`` of two (squeeze-excite's channel-wise scale) and a channel
+  ``concatenate`` of quantized NCHW activations get an observed output scale, so that
+  they lower to the integer ``qnn.hard_swish_q31``, ``qnn.global_avg_pool_q31``,
+  ``qnn.mul_q31`` and ``qnn.concat_q31``.
 
 Five options serve transformers (all off by default, as CNNs want):
 
@@ -204,8 +205,8 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
             source[id(e)] = source[id(e.args[0])]
         elif _rectifier(e) and source.get(id(e.args[0])) is e:  # type: ignore[union-attr]
             source[id(e)] = e  # a ReLU6 clip observed in its producer's place
-        elif isinstance(e, Call) and e.op in INT8_ACTIVATIONS and all(
-                id(a) in source or id(a) in linear_inputs for a in e.args):
+        elif _int8_activation(e) and all(
+                id(a) in source or id(a) in linear_inputs for a in e.args):  # type: ignore[union-attr]
             source[id(e)] = e
     for lin in linears:
         source.setdefault(id(lin.args[0]), lin.args[0])
@@ -293,8 +294,20 @@ def _rectifier(e: Expr) -> bool:
 
 
 #: Float activations that get an observed output scale when their input is quantized,
-#: so that they lower to integer operators (:func:`~.qdq_lowering.lower_qdq`).
+#: so that they lower to integer operators (:func:`~.qdq_lowering.lower_qdq`), and a
+#: channel concatenation of NCHW activations (:func:`_int8_activation`).
 INT8_ACTIVATIONS = frozenset({"hard_swish", "nn.global_avg_pool2d", "multiply"})
+
+
+def _int8_activation(e: Expr) -> bool:
+    """One of :data:`INT8_ACTIVATIONS`, or a ``concatenate`` of NCHW activations along
+    the channels (it lowers to ``qnn.concat_q31``)."""
+    if not isinstance(e, Call):
+        return False
+    if e.op == "concatenate":
+        shape = e.checked_type.shape  # type: ignore[union-attr]
+        return len(shape) == 4 and e.attrs["axis"] % 4 == 1
+    return e.op in INT8_ACTIVATIONS
 
 
 def _residual_add(e: Expr, quantized: Set[int]) -> bool:

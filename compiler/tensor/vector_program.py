@@ -184,11 +184,15 @@ def load_constants(pb: ProgramBuilder, **flags: bool) -> None:
 
 @dataclass(frozen=True)
 class Tile:
-    """``count`` entries from entry ``start`` of the input, of operand group ``group``."""
+    """``count`` entries from entry ``start`` of the input, of operand group ``group``;
+    read from ``segment`` (default: the loop's) and stored from entry ``out_start`` of
+    the output (default: ``start``)."""
 
     start: int
     count: int
     group: int = 0
+    segment: str | None = None
+    out_start: int | None = None
 
 
 class VectorLoop:
@@ -238,13 +242,14 @@ class VectorLoop:
             compute: Callable[[int, Tile], list[Alu]]) -> None:
         """Emit the loop over ``tiles``; ``compute(slot, tile)`` returns the ALU
         instructions of one tile in slot ``slot`` (0 or 1), the last one signalling the
-        store."""
+        store (none: the tile is stored as it came, the GEMM signals)."""
         pb, n = self.pb, len(tiles)
 
         def load(i: int) -> None:
             pb.emit(Load(buffer=Buffer.INP, sram=self.slots[i % 2]["inp"],
                          dram=tiles[i].start, y=1, x=tiles[i].count, stride=tiles[i].count,
-                         pop_next=i >= 2, push_next=True), segment=segment)
+                         pop_next=i >= 2, push_next=True),
+                    segment=tiles[i].segment or segment)
 
         for i in range(min(2, n)):
             load(i)
@@ -253,15 +258,17 @@ class VectorLoop:
             pb.emit(Gemm(reset=True, uop_begin=s["reset"][0], uop_end=s["reset"][1],
                          iter_out=1, iter_in=t.count, acc_factor_in=1, pop_prev=True,
                          pop_next=i >= 2))
+            ops = compute(i % 2, t)
             pb.emit(Gemm(uop_begin=s["gemm"][0], uop_end=s["gemm"][1], iter_out=1,
                          iter_in=t.count, acc_factor_in=1, inp_factor_in=1,
-                         push_prev=i + 2 < n))
-            ops = compute(i % 2, t)
-            ops[-1] = dataclasses.replace(ops[-1], push_next=True)
+                         push_prev=i + 2 < n, push_next=not ops))
+            if ops:
+                ops[-1] = dataclasses.replace(ops[-1], push_next=True)
             for op in ops:
                 pb.emit(op)
-            pb.emit(Store(sram=s["acc"], dram=t.start, y=1, x=t.count, stride=t.count,
-                          pop_prev=True, push_prev=i + 2 < n), segment=out)
+            pb.emit(Store(sram=s["acc"], dram=t.start if t.out_start is None else t.out_start,
+                          y=1, x=t.count, stride=t.count, pop_prev=True,
+                          push_prev=i + 2 < n), segment=out)
             if i + 2 < n:
                 load(i + 2)
 

@@ -11,6 +11,7 @@ the weights come from ``numpy.random.default_rng(seed)``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -116,10 +117,11 @@ def shufflenet_unit(seed: int = 0, size: int = 16) -> onnx.ModelProto:
                    (1, c))
 
 
-def densenet_block(seed: int = 0, size: int = 16) -> onnx.ModelProto:
+def densenet_block(seed: int = 0, size: int = 16, growth: int = 8) -> onnx.ModelProto:
     """A DenseNet dense block at small scale: each layer is batch norm, ReLU and a
-    3×3 convolution of the concatenation of all earlier outputs; the batch norm after
-    a concatenation cannot fold into a convolution (its input is several)."""
+    3×3 convolution (``growth`` output channels; DenseNet-121 has 32) of the
+    concatenation of all earlier outputs; the batch norm after a concatenation cannot
+    fold into a convolution (its input is several)."""
     g = _Graph(seed)
     features = [g.conv("x", "stem", 3, 16, 3)]
     channels = 16
@@ -127,8 +129,8 @@ def densenet_block(seed: int = 0, size: int = 16) -> onnx.ModelProto:
         cat = (features[0] if len(features) == 1
                else g.node("Concat", features, f"l{i}.cat", axis=1))
         y = g.node("Relu", [g.batch_norm(cat, f"l{i}.bn", channels)], f"l{i}.relu")
-        features.append(g.conv(y, f"l{i}.conv", channels, 8, 3, relu=False))
-        channels += 8
+        features.append(g.conv(y, f"l{i}.conv", channels, growth, 3, relu=False))
+        channels += growth
     x = g.node("GlobalAveragePool", [g.node("Concat", features, "cat", axis=1)], "gap")
     return g.model(g.node("Flatten", [x], "flat"), "densenet_block", (1, 3, size, size),
                    (1, channels))
@@ -162,5 +164,6 @@ TOPOLOGIES: dict[str, Callable[..., onnx.ModelProto]] = {
     "alexnet_groups": alexnet_groups,
     "shufflenet_unit": shufflenet_unit,
     "densenet_block": densenet_block,
+    "densenet_block_g16": functools.partial(densenet_block, growth=16),
     "mobilenet_v3_block": mobilenet_v3_block,
 }

@@ -88,12 +88,40 @@ def test_batch_norm_after_a_concatenation_runs_on_the_accelerator() -> None:
     float_ops = [op for op in compiled.cpu_operators
                  if op.split()[0] in ("multiply", "add", "relu", "nn.batch_norm")]
     assert float_ops == []
-    # the pooling of the last concatenation (float, on the CPU) says why
-    assert any(op.startswith("nn.global_avg_pool2d x1: float average pooling: its input is "
-                             "no int8 activation") for op in compiled.cpu_operators)
-    # the three batch norms are accelerator programs of their own
+    # the pooling of the last concatenation (int8 on the CPU, as its input) says why
+    assert any(op.startswith("qnn.global_avg_pool_q31 x1: int8 on the CPU: its input is "
+                             "computed there") for op in compiled.cpu_operators)
+    # the three batch norms are accelerator programs of their own, and so is the first
+    # concatenation (16 + 8 channels); the next ones start at 24 channels, no whole block
     profile, _ = _run_on_fsim(compiled, x)
-    assert sum(1 for r in profile.layers if r.device == "accel") == 4 + 3
+    assert sum(1 for r in profile.layers if r.device == "accel") == 4 + 3 + 1
+    assert any(op.startswith("qnn.concat_q31 x") and "int8 concatenation after 24 channels, "
+               "no whole number of 16-channel blocks" in op for op in compiled.cpu_operators)
+
+
+def test_concatenations_of_whole_channel_blocks_run_on_the_accelerator() -> None:
+    """With a growth of 16 channels every concatenation is a chain of ``qnn.concat_q31``
+    programs (16+16, 16+16+16 and the last one's 4 inputs: 1 + 2 + 3 links), and the
+    pooling of the last one runs there too: the dense block's activations stay on the
+    device, bit-exact with the integer graph. In onnxruntime's
+    uint8 QDQ form the batch norms after them stay float on the CPU, so the
+    concatenations do too (nothing on the accelerator reads them), with that reason."""
+    model = TOPOLOGIES["densenet_block_g16"]()
+    calib, x = _data(model)
+    compiled = compile_onnx(model, config="default", calibration=calib)
+    assert not any(op.startswith("qnn.concat_q31") for op in compiled.cpu_operators)
+    profile, want = _run_on_fsim(compiled, x)
+    np.testing.assert_array_equal(profile.output, want)
+    programs = [r.op for r in profile.layers if r.device == "accel"]
+    assert programs.count("concat") == 6 and programs.count("global_avg_pool") == 1
+    assert profile.accel_macs == onnx_macs(model, {"x": _shape(model)})
+    assert _cosine(profile.output, _ort(model, x)) > 0.99
+    qdq = compile_onnx(_uint8_qdq(model, calib), config="default")
+    assert "qnn.concat_q31 x3: int8 on the CPU: an input is computed there, or no " \
+           "accelerator operator reads the result (it would only travel to the host)" \
+        in qdq.cpu_operators
+    profile, want = _run_on_fsim(qdq, x)
+    np.testing.assert_array_equal(profile.output, want)
 
 
 @pytest.mark.parametrize("name", sorted(TOPOLOGIES))

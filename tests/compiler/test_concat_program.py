@@ -1,0 +1,109 @@
+"""Channel concatenation (``qnn.concat_q31``) as an accelerator program: bit-exact
+against an independent numpy reference (REQUANT's rounding written in the tests' support),
+against the graph's CPU kernel, within half an output step of the float concatenation,
+and on the RTL executor against the functional simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support.gemmlowp_reference import requant_single
+
+from tensorfab.compiler import check_program_order
+from tensorfab.compiler.tensor.concat import concat_attrs, concat_program
+from tensorfab.compiler.tensor.errors import CompileError
+from tensorfab.isa import PRESETS, AluOp
+from tensorfab.isa.insn import Alu
+from tensorfab.runtime.kernels import KERNELS
+from tensorfab.sim import FunctionalSimulator
+
+FSIM = FunctionalSimulator()
+CFG = PRESETS["default"]
+
+
+def _int8(r: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return r.integers(-128, 128, shape).astype(np.int8)
+
+
+def reference(x: np.ndarray, attrs: dict, k: str) -> np.ndarray:
+    """Input ``k`` at the output's scale: ``(x - z_x) · m`` rounded once by ``31 - e``
+    bits, + the output's zero point, clamped."""
+    v = x.astype(np.int64) - attrs[f"{k}_zero_point"]
+    return requant_single(v, attrs[f"{k}_multiplier"], attrs[f"{k}_shift"],
+                          attrs["zero_point"])
+
+
+CASES = [  # seed, a blocks, b blocks, H, W, tile, scales equal, zero points
+    (0, 2, 1, 5, 7, 256, False, (0, 0, 0)),
+    (1, 1, 3, 9, 9, 32, False, (0, 0, 5)),     # ragged tiles, output zero point
+    (2, 4, 2, 3, 3, 8, True, (0, 0, 0)),       # copies only: no ALU at all
+    (3, 1, 1, 1, 1, 4, False, (-128, 17, -3)),  # an asymmetric model's zero points
+    (4, 3, 2, 6, 10, 64, True, (-5, 2, -5)),   # a copied and a requantized input
+]
+
+
+@pytest.mark.parametrize(("seed", "na", "nb", "h", "w", "tile", "equal", "zps"), CASES)
+def test_fsim_equals_reference_and_cpu_kernel(seed, na, nb, h, w, tile, equal, zps) -> None:
+    r = np.random.default_rng(seed)
+    a, b = _int8(r, (1, na, h, w, 1, 16)), _int8(r, (1, nb, h, w, 1, 16))
+    s_y = float(np.float32(10 ** r.uniform(-2, 0)))
+    s_a = s_y if equal else float(np.float32(s_y * r.uniform(0.3, 1.5)))
+    s_b = float(np.float32(s_y * r.uniform(0.3, 1.5)))
+    attrs = concat_attrs(s_a, zps[0], s_b, zps[1], s_y, zps[2])
+    p = concat_program(CFG, a.shape, b.shape, attrs, a, b, tile=tile)
+    check_program_order(p.insns, p.config.dep_queue_depth)
+    requants = sum(1 for i in p.insns if getattr(i, "op", None) == AluOp.REQUANT)
+    copies = equal and zps[0] == zps[2]  # input a at the output's scale: copied
+    tiles_b = -(-nb * h * w // min(tile, nb * h * w))
+    assert requants >= tiles_b and (requants == tiles_b) == copies
+    got = FSIM.run(p).outputs["out"]
+    want = np.concatenate([reference(a, attrs, "a"), reference(b, attrs, "b")], axis=1)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, KERNELS["qnn.concat_q31"]([a, b], attrs))
+    if copies:
+        np.testing.assert_array_equal(got[:, :na], a)
+    real = np.concatenate([(a.astype(np.float64) - zps[0]) * s_a,
+                           (b.astype(np.float64) - zps[1]) * s_b], axis=1) / s_y + zps[2]
+    inside = np.abs(real) < 127
+    assert np.abs(got - real)[inside].max() <= 0.5 + 1e-6
+
+
+def test_inputs_at_the_outputs_scale_are_copied_without_the_alu() -> None:
+    r = np.random.default_rng(5)
+    a, b = _int8(r, (1, 2, 4, 4, 1, 16)), _int8(r, (1, 1, 4, 4, 1, 16))
+    attrs = concat_attrs(0.05, 3, 0.05, 3, 0.05, 3)
+    p = concat_program(CFG, a.shape, b.shape, attrs, a, b, tile=16)
+    assert not any(isinstance(i, Alu) for i in p.insns)
+    np.testing.assert_array_equal(FSIM.run(p).outputs["out"], np.concatenate([a, b], 1))
+    # no REQUANT needed: a config without it copies too
+    tiny = PRESETS["tiny"]
+    a4, b4 = _int8(r, (1, 1, 2, 3, 1, 4)), _int8(r, (1, 2, 2, 3, 1, 4))
+    out = FSIM.run(concat_program(tiny, a4.shape, b4.shape, attrs, a4, b4)).outputs["out"]
+    np.testing.assert_array_equal(out, np.concatenate([a4, b4], 1))
+
+
+def test_shapes_and_configs_the_program_cannot_take_are_refused() -> None:
+    attrs = concat_attrs(0.1, 0, 0.05, 0, 0.1, 0)
+    with pytest.raises(CompileError, match="blocked NCHW"):
+        concat_program(CFG, (1, 16, 4, 4), (1, 16, 4, 4), attrs)
+    with pytest.raises(CompileError, match="same height, width"):
+        concat_program(CFG, (1, 1, 4, 4, 1, 16), (1, 1, 4, 5, 1, 16), attrs)
+    with pytest.raises(CompileError, match="one batch block"):
+        concat_program(CFG, (2, 1, 4, 4, 1, 16), (2, 1, 4, 4, 1, 16), attrs)
+    with pytest.raises(CompileError, match="has no REQUANT"):
+        concat_program(PRESETS["tiny"], (1, 1, 2, 2, 1, 4), (1, 1, 2, 2, 1, 4), attrs)
+    with pytest.raises(CompileError, match="missing attributes"):
+        concat_program(CFG, (1, 1, 2, 2, 1, 16), (1, 1, 2, 2, 1, 16), {})
+
+
+@pytest.mark.slow
+def test_rtl_equals_fsim() -> None:
+    from tensorfab.sim.rtl import RtlSimulator
+
+    r = np.random.default_rng(7)
+    a, b = _int8(r, (1, 3, 6, 10, 1, 16)), _int8(r, (1, 2, 6, 10, 1, 16))
+    rtl = RtlSimulator()
+    for attrs in (concat_attrs(0.1, 0, 0.04, 0, 0.1, 0),
+                  concat_attrs(0.03, -128, 0.05, 11, 0.07, -20)):
+        p = concat_program(CFG, a.shape, b.shape, attrs, a, b, tile=64)
+        np.testing.assert_array_equal(rtl.run(p).outputs["out"], FSIM.run(p).outputs["out"])
