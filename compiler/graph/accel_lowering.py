@@ -25,6 +25,7 @@ from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 from tensorfab.runtime.layout_transform import layout_transform
 
 from .channel_affine_as_conv import is_channel_affine
+from .channel_shuffle_as_conv import is_channel_permutation
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, post_order
 from .layout_planning import conv_output_layout, hw_config_of
@@ -303,7 +304,7 @@ def accel_chain_macs(planned: Function) -> list[int]:
             w = e.args[1].checked_type.shape  # type: ignore[union-attr]
             y = e.checked_type.shape  # type: ignore[union-attr]
             macs = int(np.prod(y)) * int(w[1]) * int(w[2]) * int(w[3])
-            if is_channel_affine(e):  # a batch norm's scale: no MACs of the model
+            if is_channel_affine(e) or is_channel_permutation(e):  # no MACs of the model
                 macs = 0
             by_end[id(chain_end(e, readers))] = macs
     return [by_end[id(e)] for e in post_order(planned) if id(e) in by_end]

@@ -203,3 +203,36 @@ def test_input_normalization_stays_float() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     fn = channel_affine_as_conv(fold_batch_norm(from_onnx(model)))
     assert [e.op for e in post_order(fn) if isinstance(e, Call)] == ["multiply", "add"]
+
+
+def test_channel_shuffles_run_on_the_accelerator_as_permutation_convolutions() -> None:
+    """ShuffleNet's reshape → transpose → reshape between a convolution's output and
+    the depthwise convolution reading it is a 1×1 convolution with a permutation kernel
+    on the accelerator: exact (the integer graph keeps the shuffle itself), no MACs of
+    the model, nothing of the unit on the CPU."""
+    from tensorfab.compiler.graph.channel_shuffle_as_conv import channel_permutation
+    from tensorfab.compiler.graph.ir import Call, Var
+    from tensorfab.compiler.graph.types import TensorType
+
+    model = TOPOLOGIES["shufflenet_unit"]()
+    calib, x = _data(model)
+    compiled = compile_onnx(model, config="default", calibration=calib)
+    assert not any(op.split()[0] in ("reshape", "transpose") for op in compiled.cpu_operators)
+    profile, want = _run_on_fsim(compiled, x)
+    np.testing.assert_array_equal(profile.output, want)
+    assert profile.accel_macs == onnx_macs(model, {"x": _shape(model)})
+    assert sum(r.device == "accel" and "1x1" in r.op for r in profile.layers) >= 2 + 4
+    # the permutation itself, against numpy's shuffle of channel indices
+    v = Var("v", TensorType((1, 12, 2, 3), "int8"))
+    split = Call("reshape", [v], {"newshape": (1, 3, 4, 2, 3)})
+    shuffled = Call("reshape", [Call("transpose", [split], {"axes": (0, 2, 1, 3, 4)})],
+                    {"newshape": (1, 12, 2, 3)})
+    found = channel_permutation(shuffled)
+    assert found is not None and found[0] is v
+    np.testing.assert_array_equal(found[1], np.arange(12).reshape(3, 4).T.reshape(-1))
+    # a transpose of the pixels is no permutation of the channels
+    five = Call("reshape", [v], {"newshape": (1, 12, 2, 3, 1)})
+    mixed = Call("reshape", [Call("transpose", [five], {"axes": (0, 1, 3, 2, 4)})],
+                 {"newshape": (1, 12, 2, 3)})
+    assert channel_permutation(mixed) is None
+    assert channel_permutation(Call("reshape", [split], {"newshape": (1, 12, 2, 3)})) is None
