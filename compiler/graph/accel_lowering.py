@@ -237,11 +237,13 @@ def _compile_activation(node: Call) -> Call:
     (:func:`~tensorfab.compiler.tensor.channel_scale.channel_scale_program`, the
     per-channel operand to segment ``s``) or ``qnn.concat_q31``
     (:func:`~tensorfab.compiler.tensor.concat.concat_program`, segments ``a`` and
-    ``b``); input segment ``x`` otherwise."""
+    ``b``) or an int8 ``nn.pad`` (:func:`~tensorfab.compiler.tensor.pad.pad_program`);
+    input segment ``x`` otherwise."""
     from tensorfab.compiler.tensor.channel_scale import channel_scale_program
     from tensorfab.compiler.tensor.concat import concat_program
     from tensorfab.compiler.tensor.global_pool import global_avg_pool_program
     from tensorfab.compiler.tensor.hard_swish import hard_swish_program
+    from tensorfab.compiler.tensor.pad import pad_program, spatial_pads
 
     from .partitioning import channel_scale_operands
 
@@ -253,6 +255,12 @@ def _compile_activation(node: Call) -> Call:
     attrs: dict[str, Any] = {"input_segment": "x"}
     if node.op == "qnn.hard_swish_q31":
         program, layer = hard_swish_program(cfg, shape, node.attrs), "hard_swish"
+    elif node.op == "nn.pad":
+        pads = spatial_pads(node.attrs["pads"])
+        if pads is None:
+            raise AcceleratorLoweringError(f"nn.pad by {node.attrs['pads']}: not spatial")
+        value = int(node.attrs["value"])
+        program, layer = pad_program(cfg, shape, pads, value), "pad"
     elif node.op == "qnn.concat_q31":
         b = node.args[1]
         b_shape = tuple(infer_types(b).shape)  # type: ignore[union-attr]
@@ -278,7 +286,7 @@ def _compile_activation(node: Call) -> Call:
 
 #: Layers (the ``layer`` attribute's first word) of programs that do no multiply-
 #: accumulate of the model: an identity GEMM moves their operands into the accumulators.
-NO_MODEL_MACS = ("add_q31", "hard_swish", "global_avg_pool", "mul_q31", "concat")
+NO_MODEL_MACS = ("add_q31", "hard_swish", "global_avg_pool", "mul_q31", "concat", "pad")
 
 
 def is_model_mac_layer(layer: str) -> bool:

@@ -10,8 +10,8 @@ value times 1 (the int32 sums are the int8 values), and the requantization after
 a scale of exactly 1 (multiplier ``2^30``, shift 1: both roundings leave integers as
 they are). The convolution multiplies every channel by every channel, ``C²`` MACs per
 pixel where the shuffle moves ``C`` values; it is taken only between a convolution's
-output and a convolution that reads nothing else, where the alternative is the round
-trip through the host.
+output and a convolution that reads nothing else (directly or through the padding of an
+asymmetric model), where the alternative is the round trip through the host.
 
 The convolutions made here carry names ending in :data:`CHANNEL_PERMUTATION_SUFFIX`, so
 that MAC accounting leaves them out of the model's multiply-accumulates (the ONNX model's
@@ -81,8 +81,7 @@ def channel_shuffles_as_convs(fn: Function, rounding: str) -> Function:
     def rule(e: Expr, old: Expr) -> Expr:
         if not (isinstance(e, Call) and e.op in _MOVES):
             return e
-        r = readers.get(id(old), [])
-        if len(r) != 1 or r[0].op != "qnn.conv2d_integer" or old is fn.body:
+        if old is fn.body or not _read_by_one_conv(old):
             return e
         found = channel_permutation(e)
         if found is None:
@@ -101,6 +100,14 @@ def channel_shuffles_as_convs(fn: Function, rounding: str) -> Function:
         return Call("qnn.requantize_q31", [conv],
                     {"multiplier": [1 << 30] * c, "shift": [1] * c, "zero_point": 0,
                      "rounding": rounding}, e.virtual_device, e.name)
+
+    def _read_by_one_conv(e: Expr) -> bool:
+        """Read by one convolution, or by one padding that one convolution reads (an
+        asymmetric model pads with its zero point apart)."""
+        r = readers.get(id(e), [])
+        if len(r) == 1 and r[0].op == "nn.pad":
+            r = readers.get(id(r[0]), [])
+        return len(r) == 1 and r[0].op == "qnn.conv2d_integer"
 
     return rewrite(fn, rule)
 

@@ -17,7 +17,12 @@ from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 
 from .infer import infer_types
 from .ir import Call, Constant, Function, post_order
-from .partitioning import ACCEL_ACTIVATIONS, accelerator_conv_refusal, concat_refusal
+from .partitioning import (
+    ACCEL_ACTIVATIONS,
+    accelerator_conv_refusal,
+    concat_refusal,
+    pad_refusal,
+)
 
 __all__ = ["cpu_operators", "cpu_reason"]
 
@@ -84,6 +89,10 @@ def cpu_reason(e: Call, cfg: HwConfig | None = None) -> str:
                     "forms of residual adds, channel-wise scales and ReLU6 run on the "
                     "accelerator)")
         return "int8/int32 elementwise outside an accelerator chain"
+    if e.op == "nn.pad":
+        return ((pad_refusal(e, cfg) if cfg is not None else None)
+                or "int8 padding on the CPU: its input is computed there, or no "
+                "accelerator operator reads the result (it would only travel to the host)")
     if e.op in ACCEL_ACTIVATIONS:
         if cfg is not None and (cfg.block_in != cfg.block_out or cfg.inp_width != 8
                                 or cfg.acc_width != 32):

@@ -279,6 +279,13 @@ def _accel_call(e: Call, args: list[Expr], lays: list[str | None], dev: VirtualD
                  "groups": groups}
         return Call(e.op, [x, w, *rest], attrs, dev, e.name), conv_output_layout(cfg)
     blocked = next(lay for lay in lays if lay)
+    if e.op == "nn.pad":  # the same pads of H and W; none of the blocks
+        pads = tuple(e.attrs["pads"])
+        if len(pads) != 8 or any(pads[i] for i in (0, 1, 4, 5)):
+            raise LayoutPlanningError(f"{short(e)} on {dev}: pads {pads} of other axes than "
+                                      f"the height and width have no blocked form{hint}")
+        blocked_pads = (*pads[:4], 0, 0, *pads[4:], 0, 0)
+        return Call(e.op, args, {**e.attrs, "pads": blocked_pads}, dev, e.name), blocked
     if e.op in LAYOUT_AGNOSTIC:
         return Call(e.op, args, e.attrs, dev, e.name), blocked
     if e.op in QUANT:

@@ -186,13 +186,16 @@ def load_constants(pb: ProgramBuilder, **flags: bool) -> None:
 class Tile:
     """``count`` entries from entry ``start`` of the input, of operand group ``group``;
     read from ``segment`` (default: the loop's) and stored from entry ``out_start`` of
-    the output (default: ``start``)."""
+    the output (default: ``start``) as ``rows`` rows of ``count / rows`` entries,
+    ``out_stride`` entries apart (default: contiguous)."""
 
     start: int
     count: int
     group: int = 0
     segment: str | None = None
     out_start: int | None = None
+    rows: int = 1
+    out_stride: int | None = None
 
 
 class VectorLoop:
@@ -266,8 +269,9 @@ class VectorLoop:
                 ops[-1] = dataclasses.replace(ops[-1], push_next=True)
             for op in ops:
                 pb.emit(op)
+            cols = t.count // t.rows
             pb.emit(Store(sram=s["acc"], dram=t.start if t.out_start is None else t.out_start,
-                          y=1, x=t.count, stride=t.count, pop_prev=True,
+                          y=t.rows, x=cols, stride=t.out_stride or cols, pop_prev=True,
                           push_prev=i + 2 < n), segment=out)
             if i + 2 < n:
                 load(i + 2)

@@ -236,3 +236,21 @@ def test_channel_shuffles_run_on_the_accelerator_as_permutation_convolutions() -
                  {"newshape": (1, 12, 2, 3)})
     assert channel_permutation(mixed) is None
     assert channel_permutation(Call("reshape", [split], {"newshape": (1, 12, 2, 3)})) is None
+
+
+@pytest.mark.parametrize(("name", "pads"), [("shufflenet_unit", 2), ("mobilenet_v3_block", 1)])
+def test_zero_point_padding_runs_on_the_accelerator(name: str, pads: int) -> None:
+    """onnxruntime's uint8 QDQ model pads a convolution's input with its zero point (an
+    ``nn.pad``): between accelerator layers that is a pad program on the device (the
+    model input's own padding stays on the CPU, where the input is), exact."""
+    model = TOPOLOGIES[name]()
+    calib, x = _data(model)
+    compiled = compile_onnx(_uint8_qdq(model, calib), config="default")
+    profile, want = _run_on_fsim(compiled, x)
+    np.testing.assert_array_equal(profile.output, want)
+    assert [r.op for r in profile.layers if r.device == "accel"].count("pad") == pads
+    assert [op for op in compiled.cpu_operators if op.startswith("nn.pad")] == [
+        "nn.pad x1: int8 padding on the CPU: its input is computed there, or no accelerator "
+        "operator reads the result (it would only travel to the host)"]
+    assert profile.host_traffic is not None
+    assert profile.host_traffic.total <= 3 * (x.nbytes + np.asarray(profile.output).nbytes)
