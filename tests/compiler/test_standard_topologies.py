@@ -254,3 +254,19 @@ def test_zero_point_padding_runs_on_the_accelerator(name: str, pads: int) -> Non
         "operator reads the result (it would only travel to the host)"]
     assert profile.host_traffic is not None
     assert profile.host_traffic.total <= 3 * (x.nbytes + np.asarray(profile.output).nbytes)
+
+
+@pytest.mark.slow
+def test_new_vector_programs_run_bit_exact_on_rtl() -> None:
+    """The concatenation, channel-shuffle and zero-point-padding programs inside whole
+    models, cycle-accurate in Verilator against the functional simulator."""
+    for name, qdq in (("densenet_block_g16", False), ("shufflenet_unit", True)):
+        model = TOPOLOGIES[name]()
+        calib, x = _data(model)
+        compiled = (compile_onnx(_uint8_qdq(model, calib), config="default") if qdq
+                    else compile_onnx(model, config="default", calibration=calib))
+        rtl = profile_program(compiled.program, {"x": x}, get_device("rtl"))
+        fsim, _ = _run_on_fsim(compiled, x)
+        np.testing.assert_array_equal(rtl.output, fsim.output)
+        ops = {r.op for r in rtl.layers if r.device == "accel"}
+        assert ops & {"concat", "pad"}
