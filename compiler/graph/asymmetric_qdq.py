@@ -202,6 +202,19 @@ def _shape(e: Expr) -> tuple[int, ...]:
     return tuple(e.checked_type.shape)  # type: ignore[union-attr]
 
 
+def _asymmetric_pair(call: Call, zy: int
+                     ) -> tuple[tuple[Expr, float, int], tuple[Expr, float, int]] | None:
+    """The two dequantized int8 activations of ``call`` with their scales and zero
+    points, when some zero point (theirs or the output's ``zy``) is nonzero; None for
+    another pattern or a symmetric one (:func:`~.qdq_lowering.lower_qdq`'s)."""
+    operands = [_dequantized(a) for a in call.args]
+    if len(operands) != 2 or operands[0] is None or operands[1] is None:
+        return None
+    if not (operands[0][2] or operands[1][2] or zy):
+        return None
+    return operands[0], operands[1]
+
+
 def _lower_hard_swish(hs: Call, sy: np.float32, zy: int) -> Expr | None:
     """``qnn.hard_swish_q31(x)`` with the input's and the output's zero points for
     ``hard_swish(dq(x, s_x, z_x))`` of an int8 activation."""
@@ -222,12 +235,10 @@ def _lower_multiply(mul: Call, sy: np.float32, zy: int) -> Expr | None:
     dq(b, s_b, z_b))`` of two int8 activations."""
     from tensorfab.compiler.tensor.channel_scale import mul_attrs
 
-    operands = [_dequantized(a) for a in mul.args]
-    if any(d is None for d in operands):
+    operands = _asymmetric_pair(mul, zy)
+    if operands is None:
         return None
-    (a, sa, za), (b, sb, zb) = operands  # type: ignore[misc]
-    if not (za or zb or zy):
-        return None  # symmetric: lower_qdq's
+    (a, sa, za), (b, sb, zb) = operands
     attrs = mul_attrs(sa, sb, float(sy), zy, za, zb)
     return Call("qnn.mul_q31", [a, b], attrs, mul.virtual_device, mul.name)
 
@@ -255,12 +266,10 @@ def _lower_add(add: Call, sy: np.float32, zy: int) -> Expr | None:
     symmetric one."""
     from .qdq_lowering import add_q31_attrs
 
-    operands = [_dequantized(a) for a in add.args]
-    if any(d is None for d in operands):
+    operands = _asymmetric_pair(add, zy)
+    if operands is None:
         return None
-    (a, sa, za), (b, sb, zb) = operands  # type: ignore[misc]
-    if not (za or zb or zy):
-        return None  # symmetric: lower_qdq's
+    (a, sa, za), (b, sb, zb) = operands
     attrs = add_q31_attrs(sa, sb, float(sy)) | {"zero_point": zy, "a_zero_point": za,
                                                 "b_zero_point": zb}
     return Call("qnn.add_q31", [a, b], attrs, add.virtual_device, add.name)

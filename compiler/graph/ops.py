@@ -892,9 +892,7 @@ def _requantize_residual_q31(types: list[Type], attrs: Mapping[str, Any]) -> Typ
           "multiplier the same way, + zero_point, clipped to int8; same shapes (numpy "
           "broadcasting)")
 def _add_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
-    a, b = _t(types, 0), _t(types, 1)
-    _want_dtype(a, ("int8",), "operand a")
-    _want_dtype(b, ("int8",), "operand b")
+    a, b = _int8_operands(types)
     if not 0 <= attrs["left_shift"] <= 24:
         raise _fail(f"left_shift {attrs['left_shift']} outside 0..24 (an int8 shifted by "
                     "it must fit 32 bits with headroom for the sum)")
@@ -928,6 +926,14 @@ def _hard_swish_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     _check_zero_points(attrs, ("input_zero_point",))
     _check_output_scale(attrs, _operand_range(attrs, ("input_zero_point",)) * attrs["upper"])
     return x
+
+
+def _int8_operands(types: list[Type]) -> tuple[TensorType, TensorType]:
+    """The two int8 operands of a binary integer operator."""
+    a, b = _t(types, 0), _t(types, 1)
+    _want_dtype(a, ("int8",), "operand a")
+    _want_dtype(b, ("int8",), "operand b")
+    return a, b
 
 
 def _check_zero_points(attrs: Mapping[str, Any], names: Sequence[str]) -> None:
@@ -977,9 +983,7 @@ def _check_output_scale(attrs: Mapping[str, Any], largest: int) -> None:
           "scaled by the Q31 multiplier (SHL max(shift, 0), MULHI, SHR_RND max(-shift, "
           "0)), + zero_point, clipped to int8")
 def _mul_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
-    a, b = _t(types, 0), _t(types, 1)
-    _want_dtype(a, ("int8",), "operand a")
-    _want_dtype(b, ("int8",), "operand b")
+    a, b = _int8_operands(types)
     _check_zero_points(attrs, ("a_zero_point", "b_zero_point"))
     _check_output_scale(attrs, _operand_range(attrs, ("a_zero_point",))
                         * _operand_range(attrs, ("b_zero_point",)))
@@ -995,9 +999,7 @@ def _mul_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
           "31 - x_shift) + zero_point, -128, 127) (a multiplier of 2^30 with shift 1 is a "
           "scale of 1: a copy when the zero points agree)")
 def _concat_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
-    a, b = _t(types, 0), _t(types, 1)
-    _want_dtype(a, ("int8",), "operand a")
-    _want_dtype(b, ("int8",), "operand b")
+    a, b = _int8_operands(types)
     if attrs["axis"] != 1:
         raise _fail(f"axis {attrs['axis']}: the operator joins channels (axis 1)")
     if a.ndim not in (4, 6) or b.ndim != a.ndim or a.shape[:1] + a.shape[2:] != \
