@@ -275,7 +275,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
                                 per_channel=True,
                                 rounding=rounding)
     if cfg is not None:  # on the device rather than a round trip through the host
-        fn = channel_shuffles_as_convs(fn, rounding)
+        fn = channel_shuffles_as_convs(fn, rounding, cfg.block_in)
     if cfg is not None and rounding == "single" and residual_adds == "auto" \
             and cfg.block_in == cfg.block_out:
         say("fusing residual adds into the convolutions before them")

@@ -9,7 +9,10 @@ the ``(C, C, 1, 1)`` kernel ``P[j, perm[j]] = 1`` it is exact: each output is on
 value times 1 (the int32 sums are the int8 values), and the requantization after it is
 a scale of exactly 1 (multiplier ``2^30``, shift 1: both roundings leave integers as
 they are). The convolution multiplies every channel by every channel, ``C²`` MACs per
-pixel where the shuffle moves ``C`` values; it is taken only between a convolution's
+pixel where the shuffle moves ``C`` values: it is taken only where that is at most
+twice the channel blocks the permutation connects (:func:`dense_blocks_pay`: small
+channel counts; a real ShuffleNet stage's shuffle would cost several times its
+convolutions and stays on the CPU), and only between a convolution's
 output and a convolution that reads nothing else (directly or through the padding of an
 asymmetric model), where the alternative is the round trip through the host.
 
@@ -27,7 +30,7 @@ from .ir import Call, Constant, Expr, Function
 from .rewrite import call_readers, rewrite
 
 __all__ = ["CHANNEL_PERMUTATION_SUFFIX", "channel_permutation", "channel_shuffles_as_convs",
-           "is_channel_permutation"]
+           "dense_blocks_pay", "is_channel_permutation"]
 
 #: The name suffix of the convolutions that :func:`channel_shuffles_as_convs` makes.
 CHANNEL_PERMUTATION_SUFFIX = ".channel_permutation"
@@ -70,10 +73,21 @@ def channel_permutation(e: Expr) -> tuple[Expr, np.ndarray] | None:
     return x, perm
 
 
-def channel_shuffles_as_convs(fn: Function, rounding: str) -> Function:
+def dense_blocks_pay(perm: np.ndarray, block: int) -> bool:
+    """Whether a dense permutation convolution of ``perm`` over ``block``-channel blocks
+    multiplies at most twice the blocks the permutation really connects (output block
+    ``J`` reading input block ``K``): true for few channels (ShuffleNet's 48: 9 of 9),
+    false for a real stage's (240 channels in 3 groups: 225 blocks for about 90)."""
+    blocks = -(-perm.size // block)
+    used = {(j // block, int(k) // block) for j, k in enumerate(perm)}
+    return blocks * blocks <= 2 * len(used)
+
+
+def channel_shuffles_as_convs(fn: Function, rounding: str, block: int) -> Function:
     """``fn`` (an integer program after :func:`~.fixed_point.fixed_point_requantize`)
     with each channel shuffle of an int8 convolution output that one convolution reads
-    as ``qnn.requantize_q31(qnn.conv2d_integer(x, P))`` (see the module docstring);
+    as ``qnn.requantize_q31(qnn.conv2d_integer(x, P))`` (see the module docstring), where
+    the dense convolution over ``block``-channel blocks pays (:func:`dense_blocks_pay`);
     ``rounding`` is the requantizations' (``"single"`` or ``"double"``)."""
     infer_types(fn)
     readers = call_readers(fn)
@@ -87,6 +101,8 @@ def channel_shuffles_as_convs(fn: Function, rounding: str) -> Function:
         if found is None:
             return e
         x, perm = found
+        if not dense_blocks_pay(perm, block):
+            return e
         if not (isinstance(x, Call) and x.op in _CONV_OUTPUTS
                 and x.checked_type.dtype == "int8"):  # type: ignore[union-attr]
             return e

@@ -238,6 +238,16 @@ def test_channel_shuffles_run_on_the_accelerator_as_permutation_convolutions() -
     assert channel_permutation(Call("reshape", [split], {"newshape": (1, 12, 2, 3)})) is None
 
 
+@pytest.mark.parametrize(("channels", "groups", "pays"), [
+    (48, 3, True), (240, 3, False), (960, 3, False), (32, 2, True), (64, 4, True)])
+def test_a_dense_permutation_convolution_is_taken_only_where_it_pays(channels, groups,
+                                                                     pays) -> None:
+    from tensorfab.compiler.graph.channel_shuffle_as_conv import dense_blocks_pay
+
+    perm = np.arange(channels).reshape(groups, channels // groups).T.reshape(-1)
+    assert dense_blocks_pay(perm, 16) is pays
+
+
 @pytest.mark.parametrize(("name", "pads"), [("shufflenet_unit", 2), ("mobilenet_v3_block", 1)])
 def test_zero_point_padding_runs_on_the_accelerator(name: str, pads: int) -> None:
     """onnxruntime's uint8 QDQ model pads a convolution's input with its zero point (an
