@@ -225,7 +225,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     from .graph.asymmetric_qdq import lower_asymmetric_qdq
     from .graph.batch_norm_folding import fold_batch_norm
     from .graph.channel_affine_as_conv import channel_affine_as_conv
-    from .graph.channel_shuffle_as_conv import channel_shuffles_as_convs
+    from .graph.channel_shuffle import channel_shuffles_as_permutes
     from .graph.constant_folding import fold_constants
     from .graph.dense_as_conv import dense_as_conv
     from .graph.fixed_point import fixed_point_requantize
@@ -274,8 +274,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     fn = fixed_point_requantize(dense_as_conv(lower_qdq(lower_asymmetric_qdq(fn))),
                                 per_channel=True,
                                 rounding=rounding)
-    if cfg is not None:  # on the device rather than a round trip through the host
-        fn = channel_shuffles_as_convs(fn, rounding, cfg.block_in)
+    if cfg is not None:  # one operator the accelerator runs, not three data moves
+        fn = channel_shuffles_as_permutes(fn)
     if cfg is not None and rounding == "single" and residual_adds == "auto" \
             and cfg.block_in == cfg.block_out:
         say("fusing residual adds into the convolutions before them")

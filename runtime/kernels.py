@@ -775,6 +775,15 @@ def mul_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return _to_int8(alu_apply(AluOp.MUL, a, b), attrs)
 
 
+@kernel("qnn.channel_permute")
+def channel_permute(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Output channel ``j`` is input channel ``perm[j]`` (NCHW)."""
+    x = inputs[0]
+    if x.ndim != 4:
+        raise KernelError(f"qnn.channel_permute takes NCHW on the CPU, got shape {x.shape}")
+    return np.ascontiguousarray(x[:, list(attrs["perm"])])
+
+
 @kernel("qnn.concat_q31")
 def concat_q31(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """int8 channel concatenation, each input requantized to the output's scale with

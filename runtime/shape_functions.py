@@ -38,7 +38,7 @@ def _register(*names: str) -> Callable[[ShapeFunction], ShapeFunction]:
            "hard_sigmoid", "hard_swish", "clip", "cast", "erf", "exp", "sqrt", "tanh",
            "sigmoid", "nn.softmax", "nn.layer_norm", "nn.lrn", "qnn.quantize",
            "qnn.dequantize", "qnn.requantize", "qnn.requantize_fixed", "qnn.requantize_q31",
-           "qnn.hard_swish_q31")
+           "qnn.hard_swish_q31", "qnn.channel_permute")
 def _same(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> Shape:
     """Elementwise on its first input: the same shape."""
     return tuple(shapes[0])

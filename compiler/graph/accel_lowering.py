@@ -25,7 +25,6 @@ from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 from tensorfab.runtime.layout_transform import layout_transform
 
 from .channel_affine_as_conv import is_channel_affine
-from .channel_shuffle_as_conv import is_channel_permutation
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, post_order
 from .layout_planning import conv_output_layout, hw_config_of
@@ -237,8 +236,10 @@ def _compile_activation(node: Call) -> Call:
     (:func:`~tensorfab.compiler.tensor.channel_scale.channel_scale_program`, the
     per-channel operand to segment ``s``) or ``qnn.concat_q31``
     (:func:`~tensorfab.compiler.tensor.concat.concat_program`, segments ``a`` and
-    ``b``) or an int8 ``nn.pad`` (:func:`~tensorfab.compiler.tensor.pad.pad_program`);
-    input segment ``x`` otherwise."""
+    ``b``), an int8 ``nn.pad`` (:func:`~tensorfab.compiler.tensor.pad.pad_program`) or
+    ``qnn.channel_permute`` (:func:`~tensorfab.compiler.tensor.channel_permute.
+    channel_permute_program`); input segment ``x`` otherwise."""
+    from tensorfab.compiler.tensor.channel_permute import channel_permute_program
     from tensorfab.compiler.tensor.channel_scale import channel_scale_program
     from tensorfab.compiler.tensor.concat import concat_program
     from tensorfab.compiler.tensor.global_pool import global_avg_pool_program
@@ -261,6 +262,9 @@ def _compile_activation(node: Call) -> Call:
             raise AcceleratorLoweringError(f"nn.pad by {node.attrs['pads']}: not spatial")
         value = int(node.attrs["value"])
         program, layer = pad_program(cfg, shape, pads, value), "pad"
+    elif node.op == "qnn.channel_permute":
+        program = channel_permute_program(cfg, shape, node.attrs["perm"])
+        layer = "channel_permute"
     elif node.op == "qnn.concat_q31":
         b = node.args[1]
         b_shape = tuple(infer_types(b).shape)  # type: ignore[union-attr]
@@ -286,7 +290,8 @@ def _compile_activation(node: Call) -> Call:
 
 #: Layers (the ``layer`` attribute's first word) of programs that do no multiply-
 #: accumulate of the model: an identity GEMM moves their operands into the accumulators.
-NO_MODEL_MACS = ("add_q31", "hard_swish", "global_avg_pool", "mul_q31", "concat", "pad")
+NO_MODEL_MACS = ("add_q31", "hard_swish", "global_avg_pool", "mul_q31", "concat", "pad",
+                 "channel_permute")
 
 
 def is_model_mac_layer(layer: str) -> bool:
@@ -312,7 +317,7 @@ def accel_chain_macs(planned: Function) -> list[int]:
             w = e.args[1].checked_type.shape  # type: ignore[union-attr]
             y = e.checked_type.shape  # type: ignore[union-attr]
             macs = int(np.prod(y)) * int(w[1]) * int(w[2]) * int(w[3])
-            if is_channel_affine(e) or is_channel_permutation(e):  # no MACs of the model
+            if is_channel_affine(e):  # a batch norm's scale: no MACs of the model
                 macs = 0
             by_end[id(chain_end(e, readers))] = macs
     return [by_end[id(e)] for e in post_order(planned) if id(e) in by_end]

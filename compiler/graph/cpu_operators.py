@@ -19,9 +19,11 @@ from .infer import infer_types
 from .ir import Call, Constant, Function, post_order
 from .partitioning import (
     ACCEL_ACTIVATIONS,
+    MOVING_ACTIVATIONS,
     accelerator_conv_refusal,
     concat_refusal,
     pad_refusal,
+    permute_refusal,
 )
 
 __all__ = ["cpu_operators", "cpu_reason"]
@@ -98,8 +100,10 @@ def cpu_reason(e: Call, cfg: HwConfig | None = None) -> str:
                                 or cfg.acc_width != 32):
             return (f"int8 on the CPU: its program needs block_in == block_out, 8-bit "
                     f"inputs and 32-bit accumulators (config {cfg.name!r})")
-        if e.op == "qnn.concat_q31":
-            return ((concat_refusal(e, cfg) if cfg is not None else None)
+        if e.op in MOVING_ACTIVATIONS:
+            refusal = {"qnn.concat_q31": concat_refusal,
+                       "qnn.channel_permute": permute_refusal}[e.op]
+            return ((refusal(e, cfg) if cfg is not None else None)
                     or "int8 on the CPU: an input is computed there, or no accelerator "
                     "operator reads the result (it would only travel to the host)")
         return ("int8 on the CPU: its input is computed there (a program would only move "

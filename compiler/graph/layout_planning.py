@@ -41,6 +41,7 @@ LAYOUT_AGNOSTIC = frozenset({
     "relu", "clip", "cast", "sigmoid", "tanh", "leaky_relu", "hard_sigmoid", "hard_swish",
     "negative", "identity", "exp", "erf", "sqrt", "qnn.requantize_fixed",
     "qnn.requantize_q31", "qnn.hard_swish_q31", "qnn.global_avg_pool_q31",
+    "qnn.channel_permute",
 })
 BINARY = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
                     "qnn.add_q31", "qnn.mul_q31", "qnn.requantize_residual_q31",

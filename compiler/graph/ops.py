@@ -1015,6 +1015,21 @@ def _concat_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     return TensorType((a.shape[0], a.shape[1] + b.shape[1], *a.shape[2:]), "int8")
 
 
+@register("qnn.channel_permute", 1, {"perm": REQUIRED},
+          "int8 channel permutation: output channel j is input channel perm[j] (NCHW, or "
+          "a blocked NCHW{n}n{c}c with the same blocks); ShuffleNet's channel shuffle")
+def _channel_permute(types: list[Type], attrs: Mapping[str, Any]) -> Type:
+    x = _t(types, 0)
+    _want_dtype(x, ("int8",), "the input")
+    perm = [int(p) for p in attrs["perm"]]
+    if x.ndim not in (4, 6) or sorted(perm) != list(range(len(perm))):
+        raise _fail(f"perm of {len(perm)} values for {x}: expected a permutation of the "
+                    "channels of an NCHW (or blocked) activation")
+    if x.ndim == 4 and len(perm) != x.shape[1]:
+        raise _fail(f"perm has {len(perm)} values for {x.shape[1]} channels")
+    return x
+
+
 @register("qnn.global_avg_pool_q31", 1, {"left_shift": 0, "multiplier": REQUIRED,
                                          "shift": REQUIRED, "zero_point": 0,
                                          "input_zero_point": 0, "rounding": "double"},

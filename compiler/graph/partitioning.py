@@ -217,14 +217,33 @@ def residual_add_chains(fn: Function, device: VirtualDevice, residual_adds: str 
 #: (:mod:`tensorfab.compiler.tensor.hard_swish`, :mod:`~tensorfab.compiler.tensor.
 #: global_pool`, :mod:`~tensorfab.compiler.tensor.channel_scale`), on 4-D tensors.
 ACCEL_ACTIVATIONS = frozenset({"qnn.hard_swish_q31", "qnn.global_avg_pool_q31",
-                               "qnn.mul_q31", "qnn.concat_q31", "nn.pad"})
+                               "qnn.mul_q31", "qnn.concat_q31", "nn.pad",
+                               "qnn.channel_permute"})
 #: Those of :data:`ACCEL_ACTIVATIONS` with one output scale in
 #: :mod:`tensorfab.compiler.tensor.vector_program`'s attributes (the concatenation
 #: scales each input with a REQUANT record of its own; padding moves values).
-OUTPUT_SCALE_ACTIVATIONS = ACCEL_ACTIVATIONS - {"qnn.concat_q31", "nn.pad"}
+OUTPUT_SCALE_ACTIVATIONS = ACCEL_ACTIVATIONS - {"qnn.concat_q31", "nn.pad",
+                                                 "qnn.channel_permute"}
 #: Those of :data:`ACCEL_ACTIVATIONS` that only move data: worth a program only when an
 #: accelerator operator reads their result.
-_MOVING_ACTIVATIONS = frozenset({"qnn.concat_q31", "nn.pad"})
+MOVING_ACTIVATIONS = frozenset({"qnn.concat_q31", "nn.pad", "qnn.channel_permute"})
+
+
+def permute_refusal(e: Call, cfg: HwConfig) -> str | None:
+    """Why the ``qnn.channel_permute`` ``e`` cannot run as a program on ``cfg`` (its
+    input apart), or None (:func:`~tensorfab.compiler.tensor.channel_permute.
+    channel_permute_program`)."""
+    from tensorfab.compiler.tensor.channel_permute import block_sources
+
+    shape = infer_types(e.args[0]).shape  # type: ignore[union-attr]
+    if shape[0] > cfg.batch:
+        return (f"int8 channel permutation of a batch of {shape[0]}: the program takes one "
+                f"batch block ({cfg.batch} on config {cfg.name!r})")
+    entries = sum(len(s) for s in block_sources(e.attrs["perm"], cfg.block_out))
+    if entries > cfg.wgt_depth or 4 * entries + 2 > cfg.uop_depth:
+        return (f"int8 channel permutation gathering {entries} blocks: more than config "
+                f"{cfg.name!r}'s weight or micro-op buffer holds")
+    return None
 
 
 def pad_refusal(e: Call, cfg: HwConfig) -> str | None:
@@ -288,13 +307,15 @@ def activation_chains(fn: Function, cfg: HwConfig, on_accel: set[int],
                       accel_members: set[int] | None = None) -> list[list[Call]]:
     """``[op]`` for each integer operator of :data:`ACCEL_ACTIVATIONS` on 4-D tensors (a
     ``qnn.mul_q31`` only as a channel-wise scale, :func:`channel_scale_operands`; a
-    ``qnn.concat_q31`` and an ``nn.pad`` only where :func:`concat_refusal` and
-    :func:`pad_refusal` have no objection) whose
+    ``qnn.concat_q31``, an ``nn.pad`` and a ``qnn.channel_permute`` only where
+    :func:`concat_refusal`, :func:`pad_refusal` and :func:`permute_refusal` have no
+    objection) whose
     inputs the accelerator computes (their ids in ``on_accel``, the ends of the other
     chains, or earlier such operators), when ``cfg`` has ``block_in == block_out``,
     8-bit inputs and 32-bit accumulators (what their programs need). One whose input the
     CPU computes stays there: its program would move that input to the device and save
-    nothing. So does a concatenation or padding that no accelerator operator reads (an element of
+    nothing. So does an operator of :data:`MOVING_ACTIVATIONS` that no accelerator
+    operator reads (an element of
     ``accel_members``, the other chains' operators, or another operator taken here): its
     result would only travel to the host, padded to whole channel blocks."""
     if cfg.block_in != cfg.block_out or cfg.inp_width != 8 or cfg.acc_width != 32:
@@ -313,6 +334,8 @@ def activation_chains(fn: Function, cfg: HwConfig, on_accel: set[int],
             inputs = tuple(e.args) if concat_refusal(e, cfg) is None else ()
         elif e.op == "nn.pad":
             inputs = e.args[:1] if pad_refusal(e, cfg) is None else ()
+        elif e.op == "qnn.channel_permute":
+            inputs = e.args[:1] if permute_refusal(e, cfg) is None else ()
         else:
             inputs = e.args[:1] if len(e.args[0].checked_type.shape) == 4 else ()  # type: ignore[union-attr]
         if inputs and all(id(x) in on for x in inputs):
@@ -323,7 +346,7 @@ def activation_chains(fn: Function, cfg: HwConfig, on_accel: set[int],
     while True:  # drop what no accelerator operator reads, and what read only that
         kept = {id(e) for e in taken}
         dropped = {id(e) for e in taken
-                   if (e.op in _MOVING_ACTIVATIONS and not any(
+                   if (e.op in MOVING_ACTIVATIONS and not any(
                        id(r) in members or id(r) in kept for r in readers[id(e)]))
                    or not all(id(x) in on_accel or id(x) in kept for x in inputs_of[id(e)])}
         if not dropped:
