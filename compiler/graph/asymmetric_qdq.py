@@ -191,10 +191,12 @@ def _lower_concat(cat: Call, sy: np.float32, zy: int) -> Expr | None:
             or len(_shape(cat)) != 4 or cat.attrs["axis"] % 4 != 1:
         return None
     (joined, s, z), *rest = operands  # type: ignore[misc]
+    channels = _shape(joined)[1]
     for x, sx, zx in rest:  # type: ignore[misc]
-        attrs = concat_attrs(s, z, sx, zx, float(sy), zy)
+        attrs = concat_attrs(s, z, sx, zx, float(sy), zy) | {
+            "a_channels": channels, "b_channels": _shape(x)[1]}
         joined = Call("qnn.concat_q31", [joined, x], attrs, cat.virtual_device, cat.name)
-        s, z = float(sy), zy
+        s, z, channels = float(sy), zy, channels + _shape(x)[1]
     return joined
 
 

@@ -992,9 +992,10 @@ def _mul_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
 
 @register("qnn.concat_q31", 2, {"axis": 1, "a_multiplier": REQUIRED, "a_shift": REQUIRED,
                                 "a_zero_point": 0, "b_multiplier": REQUIRED,
-                                "b_shift": REQUIRED, "b_zero_point": 0, "zero_point": 0},
-          "int8 channel concatenation (axis 1: NCHW, or a blocked NCHW{n}n{c}c whose first "
-          "input's channels are whole blocks) with each input requantized to the output's "
+                                "b_shift": REQUIRED, "b_zero_point": 0, "zero_point": 0,
+                                "a_channels": 0, "b_channels": 0},
+          "int8 channel concatenation (axis 1: NCHW, or a blocked NCHW{n}n{c}c of "
+          "a_channels and b_channels, 0: whole blocks) with each input requantized to the output's "
           "scale as REQUANT computes it: clamp(RDBPOT((x - x_zero_point) · x_multiplier, "
           "31 - x_shift) + zero_point, -128, 127) (a multiplier of 2^30 with shift 1 is a "
           "scale of 1: a copy when the zero points agree)")
@@ -1006,13 +1007,18 @@ def _concat_q31(types: list[Type], attrs: Mapping[str, Any]) -> Type:
             b.shape[:1] + b.shape[2:]:
         raise _fail(f"operands {a} and {b}: expected NCHW (or blocked) activations that "
                     "differ only in their channels")
+    lanes = 1 if a.ndim == 4 else int(a.shape[5])
+    ca = attrs["a_channels"] or int(a.shape[1]) * lanes
+    cb = attrs["b_channels"] or int(b.shape[1]) * lanes
+    if -(-ca // lanes) != a.shape[1] or -(-cb // lanes) != b.shape[1]:
+        raise _fail(f"a_channels {ca} and b_channels {cb} do not fill operands {a} and {b}")
     for x in ("a", "b"):
         _check_multiplier(attrs[f"{x}_multiplier"], attrs[f"{x}_shift"], f"{x}: ")
         if not 1 <= 31 - attrs[f"{x}_shift"] <= 62:
             raise _fail(f"{x}_shift {attrs[f'{x}_shift']}: REQUANT shifts by 31 - shift, "
                         "which must be in 1..62")
     _check_zero_points(attrs, ("a_zero_point", "b_zero_point", "zero_point"))
-    return TensorType((a.shape[0], a.shape[1] + b.shape[1], *a.shape[2:]), "int8")
+    return TensorType((a.shape[0], -(-(ca + cb) // lanes), *a.shape[2:]), "int8")
 
 
 @register("qnn.channel_permute", 1, {"perm": REQUIRED},

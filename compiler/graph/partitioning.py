@@ -233,13 +233,15 @@ def permute_refusal(e: Call, cfg: HwConfig) -> str | None:
     """Why the ``qnn.channel_permute`` ``e`` cannot run as a program on ``cfg`` (its
     input apart), or None (:func:`~tensorfab.compiler.tensor.channel_permute.
     channel_permute_program`)."""
-    from tensorfab.compiler.tensor.channel_permute import block_sources
+    from tensorfab.compiler.tensor.channel_gather import block_sources
+    from tensorfab.compiler.tensor.channel_permute import permuted_channels
 
     shape = infer_types(e.args[0]).shape  # type: ignore[union-attr]
     if shape[0] > cfg.batch:
         return (f"int8 channel permutation of a batch of {shape[0]}: the program takes one "
                 f"batch block ({cfg.batch} on config {cfg.name!r})")
-    entries = sum(len(s) for s in block_sources(e.attrs["perm"], cfg.block_out))
+    entries = sum(len(s) for s in block_sources(permuted_channels(e.attrs["perm"]),
+                                                cfg.block_out))
     if entries > cfg.wgt_depth or 4 * entries + 2 > cfg.uop_depth:
         return (f"int8 channel permutation gathering {entries} blocks: more than config "
                 f"{cfg.name!r}'s weight or micro-op buffer holds")
@@ -269,22 +271,24 @@ def pad_refusal(e: Call, cfg: HwConfig) -> str | None:
 def concat_refusal(e: Call, cfg: HwConfig) -> str | None:
     """Why the ``qnn.concat_q31`` ``e`` cannot run as a program on ``cfg`` (its inputs
     apart), or None (:func:`~tensorfab.compiler.tensor.concat.concat_program`)."""
-    from tensorfab.compiler.tensor.concat import CONCAT_INPUTS, is_copy
+    from tensorfab.compiler.tensor.channel_gather import block_sources
+    from tensorfab.compiler.tensor.concat import CONCAT_INPUTS, concat_channels, is_copy
     from tensorfab.isa.formats import requant_supported
 
-    a, _ = (tuple(infer_types(x).shape) for x in e.args)  # type: ignore[union-attr]
+    a, b = (tuple(infer_types(x).shape) for x in e.args)  # type: ignore[union-attr]
     if len(a) != 4:
         return f"int8 concatenation of {len(a)}-D tensors (the program joins NCHW channels)"
     if a[0] > cfg.batch:
         return (f"int8 concatenation of a batch of {a[0]}: the program takes one batch "
                 f"block ({cfg.batch} on config {cfg.name!r})")
-    if a[1] % cfg.block_out:
-        return (f"int8 concatenation after {a[1]} channels, no whole number of "
-                f"{cfg.block_out}-channel blocks (the accelerator's layout would put "
-                "padding between the inputs)")
     if not requant_supported(cfg) and not all(is_copy(e.attrs, x) for x in CONCAT_INPUTS):
         return (f"int8 concatenation of inputs at other scales: config {cfg.name!r} has no "
                 "REQUANT to bring them to the output's")
+    channels = concat_channels({"a_channels": a[1], "b_channels": b[1]}, a, b, 1)
+    entries = sum(len(s) for s in block_sources(channels, cfg.block_out))
+    if entries + -(-len(channels) // cfg.block_out) > cfg.wgt_depth:
+        return (f"int8 concatenation gathering {entries} blocks: more than config "
+                f"{cfg.name!r}'s weight buffer holds")
     return None
 
 

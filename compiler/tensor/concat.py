@@ -1,41 +1,35 @@
-"""Channel concatenation on the accelerator: ``qnn.concat_q31(a, b)`` as a program.
+"""Channel concatenation on the accelerator: ``qnn.concat_q31(a, b)`` as a gather
+program (:mod:`.channel_gather`).
 
-Two int8 activations in the blocked layout ``NCHW{batch}n{block}c`` with one batch block
-(``N ≤ batch``), the same height and width, and ``a``'s channels a whole number of
-blocks: then the concatenation along the channels is ``a``'s entries followed by
-``b``'s (``b``'s padding channels, if any, are the result's). Each input tile comes
-into the accumulators by a GEMM with an identity weight entry
-(:class:`.vector_program.VectorLoop`), is requantized to the output's scale by one
-REQUANT with that input's record (``(x - z_x) · s_x / s_y + z_y``, rounded once) unless
-its scale and zero point are the output's already, and is stored at its place in the
-output. The graph's ``qnn.concat_q31`` (see :mod:`tensorfab.compiler.graph.ops`) is
-computed by the CPU kernel with the same REQUANT arithmetic, so both agree bit for bit.
-
-Cost per output entry: 2 GEMM micro-ops, 1 ALU micro-op for an input that is
-requantized, none for one that is copied; 2 bytes moved per element. Needs
+Output channel ``c`` is ``a``'s channel ``c`` while ``c < C_a``, else ``b``'s channel
+``c - C_a``, in the blocked layout ``NCHW{batch}n{block}c`` with one batch block: an
+output block takes one block of an input when ``C_a`` is a whole number of blocks (one
+GEMM micro-op per entry, a copy), two or three blocks of both inputs otherwise. When an
+input's scale or zero point is not the output's, one REQUANT per tile applies a record
+per output channel: its input's ``(x - z_x) · s_x / s_y + z_y``, rounded once. The
+graph's ``qnn.concat_q31`` (see :mod:`tensorfab.compiler.graph.ops`) is computed by the
+CPU kernel with the same REQUANT arithmetic, so both agree bit for bit. Needs
 ``block_in == block_out``, 8-bit inputs and 32-bit accumulators, and REQUANT for an
 input whose scale differs from the output's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from tensorfab.isa import AluOp, HwConfig
-from tensorfab.isa.builder import ProgramBuilder
-from tensorfab.isa.formats import Buffer, requant_supported
-from tensorfab.isa.insn import Alu, Load, Uop
-from tensorfab.isa.program import Program, Segment
+from tensorfab.isa import HwConfig
+from tensorfab.isa.formats import requant_supported
+from tensorfab.isa.program import Program
 from tensorfab.isa.requant_record import pack_requant_records
 
+from .channel_gather import gather_program
 from .errors import CompileError
-from .vector_program import Tile, VectorLoop, block_entries, uniform_tiles
 
-__all__ = ["CONCAT_ATTRS", "CONCAT_INPUTS", "concat_attrs", "concat_program",
-           "is_copy", "record_fields"]
+__all__ = ["CONCAT_ATTRS", "CONCAT_INPUTS", "concat_attrs", "concat_channels",
+           "concat_program", "is_copy", "record_fields"]
 
 #: The two inputs' names: their segments and the prefixes of their attributes.
 CONCAT_INPUTS = ("a", "b")
@@ -78,6 +72,15 @@ def record_fields(attrs: Mapping[str, Any], x: str) -> dict[str, int]:
             "lo": -128, "hi": 127}
 
 
+def concat_channels(attrs: Mapping[str, Any], a_shape: Sequence[int],
+                    b_shape: Sequence[int], block: int) -> list[tuple[int, int]]:
+    """The gather's ``(input, channel)`` of each output channel: ``a``'s channels, then
+    ``b``'s (``a_channels``/``b_channels``, or whole blocks of the blocked shapes)."""
+    ca = attrs.get("a_channels") or a_shape[1] * block
+    cb = attrs.get("b_channels") or b_shape[1] * block
+    return [(0, c) for c in range(ca)] + [(1, c) for c in range(cb)]
+
+
 def concat_program(cfg: HwConfig, a_shape: tuple[int, ...], b_shape: tuple[int, ...],
                    attrs: Mapping[str, Any], a: np.ndarray | None = None,
                    b: np.ndarray | None = None, *, tile: int = 256) -> Program:
@@ -88,19 +91,20 @@ def concat_program(cfg: HwConfig, a_shape: tuple[int, ...], b_shape: tuple[int, 
     cfg : HwConfig
         The accelerator configuration.
     a_shape, b_shape : tuple[int, ...]
-        Blocked ``NCHW{batch}n{block}c`` shapes (6-D) of the inputs.
+        Blocked ``NCHW{batch}n{block}c`` shapes (6-D) of the inputs; their channel counts
+        are the attributes ``a_channels`` and ``b_channels`` (default: whole blocks).
     attrs : Mapping[str, Any]
         The ``qnn.concat_q31`` attributes (:data:`CONCAT_ATTRS`).
     a, b : numpy.ndarray | None
         Initial contents of segments ``a`` and ``b`` (int8; None: zeros).
     tile : int
-        Entries per tile.
+        Pixels per tile.
 
     Returns
     -------
     Program
-        Segments ``a``, ``b`` (int8 inputs), ``out`` (int8 output), ``identity`` and, per
-        requantized input, ``record_a``/``record_b`` (constants).
+        Segments ``a``, ``b`` (int8 inputs), ``out`` (int8 output), ``gather`` and, when
+        an input is requantized, ``record`` (constants).
 
     Raises
     ------
@@ -108,49 +112,21 @@ def concat_program(cfg: HwConfig, a_shape: tuple[int, ...], b_shape: tuple[int, 
         For a configuration or shapes the program cannot take, missing attributes, or a
         requantized input on a config without REQUANT.
     """
-    a_shape, b_shape = tuple(a_shape), tuple(b_shape)
-    entries = {x: block_entries(cfg, s, "qnn.concat_q31", attrs, CONCAT_ATTRS)
-               for x, s in (("a", a_shape), ("b", b_shape))}
-    if len(a_shape) != 6 or len(b_shape) != 6:
-        raise CompileError(f"qnn.concat_q31 of shapes {a_shape} and {b_shape}: the program "
-                           "takes blocked NCHW{n}n{c}c activations (6-D)")
-    if a_shape[0] != 1 or b_shape[0] != 1 or a_shape[2:] != b_shape[2:]:
-        raise CompileError(f"qnn.concat_q31 of shapes {a_shape} and {b_shape}: the inputs "
-                           "need one batch block and the same height, width and blocking")
-    out_shape = (1, a_shape[1] + b_shape[1], *a_shape[2:])
+    missing = [k for k in CONCAT_ATTRS if k not in attrs]
+    if missing:
+        raise CompileError(f"qnn.concat_q31: missing attributes {', '.join(missing)}")
     scaled = [x for x in CONCAT_INPUTS if not is_copy(attrs, x)]
     if scaled and not requant_supported(cfg):
         raise CompileError(f"config {cfg.name!r} has no REQUANT: qnn.concat_q31 can only "
                            f"copy inputs at the output's scale ({', '.join(scaled)} differ)")
-    t = max(1, min(tile, max(entries.values()), cfg.inp_depth // 2, cfg.acc_depth // 2))
-    pb = ProgramBuilder(cfg)
-    pb.add_segment(Segment("a", "int8", a_shape, a))
-    pb.add_segment(Segment("b", "int8", b_shape, b))
-    pb.add_segment(Segment("out", "int8", out_shape, output=True))
-    pb.add_segment(Segment("identity", "int8", (cfg.block_out, cfg.block_in),
-                           np.eye(cfg.block_out, dtype=np.int8)))
-    entry = {x: 1 + i for i, x in enumerate(scaled)}  # weight entries of the records
-    for x in scaled:
-        rows = pack_requant_records(cfg, **{k: np.full(cfg.block_out, v, np.int64)
-                                            for k, v in record_fields(attrs, x).items()})
-        pb.add_segment(Segment(f"record_{x}", "int8", rows.shape[1:], rows[0]))
-    loop = VectorLoop(pb, t, constants=0)
-    spans = [{x: pb.add_uops([Uop(acc=slot["acc"], wgt=entry[x])]) for x in scaled}
-             for slot in loop.slots]
-    pb.load_uops()
-    pb.emit(Load(buffer=Buffer.WGT, sram=0, dram=0, y=1, x=1, stride=1), segment="identity")
-    for x in scaled:
-        pb.emit(Load(buffer=Buffer.WGT, sram=entry[x], dram=0, y=1, x=1, stride=1),
-                segment=f"record_{x}")
-
-    def compute(slot: int, tile: Tile) -> list[Alu]:
-        x = tile.segment or "a"
-        if x not in entry:
-            return []
-        return [VectorLoop.alu_over(tile.count)(spans[slot][x], AluOp.REQUANT, None)]
-
-    tiles = [Tile(u.start, u.count, segment=x, out_start=u.start + offset)
-             for x, offset in (("a", 0), ("b", entries["a"]))
-             for u in uniform_tiles(entries[x], min(t, entries[x]))]
-    loop.run(tiles, "a", "out", compute)
-    return pb.build()
+    channels = concat_channels(attrs, a_shape, b_shape, cfg.block_out)
+    records = None
+    if scaled:
+        fields = [record_fields(attrs, CONCAT_INPUTS[x]) for x, _ in channels]
+        blocks = -(-len(channels) // cfg.block_out)
+        rows = pack_requant_records(cfg, **{k: np.array([f[k] for f in fields], np.int64)
+                                            for k in fields[0]})
+        records = np.zeros((blocks, cfg.block_out, cfg.block_in), np.int8)
+        records[:rows.shape[0]] = rows
+    return gather_program(cfg, "qnn.concat_q31", [("a", tuple(a_shape)), ("b", tuple(b_shape))],
+                          channels, records, [a, b], tile=tile)

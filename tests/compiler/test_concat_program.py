@@ -54,8 +54,7 @@ def test_fsim_equals_reference_and_cpu_kernel(seed, na, nb, h, w, tile, equal, z
     check_program_order(p.insns, p.config.dep_queue_depth)
     requants = sum(1 for i in p.insns if getattr(i, "op", None) == AluOp.REQUANT)
     copies = equal and zps[0] == zps[2]  # input a at the output's scale: copied
-    tiles_b = -(-nb * h * w // min(tile, nb * h * w))
-    assert requants >= tiles_b and (requants == tiles_b) == copies
+    assert requants == (na + nb) * -(-(h * w) // min(tile, h * w))  # b is scaled
     got = FSIM.run(p).outputs["out"]
     want = np.concatenate([reference(a, attrs, "a"), reference(b, attrs, "b")], axis=1)
     np.testing.assert_array_equal(got, want)
@@ -66,6 +65,30 @@ def test_fsim_equals_reference_and_cpu_kernel(seed, na, nb, h, w, tile, equal, z
                            (b.astype(np.float64) - zps[1]) * s_b], axis=1) / s_y + zps[2]
     inside = np.abs(real) < 127
     assert np.abs(got - real)[inside].max() <= 0.5 + 1e-6
+
+
+@pytest.mark.parametrize(("seed", "ca", "cb", "equal"), [
+    (0, 8, 8, True),      # DenseNet's growth of 8: both halves in one block
+    (1, 24, 8, False),    # the next layer's 24 + 8
+    (2, 20, 30, False),   # neither a whole block
+    (3, 16, 5, True)])    # a whole block, then a part
+def test_channels_that_are_no_whole_blocks_are_gathered(seed, ca, cb, equal) -> None:
+    """An input of ``C_a`` channels that is no whole number of blocks: output blocks
+    take lanes of both inputs (the blocked layout's padding lanes of ``a`` are
+    skipped), equal to numpy's concatenation of the plain tensors."""
+    from tensorfab.runtime.layout_transform import layout_transform
+
+    r = np.random.default_rng(seed)
+    pa, pb = (_int8(r, (1, c, 3, 5)) for c in (ca, cb))
+    a, b = (layout_transform(p, "NCHW", "NCHW1n16c") for p in (pa, pb))
+    s_y = 0.05
+    attrs = concat_attrs(s_y if equal else 0.03, 0, 0.07, -3, s_y, 2) | {
+        "a_channels": ca, "b_channels": cb}
+    p = concat_program(CFG, a.shape, b.shape, attrs, a, b, tile=8)
+    check_program_order(p.insns, p.config.dep_queue_depth)
+    got = FSIM.run(p).outputs["out"]
+    want_plain = np.concatenate([reference(pa, attrs, "a"), reference(pb, attrs, "b")], 1)
+    np.testing.assert_array_equal(got, layout_transform(want_plain, "NCHW", "NCHW1n16c"))
 
 
 def test_inputs_at_the_outputs_scale_are_copied_without_the_alu() -> None:
@@ -86,7 +109,7 @@ def test_shapes_and_configs_the_program_cannot_take_are_refused() -> None:
     attrs = concat_attrs(0.1, 0, 0.05, 0, 0.1, 0)
     with pytest.raises(CompileError, match="blocked NCHW"):
         concat_program(CFG, (1, 16, 4, 4), (1, 16, 4, 4), attrs)
-    with pytest.raises(CompileError, match="same height, width"):
+    with pytest.raises(CompileError, match="the same height, width"):
         concat_program(CFG, (1, 1, 4, 4, 1, 16), (1, 1, 4, 5, 1, 16), attrs)
     with pytest.raises(CompileError, match="one batch block"):
         concat_program(CFG, (2, 1, 4, 4, 1, 16), (2, 1, 4, 4, 1, 16), attrs)
