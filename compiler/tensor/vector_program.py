@@ -185,14 +185,12 @@ def load_constants(pb: ProgramBuilder, **flags: bool) -> None:
 @dataclass(frozen=True)
 class Tile:
     """``count`` entries from entry ``start`` of the input, of operand group ``group``;
-    read from ``segment`` (default: the loop's) and stored from entry ``out_start`` of
-    the output (default: ``start``) as ``rows`` rows of ``count / rows`` entries,
-    ``out_stride`` entries apart (default: contiguous)."""
+    stored from entry ``out_start`` of the output (default: ``start``) as ``rows`` rows
+    of ``count / rows`` entries, ``out_stride`` entries apart (default: contiguous)."""
 
     start: int
     count: int
     group: int = 0
-    segment: str | None = None
     out_start: int | None = None
     rows: int = 1
     out_stride: int | None = None
@@ -251,8 +249,7 @@ class VectorLoop:
         def load(i: int) -> None:
             pb.emit(Load(buffer=Buffer.INP, sram=self.slots[i % 2]["inp"],
                          dram=tiles[i].start, y=1, x=tiles[i].count, stride=tiles[i].count,
-                         pop_next=i >= 2, push_next=True),
-                    segment=tiles[i].segment or segment)
+                         pop_next=i >= 2, push_next=True), segment=segment)
 
         for i in range(min(2, n)):
             load(i)
