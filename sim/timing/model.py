@@ -217,57 +217,54 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
         interlock's, :func:`.alu_interlock.alu_interlock_cycles`).
     """
     n = len(insns)
-    engines = list(Engine)
-    n_eng = len(engines)
-    eng_of = [int(insn.engine) for insn in insns]
-    queues = [q.name for q in TOKEN_QUEUES]
-    q_index = {q: k for k, q in enumerate(queues)}
-    # per instruction: queues it pops and pushes (indices)
-    pops = [tuple(q_index[q] for q, f in _POPS[insn.engine] if getattr(insn, f))
-            for insn in insns]
-    pushes = [tuple(q_index[q] for q, f in _PUSHES[insn.engine] if getattr(insn, f))
-              for insn in insns]
-    streams: list[list[int]] = [[] for _ in range(n_eng)]
-    pos = [0] * n  # position of each instruction in its engine's stream
-    for i, e in enumerate(eng_of):
-        pos[i] = len(streams[e])
-        streams[e].append(i)
-    work_cache: dict[Insn, tuple[float, float]] = {}
-    work = []
-    for insn in insns:
-        w = work_cache.get(insn)
-        if w is None:
-            w = work_cache[insn] = insn_work(insn, cfg, params)
-        work.append(w)
-    if extra is not None:
-        work = [(f + x, b) for (f, b), x in zip(work, extra, strict=True)]
-    depth = cfg.cmd_queue_depth
-    pushed: list[list[float]] = [[] for _ in queues]
-    popped = [0] * len(queues)
-    ptr = [0] * n_eng
-    n_taken = [0] * n_eng
-    run_i = [-1] * n_eng  # instruction each engine runs (-1: idle)
-    run_fixed = [0.0] * n_eng
-    run_beats = [0.0] * n_eng
-    start = [0.0] * n
-    end = [0.0] * n
-    busy_t = [0.0] * n_eng
-    dispatched = 0 if fetch else n
-    ld, st, cp = int(Engine.LOAD), int(Engine.STORE), int(Engine.COMPUTE)
-    acc_load = [isinstance(insn, Load) and insn.buffer is Buffer.ACC for insn in insns]
+    q_index = {q.name: k for k, q in enumerate(TOKEN_QUEUES)}
+    static: dict[Insn, tuple] = {}
+    eng_of = [0] * n
+    pops: list[tuple[int, ...]] = [()] * n
+    pushes: list[tuple[int, ...]] = [()] * n
+    fixed = [0.0] * n
+    beats = [0.0] * n
+    acc_load = [False] * n
     # per compute instruction: the fraction of its micro-op cycles writing the
     # accumulators (the ALU interlock's bubbles write nothing)
     acc_writes = [0.0] * n
+    streams: tuple[list[int], ...] = ([], [], [])
+    pos = [0] * n  # position of each instruction in its engine's stream
     for i, insn in enumerate(insns):
-        if isinstance(insn, Gemm | Alu):
-            busy_uops = work[i][0] - params.compute_fixed
-            stall = extra[i] if extra is not None else 0.0
-            acc_writes[i] = min(1.0, max(0.0, (busy_uops - stall) / busy_uops)) \
-                if busy_uops > _EPS else 0.0
+        s = static.get(insn)
+        if s is None:
+            s = static[insn] = _insn_static(insn, cfg, params, q_index)
+        e, pops[i], pushes[i], f, b, acc_load[i], compute = s
+        eng_of[i] = e
+        pos[i] = len(streams[e])
+        streams[e].append(i)
+        x = extra[i] if extra is not None else 0.0
+        fixed[i] = f + x
+        beats[i] = b
+        if compute:
+            busy_uops = fixed[i] - params.compute_fixed
+            acc_writes[i] = (min(1.0, max(0.0, (busy_uops - x) / busy_uops))
+                             if busy_uops > _EPS else 0.0)
+    ld, cp, st = int(Engine.LOAD), int(Engine.COMPUTE), int(Engine.STORE)
+    engines = (ld, cp, st)
+    stream_len = [len(s) for s in streams]
+    depth = cfg.cmd_queue_depth
+    in_order = params.in_order_memory
+    compute_fixed = params.compute_fixed
+    pushed: list[list[float]] = [[] for _ in TOKEN_QUEUES]
+    popped = [0] * len(TOKEN_QUEUES)
+    ptr = [0, 0, 0]
+    run = [-1, -1, -1]  # instruction each engine runs (-1: idle)
+    run_fixed = [0.0, 0.0, 0.0]
+    run_beats = [0.0, 0.0, 0.0]
+    start = [0.0] * n
+    end = [0.0] * n
+    busy_t = [0.0, 0.0, 0.0]
+    stall_t = [0.0, 0.0, 0.0]
+    dispatched = 0 if fetch else n
     writing = False  # the running STORE's write has begun
     disp_t = [params.start] * n  # when fetch dispatched each instruction
-    free_t = [params.start] * n_eng  # when each engine last became free
-    stall_t = [0.0] * n_eng
+    free_t = [params.start] * 3  # when each engine last became free
     t = params.start
     done = 0
     inf = math.inf
@@ -275,14 +272,14 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
         # fetch: dispatch in program order while the target queue has room
         while dispatched < n:
             k = pos[dispatched] - depth
-            if k >= 0 and n_taken[eng_of[dispatched]] <= k:
+            if k >= 0 and ptr[eng_of[dispatched]] <= k:
                 break
             disp_t[dispatched] = t
             dispatched += 1
         # idle engines take their next instruction when dispatched and its tokens exist
         wake = inf
-        for e in range(n_eng):
-            if run_i[e] >= 0 or ptr[e] >= len(streams[e]):
+        for e in engines:
+            if run[e] >= 0 or ptr[e] >= stream_len[e]:
                 continue
             i = streams[e][ptr[e]]
             if i >= dispatched:
@@ -293,76 +290,103 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
                 if popped[q] >= len(pushed[q]):
                     ok = False
                     break
-                ready_at = max(ready_at, pushed[q][popped[q]])
+                at = pushed[q][popped[q]]
+                if at > ready_at:
+                    ready_at = at
             if not ok:
                 continue
             if ready_at > t:
-                wake = min(wake, ready_at)
+                if ready_at < wake:
+                    wake = ready_at
                 continue
             for q in pops[i]:
                 popped[q] += 1
-            n_taken[e] += 1
             ptr[e] += 1
             start[i] = t
             stall_t[e] += t - max(free_t[e], disp_t[i])
-            run_i[e] = i
-            run_fixed[e], run_beats[e] = work[i]
+            run[e] = i
+            run_fixed[e] = fixed[i]
+            run_beats[e] = beats[i]
             if e == st:
                 writing = False
-            elif e == ld and params.in_order_memory and run_i[st] >= 0 and writing:
+            elif e == ld and in_order and run[st] >= 0 and writing:
                 run_fixed[e] += run_beats[st]  # its read waits for the write's beats
-        active = [e for e in range(n_eng) if run_i[e] >= 0]
-        if not active:
+        i_ld, i_cp, i_st = run
+        if i_ld < 0 and i_cp < 0 and i_st < 0:
             if wake == inf:
                 return None  # deadlock
             t = wake
             continue
         held = -1  # a store whose write waits for the load's reads ahead of it
-        if run_i[st] >= 0 and run_fixed[st] <= _EPS and not writing:
-            if params.in_order_memory and run_i[ld] >= 0:
+        if i_st >= 0 and run_fixed[st] <= _EPS and not writing:
+            if in_order and i_ld >= 0:
                 held = st
             else:
                 writing = True
         # a LOAD into the accumulators waits while the compute engine writes them: it
         # moves at the rate of the cycles the compute engine leaves the port free
-        tail = run_fixed[cp] - params.compute_fixed if run_i[cp] >= 0 else 0.0
-        slow = (acc_load[run_i[ld]] and acc_writes[run_i[cp]] > 0.0 and tail > _EPS
-                if run_i[ld] >= 0 and run_i[cp] >= 0 else False)
-        rate = [1.0] * n_eng
-        if slow:
-            rate[ld] = 1.0 - acc_writes[run_i[cp]]
-        share = sum(1 for e in active if run_fixed[e] <= _EPS and run_beats[e] > _EPS
-                    and e != held and rate[e] > _EPS) or 1
+        rate_ld = 1.0
         nxt = wake
-        if slow:
-            nxt = min(nxt, t + tail)
-        for e in active:
-            if e == held or rate[e] <= _EPS:
+        if i_ld >= 0 and i_cp >= 0 and acc_load[i_ld] and acc_writes[i_cp] > 0.0:
+            tail = run_fixed[cp] - compute_fixed
+            if tail > _EPS:
+                rate_ld = 1.0 - acc_writes[i_cp]
+                nxt = min(nxt, t + tail)
+        share = 0
+        for e in engines:
+            if (run[e] >= 0 and run_fixed[e] <= _EPS and run_beats[e] > _EPS and e != held
+                    and (e != ld or rate_ld > _EPS)):
+                share += 1
+        share = share or 1
+        for e in engines:
+            if run[e] < 0 or e == held:
+                continue
+            rate = rate_ld if e == ld else 1.0
+            if rate <= _EPS:
                 continue
             f = run_fixed[e]
-            nxt = min(nxt, t + (f if f > _EPS else run_beats[e] * share) / rate[e])
+            at = t + (f if f > _EPS else run_beats[e] * share) / rate
+            if at < nxt:
+                nxt = at
         dt = nxt - t
-        for e in active:
+        for e in engines:
+            if run[e] < 0:
+                continue
             busy_t[e] += dt
             if e == held:
                 continue
+            rate = rate_ld if e == ld else 1.0
             if run_fixed[e] > _EPS:
-                run_fixed[e] -= dt * rate[e]
+                run_fixed[e] -= dt * rate
             else:
-                run_beats[e] -= dt * rate[e] / share
+                run_beats[e] -= dt * rate / share
         t = nxt
-        for e in active:
-            if run_fixed[e] <= _EPS and run_beats[e] <= _EPS:
-                i = run_i[e]
+        for e in engines:
+            i = run[e]
+            if i >= 0 and run_fixed[e] <= _EPS and run_beats[e] <= _EPS:
                 end[i] = t
                 for q in pushes[i]:
                     pushed[q].append(t)
-                run_i[e] = -1
+                run[e] = -1
                 free_t[e] = t
                 done += 1
-    busy = {e.name.lower(): busy_t[int(e)] for e in engines}
-    stall = {e.name.lower(): stall_t[int(e)] for e in engines}
+    busy = {e.name.lower(): busy_t[int(e)] for e in Engine}
+    stall = {e.name.lower(): stall_t[int(e)] for e in Engine}
     return Timing(cycles=max(end, default=t), start=start, end=end, busy=busy, stall=stall)
+
+
+def _insn_static(insn: Insn, cfg: HwConfig, params: TimingParams, q_index: dict[str, int]
+                 ) -> tuple[int, tuple[int, ...], tuple[int, ...], float, float, bool, bool]:
+    """What :func:`simulate` needs of one instruction: its engine, the queues it pops
+    and pushes, its fixed cycles and beats, whether it loads the accumulators and
+    whether it runs micro-ops."""
+    engine = insn.engine
+    return (int(engine),
+            tuple(q_index[q] for q, f in _POPS[engine] if getattr(insn, f)),
+            tuple(q_index[q] for q, f in _PUSHES[engine] if getattr(insn, f)),
+            *insn_work(insn, cfg, params),
+            isinstance(insn, Load) and insn.buffer is Buffer.ACC,
+            isinstance(insn, Gemm | Alu))
 
 
 def estimated_cycles(insns: Sequence[Insn], cfg: HwConfig) -> int:
