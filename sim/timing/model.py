@@ -14,8 +14,13 @@ cycles. It is an event simulation, not a cycle-accurate one:
   tokens it pops have been pushed (a token is pushed when its instruction ends);
 * fetch dispatches in program order; an engine's queue holds ``cmd_queue_depth``
   instructions besides the one the engine holds;
+* the fetch unit's bursts of instruction words share the bus with the LOAD and
+  STORE beats (from :attr:`TimingParams.start` on, ahead of dispatch by
+  :attr:`TimingParams.fetch_ahead` words); a LOAD starting behind a burst waits for
+  part of it (:attr:`TimingParams.fetch_charge`);
 * a LOAD into the accumulators makes no progress while the compute engine runs the
-  micro-ops of a GEMM or ALU instruction (they share the accumulator's write port);
+  micro-ops of a GEMM or ALU instruction (they share the accumulator's write port),
+  once its first data arrives (its read latency needs no port);
 * a LOAD walks its padded block (:func:`load_walk`): padding one entry per cycle, data
   as its beats arrive after the read latency;
 * an ALU instruction is held by the pipeline's interlock (:mod:`.alu_interlock`) when
@@ -44,6 +49,7 @@ from tensorfab.isa import (
     ProgramError,
     Store,
     buffer_entry_bytes,
+    insn_width,
 )
 from tensorfab.isa.formats import (
     ALU_PIPELINE_STAGES,
@@ -98,6 +104,17 @@ class TimingParams:
         The memory serves commands in order: a STORE's write waits for the reads of
         the LOAD running when it gets there, and a LOAD's reads for the beats of a
         write under way.
+    fetch_words : int
+        Instruction words the fetch unit requests or buffers at once
+        (:class:`tensorfab.hw.fetch.Fetch`'s ``buffer_words``): it reads bursts of half
+        as many words, each word ``insn_width / mem_bus_width`` beats on the bus.
+    fetch_ahead : int
+        Words the fetch unit holds beyond the last one dispatched: it reads the next
+        burst once ``fetch_ahead - fetch_words / 2`` or fewer are held.
+    fetch_charge : float
+        Fraction of the fetch's beats still to come that a LOAD starting behind them
+        waits for (the in-order memory serves them first; calibrated: 0.25, since the
+        bursts overlap the LOAD's own read latency in part).
     """
 
     load_fixed: float = 3.0
@@ -107,6 +124,9 @@ class TimingParams:
     read_latency: float = 22.0
     outstanding: float = 16.0
     in_order_memory: bool = True
+    fetch_words: int = 8
+    fetch_ahead: int = 8
+    fetch_charge: float = 0.25
 
     @classmethod
     def for_memory(cls, read_latency: int) -> TimingParams:
@@ -210,7 +230,8 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     params : TimingParams
         Constants.
     fetch : bool
-        Model in-order dispatch into bounded command queues; without it every
+        Model in-order dispatch into bounded command queues and the fetch unit's reads
+        on the bus; without it every
         instruction is available from the start (the order only each engine's own).
     extra : sequence of float, optional
         Cycles each instruction holds its engine beyond :func:`insn_work` (the ALU
@@ -225,6 +246,8 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     fixed = [0.0] * n
     beats = [0.0] * n
     acc_load = [False] * n
+    # per LOAD into the accumulators: the fixed cycles left when it first writes them
+    port_fixed = [0.0] * n
     # per compute instruction: the fraction of its micro-op cycles writing the
     # accumulators (the ALU interlock's bubbles write nothing)
     acc_writes = [0.0] * n
@@ -241,6 +264,8 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
         x = extra[i] if extra is not None else 0.0
         fixed[i] = f + x
         beats[i] = b
+        if acc_load[i]:
+            port_fixed[i] = max(0.0, f - params.load_fixed - params.read_latency)
         if compute:
             busy_uops = fixed[i] - params.compute_fixed
             acc_writes[i] = (min(1.0, max(0.0, (busy_uops - x) / busy_uops))
@@ -268,6 +293,12 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     t = params.start
     done = 0
     inf = math.inf
+    # the fetch unit's reads: words requested, their beats still to move on the bus
+    words = n + 1 if fetch else 0  # FINISH's word too
+    word_beats = -(-insn_width(cfg) // cfg.mem_bus_width)
+    chunk = max(1, params.fetch_words // 2)
+    requested = min(words, params.fetch_words)
+    fetch_left = max(0.0, requested * word_beats - (params.start - params.read_latency))
     while done < n:
         # fetch: dispatch in program order while the target queue has room
         while dispatched < n:
@@ -276,6 +307,10 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
                 break
             disp_t[dispatched] = t
             dispatched += 1
+        while requested < words and requested - dispatched <= params.fetch_ahead - chunk:
+            w = min(chunk, words - requested)
+            requested += w
+            fetch_left += w * word_beats
         # idle engines take their next instruction when dispatched and its tokens exist
         wake = inf
         for e in engines:
@@ -309,12 +344,15 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
             run_beats[e] = beats[i]
             if e == st:
                 writing = False
-            elif e == ld and in_order and run[st] >= 0 and writing:
-                run_fixed[e] += run_beats[st]  # its read waits for the write's beats
+            elif e == ld and in_order:
+                if run[st] >= 0 and writing:
+                    run_fixed[e] += run_beats[st]  # its read waits for the write's beats
+                run_fixed[e] += params.fetch_charge * fetch_left  # and the fetch's reads
         i_ld, i_cp, i_st = run
         if i_ld < 0 and i_cp < 0 and i_st < 0:
             if wake == inf:
                 return None  # deadlock
+            fetch_left = max(0.0, fetch_left - (wake - t))
             t = wake
             continue
         held = -1  # a store whose write waits for the load's reads ahead of it
@@ -325,18 +363,26 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
                 writing = True
         # a LOAD into the accumulators waits while the compute engine writes them: it
         # moves at the rate of the cycles the compute engine leaves the port free
+        # (not before its first data: the read latency needs no port)
         rate_ld = 1.0
         nxt = wake
         if i_ld >= 0 and i_cp >= 0 and acc_load[i_ld] and acc_writes[i_cp] > 0.0:
             tail = run_fixed[cp] - compute_fixed
             if tail > _EPS:
-                rate_ld = 1.0 - acc_writes[i_cp]
-                nxt = min(nxt, t + tail)
+                before = run_fixed[ld] - port_fixed[i_ld]
+                if before > _EPS:
+                    nxt = min(nxt, t + before)
+                else:
+                    rate_ld = 1.0 - acc_writes[i_cp]
+                    nxt = min(nxt, t + tail)
         share = 0
         for e in engines:
             if (run[e] >= 0 and run_fixed[e] <= _EPS and run_beats[e] > _EPS and e != held
                     and (e != ld or rate_ld > _EPS)):
                 share += 1
+        if fetch_left > _EPS:
+            share += 1
+            nxt = min(nxt, t + fetch_left * share)
         share = share or 1
         for e in engines:
             if run[e] < 0 or e == held:
@@ -349,6 +395,8 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
             if at < nxt:
                 nxt = at
         dt = nxt - t
+        if fetch_left > _EPS:
+            fetch_left = max(0.0, fetch_left - dt / share)
         for e in engines:
             if run[e] < 0:
                 continue
