@@ -136,12 +136,13 @@ def alu_interlock_cycles(program: Program, insns: Sequence[Insn] | None = None
                 if image is None:
                     image = program.dram_image()
                 from_table = _decode_uops(program, image, insn)
-            a, s = from_table
-            grid_a = np.zeros(insn.rows * insn.cols, dtype=np.int64)
-            grid_s = np.zeros_like(grid_a)
-            idx = ((np.arange(insn.y)[:, None] + insn.pad_top) * insn.cols
-                   + insn.pad_left + np.arange(insn.x)[None, :]).ravel()
-            grid_a[idx], grid_s[idx] = a, s
+            grid_a, grid_s = from_table
+            if insn.rows * insn.cols != grid_a.size:  # padded: zeros around the data
+                grid_a = np.zeros(insn.rows * insn.cols, dtype=np.int64)
+                grid_s = np.zeros_like(grid_a)
+                idx = ((np.arange(insn.y)[:, None] + insn.pad_top) * insn.cols
+                       + insn.pad_left + np.arange(insn.x)[None, :]).ravel()
+                grid_a[idx], grid_s[idx] = from_table
             end = min(depth, insn.sram + grid_a.size)
             uop_acc[insn.sram:end] = grid_a[:end - insn.sram]
             uop_src[insn.sram:end] = grid_s[:end - insn.sram]
