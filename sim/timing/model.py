@@ -294,7 +294,9 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     done = 0
     inf = math.inf
     # the fetch unit's reads: words requested, their beats still to move on the bus
-    words = n + 1 if fetch else 0  # FINISH's word too
+    words = 0
+    if fetch:  # FINISH's word too
+        words = n if n and isinstance(insns[-1], Finish) else n + 1
     word_beats = -(-insn_width(cfg) // cfg.mem_bus_width)
     chunk = max(1, params.fetch_words // 2)
     requested = min(words, params.fetch_words)
