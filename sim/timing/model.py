@@ -83,9 +83,8 @@ class TimingParams:
     ----------
     load_fixed : float
         Per LOAD besides its walk (:func:`load_walk`): decode, range check, the token
-        push; measured as 3 on an isolated LOAD, calibrated as 7 so that it also
-        covers the average wait behind a STORE's write or an instruction fetch on the
-        in-order memory.
+        push; measured as 3 on an isolated LOAD (the waits behind a STORE's write and
+        the fetch unit's reads are modelled apart).
     store_fixed : float
         Per STORE besides its beats.
     compute_fixed : float
