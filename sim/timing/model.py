@@ -230,13 +230,15 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
         Constants.
     fetch : bool
         Model in-order dispatch into bounded command queues and the fetch unit's reads
-        on the bus; without it every
-        instruction is available from the start (the order only each engine's own).
+        on the bus; without it every instruction is available from the start (the
+        order only each engine's own).
     extra : sequence of float, optional
         Cycles each instruction holds its engine beyond :func:`insn_work` (the ALU
         interlock's, :func:`.alu_interlock.alu_interlock_cycles`).
     """
     n = len(insns)
+    if extra is not None and len(extra) != n:
+        raise ValueError(f"simulate: {len(extra)} extra cycles for {n} instructions")
     q_index = {q.name: k for k, q in enumerate(TOKEN_QUEUES)}
     static: dict[Insn, tuple] = {}
     eng_of = [0] * n
