@@ -46,14 +46,17 @@ def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
     if not dep.any():
         return 0
     first = int(np.flatnonzero(dep.any(axis=0))[0])
-    t = list(range(first))
+    # held[i]: cycles micro-op i passes later than one per cycle would; a dependency
+    # on the one d ahead makes it at least held[i - d] + INTERLOCK_DISTANCE - d
+    deps = dep.tolist()
+    held = [0] * n
     for i in range(first, n):
-        ti = t[i - 1] + 1 if i else 0
-        for d in range(1, min(INTERLOCK_DISTANCE, i + 1)):
-            if dep[d - 1, i]:
-                ti = max(ti, t[i - d] + INTERLOCK_DISTANCE)
-        t.append(ti)
-    return t[-1] - (n - 1)
+        h = held[i - 1] if i else 0
+        for d in range(1, INTERLOCK_DISTANCE):
+            if deps[d - 1][i]:
+                h = max(h, held[i - d] + INTERLOCK_DISTANCE - d)
+        held[i] = h
+    return held[-1]
 
 
 def _decode_uops(program: Program, image: np.ndarray, load: Load

@@ -33,7 +33,7 @@ The constants of :data:`DEFAULT_TIMING` are calibrated against the RTL executor
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tensorfab.isa import (
@@ -71,8 +71,10 @@ __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
 _EPS = 1e-9
 #: Register slices a read command and its data pass in the memory arbiter.
 ARBITER_SLICES = 2
-_POPS = {e: [(q, f) for f, q in token_pops(e)] for e in Engine}
-_PUSHES = {e: [(q, f) for f, q in token_pushes(e)] for e in Engine}
+_QUEUE_INDEX = {q.name: k for k, q in enumerate(TOKEN_QUEUES)}
+#: Per engine, ``(queue index, flag)`` of the queues it pops and pushes.
+_POPS = {e: [(_QUEUE_INDEX[q], f) for f, q in token_pops(e)] for e in Engine}
+_PUSHES = {e: [(_QUEUE_INDEX[q], f) for f, q in token_pushes(e)] for e in Engine}
 
 
 @dataclass(frozen=True)
@@ -141,12 +143,17 @@ DEFAULT_TIMING = TimingParams()
 fast_reset = is_fast_reset  # the old name of the ISA's predicate
 
 
-def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
-              ) -> tuple[float, float]:
-    """``(fixed cycles, bus beats)`` of one instruction."""
+def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING,
+              entry_bytes: Mapping[Buffer, int] | None = None) -> tuple[float, float]:
+    """``(fixed cycles, bus beats)`` of one instruction.
+
+    ``entry_bytes`` gives :func:`~tensorfab.isa.buffer_entry_bytes` of each buffer when
+    the caller has it (many instructions of one config)."""
     bus = cfg.mem_bus_bytes
     if isinstance(insn, Load):
-        beats = -(-insn.x * buffer_entry_bytes(cfg, insn.buffer) // bus)
+        row = (entry_bytes[insn.buffer] if entry_bytes is not None
+               else buffer_entry_bytes(cfg, insn.buffer))
+        beats = -(-insn.x * row // bus)
         walk = load_walk(insn, beats, params)
         return params.load_fixed + walk - insn.y * beats, float(insn.y * beats)
     if isinstance(insn, Store):
@@ -239,7 +246,7 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     n = len(insns)
     if extra is not None and len(extra) != n:
         raise ValueError(f"simulate: {len(extra)} extra cycles for {n} instructions")
-    q_index = {q.name: k for k, q in enumerate(TOKEN_QUEUES)}
+    entry_bytes = {b: buffer_entry_bytes(cfg, b) for b in Buffer}
     static: dict[Insn, tuple] = {}
     eng_of = [0] * n
     pops: list[tuple[int, ...]] = [()] * n
@@ -257,7 +264,7 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     for i, insn in enumerate(insns):
         s = static.get(insn)
         if s is None:
-            s = static[insn] = _insn_static(insn, cfg, params, q_index)
+            s = static[insn] = _insn_static(insn, cfg, params, entry_bytes)
         e, pops[i], pushes[i], f, b, acc_load[i], compute = s
         eng_of[i] = e
         pos[i] = len(streams[e])
@@ -426,16 +433,17 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     return Timing(cycles=max(end, default=t), start=start, end=end, busy=busy, stall=stall)
 
 
-def _insn_static(insn: Insn, cfg: HwConfig, params: TimingParams, q_index: dict[str, int]
+def _insn_static(insn: Insn, cfg: HwConfig, params: TimingParams,
+                 entry_bytes: Mapping[Buffer, int]
                  ) -> tuple[int, tuple[int, ...], tuple[int, ...], float, float, bool, bool]:
     """What :func:`simulate` needs of one instruction: its engine, the queues it pops
     and pushes, its fixed cycles and beats, whether it loads the accumulators and
     whether it runs micro-ops."""
     engine = insn.engine
     return (int(engine),
-            tuple(q_index[q] for q, f in _POPS[engine] if getattr(insn, f)),
-            tuple(q_index[q] for q, f in _PUSHES[engine] if getattr(insn, f)),
-            *insn_work(insn, cfg, params),
+            tuple([q for q, f in _POPS[engine] if getattr(insn, f)]),
+            tuple([q for q, f in _PUSHES[engine] if getattr(insn, f)]),
+            *insn_work(insn, cfg, params, entry_bytes),
             isinstance(insn, Load) and insn.buffer is Buffer.ACC,
             isinstance(insn, Gemm | Alu))
 
