@@ -283,6 +283,7 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     stream_len = [len(s) for s in streams]
     depth = cfg.cmd_queue_depth
     in_order = params.in_order_memory
+    acc_entry_beats = cfg.acc_entry_bytes / cfg.mem_bus_bytes
     compute_fixed = params.compute_fixed
     pushed: list[list[float]] = [[] for _ in TOKEN_QUEUES]
     popped = [0] * len(TOKEN_QUEUES)
@@ -371,9 +372,10 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
                 held = st
             else:
                 writing = True
-        # a LOAD into the accumulators waits while the compute engine writes them: it
-        # moves at the rate of the cycles the compute engine leaves the port free
-        # (not before its first data: the read latency needs no port)
+        # a LOAD into the accumulators waits while the compute engine writes them: its
+        # padding moves at the rate of the cycles the compute engine leaves the port
+        # free, its data needs the port once per entry of `acc_entry_beats` beats (not
+        # before its first data: the read latency needs no port)
         rate_ld = 1.0
         nxt = wake
         if i_ld >= 0 and i_cp >= 0 and acc_load[i_ld] and acc_writes[i_cp] > 0.0:
@@ -384,6 +386,8 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
                     nxt = min(nxt, t + before)
                 else:
                     rate_ld = 1.0 - acc_writes[i_cp]
+                    if run_fixed[ld] <= _EPS:
+                        rate_ld = min(1.0, rate_ld * acc_entry_beats)
                     nxt = min(nxt, t + tail)
         share = 0
         for e in engines:
