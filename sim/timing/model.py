@@ -18,9 +18,10 @@ cycles. It is an event simulation, not a cycle-accurate one:
   STORE beats (from :attr:`TimingParams.start` on, ahead of dispatch by
   :attr:`TimingParams.fetch_ahead` words); a LOAD starting behind a burst waits for
   part of it (:attr:`TimingParams.fetch_charge`);
-* a LOAD into the accumulators makes no progress while the compute engine runs the
-  micro-ops of a GEMM or ALU instruction (they share the accumulator's write port),
-  once its first data arrives (its read latency needs no port);
+* a LOAD into the accumulators shares the accumulator's write port with the compute
+  engine's micro-ops (which take it first): from its first data on (its read latency
+  needs no port) its padding moves in the cycles they leave free, its data needs one
+  port cycle per entry of ``acc_entry_bytes / mem_bus_bytes`` beats;
 * a LOAD walks its padded block (:func:`load_walk`): padding one entry per cycle, data
   as its beats arrive after the read latency;
 * an ALU instruction is held by the pipeline's interlock (:mod:`.alu_interlock`) when
