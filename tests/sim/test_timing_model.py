@@ -84,11 +84,13 @@ def test_random_programs_match_the_rtl(preset: str) -> None:
 
 
 @pytest.mark.parametrize(("preset", "seed", "bound"),
-                         [("tiny", 41, 0.06), ("small", 15, 0.03), ("default", 131, 0.04)])
+                         [("tiny", 41, 0.06), ("small", 15, 0.03), ("default", 131, 0.04),
+                          ("default", 59, 0.02)])
 def test_programs_the_model_missed_most_before_fetch_and_port_timing(preset: str, seed: int,
                                                                     bound: float) -> None:
     # without the fetch unit's bursts on the bus and with accumulator loads held by the
-    # compute engine during their read latency: -10.6 %, +9.6 %, +5.4 %
+    # compute engine during their read latency and for every data beat: -10.6 %, +9.6 %,
+    # +5.4 %, +4.1 % (59: a 16-entry accumulator LOAD beside an ALU instruction)
     (err,) = _errors(preset, range(seed, seed + 1))
     assert err <= bound, err
 
