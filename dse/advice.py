@@ -3,11 +3,13 @@ say which ones fit the board's device memory, how many cycles each takes and whi
 build.
 
 Cycles are the compiler's per-program ``estimated_cycles`` (the timing model: within
-1.3 % of the RTL on the ResNet-18 and dense workloads, up to ~10 % on random programs),
-so the latency is an estimate too. Resources on an ECP5 board come from the resource
-model fitted to Yosys builds (:mod:`.resource_model`, estimated); the board's own
-configuration is also known to fit from a real build (docs/fpga.md). On an iCE40 board
-(no model) only that build is known.
+1.5 % of the RTL on the ResNet-18 and dense workloads, up to ~6 % on random programs),
+so the latency is an estimate too. Host traffic is what one inference of the model
+loaded resident moves over the host link, from its device memory plan
+(:func:`~tensorfab.runtime.resident.planned_host_traffic`). Resources on an ECP5 board
+come from the resource model fitted to Yosys builds (:mod:`.resource_model`, estimated);
+the board's own configuration is also known to fit from a real build (docs/fpga.md). On
+an iCE40 board (no model) only that build is known.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ class ConfigAdvice:
         Those cycles at the board's clock.
     accel_programs : int
         Accelerator programs in the compiled model.
+    host_bytes_written, host_bytes_read : int or None
+        Bytes the host link moves to and from device memory per inference, the model
+        loaded resident (:func:`tensorfab.runtime.resident.planned_host_traffic`: what
+        a run counts; the weights and programs, written once at load, excluded);
+        ``None`` when the model does not fit the memory (no plan).
+    host_bytes : int or None
+        Their sum.
     error : str or None
         Why the model did not compile for this configuration.
     """
@@ -62,6 +71,9 @@ class ConfigAdvice:
     estimated_latency_ms: float | None
     accel_programs: int
     error: str | None = None
+    host_bytes_written: int | None = None
+    host_bytes_read: int | None = None
+    host_bytes: int | None = None
     lut: int | None = None
     ff: int | None = None
     dsp: int | None = None
@@ -111,6 +123,7 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     from tensorfab.isa import TensorfabError
     from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
     from tensorfab.runtime.memory_plan import OutOfDeviceMemory, plan_memory
+    from tensorfab.runtime.resident import planned_host_traffic
 
     from .resource_model import ResourceModel
 
@@ -148,16 +161,21 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
                                      error=str(e), **res))
             continue
         accel = [n for n in compiled.program.nodes if n.op == ACCEL_PROGRAM]
+        traffic: dict[str, int | None] = {}
         try:
             plan = plan_memory(compiled.program)
             needed = plan.size if plan is not None else 0
+            if plan is not None:
+                moved = planned_host_traffic(compiled.program, plan)
+                traffic = {"host_bytes_written": moved.written,
+                           "host_bytes_read": moved.read, "host_bytes": moved.total}
         except OutOfDeviceMemory as e:
             needed = e.needed
         cycles = sum(int(n.attrs.get("estimated_cycles", 0)) for n in accel)
         rows.append(ConfigAdvice(name, needed, needed <= board.mem_bytes,
                                  estimated_cycles=cycles,
                                  estimated_latency_ms=cycles / (clock * 1e3),
-                                 accel_programs=len(accel), **res))
+                                 accel_programs=len(accel), **traffic, **res))
     if failures and len(failures) == len(rows) and len({str(e) for e in failures}) == 1:
         raise failures[0]  # the model's problem (a float model without --calib), not a config's
     fitting = sorted((r for r in rows if r.fits_memory and r.estimated_cycles is not None),

@@ -28,7 +28,8 @@ from .loaded_model import LoadedModel
 from .memory_plan import MemoryPlan, plan_memory
 from .vm_executable import Executable
 
-__all__ = ["DeviceTensor", "HostTraffic", "ResidentModel", "host_value", "standalone_host_bytes"]
+__all__ = ["DeviceTensor", "HostTraffic", "ResidentModel", "host_value", "planned_host_traffic",
+           "standalone_host_bytes"]
 
 
 @dataclass(frozen=True)
@@ -137,3 +138,60 @@ def standalone_host_bytes(program: GraphProgram) -> int:
         p = decode_program(program_blob(program, k))
         total += p.dram_size + p.segment(node.attrs["output_segment"]).nbytes
     return total
+
+
+def planned_host_traffic(program: GraphProgram, plan: MemoryPlan) -> HostTraffic:
+    """The host link's traffic of one :meth:`ResidentModel.run` of ``program`` loaded
+    with ``plan``, without running it (what :attr:`ResidentModel.last_run` counts).
+
+    Written: each accelerator program's input, and a residual add's second input, unless
+    the plan reads it in place from the program that produced it. Read: each
+    accelerator program's output that a CPU operator, an input not read in place or the
+    model's output needs on the host, once.
+
+    Parameters
+    ----------
+    program : GraphProgram
+        The compiled model.
+    plan : MemoryPlan
+        Its device memory plan (:func:`.memory_plan.plan_memory`).
+    """
+    origin: dict[int, Any] = {}  # slot -> accel node producing it (or a tuple of them)
+    read: set[int] = set()
+
+    def needs_host(v: Any) -> None:
+        if isinstance(v, tuple):
+            for x in v:
+                needs_host(x)
+        elif v is not None:
+            read.add(v)
+
+    written = 0
+    for k, node in enumerate(program.nodes):
+        args = [origin.get(s) for s in node.inputs]
+        if node.op == "tuple":
+            origin[node.output] = tuple(args)
+            continue
+        if node.op == "tuple_get_item":
+            packed = args[0]
+            origin[node.output] = (packed[node.attrs["index"]]
+                                   if isinstance(packed, tuple) else None)
+            continue
+        if node.op != ACCEL_PROGRAM:
+            for v in args:
+                needs_host(v)
+            continue
+        placed = plan.programs[k]
+        origin[node.output] = k
+        operands = [(args[0], placed.input_on_device, placed.input_segment)]
+        operands += [(v, placed.extra_on_device, node.attrs["extra_input_segment"])
+                     for v in args[2:]]
+        for v, on_device, segment in operands:
+            if on_device and v is not None:
+                continue  # read in place
+            needs_host(v)
+            written += placed.program.segment(segment).nbytes
+    needs_host(origin.get(program.output))
+    out_bytes = sum(plan.programs[k].program.segment(plan.programs[k].output_segment).nbytes
+                    for k in read)
+    return HostTraffic(written, out_bytes)

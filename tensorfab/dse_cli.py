@@ -232,7 +232,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
               f"device memory, {result['clock_mhz']:g} MHz")
         print(f"{'config':12} {'memory (B)':>11} {'fits':>5} {'resources':>9} "
               f"{'LUT':>7} {'DSP':>4} {'BRAM':>4} {'fits board':>10} "
-              f"{'cycles (est.)':>14} {'ms (est.)':>10}")
+              f"{'cycles (est.)':>14} {'ms (est.)':>10} {'host B/inf':>10}")
         for r in result["configs"]:
             def num(v: int | None) -> str:
                 return "-" if v is None else str(v)
@@ -244,7 +244,10 @@ def cmd_advise(args: argparse.Namespace) -> int:
             if r["error"]:
                 print(f"{head} does not compile: {r['error']}")
                 continue
-            print(f"{head} {r['estimated_cycles']:>14,} {r['estimated_latency_ms']:>10.3f}")
+            print(f"{head} {r['estimated_cycles']:>14,} {r['estimated_latency_ms']:>10.3f} "
+                  f"{num(r['host_bytes']):>10}")
+        print("host B/inf: bytes over the host link per inference, resident "
+              "(activations in and out; weights written once at load)")
         print(f"resources: {result['resources_source']}")
         print(f"build: {result['build'] or 'no configuration fits the memory and the board'}"
               + (f" (fastest within memory, whatever its resources: "

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tensorfab.isa import Alu, AluOp, Buffer, Insn, Load, Program, uop_format
+from tensorfab.isa.program import UOP_SEGMENT
 
 __all__ = ["INTERLOCK_DISTANCE", "alu_interlock_cycles", "interlock_stalls"]
 
@@ -45,14 +46,17 @@ def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
     if not dep.any():
         return 0
     first = int(np.flatnonzero(dep.any(axis=0))[0])
-    t = list(range(first))
+    # held[i]: cycles micro-op i passes later than one per cycle would; a dependency
+    # on the one d ahead makes it at least held[i - d] + INTERLOCK_DISTANCE - d
+    deps = dep.tolist()
+    held = [0] * n
     for i in range(first, n):
-        ti = t[i - 1] + 1 if i else 0
-        for d in range(1, min(INTERLOCK_DISTANCE, i + 1)):
-            if dep[d - 1, i]:
-                ti = max(ti, t[i - d] + INTERLOCK_DISTANCE)
-        t.append(ti)
-    return t[-1] - (n - 1)
+        h = held[i - 1] if i else 0
+        for d in range(1, INTERLOCK_DISTANCE):
+            if deps[d - 1][i]:
+                h = max(h, held[i - d] + INTERLOCK_DISTANCE - d)
+        held[i] = h
+    return held[-1]
 
 
 def _decode_uops(program: Program, image: np.ndarray, load: Load
@@ -75,6 +79,33 @@ def _decode_uops(program: Program, image: np.ndarray, load: Load
     return out[0], out[1]
 
 
+class _UopTable:
+    """The program's micro-op table as arrays, at its entry address in DRAM."""
+
+    def __init__(self, program: Program) -> None:
+        eb = uop_format(program.config).bytes
+        self.base, rem = divmod(program.layout()[UOP_SEGMENT].offset, eb)
+        self.usable = not rem and bool(program.uops)
+        self.acc = np.array([u.acc for u in program.uops], dtype=np.int64)
+        self.src = np.array([u.src for u in program.uops], dtype=np.int64)
+
+    def read(self, load: Load) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(acc, src)`` of the micro-ops ``load`` copies (what the DRAM image holds
+        there); ``None`` when it reads outside the table."""
+        if not self.usable:
+            return None
+        first = load.dram - self.base
+        if load.y == 1:
+            if first < 0 or first + load.x > self.acc.size:
+                return None
+            return self.acc[first:first + load.x], self.src[first:first + load.x]
+        rows = first + np.arange(load.y, dtype=np.int64)[:, None] * load.stride
+        idx = (rows + np.arange(load.x, dtype=np.int64)[None, :]).ravel()
+        if idx.size and (idx.min() < 0 or idx.max() >= self.acc.size):
+            return None
+        return self.acc[idx], self.src[idx]
+
+
 def _reads_src(insn: Alu) -> bool:
     return not insn.use_imm and insn.op is not AluOp.REQUANT
 
@@ -95,19 +126,26 @@ def alu_interlock_cycles(program: Program, insns: Sequence[Insn] | None = None
     uop_acc = np.zeros(depth, dtype=np.int64)
     uop_src = np.zeros(depth, dtype=np.int64)
     image: np.ndarray | None = None
+    table: _UopTable | None = None
     acc_mask = program.config.acc_depth - 1
     out = [0.0] * len(insns)
     cache: dict[tuple, int] = {}
     for k, insn in enumerate(insns):
         if isinstance(insn, Load) and insn.buffer is Buffer.UOP:
-            if image is None:
-                image = program.dram_image()
-            a, s = _decode_uops(program, image, insn)
-            grid_a = np.zeros(insn.rows * insn.cols, dtype=np.int64)
-            grid_s = np.zeros_like(grid_a)
-            idx = ((np.arange(insn.y)[:, None] + insn.pad_top) * insn.cols
-                   + insn.pad_left + np.arange(insn.x)[None, :]).ravel()
-            grid_a[idx], grid_s[idx] = a, s
+            if table is None:
+                table = _UopTable(program)
+            from_table = table.read(insn)
+            if from_table is None:
+                if image is None:
+                    image = program.dram_image()
+                from_table = _decode_uops(program, image, insn)
+            grid_a, grid_s = from_table
+            if insn.rows * insn.cols != grid_a.size:  # padded: zeros around the data
+                grid_a = np.zeros(insn.rows * insn.cols, dtype=np.int64)
+                grid_s = np.zeros_like(grid_a)
+                idx = ((np.arange(insn.y)[:, None] + insn.pad_top) * insn.cols
+                       + insn.pad_left + np.arange(insn.x)[None, :]).ravel()
+                grid_a[idx], grid_s[idx] = from_table
             end = min(depth, insn.sram + grid_a.size)
             uop_acc[insn.sram:end] = grid_a[:end - insn.sram]
             uop_src[insn.sram:end] = grid_s[:end - insn.sram]

@@ -14,8 +14,14 @@ cycles. It is an event simulation, not a cycle-accurate one:
   tokens it pops have been pushed (a token is pushed when its instruction ends);
 * fetch dispatches in program order; an engine's queue holds ``cmd_queue_depth``
   instructions besides the one the engine holds;
-* a LOAD into the accumulators makes no progress while the compute engine runs the
-  micro-ops of a GEMM or ALU instruction (they share the accumulator's write port);
+* the fetch unit's bursts of instruction words share the bus with the LOAD and
+  STORE beats (from :attr:`TimingParams.start` on, ahead of dispatch by
+  :attr:`TimingParams.fetch_ahead` words); a LOAD starting behind a burst waits for
+  part of it (:attr:`TimingParams.fetch_charge`);
+* a LOAD into the accumulators shares the accumulator's write port with the compute
+  engine's micro-ops (which take it first): from its first data on (its read latency
+  needs no port) its padding moves in the cycles they leave free, its data needs one
+  port cycle per entry of ``acc_entry_bytes / mem_bus_bytes`` beats;
 * a LOAD walks its padded block (:func:`load_walk`): padding one entry per cycle, data
   as its beats arrive after the read latency;
 * an ALU instruction is held by the pipeline's interlock (:mod:`.alu_interlock`) when
@@ -28,7 +34,7 @@ The constants of :data:`DEFAULT_TIMING` are calibrated against the RTL executor
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tensorfab.isa import (
@@ -44,6 +50,7 @@ from tensorfab.isa import (
     ProgramError,
     Store,
     buffer_entry_bytes,
+    insn_width,
 )
 from tensorfab.isa.formats import (
     ALU_PIPELINE_STAGES,
@@ -65,8 +72,10 @@ __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
 _EPS = 1e-9
 #: Register slices a read command and its data pass in the memory arbiter.
 ARBITER_SLICES = 2
-_POPS = {e: [(q, f) for f, q in token_pops(e)] for e in Engine}
-_PUSHES = {e: [(q, f) for f, q in token_pushes(e)] for e in Engine}
+_QUEUE_INDEX = {q.name: k for k, q in enumerate(TOKEN_QUEUES)}
+#: Per engine, ``(queue index, flag)`` of the queues it pops and pushes.
+_POPS = {e: [(_QUEUE_INDEX[q], f) for f, q in token_pops(e)] for e in Engine}
+_PUSHES = {e: [(_QUEUE_INDEX[q], f) for f, q in token_pushes(e)] for e in Engine}
 
 
 @dataclass(frozen=True)
@@ -77,9 +86,8 @@ class TimingParams:
     ----------
     load_fixed : float
         Per LOAD besides its walk (:func:`load_walk`): decode, range check, the token
-        push; measured as 3 on an isolated LOAD, calibrated as 7 so that it also
-        covers the average wait behind a STORE's write or an instruction fetch on the
-        in-order memory.
+        push; measured as 3 on an isolated LOAD (the waits behind a STORE's write and
+        the fetch unit's reads are modelled apart).
     store_fixed : float
         Per STORE besides its beats.
     compute_fixed : float
@@ -98,6 +106,17 @@ class TimingParams:
         The memory serves commands in order: a STORE's write waits for the reads of
         the LOAD running when it gets there, and a LOAD's reads for the beats of a
         write under way.
+    fetch_words : int
+        Instruction words the fetch unit requests or buffers at once
+        (:class:`tensorfab.hw.fetch.Fetch`'s ``buffer_words``): it reads bursts of half
+        as many words, each word ``insn_width / mem_bus_width`` beats on the bus.
+    fetch_ahead : int
+        Words the fetch unit holds beyond the last one dispatched: it reads the next
+        burst once ``fetch_ahead - fetch_words / 2`` or fewer are held.
+    fetch_charge : float
+        Fraction of the fetch's beats still to come that a LOAD starting behind them
+        waits for (the in-order memory serves them first; calibrated: 0.25, since the
+        bursts overlap the LOAD's own read latency in part).
     """
 
     load_fixed: float = 3.0
@@ -107,6 +126,9 @@ class TimingParams:
     read_latency: float = 22.0
     outstanding: float = 16.0
     in_order_memory: bool = True
+    fetch_words: int = 8
+    fetch_ahead: int = 8
+    fetch_charge: float = 0.25
 
     @classmethod
     def for_memory(cls, read_latency: int) -> TimingParams:
@@ -122,12 +144,17 @@ DEFAULT_TIMING = TimingParams()
 fast_reset = is_fast_reset  # the old name of the ISA's predicate
 
 
-def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
-              ) -> tuple[float, float]:
-    """``(fixed cycles, bus beats)`` of one instruction."""
+def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING,
+              entry_bytes: Mapping[Buffer, int] | None = None) -> tuple[float, float]:
+    """``(fixed cycles, bus beats)`` of one instruction.
+
+    ``entry_bytes`` gives :func:`~tensorfab.isa.buffer_entry_bytes` of each buffer when
+    the caller has it (many instructions of one config)."""
     bus = cfg.mem_bus_bytes
     if isinstance(insn, Load):
-        beats = -(-insn.x * buffer_entry_bytes(cfg, insn.buffer) // bus)
+        row = (entry_bytes[insn.buffer] if entry_bytes is not None
+               else buffer_entry_bytes(cfg, insn.buffer))
+        beats = -(-insn.x * row // bus)
         walk = load_walk(insn, beats, params)
         return params.load_fixed + walk - insn.y * beats, float(insn.y * beats)
     if isinstance(insn, Store):
@@ -210,79 +237,96 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     params : TimingParams
         Constants.
     fetch : bool
-        Model in-order dispatch into bounded command queues; without it every
-        instruction is available from the start (the order only each engine's own).
+        Model in-order dispatch into bounded command queues and the fetch unit's reads
+        on the bus; without it every instruction is available from the start (the
+        order only each engine's own).
     extra : sequence of float, optional
         Cycles each instruction holds its engine beyond :func:`insn_work` (the ALU
         interlock's, :func:`.alu_interlock.alu_interlock_cycles`).
     """
     n = len(insns)
-    engines = list(Engine)
-    n_eng = len(engines)
-    eng_of = [int(insn.engine) for insn in insns]
-    queues = [q.name for q in TOKEN_QUEUES]
-    q_index = {q: k for k, q in enumerate(queues)}
-    # per instruction: queues it pops and pushes (indices)
-    pops = [tuple(q_index[q] for q, f in _POPS[insn.engine] if getattr(insn, f))
-            for insn in insns]
-    pushes = [tuple(q_index[q] for q, f in _PUSHES[insn.engine] if getattr(insn, f))
-              for insn in insns]
-    streams: list[list[int]] = [[] for _ in range(n_eng)]
-    pos = [0] * n  # position of each instruction in its engine's stream
-    for i, e in enumerate(eng_of):
-        pos[i] = len(streams[e])
-        streams[e].append(i)
-    work_cache: dict[Insn, tuple[float, float]] = {}
-    work = []
-    for insn in insns:
-        w = work_cache.get(insn)
-        if w is None:
-            w = work_cache[insn] = insn_work(insn, cfg, params)
-        work.append(w)
-    if extra is not None:
-        work = [(f + x, b) for (f, b), x in zip(work, extra, strict=True)]
-    depth = cfg.cmd_queue_depth
-    pushed: list[list[float]] = [[] for _ in queues]
-    popped = [0] * len(queues)
-    ptr = [0] * n_eng
-    n_taken = [0] * n_eng
-    run_i = [-1] * n_eng  # instruction each engine runs (-1: idle)
-    run_fixed = [0.0] * n_eng
-    run_beats = [0.0] * n_eng
-    start = [0.0] * n
-    end = [0.0] * n
-    busy_t = [0.0] * n_eng
-    dispatched = 0 if fetch else n
-    ld, st, cp = int(Engine.LOAD), int(Engine.STORE), int(Engine.COMPUTE)
-    acc_load = [isinstance(insn, Load) and insn.buffer is Buffer.ACC for insn in insns]
+    if extra is not None and len(extra) != n:
+        raise ValueError(f"simulate: {len(extra)} extra cycles for {n} instructions")
+    entry_bytes = {b: buffer_entry_bytes(cfg, b) for b in Buffer}
+    static: dict[Insn, tuple] = {}
+    eng_of = [0] * n
+    pops: list[tuple[int, ...]] = [()] * n
+    pushes: list[tuple[int, ...]] = [()] * n
+    fixed = [0.0] * n
+    beats = [0.0] * n
+    acc_load = [False] * n
+    # per LOAD into the accumulators: the fixed cycles left when it first writes them
+    port_fixed = [0.0] * n
     # per compute instruction: the fraction of its micro-op cycles writing the
     # accumulators (the ALU interlock's bubbles write nothing)
     acc_writes = [0.0] * n
+    streams: tuple[list[int], ...] = ([], [], [])
+    pos = [0] * n  # position of each instruction in its engine's stream
     for i, insn in enumerate(insns):
-        if isinstance(insn, Gemm | Alu):
-            busy_uops = work[i][0] - params.compute_fixed
-            stall = extra[i] if extra is not None else 0.0
-            acc_writes[i] = min(1.0, max(0.0, (busy_uops - stall) / busy_uops)) \
-                if busy_uops > _EPS else 0.0
+        s = static.get(insn)
+        if s is None:
+            s = static[insn] = _insn_static(insn, cfg, params, entry_bytes)
+        e, pops[i], pushes[i], f, b, acc_load[i], compute = s
+        eng_of[i] = e
+        pos[i] = len(streams[e])
+        streams[e].append(i)
+        x = extra[i] if extra is not None else 0.0
+        fixed[i] = f + x
+        beats[i] = b
+        if acc_load[i]:
+            port_fixed[i] = max(0.0, f - params.load_fixed - params.read_latency)
+        if compute:
+            busy_uops = fixed[i] - params.compute_fixed
+            acc_writes[i] = (min(1.0, max(0.0, (busy_uops - x) / busy_uops))
+                             if busy_uops > _EPS else 0.0)
+    ld, cp, st = int(Engine.LOAD), int(Engine.COMPUTE), int(Engine.STORE)
+    engines = (ld, cp, st)
+    stream_len = [len(s) for s in streams]
+    depth = cfg.cmd_queue_depth
+    in_order = params.in_order_memory
+    acc_entry_beats = cfg.acc_entry_bytes / cfg.mem_bus_bytes
+    compute_fixed = params.compute_fixed
+    pushed: list[list[float]] = [[] for _ in TOKEN_QUEUES]
+    popped = [0] * len(TOKEN_QUEUES)
+    ptr = [0, 0, 0]
+    run = [-1, -1, -1]  # instruction each engine runs (-1: idle)
+    run_fixed = [0.0, 0.0, 0.0]
+    run_beats = [0.0, 0.0, 0.0]
+    start = [0.0] * n
+    end = [0.0] * n
+    busy_t = [0.0, 0.0, 0.0]
+    stall_t = [0.0, 0.0, 0.0]
+    dispatched = 0 if fetch else n
     writing = False  # the running STORE's write has begun
     disp_t = [params.start] * n  # when fetch dispatched each instruction
-    free_t = [params.start] * n_eng  # when each engine last became free
-    stall_t = [0.0] * n_eng
+    free_t = [params.start] * 3  # when each engine last became free
     t = params.start
     done = 0
     inf = math.inf
+    # the fetch unit's reads: words requested, their beats still to move on the bus
+    words = 0
+    if fetch:  # FINISH's word too
+        words = n if n and isinstance(insns[-1], Finish) else n + 1
+    word_beats = -(-insn_width(cfg) // cfg.mem_bus_width)
+    chunk = max(1, params.fetch_words // 2)
+    requested = min(words, params.fetch_words)
+    fetch_left = max(0.0, requested * word_beats - (params.start - params.read_latency))
     while done < n:
         # fetch: dispatch in program order while the target queue has room
         while dispatched < n:
             k = pos[dispatched] - depth
-            if k >= 0 and n_taken[eng_of[dispatched]] <= k:
+            if k >= 0 and ptr[eng_of[dispatched]] <= k:
                 break
             disp_t[dispatched] = t
             dispatched += 1
+        while requested < words and requested - dispatched <= params.fetch_ahead - chunk:
+            w = min(chunk, words - requested)
+            requested += w
+            fetch_left += w * word_beats
         # idle engines take their next instruction when dispatched and its tokens exist
         wake = inf
-        for e in range(n_eng):
-            if run_i[e] >= 0 or ptr[e] >= len(streams[e]):
+        for e in engines:
+            if run[e] >= 0 or ptr[e] >= stream_len[e]:
                 continue
             i = streams[e][ptr[e]]
             if i >= dispatched:
@@ -293,76 +337,120 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
                 if popped[q] >= len(pushed[q]):
                     ok = False
                     break
-                ready_at = max(ready_at, pushed[q][popped[q]])
+                at = pushed[q][popped[q]]
+                if at > ready_at:
+                    ready_at = at
             if not ok:
                 continue
             if ready_at > t:
-                wake = min(wake, ready_at)
+                if ready_at < wake:
+                    wake = ready_at
                 continue
             for q in pops[i]:
                 popped[q] += 1
-            n_taken[e] += 1
             ptr[e] += 1
             start[i] = t
             stall_t[e] += t - max(free_t[e], disp_t[i])
-            run_i[e] = i
-            run_fixed[e], run_beats[e] = work[i]
+            run[e] = i
+            run_fixed[e] = fixed[i]
+            run_beats[e] = beats[i]
             if e == st:
                 writing = False
-            elif e == ld and params.in_order_memory and run_i[st] >= 0 and writing:
-                run_fixed[e] += run_beats[st]  # its read waits for the write's beats
-        active = [e for e in range(n_eng) if run_i[e] >= 0]
-        if not active:
+            elif e == ld and in_order:
+                if run[st] >= 0 and writing:
+                    run_fixed[e] += run_beats[st]  # its read waits for the write's beats
+                run_fixed[e] += params.fetch_charge * fetch_left  # and the fetch's reads
+        i_ld, i_cp, i_st = run
+        if i_ld < 0 and i_cp < 0 and i_st < 0:
             if wake == inf:
                 return None  # deadlock
+            fetch_left = max(0.0, fetch_left - (wake - t))
             t = wake
             continue
         held = -1  # a store whose write waits for the load's reads ahead of it
-        if run_i[st] >= 0 and run_fixed[st] <= _EPS and not writing:
-            if params.in_order_memory and run_i[ld] >= 0:
+        if i_st >= 0 and run_fixed[st] <= _EPS and not writing:
+            if in_order and i_ld >= 0:
                 held = st
             else:
                 writing = True
-        # a LOAD into the accumulators waits while the compute engine writes them: it
-        # moves at the rate of the cycles the compute engine leaves the port free
-        tail = run_fixed[cp] - params.compute_fixed if run_i[cp] >= 0 else 0.0
-        slow = (acc_load[run_i[ld]] and acc_writes[run_i[cp]] > 0.0 and tail > _EPS
-                if run_i[ld] >= 0 and run_i[cp] >= 0 else False)
-        rate = [1.0] * n_eng
-        if slow:
-            rate[ld] = 1.0 - acc_writes[run_i[cp]]
-        share = sum(1 for e in active if run_fixed[e] <= _EPS and run_beats[e] > _EPS
-                    and e != held and rate[e] > _EPS) or 1
+        # a LOAD into the accumulators waits while the compute engine writes them: its
+        # padding moves at the rate of the cycles the compute engine leaves the port
+        # free, its data needs the port once per entry of `acc_entry_beats` beats (not
+        # before its first data: the read latency needs no port)
+        rate_ld = 1.0
         nxt = wake
-        if slow:
-            nxt = min(nxt, t + tail)
-        for e in active:
-            if e == held or rate[e] <= _EPS:
+        if i_ld >= 0 and i_cp >= 0 and acc_load[i_ld] and acc_writes[i_cp] > 0.0:
+            tail = run_fixed[cp] - compute_fixed
+            if tail > _EPS:
+                before = run_fixed[ld] - port_fixed[i_ld]
+                if before > _EPS:
+                    nxt = min(nxt, t + before)
+                else:
+                    rate_ld = 1.0 - acc_writes[i_cp]
+                    if run_fixed[ld] <= _EPS:
+                        rate_ld = min(1.0, rate_ld * acc_entry_beats)
+                    nxt = min(nxt, t + tail)
+        share = 0
+        for e in engines:
+            if (run[e] >= 0 and run_fixed[e] <= _EPS and run_beats[e] > _EPS and e != held
+                    and (e != ld or rate_ld > _EPS)):
+                share += 1
+        if fetch_left > _EPS:
+            share += 1
+            nxt = min(nxt, t + fetch_left * share)
+        share = share or 1
+        for e in engines:
+            if run[e] < 0 or e == held:
+                continue
+            rate = rate_ld if e == ld else 1.0
+            if rate <= _EPS:
                 continue
             f = run_fixed[e]
-            nxt = min(nxt, t + (f if f > _EPS else run_beats[e] * share) / rate[e])
+            at = t + (f if f > _EPS else run_beats[e] * share) / rate
+            if at < nxt:
+                nxt = at
         dt = nxt - t
-        for e in active:
+        if fetch_left > _EPS:
+            fetch_left = max(0.0, fetch_left - dt / share)
+        for e in engines:
+            if run[e] < 0:
+                continue
             busy_t[e] += dt
             if e == held:
                 continue
+            rate = rate_ld if e == ld else 1.0
             if run_fixed[e] > _EPS:
-                run_fixed[e] -= dt * rate[e]
+                run_fixed[e] -= dt * rate
             else:
-                run_beats[e] -= dt * rate[e] / share
+                run_beats[e] -= dt * rate / share
         t = nxt
-        for e in active:
-            if run_fixed[e] <= _EPS and run_beats[e] <= _EPS:
-                i = run_i[e]
+        for e in engines:
+            i = run[e]
+            if i >= 0 and run_fixed[e] <= _EPS and run_beats[e] <= _EPS:
                 end[i] = t
                 for q in pushes[i]:
                     pushed[q].append(t)
-                run_i[e] = -1
+                run[e] = -1
                 free_t[e] = t
                 done += 1
-    busy = {e.name.lower(): busy_t[int(e)] for e in engines}
-    stall = {e.name.lower(): stall_t[int(e)] for e in engines}
+    busy = {e.name.lower(): busy_t[int(e)] for e in Engine}
+    stall = {e.name.lower(): stall_t[int(e)] for e in Engine}
     return Timing(cycles=max(end, default=t), start=start, end=end, busy=busy, stall=stall)
+
+
+def _insn_static(insn: Insn, cfg: HwConfig, params: TimingParams,
+                 entry_bytes: Mapping[Buffer, int]
+                 ) -> tuple[int, tuple[int, ...], tuple[int, ...], float, float, bool, bool]:
+    """What :func:`simulate` needs of one instruction: its engine, the queues it pops
+    and pushes, its fixed cycles and beats, whether it loads the accumulators and
+    whether it runs micro-ops."""
+    engine = insn.engine
+    return (int(engine),
+            tuple([q for q, f in _POPS[engine] if getattr(insn, f)]),
+            tuple([q for q, f in _PUSHES[engine] if getattr(insn, f)]),
+            *insn_work(insn, cfg, params, entry_bytes),
+            isinstance(insn, Load) and insn.buffer is Buffer.ACC,
+            isinstance(insn, Gemm | Alu))
 
 
 def estimated_cycles(insns: Sequence[Insn], cfg: HwConfig) -> int:

@@ -54,6 +54,23 @@ def test_digits_one_image_fits_and_tiny_is_the_config_to_build(calib: np.ndarray
     assert small["estimated_cycles"] < rows["tiny"]["estimated_cycles"]
 
 
+def test_host_traffic_per_config_is_what_a_resident_run_counts(calib: np.ndarray) -> None:
+    from tensorfab.runtime.resident import ResidentModel
+    from tensorfab.sim import FunctionalSimulator
+
+    shapes = {"image": (1, 1, 8, 8)}
+    out = advise(str(model_path()), "ulx3s-85f", calib, shapes, ["tiny", "default"])
+    for row in out["configs"]:
+        ref = compile_onnx(str(model_path()), config=PRESETS[row["config"]],
+                           calibration=calib, input_shapes=shapes)
+        with ResidentModel(ref.program, FunctionalSimulator()) as model:
+            model.run([calib[:1].reshape(1, 1, 8, 8)])
+            counted = model.last_run
+        assert (row["host_bytes_written"], row["host_bytes_read"]) == (counted.written,
+                                                                      counted.read)
+        assert row["host_bytes"] == counted.total > 0
+
+
 def test_digits_batch_64_exceeds_the_85f_memory_and_is_flagged(tmp_path: Path,
                                                                 calib: np.ndarray) -> None:
     np.save(tmp_path / "calib.npy", calib)

@@ -18,7 +18,12 @@ from tensorfab.runtime.accel_contract import decode_program
 from tensorfab.runtime.interpreter import run_program
 from tensorfab.runtime.memory_plan import plan_memory
 from tensorfab.runtime.profiling import profile_program
-from tensorfab.runtime.resident import DeviceTensor, ResidentModel, standalone_host_bytes
+from tensorfab.runtime.resident import (
+    DeviceTensor,
+    ResidentModel,
+    planned_host_traffic,
+    standalone_host_bytes,
+)
 from tensorfab.sim import FunctionalSimulator
 
 
@@ -101,6 +106,13 @@ def test_resident_run_equals_standalone_programs_and_moves_fewer_bytes(chain) ->
             assert traffic.read == last.output.nbytes
             assert traffic.total < standalone_host_bytes(program)
         assert model.memory.host_bytes_written == loaded + len(xs) * first.input.nbytes
+
+
+def test_planned_host_traffic_is_what_a_resident_run_counts(chain) -> None:
+    program, xs = chain
+    with ResidentModel(program, FunctionalSimulator()) as model:
+        model.run([xs[0]])
+        assert planned_host_traffic(program, model.plan) == model.last_run
 
 
 def test_profile_runs_resident_by_default_and_equals_standalone(chain) -> None:

@@ -28,7 +28,7 @@ from tensorfab.isa import PRESETS
 from tensorfab.runtime.artifact import load_graph_text, load_model, save_model
 from tensorfab.runtime.interpreter import run_program
 from tensorfab.runtime.profiling import profile_program
-from tensorfab.runtime.resident import ResidentModel
+from tensorfab.runtime.resident import ResidentModel, planned_host_traffic, standalone_host_bytes
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.rtl import RtlSimulator
 
@@ -171,3 +171,17 @@ def test_kernel_second_input_of_the_wrong_dtype_is_refused() -> None:
     got = run_accel_program(x, prog, dict(node.attrs), FunctionalSimulator(),
                             np.zeros(b.shape, np.int8))
     assert got.outputs[node.attrs["output_segment"]].shape == prog.segment("out").shape
+
+
+def test_planned_host_traffic_counts_the_adds_in_place_operands() -> None:
+    # two adds on the accelerator, the second reading its second operand in place, CPU
+    # operators between programs: the plan's traffic is what a resident run counts
+    calib = _calibration()
+    block = compile_onnx(residual_block_onnx(), config="default", calibration=calib,
+                         quantizer="ort", residual_adds="accel").program
+    with ResidentModel(block, FunctionalSimulator()) as model:
+        assert any(p.extra_on_device for p in model.plan.programs.values())
+        model.run([calib[:2]])
+        counted = model.last_run
+        assert planned_host_traffic(block, model.plan) == counted
+    assert 0 < counted.total < standalone_host_bytes(block)
