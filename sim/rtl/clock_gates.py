@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from tensorfab.isa import TensorfabError
 
-__all__ = ["CLOCK_GATES", "ClockGate", "ClockGateError", "gate_verilog", "wrapper_ports"]
+__all__ = ["CLOCK_GATES", "ClockGate", "ClockGateError", "enable_signals", "gate_verilog",
+           "wrapper_ports"]
 
 
 class ClockGateError(TensorfabError):
@@ -50,7 +51,9 @@ class ClockGate:
         Its instance path from the wrapper (``core.compute.alu``).
     enable : tuple of str
         Signals of the unit (registers, or ports driven by registers): while all are
-        low, every register of the unit holds its value.
+        low, the unit has nothing to do (see :data:`CLOCK_GATES`). A name ending in
+        ``*`` stands for every signal of the module that starts with the rest
+        (``valid_d*``: the valid chain, as long as the configuration makes it).
     """
 
     name: str
@@ -69,13 +72,24 @@ class ClockGate:
         return f"en_{self.name}"
 
 
-#: The gated units. VectorAlu (``hw/alu.py``): every datapath register loads under
-#: ``in_valid`` (first cycle) or ``en2`` (second cycle); ``en2``, ``out_valid`` and
-#: ``shift_error`` load ``in_valid``, ``en2`` and ``en2 & ...``, all low when ``in_valid``,
-#: ``en2`` and ``out_valid`` are (``shift_error`` is high only with ``out_valid``), and
-#: a reset or a start sets them to that same zero.
+#: The gated units.
+#:
+#: VectorAlu (``hw/alu.py``): every datapath register loads under ``in_valid`` (first
+#: cycle) or ``en2`` (second cycle); ``en2``, ``out_valid`` and ``shift_error`` load
+#: ``in_valid``, ``en2`` and ``en2 & ...``, all low when ``in_valid``, ``en2`` and
+#: ``out_valid`` are (``shift_error`` is high only with ``out_valid``), and a reset or a
+#: start sets them to that same zero. Gated, every register holds exactly what it would.
+#:
+#: GemmCore (``hw/gemm.py``): a pipeline whose datapath registers load on every cycle
+#: and whose valid chain (``valid_d*``, ``out_valid``) says which stages hold a
+#: micro-op. Gated, a stage that holds none keeps its old data instead of the idle
+#: inputs' products; the compute engine reads ``result`` only with the micro-op's
+#: write-back (its own delay line, as long as the core's), when the gate has ticked on
+#: every cycle since the micro-op entered. The valid chain and the constant masks hold.
 CLOCK_GATES: tuple[ClockGate, ...] = (
     ClockGate("alu", "compute.alu", "core.compute.alu", ("in_valid", "en2", "out_valid")),
+    ClockGate("gemm", "compute.gemm", "core.compute.gemm", ("in_valid", "valid_d*",
+                                                             "out_valid")),
 )
 
 _CLOCKED = re.compile(r"always @\(posedge clk\)")
@@ -88,6 +102,32 @@ def _module_span(verilog: str, core: str, gate: ClockGate) -> tuple[int, int]:
         raise ClockGateError(f"clock gate {gate.name!r}: no module {core}.{gate.module} in "
                              "the core's Verilog")
     return start, verilog.index("endmodule", start)
+
+
+def _declared(body: str, signal: str) -> list[str]:
+    """The signals of a module ``body`` named ``signal`` (a pattern if it ends in ``*``)."""
+    name = re.escape(signal[:-1]) + r"\w*" if signal.endswith("*") else re.escape(signal)
+    found = re.findall(rf"^\s*(?:reg|wire|input|output)\b[^;=]*?\s({name})\b", body, re.M)
+    return sorted(set(found))
+
+
+def enable_signals(verilog: str, core: str, gate: ClockGate) -> list[str]:
+    """The signals of ``gate``'s module whose OR is its enable (patterns expanded).
+
+    Raises
+    ------
+    ClockGateError
+        The module, or a signal of :attr:`ClockGate.enable`, is not in ``verilog``.
+    """
+    start, end = _module_span(verilog, core, gate)
+    out: list[str] = []
+    for signal in gate.enable:
+        found = _declared(verilog[start:end], signal)
+        if not found:
+            raise ClockGateError(f"clock gate {gate.name!r}: module {core}.{gate.module} "
+                                 f"has no signal {signal!r} (its enable)")
+        out += found
+    return out
 
 
 def gate_verilog(verilog: str, core: str, top: str, gates: tuple[ClockGate, ...]) -> str:
@@ -114,13 +154,9 @@ def gate_verilog(verilog: str, core: str, top: str, gates: tuple[ClockGate, ...]
         module has no register clocked by ``clk``.
     """
     for gate in gates:
+        enable_signals(verilog, core, gate)
         start, end = _module_span(verilog, core, gate)
         body = verilog[start:end]
-        for signal in gate.enable:
-            if not re.search(rf"^\s*(?:reg|wire|input|output)\b[^;]*\s{re.escape(signal)}\b",
-                             body, re.M):
-                raise ClockGateError(f"clock gate {gate.name!r}: module {core}.{gate.module} "
-                                     f"has no signal {signal!r} (its enable)")
         gated, count = _CLOCKED.subn(f"always @(posedge {top}.{gate.clock})", body)
         if not count:
             raise ClockGateError(f"clock gate {gate.name!r}: module {core}.{gate.module} "
@@ -129,14 +165,16 @@ def gate_verilog(verilog: str, core: str, top: str, gates: tuple[ClockGate, ...]
     return verilog
 
 
-def wrapper_ports(gates: tuple[ClockGate, ...]) -> tuple[list[str], list[str]]:
+def wrapper_ports(verilog: str, core: str, gates: tuple[ClockGate, ...]
+                  ) -> tuple[list[str], list[str]]:
     """The wrapper's port names and declaration lines (with the enables' assignments)
-    for ``gates``."""
+    for ``gates`` of the core's Verilog ``verilog`` (top module ``core``)."""
     names: list[str] = []
     lines: list[str] = []
     for gate in gates:
         names += [gate.clock, gate.enable_port]
-        enable = " | ".join(f"{gate.instance}.{s}" for s in gate.enable)
+        enable = " | ".join(f"{gate.instance}.{s}"
+                            for s in enable_signals(verilog, core, gate))
         lines += [f"  input {gate.clock};", f"  output {gate.enable_port};",
                   f"  assign {gate.enable_port} = {enable};"]
     return names, lines

@@ -15,6 +15,7 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from tensorfab.hw.alu import AluSignature, VectorAlu
+from tensorfab.hw.gemm import GemmCore
 from tensorfab.isa import PRESETS, AluOp
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.rtl import RtlSimulator
@@ -30,20 +31,28 @@ from tensorfab.sim.testing.blocked_gemm import build_blocked_gemm
 TINY = PRESETS["tiny"]
 
 
-class _GatedAlu(wiring.Component):
-    """VectorAlu under ``EnableInserter(in_valid | en2 | out_valid)``: ``en2`` and
-    ``out_valid`` are ``in_valid`` one and two cycles late, so the wrapper keeps them."""
+class _Gated(wiring.Component):
+    """``unit`` under ``EnableInserter`` of ``in_valid`` or any of its copies 1 to
+    ``depth`` cycles late: the gate's enable (the unit's valid chain is ``in_valid``
+    delayed; VectorAlu: ``en2``, ``out_valid``; GemmCore: ``valid_d*``, ``out_valid``)."""
 
-    def __init__(self, cfg) -> None:
-        self.cfg = cfg
-        super().__init__(AluSignature(cfg))
+    def __init__(self, unit: wiring.Component, depth: int) -> None:
+        self.unit = unit
+        self.depth = depth
+        super().__init__(unit.signature)
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
-        d1, d2 = Signal(), Signal()
-        m.d.sync += [d1.eq(self.in_valid), d2.eq(d1)]
-        m.submodules.alu = alu = EnableInserter(self.in_valid | d1 | d2)(VectorAlu(self.cfg))
-        wiring.connect(m, wiring.flipped(self), alu)
+        chain = [self.in_valid]
+        for k in range(self.depth):
+            d = Signal(name=f"d{k + 1}")
+            m.d.sync += d.eq(chain[-1])
+            chain.append(d)
+        enable = chain[0]
+        for d in chain[1:]:
+            enable = enable | d
+        m.submodules.unit = unit = EnableInserter(enable)(self.unit)
+        wiring.connect(m, wiring.flipped(self), unit)
         return m
 
 
@@ -53,7 +62,8 @@ def test_alu_gate_changes_nothing() -> None:
     cfg = TINY
     top = Module()
     top.submodules.plain = plain = VectorAlu(cfg)
-    top.submodules.gated = gated = _GatedAlu(cfg)
+    top.submodules.gated = gated = _Gated(VectorAlu(cfg), 2)
+    assert gated.signature == AluSignature(cfg)
     rng = np.random.default_rng(27)
     ops = list(AluOp)
     width = cfg.acc_width
@@ -93,6 +103,55 @@ def test_alu_gate_changes_nothing() -> None:
     assert not mismatches, mismatches[:10]
 
 
+def test_gemm_gate_changes_no_result() -> None:
+    """The GEMM core gated as the build gates it: the same valid chain on every cycle
+    and the same results on every cycle that has one (the compute engine reads
+    nothing else), with random operands on idle cycles too."""
+    cfg = TINY
+    top = Module()
+    top.submodules.plain = plain = GemmCore(cfg)
+    top.submodules.gated = gated = _Gated(GemmCore(cfg), plain.latency)
+    rng = np.random.default_rng(28)
+    mismatches: list[str] = []
+    seen = {"valid": 0}
+
+    async def bench(ctx) -> None:
+        for cycle in range(200):
+            valid = int(rng.random() < (0.6 if (cycle // 20) % 2 else 0.05))
+            for dut in (plain, gated):
+                ctx.set(dut.in_valid, valid)
+            for b in range(cfg.batch):
+                for i in range(cfg.block_in):
+                    x = int(rng.integers(-128, 128))
+                    for dut in (plain, gated):
+                        ctx.set(dut.inp[b][i], x)
+                for o in range(cfg.block_out):
+                    acc = int(rng.integers(-(1 << 31), 1 << 31))
+                    for dut in (plain, gated):
+                        ctx.set(dut.acc_in[b][o], acc)
+            for i in range(cfg.block_in):
+                for o in range(cfg.block_out):
+                    w = int(rng.integers(0, 256))
+                    for dut in (plain, gated):
+                        ctx.set(dut.wgt[i][o], w)
+            await ctx.tick()
+            out_valid = ctx.get(plain.out_valid)
+            if out_valid != ctx.get(gated.out_valid):
+                mismatches.append(f"cycle {cycle}: out_valid")
+            if out_valid:
+                seen["valid"] += 1
+                for name in ("result", "acc_out"):
+                    if ctx.get(getattr(plain, name)) != ctx.get(getattr(gated, name)):
+                        mismatches.append(f"cycle {cycle}: {name}")
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen["valid"] > 30
+    assert not mismatches, mismatches[:10]
+
+
 def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
     text = core_source(TINY)
     gated = gate_verilog(text, CORE, TOP, CLOCK_GATES)
@@ -117,26 +176,28 @@ def test_gate_naming_what_the_core_lacks_is_an_error(gate: ClockGate, message: s
         gate_verilog(core_source(TINY), CORE, TOP, (gate,))
 
 
-def test_build_gates_the_alu() -> None:
+def test_build_gates_the_units() -> None:
     built = build_harness(TINY)
-    assert "gated clocks: alu" in built.clocking
+    assert "gated clocks: alu, gemm" in built.clocking
     model = (built.directory / "tf_model.h").read_text()
-    assert "X(clk_alu, en_alu, __Vtrigprevexpr___TOP__clk_alu__0)" in model
-    # the ALU's registers are evaluated under a trigger of their own
+    for gate in ("alu", "gemm"):
+        assert f"X(clk_{gate}, en_{gate}, __Vtrigprevexpr___TOP__clk_{gate}__0)" in model
+    # each unit's registers are evaluated under a trigger of their own
     nba = "".join(p.read_text() for p in (built.directory / "obj").glob("Vcore___024root__*.cpp"))
-    assert "2ULL & vlSelfRef.__VnbaTriggered[0U]" in nba
+    for bit in ("2ULL", "4ULL"):
+        assert f"if (({bit} & vlSelfRef.__VnbaTriggered[0U]))" in nba
 
 
 def test_a_gate_whose_enable_reads_an_input_is_refused(monkeypatch) -> None:
     from tensorfab.sim.rtl import build as rtl_build
 
-    bad = ClockGate("alu", "compute.alu", "core.compute.alu", ("in_valid",))
+    bad = CLOCK_GATES[0]
     # an enable the wrapper computes from a core input: the harness could not know it
     monkeypatch.setattr(rtl_build, "CLOCK_GATES", (bad,))
     real = rtl_build.wrapper_ports
 
-    def from_input(gates):
-        names, lines = real(gates)
+    def from_input(verilog, core, gates):
+        names, lines = real(verilog, core, gates)
         return names, [ln.replace("= core.compute.alu.in_valid", "= mem__cmd__ready")
                        for ln in lines]
     monkeypatch.setattr(rtl_build, "wrapper_ports", from_input)
