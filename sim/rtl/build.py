@@ -6,7 +6,9 @@ model, as one shared library per configuration, cached.
 1. converts ``Core(cfg)`` to Verilog (:func:`tensorfab.hw.verilog.core_verilog`) and
    wraps it in :data:`TOP`, which registers the host's CSR bus and the reset
    (:func:`harness_wrapper`: the core's next-state logic then depends on registers
-   only, which Verilator evaluates once per cycle instead of once per input change);
+   only, which Verilator evaluates once per cycle instead of once per input change),
+   and clocks the units of :data:`~.clock_gates.CLOCK_GATES` by clocks of their own
+   that the harness raises only when they have work (:mod:`.clock_gates`);
 2. writes ``tf_config.h``: the field offsets of
    :func:`~tensorfab.hw.mem_port.MemCmdLayout`, the CSR offsets of
    :data:`~tensorfab.isa.CSRS`, the activity bits of :data:`~tensorfab.hw.core.ACTIVITY`
