@@ -13,7 +13,7 @@ model, as one shared library per configuration, cached.
    :func:`~tensorfab.hw.mem_port.MemCmdLayout`, the CSR offsets of
    :data:`~tensorfab.isa.CSRS`, the activity bits of :data:`~tensorfab.hw.core.ACTIVITY`
    and the Verilated port names, all computed here (:func:`config_header`);
-3. verilates (``--cc -O3 --x-assign fast --x-initial fast --noassert``, the
+3. verilates (``--cc -O3 --x-assign fast --x-initial fast --noassert -fno-table``, the
    simulation waivers of :mod:`.verilator_tools`) and writes ``tf_model.h``: one
    evaluation per clock cycle when no output the harness samples before an edge
    depends on an input (checked in the generated code), else two;
@@ -133,9 +133,12 @@ HARNESS_SOURCES = ("harness.cpp", "mem_model.h", "port_bits.h")
 #: ``isa`` only, tests/architecture).
 RTL_PACKAGES: tuple[str, ...] = ("tensorfab.hw", "tensorfab.isa")
 
-#: Verilator arguments of every harness build, before the waivers.
+#: Verilator arguments of every harness build, before the waivers. ``-fno-table``:
+#: Verilator's lookup tables for combinational logic cost more to index on every
+#: cycle than the logic they replace (8 976 -> 8 367 instructions per cycle on the
+#: default preset's 512³ GEMM, docs/architecture.md).
 VERILATOR_ARGS: tuple[str, ...] = ("-O3", "--x-assign", "fast", "--x-initial", "fast",
-                                   "--noassert")
+                                   "--noassert", "-fno-table")
 #: C++ flags of the model's hot code, the harness and Verilator's runtime.
 CXX_FAST: tuple[str, ...] = ("-O3", "-march=native")
 #: C++ flags of the model's code that runs once (construction, initial settle).
