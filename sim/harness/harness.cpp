@@ -36,6 +36,9 @@
 #if TF_ONE_EVAL
 #include TF_ROOT_HEADER
 #endif
+#ifndef TF_CLOCK_GATES
+#define TF_CLOCK_GATES(X)  // tf_model.h lists the gated clocks: X(clock, enable, prev)
+#endif
 #include "mem_model.h"
 #include "port_bits.h"
 
@@ -88,6 +91,8 @@ struct Harness {
         if (mem.rdata_valid) tf::put_bytes(t.TF_PORT_RDATA_PAYLOAD, mem.rdata(), TF_BUS_BYTES);
 #if !TF_ONE_EVAL
         t.clk = 0;
+#define TF_GATE_LOW(clock, enable, prev) t.clock = 0;
+        TF_CLOCK_GATES(TF_GATE_LOW)
         t.eval();
 #endif
         // TF_ONE_EVAL: the sampled outputs depend on registers only (checked when the
@@ -103,11 +108,17 @@ struct Harness {
         const bool ok = mem.commit<TF_CMD_ADDR_OFFSET, TF_CMD_ADDR_WIDTH, TF_CMD_WRITE_OFFSET,
                                    TF_CMD_LEN_OFFSET, TF_CMD_LEN_WIDTH>(
             cmd_valid, cmd_word, wdata_valid, wbuf, rready);
+        // a gated clock (TF_CLOCK_GATES: a unit's clock in the simulation build) rises
+        // with clk when its enable, an output that depends on registers only, is high
 #if TF_ONE_EVAL
         // a rising edge in one evaluation: the combinational logic settles with this
         // cycle's inputs, then the registers take their next values
         t.rootp->TF_CLK_PREV = 0;
+#define TF_GATE_HIGH(clock, enable, prev) t.clock = t.enable; t.rootp->prev = 0;
+#else
+#define TF_GATE_HIGH(clock, enable, prev) t.clock = t.enable;
 #endif
+        TF_CLOCK_GATES(TF_GATE_HIGH)
         t.clk = 1;
         t.eval();
         ++total_cycles;

@@ -1,0 +1,223 @@
+"""Gated clocks of the RTL executor's build (sim/rtl/clock_gates.py).
+
+A gate is an ``EnableInserter`` that must change nothing: checked here in Amaranth's
+simulator (the unit with and without the inserter, side by side on the same random
+inputs), on the Verilog the build gives Verilator, and on the built model (the same
+results, cycles and timelines with and without the gates).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from amaranth.hdl import EnableInserter, Module, Signal
+from amaranth.lib import wiring
+from amaranth.sim import Simulator
+
+from tensorfab.hw.alu import AluSignature, VectorAlu
+from tensorfab.hw.gemm import GemmCore
+from tensorfab.isa import PRESETS, AluOp
+from tensorfab.sim import FunctionalSimulator
+from tensorfab.sim.rtl import RtlSimulator
+from tensorfab.sim.rtl.build import CORE, TOP, HarnessBuildError, build_harness, core_source
+from tensorfab.sim.rtl.clock_gates import (
+    CLOCK_GATES,
+    ClockGate,
+    ClockGateError,
+    gate_verilog,
+)
+from tensorfab.sim.testing.blocked_gemm import build_blocked_gemm
+
+TINY = PRESETS["tiny"]
+
+
+class _Gated(wiring.Component):
+    """``unit`` under ``EnableInserter`` of ``in_valid`` or any of its copies 1 to
+    ``depth`` cycles late: the gate's enable (the unit's valid chain is ``in_valid``
+    delayed; VectorAlu: ``en2``, ``out_valid``; GemmCore: ``valid_d*``, ``out_valid``)."""
+
+    def __init__(self, unit: wiring.Component, depth: int) -> None:
+        self.unit = unit
+        self.depth = depth
+        super().__init__(unit.signature)
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        chain = [self.in_valid]
+        for k in range(self.depth):
+            d = Signal(name=f"d{k + 1}")
+            m.d.sync += d.eq(chain[-1])
+            chain.append(d)
+        enable = chain[0]
+        for d in chain[1:]:
+            enable = enable | d
+        m.submodules.unit = unit = EnableInserter(enable)(self.unit)
+        wiring.connect(m, wiring.flipped(self), unit)
+        return m
+
+
+def test_alu_gate_changes_nothing() -> None:
+    """The ALU gated as the build gates it equals the ALU: every output on every cycle,
+    with random operations in bursts, idle gaps and random inputs while idle."""
+    cfg = TINY
+    top = Module()
+    top.submodules.plain = plain = VectorAlu(cfg)
+    top.submodules.gated = gated = _Gated(VectorAlu(cfg), 2)
+    assert gated.signature == AluSignature(cfg)
+    rng = np.random.default_rng(27)
+    ops = list(AluOp)
+    width = cfg.acc_width
+    rec_bits = len(plain.rec)
+    mismatches: list[str] = []
+
+    async def bench(ctx) -> None:
+        for cycle in range(400):
+            valid = int(rng.random() < (0.6 if (cycle // 25) % 2 else 0.05))
+            op = int(rng.choice(ops))
+            shift_ops = (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL)
+            for dut in (plain, gated):
+                ctx.set(dut.in_valid, valid)
+                ctx.set(dut.op, op)
+            for i in range(cfg.batch * cfg.block_out):
+                a = int(rng.integers(-(1 << (width - 1)), 1 << (width - 1)))
+                b = int(rng.integers(-40, 40) if op in shift_ops and rng.random() < 0.9
+                        else rng.integers(-(1 << (width - 1)), 1 << (width - 1)))
+                for dut in (plain, gated):
+                    ctx.set(dut.a[i], a & ((1 << width) - 1))
+                    ctx.set(dut.b[i], b & ((1 << width) - 1))
+            rec = int.from_bytes(rng.bytes(rec_bits // 8), "little")
+            for dut in (plain, gated):
+                ctx.set(dut.rec, rec)
+            await ctx.tick()
+            for name in ("out_valid", "shift_error"):
+                if ctx.get(getattr(plain, name)) != ctx.get(getattr(gated, name)):
+                    mismatches.append(f"cycle {cycle}: {name}")
+            for i in range(cfg.batch * cfg.block_out):
+                if ctx.get(plain.result[i]) != ctx.get(gated.result[i]):
+                    mismatches.append(f"cycle {cycle}: result[{i}]")
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not mismatches, mismatches[:10]
+
+
+def test_gemm_gate_changes_no_result() -> None:
+    """The GEMM core gated as the build gates it: the same valid chain on every cycle
+    and the same results on every cycle that has one (the compute engine reads
+    nothing else), with random operands on idle cycles too."""
+    cfg = TINY
+    top = Module()
+    top.submodules.plain = plain = GemmCore(cfg)
+    top.submodules.gated = gated = _Gated(GemmCore(cfg), plain.latency)
+    rng = np.random.default_rng(28)
+    mismatches: list[str] = []
+    seen = {"valid": 0}
+
+    async def bench(ctx) -> None:
+        for cycle in range(200):
+            valid = int(rng.random() < (0.6 if (cycle // 20) % 2 else 0.05))
+            for dut in (plain, gated):
+                ctx.set(dut.in_valid, valid)
+            for b in range(cfg.batch):
+                for i in range(cfg.block_in):
+                    x = int(rng.integers(-128, 128))
+                    for dut in (plain, gated):
+                        ctx.set(dut.inp[b][i], x)
+                for o in range(cfg.block_out):
+                    acc = int(rng.integers(-(1 << 31), 1 << 31))
+                    for dut in (plain, gated):
+                        ctx.set(dut.acc_in[b][o], acc)
+            for i in range(cfg.block_in):
+                for o in range(cfg.block_out):
+                    w = int(rng.integers(0, 256))
+                    for dut in (plain, gated):
+                        ctx.set(dut.wgt[i][o], w)
+            await ctx.tick()
+            out_valid = ctx.get(plain.out_valid)
+            if out_valid != ctx.get(gated.out_valid):
+                mismatches.append(f"cycle {cycle}: out_valid")
+            if out_valid:
+                seen["valid"] += 1
+                for name in ("result", "acc_out"):
+                    if ctx.get(getattr(plain, name)) != ctx.get(getattr(gated, name)):
+                        mismatches.append(f"cycle {cycle}: {name}")
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen["valid"] > 30
+    assert not mismatches, mismatches[:10]
+
+
+def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
+    text = core_source(TINY)
+    gated = gate_verilog(text, CORE, TOP, CLOCK_GATES)
+    for gate in CLOCK_GATES:
+        start = gated.index(f"module \\{CORE}.{gate.module} (")
+        body = gated[start:gated.index("endmodule", start)]
+        assert "posedge clk)" not in body
+        assert f"always @(posedge {TOP}.{gate.clock})" in body
+    # every other module keeps clk
+    assert gated.count("always @(posedge clk)") == text.count("always @(posedge clk)") - sum(
+        gated.count(f"posedge {TOP}.{g.clock})") for g in CLOCK_GATES)
+
+
+@pytest.mark.parametrize(("gate", "message"), [
+    (ClockGate("x", "compute.nothing", "core.compute.nothing", ("v",)),
+     "no module tensorfab_core.compute.nothing"),
+    (ClockGate("alu", "compute.alu", "core.compute.alu", ("in_valid", "renamed")),
+     "has no signal 'renamed'"),
+])
+def test_gate_naming_what_the_core_lacks_is_an_error(gate: ClockGate, message: str) -> None:
+    with pytest.raises(ClockGateError, match=message):
+        gate_verilog(core_source(TINY), CORE, TOP, (gate,))
+
+
+def test_build_gates_the_units() -> None:
+    built = build_harness(TINY)
+    assert "gated clocks: alu, gemm" in built.clocking
+    model = (built.directory / "tf_model.h").read_text()
+    for gate in ("alu", "gemm"):
+        assert f"X(clk_{gate}, en_{gate}, __Vtrigprevexpr___TOP__clk_{gate}__0)" in model
+    # each unit's registers are evaluated under a trigger of their own
+    nba = "".join(p.read_text() for p in (built.directory / "obj").glob("Vcore___024root__*.cpp"))
+    for bit in ("2ULL", "4ULL"):
+        assert f"if (({bit} & vlSelfRef.__VnbaTriggered[0U]))" in nba
+
+
+def test_a_gate_whose_enable_reads_an_input_is_refused(monkeypatch) -> None:
+    from tensorfab.sim.rtl import build as rtl_build
+
+    bad = CLOCK_GATES[0]
+    # an enable the wrapper computes from a core input: the harness could not know it
+    monkeypatch.setattr(rtl_build, "CLOCK_GATES", (bad,))
+    real = rtl_build.wrapper_ports
+
+    def from_input(verilog, core, gates):
+        names, lines = real(verilog, core, gates)
+        return names, [ln.replace("= core.compute.alu.in_valid", "= mem__cmd__ready")
+                       for ln in lines]
+    monkeypatch.setattr(rtl_build, "wrapper_ports", from_input)
+    with pytest.raises(HarnessBuildError, match="en_alu depend on an input"):
+        build_harness(TINY, pgo=False)
+
+
+@pytest.mark.slow
+def test_gated_model_equals_ungated() -> None:
+    """The same results, cycles, CSRs and timelines with the gates and without, on a
+    blocked GEMM with an ALU epilogue and a REQUANT-free shift and clip."""
+    prog = build_blocked_gemm(TINY, 16, 32, 32, vthreads=2, rng=np.random.default_rng(3),
+                              epilogue=[(AluOp.SHR, 3), (AluOp.CLIP, 127)])
+    gated = RtlSimulator(trace=True).run(prog)
+    plain_sim = RtlSimulator(trace=True)
+    plain_sim.build = lambda cfg: build_harness(cfg, clock_gates=False)  # type: ignore[method-assign]
+    assert "gated" not in plain_sim.build(TINY).clocking
+    plain = plain_sim.run(prog)
+    ref = FunctionalSimulator().run(prog)
+    assert np.array_equal(gated.dram, ref.dram)
+    assert gated.cycles == plain.cycles
+    assert gated.csrs == plain.csrs and gated.intervals == plain.intervals
+    assert np.array_equal(gated.dram, plain.dram)
