@@ -115,9 +115,9 @@ class VirtualMachine:
         before it read the program's result took less than two handoffs between the
         threads (:attr:`handoff_seconds`).
     handoff_seconds : float or None
-        The handoff estimate: the median time from a program's end to the host going on
-        after waiting for it, in the last run that measured one (halved in each run
-        since that measured none).
+        The handoff estimate: the lowest median, over the runs so far, of the time from
+        a program's end to the host going on after waiting for it (halved in each run
+        that measured none).
     """
 
     def __init__(self, model: ModelHost, executable: Executable, *,
@@ -192,11 +192,14 @@ class VirtualMachine:
         (as last measured with the program issued) took less than two handoffs (there
         and back) run inline from the next run on: the overlap they bought was less
         than it cost. A handoff is the median time from a program's end to the host
-        going on after waiting for it in the run; in a run with none to measure (every
-        program inline), the estimate halves, so that the sites with the most host
-        work go back to the thread and measure it again (a load that passed)."""
+        going on after waiting for it in the run, and the estimate the lowest such
+        median so far: a run on a loaded machine, whose handoffs are slow, cannot turn
+        sites inline that overlap in a quiet one. In a run with none to measure (every
+        program inline), the estimate halves, so that the sites with the most host work
+        go back to the thread and measure it again."""
         if self._handoffs:
-            self.handoff_seconds = sorted(self._handoffs)[len(self._handoffs) // 2]
+            median = sorted(self._handoffs)[len(self._handoffs) // 2]
+            self.handoff_seconds = min(median, self.handoff_seconds or median)
         elif self.handoff_seconds is not None:
             self.handoff_seconds /= 2
         if self.handoff_seconds is not None:

@@ -23,8 +23,6 @@ from tensorfab.isa import Engine
 
 from .errors import RaceError
 
-#: Writer-engine code of an entry nobody wrote (initial contents).
-NOBODY = 3
 #: A sequence number larger than any.
 INF = np.iinfo(np.int64).max
 ENGINE_NAMES = tuple(e.name.lower() for e in Engine)
@@ -210,7 +208,10 @@ class Tracker:
                 eng = np.full(seq.shape, other, dtype=np.uint8)
                 self._raise(acc, "writes", "read by", "WAR", sel, bad, eng, seq)
         if self._w_eng is None:
-            self._w_eng = np.full(self.size, NOBODY, dtype=np.uint8)
+            # zeroed pages cost nothing until written (a resident model's DRAM tracker
+            # spans the whole device image); an unwritten entry's sequence number 0 is
+            # never past any clock, so its engine is never read
+            self._w_eng = np.zeros(self.size, dtype=np.uint8)
             self._w_seq = np.zeros(self.size, dtype=np.int32)
         assert self._w_seq is not None
         self._writers.add(acc.engine)
@@ -236,5 +237,5 @@ class Tracker:
             other_index=o_index, other_engine=other)
 
 
-__all__ = ["INF", "NOBODY", "Access", "Block", "Gather", "Sel", "Span", "Tracker",
+__all__ = ["INF", "Access", "Block", "Gather", "Sel", "Span", "Tracker",
            "access_clock"]

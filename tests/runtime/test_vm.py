@@ -510,3 +510,8 @@ def test_sites_whose_host_work_is_shorter_than_a_handoff_go_inline(digits) -> No
         vm._handoffs[:] = []
         vm._inline_short_waits()
         assert vm.handoff_seconds == 0.001 and vm.inline_sites == set()
+        # a run on a loaded machine (handoffs a hundred times slower) changes nothing:
+        # the estimate is the lowest median seen, so no site goes inline for it
+        vm._handoffs[:] = [0.1, 0.2, 0.15]
+        vm._inline_short_waits()
+        assert vm.handoff_seconds == 0.001 and vm.inline_sites == set()
