@@ -12,8 +12,10 @@ node in ``on_device(..., accel)`` and each of the chain's computed inputs in
 puts exactly the chains on the accelerator and copies data at their borders.
 
 Integer operators with a vector program of their own (``qnn.hard_swish_q31``,
-``qnn.global_avg_pool_q31``, squeeze-excite's channel-wise ``qnn.mul_q31``, the channel
-concatenation ``qnn.concat_q31`` of inputs all computed there) go to the
+``qnn.global_avg_pool_q31``, squeeze-excite's channel-wise ``qnn.mul_q31``, and the
+data-moving channel concatenation ``qnn.concat_q31``, permutation
+``qnn.channel_permute`` and int8 ``nn.pad``, these when an accelerator operator reads
+them) go to the
 accelerator whenever the config can run them and their input is computed there
 (:func:`activation_chains`), so that the activations around them stay in device memory.
 
@@ -286,9 +288,10 @@ def concat_refusal(e: Call, cfg: HwConfig) -> str | None:
                 "REQUANT to bring them to the output's")
     channels = concat_channels({"a_channels": a[1], "b_channels": b[1]}, a, b, 1)
     entries = sum(len(s) for s in block_sources(channels, cfg.block_out))
-    if entries + -(-len(channels) // cfg.block_out) > cfg.wgt_depth:
+    blocks = -(-len(channels) // cfg.block_out)
+    if entries + blocks > cfg.wgt_depth or 4 * (entries + blocks) + 2 > cfg.uop_depth:
         return (f"int8 concatenation gathering {entries} blocks: more than config "
-                f"{cfg.name!r}'s weight buffer holds")
+                f"{cfg.name!r}'s weight or micro-op buffer holds")
     return None
 
 
@@ -309,17 +312,16 @@ def channel_scale_operands(e: Call) -> tuple[Expr, Expr] | None:
 
 def activation_chains(fn: Function, cfg: HwConfig, on_accel: set[int],
                       accel_members: set[int] | None = None) -> list[list[Call]]:
-    """``[op]`` for each integer operator of :data:`ACCEL_ACTIVATIONS` on 4-D tensors (a
-    ``qnn.mul_q31`` only as a channel-wise scale, :func:`channel_scale_operands`; a
+    """``[op]`` for each integer operator of :data:`ACCEL_ACTIVATIONS` on 4-D tensors
+    whose inputs the accelerator computes (their ids in ``on_accel``, the ends of the
+    other chains, or earlier such operators), when ``cfg`` has ``block_in ==
+    block_out``, 8-bit inputs and 32-bit accumulators (what their programs need); a
+    ``qnn.mul_q31`` only as a channel-wise scale (:func:`channel_scale_operands`), a
     ``qnn.concat_q31``, an ``nn.pad`` and a ``qnn.channel_permute`` only where
     :func:`concat_refusal`, :func:`pad_refusal` and :func:`permute_refusal` have no
-    objection) whose
-    inputs the accelerator computes (their ids in ``on_accel``, the ends of the other
-    chains, or earlier such operators), when ``cfg`` has ``block_in == block_out``,
-    8-bit inputs and 32-bit accumulators (what their programs need). One whose input the
-    CPU computes stays there: its program would move that input to the device and save
-    nothing. So does an operator of :data:`MOVING_ACTIVATIONS` that no accelerator
-    operator reads (an element of
+    objection. One whose input the CPU computes stays there: its program would move
+    that input to the device and save nothing. So does an operator of
+    :data:`MOVING_ACTIVATIONS` that no accelerator operator reads (an element of
     ``accel_members``, the other chains' operators, or another operator taken here): its
     result would only travel to the host, padded to whole channel blocks."""
     if cfg.block_in != cfg.block_out or cfg.inp_width != 8 or cfg.acc_width != 32:
