@@ -5,7 +5,9 @@ The CPU kernels' matrix products are small (a MiniLM layer at 16 tokens multipli
 OpenBLAS's threads spin while they wait for work: with two of them per process on a
 loaded 2-core machine one such product took 20–30 ms instead of 1.7 ms on one thread.
 So the kernels run BLAS on ``TENSORFAB_BLAS_THREADS`` threads (default 1); the limit
-applies only while a kernel runs, so numpy code of the caller keeps its own setting. It
+applies only while a kernel runs, or a VM run (which sets it once for its kernels), so
+numpy code of the caller keeps its own setting (the limit is the process's: a thread
+running numpy beside a VM run runs it on the kernels' threads meanwhile). It
 applies to the BLAS libraries loaded when the first kernel runs (numpy's; one loaded
 later, such as scipy's, is not what the kernels call).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 from collections.abc import Iterator
 
 __all__ = ["BLAS_THREADS_ENV", "kernel_blas_threads", "limited_blas"]
@@ -48,8 +51,28 @@ def _controller():  # type: ignore[no-untyped-def]
     return ThreadpoolController()
 
 
+_lock = threading.Lock()
+_depth = 0  # limited_blas bodies running (the limit is the process's, set once)
+
+
 @contextlib.contextmanager
 def limited_blas() -> Iterator[None]:
-    """Run the body with BLAS on :func:`kernel_blas_threads` threads (about 10 µs)."""
-    with _controller().limit(limits=kernel_blas_threads(), user_api="blas"):
+    """Run the body with BLAS on :func:`kernel_blas_threads` threads (setting it costs
+    10-25 µs). Inside another ``limited_blas`` body (the VM holds one for a whole run,
+    so that its kernels do not pay it each), it changes nothing."""
+    global _depth
+    if _depth:  # already limited: a kernel inside a VM run
         yield
+        return
+    with _lock:
+        outer = _depth == 0
+        _depth += 1
+    try:
+        if outer:
+            with _controller().limit(limits=kernel_blas_threads(), user_api="blas"):
+                yield
+        else:
+            yield
+    finally:
+        with _lock:
+            _depth -= 1

@@ -337,6 +337,7 @@ def profile_program(program: GraphProgram,
     executor = str(getattr(device, "name", type(device).__name__))
     try:
         output = model.run(inputs)
+        seconds = time.perf_counter() - t0  # the run, not the building of its records
     except (TensorfabError, KeyboardInterrupt) as exc:
         # the run up to where it stopped, for a timeline of a failed or interrupted run
         exc.profile = Profile(None, profiler.layers,  # type: ignore[attr-defined]
@@ -347,6 +348,6 @@ def profile_program(program: GraphProgram,
         if model is not resident:
             model.close()
     on_device = isinstance(model, ResidentModel)
-    return Profile(output, profiler.layers, time.perf_counter() - t0, executor,
+    return Profile(output, profiler.layers, seconds, executor,
                    model.last_run if on_device else None,
                    model.plan if on_device else None, load_seconds)

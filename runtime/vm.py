@@ -25,8 +25,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .blas_threads import limited_blas
 from .device_tensor import DeviceTensor, host_value
 from .graph_program import GraphProgram, Node, _check_inputs, input_values
+from .inline_rule import InlineRule, Site
 from .kernels import KERNELS
 from .shape_functions import SHAPE_FUNCTIONS
 from .vm_decode import VMError, decode_function, kernel_nodes
@@ -110,14 +112,10 @@ class VirtualMachine:
     storage_allocations : int
         Buffers ``ALLOC_STORAGE`` allocated in the last run (the arenas of a statically
         planned executable are allocated once, when the VM is made, and not counted).
-    inline_sites : set of (int, int)
-        ``INVOKE_ACCEL`` sites (function, pc) the next run runs inline: the host's work
-        before it read the program's result took less than two handoffs between the
-        threads (:attr:`handoff_seconds`).
-    handoff_seconds : float or None
-        The handoff estimate: the lowest median, over the runs so far, of the time from
-        a program's end to the host going on after waiting for it (halved in each run
-        that measured none).
+    inline_rule : InlineRule
+        The handoff estimate and the ``INVOKE_ACCEL`` sites (function, pc) the next run
+        runs inline (:attr:`inline_sites`, :attr:`handoff_seconds`;
+        :mod:`.inline_rule`).
     """
 
     def __init__(self, model: ModelHost, executable: Executable, *,
@@ -138,10 +136,15 @@ class VirtualMachine:
         self._last: Future | None = None  # the last program issued to the thread
         # by issued program: its site, issue time and end time (set when it ends)
         self._issued: dict[Future, tuple[tuple[int, int], float, list[float]]] = {}
-        self._site_work: dict[tuple[int, int], float] = {}
+        # the run's measures: host work by site, handoffs (:mod:`.inline_rule`)
+        self._site_work: dict[Site, float] = {}
         self._handoffs: list[float] = []
-        self.inline_sites: set[tuple[int, int]] = set()
-        self.handoff_seconds: float | None = None
+        self.inline_rule = InlineRule()
+        # by function: ALLOC_TENSOR views of the arenas (pc -> (storage, view)), made
+        # once: a planned tensor is the same view of the same arena in every run
+        self._views: list[dict[int, tuple[np.ndarray, np.ndarray]]] = [
+            {} for _ in executable.functions]
+        self._arena_ids = {id(a) for a in self.arenas.values()}
         self._t0 = 0.0
         self._symbols: dict[str, int] = {}
         nodes = executable.nodes or kernel_nodes(model.program, len(executable.attrs))
@@ -159,6 +162,20 @@ class VirtualMachine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def inline_sites(self) -> set[Site]:
+        """``INVOKE_ACCEL`` sites (function, pc) the next run runs inline: the host's
+        work before it read the program's result took less than two handoffs between
+        the threads (:attr:`handoff_seconds`)."""
+        return self.inline_rule.inline_sites
+
+    @property
+    def handoff_seconds(self) -> float | None:
+        """The handoff estimate (:class:`~.inline_rule.InlineRule`): a low quantile of
+        the recent times from a program's end to the host going on after waiting for
+        it."""
+        return self.inline_rule.handoff_seconds
 
     # ---------------------------------------------------------------------- running
     def run(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> Any:
@@ -180,10 +197,11 @@ class VirtualMachine:
         self._t0 = time.perf_counter()
         if self.futures and self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="tensorfab-accel")
-        self._issued, self._handoffs = {}, []
+        self._issued, self._handoffs, self._site_work = {}, [], {}
         try:
-            out = self._call(0, values)
-            return self._host(self._resolve(out))
+            with limited_blas():  # once for the run, not per kernel (about 10 µs each)
+                out = self._call(0, values)
+                return self._host(self._resolve(out))
         finally:
             self._inline_short_waits()
 
@@ -191,26 +209,15 @@ class VirtualMachine:
         """After a run: the program sites whose host work before it read the result
         (as last measured with the program issued) took less than two handoffs (there
         and back) run inline from the next run on: the overlap they bought was less
-        than it cost. A handoff is the median time from a program's end to the host
-        going on after waiting for it in the run, and the estimate the lowest such
-        median so far: a run on a loaded machine, whose handoffs are slow, cannot turn
-        sites inline that overlap in a quiet one. In a run with none to measure (every
-        program inline), the estimate halves, so that the sites with the most host work
-        go back to the thread and measure it again."""
-        if self._handoffs:
-            median = sorted(self._handoffs)[len(self._handoffs) // 2]
-            self.handoff_seconds = min(median, self.handoff_seconds or median)
-        elif self.handoff_seconds is not None:
-            self.handoff_seconds /= 2
-        if self.handoff_seconds is not None:
-            self.inline_sites = {site for site, work in self._site_work.items()
-                                 if work < 2 * self.handoff_seconds}
+        than it cost (:class:`~.inline_rule.InlineRule`)."""
+        self.inline_rule.update(self._handoffs, self._site_work)
 
     def _call(self, index: int, args: list[Any]) -> Any:
         fn = self.executable.functions[index]
         regs: list[Any] = [None] * fn.num_registers
         regs[:len(args)] = args
         code = self._code[index]
+        views = self._views[index]
         record = self._slices.append  # atomic under the GIL: both threads append
         hook = self.model.instrument
         clock = time.perf_counter
@@ -229,11 +236,12 @@ class VirtualMachine:
                 if ins[7] and self._symbols:
                     attrs = {**attrs, "newshape": tuple(self._symbols.get(d, d)
                                                         for d in attrs["newshape"])}
-                start = clock()
                 if hook is None:
+                    start = clock()
                     value = ins[5](args_, attrs)
-                else:  # records its own slice, without the hooks' time
-                    value, start = self._instrumented(hook, ins, args_, attrs), 0.0
+                else:  # the slice without the hooks' time
+                    node, value, start = self._instrumented(hook, ins, args_, attrs)
+                # the slice holds the kernel and the write of its result to its place
                 if op == _INVOKE:
                     regs[ins[1]] = value
                 else:
@@ -243,8 +251,9 @@ class VirtualMachine:
                                       f"{value.dtype}{value.shape}, its planned place "
                                       f"holds {out.dtype}{out.shape}")
                     np.copyto(out, value)
-                if start:
-                    record(("cpu", ins[2], start, clock()))
+                record(("cpu", ins[2], start, clock()))
+                if hook is not None:
+                    hook.after(ins[8], node, args_, attrs, value, None)
             elif op == _KILL:
                 regs[ins[1]] = None
             elif op == _INVOKE_ACCEL:
@@ -274,10 +283,18 @@ class VirtualMachine:
                     arena = np.zeros(ins[2], np.uint8)
                 regs[ins[1]] = arena
             elif op == _ALLOC_TENSOR:
-                shape = regs[ins[5]] if isinstance(ins[5], int) else ins[5]
+                storage = regs[ins[2]]
+                view = views.get(pc)
+                if view is not None and view[0] is storage:
+                    regs[ins[1]] = view[1]
+                    continue
+                literal = not isinstance(ins[5], int)
+                shape = ins[5] if literal else regs[ins[5]]
                 dtype = np.dtype(ins[4])
                 n = math.prod(shape) * dtype.itemsize
-                regs[ins[1]] = regs[ins[2]][ins[3]: ins[3] + n].view(dtype).reshape(shape)
+                regs[ins[1]] = storage[ins[3]: ins[3] + n].view(dtype).reshape(shape)
+                if literal and id(storage) in self._arena_ids:
+                    views[pc] = (storage, regs[ins[1]])
             elif op == _IF:
                 cond = np.asarray(self._resolve(regs[ins[1]]))
                 if cond.size != 1:
@@ -294,9 +311,10 @@ class VirtualMachine:
                 raise VMError(f"function {fn.name!r} pc {pc - 1}: opcode {op}")
 
     def _instrumented(self, hook: Instrument, ins: tuple[Any, ...], args: list[Any],
-                      attrs: Mapping[str, Any]) -> Any:
-        """Run a decoded ``INVOKE`` with ``hook`` around it, record its slice; its
-        value."""
+                      attrs: Mapping[str, Any]) -> tuple[Node, Any, float]:
+        """Run a decoded ``INVOKE`` after ``hook.before`` (``hook.failed`` if it
+        raises); its node, value and start time (the caller records the slice and calls
+        ``hook.after``)."""
         index = ins[8]
         node = (self.model.program.nodes[index] if index >= 0 else
                 Node(ins[2], (), ins[3], -1))
@@ -307,9 +325,7 @@ class VirtualMachine:
         except BaseException as exc:
             hook.failed(index, node, args, attrs, exc)
             raise
-        self._slices.append(("cpu", ins[2], start, time.perf_counter()))
-        hook.after(index, node, args, attrs, value, None)
-        return value
+        return node, value, start
 
     def _invoke_accel(self, index: int, args: list[Any], read_back: bool, inline: bool,
                       site: tuple[int, int]) -> Any:

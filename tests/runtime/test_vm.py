@@ -493,25 +493,51 @@ def test_a_program_whose_result_the_host_reads_next_runs_inline(digits) -> None:
             np.testing.assert_array_equal(a, b)
 
 
-def test_sites_whose_host_work_is_shorter_than_a_handoff_go_inline(digits) -> None:
+def test_a_loaded_run_does_not_put_a_site_with_host_work_inline(digits) -> None:
+    """The VM's inline rule (:mod:`tensorfab.runtime.inline_rule`): after runs whose
+    handoffs took 50 µs, a run on a loaded machine whose every handoff took as long as
+    the site's independent host work (six ``tanh`` on 256×1024) leaves the site on the
+    accelerator thread (the last run's median, the rule before, put it inline), and the
+    runs give the outputs of the run without futures."""
+    import threading
+
+    from tensorfab.runtime.overlap_order import overlap_order
+
+    class Threads(Instrument):
+        def __init__(self) -> None:
+            self.accel: list[str] = []
+
+        def after(self, index, node, args, attrs, out, result) -> None:
+            if result is not None:
+                self.accel.append(threading.current_thread().name)
+
     g, inputs = _waits_then_independent(digits)
-    with VirtualMachine(LoadedModel(g, FunctionalSimulator()), build_executable(g)) as vm:
-        vm.run(inputs)
-        # as a run measures them: the host's work before reading each issued program's
-        # result, and the handoffs (a program's end to the host going on); two
-        # handoffs (there and back): 2 x the median 0.002 s
-        vm._site_work.clear()
-        vm._site_work.update({(0, 3): 0.0035, (0, 7): 0.0045})
-        vm._handoffs[:] = [0.002, 0.003, 0.001]
-        vm._inline_short_waits()
-        assert vm.inline_sites == {(0, 3)} and vm.handoff_seconds == 0.002
-        # a run with every program inline measures no handoff: the estimate halves and
-        # the sites with more work than two of it go back to the thread
-        vm._handoffs[:] = []
-        vm._inline_short_waits()
-        assert vm.handoff_seconds == 0.001 and vm.inline_sites == set()
-        # a run on a loaded machine (handoffs a hundred times slower) changes nothing:
-        # the estimate is the lowest median seen, so no site goes inline for it
-        vm._handoffs[:] = [0.1, 0.2, 0.15]
-        vm._inline_short_waits()
-        assert vm.handoff_seconds == 0.001 and vm.inline_sites == set()
+    want = run_program(g, inputs)
+    executable = build_executable(g, None, overlap_order(g))
+    site = next((0, pc) for pc, ins in enumerate(executable.functions[0].code)
+                if ins[0] == Op.INVOKE_ACCEL)
+    with ResidentModel(g, FunctionalSimulator(), executable=executable,
+                       futures=True) as model:
+        vm = model.vm
+        for a, b in zip(model.run(inputs), want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        work = vm.inline_rule.site_work[site]  # measured: the tanh chain's time
+        assert work > 1e-3
+        rule = vm.inline_rule
+        rule.update([50e-6] * 120, {})  # earlier runs on an idle machine
+        assert site not in vm.inline_sites and vm.handoff_seconds == 50e-6
+        rule.update([work] * 40, {site: work})  # a loaded run: slow handoffs
+        assert site not in vm.inline_sites and vm.handoff_seconds == 50e-6
+        threads = Threads()
+        model.set_instrument(threads)
+        for a, b in zip(model.run(inputs), want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert threads.accel == ["tensorfab-accel_0"]
+        # a site whose work is shorter than two handoffs goes inline and runs on the
+        # host thread, with the same outputs
+        rule.update([work] * 400, {site: work})
+        assert site in vm.inline_sites
+        threads.accel.clear()
+        for a, b in zip(model.run(inputs), want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert threads.accel == [threading.current_thread().name]
