@@ -461,19 +461,25 @@ def test_the_per_layer_profile_comes_from_the_vms_kernel_calls(digits, tmp_path)
         np.testing.assert_array_equal(a, b)
 
 
+
+class Threads(Instrument):
+    """The thread each accelerator program ran on, in order."""
+
+    def __init__(self) -> None:
+        self.accel: list[str] = []
+
+    def after(self, index, node, args, attrs, out, result) -> None:  # type: ignore[no-untyped-def]
+        import threading
+
+        if result is not None:
+            self.accel.append(threading.current_thread().name)
+
+
 def test_a_program_whose_result_the_host_reads_next_runs_inline(digits) -> None:
     """A program with host work beside it goes to the accelerator thread; one whose
     result the next CPU kernel reads runs on the host thread (no handoff). Either way
     the host reads its output once, read back right after the program."""
     import threading
-
-    class Threads(Instrument):
-        def __init__(self) -> None:
-            self.accel: list[str] = []
-
-        def after(self, index, node, args, attrs, out, result) -> None:
-            if result is not None:
-                self.accel.append(threading.current_thread().name)
 
     from tensorfab.runtime.overlap_order import overlap_order
 
@@ -502,14 +508,6 @@ def test_a_loaded_run_does_not_put_a_site_with_host_work_inline(digits) -> None:
     import threading
 
     from tensorfab.runtime.overlap_order import overlap_order
-
-    class Threads(Instrument):
-        def __init__(self) -> None:
-            self.accel: list[str] = []
-
-        def after(self, index, node, args, attrs, out, result) -> None:
-            if result is not None:
-                self.accel.append(threading.current_thread().name)
 
     g, inputs = _waits_then_independent(digits)
     want = run_program(g, inputs)
