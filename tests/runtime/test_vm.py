@@ -461,7 +461,6 @@ def test_the_per_layer_profile_comes_from_the_vms_kernel_calls(digits, tmp_path)
         np.testing.assert_array_equal(a, b)
 
 
-
 class Threads(Instrument):
     """The thread each accelerator program ran on, in order."""
 
