@@ -89,11 +89,7 @@ class FastReset(wiring.Component):
         lanes = self.lanes
         lb = log2(lanes)
         f_out = Signal.like(self.acc_factor_out)
-        # the line count and whether this line is the last, a register (set from
-        # ``line == iter_out - 2`` as a line ends), so that ``done`` and the engine's
-        # logic after it wait on no comparison of the count's width
-        line, line_penult = Signal(LOOP_ITER_WIDTH), Signal(LOOP_ITER_WIDTH)
-        line_is_last = Signal()
+        line, line_last = Signal(LOOP_ITER_WIDTH), Signal(LOOP_ITER_WIDTH)
         z_next_line = Signal(INDEX_WIDTH)  # first entry of the next line
         z_a = Signal(INDEX_WIDTH)  # next entry to zero
         z_left = Signal(LOOP_ITER_WIDTH + 1)  # entries of the line still to zero
@@ -106,6 +102,7 @@ class FastReset(wiring.Component):
         # The mask is a register, z_mask, set with z_a and z_left from their new
         # values (the sum and comparisons from z_left fed the flags' write enables and
         # the read ports' flag registers in one cycle, an FPGA critical path).
+        z_end = Signal(lb + 2)
         z_mask = Signal(lanes)
         # z_left > lanes and iter_in > lanes as registers (set with z_left, and in
         # READ), so that no comparison of their full width precedes the sums;
@@ -126,16 +123,9 @@ class FastReset(wiring.Component):
             end = off + length
             return Cat(*((end > k) & (off <= k if k < lanes - 1 else 1)  # (off < lanes)
                          for k in range(lanes)))
-        # the rest of the line fits this cycle's row of flags: a register set with
-        # z_a and z_left from their new values (as a sum and comparison of z_left and
-        # z_off it fed the enables of every register of the state, the line count's
-        # among them, an FPGA critical path)
-        line_end = Signal()
-
-        def fits(off: Value, length: Value) -> Value:
-            """``off + length <= lanes`` (``length`` clipped to lanes + 1)."""
-            return (off + length) <= lanes
+        line_end = Signal()  # the rest of the line fits this cycle's row of flags
         m.d.comb += [z_off.eq(z_a[:lb]),
+                     z_end.eq(z_off + clipped(z_left, z_over)), line_end.eq(z_end <= lanes),
                      self.zeroed.eq(Mux(self.zeroing,
                                         Mux(line_end, z_left, lanes - z_off), 0)),
                      self.acc_zero.row.eq(z_a >> lb),
@@ -147,8 +137,7 @@ class FastReset(wiring.Component):
         with m.FSM():
             with m.State("IDLE"), m.If(self.start):
                 m.d.sync += [f_out.eq(self.acc_factor_out), line.eq(0),
-                             line_penult.eq(self.iter_out - 2),
-                             line_is_last.eq(self.iter_out == 1)]
+                             line_last.eq(self.iter_out - 1)]
                 m.next = "UOP"
             with m.State("UOP"):  # read the micro-op
                 m.d.comb += self.uop_rd_en.eq(1)
@@ -172,8 +161,7 @@ class FastReset(wiring.Component):
                 with m.Else():
                     m.d.sync += [z_next_line.eq(self.acc + f_out), z_a.eq(self.acc),
                                  z_left.eq(self.iter_in), z_over.eq(z_iter_over),
-                                 z_mask.eq(lane_mask(self.acc[:lb], z_iter_len)),
-                                 line_end.eq(fits(self.acc[:lb], z_iter_len))]
+                                 z_mask.eq(lane_mask(self.acc[:lb], z_iter_len))]
                     m.next = "ZERO"
             with m.State("ZERO"):  # zero up to `lanes` entries per cycle
                 m.d.comb += self.acc_zero.en.eq(1)
@@ -188,10 +176,8 @@ class FastReset(wiring.Component):
                                      z_a.eq(z_next_line), z_left.eq(self.iter_in),
                                      z_over.eq(z_iter_over),
                                      z_mask.eq(lane_mask(z_next_line[:lb], z_iter_len)),
-                                     line_end.eq(fits(z_next_line[:lb], z_iter_len)),
-                                     line.eq(line + 1),
-                                     line_is_last.eq(line == line_penult)]
-                        with m.If(line_is_last):
+                                     line.eq(line + 1)]
+                        with m.If(line == line_last):
                             m.d.comb += self.done.eq(1)
                             m.next = "IDLE"
                     with m.Else():  # the rest of the row: on to the next row's start
@@ -204,7 +190,6 @@ class FastReset(wiring.Component):
                         m.d.sync += [z_a.eq(Cat(Const(0, lb), z_a[lb:] + 1)),
                                      z_left.eq(z_left + z_off - lanes),
                                      z_over.eq(rest_over),
-                                     line_end.eq(~rest_over),  # the new z_off is 0
                                      z_mask.eq(Cat(*(rest_over | (low > lanes + k)
                                                      for k in range(lanes))))]
         return m
