@@ -42,7 +42,7 @@ from .fsim_alu import exec_alu
 from .fsim_gemm import exec_gemm
 from .fsim_mem import exec_load, exec_store
 from .machine import Machine
-from .race import ENGINE_NAMES, Access, access_clock
+from .race import ENGINE_NAMES, Access, ZeroedArrays, access_clock
 
 #: Queue names by short key (:data:`tensorfab.isa.formats.TOKEN_QUEUES`).
 QUEUE_NAMES = {q.name: q.label for q in TOKEN_QUEUES}
@@ -163,6 +163,7 @@ class FunctionalSimulator(Device):
         # over and over, and decoding costs more than most instructions' execution.
         self._decoded: dict[HwConfig, dict[int, Insn]] = {}
         self._plans: dict[HwConfig, dict] = {}
+        self._zeroed = ZeroedArrays()  # the race trackers' arrays, across runs
 
     def run(self, program: Program, dram: np.ndarray | None = None) -> RunResult:
         """Execute ``program`` on a copy of ``dram`` (default ``program.dram_image()``).
@@ -193,9 +194,12 @@ class FunctionalSimulator(Device):
         for i, insn in enumerate(insns):
             streams[insn.engine].append((i, insn))
         machine = Machine(program, image, streams,
-                          self._plans.setdefault(program.config, {}))
-        with single_threaded_blas():
-            _Run(machine, streams, program.config.dep_queue_depth, self.fast).run()
+                          self._plans.setdefault(program.config, {}), self._zeroed)
+        try:
+            with single_threaded_blas():
+                _Run(machine, streams, program.config.dep_queue_depth, self.fast).run()
+        finally:
+            machine.release()
         return RunResult(dram=image, outputs=program.outputs(image),
                          counters=machine.counters, cycles=None, device=self.name)
 

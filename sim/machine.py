@@ -12,7 +12,7 @@ import numpy as np
 from tensorfab.isa import ErrorCode, HwConfig, Insn, Program, ProgramError, Store
 from tensorfab.isa.device import Counters
 
-from .race import ENGINE_NAMES, Access, Tracker
+from .race import ENGINE_NAMES, Access, Tracker, ZeroedArrays
 
 T = TypeVar("T")
 _MAX_PLANS = 4096
@@ -58,11 +58,15 @@ class Machine:
         by the simulator across runs of the same configuration (a plan depends only on
         the instruction, the micro-op table and the configuration); default: this run's
         own.
+    arrays : ZeroedArrays, optional
+        Where the race trackers take their arrays, kept by the simulator across runs
+        (:meth:`release` gives them back); default: new ones.
     """
 
     def __init__(self, program: Program, dram: np.ndarray,
                  streams: Sequence[Sequence[tuple[int, Insn]]],
-                 plan_cache: dict[Hashable, Any] | None = None) -> None:
+                 plan_cache: dict[Hashable, Any] | None = None,
+                 arrays: ZeroedArrays | None = None) -> None:
         cfg = program.config
         self.cfg: HwConfig = cfg
         self.program = program
@@ -83,13 +87,19 @@ class Machine:
         self.trackers: dict[str, Tracker] = {}
         for name, depth in (("inp", cfg.inp_depth), ("wgt", cfg.wgt_depth),
                             ("acc", cfg.acc_depth), ("uop", cfg.uop_depth)):
-            self.trackers[name] = Tracker(name, depth, self._locate, _entry_describer(name))
+            self.trackers[name] = Tracker(name, depth, self._locate, _entry_describer(name),
+                                          arrays)
         self.trackers["dram"] = Tracker("dram", int(dram.size), self._locate,
-                                        self._describe_dram)
+                                        self._describe_dram, arrays)
         self.store_hull = _store_hull(cfg, streams)
         self._plans: dict[Hashable, Any] = {} if plan_cache is None else plan_cache
         self._table: bytes | None = None  # digest of the micro-op table
         self._uops_loaded = 0  # entries past the highest load are still zero
+
+    def release(self) -> None:
+        """Give the race trackers' arrays back (zeroed) for the next run."""
+        for tracker in self.trackers.values():
+            tracker.release()
 
     def _uop_table(self) -> bytes:
         if self._table is None:

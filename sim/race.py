@@ -113,6 +113,55 @@ class Block(Sel):
         return self.start + r * self.pitch + c
 
 
+# ----------------------------------------------------------------------- zeroed arrays
+class ZeroedArrays:
+    """Zero-filled 1-D arrays kept across runs, so that a run's trackers do not allocate
+    their arrays again: allocating tens of MB of zeros for a resident model's DRAM
+    tracker costs milliseconds per program once the allocator stops mapping fresh pages
+    for them (glibc raises its mmap threshold after such blocks are freed, and
+    ``calloc`` then clears them). A :class:`Tracker` takes its arrays here and gives
+    them back zeroed again (:meth:`Tracker.release`), clearing only what it set.
+
+    Parameters
+    ----------
+    sizes : int
+        Array sizes kept (the oldest size's arrays are dropped past this).
+    per_size : int
+        Arrays kept per size and dtype.
+    """
+
+    def __init__(self, sizes: int = 4, per_size: int = 8) -> None:
+        self.sizes = sizes
+        self.per_size = per_size
+        self._free: dict[tuple[int, str], list[np.ndarray]] = {}
+
+    def take(self, size: int, dtype: type) -> np.ndarray:
+        """A zeroed array of ``size`` elements of ``dtype`` (kept or new)."""
+        free = self._free.get((size, np.dtype(dtype).str))
+        if free:
+            try:
+                return free.pop()
+            except IndexError:  # another thread took the last one
+                pass
+        return np.zeros(size, dtype=dtype)
+
+    def give(self, arr: np.ndarray) -> None:
+        """Keep ``arr``, which the caller has zeroed again."""
+        if self.sizes <= 0 or self.per_size <= 0:
+            return
+        key = (arr.size, arr.dtype.str)
+        free = self._free.get(key)
+        if free is None:
+            sizes = {k[0] for k in self._free}
+            if key[0] not in sizes and len(sizes) >= self.sizes:
+                oldest = next(iter(self._free))[0]
+                for k in [k for k in self._free if k[0] == oldest]:
+                    del self._free[k]
+            free = self._free.setdefault(key, [])
+        if len(free) < self.per_size:
+            free.append(arr)
+
+
 # --------------------------------------------------------------------------- context
 @dataclass(frozen=True)
 class Access:
@@ -161,19 +210,46 @@ class Tracker:
         mnemonic of that instruction, for messages.
     describe : Callable[[int, int], str]
         Renders an element range for messages, e.g. ``inp[0..15]``.
+    arrays : ZeroedArrays, optional
+        Where the tracker takes its arrays (and gives them back on :meth:`release`);
+        default: new arrays of its own.
     """
 
     def __init__(self, resource: str, size: int,
                  locate: Callable[[int, int], tuple[int, str]],
-                 describe: Callable[[int, int], str]) -> None:
+                 describe: Callable[[int, int], str],
+                 arrays: ZeroedArrays | None = None) -> None:
         self.resource = resource
         self.size = size
         self._locate = locate
         self._describe = describe
+        self._arrays = arrays if arrays is not None else ZeroedArrays(0, 0)
         self._w_eng: np.ndarray | None = None
         self._w_seq: np.ndarray | None = None
         self._writers: set[int] = set()
         self._r_seq: list[np.ndarray | None] = [None, None, None]
+        # what was set, per array: cleared again on release
+        self._read_sels: list[list[Sel]] = [[], [], []]
+        self._write_sels: list[Sel] = []
+
+    def release(self) -> None:
+        """Zero what this tracker set and give its arrays back to its
+        :class:`ZeroedArrays`; the tracker is empty afterwards."""
+        for engine, r in enumerate(self._r_seq):
+            if r is not None:
+                for sel in self._read_sels[engine]:
+                    sel.set(r, 0)
+                self._arrays.give(r)
+        for arr in (self._w_eng, self._w_seq):
+            if arr is not None:
+                for sel in self._write_sels:
+                    sel.set(arr, 0)
+                self._arrays.give(arr)
+        self._w_eng = self._w_seq = None
+        self._writers = set()
+        self._r_seq = [None, None, None]
+        self._read_sels = [[], [], []]
+        self._write_sels = []
 
     def read(self, acc: Access, sel: Sel) -> None:
         """Record a read; raise :class:`RaceError` if an unordered write precedes it."""
@@ -186,7 +262,8 @@ class Tracker:
                 self._raise(acc, "reads", "written by", "RAW", sel, bad, eng, seq)
         r = self._r_seq[acc.engine]
         if r is None:
-            r = self._r_seq[acc.engine] = np.zeros(self.size, dtype=np.int32)
+            r = self._r_seq[acc.engine] = self._arrays.take(self.size, np.int32)
+        self._read_sels[acc.engine].append(sel)
         sel.set(r, acc.seq)
 
     def write(self, acc: Access, sel: Sel) -> None:
@@ -208,13 +285,13 @@ class Tracker:
                 eng = np.full(seq.shape, other, dtype=np.uint8)
                 self._raise(acc, "writes", "read by", "WAR", sel, bad, eng, seq)
         if self._w_eng is None:
-            # zeroed pages cost nothing until written (a resident model's DRAM tracker
-            # spans the whole device image); an unwritten entry's sequence number 0 is
-            # never past any clock, so its engine is never read
-            self._w_eng = np.zeros(self.size, dtype=np.uint8)
-            self._w_seq = np.zeros(self.size, dtype=np.int32)
+            # an unwritten entry's sequence number 0 is never past any clock, so its
+            # engine is never read
+            self._w_eng = self._arrays.take(self.size, np.uint8)
+            self._w_seq = self._arrays.take(self.size, np.int32)
         assert self._w_seq is not None
         self._writers.add(acc.engine)
+        self._write_sels.append(sel)
         sel.set(self._w_eng, acc.engine)
         sel.set(self._w_seq, acc.seq)
 
@@ -237,5 +314,5 @@ class Tracker:
             other_index=o_index, other_engine=other)
 
 
-__all__ = ["INF", "Access", "Block", "Gather", "Sel", "Span", "Tracker",
+__all__ = ["INF", "Access", "Block", "Gather", "Sel", "Span", "Tracker", "ZeroedArrays",
            "access_clock"]

@@ -442,3 +442,39 @@ def test_a_simulator_plans_each_micro_op_table_on_its_own() -> None:
         out = sim.run(prog).outputs["out"]
         np.testing.assert_array_equal(out, FunctionalSimulator().run(prog).outputs["out"])
         assert out[entry].min() == 5 and out[1 - entry].max() == 0
+
+
+def test_a_simulator_reuses_its_race_trackers_arrays_cleared() -> None:
+    """The race trackers' arrays are kept across runs and cleared of what a run set, a
+    run that stopped on a race included: the same simulator finds the same race again,
+    runs the ordered program cleanly, and every kept array is zero."""
+    racy = assemble(TINY, lambda at: [
+        load_uops(at, push_next=True),
+        load_x(at),
+        Gemm(pop_prev=True, reset=True),
+        Gemm(iter_out=4, inp_factor_out=1),
+        Finish(),
+    ], segments=segs())
+    ordered = assemble(TINY, lambda at: [
+        load_uops(at),
+        load_x(at, push_next=True),
+        load_x(at, pop_next=True, sram=2, push_next=True),
+        Gemm(pop_prev=True, reset=True),
+        Gemm(iter_out=4, inp_factor_out=1, push_prev=True),
+        Gemm(pop_prev=True, iter_out=4, inp_factor_out=1, push_next=True),
+        Store(pop_prev=True, sram=0, dram=at("out", 4), y=1, x=4, stride=4),
+        Finish(),
+    ], segments=segs())
+    sim = FunctionalSimulator()
+    messages = []
+    for prog in (racy, ordered, racy, ordered, ordered):
+        if prog is racy:
+            with pytest.raises(RaceError) as info:
+                sim.run(prog)
+            messages.append(str(info.value))
+        else:
+            np.testing.assert_array_equal(sim.run(prog).outputs["out"],
+                                          FunctionalSimulator().run(prog).outputs["out"])
+    assert messages[0] == messages[1] and "reads inp[0..3]" in messages[0]
+    kept = [a for arrays in sim._zeroed._free.values() for a in arrays]
+    assert kept and all(not a.any() for a in kept)
