@@ -28,7 +28,7 @@ from .accel_contract import ACCEL_PROGRAM
 from .arena_plan import ArenaPlan, LiveBuffer, plan_arena
 from .graph_program import GraphProgram
 
-__all__ = ["ALIGNMENT", "IN_PLACE_OPS", "HostPlan", "plan_host_arena"]
+__all__ = ["ALIGNMENT", "IN_PLACE_OPS", "VIEW_OPS", "HostPlan", "plan_host_arena"]
 
 #: Offsets in the host arena are multiples of this (a cache line).
 ALIGNMENT = 64
@@ -40,6 +40,11 @@ IN_PLACE_OPS = frozenset({
     "hard_sigmoid", "hard_swish", "erf", "exp", "sqrt", "tanh", "sigmoid",
     "qnn.requantize_fixed", "qnn.requantize_q31", "reshape", "flatten", "squeeze",
     "expand_dims"})
+
+#: The in-place ops whose output is their input's bytes unchanged (C order), only seen
+#: in another shape: placed over their input, the output's view of the arena is the
+#: result and no kernel runs (:func:`~.vm_build.build_executable`).
+VIEW_OPS = frozenset({"reshape", "flatten", "squeeze", "expand_dims"})
 
 
 @dataclass(frozen=True)

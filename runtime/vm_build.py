@@ -3,10 +3,12 @@
 One function, ``main``: its parameters are the model's inputs (registers 0..n-1), each
 constant is loaded once (``CONST``), each node becomes an ``INVOKE`` (a CPU kernel),
 an ``INVOKE_ACCEL`` (an ``accel.program`` node) or a ``TUPLE``/``GET_ITEM``, and every
-value is dropped (``KILL``) after its last use. Nodes keep the program's order, or the
-order given (:func:`~.overlap_order.overlap_order`, what a ``.tfm`` stores: independent
-host nodes moved up beside an accelerator program in flight, for the futures); a
-resident model's device-memory plan holds in both.
+value is dropped (``KILL``) after its last use. With a host plan, a reshape placed over
+its input (:data:`~.static_plan.VIEW_OPS`) is only its output's view of the arena.
+Nodes keep the program's order, or the order given
+(:func:`~.overlap_order.overlap_order`, what a ``.tfm`` stores: independent host nodes
+moved up beside an accelerator program in flight, for the futures); a resident model's
+device-memory plan holds in both.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from .accel_contract import ACCEL_PROGRAM
 from .graph_program import GraphProgram
 from .memory_plan import MemoryPlanError, plan_memory
-from .static_plan import HostPlan
+from .static_plan import VIEW_OPS, HostPlan
 from .vm_executable import Executable, Op, VMFunction
 
 __all__ = ["build_executable"]
@@ -79,10 +81,14 @@ def build_executable(program: GraphProgram, plan: HostPlan | None = None,
             code.append((Op.INVOKE_ACCEL, r(node.output), k, *args))
         elif plan is not None and node.output in plan.places:
             offset, shape, dtype = plan.places[node.output]
-            attrs.append(dict(node.attrs))
-            nodes.append(k)
             code.append((Op.ALLOC_TENSOR, r(node.output), arena, offset, dtype, shape))
-            code.append((Op.INVOKE_INTO, r(node.output), node.op, len(attrs) - 1, *args))
+            if not (node.op in VIEW_OPS and
+                    plan.places.get(node.inputs[0], ())[:3:2] == (offset, dtype)):
+                attrs.append(dict(node.attrs))
+                nodes.append(k)
+                code.append((Op.INVOKE_INTO, r(node.output), node.op, len(attrs) - 1,
+                             *args))
+            # else placed over its input: the output's view is the result, no kernel
         else:
             attrs.append(dict(node.attrs))
             nodes.append(k)

@@ -189,6 +189,9 @@ class SentenceRun:
     trace : dict
         The run's Perfetto trace (:func:`~tensorfab.runtime.vm.vm_trace`): ``cpu``,
         ``accelerator`` and ``wait`` tracks.
+    host_runqueue_seconds : float or None
+        Time the host thread spent runnable but waiting for a core during the run (the
+        machine's other work; :meth:`MiniLmEmbedder.time_runs` measures it).
     """
 
     text: str
@@ -204,6 +207,21 @@ class SentenceRun:
     accelerator_seconds: float = 0.0
     overlap_seconds: float = 0.0
     trace: dict[str, Any] = field(default_factory=dict, repr=False)
+    host_runqueue_seconds: float | None = None
+
+    def with_timeline(self, timeline: list[Any], title: str) -> SentenceRun:
+        """This run with the figures of its VM ``timeline`` (its
+        :class:`~tensorfab.runtime.vm.Slice` list) filled in."""
+        from tensorfab.runtime.vm import overlap_seconds, vm_trace
+
+        track = {k: [(s.start, s.end) for s in timeline if s.track == k]
+                 for k in ("cpu", "accelerator")}
+        self.kernel_seconds = _busy_seconds(track["cpu"] + track["accelerator"])
+        self.cpu_seconds = sum(b - a for a, b in track["cpu"])
+        self.accelerator_seconds = sum(b - a for a, b in track["accelerator"])
+        self.overlap_seconds = overlap_seconds(timeline)
+        self.trace = vm_trace(timeline, title)
+        return self
 
     @property
     def accel_fraction(self) -> float:
@@ -221,6 +239,16 @@ class SentenceRun:
     def dispatch_fraction(self) -> float:
         """The fraction of the run outside every kernel (dispatch and waits)."""
         return 1.0 - self.kernel_seconds / self.seconds
+
+
+def _runqueue_seconds() -> float | None:
+    """This thread's time runnable but not running so far (``/proc/thread-self/
+    schedstat``'s second field), or None where the kernel keeps none."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) * 1e-9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _busy_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -296,24 +324,40 @@ class MiniLmEmbedder:
         VM runs it (futures on), with a :class:`~tensorfab.runtime.profiling.LayerProfiler`
         on its kernel calls for the cycles and MACs."""
         from tensorfab.runtime.profiling import profile_program
-        from tensorfab.runtime.vm import overlap_seconds, vm_trace
 
         tokens, seq, model, feeds = self._sentence(text, bucket)
         profile = profile_program(model.program, feeds, self._device, resident=model)
-        timeline = model.vm.timeline
         accel = [r for r in profile.layers if r.device == "accel"]
         cpu_macs = sum(_matmul_macs(r.in_shapes) for r in profile.layers
                        if r.device == "cpu" and r.op == "matmul")
-        track = {k: [(s.start, s.end) for s in timeline if s.track == k]
-                 for k in ("cpu", "accelerator")}
         out = np.asarray(profile.output, np.float32).reshape(-1)
-        return out, SentenceRun(
-            text, len(tokens), seq, profile.seconds, profile.total_cycles,
-            sum(int(r.macs or 0) for r in accel), cpu_macs, bucket_macs(seq, self.layers),
-            _busy_seconds(track["cpu"] + track["accelerator"]),
-            sum(b - a for a, b in track["cpu"]), sum(b - a for a, b in track["accelerator"]),
-            overlap_seconds(timeline), vm_trace(timeline, f"MiniLM bucket {seq} on "
-                                                          f"{self.target}"))
+        run = SentenceRun(text, len(tokens), seq, profile.seconds, profile.total_cycles,
+                          sum(int(r.macs or 0) for r in accel), cpu_macs,
+                          bucket_macs(seq, self.layers))
+        return out, run.with_timeline(model.vm.timeline, f"MiniLM bucket {seq} on "
+                                                         f"{self.target}")
+
+    def time_runs(self, text: str, runs: int, bucket: int | None = None) -> list[SentenceRun]:
+        """``runs`` runs of ``text`` on the bucket's VM as a user runs it (no instrument
+        on the kernel calls, so no per-layer cycles or MACs): their wall times and
+        timeline figures (:meth:`SentenceRun.with_timeline`), in run order. Each run's
+        ``host_runqueue_seconds`` is the time the host thread waited for a core
+        (Linux's per-thread scheduler statistics; None where there are none)."""
+        tokens, seq, model, feeds = self._sentence(text, bucket)
+        timed = []
+        for _ in range(runs):
+            delay = _runqueue_seconds()
+            t0 = time.perf_counter()
+            model.run(feeds)
+            seconds = time.perf_counter() - t0
+            after = _runqueue_seconds()
+            run = SentenceRun(text, len(tokens), seq, seconds, None, 0, 0,
+                              bucket_macs(seq, self.layers))
+            run.host_runqueue_seconds = (None if delay is None or after is None
+                                         else after - delay)
+            timed.append(run.with_timeline(model.vm.timeline,
+                                           f"MiniLM bucket {seq} on {self.target}"))
+        return timed
 
     def symbolic_vm(self) -> Any:
         """MiniLM as one VM executable over a symbolic ``seq``

@@ -21,7 +21,7 @@ from tensorfab.runtime.artifact import load_executable, load_model, save_model
 from tensorfab.runtime.interpreter import run_program
 from tensorfab.runtime.memory_plan import plan_memory
 from tensorfab.runtime.resident import ResidentModel
-from tensorfab.runtime.static_plan import plan_host_arena
+from tensorfab.runtime.static_plan import VIEW_OPS, plan_host_arena
 from tensorfab.runtime.vm import VirtualMachine
 from tensorfab.runtime.vm_build import build_executable
 from tensorfab.sim import FunctionalSimulator
@@ -97,8 +97,16 @@ def test_static_executable_runs_without_allocating_and_is_stored(digits_static,
     exe = build_executable(program, plan)
     want = run_program(program, [x])
     # every planned value is placed in the arena, none is left to the kernels
-    allocs = [i for i in exe.functions[0].code if i[0].name == "ALLOC_TENSOR"]
+    code = exe.functions[0].code
+    allocs = [i for i in code if i[0].name == "ALLOC_TENSOR"]
     assert len(allocs) == len(plan.places)
+    # a reshape placed over its input is its output's view: no kernel runs for it
+    views = [n for n in program.nodes if n.op in VIEW_OPS and n.output in plan.places
+             and plan.places[n.output][0] == plan.places.get(n.inputs[0], (-1,))[0]]
+    assert views
+    kernels = [i for i in code if i[0].name in ("INVOKE", "INVOKE_INTO")]
+    assert len(kernels) == sum(n.op not in ("accel.program", "tuple", "tuple_get_item")
+                               for n in program.nodes) - len(views)
     path = tmp_path / "static.tfm"
     save_model(program, path, executable=exe)
     with zipfile.ZipFile(path) as z:
