@@ -17,14 +17,7 @@ from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 
 from .infer import infer_types
 from .ir import Call, Constant, Function, post_order
-from .partitioning import (
-    ACCEL_ACTIVATIONS,
-    MOVING_ACTIVATIONS,
-    accelerator_conv_refusal,
-    concat_refusal,
-    pad_refusal,
-    permute_refusal,
-)
+from .partitioning import ACCEL_ACTIVATIONS, MOVING_REFUSALS, accelerator_conv_refusal
 
 __all__ = ["cpu_operators", "cpu_reason"]
 
@@ -91,20 +84,17 @@ def cpu_reason(e: Call, cfg: HwConfig | None = None) -> str:
                     "forms of residual adds, channel-wise scales and ReLU6 run on the "
                     "accelerator)")
         return "int8/int32 elementwise outside an accelerator chain"
-    if e.op == "nn.pad":
-        return ((pad_refusal(e, cfg) if cfg is not None else None)
-                or "int8 padding on the CPU: its input is computed there, or no "
-                "accelerator operator reads the result (it would only travel to the host)")
     if e.op in ACCEL_ACTIVATIONS:
+        refusal = MOVING_REFUSALS.get(e.op)
+        why = refusal(e, cfg) if refusal is not None and cfg is not None else None
+        if why is not None:
+            return why
         if cfg is not None and (cfg.block_in != cfg.block_out or cfg.inp_width != 8
                                 or cfg.acc_width != 32):
             return (f"int8 on the CPU: its program needs block_in == block_out, 8-bit "
                     f"inputs and 32-bit accumulators (config {cfg.name!r})")
-        if e.op in MOVING_ACTIVATIONS:
-            refusal = {"qnn.concat_q31": concat_refusal,
-                       "qnn.channel_permute": permute_refusal}[e.op]
-            return ((refusal(e, cfg) if cfg is not None else None)
-                    or "int8 on the CPU: an input is computed there, or no accelerator "
+        if refusal is not None:
+            return ("int8 on the CPU: an input is computed there, or no accelerator "
                     "operator reads the result (it would only travel to the host)")
         return ("int8 on the CPU: its input is computed there (a program would only move "
                 "it to the device)")

@@ -30,6 +30,8 @@ kernel's cost model fitted to its measured times, plus the host-link transfers a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tensorfab.compiler.tensor.schedule import max_pad
@@ -226,9 +228,6 @@ ACCEL_ACTIVATIONS = frozenset({"qnn.hard_swish_q31", "qnn.global_avg_pool_q31",
 #: scales each input with a REQUANT record of its own; padding moves values).
 OUTPUT_SCALE_ACTIVATIONS = ACCEL_ACTIVATIONS - {"qnn.concat_q31", "nn.pad",
                                                  "qnn.channel_permute"}
-#: Those of :data:`ACCEL_ACTIVATIONS` that only move data: worth a program only when an
-#: accelerator operator reads their result.
-MOVING_ACTIVATIONS = frozenset({"qnn.concat_q31", "nn.pad", "qnn.channel_permute"})
 
 
 def permute_refusal(e: Call, cfg: HwConfig) -> str | None:
@@ -295,6 +294,15 @@ def concat_refusal(e: Call, cfg: HwConfig) -> str | None:
     return None
 
 
+#: Those of :data:`ACCEL_ACTIVATIONS` that only move data (worth a program only when an
+#: accelerator operator reads their result), each with the rule that says why its
+#: program cannot run on a config (its inputs apart; None: it can).
+MOVING_REFUSALS: dict[str, Callable[[Call, HwConfig], str | None]] = {
+    "qnn.concat_q31": concat_refusal, "nn.pad": pad_refusal,
+    "qnn.channel_permute": permute_refusal}
+MOVING_ACTIVATIONS = frozenset(MOVING_REFUSALS)
+
+
 def channel_scale_operands(e: Call) -> tuple[Expr, Expr] | None:
     """``(x, s)`` when ``e`` (a ``qnn.mul_q31``) multiplies an ``N×C×H×W`` activation by
     an ``N×C×1×1`` one (either order; or the same in a blocked layout), else None."""
@@ -316,11 +324,10 @@ def activation_chains(fn: Function, cfg: HwConfig, on_accel: set[int],
     whose inputs the accelerator computes (their ids in ``on_accel``, the ends of the
     other chains, or earlier such operators), when ``cfg`` has ``block_in ==
     block_out``, 8-bit inputs and 32-bit accumulators (what their programs need); a
-    ``qnn.mul_q31`` only as a channel-wise scale (:func:`channel_scale_operands`), a
-    ``qnn.concat_q31``, an ``nn.pad`` and a ``qnn.channel_permute`` only where
-    :func:`concat_refusal`, :func:`pad_refusal` and :func:`permute_refusal` have no
-    objection. One whose input the CPU computes stays there: its program would move
-    that input to the device and save nothing. So does an operator of
+    ``qnn.mul_q31`` only as a channel-wise scale (:func:`channel_scale_operands`), an
+    operator of :data:`MOVING_REFUSALS` only where its rule has no objection. One whose
+    input the CPU computes stays there: its program would move that input to the device
+    and save nothing. So does an operator of
     :data:`MOVING_ACTIVATIONS` that no accelerator operator reads (an element of
     ``accel_members``, the other chains' operators, or another operator taken here): its
     result would only travel to the host, padded to whole channel blocks."""
@@ -336,12 +343,9 @@ def activation_chains(fn: Function, cfg: HwConfig, on_accel: set[int],
         if e.op == "qnn.mul_q31":
             operands = channel_scale_operands(e)
             inputs: tuple[Expr, ...] = operands[:1] if operands is not None else ()
-        elif e.op == "qnn.concat_q31":
-            inputs = tuple(e.args) if concat_refusal(e, cfg) is None else ()
-        elif e.op == "nn.pad":
-            inputs = e.args[:1] if pad_refusal(e, cfg) is None else ()
-        elif e.op == "qnn.channel_permute":
-            inputs = e.args[:1] if permute_refusal(e, cfg) is None else ()
+        elif e.op in MOVING_REFUSALS:  # a concatenation reads all its inputs
+            moved = tuple(e.args) if e.op == "qnn.concat_q31" else e.args[:1]
+            inputs = moved if MOVING_REFUSALS[e.op](e, cfg) is None else ()
         else:
             inputs = e.args[:1] if len(e.args[0].checked_type.shape) == 4 else ()  # type: ignore[union-attr]
         if inputs and all(id(x) in on for x in inputs):

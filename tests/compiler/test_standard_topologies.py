@@ -249,7 +249,7 @@ def test_zero_point_padding_runs_on_the_accelerator(name: str, pads: int) -> Non
     np.testing.assert_array_equal(profile.output, want)
     assert [r.op for r in profile.layers if r.device == "accel"].count("pad") == pads
     assert [op for op in compiled.cpu_operators if op.startswith("nn.pad")] == [
-        "nn.pad x1: int8 padding on the CPU: its input is computed there, or no accelerator "
+        "nn.pad x1: int8 on the CPU: an input is computed there, or no accelerator "
         "operator reads the result (it would only travel to the host)"]
     assert profile.host_traffic is not None
     assert profile.host_traffic.total <= 3 * (x.nbytes + np.asarray(profile.output).nbytes)
