@@ -47,7 +47,7 @@ class ClockGate:
     module : str
         The unit's module in the core's Verilog, below ``tensorfab_core`` (Amaranth
         names a submodule by its path: ``compute.alu``). Its submodules
-        (``load.seq``, ``load.bursts``) are on the same clock.
+        (``store.seq``, ``store.bursts``) are on the same clock.
     instance : str
         Its instance path from the wrapper (``core.compute.alu``).
     enable : tuple of str
@@ -62,7 +62,7 @@ class ClockGate:
         configuration makes it).
     ungated : tuple of str
         Registers of the unit's module that stay on ``clk``: they load on every cycle
-        from what the gate does not cover (the engines' copies of the CSRs).
+        from what the gate does not cover (the store engine's copies of the CSRs).
     """
 
     name: str
@@ -82,7 +82,7 @@ class ClockGate:
         return f"en_{self.name}"
 
 
-#: Terms of the load and store engines' enables: an engine's registers change only
+#: Terms of a DMA engine's enable (the store engine's): its registers change only
 #: at a start (the core's ``start`` resets the engines) or reset, when its sequencer
 #: takes an instruction (``insn`` valid and ready) or is in a state it leaves or
 #: acts in this cycle (busy and not stalled: POP with its tokens there, EXEC, PUSH
@@ -108,35 +108,37 @@ _DMA_ENABLE = ("/rst", "/start", "seq.insn__valid & seq.insn__ready", "seq.busy 
 #: write-back (its own delay line, as long as the core's), when the gate has ticked on
 #: every cycle since the micro-op entered. The valid chain and the constant masks hold.
 #:
-#: LoadEngine (``hw/load.py``) and StoreEngine (``hw/store.py``): :data:`_DMA_ENABLE`,
-#: and the registered buffer writes of the load engine (``*_wr__en``: a write left
-#: registered must be cleared) and the store engine's accumulator read in flight
-#: (``rd_pending``, the FIFO's write). With the enable low, a sequencer waits in IDLE
-#: with no instruction, or stalls in POP or PUSH, and the transfer is in WAIT: every
-#: register holds, except the write data (``w_data_*``, read only with its ``en``) and
-#: the range checks' products (``n_entries``, ``span``, ``slack``, ``base_slack``),
-#: which load from the instruction's registers on every cycle and are read in CHECK,
-#: after the start's tick has loaded them. The copies of DRAM_SIZE and the stream's
-#: bounds that load from the CSRs on every cycle stay on ``clk`` (``ungated``).
+#: StoreEngine (``hw/store.py``): :data:`_DMA_ENABLE`, and the accumulator read in
+#: flight (``rd_pending``, the FIFO's write). With the enable low, its sequencer waits
+#: in IDLE with no instruction, or stalls in POP or PUSH, and the transfer is in WAIT:
+#: every register holds, except the range checks' products (``n_entries``, ``span``,
+#: ``slack``, ``base_slack``), which load from the instruction's registers on every
+#: cycle and are read in CHECK, after the start's tick has loaded them. The copies of
+#: DRAM_SIZE and the stream's bounds that load from the CSRs on every cycle stay on
+#: ``clk`` (``ungated``). (The load engine is not gated: it moves data on most cycles
+#: of a GEMM, and its buffer writes and their zero flags mix with the core's logic:
+#: gated as the store engine, plus its registered writes, it cost about 50
+#: instructions per cycle more on the 512³ GEMM.)
 #:
-#: Fetch (``hw/fetch.py``): ticks at a start or reset, in RUN and DRAIN (``busy``), and
-#: while its read count settles (``fired_beats``, ``got``; ``cmd_stuck`` is low in
-#: IDLE). In IDLE it offers no command and dispatches nothing, and DRAIN left only once
-#: every beat it asked for had come; its other registers then load the flush's empty
-#: buffer (``free``, ``staged``, ``head_valid``, the FIFO), which the start's own edge,
-#: in IDLE, loads again before RUN reads them. The rest of the core reads ``idle``,
-#: ``busy`` and ``finished``, which hold.
+#: Fetch (``hw/fetch.py``): ticks at a start or reset, in DRAIN and in RUN but for the
+#: cycles it waits for a full command queue with nothing else to do (``dispatching``
+#: and not ``ready``, a word staged behind the head, no command to offer or held, no
+#: read beat owed or counted: ``mem__cmd__valid``, ``cmd_stuck``, ``outstanding``,
+#: ``fired_beats``, ``got``), when every register holds. In IDLE it offers no command
+#: and dispatches nothing, and DRAIN left only once every beat it asked for had come;
+#: its other registers then load the flush's empty buffer (``free``, ``staged``,
+#: ``head_valid``, the FIFO), which the start's own edge, in IDLE, loads again before
+#: RUN reads them. The rest of the core reads ``idle``, ``busy`` and ``finished``,
+#: which hold.
 CLOCK_GATES: tuple[ClockGate, ...] = (
     ClockGate("alu", "compute.alu", "core.compute.alu", ("in_valid", "en2", "out_valid")),
     ClockGate("gemm", "compute.gemm", "core.compute.gemm", ("in_valid", "valid_d*",
                                                              "out_valid")),
-    ClockGate("load", "load", "core.load",
-              (*_DMA_ENABLE, "inp_wr__en", "wgt_wr__en", "uop_wr__en", "acc_wr__en"),
-              ungated=("limit",)),
     ClockGate("store", "store", "core.store", (*_DMA_ENABLE, "rd_pending"),
               ungated=("lim_entries", "insn_end", "base_entries", "protect")),
     ClockGate("fetch", "fetch", "core.fetch",
-              ("/rst", "start", "busy", "cmd_stuck", "fired_beats", "got")),
+              ("/rst", "start", "busy & ~dispatching", "dispatching & ready", "busy & ~staged",
+               "mem__cmd__valid", "cmd_stuck", "outstanding", "fired_beats", "got")),
 )
 
 _CLOCKED = re.compile(r"always @\(posedge clk\)(\s*)(\\?[\w$]+)?")

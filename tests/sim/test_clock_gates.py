@@ -167,8 +167,7 @@ def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
         assert body.count("posedge clk)") == len(gate.ungated)
         assert f"always @(posedge {TOP}.{gate.clock})" in body
     # the engines' sequencers and burst issuers share their engine's clock
-    for sub in ("load.seq", "load.bursts", "store.seq", "store.bursts", "store.fifo",
-                "fetch.fifo"):
+    for sub in ("store.seq", "store.bursts", "store.fifo", "fetch.fifo"):
         start = gated.index(f"module \\{CORE}.{sub} (")
         body = gated[start:gated.index("endmodule", start)]
         assert "posedge clk)" not in body and f"posedge {TOP}.clk_{sub.split('.')[0]})" in body
@@ -182,11 +181,11 @@ def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
      "no module tensorfab_core.compute.nothing"),
     (ClockGate("alu", "compute.alu", "core.compute.alu", ("in_valid", "renamed")),
      "has no signal 'renamed'"),
-    (ClockGate("load", "load", "core.load", ("seq.busy & ~seq.renamed",)),
-     "module tensorfab_core.load.seq has no signal 'renamed'"),
-    (ClockGate("load", "load", "core.load", ("/renamed",)),
+    (ClockGate("store", "store", "core.store", ("seq.busy & ~seq.renamed",)),
+     "module tensorfab_core.store.seq has no signal 'renamed'"),
+    (ClockGate("store", "store", "core.store", ("/renamed",)),
      "module tensorfab_core has no signal 'renamed'"),
-    (ClockGate("load", "load", "core.load", ("seq.busy",), ungated=("limit", "renamed")),
+    (ClockGate("store", "store", "core.store", ("seq.busy",), ungated=("protect", "renamed")),
      "has no register 'renamed' clocked by clk"),
 ])
 def test_gate_naming_what_the_core_lacks_is_an_error(gate: ClockGate, message: str) -> None:
@@ -196,13 +195,13 @@ def test_gate_naming_what_the_core_lacks_is_an_error(gate: ClockGate, message: s
 
 def test_build_gates_the_units() -> None:
     built = build_harness(TINY)
-    assert "gated clocks: alu, gemm, load, store, fetch" in built.clocking
+    assert "gated clocks: alu, gemm, store, fetch" in built.clocking
     model = (built.directory / "tf_model.h").read_text()
-    for gate in ("alu", "gemm", "load", "store", "fetch"):
+    for gate in ("alu", "gemm", "store", "fetch"):
         assert f"X(clk_{gate}, en_{gate}, __Vtrigprevexpr___TOP__clk_{gate}__0)" in model
     # each unit's registers are evaluated under a trigger of their own
     nba = "".join(p.read_text() for p in (built.directory / "obj").glob("Vcore___024root__*.cpp"))
-    for bit in ("2ULL", "4ULL", "8ULL", "0x0000000000000010ULL", "0x0000000000000020ULL"):
+    for bit in ("2ULL", "4ULL", "8ULL", "0x0000000000000010ULL"):
         assert f"if (({bit} & vlSelfRef.__VnbaTriggered[0U]))" in nba
 
 
@@ -242,12 +241,12 @@ def test_gated_model_equals_ungated() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("unit", "term"), [("load", "seq.insn__valid & seq.insn__ready"),
-                                            ("store", "seq.busy & ~seq.stall")])
+@pytest.mark.parametrize(("unit", "term"), [("store", "seq.insn__valid & seq.insn__ready"),
+                                            ("fetch", "busy & ~dispatching")])
 def test_a_shortened_enable_changes_the_run(monkeypatch, unit: str, term: str) -> None:
-    """The engines' gates are no wider than the run needs: without one term of its
-    enable, an engine misses cycles it has work in, and the run that the full gates
-    finish as the functional simulator does hangs or goes wrong."""
+    """The store engine's and fetch's gates are no narrower than the run needs:
+    without one term of its enable, a unit misses cycles it has work in, and the run
+    that the full gates finish as the functional simulator does hangs or goes wrong."""
     from tensorfab.isa import ProgramError
     from tensorfab.sim.rtl import build as rtl_build
 
@@ -280,7 +279,7 @@ def _outcome(sim: RtlSimulator, prog) -> tuple:
 
 @pytest.mark.slow
 def test_gated_model_equals_ungated_on_random_and_error_programs() -> None:
-    """The engines' and fetch's gates on random programs (loads, GEMMs, ALU
+    """The store engine's and fetch's gates on random programs (loads, GEMMs, ALU
     epilogues, stores, 1-4 virtual threads) and on every error program of the core's
     suite (halts with reads in flight): the same outcome with the gates and without."""
     from support.error_programs import tiny_error_programs
