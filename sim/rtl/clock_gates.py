@@ -63,6 +63,10 @@ class ClockGate:
     ungated : tuple of str
         Registers of the unit's module that stay on ``clk``: they load on every cycle
         from what the gate does not cover (the store engine's copies of the CSRs).
+    joined : tuple of str
+        Registers of other modules on the unit's clock, by module path and name
+        (``compute.a3_a``: the ALU's operand registers in the compute engine); the
+        enable must cover every cycle they load on.
     """
 
     name: str
@@ -70,6 +74,7 @@ class ClockGate:
     instance: str
     enable: tuple[str, ...]
     ungated: tuple[str, ...] = ()
+    joined: tuple[str, ...] = ()
 
     @property
     def clock(self) -> str:
@@ -131,7 +136,9 @@ _DMA_ENABLE = ("/rst", "/start", "seq.insn__valid & seq.insn__ready", "seq.busy 
 #: RUN reads them. The rest of the core reads ``idle``, ``busy`` and ``finished``,
 #: which hold.
 CLOCK_GATES: tuple[ClockGate, ...] = (
-    ClockGate("alu", "compute.alu", "core.compute.alu", ("in_valid", "en2", "out_valid")),
+    ClockGate("alu", "compute.alu", "core.compute.alu",
+              ("in_valid", "en2", "out_valid", "/compute.s2_valid & /compute.s2_alu"),
+              joined=("compute.a3_a", "compute.a3_b", "compute.rec")),
     ClockGate("gemm", "compute.gemm", "core.compute.gemm", ("in_valid", "valid_d*",
                                                              "out_valid")),
     ClockGate("store", "store", "core.store", (*_DMA_ENABLE, "rd_pending"),
@@ -168,7 +175,8 @@ def _declared(body: str, signal: str) -> list[str]:
 def _resolve(verilog: str, core: str, gate: ClockGate, factor: str) -> list[str]:
     """The hierarchical names (from the wrapper) of the signals ``factor`` names."""
     if factor.startswith("/"):
-        path, instance, name = "", gate.instance.split(".")[0], factor[1:]
+        path, _, name = factor[1:].rpartition(".")
+        instance = ".".join(p for p in (gate.instance.split(".")[0], path) if p)
     else:
         sub, _, name = factor.rpartition(".")
         path = ".".join(p for p in (gate.module, sub) if p)
@@ -197,6 +205,19 @@ def _clock_registers(body: str, clock: str, ungated: tuple[str, ...]
         count += 1
         return f"always @(posedge {clock}){match.group(1)}{match.group(2) or ''}"
     return _CLOCKED.sub(clock_of, body), count, kept
+
+
+def _join_register(verilog: str, core: str, top: str, gate: ClockGate, reg: str) -> str:
+    """``verilog`` with register ``reg`` (``module.path.name``) clocked by ``gate``."""
+    path, _, name = reg.rpartition(".")
+    start, end = _module_span(verilog, _module_name(core, path), gate)
+    body, count = re.subn(rf"always @\(posedge clk\)(\s*){re.escape(name)} <=",
+                          rf"always @(posedge {top}.{gate.clock})\g<1>{name} <=",
+                          verilog[start:end])
+    if count != 1:
+        raise ClockGateError(f"clock gate {gate.name!r}: module {_module_name(core, path)} "
+                             f"has no register {name!r} clocked by clk (to join the gate)")
+    return verilog[:start] + body + verilog[end:]
 
 
 def enable_terms(verilog: str, core: str, gate: ClockGate) -> list[list[tuple[bool, str]]]:
@@ -285,6 +306,8 @@ def gate_verilog(verilog: str, core: str, top: str, gates: tuple[ClockGate, ...]
         if not count:
             raise ClockGateError(f"clock gate {gate.name!r}: module {module} "
                                  "has no register clocked by clk")
+        for reg in gate.joined:
+            verilog = _join_register(verilog, core, top, gate, reg)
         missing = sorted(set(gate.ungated) - kept)
         if missing:
             raise ClockGateError(f"clock gate {gate.name!r}: module {module} has no "

@@ -37,11 +37,14 @@ TINY = PRESETS["tiny"]
 class _Gated(wiring.Component):
     """``unit`` under ``EnableInserter`` of ``in_valid`` or any of its copies 1 to
     ``depth`` cycles late: the gate's enable (the unit's valid chain is ``in_valid``
-    delayed; VectorAlu: ``en2``, ``out_valid``; GemmCore: ``valid_d*``, ``out_valid``)."""
+    delayed; VectorAlu: ``en2``, ``out_valid``; GemmCore: ``valid_d*``, ``out_valid``),
+    or ``extra``: ticks the build's enable adds (the ALU's: the cycles its operand
+    registers in the compute engine load), which the test drives at random."""
 
     def __init__(self, unit: wiring.Component, depth: int) -> None:
         self.unit = unit
         self.depth = depth
+        self.extra = Signal()
         super().__init__(unit.signature)
 
     def elaborate(self, platform: object) -> Module:
@@ -51,7 +54,7 @@ class _Gated(wiring.Component):
             d = Signal(name=f"d{k + 1}")
             m.d.sync += d.eq(chain[-1])
             chain.append(d)
-        enable = chain[0]
+        enable = chain[0] | self.extra
         for d in chain[1:]:
             enable = enable | d
         m.submodules.unit = unit = EnableInserter(enable)(self.unit)
@@ -61,7 +64,8 @@ class _Gated(wiring.Component):
 
 def test_alu_gate_changes_nothing() -> None:
     """The ALU gated as the build gates it equals the ALU: every output on every cycle,
-    with random operations in bursts, idle gaps and random inputs while idle."""
+    with random operations in bursts, idle gaps, random inputs while idle and random
+    extra ticks while idle."""
     cfg = TINY
     top = Module()
     top.submodules.plain = plain = VectorAlu(cfg)
@@ -76,6 +80,7 @@ def test_alu_gate_changes_nothing() -> None:
     async def bench(ctx) -> None:
         for cycle in range(400):
             valid = int(rng.random() < (0.6 if (cycle // 25) % 2 else 0.05))
+            ctx.set(gated.extra, int(rng.random() < 0.3))
             op = int(rng.choice(ops))
             shift_ops = (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL)
             for dut in (plain, gated):
@@ -166,6 +171,11 @@ def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
         assert sorted(kept) == sorted(gate.ungated)
         assert body.count("posedge clk)") == len(gate.ungated)
         assert f"always @(posedge {TOP}.{gate.clock})" in body
+    # the ALU's operand registers in the compute engine are on its clock
+    start = gated.index(f"module \\{CORE}.compute (")
+    body = gated[start:gated.index("endmodule", start)]
+    for reg in ("a3_a", "a3_b", "rec"):
+        assert re.search(rf"always @\(posedge {TOP}\.clk_alu\)\s*{reg} <=", body)
     # the engines' sequencers and burst issuers share their engine's clock
     for sub in ("store.seq", "store.bursts", "store.fifo", "fetch.fifo"):
         start = gated.index(f"module \\{CORE}.{sub} (")
@@ -187,6 +197,9 @@ def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
      "module tensorfab_core has no signal 'renamed'"),
     (ClockGate("store", "store", "core.store", ("seq.busy",), ungated=("protect", "renamed")),
      "has no register 'renamed' clocked by clk"),
+    (ClockGate("alu", "compute.alu", "core.compute.alu", ("in_valid",),
+               joined=("compute.renamed",)),
+     "module tensorfab_core.compute has no register 'renamed' clocked by clk"),
 ])
 def test_gate_naming_what_the_core_lacks_is_an_error(gate: ClockGate, message: str) -> None:
     with pytest.raises(ClockGateError, match=message):
