@@ -15,10 +15,13 @@ harness raises ``clk_NAME`` with ``clk`` on the cycles ``en_NAME`` is high
 The gated clock is exactly an Amaranth ``EnableInserter(en)`` on the unit's ``sync``
 domain, and that inserter changes nothing: with every signal of
 :attr:`ClockGate.enable` low, each register of the unit would load the value it holds
-(the declaration of each gate says why; ``tests/sim/test_clock_gates.py`` checks it in
-Amaranth's simulator). So the design, and every FPGA build, has one clock; only the
-Verilated model skips the unit. The enable reads registers only (the build checks that
-Verilator does not compute it from an input), so the harness knows it before the edge.
+(the declaration of each gate says why; ``tests/sim/test_clock_gates.py`` checks the
+ALU's and the GEMM core's in Amaranth's simulator, and all of them on the built model:
+the same results, cycles, counters and timelines with the gates and without, and a run
+that goes wrong when a term of an enable is left out). So the design, and every FPGA
+build, has one clock; only the Verilated model skips the unit. The enable reads
+registers only (the build checks that Verilator does not compute it from an input), so
+the harness knows it before the edge.
 """
 
 from __future__ import annotations
@@ -87,7 +90,8 @@ class ClockGate:
         return f"en_{self.name}"
 
 
-#: Terms of a DMA engine's enable (the store engine's): its registers change only
+#: Terms of a DMA engine's enable (the store engine's; the load engine's would be the
+#: same): its registers change only
 #: at a start (the core's ``start`` resets the engines) or reset, when its sequencer
 #: takes an instruction (``insn`` valid and ready) or is in a state it leaves or
 #: acts in this cycle (busy and not stalled: POP with its tokens there, EXEC, PUSH
@@ -104,7 +108,12 @@ _DMA_ENABLE = ("/rst", "/start", "seq.insn__valid & seq.insn__ready", "seq.busy 
 #: cycle) or ``en2`` (second cycle); ``en2``, ``out_valid`` and ``shift_error`` load
 #: ``in_valid``, ``en2`` and ``en2 & ...``, all low when ``in_valid``, ``en2`` and
 #: ``out_valid`` are (``shift_error`` is high only with ``out_valid``), and a reset or a
-#: start sets them to that same zero. Gated, every register holds exactly what it would.
+#: start sets them to that same zero. Gated, every register holds exactly what it would,
+#: and a tick with all three low changes nothing. So the gate also ticks when an ALU
+#: micro-op is at the compute engine's S2 (``s2_valid & s2_alu``), the only cycles on
+#: which the ALU's operand registers there (``a3_a``, ``a3_b`` and the record ``rec``,
+#: without reset) load: they join the ALU's clock, and the ALU's first-cycle logic
+#: reads registers of its own clock.
 #:
 #: GemmCore (``hw/gemm.py``): a pipeline whose datapath registers load on every cycle
 #: and whose valid chain (``valid_d*``, ``out_valid``) says which stages hold a
