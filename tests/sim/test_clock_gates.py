@@ -8,6 +8,9 @@ results, cycles and timelines with and without the gates).
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import numpy as np
 import pytest
 from amaranth.hdl import EnableInserter, Module, Signal
@@ -34,11 +37,14 @@ TINY = PRESETS["tiny"]
 class _Gated(wiring.Component):
     """``unit`` under ``EnableInserter`` of ``in_valid`` or any of its copies 1 to
     ``depth`` cycles late: the gate's enable (the unit's valid chain is ``in_valid``
-    delayed; VectorAlu: ``en2``, ``out_valid``; GemmCore: ``valid_d*``, ``out_valid``)."""
+    delayed; VectorAlu: ``en2``, ``out_valid``; GemmCore: ``valid_d*``, ``out_valid``),
+    or ``extra``: ticks the build's enable adds (the ALU's: the cycles its operand
+    registers in the compute engine load), which the test drives at random."""
 
     def __init__(self, unit: wiring.Component, depth: int) -> None:
         self.unit = unit
         self.depth = depth
+        self.extra = Signal()
         super().__init__(unit.signature)
 
     def elaborate(self, platform: object) -> Module:
@@ -48,7 +54,7 @@ class _Gated(wiring.Component):
             d = Signal(name=f"d{k + 1}")
             m.d.sync += d.eq(chain[-1])
             chain.append(d)
-        enable = chain[0]
+        enable = chain[0] | self.extra
         for d in chain[1:]:
             enable = enable | d
         m.submodules.unit = unit = EnableInserter(enable)(self.unit)
@@ -58,7 +64,8 @@ class _Gated(wiring.Component):
 
 def test_alu_gate_changes_nothing() -> None:
     """The ALU gated as the build gates it equals the ALU: every output on every cycle,
-    with random operations in bursts, idle gaps and random inputs while idle."""
+    with random operations in bursts, idle gaps, random inputs while idle and random
+    extra ticks while idle."""
     cfg = TINY
     top = Module()
     top.submodules.plain = plain = VectorAlu(cfg)
@@ -73,6 +80,7 @@ def test_alu_gate_changes_nothing() -> None:
     async def bench(ctx) -> None:
         for cycle in range(400):
             valid = int(rng.random() < (0.6 if (cycle // 25) % 2 else 0.05))
+            ctx.set(gated.extra, int(rng.random() < 0.3))
             op = int(rng.choice(ops))
             shift_ops = (AluOp.SHR, AluOp.SHR_RND, AluOp.SHL)
             for dut in (plain, gated):
@@ -158,8 +166,21 @@ def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
     for gate in CLOCK_GATES:
         start = gated.index(f"module \\{CORE}.{gate.module} (")
         body = gated[start:gated.index("endmodule", start)]
-        assert "posedge clk)" not in body
+        # only the registers the gate leaves ungated keep clk
+        kept = re.findall(r"always @\(posedge clk\)\s*(\\?[\w$]+) <=", body)
+        assert sorted(kept) == sorted(gate.ungated)
+        assert body.count("posedge clk)") == len(gate.ungated)
         assert f"always @(posedge {TOP}.{gate.clock})" in body
+    # the ALU's operand registers in the compute engine are on its clock
+    start = gated.index(f"module \\{CORE}.compute (")
+    body = gated[start:gated.index("endmodule", start)]
+    for reg in ("a3_a", "a3_b", "rec"):
+        assert re.search(rf"always @\(posedge {TOP}\.clk_alu\)\s*{reg} <=", body)
+    # the engines' sequencers and burst issuers share their engine's clock
+    for sub in ("store.seq", "store.bursts", "store.fifo", "fetch.fifo"):
+        start = gated.index(f"module \\{CORE}.{sub} (")
+        body = gated[start:gated.index("endmodule", start)]
+        assert "posedge clk)" not in body and f"posedge {TOP}.clk_{sub.split('.')[0]})" in body
     # every other module keeps clk
     assert gated.count("always @(posedge clk)") == text.count("always @(posedge clk)") - sum(
         gated.count(f"posedge {TOP}.{g.clock})") for g in CLOCK_GATES)
@@ -170,6 +191,15 @@ def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
      "no module tensorfab_core.compute.nothing"),
     (ClockGate("alu", "compute.alu", "core.compute.alu", ("in_valid", "renamed")),
      "has no signal 'renamed'"),
+    (ClockGate("store", "store", "core.store", ("seq.busy & ~seq.renamed",)),
+     "module tensorfab_core.store.seq has no signal 'renamed'"),
+    (ClockGate("store", "store", "core.store", ("/renamed",)),
+     "module tensorfab_core has no signal 'renamed'"),
+    (ClockGate("store", "store", "core.store", ("seq.busy",), ungated=("protect", "renamed")),
+     "has no register 'renamed' clocked by clk"),
+    (ClockGate("alu", "compute.alu", "core.compute.alu", ("in_valid",),
+               joined=("compute.renamed",)),
+     "module tensorfab_core.compute has no register 'renamed' clocked by clk"),
 ])
 def test_gate_naming_what_the_core_lacks_is_an_error(gate: ClockGate, message: str) -> None:
     with pytest.raises(ClockGateError, match=message):
@@ -178,13 +208,13 @@ def test_gate_naming_what_the_core_lacks_is_an_error(gate: ClockGate, message: s
 
 def test_build_gates_the_units() -> None:
     built = build_harness(TINY)
-    assert "gated clocks: alu, gemm" in built.clocking
+    assert "gated clocks: alu, gemm, store, fetch" in built.clocking
     model = (built.directory / "tf_model.h").read_text()
-    for gate in ("alu", "gemm"):
+    for gate in ("alu", "gemm", "store", "fetch"):
         assert f"X(clk_{gate}, en_{gate}, __Vtrigprevexpr___TOP__clk_{gate}__0)" in model
     # each unit's registers are evaluated under a trigger of their own
     nba = "".join(p.read_text() for p in (built.directory / "obj").glob("Vcore___024root__*.cpp"))
-    for bit in ("2ULL", "4ULL"):
+    for bit in ("2ULL", "4ULL", "8ULL", "0x0000000000000010ULL"):
         assert f"if (({bit} & vlSelfRef.__VnbaTriggered[0U]))" in nba
 
 
@@ -198,7 +228,7 @@ def test_a_gate_whose_enable_reads_an_input_is_refused(monkeypatch) -> None:
 
     def from_input(verilog, core, gates):
         names, lines = real(verilog, core, gates)
-        return names, [ln.replace("= core.compute.alu.in_valid", "= mem__cmd__ready")
+        return names, [ln.replace("(|core.compute.alu.in_valid)", "(|mem__cmd__ready)")
                        for ln in lines]
     monkeypatch.setattr(rtl_build, "wrapper_ports", from_input)
     with pytest.raises(HarnessBuildError, match="en_alu depend on an input"):
@@ -221,3 +251,63 @@ def test_gated_model_equals_ungated() -> None:
     assert gated.cycles == plain.cycles
     assert gated.csrs == plain.csrs and gated.intervals == plain.intervals
     assert np.array_equal(gated.dram, plain.dram)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("unit", "term"), [("store", "seq.insn__valid & seq.insn__ready"),
+                                            ("fetch", "busy & ~dispatching")])
+def test_a_shortened_enable_changes_the_run(monkeypatch, unit: str, term: str) -> None:
+    """The store engine's and fetch's gates are no narrower than the run needs:
+    without one term of its enable, a unit misses cycles it has work in, and the run
+    that the full gates finish as the functional simulator does hangs or goes wrong."""
+    from tensorfab.isa import ProgramError
+    from tensorfab.sim.rtl import build as rtl_build
+
+    prog = build_blocked_gemm(TINY, 16, 32, 32, vthreads=2, rng=np.random.default_rng(3))
+    full = RtlSimulator().run(prog)
+    assert np.array_equal(full.dram, FunctionalSimulator().run(prog).dram)
+    short = tuple(dataclasses.replace(g, enable=tuple(t for t in g.enable if t != term))
+                  if g.name == unit else g for g in CLOCK_GATES)
+    assert short != CLOCK_GATES
+    monkeypatch.setattr(rtl_build, "CLOCK_GATES", short)
+    sim = RtlSimulator()
+    sim.build = lambda cfg: build_harness(cfg, pgo=False)  # type: ignore[method-assign]
+    try:
+        got = sim.run(prog)
+    except ProgramError:
+        return
+    assert not np.array_equal(got.dram, full.dram) or got.cycles != full.cycles
+
+
+def _outcome(sim: RtlSimulator, prog) -> tuple:
+    """What a run shows: results, cycles, counters and timelines, or the error."""
+    from tensorfab.isa import ProgramError
+
+    try:
+        r = sim.run(prog)
+    except ProgramError as exc:
+        return ("error", str(exc))
+    return (r.dram.tobytes(), r.cycles, r.csrs, r.intervals)
+
+
+@pytest.mark.slow
+def test_gated_model_equals_ungated_on_random_and_error_programs() -> None:
+    """The store engine's and fetch's gates on random programs (loads, GEMMs, ALU
+    epilogues, stores, 1-4 virtual threads) and on every error program of the core's
+    suite (halts with reads in flight): the same outcome with the gates and without."""
+    from support.error_programs import tiny_error_programs
+
+    from tensorfab.sim.testing.random_program import random_program
+
+    gated_sim = RtlSimulator(trace=True)
+    plain_sim = RtlSimulator(trace=True)
+    plain_sim.build = lambda cfg: build_harness(cfg, clock_gates=False)  # type: ignore[method-assign]
+    progs = [random_program(TINY, seed) for seed in range(8)]
+    errors, _images, _expect = tiny_error_programs()
+    progs += [p for p, image in zip(errors, _images, strict=True) if image is None]
+    seen_error = 0
+    for prog in progs:
+        gated = _outcome(gated_sim, prog)
+        assert gated == _outcome(plain_sim, prog)
+        seen_error += gated[0] == "error"
+    assert seen_error >= 3
