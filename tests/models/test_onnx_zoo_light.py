@@ -1,0 +1,115 @@
+"""The onnx wheel's light zoo models with seeded weights (:mod:`tensorfab.models.onnx_zoo_light`):
+the loader against the shipped files, and the models compiled float and int8 and run on fsim
+against onnxruntime (float) and the CPU integer graph (int8, bit for bit).
+
+The fast tests load ShuffleNet and run SqueezeNet end to end at 64 px; every model at full
+size (224 px) is a slow test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from tensorfab.benches.zoo import zoo_model_figures
+from tensorfab.models.onnx_zoo_light import (
+    LIGHT_MODELS,
+    LightModelError,
+    light_model_path,
+    load_light_model,
+)
+
+
+def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+         outputs: list[str] | None = None) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(outputs, feeds)
+
+
+def test_every_light_model_is_in_the_onnx_wheel() -> None:
+    for name in LIGHT_MODELS:
+        assert onnx.load(light_model_path(name), load_external_data=False).graph.node
+
+
+def test_unknown_model_and_unsupported_size_are_named() -> None:
+    with pytest.raises(LightModelError, match=r"unknown light zoo model 'lenet'.*squeezenet"):
+        load_light_model("lenet")
+    with pytest.raises(LightModelError, match=r"'resnet50': input size 96 .*only 224"):
+        load_light_model("resnet50", size=96)
+    with pytest.raises(LightModelError, match=r"'squeezenet': input size 16 .*at least 32"):
+        load_light_model("squeezenet", size=16)
+
+
+def test_shufflenet_weights_replace_the_constant_of_shape_nodes() -> None:
+    """Every ConstantOfShape of the shipped file becomes a seeded initializer of the
+    shape it declared (listed among the inputs, old-IR style); the batch norms'
+    statistics are those of the activations that reach them (measured here by
+    onnxruntime on the same seeded image the loader uses)."""
+    shipped = onnx.load(light_model_path("shufflenet"))
+    shapes = {t.name: numpy_helper.to_array(t) for t in shipped.graph.initializer}
+    declared = {n.output[0]: tuple(shapes[n.input[0]]) for n in shipped.graph.node
+                if n.op_type == "ConstantOfShape"}
+    light = load_light_model("shufflenet", seed=3)
+    assert light.input_shape == (1, 3, 224, 224)
+    assert not any(n.op_type == "ConstantOfShape" for n in light.model.graph.node)
+    weights = {t.name: numpy_helper.to_array(t) for t in light.model.graph.initializer}
+    assert {n: weights[n].shape for n in declared} == declared
+    assert {t.name for t in light.model.graph.initializer} <= {
+        i.name for i in light.model.graph.input}
+    for n in declared:
+        assert np.unique(weights[n]).size > 1, n
+    again = load_light_model("shufflenet", seed=3)
+    assert all(np.array_equal(numpy_helper.to_array(t), weights[t.name])
+               for t in again.model.graph.initializer)
+    conv = next(n for n in light.model.graph.node if n.op_type == "Conv"
+                and weights[n.input[1]].shape[1] > 16)
+    w = weights[conv.input[1]]
+    assert abs(w.std() - np.sqrt(2.0 / np.prod(w.shape[1:]))) < 0.1 * w.std()
+    # the batch norms normalize what reaches them: their outputs' per-channel mean is
+    # their shift and their standard deviation their scale
+    bns = [n for n in light.model.graph.node if n.op_type == "BatchNormalization"]
+    x = np.random.default_rng(4).normal(0, 1, light.input_shape).astype(np.float32)
+    picked = [bns[1], bns[len(bns) // 2], bns[-1]]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(light.model)
+    probe.graph.output.extend(onnx.helper.make_tensor_value_info(b.output[0], 1, None)
+                              for b in picked)
+    got = _ort(probe, {light.input_name: x}, [b.output[0] for b in picked])
+    for bn, y in zip(picked, got, strict=True):
+        scale, shift = weights[bn.input[1]], weights[bn.input[2]]
+        np.testing.assert_allclose(y.mean(axis=(0, 2, 3)), shift, atol=0.5)
+        ratio = y.std(axis=(0, 2, 3)) / scale
+        assert 0.5 < np.median(ratio) < 2.0, (bn.name, np.median(ratio))
+
+
+def test_squeezenet_64px_float_and_int8_on_fsim() -> None:
+    """Float (CPU) equals onnxruntime; int8 on the accelerator equals the CPU integer
+    graph bit for bit, with its convolutions' MACs on the accelerator."""
+    r = zoo_model_figures("squeezenet", size=64)
+    assert r["size"] == 64 and r["float_cosine"] > 0.99999
+    assert r["exact"] and r["cosine"] > 0.98
+    assert r["accel_mac_fraction"] > 0.98
+    assert r["io_bytes"] == 3 * 64 * 64 * 4 + 1000 * 4
+    reasons = dict(op.split(": ", 1) for op in r["cpu_operators"])
+    assert "max pooling" in reasons["nn.max_pool2d x3"]
+    assert "softmax" in reasons["nn.softmax x1"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_light_model_full_size_float_and_int8(name: str) -> None:
+    """Every zoo model at 224 px: no traceback, int8 on fsim bit-exact against the CPU
+    integer graph, close to onnxruntime's float output, every CPU operator with its
+    reason."""
+    r = zoo_model_figures(name)
+    assert r["float_cosine"] > 0.9999
+    assert r["exact"]
+    assert r["cosine"] > 0.9, r["cosine"]
+    assert r["accel_mac_fraction"] > 0.5
+    for op in r["cpu_operators"]:
+        what, _, reason = op.partition(": ")
+        assert what and len(reason) > 10, op
