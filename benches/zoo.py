@@ -9,7 +9,10 @@ inference) against ``io_bytes`` (input + output), ``exact`` (the int8 output equ
 CPU integer graph's), ``float_cosine`` (tensorfab's float run against onnxruntime's),
 ``cosine`` (int8 against onnxruntime's float output), ``top1_agree`` (the same top
 class), ``cpu_operators`` (what stays on the CPU, with the reason),
-``compile_seconds`` and ``run_seconds`` (int8).
+``compile_seconds`` and ``run_seconds`` (int8). Under ``ort_uint8`` the same int8
+figures for onnxruntime's ``quantize_static`` QDQ model (asymmetric uint8 activations,
+per-channel int8 weights; the opset-9 model converted to opset 13 first) on the same
+calibration images; ``quantize_seconds`` is onnxruntime's calibration.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def zoo_model_figures(name: str, target: str = "fsim", config: str = "default",
-                      size: int = 224, seed: int = 0) -> dict[str, Any]:
+                      size: int = 224, seed: int = 0, ort_uint8: bool = True
+                      ) -> dict[str, Any]:
     """The figures of the module docstring for one light zoo model.
 
     Parameters
@@ -48,9 +52,13 @@ def zoo_model_figures(name: str, target: str = "fsim", config: str = "default",
         The input's height and width (224 as the zoo's models take).
     seed : int
         Seeds the weights, the calibration images and the test image.
+    ort_uint8 : bool
+        Also onnxruntime's uint8 QDQ model (the ``ort_uint8`` figures).
     """
+    import onnx
     import onnxruntime as ort
 
+    from tensorfab.compiler.frontend import quantize_onnx
     from tensorfab.compiler.frontend.onnx_macs import onnx_macs
     from tensorfab.compiler.graph.lower_runtime import evaluate
     from tensorfab.compiler.model_compile import compile_onnx
@@ -70,30 +78,39 @@ def zoo_model_figures(name: str, target: str = "fsim", config: str = "default",
     macs = onnx_macs(light.model, {light.input_name: light.input_shape})
     device = get_device(target)
 
+    def int8_figures(model: onnx.ModelProto, **calibration: Any) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        compiled = compile_onnx(model, config=config, **calibration)
+        t1 = time.perf_counter()
+        profile = profile_program(compiled.program, feeds, device)
+        t2 = time.perf_counter()
+        out = np.asarray(profile.output)
+        host = None if profile.host_traffic is None else profile.host_traffic.total
+        return {
+            "accel_macs": profile.accel_macs,
+            "accel_mac_fraction": round(profile.accel_macs / macs, 4),
+            "host_bytes": host,
+            "io_bytes": int(x.nbytes + out.nbytes),
+            "exact": bool(np.array_equal(out, evaluate(compiled.integer_function, [x]))),
+            "cosine": round(_cosine(out, reference), 5),
+            "top1_agree": bool(np.argmax(out) == np.argmax(reference)),
+            "cpu_operators": list(compiled.cpu_operators),
+            "compile_seconds": round(t1 - t0, 3),
+            "run_seconds": round(t2 - t1, 3),
+        }
+
     floating = compile_onnx(light.model)
     float_out = np.asarray(profile_program(floating.program, feeds, device).output)
-    t0 = time.perf_counter()
-    compiled = compile_onnx(light.model, config=config, calibration=calib)
-    t1 = time.perf_counter()
-    profile = profile_program(compiled.program, feeds, device)
-    t2 = time.perf_counter()
-    out = np.asarray(profile.output)
-    host = None if profile.host_traffic is None else profile.host_traffic.total
-    return {
-        "size": size,
-        "macs": macs,
-        "accel_macs": profile.accel_macs,
-        "accel_mac_fraction": round(profile.accel_macs / macs, 4),
-        "host_bytes": host,
-        "io_bytes": int(x.nbytes + out.nbytes),
-        "exact": bool(np.array_equal(out, evaluate(compiled.integer_function, [x]))),
-        "float_cosine": round(_cosine(float_out, reference), 6),
-        "cosine": round(_cosine(out, reference), 5),
-        "top1_agree": bool(np.argmax(out) == np.argmax(reference)),
-        "cpu_operators": list(compiled.cpu_operators),
-        "compile_seconds": round(t1 - t0, 3),
-        "run_seconds": round(t2 - t1, 3),
-    }
+    row: dict[str, Any] = {"size": size, "macs": macs,
+                           "float_cosine": round(_cosine(float_out, reference), 6)}
+    row.update(int8_figures(light.model, calibration=calib))
+    if ort_uint8:
+        t0 = time.perf_counter()
+        qdq = quantize_onnx(light.model, [{light.input_name: c[None]} for c in calib],
+                            symmetric=False, preprocess=False, activation_dtype="uint8")
+        quantize_seconds = round(time.perf_counter() - t0, 3)
+        row["ort_uint8"] = {"quantize_seconds": quantize_seconds, **int8_figures(qdq)}
+    return row
 
 
 def run_zoo_bench(target: str = "fsim", config: str = "default",

@@ -49,6 +49,14 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
     activation_dtype : str
         ``"int8"`` or ``"uint8"`` (onnxruntime's default for ``quantize_static``: with
         ``symmetric=False``, asymmetric activations with zero points).
+
+    Notes
+    -----
+    A model of an older opset is first converted to opset 13 when ``per_channel`` (the
+    quantizer would write per-channel ``DequantizeLinear`` nodes, whose ``axis`` opset
+    13 introduced, into an opset-11 model), and a model of IR version < 4 is marked IR
+    4 (the quantizer adds initializers that IR 3 would require among the graph inputs;
+    IR 4 reads an old-IR input list unchanged).
     """
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -77,6 +85,7 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
         def get_next(self) -> dict | None:
             return next(self.items, None)
 
+    model = _quantizable_version(model, per_channel)
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # the quantizer logs advice about pre-processing
@@ -100,3 +109,25 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
             return onnx.load(out)
     finally:
         root.setLevel(level)
+
+
+def _quantizable_version(model: onnx.ModelProto, per_channel: bool) -> onnx.ModelProto:
+    """``model`` at an opset and IR version whose quantized form is a valid model (see
+    :func:`quantize_onnx`'s notes); ``model`` itself when it is one already."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    if (not per_channel or opset >= 13) and model.ir_version >= 4:
+        return model
+    if per_channel and opset < 13:
+        from onnx import version_converter
+
+        try:
+            converted = version_converter.convert_version(model, 13)
+        except Exception as e:  # the converter raises its own (C++) error types
+            raise OnnxImportError(f"quantize_onnx: converting the opset-{opset} model to "
+                                  f"opset 13 for per-channel quantization failed: {e}"
+                                  ) from None
+    else:
+        converted = onnx.ModelProto()
+        converted.CopyFrom(model)
+    converted.ir_version = max(converted.ir_version, 4)
+    return converted
