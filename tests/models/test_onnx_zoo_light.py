@@ -99,6 +99,7 @@ def test_squeezenet_64px_float_and_int8_on_fsim() -> None:
         reasons = dict(op.split(": ", 1) for op in row["cpu_operators"])
         assert "max pooling" in reasons["nn.max_pool2d x3"]
         assert "softmax" in reasons["nn.softmax x1"]
+        assert "patches" in reasons["nn.im2col x1"]
 
 
 @pytest.mark.slow
