@@ -54,9 +54,10 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
     -----
     A model of an older opset is first converted to opset 13 when ``per_channel`` (the
     quantizer would write per-channel ``DequantizeLinear`` nodes, whose ``axis`` opset
-    13 introduced, into an opset-11 model), and a model of IR version < 4 is marked IR
-    4 (the quantizer adds initializers that IR 3 would require among the graph inputs;
-    IR 4 reads an old-IR input list unchanged).
+    13 introduced, into an opset-11 model), and a model of IR version < 4 becomes IR 4
+    with its initializers off the graph inputs (the quantizer adds initializers that IR
+    3 would require among the inputs; in IR 3 they are constants either way, in IR 4 a
+    listed one would be an input).
     """
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -129,5 +130,10 @@ def _quantizable_version(model: onnx.ModelProto, per_channel: bool) -> onnx.Mode
     else:
         converted = onnx.ModelProto()
         converted.CopyFrom(model)
-    converted.ir_version = max(converted.ir_version, 4)
+    if converted.ir_version < 4:  # IR 3's initializers are constants, listed as inputs or
+        inits = {t.name for t in converted.graph.initializer}  # not: from IR 4 on, a
+        kept = [i for i in converted.graph.input if i.name not in inits]  # listed one is
+        del converted.graph.input[:]  # an overridable input
+        converted.graph.input.extend(kept)
+        converted.ir_version = 4
     return converted

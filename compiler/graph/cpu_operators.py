@@ -43,6 +43,9 @@ _REASONS: dict[str, str] = {
     "nn.avg_pool2d": "windowed average pooling has no accelerator lowering (a division by "
                      "each window's count of unpadded elements; global average pooling "
                      "has one)",
+    "nn.batch_norm": "a float batch norm that folds into no convolution (in onnxruntime's "
+                     "QDQ models made without quant_pre_process its parameters are "
+                     "dequantized weights and its input a dequantized activation)",
     "nn.lrn": "float local response normalization (a fractional power of a windowed sum "
               "of squares; the accelerator's ALU has no power)",
     "nn.im2col": "gathers a convolution's patches for its GEMM (data movement: a stem of "
