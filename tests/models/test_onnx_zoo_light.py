@@ -30,6 +30,22 @@ def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
     return session.run(outputs, feeds)
 
 
+def _conv_gemm_macs(model: onnx.ModelProto) -> int:
+    """Convolution and dense MACs counted here: output elements × weight elements per
+    output channel (onnx's shape inference), and the Gemm weights' sizes."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in (*inferred.graph.value_info, *inferred.graph.output)}
+    dims = {t.name: list(t.dims) for t in model.graph.initializer}
+    total = 0
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            total += int(np.prod(shapes[node.output[0]])) * int(np.prod(dims[node.input[1]][1:]))
+        elif node.op_type == "Gemm":
+            total += int(np.prod(dims[node.input[1]]))
+    return total
+
+
 def test_every_light_model_is_in_the_onnx_wheel() -> None:
     for name in LIGHT_MODELS:
         assert onnx.load(light_model_path(name), load_external_data=False).graph.node
@@ -92,6 +108,7 @@ def test_squeezenet_64px_float_and_int8_on_fsim() -> None:
     integer graph bit for bit, with its convolutions' MACs on the accelerator."""
     r = zoo_model_figures("squeezenet", size=64)
     assert r["size"] == 64 and r["float_cosine"] > 0.99999
+    assert r["macs"] == _conv_gemm_macs(load_light_model("squeezenet", size=64).model)
     for row, close in ((r, 0.98), (r["ort_uint8"], 0.9)):  # (softmax outputs)
         assert row["exact"] and row["cosine"] > close, row["cosine"]
         assert row["accel_mac_fraction"] > 0.98
@@ -109,6 +126,7 @@ def test_light_model_full_size_float_and_int8(name: str) -> None:
     integer graph, close to onnxruntime's float output, every CPU operator with its
     reason."""
     r = zoo_model_figures(name)
+    assert r["macs"] == _conv_gemm_macs(load_light_model(name).model)
     assert r["float_cosine"] > 0.9999
     for row in (r, r["ort_uint8"]):
         assert row["exact"]
