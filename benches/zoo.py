@@ -7,7 +7,8 @@ Per model: ``size`` (input height and width), ``macs`` (the ONNX model's),
 ``accel_macs``, ``accel_mac_fraction``, ``host_bytes`` (host link traffic of one int8
 inference) against ``io_bytes`` (input + output), ``exact`` (the int8 output equals the
 CPU integer graph's), ``float_cosine`` (tensorfab's float run against onnxruntime's),
-``cosine`` (int8 against onnxruntime's float output), ``top1_agree`` (the same top
+``cosine`` (int8 against onnxruntime's float output; null when the int8 output is all
+zeros), ``top1_agree`` (the same top
 class), ``cpu_operators`` (what stays on the CPU, with the reason),
 ``compile_seconds`` and ``run_seconds`` (int8). Under ``ort_uint8`` the same int8
 figures for onnxruntime's ``quantize_static`` QDQ model (asymmetric uint8 activations,
@@ -32,9 +33,16 @@ __all__ = ["CALIBRATION_IMAGES", "run_zoo_bench", "zoo_model_figures"]
 CALIBRATION_IMAGES = 4
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+def _cosine(a: np.ndarray, b: np.ndarray) -> float | None:
+    """None when either is all zeros (onnxruntime's QDQ softmax output, quantized on a
+    fixed [0, 1] range, is all zeros for a near-uniform distribution of 1000 classes)."""
     a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
-    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return None if norms == 0.0 else float(a @ b / norms)
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def zoo_model_figures(name: str, target: str = "fsim", config: str = "default",
@@ -92,7 +100,7 @@ def zoo_model_figures(name: str, target: str = "fsim", config: str = "default",
             "host_bytes": host,
             "io_bytes": int(x.nbytes + out.nbytes),
             "exact": bool(np.array_equal(out, evaluate(compiled.integer_function, [x]))),
-            "cosine": round(_cosine(out, reference), 5),
+            "cosine": _rounded(_cosine(out, reference), 5),
             "top1_agree": bool(np.argmax(out) == np.argmax(reference)),
             "cpu_operators": list(compiled.cpu_operators),
             "compile_seconds": round(t1 - t0, 3),
@@ -102,7 +110,7 @@ def zoo_model_figures(name: str, target: str = "fsim", config: str = "default",
     floating = compile_onnx(light.model)
     float_out = np.asarray(profile_program(floating.program, feeds, device).output)
     row: dict[str, Any] = {"size": size, "macs": macs,
-                           "float_cosine": round(_cosine(float_out, reference), 6)}
+                           "float_cosine": _rounded(_cosine(float_out, reference), 6)}
     row.update(int8_figures(light.model, calibration=calib))
     if ort_uint8:
         t0 = time.perf_counter()

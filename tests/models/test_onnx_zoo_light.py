@@ -128,10 +128,15 @@ def test_light_model_full_size_float_and_int8(name: str) -> None:
     r = zoo_model_figures(name)
     assert r["macs"] == _conv_gemm_macs(load_light_model(name).model)
     assert r["float_cosine"] > 0.9999
+    assert r["cosine"] > 0.95, r["cosine"]
+    # onnxruntime's QDQ models: batch norms and Caffe's Scale layers quantized one by one
+    # (Inception v2: 0.84); Inception v1's softmax output all zeros, as onnxruntime's
+    # own run of its QDQ model gives (a fixed [0, 1] range for 1000 near-equal classes)
+    ort_cosine = r["ort_uint8"]["cosine"]
+    assert ort_cosine is None if name == "inception_v1" else ort_cosine > 0.8, ort_cosine
     for row in (r, r["ort_uint8"]):
         assert row["exact"]
-        assert row["cosine"] > 0.9, row["cosine"]
-        assert row["accel_mac_fraction"] > 0.5
+        assert row["accel_mac_fraction"] > 0.99
         for op in row["cpu_operators"]:
             what, _, reason = op.partition(": ")
             assert what and len(reason) > 10, op
