@@ -41,8 +41,8 @@ def _conv_gemm_macs(model: onnx.ModelProto) -> int:
     for node in model.graph.node:
         if node.op_type == "Conv":
             total += int(np.prod(shapes[node.output[0]])) * int(np.prod(dims[node.input[1]][1:]))
-        elif node.op_type == "Gemm":
-            total += int(np.prod(dims[node.input[1]]))
+        elif node.op_type == "Gemm":  # (Inception v1's weight is a reshaped initializer)
+            total += int(np.prod(dims.get(node.input[1]) or shapes[node.input[1]]))
     return total
 
 
