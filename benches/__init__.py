@@ -161,6 +161,13 @@ def _topologies(target: str = "fsim", config: str = "default") -> dict[str, Any]
     return run_topologies_bench(target, config)
 
 
+def _zoo(target: str = "fsim", config: str = "default") -> dict[str, Any]:
+    """the ONNX zoo's classic CNNs at 224 px, seeded weights: float and int8, MACs, exactness."""
+    from .zoo import run_zoo_bench
+
+    return run_zoo_bench(target, config)
+
+
 BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "fsim-gemm": _fsim_gemm,
     "rtl-speed": _rtl_speed,
@@ -182,4 +189,5 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "efficientnet": _efficientnet,
     "tune": _tune,
     "topologies": _topologies,
+    "zoo": _zoo,
 }

@@ -49,6 +49,15 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
     activation_dtype : str
         ``"int8"`` or ``"uint8"`` (onnxruntime's default for ``quantize_static``: with
         ``symmetric=False``, asymmetric activations with zero points).
+
+    Notes
+    -----
+    A model of an older opset is first converted to opset 13 when ``per_channel`` (the
+    quantizer would write per-channel ``DequantizeLinear`` nodes, whose ``axis`` opset
+    13 introduced, into an opset-11 model), and a model of IR version < 4 becomes IR 4
+    with its initializers off the graph inputs (the quantizer adds initializers that IR
+    3 would require among the inputs; in IR 3 they are constants either way, in IR 4 a
+    listed one would be an input).
     """
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -77,6 +86,7 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
         def get_next(self) -> dict | None:
             return next(self.items, None)
 
+    model = _quantizable_version(model, per_channel)
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # the quantizer logs advice about pre-processing
@@ -100,3 +110,30 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
             return onnx.load(out)
     finally:
         root.setLevel(level)
+
+
+def _quantizable_version(model: onnx.ModelProto, per_channel: bool) -> onnx.ModelProto:
+    """``model`` at an opset and IR version whose quantized form is a valid model (see
+    :func:`quantize_onnx`'s notes); ``model`` itself when it is one already."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    if (not per_channel or opset >= 13) and model.ir_version >= 4:
+        return model
+    if per_channel and opset < 13:
+        from onnx import version_converter
+
+        try:
+            converted = version_converter.convert_version(model, 13)
+        except Exception as e:  # the converter raises its own (C++) error types
+            raise OnnxImportError(f"quantize_onnx: converting the opset-{opset} model to "
+                                  f"opset 13 for per-channel quantization failed: {e}"
+                                  ) from None
+    else:
+        converted = onnx.ModelProto()
+        converted.CopyFrom(model)
+    if converted.ir_version < 4:  # IR 3's initializers are constants, listed as inputs or
+        inits = {t.name for t in converted.graph.initializer}  # not: from IR 4 on, a
+        kept = [i for i in converted.graph.input if i.name not in inits]  # listed one is
+        del converted.graph.input[:]  # an overridable input
+        converted.graph.input.extend(kept)
+        converted.ir_version = 4
+    return converted

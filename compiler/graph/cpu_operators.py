@@ -40,6 +40,16 @@ _REASONS: dict[str, str] = {
                             "pooling runs on the accelerator)",
     "nn.max_pool2d": "max pooling has no accelerator lowering (int8 on the CPU when its "
                      "input is)",
+    "nn.avg_pool2d": "windowed average pooling has no accelerator lowering (a division by "
+                     "each window's count of unpadded elements; global average pooling "
+                     "has one)",
+    "nn.batch_norm": "a float batch norm that folds into no convolution (in onnxruntime's "
+                     "QDQ models made without quant_pre_process its parameters are "
+                     "dequantized weights and its input a dequantized activation)",
+    "nn.lrn": "float local response normalization (a fractional power of a windowed sum "
+              "of squares; the accelerator's ALU has no power)",
+    "nn.im2col": "gathers a convolution's patches for its GEMM (data movement: a stem of "
+                 "few input channels runs as one GEMM on the accelerator)",
     "mean": "a float reduction (mean pooling or a norm)",
     "qnn.quantize": "float to int8 at an accelerator input",
     "qnn.dequantize": "int8 to float at an accelerator output read by a float operator",

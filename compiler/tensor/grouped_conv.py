@@ -34,8 +34,13 @@ from .lower import lower
 from .operators import CompiledOp, _schedule
 from .workload import Workload
 
-__all__ = ["block_diagonal_weights", "compile_super_groups", "grouped_conv2d",
+__all__ = ["MAX_DENSE_GROUPS", "block_diagonal_weights", "compile_super_groups", "grouped_conv2d",
            "super_group_plan", "super_group_size"]
+
+
+#: The most groups a grouped convolution whose groups fill no whole blocks is run with as
+#: one dense convolution of block-diagonal weights (it costs ``groups``× its MACs).
+MAX_DENSE_GROUPS = 8
 
 
 def super_group_size(cfg: HwConfig, channels_in: int, channels_out: int,
@@ -66,12 +71,16 @@ def super_group_plan(cfg: HwConfig, channels_in: int, channels_out: int,
     serves, else the smallest ``S`` whose super-groups fill whole blocks and ``groups``
     rounded up to a multiple of it, the extra groups all zeros, when that is exactly
     the blocked layout's channel padding (a depthwise convolution of 200 channels on
-    16-lane blocks: ``S = 16`` over 208 groups, the last 8 of them padding).
+    16-lane blocks: ``S = 16`` over 208 groups, the last 8 of them padding), else, for
+    at most :data:`MAX_DENSE_GROUPS` groups, ``(groups, groups)``: one dense convolution
+    with the block-diagonal kernel, its channels padded to whole blocks as any dense
+    convolution's (ShuffleNet's 4 groups of 34 channels: a 136×136 kernel, 4× the
+    model's MACs on the GEMM core instead of a round trip to the CPU).
 
     Raises
     ------
     CompileError
-        Neither fits (e.g. 3 groups of 3 channels on 16-lane blocks).
+        None fits (e.g. 32 groups of 3 channels on 16-lane blocks).
     """
     try:
         return super_group_size(cfg, channels_in, channels_out, groups), groups
@@ -82,10 +91,14 @@ def super_group_plan(cfg: HwConfig, channels_in: int, channels_out: int,
         padded = -(-groups // s) * s
         fits = (padded * ci == -(-channels_in // cfg.block_in) * cfg.block_in
                 and padded * co == -(-channels_out // cfg.block_out) * cfg.block_out)
-        if not fits:
-            raise CompileError(f"{exc}, and padding them to {padded} groups would exceed "
-                               "the blocked layout's channel padding") from None
-        return s, padded
+        if fits:
+            return s, padded
+        if groups <= MAX_DENSE_GROUPS:  # one dense convolution, channels padded as any
+            return groups, groups
+        raise CompileError(f"{exc}, padding them to {padded} groups would exceed the "
+                           "blocked layout's channel padding, and one dense convolution of "
+                           f"{groups} diagonal blocks would cost {groups}× the MACs "
+                           f"(at most {MAX_DENSE_GROUPS} groups are taken so)") from None
 
 
 def block_diagonal_weights(w: np.ndarray, groups: int, s: int,
@@ -165,8 +178,14 @@ def grouped_conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray,
                 epilogue, multiplier=epilogue.multiplier + extra,
                 shift=epilogue.shift + extra,  # type: ignore[operator]
                 residual=None if epilogue.residual is None else epilogue.residual + extra)
-    op = compile_super_groups(cfg, x, dense, padded // s, bias, stride=stride,
-                              padding=padding, epilogue=epilogue, vthreads=vthreads)
+    if padded // s == 1 and (c % cfg.block_in or o % cfg.block_out):
+        from .operators import conv2d  # one dense convolution, channels padded
+
+        op = conv2d(cfg, x, dense, bias, stride=stride, padding=padding,
+                    epilogue=epilogue, vthreads=vthreads)
+    else:
+        op = compile_super_groups(cfg, x, dense, padded // s, bias, stride=stride,
+                                  padding=padding, epilogue=epilogue, vthreads=vthreads)
     return dataclasses.replace(op, out_shape=(1, o, *op.out_shape[2:]))
 
 

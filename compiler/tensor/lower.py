@@ -337,13 +337,15 @@ def _one_image(shape: tuple[int, ...], groups: int) -> tuple[int, ...]:
 
 
 def _group_epilogue(ep: Epilogue, i: int, n: int, groups: int) -> Epilogue:
-    """Group ``i``'s epilogue: its ``n`` channels' multipliers and shifts when ``ep`` has
-    them for all ``groups · n`` channels (a grouped convolution), else ``ep``."""
+    """Group ``i``'s epilogue: its ``n`` channels' multipliers, shifts and residual
+    factors when ``ep`` has them for all ``groups · n`` channels (a grouped
+    convolution), else ``ep``."""
     if groups == 1 or ep.multiplier is None or len(ep.multiplier) != groups * n:
         return ep
     cut = slice(i * n, (i + 1) * n)
     return dataclasses.replace(ep, multiplier=ep.multiplier[cut],
-                               shift=ep.shift[cut] if ep.shift else None)
+                               shift=ep.shift[cut] if ep.shift else None,
+                               residual=None if ep.residual is None else ep.residual[cut])
 
 
 def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray | None = None,
@@ -431,20 +433,23 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
                                                     cfg.block_in), np.concatenate(recs)))
     vectors = ep.channel_vectors()
     for name, vec in vectors.items():
-        if vec.shape != (wl.out_channels,):
+        n = wl.out_channels
+        if vec.shape == (g * n,) and g > 1:  # each group's own (a grouped convolution)
+            packed = np.concatenate([pack_bias_for(cfg, vec[i * n:(i + 1) * n])
+                                     for i in range(g)])
+        elif vec.shape == (n,):
+            packed = np.concatenate([pack_bias_for(cfg, vec)] * g)
+        else:
             raise CompileError(f"the epilogue has {vec.size} per-channel {name} values, the "
-                             f"operator {wl.out_channels} output channels")
-        packed = pack_bias_for(cfg, vec)
-        bld.add_segment(Segment(name, "int32", shapes["bias"][1],
-                                np.concatenate([packed] * g)))
+                               f"operator {n} output channels")
+        bld.add_segment(Segment(name, "int32", shapes["bias"][1], packed))
     out_shape = (g * ext["b"], ext["oc"], wl.out_height, wl.out_width, cfg.batch,
                  cfg.block_out)
     bld.add_segment(Segment("out", "int8", _one_image(out_shape, g) if image_shapes
                             else out_shape, output=True))
-    if ep.residual is not None:
-        bld.add_segment(Segment("res", "int8", (g * ext["b"], ext["oc"], wl.out_height,
-                                                wl.out_width, cfg.batch, cfg.block_out),
-                                residual))
+    if ep.residual is not None:  # the output's layout
+        bld.add_segment(Segment("res", "int8", _one_image(out_shape, g) if image_shapes
+                                else out_shape, residual))
     if low.needs_zeros:
         rows, cols = plan.window
         bld.add_segment(Segment("zeros", "int8", (rows * cols, cfg.batch, cfg.block_in)))

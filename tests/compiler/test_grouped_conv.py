@@ -54,6 +54,8 @@ def grouped_reference(x, w, bias, groups, stride, pad, mult, exp, zp) -> np.ndar
     (64, 32, 8, 6, 1, 1),      # 8 in / 4 out channels a group: super-groups of 4
     (24, 24, 24, 6, 3, 2),     # depthwise, 24 channels: 32 groups, the last 8 padding
     (40, 40, 20, 5, 5, 1),     # 2 channels a group, 20 groups: 24, the last 4 padding
+    (136, 136, 4, 5, 1, 1),    # ShuffleNet's 4 groups of 34: one dense 136×136 kernel
+    (24, 112, 4, 6, 1, 1),     # 6 in / 28 out a group: one dense kernel, outputs padded
 ])
 def test_fsim_equals_numpy_and_cpu_kernels(c, o, groups, size, k, stride) -> None:
     rng = np.random.default_rng(c + groups)
@@ -107,8 +109,12 @@ def test_block_diagonal_layout_and_refusals() -> None:
     assert super_group_plan(DEFAULT, 24, 24, 3) == (2, 4)  # 8 lanes a group: 32 channels
     np.testing.assert_array_equal(block_diagonal_weights(w[:3], 3, 2, 4)[:, :, 0, 0],
                                   [[1, 0], [0, 2], [3, 0], [0, 0]])
-    with pytest.raises(CompileError, match="exceed the blocked layout's channel padding"):
-        super_group_plan(DEFAULT, 9, 9, 3)  # 3 channels a group: 16 groups of 48
+    # 3 channels a group: 16 groups of 48 would exceed the layout's padding; 3 groups
+    # run as one dense convolution of the block-diagonal kernel
+    assert super_group_plan(DEFAULT, 9, 9, 3) == (3, 3)
+    with pytest.raises(CompileError, match=r"exceed the blocked layout's channel padding"
+                       r".*at most 8 groups"):
+        super_group_plan(DEFAULT, 27, 27, 9)  # 9 groups of 3: 16 groups of 48
     with pytest.raises(CompileError, match="rounding='single'"):
         mult, exp = quantize_multipliers(np.full(32, 1e-3))
         grouped_conv2d(DEFAULT, np.zeros((1, 32, 4, 4), np.int8),

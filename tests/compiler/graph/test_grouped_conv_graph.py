@@ -69,3 +69,40 @@ def test_grouped_convolutions_run_on_the_accelerator_bit_exact() -> None:
     with ResidentModel(compiled.program, RtlSimulator()) as resident:
         rtl = profile_program(compiled.program, [x], resident.device, resident=resident)
     np.testing.assert_array_equal(rtl.output, want)
+
+
+def _grouped_residual_onnx() -> onnx.ModelProto:
+    """``relu(a + gconv(a))`` with ``a = relu(conv(x))``: a ``groups=4`` 1×1 convolution
+    of 64 channels (four super-groups of one 16-channel group) with the residual add
+    fused."""
+    rng = np.random.default_rng(5)
+    w1 = rng.normal(0, np.sqrt(2 / 288), (64, 32, 3, 3)).astype(np.float32)
+    w2 = rng.normal(0, 0.03, (64, 16, 1, 1)).astype(np.float32)  # factors >= 256
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["a"]),
+        helper.make_node("Conv", ["a", "w2"], ["c2"], group=4),
+        helper.make_node("Add", ["a", "c2"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "grouped_residual",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 32, 8, 8))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 64, 8, 8))],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_grouped_convolution_with_a_fused_residual_is_bit_exact() -> None:
+    """The fused residual's per-channel factors and its input segment follow the
+    super-groups (each its own factors, the residual in the output's one-image layout)."""
+    rng = np.random.default_rng(6)
+    calib = rng.normal(0, 1, (4, 32, 8, 8)).astype(np.float32)
+    compiled = compile_onnx(_grouped_residual_onnx(), config="default", calibration=calib)
+    fused = [e for e in post_order(compiled.function) if isinstance(e, Call)
+             and e.op == "accel.program" and e.attrs.get("extra_input_segment") == "res"]
+    assert len(fused) == 1 and compiled.cpu_convolutions == ()
+    x = rng.normal(0, 1, (1, 32, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(run_program(compiled.program, [x]),
+                                  run_program(lower_to_runtime(compiled.integer_function),
+                                              [x]))
