@@ -14,11 +14,13 @@ paths to cut instead of its single worst.
 
 ``slack_ns`` is ``period - arrival - setup``. The detailed report has no setup times
 (nextpnr's critical path adds them); :data:`ECP5_SETUP` has those read off nextpnr's
-critical paths: 0 for ECP5 flip-flops, 0.39 ns for a LUT RAM's write enable (taken for
-its write address and data too), 0.22 ns for a block RAM's data inputs, 3.49 ns for the
-operands of a DSP block with its output register. Without them a
-path into a LUT RAM's write port that misses the clock by less than its setup was not
-reported.
+critical paths: 0 for an ECP5 flip-flop's data and clock enable, 0.424 ns for its
+synchronous set/reset ``LSR``, 0.39 ns for a LUT RAM's write enable (taken for its write
+address and data too), 0.22 ns for a block RAM's data inputs, 3.49 ns for the operands
+of a DSP block with its output register. Without them a path into a LUT RAM's write
+port or a flip-flop's ``LSR`` that misses the clock by less than its setup was not
+reported, and one that misses it by more was reported with too much slack (a pin with
+no setup arriving later then passed for the worst).
 """
 
 from __future__ import annotations
@@ -69,14 +71,17 @@ ECP5_DELAYS = CellDelays(
     default_logic=0.3, route=0.8, carry=0.07)
 
 #: Setup times (ns) of capturing pins, by a pattern of the packed cell's name and the
-#: port: nextpnr's critical paths on ECP5 speed grade 6 measured the LUT RAM's ``WRE``
-#: (0.392) and the block RAM's ``DIA17`` (0.218); the LUT RAM's write address and data,
-#: and the block RAM's other data inputs, are taken to be the same. A
+#: port: nextpnr's critical paths on ECP5 speed grade 6 measured a flip-flop's ``LSR``
+#: (0.424; its ``DI``, ``M`` and ``CE`` have none; only a slice's flip-flop has an
+#: ``LSR`` pin, so any cell's counts), the LUT RAM's ``WRE`` (0.392) and the block RAM's
+#: ``DIA17`` (0.218); the LUT RAM's write address and data, and the block RAM's other
+#: data inputs, are taken to be the same. A
 #: :class:`~tensorfab.hw.dsp.RegisteredMultiplier`'s ``MULT18X18D`` (cell ``….dsp``, its
 #: output register on) takes its operands ``A``/``B`` with the multiplication's delay as
 #: setup: 3.486 ns, the largest of prjtrellis' speed-6 ``REGS=OUTPUT`` figures
 #: (3.035-3.486), which nextpnr times it with.
 ECP5_SETUP: tuple[tuple[re.Pattern[str], re.Pattern[str], float], ...] = (
+    (re.compile(r""), re.compile(r"^LSR$"), 0.424),
     (re.compile(r"\$DPRAM_COMB\d*$|_DPR16X4"), re.compile(r"^(WRE|WAD\d*|WD\d*|DI\d*)$"),
      0.392),
     (re.compile(r"DP16KD|\.\d+\.\d+$"), re.compile(r"^DI[AB]\d+$"), 0.218),

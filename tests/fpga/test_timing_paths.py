@@ -205,3 +205,27 @@ def test_registered_dsp_operands_count_the_multiplication_as_setup() -> None:
     result = timing_paths(report, 100.0)
     assert result["failing"] == 1
     assert result["groups"][0]["slack_ns"] == pytest.approx(10.0 - 7.0 - 3.486, abs=1e-3)
+
+
+def test_flip_flop_lsr_counts_its_setup() -> None:
+    """A flip-flop's synchronous reset ``LSR`` has nextpnr's 0.424 ns setup (its data and
+    clock enable none): the figures of a CI build whose critical path ended at an LSR
+    arriving at 9.672 ns while a data pin arrived at 10.082 ns. At 101.03 MHz the LSR,
+    not the later data pin, is the worst slack, with nextpnr's 9.672 + 0.424 ns."""
+    lsr, ff = "top.store.fifo.w_port__addr_TRELLIS_FF_Q_2", "top.compute.a3_b_TRELLIS_FF_Q_32"
+    assert setup_ns(lsr, "LSR") == pytest.approx(0.424)
+    assert setup_ns(ff, "M") == setup_ns(ff, "DI") == setup_ns(ff, "CE") == 0.0
+    report = {"fmax": {}, "critical_paths": [], "detailed_net_timings": [
+        _net("top.store.beat_TRELLIS_FF_Q_LSR", "l1", "F", (lsr, "LSR", 9.672)),
+        _net("top.compute.a3_b_TRELLIS_FF_Q_32_DI", "l2", "F", (ff, "M", 10.082))]}
+    period = 1000 / 101.03
+    result = timing_paths(report, 101.03)
+    assert result["failing"] == 2 and result["worst_arrival_ns"] == 10.082
+    first, second = result["groups"]
+    assert first["to_pin"] == f"{lsr}.LSR" and second["to_pin"] == f"{ff}.M"
+    assert first["slack_ns"] == pytest.approx(period - 9.672 - 0.424, abs=1e-3)
+    assert second["slack_ns"] == pytest.approx(period - 10.082, abs=1e-3)
+    # 0.2 ns before the clock an LSR still misses it, a data pin does not
+    report["detailed_net_timings"] = [
+        _net("top.store.beat_TRELLIS_FF_Q_LSR", "l1", "F", (lsr, "LSR", 9.8), (ff, "M", 9.8))]
+    assert timing_paths(report, 100.0)["failing"] == 1
