@@ -214,6 +214,9 @@ def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING)
     arrived = params.read_latency
     # one read command per row: at most `outstanding` in flight
     spacing = max(float(row_beats), (params.read_latency + row_beats) / params.outstanding)
+    if insn.pad_left == insn.pad_right == 0 and t + row_beats <= arrived + spacing:
+        # every row waits for its data (rows arrive no faster than they are written)
+        return arrived + insn.y * spacing + insn.pad_bottom * cols
     for _ in range(insn.y):
         arrived += spacing
         t = max(t + insn.pad_left + row_beats, arrived) + insn.pad_right
