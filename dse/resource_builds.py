@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tensorfab.fpga_builds.board_configs import board_config
 from tensorfab.isa import PRESETS, HwConfig
 
 __all__ = ["TRAINING_CONFIGS", "design_source_hash", "synthesize_configs", "yosys_version"]
@@ -26,7 +27,9 @@ _BASE = HwConfig()  # the base of `tensorfab dse` points: dram_addr_width 32, qu
 #: The configurations the resource model is fitted to: the presets that fit an 85F
 #: (``tiny``, ``small``) and points around the DSE's base config varying the GEMM shape
 #: (batch, block_in, block_out: 16 to 256 MACs, 4 to 16 ALU lanes), the buffer depths
-#: (10 to 216 block RAMs by their shapes) and the memory bus width (32 to 128 bits).
+#: (10 to 216 block RAMs by their shapes) and the memory bus width (32 to 128 bits);
+#: and the two board configurations (``ecp5-85f``: ``small``'s shape, ``ecp5-25f``:
+#: 1x4x2 on a 16-bit bus), the builds without performance counters.
 TRAINING_CONFIGS: tuple[HwConfig, ...] = (
     PRESETS["tiny"],
     PRESETS["small"],
@@ -44,6 +47,8 @@ TRAINING_CONFIGS: tuple[HwConfig, ...] = (
     dataclasses.replace(_BASE, name="rm-1x8x8-b32", block_in=8, block_out=8, inp_depth=512,
                         wgt_depth=256, acc_depth=512, uop_depth=1024, mem_bus_width=32),
     dataclasses.replace(_BASE, name="rm-2x4x8", batch=2, block_in=4, block_out=8),
+    board_config("ecp5-85f"),
+    board_config("ecp5-25f"),
 )
 
 

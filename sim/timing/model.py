@@ -14,16 +14,24 @@ cycles. It is an event simulation, not a cycle-accurate one:
   tokens it pops have been pushed (a token is pushed when its instruction ends);
 * fetch dispatches in program order; an engine's queue holds ``cmd_queue_depth``
   instructions besides the one the engine holds;
-* the fetch unit's bursts of instruction words share the bus with the LOAD and
-  STORE beats (from :attr:`TimingParams.start` on, ahead of dispatch by
-  :attr:`TimingParams.fetch_ahead` words); a LOAD starting behind a burst waits for
-  part of it (:attr:`TimingParams.fetch_charge`);
+* the fetch unit reads bursts of ``fetch_words / 2`` instruction words whenever it
+  holds few enough (:attr:`TimingParams.fetch_held`), and dispatches a word only once
+  its beats have arrived; the memory serves the bursts and the LOADs' reads in the
+  order of their commands: a LOAD whose read command comes after a burst's gets its
+  data after the burst's beats, and a burst requested while a long LOAD still has more
+  than :attr:`TimingParams.read_window` beats to read lands among them (the rest of
+  the LOAD waits for it);
+* a STORE's write waits for the reads of the LOAD running when its data is ready
+  (not for the LOADs after it: their reads queue behind the write);
 * a LOAD into the accumulators shares the accumulator's write port with the compute
   engine's micro-ops (which take it first): from its first data on (its read latency
   needs no port) its padding moves in the cycles they leave free, its data needs one
   port cycle per entry of ``acc_entry_bytes / mem_bus_bytes`` beats;
 * a LOAD walks its padded block (:func:`load_walk`): padding one entry per cycle, data
   as its beats arrive after the read latency;
+* an ALU instruction's results leave its pipeline ``ALU_PIPELINE_STAGES`` cycles after
+  its last micro-op: the compute engine takes its next instruction meanwhile, the
+  tokens it pushes wait for them;
 * an ALU instruction is held by the pipeline's interlock (:mod:`.alu_interlock`) when
   :func:`program_timing` is given the whole program (its micro-ops).
 
@@ -110,13 +118,23 @@ class TimingParams:
         Instruction words the fetch unit requests or buffers at once
         (:class:`tensorfab.hw.fetch.Fetch`'s ``buffer_words``): it reads bursts of half
         as many words, each word ``insn_width / mem_bus_width`` beats on the bus.
-    fetch_ahead : int
-        Words the fetch unit holds beyond the last one dispatched: it reads the next
-        burst once ``fetch_ahead - fetch_words / 2`` or fewer are held.
-    fetch_charge : float
-        Fraction of the fetch's beats still to come that a LOAD starting behind them
-        waits for (the in-order memory serves them first; calibrated: 0.25, since the
-        bursts overlap the LOAD's own read latency in part).
+    fetch_held : int
+        Words the fetch unit holds outside its buffer (its stage and head registers):
+        it requests the next burst once at most ``fetch_words / 2 + fetch_held`` words
+        are requested and not dispatched.
+    fetch_issue : float
+        Cycles from the dispatch that makes room for a burst to the burst's read
+        command at the memory.
+    fetch_word : float
+        Cycles from a word's last beat to its dispatch (the stage and head registers).
+    load_command : float
+        Cycles from the start of a LOAD to its first read command at the memory (a
+        burst requested by the dispatch its start allows comes first).
+    read_window : float
+        Read beats a LOAD keeps in flight (:class:`tensorfab.hw.arbiter.MemArbiter`
+        grants a load read while at most ``read_beats`` minus its longest burst, 64 -
+        32, are in flight): a burst requested while more than these are still to come
+        lands among the LOAD's reads.
     """
 
     load_fixed: float = 3.0
@@ -127,8 +145,11 @@ class TimingParams:
     outstanding: float = 16.0
     in_order_memory: bool = True
     fetch_words: int = 8
-    fetch_ahead: int = 8
-    fetch_charge: float = 0.25
+    fetch_held: int = 2
+    fetch_issue: float = 4.0
+    fetch_word: float = 2.0
+    load_command: float = 5.0
+    read_window: float = 32.0
 
     @classmethod
     def for_memory(cls, read_latency: int) -> TimingParams:
@@ -146,7 +167,8 @@ fast_reset = is_fast_reset  # the old name of the ISA's predicate
 
 def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING,
               entry_bytes: Mapping[Buffer, int] | None = None) -> tuple[float, float]:
-    """``(fixed cycles, bus beats)`` of one instruction.
+    """``(fixed cycles, bus beats)`` of one instruction: how long it holds its engine
+    (an ALU instruction's tokens are pushed ``ALU_PIPELINE_STAGES`` cycles later).
 
     ``entry_bytes`` gives :func:`~tensorfab.isa.buffer_entry_bytes` of each buffer when
     the caller has it (many instructions of one config)."""
@@ -164,9 +186,9 @@ def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING,
         lines = insn.iter_out * (math.ceil(insn.iter_in / lanes) + 1)
         return params.compute_fixed + lines, 0.0
     if isinstance(insn, Gemm | Alu):
+        # an ALU instruction's pipeline drains beside the next one (its pushes wait)
         n = (insn.uop_end - insn.uop_begin) * insn.iter_out * insn.iter_in
-        drain = ALU_PIPELINE_STAGES if isinstance(insn, Alu) else 0
-        return params.compute_fixed + UOP_INDEX_STAGES + drain + n, 0.0
+        return params.compute_fixed + UOP_INDEX_STAGES + n, 0.0
     return 1.0, 0.0
 
 
@@ -192,6 +214,9 @@ def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING)
     arrived = params.read_latency
     # one read command per row: at most `outstanding` in flight
     spacing = max(float(row_beats), (params.read_latency + row_beats) / params.outstanding)
+    if insn.pad_left == insn.pad_right == 0 and t + row_beats <= arrived + spacing:
+        # every row waits for its data (rows arrive no faster than they are written)
+        return arrived + insn.y * spacing + insn.pad_bottom * cols
     for _ in range(insn.y):
         arrived += spacing
         t = max(t + insn.pad_left + row_beats, arrived) + insn.pad_right
@@ -255,6 +280,7 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     fixed = [0.0] * n
     beats = [0.0] * n
     acc_load = [False] * n
+    push_late = [0.0] * n  # cycles after its end an instruction's tokens are pushed
     # per LOAD into the accumulators: the fixed cycles left when it first writes them
     port_fixed = [0.0] * n
     # per compute instruction: the fraction of its micro-op cycles writing the
@@ -266,7 +292,7 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
         s = static.get(insn)
         if s is None:
             s = static[insn] = _insn_static(insn, cfg, params, entry_bytes)
-        e, pops[i], pushes[i], f, b, acc_load[i], compute = s
+        e, pops[i], pushes[i], f, b, acc_load[i], compute, push_late[i] = s
         eng_of[i] = e
         pos[i] = len(streams[e])
         streams[e].append(i)
@@ -298,79 +324,128 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     stall_t = [0.0, 0.0, 0.0]
     dispatched = 0 if fetch else n
     writing = False  # the running STORE's write has begun
+    behind = -1  # the LOAD whose reads the running STORE's write waits behind
     disp_t = [params.start] * n  # when fetch dispatched each instruction
     free_t = [params.start] * 3  # when each engine last became free
     t = params.start
     done = 0
     inf = math.inf
-    # the fetch unit's reads: words requested, their beats still to move on the bus
+    # the fetch unit's reads in the memory's order: words requested, when each reaches
+    # the dispatch, when the beats of the bursts so far have moved
     words = 0
     if fetch:  # FINISH's word too
         words = n if n and isinstance(insns[-1], Finish) else n + 1
     word_beats = -(-insn_width(cfg) // cfg.mem_bus_width)
     chunk = max(1, params.fetch_words // 2)
-    requested = min(words, params.fetch_words)
-    fetch_left = max(0.0, requested * word_beats - (params.start - params.read_latency))
+    room = params.fetch_words - chunk + params.fetch_held
+    mem_latency = params.read_latency - ARBITER_SLICES  # command to first beat
+    word_at: list[float] = []
+    fetch_end = 0.0
+    requested = 0
+    while requested < min(words, params.fetch_words):  # the first bursts, from reset:
+        w = min(chunk, words - requested)  # their commands at the memory 4, 5, ... cycles on
+        begin = max(ARBITER_SLICES + 2.0 + requested // chunk + mem_latency, fetch_end)
+        word_at += [begin + (j + 1) * word_beats + params.fetch_word for j in range(w)]
+        fetch_end = begin + w * word_beats
+        requested += w
+    ld_command = -inf  # the running LOAD's first read command, and when its data ends
+    ld_data_end = -inf
+    window = params.read_window
     while done < n:
-        # fetch: dispatch in program order while the target queue has room
-        while dispatched < n:
-            k = pos[dispatched] - depth
-            if k >= 0 and ptr[eng_of[dispatched]] <= k:
-                break
-            disp_t[dispatched] = t
-            dispatched += 1
-        while requested < words and requested - dispatched <= params.fetch_ahead - chunk:
-            w = min(chunk, words - requested)
-            requested += w
-            fetch_left += w * word_beats
-        # idle engines take their next instruction when dispatched and its tokens exist
-        wake = inf
-        for e in engines:
-            if run[e] >= 0 or ptr[e] >= stream_len[e]:
-                continue
-            i = streams[e][ptr[e]]
-            if i >= dispatched:
-                continue
-            ready_at = t
-            ok = True
-            for q in pops[i]:
-                if popped[q] >= len(pushed[q]):
-                    ok = False
+        started_ld = False
+        fetch_wait = inf
+        again = True
+        while again:  # while a start or a burst lets fetch dispatch more
+            again = False
+            # fetch: dispatch in program order the words arrived while the target
+            # queue has room
+            while dispatched < n:
+                k = pos[dispatched] - depth
+                if k >= 0 and ptr[eng_of[dispatched]] <= k:
                     break
-                at = pushed[q][popped[q]]
-                if at > ready_at:
-                    ready_at = at
-            if not ok:
-                continue
-            if ready_at > t:
-                if ready_at < wake:
-                    wake = ready_at
-                continue
-            for q in pops[i]:
-                popped[q] += 1
-            ptr[e] += 1
-            start[i] = t
-            stall_t[e] += t - max(free_t[e], disp_t[i])
-            run[e] = i
-            run_fixed[e] = fixed[i]
-            run_beats[e] = beats[i]
-            if e == st:
-                writing = False
-            elif e == ld and in_order:
-                if run[st] >= 0 and writing:
-                    run_fixed[e] += run_beats[st]  # its read waits for the write's beats
-                run_fixed[e] += params.fetch_charge * fetch_left  # and the fetch's reads
+                if fetch and (dispatched >= requested or word_at[dispatched] > t + _EPS):
+                    if dispatched < requested:
+                        fetch_wait = word_at[dispatched]
+                    break
+                disp_t[dispatched] = t
+                dispatched += 1
+            starved = dispatched < n and dispatched >= requested
+            # the next bursts: their command after a LOAD's that started before them,
+            # before a LOAD's that starts now or later
+            while requested < words and requested - dispatched <= room:
+                w = min(chunk, words - requested)
+                command = t + params.fetch_issue
+                begin = max(command + mem_latency, fetch_end)
+                if run[ld] >= 0 and ld_command <= command:
+                    if run_beats[ld] > window:  # among the LOAD's reads: they wait for it
+                        begin = max(begin, t + run_fixed[ld] + window)
+                        run_fixed[ld] += w * word_beats
+                        ld_data_end += w * word_beats
+                    else:
+                        begin = max(begin, ld_data_end)
+                word_at += [begin + (j + 1) * word_beats + params.fetch_word
+                            for j in range(w)]
+                fetch_end = begin + w * word_beats
+                requested += w
+                again = starved
+            # idle engines take their next instruction when dispatched and its tokens exist
+            wake = inf
+            for e in engines:
+                if run[e] >= 0 or ptr[e] >= stream_len[e]:
+                    continue
+                i = streams[e][ptr[e]]
+                if i >= dispatched:
+                    continue
+                ready_at = t
+                ok = True
+                for q in pops[i]:
+                    if popped[q] >= len(pushed[q]):
+                        ok = False
+                        break
+                    at = pushed[q][popped[q]]
+                    if at > ready_at:
+                        ready_at = at
+                if not ok:
+                    continue
+                if ready_at > t:
+                    if ready_at < wake:
+                        wake = ready_at
+                    continue
+                for q in pops[i]:
+                    popped[q] += 1
+                ptr[e] += 1
+                start[i] = t
+                stall_t[e] += t - max(free_t[e], disp_t[i])
+                run[e] = i
+                run_fixed[e] = fixed[i]
+                run_beats[e] = beats[i]
+                if dispatched < n and eng_of[dispatched] == e:
+                    again = True  # its queue has room for the next word
+                if e == st:
+                    writing = False
+                    behind = -1
+                elif e == ld and in_order:
+                    if run[st] >= 0 and writing:
+                        run_fixed[e] += run_beats[st]  # its read waits for the write's beats
+                    started_ld = True
+                    ld_command = t + params.load_command
+        if started_ld and fetch:
+            # its data after the beats of the bursts whose commands came first
+            run_fixed[ld] += max(0.0, fetch_end - (ld_command + mem_latency))
+            ld_data_end = t + run_fixed[ld] + run_beats[ld]
+        if fetch_wait < wake:
+            wake = fetch_wait
         i_ld, i_cp, i_st = run
         if i_ld < 0 and i_cp < 0 and i_st < 0:
             if wake == inf:
                 return None  # deadlock
-            fetch_left = max(0.0, fetch_left - (wake - t))
             t = wake
             continue
         held = -1  # a store whose write waits for the load's reads ahead of it
         if i_st >= 0 and run_fixed[st] <= _EPS and not writing:
-            if in_order and i_ld >= 0:
+            if in_order and i_ld >= 0 and behind in (-1, i_ld):
                 held = st
+                behind = i_ld
             else:
                 writing = True
         # a LOAD into the accumulators waits while the compute engine writes them: its
@@ -395,9 +470,6 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
             if (run[e] >= 0 and run_fixed[e] <= _EPS and run_beats[e] > _EPS and e != held
                     and (e != ld or rate_ld > _EPS)):
                 share += 1
-        if fetch_left > _EPS:
-            share += 1
-            nxt = min(nxt, t + fetch_left * share)
         share = share or 1
         for e in engines:
             if run[e] < 0 or e == held:
@@ -410,8 +482,6 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
             if at < nxt:
                 nxt = at
         dt = nxt - t
-        if fetch_left > _EPS:
-            fetch_left = max(0.0, fetch_left - dt / share)
         for e in engines:
             if run[e] < 0:
                 continue
@@ -429,28 +499,32 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
             if i >= 0 and run_fixed[e] <= _EPS and run_beats[e] <= _EPS:
                 end[i] = t
                 for q in pushes[i]:
-                    pushed[q].append(t)
+                    pushed[q].append(t + push_late[i])
                 run[e] = -1
                 free_t[e] = t
                 done += 1
     busy = {e.name.lower(): busy_t[int(e)] for e in Engine}
     stall = {e.name.lower(): stall_t[int(e)] for e in Engine}
-    return Timing(cycles=max(end, default=t), start=start, end=end, busy=busy, stall=stall)
+    # the last ALU instruction's results leave the pipeline after its end
+    last = max(map(float.__add__, end, push_late), default=t)
+    return Timing(cycles=last, start=start, end=end, busy=busy, stall=stall)
 
 
 def _insn_static(insn: Insn, cfg: HwConfig, params: TimingParams,
                  entry_bytes: Mapping[Buffer, int]
-                 ) -> tuple[int, tuple[int, ...], tuple[int, ...], float, float, bool, bool]:
+                 ) -> tuple[int, tuple[int, ...], tuple[int, ...], float, float, bool, bool,
+                            float]:
     """What :func:`simulate` needs of one instruction: its engine, the queues it pops
-    and pushes, its fixed cycles and beats, whether it loads the accumulators and
-    whether it runs micro-ops."""
+    and pushes, its fixed cycles and beats, whether it loads the accumulators, whether
+    it runs micro-ops and how long after its end its tokens are pushed."""
     engine = insn.engine
     return (int(engine),
             tuple([q for q, f in _POPS[engine] if getattr(insn, f)]),
             tuple([q for q, f in _PUSHES[engine] if getattr(insn, f)]),
             *insn_work(insn, cfg, params, entry_bytes),
             isinstance(insn, Load) and insn.buffer is Buffer.ACC,
-            isinstance(insn, Gemm | Alu))
+            isinstance(insn, Gemm | Alu),
+            float(ALU_PIPELINE_STAGES) if isinstance(insn, Alu) else 0.0)
 
 
 def estimated_cycles(insns: Sequence[Insn], cfg: HwConfig) -> int:
