@@ -20,7 +20,13 @@ __all__ = ["TRAINING_CONFIGS", "design_source_hash", "synthesize_configs", "yosy
 
 #: Source folders that decide the synthesized design (the hardware, its configuration
 #: and the board top with its build flow).
-_DESIGN_DIRS = ("isa", "hw", "fpga_builds")
+#: What the synthesized design comes from: the ISA and the hardware, and the board tops,
+#: board configurations and Yosys commands of ``fpga_builds`` (not its reports, timing
+#: paths or programming tools, which change no netlist).
+_DESIGN_SOURCES = ("isa/**/*.py", "hw/**/*.py", "fpga_builds/board_top.py",
+                   "fpga_builds/boards.py", "fpga_builds/board_configs.py",
+                   "fpga_builds/flow.py", "fpga_builds/breakdown.py",
+                   "fpga_builds/configs/*.json")
 
 _BASE = HwConfig()  # the base of `tensorfab dse` points: dram_addr_width 32, queues 8
 
@@ -53,14 +59,14 @@ TRAINING_CONFIGS: tuple[HwConfig, ...] = (
 
 
 def design_source_hash() -> str:
-    """Hash of the sources the synthesized design comes from (``isa``, ``hw``,
-    ``fpga_builds``): a resource figure belongs to the design of this hash."""
+    """Hash of the sources the synthesized design comes from (:data:`_DESIGN_SOURCES`):
+    a resource figure belongs to the design of this hash."""
     import tensorfab.isa
 
     root = Path(tensorfab.isa.__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for d in _DESIGN_DIRS:
-        for f in sorted((root / d).rglob("*.py")):
+    for pattern in _DESIGN_SOURCES:
+        for f in sorted(root.glob(pattern)):
             h.update(str(f.relative_to(root)).encode())
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
