@@ -10,7 +10,48 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["accelerator_figures", "profile_entry", "rtl_figures"]
+__all__ = ["accelerator_figures", "cosine", "int8_run_figures", "profile_entry",
+           "rtl_figures"]
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float | None:
+    """The cosine of ``a`` and ``b`` flattened; None when either is all zeros (an int8
+    output can be: onnxruntime's QDQ softmax, quantized on a fixed [0, 1] range, is all
+    zeros for a near-uniform distribution of 1000 classes)."""
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return None if norms == 0.0 else float(a @ b / norms)
+
+
+def int8_run_figures(compiled: Any, feeds: Mapping[str, np.ndarray], device: Any,
+                     macs: int, reference: np.ndarray) -> dict[str, Any]:
+    """One profiled run of the compiled model ``compiled`` (a
+    :class:`~tensorfab.compiler.model_compile.CompiledModel`) on ``feeds`` on ``device``:
+    ``accel_macs``, ``accel_mac_fraction`` (of the model's own ``macs``),
+    ``host_bytes`` against ``io_bytes`` (inputs + output), ``exact`` (the output equals
+    the CPU integer graph's), ``cosine`` (:func:`cosine` with the float ``reference``,
+    5 digits), ``top1_agree`` (the same largest entry), ``cpu_operators``,
+    ``run_seconds``."""
+    from tensorfab.compiler.graph.lower_runtime import evaluate
+    from tensorfab.runtime.profiling import profile_program
+
+    t0 = time.perf_counter()
+    profile = profile_program(compiled.program, feeds, device)
+    seconds = time.perf_counter() - t0
+    out = np.asarray(profile.output)
+    exact = np.array_equal(out, evaluate(compiled.integer_function, list(feeds.values())))
+    similarity = cosine(out, reference)
+    return {
+        "accel_macs": profile.accel_macs,
+        "accel_mac_fraction": round(profile.accel_macs / macs, 4),
+        "host_bytes": None if profile.host_traffic is None else profile.host_traffic.total,
+        "io_bytes": int(sum(v.nbytes for v in feeds.values()) + out.nbytes),
+        "exact": bool(exact),
+        "cosine": None if similarity is None else round(similarity, 5),
+        "top1_agree": bool(np.argmax(out) == np.argmax(reference)),
+        "cpu_operators": list(compiled.cpu_operators),
+        "run_seconds": round(seconds, 3),
+    }
 
 
 def profile_entry(profile: Any) -> dict[str, Any]:

@@ -6,7 +6,8 @@ quantizer and as onnxruntime's asymmetric uint8 QDQ model, run on ``target``.
 Per model and quantizer: ``macs`` (the ONNX model's), ``accel_macs``,
 ``accel_mac_fraction``, ``host_bytes`` (host link traffic of one inference) against
 ``io_bytes`` (input + output), ``exact`` (the output equals the CPU integer graph's),
-``cosine`` of the output with onnxruntime's float output, ``cpu_operators`` (what stays
+``cosine`` of the output with onnxruntime's float output, ``top1_agree`` (the same
+largest entry), ``cpu_operators`` (what stays
 on the CPU, with the reason), ``compile_seconds``, ``run_seconds``.
 """
 
@@ -21,12 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from .model_figures import int8_run_figures
+
 __all__ = ["run_topologies_bench"]
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
-    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
 
 def run_topologies_bench(target: str = "fsim", config: str = "default",
@@ -37,10 +35,8 @@ def run_topologies_bench(target: str = "fsim", config: str = "default",
 
     from tensorfab.compiler.frontend import quantize_onnx
     from tensorfab.compiler.frontend.onnx_macs import onnx_macs
-    from tensorfab.compiler.graph.lower_runtime import evaluate
     from tensorfab.compiler.model_compile import compile_onnx
     from tensorfab.models.cnn_topologies import TOPOLOGIES
-    from tensorfab.runtime.profiling import profile_program
     from tensorfab.sim import get_device
 
     device = get_device(target)
@@ -64,23 +60,10 @@ def run_topologies_bench(target: str = "fsim", config: str = "default",
                 qdq = quantize_onnx(model, [{"x": c[None]} for c in calib], symmetric=False,
                                     preprocess=False, activation_dtype="uint8")
                 compiled = compile_onnx(qdq, config=config)
-            t1 = time.perf_counter()
-            profile = profile_program(compiled.program, {"x": x}, device)
-            t2 = time.perf_counter()
-            out = np.asarray(profile.output)
-            host = None if profile.host_traffic is None else profile.host_traffic.total
-            rows[quantizer] = {
-                "macs": macs,
-                "accel_macs": profile.accel_macs,
-                "accel_mac_fraction": round(profile.accel_macs / macs, 4),
-                "host_bytes": host,
-                "io_bytes": int(x.nbytes + out.nbytes),
-                "exact": bool(np.array_equal(out, evaluate(compiled.integer_function, [x]))),
-                "cosine": round(_cosine(out, reference), 5),
-                "cpu_operators": list(compiled.cpu_operators),
-                "compile_seconds": round(t1 - t0, 3),
-                "run_seconds": round(t2 - t1, 3),
-            }
+            compile_seconds = round(time.perf_counter() - t0, 3)
+            rows[quantizer] = {"macs": macs, **int8_run_figures(compiled, {"x": x}, device,
+                                                                macs, reference),
+                               "compile_seconds": compile_seconds}
         result["models"][name] = rows
     return result
 

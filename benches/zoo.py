@@ -27,18 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from .model_figures import cosine, int8_run_figures
+
 __all__ = ["CALIBRATION_IMAGES", "run_zoo_bench", "zoo_model_figures"]
 
 #: Seeded calibration images per model.
 CALIBRATION_IMAGES = 4
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float | None:
-    """None when either is all zeros (onnxruntime's QDQ softmax output, quantized on a
-    fixed [0, 1] range, is all zeros for a near-uniform distribution of 1000 classes)."""
-    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
-    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
-    return None if norms == 0.0 else float(a @ b / norms)
 
 
 def _rounded(value: float | None, digits: int) -> float | None:
@@ -68,7 +62,6 @@ def zoo_model_figures(name: str, target: str = "fsim", config: str = "default",
 
     from tensorfab.compiler.frontend import quantize_onnx
     from tensorfab.compiler.frontend.onnx_macs import onnx_macs
-    from tensorfab.compiler.graph.lower_runtime import evaluate
     from tensorfab.compiler.model_compile import compile_onnx
     from tensorfab.models.onnx_zoo_light import load_light_model
     from tensorfab.runtime.profiling import profile_program
@@ -89,28 +82,14 @@ def zoo_model_figures(name: str, target: str = "fsim", config: str = "default",
     def int8_figures(model: onnx.ModelProto, **calibration: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
         compiled = compile_onnx(model, config=config, **calibration)
-        t1 = time.perf_counter()
-        profile = profile_program(compiled.program, feeds, device)
-        t2 = time.perf_counter()
-        out = np.asarray(profile.output)
-        host = None if profile.host_traffic is None else profile.host_traffic.total
-        return {
-            "accel_macs": profile.accel_macs,
-            "accel_mac_fraction": round(profile.accel_macs / macs, 4),
-            "host_bytes": host,
-            "io_bytes": int(x.nbytes + out.nbytes),
-            "exact": bool(np.array_equal(out, evaluate(compiled.integer_function, [x]))),
-            "cosine": _rounded(_cosine(out, reference), 5),
-            "top1_agree": bool(np.argmax(out) == np.argmax(reference)),
-            "cpu_operators": list(compiled.cpu_operators),
-            "compile_seconds": round(t1 - t0, 3),
-            "run_seconds": round(t2 - t1, 3),
-        }
+        compile_seconds = round(time.perf_counter() - t0, 3)
+        return {**int8_run_figures(compiled, feeds, device, macs, reference),
+                "compile_seconds": compile_seconds}
 
     floating = compile_onnx(light.model)
     float_out = np.asarray(profile_program(floating.program, feeds, device).output)
     row: dict[str, Any] = {"size": size, "macs": macs,
-                           "float_cosine": _rounded(_cosine(float_out, reference), 6)}
+                           "float_cosine": _rounded(cosine(float_out, reference), 6)}
     row.update(int8_figures(light.model, calibration=calib))
     if ort_uint8:
         t0 = time.perf_counter()
