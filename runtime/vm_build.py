@@ -82,8 +82,9 @@ def build_executable(program: GraphProgram, plan: HostPlan | None = None,
         elif plan is not None and node.output in plan.places:
             offset, shape, dtype = plan.places[node.output]
             code.append((Op.ALLOC_TENSOR, r(node.output), arena, offset, dtype, shape))
-            if not (node.op in VIEW_OPS and
-                    plan.places.get(node.inputs[0], ())[:3:2] == (offset, dtype)):
+            source = plan.places.get(node.inputs[0]) if node.inputs else None
+            over_input = source is not None and (source[0], source[2]) == (offset, dtype)
+            if not (node.op in VIEW_OPS and over_input):
                 attrs.append(dict(node.attrs))
                 nodes.append(k)
                 code.append((Op.INVOKE_INTO, r(node.output), node.op, len(attrs) - 1,
