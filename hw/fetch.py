@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import ErrorCode, HwConfig, Opcode, insn_width
 
+from .block_ram_fifo import BlockRamFifo
 from .insn_check import InsnCheck
 from .layouts import insn_layout
 from .mem_port import LEN_WIDTH, MAX_BURST, MemReadSignature
@@ -37,6 +38,10 @@ class Fetch(wiring.Component):
     After FINISH, an error or ``halt`` it drains the reads still in flight.
 
     The command queues between this unit and the engines are not part of it.
+
+    With ``cfg.fetch_block_ram`` the buffer is a :class:`~.block_ram_fifo.BlockRamFifo`
+    asking for block RAM, whose read register is the stage register: the same cycles,
+    no LUT RAM.
 
     Parameters
     ----------
@@ -109,7 +114,9 @@ class Fetch(wiring.Component):
         D = self.buffer_words
 
         flush = Signal()
-        fifo = SyncFIFO(width=iw, depth=D)
+        block_ram = cfg.fetch_block_ram
+        fifo = (BlockRamFifo(iw, D, ram_style="block") if block_ram
+                else SyncFIFO(width=iw, depth=D))
         m.submodules.fifo = ResetInserter({"sync": flush})(fifo)
         m.submodules.check = check = InsnCheck(cfg)
 
@@ -189,7 +196,7 @@ class Fetch(wiring.Component):
         # register, dispatched from there (the check on the buffer's LUT RAM read was
         # an FPGA critical path)
         staged = Signal()
-        stage_word = Signal(iw)
+        stage_word = fifo.r_data if block_ram else Signal(iw)
         head_valid = Signal()
         head_word = Signal(iw)
         head_ok = Signal()
@@ -215,7 +222,9 @@ class Fetch(wiring.Component):
         with m.If(flush):
             m.d.sync += staged.eq(0)
         with m.Elif(take):
-            m.d.sync += [staged.eq(1), stage_word.eq(fifo.r_data)]
+            m.d.sync += staged.eq(1)
+            if not block_ram:
+                m.d.sync += stage_word.eq(fifo.r_data)
         with m.Elif(advance):
             m.d.sync += staged.eq(0)
         with m.If(flush):

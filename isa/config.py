@@ -66,6 +66,13 @@ class HwConfig:
         small FPGA's config) it keeps CYCLES alone (a run's hardware time); the
         engines' busy and stall cycles, GEMM_BUSY, ALU_BUSY and the retired
         instructions read 0, and a run's counters are then the program's own counts.
+    fetch_block_ram : bool
+        The fetch unit's instruction buffer is a memory with a synchronous read, whose
+        read register is the unit's stage register, placed in block RAM (an iCE40,
+        which has no LUT RAM, holds 8 words of 128 bits in 8 EBRs instead of about
+        1 800 logic cells of flip-flops). False (the default): a FIFO with an
+        asynchronous read (LUT RAM on ECP5) and a stage register of its own. The two
+        run every program in the same cycles.
     """
 
     name: str = "custom"
@@ -86,6 +93,7 @@ class HwConfig:
     cmd_queue_depth: int = 8
     clock_mhz: float = 100.0
     perf_counters: bool = True
+    fetch_block_ram: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch", "block_in", "block_out", "inp_depth", "wgt_depth",
@@ -130,6 +138,9 @@ class HwConfig:
             raise ConfigError("clock_mhz", self.clock_mhz, "must be in (0, 2000]")
         if not isinstance(self.perf_counters, bool):
             raise ConfigError("perf_counters", self.perf_counters, "must be true or false")
+        if not isinstance(self.fetch_block_ram, bool):
+            raise ConfigError("fetch_block_ram", self.fetch_block_ram,
+                              "must be true or false")
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError("name", self.name, "must be a non-empty string")
 
@@ -199,13 +210,16 @@ class HwConfig:
     def to_dict(self) -> dict[str, Any]:
         """Parameters as a plain dict (JSON-ready).
 
-        ``perf_counters`` appears only when False: a config with every counter has the
+        The fields added after the first presets (:data:`OPTIONAL_FIELDS`) appear
+        only when they differ from their defaults: a config of today's hardware has the
         JSON (and so the CRC that seeds random programs and names a bitstream's config)
-        it had before the field existed; :meth:`from_dict` reads a missing one as True.
+        it had before the field existed; :meth:`from_dict` reads a missing one as its
+        default.
         """
         out = dataclasses.asdict(self)
-        if self.perf_counters:
-            del out["perf_counters"]
+        for name, default in OPTIONAL_FIELDS.items():
+            if out[name] == default:
+                del out[name]
         return out
 
     def to_json(self) -> str:
@@ -243,6 +257,10 @@ class HwConfig:
         """A copy with some parameters changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
+
+#: Fields a config's JSON names only when they differ from these defaults (the
+#: hardware options added after the first presets; see :meth:`HwConfig.to_dict`).
+OPTIONAL_FIELDS: dict[str, Any] = {"perf_counters": True, "fetch_block_ram": False}
 
 PRESETS: dict[str, HwConfig] = {
     # Fits an iCE40UP5K: 9 KiB of buffers, 4x4 MACs, 32-bit bus.
@@ -292,4 +310,5 @@ def get_config(name_or_path: str | Path) -> HwConfig:
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(HwConfig))
 """Names of the HwConfig parameters, in declaration order."""
 
-__all__ = ["CONFIG_FIELDS", "PRESETS", "ConfigError", "HwConfig", "get_config", "log2"]
+__all__ = ["CONFIG_FIELDS", "OPTIONAL_FIELDS", "PRESETS", "ConfigError", "HwConfig", "get_config",
+           "log2"]

@@ -43,8 +43,11 @@ ENGINE = {Opcode.LOAD: "load", Opcode.STORE: "store", Opcode.GEMM: "compute",
 
 
 def config() -> HwConfig:
-    """The configuration of the build under test."""
-    return PRESETS[params_from_env()["preset"]]
+    """The configuration of the build under test (a preset, its fetch buffer in block
+    RAM when the build's parameters say so)."""
+    params = params_from_env()
+    return PRESETS[params["preset"]].replace(
+        fetch_block_ram=bool(params.get("fetch_block_ram", False)))
 
 
 def random_insn(cfg: HwConfig, rng: random.Random) -> Insn:

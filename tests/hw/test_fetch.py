@@ -29,6 +29,13 @@ def test_fetch(preset: str) -> None:
     run(built, "hw.tb_fetch")
 
 
+def test_fetch_buffer_in_block_ram() -> None:
+    """The same testbench, the buffer a BlockRamFifo (HwConfig.fetch_block_ram)."""
+    cfg = PRESETS["tiny"].replace(fetch_block_ram=True)
+    built = build(FetchTop(cfg), "fetch_top", {"preset": "tiny", "fetch_block_ram": True})
+    run(built, "hw.tb_fetch")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", ["small", "large"])
 def test_fetch_more_presets(preset: str) -> None:

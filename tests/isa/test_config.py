@@ -58,3 +58,14 @@ def test_get_config_from_file(tmp_path):
     assert cfg.name == "mine" and cfg.acc_depth == 512
     with pytest.raises(ConfigError, match="not a preset"):
         get_config("nonexistent")
+
+
+def test_fetch_block_ram_is_named_in_json_only_when_set():
+    """A config of today's hardware keeps the JSON (and CRC) it had before the field."""
+    cfg = PRESETS["tiny"]
+    assert "fetch_block_ram" not in cfg.to_dict()
+    on = cfg.replace(fetch_block_ram=True)
+    assert on.to_dict()["fetch_block_ram"] is True
+    assert HwConfig.from_json(on.to_json()) == on
+    with pytest.raises(ConfigError, match=r"HwConfig.fetch_block_ram = 1: must be true or false"):
+        cfg.replace(fetch_block_ram=1)

@@ -1,0 +1,106 @@
+"""A FIFO in a memory with a synchronous read: one that FPGA block RAM can hold."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["BlockRamFifo"]
+
+
+class BlockRamFifo(wiring.Component):
+    """``depth`` entries, first in first out, read into a register.
+
+    The write side is Amaranth's ``SyncFIFO``'s: an entry written in one cycle can be
+    read from the next, and a full queue takes no write (not even while read). A read
+    (``r_en`` while ``r_rdy``) takes the head out of the queue into ``r_data`` at the
+    clock edge: ``r_data`` holds the last entry read, from the cycle after its read
+    until the next read (a reset leaves it as it is). Synthesis merges that register
+    into the memory's read port (a synchronous read port enabled by the read), so the
+    entries can sit in block RAM, whose reads are synchronous (an iCE40, which has no
+    LUT RAM, keeps a small FIFO with an asynchronous read in flip-flops, one logic
+    cell per bit).
+
+    A ``SyncFIFO`` followed by a register loaded on each read behaves the same.
+
+    Parameters
+    ----------
+    width : int
+        Bits per entry.
+    depth : int
+        Entries (at least 2).
+    ram_style : str or None
+        Yosys' ``ram_style`` attribute of the memory (``"block"`` asks for block RAM
+        however small the memory is); None leaves the choice to the synthesis tool.
+
+    Attributes
+    ----------
+    w_data : In(width)
+        The entry to write.
+    w_en : In(1)
+        Write ``w_data`` (taken when ``w_rdy``).
+    w_rdy : Out(1)
+        Not full.
+    r_en : In(1)
+        Read the head into ``r_data`` (taken when ``r_rdy``).
+    r_rdy : Out(1)
+        Not empty.
+    r_data : Out(width)
+        The entry of the last read.
+    level : Out(range(depth + 1))
+        Entries in the queue (not counting ``r_data``).
+    """
+
+    def __init__(self, width: int, depth: int, ram_style: str | None = None) -> None:
+        if depth < 2:
+            raise ValueError(f"BlockRamFifo: depth = {depth}; at least 2")
+        self.width = width
+        self.depth = depth
+        self.ram_style = ram_style
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "r_en": In(1), "r_rdy": Out(1), "r_data": Out(width),
+            "level": Out(range(depth + 1)),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        # no_rw_check: Yosys may leave a read of the entry written in the same cycle
+        # undefined (it never happens, see below), instead of emulating the read-first
+        # behaviour of the read below with a register per bit and a bypass
+        attrs = {"no_rw_check": 1}
+        if self.ram_style is not None:
+            attrs["ram_style"] = self.ram_style
+        m.submodules.storage = storage = Memory(shape=unsigned(self.width), depth=self.depth,
+                                                init=[], attrs=attrs)
+        wp = storage.write_port()
+        # an asynchronous read into a register loaded by each read: Yosys merges the
+        # two into the block RAM's synchronous read port (with no_rw_check: a
+        # synchronous port of Amaranth's own is read-first, which it would emulate)
+        rp = storage.read_port(domain="comb")
+        produce = Signal(range(self.depth))
+        consume = Signal(range(self.depth))
+        push = self.w_en & self.w_rdy
+        pop = self.r_en & self.r_rdy
+
+        def after(ptr: Signal) -> Mux:
+            return Mux(ptr == self.depth - 1, 0, ptr + 1)
+        # a read never meets a write of the same entry: an entry is readable the
+        # cycle after its write, and a full queue (the one state where the write
+        # pointer is the read pointer with an entry there) takes no write
+        m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
+                     wp.addr.eq(produce), wp.data.eq(self.w_data), wp.en.eq(push),
+                     rp.addr.eq(consume)]
+        # not reset: a reset of the register would keep it out of the block RAM
+        head = Signal(self.width, reset_less=True)
+        m.d.comb += self.r_data.eq(head)
+        with m.If(pop):
+            m.d.sync += head.eq(rp.data)
+        with m.If(push):
+            m.d.sync += produce.eq(after(produce))
+        with m.If(pop):
+            m.d.sync += consume.eq(after(consume))
+        m.d.sync += self.level.eq(self.level + push - pop)
+        return m
