@@ -62,7 +62,9 @@ class ComputeEngine(wiring.Component):
     ``uop.acc + i·acc_factor_out + [0, iter_in)`` through :attr:`acc_zero`, up to
     :func:`~.signatures.zero_lanes` entries per cycle. Range checks and errors are those
     of the micro-op loop; :attr:`gemm_uops` counts every entry zeroed. The loops
-    themselves are a :class:`~.uop_loop.UopLoop`.
+    themselves are a :class:`~.uop_loop.UopLoop`. Without ``cfg.fast_reset`` there is
+    no fast reset: such a GEMM goes through the pipeline like any other, and
+    :attr:`acc_zero` stays low.
 
     Parameters
     ----------
@@ -393,18 +395,27 @@ class ComputeEngine(wiring.Component):
                      | a4_valid | alu_port.out_valid | a6_valid)
 
         # ------------------------------------------------------------ fast reset
-        m.submodules.fast_reset = fr = FastReset(cfg)
-        wiring.connect(m, wiring.flipped(self.acc_zero), fr.acc_zero)
         stop = self.halt | error
-        m.d.comb += [fr.start.eq(ex.start & is_gemm & fast_reset_condition(g)),
-                     fr.stop.eq(stop), fr.iter_out.eq(g.iter_out), fr.iter_in.eq(g.iter_in),
-                     fr.acc_factor_out.eq(g.acc_factor_out),
-                     fr.acc.eq(uop.acc), fr.src.eq(uop.src), fr.wgt.eq(uop.wgt)]
-        m.d.comb += [self.uop_rd.en.eq(stepping | fr.uop_rd_en),
-                     self.gemm_busy.eq(gemm_slow | fr.zeroing), self.alu_busy.eq(alu_s2),
-                     self.gemm_uops.eq(Mux(fr.zeroing, fr.zeroed, gemm_slow))]
-        with m.If(fr.fail & ~error):
-            m.d.sync += [error.eq(1), err_code.eq(fr.code)]
+        if cfg.fast_reset:
+            m.submodules.fast_reset = fr = FastReset(cfg)
+            wiring.connect(m, wiring.flipped(self.acc_zero), fr.acc_zero)
+            m.d.comb += [fr.start.eq(ex.start & is_gemm & fast_reset_condition(g)),
+                         fr.stop.eq(stop), fr.iter_out.eq(g.iter_out),
+                         fr.iter_in.eq(g.iter_in), fr.acc_factor_out.eq(g.acc_factor_out),
+                         fr.acc.eq(uop.acc), fr.src.eq(uop.src), fr.wgt.eq(uop.wgt)]
+            m.d.comb += [self.uop_rd.en.eq(stepping | fr.uop_rd_en),
+                         self.gemm_busy.eq(gemm_slow | fr.zeroing),
+                         self.gemm_uops.eq(Mux(fr.zeroing, fr.zeroed, gemm_slow))]
+            with m.If(fr.fail & ~error):
+                m.d.sync += [error.eq(1), err_code.eq(fr.code)]
+            fr_start, fr_done = fr.start, fr.done
+        else:
+            # (HwConfig.fast_reset False: every GEMM goes through the pipeline, and
+            # acc_zero stays low)
+            m.d.comb += [self.uop_rd.en.eq(stepping), self.gemm_busy.eq(gemm_slow),
+                         self.gemm_uops.eq(gemm_slow)]
+            fr_start, fr_done = Const(0), Const(0)
+        m.d.comb += self.alu_busy.eq(alu_s2)
         # ------------------------------------------------------------- execution
         with m.If(seq.retire & (opcode == Opcode.FINISH)):
             m.d.sync += finished.eq(1)
@@ -415,7 +426,7 @@ class ComputeEngine(wiring.Component):
             with m.State("WAIT"), m.If(ex.start):
                 with m.If(opcode == Opcode.FINISH):
                     m.d.comb += ex.done.eq(1)
-                with m.Elif(fr.start):
+                with m.Elif(fr_start):
                     m.next = "FAST_RESET"
                 with m.Else():
                     m.next = "RUN"
@@ -426,8 +437,8 @@ class ComputeEngine(wiring.Component):
                 with m.Elif(~hold & loop.last):
                     m.next = "DRAIN"
             with m.State("FAST_RESET"):
-                m.d.comb += ex.done.eq(fr.done)
-                with m.If(stop | fr.done):
+                m.d.comb += ex.done.eq(fr_done)
+                with m.If(stop | fr_done):
                     m.next = "WAIT"
             with m.State("DRAIN"):
                 with m.If(stop):

@@ -226,7 +226,13 @@ class Core(wiring.Component):
                     for k in range(lanes)]
         compute_writes = compute.acc_wr.en & ~compute.acc_zero.en
         load_writes = load.acc_wr.en & ~compute.acc_wr.en & ~compute.acc_zero.en
-        for rd in (compute.acc_rd_dst, compute.acc_rd_src, store.acc_rd):
+        acc_readers = (compute.acc_rd_dst, compute.acc_rd_src, store.acc_rd)
+        if not cfg.fast_reset:  # no fast reset: no flag is read (synthesis drops them)
+            for rd in acc_readers:
+                rp = acc.read_port(transparent_for=(acc_wp,))
+                m.d.comb += [rp.addr.eq(rd.addr), rp.en.eq(rd.en), rd.data.eq(rp.data)]
+            acc_readers = ()
+        for rd in acc_readers:
             rp = acc.read_port(transparent_for=(acc_wp,))
             zp = zflags.read_port(domain="comb")
             row = rd.addr >> lb

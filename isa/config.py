@@ -73,6 +73,13 @@ class HwConfig:
         1 800 logic cells of flip-flops). False (the default): a FIFO with an
         asynchronous read (LUT RAM on ECP5) and a stage register of its own. The two
         run every program in the same cycles.
+    fast_reset : bool
+        The compute engine zeroes the accumulators of a resetting GEMM many entries
+        per cycle (a fast reset, through one zero flag per accumulator entry) when its
+        fields allow (:func:`~tensorfab.isa.insn.is_fast_reset`). False (a small
+        FPGA's config): every GEMM goes through the micro-op pipeline, one entry per
+        cycle; the results are the same, the cycles of such GEMMs more, and the core
+        has no zero flags.
     """
 
     name: str = "custom"
@@ -94,6 +101,7 @@ class HwConfig:
     clock_mhz: float = 100.0
     perf_counters: bool = True
     fetch_block_ram: bool = False
+    fast_reset: bool = True
 
     def __post_init__(self) -> None:
         for name in ("batch", "block_in", "block_out", "inp_depth", "wgt_depth",
@@ -138,9 +146,9 @@ class HwConfig:
             raise ConfigError("clock_mhz", self.clock_mhz, "must be in (0, 2000]")
         if not isinstance(self.perf_counters, bool):
             raise ConfigError("perf_counters", self.perf_counters, "must be true or false")
-        if not isinstance(self.fetch_block_ram, bool):
-            raise ConfigError("fetch_block_ram", self.fetch_block_ram,
-                              "must be true or false")
+        for name in ("fetch_block_ram", "fast_reset"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, getattr(self, name), "must be true or false")
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError("name", self.name, "must be a non-empty string")
 
@@ -260,7 +268,8 @@ class HwConfig:
 
 #: Fields a config's JSON names only when they differ from these defaults (the
 #: hardware options added after the first presets; see :meth:`HwConfig.to_dict`).
-OPTIONAL_FIELDS: dict[str, Any] = {"perf_counters": True, "fetch_block_ram": False}
+OPTIONAL_FIELDS: dict[str, Any] = {"perf_counters": True, "fetch_block_ram": False,
+                                   "fast_reset": True}
 
 PRESETS: dict[str, HwConfig] = {
     # Fits an iCE40UP5K: 9 KiB of buffers, 4x4 MACs, 32-bit bus.

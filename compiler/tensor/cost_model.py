@@ -191,7 +191,8 @@ def _tile_compute_cycles(plan: TilePlan, n_alu_ops: int) -> float:
     kts = plan.ic_tiles()
     out_entries = plan.out_entries
     gemm = sum(out_entries * tic * kh * kw for _, tic in kts)
-    init = out_entries if plan.bias else math.ceil(out_entries / fast_reset_lanes(plan.cfg)) + 1
+    init = (out_entries if plan.bias or not plan.cfg.fast_reset
+            else math.ceil(out_entries / fast_reset_lanes(plan.cfg)) + 1)
     alu = init + out_entries * n_alu_ops
     n_alu_insns = n_alu_ops + (1 if plan.bias else 0)  # the bias move is an ALU MOV
     issue = (len(kts) + 1 + n_alu_ops) * INSN_ISSUE_CYCLES + n_alu_insns * ALU_PIPELINE_STAGES

@@ -181,7 +181,7 @@ def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING,
         return params.load_fixed + walk - insn.y * beats, float(insn.y * beats)
     if isinstance(insn, Store):
         return params.store_fixed, float(insn.y * insn.x * cfg.out_entry_bytes // bus)
-    if is_fast_reset(insn):
+    if cfg.fast_reset and is_fast_reset(insn):
         lanes = fast_reset_lanes(cfg)
         lines = insn.iter_out * (math.ceil(insn.iter_in / lanes) + 1)
         return params.compute_fixed + lines, 0.0
