@@ -86,8 +86,12 @@ class MemArbiter(wiring.Component):
         m = Module()
         # (heads in registers: routing read beats from a LUT RAM's read began FPGA
         # critical paths into every read master)
-        m.submodules.rd_fifo = rd_fifo = RegisterSlice(1 + LEN_WIDTH, self.outstanding)
-        m.submodules.wr_fifo = wr_fifo = RegisterSlice(LEN_WIDTH, self.outstanding)
+        # (in block RAM with HwConfig.block_ram_fifos: an iCE40 has no LUT RAM)
+        block_ram = self.cfg.block_ram_fifos and self.outstanding >= 3
+        m.submodules.rd_fifo = rd_fifo = RegisterSlice(1 + LEN_WIDTH, self.outstanding,
+                                                       block_ram=block_ram)
+        m.submodules.wr_fifo = wr_fifo = RegisterSlice(LEN_WIDTH, self.outstanding,
+                                                       block_ram=block_ram)
         # ---- each master's commands enter through a two-entry register slice, so
         # that no path runs from one master's command logic through the grant into
         # another's (the FPGA's critical path): one cycle more per command. Its head

@@ -39,7 +39,7 @@ class Fetch(wiring.Component):
 
     The command queues between this unit and the engines are not part of it.
 
-    With ``cfg.fetch_block_ram`` the buffer is a :class:`~.block_ram_fifo.BlockRamFifo`
+    With ``cfg.block_ram_fifos`` the buffer is a :class:`~.block_ram_fifo.BlockRamFifo`
     asking for block RAM, whose read register is the stage register: the same cycles,
     no LUT RAM.
 
@@ -114,7 +114,7 @@ class Fetch(wiring.Component):
         D = self.buffer_words
 
         flush = Signal()
-        block_ram = cfg.fetch_block_ram
+        block_ram = cfg.block_ram_fifos
         fifo = (BlockRamFifo(iw, D, ram_style="block") if block_ram
                 else SyncFIFO(width=iw, depth=D))
         m.submodules.fifo = ResetInserter({"sync": flush})(fifo)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
+
+from .block_ram_fifo import BlockRamFifo
 
 __all__ = ["RegisterSlice"]
 
@@ -21,19 +23,29 @@ class RegisterSlice(wiring.Component):
     for a depth of 2, a ``SyncFIFO`` beyond), so whatever follows a read starts at a
     register; ``level`` is a register too.
 
+    With ``block_ram`` the other entries sit in a :class:`~.block_ram_fifo.BlockRamFifo`
+    (block RAM, for an iCE40, which has no LUT RAM), whose read register is the head
+    when the head came from there, and ``r_data`` chooses between it and a register
+    that takes an entry written straight to the head: the same ports and timing, but
+    ``r_data`` is a multiplexer after two registers.
+
     Parameters
     ----------
     width : int
         Bits per entry.
     depth : int
-        Entries (at least 2).
+        Entries (at least 2; at least 3 with ``block_ram``).
+    block_ram : bool
+        The entries behind the head in block RAM.
     """
 
-    def __init__(self, width: int, depth: int = 2) -> None:
-        if depth < 2:
-            raise ValueError(f"RegisterSlice: depth = {depth}; at least 2")
+    def __init__(self, width: int, depth: int = 2, block_ram: bool = False) -> None:
+        if depth < (3 if block_ram else 2):
+            raise ValueError(f"RegisterSlice: depth = {depth}; at least "
+                             f"{3 if block_ram else 2}" + (" in block RAM" if block_ram else ""))
         self.width = width
         self.depth = depth
+        self.block_ram = block_ram
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
@@ -42,6 +54,8 @@ class RegisterSlice(wiring.Component):
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
+        if self.block_ram:
+            return self._elaborate_block_ram(m)
         # (a SyncFIFO of depth 1 has zero-bit pointers, which Verilator misreads; the
         # buffered one of depth 1 is a plain register)
         m.submodules.tail = tail = (SyncFIFOBuffered(width=self.width, depth=1)
@@ -61,5 +75,29 @@ class RegisterSlice(wiring.Component):
             m.d.sync += head.eq(tail.r_data)
         with m.If(push & to_head):
             m.d.sync += head.eq(self.w_data)
+        m.d.sync += level.eq(level + push - pop)
+        return m
+
+    def _elaborate_block_ram(self, m: Module) -> Module:
+        """The entries behind the head in a BlockRamFifo: a pop that leaves the head
+        to the tail reads the tail into its register; a push to the head goes to a
+        register of its own; ``from_tail`` says which one the head is."""
+        m.submodules.tail = tail = BlockRamFifo(self.width, self.depth - 1, ram_style="block")
+        pushed = Signal(self.width, reset_less=True)
+        from_tail = Signal()
+        level = self.level
+        push = self.w_en & self.w_rdy
+        pop = self.r_en & self.r_rdy
+        m.d.comb += [self.r_data.eq(Mux(from_tail, tail.r_data, pushed)),
+                     self.r_rdy.eq(level != 0), self.w_rdy.eq(level != self.depth)]
+        # the new entry goes to the head if the head is free after this cycle (then
+        # the tail is empty: it never refills the head in the same cycle)
+        to_head = (level == 0) | ((level == 1) & pop)
+        m.d.comb += [tail.w_data.eq(self.w_data), tail.w_en.eq(push & ~to_head),
+                     tail.r_en.eq(pop)]
+        with m.If(pop & tail.r_rdy):
+            m.d.sync += from_tail.eq(1)
+        with m.If(push & to_head):
+            m.d.sync += [pushed.eq(self.w_data), from_tail.eq(0)]
         m.d.sync += level.eq(level + push - pop)
         return m

@@ -66,13 +66,15 @@ class HwConfig:
         small FPGA's config) it keeps CYCLES alone (a run's hardware time); the
         engines' busy and stall cycles, GEMM_BUSY, ALU_BUSY and the retired
         instructions read 0, and a run's counters are then the program's own counts.
-    fetch_block_ram : bool
-        The fetch unit's instruction buffer is a memory with a synchronous read, whose
-        read register is the unit's stage register, placed in block RAM (an iCE40,
-        which has no LUT RAM, holds 8 words of 128 bits in 8 EBRs instead of about
-        1 800 logic cells of flip-flops). False (the default): a FIFO with an
-        asynchronous read (LUT RAM on ECP5) and a stage register of its own. The two
-        run every program in the same cycles.
+    block_ram_fifos : bool
+        The fetch unit's instruction buffer and the memory arbiter's two
+        outstanding-command FIFOs keep their entries in memories with a synchronous
+        read, placed in block RAM (an iCE40 has no LUT RAM: 8 EBRs hold the 8 words
+        of 128 bits, one EBR each FIFO of the arbiter, instead of flip-flops): the
+        fetch unit's stage register and the FIFOs' heads are the memories' read
+        registers. False (the default): FIFOs with an asynchronous read (LUT RAM on
+        ECP5) and registers of their own. The two run every program in the same
+        cycles.
     fast_reset : bool
         The compute engine zeroes the accumulators of a resetting GEMM many entries
         per cycle (a fast reset, through one zero flag per accumulator entry) when its
@@ -100,7 +102,7 @@ class HwConfig:
     cmd_queue_depth: int = 8
     clock_mhz: float = 100.0
     perf_counters: bool = True
-    fetch_block_ram: bool = False
+    block_ram_fifos: bool = False
     fast_reset: bool = True
 
     def __post_init__(self) -> None:
@@ -146,7 +148,7 @@ class HwConfig:
             raise ConfigError("clock_mhz", self.clock_mhz, "must be in (0, 2000]")
         if not isinstance(self.perf_counters, bool):
             raise ConfigError("perf_counters", self.perf_counters, "must be true or false")
-        for name in ("fetch_block_ram", "fast_reset"):
+        for name in ("block_ram_fifos", "fast_reset"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "must be true or false")
         if not isinstance(self.name, str) or not self.name:
@@ -268,7 +270,7 @@ class HwConfig:
 
 #: Fields a config's JSON names only when they differ from these defaults (the
 #: hardware options added after the first presets; see :meth:`HwConfig.to_dict`).
-OPTIONAL_FIELDS: dict[str, Any] = {"perf_counters": True, "fetch_block_ram": False,
+OPTIONAL_FIELDS: dict[str, Any] = {"perf_counters": True, "block_ram_fifos": False,
                                    "fast_reset": True}
 
 PRESETS: dict[str, HwConfig] = {

@@ -47,7 +47,7 @@ def config() -> HwConfig:
     RAM when the build's parameters say so)."""
     params = params_from_env()
     return PRESETS[params["preset"]].replace(
-        fetch_block_ram=bool(params.get("fetch_block_ram", False)))
+        block_ram_fifos=bool(params.get("block_ram_fifos", False)))
 
 
 def random_insn(cfg: HwConfig, rng: random.Random) -> Insn:

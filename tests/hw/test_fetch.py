@@ -30,9 +30,9 @@ def test_fetch(preset: str) -> None:
 
 
 def test_fetch_buffer_in_block_ram() -> None:
-    """The same testbench, the buffer a BlockRamFifo (HwConfig.fetch_block_ram)."""
-    cfg = PRESETS["tiny"].replace(fetch_block_ram=True)
-    built = build(FetchTop(cfg), "fetch_top", {"preset": "tiny", "fetch_block_ram": True})
+    """The same testbench, the buffer a BlockRamFifo (HwConfig.block_ram_fifos)."""
+    cfg = PRESETS["tiny"].replace(block_ram_fifos=True)
+    built = build(FetchTop(cfg), "fetch_top", {"preset": "tiny", "block_ram_fifos": True})
     run(built, "hw.tb_fetch")
 
 

@@ -1,4 +1,5 @@
-"""RegisterSlice against Amaranth's SyncFIFO of the same depth and a deque, cycle by cycle."""
+"""RegisterSlice (its tail in flip-flops or in block RAM) against Amaranth's SyncFIFO of the
+same depth and a deque, cycle by cycle."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from amaranth.sim import Simulator
 from tensorfab.hw.register_slice import RegisterSlice
 
 
-@pytest.mark.parametrize(("depth", "seed"), [(2, 0), (2, 1), (2, 2), (3, 0), (3, 1), (5, 0),
-                                           (16, 0)])
-def test_register_slice_is_a_fifo(depth: int, seed: int) -> None:
+@pytest.mark.parametrize(("depth", "seed", "block_ram"),
+                         [(2, 0, False), (2, 1, False), (2, 2, False), (3, 0, False),
+                          (3, 1, False), (5, 0, False), (16, 0, False),
+                          (3, 0, True), (3, 1, True), (5, 0, True), (16, 0, True),
+                          (16, 1, True)])
+def test_register_slice_is_a_fifo(depth: int, seed: int, block_ram: bool) -> None:
     m = Module()
-    m.submodules.dut = dut = RegisterSlice(8, depth)
+    m.submodules.dut = dut = RegisterSlice(8, depth, block_ram=block_ram)
     m.submodules.ref = ref = SyncFIFO(width=8, depth=depth)
     rng = random.Random(seed)
     # pushes outnumber pops for a while, then pops: the queue fills and empties
@@ -60,3 +64,8 @@ def test_register_slice_is_a_fifo(depth: int, seed: int) -> None:
 def test_register_slice_needs_two_entries() -> None:
     with pytest.raises(ValueError, match="depth = 1"):
         RegisterSlice(8, 1)
+
+
+def test_register_slice_in_block_ram_needs_three_entries() -> None:
+    with pytest.raises(ValueError, match="depth = 2; at least 3 in block RAM"):
+        RegisterSlice(8, 2, block_ram=True)

@@ -60,12 +60,12 @@ def test_get_config_from_file(tmp_path):
         get_config("nonexistent")
 
 
-def test_fetch_block_ram_is_named_in_json_only_when_set():
+def test_block_ram_fifos_is_named_in_json_only_when_set():
     """A config of today's hardware keeps the JSON (and CRC) it had before the field."""
     cfg = PRESETS["tiny"]
-    assert "fetch_block_ram" not in cfg.to_dict()
-    on = cfg.replace(fetch_block_ram=True)
-    assert on.to_dict()["fetch_block_ram"] is True
+    assert "block_ram_fifos" not in cfg.to_dict()
+    on = cfg.replace(block_ram_fifos=True)
+    assert on.to_dict()["block_ram_fifos"] is True
     assert HwConfig.from_json(on.to_json()) == on
-    with pytest.raises(ConfigError, match=r"HwConfig.fetch_block_ram = 1: must be true or false"):
-        cfg.replace(fetch_block_ram=1)
+    with pytest.raises(ConfigError, match=r"HwConfig.block_ram_fifos = 1: must be true or false"):
+        cfg.replace(block_ram_fifos=1)

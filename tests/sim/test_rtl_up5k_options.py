@@ -1,5 +1,5 @@
 """The hardware options of the iCEBreaker's `up5k` config on the RTL: the fetch buffer
-in block RAM (HwConfig.fetch_block_ram) runs every program as fsim does and in the same
+in block RAM (HwConfig.block_ram_fifos) runs every program as fsim does and in the same
 cycles as the buffer in LUT RAM; without the fast reset (HwConfig.fast_reset False)
 programs run as fsim does, a resetting GEMM through the micro-op pipeline, and the
 timing model follows the option."""
@@ -24,8 +24,8 @@ MAX_ERROR = 0.06
 
 def test_up5k_runs_like_fsim_and_its_fetch_buffer_keeps_the_cycles() -> None:
     cfg = board_config("up5k")
-    assert cfg.fetch_block_ram and not cfg.fast_reset
-    lut_ram = cfg.replace(fetch_block_ram=False)
+    assert cfg.block_ram_fifos and not cfg.fast_reset
+    lut_ram = cfg.replace(block_ram_fifos=False)
     rtl = RtlSimulator()
     programs = dict(directed_programs(cfg))
     programs.update({f"random {seed}": random_program(cfg, seed) for seed in range(6)})
