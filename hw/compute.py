@@ -404,7 +404,7 @@ class ComputeEngine(wiring.Component):
                          fr.iter_in.eq(g.iter_in), fr.acc_factor_out.eq(g.acc_factor_out),
                          fr.acc.eq(uop.acc), fr.src.eq(uop.src), fr.wgt.eq(uop.wgt)]
             m.d.comb += [self.uop_rd.en.eq(stepping | fr.uop_rd_en),
-                         self.gemm_busy.eq(gemm_slow | fr.zeroing),
+                         self.gemm_busy.eq(gemm_slow | fr.zeroing), self.alu_busy.eq(alu_s2),
                          self.gemm_uops.eq(Mux(fr.zeroing, fr.zeroed, gemm_slow))]
             with m.If(fr.fail & ~error):
                 m.d.sync += [error.eq(1), err_code.eq(fr.code)]
@@ -413,9 +413,8 @@ class ComputeEngine(wiring.Component):
             # (HwConfig.fast_reset False: every GEMM goes through the pipeline, and
             # acc_zero stays low)
             m.d.comb += [self.uop_rd.en.eq(stepping), self.gemm_busy.eq(gemm_slow),
-                         self.gemm_uops.eq(gemm_slow)]
+                         self.alu_busy.eq(alu_s2), self.gemm_uops.eq(gemm_slow)]
             fr_start, fr_done = Const(0), Const(0)
-        m.d.comb += self.alu_busy.eq(alu_s2)
         # ------------------------------------------------------------- execution
         with m.If(seq.retire & (opcode == Opcode.FINISH)):
             m.d.sync += finished.eq(1)
