@@ -14,8 +14,6 @@ sees them). Compiled with numba (:mod:`.model` says how).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
-from operator import attrgetter
 
 import numpy as np
 from numba import njit
@@ -158,9 +156,6 @@ def _decoded_image(program: Program) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-_ACC_SRC = attrgetter("acc", "src")
-
-
 def table_interlock_cycles(program: Program, table: np.ndarray) -> np.ndarray:
     """:func:`alu_interlock_cycles` of the instructions of ``table``
     (:func:`.insn_table.insn_table`)."""
@@ -172,9 +167,10 @@ def table_interlock_cycles(program: Program, table: np.ndarray) -> np.ndarray:
     eb = uop_format(cfg).bytes
     base, rem = divmod(program.uop_offset, eb)
     if not rem and program.uops:
-        fields = np.fromiter(chain.from_iterable(map(_ACC_SRC, program.uops)), np.int64,
-                             count=2 * len(program.uops)).reshape(-1, 2).T.copy()
-        if _interlock(table, fields[0], fields[1], base, True, *args):
+        uops = program.uops
+        acc = np.array([u.acc for u in uops], dtype=np.int64)
+        src = np.array([u.src for u in uops], dtype=np.int64)
+        if _interlock(table, acc, src, base, True, *args):
             return out
     acc, src = _decoded_image(program)
     _interlock(table, acc, src, 0, False, *args)
