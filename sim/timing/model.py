@@ -37,6 +37,10 @@ cycles. It is an event simulation, not a cycle-accurate one:
 
 The constants of :data:`DEFAULT_TIMING` are calibrated against the RTL executor
 (docs/compiler.md, "Timing model").
+
+The simulation is numba-compiled code (``@njit(cache=True)``) over the instruction
+table of :mod:`.insn_table`; ``NUMBA_DISABLE_JIT=1`` runs it as Python
+(docs/architecture.md, "The timing model's compiled code").
 """
 
 from __future__ import annotations
