@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
 from tensorfab.isa import AluOp, Buffer, Insn, Opcode, Program, uop_format
 
 from . import insn_table as col
+from .compiled import compiled
 from .insn_table import insn_table
 
 __all__ = ["INTERLOCK_DISTANCE", "alu_interlock_cycles", "interlock_stalls",
@@ -45,7 +45,7 @@ _LAYOUT = np.array([col.OPCODE, col.LOAD_BUFFER, col.LOAD_SRAM, col.LOAD_DRAM, c
  _L_REQUANT, _L_DISTANCE) = range(26)
 
 
-@njit(cache=True)
+@compiled
 def _stalls(dst: np.ndarray, src: np.ndarray, reads_src: bool, distance: int) -> int:
     """:func:`interlock_stalls` (``src`` ignored unless ``reads_src``)."""
     n = dst.size
@@ -75,7 +75,7 @@ def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
                        INTERLOCK_DISTANCE))
 
 
-@njit(cache=True)
+@compiled
 def _interlock(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray, base: int,
                strict: bool, depth: int, acc_mask: int, lay: np.ndarray,
                out: np.ndarray) -> bool:

@@ -38,7 +38,7 @@ cycles. It is an event simulation, not a cycle-accurate one:
 The constants of :data:`DEFAULT_TIMING` are calibrated against the RTL executor
 (docs/compiler.md, "Timing model").
 
-The simulation is numba-compiled code (``@njit(cache=True)``) over the instruction
+The simulation is numba-compiled code (:func:`.compiled.compiled`) over the instruction
 table of :mod:`.insn_table`; ``NUMBA_DISABLE_JIT=1`` runs it as Python
 (docs/architecture.md, "The timing model's compiled code").
 """
@@ -51,7 +51,6 @@ from dataclasses import astuple, dataclass, field
 from functools import cache
 
 import numpy as np
-from numba import njit
 
 from tensorfab.isa import (
     Buffer,
@@ -78,6 +77,7 @@ from tensorfab.isa.insn import fast_reset_lanes, is_fast_reset
 
 from . import insn_table as col
 from .alu_interlock import table_interlock_cycles
+from .compiled import compiled
 from .insn_table import insn_table
 
 __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
@@ -220,7 +220,7 @@ def _new_constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
                      UOP_INDEX_STAGES, ARBITER_SLICES], dtype=np.float64)
 
 
-@njit(cache=True)
+@compiled
 def _load_walk(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray) -> float:
     """:func:`load_walk` of one table row."""
     pad_left = row[lay[_L_PAD_LEFT]]
@@ -241,7 +241,7 @@ def _load_walk(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray) 
     return t + row[lay[_L_PAD_BOTTOM]] * cols
 
 
-@njit(cache=True)
+@compiled
 def _insn_work(row: np.ndarray, k: np.ndarray, lay: np.ndarray) -> tuple[float, float]:
     """:func:`insn_work` of one table row."""
     bus = int(k[_K_BUS_BYTES])
@@ -320,7 +320,7 @@ class Timing:
     stall: dict[str, float] = field(default_factory=dict)
 
 
-@njit(cache=True)
+@compiled
 def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarray,
               fetch: bool, words: int) -> np.ndarray:
     """The event simulation of :func:`simulate` over ``table``: the cycles (-1 when the

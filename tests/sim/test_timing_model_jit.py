@@ -1,6 +1,7 @@
 """The timing model's compiled code (numba) against the same code interpreted
 (``NUMBA_DISABLE_JIT=1``, in a fresh interpreter): identical cycles, per-engine
-activity and start and end times on random programs of every preset."""
+activity and start and end times on random programs of every preset; and the model
+where numba finds no place for its cache."""
 
 from __future__ import annotations
 
@@ -42,3 +43,14 @@ def test_compiled_model_equals_the_interpreted_one() -> None:
             t = program_timing(random_program(PRESETS[preset], seed))
             compiled = json.loads(json.dumps([t.cycles, t.busy, t.stall, t.start, t.end]))
             assert compiled == interpreted[f"{preset}/{seed}"], (preset, seed)
+
+
+def test_model_compiles_where_numba_has_no_cache_location() -> None:
+    # only the IPython locator, which serves no file: numba finds no cache location
+    env = dict(os.environ, NUMBA_CACHE_LOCATOR_CLASSES="IPythonCacheLocator")
+    run = subprocess.run([sys.executable, "-c", _SCRIPT, "0"], env=env,
+                         capture_output=True, text=True, timeout=300, check=True)
+    uncached = json.loads(run.stdout.splitlines()[-1])
+    assert uncached["compiled"] is True
+    t = program_timing(random_program(PRESETS["small"], 0))
+    assert uncached["small/0"][0] == t.cycles
