@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass, field, fields
 from functools import cache
 
 import numpy as np
@@ -193,6 +193,13 @@ _LAYOUT = np.array(
  _K_ACC_ENTRY_BEATS, _K_WORD_BEATS, _K_ALU_STAGES, _K_INDEX_STAGES,
  _K_ARBITER_SLICES) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25)
 
+# the indices are literals (the compiled code keeps them): check them against the ISA
+if (_L_ENGINE_OF + len(Opcode) != _L_ACC or _L_QUEUES != _L_ACC + 1
+        or _LAYOUT.size != _L_QUEUES + 4 * len(TOKEN_QUEUES)
+        or len(fields(TimingParams)) != _K_READ_WINDOW + 1
+        or _K_ENTRY_BYTES + len(Buffer) != _K_OUT_ENTRY_BYTES):
+    raise ImportError("sim/timing/model.py: renumber the _L_* and _K_* indices for the "
+                      "ISA's opcodes, buffers and token queues and TimingParams' fields")
 
 #: _constants' results by the identity of their arguments (hashing a HwConfig takes
 #: longer than timing a short program)
