@@ -40,15 +40,27 @@ _FIELDS: dict[type[Insn], tuple[str, ...]] = {
 #: Columns of the table: the fields, then :data:`FAST_RESET`.
 COLUMNS = len(_HEAD) + max(len(f) for f in _FIELDS.values()) + 1
 OPCODE, POP_PREV, POP_NEXT, PUSH_PREV, PUSH_NEXT = range(len(_HEAD))
+
+
+def _column(name: str, *classes: type[Insn]) -> int:
+    """The column of field ``name``, the same in each of ``classes``."""
+    (k,) = {len(_HEAD) + _FIELDS[cls].index(name) for cls in classes}
+    return k
+
+
 # LOAD and STORE
-X, Y = 5, 6
-LOAD_BUFFER, LOAD_PAD_TOP, LOAD_PAD_BOTTOM, LOAD_PAD_LEFT, LOAD_PAD_RIGHT = 7, 8, 9, 10, 11
-LOAD_SRAM, LOAD_DRAM, LOAD_STRIDE = 12, 13, 14
+X, Y = _column("x", Load, Store), _column("y", Load, Store)
+LOAD_BUFFER, LOAD_PAD_TOP, LOAD_PAD_BOTTOM, LOAD_PAD_LEFT, LOAD_PAD_RIGHT, LOAD_SRAM, \
+    LOAD_DRAM, LOAD_STRIDE = (_column(f, Load) for f in (
+        "buffer", "pad_top", "pad_bottom", "pad_left", "pad_right", "sram", "dram", "stride"))
 # GEMM and ALU
-UOP_BEGIN, UOP_END, ITER_OUT, ITER_IN = 5, 6, 7, 8
-GEMM_RESET = 9  # then acc_factor_in, inp_factor_out/in, wgt_factor_out/in
-ALU_OP, ALU_USE_IMM = 9, 10
-ALU_DST_FACTOR_OUT, ALU_DST_FACTOR_IN, ALU_SRC_FACTOR_OUT, ALU_SRC_FACTOR_IN = 11, 12, 13, 14
+UOP_BEGIN, UOP_END, ITER_OUT, ITER_IN = (_column(f, Gemm, Alu) for f in (
+    "uop_begin", "uop_end", "iter_out", "iter_in"))
+GEMM_RESET = _column("reset", Gemm)
+ALU_OP, ALU_USE_IMM, ALU_DST_FACTOR_OUT, ALU_DST_FACTOR_IN, ALU_SRC_FACTOR_OUT, \
+    ALU_SRC_FACTOR_IN = (_column(f, Alu) for f in (
+        "op", "use_imm", "dst_factor_out", "dst_factor_in", "src_factor_out",
+        "src_factor_in"))
 #: 1 for a GEMM the compute engine runs as a fast reset
 #: (:func:`~tensorfab.isa.insn.fast_reset_condition`), else 0.
 FAST_RESET = COLUMNS - 1
