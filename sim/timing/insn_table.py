@@ -19,7 +19,7 @@ from tensorfab.isa import Alu, Finish, Gemm, Insn, Load, Store
 from tensorfab.isa.insn import fast_reset_condition
 
 __all__ = ["ALU_DST_FACTOR_IN", "ALU_DST_FACTOR_OUT", "ALU_OP", "ALU_SRC_FACTOR_IN",
-           "ALU_SRC_FACTOR_OUT", "ALU_USE_IMM", "COLUMNS", "FAST_RESET", "GEMM_RESET", "ITER_IN",
+           "ALU_SRC_FACTOR_OUT", "ALU_USE_IMM", "COLUMNS", "FAST_RESET", "ITER_IN",
            "ITER_OUT", "LOAD_BUFFER", "LOAD_DRAM", "LOAD_PAD_BOTTOM", "LOAD_PAD_LEFT",
            "LOAD_PAD_RIGHT", "LOAD_PAD_TOP", "LOAD_SRAM", "LOAD_STRIDE", "OPCODE",
            "POP_NEXT", "POP_PREV", "PUSH_NEXT", "PUSH_PREV", "UOP_BEGIN", "UOP_END", "X",
@@ -31,8 +31,7 @@ _FIELDS: dict[type[Insn], tuple[str, ...]] = {
     Load: ("x", "y", "buffer", "pad_top", "pad_bottom", "pad_left", "pad_right", "sram",
            "dram", "stride"),
     Store: ("x", "y"),
-    Gemm: ("uop_begin", "uop_end", "iter_out", "iter_in", "reset", "acc_factor_in",
-           "inp_factor_out", "inp_factor_in", "wgt_factor_out", "wgt_factor_in"),
+    Gemm: ("uop_begin", "uop_end", "iter_out", "iter_in"),
     Alu: ("uop_begin", "uop_end", "iter_out", "iter_in", "op", "use_imm", "dst_factor_out",
           "dst_factor_in", "src_factor_out", "src_factor_in"),
     Finish: (),
@@ -56,7 +55,6 @@ LOAD_BUFFER, LOAD_PAD_TOP, LOAD_PAD_BOTTOM, LOAD_PAD_LEFT, LOAD_PAD_RIGHT, LOAD_
 # GEMM and ALU
 UOP_BEGIN, UOP_END, ITER_OUT, ITER_IN = (_column(f, Gemm, Alu) for f in (
     "uop_begin", "uop_end", "iter_out", "iter_in"))
-GEMM_RESET = _column("reset", Gemm)
 ALU_OP, ALU_USE_IMM, ALU_DST_FACTOR_OUT, ALU_DST_FACTOR_IN, ALU_SRC_FACTOR_OUT, \
     ALU_SRC_FACTOR_IN = (_column(f, Alu) for f in (
         "op", "use_imm", "dst_factor_out", "dst_factor_in", "src_factor_out",
