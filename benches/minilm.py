@@ -83,7 +83,8 @@ def run_minilm_bench(target: str = "fsim", config: str = "default",
             rows.append({
                 "seq": seq, "tokens": run.tokens, "wall_seconds": round(run.seconds, 3),
                 "accelerator_cycles": profiled.cycles,
-                "accel_mac_fraction": round(profiled.accel_fraction, 4),
+                "accel_mac_fraction": (None if profiled.accel_fraction is None
+                                       else round(profiled.accel_fraction, 4)),
                 "accel_macs": profiled.accel_macs, "cpu_macs": profiled.cpu_macs,
                 "cosine_vs_float": round(cosine, 5),
                 "bucket_compiled": not bucket.cached,

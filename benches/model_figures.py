@@ -4,14 +4,31 @@ utilization per accelerator program, and the same inference in Verilator."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["accelerator_figures", "cosine", "int8_run_figures", "profile_entry",
-           "rtl_figures"]
+__all__ = ["accelerator_figures", "cosine", "int8_run_figures", "model_bench_main",
+           "profile_entry", "rtl_figures"]
+
+
+def model_bench_main(argv: Sequence[str] | None, description: str,
+                     run: Callable[[str, str, list[str] | None], dict[str, Any]]) -> int:
+    """The command line of a benchmark over a set of models: ``--target``,
+    ``--config`` and ``--models A,B`` (default: all), then ``run(target, config,
+    models)``'s JSON printed as the last line."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--target", default="fsim")
+    ap.add_argument("--config", default="default")
+    ap.add_argument("--models", default="", help="comma-separated names (default: all)")
+    args = ap.parse_args(argv)
+    models = [s for s in args.models.split(",") if s] or None
+    print(json.dumps(run(args.target, args.config, models)))
+    return 0
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float | None:

@@ -13,8 +13,6 @@ on the CPU, with the reason), ``compile_seconds``, ``run_seconds``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -22,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .model_figures import int8_run_figures
+from .model_figures import int8_run_figures, model_bench_main
 
 __all__ = ["run_topologies_bench"]
 
@@ -69,15 +67,8 @@ def run_topologies_bench(target: str = "fsim", config: str = "default",
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m tensorfab.benches.topologies [--target T] [--models A,B]``."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="fsim")
-    ap.add_argument("--config", default="default")
-    ap.add_argument("--models", default="")
-    args = ap.parse_args(argv)
-    models = [s for s in args.models.split(",") if s] or None
-    print(json.dumps(run_topologies_bench(args.target, args.config, models)))
-    return 0
+    """``python -m tensorfab.benches.topologies [--target T] [--config C] [--models A,B]``."""
+    return model_bench_main(argv, __doc__.splitlines()[0], run_topologies_bench)
 
 
 if __name__ == "__main__":

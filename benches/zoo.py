@@ -18,8 +18,6 @@ calibration images; ``quantize_seconds`` is onnxruntime's calibration.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -27,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .model_figures import cosine, int8_run_figures
+from .model_figures import cosine, int8_run_figures, model_bench_main
 
 __all__ = ["CALIBRATION_IMAGES", "run_zoo_bench", "zoo_model_figures"]
 
@@ -113,15 +111,8 @@ def run_zoo_bench(target: str = "fsim", config: str = "default",
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m tensorfab.benches.zoo [--target T] [--models A,B]``."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="fsim")
-    ap.add_argument("--config", default="default")
-    ap.add_argument("--models", default="")
-    args = ap.parse_args(argv)
-    models = [s for s in args.models.split(",") if s] or None
-    print(json.dumps(run_zoo_bench(args.target, args.config, models)))
-    return 0
+    """``python -m tensorfab.benches.zoo [--target T] [--config C] [--models A,B]``."""
+    return model_bench_main(argv, __doc__.splitlines()[0], run_zoo_bench)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ loaded resident moves over the host link, from its device memory plan
 (:func:`~tensorfab.runtime.resident.planned_host_traffic`). Resources on an ECP5 board
 come from the resource model fitted to Yosys builds (:mod:`.resource_model`, estimated);
 the board's own configuration is also known to fit from a real build (docs/fpga.md). On
-an iCE40 board (no model) only that build is known.
+an iCE40 board (no model) only that build is known. A config with a real build on the
+board (:data:`~.resource_model.REPORTED_BUILDS`) reports its fmax, and one whose fmax is
+below the board's clock is not the one to build.
 """
 
 from __future__ import annotations
@@ -44,8 +46,13 @@ class ConfigAdvice:
         Whether the config fits the board's device: a recorded real build (it
         routed), else the estimates against its capacity; ``None`` when unknown.
     over : list of str
-        The estimated resources beyond the device, and a real build that did not
-        route.
+        The estimated resources beyond the device, a real build that did not route,
+        and one whose fmax is below the board's clock.
+    fmax_mhz : float or None
+        The fmax a real build of the config on the board reached (:data:`~.resource_model.
+        REPORTED_BUILDS`), None without one.
+    meets_clock : bool or None
+        Whether that build's fmax reaches the board's clock; None without a build.
     estimated_cycles : int
         Sum of the accelerator programs' timing-model cycles, one inference.
     estimated_latency_ms : float
@@ -80,6 +87,8 @@ class ConfigAdvice:
     bram: int | None = None
     fits_board: bool | None = None
     over: list[str] = field(default_factory=list)
+    fmax_mhz: float | None = None
+    meets_clock: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict."""
@@ -112,7 +121,8 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     dict
         ``board``, ``board_memory_bytes``, ``clock_mhz``, ``configs`` (a
         :class:`ConfigAdvice` dict each) and ``build``: the fastest config that fits the
-        memory and the board's device (``None`` if none does), and
+        memory and the board's device and is not known to miss its clock (``None`` if
+        none does), and
         ``fastest_fitting_memory``: the fastest that fits the memory whatever its
         resources; ``resources_source`` says where the resources come from.
     """
@@ -149,6 +159,14 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
             if not known["routed"]:
                 res["over"] = [*res.get("over", []),
                                f"a real build did not route: {known.get('note', '')}"]
+            elif known["fmax_mhz"] is not None:
+                res |= {"fmax_mhz": known["fmax_mhz"],
+                        "meets_clock": known["fmax_mhz"] >= clock}
+                if not res["meets_clock"]:
+                    res["over"] = [*res.get("over", []),
+                                   f"a real build reached {known['fmax_mhz']:g} MHz "
+                                   f"(constraint {known['constraint_mhz']:g} MHz), below "
+                                   f"the board's {clock:g} MHz"]
         elif name == board.config:
             res |= {"resources": "built", "fits_board": board.fits}
         try:
@@ -180,7 +198,8 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
         raise failures[0]  # the model's problem (a float model without --calib), not a config's
     fitting = sorted((r for r in rows if r.fits_memory and r.estimated_cycles is not None),
                      key=lambda r: r.estimated_cycles or 0)
-    build = next((r.config for r in fitting if r.fits_board), None)
+    build = next((r.config for r in fitting if r.fits_board and r.meets_clock is not False),
+                 None)
     return {"board": board.name, "board_memory_bytes": board.mem_bytes,
             "clock_mhz": clock, "configs": [r.to_json() for r in rows],
             "build": build,

@@ -187,9 +187,8 @@ class Program:
             end = max(r.offset + r.nbytes for r in placed.values())
             return {**placed, "end": Region("end", _align(end, align), 0)}
         regions: dict[str, Region] = {}
-        pos = 0
         regions["insns"] = Region("insns", 0, len(self.insns) * self.insn_bytes)
-        pos = _align(regions["insns"].nbytes, align)
+        pos = self.uop_offset
         uop_bytes = len(self.uops) * uop_format(self.config).bytes
         regions[UOP_SEGMENT] = Region(UOP_SEGMENT, pos, uop_bytes)
         pos = _align(pos + uop_bytes, align)
@@ -198,6 +197,14 @@ class Program:
             pos = _align(pos + s.nbytes, align)
         regions["end"] = Region("end", pos, 0)
         return regions
+
+    @property
+    def uop_offset(self) -> int:
+        """Byte address of the micro-op table (``layout()[UOP_SEGMENT].offset``, without
+        laying out the segments)."""
+        if self.placement is not None:
+            return self.placement[UOP_SEGMENT]
+        return _align(len(self.insns) * self.insn_bytes, dram_alignment(self.config))
 
     @property
     def insn_base(self) -> int:

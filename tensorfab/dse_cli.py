@@ -7,6 +7,7 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tensorfab.isa import UsageError
 
@@ -227,11 +228,16 @@ def cmd_advise(args: argparse.Namespace) -> int:
                         _shapes(args.shape) or None,
                         args.configs.split(",") if args.configs else None)
 
+    def fmax(r: dict[str, Any]) -> str:  # a real build's fmax, "!" below the board's clock
+        if r["fmax_mhz"] is None:
+            return "-"
+        return f"{r['fmax_mhz']:.1f}" + ("" if r["meets_clock"] else "!")
+
     def human() -> None:
         print(f"board {result['board']}: {result['board_memory_bytes']:,} bytes of "
               f"device memory, {result['clock_mhz']:g} MHz")
         print(f"{'config':12} {'memory (B)':>11} {'fits':>5} {'resources':>9} "
-              f"{'LUT':>7} {'DSP':>4} {'BRAM':>4} {'fits board':>10} "
+              f"{'LUT':>7} {'DSP':>4} {'BRAM':>4} {'fits board':>10} {'fmax':>6} "
               f"{'cycles (est.)':>14} {'ms (est.)':>10} {'host B/inf':>10}")
         for r in result["configs"]:
             def num(v: int | None) -> str:
@@ -240,7 +246,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
             head = (f"{r['config']:12} {num(r['device_memory_bytes']):>11} "
                     f"{'yes' if r['fits_memory'] else 'NO':>5} {r['resources']:>9} "
                     f"{num(r['lut']):>7} {num(r['dsp']):>4} {num(r['bram']):>4} "
-                    f"{fits_board:>10}")
+                    f"{fits_board:>10} {fmax(r):>6}")
             if r["error"]:
                 print(f"{head} does not compile: {r['error']}")
                 continue
@@ -249,6 +255,10 @@ def cmd_advise(args: argparse.Namespace) -> int:
         print("host B/inf: bytes over the host link per inference, resident "
               "(activations in and out; weights written once at load)")
         print(f"resources: {result['resources_source']}")
+        print("fmax: MHz a real build on the board reached ('!': below the board's clock)")
+        for r in result["configs"]:
+            for reason in r["over"]:
+                print(f"  {r['config']}: {reason}")
         print(f"build: {result['build'] or 'no configuration fits the memory and the board'}"
               + (f" (fastest within memory, whatever its resources: "
                  f"{result['fastest_fitting_memory']})"

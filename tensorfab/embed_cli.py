@@ -30,7 +30,8 @@ def cmd_embed(args: argparse.Namespace) -> int:
         "sentences": [{"text": r.text, "tokens": r.tokens, "bucket": r.bucket,
                        "norm": round(float(n), 6), "seconds": round(r.seconds, 3),
                        "accelerator_cycles": r.cycles,
-                       "accel_mac_fraction": round(r.accel_fraction, 4)}
+                       "accel_mac_fraction": (None if r.accel_fraction is None
+                                              else round(r.accel_fraction, 4))}
                       for r, n in zip(runs, norms, strict=True)],
         "cosine": [[round(float(v), 4) for v in row] for row in cos],
     }

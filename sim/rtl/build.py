@@ -632,6 +632,13 @@ def _model_header(obj: Path, two_evals: bool, gates: tuple[ClockGate, ...] = ()
              f"// {why}", f"#define TF_ONE_EVAL {int(one)}"]
     if one:
         lines += [f'#define TF_ROOT_HEADER "{root_header.name}"', f"#define TF_CLK_PREV {CLK_PREV}"]
+        # the root's evaluation, which the harness calls without Vcore::eval_step's
+        # per-call bookkeeping (see harness.cpp, Harness::step)
+        root_eval = f"{PREFIX}___024root___eval"
+        if any(f"void {root_eval}({PREFIX}___024root* vlSelf)" in cpp.read_text()
+               for cpp in obj.glob(f"{PREFIX}___024root*.cpp")):
+            lines += [f"#define TF_ROOT_CLASS {PREFIX}___024root",
+                      f"#define TF_ROOT_EVAL {root_eval}"]
     # X(clock input, enable output, the clock's edge detector)
     lines.append("#define TF_CLOCK_GATES(X) " + " ".join(
         f"X({_port(g.clock)}, {_port(g.enable_port)}, {prev[g.name]})" for g in gates))

@@ -1,5 +1,6 @@
 """The timing model: a program's cycles and per-engine activity without RTL
-(:mod:`.model`, :mod:`.alu_interlock`), and the ``timing`` device (:mod:`.device`)."""
+(:mod:`.model`, :mod:`.alu_interlock`, numba-compiled over the table of
+:mod:`.insn_table`), and the ``timing`` device (:mod:`.device`)."""
 
 from .device import TimingRunResult, TimingSimulator
 from .model import DEFAULT_TIMING, Timing, TimingParams, estimated_cycles, program_timing, simulate

@@ -8,7 +8,7 @@ is REQUANT). A micro-op that passes S1C at cycle ``t`` lets a dependent one pass
 ``max(previous + 1, max(dependency + 4))``. The pipeline drains between instructions,
 so only micro-ops of one instruction interact. The indices come from the micro-ops the
 program's UOP loads put on chip (followed in program order, as a race-free program
-sees them).
+sees them). Compiled with numba (:mod:`.model` says how).
 """
 
 from __future__ import annotations
@@ -17,13 +17,46 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tensorfab.isa import Alu, AluOp, Buffer, Insn, Load, Program, uop_format
-from tensorfab.isa.program import UOP_SEGMENT
+from tensorfab.isa import AluOp, Buffer, Insn, Opcode, Program, uop_format
 
-__all__ = ["INTERLOCK_DISTANCE", "alu_interlock_cycles", "interlock_stalls"]
+from . import insn_table as col
+from .compiled import compiled
+from .insn_table import insn_table
+
+__all__ = ["INTERLOCK_DISTANCE", "alu_interlock_cycles", "interlock_stalls",
+           "table_interlock_cycles"]
 
 #: Cycles from one micro-op passing S1C to a micro-op reading its result passing it.
 INTERLOCK_DISTANCE = 4
+
+# what the compiled code reads of the table and the ISA (numba's cache is keyed by
+# this file's source only): columns, then Opcode.LOAD, Opcode.ALU, Buffer.UOP,
+# AluOp.REQUANT, INTERLOCK_DISTANCE
+_LAYOUT = np.array([col.OPCODE, col.LOAD_BUFFER, col.LOAD_SRAM, col.LOAD_DRAM, col.Y, col.X,
+                    col.LOAD_STRIDE, col.LOAD_PAD_TOP, col.LOAD_PAD_LEFT, col.LOAD_PAD_RIGHT,
+                    col.LOAD_PAD_BOTTOM, col.UOP_BEGIN, col.UOP_END, col.ITER_OUT,
+                    col.ITER_IN, col.ALU_OP, col.ALU_USE_IMM, col.ALU_DST_FACTOR_OUT,
+                    col.ALU_DST_FACTOR_IN, col.ALU_SRC_FACTOR_OUT, col.ALU_SRC_FACTOR_IN,
+                    Opcode.LOAD, Opcode.ALU, Buffer.UOP, AluOp.REQUANT, INTERLOCK_DISTANCE],
+                   dtype=np.int64)
+(_L_OPCODE, _L_BUFFER, _L_SRAM, _L_DRAM, _L_Y, _L_X, _L_STRIDE, _L_PAD_TOP, _L_PAD_LEFT,
+ _L_PAD_RIGHT, _L_PAD_BOTTOM, _L_UOP_BEGIN, _L_UOP_END, _L_ITER_OUT, _L_ITER_IN, _L_OP,
+ _L_USE_IMM, _L_DST_OUT, _L_DST_IN, _L_SRC_OUT, _L_SRC_IN, _L_LOAD, _L_ALU, _L_UOP,
+ _L_REQUANT, _L_DISTANCE) = range(26)
+
+
+@compiled
+def _stalls(dst: np.ndarray, src: np.ndarray, reads_src: bool, distance: int) -> int:
+    """:func:`interlock_stalls` (``src`` ignored unless ``reads_src``)."""
+    n = dst.size
+    held = np.zeros(n, np.int64)
+    for i in range(n):
+        h = held[i - 1] if i else 0
+        for d in range(1, min(distance, i + 1)):
+            if dst[i] == dst[i - d] or (reads_src and src[i] == dst[i - d]):
+                h = max(h, held[i - d] + distance - d)
+        held[i] = h
+    return held[n - 1] if n else 0
 
 
 def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
@@ -36,38 +69,82 @@ def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
     src : numpy.ndarray | None
         Entry each reads besides, ``None`` when the operation reads no second entry.
     """
-    n = dst.size
-    dep = np.zeros((INTERLOCK_DISTANCE - 1, n), dtype=bool)
-    for d in range(1, INTERLOCK_DISTANCE):
-        hit = dst[d:] == dst[:-d]
-        if src is not None:
-            hit |= src[d:] == dst[:-d]
-        dep[d - 1, d:] = hit
-    if not dep.any():
-        return 0
-    first = int(np.flatnonzero(dep.any(axis=0))[0])
-    # held[i]: cycles micro-op i passes later than one per cycle would; a dependency
-    # on the one d ahead makes it at least held[i - d] + INTERLOCK_DISTANCE - d
-    deps = dep.tolist()
-    held = [0] * n
-    for i in range(first, n):
-        h = held[i - 1] if i else 0
-        for d in range(1, INTERLOCK_DISTANCE):
-            if deps[d - 1][i]:
-                h = max(h, held[i - d] + INTERLOCK_DISTANCE - d)
-        held[i] = h
-    return held[-1]
+    dst = np.asarray(dst, dtype=np.int64)
+    reads = src is not None
+    return int(_stalls(dst, np.asarray(src if reads else dst, dtype=np.int64), reads,
+                       INTERLOCK_DISTANCE))
 
 
-def _decode_uops(program: Program, image: np.ndarray, load: Load
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(acc, src)`` fields of the micro-ops ``load`` copies from ``image``."""
-    cfg = program.config
-    fmt = uop_format(cfg)
+@compiled
+def _interlock(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray, base: int,
+               strict: bool, depth: int, acc_mask: int, lay: np.ndarray,
+               out: np.ndarray) -> bool:
+    """Fill ``out`` with each instruction's interlock cycles; the micro-ops a UOP load
+    copies from DRAM entry ``a`` are ``uop_acc/src[a - base]``. False when ``strict``
+    and a load reads outside them (outside them is zero otherwise)."""
+    on_chip_acc = np.zeros(depth, np.int64)
+    on_chip_src = np.zeros(depth, np.int64)
+    size = uop_acc.size
+    for k in range(table.shape[0]):
+        row = table[k]
+        out[k] = 0.0
+        opcode = row[lay[_L_OPCODE]]
+        if opcode == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_UOP]:
+            y = row[lay[_L_Y]]
+            x = row[lay[_L_X]]
+            top = row[lay[_L_PAD_TOP]]
+            left = row[lay[_L_PAD_LEFT]]
+            cols = left + x + row[lay[_L_PAD_RIGHT]]
+            rows = top + y + row[lay[_L_PAD_BOTTOM]]
+            first = row[lay[_L_DRAM]] - base
+            stride = row[lay[_L_STRIDE]]
+            if strict:
+                for r in range(y):
+                    a = first + r * stride
+                    if a < 0 or a + x > size:
+                        return False
+            sram = row[lay[_L_SRAM]]
+            for p in range(min(depth, sram + rows * cols) - sram):
+                r = p // cols - top
+                c = p % cols - left
+                va = 0
+                vs = 0
+                if 0 <= r < y and 0 <= c < x:
+                    a = first + r * stride + c
+                    if 0 <= a < size:
+                        va = uop_acc[a]
+                        vs = uop_src[a]
+                on_chip_acc[sram + p] = va
+                on_chip_src[sram + p] = vs
+        elif opcode == lay[_L_ALU]:
+            lo = row[lay[_L_UOP_BEGIN]]
+            hi = row[lay[_L_UOP_END]]
+            n_uops = max(0, min(hi, depth) - lo)
+            iter_out = row[lay[_L_ITER_OUT]]
+            iter_in = row[lay[_L_ITER_IN]]
+            reads_src = row[lay[_L_USE_IMM]] == 0 and row[lay[_L_OP]] != lay[_L_REQUANT]
+            n = iter_out * iter_in * n_uops
+            dst = np.empty(n, np.int64)
+            src = np.empty(n, np.int64)
+            m = 0
+            for i in range(iter_out):
+                for j in range(iter_in):
+                    for u in range(lo, lo + n_uops):
+                        dst[m] = (on_chip_acc[u] + i * row[lay[_L_DST_OUT]]
+                                  + j * row[lay[_L_DST_IN]]) & acc_mask
+                        src[m] = (on_chip_src[u] + i * row[lay[_L_SRC_OUT]]
+                                  + j * row[lay[_L_SRC_IN]]) & acc_mask
+                        m += 1
+            out[k] = float(_stalls(dst, src, reads_src, lay[_L_DISTANCE]))
+    return True
+
+
+def _decoded_image(program: Program) -> tuple[np.ndarray, np.ndarray]:
+    """``(acc, src)`` of every micro-op-sized entry of the program's DRAM image."""
+    fmt = uop_format(program.config)
     eb = fmt.bytes
-    rows = [image[(load.dram + r * load.stride) * eb:(load.dram + r * load.stride + load.x) * eb]
-            for r in range(load.y)]
-    raw = np.concatenate(rows).reshape(-1, eb) if rows else np.zeros((0, eb), np.uint8)
+    image = program.dram_image()
+    raw = image[:image.size // eb * eb].reshape(-1, eb)
     words = np.zeros(raw.shape[0], dtype=np.uint64)
     for b in range(min(eb, -(-fmt.used_bits // 8))):
         words |= raw[:, b].astype(np.uint64) << np.uint64(8 * b)
@@ -79,35 +156,25 @@ def _decode_uops(program: Program, image: np.ndarray, load: Load
     return out[0], out[1]
 
 
-class _UopTable:
-    """The program's micro-op table as arrays, at its entry address in DRAM."""
-
-    def __init__(self, program: Program) -> None:
-        eb = uop_format(program.config).bytes
-        self.base, rem = divmod(program.layout()[UOP_SEGMENT].offset, eb)
-        self.usable = not rem and bool(program.uops)
-        self.acc = np.array([u.acc for u in program.uops], dtype=np.int64)
-        self.src = np.array([u.src for u in program.uops], dtype=np.int64)
-
-    def read(self, load: Load) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(acc, src)`` of the micro-ops ``load`` copies (what the DRAM image holds
-        there); ``None`` when it reads outside the table."""
-        if not self.usable:
-            return None
-        first = load.dram - self.base
-        if load.y == 1:
-            if first < 0 or first + load.x > self.acc.size:
-                return None
-            return self.acc[first:first + load.x], self.src[first:first + load.x]
-        rows = first + np.arange(load.y, dtype=np.int64)[:, None] * load.stride
-        idx = (rows + np.arange(load.x, dtype=np.int64)[None, :]).ravel()
-        if idx.size and (idx.min() < 0 or idx.max() >= self.acc.size):
-            return None
-        return self.acc[idx], self.src[idx]
-
-
-def _reads_src(insn: Alu) -> bool:
-    return not insn.use_imm and insn.op is not AluOp.REQUANT
+def table_interlock_cycles(program: Program, table: np.ndarray) -> np.ndarray:
+    """:func:`alu_interlock_cycles` of the instructions of ``table``
+    (:func:`.insn_table.insn_table`)."""
+    cfg = program.config
+    out = np.zeros(table.shape[0])
+    if not (table[:, col.OPCODE] == Opcode.ALU).any():
+        return out
+    args = (cfg.uop_depth, cfg.acc_depth - 1, _LAYOUT, out)
+    eb = uop_format(cfg).bytes
+    base, rem = divmod(program.uop_offset, eb)
+    if not rem and program.uops:
+        uops = program.uops
+        acc = np.array([u.acc for u in uops], dtype=np.int64)
+        src = np.array([u.src for u in uops], dtype=np.int64)
+        if _interlock(table, acc, src, base, True, *args):
+            return out
+    acc, src = _decoded_image(program)
+    _interlock(table, acc, src, 0, False, *args)
+    return out
 
 
 def alu_interlock_cycles(program: Program, insns: Sequence[Insn] | None = None
@@ -122,46 +189,4 @@ def alu_interlock_cycles(program: Program, insns: Sequence[Insn] | None = None
         The instructions, when not ``program.insns`` (the same micro-op loads).
     """
     insns = program.insns if insns is None else insns
-    depth = program.config.uop_depth
-    uop_acc = np.zeros(depth, dtype=np.int64)
-    uop_src = np.zeros(depth, dtype=np.int64)
-    image: np.ndarray | None = None
-    table: _UopTable | None = None
-    acc_mask = program.config.acc_depth - 1
-    out = [0.0] * len(insns)
-    cache: dict[tuple, int] = {}
-    for k, insn in enumerate(insns):
-        if isinstance(insn, Load) and insn.buffer is Buffer.UOP:
-            if table is None:
-                table = _UopTable(program)
-            from_table = table.read(insn)
-            if from_table is None:
-                if image is None:
-                    image = program.dram_image()
-                from_table = _decode_uops(program, image, insn)
-            grid_a, grid_s = from_table
-            if insn.rows * insn.cols != grid_a.size:  # padded: zeros around the data
-                grid_a = np.zeros(insn.rows * insn.cols, dtype=np.int64)
-                grid_s = np.zeros_like(grid_a)
-                idx = ((np.arange(insn.y)[:, None] + insn.pad_top) * insn.cols
-                       + insn.pad_left + np.arange(insn.x)[None, :]).ravel()
-                grid_a[idx], grid_s[idx] = from_table
-            end = min(depth, insn.sram + grid_a.size)
-            uop_acc[insn.sram:end] = grid_a[:end - insn.sram]
-            uop_src[insn.sram:end] = grid_s[:end - insn.sram]
-        elif isinstance(insn, Alu):
-            lo, hi = insn.uop_begin, insn.uop_end
-            ua, us = uop_acc[lo:hi], uop_src[lo:hi]
-            reads_src = _reads_src(insn)
-            key = (insn, ua.tobytes(), us.tobytes() if reads_src else b"")
-            stall = cache.get(key)
-            if stall is None:
-                i = np.arange(insn.iter_out, dtype=np.int64)[:, None, None]
-                j = np.arange(insn.iter_in, dtype=np.int64)[None, :, None]
-                dst = ((ua[None, None, :] + i * insn.dst_factor_out
-                        + j * insn.dst_factor_in).ravel()) & acc_mask
-                src = ((us[None, None, :] + i * insn.src_factor_out
-                        + j * insn.src_factor_in).ravel() & acc_mask) if reads_src else None
-                stall = cache[key] = interlock_stalls(dst, src)
-            out[k] = float(stall)
-    return out
+    return table_interlock_cycles(program, insn_table(insns)).tolist()

@@ -37,53 +37,55 @@ cycles. It is an event simulation, not a cycle-accurate one:
 
 The constants of :data:`DEFAULT_TIMING` are calibrated against the RTL executor
 (docs/compiler.md, "Timing model").
+
+The simulation is numba-compiled code (:func:`.compiled.compiled`) over the instruction
+table of :mod:`.insn_table`; ``NUMBA_DISABLE_JIT=1`` runs it as Python
+(docs/architecture.md, "The timing model's compiled code").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass, field, fields
+from functools import cache
+
+import numpy as np
 
 from tensorfab.isa import (
-    Alu,
     Buffer,
     Engine,
     Finish,
-    Gemm,
     HwConfig,
     Insn,
     Load,
+    Opcode,
     Program,
     ProgramError,
-    Store,
     buffer_entry_bytes,
     insn_width,
 )
 from tensorfab.isa.formats import (
     ALU_PIPELINE_STAGES,
+    ENGINE_OF,
     FAST_RESET_LANES,
     TOKEN_QUEUES,
     UOP_INDEX_STAGES,
     UOP_READ_STAGES,
-    token_pops,
-    token_pushes,
 )
 from tensorfab.isa.insn import fast_reset_lanes, is_fast_reset
 
-from .alu_interlock import alu_interlock_cycles
+from . import insn_table as col
+from .alu_interlock import table_interlock_cycles
+from .compiled import compiled
+from .insn_table import insn_table
 
 __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
            "estimated_cycles", "fast_reset", "insn_work", "load_walk", "program_timing",
            "simulate"]
 
-_EPS = 1e-9
 #: Register slices a read command and its data pass in the memory arbiter.
 ARBITER_SLICES = 2
-_QUEUE_INDEX = {q.name: k for k, q in enumerate(TOKEN_QUEUES)}
-#: Per engine, ``(queue index, flag)`` of the queues it pops and pushes.
-_POPS = {e: [(_QUEUE_INDEX[q], f) for f, q in token_pops(e)] for e in Engine}
-_PUSHES = {e: [(_QUEUE_INDEX[q], f) for f, q in token_pushes(e)] for e in Engine}
 
 
 @dataclass(frozen=True)
@@ -163,33 +165,121 @@ DEFAULT_TIMING = TimingParams()
 
 
 fast_reset = is_fast_reset  # the old name of the ISA's predicate
+_ENGINES = [e.name.lower() for e in Engine]
+
+# The compiled code reads every constant it does not own from two arrays (numba's
+# cache is keyed by this file's source only, so nothing of another module may be
+# compiled into it): the ISA's and the table's integers (_LAYOUT) and, per config and
+# constants, the numbers of _constants().
+# _LAYOUT: table columns, opcodes, engine of each opcode, Buffer.ACC, then per token
+# queue (producer engine, push column, consumer engine, pop column)
+_L_OPCODE, _L_X, _L_Y, _L_BUFFER, _L_PAD_TOP, _L_PAD_BOTTOM, _L_PAD_LEFT, _L_PAD_RIGHT, \
+    _L_UOP_BEGIN, _L_UOP_END, _L_ITER_OUT, _L_ITER_IN, _L_FAST_RESET, _L_LOAD, _L_STORE, \
+    _L_GEMM, _L_ALU, _L_ENGINE_OF, _L_ACC, _L_QUEUES = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                        12, 13, 14, 15, 16, 17, 22, 23)
+_LAYOUT = np.array(
+    [col.OPCODE, col.X, col.Y, col.LOAD_BUFFER, col.LOAD_PAD_TOP, col.LOAD_PAD_BOTTOM,
+     col.LOAD_PAD_LEFT, col.LOAD_PAD_RIGHT, col.UOP_BEGIN, col.UOP_END, col.ITER_OUT,
+     col.ITER_IN, col.FAST_RESET, Opcode.LOAD, Opcode.STORE, Opcode.GEMM, Opcode.ALU,
+     *[ENGINE_OF[Opcode(k)] for k in range(len(Opcode))], Buffer.ACC,
+     *[v for q in TOKEN_QUEUES
+       for v in (q.producer, getattr(col, q.push.upper()), q.consumer,
+                 getattr(col, q.pop.upper()))]], dtype=np.int64)
+# _constants(): the TimingParams fields in order, then the config's and the ISA's
+(_K_LOAD_FIXED, _K_STORE_FIXED, _K_COMPUTE_FIXED, _K_START, _K_READ_LATENCY,
+ _K_OUTSTANDING, _K_IN_ORDER, _K_FETCH_WORDS, _K_FETCH_HELD, _K_FETCH_ISSUE, _K_FETCH_WORD,
+ _K_LOAD_COMMAND, _K_READ_WINDOW) = range(13)
+(_K_BUS_BYTES, _K_ENTRY_BYTES, _K_OUT_ENTRY_BYTES, _K_LANES, _K_DEPTH,
+ _K_ACC_ENTRY_BEATS, _K_WORD_BEATS, _K_ALU_STAGES, _K_INDEX_STAGES,
+ _K_ARBITER_SLICES) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25)
+
+# the indices are literals (the compiled code keeps them): check them against the ISA
+if (_L_ENGINE_OF + len(Opcode) != _L_ACC or _L_QUEUES != _L_ACC + 1
+        or _LAYOUT.size != _L_QUEUES + 4 * len(TOKEN_QUEUES)
+        or len(fields(TimingParams)) != _K_READ_WINDOW + 1
+        or _K_ENTRY_BYTES + len(Buffer) != _K_OUT_ENTRY_BYTES):
+    raise ImportError("sim/timing/model.py: renumber the _L_* and _K_* indices for the "
+                      "ISA's opcodes, buffers and token queues and TimingParams' fields")
+
+#: _constants' results by the identity of their arguments (hashing a HwConfig takes
+#: longer than timing a short program)
+_CONSTANTS: dict[tuple[int, int], tuple[HwConfig, TimingParams, np.ndarray]] = {}
 
 
-def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING,
-              entry_bytes: Mapping[Buffer, int] | None = None) -> tuple[float, float]:
-    """``(fixed cycles, bus beats)`` of one instruction: how long it holds its engine
-    (an ALU instruction's tokens are pushed ``ALU_PIPELINE_STAGES`` cycles later).
+def _constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
+    """The numbers the compiled code reads (the ``_K_*`` indices)."""
+    hit = _CONSTANTS.get((id(cfg), id(params)))
+    if hit is not None and hit[0] is cfg and hit[1] is params:
+        return hit[2]
+    if len(_CONSTANTS) > 64:
+        _CONSTANTS.clear()
+    k = _CONSTANTS[id(cfg), id(params)] = (cfg, params, _new_constants(cfg, params))
+    return k[2]
 
-    ``entry_bytes`` gives :func:`~tensorfab.isa.buffer_entry_bytes` of each buffer when
-    the caller has it (many instructions of one config)."""
-    bus = cfg.mem_bus_bytes
-    if isinstance(insn, Load):
-        row = (entry_bytes[insn.buffer] if entry_bytes is not None
-               else buffer_entry_bytes(cfg, insn.buffer))
-        beats = -(-insn.x * row // bus)
-        walk = load_walk(insn, beats, params)
-        return params.load_fixed + walk - insn.y * beats, float(insn.y * beats)
-    if isinstance(insn, Store):
-        return params.store_fixed, float(insn.y * insn.x * cfg.out_entry_bytes // bus)
-    if cfg.fast_reset and is_fast_reset(insn):
-        lanes = fast_reset_lanes(cfg)
-        lines = insn.iter_out * (math.ceil(insn.iter_in / lanes) + 1)
-        return params.compute_fixed + lines, 0.0
-    if isinstance(insn, Gemm | Alu):
+
+@cache
+def _new_constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
+    return np.array([*map(float, astuple(params)), cfg.mem_bus_bytes,
+                     *[buffer_entry_bytes(cfg, b) for b in Buffer], cfg.out_entry_bytes,
+                     fast_reset_lanes(cfg) if cfg.fast_reset else 0, cfg.cmd_queue_depth,
+                     cfg.acc_entry_bytes / cfg.mem_bus_bytes,
+                     -(-insn_width(cfg) // cfg.mem_bus_width), ALU_PIPELINE_STAGES,
+                     UOP_INDEX_STAGES, ARBITER_SLICES], dtype=np.float64)
+
+
+@compiled
+def _load_walk(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray) -> float:
+    """:func:`load_walk` of one table row."""
+    pad_left = row[lay[_L_PAD_LEFT]]
+    pad_right = row[lay[_L_PAD_RIGHT]]
+    y = row[lay[_L_Y]]
+    cols = pad_left + row[lay[_L_X]] + pad_right
+    t = float(row[lay[_L_PAD_TOP]] * cols)
+    read_latency = k[_K_READ_LATENCY]
+    arrived = read_latency
+    # one read command per row: at most `outstanding` in flight
+    spacing = max(float(row_beats), (read_latency + row_beats) / k[_K_OUTSTANDING])
+    if pad_left == 0 and pad_right == 0 and t + row_beats <= arrived + spacing:
+        # every row waits for its data (rows arrive no faster than they are written)
+        return arrived + y * spacing + row[lay[_L_PAD_BOTTOM]] * cols
+    for _ in range(y):
+        arrived += spacing
+        t = max(t + pad_left + row_beats, arrived) + pad_right
+    return t + row[lay[_L_PAD_BOTTOM]] * cols
+
+
+@compiled
+def _insn_work(row: np.ndarray, k: np.ndarray, lay: np.ndarray) -> tuple[float, float]:
+    """:func:`insn_work` of one table row."""
+    bus = int(k[_K_BUS_BYTES])
+    opcode = row[lay[_L_OPCODE]]
+    if opcode == lay[_L_LOAD]:
+        entry = int(k[_K_ENTRY_BYTES + row[lay[_L_BUFFER]]])
+        beats = -(-row[lay[_L_X]] * entry // bus)
+        walk = _load_walk(row, beats, k, lay)
+        y = row[lay[_L_Y]]
+        return k[_K_LOAD_FIXED] + walk - y * beats, float(y * beats)
+    if opcode == lay[_L_STORE]:
+        return k[_K_STORE_FIXED], float(row[lay[_L_Y]] * row[lay[_L_X]]
+                                        * int(k[_K_OUT_ENTRY_BYTES]) // bus)
+    # (a config without the fast reset has 0 lanes: such a GEMM runs as any other)
+    if row[lay[_L_FAST_RESET]] and k[_K_LANES] > 0:
+        lines = row[lay[_L_ITER_OUT]] * (math.ceil(row[lay[_L_ITER_IN]] / int(k[_K_LANES]))
+                                         + 1)
+        return k[_K_COMPUTE_FIXED] + lines, 0.0
+    if opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
         # an ALU instruction's pipeline drains beside the next one (its pushes wait)
-        n = (insn.uop_end - insn.uop_begin) * insn.iter_out * insn.iter_in
-        return params.compute_fixed + UOP_INDEX_STAGES + n, 0.0
+        n = ((row[lay[_L_UOP_END]] - row[lay[_L_UOP_BEGIN]]) * row[lay[_L_ITER_OUT]]
+             * row[lay[_L_ITER_IN]])
+        return k[_K_COMPUTE_FIXED] + k[_K_INDEX_STAGES] + n, 0.0
     return 1.0, 0.0
+
+
+def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
+              ) -> tuple[float, float]:
+    """``(fixed cycles, bus beats)`` of one instruction: how long it holds its engine
+    (an ALU instruction's tokens are pushed ``ALU_PIPELINE_STAGES`` cycles later)."""
+    return _insn_work(insn_table([insn])[0], _constants(cfg, params), _LAYOUT)
 
 
 def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING) -> float:
@@ -209,18 +299,8 @@ def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING)
     params : TimingParams
         Constants.
     """
-    cols = insn.cols
-    t = float(insn.pad_top * cols)
-    arrived = params.read_latency
-    # one read command per row: at most `outstanding` in flight
-    spacing = max(float(row_beats), (params.read_latency + row_beats) / params.outstanding)
-    if insn.pad_left == insn.pad_right == 0 and t + row_beats <= arrived + spacing:
-        # every row waits for its data (rows arrive no faster than they are written)
-        return arrived + insn.y * spacing + insn.pad_bottom * cols
-    for _ in range(insn.y):
-        arrived += spacing
-        t = max(t + insn.pad_left + row_beats, arrived) + insn.pad_right
-    return t + insn.pad_bottom * cols
+    k = np.array([*map(float, astuple(params))], dtype=np.float64)
+    return _load_walk(insn_table([insn])[0], row_beats, k, _LAYOUT)
 
 
 @dataclass
@@ -248,6 +328,288 @@ class Timing:
     stall: dict[str, float] = field(default_factory=dict)
 
 
+@compiled
+def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarray,
+              fetch: bool, words: int) -> np.ndarray:
+    """The event simulation of :func:`simulate` over ``table``: the cycles (-1 when the
+    tokens deadlock), the busy then the stall cycles of each engine, then each
+    instruction's start, then each one's end."""
+    eps = 1e-9
+    inf = math.inf
+    n = table.shape[0]
+    out = np.zeros(7 + 2 * n)
+    activity = out[1:7]
+    start = out[7:7 + n]
+    end = out[7 + n:]
+    n_queues = (lay.size - _L_QUEUES) // 4
+    load_fixed = k[_K_LOAD_FIXED]
+    read_latency = k[_K_READ_LATENCY]
+    compute_fixed = k[_K_COMPUTE_FIXED]
+    eng_of = np.empty(n, np.int64)
+    pops = np.zeros((n, n_queues), np.bool_)
+    pushes = np.zeros((n, n_queues), np.bool_)
+    fixed = np.empty(n)
+    beats = np.empty(n)
+    acc_load = np.zeros(n, np.bool_)
+    push_late = np.zeros(n)  # cycles after its end an instruction's tokens are pushed
+    # per LOAD into the accumulators: the fixed cycles left when it first writes them
+    port_fixed = np.zeros(n)
+    # per compute instruction: the fraction of its micro-op cycles writing the
+    # accumulators (the ALU interlock's bubbles write nothing)
+    acc_writes = np.zeros(n)
+    streams = np.empty((3, n), np.int64)
+    stream_len = np.zeros(3, np.int64)
+    pos = np.empty(n, np.int64)  # position of each instruction in its engine's stream
+    for i in range(n):
+        row = table[i]
+        opcode = row[lay[_L_OPCODE]]
+        e = lay[_L_ENGINE_OF + opcode]
+        for q in range(n_queues):
+            base = _L_QUEUES + 4 * q
+            if lay[base] == e and row[lay[base + 1]] != 0:
+                pushes[i, q] = True
+            if lay[base + 2] == e and row[lay[base + 3]] != 0:
+                pops[i, q] = True
+        f, b = _insn_work(row, k, lay)
+        eng_of[i] = e
+        pos[i] = stream_len[e]
+        streams[e, stream_len[e]] = i
+        stream_len[e] += 1
+        x = extra[i]
+        fixed[i] = f + x
+        beats[i] = b
+        acc_load[i] = opcode == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_ACC]
+        if acc_load[i]:
+            port_fixed[i] = max(0.0, f - load_fixed - read_latency)
+        if opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
+            busy_uops = fixed[i] - compute_fixed
+            acc_writes[i] = (min(1.0, max(0.0, (busy_uops - x) / busy_uops))
+                             if busy_uops > eps else 0.0)
+        if opcode == lay[_L_ALU]:
+            push_late[i] = k[_K_ALU_STAGES]
+    ld, cp, st = 0, 1, 2
+    depth = int(k[_K_DEPTH])
+    in_order = k[_K_IN_ORDER] != 0.0
+    acc_entry_beats = k[_K_ACC_ENTRY_BEATS]
+    pushed = np.empty((n_queues, n))
+    n_pushed = np.zeros(n_queues, np.int64)
+    popped = np.zeros(n_queues, np.int64)
+    ptr = np.zeros(3, np.int64)
+    run = np.full(3, -1, np.int64)  # instruction each engine runs (-1: idle)
+    run_fixed = np.zeros(3)
+    run_beats = np.zeros(3)
+    busy_t = activity[:3]
+    stall_t = activity[3:]
+    dispatched = 0 if fetch else n
+    writing = False  # the running STORE's write has begun
+    behind = -1  # the LOAD whose reads the running STORE's write waits behind
+    disp_t = np.full(n, k[_K_START])  # when fetch dispatched each instruction
+    free_t = np.full(3, k[_K_START])  # when each engine last became free
+    t = k[_K_START]
+    done = 0
+    # the fetch unit's reads in the memory's order: words requested, when each reaches
+    # the dispatch, when the beats of the bursts so far have moved
+    word_beats = k[_K_WORD_BEATS]
+    fetch_words = int(k[_K_FETCH_WORDS])
+    chunk = max(1, fetch_words // 2)
+    room = fetch_words - chunk + int(k[_K_FETCH_HELD])
+    slices = k[_K_ARBITER_SLICES]
+    mem_latency = read_latency - slices  # command to first beat
+    word_at = np.empty(words + chunk)
+    fetch_end = 0.0
+    requested = 0
+    while requested < min(words, fetch_words):  # the first bursts, from reset:
+        w = min(chunk, words - requested)  # their commands at the memory 4, 5, ... cycles on
+        begin = max(slices + 2.0 + requested // chunk + mem_latency, fetch_end)
+        for j in range(w):
+            word_at[requested + j] = begin + (j + 1) * word_beats + k[_K_FETCH_WORD]
+        fetch_end = begin + w * word_beats
+        requested += w
+    ld_command = -inf  # the running LOAD's first read command, and when its data ends
+    ld_data_end = -inf
+    window = k[_K_READ_WINDOW]
+    wake = inf
+    while done < n:
+        started_ld = False
+        fetch_wait = inf
+        again = True
+        while again:  # while a start or a burst lets fetch dispatch more
+            again = False
+            # fetch: dispatch in program order the words arrived while the target
+            # queue has room
+            while dispatched < n:
+                kq = pos[dispatched] - depth
+                if kq >= 0 and ptr[eng_of[dispatched]] <= kq:
+                    break
+                if fetch and (dispatched >= requested or word_at[dispatched] > t + eps):
+                    if dispatched < requested:
+                        fetch_wait = word_at[dispatched]
+                    break
+                disp_t[dispatched] = t
+                dispatched += 1
+            starved = dispatched < n and dispatched >= requested
+            # the next bursts: their command after a LOAD's that started before them,
+            # before a LOAD's that starts now or later
+            while requested < words and requested - dispatched <= room:
+                w = min(chunk, words - requested)
+                command = t + k[_K_FETCH_ISSUE]
+                begin = max(command + mem_latency, fetch_end)
+                if run[ld] >= 0 and ld_command <= command:
+                    if run_beats[ld] > window:  # among the LOAD's reads: they wait for it
+                        begin = max(begin, t + run_fixed[ld] + window)
+                        run_fixed[ld] += w * word_beats
+                        ld_data_end += w * word_beats
+                    else:
+                        begin = max(begin, ld_data_end)
+                for j in range(w):
+                    word_at[requested + j] = begin + (j + 1) * word_beats + k[_K_FETCH_WORD]
+                fetch_end = begin + w * word_beats
+                requested += w
+                again = starved
+            # idle engines take their next instruction when dispatched and its tokens exist
+            wake = inf
+            for e in range(3):
+                if run[e] >= 0 or ptr[e] >= stream_len[e]:
+                    continue
+                i = streams[e, ptr[e]]
+                if i >= dispatched:
+                    continue
+                ready_at = t
+                ok = True
+                for q in range(n_queues):
+                    if not pops[i, q]:
+                        continue
+                    if popped[q] >= n_pushed[q]:
+                        ok = False
+                        break
+                    at = pushed[q, popped[q]]
+                    if at > ready_at:
+                        ready_at = at
+                if not ok:
+                    continue
+                if ready_at > t:
+                    if ready_at < wake:
+                        wake = ready_at
+                    continue
+                for q in range(n_queues):
+                    if pops[i, q]:
+                        popped[q] += 1
+                ptr[e] += 1
+                start[i] = t
+                stall_t[e] += t - max(free_t[e], disp_t[i])
+                run[e] = i
+                run_fixed[e] = fixed[i]
+                run_beats[e] = beats[i]
+                if dispatched < n and eng_of[dispatched] == e:
+                    again = True  # its queue has room for the next word
+                if e == st:
+                    writing = False
+                    behind = -1
+                elif e == ld and in_order:
+                    if run[st] >= 0 and writing:
+                        run_fixed[e] += run_beats[st]  # its read waits for the write's beats
+                    started_ld = True
+                    ld_command = t + k[_K_LOAD_COMMAND]
+        if started_ld and fetch:
+            # its data after the beats of the bursts whose commands came first
+            run_fixed[ld] += max(0.0, fetch_end - (ld_command + mem_latency))
+            ld_data_end = t + run_fixed[ld] + run_beats[ld]
+        if fetch_wait < wake:
+            wake = fetch_wait
+        i_ld = run[ld]
+        i_cp = run[cp]
+        i_st = run[st]
+        if i_ld < 0 and i_cp < 0 and i_st < 0:
+            if wake == inf:
+                out[0] = -1.0  # deadlock
+                return out
+            t = wake
+            continue
+        held = -1  # a store whose write waits for the load's reads ahead of it
+        if i_st >= 0 and run_fixed[st] <= eps and not writing:
+            if in_order and i_ld >= 0 and (behind == -1 or behind == i_ld):
+                held = st
+                behind = i_ld
+            else:
+                writing = True
+        # a LOAD into the accumulators waits while the compute engine writes them: its
+        # padding moves at the rate of the cycles the compute engine leaves the port
+        # free, its data needs the port once per entry of `acc_entry_beats` beats (not
+        # before its first data: the read latency needs no port)
+        rate_ld = 1.0
+        nxt = wake
+        if i_ld >= 0 and i_cp >= 0 and acc_load[i_ld] and acc_writes[i_cp] > 0.0:
+            tail = run_fixed[cp] - compute_fixed
+            if tail > eps:
+                before = run_fixed[ld] - port_fixed[i_ld]
+                if before > eps:
+                    nxt = min(nxt, t + before)
+                else:
+                    rate_ld = 1.0 - acc_writes[i_cp]
+                    if run_fixed[ld] <= eps:
+                        rate_ld = min(1.0, rate_ld * acc_entry_beats)
+                    nxt = min(nxt, t + tail)
+        share = 0
+        for e in range(3):
+            if (run[e] >= 0 and run_fixed[e] <= eps and run_beats[e] > eps and e != held
+                    and (e != ld or rate_ld > eps)):
+                share += 1
+        if share == 0:
+            share = 1
+        for e in range(3):
+            if run[e] < 0 or e == held:
+                continue
+            rate = rate_ld if e == ld else 1.0
+            if rate <= eps:
+                continue
+            f = run_fixed[e]
+            at = t + (f if f > eps else run_beats[e] * share) / rate
+            if at < nxt:
+                nxt = at
+        dt = nxt - t
+        for e in range(3):
+            if run[e] < 0:
+                continue
+            busy_t[e] += dt
+            if e == held:
+                continue
+            rate = rate_ld if e == ld else 1.0
+            if run_fixed[e] > eps:
+                run_fixed[e] -= dt * rate
+            else:
+                run_beats[e] -= dt * rate / share
+        t = nxt
+        for e in range(3):
+            i = run[e]
+            if i >= 0 and run_fixed[e] <= eps and run_beats[e] <= eps:
+                end[i] = t
+                for q in range(n_queues):
+                    if pushes[i, q]:
+                        pushed[q, n_pushed[q]] = t + push_late[i]
+                        n_pushed[q] += 1
+                run[e] = -1
+                free_t[e] = t
+                done += 1
+    # the last ALU instruction's results leave the pipeline after its end
+    out[0] = t
+    for i in range(n):
+        if i == 0 or end[i] + push_late[i] > out[0]:
+            out[0] = end[i] + push_late[i]
+    return out
+
+
+def _run(table: np.ndarray, cfg: HwConfig, params: TimingParams, fetch: bool,
+         extra: np.ndarray, words: int) -> Timing | None:
+    """:func:`_simulate` of ``table``, as a :class:`Timing`."""
+    n = table.shape[0]
+    out = _simulate(table, extra, _constants(cfg, params), _LAYOUT, fetch, words).tolist()
+    if out[0] < 0:
+        return None
+    return Timing(cycles=out[0], start=out[7:7 + n], end=out[7 + n:],
+                  busy=dict(zip(_ENGINES, out[1:4], strict=True)),
+                  stall=dict(zip(_ENGINES, out[4:7], strict=True)))
+
+
 def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAULT_TIMING,
              *, fetch: bool = True, extra: Sequence[float] | None = None) -> Timing | None:
     """Estimate the cycles of ``insns`` (see the module docstring); ``None`` when the
@@ -272,259 +634,11 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     n = len(insns)
     if extra is not None and len(extra) != n:
         raise ValueError(f"simulate: {len(extra)} extra cycles for {n} instructions")
-    entry_bytes = {b: buffer_entry_bytes(cfg, b) for b in Buffer}
-    static: dict[Insn, tuple] = {}
-    eng_of = [0] * n
-    pops: list[tuple[int, ...]] = [()] * n
-    pushes: list[tuple[int, ...]] = [()] * n
-    fixed = [0.0] * n
-    beats = [0.0] * n
-    acc_load = [False] * n
-    push_late = [0.0] * n  # cycles after its end an instruction's tokens are pushed
-    # per LOAD into the accumulators: the fixed cycles left when it first writes them
-    port_fixed = [0.0] * n
-    # per compute instruction: the fraction of its micro-op cycles writing the
-    # accumulators (the ALU interlock's bubbles write nothing)
-    acc_writes = [0.0] * n
-    streams: tuple[list[int], ...] = ([], [], [])
-    pos = [0] * n  # position of each instruction in its engine's stream
-    for i, insn in enumerate(insns):
-        s = static.get(insn)
-        if s is None:
-            s = static[insn] = _insn_static(insn, cfg, params, entry_bytes)
-        e, pops[i], pushes[i], f, b, acc_load[i], compute, push_late[i] = s
-        eng_of[i] = e
-        pos[i] = len(streams[e])
-        streams[e].append(i)
-        x = extra[i] if extra is not None else 0.0
-        fixed[i] = f + x
-        beats[i] = b
-        if acc_load[i]:
-            port_fixed[i] = max(0.0, f - params.load_fixed - params.read_latency)
-        if compute:
-            busy_uops = fixed[i] - params.compute_fixed
-            acc_writes[i] = (min(1.0, max(0.0, (busy_uops - x) / busy_uops))
-                             if busy_uops > _EPS else 0.0)
-    ld, cp, st = int(Engine.LOAD), int(Engine.COMPUTE), int(Engine.STORE)
-    engines = (ld, cp, st)
-    stream_len = [len(s) for s in streams]
-    depth = cfg.cmd_queue_depth
-    in_order = params.in_order_memory
-    acc_entry_beats = cfg.acc_entry_bytes / cfg.mem_bus_bytes
-    compute_fixed = params.compute_fixed
-    pushed: list[list[float]] = [[] for _ in TOKEN_QUEUES]
-    popped = [0] * len(TOKEN_QUEUES)
-    ptr = [0, 0, 0]
-    run = [-1, -1, -1]  # instruction each engine runs (-1: idle)
-    run_fixed = [0.0, 0.0, 0.0]
-    run_beats = [0.0, 0.0, 0.0]
-    start = [0.0] * n
-    end = [0.0] * n
-    busy_t = [0.0, 0.0, 0.0]
-    stall_t = [0.0, 0.0, 0.0]
-    dispatched = 0 if fetch else n
-    writing = False  # the running STORE's write has begun
-    behind = -1  # the LOAD whose reads the running STORE's write waits behind
-    disp_t = [params.start] * n  # when fetch dispatched each instruction
-    free_t = [params.start] * 3  # when each engine last became free
-    t = params.start
-    done = 0
-    inf = math.inf
-    # the fetch unit's reads in the memory's order: words requested, when each reaches
-    # the dispatch, when the beats of the bursts so far have moved
     words = 0
     if fetch:  # FINISH's word too
         words = n if n and isinstance(insns[-1], Finish) else n + 1
-    word_beats = -(-insn_width(cfg) // cfg.mem_bus_width)
-    chunk = max(1, params.fetch_words // 2)
-    room = params.fetch_words - chunk + params.fetch_held
-    mem_latency = params.read_latency - ARBITER_SLICES  # command to first beat
-    word_at: list[float] = []
-    fetch_end = 0.0
-    requested = 0
-    while requested < min(words, params.fetch_words):  # the first bursts, from reset:
-        w = min(chunk, words - requested)  # their commands at the memory 4, 5, ... cycles on
-        begin = max(ARBITER_SLICES + 2.0 + requested // chunk + mem_latency, fetch_end)
-        word_at += [begin + (j + 1) * word_beats + params.fetch_word for j in range(w)]
-        fetch_end = begin + w * word_beats
-        requested += w
-    ld_command = -inf  # the running LOAD's first read command, and when its data ends
-    ld_data_end = -inf
-    window = params.read_window
-    while done < n:
-        started_ld = False
-        fetch_wait = inf
-        again = True
-        while again:  # while a start or a burst lets fetch dispatch more
-            again = False
-            # fetch: dispatch in program order the words arrived while the target
-            # queue has room
-            while dispatched < n:
-                k = pos[dispatched] - depth
-                if k >= 0 and ptr[eng_of[dispatched]] <= k:
-                    break
-                if fetch and (dispatched >= requested or word_at[dispatched] > t + _EPS):
-                    if dispatched < requested:
-                        fetch_wait = word_at[dispatched]
-                    break
-                disp_t[dispatched] = t
-                dispatched += 1
-            starved = dispatched < n and dispatched >= requested
-            # the next bursts: their command after a LOAD's that started before them,
-            # before a LOAD's that starts now or later
-            while requested < words and requested - dispatched <= room:
-                w = min(chunk, words - requested)
-                command = t + params.fetch_issue
-                begin = max(command + mem_latency, fetch_end)
-                if run[ld] >= 0 and ld_command <= command:
-                    if run_beats[ld] > window:  # among the LOAD's reads: they wait for it
-                        begin = max(begin, t + run_fixed[ld] + window)
-                        run_fixed[ld] += w * word_beats
-                        ld_data_end += w * word_beats
-                    else:
-                        begin = max(begin, ld_data_end)
-                word_at += [begin + (j + 1) * word_beats + params.fetch_word
-                            for j in range(w)]
-                fetch_end = begin + w * word_beats
-                requested += w
-                again = starved
-            # idle engines take their next instruction when dispatched and its tokens exist
-            wake = inf
-            for e in engines:
-                if run[e] >= 0 or ptr[e] >= stream_len[e]:
-                    continue
-                i = streams[e][ptr[e]]
-                if i >= dispatched:
-                    continue
-                ready_at = t
-                ok = True
-                for q in pops[i]:
-                    if popped[q] >= len(pushed[q]):
-                        ok = False
-                        break
-                    at = pushed[q][popped[q]]
-                    if at > ready_at:
-                        ready_at = at
-                if not ok:
-                    continue
-                if ready_at > t:
-                    if ready_at < wake:
-                        wake = ready_at
-                    continue
-                for q in pops[i]:
-                    popped[q] += 1
-                ptr[e] += 1
-                start[i] = t
-                stall_t[e] += t - max(free_t[e], disp_t[i])
-                run[e] = i
-                run_fixed[e] = fixed[i]
-                run_beats[e] = beats[i]
-                if dispatched < n and eng_of[dispatched] == e:
-                    again = True  # its queue has room for the next word
-                if e == st:
-                    writing = False
-                    behind = -1
-                elif e == ld and in_order:
-                    if run[st] >= 0 and writing:
-                        run_fixed[e] += run_beats[st]  # its read waits for the write's beats
-                    started_ld = True
-                    ld_command = t + params.load_command
-        if started_ld and fetch:
-            # its data after the beats of the bursts whose commands came first
-            run_fixed[ld] += max(0.0, fetch_end - (ld_command + mem_latency))
-            ld_data_end = t + run_fixed[ld] + run_beats[ld]
-        if fetch_wait < wake:
-            wake = fetch_wait
-        i_ld, i_cp, i_st = run
-        if i_ld < 0 and i_cp < 0 and i_st < 0:
-            if wake == inf:
-                return None  # deadlock
-            t = wake
-            continue
-        held = -1  # a store whose write waits for the load's reads ahead of it
-        if i_st >= 0 and run_fixed[st] <= _EPS and not writing:
-            if in_order and i_ld >= 0 and behind in (-1, i_ld):
-                held = st
-                behind = i_ld
-            else:
-                writing = True
-        # a LOAD into the accumulators waits while the compute engine writes them: its
-        # padding moves at the rate of the cycles the compute engine leaves the port
-        # free, its data needs the port once per entry of `acc_entry_beats` beats (not
-        # before its first data: the read latency needs no port)
-        rate_ld = 1.0
-        nxt = wake
-        if i_ld >= 0 and i_cp >= 0 and acc_load[i_ld] and acc_writes[i_cp] > 0.0:
-            tail = run_fixed[cp] - compute_fixed
-            if tail > _EPS:
-                before = run_fixed[ld] - port_fixed[i_ld]
-                if before > _EPS:
-                    nxt = min(nxt, t + before)
-                else:
-                    rate_ld = 1.0 - acc_writes[i_cp]
-                    if run_fixed[ld] <= _EPS:
-                        rate_ld = min(1.0, rate_ld * acc_entry_beats)
-                    nxt = min(nxt, t + tail)
-        share = 0
-        for e in engines:
-            if (run[e] >= 0 and run_fixed[e] <= _EPS and run_beats[e] > _EPS and e != held
-                    and (e != ld or rate_ld > _EPS)):
-                share += 1
-        share = share or 1
-        for e in engines:
-            if run[e] < 0 or e == held:
-                continue
-            rate = rate_ld if e == ld else 1.0
-            if rate <= _EPS:
-                continue
-            f = run_fixed[e]
-            at = t + (f if f > _EPS else run_beats[e] * share) / rate
-            if at < nxt:
-                nxt = at
-        dt = nxt - t
-        for e in engines:
-            if run[e] < 0:
-                continue
-            busy_t[e] += dt
-            if e == held:
-                continue
-            rate = rate_ld if e == ld else 1.0
-            if run_fixed[e] > _EPS:
-                run_fixed[e] -= dt * rate
-            else:
-                run_beats[e] -= dt * rate / share
-        t = nxt
-        for e in engines:
-            i = run[e]
-            if i >= 0 and run_fixed[e] <= _EPS and run_beats[e] <= _EPS:
-                end[i] = t
-                for q in pushes[i]:
-                    pushed[q].append(t + push_late[i])
-                run[e] = -1
-                free_t[e] = t
-                done += 1
-    busy = {e.name.lower(): busy_t[int(e)] for e in Engine}
-    stall = {e.name.lower(): stall_t[int(e)] for e in Engine}
-    # the last ALU instruction's results leave the pipeline after its end
-    last = max(map(float.__add__, end, push_late), default=t)
-    return Timing(cycles=last, start=start, end=end, busy=busy, stall=stall)
-
-
-def _insn_static(insn: Insn, cfg: HwConfig, params: TimingParams,
-                 entry_bytes: Mapping[Buffer, int]
-                 ) -> tuple[int, tuple[int, ...], tuple[int, ...], float, float, bool, bool,
-                            float]:
-    """What :func:`simulate` needs of one instruction: its engine, the queues it pops
-    and pushes, its fixed cycles and beats, whether it loads the accumulators, whether
-    it runs micro-ops and how long after its end its tokens are pushed."""
-    engine = insn.engine
-    return (int(engine),
-            tuple([q for q, f in _POPS[engine] if getattr(insn, f)]),
-            tuple([q for q, f in _PUSHES[engine] if getattr(insn, f)]),
-            *insn_work(insn, cfg, params, entry_bytes),
-            isinstance(insn, Load) and insn.buffer is Buffer.ACC,
-            isinstance(insn, Gemm | Alu),
-            float(ALU_PIPELINE_STAGES) if isinstance(insn, Alu) else 0.0)
+    extra_cycles = np.zeros(n) if extra is None else np.asarray(extra, dtype=np.float64)
+    return _run(insn_table(insns), cfg, params, fetch, extra_cycles, words)
 
 
 def estimated_cycles(insns: Sequence[Insn], cfg: HwConfig) -> int:
@@ -542,8 +656,10 @@ def program_timing(program: Program, params: TimingParams = DEFAULT_TIMING) -> T
     ProgramError
         If the program's tokens deadlock.
     """
-    insns = [insn for insn in program.insns if not isinstance(insn, Finish)]
-    timing = simulate(insns, program.config, params, extra=alu_interlock_cycles(program, insns))
+    insns = [insn for insn in program.insns if type(insn) is not Finish]
+    table = insn_table(insns)
+    timing = _run(table, program.config, params, True, table_interlock_cycles(program, table),
+                  len(insns) + 1)
     if timing is None:
         raise ProgramError("the timing model found the program's dependency tokens "
                            "deadlocked (a pop no instruction's push satisfies)")

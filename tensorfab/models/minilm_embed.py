@@ -174,7 +174,9 @@ class SentenceRun:
     programs as futures): its tokens, bucket, wall time, accelerator cycles (None when
     the executor counts none), the MACs of the accelerator's programs, of the float
     matmuls on the CPU (the outlier channels, which the programs see as zeros) and of
-    the whole encoder (:func:`bucket_macs`), and the VM's timeline figures.
+    the whole encoder (:func:`bucket_macs`), and the VM's timeline figures. A run
+    timed without instruments (:meth:`MiniLmEmbedder.time_runs`) counts no MACs:
+    ``accel_macs`` and ``cpu_macs`` are None there.
 
     Attributes
     ----------
@@ -199,8 +201,8 @@ class SentenceRun:
     bucket: int
     seconds: float
     cycles: int | None
-    accel_macs: int
-    cpu_macs: int
+    accel_macs: int | None
+    cpu_macs: int | None
     total_macs: int
     kernel_seconds: float = 0.0
     cpu_seconds: float = 0.0
@@ -224,9 +226,11 @@ class SentenceRun:
         return self
 
     @property
-    def accel_fraction(self) -> float:
+    def accel_fraction(self) -> float | None:
         """The fraction of the encoder's MACs done on the accelerator: all but the CPU's
-        float matmuls."""
+        float matmuls (None for a run that counted no MACs)."""
+        if self.cpu_macs is None:
+            return None
         return 1.0 - self.cpu_macs / self.total_macs
 
     @property
@@ -351,7 +355,7 @@ class MiniLmEmbedder:
             model.run(feeds)
             seconds = time.perf_counter() - t0
             after = _runqueue_seconds()
-            run = SentenceRun(text, len(tokens), seq, seconds, None, 0, 0,
+            run = SentenceRun(text, len(tokens), seq, seconds, None, None, None,
                               bucket_macs(seq, self.layers))
             run.host_runqueue_seconds = (None if delay is None or after is None
                                          else after - delay)

@@ -54,6 +54,25 @@ def test_digits_one_image_fits_and_tiny_is_the_config_to_build(calib: np.ndarray
     assert small["estimated_cycles"] < rows["tiny"]["estimated_cycles"]
 
 
+def test_a_config_whose_real_build_misses_the_board_clock_is_not_the_one_to_build(
+        calib: np.ndarray) -> None:
+    from tensorfab.dse.resource_model import REPORTED_BUILDS
+
+    out = advise(str(model_path()), "ulx3s-85f", calib, {"image": (1, 1, 8, 8)},
+                 ["tiny", "ecp5-85f"])
+    rows = {r["config"]: r for r in out["configs"]}
+    # the 1x8x8 build on the 85F routed at 55.26 MHz: below the board's 60 MHz
+    build = next(b for b in REPORTED_BUILDS
+                 if (b["board"], b["config"]) == ("ulx3s-85f", "ecp5-85f"))
+    fast = rows["ecp5-85f"]
+    assert fast["fmax_mhz"] == build["fmax_mhz"] < out["clock_mhz"]
+    assert fast["meets_clock"] is False and fast["fits_board"] is True
+    assert any("below the board's 60 MHz" in o for o in fast["over"])
+    assert rows["tiny"]["fmax_mhz"] == 63.6 and rows["tiny"]["meets_clock"] is True
+    assert fast["estimated_cycles"] < rows["tiny"]["estimated_cycles"]
+    assert out["build"] == "tiny" and out["fastest_fitting_memory"] == "ecp5-85f"
+
+
 def test_host_traffic_per_config_is_what_a_resident_run_counts(calib: np.ndarray) -> None:
     from tensorfab.runtime.resident import ResidentModel
     from tensorfab.sim import FunctionalSimulator

@@ -32,8 +32,12 @@ def test_one_layer_int8_on_the_accelerator_match_float(cache) -> None:
     embedder = MiniLmEmbedder("fsim", calibration=6, directory=cache, layers=1)
     try:
         got, runs = embedder.embed(texts)
+        timed = embedder.time_runs(texts[0], 2)
     finally:
         embedder.close()
+    # runs timed without instruments count no MACs, and say so
+    assert [(t.accel_macs, t.cpu_macs, t.accel_fraction) for t in timed] == [(None,) * 3] * 2
+    assert all(t.seconds > 0 and t.total_macs == runs[0].total_macs for t in timed)
     want = float_embeddings(texts, layers=1)
     assert _cosines(got, want).min() >= 0.99, _cosines(got, want)
     for r in runs:
