@@ -109,12 +109,16 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     """Compile the ONNX model at ``model_path`` for every candidate config and rank
     them for ``board_name``.
 
+    An input whose only symbolic dim is the first (the batch) and that
+    ``input_shapes`` does not fix is advised at batch 1, one inference (``batch_one``
+    names those inputs).
+
     Raises
     ------
     ModelCompileError
-        The model cannot be read, an input has symbolic dims ``input_shapes`` does not
-        fix, or every config fails to compile it the same way (a float model without
-        calibration): once, not per config.
+        The model cannot be read, an input has symbolic dims other than its batch that
+        ``input_shapes`` does not fix, or every config fails to compile it the same way
+        (a float model without calibration): once, not per config.
 
     Returns
     -------
@@ -124,9 +128,10 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
         memory and the board's device and is not known to miss its clock (``None`` if
         none does), and
         ``fastest_fitting_memory``: the fastest that fits the memory whatever its
-        resources; ``resources_source`` says where the resources come from.
+        resources; ``resources_source`` says where the resources come from;
+        ``batch_one``: the inputs whose symbolic batch was taken as 1.
     """
-    from tensorfab.compiler.frontend.onnx_import import load_onnx
+    from tensorfab.compiler.frontend.onnx_import import load_onnx, symbolic_inputs
     from tensorfab.compiler.model_compile import check_fixed_inputs, compile_onnx
     from tensorfab.fpga_builds.board_configs import board_config
     from tensorfab.fpga_builds.boards import get_board
@@ -139,6 +144,13 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
 
     board = get_board(board_name)
     prepared = load_onnx(model_path)  # loaded and checked once for every config
+    input_shapes = dict(input_shapes or {})
+    batch_one = [name for name, shape in symbolic_inputs(prepared, input_shapes)
+                 if isinstance(shape[0], str) and not any(isinstance(d, str)
+                                                          for d in shape[1:])]
+    for name, shape in symbolic_inputs(prepared, input_shapes):
+        if name in batch_one:
+            input_shapes[name] = (1, *shape[1:])
     check_fixed_inputs(prepared, input_shapes)
     model = ResourceModel.load() if board.family == "ecp5" else None
     clock = board.clock_mhz or board.clock_in_mhz
@@ -204,7 +216,7 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
             "clock_mhz": clock, "configs": [r.to_json() for r in rows],
             "build": build,
             "fastest_fitting_memory": fitting[0].config if fitting else None,
-            "cycles_source": "timing model (estimated)",
+            "cycles_source": "timing model (estimated)", "batch_one": batch_one,
             "resources_source": (f"resource model fitted to Yosys builds (estimated; "
                                  f"held-out error {model.held_out_text()}); configs with "
                                  "a real build recorded: that build" if model is not None

@@ -236,6 +236,9 @@ def cmd_advise(args: argparse.Namespace) -> int:
     def human() -> None:
         print(f"board {result['board']}: {result['board_memory_bytes']:,} bytes of "
               f"device memory, {result['clock_mhz']:g} MHz")
+        for name in result["batch_one"]:
+            print(f"input {name!r}: its symbolic batch taken as 1, one inference "
+                  f"(--shape {name}=N,... for another)")
         print(f"{'config':12} {'memory (B)':>11} {'fits':>5} {'resources':>9} "
               f"{'LUT':>7} {'DSP':>4} {'BRAM':>4} {'fits board':>10} {'fmax':>6} "
               f"{'cycles (est.)':>14} {'ms (est.)':>10} {'host B/inf':>10}")
