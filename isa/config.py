@@ -270,11 +270,13 @@ class HwConfig:
 
 #: Fields a config's JSON names only when they differ from these defaults (the
 #: hardware options added after the first presets; see :meth:`HwConfig.to_dict`).
-OPTIONAL_FIELDS: dict[str, Any] = {"perf_counters": True, "block_ram_fifos": False,
-                                   "fast_reset": True}
+OPTIONAL_FIELDS: dict[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(HwConfig)
+    if f.name in ("perf_counters", "block_ram_fifos", "fast_reset")}
 
 PRESETS: dict[str, HwConfig] = {
-    # Fits an iCE40UP5K: 9 KiB of buffers, 4x4 MACs, 32-bit bus.
+    # The smallest preset: 9 KiB of buffers, 4x4 MACs, 32-bit bus (an iCE40UP5K needs
+    # the `up5k` board config and more: docs/fpga.md).
     "tiny": HwConfig(name="tiny", batch=1, block_in=4, block_out=4, inp_depth=256,
                      wgt_depth=128, acc_depth=256, uop_depth=512, dram_addr_width=24,
                      mem_bus_width=32, dep_queue_depth=4, cmd_queue_depth=4,
