@@ -145,11 +145,10 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     board = get_board(board_name)
     prepared = load_onnx(model_path)  # loaded and checked once for every config
     input_shapes = dict(input_shapes or {})
-    batch_one = [name for name, shape in symbolic_inputs(prepared, input_shapes)
-                 if isinstance(shape[0], str) and not any(isinstance(d, str)
-                                                          for d in shape[1:])]
+    batch_one: list[str] = []
     for name, shape in symbolic_inputs(prepared, input_shapes):
-        if name in batch_one:
+        if isinstance(shape[0], str) and not any(isinstance(d, str) for d in shape[1:]):
+            batch_one.append(name)
             input_shapes[name] = (1, *shape[1:])
     check_fixed_inputs(prepared, input_shapes)
     model = ResourceModel.load() if board.family == "ecp5" else None
