@@ -23,22 +23,22 @@ from . import insn_table as col
 from .compiled import compiled
 from .insn_table import insn_table
 
-__all__ = ["INTERLOCK_DISTANCE", "alu_interlock_cycles", "interlock_stalls",
-           "table_interlock_cycles"]
+__all__ = ["INTERLOCK_DISTANCE", "INTERLOCK_LAYOUT", "alu_interlock_cycles",
+           "fill_interlock_cycles", "interlock_stalls", "table_interlock_cycles"]
 
 #: Cycles from one micro-op passing S1C to a micro-op reading its result passing it.
 INTERLOCK_DISTANCE = 4
 
-# what the compiled code reads of the table and the ISA (numba's cache is keyed by
-# this file's source only): columns, then Opcode.LOAD, Opcode.ALU, Buffer.UOP,
-# AluOp.REQUANT, INTERLOCK_DISTANCE
-_LAYOUT = np.array([col.OPCODE, col.LOAD_BUFFER, col.LOAD_SRAM, col.LOAD_DRAM, col.Y, col.X,
-                    col.LOAD_STRIDE, col.LOAD_PAD_TOP, col.LOAD_PAD_LEFT, col.LOAD_PAD_RIGHT,
-                    col.LOAD_PAD_BOTTOM, col.UOP_BEGIN, col.UOP_END, col.ITER_OUT,
-                    col.ITER_IN, col.ALU_OP, col.ALU_USE_IMM, col.ALU_DST_FACTOR_OUT,
-                    col.ALU_DST_FACTOR_IN, col.ALU_SRC_FACTOR_OUT, col.ALU_SRC_FACTOR_IN,
-                    Opcode.LOAD, Opcode.ALU, Buffer.UOP, AluOp.REQUANT, INTERLOCK_DISTANCE],
-                   dtype=np.int64)
+#: What the compiled code reads of the table and the ISA (numba's cache is keyed by
+#: this file's source only): columns, then Opcode.LOAD, Opcode.ALU, Buffer.UOP,
+#: AluOp.REQUANT, INTERLOCK_DISTANCE.
+INTERLOCK_LAYOUT = np.array(
+    [col.OPCODE, col.LOAD_BUFFER, col.LOAD_SRAM, col.LOAD_DRAM, col.Y, col.X,
+     col.LOAD_STRIDE, col.LOAD_PAD_TOP, col.LOAD_PAD_LEFT, col.LOAD_PAD_RIGHT,
+     col.LOAD_PAD_BOTTOM, col.UOP_BEGIN, col.UOP_END, col.ITER_OUT, col.ITER_IN, col.ALU_OP,
+     col.ALU_USE_IMM, col.ALU_DST_FACTOR_OUT, col.ALU_DST_FACTOR_IN, col.ALU_SRC_FACTOR_OUT,
+     col.ALU_SRC_FACTOR_IN, Opcode.LOAD, Opcode.ALU, Buffer.UOP, AluOp.REQUANT,
+     INTERLOCK_DISTANCE], dtype=np.int64)
 (_L_OPCODE, _L_BUFFER, _L_SRAM, _L_DRAM, _L_Y, _L_X, _L_STRIDE, _L_PAD_TOP, _L_PAD_LEFT,
  _L_PAD_RIGHT, _L_PAD_BOTTOM, _L_UOP_BEGIN, _L_UOP_END, _L_ITER_OUT, _L_ITER_IN, _L_OP,
  _L_USE_IMM, _L_DST_OUT, _L_DST_IN, _L_SRC_OUT, _L_SRC_IN, _L_LOAD, _L_ALU, _L_UOP,
@@ -76,14 +76,31 @@ def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
 
 
 @compiled
-def _interlock(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray, base: int,
-               strict: bool, depth: int, acc_mask: int, lay: np.ndarray,
-               out: np.ndarray) -> bool:
-    """Fill ``out`` with each instruction's interlock cycles; the micro-ops a UOP load
-    copies from DRAM entry ``a`` are ``uop_acc/src[a - base]``. False when ``strict``
-    and a load reads outside them (outside them is zero otherwise)."""
-    on_chip_acc = np.zeros(depth, np.int64)
-    on_chip_src = np.zeros(depth, np.int64)
+def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray,
+                          base: int, strict: bool, depth: int, acc_mask: int,
+                          lay: np.ndarray, out: np.ndarray) -> bool:
+    """Fill ``out`` with the interlock cycles of each instruction of ``table``
+    (:func:`.insn_table.insn_table`); the micro-ops a UOP load copies from DRAM entry
+    ``a`` are ``uop_acc/src[a - base]``. False when ``strict`` and a load reads outside
+    them (outside them is zero otherwise). ``lay`` is :data:`INTERLOCK_LAYOUT`."""
+    # the micro-op entries the program writes or reads, and its longest ALU sequence
+    entries = 0
+    longest = 0
+    for k in range(table.shape[0]):
+        row = table[k]
+        if row[lay[_L_OPCODE]] == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_UOP]:
+            entries = max(entries, min(depth, row[lay[_L_SRAM]] + (
+                row[lay[_L_PAD_TOP]] + row[lay[_L_Y]] + row[lay[_L_PAD_BOTTOM]]) * (
+                row[lay[_L_PAD_LEFT]] + row[lay[_L_X]] + row[lay[_L_PAD_RIGHT]])))
+        elif row[lay[_L_OPCODE]] == lay[_L_ALU]:
+            hi = min(row[lay[_L_UOP_END]], depth)
+            entries = max(entries, hi)
+            longest = max(longest, row[lay[_L_ITER_OUT]] * row[lay[_L_ITER_IN]]
+                          * max(0, hi - row[lay[_L_UOP_BEGIN]]))
+    on_chip_acc = np.zeros(entries, np.int64)
+    on_chip_src = np.zeros(entries, np.int64)
+    dst = np.empty(longest, np.int64)
+    src = np.empty(longest, np.int64)
     size = uop_acc.size
     for k in range(table.shape[0]):
         row = table[k]
@@ -124,8 +141,6 @@ def _interlock(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray, base
             iter_in = row[lay[_L_ITER_IN]]
             reads_src = row[lay[_L_USE_IMM]] == 0 and row[lay[_L_OP]] != lay[_L_REQUANT]
             n = iter_out * iter_in * n_uops
-            dst = np.empty(n, np.int64)
-            src = np.empty(n, np.int64)
             m = 0
             for i in range(iter_out):
                 for j in range(iter_in):
@@ -135,7 +150,7 @@ def _interlock(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray, base
                         src[m] = (on_chip_src[u] + i * row[lay[_L_SRC_OUT]]
                                   + j * row[lay[_L_SRC_IN]]) & acc_mask
                         m += 1
-            out[k] = float(_stalls(dst, src, reads_src, lay[_L_DISTANCE]))
+            out[k] = float(_stalls(dst[:n], src[:n], reads_src, lay[_L_DISTANCE]))
     return True
 
 
@@ -163,17 +178,17 @@ def table_interlock_cycles(program: Program, table: np.ndarray) -> np.ndarray:
     out = np.zeros(table.shape[0])
     if not (table[:, col.OPCODE] == Opcode.ALU).any():
         return out
-    args = (cfg.uop_depth, cfg.acc_depth - 1, _LAYOUT, out)
+    args = (cfg.uop_depth, cfg.acc_depth - 1, INTERLOCK_LAYOUT, out)
     eb = uop_format(cfg).bytes
     base, rem = divmod(program.uop_offset, eb)
     if not rem and program.uops:
         uops = program.uops
         acc = np.array([u.acc for u in uops], dtype=np.int64)
         src = np.array([u.src for u in uops], dtype=np.int64)
-        if _interlock(table, acc, src, base, True, *args):
+        if fill_interlock_cycles(table, acc, src, base, True, *args):
             return out
     acc, src = _decoded_image(program)
-    _interlock(table, acc, src, 0, False, *args)
+    fill_interlock_cycles(table, acc, src, 0, False, *args)
     return out
 
 
