@@ -7,20 +7,31 @@ REQUANT and MULHI included, one to four virtual threads) run on the RTL executor
 (default memory timing) and on the model; on the ``default`` preset so do ResNet-18's
 convolutions C2-C11 and the dense layers (default schedule, no operand data: the
 cycles do not depend on it) and a residual add. The error of one program is
-``(model - rtl) / rtl``; the speed ratio is the RTL executor's seconds over the
-model's on the same programs (the Verilator build excluded, and so is loading the
-model's compiled code: one program is timed before the clock starts). Last line::
+``(model - rtl) / rtl``.
 
-    {"random": {preset: {"programs", "max_error", "mean_error", "bias",
-                         "rtl_seconds", "model_seconds", "speed_ratio"}},
-     "workloads": {name: {"rtl_cycles", "model_cycles", "error"}},
+The speed ratio is the RTL executor's seconds over the model's on the same programs:
+per preset (and for the workloads), the RTL executor runs every program, then the
+model times every one, each from the ``Program`` to its cycles
+(:func:`~tensorfab.sim.timing.model.program_timing`: the program keeps the words the
+RTL executor encoded, :meth:`tensorfab.isa.Program.kept_encoded`). Excluded: the
+Verilator build, and loading the model's compiled code (one program is timed before
+the clock starts). ``model_seconds_from_insns`` times the model on copies of the same
+programs that were never encoded (its table from the instruction objects): what a
+caller that runs no executor pays. Last line::
+
+    {"random": {preset: {"programs", "max_error", "mean_error", "bias", "worst_seed",
+                         "rtl_seconds", "model_seconds", "speed_ratio",
+                         "model_seconds_from_insns"}},
+     "workloads": {name: {"rtl_cycles", "model_cycles", "error", "rtl_seconds",
+                          "model_seconds"}},
      "max_error_random", "mean_error_random", "max_error_workloads",
-     "speed_ratio", "targets", "meets_targets"}
+     "speed_ratio", "speed_ratio_from_insns", "targets", "meets_targets"}
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -62,20 +73,25 @@ def workload_programs(config: str = "default") -> dict[str, Program]:
     return out
 
 
-def _compare(programs: Sequence[Program], rtl: Any) -> tuple[list[int], list[int], float,
-                                                             float]:
-    """RTL and model cycles of each program, and the seconds each took in all."""
-    rtl_cycles, model_cycles = [], []
-    rtl_s = model_s = 0.0
+def _compare(programs: Sequence[Program], rtl: Any
+             ) -> tuple[list[int], list[int], list[float], list[float], float]:
+    """RTL and model cycles of each program, the seconds each took per program, and the
+    model's seconds in all on never-encoded copies of the programs."""
+    rtl_cycles, rtl_s = [], []
     for p in programs:
         t0 = time.perf_counter()
         rtl_cycles.append(rtl.run(p).cycles)
-        t1 = time.perf_counter()
+        rtl_s.append(time.perf_counter() - t0)
+    model_cycles, model_s = [], []
+    for p in programs:
+        t0 = time.perf_counter()
         model_cycles.append(round(program_timing(p).cycles))
-        t2 = time.perf_counter()
-        rtl_s += t1 - t0
-        model_s += t2 - t1
-    return rtl_cycles, model_cycles, rtl_s, model_s
+        model_s.append(time.perf_counter() - t0)
+    fresh = [dataclasses.replace(p) for p in programs]
+    t0 = time.perf_counter()
+    for p in fresh:
+        program_timing(p)
+    return rtl_cycles, model_cycles, rtl_s, model_s, time.perf_counter() - t0
 
 
 def run_timing_model_bench(presets: Sequence[str] = ("tiny", "small", "default"),
@@ -103,34 +119,43 @@ def run_timing_model_bench(presets: Sequence[str] = ("tiny", "small", "default")
     from tensorfab.sim.testing.random_program import random_program
 
     rtl = RtlSimulator()
-    program_timing(random_program(PRESETS[presets[0]], 0))  # numba's cache loaded
+    warm = random_program(PRESETS[presets[0]], 0)
+    program_timing(warm)  # numba's cache loaded, from the instruction objects
+    warm.encoded()
+    program_timing(warm)  # and from the encoded words
     random: dict[str, Any] = {}
     all_err: list[float] = []
-    rtl_total = model_total = 0.0
+    rtl_total = model_total = insns_total = 0.0
     for name in presets:
         cfg = PRESETS[name]
         rtl.build(cfg)
         progs = [random_program(cfg, seed) for seed in range(programs)]
-        r, m, rs, ms = _compare(progs, rtl)
+        r, m, rs, ms, from_insns = _compare(progs, rtl)
         err = (np.array(m) - np.array(r)) / np.array(r)
         all_err += list(np.abs(err))
-        rtl_total += rs
-        model_total += ms
+        rtl_total += sum(rs)
+        model_total += sum(ms)
+        insns_total += from_insns
         random[name] = {"programs": programs, "max_error": float(np.abs(err).max()),
                         "mean_error": float(np.abs(err).mean()), "bias": float(err.mean()),
                         "worst_seed": int(np.abs(err).argmax()),
-                        "rtl_seconds": rs, "model_seconds": ms, "speed_ratio": rs / ms}
+                        "rtl_seconds": sum(rs), "model_seconds": sum(ms),
+                        "speed_ratio": sum(rs) / sum(ms),
+                        "model_seconds_from_insns": from_insns}
         if progress:
             print(f"{name}: {random[name]}", file=sys.stderr)
     per_workload: dict[str, Any] = {}
     if workloads:
         rtl.build(PRESETS["default"])
-        for wname, program in workload_programs().items():
-            (r,), (m,), rs, ms = _compare([program], rtl)
-            rtl_total += rs
-            model_total += ms
-            per_workload[wname] = {"rtl_cycles": r, "model_cycles": m, "error": (m - r) / r,
-                                   "rtl_seconds": rs, "model_seconds": ms}
+        named = workload_programs()
+        r, m, rs, ms, from_insns = _compare(list(named.values()), rtl)
+        rtl_total += sum(rs)
+        model_total += sum(ms)
+        insns_total += from_insns
+        for k, wname in enumerate(named):
+            per_workload[wname] = {"rtl_cycles": r[k], "model_cycles": m[k],
+                                   "error": (m[k] - r[k]) / r[k], "rtl_seconds": rs[k],
+                                   "model_seconds": ms[k]}
             if progress:
                 print(f"{wname}: {per_workload[wname]}", file=sys.stderr)
     max_random = max(all_err, default=0.0)
@@ -142,6 +167,7 @@ def run_timing_model_bench(presets: Sequence[str] = ("tiny", "small", "default")
             "max_error_random": float(max_random),
             "mean_error_random": float(np.mean(all_err)) if all_err else 0.0,
             "max_error_workloads": float(max_workloads), "speed_ratio": speed,
+            "speed_ratio_from_insns": rtl_total / insns_total if insns_total else 0.0,
             "targets": TARGETS, "meets_targets": meets}
 
 

@@ -76,81 +76,98 @@ def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
 
 
 @compiled
+def _uop_entry(row: np.ndarray, u: int, uop_acc: np.ndarray, uop_src: np.ndarray,
+               base: int, lay: np.ndarray) -> tuple[int, int]:
+    """The ``(acc, src)`` the UOP load ``row`` writes to the micro-op entry ``u`` it
+    writes (0 for padding and for DRAM entries outside ``uop_acc/src``)."""
+    y = row[lay[_L_Y]]
+    x = row[lay[_L_X]]
+    cols = row[lay[_L_PAD_LEFT]] + x + row[lay[_L_PAD_RIGHT]]
+    r = (u - row[lay[_L_SRAM]]) // cols - row[lay[_L_PAD_TOP]]
+    c = (u - row[lay[_L_SRAM]]) % cols - row[lay[_L_PAD_LEFT]]
+    if 0 <= r < y and 0 <= c < x:
+        a = row[lay[_L_DRAM]] - base + r * row[lay[_L_STRIDE]] + c
+        if 0 <= a < uop_acc.size:
+            return uop_acc[a], uop_src[a]
+    return 0, 0
+
+
+@compiled
 def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray,
                           base: int, strict: bool, depth: int, acc_mask: int,
                           lay: np.ndarray, out: np.ndarray) -> bool:
     """Fill ``out`` with the interlock cycles of each instruction of ``table``
     (:func:`.insn_table.insn_table`); the micro-ops a UOP load copies from DRAM entry
     ``a`` are ``uop_acc/src[a - base]``. False when ``strict`` and a load reads outside
-    them (outside them is zero otherwise). ``lay`` is :data:`INTERLOCK_LAYOUT`."""
-    # the micro-op entries the program writes or reads, and its longest ALU sequence
-    entries = 0
-    longest = 0
-    for k in range(table.shape[0]):
-        row = table[k]
-        if row[lay[_L_OPCODE]] == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_UOP]:
-            entries = max(entries, min(depth, row[lay[_L_SRAM]] + (
-                row[lay[_L_PAD_TOP]] + row[lay[_L_Y]] + row[lay[_L_PAD_BOTTOM]]) * (
-                row[lay[_L_PAD_LEFT]] + row[lay[_L_X]] + row[lay[_L_PAD_RIGHT]])))
-        elif row[lay[_L_OPCODE]] == lay[_L_ALU]:
-            hi = min(row[lay[_L_UOP_END]], depth)
-            entries = max(entries, hi)
-            longest = max(longest, row[lay[_L_ITER_OUT]] * row[lay[_L_ITER_IN]]
-                          * max(0, hi - row[lay[_L_UOP_BEGIN]]))
-    on_chip_acc = np.zeros(entries, np.int64)
-    on_chip_src = np.zeros(entries, np.int64)
-    dst = np.empty(longest, np.int64)
-    src = np.empty(longest, np.int64)
-    size = uop_acc.size
-    for k in range(table.shape[0]):
+    them (outside them is zero otherwise). ``lay`` is :data:`INTERLOCK_LAYOUT`.
+
+    An ALU instruction's micro-op ``u`` is the one the last UOP load before it wrote
+    to entry ``u`` (0 if none did): found by looking back over the loads rather than
+    by keeping the whole micro-op buffer, which would cost more to clear than a
+    program of tens of instructions takes to time."""
+    n_rows = table.shape[0]
+    loads = np.empty(n_rows, np.int64)  # the UOP loads' rows in program order
+    first_entry = np.empty(n_rows, np.int64)  # and the entries each writes
+    end_entry = np.empty(n_rows, np.int64)
+    n_loads = 0
+    longest = 0  # micro-ops of the longest ALU instruction, and its loop
+    longest_loop = 0
+    for k in range(n_rows):
         row = table[k]
         out[k] = 0.0
         opcode = row[lay[_L_OPCODE]]
         if opcode == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_UOP]:
-            y = row[lay[_L_Y]]
-            x = row[lay[_L_X]]
-            top = row[lay[_L_PAD_TOP]]
-            left = row[lay[_L_PAD_LEFT]]
-            cols = left + x + row[lay[_L_PAD_RIGHT]]
-            rows = top + y + row[lay[_L_PAD_BOTTOM]]
-            first = row[lay[_L_DRAM]] - base
-            stride = row[lay[_L_STRIDE]]
             if strict:
-                for r in range(y):
-                    a = first + r * stride
-                    if a < 0 or a + x > size:
+                for r in range(row[lay[_L_Y]]):
+                    a = row[lay[_L_DRAM]] - base + r * row[lay[_L_STRIDE]]
+                    if a < 0 or a + row[lay[_L_X]] > uop_acc.size:
                         return False
-            sram = row[lay[_L_SRAM]]
-            for p in range(min(depth, sram + rows * cols) - sram):
-                r = p // cols - top
-                c = p % cols - left
-                va = 0
-                vs = 0
-                if 0 <= r < y and 0 <= c < x:
-                    a = first + r * stride + c
-                    if 0 <= a < size:
-                        va = uop_acc[a]
-                        vs = uop_src[a]
-                on_chip_acc[sram + p] = va
-                on_chip_src[sram + p] = vs
+            loads[n_loads] = k
+            first_entry[n_loads] = row[lay[_L_SRAM]]
+            end_entry[n_loads] = min(depth, row[lay[_L_SRAM]] + (
+                row[lay[_L_PAD_TOP]] + row[lay[_L_Y]] + row[lay[_L_PAD_BOTTOM]]) * (
+                row[lay[_L_PAD_LEFT]] + row[lay[_L_X]] + row[lay[_L_PAD_RIGHT]]))
+            n_loads += 1
         elif opcode == lay[_L_ALU]:
-            lo = row[lay[_L_UOP_BEGIN]]
-            hi = row[lay[_L_UOP_END]]
-            n_uops = max(0, min(hi, depth) - lo)
-            iter_out = row[lay[_L_ITER_OUT]]
-            iter_in = row[lay[_L_ITER_IN]]
-            reads_src = row[lay[_L_USE_IMM]] == 0 and row[lay[_L_OP]] != lay[_L_REQUANT]
-            n = iter_out * iter_in * n_uops
-            m = 0
-            for i in range(iter_out):
-                for j in range(iter_in):
-                    for u in range(lo, lo + n_uops):
-                        dst[m] = (on_chip_acc[u] + i * row[lay[_L_DST_OUT]]
-                                  + j * row[lay[_L_DST_IN]]) & acc_mask
-                        src[m] = (on_chip_src[u] + i * row[lay[_L_SRC_OUT]]
-                                  + j * row[lay[_L_SRC_IN]]) & acc_mask
-                        m += 1
-            out[k] = float(_stalls(dst[:n], src[:n], reads_src, lay[_L_DISTANCE]))
+            n_uops = max(0, min(row[lay[_L_UOP_END]], depth) - row[lay[_L_UOP_BEGIN]])
+            longest = max(longest, n_uops)
+            longest_loop = max(longest_loop,
+                               n_uops * row[lay[_L_ITER_OUT]] * row[lay[_L_ITER_IN]])
+    entry_acc = np.empty(longest, np.int64)
+    entry_src = np.empty(longest, np.int64)
+    dst = np.empty(longest_loop, np.int64)
+    src = np.empty(longest_loop, np.int64)
+    seen = 0  # UOP loads before row k
+    for k in range(n_rows):
+        if seen < n_loads and loads[seen] == k:
+            seen += 1
+            continue
+        row = table[k]
+        if row[lay[_L_OPCODE]] != lay[_L_ALU]:
+            continue
+        lo = row[lay[_L_UOP_BEGIN]]
+        n_uops = max(0, min(row[lay[_L_UOP_END]], depth) - lo)
+        for u in range(n_uops):
+            entry_acc[u] = 0
+            entry_src[u] = 0
+            for j in range(seen - 1, -1, -1):
+                if first_entry[j] <= lo + u < end_entry[j]:
+                    entry_acc[u], entry_src[u] = _uop_entry(table[loads[j]], lo + u, uop_acc,
+                                                            uop_src, base, lay)
+                    break
+        iter_out = row[lay[_L_ITER_OUT]]
+        iter_in = row[lay[_L_ITER_IN]]
+        reads_src = row[lay[_L_USE_IMM]] == 0 and row[lay[_L_OP]] != lay[_L_REQUANT]
+        m = 0
+        for i in range(iter_out):
+            for j in range(iter_in):
+                for u in range(n_uops):
+                    dst[m] = (entry_acc[u] + i * row[lay[_L_DST_OUT]]
+                              + j * row[lay[_L_DST_IN]]) & acc_mask
+                    src[m] = (entry_src[u] + i * row[lay[_L_SRC_OUT]]
+                              + j * row[lay[_L_SRC_IN]]) & acc_mask
+                    m += 1
+        out[k] = float(_stalls(dst[:m], src[:m], reads_src, lay[_L_DISTANCE]))
     return True
 
 
