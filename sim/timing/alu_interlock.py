@@ -158,14 +158,16 @@ def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.nd
         iter_out = row[lay[_L_ITER_OUT]]
         iter_in = row[lay[_L_ITER_IN]]
         reads_src = row[lay[_L_USE_IMM]] == 0 and row[lay[_L_OP]] != lay[_L_REQUANT]
+        dst_out = row[lay[_L_DST_OUT]]
+        dst_in = row[lay[_L_DST_IN]]
+        src_out = row[lay[_L_SRC_OUT]]
+        src_in = row[lay[_L_SRC_IN]]
         m = 0
         for i in range(iter_out):
             for j in range(iter_in):
                 for u in range(n_uops):
-                    dst[m] = (entry_acc[u] + i * row[lay[_L_DST_OUT]]
-                              + j * row[lay[_L_DST_IN]]) & acc_mask
-                    src[m] = (entry_src[u] + i * row[lay[_L_SRC_OUT]]
-                              + j * row[lay[_L_SRC_IN]]) & acc_mask
+                    dst[m] = (entry_acc[u] + i * dst_out + j * dst_in) & acc_mask
+                    src[m] = (entry_src[u] + i * src_out + j * src_in) & acc_mask
                     m += 1
         out[k] = float(_stalls(dst[:m], src[:m], reads_src, lay[_L_DISTANCE]))
     return True

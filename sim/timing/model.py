@@ -39,8 +39,10 @@ The constants of :data:`DEFAULT_TIMING` are calibrated against the RTL executor
 (docs/compiler.md, "Timing model").
 
 The simulation is numba-compiled code (:func:`.compiled.compiled`) over the instruction
-table of :mod:`.insn_table`; ``NUMBA_DISABLE_JIT=1`` runs it as Python
-(docs/architecture.md, "The timing model's compiled code").
+table of :mod:`.insn_table`; :func:`program_timing` makes one compiled call per program,
+from the words the program keeps encoded when it has them (table, interlock and
+simulation); ``NUMBA_DISABLE_JIT=1`` runs it as Python (docs/architecture.md, "The
+timing model's compiled code").
 """
 
 from __future__ import annotations
