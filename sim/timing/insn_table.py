@@ -103,8 +103,9 @@ def insn_table(insns: Sequence[Insn]) -> np.ndarray:
 
 
 class _TracedField:
-    """A GEMM field (plus a constant) as :func:`fast_reset_condition` sees it when
-    :func:`_fast_reset_terms` traces it."""
+    """A GEMM field (plus a constant; no name: the constant alone) as
+    :func:`~tensorfab.isa.insn.fast_reset_condition` sees it when :func:`word_fields`
+    traces it into terms the compiled decoder checks."""
 
     def __init__(self, name: str, add: int = 0) -> None:
         self.name = name
@@ -137,6 +138,8 @@ class _TracedTerms:
 
 
 class _TracedGemm:
+    """A GEMM whose every field is a :class:`_TracedField`."""
+
     def __getattr__(self, name: str) -> _TracedField:
         return _TracedField(name)
 

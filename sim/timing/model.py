@@ -232,7 +232,8 @@ def _constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
 
 
 # _integers(): where _LAYOUT, the interlock's layout and the words' field positions
-# start in it, the micro-op depth, the accumulator index mask, then the three
+# (.insn_table.word_fields) start in it, the micro-op depth, the accumulator index
+# mask, then those three arrays
 _I_LAYOUT, _I_INTERLOCK, _I_WORDS, _I_UOP_DEPTH, _I_ACC_MASK = range(5)
 
 
