@@ -309,20 +309,25 @@ class Program:
         """Micro-op table as little-endian bytes."""
         return self.encoded().uops.ravel().copy()
 
+    def region_bytes(self, name: str) -> np.ndarray | None:
+        """The initial bytes of region ``name`` of :meth:`layout`: the encoded
+        instructions (``"insns"``), micro-ops (``"uops"``) or a segment's data (None for
+        a segment without data)."""
+        if name == "insns":
+            return self.encode_insns()
+        if name == UOP_SEGMENT:
+            return self.encode_uops()
+        data = self.segment(name).data
+        return None if data is None else np.ascontiguousarray(data).view(np.uint8).ravel()
+
     def dram_image(self) -> np.ndarray:
         """The initial DRAM contents as a ``uint8`` array of :attr:`dram_size` bytes."""
         lay = self.layout()
         img = np.zeros(lay["end"].offset, dtype=np.uint8)
-        insns = self.encode_insns()
-        img[self.insn_base: self.insn_base + insns.size] = insns
-        uops = self.encode_uops()
-        off = lay[UOP_SEGMENT].offset
-        img[off: off + uops.size] = uops
-        for s in self.segments:
-            if s.data is not None:
-                r = lay[s.name]
-                img[r.offset: r.offset + r.nbytes] = np.ascontiguousarray(s.data).view(np.uint8
-                                                                                      ).ravel()
+        for name in ("insns", UOP_SEGMENT, *(s.name for s in self.segments)):
+            data = self.region_bytes(name)
+            if data is not None:
+                img[lay[name].offset: lay[name].offset + data.size] = data
         return img
 
     def read_segment(self, image: np.ndarray, name: str) -> np.ndarray:
