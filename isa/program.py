@@ -274,19 +274,24 @@ class Program:
         kept = self.kept_encoded()
         if kept is not None:
             return kept
-        cfg = self.config
-        nb = self.insn_bytes
-        ub = uop_format(cfg).bytes
-        insns = b"".join(encode_insn(insn, cfg, i).to_bytes(nb, "little")
-                         for i, insn in enumerate(self.insns))
-        uops = b"".join(encode_uop(u, cfg, i).to_bytes(ub, "little")
-                        for i, u in enumerate(self.uops))
-        words = EncodedWords(np.frombuffer(insns, dtype=np.uint8).reshape(-1, nb),
-                             np.frombuffer(uops, dtype=np.uint8).reshape(-1, ub),
-                             self.uop_offset)
+        words = EncodedWords(self._insn_words(), self._uop_words(), self.uop_offset)
         placement = None if self.placement is None else dict(self.placement)
-        self._encoded = (cfg, list(self.insns), list(self.uops), placement, words)
+        self._encoded = (self.config, list(self.insns), list(self.uops), placement, words)
         return words
+
+    def _insn_words(self) -> np.ndarray:
+        """The instruction words, one ``uint8`` row each (read-only)."""
+        nb = self.insn_bytes
+        words = b"".join(encode_insn(insn, self.config, i).to_bytes(nb, "little")
+                         for i, insn in enumerate(self.insns))
+        return np.frombuffer(words, dtype=np.uint8).reshape(-1, nb)
+
+    def _uop_words(self) -> np.ndarray:
+        """The micro-op words, one ``uint8`` row each (read-only)."""
+        ub = uop_format(self.config).bytes
+        words = b"".join(encode_uop(u, self.config, i).to_bytes(ub, "little")
+                         for i, u in enumerate(self.uops))
+        return np.frombuffer(words, dtype=np.uint8).reshape(-1, ub)
 
     def kept_encoded(self) -> EncodedWords | None:
         """The words :meth:`encoded` (or :meth:`dram_image`, :meth:`to_bytes`) last made,
@@ -306,8 +311,10 @@ class Program:
         return self.encoded().insns.ravel().copy()
 
     def encode_uops(self) -> np.ndarray:
-        """Micro-op table as little-endian bytes."""
-        return self.encoded().uops.ravel().copy()
+        """Micro-op table as little-endian bytes (the instructions are not encoded for
+        it)."""
+        kept = self.kept_encoded()
+        return (self._uop_words() if kept is None else kept.uops).ravel().copy()
 
     def region_bytes(self, name: str) -> np.ndarray | None:
         """The initial bytes of region ``name`` of :meth:`layout`: the encoded
