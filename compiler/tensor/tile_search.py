@@ -118,14 +118,25 @@ def _cannot_win(plan: TilePlan, n_alu_ops: int, bounds: _Bounds) -> bool:
     return bounds.beaten(cycles_lower_bound(plan, n_alu_ops) * (1 - 1e-9), steps)
 
 
-def thread_counts(vthreads: int | Sequence[int]) -> tuple[int, ...]:
-    """The thread counts a search over ``vthreads`` tries (an int: that one count)."""
-    counts = (vthreads,) if isinstance(vthreads, int | np.integer) else tuple(vthreads)
+def thread_counts(vthreads: int | Sequence[int], cfg: HwConfig) -> tuple[int, ...]:
+    """The thread counts a search over ``vthreads`` tries (an int: that one count).
+
+    Raises
+    ------
+    ScheduleError
+        A count that is no integer in ``1..cfg.dep_queue_depth``, or no count.
+    """
+    if isinstance(vthreads, int | np.integer):
+        counts: tuple[object, ...] = (vthreads,)
+    else:
+        counts = tuple(vthreads) if isinstance(vthreads, Sequence) else ()
     if not counts or any(isinstance(v, bool) or not isinstance(v, int | np.integer)
-                         for v in counts):
+                         or not 1 <= v <= cfg.dep_queue_depth for v in counts):
         raise ScheduleError(f"virtual_thread({vthreads!r})", "dep_queue_depth",
-                            "vthreads must be an integer or a non-empty sequence of them")
-    return tuple(dict.fromkeys(int(v) for v in counts))
+                            f"vthreads must be an integer in 1..{cfg.dep_queue_depth} or a "
+                            "non-empty sequence of them (the token queues hold one token "
+                            "per thread)")
+    return tuple(dict.fromkeys(int(v) for v in counts))  # type: ignore[call-overload]
 
 
 def search_plan(workload: Workload, cfg: HwConfig, vthreads: int | Sequence[int] = 2, *,
@@ -140,11 +151,7 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int | Sequence[int]
     ScheduleError
         No tiling fits (the message names the smallest footprints tried).
     """
-    counts = thread_counts(vthreads)
-    for v in counts:
-        if not 1 <= v <= cfg.dep_queue_depth:
-            raise ScheduleError(f"virtual_thread({v})", "dep_queue_depth",
-                                f"vthreads must be in 1..{cfg.dep_queue_depth}")
+    counts = thread_counts(vthreads, cfg)
     if max(workload.padding) > max_pad(cfg):
         raise ScheduleError("workload", "pad field", f"padding {workload.padding} exceeds "
                             f"the LOAD's {max_pad(cfg)}-entry pad")
@@ -292,11 +299,7 @@ def default_schedule(workload: Workload, cfg: HwConfig,
     ScheduleError
         Not even one thread's tiling fits the config.
     """
-    counts = thread_counts(vthreads)
-    if not all(1 <= v <= cfg.dep_queue_depth for v in counts):
-        raise ScheduleError(f"virtual_thread({vthreads!r})", "dep_queue_depth",
-                            f"vthreads must be an integer in 1..{cfg.dep_queue_depth} (the "
-                            "token queues hold one token per thread)")
+    counts = thread_counts(vthreads, cfg)
     plan = _searched_plan(dataclasses.replace(workload, name=""), cfg, counts,
                           bias, n_alu_ops, records, residual)
     if plan.workload != workload:  # found for another layer of the same shape
