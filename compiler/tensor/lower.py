@@ -192,6 +192,38 @@ class _Lowering:
         kv = channel_kernel(plan, v, self.channel_names().index("residual_factor"))
         return [_gemm(kg, self.kernels.add(kg)), _alu(kv, self.kernels.add(kv), AluOp.MUL, None)]
 
+    def record_loads(self, loaded: set[str], *, last: bool, residual: bool
+                     ) -> tuple[list[Emitted], list[tuple[str, int]]]:
+        """The LOADs of a step that bring REQUANT's records (and a residual's identity
+        entry, the last of them) to the top of the weight buffer, once, and the resources
+        they write; ``loaded`` (updated) holds what earlier steps brought.
+
+        The records come with the loads of the first step that ends a tile (its REQUANT
+        reads them), not with the first step's: the first GEMM then waits only for its
+        operands, and the records load while earlier steps compute. A residual's first
+        step needs only the identity entry, which loads alone when it comes first."""
+        plan = self.plan
+        n = plan.records
+        ident = n - 1 if self.ep.residual is not None else None
+        loads: list[Emitted] = []
+        written: list[tuple[str, int]] = []
+        if "records" not in loaded and last:
+            if "identity" in loaded:  # every record but the identity entry
+                loads.append((Load(buffer=Buffer.WGT, sram=plan.records_base, dram=0,
+                                   y=1, x=n - 1, stride=n - 1), "records"))
+            else:
+                loads.append((Load(buffer=Buffer.WGT, sram=plan.records_base, dram=0,
+                                   y=1, x=n, stride=n), "records"))
+                written.append(("identity", 0))
+            written.append(("records", 0))
+            loaded |= {"records", "identity"}
+        elif residual and ident is not None and "identity" not in loaded:
+            loads.append((Load(buffer=Buffer.WGT, sram=plan.records_base + ident, dram=ident,
+                               y=1, x=1, stride=1), "records"))
+            written.append(("identity", 0))
+            loaded.add("identity")
+        return loads, written
+
     # ----------------------------------------------------------------- stores
     def stores(self, v: int, t: dict[str, int]) -> list[Emitted]:
         plan, geo = self.plan, self.geo
@@ -226,16 +258,17 @@ class _Lowering:
         steps: list[Step] = []
         alu_ops = self.ep.alu_ops()
         one_pass = self.ep.one_pass
+        loaded: set[str] = set()  # "records", "identity": what the weights hold already
         for sl in plan_steps(plan):
             v, t, c0, tic = sl.vthread, sl.start, sl.c0, sl.tic
             step = Step(vthread=v, tile=sl.tile,
                         reads=(("inp", sl.inp_region), ("wgt", sl.wgt_region)))
             writes: list[tuple[str, int]] = []
-            if one_pass and not steps:  # every record, once, at the top of the weights
-                n = plan.records
-                step.loads.append((Load(buffer=Buffer.WGT, sram=plan.records_base, dram=0,
-                                        y=1, x=n, stride=n), "records"))
-                writes.append(("records", 0))
+            residual = sl.first and self.ep.residual is not None
+            if one_pass:
+                loads, written = self.record_loads(loaded, last=sl.last, residual=residual)
+                step.loads += loads
+                writes += written
             if sl.first and self.ep.channel_tiles:
                 key = (t["g"], t["oc"])
                 if held.get(v) != key:
@@ -243,11 +276,10 @@ class _Lowering:
                     writes.append(("bias", v))
                     held[v] = key
                 step.reads = (*step.reads, ("bias", v))  # type: ignore[misc]
-            residual = sl.first and self.ep.residual is not None
             if residual:
                 step.loads += self.residual_loads(v, t)
                 writes.append(("res", v))
-                step.reads = (*step.reads, ("res", v), ("records", 0))  # type: ignore[misc]
+                step.reads = (*step.reads, ("res", v), ("identity", 0))  # type: ignore[misc]
             if sl.load_inp:
                 step.loads += self.input_loads(sl.inp_region, t, c0, tic)
                 writes.append(("inp", sl.inp_region))
