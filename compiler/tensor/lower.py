@@ -30,6 +30,7 @@ import numpy as np
 from tensorfab.isa import Alu, AluOp, Buffer, Gemm, HwConfig, Load, Program, Segment, Store
 from tensorfab.isa.builder import ProgramBuilder
 from tensorfab.isa.layout import pack_bias_for
+from tensorfab.isa.program import UOP_SEGMENT
 
 from .epilogue import Epilogue
 from .errors import CompileError
@@ -224,6 +225,26 @@ class _Lowering:
             loaded.add("identity")
         return loads, written
 
+    def uop_loads(self, steps: list[Step]) -> Emitted:
+        """The LOAD.UOP ahead of every step: the micro-ops of the first step's kernels
+        (the kernel table holds kernels in the order the steps first use them). Each
+        later step that uses kernels no earlier step did loads them first among its
+        own loads (its computation waits for those), so no GEMM waits for kernels it
+        does not run and the table's loads spread over the program."""
+        first = max(insn.uop_end for insn in steps[0].compute)
+        loaded = first
+        for k, step in enumerate(steps[1:], 1):
+            end = max(insn.uop_end for insn in step.compute)
+            if end > loaded:
+                n = end - loaded
+                step.loads.insert(0, (Load(buffer=Buffer.UOP, sram=loaded, dram=loaded, y=1,
+                                           x=n, stride=n), UOP_SEGMENT))
+                step.writes = (*step.written(), ("uops", k))
+                step.reads = (*step.read(), ("uops", k))
+                loaded = end
+        return (Load(buffer=Buffer.UOP, sram=0, dram=0, y=1, x=first, stride=first),
+                UOP_SEGMENT)
+
     # ----------------------------------------------------------------- stores
     def stores(self, v: int, t: dict[str, int]) -> list[Emitted]:
         plan, geo = self.plan, self.geo
@@ -356,7 +377,7 @@ def plan_instructions(plan: TilePlan, n_alu_ops: int = 0) -> list[Emitted]:
     low = _Lowering(plan, _EpilogueShape(plan.bias, n_alu_ops, plan.residual))  # type: ignore[arg-type]
     steps = low.steps()
     uops: Emitted = (Load(buffer=Buffer.UOP, y=1, x=len(low.kernels), stride=len(low.kernels)),
-                     "uops")
+                     UOP_SEGMENT)
     return [uops, *dispatch_order(insert_tokens(steps, lookahead(plan.cfg)), plan.cfg)]
 
 
@@ -486,7 +507,7 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
         rows, cols = plan.window
         bld.add_segment(Segment("zeros", "int8", (rows * cols, cfg.batch, cfg.block_in)))
     bld.add_uops(low.kernels.uops)
-    bld.load_uops()
+    bld.emit(*low.uop_loads(steps))
     for insn, seg in dispatch_order(insert_tokens(steps, lookahead(cfg)), cfg):
         bld.emit(insn, segment=seg)
     return bld.build()
