@@ -376,8 +376,7 @@ def plan_instructions(plan: TilePlan, n_alu_ops: int = 0) -> list[Emitted]:
     FINISH and DRAM addresses: enough to estimate the program's timing."""
     low = _Lowering(plan, _EpilogueShape(plan.bias, n_alu_ops, plan.residual))  # type: ignore[arg-type]
     steps = low.steps()
-    uops: Emitted = (Load(buffer=Buffer.UOP, y=1, x=len(low.kernels), stride=len(low.kernels)),
-                     UOP_SEGMENT)
+    uops = low.uop_loads(steps)
     return [uops, *dispatch_order(insert_tokens(steps, lookahead(plan.cfg)), plan.cfg)]
 
 
