@@ -2,14 +2,18 @@
 
 For every combination of candidate tile sizes (balanced sizes ``ceil(extent / q)``
 along each axis), two loop orders (weights reused across spatial tiles, or inputs
-reused across output-channel tiles) and two placements of the operand regions (one per
+reused across output-channel tiles; one when both walk the tiles in the same order)
+and two placements of the operand regions (one per
 thread, ``depth // vthreads`` apart, or packed as tightly as the tiles allow, see
 :mod:`.residency`), :func:`search_plan` keeps the tilings whose tiles fit the buffers
 (``depth // vthreads``) and whose micro-op kernels fit ``uop_depth``, and ranks them by
 :func:`.cost_model.estimate_cost`. The :data:`REFINE_CANDIDATES` fastest estimates and
 as many of the least traffic among those within :data:`CYCLE_TOLERANCE` of the fastest
 are then lowered and timed by :func:`.timing.simulate`; the fastest wins, ties (within
-:data:`SIM_TOLERANCE`) going to the least DRAM traffic. :func:`default_schedule`
+:data:`SIM_TOLERANCE`) going to the least DRAM traffic. Given several thread counts
+(:data:`MODEL_VTHREADS` for a model's convolutions), each count is searched so, with
+its own pruning bounds and shortlist (the analytic estimate ranks tilings of different
+thread counts poorly), and the fastest timed tiling of all wins. :func:`default_schedule`
 returns the winner as a :class:`.Schedule` written with ``tile``, ``reorder``,
 ``virtual_thread`` and ``place`` primitives, so it prints and replays like a
 hand-written one.
