@@ -147,8 +147,8 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int | Sequence[int]
                 bias: int = False, n_alu_ops: int = 0, refine: bool = True,
                 records: int = 0, residual: bool = False) -> TilePlan:
     """The cheapest tiling of ``workload`` with ``vthreads`` threads (see the module
-    docstring); a sequence of thread counts searches the tilings of every count
-    together (one ranking, one timed shortlist) and keeps the fastest.
+    docstring); a sequence of thread counts searches each count (its own pruning and
+    timed shortlist) and keeps the fastest timed tiling of all.
 
     Raises
     ------

@@ -79,8 +79,8 @@ def test_conv_searched_over_counts_equals_numpy() -> None:
 
 def test_resnet18_stem_near_its_micro_op_floor() -> None:
     """The stem after the host im2col: 147 channels padded to 10 blocks, 112×112
-    pixels, 4 output blocks, a one-pass REQUANT (a per-channel tile for the records'
-    layout is not needed: ``bias=0``, 4 record entries)."""
+    pixels, 4 output blocks, one REQUANT pass (its 4 record entries at the top of the
+    weights, no per-channel accumulator tile)."""
     cfg = PRESETS["default"]
     wl = Workload.conv2d(1, 160, 112, 112, 64, 1, 1, 0)
     kw = {"bias": 0, "n_alu_ops": 1, "records": 4}
