@@ -54,9 +54,10 @@ REFINE_MAX_STEPS = 1000
 SIM_TOLERANCE = 0.001
 #: Thread counts a model's convolutions are searched over (the accelerator lowering of
 #: a graph): more threads overlap more stores and loads with computation but split the
-#: buffers finer, and which wins depends on the layer (ResNet-18's stem and its fused
-#: residual convolutions gain from four, most 3×3 convolutions from two). Three threads
-#: would gain ResNet-18 another 0.05 % of its cycles (timing model) for a third more
+#: buffers finer, and which wins depends on the layer (on ResNet-18 four threads win the
+#: stem, the 1×1 downsamples and the fused residual convolutions below 56×56, two
+#: threads the 56×56 layers and half of the other 3×3 convolutions). Three threads
+#: would gain ResNet-18 another 0.05 % of its cycles (timing model) for 45 % more
 #: search time.
 MODEL_VTHREADS: tuple[int, ...] = (2, 4)
 #: Searches :func:`default_schedule` remembers (keyed by workload shape, config,
