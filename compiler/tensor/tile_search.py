@@ -208,12 +208,8 @@ def _enumerate(workload: Workload, cfg: HwConfig, vthreads: int, bias: int, n_al
                     continue
                 tiles = (("b", tn), ("oc", toc), ("oh", th), ("ow", tw), ("ic", tic))
                 split = {a for a, t in tiles[:4] if t < ext[a]}
-                walks: set[tuple[str, ...]] = set()
+                walks: dict[tuple[str, ...], list[int]] = {}  # walk -> its entries in found
                 for order in orders:
-                    walk = tuple(a for a in order if a in split)
-                    if walk in walks:  # the same walk over the tiles: the same program
-                        continue
-                    walks.add(walk)
                     plan = TilePlan(workload, cfg, tiles, order, vthreads, pitches, bias,
                                     records, residual)
                     if plan.inp_entries() > inp_cap // vthreads:
@@ -224,15 +220,26 @@ def _enumerate(workload: Workload, cfg: HwConfig, vthreads: int, bias: int, n_al
                     n_threads = min(vthreads, plan.n_output_tiles)
                     if not _fits(plan, n_threads):
                         break
-                    found.append((estimate_cost(plan, n_alu_ops), plan))
-                    bounds.add(found[-1][0])
+                    entries = [(estimate_cost(plan, n_alu_ops), plan)]
                     packed = (("inp", plan.inp_entries()), ("wgt", plan.wgt_entries()),
                               pitches[2])
                     if packed != pitches:
                         plan = TilePlan(workload, cfg, tiles, order, vthreads, packed, bias,
                                         records, residual)
-                        found.append((estimate_cost(plan, n_alu_ops), plan))
-                        bounds.add(found[-1][0])
+                        entries.append((estimate_cost(plan, n_alu_ops), plan))
+                    # two orders walking the split axes alike make the same program: it
+                    # is kept once, with the lower of the two estimates
+                    walk = tuple(a for a in order if a in split)
+                    if walk in walks:
+                        for j, entry in zip(walks[walk], entries, strict=True):
+                            if entry[0].cycles < found[j][0].cycles:
+                                found[j] = entry
+                                bounds.add(entry[0])
+                        continue
+                    walks[walk] = list(range(len(found), len(found) + len(entries)))
+                    for entry in entries:
+                        found.append(entry)
+                        bounds.add(entry[0])
 
 
 def _least_traffic(found: list[tuple[CostEstimate, TilePlan]]) -> TilePlan:
