@@ -1,7 +1,7 @@
 """Hardware-in-the-loop benchmark (``tensorfab bench hil``): random programs on the
 virtual board under injected link faults, the link's efficiency on bulk transfers, the
-digits CNN resident on the virtual board against fsim and the RTL executor, and the
-device server's round trip.
+virtual board's simulation speed on a long GEMM, the digits CNN resident on the virtual
+board against fsim and the RTL executor, and the device server's round trip.
 
 The virtual board is the SoC gateware in Verilator with the fast UART (4 clock cycles a
 bit); link efficiency is counted in the board's own clock, so it is what a board at any
@@ -18,21 +18,27 @@ from typing import Any
 
 import numpy as np
 
+from tensorfab.hil.board import BoardDevice
 from tensorfab.hil.errors import HilError
 from tensorfab.hil.link import HostLink
 from tensorfab.hil.targets import VirtualBoardDevice
 from tensorfab.hil.virtual import InProcessTransport, LinkFaults, SocSpec, VirtualBoard
-from tensorfab.isa import TensorfabError, get_config
+from tensorfab.isa import HwConfig, Program, TensorfabError, get_config
 from tensorfab.isa.hostlink import HostLinkError
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.testing.random_program import random_program
 
-__all__ = ["TARGETS", "link_efficiency", "main", "run_hil_bench"]
+__all__ = ["SPEED_GEMM", "TARGETS", "link_efficiency", "main", "run_hil_bench",
+           "virtual_board_speed"]
 
 #: The issue's targets.
 TARGETS = {"programs": 1000, "link_efficiency": 0.80}
 #: One bit flip per 10 kB and 1 % dropped bytes, both directions.
 FAULTS = LinkFaults(bit_flip=1e-4, drop=0.01, seed=1)
+#: The speed run's blocked GEMM (M, N, K): on tiny 266,597 cycles, a 95 KB image.
+SPEED_GEMM = (128, 128, 256)
+#: On-chip memory of the boards that run the speed GEMM and the digits CNN.
+MODEL_MEM_BYTES = 1 << 20
 
 
 def _progress(total: int, what: str) -> Any:
@@ -102,6 +108,83 @@ def link_efficiency(config: str = "tiny", nbytes: int = 32768) -> dict[str, floa
             "read": round(nbytes * byte_cycles / (c2 - c1), 4)}
 
 
+def _board_of(dev: VirtualBoardDevice, cfg: HwConfig) -> VirtualBoard:
+    """The simulated board behind ``dev``'s device for ``cfg``."""
+    transport = dev.device(cfg).link.transport
+    assert isinstance(transport, InProcessTransport)
+    return transport.board
+
+
+def _resident_gemm(board: VirtualBoard, prog: Program, want: np.ndarray
+                   ) -> tuple[float, int, bool]:
+    """One run of ``prog`` resident on ``board`` (its image already written): board
+    cycles per second from START to done, CYCLES, and whether the result is fsim's."""
+    device = BoardDevice(HostLink(InProcessTransport(board), timeout=64 * 10 / board.spec.baud))
+    mem = device.open_memory(prog.config, board.spec.mem_bytes)
+    c0, t0 = board.cycle, time.perf_counter()
+    cycles = mem.run(prog).cycles
+    rate = (board.cycle - c0) / (time.perf_counter() - t0)
+    return rate, cycles, bool(np.array_equal(mem.read(0, want.size), want))
+
+
+def virtual_board_speed(config: str = "tiny", shape: tuple[int, int, int] = SPEED_GEMM,
+                        rounds: int = 3, plain: bool = True) -> dict[str, Any]:
+    """Simulated board cycles per wall-clock second on a compute-bound program: the
+    blocked GEMM of ``tensorfab bench rtl-speed`` (``shape``), resident on the virtual
+    board (its image written once), timed from START to done with the STATUS polls
+    over the fast UART; the fastest of ``rounds`` runs. Its result must equal fsim's
+    and its CYCLES the RTL executor's with the SoC's memory.
+
+    With ``plain``, the same on the plain build of the same SoC (two evaluations per
+    cycle, no gated clocks: how the virtual board was clocked before it shared the
+    core harness's techniques), the two boards' runs alternated in each round, and the
+    ratio of the fastest runs (``virtual_board_speedup``); their CYCLES and results
+    must be the same."""
+    from tensorfab.sim.rtl import ONCHIP_MEMORY, RtlSimulator
+
+    from .rtl_speed import bench_program
+
+    cfg = get_config(config)
+    prog = bench_program(cfg, *shape)
+    image = prog.dram_image()
+    want = FunctionalSimulator().run(prog).dram
+    spec = SocSpec.for_board(None, cfg, mem_bytes=MODEL_MEM_BYTES)
+    kinds = {"fast": {}, **({"plain": {"clock_gates": False, "two_evals": True}}
+                            if plain else {})}
+    boards = {k: VirtualBoard(spec, **options) for k, options in kinds.items()}
+    rates: dict[str, list[float]] = {k: [] for k in boards}
+    cycles: dict[str, set[int]] = {k: set() for k in boards}
+    matches = True
+    try:
+        for board in boards.values():
+            link = HostLink(InProcessTransport(board), timeout=64 * 10 / spec.baud)
+            link.write_mem(0, image.tobytes())
+        for _ in range(rounds):
+            for kind, board in boards.items():
+                rate, n, ok = _resident_gemm(board, prog, want)
+                rates[kind].append(rate)
+                cycles[kind].add(n)
+                matches = matches and ok
+        clocking = boards["fast"].build.clocking
+    finally:
+        for board in boards.values():
+            board.close()
+    rtl_cycles = RtlSimulator(ONCHIP_MEMORY).run(prog).cycles
+    out: dict[str, Any] = {
+        "virtual_board_cycles_per_second": round(max(rates["fast"])),
+        "virtual_board_rates": [round(r) for r in rates["fast"]],
+        "virtual_board_gemm": list(shape), "virtual_board_gemm_cycles": min(cycles["fast"]),
+        "virtual_board_gemm_matches_fsim": matches,
+        "virtual_board_gemm_cycles_equal_rtl": cycles["fast"] == {rtl_cycles},
+        "virtual_board_clocking": clocking}
+    if plain:
+        out |= {"virtual_board_plain_cycles_per_second": round(max(rates["plain"])),
+                "virtual_board_plain_rates": [round(r) for r in rates["plain"]],
+                "virtual_board_speedup": round(max(rates["fast"]) / max(rates["plain"]), 2),
+                "virtual_board_plain_cycles_equal": cycles["plain"] == cycles["fast"]}
+    return out
+
+
 def digits_on_board(config: str = "tiny", batch: int = 8) -> dict[str, Any]:
     """The digits CNN resident on the virtual board, against fsim, and each layer's
     board cycles beside the RTL executor's for the same programs (its memory the SoC's
@@ -115,12 +198,16 @@ def digits_on_board(config: str = "tiny", batch: int = 8) -> dict[str, Any]:
     _, _, xte, _ = load_digits_split(0)
     x = xte[:batch]
     runs = {}
-    for name, dev in (("fsim", FunctionalSimulator()),
-                      ("virtual", VirtualBoardDevice(mem_bytes=1 << 20)),
+    virtual = VirtualBoardDevice(mem_bytes=MODEL_MEM_BYTES)
+    vb = _board_of(virtual, get_config(config))
+    board_cycles_run = 0
+    for name, dev in (("fsim", FunctionalSimulator()), ("virtual", virtual),
                       ("rtl", RtlSimulator(ONCHIP_MEMORY))):
-        t0 = time.monotonic()
+        c0, t0 = vb.cycle, time.monotonic()
         prof = profile_program(model.program, [x], dev)
         runs[name] = (prof, time.monotonic() - t0)
+        if name == "virtual":
+            board_cycles_run = vb.cycle - c0
     out = {k: np.asarray(p.output) for k, (p, _) in runs.items()}
     board_cycles, rtl_cycles = ([r.cycles for r in runs[k][0].layers if r.device == "accel"]
                                 for k in ("virtual", "rtl"))
@@ -128,11 +215,13 @@ def digits_on_board(config: str = "tiny", batch: int = 8) -> dict[str, Any]:
             "digits_board_cycles": board_cycles, "digits_rtl_cycles": rtl_cycles,
             "digits_cycles_equal_rtl": board_cycles == rtl_cycles,
             "digits_board_seconds": round(runs["virtual"][1], 2),
+            "digits_board_cycles_per_second": round(board_cycles_run / runs["virtual"][1]),
             "digits_rtl_seconds": round(runs["rtl"][1], 2)}
 
 
 def run_hil_bench(programs: int = TARGETS["programs"], config: str = "tiny",
-                  digits: bool = True, server: bool = True) -> dict[str, Any]:
+                  digits: bool = True, server: bool = True, speed: bool = True
+                  ) -> dict[str, Any]:
     """Run every part; the dict's keys are the issue's."""
     result: dict[str, Any] = {"config": config}
     eff = link_efficiency(config)
@@ -140,6 +229,8 @@ def run_hil_bench(programs: int = TARGETS["programs"], config: str = "tiny",
     result["link_efficiency_parts"] = eff
     faults = fault_programs(config, programs, FAULTS)
     result |= faults
+    if speed:
+        result |= virtual_board_speed(config)
     if digits:
         result |= digits_on_board(config)
     if server:
@@ -164,10 +255,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--config", default="tiny")
     ap.add_argument("--no-digits", action="store_true")
     ap.add_argument("--no-server", action="store_true")
+    ap.add_argument("--no-speed", action="store_true",
+                    help="skip the virtual board's speed run (the long GEMM)")
     ap.add_argument("--json", action="store_true", help="(the JSON line is always printed)")
     args = ap.parse_args(argv)
     result = run_hil_bench(args.programs, args.config, not args.no_digits,
-                           not args.no_server)
+                           not args.no_server, not args.no_speed)
     print(json.dumps(result))
     return result
 

@@ -28,7 +28,8 @@ from amaranth.back import verilog
 from tensorfab.hw.soc.top import LEDS, SocTop
 from tensorfab.isa import HwConfig
 from tensorfab.isa.errors import UsageError
-from tensorfab.sim.rtl.build import VerilatedLibrary, build_verilated
+from tensorfab.sim.rtl.build import TopClocking, VerilatedLibrary, build_verilated
+from tensorfab.sim.rtl.clock_gates import CLOCK_GATES, gates_within
 
 __all__ = ["FAST_DIVISOR", "VIRTUAL_MEM_BYTES", "InProcessTransport", "LinkFaults",
            "SocSpec", "VirtualBoard"]
@@ -116,12 +117,40 @@ class SocSpec:
         return replace(self, sdram=True, mem_bytes=sdram_size_bytes(self.config))
 
 
-def build_soc(spec: SocSpec) -> VerilatedLibrary:
+#: The SoC's top module in its Verilog.
+SOC_MODULE = "tensorfab_soc"
+#: The core inside it (``SocTop``'s submodule ``core``), and the core's reset input that
+#: ``SocTop``'s ``ResetInserter`` adds (the host link's RESET).
+SOC_CORE, SOC_CORE_RESETS = f"{SOC_MODULE}.core", ("core_reset",)
+#: The SDRAM pins the harness samples before each clock edge.
+SDRAM_SAMPLED = tuple(f"sdram__{pin}" for pin in ("cs", "ras", "cas", "we", "ba", "a",
+                                                     "dq_oe", "dq_o"))
+
+
+def soc_clocking(spec: SocSpec, *, clock_gates: bool = True,
+                 two_evals: bool = False) -> TopClocking | None:
+    """How the virtual board's harness clocks the SoC of ``spec``: the core harness's
+    techniques (:class:`~tensorfab.sim.rtl.build.TopClocking`): the reset registered in
+    a wrapper, one evaluation per cycle, the core's units of
+    :data:`~tensorfab.sim.rtl.clock_gates.CLOCK_GATES` on gated clocks (only in the
+    Verilog given to Verilator; the SoC's and every FPGA build's Verilog has one
+    clock). ``None`` with neither gates nor one evaluation: the SoC itself, evaluated
+    twice per cycle (the plain build the others are checked against)."""
+    if two_evals and not clock_gates:
+        return None
+    gates = gates_within(CLOCK_GATES, "soc.core", SOC_CORE_RESETS) if clock_gates else ()
+    return TopClocking("soc", ("rst",), SDRAM_SAMPLED if spec.sdram else (), SOC_CORE,
+                       gates, two_evals)
+
+
+def build_soc(spec: SocSpec, *, clock_gates: bool = True,
+              two_evals: bool = False) -> VerilatedLibrary:
     """The virtual board's library for ``spec`` (built once, cached with the RTL
-    executor's builds)."""
+    executor's builds), clocked as :func:`soc_clocking` says (the defaults: the
+    fastest; ``clock_gates=False, two_evals=True``: the plain build)."""
     def design() -> str:
         os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
-        return verilog.convert(spec.soc(), name="tensorfab_soc", emit_src=False)
+        return verilog.convert(spec.soc(), name=SOC_MODULE, emit_src=False)
 
     name = f"soc-{spec.config.name}-{spec.mem_bytes}-d{spec.divisor}" \
         + ("-sdram" if spec.sdram else "")
@@ -130,8 +159,8 @@ def build_soc(spec: SocSpec) -> VerilatedLibrary:
     defines: dict[str, str | int] = {"SOC_LED_BUSY": LEDS.index("busy")}
     if spec.sdram:
         defines |= sdram_defines(spec.clock_hz)
-    return build_verilated(name, design, params, "tensorfab_soc", "soc_harness.cpp",
-                           defines)
+    return build_verilated(name, design, params, SOC_MODULE, "soc_harness.cpp", defines,
+                           soc_clocking(spec, clock_gates=clock_gates, two_evals=two_evals))
 
 
 def sdram_defines(clock_hz: int) -> dict[str, str | int]:
@@ -223,11 +252,15 @@ class VirtualBoard:
     Parameters
     ----------
     spec : SocSpec
+    clock_gates, two_evals : bool
+        How the harness clocks the SoC (:func:`build_soc`; the defaults are the
+        fastest, the same cycles as the others).
     """
 
-    def __init__(self, spec: SocSpec) -> None:
+    def __init__(self, spec: SocSpec, *, clock_gates: bool = True,
+                 two_evals: bool = False) -> None:
         self.spec = spec
-        self.build = build_soc(spec)
+        self.build = build_soc(spec, clock_gates=clock_gates, two_evals=two_evals)
         self._lib = _load(self.build.library)
         self._handle = ctypes.c_void_p(self._lib.vb_new(spec.divisor))
         self.reset()

@@ -7,14 +7,16 @@
 //
 // One clock cycle (Harness::step):
 //   1. the memory model drives cmd.ready, wdata.ready, rdata.valid/payload;
-//   2. clk = 0, eval: the core's combinational outputs settle;
+//   2. tf::settle: clk = 0, eval: the core's combinational outputs settle;
 //   3. sample the handshakes the coming edge completes, and the activity bits;
-//   4. clk = 1, eval: the edge;
+//   4. tf::rise: clk = 1, eval: the edge;
 //   5. the memory model takes the sampled handshakes into account.
 // With TF_ONE_EVAL (the default when the build finds that no sampled output depends
 // combinationally on an input) step 2 is skipped and step 4 is one evaluation that
 // both settles the inputs and clocks the edge (Verilator's edge detector is told the
-// clock was low), which halves the work of the input-dependent logic.
+// clock was low), which halves the work of the input-dependent logic. clocking.h,
+// shared with the virtual board's harness, has the details (gated clocks, the root's
+// evaluation).
 //
 // The core sits in a wrapper (sim/rtl_build.py, harness_wrapper) that registers its
 // CSR bus and reset, so host accesses take effect a cycle later; the memory port is
@@ -31,25 +33,10 @@
 #include "verilated.h"
 
 #include "tf_config.h"
-#include "tf_model.h"
 #include TF_TOP_HEADER
-#if TF_ONE_EVAL
-#include TF_ROOT_HEADER
-#endif
-#ifndef TF_CLOCK_GATES
-#define TF_CLOCK_GATES(X)  // tf_model.h lists the gated clocks: X(clock, enable, prev)
-#endif
+#include "clocking.h"
 #include "mem_model.h"
 #include "port_bits.h"
-
-#ifdef TF_ROOT_EVAL
-// The Verilated root's evaluation (the body of Vcore::eval_step without its per-call
-// bookkeeping: emptying the deleter of dynamic objects under a mutex and flushing the
-// message queue of threaded $display, neither of which this design uses; about 180
-// machine instructions a cycle). The model's first eval(), in the constructor, did
-// its one-time initialisation.
-void TF_ROOT_EVAL(TF_ROOT_CLASS* vlSelf);
-#endif
 
 #ifdef TF_BREAK_BUILD
 #error "TF_BREAK_BUILD: deliberately broken harness build (test hook)"
@@ -98,12 +85,7 @@ struct Harness {
         t.TF_PORT_WDATA_READY = mem.wdata_ready;
         t.TF_PORT_RDATA_VALID = mem.rdata_valid;
         if (mem.rdata_valid) tf::put_bytes(t.TF_PORT_RDATA_PAYLOAD, mem.rdata(), TF_BUS_BYTES);
-#if !TF_ONE_EVAL
-        t.clk = 0;
-#define TF_GATE_LOW(clock, enable, prev) t.clock = 0;
-        TF_CLOCK_GATES(TF_GATE_LOW)
-        t.eval();
-#endif
+        tf::settle(t);
         // TF_ONE_EVAL: the sampled outputs depend on registers only (checked when the
         // library was built), so their values after the last edge hold for this cycle
         cmd_valid = t.TF_PORT_CMD_VALID;
@@ -117,23 +99,7 @@ struct Harness {
         const bool ok = mem.commit<TF_CMD_ADDR_OFFSET, TF_CMD_ADDR_WIDTH, TF_CMD_WRITE_OFFSET,
                                    TF_CMD_LEN_OFFSET, TF_CMD_LEN_WIDTH>(
             cmd_valid, cmd_word, wdata_valid, wbuf, rready);
-        // a gated clock (TF_CLOCK_GATES: a unit's clock in the simulation build) rises
-        // with clk when its enable, an output that depends on registers only, is high
-#if TF_ONE_EVAL
-        // a rising edge in one evaluation: the combinational logic settles with this
-        // cycle's inputs, then the registers take their next values
-        t.rootp->TF_CLK_PREV = 0;
-#define TF_GATE_HIGH(clock, enable, prev) t.clock = t.enable; t.rootp->prev = 0;
-#else
-#define TF_GATE_HIGH(clock, enable, prev) t.clock = t.enable;
-#endif
-        TF_CLOCK_GATES(TF_GATE_HIGH)
-        t.clk = 1;
-#ifdef TF_ROOT_EVAL
-        TF_ROOT_EVAL(t.rootp);
-#else
-        t.eval();
-#endif
+        tf::rise(t);
         ++total_cycles;
         return ok;
     }

@@ -27,12 +27,12 @@ the harness knows it before the edge.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tensorfab.isa import TensorfabError
 
 __all__ = ["CLOCK_GATES", "ClockGate", "ClockGateError", "enable_expression", "enable_signals",
-           "enable_terms", "gate_verilog", "wrapper_ports"]
+           "enable_terms", "gate_verilog", "gates_within", "wrapper_ports"]
 
 
 class ClockGateError(TensorfabError):
@@ -78,6 +78,12 @@ class ClockGate:
     enable: tuple[str, ...]
     ungated: tuple[str, ...] = ()
     joined: tuple[str, ...] = ()
+
+    @property
+    def core_instance(self) -> str:
+        """The core's instance path from the wrapper (:attr:`instance` less
+        :attr:`module`): what a name after ``/`` in :attr:`enable` is found in."""
+        return self.instance.removesuffix(self.module).removesuffix(".")
 
     @property
     def clock(self) -> str:
@@ -157,6 +163,40 @@ CLOCK_GATES: tuple[ClockGate, ...] = (
                "mem__cmd__valid", "cmd_stuck", "outstanding", "fired_beats", "got")),
 )
 
+def gates_within(gates: tuple[ClockGate, ...], core_instance: str,
+                 resets: tuple[str, ...] = ()) -> tuple[ClockGate, ...]:
+    """``gates`` (of a core wrapped as :data:`~tensorfab.sim.rtl.build.TOP` wraps it)
+    for a core that a larger design instantiates: at ``core_instance`` from that
+    design's wrapper, and reset by ``resets`` as well as by ``rst``.
+
+    A gate that ticks at the core's reset (a ``/rst`` term) must tick at each of its
+    resets: a ``ResetInserter`` around the core (the SoC's ``core_reset``, which the
+    host link's RESET pulses) resets its registers as ``rst`` does. The gates without
+    a reset term stay as they are: their units' registers reset to what they hold
+    while the enable is low.
+
+    Parameters
+    ----------
+    gates : tuple of ClockGate
+        Gates of the core (:data:`CLOCK_GATES`).
+    core_instance : str
+        The core's instance path from the design's wrapper (``soc.core``).
+    resets : tuple of str
+        The core's reset inputs besides ``rst`` (signals of its top module).
+
+    Returns
+    -------
+    tuple of ClockGate
+    """
+    out = []
+    for gate in gates:
+        enable = gate.enable
+        if "/rst" in enable:
+            enable = (*enable, *(f"/{r}" for r in resets))
+        out.append(replace(gate, instance=f"{core_instance}.{gate.module}", enable=enable))
+    return tuple(out)
+
+
 _CLOCKED = re.compile(r"always @\(posedge clk\)(\s*)(\\?[\w$]+)?")
 
 
@@ -185,7 +225,7 @@ def _resolve(verilog: str, core: str, gate: ClockGate, factor: str) -> list[str]
     """The hierarchical names (from the wrapper) of the signals ``factor`` names."""
     if factor.startswith("/"):
         path, _, name = factor[1:].rpartition(".")
-        instance = ".".join(p for p in (gate.instance.split(".")[0], path) if p)
+        instance = ".".join(p for p in (gate.core_instance, path) if p)
     else:
         sub, _, name = factor.rpartition(".")
         path = ".".join(p for p in (gate.module, sub) if p)
