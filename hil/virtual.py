@@ -122,29 +122,32 @@ SOC_MODULE = "tensorfab_soc"
 #: The core inside it (``SocTop``'s submodule ``core``), and the core's reset input that
 #: ``SocTop``'s ``ResetInserter`` adds (the host link's RESET).
 SOC_CORE, SOC_CORE_RESETS = f"{SOC_MODULE}.core", ("core_reset",)
+#: The profile-guided build's training run (``python -m TRAINING --train DIR``).
+TRAINING = "tensorfab.hil.virtual_train"
 #: The SDRAM pins the harness samples before each clock edge.
 SDRAM_SAMPLED = tuple(f"sdram__{pin}" for pin in ("cs", "ras", "cas", "we", "ba", "a",
                                                      "dq_oe", "dq_o"))
 
 
-def soc_clocking(spec: SocSpec, *, clock_gates: bool = True,
-                 two_evals: bool = False) -> TopClocking | None:
+def soc_clocking(spec: SocSpec, *, clock_gates: bool = True, two_evals: bool = False,
+                 pgo: bool = True) -> TopClocking | None:
     """How the virtual board's harness clocks the SoC of ``spec``: the core harness's
     techniques (:class:`~tensorfab.sim.rtl.build.TopClocking`): the reset registered in
     a wrapper, one evaluation per cycle, the core's units of
     :data:`~tensorfab.sim.rtl.clock_gates.CLOCK_GATES` on gated clocks (only in the
     Verilog given to Verilator; the SoC's and every FPGA build's Verilog has one
-    clock). ``None`` with neither gates nor one evaluation: the SoC itself, evaluated
-    twice per cycle (the plain build the others are checked against)."""
+    clock), profile-guided (:mod:`tensorfab.hil.virtual_train`). ``None`` with neither
+    gates nor one evaluation: the SoC itself, evaluated twice per cycle, not
+    profile-guided (the plain build the others are checked against)."""
     if two_evals and not clock_gates:
         return None
     gates = gates_within(CLOCK_GATES, "soc.core", SOC_CORE_RESETS) if clock_gates else ()
     return TopClocking("soc", ("rst",), SDRAM_SAMPLED if spec.sdram else (), SOC_CORE,
-                       gates, two_evals)
+                       gates, two_evals, TRAINING if pgo else "")
 
 
-def build_soc(spec: SocSpec, *, clock_gates: bool = True,
-              two_evals: bool = False) -> VerilatedLibrary:
+def build_soc(spec: SocSpec, *, clock_gates: bool = True, two_evals: bool = False,
+              pgo: bool = True) -> VerilatedLibrary:
     """The virtual board's library for ``spec`` (built once, cached with the RTL
     executor's builds), clocked as :func:`soc_clocking` says (the defaults: the
     fastest; ``clock_gates=False, two_evals=True``: the plain build)."""
@@ -160,7 +163,8 @@ def build_soc(spec: SocSpec, *, clock_gates: bool = True,
     if spec.sdram:
         defines |= sdram_defines(spec.clock_hz)
     return build_verilated(name, design, params, SOC_MODULE, "soc_harness.cpp", defines,
-                           soc_clocking(spec, clock_gates=clock_gates, two_evals=two_evals))
+                           soc_clocking(spec, clock_gates=clock_gates, two_evals=two_evals,
+                                        pgo=pgo))
 
 
 def sdram_defines(clock_hz: int) -> dict[str, str | int]:
@@ -252,15 +256,19 @@ class VirtualBoard:
     Parameters
     ----------
     spec : SocSpec
-    clock_gates, two_evals : bool
-        How the harness clocks the SoC (:func:`build_soc`; the defaults are the
-        fastest, the same cycles as the others).
+    clock_gates, two_evals, pgo : bool
+        How the harness clocks the SoC and how it is compiled (:func:`build_soc`;
+        the defaults are the fastest, the same cycles as the others).
+    build : VerilatedLibrary, optional
+        A library of ``spec``'s SoC to load instead of :func:`build_soc`'s (the
+        profile-guided build's training run, :mod:`tensorfab.hil.virtual_train`).
     """
 
-    def __init__(self, spec: SocSpec, *, clock_gates: bool = True,
-                 two_evals: bool = False) -> None:
+    def __init__(self, spec: SocSpec, *, clock_gates: bool = True, two_evals: bool = False,
+                 pgo: bool = True, build: VerilatedLibrary | None = None) -> None:
         self.spec = spec
-        self.build = build_soc(spec, clock_gates=clock_gates, two_evals=two_evals)
+        self.build = build or build_soc(spec, clock_gates=clock_gates, two_evals=two_evals,
+                                        pgo=pgo)
         self._lib = _load(self.build.library)
         self._handle = ctypes.c_void_p(self._lib.vb_new(spec.divisor))
         self.reset()
