@@ -128,7 +128,8 @@ def _resident_gemm(board: VirtualBoard, prog: Program, want: np.ndarray
 
 
 def virtual_board_speed(config: str = "tiny", shape: tuple[int, int, int] = SPEED_GEMM,
-                        rounds: int = 3, plain: bool = True) -> dict[str, Any]:
+                        rounds: int = 3, plain: bool = True,
+                        mem_bytes: int = MODEL_MEM_BYTES) -> dict[str, Any]:
     """Simulated board cycles per wall-clock second on a compute-bound program: the
     blocked GEMM of ``tensorfab bench rtl-speed`` (``shape``), resident on the virtual
     board (its image written once), timed from START to done with the STATUS polls
@@ -140,7 +141,7 @@ def virtual_board_speed(config: str = "tiny", shape: tuple[int, int, int] = SPEE
     cycle, no gated clocks: how the virtual board was clocked before it shared the
     core harness's techniques), the two boards' runs alternated in each round, and the
     ratio of the fastest runs (``virtual_board_speedup``); their CYCLES and results
-    must be the same."""
+    must be the same. ``mem_bytes``: the boards' on-chip memory."""
     from tensorfab.sim.rtl import ONCHIP_MEMORY, RtlSimulator
 
     from .rtl_speed import bench_program
@@ -149,7 +150,7 @@ def virtual_board_speed(config: str = "tiny", shape: tuple[int, int, int] = SPEE
     prog = bench_program(cfg, *shape)
     image = prog.dram_image()
     want = FunctionalSimulator().run(prog).dram
-    spec = SocSpec.for_board(None, cfg, mem_bytes=MODEL_MEM_BYTES)
+    spec = SocSpec.for_board(None, cfg, mem_bytes=mem_bytes)
     kinds = {"fast": {}, **({"plain": {"clock_gates": False, "two_evals": True}}
                             if plain else {})}
     boards = {k: VirtualBoard(spec, **options) for k, options in kinds.items()}
