@@ -86,6 +86,9 @@ __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
 
 #: Register slices a read command and its data pass in the memory arbiter.
 ARBITER_SLICES = 2
+#: The load engine's longest read command, in beats (:class:`tensorfab.hw.load.LoadEngine`'s
+#: ``max_burst``): a longer row is read in several commands.
+LOAD_BURST = 32
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,7 @@ class TimingParams:
         lands among the LOAD's reads.
     """
 
-    load_fixed: float = 3.0
+    load_fixed: float = 4.0
     store_fixed: float = 6.0
     compute_fixed: float = 9.0 + UOP_READ_STAGES  # calibrated as 10 with one read stage
     start: float = 30.0
@@ -191,7 +194,7 @@ _LAYOUT = np.array(
  _K_LOAD_COMMAND, _K_READ_WINDOW) = range(13)
 (_K_BUS_BYTES, _K_ENTRY_BYTES, _K_OUT_ENTRY_BYTES, _K_LANES, _K_DEPTH,
  _K_ACC_ENTRY_BEATS, _K_WORD_BEATS, _K_ALU_STAGES, _K_INDEX_STAGES,
- _K_ARBITER_SLICES) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25)
+ _K_ARBITER_SLICES, _K_LOAD_BURST) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26)
 
 # the indices are literals (the compiled code keeps them): check them against the ISA
 if (_L_ENGINE_OF + len(Opcode) != _L_ACC or _L_QUEUES != _L_ACC + 1
@@ -224,7 +227,7 @@ def _new_constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
                      fast_reset_lanes(cfg) if cfg.fast_reset else 0, cfg.cmd_queue_depth,
                      cfg.acc_entry_bytes / cfg.mem_bus_bytes,
                      -(-insn_width(cfg) // cfg.mem_bus_width), ALU_PIPELINE_STAGES,
-                     UOP_INDEX_STAGES, ARBITER_SLICES], dtype=np.float64)
+                     UOP_INDEX_STAGES, ARBITER_SLICES, LOAD_BURST], dtype=np.float64)
 
 
 @compiled
@@ -303,6 +306,58 @@ def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING)
     return _load_walk(insn_table([insn])[0], row_beats, k, _LAYOUT)
 
 
+@compiled
+def _read_grants(first: float, rows: int, row_beats: float, burst: float, window: float,
+                 mem_latency: float, prior_begin: float, prior_end: float,
+                 grant: np.ndarray, data_end: np.ndarray) -> int:
+    """When the memory gets each read command of a LOAD (the arbiter's read budget).
+
+    The commands (one per row, split at ``burst`` beats) leave one per cycle from
+    ``first`` on while at most ``window`` beats of the reads granted are not yet
+    delivered (or none are); the memory delivers the beats in command order, one per
+    cycle, a command's first ``mem_latency`` cycles after it. The reads before the
+    LOAD's are the beats of ``[prior_begin, prior_end)``. Fills ``grant`` and
+    ``data_end`` (when each command's last beat is delivered) and returns the number of
+    commands, or -1 when there are more than ``grant`` holds."""
+    per_row = max(1, int(-(-row_beats // burst)))
+    n = rows * per_row
+    if n > grant.size:
+        return -1
+    prior = max(0.0, prior_end - prior_begin)
+    granted = prior  # beats granted, the prior reads' included
+    last_end = prior_end
+    t = first
+    for c in range(n):
+        left = row_beats - (c % per_row) * burst
+        b = min(burst, left)
+        if c > 0:
+            t += 1.0
+        # beats delivered by the cycle before t: the prior reads, then the commands
+        x = t - 1.0
+        delivered = min(prior, max(0.0, x - prior_begin))
+        for j in range(c):
+            b_j = min(burst, row_beats - (j % per_row) * burst)
+            delivered += min(b_j, max(0.0, x - (data_end[j] - b_j)))
+        if granted - delivered > window:
+            # the cycle after the one in which `granted - window` beats are delivered
+            need = granted - window
+            cum = prior
+            at = prior_begin + need
+            if need > prior:
+                for j in range(c):
+                    b_j = min(burst, row_beats - (j % per_row) * burst)
+                    if cum + b_j >= need:
+                        at = data_end[j] - b_j + (need - cum)
+                        break
+                    cum += b_j
+            t = max(t, at + 1.0)
+        grant[c] = t
+        last_end = max(t + mem_latency, last_end) + b
+        data_end[c] = last_end
+        granted += b
+    return n
+
+
 @dataclass
 class Timing:
     """What :func:`simulate` predicts.
@@ -351,6 +406,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     fixed = np.empty(n)
     beats = np.empty(n)
     acc_load = np.zeros(n, np.bool_)
+    row_beats = np.zeros(n)  # per LOAD: the beats of one data row, and its rows
+    ld_rows = np.zeros(n, np.int64)
     push_late = np.zeros(n)  # cycles after its end an instruction's tokens are pushed
     # per LOAD into the accumulators: the fixed cycles left when it first writes them
     port_fixed = np.zeros(n)
@@ -379,6 +436,9 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         fixed[i] = f + x
         beats[i] = b
         acc_load[i] = opcode == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_ACC]
+        if opcode == lay[_L_LOAD] and row[lay[_L_Y]] > 0:
+            row_beats[i] = b / row[lay[_L_Y]]
+            ld_rows[i] = row[lay[_L_Y]]
         if acc_load[i]:
             port_fixed[i] = max(0.0, f - load_fixed - read_latency)
         if opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
@@ -417,10 +477,13 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     mem_latency = read_latency - slices  # command to first beat
     word_at = np.empty(words + chunk)
     fetch_end = 0.0
+    fetch_begin = 0.0  # when the bursts' beats moving back to back until fetch_end began
     requested = 0
     while requested < min(words, fetch_words):  # the first bursts, from reset:
         w = min(chunk, words - requested)  # their commands at the memory 4, 5, ... cycles on
         begin = max(slices + 2.0 + requested // chunk + mem_latency, fetch_end)
+        if begin > fetch_end + eps:
+            fetch_begin = begin
         for j in range(w):
             word_at[requested + j] = begin + (j + 1) * word_beats + k[_K_FETCH_WORD]
         fetch_end = begin + w * word_beats
@@ -428,6 +491,12 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     ld_command = -inf  # the running LOAD's first read command, and when its data ends
     ld_data_end = -inf
     window = k[_K_READ_WINDOW]
+    # the running LOAD's read commands at the memory and when each one's data ends
+    # (ld_grants -1: too many to follow, the LOAD takes bursts while more than
+    # `window` of its beats are to come)
+    grant = np.empty(64)
+    grant_end = np.empty(64)
+    ld_grants = -1
     wake = inf
     while done < n:
         started_ld = False
@@ -439,11 +508,18 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             # queue has room
             while dispatched < n:
                 kq = pos[dispatched] - depth
-                if kq >= 0 and ptr[eng_of[dispatched]] <= kq:
+                e = eng_of[dispatched]
+                # an idle engine holds its next instruction while it waits for tokens
+                held_e = ptr[e] + (1 if run[e] < 0 and ptr[e] < stream_len[e]
+                                   and streams[e, ptr[e]] < dispatched else 0)
+                if kq >= 0 and held_e <= kq:
                     break
                 if fetch and (dispatched >= requested or word_at[dispatched] > t + eps):
                     if dispatched < requested:
                         fetch_wait = word_at[dispatched]
+                    break
+                if fetch and dispatched > 0 and disp_t[dispatched - 1] + 1.0 > t + eps:
+                    fetch_wait = disp_t[dispatched - 1] + 1.0  # one word a cycle
                     break
                 disp_t[dispatched] = t
                 dispatched += 1
@@ -455,12 +531,27 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 command = t + k[_K_FETCH_ISSUE]
                 begin = max(command + mem_latency, fetch_end)
                 if run[ld] >= 0 and ld_command <= command:
-                    if run_beats[ld] > window:  # among the LOAD's reads: they wait for it
-                        begin = max(begin, t + run_fixed[ld] + window)
-                        run_fixed[ld] += w * word_beats
-                        ld_data_end += w * word_beats
+                    shift = w * word_beats
+                    if ld_grants > 0:
+                        among = command < grant[ld_grants - 1]
+                    else:
+                        among = run_beats[ld] > window
+                    if among:  # among the LOAD's reads: the later ones wait for it
+                        if ld_grants > 0:
+                            for c in range(ld_grants):
+                                if grant[c] <= command:
+                                    begin = max(begin, grant_end[c])
+                                else:
+                                    grant[c] += shift
+                                    grant_end[c] += shift
+                        else:
+                            begin = max(begin, t + run_fixed[ld] + window)
+                        run_fixed[ld] += shift
+                        ld_data_end += shift
                     else:
                         begin = max(begin, ld_data_end)
+                if begin > fetch_end + eps:
+                    fetch_begin = begin
                 for j in range(w):
                     word_at[requested + j] = begin + (j + 1) * word_beats + k[_K_FETCH_WORD]
                 fetch_end = begin + w * word_beats
@@ -514,6 +605,10 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             # its data after the beats of the bursts whose commands came first
             run_fixed[ld] += max(0.0, fetch_end - (ld_command + mem_latency))
             ld_data_end = t + run_fixed[ld] + run_beats[ld]
+            i_ld = run[ld]
+            ld_grants = _read_grants(ld_command, ld_rows[i_ld], row_beats[i_ld],
+                                     k[_K_LOAD_BURST], window, mem_latency, fetch_begin,
+                                     fetch_end, grant, grant_end)
         if fetch_wait < wake:
             wake = fetch_wait
         i_ld = run[ld]
