@@ -240,8 +240,13 @@ def _load_walk(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray) 
     t = float(row[lay[_L_PAD_TOP]] * cols)
     read_latency = k[_K_READ_LATENCY]
     arrived = read_latency
-    # one read command per row: at most `outstanding` in flight
-    spacing = max(float(row_beats), (read_latency + row_beats) / k[_K_OUTSTANDING])
+    # one read command per row a cycle: the first `outstanding` rows' beats back to
+    # back after the latency; with `outstanding` in flight, a row's command waits for
+    # the one `outstanding` rows before it to complete
+    outstanding = int(k[_K_OUTSTANDING])
+    spacing = float(row_beats)
+    if y > outstanding:
+        spacing = max(spacing, (read_latency + row_beats) / outstanding)
     if pad_left == 0 and pad_right == 0 and t + row_beats <= arrived + spacing:
         # every row waits for its data (rows arrive no faster than they are written)
         return arrived + y * spacing + row[lay[_L_PAD_BOTTOM]] * cols
@@ -541,8 +546,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                             for c in range(ld_grants):
                                 if grant[c] <= command:
                                     begin = max(begin, grant_end[c])
-                                else:
-                                    grant[c] += shift
+                                else:  # a cycle of the round robin, then its beats
+                                    grant[c] += 1.0
                                     grant_end[c] += shift
                         else:
                             begin = max(begin, t + run_fixed[ld] + window)
