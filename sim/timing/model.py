@@ -477,7 +477,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     word_beats = k[_K_WORD_BEATS]
     fetch_words = int(k[_K_FETCH_WORDS])
     chunk = max(1, fetch_words // 2)
-    room = fetch_words - chunk + int(k[_K_FETCH_HELD])
+    held_words = int(k[_K_FETCH_HELD])
+    room = fetch_words - chunk + held_words
     slices = k[_K_ARBITER_SLICES]
     mem_latency = read_latency - slices  # command to first beat
     word_at = np.empty(words + chunk)
@@ -532,8 +533,17 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             # the next bursts: their command after a LOAD's that started before them,
             # before a LOAD's that starts now or later
             while requested < words and requested - dispatched <= room:
+                # room for a burst: the word `chunk` before the next burst's has left
+                # the buffer (the fetch's stage and head take the words that arrive
+                # while they are free), its command 3 cycles on
+                need = requested - chunk - 1
+                taken_at = word_at[need] - k[_K_FETCH_WORD]
+                if taken_at > t + eps:
+                    fetch_wait = min(fetch_wait, taken_at)
+                    break
                 w = min(chunk, words - requested)
-                command = t + k[_K_FETCH_ISSUE]
+                command = max(disp_t[need - held_words] + k[_K_FETCH_ISSUE],
+                              taken_at + k[_K_FETCH_ISSUE] - 1.0)
                 begin = max(command + mem_latency, fetch_end)
                 if run[ld] >= 0 and ld_command <= command:
                     shift = w * word_beats
