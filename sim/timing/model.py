@@ -312,18 +312,19 @@ def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING)
 
 
 @compiled
-def _read_grants(first: float, rows: int, row_beats: float, burst: float, window: float,
-                 mem_latency: float, prior_begin: float, prior_end: float,
+def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: float,
+                 window: float, mem_latency: float, prior_begin: float, prior_end: float,
                  grant: np.ndarray, data_end: np.ndarray) -> int:
     """When the memory gets each read command of a LOAD (the arbiter's read budget).
 
-    The commands (one per row, split at ``burst`` beats) leave one per cycle from
-    ``first`` on while at most ``window`` beats of the reads granted are not yet
-    delivered (or none are); the memory delivers the beats in command order, one per
-    cycle, a command's first ``mem_latency`` cycles after it. The reads before the
-    LOAD's are the beats of ``[prior_begin, prior_end)``. Fills ``grant`` and
-    ``data_end`` (when each command's last beat is delivered) and returns the number of
-    commands, or -1 when there are more than ``grant`` holds."""
+    The commands (one per row, split at ``burst`` beats) from number ``skip`` on leave
+    one per cycle from ``first`` on while at most ``window`` beats of the reads
+    granted are not yet delivered (or none are); the memory delivers the beats in
+    command order, one per cycle, a command's first ``mem_latency`` cycles after it.
+    The reads before them are the beats of ``[prior_begin, prior_end)``. Fills
+    ``grant`` and ``data_end`` (when each command's last beat is delivered) from
+    ``skip`` on and returns the number of commands, or -1 when there are more than
+    ``grant`` holds."""
     per_row = max(1, int(-(-row_beats // burst)))
     n = rows * per_row
     if n > grant.size:
@@ -332,15 +333,15 @@ def _read_grants(first: float, rows: int, row_beats: float, burst: float, window
     granted = prior  # beats granted, the prior reads' included
     last_end = prior_end
     t = first
-    for c in range(n):
+    for c in range(skip, n):
         left = row_beats - (c % per_row) * burst
         b = min(burst, left)
-        if c > 0:
+        if c > skip:
             t += 1.0
         # beats delivered by the cycle before t: the prior reads, then the commands
         x = t - 1.0
         delivered = min(prior, max(0.0, x - prior_begin))
-        for j in range(c):
+        for j in range(skip, c):
             b_j = min(burst, row_beats - (j % per_row) * burst)
             delivered += min(b_j, max(0.0, x - (data_end[j] - b_j)))
         if granted - delivered > window:
@@ -349,7 +350,7 @@ def _read_grants(first: float, rows: int, row_beats: float, burst: float, window
             cum = prior
             at = prior_begin + need
             if need > prior:
-                for j in range(c):
+                for j in range(skip, c):
                     b_j = min(burst, row_beats - (j % per_row) * burst)
                     if cum + b_j >= need:
                         at = data_end[j] - b_j + (need - cum)
@@ -503,6 +504,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     grant = np.empty(64)
     grant_end = np.empty(64)
     ld_grants = -1
+    last_burst = -inf  # the last burst's command, the last LOAD's last command before it
+    last_ld_grant = -inf
     wake = inf
     while done < n:
         started_ld = False
@@ -545,7 +548,24 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 command = max(disp_t[need - held_words] + k[_K_FETCH_ISSUE],
                               taken_at + k[_K_FETCH_ISSUE] - 1.0)
                 begin = max(command + mem_latency, fetch_end)
-                if run[ld] >= 0 and ld_command <= command:
+                if (run[ld] >= 0 and not started_ld and command <= ld_command + eps
+                        and (command < ld_command - eps or last_burst < last_ld_grant)):
+                    # before the running LOAD's first read (the round robin gives a
+                    # tie to the fetch after a LOAD's command): its data after the burst
+                    old_start = max(ld_command + mem_latency, fetch_end)
+                    if command >= ld_command - eps:
+                        ld_command += 1.0
+                    extra = max(0.0, max(ld_command + mem_latency, begin + w * word_beats)
+                                - old_start)
+                    run_fixed[ld] += extra
+                    ld_data_end += extra
+                    i_ld = run[ld]
+                    ld_grants = _read_grants(ld_command, 0, ld_rows[i_ld], row_beats[i_ld],
+                                             k[_K_LOAD_BURST], window, mem_latency,
+                                             fetch_begin if begin <= fetch_end + eps
+                                             else begin, begin + w * word_beats,
+                                             grant, grant_end)
+                elif run[ld] >= 0 and ld_command <= command:
                     shift = w * word_beats
                     if ld_grants > 0:
                         among = command < grant[ld_grants - 1]
@@ -553,12 +573,17 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                         among = run_beats[ld] > window
                     if among:  # among the LOAD's reads: the later ones wait for it
                         if ld_grants > 0:
-                            for c in range(ld_grants):
-                                if grant[c] <= command:
-                                    begin = max(begin, grant_end[c])
-                                else:  # a cycle of the round robin, then its beats
-                                    grant[c] += 1.0
-                                    grant_end[c] += shift
+                            rest = 0  # the LOAD's commands after the burst's
+                            while rest < ld_grants and grant[rest] <= command:
+                                begin = max(begin, grant_end[rest])
+                                rest += 1
+                            # the later commands wait for room beside its beats
+                            i_ld = run[ld]
+                            _read_grants(command + 1.0, rest, ld_rows[i_ld], row_beats[i_ld],
+                                         k[_K_LOAD_BURST], window, mem_latency,
+                                         grant_end[0] - min(row_beats[i_ld],
+                                                            k[_K_LOAD_BURST]),
+                                         begin + shift, grant, grant_end)
                         else:
                             begin = max(begin, t + run_fixed[ld] + window)
                         run_fixed[ld] += shift
@@ -570,6 +595,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 for j in range(w):
                     word_at[requested + j] = begin + (j + 1) * word_beats + k[_K_FETCH_WORD]
                 fetch_end = begin + w * word_beats
+                last_burst = command
                 requested += w
                 again = starved
             # idle engines take their next instruction when dispatched and its tokens exist
@@ -615,13 +641,14 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     if run[st] >= 0 and writing:
                         run_fixed[e] += run_beats[st]  # its read waits for the write's beats
                     started_ld = True
+                    last_ld_grant = grant[ld_grants - 1] if ld_grants > 0 else ld_command
                     ld_command = t + k[_K_LOAD_COMMAND]
         if started_ld and fetch:
             # its data after the beats of the bursts whose commands came first
             run_fixed[ld] += max(0.0, fetch_end - (ld_command + mem_latency))
             ld_data_end = t + run_fixed[ld] + run_beats[ld]
             i_ld = run[ld]
-            ld_grants = _read_grants(ld_command, ld_rows[i_ld], row_beats[i_ld],
+            ld_grants = _read_grants(ld_command, 0, ld_rows[i_ld], row_beats[i_ld],
                                      k[_K_LOAD_BURST], window, mem_latency, fetch_begin,
                                      fetch_end, grant, grant_end)
         if fetch_wait < wake:
