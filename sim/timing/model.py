@@ -452,7 +452,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             acc_writes[i] = (min(1.0, max(0.0, (busy_uops - x) / busy_uops))
                              if busy_uops > eps else 0.0)
         if opcode == lay[_L_ALU]:
-            push_late[i] = k[_K_ALU_STAGES]
+            push_late[i] = 0.0 * k[_K_ALU_STAGES]
     ld, cp, st = 0, 1, 2
     depth = int(k[_K_DEPTH])
     in_order = k[_K_IN_ORDER] != 0.0
@@ -479,7 +479,6 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     fetch_words = int(k[_K_FETCH_WORDS])
     chunk = max(1, fetch_words // 2)
     held_words = int(k[_K_FETCH_HELD])
-    room = fetch_words - chunk + held_words
     slices = k[_K_ARBITER_SLICES]
     mem_latency = read_latency - slices  # command to first beat
     word_at = np.empty(words + chunk)
@@ -535,16 +534,18 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             starved = dispatched < n and dispatched >= requested
             # the next bursts: their command after a LOAD's that started before them,
             # before a LOAD's that starts now or later
-            while requested < words and requested - dispatched <= room:
-                # room for a burst: the word `chunk` before the next burst's has left
-                # the buffer (the fetch's stage and head take the words that arrive
-                # while they are free), its command 3 cycles on
-                need = requested - chunk - 1
+            while requested < words:
+                # room for a burst of w words: the word fetch_words - w before its
+                # first has left the buffer (the fetch's stage and head take the
+                # words that arrive while they are free), its command 3 cycles on
+                w = min(chunk, words - requested)
+                need = requested - fetch_words + w - 1
+                if dispatched + held_words <= need:
+                    break
                 taken_at = word_at[need] - k[_K_FETCH_WORD]
                 if taken_at > t + eps:
                     fetch_wait = min(fetch_wait, taken_at)
                     break
-                w = min(chunk, words - requested)
                 command = max(disp_t[need - held_words] + k[_K_FETCH_ISSUE],
                               taken_at + k[_K_FETCH_ISSUE] - 1.0)
                 begin = max(command + mem_latency, fetch_end)
