@@ -151,9 +151,9 @@ class TimingParams:
     in_order_memory: bool = True
     fetch_words: int = 8
     fetch_held: int = 2
-    fetch_issue: float = 4.0
+    fetch_issue: float = 6.0
     fetch_word: float = 2.0
-    load_command: float = 5.0
+    load_command: float = 7.0
     read_window: float = 32.0
 
     @classmethod
@@ -547,7 +547,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     fetch_wait = min(fetch_wait, taken_at)
                     break
                 command = max(disp_t[need - held_words] + k[_K_FETCH_ISSUE],
-                              taken_at + k[_K_FETCH_ISSUE] - 1.0)
+                              taken_at + 3.0)
                 begin = max(command + mem_latency, fetch_end)
                 if (run[ld] >= 0 and not started_ld and command <= ld_command + eps
                         and (command < ld_command - eps or last_burst < last_ld_grant)):
@@ -664,10 +664,15 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             t = wake
             continue
         held = -1  # a store whose write waits for the load's reads ahead of it
+        reads_end = inf  # when the memory has served them
         if i_st >= 0 and run_fixed[st] <= eps and not writing:
             if in_order and i_ld >= 0 and (behind == -1 or behind == i_ld):
-                held = st
-                behind = i_ld
+                reads_end = grant_end[ld_grants - 1] if fetch and ld_grants > 0 else inf
+                if reads_end > t + eps:
+                    held = st
+                    behind = i_ld
+                else:
+                    writing = True
             else:
                 writing = True
         # a LOAD into the accumulators waits while the compute engine writes them: its
@@ -675,7 +680,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         # free, its data needs the port once per entry of `acc_entry_beats` beats (not
         # before its first data: the read latency needs no port)
         rate_ld = 1.0
-        nxt = wake
+        nxt = min(wake, reads_end)
         if i_ld >= 0 and i_cp >= 0 and acc_load[i_ld] and acc_writes[i_cp] > 0.0:
             tail = run_fixed[cp] - compute_fixed
             if tail > eps:
