@@ -89,6 +89,9 @@ ARBITER_SLICES = 2
 #: The load engine's longest read command, in beats (:class:`tensorfab.hw.load.LoadEngine`'s
 #: ``max_burst``): a longer row is read in several commands.
 LOAD_BURST = 32
+#: Cycles from the compute engine taking FINISH (after its last instruction and the
+#: tokens FINISH pops) to the core's done: its start, its retire, the done register.
+FINISH_CYCLES = 3
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,7 @@ _LAYOUT = np.array(
  _K_LOAD_COMMAND, _K_READ_WINDOW) = range(13)
 (_K_BUS_BYTES, _K_ENTRY_BYTES, _K_OUT_ENTRY_BYTES, _K_LANES, _K_DEPTH,
  _K_ACC_ENTRY_BEATS, _K_WORD_BEATS, _K_ALU_STAGES, _K_INDEX_STAGES,
- _K_ARBITER_SLICES, _K_LOAD_BURST) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26)
+ _K_ARBITER_SLICES, _K_LOAD_BURST, _K_FINISH) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27)
 
 # the indices are literals (the compiled code keeps them): check them against the ISA
 if (_L_ENGINE_OF + len(Opcode) != _L_ACC or _L_QUEUES != _L_ACC + 1
@@ -227,7 +230,8 @@ def _new_constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
                      fast_reset_lanes(cfg) if cfg.fast_reset else 0, cfg.cmd_queue_depth,
                      cfg.acc_entry_bytes / cfg.mem_bus_bytes,
                      -(-insn_width(cfg) // cfg.mem_bus_width), ALU_PIPELINE_STAGES,
-                     UOP_INDEX_STAGES, ARBITER_SLICES, LOAD_BURST], dtype=np.float64)
+                     UOP_INDEX_STAGES, ARBITER_SLICES, LOAD_BURST, FINISH_CYCLES],
+                    dtype=np.float64)
 
 
 @compiled
@@ -414,7 +418,6 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     acc_load = np.zeros(n, np.bool_)
     row_beats = np.zeros(n)  # per LOAD: the beats of one data row, and its rows
     ld_rows = np.zeros(n, np.int64)
-    push_late = np.zeros(n)  # cycles after its end an instruction's tokens are pushed
     # per LOAD into the accumulators: the fixed cycles left when it first writes them
     port_fixed = np.zeros(n)
     # per compute instruction: the fraction of its micro-op cycles writing the
@@ -451,8 +454,6 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             busy_uops = fixed[i] - compute_fixed
             acc_writes[i] = (min(1.0, max(0.0, (busy_uops - x) / busy_uops))
                              if busy_uops > eps else 0.0)
-        if opcode == lay[_L_ALU]:
-            push_late[i] = 0.0 * k[_K_ALU_STAGES]
     ld, cp, st = 0, 1, 2
     depth = int(k[_K_DEPTH])
     in_order = k[_K_IN_ORDER] != 0.0
@@ -728,16 +729,23 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 end[i] = t
                 for q in range(n_queues):
                     if pushes[i, q]:
-                        pushed[q, n_pushed[q]] = t + push_late[i]
+                        pushed[q, n_pushed[q]] = t
                         n_pushed[q] += 1
                 run[e] = -1
                 free_t[e] = t
                 done += 1
-    # the last ALU instruction's results leave the pipeline after its end
-    out[0] = t
+    # FINISH: the compute engine takes it after its last instruction and the tokens
+    # pushed to it and not popped, and the core is done `finish` cycles on; the load
+    # and store engines a cycle after their last instruction
+    finish = free_t[cp]
+    for q in range(n_queues):
+        if lay[_L_QUEUES + 4 * q + 2] == cp:
+            for j in range(popped[q], n_pushed[q]):
+                finish = max(finish, pushed[q, j])
+    out[0] = finish + k[_K_FINISH]
     for i in range(n):
-        if i == 0 or end[i] + push_late[i] > out[0]:
-            out[0] = end[i] + push_late[i]
+        if eng_of[i] != cp and end[i] + 1.0 > out[0]:
+            out[0] = end[i] + 1.0
     return out
 
 
