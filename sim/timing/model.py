@@ -416,8 +416,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     fixed = np.empty(n)
     beats = np.empty(n)
     acc_load = np.zeros(n, np.bool_)
-    row_beats = np.zeros(n)  # per LOAD: the beats of one data row, and its rows
-    ld_rows = np.zeros(n, np.int64)
+    row_beats = np.zeros(n)  # per LOAD: the beats of one data row
+    rows = np.zeros(n, np.int64)  # per LOAD and STORE: its rows
     # per LOAD into the accumulators: the fixed cycles left when it first writes them
     port_fixed = np.zeros(n)
     # per compute instruction: the fraction of its micro-op cycles writing the
@@ -447,7 +447,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         acc_load[i] = opcode == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_ACC]
         if opcode == lay[_L_LOAD] and row[lay[_L_Y]] > 0:
             row_beats[i] = b / row[lay[_L_Y]]
-            ld_rows[i] = row[lay[_L_Y]]
+        if opcode == lay[_L_LOAD] or opcode == lay[_L_STORE]:
+            rows[i] = row[lay[_L_Y]]
         if acc_load[i]:
             port_fixed[i] = max(0.0, f - load_fixed - read_latency)
         if opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
@@ -468,7 +469,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     busy_t = activity[:3]
     stall_t = activity[3:]
     dispatched = 0 if fetch else n
-    writing = False  # the running STORE's write has begun
+    writing = False  # the running STORE's write has begun, its first write command
+    st_command = inf
     behind = -1  # the LOAD whose reads the running STORE's write waits behind
     disp_t = np.full(n, k[_K_START])  # when fetch dispatched each instruction
     free_t = np.full(3, k[_K_START])  # when each engine last became free
@@ -562,7 +564,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     run_fixed[ld] += extra
                     ld_data_end += extra
                     i_ld = run[ld]
-                    ld_grants = _read_grants(ld_command, 0, ld_rows[i_ld], row_beats[i_ld],
+                    ld_grants = _read_grants(ld_command, 0, rows[i_ld], row_beats[i_ld],
                                              k[_K_LOAD_BURST], window, mem_latency,
                                              fetch_begin if begin <= fetch_end + eps
                                              else begin, begin + w * word_beats,
@@ -581,7 +583,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                                 rest += 1
                             # the later commands wait for room beside its beats
                             i_ld = run[ld]
-                            _read_grants(command + 1.0, rest, ld_rows[i_ld], row_beats[i_ld],
+                            _read_grants(command + 1.0, rest, rows[i_ld], row_beats[i_ld],
                                          k[_K_LOAD_BURST], window, mem_latency,
                                          grant_end[0] - min(row_beats[i_ld],
                                                             k[_K_LOAD_BURST]),
@@ -592,6 +594,12 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                         ld_data_end += shift
                     else:
                         begin = max(begin, ld_data_end)
+                i_st = run[st]
+                if (writing and st_command <= command
+                        and command < st_command + rows[i_st] - 1.0 - eps):
+                    # among the running STORE's row writes: the later rows wait for it
+                    run_fixed[st] = max(run_fixed[st], begin + w * word_beats - t
+                                        - run_beats[st] / rows[i_st])
                 if begin > fetch_end + eps:
                     fetch_begin = begin
                 for j in range(w):
@@ -638,6 +646,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     again = True  # its queue has room for the next word
                 if e == st:
                     writing = False
+                    st_command = inf
                     behind = -1
                 elif e == ld and in_order:
                     if run[st] >= 0 and writing:
@@ -650,7 +659,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             run_fixed[ld] += max(0.0, fetch_end - (ld_command + mem_latency))
             ld_data_end = t + run_fixed[ld] + run_beats[ld]
             i_ld = run[ld]
-            ld_grants = _read_grants(ld_command, 0, ld_rows[i_ld], row_beats[i_ld],
+            ld_grants = _read_grants(ld_command, 0, rows[i_ld], row_beats[i_ld],
                                      k[_K_LOAD_BURST], window, mem_latency, fetch_begin,
                                      fetch_end, grant, grant_end)
         if fetch_wait < wake:
@@ -667,15 +676,22 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         held = -1  # a store whose write waits for the load's reads ahead of it
         reads_end = inf  # when the memory has served them
         if i_st >= 0 and run_fixed[st] <= eps and not writing:
-            if in_order and i_ld >= 0 and (behind == -1 or behind == i_ld):
+            reads_end = -inf
+            behind_ld = in_order and i_ld >= 0 and (behind == -1 or behind == i_ld)
+            if behind_ld:
                 reads_end = grant_end[ld_grants - 1] if fetch and ld_grants > 0 else inf
-                if reads_end > t + eps:
-                    held = st
+            if in_order and fetch and last_burst < t - 1.0 - eps:
+                # and the beats of the bursts whose commands came before its write
+                # command (a cycle before its data)
+                reads_end = max(reads_end, fetch_end)
+            if reads_end > t + eps:
+                held = st
+                if behind_ld:
                     behind = i_ld
-                else:
-                    writing = True
             else:
+                reads_end = inf
                 writing = True
+                st_command = t - 1.0
         # a LOAD into the accumulators waits while the compute engine writes them: its
         # padding moves at the rate of the cycles the compute engine leaves the port
         # free, its data needs the port once per entry of `acc_entry_beats` beats (not
