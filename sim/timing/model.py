@@ -197,7 +197,8 @@ _LAYOUT = np.array(
  _K_LOAD_COMMAND, _K_READ_WINDOW) = range(13)
 (_K_BUS_BYTES, _K_ENTRY_BYTES, _K_OUT_ENTRY_BYTES, _K_LANES, _K_DEPTH,
  _K_ACC_ENTRY_BEATS, _K_WORD_BEATS, _K_ALU_STAGES, _K_INDEX_STAGES,
- _K_ARBITER_SLICES, _K_LOAD_BURST, _K_FINISH) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27)
+ _K_ARBITER_SLICES, _K_LOAD_BURST, _K_FINISH) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+                                                 27)
 
 # the indices are literals (the compiled code keeps them): check them against the ISA
 if (_L_ENGINE_OF + len(Opcode) != _L_ACC or _L_QUEUES != _L_ACC + 1
@@ -459,6 +460,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     depth = int(k[_K_DEPTH])
     in_order = k[_K_IN_ORDER] != 0.0
     acc_entry_beats = k[_K_ACC_ENTRY_BEATS]
+    data_slack = acc_entry_beats - 1.0
     pushed = np.empty((n_queues, n))
     n_pushed = np.zeros(n_queues, np.int64)
     popped = np.zeros(n_queues, np.int64)
@@ -704,11 +706,15 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 before = run_fixed[ld] - port_fixed[i_ld]
                 if before > eps:
                     nxt = min(nxt, t + before)
-                else:
+                elif run_fixed[ld] > eps:  # padding: an entry a free cycle
                     rate_ld = 1.0 - acc_writes[i_cp]
-                    if run_fixed[ld] <= eps:
-                        rate_ld = min(1.0, rate_ld * acc_entry_beats)
                     nxt = min(nxt, t + tail)
+                elif tail > data_slack:
+                    # data: an entry a free cycle; the load engine takes the beats of
+                    # the next entry into its shift register meanwhile, so the last
+                    # `data_slack` cycles of the compute engine's writes cost none
+                    rate_ld = min(1.0, (1.0 - acc_writes[i_cp]) * acc_entry_beats)
+                    nxt = min(nxt, t + tail - data_slack)
         share = 0
         for e in range(3):
             if (run[e] >= 0 and run_fixed[e] <= eps and run_beats[e] > eps and e != held

@@ -8,12 +8,11 @@ import pytest
 
 from tensorfab.isa import PRESETS, Alu, Buffer, Gemm, Load, Store
 from tensorfab.isa.device import open_device
-from tensorfab.isa.formats import ALU_PIPELINE_STAGES
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.testing.random_program import random_program
 from tensorfab.sim.timing import TimingSimulator, program_timing
 from tensorfab.sim.timing.alu_interlock import interlock_stalls
-from tensorfab.sim.timing.model import DEFAULT_TIMING, load_walk, simulate
+from tensorfab.sim.timing.model import DEFAULT_TIMING, FINISH_CYCLES, load_walk, simulate
 
 #: Error bounds of the model against the RTL as measured (docs/compiler.md, "Timing
 #: model"; 200 programs: tiny max 5.8 % mean 1.5 %, small 4.4 % / 0.8 %, default
@@ -47,9 +46,11 @@ def test_load_walk_overlaps_padding_with_the_read_latency() -> None:
                                                   + 160 * (p.read_latency + 1) / p.outstanding)
 
 
-def test_alu_results_leave_the_pipeline_while_the_next_instruction_runs() -> None:
-    # the GEMM after an ALU instruction starts when the ALU's last micro-op has issued;
-    # the store waiting for the ALU's token starts ALU_PIPELINE_STAGES cycles later
+def test_tokens_are_pushed_at_the_end_and_finish_ends_the_program() -> None:
+    # the compute engine drains an ALU instruction's pipeline before it retires
+    # (hw/compute.py, DRAIN): the next instruction and the store waiting for its token
+    # start at its end; FINISH is taken after the last compute instruction and the core
+    # is done FINISH_CYCLES later, a cycle after the last STORE
     cfg = PRESETS["default"]
     insns = [Alu(uop_begin=0, uop_end=4, iter_out=1, iter_in=1, push_next=True),
              Gemm(uop_begin=0, uop_end=1, iter_out=1, iter_in=1),
@@ -57,10 +58,10 @@ def test_alu_results_leave_the_pipeline_while_the_next_instruction_runs() -> Non
     t = simulate(insns, cfg, fetch=False)
     assert t is not None
     assert t.start[1] == t.end[0]
-    assert t.start[2] == t.end[0] + ALU_PIPELINE_STAGES
-    # a program ending in an ALU instruction ends when its results are written
+    assert t.start[2] == t.end[0]
+    assert t.cycles == max(t.end[1] + FINISH_CYCLES, t.end[2] + 1)
     alone = simulate(insns[:1], cfg, fetch=False)
-    assert alone is not None and alone.cycles == alone.end[0] + ALU_PIPELINE_STAGES
+    assert alone is not None and alone.cycles == alone.end[0] + FINISH_CYCLES
 
 
 def test_timing_device_is_registered_and_computes_the_outputs() -> None:
