@@ -680,8 +680,15 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         if i_st >= 0 and run_fixed[st] <= eps and not writing:
             reads_end = -inf
             behind_ld = in_order and i_ld >= 0 and (behind == -1 or behind == i_ld)
-            if behind_ld:
-                reads_end = grant_end[ld_grants - 1] if fetch and ld_grants > 0 else inf
+            if behind_ld and fetch and ld_grants > 0:
+                # the reads commanded before its write command (a cycle before its
+                # data); the LOAD's later reads share the bus with the write's beats
+                reads_end = -inf
+                for c in range(ld_grants):
+                    if grant[c] <= t - 1.0 + eps:
+                        reads_end = max(reads_end, grant_end[c])
+            elif behind_ld:
+                reads_end = inf
             if in_order and fetch and last_burst < t - 1.0 - eps:
                 # and the beats of the bursts whose commands came before its write
                 # command (a cycle before its data)
