@@ -473,6 +473,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     dispatched = 0 if fetch else n
     writing = False  # the running STORE's write has begun, its first write command
     st_command = inf
+    st_ready = inf  # when the running STORE's data was first ready to write
     behind = -1  # the LOAD whose reads the running STORE's write waits behind
     disp_t = np.full(n, k[_K_START])  # when fetch dispatched each instruction
     free_t = np.full(3, k[_K_START])  # when each engine last became free
@@ -649,6 +650,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 if e == st:
                     writing = False
                     st_command = inf
+                    st_ready = inf
                     behind = -1
                 elif e == ld and in_order:
                     if run[st] >= 0 and writing:
@@ -678,6 +680,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         held = -1  # a store whose write waits for the load's reads ahead of it
         reads_end = inf  # when the memory has served them
         if i_st >= 0 and run_fixed[st] <= eps and not writing:
+            if st_ready == inf:
+                st_ready = t  # its write command at the memory a cycle on
             reads_end = -inf
             behind_ld = in_order and i_ld >= 0 and (behind == -1 or behind == i_ld)
             if behind_ld and fetch and ld_grants > 0:
@@ -685,11 +689,11 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 # data); the LOAD's later reads share the bus with the write's beats
                 reads_end = -inf
                 for c in range(ld_grants):
-                    if grant[c] <= t - 1.0 + eps:
+                    if grant[c] <= st_ready + 1.0 + eps:
                         reads_end = max(reads_end, grant_end[c])
             elif behind_ld:
                 reads_end = inf
-            if in_order and fetch and last_burst < t - 1.0 - eps:
+            if in_order and fetch and last_burst < st_ready - 1.0 - eps:
                 # and the beats of the bursts whose commands came before its write
                 # command (a cycle before its data)
                 reads_end = max(reads_end, fetch_end)
