@@ -654,7 +654,10 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     behind = -1
                 elif e == ld and in_order:
                     if run[st] >= 0 and writing:
-                        run_fixed[e] += run_beats[st]  # its read waits for the write's beats
+                        # its reads wait for the write's beats ahead of them, which
+                        # move during its command's way and the read latency
+                        run_fixed[e] += max(0.0, run_beats[st] - k[_K_LOAD_COMMAND]
+                                            - mem_latency)
                     started_ld = True
                     last_ld_grant = grant[ld_grants - 1] if ld_grants > 0 else ld_command
                     ld_command = t + k[_K_LOAD_COMMAND]
