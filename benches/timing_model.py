@@ -7,20 +7,36 @@ REQUANT and MULHI included, one to four virtual threads) run on the RTL executor
 (default memory timing) and on the model; on the ``default`` preset so do ResNet-18's
 convolutions C2-C11 and the dense layers (default schedule, no operand data: the
 cycles do not depend on it) and a residual add. The error of one program is
-``(model - rtl) / rtl``; the speed ratio is the RTL executor's seconds over the
-model's on the same programs (the Verilator build excluded, and so is loading the
-model's compiled code: one program is timed before the clock starts). Last line::
+``(model - rtl) / rtl``.
 
-    {"random": {preset: {"programs", "max_error", "mean_error", "bias",
-                         "rtl_seconds", "model_seconds", "speed_ratio"}},
-     "workloads": {name: {"rtl_cycles", "model_cycles", "error"}},
+The speed ratio is the RTL executor's seconds over the model's on the same programs:
+per preset (and for the workloads), the RTL executor runs every program, then the
+model times every one, each from the ``Program`` to its cycles
+(:func:`~tensorfab.sim.timing.model.program_timing`: the program keeps the words the
+RTL executor encoded, :meth:`tensorfab.isa.Program.kept_encoded`). Excluded: the
+Verilator build, and loading the model's compiled code (one program is timed before
+the clock starts). ``model_seconds_from_insns`` times the model on copies of the same
+programs that were never encoded (its table from the instruction objects): what a
+caller that runs no executor pays. Both are timed by the wall clock and, as
+``*_cpu_seconds`` and ``speed_ratio_cpu``, by the process's CPU time (the RTL
+executor runs in this process, on one thread): on a shared machine the wall clock
+of the model's few milliseconds in all moves with every preemption. Last line::
+
+    {"random": {preset: {"programs", "max_error", "mean_error", "bias", "worst_seed",
+                         "rtl_seconds", "model_seconds", "speed_ratio",
+                         "rtl_cpu_seconds", "model_cpu_seconds", "speed_ratio_cpu",
+                         "model_seconds_from_insns"}},
+     "workloads": {name: {"rtl_cycles", "model_cycles", "error", "rtl_seconds",
+                          "model_seconds"}},
      "max_error_random", "mean_error_random", "max_error_workloads",
-     "speed_ratio", "targets", "meets_targets"}
+     "speed_ratio", "speed_ratio_cpu", "speed_ratio_from_insns", "targets",
+     "meets_targets"}
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -62,20 +78,43 @@ def workload_programs(config: str = "default") -> dict[str, Program]:
     return out
 
 
-def _compare(programs: Sequence[Program], rtl: Any) -> tuple[list[int], list[int], float,
-                                                             float]:
-    """RTL and model cycles of each program, and the seconds each took in all."""
-    rtl_cycles, model_cycles = [], []
-    rtl_s = model_s = 0.0
+@dataclasses.dataclass
+class _Compared:
+    """What :func:`_compare` measured: per program the cycles and wall-clock seconds
+    of each, and in all the process CPU seconds of each and the model's wall-clock
+    seconds on never-encoded copies."""
+
+    rtl_cycles: list[int]
+    model_cycles: list[int]
+    rtl_seconds: list[float]
+    model_seconds: list[float]
+    rtl_cpu: float
+    model_cpu: float
+    from_insns: float
+
+
+def _compare(programs: Sequence[Program], rtl: Any) -> _Compared:
+    """Run ``programs`` on the RTL executor, then time each on the model."""
+    rtl_cycles, rtl_s = [], []
+    cpu = time.process_time()
     for p in programs:
         t0 = time.perf_counter()
         rtl_cycles.append(rtl.run(p).cycles)
-        t1 = time.perf_counter()
+        rtl_s.append(time.perf_counter() - t0)
+    rtl_cpu = time.process_time() - cpu
+    model_cycles, model_s = [], []
+    cpu = time.process_time()
+    for p in programs:
+        t0 = time.perf_counter()
         model_cycles.append(round(program_timing(p).cycles))
-        t2 = time.perf_counter()
-        rtl_s += t1 - t0
-        model_s += t2 - t1
-    return rtl_cycles, model_cycles, rtl_s, model_s
+        model_s.append(time.perf_counter() - t0)
+    model_cpu = time.process_time() - cpu
+    fresh = [dataclasses.replace(p) for p in programs]
+    t0 = time.perf_counter()
+    for p in fresh:
+        program_timing(p)
+    return _Compared(rtl_cycles, model_cycles, rtl_s, model_s, rtl_cpu, model_cpu,
+                     time.perf_counter() - t0)
 
 
 def run_timing_model_bench(presets: Sequence[str] = ("tiny", "small", "default"),
@@ -103,45 +142,65 @@ def run_timing_model_bench(presets: Sequence[str] = ("tiny", "small", "default")
     from tensorfab.sim.testing.random_program import random_program
 
     rtl = RtlSimulator()
-    program_timing(random_program(PRESETS[presets[0]], 0))  # numba's cache loaded
+    warm = random_program(PRESETS[presets[0]], 0)
+    program_timing(warm)  # numba's cache loaded, from the instruction objects
+    warm.encoded()
+    program_timing(warm)  # and from the encoded words
     random: dict[str, Any] = {}
     all_err: list[float] = []
-    rtl_total = model_total = 0.0
+    total = {"rtl": 0.0, "model": 0.0, "rtl_cpu": 0.0, "model_cpu": 0.0, "from_insns": 0.0}
+
+    def add(c: _Compared) -> None:
+        for key, v in (("rtl", sum(c.rtl_seconds)), ("model", sum(c.model_seconds)),
+                       ("rtl_cpu", c.rtl_cpu), ("model_cpu", c.model_cpu),
+                       ("from_insns", c.from_insns)):
+            total[key] += v
+
     for name in presets:
         cfg = PRESETS[name]
         rtl.build(cfg)
-        progs = [random_program(cfg, seed) for seed in range(programs)]
-        r, m, rs, ms = _compare(progs, rtl)
-        err = (np.array(m) - np.array(r)) / np.array(r)
+        c = _compare([random_program(cfg, seed) for seed in range(programs)], rtl)
+        err = (np.array(c.model_cycles) - np.array(c.rtl_cycles)) / np.array(c.rtl_cycles)
         all_err += list(np.abs(err))
-        rtl_total += rs
-        model_total += ms
+        add(c)
+        rs, ms = sum(c.rtl_seconds), sum(c.model_seconds)
         random[name] = {"programs": programs, "max_error": float(np.abs(err).max()),
                         "mean_error": float(np.abs(err).mean()), "bias": float(err.mean()),
                         "worst_seed": int(np.abs(err).argmax()),
-                        "rtl_seconds": rs, "model_seconds": ms, "speed_ratio": rs / ms}
+                        "rtl_seconds": rs, "model_seconds": ms, "speed_ratio": rs / ms,
+                        "rtl_cpu_seconds": c.rtl_cpu, "model_cpu_seconds": c.model_cpu,
+                        "speed_ratio_cpu": c.rtl_cpu / c.model_cpu if c.model_cpu else 0.0,
+                        "model_seconds_from_insns": c.from_insns}
         if progress:
             print(f"{name}: {random[name]}", file=sys.stderr)
     per_workload: dict[str, Any] = {}
     if workloads:
         rtl.build(PRESETS["default"])
-        for wname, program in workload_programs().items():
-            (r,), (m,), rs, ms = _compare([program], rtl)
-            rtl_total += rs
-            model_total += ms
+        named = workload_programs()
+        c = _compare(list(named.values()), rtl)
+        add(c)
+        for k, wname in enumerate(named):
+            r, m = c.rtl_cycles[k], c.model_cycles[k]
             per_workload[wname] = {"rtl_cycles": r, "model_cycles": m, "error": (m - r) / r,
-                                   "rtl_seconds": rs, "model_seconds": ms}
+                                   "rtl_seconds": c.rtl_seconds[k],
+                                   "model_seconds": c.model_seconds[k]}
             if progress:
                 print(f"{wname}: {per_workload[wname]}", file=sys.stderr)
     max_random = max(all_err, default=0.0)
     max_workloads = max((abs(w["error"]) for w in per_workload.values()), default=0.0)
-    speed = rtl_total / model_total if model_total else 0.0
+
+    def ratio(num: str, den: str) -> float:
+        return total[num] / total[den] if total[den] else 0.0
+
+    speed = ratio("rtl", "model")
     meets = {"max_error": bool(max(max_random, max_workloads) <= TARGETS["max_error"]),
              "speed_ratio": bool(speed >= TARGETS["speed_ratio"])}
     return {"random": random, "workloads": per_workload,
             "max_error_random": float(max_random),
             "mean_error_random": float(np.mean(all_err)) if all_err else 0.0,
             "max_error_workloads": float(max_workloads), "speed_ratio": speed,
+            "speed_ratio_cpu": ratio("rtl_cpu", "model_cpu"),
+            "speed_ratio_from_insns": ratio("rtl", "from_insns"),
             "targets": TARGETS, "meets_targets": meets}
 
 

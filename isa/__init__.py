@@ -42,7 +42,15 @@ from .insn import (
     encode_insn,
     encode_uop,
 )
-from .program import DTYPES, UOP_SEGMENT, Program, Region, Segment, dram_alignment
+from .program import (
+    DTYPES,
+    UOP_SEGMENT,
+    EncodedWords,
+    Program,
+    Region,
+    Segment,
+    dram_alignment,
+)
 
 __all__ = [
     "CONFIG_FIELDS",
@@ -58,6 +66,7 @@ __all__ = [
     "BinaryFormatError",
     "Buffer",
     "ConfigError",
+    "EncodedWords",
     "Engine",
     "ErrorCode",
     "Field",

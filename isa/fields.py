@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import cached_property
 
 from .errors import TensorfabError
 
@@ -120,17 +121,24 @@ class Format:
         KeyError
             If ``values`` names a field the format lacks.
         """
-        for key in values:
-            self.field(key)
+        names, packing = self._packing
+        if not names.issuperset(values):
+            for key in values:
+                self.field(key)  # raises, naming the key
         word = 0
-        pos = 0
-        for f in self.fields:
-            v = int(values.get(f.name, 0))
-            if not f.lo <= v <= f.hi:
-                raise FieldRangeError(self.name, f.name, v, f.lo, f.hi)
-            word |= (v & ((1 << f.width) - 1)) << pos
-            pos += f.width
+        for name, lo, hi, mask, pos in packing:
+            v = int(values.get(name, 0))
+            if not lo <= v <= hi:
+                raise FieldRangeError(self.name, name, v, lo, hi)
+            word |= (v & mask) << pos
         return word
+
+    @cached_property
+    def _packing(self) -> tuple[frozenset[str], tuple[tuple[str, int, int, int, int], ...]]:
+        """The field names, and per field its name, range, mask and bit offset."""
+        offsets = self.offsets()
+        return (frozenset(offsets), tuple((f.name, f.lo, f.hi, (1 << f.width) - 1,
+                                           offsets[f.name]) for f in self.fields))
 
     def unpack(self, word: int) -> dict[str, int]:
         """Field values of a word (reserved bits are ignored; see :attr:`reserved_mask`)."""

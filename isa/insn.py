@@ -55,9 +55,16 @@ class Insn:
     def values(self) -> dict[str, int]:
         """Field values keyed by format field name (opcode included)."""
         out = {"opcode": int(self.opcode)}
-        for f in dataclasses.fields(self):
-            out[f.name] = int(getattr(self, f.name))
+        for name in _field_names(type(self)):
+            out[name] = int(getattr(self, name))
         return out
+
+
+@functools.cache
+def _field_names(cls: type[Insn]) -> tuple[str, ...]:
+    """The dataclass field names of an instruction class (``dataclasses.fields`` is
+    slow enough to matter when encoding thousands of instructions)."""
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 @dataclass(frozen=True)

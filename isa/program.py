@@ -118,6 +118,27 @@ def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
+@dataclass(frozen=True, eq=False)
+class EncodedWords:
+    """A program's instruction and micro-op words as :func:`~.insn.encode_insn` and
+    :func:`~.insn.encode_uop` write them to DRAM (:meth:`Program.encoded`).
+
+    Attributes
+    ----------
+    insns : numpy.ndarray
+        ``(len(insns), insn_width / 8)`` ``uint8``: one little-endian word per row
+        (read-only).
+    uops : numpy.ndarray
+        ``(len(uops), uop_format(config).bytes)`` ``uint8``, likewise.
+    uop_offset : int
+        :attr:`Program.uop_offset` when they were encoded.
+    """
+
+    insns: np.ndarray
+    uops: np.ndarray
+    uop_offset: int
+
+
 @dataclass(frozen=True)
 class Region:
     """Placement of a named region in the DRAM image."""
@@ -151,6 +172,8 @@ class Program:
     uops: list[Uop] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     placement: dict[str, int] | None = None
+    # (config, insns, uops, placement) as last encoded, and their EncodedWords
+    _encoded: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.segments]
@@ -239,36 +262,79 @@ class Program:
                                code=ErrorCode.DRAM_RANGE)
 
     # ------------------------------------------------------------------ DRAM image
+    def encoded(self) -> EncodedWords:
+        """The encoded instruction and micro-op words, kept until the config, the
+        instructions, the micro-ops or the placement change (:meth:`kept_encoded`).
+
+        Raises
+        ------
+        IllegalInstruction
+            An instruction or micro-op that does not encode (names its index).
+        """
+        kept = self.kept_encoded()
+        if kept is not None:
+            return kept
+        words = EncodedWords(self._insn_words(), self._uop_words(), self.uop_offset)
+        placement = None if self.placement is None else dict(self.placement)
+        self._encoded = (self.config, list(self.insns), list(self.uops), placement, words)
+        return words
+
+    def _insn_words(self) -> np.ndarray:
+        """The instruction words, one ``uint8`` row each (read-only)."""
+        nb = self.insn_bytes
+        words = b"".join(encode_insn(insn, self.config, i).to_bytes(nb, "little")
+                         for i, insn in enumerate(self.insns))
+        return np.frombuffer(words, dtype=np.uint8).reshape(-1, nb)
+
+    def _uop_words(self) -> np.ndarray:
+        """The micro-op words, one ``uint8`` row each (read-only)."""
+        ub = uop_format(self.config).bytes
+        words = b"".join(encode_uop(u, self.config, i).to_bytes(ub, "little")
+                         for i, u in enumerate(self.uops))
+        return np.frombuffer(words, dtype=np.uint8).reshape(-1, ub)
+
+    def kept_encoded(self) -> EncodedWords | None:
+        """The words :meth:`encoded` (or :meth:`dram_image`, :meth:`to_bytes`) last made,
+        ``None`` if there are none or the program changed since (its config,
+        instructions, micro-ops or placement, compared by value: an edit of the lists in
+        place is seen; lists of the same objects compare in well under a
+        microsecond)."""
+        kept = self._encoded
+        if (kept is not None and (kept[0] is self.config or kept[0] == self.config)
+                and kept[1] == self.insns and kept[2] == self.uops
+                and kept[3] == self.placement):
+            return kept[4]
+        return None
+
     def encode_insns(self) -> np.ndarray:
         """Instruction stream as little-endian bytes."""
-        nb = self.insn_bytes
-        out = bytearray()
-        for i, insn in enumerate(self.insns):
-            out += encode_insn(insn, self.config, i).to_bytes(nb, "little")
-        return np.frombuffer(bytes(out), dtype=np.uint8).copy()
+        return self.encoded().insns.ravel().copy()
 
     def encode_uops(self) -> np.ndarray:
-        """Micro-op table as little-endian bytes."""
-        nb = uop_format(self.config).bytes
-        out = bytearray()
-        for i, u in enumerate(self.uops):
-            out += encode_uop(u, self.config, i).to_bytes(nb, "little")
-        return np.frombuffer(bytes(out), dtype=np.uint8).copy()
+        """Micro-op table as little-endian bytes (the instructions are not encoded for
+        it)."""
+        kept = self.kept_encoded()
+        return (self._uop_words() if kept is None else kept.uops).ravel().copy()
+
+    def region_bytes(self, name: str) -> np.ndarray | None:
+        """The initial bytes of region ``name`` of :meth:`layout`: the encoded
+        instructions (``"insns"``), micro-ops (``"uops"``) or a segment's data (None for
+        a segment without data)."""
+        if name == "insns":
+            return self.encode_insns()
+        if name == UOP_SEGMENT:
+            return self.encode_uops()
+        data = self.segment(name).data
+        return None if data is None else np.ascontiguousarray(data).view(np.uint8).ravel()
 
     def dram_image(self) -> np.ndarray:
         """The initial DRAM contents as a ``uint8`` array of :attr:`dram_size` bytes."""
         lay = self.layout()
         img = np.zeros(lay["end"].offset, dtype=np.uint8)
-        insns = self.encode_insns()
-        img[self.insn_base: self.insn_base + insns.size] = insns
-        uops = self.encode_uops()
-        off = lay[UOP_SEGMENT].offset
-        img[off: off + uops.size] = uops
-        for s in self.segments:
-            if s.data is not None:
-                r = lay[s.name]
-                img[r.offset: r.offset + r.nbytes] = np.ascontiguousarray(s.data).view(np.uint8
-                                                                                      ).ravel()
+        for name in ("insns", UOP_SEGMENT, *(s.name for s in self.segments)):
+            data = self.region_bytes(name)
+            if data is not None:
+                img[lay[name].offset: lay[name].offset + data.size] = data
         return img
 
     def read_segment(self, image: np.ndarray, name: str) -> np.ndarray:

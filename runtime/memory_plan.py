@@ -214,7 +214,6 @@ def plan_memory(program: GraphProgram,
     for k, node in accel:
         p, attrs = programs[k], node.attrs
         lay = p.layout()
-        image = p.dram_image()
         addresses[k] = {}
         for name in ["insns", "uops", *(s.name for s in p.segments)]:
             if name in (attrs["input_segment"], attrs["output_segment"]) or \
@@ -223,7 +222,8 @@ def plan_memory(program: GraphProgram,
             r = lay[name]
             addresses[k][name] = pos
             if r.nbytes and name != "insns":  # placement rewrites the instructions
-                static.append((pos, image[r.offset: r.offset + r.nbytes]))
+                data = p.region_bytes(name)
+                static.append((pos, np.zeros(r.nbytes, np.uint8) if data is None else data))
             pos = _align(pos + r.nbytes, align)
     static_bytes = pos
 

@@ -284,12 +284,12 @@ def profile_blocks(program: Program, *, cycles: int = 70_000,
     """
     from .device import RtlSimulator
 
+    if cycles <= 0:
+        raise ProfileError(f"cycles = {cycles}: profile at least one cycle")
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise ProfileError("rtl-speed --profile needs Valgrind's callgrind: `valgrind` is "
                            "not on the PATH (install the valgrind package)")
-    if cycles <= 0:
-        raise ProfileError(f"cycles = {cycles}: profile at least one cycle")
     built = build_harness(program.config, cxxflags=PROFILE_CXXFLAGS, pgo=False)
     sim = RtlSimulator(memory)
     image = sim.initial_image(program, None)

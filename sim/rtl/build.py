@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from tensorfab.isa import CSRS, HwConfig, TensorfabError
@@ -317,6 +317,14 @@ def harness_wrapper(core_verilog: str, gates: tuple[ClockGate, ...] = ()) -> str
     return "\n".join(lines)
 
 
+@lru_cache(maxsize=16)
+def _design_digest(cfg: HwConfig, verilog: str, gates: tuple[ClockGate, ...]) -> bytes:
+    """The digests of what Verilator compiles for ``verilog``: the gated core, its
+    wrapper and ``tf_config.h`` (made once per process: gating parses the Verilog)."""
+    return b"".join(hashlib.sha256(text.encode()).digest() for text in (
+        _gated(verilog, gates), harness_wrapper(verilog, gates), config_header(cfg)))
+
+
 def _gates(clock_gates: bool) -> tuple[ClockGate, ...]:
     return CLOCK_GATES if clock_gates else ()
 
@@ -488,8 +496,7 @@ def harness_key(cfg: HwConfig, verilog: str, threads: int = DEFAULT_THREADS,
                          "verilator": verilator_version(), "compiler": _cxx_version(),
                          "cpu": _host_cpu(), "pgo": pgo,
                          "clock_gates": [repr(g) for g in gates]}, sort_keys=True).encode())
-    for text in (_gated(verilog, gates), harness_wrapper(verilog, gates), config_header(cfg)):
-        h.update(hashlib.sha256(text.encode()).digest())
+    h.update(_design_digest(cfg, verilog, gates))
     for name in HARNESS_SOURCES:
         _hash_tree(h, HARNESS_DIR, name)
     _hash_tree(h, Path(__file__).parent, "build.py")  # the build steps

@@ -23,22 +23,22 @@ from . import insn_table as col
 from .compiled import compiled
 from .insn_table import insn_table
 
-__all__ = ["INTERLOCK_DISTANCE", "alu_interlock_cycles", "interlock_stalls",
-           "table_interlock_cycles"]
+__all__ = ["INTERLOCK_DISTANCE", "INTERLOCK_LAYOUT", "alu_interlock_cycles",
+           "fill_interlock_cycles", "interlock_stalls", "table_interlock_cycles"]
 
 #: Cycles from one micro-op passing S1C to a micro-op reading its result passing it.
 INTERLOCK_DISTANCE = 4
 
-# what the compiled code reads of the table and the ISA (numba's cache is keyed by
-# this file's source only): columns, then Opcode.LOAD, Opcode.ALU, Buffer.UOP,
-# AluOp.REQUANT, INTERLOCK_DISTANCE
-_LAYOUT = np.array([col.OPCODE, col.LOAD_BUFFER, col.LOAD_SRAM, col.LOAD_DRAM, col.Y, col.X,
-                    col.LOAD_STRIDE, col.LOAD_PAD_TOP, col.LOAD_PAD_LEFT, col.LOAD_PAD_RIGHT,
-                    col.LOAD_PAD_BOTTOM, col.UOP_BEGIN, col.UOP_END, col.ITER_OUT,
-                    col.ITER_IN, col.ALU_OP, col.ALU_USE_IMM, col.ALU_DST_FACTOR_OUT,
-                    col.ALU_DST_FACTOR_IN, col.ALU_SRC_FACTOR_OUT, col.ALU_SRC_FACTOR_IN,
-                    Opcode.LOAD, Opcode.ALU, Buffer.UOP, AluOp.REQUANT, INTERLOCK_DISTANCE],
-                   dtype=np.int64)
+#: What the compiled code reads of the table and the ISA (numba's cache is keyed by
+#: this file's source only): columns, then Opcode.LOAD, Opcode.ALU, Buffer.UOP,
+#: AluOp.REQUANT, INTERLOCK_DISTANCE.
+INTERLOCK_LAYOUT = np.array(
+    [col.OPCODE, col.LOAD_BUFFER, col.LOAD_SRAM, col.LOAD_DRAM, col.Y, col.X,
+     col.LOAD_STRIDE, col.LOAD_PAD_TOP, col.LOAD_PAD_LEFT, col.LOAD_PAD_RIGHT,
+     col.LOAD_PAD_BOTTOM, col.UOP_BEGIN, col.UOP_END, col.ITER_OUT, col.ITER_IN, col.ALU_OP,
+     col.ALU_USE_IMM, col.ALU_DST_FACTOR_OUT, col.ALU_DST_FACTOR_IN, col.ALU_SRC_FACTOR_OUT,
+     col.ALU_SRC_FACTOR_IN, Opcode.LOAD, Opcode.ALU, Buffer.UOP, AluOp.REQUANT,
+     INTERLOCK_DISTANCE], dtype=np.int64)
 (_L_OPCODE, _L_BUFFER, _L_SRAM, _L_DRAM, _L_Y, _L_X, _L_STRIDE, _L_PAD_TOP, _L_PAD_LEFT,
  _L_PAD_RIGHT, _L_PAD_BOTTOM, _L_UOP_BEGIN, _L_UOP_END, _L_ITER_OUT, _L_ITER_IN, _L_OP,
  _L_USE_IMM, _L_DST_OUT, _L_DST_IN, _L_SRC_OUT, _L_SRC_IN, _L_LOAD, _L_ALU, _L_UOP,
@@ -76,66 +76,100 @@ def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
 
 
 @compiled
-def _interlock(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray, base: int,
-               strict: bool, depth: int, acc_mask: int, lay: np.ndarray,
-               out: np.ndarray) -> bool:
-    """Fill ``out`` with each instruction's interlock cycles; the micro-ops a UOP load
-    copies from DRAM entry ``a`` are ``uop_acc/src[a - base]``. False when ``strict``
-    and a load reads outside them (outside them is zero otherwise)."""
-    on_chip_acc = np.zeros(depth, np.int64)
-    on_chip_src = np.zeros(depth, np.int64)
-    size = uop_acc.size
-    for k in range(table.shape[0]):
+def _uop_entry(row: np.ndarray, u: int, uop_acc: np.ndarray, uop_src: np.ndarray,
+               base: int, lay: np.ndarray) -> tuple[int, int]:
+    """The ``(acc, src)`` the UOP load ``row`` writes to the micro-op entry ``u`` it
+    writes (0 for padding and for DRAM entries outside ``uop_acc/src``)."""
+    y = row[lay[_L_Y]]
+    x = row[lay[_L_X]]
+    cols = row[lay[_L_PAD_LEFT]] + x + row[lay[_L_PAD_RIGHT]]
+    r = (u - row[lay[_L_SRAM]]) // cols - row[lay[_L_PAD_TOP]]
+    c = (u - row[lay[_L_SRAM]]) % cols - row[lay[_L_PAD_LEFT]]
+    if 0 <= r < y and 0 <= c < x:
+        a = row[lay[_L_DRAM]] - base + r * row[lay[_L_STRIDE]] + c
+        if 0 <= a < uop_acc.size:
+            return uop_acc[a], uop_src[a]
+    return 0, 0
+
+
+@compiled
+def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray,
+                          base: int, strict: bool, depth: int, acc_mask: int,
+                          lay: np.ndarray, out: np.ndarray) -> bool:
+    """Fill ``out`` with the interlock cycles of each instruction of ``table``
+    (:func:`.insn_table.insn_table`); the micro-ops a UOP load copies from DRAM entry
+    ``a`` are ``uop_acc/src[a - base]``. False when ``strict`` and a load reads outside
+    them (outside them is zero otherwise). ``lay`` is :data:`INTERLOCK_LAYOUT`.
+
+    An ALU instruction's micro-op ``u`` is the one the last UOP load before it wrote
+    to entry ``u`` (0 if none did): found by looking back over the loads rather than
+    by keeping the whole micro-op buffer, which would cost more to clear than a
+    program of tens of instructions takes to time."""
+    n_rows = table.shape[0]
+    loads = np.empty(n_rows, np.int64)  # the UOP loads' rows in program order
+    first_entry = np.empty(n_rows, np.int64)  # and the entries each writes
+    end_entry = np.empty(n_rows, np.int64)
+    n_loads = 0
+    longest = 0  # micro-ops of the longest ALU instruction, and its loop
+    longest_loop = 0
+    for k in range(n_rows):
         row = table[k]
         out[k] = 0.0
         opcode = row[lay[_L_OPCODE]]
         if opcode == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_UOP]:
-            y = row[lay[_L_Y]]
-            x = row[lay[_L_X]]
-            top = row[lay[_L_PAD_TOP]]
-            left = row[lay[_L_PAD_LEFT]]
-            cols = left + x + row[lay[_L_PAD_RIGHT]]
-            rows = top + y + row[lay[_L_PAD_BOTTOM]]
-            first = row[lay[_L_DRAM]] - base
-            stride = row[lay[_L_STRIDE]]
             if strict:
-                for r in range(y):
-                    a = first + r * stride
-                    if a < 0 or a + x > size:
+                for r in range(row[lay[_L_Y]]):
+                    a = row[lay[_L_DRAM]] - base + r * row[lay[_L_STRIDE]]
+                    if a < 0 or a + row[lay[_L_X]] > uop_acc.size:
                         return False
-            sram = row[lay[_L_SRAM]]
-            for p in range(min(depth, sram + rows * cols) - sram):
-                r = p // cols - top
-                c = p % cols - left
-                va = 0
-                vs = 0
-                if 0 <= r < y and 0 <= c < x:
-                    a = first + r * stride + c
-                    if 0 <= a < size:
-                        va = uop_acc[a]
-                        vs = uop_src[a]
-                on_chip_acc[sram + p] = va
-                on_chip_src[sram + p] = vs
+            loads[n_loads] = k
+            first_entry[n_loads] = row[lay[_L_SRAM]]
+            end_entry[n_loads] = min(depth, row[lay[_L_SRAM]] + (
+                row[lay[_L_PAD_TOP]] + row[lay[_L_Y]] + row[lay[_L_PAD_BOTTOM]]) * (
+                row[lay[_L_PAD_LEFT]] + row[lay[_L_X]] + row[lay[_L_PAD_RIGHT]]))
+            n_loads += 1
         elif opcode == lay[_L_ALU]:
-            lo = row[lay[_L_UOP_BEGIN]]
-            hi = row[lay[_L_UOP_END]]
-            n_uops = max(0, min(hi, depth) - lo)
-            iter_out = row[lay[_L_ITER_OUT]]
-            iter_in = row[lay[_L_ITER_IN]]
-            reads_src = row[lay[_L_USE_IMM]] == 0 and row[lay[_L_OP]] != lay[_L_REQUANT]
-            n = iter_out * iter_in * n_uops
-            dst = np.empty(n, np.int64)
-            src = np.empty(n, np.int64)
-            m = 0
-            for i in range(iter_out):
-                for j in range(iter_in):
-                    for u in range(lo, lo + n_uops):
-                        dst[m] = (on_chip_acc[u] + i * row[lay[_L_DST_OUT]]
-                                  + j * row[lay[_L_DST_IN]]) & acc_mask
-                        src[m] = (on_chip_src[u] + i * row[lay[_L_SRC_OUT]]
-                                  + j * row[lay[_L_SRC_IN]]) & acc_mask
-                        m += 1
-            out[k] = float(_stalls(dst, src, reads_src, lay[_L_DISTANCE]))
+            n_uops = max(0, min(row[lay[_L_UOP_END]], depth) - row[lay[_L_UOP_BEGIN]])
+            longest = max(longest, n_uops)
+            longest_loop = max(longest_loop,
+                               n_uops * row[lay[_L_ITER_OUT]] * row[lay[_L_ITER_IN]])
+    entry_acc = np.empty(longest, np.int64)
+    entry_src = np.empty(longest, np.int64)
+    dst = np.empty(longest_loop, np.int64)
+    src = np.empty(longest_loop, np.int64)
+    seen = 0  # UOP loads before row k
+    for k in range(n_rows):
+        if seen < n_loads and loads[seen] == k:
+            seen += 1
+            continue
+        row = table[k]
+        if row[lay[_L_OPCODE]] != lay[_L_ALU]:
+            continue
+        lo = row[lay[_L_UOP_BEGIN]]
+        n_uops = max(0, min(row[lay[_L_UOP_END]], depth) - lo)
+        for u in range(n_uops):
+            entry_acc[u] = 0
+            entry_src[u] = 0
+            for j in range(seen - 1, -1, -1):
+                if first_entry[j] <= lo + u < end_entry[j]:
+                    entry_acc[u], entry_src[u] = _uop_entry(table[loads[j]], lo + u, uop_acc,
+                                                            uop_src, base, lay)
+                    break
+        iter_out = row[lay[_L_ITER_OUT]]
+        iter_in = row[lay[_L_ITER_IN]]
+        reads_src = row[lay[_L_USE_IMM]] == 0 and row[lay[_L_OP]] != lay[_L_REQUANT]
+        dst_out = row[lay[_L_DST_OUT]]
+        dst_in = row[lay[_L_DST_IN]]
+        src_out = row[lay[_L_SRC_OUT]]
+        src_in = row[lay[_L_SRC_IN]]
+        m = 0
+        for i in range(iter_out):
+            for j in range(iter_in):
+                for u in range(n_uops):
+                    dst[m] = (entry_acc[u] + i * dst_out + j * dst_in) & acc_mask
+                    src[m] = (entry_src[u] + i * src_out + j * src_in) & acc_mask
+                    m += 1
+        out[k] = float(_stalls(dst[:m], src[:m], reads_src, lay[_L_DISTANCE]))
     return True
 
 
@@ -163,17 +197,17 @@ def table_interlock_cycles(program: Program, table: np.ndarray) -> np.ndarray:
     out = np.zeros(table.shape[0])
     if not (table[:, col.OPCODE] == Opcode.ALU).any():
         return out
-    args = (cfg.uop_depth, cfg.acc_depth - 1, _LAYOUT, out)
+    args = (cfg.uop_depth, cfg.acc_depth - 1, INTERLOCK_LAYOUT, out)
     eb = uop_format(cfg).bytes
     base, rem = divmod(program.uop_offset, eb)
     if not rem and program.uops:
         uops = program.uops
         acc = np.array([u.acc for u in uops], dtype=np.int64)
         src = np.array([u.src for u in uops], dtype=np.int64)
-        if _interlock(table, acc, src, base, True, *args):
+        if fill_interlock_cycles(table, acc, src, base, True, *args):
             return out
     acc, src = _decoded_image(program)
-    _interlock(table, acc, src, 0, False, *args)
+    fill_interlock_cycles(table, acc, src, 0, False, *args)
     return out
 
 

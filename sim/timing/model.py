@@ -39,20 +39,23 @@ The constants of :data:`DEFAULT_TIMING` are calibrated against the RTL executor
 (docs/compiler.md, "Timing model").
 
 The simulation is numba-compiled code (:func:`.compiled.compiled`) over the instruction
-table of :mod:`.insn_table`; ``NUMBA_DISABLE_JIT=1`` runs it as Python
-(docs/architecture.md, "The timing model's compiled code").
+table of :mod:`.insn_table`; :func:`program_timing` makes one compiled call per program,
+from the words the program keeps encoded when it has them (table, interlock and
+simulation); ``NUMBA_DISABLE_JIT=1`` runs it as Python (docs/architecture.md, "The
+timing model's compiled code").
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass, field, fields
-from functools import cache
+from dataclasses import astuple, dataclass, fields
+from functools import cache, cached_property
 
 import numpy as np
 
 from tensorfab.isa import (
+    Alu,
     Buffer,
     Engine,
     Finish,
@@ -64,6 +67,7 @@ from tensorfab.isa import (
     ProgramError,
     buffer_entry_bytes,
     insn_width,
+    uop_format,
 )
 from tensorfab.isa.formats import (
     ALU_PIPELINE_STAGES,
@@ -75,10 +79,11 @@ from tensorfab.isa.formats import (
 )
 from tensorfab.isa.insn import fast_reset_lanes, is_fast_reset
 
+from . import alu_interlock
 from . import insn_table as col
-from .alu_interlock import table_interlock_cycles
+from .alu_interlock import INTERLOCK_LAYOUT, fill_interlock_cycles, table_interlock_cycles
 from .compiled import compiled
-from .insn_table import insn_table
+from .insn_table import insn_table, uop_indices, word_fields, word_table
 
 __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
            "estimated_cycles", "fast_reset", "insn_work", "load_walk", "program_timing",
@@ -208,20 +213,45 @@ if (_L_ENGINE_OF + len(Opcode) != _L_ACC or _L_QUEUES != _L_ACC + 1
     raise ImportError("sim/timing/model.py: renumber the _L_* and _K_* indices for the "
                       "ISA's opcodes, buffers and token queues and TimingParams' fields")
 
-#: _constants' results by the identity of their arguments (hashing a HwConfig takes
-#: longer than timing a short program)
-_CONSTANTS: dict[tuple[int, int], tuple[HwConfig, TimingParams, np.ndarray]] = {}
+#: What the compiled code reads of a config and constants, by the identity of both
+#: (hashing a HwConfig takes longer than timing a short program): the numbers of
+#: _constants(), the integers of _integers(), the micro-op word's bytes
+_CONSTANTS: dict[tuple[int, int], tuple[HwConfig, TimingParams, np.ndarray, np.ndarray,
+                                        int]] = {}
+
+
+def _config_arrays(cfg: HwConfig, params: TimingParams
+                   ) -> tuple[HwConfig, TimingParams, np.ndarray, np.ndarray, int]:
+    """``_CONSTANTS``' entry of ``(cfg, params)``."""
+    hit = _CONSTANTS.get((id(cfg), id(params)))
+    if hit is not None and hit[0] is cfg and hit[1] is params:
+        return hit
+    if len(_CONSTANTS) > 64:
+        _CONSTANTS.clear()
+    hit = _CONSTANTS[id(cfg), id(params)] = (cfg, params, _new_constants(cfg, params),
+                                             _integers(cfg), uop_format(cfg).bytes)
+    return hit
 
 
 def _constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
     """The numbers the compiled code reads (the ``_K_*`` indices)."""
-    hit = _CONSTANTS.get((id(cfg), id(params)))
-    if hit is not None and hit[0] is cfg and hit[1] is params:
-        return hit[2]
-    if len(_CONSTANTS) > 64:
-        _CONSTANTS.clear()
-    k = _CONSTANTS[id(cfg), id(params)] = (cfg, params, _new_constants(cfg, params))
-    return k[2]
+    return _config_arrays(cfg, params)[2]
+
+
+# _integers(): where _LAYOUT, the interlock's layout and the words' field positions
+# (.insn_table.word_fields) start in it, the micro-op depth, the accumulator index
+# mask, then those three arrays
+_I_LAYOUT, _I_INTERLOCK, _I_WORDS, _I_UOP_DEPTH, _I_ACC_MASK = range(5)
+
+
+@cache
+def _integers(cfg: HwConfig) -> np.ndarray:
+    """The integers the compiled program entries read (the ``_I_*`` indices): one
+    array, as each array argument costs a compiled call time."""
+    parts = [_LAYOUT, INTERLOCK_LAYOUT, word_fields(cfg)]
+    starts = np.cumsum([5] + [a.size for a in parts])
+    return np.concatenate([[*starts[:3], cfg.uop_depth, cfg.acc_depth - 1], *parts]
+                          ).astype(np.int64)
 
 
 @cache
@@ -369,9 +399,9 @@ def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: fl
     return n
 
 
-@dataclass
 class Timing:
-    """What :func:`simulate` predicts.
+    """What :func:`simulate` predicts, read from the compiled simulation's array when
+    first asked for.
 
     Attributes
     ----------
@@ -387,11 +417,40 @@ class Timing:
         tokens it pops (the RTL's ``stall``; the RTL's ``busy`` is ``busy + stall``).
     """
 
-    cycles: float
-    start: list[float]
-    end: list[float]
-    busy: dict[str, float]
-    stall: dict[str, float] = field(default_factory=dict)
+    def __init__(self, out: np.ndarray) -> None:
+        self._out = out  # _simulate's array
+        self.cycles: float = float(out[0])
+
+    @cached_property
+    def start(self) -> list[float]:
+        """Each instruction's start."""
+        n = (self._out.size - 7) // 2
+        return self._out[7:7 + n].tolist()
+
+    @cached_property
+    def end(self) -> list[float]:
+        """Each instruction's end."""
+        n = (self._out.size - 7) // 2
+        return self._out[7 + n:].tolist()
+
+    @cached_property
+    def busy(self) -> dict[str, float]:
+        """Per engine, the cycles it ran an instruction."""
+        return dict(zip(_ENGINES, self._out[1:4].tolist(), strict=True))
+
+    @cached_property
+    def stall(self) -> dict[str, float]:
+        """Per engine, the cycles it waited for a token."""
+        return dict(zip(_ENGINES, self._out[4:7].tolist(), strict=True))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Timing) and np.array_equal(self._out, other._out)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"Timing(cycles={self.cycles}, busy={self.busy}, stall={self.stall}, "
+                f"instructions={(self._out.size - 7) // 2})")
 
 
 @compiled
@@ -788,13 +847,41 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
 def _run(table: np.ndarray, cfg: HwConfig, params: TimingParams, fetch: bool,
          extra: np.ndarray, words: int) -> Timing | None:
     """:func:`_simulate` of ``table``, as a :class:`Timing`."""
+    out = _simulate(table, extra, _constants(cfg, params), _LAYOUT, fetch, words)
+    return None if out[0] < 0 else Timing(out)
+
+
+@compiled(uses=(alu_interlock,))
+def _table_program_simulate(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray,
+                            k: np.ndarray, ints: np.ndarray, uop_base: int) -> np.ndarray:
+    """:func:`_simulate` of a program's table with its ALU interlock
+    (:func:`.alu_interlock.fill_interlock_cycles`, the micro-ops a UOP load copies from
+    DRAM entry ``a`` being ``uop_acc/src[a - uop_base]``); ``ints`` is
+    :func:`_integers`. An empty array when an ALU instruction needs micro-ops from
+    elsewhere in the DRAM image (``uop_base`` -1: the table's are not whole entries
+    there; or a UOP load reads outside it)."""
+    lay = ints[ints[_I_LAYOUT]:ints[_I_INTERLOCK]]
     n = table.shape[0]
-    out = _simulate(table, extra, _constants(cfg, params), _LAYOUT, fetch, words).tolist()
-    if out[0] < 0:
-        return None
-    return Timing(cycles=out[0], start=out[7:7 + n], end=out[7 + n:],
-                  busy=dict(zip(_ENGINES, out[1:4], strict=True)),
-                  stall=dict(zip(_ENGINES, out[4:7], strict=True)))
+    extra = np.zeros(n)
+    for i in range(n):
+        if table[i, lay[_L_OPCODE]] == lay[_L_ALU]:
+            if uop_base < 0 or not fill_interlock_cycles(
+                    table, uop_acc, uop_src, uop_base, True, ints[_I_UOP_DEPTH],
+                    ints[_I_ACC_MASK], ints[ints[_I_INTERLOCK]:ints[_I_WORDS]], extra):
+                return np.empty(0)
+            break
+    return _simulate(table, extra, k, lay, True, n + 1)
+
+
+@compiled(uses=(col, alu_interlock))
+def _words_program_simulate(insns: np.ndarray, uops: np.ndarray, k: np.ndarray,
+                            ints: np.ndarray, uop_base: int) -> np.ndarray:
+    """:func:`_table_program_simulate` of a program's encoded words
+    (:meth:`Program.encoded`), decoded by :func:`.insn_table.word_table` and
+    :func:`.insn_table.uop_indices`."""
+    wf = ints[ints[_I_WORDS]:]
+    acc, src = uop_indices(uops, wf)
+    return _table_program_simulate(word_table(insns, wf), acc, src, k, ints, uop_base)
 
 
 def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAULT_TIMING,
@@ -838,16 +925,35 @@ def estimated_cycles(insns: Sequence[Insn], cfg: HwConfig) -> int:
 def program_timing(program: Program, params: TimingParams = DEFAULT_TIMING) -> Timing:
     """:func:`simulate` of a whole program, the ALU interlock included.
 
+    One compiled call, from the program's encoded words where it keeps them
+    (:meth:`Program.kept_encoded <tensorfab.isa.Program.kept_encoded>`: an executor
+    has loaded it, or it was written out), else from its instruction objects
+    (:func:`.insn_table.insn_table`, which costs less than encoding them).
+
     Raises
     ------
     ProgramError
         If the program's tokens deadlock.
     """
-    insns = [insn for insn in program.insns if type(insn) is not Finish]
-    table = insn_table(insns)
-    timing = _run(table, program.config, params, True, table_interlock_cycles(program, table),
-                  len(insns) + 1)
-    if timing is None:
+    _, _, k, ints, uop_bytes = _config_arrays(program.config, params)
+    words = program.kept_encoded()
+    if words is not None:
+        base, rem = divmod(words.uop_offset, uop_bytes)
+        out = _words_program_simulate(words.insns, words.uops, k, ints,
+                                      -1 if rem or not words.uops.shape[0] else base)
+    else:
+        insns = [insn for insn in program.insns if type(insn) is not Finish]
+        uops = program.uops if any(type(insn) is Alu for insn in insns) else []
+        base, rem = divmod(program.uop_offset, uop_bytes) if uops else (-1, 0)
+        out = _table_program_simulate(
+            insn_table(insns), np.array([u.acc for u in uops], dtype=np.int64),
+            np.array([u.src for u in uops], dtype=np.int64), k, ints, -1 if rem else base)
+    if not out.size:  # the interlock reads micro-ops of the DRAM image
+        insns = [insn for insn in program.insns if type(insn) is not Finish]
+        table = insn_table(insns)
+        out = _simulate(table, table_interlock_cycles(program, table), k, _LAYOUT, True,
+                        len(insns) + 1)
+    if out[0] < 0:
         raise ProgramError("the timing model found the program's dependency tokens "
                            "deadlocked (a pop no instruction's push satisfies)")
-    return timing
+    return Timing(out)

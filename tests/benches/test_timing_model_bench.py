@@ -23,9 +23,11 @@ def test_bench_reports_errors_against_the_rtl(capsys) -> None:
     model = [round(program_timing(random_program(PRESETS["tiny"], s)).cycles) for s in range(2)]
     errors = [abs(m - r) / r for m, r in zip(model, rtl, strict=True)]
     assert tiny["max_error"] == max(errors) and out["max_error_random"] == max(errors)
-    assert tiny["speed_ratio"] > 1.0
+    assert tiny["speed_ratio"] > 1.0 and tiny["speed_ratio_cpu"] > 1.0
+    assert tiny["model_seconds_from_insns"] > 0.0
     assert set(out) >= {"workloads", "mean_error_random", "max_error_workloads",
-                        "speed_ratio", "targets", "meets_targets"}
+                        "speed_ratio", "speed_ratio_cpu", "speed_ratio_from_insns",
+                        "targets", "meets_targets"}
 
 
 def test_residual_add_attrs_build_a_program_the_fsim_runs() -> None:

@@ -3,15 +3,13 @@ and a deque, cycle by cycle; and the memory Yosys maps to iCE40 block RAM."""
 
 from __future__ import annotations
 
-import random
-from collections import deque
-
 import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.lib.fifo import SyncFIFO
-from amaranth.sim import Simulator
 
 from tensorfab.hw.block_ram_fifo import BlockRamFifo
+
+from .fifo_stimulus import run_fifo_stimulus
 
 
 @pytest.mark.parametrize(("depth", "seed"), [(2, 0), (2, 1), (3, 0), (5, 1), (8, 0), (8, 1)])
@@ -22,43 +20,12 @@ def test_block_ram_fifo_is_a_fifo_read_into_a_register(depth: int, seed: int) ->
     ref_out = Signal(8)  # the reference's read register
     with m.If(ref.r_en & ref.r_rdy):
         m.d.sync += ref_out.eq(ref.r_data)
-    rng = random.Random(seed)
-    phases = [(0.75, 0.4), (0.3, 0.7)] * 4
-    seen = {"push": 0, "pop": 0, "both": 0, "full": 0, "push_when_full": 0,
-            "held": 0}
 
-    async def bench(ctx) -> None:
-        model: deque[int] = deque()
-        last: int | None = None  # the entry of the last read
-        for step in range(800):
-            p_push, p_pop = phases[step * len(phases) // 800]
-            push, pop, value = rng.random() < p_push, rng.random() < p_pop, rng.randrange(256)
-            for port in (dut, ref):
-                ctx.set(port.w_en, push)
-                ctx.set(port.w_data, value)
-                ctx.set(port.r_en, pop)
-            assert ctx.get(dut.w_rdy) == ctx.get(ref.w_rdy) == (len(model) < depth)
-            assert ctx.get(dut.level) == ctx.get(ref.level) == len(model)
-            assert ctx.get(dut.r_rdy) == ctx.get(ref.r_rdy) == (len(model) > 0)
-            if last is not None:
-                assert ctx.get(dut.r_data) == ctx.get(ref_out) == last
-            pushed, popped = push and len(model) < depth, pop and len(model) > 0
-            seen["push"] += pushed
-            seen["pop"] += popped
-            seen["both"] += pushed and popped
-            seen["full"] += len(model) == depth
-            seen["push_when_full"] += push and len(model) == depth
-            seen["held"] += last is not None and not popped
-            if popped:
-                last = model.popleft()
-            if pushed:
-                model.append(value)
-            await ctx.tick()
+    def last_read(ctx, model, last) -> None:  # the entry of the last read is held
+        if last is not None:
+            assert ctx.get(dut.r_data) == ctx.get(ref_out) == last
 
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    seen = run_fifo_stimulus(m, dut, ref, depth, seed, last_read)
     assert all(seen.values()), seen  # every situation occurred
 
 

@@ -102,6 +102,15 @@ def test_profile_blocks_refuses_no_cycles() -> None:
         profile_blocks(bench_program(PRESETS["tiny"], 16, 16, 16), cycles=0)
 
 
+def test_profile_blocks_names_missing_valgrind(monkeypatch, tmp_path) -> None:
+    from tensorfab.benches.rtl_speed import bench_program
+    from tensorfab.isa import PRESETS
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no valgrind on it
+    with pytest.raises(ProfileError, match="`valgrind` is not on the PATH"):
+        profile_blocks(bench_program(PRESETS["tiny"], 16, 16, 16), cycles=100)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_profile_blocks_on_the_tiny_core() -> None:

@@ -25,8 +25,12 @@ from tensorfab.sim.timing import model, program_timing
 out = {"compiled": hasattr(model._simulate, "signatures")}
 for preset in ("tiny", "small", "default"):
     for seed in map(int, sys.argv[1:]):
-        t = program_timing(random_program(PRESETS[preset], seed))
+        p = random_program(PRESETS[preset], seed)
+        t = program_timing(p)  # from the instruction objects
         out[f"{preset}/{seed}"] = [t.cycles, t.busy, t.stall, t.start, t.end]
+        p.encoded()
+        t = program_timing(p)  # from the encoded words
+        out[f"{preset}/{seed}/words"] = [t.cycles, t.busy, t.stall, t.start, t.end]
 print(json.dumps(out))
 """
 
@@ -40,9 +44,12 @@ def test_compiled_model_equals_the_interpreted_one() -> None:
     assert hasattr(model._simulate, "signatures")  # a numba dispatcher here
     for preset in ("tiny", "small", "default"):
         for seed in SEEDS:
-            t = program_timing(random_program(PRESETS[preset], seed))
+            p = random_program(PRESETS[preset], seed)
+            p.encoded()
+            t = program_timing(p)
             compiled = json.loads(json.dumps([t.cycles, t.busy, t.stall, t.start, t.end]))
             assert compiled == interpreted[f"{preset}/{seed}"], (preset, seed)
+            assert compiled == interpreted[f"{preset}/{seed}/words"], (preset, seed)
 
 
 def test_model_compiles_where_numba_has_no_cache_location() -> None:
