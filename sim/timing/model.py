@@ -368,24 +368,30 @@ def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: fl
     granted = prior  # beats granted, the prior reads' included
     last_end = prior_end
     t = first
+    head = skip  # the first command not wholly delivered by the cycle before t
+    done = 0.0  # the beats of the commands before it
     for c in range(skip, n):
         left = row_beats - (c % per_row) * burst
         b = min(burst, left)
         if c > skip:
             t += 1.0
         # beats delivered by the cycle before t: the prior reads, then the commands
+        # (each one's beats end at its data_end, back to back from its start)
         x = t - 1.0
-        delivered = min(prior, max(0.0, x - prior_begin))
-        for j in range(skip, c):
-            b_j = min(burst, row_beats - (j % per_row) * burst)
-            delivered += min(b_j, max(0.0, x - (data_end[j] - b_j)))
+        while head < c and data_end[head] <= x:
+            done += min(burst, row_beats - (head % per_row) * burst)
+            head += 1
+        delivered = min(prior, max(0.0, x - prior_begin)) + done
+        if head < c:
+            b_h = min(burst, row_beats - (head % per_row) * burst)
+            delivered += min(b_h, max(0.0, x - (data_end[head] - b_h)))
         if granted - delivered > window:
             # the cycle after the one in which `granted - window` beats are delivered
             need = granted - window
-            cum = prior
+            cum = prior + done
             at = prior_begin + need
             if need > prior:
-                for j in range(skip, c):
+                for j in range(head, c):
                     b_j = min(burst, row_beats - (j % per_row) * burst)
                     if cum + b_j >= need:
                         at = data_end[j] - b_j + (need - cum)
