@@ -292,6 +292,35 @@ def _load_walk(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray) 
 
 
 @compiled
+def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
+                from_row: int, delay: float) -> float:
+    """How much later :func:`load_walk` of one table row ends when the data of its rows
+    from ``from_row`` on arrives ``delay`` cycles later (less than ``delay`` when the
+    walk's padding, not the data, keeps it busy)."""
+    pad_left = row[lay[_L_PAD_LEFT]]
+    pad_right = row[lay[_L_PAD_RIGHT]]
+    y = row[lay[_L_Y]]
+    t = float(row[lay[_L_PAD_TOP]] * (pad_left + row[lay[_L_X]] + pad_right))
+    read_latency = k[_K_READ_LATENCY]
+    outstanding = int(k[_K_OUTSTANDING])
+    spacing = float(row_beats)
+    if y > outstanding:
+        spacing = max(spacing, (read_latency + row_beats) / outstanding)
+    if delay <= 0.0 or y <= from_row:
+        return 0.0
+    if pad_left == 0 and pad_right == 0 and t + row_beats <= read_latency + spacing:
+        return delay  # every row waits for its data
+    arrived = read_latency
+    late = t
+    for r in range(y):
+        arrived += spacing
+        t = max(t + pad_left + row_beats, arrived) + pad_right
+        late = max(late + pad_left + row_beats,
+                   arrived + (delay if r >= from_row else 0.0)) + pad_right
+    return late - t
+
+
+@compiled
 def _insn_work(row: np.ndarray, k: np.ndarray, lay: np.ndarray) -> tuple[float, float]:
     """:func:`insn_work` of one table row."""
     bus = int(k[_K_BUS_BYTES])
@@ -651,6 +680,9 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                                 rest += 1
                             # the later commands wait for room beside its beats
                             i_ld = run[ld]
+                            per_row = max(1, int(-(-row_beats[i_ld] // k[_K_LOAD_BURST])))
+                            late = _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay,
+                                               rest // per_row, shift)
                             _read_grants(command + 1.0, rest, rows[i_ld], row_beats[i_ld],
                                          k[_K_LOAD_BURST], window, mem_latency,
                                          grant_end[0] - min(row_beats[i_ld],
@@ -658,8 +690,9 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                                          begin + shift, grant, grant_end)
                         else:
                             begin = max(begin, t + run_fixed[ld] + window)
-                        run_fixed[ld] += shift
-                        ld_data_end += shift
+                            late = shift
+                        run_fixed[ld] += late
+                        ld_data_end += late
                     else:
                         begin = max(begin, ld_data_end)
                 i_st = run[st]
@@ -728,9 +761,10 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     ld_command = t + k[_K_LOAD_COMMAND]
         if started_ld and fetch:
             # its data after the beats of the bursts whose commands came first
-            run_fixed[ld] += max(0.0, fetch_end - (ld_command + mem_latency))
-            ld_data_end = t + run_fixed[ld] + run_beats[ld]
             i_ld = run[ld]
+            run_fixed[ld] += _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay, 0,
+                                         fetch_end - (ld_command + mem_latency))
+            ld_data_end = t + run_fixed[ld] + run_beats[ld]
             ld_grants = _read_grants(ld_command, 0, rows[i_ld], row_beats[i_ld],
                                      k[_K_LOAD_BURST], window, mem_latency, fetch_begin,
                                      fetch_end, grant, grant_end)
