@@ -669,13 +669,17 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 elif run[ld] >= 0 and ld_command <= command:
                     shift = w * word_beats
                     if ld_grants > 0:
-                        among = command < grant[ld_grants - 1]
+                        # (a tie with a later read goes to the fetch: the LOAD had
+                        # the last grant)
+                        among = (command < grant[ld_grants - 1] - eps
+                                 or (command <= grant[ld_grants - 1] + eps
+                                     and grant[0] < command - eps))
                     else:
                         among = run_beats[ld] > window
                     if among:  # among the LOAD's reads: the later ones wait for it
                         if ld_grants > 0:
                             rest = 0  # the LOAD's commands after the burst's
-                            while rest < ld_grants and grant[rest] <= command:
+                            while rest < ld_grants and grant[rest] < command - eps:
                                 begin = max(begin, grant_end[rest])
                                 rest += 1
                             # the later commands wait for room beside its beats
