@@ -11,27 +11,36 @@ cycles. It is an event simulation, not a cycle-accurate one:
   for LOAD and STORE, for the bus beats it moves; beats of a LOAD and a STORE in
   flight at once share the bus equally (one beat per cycle in all);
 * an instruction starts when its engine is free, fetch has dispatched it and the
-  tokens it pops have been pushed (a token is pushed when its instruction ends);
-* fetch dispatches in program order; an engine's queue holds ``cmd_queue_depth``
-  instructions besides the one the engine holds;
-* the fetch unit reads bursts of ``fetch_words / 2`` instruction words whenever it
-  holds few enough (:attr:`TimingParams.fetch_held`), and dispatches a word only once
-  its beats have arrived; the memory serves the bursts and the LOADs' reads in the
-  order of their commands: a LOAD whose read command comes after a burst's gets its
-  data after the burst's beats, and a burst requested while a long LOAD still has more
-  than :attr:`TimingParams.read_window` beats to read lands among them (the rest of
-  the LOAD waits for it);
-* a STORE's write waits for the reads of the LOAD running when its data is ready
-  (not for the LOADs after it: their reads queue behind the write);
+  tokens it pops have been pushed (a token is pushed when its instruction ends: the
+  compute engine drains an ALU instruction's pipeline before it retires);
+* fetch dispatches in program order, a word a cycle; an engine's queue holds
+  ``cmd_queue_depth`` instructions besides the one the engine holds (an idle engine
+  holds its next instruction while it waits for tokens);
+* the memory serves commands in order, each placed in the memory's time: the fetch
+  unit requests a burst of up to ``fetch_words / 2`` words once that many of its buffer
+  words are free (a word leaves the buffer at its arrival while the stage and head
+  registers are free, else at the dispatch that frees them); a LOAD issues a read
+  command per row (split at :data:`LOAD_BURST` beats) a cycle while at most
+  :attr:`TimingParams.read_window` read beats are in flight (:func:`_read_grants`);
+  a burst commanded before a LOAD's first read delays its data, one commanded while
+  the LOAD still issues reads lands among them (ties go to the fetch after a LOAD's
+  command: the arbiter's round robin), each costing the LOAD what its walk's padding
+  does not absorb (:func:`_walk_delay`);
+* a STORE's write command goes to the memory a cycle after its data is ready and waits
+  for the running LOAD's reads and the bursts commanded before it; a burst among its
+  row writes holds the later rows; a LOAD started during a write waits for the write's
+  beats that outlast its read latency;
 * a LOAD into the accumulators shares the accumulator's write port with the compute
   engine's micro-ops (which take it first): from its first data on (its read latency
   needs no port) its padding moves in the cycles they leave free, its data needs one
-  port cycle per entry of ``acc_entry_bytes / mem_bus_bytes`` beats;
+  port cycle per entry of ``acc_entry_bytes / mem_bus_bytes`` beats, and the last
+  ``acc_entry_beats - 1`` cycles of a run of compute writes cost it nothing (the load
+  engine takes the next entry's beats meanwhile);
 * a LOAD walks its padded block (:func:`load_walk`): padding one entry per cycle, data
   as its beats arrive after the read latency;
-* an ALU instruction's results leave its pipeline ``ALU_PIPELINE_STAGES`` cycles after
-  its last micro-op: the compute engine takes its next instruction meanwhile, the
-  tokens it pushes wait for them;
+* FINISH: the compute engine takes it after its last instruction and the tokens left
+  for it, and the core is done :data:`FINISH_CYCLES` later (at least a cycle after the
+  last LOAD or STORE);
 * an ALU instruction is held by the pipeline's interlock (:mod:`.alu_interlock`) when
   :func:`program_timing` is given the whole program (its micro-ops).
 
@@ -107,8 +116,9 @@ class TimingParams:
     ----------
     load_fixed : float
         Per LOAD besides its walk (:func:`load_walk`): decode, range check, the token
-        push; measured as 3 on an isolated LOAD (the waits behind a STORE's write and
-        the fetch unit's reads are modelled apart).
+        push, and the load engine's cycle between two instructions; measured as 3 on an
+        isolated LOAD's busy interval (the waits behind a STORE's write and the fetch
+        unit's reads are modelled apart).
     store_fixed : float
         Per STORE besides its beats.
     compute_fixed : float
@@ -137,12 +147,14 @@ class TimingParams:
         are requested and not dispatched.
     fetch_issue : float
         Cycles from the dispatch that makes room for a burst to the burst's read
-        command at the memory.
+        command at the memory, in the memory's time (the model's engine starts are 2
+        cycles before the RTL's busy intervals; a word leaving the buffer at its
+        arrival gives room 3 cycles before the command).
     fetch_word : float
         Cycles from a word's last beat to its dispatch (the stage and head registers).
     load_command : float
-        Cycles from the start of a LOAD to its first read command at the memory (a
-        burst requested by the dispatch its start allows comes first).
+        Cycles from the model's start of a LOAD to its first read command at the
+        memory (5 after its RTL busy interval starts, which is 2 after the model's).
     read_window : float
         Read beats a LOAD keeps in flight (:class:`tensorfab.hw.arbiter.MemArbiter`
         grants a load read while at most ``read_beats`` minus its longest burst, 64 -
@@ -340,7 +352,7 @@ def _insn_work(row: np.ndarray, k: np.ndarray, lay: np.ndarray) -> tuple[float, 
                                          + 1)
         return k[_K_COMPUTE_FIXED] + lines, 0.0
     if opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
-        # an ALU instruction's pipeline drains beside the next one (its pushes wait)
+        # an ALU instruction's pipeline drains before it retires
         n = ((row[lay[_L_UOP_END]] - row[lay[_L_UOP_BEGIN]]) * row[lay[_L_ITER_OUT]]
              * row[lay[_L_ITER_IN]])
         return k[_K_COMPUTE_FIXED] + k[_K_INDEX_STAGES] + n, 0.0
@@ -350,7 +362,7 @@ def _insn_work(row: np.ndarray, k: np.ndarray, lay: np.ndarray) -> tuple[float, 
 def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
               ) -> tuple[float, float]:
     """``(fixed cycles, bus beats)`` of one instruction: how long it holds its engine
-    (an ALU instruction's tokens are pushed ``ALU_PIPELINE_STAGES`` cycles later)."""
+    (its tokens are pushed at its end)."""
     return _insn_work(insn_table([insn])[0], _constants(cfg, params), _LAYOUT)
 
 
