@@ -15,8 +15,8 @@ from tensorfab.sim.timing.alu_interlock import interlock_stalls
 from tensorfab.sim.timing.model import DEFAULT_TIMING, FINISH_CYCLES, load_walk, simulate
 
 #: Error bounds of the model against the RTL as measured (docs/compiler.md, "Timing
-#: model"; 200 programs: tiny max 4.9 % mean 0.51 %, small 3.8 % / 0.34 %, default
-#: 2.1 % / 0.33 %): per program, and over a preset's programs (6 in the fast subset,
+#: model"; 200 programs: tiny max 4.9 % mean 0.38 %, small 3.8 % / 0.30 %, default
+#: 1.7 % / 0.25 %): per program, and over a preset's programs (6 in the fast subset,
 #: 200 in the slow test).
 MAX_ERROR = 0.05
 MEAN_ERROR = {6: 0.01, 200: 0.006}
