@@ -20,6 +20,7 @@ import numpy as np
 from tensorfab.compiler.tensor.epilogue import Epilogue
 from tensorfab.compiler.tensor.operators import conv2d as compile_conv2d
 from tensorfab.compiler.tensor.schedule_source import ScheduleSource
+from tensorfab.compiler.tensor.tile_search import MODEL_VTHREADS
 from tensorfab.compiler.tensor.timing import estimated_cycles
 from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 from tensorfab.runtime.layout_transform import layout_transform
@@ -90,6 +91,13 @@ def dilated_kernel(w: np.ndarray, dilation: tuple[int, int]) -> np.ndarray:
     out = np.zeros((o, c, (kh - 1) * dh + 1, (kw - 1) * dw + 1), w.dtype)
     out[:, :, ::dh, ::dw] = w
     return out
+
+
+def model_vthreads(cfg: Any) -> tuple[int, ...]:
+    """The thread counts a model's convolution on ``cfg`` is searched over:
+    :data:`~tensorfab.compiler.tensor.tile_search.MODEL_VTHREADS` that its token
+    queues hold (one thread when none)."""
+    return tuple(v for v in MODEL_VTHREADS if v <= cfg.dep_queue_depth) or (1,)
 
 
 def _padded(values: tuple[int, ...], channels: int) -> tuple[int, ...]:
@@ -168,7 +176,7 @@ def _compile(chain: list[Call], schedules: ScheduleSource | None = None) -> Call
     else:
         op = compile_conv2d(cfg, dummy, plain_w, bias, stride=(sh, sw),
                             padding=(pt, pb, pl, pr), epilogue=epilogue,
-                            schedules=schedules)
+                            vthreads=model_vthreads(cfg), schedules=schedules)
     blob = np.frombuffer(op.program.to_bytes(), np.uint8).copy()
     out_shape = tuple(infer_types(chain[-1]).shape)  # type: ignore[union-attr]
     seg_shape = op.program.segment("out").shape

@@ -30,6 +30,7 @@ import numpy as np
 from tensorfab.isa import Alu, AluOp, Buffer, Gemm, HwConfig, Load, Program, Segment, Store
 from tensorfab.isa.builder import ProgramBuilder
 from tensorfab.isa.layout import pack_bias_for
+from tensorfab.isa.program import UOP_SEGMENT
 
 from .epilogue import Epilogue
 from .errors import CompileError
@@ -192,6 +193,58 @@ class _Lowering:
         kv = channel_kernel(plan, v, self.channel_names().index("residual_factor"))
         return [_gemm(kg, self.kernels.add(kg)), _alu(kv, self.kernels.add(kv), AluOp.MUL, None)]
 
+    def record_loads(self, loaded: set[str], *, last: bool, residual: bool
+                     ) -> tuple[list[Emitted], list[tuple[str, int]]]:
+        """The LOADs of a step that bring REQUANT's records (and a residual's identity
+        entry, the last of them) to the top of the weight buffer, once, and the resources
+        they write; ``loaded`` (updated) holds what earlier steps brought.
+
+        The records come with the loads of the first step that ends a tile (its REQUANT
+        reads them), not with the first step's: the first GEMM then waits only for its
+        operands, and the records load while earlier steps compute. A residual's first
+        step needs only the identity entry, which loads alone when it comes first."""
+        plan = self.plan
+        n = plan.records
+        ident = n - 1 if self.ep.residual is not None else None
+        loads: list[Emitted] = []
+        written: list[tuple[str, int]] = []
+        if "records" not in loaded and last:
+            if "identity" in loaded:  # every record but the identity entry
+                loads.append((Load(buffer=Buffer.WGT, sram=plan.records_base, dram=0,
+                                   y=1, x=n - 1, stride=n - 1), "records"))
+            else:
+                loads.append((Load(buffer=Buffer.WGT, sram=plan.records_base, dram=0,
+                                   y=1, x=n, stride=n), "records"))
+                written.append(("identity", 0))
+            written.append(("records", 0))
+            loaded |= {"records", "identity"}
+        elif residual and ident is not None and "identity" not in loaded:
+            loads.append((Load(buffer=Buffer.WGT, sram=plan.records_base + ident, dram=ident,
+                               y=1, x=1, stride=1), "records"))
+            written.append(("identity", 0))
+            loaded.add("identity")
+        return loads, written
+
+    def uop_loads(self, steps: list[Step]) -> Emitted:
+        """The LOAD.UOP ahead of every step: the micro-ops of the first step's kernels
+        (the kernel table holds kernels in the order the steps first use them). Each
+        later step that uses kernels no earlier step did loads them first among its
+        own loads (its computation waits for those), so no GEMM waits for kernels it
+        does not run and the table's loads spread over the program."""
+        first = max(insn.uop_end for insn in steps[0].compute)
+        loaded = first
+        for k, step in enumerate(steps[1:], 1):
+            end = max(insn.uop_end for insn in step.compute)
+            if end > loaded:
+                n = end - loaded
+                step.loads.insert(0, (Load(buffer=Buffer.UOP, sram=loaded, dram=loaded, y=1,
+                                           x=n, stride=n), UOP_SEGMENT))
+                step.writes = (*step.written(), ("uops", k))
+                step.reads = (*step.read(), ("uops", k))
+                loaded = end
+        return (Load(buffer=Buffer.UOP, sram=0, dram=0, y=1, x=first, stride=first),
+                UOP_SEGMENT)
+
     # ----------------------------------------------------------------- stores
     def stores(self, v: int, t: dict[str, int]) -> list[Emitted]:
         plan, geo = self.plan, self.geo
@@ -226,16 +279,17 @@ class _Lowering:
         steps: list[Step] = []
         alu_ops = self.ep.alu_ops()
         one_pass = self.ep.one_pass
+        loaded: set[str] = set()  # "records", "identity": what the weights hold already
         for sl in plan_steps(plan):
             v, t, c0, tic = sl.vthread, sl.start, sl.c0, sl.tic
             step = Step(vthread=v, tile=sl.tile,
                         reads=(("inp", sl.inp_region), ("wgt", sl.wgt_region)))
             writes: list[tuple[str, int]] = []
-            if one_pass and not steps:  # every record, once, at the top of the weights
-                n = plan.records
-                step.loads.append((Load(buffer=Buffer.WGT, sram=plan.records_base, dram=0,
-                                        y=1, x=n, stride=n), "records"))
-                writes.append(("records", 0))
+            residual = sl.first and self.ep.residual is not None
+            if one_pass:
+                loads, written = self.record_loads(loaded, last=sl.last, residual=residual)
+                step.loads += loads
+                writes += written
             if sl.first and self.ep.channel_tiles:
                 key = (t["g"], t["oc"])
                 if held.get(v) != key:
@@ -243,11 +297,10 @@ class _Lowering:
                     writes.append(("bias", v))
                     held[v] = key
                 step.reads = (*step.reads, ("bias", v))  # type: ignore[misc]
-            residual = sl.first and self.ep.residual is not None
             if residual:
                 step.loads += self.residual_loads(v, t)
                 writes.append(("res", v))
-                step.reads = (*step.reads, ("res", v), ("records", 0))  # type: ignore[misc]
+                step.reads = (*step.reads, ("res", v), ("identity", 0))  # type: ignore[misc]
             if sl.load_inp:
                 step.loads += self.input_loads(sl.inp_region, t, c0, tic)
                 writes.append(("inp", sl.inp_region))
@@ -323,8 +376,7 @@ def plan_instructions(plan: TilePlan, n_alu_ops: int = 0) -> list[Emitted]:
     FINISH and DRAM addresses: enough to estimate the program's timing."""
     low = _Lowering(plan, _EpilogueShape(plan.bias, n_alu_ops, plan.residual))  # type: ignore[arg-type]
     steps = low.steps()
-    uops: Emitted = (Load(buffer=Buffer.UOP, y=1, x=len(low.kernels), stride=len(low.kernels)),
-                     "uops")
+    uops = low.uop_loads(steps)
     return [uops, *dispatch_order(insert_tokens(steps, lookahead(plan.cfg)), plan.cfg)]
 
 
@@ -454,7 +506,7 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
         rows, cols = plan.window
         bld.add_segment(Segment("zeros", "int8", (rows * cols, cfg.batch, cfg.block_in)))
     bld.add_uops(low.kernels.uops)
-    bld.load_uops()
+    bld.emit(*low.uop_loads(steps))
     for insn, seg in dispatch_order(insert_tokens(steps, lookahead(cfg)), cfg):
         bld.emit(insn, segment=seg)
     return bld.build()

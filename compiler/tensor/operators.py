@@ -9,6 +9,7 @@ Each function packs its operands into the blocked layouts, schedules (the caller
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,7 +86,8 @@ def _epilogue(epilogue: Epilogue | None, bias: np.ndarray | None) -> Epilogue:
 
 
 def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedule | None,
-              vthreads: int, schedules: ScheduleSource | None = None) -> Schedule:
+              vthreads: int | Sequence[int],
+              schedules: ScheduleSource | None = None) -> Schedule:
     ep.check_config(cfg)
     records = ep.record_entries(cfg, workload.out_channels, workload.groups)
     if schedule is None and schedules is not None:
@@ -143,7 +145,7 @@ def conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None 
            stride: int | tuple[int, int] = 1,
            padding: int | tuple[int, int] | tuple[int, int, int, int] = 0,
            epilogue: Epilogue | None = None, schedule: Schedule | None = None,
-           vthreads: int = 2, residual: np.ndarray | None = None,
+           vthreads: int | Sequence[int] = 2, residual: np.ndarray | None = None,
            schedules: ScheduleSource | None = None) -> CompiledOp:
     """Compile an int8 2-D convolution ``(N, C, H, W) * (O, C, KH, KW)``.
 
@@ -161,8 +163,9 @@ def conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None 
         ReLU, requantization, clip.
     schedule : Schedule | None
         A schedule of the same workload (default: :func:`.default_schedule`).
-    vthreads : int
-        Virtual threads of the default schedule.
+    vthreads : int | Sequence[int]
+        Virtual threads of the default schedule; a sequence of counts is searched
+        together and the fastest tiling wins (:func:`.default_schedule`).
     residual : numpy.ndarray | None
         ``(N, O, OH, OW)`` int8 contents of the ``res`` segment (an epilogue with
         :attr:`.Epilogue.residual`; zeros when omitted).

@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Set
 from dataclasses import dataclass
-from itertools import product
+
+import numpy as np
 
 from tensorfab.isa import Uop
 from tensorfab.isa.formats import MAX_ITER
@@ -118,11 +119,15 @@ def make_kernel(dims: list[Dim], loop_candidates: Set[str], base: tuple[int, ...
     """
     loops, unrolled = choose_loops(dims, loop_candidates)
     n_ops = len(base)
-    uops = []
-    for idx in product(*(range(d.extent) for d in unrolled)):
-        off = [b + sum(i * d.strides[k] for i, d in zip(idx, unrolled, strict=True))
-               for k, b in enumerate(base)]
-        uops.append(Uop(acc=off[0], src=off[1], wgt=off[2] if n_ops == 3 else 0))
+    offsets = []  # per operand, the index of every micro-op (the last dim fastest)
+    for k, b in enumerate(base):
+        off = np.array([b], dtype=np.int64)
+        for d in unrolled:
+            off = (off[:, None] + np.arange(d.extent, dtype=np.int64) * d.strides[k]).ravel()
+        offsets.append(off.tolist())
+    wgt = offsets[2] if n_ops == 3 else [0] * len(offsets[0])
+    uops = [Uop(acc=a, src=s, wgt=w) for a, s, w in zip(offsets[0], offsets[1], wgt,
+                                                       strict=True)]
     while len(loops) < 2:
         loops.insert(0, Dim("unit", 1, (0,) * n_ops))
     outer, inner = ((d.extent, d.strides) for d in loops)

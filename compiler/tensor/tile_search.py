@@ -2,14 +2,18 @@
 
 For every combination of candidate tile sizes (balanced sizes ``ceil(extent / q)``
 along each axis), two loop orders (weights reused across spatial tiles, or inputs
-reused across output-channel tiles) and two placements of the operand regions (one per
+reused across output-channel tiles; one when both walk the tiles in the same order)
+and two placements of the operand regions (one per
 thread, ``depth // vthreads`` apart, or packed as tightly as the tiles allow, see
 :mod:`.residency`), :func:`search_plan` keeps the tilings whose tiles fit the buffers
 (``depth // vthreads``) and whose micro-op kernels fit ``uop_depth``, and ranks them by
 :func:`.cost_model.estimate_cost`. The :data:`REFINE_CANDIDATES` fastest estimates and
 as many of the least traffic among those within :data:`CYCLE_TOLERANCE` of the fastest
 are then lowered and timed by :func:`.timing.simulate`; the fastest wins, ties (within
-:data:`SIM_TOLERANCE`) going to the least DRAM traffic. :func:`default_schedule`
+:data:`SIM_TOLERANCE`) going to the least DRAM traffic. Given several thread counts
+(:data:`MODEL_VTHREADS` for a model's convolutions), each count is searched so, with
+its own pruning bounds and shortlist (the analytic estimate ranks tilings of different
+thread counts poorly), and the fastest timed tiling of all wins. :func:`default_schedule`
 returns the winner as a :class:`.Schedule` written with ``tile``, ``reorder``,
 ``virtual_thread`` and ``place`` primitives, so it prints and replays like a
 hand-written one.
@@ -21,6 +25,7 @@ import bisect
 import dataclasses
 import functools
 import math
+from collections.abc import Sequence
 from itertools import product
 
 import numpy as np
@@ -46,7 +51,15 @@ REFINE_CANDIDATES = 6
 REFINE_MAX_STEPS = 1000
 #: Simulated cycles within this fraction of the fastest count as equally fast; the
 #: least DRAM traffic wins among them.
-SIM_TOLERANCE = 0.01
+SIM_TOLERANCE = 0.001
+#: Thread counts a model's convolutions are searched over (the accelerator lowering of
+#: a graph): more threads overlap more stores and loads with computation but split the
+#: buffers finer, and which wins depends on the layer (on ResNet-18 four threads win the
+#: stem, the 1×1 downsamples and the fused residual convolutions below 56×56, two
+#: threads the 56×56 layers and half of the other 3×3 convolutions). Three threads
+#: would gain ResNet-18 another 0.05 % of its cycles (timing model) for 45 % more
+#: search time.
+MODEL_VTHREADS: tuple[int, ...] = (2, 4)
 #: Searches :func:`default_schedule` remembers (keyed by workload shape, config,
 #: threads, per-channel tiles and epilogue length).
 SEARCH_CACHE_SIZE = 256
@@ -110,30 +123,74 @@ def _cannot_win(plan: TilePlan, n_alu_ops: int, bounds: _Bounds) -> bool:
     return bounds.beaten(cycles_lower_bound(plan, n_alu_ops) * (1 - 1e-9), steps)
 
 
-def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: int = False,
-                n_alu_ops: int = 0, refine: bool = True, records: int = 0,
-                residual: bool = False) -> TilePlan:
+def thread_counts(vthreads: int | Sequence[int], cfg: HwConfig) -> tuple[int, ...]:
+    """The thread counts a search over ``vthreads`` tries (an int: that one count).
+
+    Raises
+    ------
+    ScheduleError
+        A count that is no integer in ``1..cfg.dep_queue_depth``, or no count.
+    """
+    if isinstance(vthreads, int | np.integer):
+        counts: tuple[object, ...] = (vthreads,)
+    else:
+        counts = tuple(vthreads) if isinstance(vthreads, Sequence) else ()
+    if not counts or any(isinstance(v, bool) or not isinstance(v, int | np.integer)
+                         or not 1 <= v <= cfg.dep_queue_depth for v in counts):
+        raise ScheduleError(f"virtual_thread({vthreads!r})", "dep_queue_depth",
+                            f"vthreads must be an integer in 1..{cfg.dep_queue_depth} or a "
+                            "non-empty sequence of them (the token queues hold one token "
+                            "per thread)")
+    return tuple(dict.fromkeys(int(v) for v in counts))  # type: ignore[call-overload]
+
+
+def search_plan(workload: Workload, cfg: HwConfig, vthreads: int | Sequence[int] = 2, *,
+                bias: int = False, n_alu_ops: int = 0, refine: bool = True,
+                records: int = 0, residual: bool = False) -> TilePlan:
     """The cheapest tiling of ``workload`` with ``vthreads`` threads (see the module
-    docstring).
+    docstring); a sequence of thread counts searches each count (its own pruning and
+    timed shortlist) and keeps the fastest timed tiling of all.
 
     Raises
     ------
     ScheduleError
         No tiling fits (the message names the smallest footprints tried).
     """
-    if not 1 <= vthreads <= cfg.dep_queue_depth:
-        raise ScheduleError(f"virtual_thread({vthreads})", "dep_queue_depth",
-                            f"vthreads must be in 1..{cfg.dep_queue_depth}")
+    counts = thread_counts(vthreads, cfg)
     if max(workload.padding) > max_pad(cfg):
         raise ScheduleError("workload", "pad field", f"padding {workload.padding} exceeds "
                             f"the LOAD's {max_pad(cfg)}-entry pad")
+    per_count: list[list[tuple[CostEstimate, TilePlan]]] = []
+    for v in counts:  # each count its own pruning bounds and shortlist
+        found: list[tuple[CostEstimate, TilePlan]] = []
+        _enumerate(workload, cfg, v, bias, n_alu_ops, records, residual, found, _Bounds())
+        if found:
+            per_count.append(found)
+    if not per_count:
+        raise ScheduleError("tile search", "buffer capacity",
+                            f"no tiling of {workload.describe()} fits the {cfg.name} "
+                            f"buffers with {'/'.join(map(str, counts))} virtual threads")
+    if not refine:
+        return _least_traffic([f for found in per_count for f in found])
+    scored = [(cycles, dram_bytes, k, i, plan) for k, found in enumerate(per_count)
+              for cycles, dram_bytes, i, plan in _timed(found, cfg, n_alu_ops)]
+    if not scored:
+        return _least_traffic(per_count[0])
+    best = min(c for c, *_ in scored)
+    return min((d, k, i, plan) for c, d, k, i, plan in scored
+               if c <= best * (1 + SIM_TOLERANCE))[3]
+
+
+def _enumerate(workload: Workload, cfg: HwConfig, vthreads: int, bias: int, n_alu_ops: int,
+               records: int, residual: bool, found: list[tuple[CostEstimate, TilePlan]],
+               bounds: _Bounds) -> None:
+    """Append to ``found`` the estimated tilings of ``workload`` with ``vthreads``
+    threads that fit and that ``bounds`` does not rule out."""
     ext = workload.extents(cfg)
     cands = {a: tile_candidates(ext[a]) for a in AXES}
     wgt_depth = cfg.wgt_depth - records
     pitches = (("inp", cfg.inp_depth // vthreads), ("wgt", wgt_depth // vthreads),
                ("acc", cfg.acc_depth // vthreads))
-    found: list[tuple[CostEstimate, TilePlan]] = []
-    bounds = _Bounds()
     kh, kw = workload.kernel
     orders = ORDERS if not workload.is_dense else (("b", "oc", "oh", "ow"),
                                                     ("oh", "ow", "b", "oc"))
@@ -150,6 +207,8 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
                 if toc * tic * kh * kw > wgt_depth // vthreads:
                     continue
                 tiles = (("b", tn), ("oc", toc), ("oh", th), ("ow", tw), ("ic", tic))
+                split = {a for a, t in tiles[:4] if t < ext[a]}
+                walks: dict[tuple[str, ...], list[int]] = {}  # walk -> its entries in found
                 for order in orders:
                     plan = TilePlan(workload, cfg, tiles, order, vthreads, pitches, bias,
                                     records, residual)
@@ -161,24 +220,47 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
                     n_threads = min(vthreads, plan.n_output_tiles)
                     if not _fits(plan, n_threads):
                         break
-                    found.append((estimate_cost(plan, n_alu_ops), plan))
-                    bounds.add(found[-1][0])
+                    entries = [(estimate_cost(plan, n_alu_ops), plan)]
                     packed = (("inp", plan.inp_entries()), ("wgt", plan.wgt_entries()),
                               pitches[2])
                     if packed != pitches:
                         plan = TilePlan(workload, cfg, tiles, order, vthreads, packed, bias,
                                         records, residual)
-                        found.append((estimate_cost(plan, n_alu_ops), plan))
-                        bounds.add(found[-1][0])
-    if not found:
-        raise ScheduleError("tile search", "buffer capacity",
-                            f"no tiling of {workload.describe()} fits the {cfg.name} "
-                            f"buffers with {vthreads} virtual threads")
+                        entries.append((estimate_cost(plan, n_alu_ops), plan))
+                    # two orders walking the split axes alike make the same program: it
+                    # is kept once, with the lower of the two estimates
+                    walk = tuple(a for a in order if a in split)
+                    if walk in walks:
+                        for j, entry in zip(walks[walk], entries, strict=True):
+                            if entry[0].cycles < found[j][0].cycles:
+                                found[j] = entry
+                                bounds.add(entry[0])
+                        continue
+                    walks[walk] = list(range(len(found), len(found) + len(entries)))
+                    for entry in entries:
+                        found.append(entry)
+                        bounds.add(entry[0])
+
+
+def _least_traffic(found: list[tuple[CostEstimate, TilePlan]]) -> TilePlan:
+    """Among the tilings within :data:`CYCLE_TOLERANCE` of the fastest estimate, the one
+    moving the fewest DRAM bytes (then issuing the fewest instructions, taking the
+    fewest steps)."""
+    fastest = min(est.cycles for est, _ in found)
+    near = min((est.dram_bytes, est.insns, est.steps, i) for i, (est, _) in enumerate(found)
+               if est.cycles <= fastest * (1 + CYCLE_TOLERANCE))
+    return found[near[3]][1]
+
+
+def _timed(found: list[tuple[CostEstimate, TilePlan]], cfg: HwConfig, n_alu_ops: int
+           ) -> list[tuple[float, float, int, TilePlan]]:
+    """``(simulated cycles, DRAM bytes, index, plan)`` of the shortlist of ``found``:
+    the :data:`REFINE_CANDIDATES` fastest estimates and as many of the least traffic
+    within :data:`CYCLE_TOLERANCE` of the fastest (at most :data:`REFINE_MAX_STEPS`
+    steps each), lowered and timed by :func:`.timing.simulate`."""
     fastest = min(est.cycles for est, _ in found)
     near = sorted((est.dram_bytes, est.insns, est.steps, i) for i, (est, _) in enumerate(found)
                   if est.cycles <= fastest * (1 + CYCLE_TOLERANCE))
-    if not refine:
-        return found[near[0][3]][1]
     small = [i for i in range(len(found)) if found[i][0].steps <= REFINE_MAX_STEPS]
     by_cycles = sorted(small, key=lambda i: (found[i][0].cycles, i))
     near_small = [i for *_, i in near if found[i][0].steps <= REFINE_MAX_STEPS]
@@ -189,11 +271,8 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int = 2, *, bias: i
         plan = found[i][1]
         timing = simulate([insn for insn, _ in plan_instructions(plan, n_alu_ops)], cfg)
         if timing is not None:
-            scored.append((timing.cycles, found[i][0].dram_bytes, i))
-    if not scored:
-        return found[near[0][3]][1]
-    best = min(c for c, _, _ in scored)
-    return found[min((d, i) for c, d, i in scored if c <= best * (1 + SIM_TOLERANCE))[1]][1]
+            scored.append((timing.cycles, found[i][0].dram_bytes, i, plan))
+    return scored
 
 
 def schedule_for(plan: TilePlan) -> Schedule:
@@ -217,24 +296,23 @@ def schedule_for(plan: TilePlan) -> Schedule:
     return s
 
 
-def default_schedule(workload: Workload, cfg: HwConfig, vthreads: int = 2, *,
-                     bias: int = False, n_alu_ops: int = 0, records: int = 0,
+def default_schedule(workload: Workload, cfg: HwConfig,
+                     vthreads: int | Sequence[int] = 2, *, bias: int = False,
+                     n_alu_ops: int = 0, records: int = 0,
                      residual: bool = False) -> Schedule:
     """The searched schedule of ``workload`` (see :func:`search_plan`) with up to
     ``vthreads`` threads: when no tiling fits that many slots (e.g. a large kernel's
-    taps overflow a weight slot), fewer threads are used.
+    taps overflow a weight slot), fewer threads are used. A sequence of thread counts
+    (e.g. :data:`MODEL_VTHREADS`) is searched together and the fastest tiling of any
+    of them wins (fewer than the smallest only when none fits).
 
     Raises
     ------
     ScheduleError
         Not even one thread's tiling fits the config.
     """
-    if isinstance(vthreads, bool) or not isinstance(vthreads, int | np.integer) \
-            or not 1 <= vthreads <= cfg.dep_queue_depth:
-        raise ScheduleError(f"virtual_thread({vthreads!r})", "dep_queue_depth",
-                            f"vthreads must be an integer in 1..{cfg.dep_queue_depth} (the "
-                            "token queues hold one token per thread)")
-    plan = _searched_plan(dataclasses.replace(workload, name=""), cfg, int(vthreads),
+    counts = thread_counts(vthreads, cfg)
+    plan = _searched_plan(dataclasses.replace(workload, name=""), cfg, counts,
                           bias, n_alu_ops, records, residual)
     if plan.workload != workload:  # found for another layer of the same shape
         plan = dataclasses.replace(plan, workload=workload)
@@ -242,17 +320,20 @@ def default_schedule(workload: Workload, cfg: HwConfig, vthreads: int = 2, *,
 
 
 @functools.lru_cache(maxsize=SEARCH_CACHE_SIZE)
-def _searched_plan(workload: Workload, cfg: HwConfig, vthreads: int, bias: int,
+def _searched_plan(workload: Workload, cfg: HwConfig, counts: tuple[int, ...], bias: int,
                    n_alu_ops: int, records: int = 0, residual: bool = False) -> TilePlan:
-    """:func:`search_plan` with up to ``vthreads`` threads, memoized: a network's layers
-    of one shape (ResNet-18 has 11 shapes in 20 convolutions) are searched once.
-    The search is a pure function of these values (``workload`` without its name)."""
-    for v in range(vthreads, 0, -1):
+    """:func:`search_plan` over the thread counts ``counts`` or, when no tiling fits
+    any of them, with one thread fewer than the smallest down to one; memoized: a
+    network's layers of one shape (ResNet-18 has 11 shapes in 20 convolutions) are
+    searched once. The search is a pure function of these values (``workload``
+    without its name)."""
+    attempts = [counts, *((v,) for v in range(min(counts) - 1, 0, -1))]
+    for k, tried in enumerate(attempts):
         try:
-            return search_plan(workload, cfg, v, bias=bias, n_alu_ops=n_alu_ops,
+            return search_plan(workload, cfg, tried, bias=bias, n_alu_ops=n_alu_ops,
                                records=records, residual=residual)
         except ScheduleError:
-            if v == 1:
+            if k == len(attempts) - 1:
                 raise
     raise AssertionError("unreachable")
 
@@ -263,5 +344,5 @@ def search_space(workload: Workload, cfg: HwConfig) -> int:
     return math.prod(len(tile_candidates(ext[a])) for a in AXES)
 
 
-__all__ = ["ORDERS", "default_schedule", "schedule_for", "search_plan", "search_space",
-           "tile_candidates"]
+__all__ = ["MODEL_VTHREADS", "ORDERS", "default_schedule", "schedule_for", "search_plan",
+           "search_space", "thread_counts", "tile_candidates"]

@@ -91,8 +91,14 @@ def test_kernels_deduplicated_and_loaded_once(vthreads):
     op = compile_workload(RESNET18_CONV["C5"], PRESETS["default"], vthreads=vthreads)
     prog = op.program
     uop_loads = [i for i in prog.insns if isinstance(i, Load) and i.buffer is Buffer.UOP]
-    assert len(uop_loads) == 1 and prog.insns.index(uop_loads[0]) == 0
-    assert uop_loads[0].x == len(prog.uops)
+    # the table loads once, in pieces in program order: the first step's kernels
+    # ahead of everything, each later step's new kernels with that step's loads
+    assert prog.insns[0] is uop_loads[0]
+    base = uop_loads[0].dram  # the table's address
+    assert [i.dram - base for i in uop_loads] == [i.sram for i in uop_loads]
+    ends = [i.sram + i.x for i in uop_loads]
+    assert [i.sram for i in uop_loads] == [0, *ends[:-1]] and ends[-1] == len(prog.uops)
+    FunctionalSimulator().run(prog)  # no micro-op read before its load (race checks)
     gemm_ranges = {(i.uop_begin, i.uop_end) for i in prog.insns
                    if isinstance(i, Gemm) and not i.reset}
     # one GEMM kernel per thread, reduction-tile size and pair of operand regions
