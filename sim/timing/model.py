@@ -11,27 +11,36 @@ cycles. It is an event simulation, not a cycle-accurate one:
   for LOAD and STORE, for the bus beats it moves; beats of a LOAD and a STORE in
   flight at once share the bus equally (one beat per cycle in all);
 * an instruction starts when its engine is free, fetch has dispatched it and the
-  tokens it pops have been pushed (a token is pushed when its instruction ends);
-* fetch dispatches in program order; an engine's queue holds ``cmd_queue_depth``
-  instructions besides the one the engine holds;
-* the fetch unit reads bursts of ``fetch_words / 2`` instruction words whenever it
-  holds few enough (:attr:`TimingParams.fetch_held`), and dispatches a word only once
-  its beats have arrived; the memory serves the bursts and the LOADs' reads in the
-  order of their commands: a LOAD whose read command comes after a burst's gets its
-  data after the burst's beats, and a burst requested while a long LOAD still has more
-  than :attr:`TimingParams.read_window` beats to read lands among them (the rest of
-  the LOAD waits for it);
-* a STORE's write waits for the reads of the LOAD running when its data is ready
-  (not for the LOADs after it: their reads queue behind the write);
+  tokens it pops have been pushed (a token is pushed when its instruction ends: the
+  compute engine drains an ALU instruction's pipeline before it retires);
+* fetch dispatches in program order, a word a cycle; an engine's queue holds
+  ``cmd_queue_depth`` instructions besides the one the engine holds (an idle engine
+  holds its next instruction while it waits for tokens);
+* the memory serves commands in order, each placed in the memory's time: the fetch
+  unit requests a burst of up to ``fetch_words / 2`` words once that many of its buffer
+  words are free (a word leaves the buffer at its arrival while the stage and head
+  registers are free, else at the dispatch that frees them); a LOAD issues a read
+  command per row (split at :data:`LOAD_BURST` beats) a cycle while at most
+  :attr:`TimingParams.read_window` read beats are in flight (:func:`_read_grants`);
+  a burst commanded before a LOAD's first read delays its data, one commanded while
+  the LOAD still issues reads lands among them (ties go to the fetch after a LOAD's
+  command: the arbiter's round robin), each costing the LOAD what its walk's padding
+  does not absorb (:func:`_walk_delay`);
+* a STORE's write command goes to the memory a cycle after its data is ready and waits
+  for the running LOAD's reads and the bursts commanded before it; a burst among its
+  row writes holds the later rows; a LOAD started during a write waits for the write's
+  beats that outlast its read latency;
 * a LOAD into the accumulators shares the accumulator's write port with the compute
   engine's micro-ops (which take it first): from its first data on (its read latency
   needs no port) its padding moves in the cycles they leave free, its data needs one
-  port cycle per entry of ``acc_entry_bytes / mem_bus_bytes`` beats;
+  port cycle per entry of ``acc_entry_bytes / mem_bus_bytes`` beats, and the last
+  ``acc_entry_beats - 1`` cycles of a run of compute writes cost it nothing (the load
+  engine takes the next entry's beats meanwhile);
 * a LOAD walks its padded block (:func:`load_walk`): padding one entry per cycle, data
   as its beats arrive after the read latency;
-* an ALU instruction's results leave its pipeline ``ALU_PIPELINE_STAGES`` cycles after
-  its last micro-op: the compute engine takes its next instruction meanwhile, the
-  tokens it pushes wait for them;
+* FINISH: the compute engine takes it after its last instruction and the tokens left
+  for it, and the core is done :data:`FINISH_CYCLES` later (at least a cycle after the
+  last LOAD or STORE);
 * an ALU instruction is held by the pipeline's interlock (:mod:`.alu_interlock`) when
   :func:`program_timing` is given the whole program (its micro-ops).
 
@@ -91,6 +100,12 @@ __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
 
 #: Register slices a read command and its data pass in the memory arbiter.
 ARBITER_SLICES = 2
+#: The load engine's longest read command, in beats (:class:`tensorfab.hw.load.LoadEngine`'s
+#: ``max_burst``): a longer row is read in several commands.
+LOAD_BURST = 32
+#: Cycles from the compute engine taking FINISH (after its last instruction and the
+#: tokens FINISH pops) to the core's done: its start, its retire, the done register.
+FINISH_CYCLES = 3
 
 
 @dataclass(frozen=True)
@@ -101,8 +116,9 @@ class TimingParams:
     ----------
     load_fixed : float
         Per LOAD besides its walk (:func:`load_walk`): decode, range check, the token
-        push; measured as 3 on an isolated LOAD (the waits behind a STORE's write and
-        the fetch unit's reads are modelled apart).
+        push, and the load engine's cycle between two instructions; measured as 3 on an
+        isolated LOAD's busy interval (the waits behind a STORE's write and the fetch
+        unit's reads are modelled apart).
     store_fixed : float
         Per STORE besides its beats.
     compute_fixed : float
@@ -131,12 +147,14 @@ class TimingParams:
         are requested and not dispatched.
     fetch_issue : float
         Cycles from the dispatch that makes room for a burst to the burst's read
-        command at the memory.
+        command at the memory, in the memory's time (the model's engine starts are 2
+        cycles before the RTL's busy intervals; a word leaving the buffer at its
+        arrival gives room 3 cycles before the command).
     fetch_word : float
         Cycles from a word's last beat to its dispatch (the stage and head registers).
     load_command : float
-        Cycles from the start of a LOAD to its first read command at the memory (a
-        burst requested by the dispatch its start allows comes first).
+        Cycles from the model's start of a LOAD to its first read command at the
+        memory (5 after its RTL busy interval starts, which is 2 after the model's).
     read_window : float
         Read beats a LOAD keeps in flight (:class:`tensorfab.hw.arbiter.MemArbiter`
         grants a load read while at most ``read_beats`` minus its longest burst, 64 -
@@ -144,7 +162,7 @@ class TimingParams:
         lands among the LOAD's reads.
     """
 
-    load_fixed: float = 3.0
+    load_fixed: float = 4.0
     store_fixed: float = 6.0
     compute_fixed: float = 9.0 + UOP_READ_STAGES  # calibrated as 10 with one read stage
     start: float = 30.0
@@ -153,9 +171,9 @@ class TimingParams:
     in_order_memory: bool = True
     fetch_words: int = 8
     fetch_held: int = 2
-    fetch_issue: float = 4.0
+    fetch_issue: float = 6.0
     fetch_word: float = 2.0
-    load_command: float = 5.0
+    load_command: float = 7.0
     read_window: float = 32.0
 
     @classmethod
@@ -196,7 +214,8 @@ _LAYOUT = np.array(
  _K_LOAD_COMMAND, _K_READ_WINDOW) = range(13)
 (_K_BUS_BYTES, _K_ENTRY_BYTES, _K_OUT_ENTRY_BYTES, _K_LANES, _K_DEPTH,
  _K_ACC_ENTRY_BEATS, _K_WORD_BEATS, _K_ALU_STAGES, _K_INDEX_STAGES,
- _K_ARBITER_SLICES) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25)
+ _K_ARBITER_SLICES, _K_LOAD_BURST, _K_FINISH) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+                                                 27)
 
 # the indices are literals (the compiled code keeps them): check them against the ISA
 if (_L_ENGINE_OF + len(Opcode) != _L_ACC or _L_QUEUES != _L_ACC + 1
@@ -254,7 +273,8 @@ def _new_constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
                      fast_reset_lanes(cfg) if cfg.fast_reset else 0, cfg.cmd_queue_depth,
                      cfg.acc_entry_bytes / cfg.mem_bus_bytes,
                      -(-insn_width(cfg) // cfg.mem_bus_width), ALU_PIPELINE_STAGES,
-                     UOP_INDEX_STAGES, ARBITER_SLICES], dtype=np.float64)
+                     UOP_INDEX_STAGES, ARBITER_SLICES, LOAD_BURST, FINISH_CYCLES],
+                    dtype=np.float64)
 
 
 @compiled
@@ -267,8 +287,13 @@ def _load_walk(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray) 
     t = float(row[lay[_L_PAD_TOP]] * cols)
     read_latency = k[_K_READ_LATENCY]
     arrived = read_latency
-    # one read command per row: at most `outstanding` in flight
-    spacing = max(float(row_beats), (read_latency + row_beats) / k[_K_OUTSTANDING])
+    # one read command per row a cycle: the first `outstanding` rows' beats back to
+    # back after the latency; with `outstanding` in flight, a row's command waits for
+    # the one `outstanding` rows before it to complete
+    outstanding = int(k[_K_OUTSTANDING])
+    spacing = float(row_beats)
+    if y > outstanding:
+        spacing = max(spacing, (read_latency + row_beats) / outstanding)
     if pad_left == 0 and pad_right == 0 and t + row_beats <= arrived + spacing:
         # every row waits for its data (rows arrive no faster than they are written)
         return arrived + y * spacing + row[lay[_L_PAD_BOTTOM]] * cols
@@ -276,6 +301,35 @@ def _load_walk(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray) 
         arrived += spacing
         t = max(t + pad_left + row_beats, arrived) + pad_right
     return t + row[lay[_L_PAD_BOTTOM]] * cols
+
+
+@compiled
+def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
+                from_row: int, delay: float) -> float:
+    """How much later :func:`load_walk` of one table row ends when the data of its rows
+    from ``from_row`` on arrives ``delay`` cycles later (less than ``delay`` when the
+    walk's padding, not the data, keeps it busy)."""
+    pad_left = row[lay[_L_PAD_LEFT]]
+    pad_right = row[lay[_L_PAD_RIGHT]]
+    y = row[lay[_L_Y]]
+    t = float(row[lay[_L_PAD_TOP]] * (pad_left + row[lay[_L_X]] + pad_right))
+    read_latency = k[_K_READ_LATENCY]
+    outstanding = int(k[_K_OUTSTANDING])
+    spacing = float(row_beats)
+    if y > outstanding:
+        spacing = max(spacing, (read_latency + row_beats) / outstanding)
+    if delay <= 0.0 or y <= from_row:
+        return 0.0
+    if pad_left == 0 and pad_right == 0 and t + row_beats <= read_latency + spacing:
+        return delay  # every row waits for its data
+    arrived = read_latency
+    late = t
+    for r in range(y):
+        arrived += spacing
+        t = max(t + pad_left + row_beats, arrived) + pad_right
+        late = max(late + pad_left + row_beats,
+                   arrived + (delay if r >= from_row else 0.0)) + pad_right
+    return late - t
 
 
 @compiled
@@ -298,7 +352,7 @@ def _insn_work(row: np.ndarray, k: np.ndarray, lay: np.ndarray) -> tuple[float, 
                                          + 1)
         return k[_K_COMPUTE_FIXED] + lines, 0.0
     if opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
-        # an ALU instruction's pipeline drains beside the next one (its pushes wait)
+        # an ALU instruction's pipeline drains before it retires
         n = ((row[lay[_L_UOP_END]] - row[lay[_L_UOP_BEGIN]]) * row[lay[_L_ITER_OUT]]
              * row[lay[_L_ITER_IN]])
         return k[_K_COMPUTE_FIXED] + k[_K_INDEX_STAGES] + n, 0.0
@@ -308,7 +362,7 @@ def _insn_work(row: np.ndarray, k: np.ndarray, lay: np.ndarray) -> tuple[float, 
 def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
               ) -> tuple[float, float]:
     """``(fixed cycles, bus beats)`` of one instruction: how long it holds its engine
-    (an ALU instruction's tokens are pushed ``ALU_PIPELINE_STAGES`` cycles later)."""
+    (its tokens are pushed at its end)."""
     return _insn_work(insn_table([insn])[0], _constants(cfg, params), _LAYOUT)
 
 
@@ -331,6 +385,65 @@ def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING)
     """
     k = np.array([*map(float, astuple(params))], dtype=np.float64)
     return _load_walk(insn_table([insn])[0], row_beats, k, _LAYOUT)
+
+
+@compiled
+def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: float,
+                 window: float, mem_latency: float, prior_begin: float, prior_end: float,
+                 grant: np.ndarray, data_end: np.ndarray) -> int:
+    """When the memory gets each read command of a LOAD (the arbiter's read budget).
+
+    The commands (one per row, split at ``burst`` beats) from number ``skip`` on leave
+    one per cycle from ``first`` on while at most ``window`` beats of the reads
+    granted are not yet delivered (or none are); the memory delivers the beats in
+    command order, one per cycle, a command's first ``mem_latency`` cycles after it.
+    The reads before them are the beats of ``[prior_begin, prior_end)``. Fills
+    ``grant`` and ``data_end`` (when each command's last beat is delivered) from
+    ``skip`` on and returns the number of commands, or -1 when there are more than
+    ``grant`` holds."""
+    per_row = max(1, int(-(-row_beats // burst)))
+    n = rows * per_row
+    if n > grant.size:
+        return -1
+    prior = max(0.0, prior_end - prior_begin)
+    granted = prior  # beats granted, the prior reads' included
+    last_end = prior_end
+    t = first
+    head = skip  # the first command not wholly delivered by the cycle before t
+    done = 0.0  # the beats of the commands before it
+    for c in range(skip, n):
+        left = row_beats - (c % per_row) * burst
+        b = min(burst, left)
+        if c > skip:
+            t += 1.0
+        # beats delivered by the cycle before t: the prior reads, then the commands
+        # (each one's beats end at its data_end, back to back from its start)
+        x = t - 1.0
+        while head < c and data_end[head] <= x:
+            done += min(burst, row_beats - (head % per_row) * burst)
+            head += 1
+        delivered = min(prior, max(0.0, x - prior_begin)) + done
+        if head < c:
+            b_h = min(burst, row_beats - (head % per_row) * burst)
+            delivered += min(b_h, max(0.0, x - (data_end[head] - b_h)))
+        if granted - delivered > window:
+            # the cycle after the one in which `granted - window` beats are delivered
+            need = granted - window
+            cum = prior + done
+            at = prior_begin + need
+            if need > prior:
+                for j in range(head, c):
+                    b_j = min(burst, row_beats - (j % per_row) * burst)
+                    if cum + b_j >= need:
+                        at = data_end[j] - b_j + (need - cum)
+                        break
+                    cum += b_j
+            t = max(t, at + 1.0)
+        grant[c] = t
+        last_end = max(t + mem_latency, last_end) + b
+        data_end[c] = last_end
+        granted += b
+    return n
 
 
 class Timing:
@@ -410,7 +523,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     fixed = np.empty(n)
     beats = np.empty(n)
     acc_load = np.zeros(n, np.bool_)
-    push_late = np.zeros(n)  # cycles after its end an instruction's tokens are pushed
+    row_beats = np.zeros(n)  # per LOAD: the beats of one data row
+    rows = np.zeros(n, np.int64)  # per LOAD and STORE: its rows
     # per LOAD into the accumulators: the fixed cycles left when it first writes them
     port_fixed = np.zeros(n)
     # per compute instruction: the fraction of its micro-op cycles writing the
@@ -438,18 +552,21 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         fixed[i] = f + x
         beats[i] = b
         acc_load[i] = opcode == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_ACC]
+        if opcode == lay[_L_LOAD] and row[lay[_L_Y]] > 0:
+            row_beats[i] = b / row[lay[_L_Y]]
+        if opcode == lay[_L_LOAD] or opcode == lay[_L_STORE]:
+            rows[i] = row[lay[_L_Y]]
         if acc_load[i]:
             port_fixed[i] = max(0.0, f - load_fixed - read_latency)
         if opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
             busy_uops = fixed[i] - compute_fixed
             acc_writes[i] = (min(1.0, max(0.0, (busy_uops - x) / busy_uops))
                              if busy_uops > eps else 0.0)
-        if opcode == lay[_L_ALU]:
-            push_late[i] = k[_K_ALU_STAGES]
     ld, cp, st = 0, 1, 2
     depth = int(k[_K_DEPTH])
     in_order = k[_K_IN_ORDER] != 0.0
     acc_entry_beats = k[_K_ACC_ENTRY_BEATS]
+    data_slack = acc_entry_beats - 1.0
     pushed = np.empty((n_queues, n))
     n_pushed = np.zeros(n_queues, np.int64)
     popped = np.zeros(n_queues, np.int64)
@@ -460,7 +577,9 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     busy_t = activity[:3]
     stall_t = activity[3:]
     dispatched = 0 if fetch else n
-    writing = False  # the running STORE's write has begun
+    writing = False  # the running STORE's write has begun, its first write command
+    st_command = inf
+    st_ready = inf  # when the running STORE's data was first ready to write
     behind = -1  # the LOAD whose reads the running STORE's write waits behind
     disp_t = np.full(n, k[_K_START])  # when fetch dispatched each instruction
     free_t = np.full(3, k[_K_START])  # when each engine last became free
@@ -471,15 +590,18 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     word_beats = k[_K_WORD_BEATS]
     fetch_words = int(k[_K_FETCH_WORDS])
     chunk = max(1, fetch_words // 2)
-    room = fetch_words - chunk + int(k[_K_FETCH_HELD])
+    held_words = int(k[_K_FETCH_HELD])
     slices = k[_K_ARBITER_SLICES]
     mem_latency = read_latency - slices  # command to first beat
     word_at = np.empty(words + chunk)
     fetch_end = 0.0
+    fetch_begin = 0.0  # when the bursts' beats moving back to back until fetch_end began
     requested = 0
     while requested < min(words, fetch_words):  # the first bursts, from reset:
         w = min(chunk, words - requested)  # their commands at the memory 4, 5, ... cycles on
         begin = max(slices + 2.0 + requested // chunk + mem_latency, fetch_end)
+        if begin > fetch_end + eps:
+            fetch_begin = begin
         for j in range(w):
             word_at[requested + j] = begin + (j + 1) * word_beats + k[_K_FETCH_WORD]
         fetch_end = begin + w * word_beats
@@ -487,6 +609,14 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     ld_command = -inf  # the running LOAD's first read command, and when its data ends
     ld_data_end = -inf
     window = k[_K_READ_WINDOW]
+    # the running LOAD's read commands at the memory and when each one's data ends
+    # (ld_grants -1: too many to follow, the LOAD takes bursts while more than
+    # `window` of its beats are to come)
+    grant = np.empty(64)
+    grant_end = np.empty(64)
+    ld_grants = -1
+    last_burst = -inf  # the last burst's command, the last LOAD's last command before it
+    last_ld_grant = -inf
     wake = inf
     while done < n:
         started_ld = False
@@ -498,31 +628,101 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             # queue has room
             while dispatched < n:
                 kq = pos[dispatched] - depth
-                if kq >= 0 and ptr[eng_of[dispatched]] <= kq:
+                e = eng_of[dispatched]
+                # an idle engine holds its next instruction while it waits for tokens
+                held_e = ptr[e] + (1 if run[e] < 0 and ptr[e] < stream_len[e]
+                                   and streams[e, ptr[e]] < dispatched else 0)
+                if kq >= 0 and held_e <= kq:
                     break
                 if fetch and (dispatched >= requested or word_at[dispatched] > t + eps):
                     if dispatched < requested:
                         fetch_wait = word_at[dispatched]
+                    break
+                if fetch and dispatched > 0 and disp_t[dispatched - 1] + 1.0 > t + eps:
+                    fetch_wait = disp_t[dispatched - 1] + 1.0  # one word a cycle
                     break
                 disp_t[dispatched] = t
                 dispatched += 1
             starved = dispatched < n and dispatched >= requested
             # the next bursts: their command after a LOAD's that started before them,
             # before a LOAD's that starts now or later
-            while requested < words and requested - dispatched <= room:
+            while requested < words:
+                # room for a burst of w words: the word fetch_words - w before its
+                # first has left the buffer (the fetch's stage and head take the
+                # words that arrive while they are free), its command 3 cycles on
                 w = min(chunk, words - requested)
-                command = t + k[_K_FETCH_ISSUE]
+                need = requested - fetch_words + w - 1
+                if dispatched + held_words <= need:
+                    break
+                taken_at = word_at[need] - k[_K_FETCH_WORD]
+                if taken_at > t + eps:
+                    fetch_wait = min(fetch_wait, taken_at)
+                    break
+                command = max(disp_t[need - held_words] + k[_K_FETCH_ISSUE],
+                              taken_at + 3.0)
                 begin = max(command + mem_latency, fetch_end)
-                if run[ld] >= 0 and ld_command <= command:
-                    if run_beats[ld] > window:  # among the LOAD's reads: they wait for it
-                        begin = max(begin, t + run_fixed[ld] + window)
-                        run_fixed[ld] += w * word_beats
-                        ld_data_end += w * word_beats
+                if (run[ld] >= 0 and not started_ld and command <= ld_command + eps
+                        and (command < ld_command - eps or last_burst < last_ld_grant)):
+                    # before the running LOAD's first read (the round robin gives a
+                    # tie to the fetch after a LOAD's command): its data after the burst
+                    old_start = max(ld_command + mem_latency, fetch_end)
+                    if command >= ld_command - eps:
+                        ld_command += 1.0
+                    extra = max(0.0, max(ld_command + mem_latency, begin + w * word_beats)
+                                - old_start)
+                    run_fixed[ld] += extra
+                    ld_data_end += extra
+                    i_ld = run[ld]
+                    ld_grants = _read_grants(ld_command, 0, rows[i_ld], row_beats[i_ld],
+                                             k[_K_LOAD_BURST], window, mem_latency,
+                                             fetch_begin if begin <= fetch_end + eps
+                                             else begin, begin + w * word_beats,
+                                             grant, grant_end)
+                elif run[ld] >= 0 and ld_command <= command:
+                    shift = w * word_beats
+                    if ld_grants > 0:
+                        # (a tie with a later read goes to the fetch: the LOAD had
+                        # the last grant)
+                        among = (command < grant[ld_grants - 1] - eps
+                                 or (command <= grant[ld_grants - 1] + eps
+                                     and grant[0] < command - eps))
+                    else:
+                        among = run_beats[ld] > window
+                    if among:  # among the LOAD's reads: the later ones wait for it
+                        if ld_grants > 0:
+                            rest = 0  # the LOAD's commands after the burst's
+                            while rest < ld_grants and grant[rest] < command - eps:
+                                begin = max(begin, grant_end[rest])
+                                rest += 1
+                            # the later commands wait for room beside its beats
+                            i_ld = run[ld]
+                            per_row = max(1, int(-(-row_beats[i_ld] // k[_K_LOAD_BURST])))
+                            late = _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay,
+                                               rest // per_row, shift)
+                            _read_grants(command + 1.0, rest, rows[i_ld], row_beats[i_ld],
+                                         k[_K_LOAD_BURST], window, mem_latency,
+                                         grant_end[0] - min(row_beats[i_ld],
+                                                            k[_K_LOAD_BURST]),
+                                         begin + shift, grant, grant_end)
+                        else:
+                            begin = max(begin, t + run_fixed[ld] + window)
+                            late = shift
+                        run_fixed[ld] += late
+                        ld_data_end += late
                     else:
                         begin = max(begin, ld_data_end)
+                i_st = run[st]
+                if (writing and st_command <= command
+                        and command < st_command + rows[i_st] - 1.0 - eps):
+                    # among the running STORE's row writes: the later rows wait for it
+                    run_fixed[st] = max(run_fixed[st], begin + w * word_beats - t
+                                        - run_beats[st] / rows[i_st])
+                if begin > fetch_end + eps:
+                    fetch_begin = begin
                 for j in range(w):
                     word_at[requested + j] = begin + (j + 1) * word_beats + k[_K_FETCH_WORD]
                 fetch_end = begin + w * word_beats
+                last_burst = command
                 requested += w
                 again = starved
             # idle engines take their next instruction when dispatched and its tokens exist
@@ -563,16 +763,27 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     again = True  # its queue has room for the next word
                 if e == st:
                     writing = False
+                    st_command = inf
+                    st_ready = inf
                     behind = -1
                 elif e == ld and in_order:
                     if run[st] >= 0 and writing:
-                        run_fixed[e] += run_beats[st]  # its read waits for the write's beats
+                        # its reads wait for the write's beats ahead of them, which
+                        # move during its command's way and the read latency
+                        run_fixed[e] += max(0.0, run_beats[st] - k[_K_LOAD_COMMAND]
+                                            - mem_latency)
                     started_ld = True
+                    last_ld_grant = grant[ld_grants - 1] if ld_grants > 0 else ld_command
                     ld_command = t + k[_K_LOAD_COMMAND]
         if started_ld and fetch:
             # its data after the beats of the bursts whose commands came first
-            run_fixed[ld] += max(0.0, fetch_end - (ld_command + mem_latency))
+            i_ld = run[ld]
+            run_fixed[ld] += _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay, 0,
+                                         fetch_end - (ld_command + mem_latency))
             ld_data_end = t + run_fixed[ld] + run_beats[ld]
+            ld_grants = _read_grants(ld_command, 0, rows[i_ld], row_beats[i_ld],
+                                     k[_K_LOAD_BURST], window, mem_latency, fetch_begin,
+                                     fetch_end, grant, grant_end)
         if fetch_wait < wake:
             wake = fetch_wait
         i_ld = run[ld]
@@ -585,29 +796,54 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             t = wake
             continue
         held = -1  # a store whose write waits for the load's reads ahead of it
+        reads_end = inf  # when the memory has served them
         if i_st >= 0 and run_fixed[st] <= eps and not writing:
-            if in_order and i_ld >= 0 and (behind == -1 or behind == i_ld):
+            if st_ready == inf:
+                st_ready = t  # its write command at the memory a cycle on
+            reads_end = -inf
+            behind_ld = in_order and i_ld >= 0 and (behind == -1 or behind == i_ld)
+            if behind_ld and fetch and ld_grants > 0:
+                # the reads commanded before its write command (a cycle before its
+                # data); the LOAD's later reads share the bus with the write's beats
+                reads_end = -inf
+                for c in range(ld_grants):
+                    if grant[c] <= st_ready + 1.0 + eps:
+                        reads_end = max(reads_end, grant_end[c])
+            elif behind_ld:
+                reads_end = inf
+            if in_order and fetch and last_burst < st_ready - 1.0 - eps:
+                # and the beats of the bursts whose commands came before its write
+                # command (a cycle before its data)
+                reads_end = max(reads_end, fetch_end)
+            if reads_end > t + eps:
                 held = st
-                behind = i_ld
+                if behind_ld:
+                    behind = i_ld
             else:
+                reads_end = inf
                 writing = True
+                st_command = t - 1.0
         # a LOAD into the accumulators waits while the compute engine writes them: its
         # padding moves at the rate of the cycles the compute engine leaves the port
         # free, its data needs the port once per entry of `acc_entry_beats` beats (not
         # before its first data: the read latency needs no port)
         rate_ld = 1.0
-        nxt = wake
+        nxt = min(wake, reads_end)
         if i_ld >= 0 and i_cp >= 0 and acc_load[i_ld] and acc_writes[i_cp] > 0.0:
             tail = run_fixed[cp] - compute_fixed
             if tail > eps:
                 before = run_fixed[ld] - port_fixed[i_ld]
                 if before > eps:
                     nxt = min(nxt, t + before)
-                else:
+                elif run_fixed[ld] > eps:  # padding: an entry a free cycle
                     rate_ld = 1.0 - acc_writes[i_cp]
-                    if run_fixed[ld] <= eps:
-                        rate_ld = min(1.0, rate_ld * acc_entry_beats)
                     nxt = min(nxt, t + tail)
+                elif tail > data_slack:
+                    # data: an entry a free cycle; the load engine takes the beats of
+                    # the next entry into its shift register meanwhile, so the last
+                    # `data_slack` cycles of the compute engine's writes cost none
+                    rate_ld = min(1.0, (1.0 - acc_writes[i_cp]) * acc_entry_beats)
+                    nxt = min(nxt, t + tail - data_slack)
         share = 0
         for e in range(3):
             if (run[e] >= 0 and run_fixed[e] <= eps and run_beats[e] > eps and e != held
@@ -644,16 +880,23 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 end[i] = t
                 for q in range(n_queues):
                     if pushes[i, q]:
-                        pushed[q, n_pushed[q]] = t + push_late[i]
+                        pushed[q, n_pushed[q]] = t
                         n_pushed[q] += 1
                 run[e] = -1
                 free_t[e] = t
                 done += 1
-    # the last ALU instruction's results leave the pipeline after its end
-    out[0] = t
+    # FINISH: the compute engine takes it after its last instruction and the tokens
+    # pushed to it and not popped, and the core is done `finish` cycles on; the load
+    # and store engines a cycle after their last instruction
+    finish = free_t[cp]
+    for q in range(n_queues):
+        if lay[_L_QUEUES + 4 * q + 2] == cp:
+            for j in range(popped[q], n_pushed[q]):
+                finish = max(finish, pushed[q, j])
+    out[0] = finish + k[_K_FINISH]
     for i in range(n):
-        if i == 0 or end[i] + push_late[i] > out[0]:
-            out[0] = end[i] + push_late[i]
+        if eng_of[i] != cp and end[i] + 1.0 > out[0]:
+            out[0] = end[i] + 1.0
     return out
 
 
