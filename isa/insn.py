@@ -385,7 +385,7 @@ def encode_uop(uop: Uop, cfg: HwConfig, index: int | None = None) -> int:
         If an index does not fit its field (code UOP_RANGE).
     """
     try:
-        return uop_format(cfg).pack(dataclasses.asdict(uop))
+        return uop_format(cfg).pack({"acc": uop.acc, "src": uop.src, "wgt": uop.wgt})
     except FieldRangeError as exc:
         raise IllegalInstruction(f"micro-op {index}: {exc}", code=ErrorCode.UOP_RANGE,
                                  field=exc.field) from exc

@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 
 from tensorfab.isa import CSRS, HwConfig, TensorfabError
@@ -362,14 +362,6 @@ def registered_wrapper(verilog: str, module: str, top: str, instance: str,
     return "\n".join(lines)
 
 
-@lru_cache(maxsize=16)
-def _design_digest(cfg: HwConfig, verilog: str, gates: tuple[ClockGate, ...]) -> bytes:
-    """The digests of what Verilator compiles for ``verilog``: the gated core, its
-    wrapper and ``tf_config.h`` (made once per process: gating parses the Verilog)."""
-    return b"".join(hashlib.sha256(text.encode()).digest() for text in (
-        _gated(verilog, gates), harness_wrapper(verilog, gates), config_header(cfg)))
-
-
 def _gates(clock_gates: bool) -> tuple[ClockGate, ...]:
     return CLOCK_GATES if clock_gates else ()
 
@@ -543,7 +535,11 @@ def harness_key(cfg: HwConfig, verilog: str, threads: int = DEFAULT_THREADS,
                          "verilator": verilator_version(), "compiler": _cxx_version(),
                          "cpu": _host_cpu(), "pgo": pgo,
                          "clock_gates": [repr(g) for g in gates]}, sort_keys=True).encode())
-    h.update(_design_digest(cfg, verilog, gates))
+    # the gated core and its wrapper are functions of the Verilog, the gates (above),
+    # clock_gates.py and build.py: hashing those spares parsing the Verilog per key
+    h.update(hashlib.sha256(verilog.encode()).digest())
+    h.update(hashlib.sha256(config_header(cfg).encode()).digest())
+    _hash_tree(h, Path(__file__).parent, "clock_gates.py")
     for name in HARNESS_SOURCES:
         _hash_tree(h, HARNESS_DIR, name)
     _hash_tree(h, Path(__file__).parent, "build.py")  # the build steps
