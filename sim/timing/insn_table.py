@@ -234,7 +234,6 @@ def word_table(words: np.ndarray, wf: np.ndarray) -> np.ndarray:
     little-endian) but their FINISH, by the positions of :func:`word_fields`; the
     fast-reset column from its traced terms."""
     limbs = words.view(np.int64)
-    last = limbs.shape[1] - 1
     opcode_mask = (1 << wf[_W_OPCODE_BITS]) - 1
     finish = wf[_W_FINISH]
     n = 0
@@ -249,9 +248,7 @@ def word_table(words: np.ndarray, wf: np.ndarray) -> np.ndarray:
             continue
         first = wf[_W_OPCODES + 2 * opcode]
         for q in range(first, first + 3 * wf[_W_OPCODES + 2 * opcode + 1], 3):
-            limb = wf[q + 1] >> 6
-            table[r, wf[q]] = limb_bits(limbs[i, limb], limbs[i, min(limb + 1, last)],
-                                        wf[q + 1] & 63, wf[q + 2])
+            table[r, wf[q]] = word_field(limbs, i, wf[q + 1], wf[q + 2])
         if opcode == wf[_W_GEMM]:
             fast = 1
             for q in range(wf[_W_TERMS], wf[_W_TERMS] + 7 * wf[_W_N_TERMS], 7):

@@ -79,7 +79,6 @@ from tensorfab.isa import (
     uop_format,
 )
 from tensorfab.isa.formats import (
-    ALU_PIPELINE_STAGES,
     ENGINE_OF,
     FAST_RESET_LANES,
     TOKEN_QUEUES,
@@ -213,9 +212,8 @@ _LAYOUT = np.array(
  _K_OUTSTANDING, _K_IN_ORDER, _K_FETCH_WORDS, _K_FETCH_HELD, _K_FETCH_ISSUE, _K_FETCH_WORD,
  _K_LOAD_COMMAND, _K_READ_WINDOW) = range(13)
 (_K_BUS_BYTES, _K_ENTRY_BYTES, _K_OUT_ENTRY_BYTES, _K_LANES, _K_DEPTH,
- _K_ACC_ENTRY_BEATS, _K_WORD_BEATS, _K_ALU_STAGES, _K_INDEX_STAGES,
- _K_ARBITER_SLICES, _K_LOAD_BURST, _K_FINISH) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26,
-                                                 27)
+ _K_ACC_ENTRY_BEATS, _K_WORD_BEATS, _K_INDEX_STAGES, _K_ARBITER_SLICES, _K_LOAD_BURST,
+ _K_FINISH) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26)
 
 # the indices are literals (the compiled code keeps them): check them against the ISA
 if (_L_ENGINE_OF + len(Opcode) != _L_ACC or _L_QUEUES != _L_ACC + 1
@@ -272,7 +270,7 @@ def _new_constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
                      *[buffer_entry_bytes(cfg, b) for b in Buffer], cfg.out_entry_bytes,
                      fast_reset_lanes(cfg) if cfg.fast_reset else 0, cfg.cmd_queue_depth,
                      cfg.acc_entry_bytes / cfg.mem_bus_bytes,
-                     -(-insn_width(cfg) // cfg.mem_bus_width), ALU_PIPELINE_STAGES,
+                     -(-insn_width(cfg) // cfg.mem_bus_width),
                      UOP_INDEX_STAGES, ARBITER_SLICES, LOAD_BURST, FINISH_CYCLES],
                     dtype=np.float64)
 
