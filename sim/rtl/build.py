@@ -379,6 +379,15 @@ def _gated(verilog: str, gates: tuple[ClockGate, ...], core: str = CORE,
 
 
 # ------------------------------------------------------------------------ the key
+def _hash_design(h: hashlib._Hash, verilog: str) -> None:
+    """Add the Verilog as elaborated and the code that gates and wraps it for Verilator
+    (``clock_gates.py``; ``build.py`` is hashed with the build steps): the gated text
+    and its wrapper are functions of these and of the gates (in the key's JSON), so a
+    key needs no gating, which parses the whole Verilog."""
+    h.update(hashlib.sha256(verilog.encode()).digest())
+    _hash_tree(h, Path(__file__).parent, "clock_gates.py")
+
+
 def _hash_tree(h: hashlib._Hash, folder: Path, pattern: str) -> None:
     for path in sorted(folder.glob(pattern)):
         h.update(path.name.encode())
@@ -535,11 +544,8 @@ def harness_key(cfg: HwConfig, verilog: str, threads: int = DEFAULT_THREADS,
                          "verilator": verilator_version(), "compiler": _cxx_version(),
                          "cpu": _host_cpu(), "pgo": pgo,
                          "clock_gates": [repr(g) for g in gates]}, sort_keys=True).encode())
-    # the gated core and its wrapper are functions of the Verilog, the gates (above),
-    # clock_gates.py and build.py: hashing those spares parsing the Verilog per key
-    h.update(hashlib.sha256(verilog.encode()).digest())
+    _hash_design(h, verilog)
     h.update(hashlib.sha256(config_header(cfg).encode()).digest())
-    _hash_tree(h, Path(__file__).parent, "clock_gates.py")
     for name in HARNESS_SOURCES:
         _hash_tree(h, HARNESS_DIR, name)
     _hash_tree(h, Path(__file__).parent, "build.py")  # the build steps
@@ -998,10 +1004,6 @@ def build_verilated(name: str, design: Callable[[], str], params: dict[str, obje
         design lacks.
     """
     text = elaborated(name, {"top": top, **params}, design)
-    if clocking is not None:
-        wrapper = registered_wrapper(text, top, SIM_TOP, clocking.instance,
-                                     clocking.registered, clocking.core, clocking.gates)
-        text = _gated(text, clocking.gates, clocking.core, SIM_TOP) + wrapper
     h = hashlib.sha256()
     h.update(json.dumps({"top": top, "defines": defines, "abi": HARNESS_ABI,
                          "verilator_args": [*VERILATOR_ARGS, *VERILATOR_WAIVERS],
@@ -1009,7 +1011,7 @@ def build_verilated(name: str, design: Callable[[], str], params: dict[str, obje
                          "verilator": verilator_version(), "compiler": _cxx_version(),
                          "cpu": _host_cpu(), "clocking": repr(clocking)},
                         sort_keys=True, default=str).encode())
-    h.update(hashlib.sha256(text.encode()).digest())
+    _hash_design(h, text)
     for source in (harness, CLOCKING_HEADER):
         _hash_tree(h, HARNESS_DIR, source)
     _hash_tree(h, Path(__file__).parent, "build.py")
@@ -1023,7 +1025,12 @@ def build_verilated(name: str, design: Callable[[], str], params: dict[str, obje
     def make(directory: Path) -> dict[str, object]:
         _step(f"building {name} in Verilator once (cached in {directory})")
         (directory / PARAMS_FILE).write_text(json.dumps(params, sort_keys=True))
-        scheme = _build_top(directory, text, top, harness, defines, clocking)
+        verilog = text
+        if clocking is not None:
+            wrapper = registered_wrapper(text, top, SIM_TOP, clocking.instance,
+                                         clocking.registered, clocking.core, clocking.gates)
+            verilog = _gated(text, clocking.gates, clocking.core, SIM_TOP) + wrapper
+        scheme = _build_top(directory, verilog, top, harness, defines, clocking)
         return {"clocking": scheme}
 
     directory, seconds, info = cached_build(key, make)
