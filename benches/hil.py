@@ -135,16 +135,17 @@ def virtual_board_speed(config: str = "tiny", shape: tuple[int, int, int] = SPEE
     board (its image written once), timed from START to done with the STATUS polls
     over the fast UART; the fastest of ``rounds`` runs. Its result must equal fsim's
     and its CYCLES the RTL executor's with the SoC's memory; the RTL executor's rate
-    on the same program (its whole run, the memory model in C++) is given beside.
+    on the same program (its whole run, the memory model in C++; the fastest of
+    ``rounds`` runs on each CPU, :func:`.rtl_speed.harness_speed`) is given beside.
 
     With ``plain``, the same on the plain build of the same SoC (two evaluations per
-    cycle, no gated clocks: how the virtual board was clocked before it shared the
-    core harness's techniques), the two boards' runs alternated in each round, and the
+    cycle, no gated clocks, no profile guidance), the two boards' runs alternated in
+    each round, and the
     ratio of the fastest runs (``virtual_board_speedup``); their CYCLES and results
     must be the same. ``mem_bytes``: the boards' on-chip memory."""
-    from tensorfab.sim.rtl import ONCHIP_MEMORY, RtlSimulator
+    from tensorfab.sim.rtl import ONCHIP_MEMORY
 
-    from .rtl_speed import bench_program
+    from .rtl_speed import bench_program, harness_speed
 
     cfg = get_config(config)
     prog = bench_program(cfg, *shape)
@@ -171,12 +172,8 @@ def virtual_board_speed(config: str = "tiny", shape: tuple[int, int, int] = SPEE
     finally:
         for board in boards.values():
             board.close()
-    rtl = RtlSimulator(ONCHIP_MEMORY)
-    rtl_cycles, rtl_rate = rtl.run(prog).cycles, 0.0  # the first run may build
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        rtl.run(prog)
-        rtl_rate = max(rtl_rate, rtl_cycles / (time.perf_counter() - t0))
+    rtl = harness_speed(prog, ONCHIP_MEMORY, repeat=rounds)
+    rtl_cycles, rtl_rate = rtl["cycles"], rtl["cycles_per_s"]
     out: dict[str, Any] = {
         "virtual_board_cycles_per_second": round(max(rates["fast"])),
         "virtual_board_rates": [round(r) for r in rates["fast"]],
