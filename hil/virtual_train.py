@@ -17,7 +17,7 @@ import numpy as np
 from tensorfab.isa import HwConfig, TensorfabError
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.rtl.build import LIBRARY, PARAMS_FILE, VerilatedLibrary
-from tensorfab.sim.rtl.train import training_program
+from tensorfab.sim.rtl.train import training_main, training_program
 
 from .board import BoardDevice
 from .link import HostLink
@@ -46,13 +46,7 @@ def _train(directory: Path) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tensorfab.hil.virtual_train --train DIR`` (profile-guided builds)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2 or args[0] != "--train":
-        print("usage: python -m tensorfab.hil.virtual_train --train BUILD_DIR",
-              file=sys.stderr)
-        return 2
-    print(_train(Path(args[1])))
-    return 0
+    return training_main("tensorfab.hil.virtual_train", _train, argv)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tensorfab.isa import AluOp, HwConfig, Program
@@ -42,14 +42,21 @@ def _train(directory: Path) -> str:
         return f"trained on {h.run_cycles} cycles"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m tensorfab.sim.rtl.train --train DIR`` (used by profile-guided builds)."""
+def training_main(module: str, train: Callable[[Path], str],
+                  argv: Sequence[str] | None = None) -> int:
+    """``python -m MODULE --train DIR``: run ``train(DIR)`` and print what it says (the
+    command line of a profile-guided build's training run)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2 or args[0] != "--train":
-        print("usage: python -m tensorfab.sim.rtl.train --train BUILD_DIR", file=sys.stderr)
+        print(f"usage: python -m {module} --train BUILD_DIR", file=sys.stderr)
         return 2
-    print(_train(Path(args[1])))
+    print(train(Path(args[1])))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tensorfab.sim.rtl.train --train DIR`` (used by profile-guided builds)."""
+    return training_main("tensorfab.sim.rtl.train", _train, argv)
 
 
 if __name__ == "__main__":
