@@ -105,6 +105,10 @@ LOAD_BURST = 32
 #: Cycles from the compute engine taking FINISH (after its last instruction and the
 #: tokens FINISH pops) to the core's done: its start, its retire, the done register.
 FINISH_CYCLES = 3
+#: Cycles from a compute instruction's last accumulator write to its end (the GEMM's
+#: write-back at S2+L, the ALU's at S6, then the retire): its writes come last, after
+#: the pipeline's fill.
+ACC_WRITE_DRAIN = 2
 
 
 @dataclass(frozen=True)
@@ -213,7 +217,7 @@ _LAYOUT = np.array(
  _K_LOAD_COMMAND, _K_READ_WINDOW) = range(13)
 (_K_BUS_BYTES, _K_ENTRY_BYTES, _K_OUT_ENTRY_BYTES, _K_LANES, _K_DEPTH,
  _K_ACC_ENTRY_BEATS, _K_WORD_BEATS, _K_INDEX_STAGES, _K_ARBITER_SLICES, _K_LOAD_BURST,
- _K_FINISH) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26)
+ _K_FINISH, _K_ACC_DRAIN) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27)
 
 # the indices are literals (the compiled code keeps them): check them against the ISA
 if (_L_ENGINE_OF + len(Opcode) != _L_ACC or _L_QUEUES != _L_ACC + 1
@@ -271,7 +275,8 @@ def _new_constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
                      fast_reset_lanes(cfg) if cfg.fast_reset else 0, cfg.cmd_queue_depth,
                      cfg.acc_entry_bytes / cfg.mem_bus_bytes,
                      -(-insn_width(cfg) // cfg.mem_bus_width),
-                     UOP_INDEX_STAGES, ARBITER_SLICES, LOAD_BURST, FINISH_CYCLES],
+                     UOP_INDEX_STAGES, ARBITER_SLICES, LOAD_BURST, FINISH_CYCLES,
+                     ACC_WRITE_DRAIN],
                     dtype=np.float64)
 
 
@@ -565,6 +570,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     in_order = k[_K_IN_ORDER] != 0.0
     acc_entry_beats = k[_K_ACC_ENTRY_BEATS]
     data_slack = acc_entry_beats - 1.0
+    acc_drain = k[_K_ACC_DRAIN]
     pushed = np.empty((n_queues, n))
     n_pushed = np.zeros(n_queues, np.int64)
     popped = np.zeros(n_queues, np.int64)
@@ -828,8 +834,13 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         rate_ld = 1.0
         nxt = min(wake, reads_end)
         if i_ld >= 0 and i_cp >= 0 and acc_load[i_ld] and acc_writes[i_cp] > 0.0:
-            tail = run_fixed[cp] - compute_fixed
-            if tail > eps:
+            # the compute engine's writes are its last cycles but `acc_drain`: before
+            # them (the pipeline's fill) the port is free
+            tail = run_fixed[cp] - acc_drain
+            writes = fixed[i_cp] - compute_fixed
+            if tail > writes + eps:
+                nxt = min(nxt, t + tail - writes)
+            elif tail > eps:
                 before = run_fixed[ld] - port_fixed[i_ld]
                 if before > eps:
                     nxt = min(nxt, t + before)
