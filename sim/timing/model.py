@@ -31,11 +31,13 @@ cycles. It is an event simulation, not a cycle-accurate one:
   row writes holds the later rows; a LOAD started during a write waits for the write's
   beats that outlast its read latency;
 * a LOAD into the accumulators shares the accumulator's write port with the compute
-  engine's micro-ops (which take it first): from its first data on (its read latency
-  needs no port) its padding moves in the cycles they leave free, its data needs one
-  port cycle per entry of ``acc_entry_bytes / mem_bus_bytes`` beats, and the last
-  ``acc_entry_beats - 1`` cycles of a run of compute writes cost it nothing (the load
-  engine takes the next entry's beats meanwhile);
+  engine's micro-ops, which take it first (a compute instruction's last cycles but
+  :data:`ACC_WRITE_DRAIN`, after its pipeline's fill): each padding entry of its walk
+  needs a free cycle, those before its first data while the data is on its way (the
+  read latency runs on meanwhile), those after its last data after its data phase; its
+  data needs one port cycle per entry of ``acc_entry_bytes / mem_bus_bytes`` beats,
+  and the last ``acc_entry_beats - 1`` cycles of a run of compute writes cost it
+  nothing (the load engine takes the next entry's beats meanwhile);
 * a LOAD walks its padded block (:func:`load_walk`): padding one entry per cycle, data
   as its beats arrive after the read latency;
 * FINISH: the compute engine takes it after its last instruction and the tokens left
@@ -528,8 +530,12 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     acc_load = np.zeros(n, np.bool_)
     row_beats = np.zeros(n)  # per LOAD: the beats of one data row
     rows = np.zeros(n, np.int64)  # per LOAD and STORE: its rows
-    # per LOAD into the accumulators: the fixed cycles left when it first writes them
-    port_fixed = np.zeros(n)
+    # per LOAD into the accumulators, the padding entries of its walk (each needs the
+    # port): before its first data (written while the data is on its way), between
+    # its data rows, and after its last (the walk's end, after its data phase)
+    early_pads = np.zeros(n)
+    mid_pads = np.zeros(n)
+    post_pads = np.zeros(n)
     # per compute instruction: the fraction of its micro-op cycles writing the
     # accumulators (the ALU interlock's bubbles write nothing)
     acc_writes = np.zeros(n)
@@ -560,7 +566,15 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         if opcode == lay[_L_LOAD] or opcode == lay[_L_STORE]:
             rows[i] = row[lay[_L_Y]]
         if acc_load[i]:
-            port_fixed[i] = max(0.0, f - load_fixed - read_latency)
+            y = row[lay[_L_Y]]
+            cols = row[lay[_L_PAD_LEFT]] + row[lay[_L_X]] + row[lay[_L_PAD_RIGHT]]
+            early_pads[i] = row[lay[_L_PAD_TOP]] * cols + row[lay[_L_PAD_LEFT]]
+            if y > 0:
+                mid_pads[i] = (y - 1) * (row[lay[_L_PAD_LEFT]] + row[lay[_L_PAD_RIGHT]])
+                post_pads[i] = row[lay[_L_PAD_RIGHT]] + row[lay[_L_PAD_BOTTOM]] * cols
+            else:
+                early_pads[i] = (row[lay[_L_PAD_TOP]] + row[lay[_L_PAD_BOTTOM]]) * cols
+            fixed[i] -= post_pads[i]
         if opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
             busy_uops = fixed[i] - compute_fixed
             acc_writes[i] = (min(1.0, max(0.0, (busy_uops - x) / busy_uops))
@@ -571,6 +585,11 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     acc_entry_beats = k[_K_ACC_ENTRY_BEATS]
     data_slack = acc_entry_beats - 1.0
     acc_drain = k[_K_ACC_DRAIN]
+    # the running LOAD into the accumulators: the end of its decode, its padding
+    # entries before its first data still to write, whether it is in its walk's end
+    ld_decode_end = -inf
+    ld_early = 0.0
+    ld_tail = False
     pushed = np.empty((n_queues, n))
     n_pushed = np.zeros(n_queues, np.int64)
     popped = np.zeros(n_queues, np.int64)
@@ -765,6 +784,10 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 run_beats[e] = beats[i]
                 if dispatched < n and eng_of[dispatched] == e:
                     again = True  # its queue has room for the next word
+                if e == ld:
+                    ld_decode_end = t + load_fixed
+                    ld_early = early_pads[i]
+                    ld_tail = False
                 if e == st:
                     writing = False
                     st_command = inf
@@ -827,32 +850,51 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 reads_end = inf
                 writing = True
                 st_command = t - 1.0
-        # a LOAD into the accumulators waits while the compute engine writes them: its
-        # padding moves at the rate of the cycles the compute engine leaves the port
-        # free, its data needs the port once per entry of `acc_entry_beats` beats (not
-        # before its first data: the read latency needs no port)
+        # a LOAD into the accumulators shares their write port with the compute
+        # engine, whose micro-ops take it first: each padding entry of its walk needs a
+        # free cycle (those before its first data while the data is on its way: the
+        # wait goes on meanwhile), its data one per entry of `acc_entry_beats` beats;
+        # its decode and its waits for data need none
         rate_ld = 1.0
+        rate_early = 0.0  # of its padding before its first data
         nxt = min(wake, reads_end)
-        if i_ld >= 0 and i_cp >= 0 and acc_load[i_ld] and acc_writes[i_cp] > 0.0:
-            # the compute engine's writes are its last cycles but `acc_drain`: before
-            # them (the pipeline's fill) the port is free
-            tail = run_fixed[cp] - acc_drain
-            writes = fixed[i_cp] - compute_fixed
-            if tail > writes + eps:
-                nxt = min(nxt, t + tail - writes)
-            elif tail > eps:
-                before = run_fixed[ld] - port_fixed[i_ld]
-                if before > eps:
-                    nxt = min(nxt, t + before)
-                elif run_fixed[ld] > eps:  # padding: an entry a free cycle
-                    rate_ld = 1.0 - acc_writes[i_cp]
-                    nxt = min(nxt, t + tail)
-                elif tail > data_slack:
-                    # data: an entry a free cycle; the load engine takes the beats of
-                    # the next entry into its shift register meanwhile, so the last
-                    # `data_slack` cycles of the compute engine's writes cost none
-                    rate_ld = min(1.0, (1.0 - acc_writes[i_cp]) * acc_entry_beats)
-                    nxt = min(nxt, t + tail - data_slack)
+        if i_ld >= 0 and acc_load[i_ld]:
+            free = 1.0  # the share of cycles the compute engine leaves the port
+            writes_left = 0.0  # the compute engine's run of writes still to come
+            if i_cp >= 0 and acc_writes[i_cp] > 0.0:
+                # its writes are its last cycles but `acc_drain`: before them (the
+                # pipeline's fill) the port is free
+                tail = run_fixed[cp] - acc_drain
+                writes = fixed[i_cp] - compute_fixed
+                if tail > writes + eps:
+                    nxt = min(nxt, t + tail - writes)
+                elif tail > eps:
+                    free = 1.0 - acc_writes[i_cp]
+                    writes_left = tail
+            r = run_fixed[ld]
+            if r > eps and not ld_tail and t < ld_decode_end - eps:
+                nxt = min(nxt, ld_decode_end)
+            elif r > eps and not ld_tail and ld_early > eps:
+                rate_early = free
+                wait_left = r - mid_pads[i_ld] - ld_early
+                if wait_left <= eps:
+                    rate_ld = free
+                elif free < 1.0:
+                    nxt = min(nxt, t + wait_left / (1.0 - free))
+                if free > eps:
+                    nxt = min(nxt, t + ld_early / free)
+            elif r > mid_pads[i_ld] + eps and not ld_tail:  # waiting for its data
+                nxt = min(nxt, t + r - mid_pads[i_ld])
+            elif r > eps:  # padding: an entry a free cycle
+                rate_ld = free
+            elif writes_left > data_slack:
+                # data: an entry a free cycle; the load engine takes the beats of
+                # the next entry into its shift register meanwhile, so the last
+                # `data_slack` cycles of the compute engine's writes cost none
+                rate_ld = min(1.0, free * acc_entry_beats)
+                nxt = min(nxt, t + writes_left - data_slack)
+            if free < 1.0:
+                nxt = min(nxt, t + writes_left)
         share = 0
         for e in range(3):
             if (run[e] >= 0 and run_fixed[e] <= eps and run_beats[e] > eps and e != held
@@ -882,9 +924,14 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 run_fixed[e] -= dt * rate
             else:
                 run_beats[e] -= dt * rate / share
+        ld_early = max(0.0, ld_early - dt * rate_early)
         t = nxt
         for e in range(3):
             i = run[e]
+            if (e == ld and i >= 0 and not ld_tail and run_fixed[e] <= eps
+                    and run_beats[e] <= eps and post_pads[i] > 0.0):
+                ld_tail = True  # its walk's padding after its last data
+                run_fixed[e] = post_pads[i]
             if i >= 0 and run_fixed[e] <= eps and run_beats[e] <= eps:
                 end[i] = t
                 for q in range(n_queues):
