@@ -36,8 +36,9 @@ cycles. It is an event simulation, not a cycle-accurate one:
   needs a free cycle, those before its first data while the data is on its way (the
   read latency runs on meanwhile), those after its last data after its data phase; its
   data needs one port cycle per entry of ``acc_entry_bytes / mem_bus_bytes`` beats,
-  and the last ``acc_entry_beats - 1`` cycles of a run of compute writes cost it
-  nothing (the load engine takes the next entry's beats meanwhile);
+  and the last ``2 * acc_entry_beats - 1`` cycles of a run of compute writes cost it
+  nothing (an entry waits in its write register, the load engine takes the next
+  entry's beats but its last meanwhile);
 * a LOAD walks its padded block (:func:`load_walk`): padding one entry per cycle, data
   as its beats arrive after the read latency;
 * FINISH: the compute engine takes it after its last instruction and the tokens left
@@ -583,7 +584,9 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     depth = int(k[_K_DEPTH])
     in_order = k[_K_IN_ORDER] != 0.0
     acc_entry_beats = k[_K_ACC_ENTRY_BEATS]
-    data_slack = acc_entry_beats - 1.0
+    # an entry waits in the write register, the next one's beats but its last in the
+    # shift register
+    data_slack = 2.0 * acc_entry_beats - 1.0
     acc_drain = k[_K_ACC_DRAIN]
     # the running LOAD into the accumulators: the end of its decode, its padding
     # entries before its first data still to write, whether it is in its walk's end
@@ -888,9 +891,10 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             elif r > eps:  # padding: an entry a free cycle
                 rate_ld = free
             elif writes_left > data_slack:
-                # data: an entry a free cycle; the load engine takes the beats of
-                # the next entry into its shift register meanwhile, so the last
-                # `data_slack` cycles of the compute engine's writes cost none
+                # data: an entry a free cycle; the load engine holds an entry in its
+                # write register and takes the next one's beats into its shift
+                # register meanwhile, so the last `data_slack` cycles of the compute
+                # engine's writes cost none
                 rate_ld = min(1.0, free * acc_entry_beats)
                 nxt = min(nxt, t + writes_left - data_slack)
             if free < 1.0:
