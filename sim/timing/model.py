@@ -311,10 +311,12 @@ def _load_walk(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray) 
 
 @compiled
 def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
-                from_row: int, delay: float) -> float:
+                from_row: int, delay: float, row_delay: np.ndarray) -> float:
     """How much later :func:`load_walk` of one table row ends when the data of its rows
     from ``from_row`` on arrives ``delay`` cycles later (less than ``delay`` when the
-    walk's padding, not the data, keeps it busy)."""
+    walk's padding, not the data, keeps it busy), its rows' data being late by
+    ``row_delay`` already (the delays so far, which this one is added to: a walk's
+    slack absorbs them once)."""
     pad_left = row[lay[_L_PAD_LEFT]]
     pad_right = row[lay[_L_PAD_RIGHT]]
     y = row[lay[_L_Y]]
@@ -326,15 +328,19 @@ def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
         spacing = max(spacing, (read_latency + row_beats) / outstanding)
     if delay <= 0.0 or y <= from_row:
         return 0.0
+    n = row_delay.size  # (its last entry stands for the later rows)
+    for r in range(min(from_row, n - 1), n):
+        row_delay[r] += delay
     if pad_left == 0 and pad_right == 0 and t + row_beats <= read_latency + spacing:
         return delay  # every row waits for its data
     arrived = read_latency
     late = t
     for r in range(y):
         arrived += spacing
-        t = max(t + pad_left + row_beats, arrived) + pad_right
-        late = max(late + pad_left + row_beats,
-                   arrived + (delay if r >= from_row else 0.0)) + pad_right
+        before = max(0.0, row_delay[min(r, n - 1)] - (delay if r >= from_row else 0.0))
+        t = max(t + pad_left + row_beats, arrived + before) + pad_right
+        late = max(late + pad_left + row_beats, arrived + before
+                   + (delay if r >= from_row else 0.0)) + pad_right
     return late - t
 
 
@@ -641,6 +647,9 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     grant = np.empty(64)
     grant_end = np.empty(64)
     ld_grants = -1
+    # the running LOAD's rows' data delays so far (by bursts before and among its
+    # reads; the last entry for its later rows)
+    row_delay = np.zeros(max(1, min(int(rows.max()) if n else 1, 64)))
     last_burst = -inf  # the last burst's command, the last LOAD's last command before it
     last_ld_grant = -inf
     wake = inf
@@ -724,7 +733,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                             i_ld = run[ld]
                             per_row = max(1, int(-(-row_beats[i_ld] // k[_K_LOAD_BURST])))
                             late = _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay,
-                                               rest // per_row, shift)
+                                               rest // per_row, shift, row_delay)
                             _read_grants(command + 1.0, rest, rows[i_ld], row_beats[i_ld],
                                          k[_K_LOAD_BURST], window, mem_latency,
                                          grant_end[0] - min(row_beats[i_ld],
@@ -808,8 +817,9 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         if started_ld and fetch:
             # its data after the beats of the bursts whose commands came first
             i_ld = run[ld]
+            row_delay[:] = 0.0
             run_fixed[ld] += _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay, 0,
-                                         fetch_end - (ld_command + mem_latency))
+                                         fetch_end - (ld_command + mem_latency), row_delay)
             ld_data_end = t + run_fixed[ld] + run_beats[ld]
             ld_grants = _read_grants(ld_command, 0, rows[i_ld], row_beats[i_ld],
                                      k[_K_LOAD_BURST], window, mem_latency, fetch_begin,
