@@ -909,13 +909,19 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 nxt = min(nxt, t + writes_left - data_slack)
             if free < 1.0:
                 nxt = min(nxt, t + writes_left)
+        # a LOAD whose reads the memory has all served takes its data from the read
+        # buffer: its beats share the bus with none
+        ld_served = (i_ld >= 0 and in_order and ld_grants > 0
+                     and grant_end[ld_grants - 1] <= t + eps)
         share = 0
         for e in range(3):
             if (run[e] >= 0 and run_fixed[e] <= eps and run_beats[e] > eps and e != held
-                    and (e != ld or rate_ld > eps)):
+                    and (e != ld or (rate_ld > eps and not ld_served))):
                 share += 1
         if share == 0:
             share = 1
+        if share > 1 and i_ld >= 0 and ld_grants > 0 and not ld_served:
+            nxt = min(nxt, grant_end[ld_grants - 1])
         for e in range(3):
             if run[e] < 0 or e == held:
                 continue
@@ -923,7 +929,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             if rate <= eps:
                 continue
             f = run_fixed[e]
-            at = t + (f if f > eps else run_beats[e] * share) / rate
+            at = t + (f if f > eps else run_beats[e] * (1 if e == ld and ld_served
+                                                           else share)) / rate
             if at < nxt:
                 nxt = at
         dt = nxt - t
@@ -937,7 +944,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             if run_fixed[e] > eps:
                 run_fixed[e] -= dt * rate
             else:
-                run_beats[e] -= dt * rate / share
+                run_beats[e] -= dt * rate / (1 if e == ld and ld_served else share)
         ld_early = max(0.0, ld_early - dt * rate_early)
         t = nxt
         for e in range(3):
