@@ -112,6 +112,10 @@ FINISH_CYCLES = 3
 #: write-back at S2+L, the ALU's at S6, then the retire): its writes come last, after
 #: the pipeline's fill.
 ACC_WRITE_DRAIN = 2
+#: Read beats the memory produces ahead of the core taking them
+#: (:attr:`tensorfab.sim.rtl.MemoryTiming.read_buffer`): a LOAD's beats not yet
+#: taken by its walk hold up the beats commanded after them.
+READ_BUFFER = 8
 
 
 @dataclass(frozen=True)
@@ -220,7 +224,8 @@ _LAYOUT = np.array(
  _K_LOAD_COMMAND, _K_READ_WINDOW) = range(13)
 (_K_BUS_BYTES, _K_ENTRY_BYTES, _K_OUT_ENTRY_BYTES, _K_LANES, _K_DEPTH,
  _K_ACC_ENTRY_BEATS, _K_WORD_BEATS, _K_INDEX_STAGES, _K_ARBITER_SLICES, _K_LOAD_BURST,
- _K_FINISH, _K_ACC_DRAIN) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27)
+ _K_FINISH, _K_ACC_DRAIN, _K_READ_BUFFER) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+                                               27, 28)
 
 # the indices are literals (the compiled code keeps them): check them against the ISA
 if (_L_ENGINE_OF + len(Opcode) != _L_ACC or _L_QUEUES != _L_ACC + 1
@@ -279,7 +284,7 @@ def _new_constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
                      cfg.acc_entry_bytes / cfg.mem_bus_bytes,
                      -(-insn_width(cfg) // cfg.mem_bus_width),
                      UOP_INDEX_STAGES, ARBITER_SLICES, LOAD_BURST, FINISH_CYCLES,
-                     ACC_WRITE_DRAIN],
+                     ACC_WRITE_DRAIN, READ_BUFFER],
                     dtype=np.float64)
 
 
@@ -311,12 +316,14 @@ def _load_walk(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray) 
 
 @compiled
 def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
-                from_row: int, delay: float, row_delay: np.ndarray) -> float:
+                from_row: int, delay: float, row_delay: np.ndarray,
+                row_bursts: np.ndarray) -> float:
     """How much later :func:`load_walk` of one table row ends when the data of its rows
     from ``from_row`` on arrives ``delay`` cycles later (less than ``delay`` when the
     walk's padding, not the data, keeps it busy), its rows' data being late by
     ``row_delay`` already (the delays so far, which this one is added to: a walk's
-    slack absorbs them once)."""
+    slack absorbs them once) and ``row_bursts`` the beats of the bursts before each row
+    so far."""
     pad_left = row[lay[_L_PAD_LEFT]]
     pad_right = row[lay[_L_PAD_RIGHT]]
     y = row[lay[_L_Y]]
@@ -329,18 +336,37 @@ def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
     if delay <= 0.0 or y <= from_row:
         return 0.0
     n = row_delay.size  # (its last entry stands for the later rows)
-    for r in range(min(from_row, n - 1), n):
-        row_delay[r] += delay
     if pad_left == 0 and pad_right == 0 and t + row_beats <= read_latency + spacing:
+        for r in range(min(from_row, n - 1), n):
+            row_delay[r] += delay
         return delay  # every row waits for its data
+    # the memory holds at most `READ_BUFFER` beats the walk has not taken: of the
+    # delaying beats (those of all bursts before row `from_row`) all but that many
+    # come after the walk has taken the rows before them, and the later rows' data
+    # after them, a row after the other
+    row_bursts[min(from_row, n - 1)] += delay
+    queued = max(0.0, row_bursts[min(from_row, n - 1)] - k[_K_READ_BUFFER])
+    new = np.empty(n)
     arrived = read_latency
     late = t
+    got = 0.0
     for r in range(y):
         arrived += spacing
-        before = max(0.0, row_delay[min(r, n - 1)] - (delay if r >= from_row else 0.0))
-        t = max(t + pad_left + row_beats, arrived + before) + pad_right
-        late = max(late + pad_left + row_beats, arrived + before
-                   + (delay if r >= from_row else 0.0)) + pad_right
+        so_far = row_delay[min(r, n - 1)]
+        t = max(t + pad_left + row_beats, arrived + so_far) + pad_right
+        if r < from_row:
+            got = arrived + so_far
+        elif r == from_row and r > 0:
+            got = max(arrived + so_far + delay, late - pad_right + queued + row_beats)
+        elif r == from_row:
+            got = arrived + so_far + delay
+        else:
+            got = max(arrived + so_far + delay, got + row_beats)
+        late = max(late + pad_left + row_beats, got) + pad_right
+        if r < n:
+            new[r] = got - arrived
+    for r in range(min(from_row, n - 1), n):
+        row_delay[r] = new[r]
     return late - t
 
 
@@ -650,6 +676,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     # the running LOAD's rows' data delays so far (by bursts before and among its
     # reads; the last entry for its later rows)
     row_delay = np.zeros(max(1, min(int(rows.max()) if n else 1, 64)))
+    row_bursts = np.zeros(row_delay.size)
     last_burst = -inf  # the last burst's command, the last LOAD's last command before it
     last_ld_grant = -inf
     wake = inf
@@ -733,7 +760,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                             i_ld = run[ld]
                             per_row = max(1, int(-(-row_beats[i_ld] // k[_K_LOAD_BURST])))
                             late = _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay,
-                                               rest // per_row, shift, row_delay)
+                                               rest // per_row, shift, row_delay,
+                                               row_bursts)
                             _read_grants(command + 1.0, rest, rows[i_ld], row_beats[i_ld],
                                          k[_K_LOAD_BURST], window, mem_latency,
                                          grant_end[0] - min(row_beats[i_ld],
@@ -818,8 +846,10 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             # its data after the beats of the bursts whose commands came first
             i_ld = run[ld]
             row_delay[:] = 0.0
+            row_bursts[:] = 0.0
             run_fixed[ld] += _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay, 0,
-                                         fetch_end - (ld_command + mem_latency), row_delay)
+                                         fetch_end - (ld_command + mem_latency), row_delay,
+                                         row_bursts)
             ld_data_end = t + run_fixed[ld] + run_beats[ld]
             ld_grants = _read_grants(ld_command, 0, rows[i_ld], row_beats[i_ld],
                                      k[_K_LOAD_BURST], window, mem_latency, fetch_begin,
