@@ -893,6 +893,12 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 reads_end = inf
                 writing = True
                 st_command = t - 1.0
+                if in_order and i_ld >= 0 and ld_command > st_command + eps:
+                    # a LOAD whose first read comes after the write's command: its
+                    # data after the write's beats
+                    late = max(0.0, t + run_beats[st] - (ld_command + mem_latency))
+                    run_fixed[ld] += late
+                    ld_data_end += late
         # a LOAD into the accumulators shares their write port with the compute
         # engine, whose micro-ops take it first: each padding entry of its walk needs a
         # free cycle (those before its first data while the data is on its way: the
