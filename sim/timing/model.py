@@ -921,7 +921,9 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     free = 1.0 - acc_writes[i_cp]
                     writes_left = tail
             r = run_fixed[ld]
-            if r > eps and not ld_tail and t < ld_decode_end - eps:
+            if free >= 1.0:
+                rate_early = -1.0  # all its work at full rate: its early padding after its decode
+            elif r > eps and not ld_tail and t < ld_decode_end - eps:
                 nxt = min(nxt, ld_decode_end)
             elif r > eps and not ld_tail and ld_early > eps:
                 rate_early = free
@@ -981,7 +983,10 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 run_fixed[e] -= dt * rate
             else:
                 run_beats[e] -= dt * rate / (1 if e == ld and ld_served else share)
-        ld_early = max(0.0, ld_early - dt * rate_early)
+        if rate_early < 0.0:
+            ld_early = max(0.0, ld_early - max(0.0, nxt - max(t, ld_decode_end)))
+        else:
+            ld_early = max(0.0, ld_early - dt * rate_early)
         t = nxt
         for e in range(3):
             i = run[e]
