@@ -938,7 +938,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 nxt = min(nxt, t + r - mid_pads[i_ld])
             elif r > eps:  # padding: an entry a free cycle
                 rate_ld = free
-            elif writes_left > data_slack:
+            elif writes_left > data_slack + eps:
                 # data: an entry a free cycle; the load engine holds an entry in its
                 # write register and takes the next one's beats into its shift
                 # register meanwhile, so the last `data_slack` cycles of the compute
