@@ -34,7 +34,8 @@ cycles. It is an event simulation, not a cycle-accurate one:
   engine's micro-ops, which take it first (a compute instruction's last cycles but
   :data:`ACC_WRITE_DRAIN`, after its pipeline's fill): each padding entry of its walk
   needs a free cycle, those before its first data while the data is on its way (the
-  read latency runs on meanwhile), those after its last data after its data phase; its
+  read latency runs on meanwhile), the others (between its rows and after its last)
+  after its data phase; its
   data needs one port cycle per entry of ``acc_entry_bytes / mem_bus_bytes`` beats,
   and the last ``2 * acc_entry_beats - 1`` cycles of a run of compute writes cost it
   nothing (an entry waits in its write register, the load engine takes the next
@@ -564,10 +565,9 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     row_beats = np.zeros(n)  # per LOAD: the beats of one data row
     rows = np.zeros(n, np.int64)  # per LOAD and STORE: its rows
     # per LOAD into the accumulators, the padding entries of its walk (each needs the
-    # port): before its first data (written while the data is on its way), between
-    # its data rows, and after its last (the walk's end, after its data phase)
+    # port): before its first data (written while the data is on its way), and the
+    # others, after its data phase (those between its rows with those after its last)
     early_pads = np.zeros(n)
-    mid_pads = np.zeros(n)
     post_pads = np.zeros(n)
     # per compute instruction: the fraction of its micro-op cycles writing the
     # accumulators (the ALU interlock's bubbles write nothing)
@@ -603,8 +603,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             cols = row[lay[_L_PAD_LEFT]] + row[lay[_L_X]] + row[lay[_L_PAD_RIGHT]]
             early_pads[i] = row[lay[_L_PAD_TOP]] * cols + row[lay[_L_PAD_LEFT]]
             if y > 0:
-                mid_pads[i] = (y - 1) * (row[lay[_L_PAD_LEFT]] + row[lay[_L_PAD_RIGHT]])
-                post_pads[i] = row[lay[_L_PAD_RIGHT]] + row[lay[_L_PAD_BOTTOM]] * cols
+                post_pads[i] = ((y - 1) * (row[lay[_L_PAD_LEFT]] + row[lay[_L_PAD_RIGHT]])
+                                + row[lay[_L_PAD_RIGHT]] + row[lay[_L_PAD_BOTTOM]] * cols)
             else:
                 early_pads[i] = (row[lay[_L_PAD_TOP]] + row[lay[_L_PAD_BOTTOM]]) * cols
             fixed[i] -= post_pads[i]
@@ -922,21 +922,21 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     writes_left = tail
             r = run_fixed[ld]
             if free >= 1.0:
-                rate_early = -1.0  # all its work at full rate: its early padding after its decode
-            elif r > eps and not ld_tail and t < ld_decode_end - eps:
-                nxt = min(nxt, ld_decode_end)
-            elif r > eps and not ld_tail and ld_early > eps:
-                rate_early = free
-                wait_left = r - mid_pads[i_ld] - ld_early
-                if wait_left <= eps:
-                    rate_ld = free
-                elif free < 1.0:
-                    nxt = min(nxt, t + wait_left / (1.0 - free))
-                if free > eps:
-                    nxt = min(nxt, t + ld_early / free)
-            elif r > mid_pads[i_ld] + eps and not ld_tail:  # waiting for its data
-                nxt = min(nxt, t + r - mid_pads[i_ld])
-            elif r > eps:  # padding: an entry a free cycle
+                # the port is its own: its early padding runs down after its decode
+                rate_early = -1.0
+            elif r > eps and not ld_tail:  # its decode, early padding, wait for data
+                if t < ld_decode_end - eps:
+                    nxt = min(nxt, ld_decode_end)
+                elif ld_early > eps:
+                    rate_early = free
+                    wait_left = r - ld_early  # the wait for data runs on meanwhile
+                    if wait_left <= eps:
+                        rate_ld = free
+                    else:
+                        nxt = min(nxt, t + wait_left / (1.0 - free))
+                    if free > eps:
+                        nxt = min(nxt, t + ld_early / free)
+            elif r > eps:  # its padding after its data: an entry a free cycle
                 rate_ld = free
             elif writes_left > data_slack + eps:
                 # data: an entry a free cycle; the load engine holds an entry in its
