@@ -25,21 +25,24 @@ cycles. It is an event simulation, not a cycle-accurate one:
   a burst commanded before a LOAD's first read delays its data, one commanded while
   the LOAD still issues reads lands among them (ties go to the fetch after a LOAD's
   command: the arbiter's round robin), each costing the LOAD what its walk's padding
-  does not absorb (:func:`_walk_delay`);
+  does not absorb (:func:`_walk_delay`: the delays so far counted, and the memory
+  holding at most :data:`READ_BUFFER` beats the walk has not taken, so that a burst
+  among a padded LOAD's reads waits for its walk);
 * a STORE's write command goes to the memory a cycle after its data is ready and waits
   for the running LOAD's reads and the bursts commanded before it; a burst among its
-  row writes holds the later rows; a LOAD started during a write waits for the write's
-  beats that outlast its read latency;
+  row writes holds the later rows; a LOAD whose first read comes after a write's
+  command waits for the write's beats that outlast its read latency; a LOAD whose
+  reads the memory has all served takes its data from the read buffer (its beats
+  share the bus with none);
 * a LOAD into the accumulators shares the accumulator's write port with the compute
   engine's micro-ops, which take it first (a compute instruction's last cycles but
   :data:`ACC_WRITE_DRAIN`, after its pipeline's fill): each padding entry of its walk
   needs a free cycle, those before its first data while the data is on its way (the
   read latency runs on meanwhile), the others (between its rows and after its last)
-  after its data phase; its
-  data needs one port cycle per entry of ``acc_entry_bytes / mem_bus_bytes`` beats,
-  and the last ``2 * acc_entry_beats - 1`` cycles of a run of compute writes cost it
-  nothing (an entry waits in its write register, the load engine takes the next
-  entry's beats but its last meanwhile);
+  after its data phase; its data needs one port cycle per entry of ``acc_entry_bytes
+  / mem_bus_bytes`` beats, and the last ``2 * acc_entry_beats - 1`` cycles of a run of
+  compute writes cost it nothing (an entry waits in its write register, the load
+  engine takes the next entry's beats but its last meanwhile);
 * a LOAD walks its padded block (:func:`load_walk`): padding one entry per cycle, data
   as its beats arrive after the read latency;
 * FINISH: the compute engine takes it after its last instruction and the tokens left

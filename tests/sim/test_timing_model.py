@@ -14,12 +14,12 @@ from tensorfab.sim.timing import TimingSimulator, program_timing
 from tensorfab.sim.timing.alu_interlock import interlock_stalls
 from tensorfab.sim.timing.model import DEFAULT_TIMING, FINISH_CYCLES, load_walk, simulate
 
-#: Error bounds of the model against the RTL as measured (docs/compiler.md, "Timing
-#: model"; 200 programs: tiny max 4.9 % mean 0.38 %, small 3.8 % / 0.30 %, default
-#: 1.7 % / 0.25 %): per program, and over a preset's programs (6 in the fast subset,
-#: 200 in the slow test).
-MAX_ERROR = 0.05
-MEAN_ERROR = {6: 0.01, 200: 0.006}
+#: Error bounds of the model against the RTL (docs/compiler.md, "Timing model"; 200
+#: programs: tiny max 2.5 % mean 0.30 %, small 2.3 % / 0.24 %, default 1.1 % /
+#: 0.19 %): per program (issue 33's target), and over a preset's programs (6 in the
+#: fast subset, 200 in the slow test).
+MAX_ERROR = 0.03
+MEAN_ERROR = {6: 0.01, 200: 0.004}
 
 
 def test_interlock_holds_a_reader_of_the_three_micro_ops_ahead() -> None:
@@ -115,6 +115,23 @@ def test_programs_the_model_missed_most_before_fetch_and_port_timing(preset: str
     # fourth LOAD's first read in the RTL and a cycle after it in the model
     (err,) = _errors(preset, range(seed, seed + 1))
     assert err <= bound, err
+
+
+@pytest.mark.parametrize(("preset", "seed"),
+                         [("tiny", 83), ("small", 197), ("tiny", 184), ("small", 1360),
+                          ("default", 1913), ("tiny", 1748), ("tiny", 1544)])
+def test_programs_the_model_missed_most_before_port_order_and_read_buffer(preset: str,
+                                                                         seed: int) -> None:
+    # before the accumulator port's order (compute writes last, padding in the walk's
+    # order, two entries of slack), the walk absorbing delays once, the memory's read
+    # buffer and a write commanded before a LOAD's reads: -4.9 % (83: a padded
+    # accumulator LOAD beside two GEMMs), -3.8 % (197), +2.6 % (184: padding between
+    # rows taken before the data), -3.2 % (1360: four bursts among a padded LOAD's
+    # reads), -3.5 % (1748: bursts waiting in the memory behind a padded LOAD's rows),
+    # -2.9 % (1544: a write commanded before a LOAD's reads); 1913 reached +3.1 % on
+    # the way (a LOAD's buffered data sharing the bus with a write); now 1.6 % or less
+    (err,) = _errors(preset, range(seed, seed + 1))
+    assert err <= 0.02, err
 
 
 @pytest.mark.slow
