@@ -321,13 +321,14 @@ def _load_walk(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray) 
 @compiled
 def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
                 from_row: int, delay: float, row_delay: np.ndarray,
-                row_bursts: np.ndarray) -> float:
+                row_bursts: np.ndarray, in_row: float) -> float:
     """How much later :func:`load_walk` of one table row ends when the data of its rows
     from ``from_row`` on arrives ``delay`` cycles later (less than ``delay`` when the
     walk's padding, not the data, keeps it busy), its rows' data being late by
     ``row_delay`` already (the delays so far, which this one is added to: a walk's
     slack absorbs them once) and ``row_bursts`` the beats of the bursts before each row
-    so far."""
+    so far; ``in_row`` beats of row ``from_row`` come before the delaying ones (a row
+    read in several commands)."""
     pad_left = row[lay[_L_PAD_LEFT]]
     pad_right = row[lay[_L_PAD_RIGHT]]
     y = row[lay[_L_Y]]
@@ -360,6 +361,8 @@ def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
         t = max(t + pad_left + row_beats, arrived + so_far) + pad_right
         if r < from_row:
             got = arrived + so_far
+        elif r == from_row and in_row > 0.0:
+            got = max(arrived + so_far + delay, late + pad_left + row_beats + queued)
         elif r == from_row and r > 0:
             got = max(arrived + so_far + delay, late - pad_right + queued + row_beats)
         elif r == from_row:
@@ -764,7 +767,9 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                             per_row = max(1, int(-(-row_beats[i_ld] // k[_K_LOAD_BURST])))
                             late = _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay,
                                                rest // per_row, shift, row_delay,
-                                               row_bursts)
+                                               row_bursts,
+                                               min(row_beats[i_ld], (rest % per_row)
+                                                   * k[_K_LOAD_BURST]))
                             _read_grants(command + 1.0, rest, rows[i_ld], row_beats[i_ld],
                                          k[_K_LOAD_BURST], window, mem_latency,
                                          grant_end[0] - min(row_beats[i_ld],
@@ -852,7 +857,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             row_bursts[:] = 0.0
             run_fixed[ld] += _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay, 0,
                                          fetch_end - (ld_command + mem_latency), row_delay,
-                                         row_bursts)
+                                         row_bursts, 0.0)
             ld_data_end = t + run_fixed[ld] + run_beats[ld]
             ld_grants = _read_grants(ld_command, 0, rows[i_ld], row_beats[i_ld],
                                      k[_K_LOAD_BURST], window, mem_latency, fetch_begin,
