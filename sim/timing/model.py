@@ -243,6 +243,22 @@ def _config_arrays(cfg: HwConfig, params: TimingParams
     return hit
 
 
+#: The config, constants and arrays of the last _program_arrays call
+_LAST: tuple = (None, None, None, None)
+
+
+def _program_arrays(cfg: HwConfig, params: TimingParams) -> tuple[np.ndarray, np.ndarray]:
+    """``(_constants(), _integers())`` of ``(cfg, params)``, those of the last call's
+    pair without a look-up (a sweep times many programs of one config)."""
+    global _LAST
+    last = _LAST
+    if last[0] is cfg and last[1] is params:
+        return last[2], last[3]
+    _, _, k, ints, _ = _config_arrays(cfg, params)
+    _LAST = (cfg, params, k, ints)
+    return k, ints
+
+
 def _constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
     """The numbers the compiled code reads (the ``_K_*`` indices)."""
     return _config_arrays(cfg, params)[2]
@@ -386,6 +402,13 @@ def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING)
 
 
 @compiled
+def _row_commands(row_beats: float, burst: float) -> int:
+    """Read commands of a row of ``row_beats`` beats split at ``burst`` (whole numbers:
+    in integers, as a float floor division calls out of the compiled code)."""
+    return max(1, -(-int(row_beats) // int(burst)))
+
+
+@compiled
 def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: float,
                  window: float, mem_latency: float, prior_begin: float, prior_end: float,
                  grant: np.ndarray, data_end: np.ndarray) -> int:
@@ -399,7 +422,7 @@ def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: fl
     ``grant`` and ``data_end`` (when each command's last beat is delivered) from
     ``skip`` on and returns the number of commands, or -1 when there are more than
     ``grant`` holds."""
-    per_row = max(1, int(-(-row_beats // burst)))
+    per_row = _row_commands(row_beats, burst)
     n = rows * per_row
     if n > grant.size:
         return -1
@@ -462,21 +485,20 @@ class Timing:
         tokens it pops (the RTL's ``stall``; the RTL's ``busy`` is ``busy + stall``).
     """
 
-    def __init__(self, out: np.ndarray) -> None:
-        self._out = out  # _simulate's array
-        self.cycles: float = float(out[0])
+    def __init__(self, out: np.ndarray, n: int) -> None:
+        self._out = out  # _simulate's array, of n instructions (it may be longer)
+        self._n = n
+        self.cycles: float = out.item(0)
 
     @cached_property
     def start(self) -> list[float]:
         """Each instruction's start."""
-        n = (self._out.size - 7) // 2
-        return self._out[7:7 + n].tolist()
+        return self._out[7:7 + self._n].tolist()
 
     @cached_property
     def end(self) -> list[float]:
         """Each instruction's end."""
-        n = (self._out.size - 7) // 2
-        return self._out[7 + n:].tolist()
+        return self._out[7 + self._n:7 + 2 * self._n].tolist()
 
     @cached_property
     def busy(self) -> dict[str, float]:
@@ -489,48 +511,71 @@ class Timing:
         return dict(zip(_ENGINES, self._out[4:7].tolist(), strict=True))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Timing) and np.array_equal(self._out, other._out)
+        return (isinstance(other, Timing) and self._n == other._n
+                and np.array_equal(self._out[:7 + 2 * self._n],
+                                   other._out[:7 + 2 * other._n]))
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return (f"Timing(cycles={self.cycles}, busy={self.busy}, stall={self.stall}, "
-                f"instructions={(self._out.size - 7) // 2})")
+                f"instructions={self._n})")
 
 
 @compiled
 def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarray,
-              fetch: bool, words: int) -> np.ndarray:
-    """The event simulation of :func:`simulate` over ``table``: the cycles (-1 when the
-    tokens deadlock), the busy then the stall cycles of each engine, then each
-    instruction's start, then each one's end."""
+              fetch: bool, words: int, out: np.ndarray) -> None:
+    """The event simulation of :func:`simulate` over ``table``, written to ``out`` (at
+    least ``7 + 2 * n`` long): the cycles (-1 when the tokens deadlock), the busy then
+    the stall cycles of each engine, then each instruction's start, then each one's
+    end."""
     eps = 1e-9
     inf = math.inf
     n = table.shape[0]
-    out = np.zeros(7 + 2 * n)
+    out[:7 + 2 * n] = 0.0
     activity = out[1:7]
     start = out[7:7 + n]
-    end = out[7 + n:]
+    end = out[7 + n:7 + 2 * n]
     n_queues = (lay.size - _L_QUEUES) // 4
     load_fixed = k[_K_LOAD_FIXED]
     read_latency = k[_K_READ_LATENCY]
     compute_fixed = k[_K_COMPUTE_FIXED]
-    eng_of = np.empty(n, np.int64)
-    pops = np.zeros((n, n_queues), np.bool_)
-    pushes = np.zeros((n, n_queues), np.bool_)
-    fixed = np.empty(n)
-    beats = np.empty(n)
-    acc_load = np.zeros(n, np.bool_)
-    row_beats = np.zeros(n)  # per LOAD: the beats of one data row
-    rows = np.zeros(n, np.int64)  # per LOAD and STORE: its rows
+    fetch_words = int(k[_K_FETCH_WORDS])
+    chunk = max(1, fetch_words // 2)
+    # the working arrays are rows of two blocks (an allocation costs more than timing
+    # a short program's instruction)
+    width = max(n, words + chunk, 64, 9 + 2 * n_queues)
+    reals = np.zeros((10 + n_queues, width))
+    ints = np.zeros((10, width), np.int64)
+    eng_of = ints[0]
+    pop_mask = ints[1]  # per instruction, bit q: it pops (pushes) token queue q
+    push_mask = ints[2]
+    acc_load = ints[3]
+    rows = ints[4]  # per LOAD and STORE: its rows
+    pos = ints[5]  # position of each instruction in its engine's stream
+    streams = ints[6:9]
+    few = ints[9]
+    stream_len = few[0:3]
+    ptr = few[3:6]
+    run = few[6:9]  # instruction each engine runs (-1: idle)
+    n_pushed = few[9:9 + n_queues]
+    popped = few[9 + n_queues:9 + 2 * n_queues]
+    fixed = reals[0]
+    beats = reals[1]
+    row_beats = reals[2]  # per LOAD: the beats of one data row
     # per LOAD into the accumulators: the fixed cycles left when it first writes them
-    port_fixed = np.zeros(n)
+    port_fixed = reals[3]
     # per compute instruction: the fraction of its micro-op cycles writing the
     # accumulators (the ALU interlock's bubbles write nothing)
-    acc_writes = np.zeros(n)
-    streams = np.empty((3, n), np.int64)
-    stream_len = np.zeros(3, np.int64)
-    pos = np.empty(n, np.int64)  # position of each instruction in its engine's stream
+    acc_writes = reals[4]
+    disp_t = reals[5]  # when fetch dispatched each instruction
+    word_at = reals[6]
+    grant = reals[7, :64]
+    grant_end = reals[8, :64]
+    run_fixed = reals[9, 0:3]
+    run_beats = reals[9, 3:6]
+    free_t = reals[9, 6:9]  # when each engine last became free
+    pushed = reals[10:10 + n_queues]
     for i in range(n):
         row = table[i]
         opcode = row[lay[_L_OPCODE]]
@@ -538,9 +583,9 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         for q in range(n_queues):
             base = _L_QUEUES + 4 * q
             if lay[base] == e and row[lay[base + 1]] != 0:
-                pushes[i, q] = True
+                push_mask[i] |= 1 << q
             if lay[base + 2] == e and row[lay[base + 3]] != 0:
-                pops[i, q] = True
+                pop_mask[i] |= 1 << q
         f, b = _insn_work(row, k, lay)
         eng_of[i] = e
         pos[i] = stream_len[e]
@@ -565,13 +610,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     in_order = k[_K_IN_ORDER] != 0.0
     acc_entry_beats = k[_K_ACC_ENTRY_BEATS]
     data_slack = acc_entry_beats - 1.0
-    pushed = np.empty((n_queues, n))
-    n_pushed = np.zeros(n_queues, np.int64)
-    popped = np.zeros(n_queues, np.int64)
-    ptr = np.zeros(3, np.int64)
-    run = np.full(3, -1, np.int64)  # instruction each engine runs (-1: idle)
-    run_fixed = np.zeros(3)
-    run_beats = np.zeros(3)
+    run[:] = -1
     busy_t = activity[:3]
     stall_t = activity[3:]
     dispatched = 0 if fetch else n
@@ -579,19 +618,16 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     st_command = inf
     st_ready = inf  # when the running STORE's data was first ready to write
     behind = -1  # the LOAD whose reads the running STORE's write waits behind
-    disp_t = np.full(n, k[_K_START])  # when fetch dispatched each instruction
-    free_t = np.full(3, k[_K_START])  # when each engine last became free
+    disp_t[:] = k[_K_START]
+    free_t[:] = k[_K_START]
     t = k[_K_START]
     done = 0
     # the fetch unit's reads in the memory's order: words requested, when each reaches
     # the dispatch, when the beats of the bursts so far have moved
     word_beats = k[_K_WORD_BEATS]
-    fetch_words = int(k[_K_FETCH_WORDS])
-    chunk = max(1, fetch_words // 2)
     held_words = int(k[_K_FETCH_HELD])
     slices = k[_K_ARBITER_SLICES]
     mem_latency = read_latency - slices  # command to first beat
-    word_at = np.empty(words + chunk)
     fetch_end = 0.0
     fetch_begin = 0.0  # when the bursts' beats moving back to back until fetch_end began
     requested = 0
@@ -610,8 +646,6 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     # the running LOAD's read commands at the memory and when each one's data ends
     # (ld_grants -1: too many to follow, the LOAD takes bursts while more than
     # `window` of its beats are to come)
-    grant = np.empty(64)
-    grant_end = np.empty(64)
     ld_grants = -1
     last_burst = -inf  # the last burst's command, the last LOAD's last command before it
     last_ld_grant = -inf
@@ -694,7 +728,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                                 rest += 1
                             # the later commands wait for room beside its beats
                             i_ld = run[ld]
-                            per_row = max(1, int(-(-row_beats[i_ld] // k[_K_LOAD_BURST])))
+                            per_row = _row_commands(row_beats[i_ld], k[_K_LOAD_BURST])
                             late = _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay,
                                                rest // per_row, shift)
                             _read_grants(command + 1.0, rest, rows[i_ld], row_beats[i_ld],
@@ -734,7 +768,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 ready_at = t
                 ok = True
                 for q in range(n_queues):
-                    if not pops[i, q]:
+                    if not (pop_mask[i] >> q) & 1:
                         continue
                     if popped[q] >= n_pushed[q]:
                         ok = False
@@ -749,7 +783,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                         wake = ready_at
                     continue
                 for q in range(n_queues):
-                    if pops[i, q]:
+                    if (pop_mask[i] >> q) & 1:
                         popped[q] += 1
                 ptr[e] += 1
                 start[i] = t
@@ -790,7 +824,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         if i_ld < 0 and i_cp < 0 and i_st < 0:
             if wake == inf:
                 out[0] = -1.0  # deadlock
-                return out
+                return
             t = wake
             continue
         held = -1  # a store whose write waits for the load's reads ahead of it
@@ -856,7 +890,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             if rate <= eps:
                 continue
             f = run_fixed[e]
-            at = t + (f if f > eps else run_beats[e] * share) / rate
+            left = f if f > eps else run_beats[e] * share
+            at = t + (left if rate == 1.0 else left / rate)  # (no division by 1: slow)
             if at < nxt:
                 nxt = at
         dt = nxt - t
@@ -866,18 +901,18 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             busy_t[e] += dt
             if e == held:
                 continue
-            rate = rate_ld if e == ld else 1.0
+            moved = dt if e != ld or rate_ld == 1.0 else dt * rate_ld
             if run_fixed[e] > eps:
-                run_fixed[e] -= dt * rate
+                run_fixed[e] -= moved
             else:
-                run_beats[e] -= dt * rate / share
+                run_beats[e] -= moved if share == 1 else moved / share
         t = nxt
         for e in range(3):
             i = run[e]
             if i >= 0 and run_fixed[e] <= eps and run_beats[e] <= eps:
                 end[i] = t
                 for q in range(n_queues):
-                    if pushes[i, q]:
+                    if (push_mask[i] >> q) & 1:
                         pushed[q, n_pushed[q]] = t
                         n_pushed[q] += 1
                 run[e] = -1
@@ -901,41 +936,60 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
 def _run(table: np.ndarray, cfg: HwConfig, params: TimingParams, fetch: bool,
          extra: np.ndarray, words: int) -> Timing | None:
     """:func:`_simulate` of ``table``, as a :class:`Timing`."""
-    out = _simulate(table, extra, _constants(cfg, params), _LAYOUT, fetch, words)
-    return None if out[0] < 0 else Timing(out)
+    n = table.shape[0]
+    out = np.empty(7 + 2 * n)
+    _simulate(table, extra, _constants(cfg, params), _LAYOUT, fetch, words, out)
+    return None if out[0] < 0 else Timing(out, n)
 
 
 @compiled(uses=(alu_interlock,))
 def _table_program_simulate(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray,
-                            k: np.ndarray, ints: np.ndarray, uop_base: int) -> np.ndarray:
+                            k: np.ndarray, ints: np.ndarray, uop_base: int,
+                            out: np.ndarray) -> int:
     """:func:`_simulate` of a program's table with its ALU interlock
     (:func:`.alu_interlock.fill_interlock_cycles`, the micro-ops a UOP load copies from
-    DRAM entry ``a`` being ``uop_acc/src[a - uop_base]``); ``ints`` is
-    :func:`_integers`. An empty array when an ALU instruction needs micro-ops from
-    elsewhere in the DRAM image (``uop_base`` -1: the table's are not whole entries
-    there; or a UOP load reads outside it)."""
+    DRAM entry ``a`` being ``uop_acc/src[a - uop_base]``) into ``out``; ``ints`` is
+    :func:`_integers`. Returns the number of instructions, or -1 when an ALU
+    instruction needs micro-ops from elsewhere in the DRAM image (``uop_base`` -1: the
+    table's are not whole entries there; or a UOP load reads outside it)."""
     lay = ints[ints[_I_LAYOUT]:ints[_I_INTERLOCK]]
     n = table.shape[0]
     extra = np.zeros(n)
-    for i in range(n):
+    if _has_alu(table, lay) and (uop_base < 0 or not fill_interlock_cycles(
+            table, uop_acc, uop_src, uop_base, True, ints[_I_UOP_DEPTH], ints[_I_ACC_MASK],
+            ints[ints[_I_INTERLOCK]:ints[_I_WORDS]], extra)):
+        return -1
+    _simulate(table, extra, k, lay, True, n + 1, out)
+    return n
+
+
+@compiled
+def _has_alu(table: np.ndarray, lay: np.ndarray) -> bool:
+    """Whether ``table`` holds an ALU instruction."""
+    for i in range(table.shape[0]):  # noqa: SIM110 (numba compiles no generator)
         if table[i, lay[_L_OPCODE]] == lay[_L_ALU]:
-            if uop_base < 0 or not fill_interlock_cycles(
-                    table, uop_acc, uop_src, uop_base, True, ints[_I_UOP_DEPTH],
-                    ints[_I_ACC_MASK], ints[ints[_I_INTERLOCK]:ints[_I_WORDS]], extra):
-                return np.empty(0)
-            break
-    return _simulate(table, extra, k, lay, True, n + 1)
+            return True
+    return False
 
 
 @compiled(uses=(col, alu_interlock))
 def _words_program_simulate(insns: np.ndarray, uops: np.ndarray, k: np.ndarray,
-                            ints: np.ndarray, uop_base: int) -> np.ndarray:
+                            ints: np.ndarray, uop_offset: int, out: np.ndarray) -> int:
     """:func:`_table_program_simulate` of a program's encoded words
-    (:meth:`Program.encoded`), decoded by :func:`.insn_table.word_table` and
-    :func:`.insn_table.uop_indices`."""
+    (:meth:`Program.encoded`, its micro-ops at byte ``uop_offset``), decoded by
+    :func:`.insn_table.word_table` and :func:`.insn_table.uop_indices` (the micro-ops
+    only for a program with ALU instructions)."""
     wf = ints[ints[_I_WORDS]:]
-    acc, src = uop_indices(uops, wf)
-    return _table_program_simulate(word_table(insns, wf), acc, src, k, ints, uop_base)
+    table = word_table(insns, wf)
+    uop_bytes = uops.shape[1]
+    uop_base = -1
+    if uops.shape[0] and uop_offset % uop_bytes == 0:
+        uop_base = uop_offset // uop_bytes
+    if _has_alu(table, ints[ints[_I_LAYOUT]:ints[_I_INTERLOCK]]):
+        acc, src = uop_indices(uops, wf)
+    else:
+        acc, src = uop_indices(uops[:0], wf)
+    return _table_program_simulate(table, acc, src, k, ints, uop_base, out)
 
 
 def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAULT_TIMING,
@@ -989,25 +1043,29 @@ def program_timing(program: Program, params: TimingParams = DEFAULT_TIMING) -> T
     ProgramError
         If the program's tokens deadlock.
     """
-    _, _, k, ints, uop_bytes = _config_arrays(program.config, params)
+    k, ints = _program_arrays(program.config, params)
     words = program.kept_encoded()
     if words is not None:
-        base, rem = divmod(words.uop_offset, uop_bytes)
-        out = _words_program_simulate(words.insns, words.uops, k, ints,
-                                      -1 if rem or not words.uops.shape[0] else base)
+        out = np.empty(7 + 2 * words.insns.shape[0])
+        n = _words_program_simulate(words.insns, words.uops, k, ints, words.uop_offset, out)
     else:
         insns = [insn for insn in program.insns if type(insn) is not Finish]
         uops = program.uops if any(type(insn) is Alu for insn in insns) else []
+        uop_bytes = _config_arrays(program.config, params)[4]
         base, rem = divmod(program.uop_offset, uop_bytes) if uops else (-1, 0)
-        out = _table_program_simulate(
+        out = np.empty(7 + 2 * len(insns))
+        n = _table_program_simulate(
             insn_table(insns), np.array([u.acc for u in uops], dtype=np.int64),
-            np.array([u.src for u in uops], dtype=np.int64), k, ints, -1 if rem else base)
-    if not out.size:  # the interlock reads micro-ops of the DRAM image
+            np.array([u.src for u in uops], dtype=np.int64), k, ints, -1 if rem else base,
+            out)
+    if n < 0:  # the interlock reads micro-ops of the DRAM image
         insns = [insn for insn in program.insns if type(insn) is not Finish]
         table = insn_table(insns)
-        out = _simulate(table, table_interlock_cycles(program, table), k, _LAYOUT, True,
-                        len(insns) + 1)
+        n = len(insns)
+        out = np.empty(7 + 2 * n)
+        _simulate(table, table_interlock_cycles(program, table), k, _LAYOUT, True, n + 1,
+                  out)
     if out[0] < 0:
         raise ProgramError("the timing model found the program's dependency tokens "
                            "deadlocked (a pop no instruction's push satisfies)")
-    return Timing(out)
+    return Timing(out, n)
