@@ -532,7 +532,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     eps = 1e-9
     inf = math.inf
     n = table.shape[0]
-    out[:7 + 2 * n] = 0.0
+    out[:7] = 0.0  # (every start and end is written)
     activity = out[1:7]
     start = out[7:7 + n]
     end = out[7 + n:7 + 2 * n]
@@ -542,19 +542,22 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     compute_fixed = k[_K_COMPUTE_FIXED]
     fetch_words = int(k[_K_FETCH_WORDS])
     chunk = max(1, fetch_words // 2)
-    # the working arrays are rows of two blocks (an allocation costs more than timing
-    # a short program's instruction)
-    width = max(n, words + chunk, 64, 9 + 2 * n_queues)
-    reals = np.zeros((10 + n_queues, width))
-    ints = np.zeros((10, width), np.int64)
+    # the working arrays are rows of three blocks (an allocation costs more than timing
+    # a short program's instruction), zeroed where read before written
+    width = max(n, words + chunk, 9 + 2 * n_queues)
+    reals = np.empty((7 + n_queues, width))
+    ints = np.empty((10 + 2 * n_queues, width), np.int64)
+    small = np.zeros(137)
     eng_of = ints[0]
-    pop_mask = ints[1]  # per instruction, bit q: it pops (pushes) token queue q
-    push_mask = ints[2]
+    n_pops = ints[1]  # per instruction, the token queues it pops (pushes), in order
+    n_pushes = ints[2]
     acc_load = ints[3]
     rows = ints[4]  # per LOAD and STORE: its rows
     pos = ints[5]  # position of each instruction in its engine's stream
     streams = ints[6:9]
     few = ints[9]
+    pop_q = ints[10:10 + n_queues]
+    push_q = ints[10 + n_queues:10 + 2 * n_queues]
     stream_len = few[0:3]
     ptr = few[3:6]
     run = few[6:9]  # instruction each engine runs (-1: idle)
@@ -570,12 +573,16 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     acc_writes = reals[4]
     disp_t = reals[5]  # when fetch dispatched each instruction
     word_at = reals[6]
-    grant = reals[7, :64]
-    grant_end = reals[8, :64]
-    run_fixed = reals[9, 0:3]
-    run_beats = reals[9, 3:6]
-    free_t = reals[9, 6:9]  # when each engine last became free
-    pushed = reals[10:10 + n_queues]
+    pushed = reals[7:7 + n_queues]
+    grant = small[0:64]
+    grant_end = small[64:128]
+    run_fixed = small[128:131]
+    run_beats = small[131:134]
+    free_t = small[134:137]  # when each engine last became free
+    reals[2:5, :n] = 0.0
+    ints[1:3, :n] = 0
+    rows[:n] = 0
+    few[:] = 0
     for i in range(n):
         row = table[i]
         opcode = row[lay[_L_OPCODE]]
@@ -583,9 +590,11 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         for q in range(n_queues):
             base = _L_QUEUES + 4 * q
             if lay[base] == e and row[lay[base + 1]] != 0:
-                push_mask[i] |= 1 << q
+                push_q[n_pushes[i], i] = q
+                n_pushes[i] += 1
             if lay[base + 2] == e and row[lay[base + 3]] != 0:
-                pop_mask[i] |= 1 << q
+                pop_q[n_pops[i], i] = q
+                n_pops[i] += 1
         f, b = _insn_work(row, k, lay)
         eng_of[i] = e
         pos[i] = stream_len[e]
@@ -767,9 +776,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     continue
                 ready_at = t
                 ok = True
-                for q in range(n_queues):
-                    if not (pop_mask[i] >> q) & 1:
-                        continue
+                for j in range(n_pops[i]):
+                    q = pop_q[j, i]
                     if popped[q] >= n_pushed[q]:
                         ok = False
                         break
@@ -782,9 +790,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     if ready_at < wake:
                         wake = ready_at
                     continue
-                for q in range(n_queues):
-                    if (pop_mask[i] >> q) & 1:
-                        popped[q] += 1
+                for j in range(n_pops[i]):
+                    popped[pop_q[j, i]] += 1
                 ptr[e] += 1
                 start[i] = t
                 stall_t[e] += t - max(free_t[e], disp_t[i])
@@ -911,10 +918,10 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             i = run[e]
             if i >= 0 and run_fixed[e] <= eps and run_beats[e] <= eps:
                 end[i] = t
-                for q in range(n_queues):
-                    if (push_mask[i] >> q) & 1:
-                        pushed[q, n_pushed[q]] = t
-                        n_pushed[q] += 1
+                for j in range(n_pushes[i]):
+                    q = push_q[j, i]
+                    pushed[q, n_pushed[q]] = t
+                    n_pushed[q] += 1
                 run[e] = -1
                 free_t[e] = t
                 done += 1
