@@ -18,9 +18,13 @@ resident (:func:`~tensorfab.runtime.profiling.profile_program`) on three devices
   DirectMemory`); START, STATUS and the counters go over the UART.
 
 Both RTL runs must give fsim's output bit for bit (``matches_fsim``); the SDRAM chip
-must see no timing violation. ``stall_ratio`` is the SDRAM run's accelerator cycles
-over the ideal memory's, per program and in all: the cycles the SDRAM's row
-activations, refreshes and CAS latency add. Last line::
+must see no timing violation. ``seconds`` are wall time of each run (the load apart,
+``load_seconds``: a first run also builds the Verilator libraries), and
+``simulated_cycles_per_second`` the accelerator cycles over them (the CPU layers and,
+on the board, the STATUS polls over the UART included). ``stall_ratio`` is the SDRAM
+run's accelerator cycles over the ideal memory's, per program and in all: the cycles
+the SDRAM's row activations, refreshes, CAS latency and 16-bit data bus add. Last
+line::
 
     {"config", "image_size", "macs_per_cycle", "device_memory_bytes", "sdram_bytes",
      "accel_programs", "cycles": {"ideal", "sdram"}, "stall_ratio",
@@ -28,6 +32,7 @@ activations, refreshes and CAS latency add. Last line::
      "utilization": {"ideal", "sdram"}, "matches_fsim": {"ideal", "sdram"},
      "sdram_violations", "sdram_first_violation", "sdram_commands",
      "seconds": {"compile", "fsim", "ideal", "sdram"},
+     "simulated_cycles_per_second": {"ideal", "sdram"},
      "load_seconds": {"ideal", "sdram"}, "layers": [...]}
 """
 
@@ -146,6 +151,8 @@ def run_sdram_resnet18_bench(config: str = "ecp5-85f", image_size: int = 224,
         "sdram_violations": int(violations), "sdram_first_violation": first,
         "sdram_commands": vb.sdram_commands,
         "seconds": {k: round(v, 2) for k, v in seconds.items()},
+        "simulated_cycles_per_second": {k: round(float(v.sum()) / seconds[k])
+                                        for k, v in (("ideal", ideal), ("sdram", sdram))},
         "load_seconds": {k: round(load_seconds[k], 2) for k in ("ideal", "sdram")},
         "layers": [{"op": op.split()[0], "ideal": int(i), "sdram": int(s),
                     "ratio": round(float(s / max(i, 1)), 4)}
