@@ -178,15 +178,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
     sdram_bytes = None
     if args.sdram and board is None:
         raise ModelCliError("--sdram checks the fit in a board's SDRAM: give --board")
-    if board is not None:
-        from tensorfab.fpga_builds.board_top import BoardTop
-        from tensorfab.fpga_builds.errors import FpgaBuildError
+    if board is not None and board.sdram_bytes:
+        from tensorfab.hw.soc.sdram import sdram_size_bytes
 
-        try:
-            sdram_bytes = BoardTop(board, cfg, sdram=True).mem_bytes
-        except FpgaBuildError as exc:
-            if args.sdram:
-                raise ModelCliError(f"--sdram: {exc}") from exc
+        sdram_bytes = sdram_size_bytes(cfg)  # the chip within the config's addresses
+    elif args.sdram:
+        from tensorfab.fpga_builds.boards import BOARDS
+
+        with_sdram = ", ".join(b.name for b in BOARDS.values() if b.sdram_bytes)
+        raise ModelCliError(f"--sdram: {board.name} has no SDRAM (boards with one: "
+                            f"{with_sdram})")
     calibration = _calibration(args.calib)
     with working(f"compiling {Path(args.model).name}") as say:
         compiled = _compile(args.model, args, cfg, calibration, _shapes(args.shape), say)

@@ -117,7 +117,8 @@ def test_compile_for_a_board_with_sdram_checks_the_sdram(files, capsys) -> None:
     assert plan is not None and plan.size > BOARDS["ulx3s-85f"].mem_bytes
     assert (summary["board_memory"], summary["board_memory_bytes"]) == ("sdram", 1 << 24)
     assert summary["device_memory_bytes"] == plan.size
-    for more, says in ((["--board", "icebreaker", "--sdram"], "icebreaker: no SDRAM"),
+    for more, says in ((["--board", "icebreaker", "--sdram"],
+                        "icebreaker has no SDRAM (boards with one: ulx3s-85f, ulx3s-25f)"),
                        (["--config", "tiny", "--sdram"], "--sdram checks the fit in a "
                                                          "board's SDRAM: give --board")):
         bad = files["dir"] / "digits-no-sdram.tfm"
