@@ -59,6 +59,13 @@ def _hil(programs: int = 1000) -> dict[str, Any]:
     return run_hil_bench(programs)
 
 
+def _sdram_resnet18(config: str | None = None) -> dict[str, Any]:
+    """ResNet-18 resident in a virtual board's SDRAM: cycles against the ideal memory."""
+    from .sdram_resnet18 import run_sdram_resnet18_bench
+
+    return run_sdram_resnet18_bench(config or "ecp5-85f")
+
+
 def _digits(target: str = "fsim") -> dict[str, Any]:
     """digits CNN: float accuracy vs int8 with the convolutions on the accelerator."""
     from .digits import run_digits_bench
@@ -180,6 +187,7 @@ BENCHES: dict[str, Callable[..., dict[str, Any]]] = {
     "grouped-conv": _grouped_conv,
     "device-server": _device_server,
     "hil": _hil,
+    "sdram-resnet18": _sdram_resnet18,
     "vm-dispatch": _vm_dispatch,
     "memory-plan": _memory_plan,
     "timing-model": _timing_model,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,8 +27,8 @@ from tensorfab.sim.rtl.device import core_counters
 from .errors import BoardConfigMismatch, BoardResetError, BoardTimeout
 from .link import HostLink
 
-__all__ = ["BoardDevice", "BoardMemory", "BoardRunResult", "config_crc", "find_config",
-           "program_traffic"]
+__all__ = ["BoardDevice", "BoardMemory", "BoardRunResult", "MemoryAccess", "config_crc",
+           "find_config", "program_traffic"]
 
 
 def find_config(crc: int) -> tuple[str, HwConfig] | None:
@@ -92,6 +92,17 @@ class BoardRunResult(RunResult):
         return out
 
 
+class MemoryAccess(Protocol):
+    """How the host reads and writes a board's device memory: its :class:`HostLink`,
+    or a virtual board's :class:`~.virtual.DirectMemory`."""
+
+    def write_mem(self, addr: int, data: bytes) -> None:
+        """Write ``data`` at byte ``addr``."""
+
+    def read_mem(self, addr: int, nbytes: int) -> bytes:
+        """``nbytes`` bytes from byte ``addr``."""
+
+
 class BoardDevice(Device):
     """A board over a :class:`HostLink`.
 
@@ -99,6 +110,8 @@ class BoardDevice(Device):
     ----------
     link : HostLink
         The link (its transport decides serial, socket or in-process).
+    memory : MemoryAccess, optional
+        How device memory is read and written (default: over ``link``).
     run_timeout : float
         Seconds a program may run before :class:`BoardTimeout` (wall time).
     poll_interval : float
@@ -108,8 +121,10 @@ class BoardDevice(Device):
     """
 
     def __init__(self, link: HostLink, *, run_timeout: float = 600.0,
-                 poll_interval: float = 0.0, name: str = "board") -> None:
+                 poll_interval: float = 0.0, name: str = "board",
+                 memory: MemoryAccess | None = None) -> None:
         self.link = link
+        self.memory: MemoryAccess = memory or link
         self.run_timeout = run_timeout
         self.poll_interval = poll_interval
         self.name = name
@@ -144,9 +159,9 @@ class BoardDevice(Device):
         padded[:image.size] = image
         t0 = time.monotonic()
         self.link.reset()
-        self.link.write_mem(0, padded.tobytes())
+        self.memory.write_mem(0, padded.tobytes())
         result = self._execute(program, size, lambda: padded)
-        final = np.frombuffer(self.link.read_mem(0, size), np.uint8)[:image.size].copy()
+        final = np.frombuffer(self.memory.read_mem(0, size), np.uint8)[:image.size].copy()
         result.seconds = time.monotonic() - t0
         result.dram = final
         result.outputs = program.outputs(final)
@@ -220,15 +235,15 @@ class BoardMemory(DeviceMemory):
     def _write(self, addr: int, raw: np.ndarray) -> None:
         lo, hi = self._span(addr, raw.size)
         if (lo, hi) == (addr, addr + raw.size):
-            self.device.link.write_mem(addr, raw.tobytes())
+            self.device.memory.write_mem(addr, raw.tobytes())
             return
-        block = bytearray(self.device.link.read_mem(lo, hi - lo))
+        block = bytearray(self.device.memory.read_mem(lo, hi - lo))
         block[addr - lo: addr - lo + raw.size] = raw.tobytes()
-        self.device.link.write_mem(lo, bytes(block))
+        self.device.memory.write_mem(lo, bytes(block))
 
     def _read(self, addr: int, nbytes: int) -> np.ndarray:
         lo, hi = self._span(addr, nbytes)
-        data = self.device.link.read_mem(lo, hi - lo)
+        data = self.device.memory.read_mem(lo, hi - lo)
         return np.frombuffer(data, np.uint8)[addr - lo: addr - lo + nbytes].copy()
 
     def _run(self, program: Program) -> BoardRunResult:

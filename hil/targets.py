@@ -4,9 +4,11 @@
 - ``serial:///dev/ttyUSB0[?baud=115200]``: a board on a serial port;
 - ``socket://127.0.0.1:PORT[?token=TOKEN]``: a virtual board served by ``tensorfab
   board virtual`` (the token in the URL, the ``token=`` option, or ``TENSORFAB_TOKEN``);
-- ``virtual`` or ``virtual://BOARD[?exact=1&mem_bytes=N]``: a virtual board in this
-  process (fast UART), built for each program's config, or modelled on BOARD (its
-  config, memory, clock); ``mem_bytes`` sets its memory.
+- ``virtual`` or ``virtual://BOARD[?exact=1&mem_bytes=N&sdram=1&direct_memory=1]``: a
+  virtual board in this process (fast UART), built for each program's config, or
+  modelled on BOARD (its config, memory, clock); ``mem_bytes`` sets its memory,
+  ``sdram`` puts it in SDRAM, ``direct_memory`` reads and writes the SDRAM's contents
+  without the UART (:class:`~.virtual.DirectMemory`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .board import BoardDevice, BoardMemory, BoardRunResult
 from .errors import BoardConfigMismatch
 from .link import HostLink
 from .transport import SerialTransport, parse_link_url
-from .virtual import InProcessTransport, LinkFaults, SocSpec, VirtualBoard
+from .virtual import DirectMemory, InProcessTransport, LinkFaults, SocSpec, VirtualBoard
 
 __all__ = ["VirtualBoardDevice", "open_link_board", "open_virtual"]
 
@@ -63,15 +65,29 @@ class VirtualBoardDevice(Device):
     sdram : bool
         Device memory in SDRAM (the controller the ULX3S bitstreams hold, the chip
         modelled in the harness) instead of on-chip memory.
+    direct_memory : bool
+        Device memory reads and writes go straight into the SDRAM chip's contents
+        (:class:`~.virtual.DirectMemory`), only commands over the UART: what makes a
+        model of megabytes quick to load. Needs ``sdram``.
+
+    Raises
+    ------
+    UsageError
+        ``direct_memory`` without ``sdram``.
     """
 
     name = "virtual"
 
     def __init__(self, board: str | None = None, *, exact: bool = False,
                  faults: LinkFaults | None = None, mem_bytes: int | None = None,
-                 timeout_bytes: int = 64, retries: int = 12, sdram: bool = False) -> None:
+                 timeout_bytes: int = 64, retries: int = 12, sdram: bool = False,
+                 direct_memory: bool = False) -> None:
+        if direct_memory and not sdram:
+            raise UsageError("virtual board: direct_memory needs sdram (the SDRAM chip's "
+                             "contents are what it reads and writes)")
         self.board = board
         self.sdram = sdram
+        self.direct_memory = direct_memory
         self.exact = exact
         self.faults = faults
         self.mem_bytes = mem_bytes
@@ -111,7 +127,8 @@ class VirtualBoardDevice(Device):
             transport = InProcessTransport(vb, self.faults)
             link = HostLink(transport, timeout=self.timeout_bytes * transport.byte_seconds,
                             retries=self.retries)
-            self._devices[config] = BoardDevice(link, name="virtual")
+            self._devices[config] = BoardDevice(
+                link, name="virtual", memory=DirectMemory(vb) if self.direct_memory else None)
         return self._devices[config]
 
     def run(self, program: Program, dram: np.ndarray | None = None) -> BoardRunResult:
@@ -136,7 +153,7 @@ class VirtualBoardDevice(Device):
 
 
 def open_virtual(target: str, **options: object) -> VirtualBoardDevice:
-    """``virtual`` or ``virtual://BOARD[?exact=1&mem_bytes=N&sdram=1]``.
+    """``virtual`` or ``virtual://BOARD[?exact=1&mem_bytes=N&sdram=1&direct_memory=1]``.
 
     Raises
     ------
@@ -146,10 +163,9 @@ def open_virtual(target: str, **options: object) -> VirtualBoardDevice:
     parts = urlsplit(target)
     board = parts.netloc or None
     query = parse_qs(parts.query)
-    if "exact" in query:
-        options.setdefault("exact", query["exact"][0] not in ("0", "false", "no"))
-    if "sdram" in query:
-        options.setdefault("sdram", query["sdram"][0] not in ("0", "false", "no"))
+    for flag in ("exact", "sdram", "direct_memory"):
+        if flag in query:
+            options.setdefault(flag, query[flag][0] not in ("0", "false", "no"))
     if "mem_bytes" in query:
         value = query["mem_bytes"][0]
         if not value.isdigit():

@@ -97,21 +97,32 @@ def _config(name: str | None) -> Any:
     return None if name is None else board_config(name)
 
 
-def check_fits_board(program: GraphProgram, board: Board, what: str) -> int:
+def check_fits_board(program: GraphProgram, board: Board, what: str,
+                     sdram_bytes: int | None = None, in_sdram: bool = False) -> int:
     """The device memory ``program`` needs (static area + activation area of its
     :func:`~tensorfab.runtime.memory_plan.plan_memory`; 0 without accelerator programs).
+
+    ``sdram_bytes``: the device memory of the board's SDRAM build, if it has one;
+    ``in_sdram``: check against it instead of ``board.mem_bytes`` (else a model that
+    does not fit on-chip is told the SDRAM's size).
 
     Raises
     ------
     ModelCliError
-        If that is more than ``board.mem_bytes``; the one-line message names ``what``
+        If that is more than the board's memory; the one-line message names ``what``
         (the model), its bytes, the board's bytes and the excess.
     """
-    return check_fits(program, board.mem_bytes, what, f"board {board.name}")
+    if in_sdram and sdram_bytes is not None:
+        return check_fits(program, sdram_bytes, what, f"board {board.name}'s SDRAM")
+    hint = ("" if sdram_bytes is None else
+            f"; its SDRAM gives a model {sdram_bytes} bytes (--sdram)")
+    return check_fits(program, board.mem_bytes, what, f"board {board.name}", hint)
 
 
-def check_fits(program: GraphProgram, mem_bytes: int, what: str, where: str) -> int:
-    """The device memory ``program`` needs (see :func:`check_fits_board`).
+def check_fits(program: GraphProgram, mem_bytes: int, what: str, where: str,
+               hint: str = "") -> int:
+    """The device memory ``program`` needs (see :func:`check_fits_board`); ``hint``
+    ends the message of a model that does not fit.
 
     Raises
     ------
@@ -133,7 +144,7 @@ def check_fits(program: GraphProgram, mem_bytes: int, what: str, where: str) -> 
         raise ModelCliError(f"{what} does not fit {where}: it needs {needed} "
                             f"bytes of device memory{split}, the board has "
                             f"{mem_bytes} ({mem_bytes // 1024} KiB), "
-                            f"{needed - mem_bytes} bytes too many")
+                            f"{needed - mem_bytes} bytes too many{hint}")
     return needed
 
 
@@ -164,15 +175,30 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
         board = get_board(args.board)
     cfg = _config(args.config or (board.config if board is not None else None))
+    sdram_bytes = None
+    if args.sdram and board is None:
+        raise ModelCliError("--sdram checks the fit in a board's SDRAM: give --board")
+    if board is not None and board.sdram_bytes:
+        from tensorfab.hw.soc.sdram import sdram_size_bytes
+
+        sdram_bytes = sdram_size_bytes(cfg)  # the chip within the config's addresses
+    elif args.sdram:
+        from tensorfab.fpga_builds.boards import BOARDS
+
+        with_sdram = ", ".join(b.name for b in BOARDS.values() if b.sdram_bytes)
+        raise ModelCliError(f"--sdram: {board.name} has no SDRAM (boards with one: "
+                            f"{with_sdram})")
     calibration = _calibration(args.calib)
     with working(f"compiling {Path(args.model).name}") as say:
         compiled = _compile(args.model, args, cfg, calibration, _shapes(args.shape), say)
     program = compiled.program
     fit = {}
     if board is not None:  # before writing the .tfm
-        fit = {"board": board.name, "board_memory_bytes": board.mem_bytes,
-               "device_memory_bytes": check_fits_board(program, board,
-                                                       Path(args.model).name)}
+        fit = {"board": board.name,
+               "board_memory_bytes": sdram_bytes if args.sdram else board.mem_bytes,
+               "board_memory": "sdram" if args.sdram else "on-chip",
+               "device_memory_bytes": check_fits_board(
+                   program, board, Path(args.model).name, sdram_bytes, args.sdram)}
     save_model(program, args.output, compiled.graph_text)
     ops = Counter(n.op for n in program.nodes)
     result = {"output": str(args.output), "nodes": len(program.nodes),
@@ -620,6 +646,10 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--board", metavar="BOARD",
                    help="check that the model fits this FPGA board's device memory "
                         "(ulx3s-85f, ...); without --config, compile for its default config")
+    c.add_argument("--sdram", action="store_true",
+                   help="with --board: check the fit in the board's SDRAM (the device "
+                        "memory of `fpga build --sdram` and `virtual://?sdram=1`) instead "
+                        "of its on-chip memory")
     c.add_argument("--accel", dest="config", help=argparse.SUPPRESS)
     _quantization_options(c)
     c.add_argument("--tuning-log", metavar="LOG.jsonl",

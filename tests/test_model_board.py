@@ -101,7 +101,31 @@ def test_compile_for_a_board_that_is_too_small_is_refused(files, capsys, board: 
     assert f"needs {needed} bytes of device memory{split}" in err and board in err
     assert f"has {b.mem_bytes}" in err
     assert f"{needed - b.mem_bytes} bytes too many" in err
+    # the ULX3S's SDRAM is named with its size (16 MB within tiny's 24-bit addresses)
+    assert err.endswith("; its SDRAM gives a model 16777216 bytes (--sdram)") == (
+        board == "ulx3s-85f"), err
     assert not out.exists()
+
+
+def test_compile_for_a_board_with_sdram_checks_the_sdram(files, capsys) -> None:
+    """What does not fit the ULX3S-85F's 64 KiB fits its SDRAM (``--sdram``: the device
+    memory of ``fpga build --sdram``); the SDRAM of a board without one is refused."""
+    out = files["dir"] / "digits-ulx3s-85f-sdram.tfm"
+    assert main(compile_args(files, out, 40, "--board", "ulx3s-85f", "--sdram")) == 0
+    summary = last_json(capsys)
+    plan = plan_memory(load_model(out))
+    assert plan is not None and plan.size > BOARDS["ulx3s-85f"].mem_bytes
+    assert (summary["board_memory"], summary["board_memory_bytes"]) == ("sdram", 1 << 24)
+    assert summary["device_memory_bytes"] == plan.size
+    for more, says in ((["--board", "icebreaker", "--sdram"],
+                        "icebreaker has no SDRAM (boards with one: ulx3s-85f, ulx3s-25f)"),
+                       (["--config", "tiny", "--sdram"], "--sdram checks the fit in a "
+                                                         "board's SDRAM: give --board")):
+        bad = files["dir"] / "digits-no-sdram.tfm"
+        assert main(compile_args(files, bad, 1, *more)) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, err
+        assert not bad.exists()
 
 
 @pytest.mark.parametrize(("board", "config"), [("ulx3s-25f", None), ("ulx3s-85f", "up5k")])

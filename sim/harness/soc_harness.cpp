@@ -273,7 +273,7 @@ struct Board {
 
 extern "C" {
 
-int vb_abi() { return 1; }
+int vb_abi() { return 2; }
 
 void* vb_new(int divisor) { return new Board(divisor); }
 
@@ -355,6 +355,40 @@ uint64_t vb_sdram_commands(void* p) {
 #else
     (void)p;
     return 0;
+#endif
+}
+
+// Direct access to the SDRAM chip's contents (a debugger's memory access: no clock
+// passes, the controller sees nothing). Byte `addr` of the core's address space is
+// byte `addr % 2` of the chip's 16-bit word `addr / 2`: the controller puts a bus beat's
+// low half-word in the burst's first column. Returns the bytes moved, or -1 without
+// SDRAM or past the chip's end.
+int64_t vb_mem_write(void* p, uint64_t addr, const uint8_t* data, uint64_t n) {
+#ifdef SOC_SDRAM
+    std::vector<uint16_t>& mem = static_cast<Board*>(p)->sdram.mem;
+    if (addr + n > 2 * uint64_t(mem.size())) return -1;
+    for (uint64_t i = 0; i < n; i++) {
+        uint16_t& w = mem[(addr + i) / 2];
+        int shift = 8 * int((addr + i) & 1);
+        w = uint16_t((w & ~(0xff << shift)) | (data[i] << shift));
+    }
+    return int64_t(n);
+#else
+    (void)p, (void)addr, (void)data, (void)n;
+    return -1;
+#endif
+}
+
+int64_t vb_mem_read(void* p, uint64_t addr, uint8_t* out, uint64_t n) {
+#ifdef SOC_SDRAM
+    const std::vector<uint16_t>& mem = static_cast<Board*>(p)->sdram.mem;
+    if (addr + n > 2 * uint64_t(mem.size())) return -1;
+    for (uint64_t i = 0; i < n; i++)
+        out[i] = uint8_t(mem[(addr + i) / 2] >> (8 * int((addr + i) & 1)));
+    return int64_t(n);
+#else
+    (void)p, (void)addr, (void)out, (void)n;
+    return -1;
 #endif
 }
 

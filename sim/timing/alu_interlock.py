@@ -46,10 +46,11 @@ INTERLOCK_LAYOUT = np.array(
 
 
 @compiled
-def _stalls(dst: np.ndarray, src: np.ndarray, reads_src: bool, distance: int) -> int:
-    """:func:`interlock_stalls` (``src`` ignored unless ``reads_src``)."""
+def _stalls(dst: np.ndarray, src: np.ndarray, reads_src: bool, distance: int,
+            held: np.ndarray) -> int:
+    """:func:`interlock_stalls` (``src`` ignored unless ``reads_src``; ``held``, at
+    least as long as ``dst``, is working space)."""
     n = dst.size
-    held = np.zeros(n, np.int64)
     for i in range(n):
         h = held[i - 1] if i else 0
         for d in range(1, min(distance, i + 1)):
@@ -72,7 +73,7 @@ def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
     dst = np.asarray(dst, dtype=np.int64)
     reads = src is not None
     return int(_stalls(dst, np.asarray(src if reads else dst, dtype=np.int64), reads,
-                       INTERLOCK_DISTANCE))
+                       INTERLOCK_DISTANCE, np.empty(dst.size, np.int64)))
 
 
 @compiled
@@ -106,9 +107,10 @@ def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.nd
     by keeping the whole micro-op buffer, which would cost more to clear than a
     program of tens of instructions takes to time."""
     n_rows = table.shape[0]
-    loads = np.empty(n_rows, np.int64)  # the UOP loads' rows in program order
-    first_entry = np.empty(n_rows, np.int64)  # and the entries each writes
-    end_entry = np.empty(n_rows, np.int64)
+    rows = np.empty((3, n_rows), np.int64)
+    loads = rows[0]  # the UOP loads' rows in program order
+    first_entry = rows[1]  # and the entries each writes
+    end_entry = rows[2]
     n_loads = 0
     longest = 0  # micro-ops of the longest ALU instruction, and its loop
     longest_loop = 0
@@ -133,10 +135,12 @@ def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.nd
             longest = max(longest, n_uops)
             longest_loop = max(longest_loop,
                                n_uops * row[lay[_L_ITER_OUT]] * row[lay[_L_ITER_IN]])
-    entry_acc = np.empty(longest, np.int64)
-    entry_src = np.empty(longest, np.int64)
-    dst = np.empty(longest_loop, np.int64)
-    src = np.empty(longest_loop, np.int64)
+    entries = np.empty((2, longest), np.int64)
+    entry_acc = entries[0]
+    entry_src = entries[1]
+    loop = np.empty((3, longest_loop), np.int64)
+    dst = loop[0]
+    src = loop[1]
     seen = 0  # UOP loads before row k
     for k in range(n_rows):
         if seen < n_loads and loads[seen] == k:
@@ -169,7 +173,7 @@ def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.nd
                     dst[m] = (entry_acc[u] + i * dst_out + j * dst_in) & acc_mask
                     src[m] = (entry_src[u] + i * src_out + j * src_in) & acc_mask
                     m += 1
-        out[k] = float(_stalls(dst[:m], src[:m], reads_src, lay[_L_DISTANCE]))
+        out[k] = float(_stalls(dst[:m], src[:m], reads_src, lay[_L_DISTANCE], loop[2]))
     return True
 
 

@@ -241,19 +241,21 @@ def word_table(words: np.ndarray, wf: np.ndarray) -> np.ndarray:
         if limbs[i, 0] & opcode_mask != finish:
             n += 1
     table = np.zeros((n, COLUMNS), np.int64)
+    last = limbs.shape[1] - 1
     r = 0
     for i in range(limbs.shape[0]):
-        opcode = limbs[i, 0] & opcode_mask
+        word = limbs[i]
+        opcode = word[0] & opcode_mask
         if opcode == finish:
             continue
         first = wf[_W_OPCODES + 2 * opcode]
         for q in range(first, first + 3 * wf[_W_OPCODES + 2 * opcode + 1], 3):
-            table[r, wf[q]] = word_field(limbs, i, wf[q + 1], wf[q + 2])
+            table[r, wf[q]] = _limb_field(word, last, wf[q + 1], wf[q + 2])
         if opcode == wf[_W_GEMM]:
             fast = 1
             for q in range(wf[_W_TERMS], wf[_W_TERMS] + 7 * wf[_W_N_TERMS], 7):
-                a = word_field(limbs, i, wf[q + 1], wf[q + 2]) + wf[q + 3]
-                b = word_field(limbs, i, wf[q + 4], wf[q + 5]) + wf[q + 6]
+                a = _limb_field(word, last, wf[q + 1], wf[q + 2]) + wf[q + 3]
+                b = _limb_field(word, last, wf[q + 4], wf[q + 5]) + wf[q + 6]
                 if (a != b) if wf[q] == _EQUAL else (a == 0):
                     fast = 0
             table[r, FAST_RESET] = fast
@@ -262,17 +264,35 @@ def word_table(words: np.ndarray, wf: np.ndarray) -> np.ndarray:
 
 
 @compiled
+def _limb_field(word: np.ndarray, last: int, offset: int, width: int) -> int:
+    """:func:`word_field` of one word's limbs (``last`` its last limb's index)."""
+    limb = offset >> 6
+    return limb_bits(word[limb], word[min(limb + 1, last)], offset & 63, width)
+
+
+@compiled
 def uop_indices(uops: np.ndarray, wf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(acc, src)`` of each encoded micro-op word (one little-endian word per
     ``uint8`` row), by the positions of :func:`word_fields`."""
     n, nb = uops.shape
-    acc = np.empty(n, np.int64)
-    src = np.empty(n, np.int64)
+    fields = np.empty((2, n), np.int64)
+    acc = fields[0]
+    src = fields[1]
+    if nb % 8 == 0:  # whole limbs: read in place
+        _uop_fields(uops.view(np.int64), wf, acc, src)
+        return acc, src
     limbs = np.zeros((n, ((nb + 7) >> 3) + 1), np.int64)  # a spare limb (zero) after
     for i in range(n):
         for b in range(nb):
             limbs[i, b >> 3] |= np.int64(uops[i, b]) << (8 * (b & 7))
-    for i in range(n):
+    _uop_fields(limbs, wf, acc, src)
+    return acc, src
+
+
+@compiled
+def _uop_fields(limbs: np.ndarray, wf: np.ndarray, acc: np.ndarray, src: np.ndarray
+                ) -> None:
+    """Fill ``acc`` and ``src`` from the micro-op words ``limbs`` (``int64`` rows)."""
+    for i in range(limbs.shape[0]):
         acc[i] = word_field(limbs, i, wf[_W_UOP_ACC], wf[_W_UOP_ACC + 1])
         src[i] = word_field(limbs, i, wf[_W_UOP_SRC], wf[_W_UOP_SRC + 1])
-    return acc, src

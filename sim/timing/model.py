@@ -120,6 +120,9 @@ ACC_WRITE_DRAIN = 2
 #: (:attr:`tensorfab.sim.rtl.MemoryTiming.read_buffer`): a LOAD's beats not yet
 #: taken by its walk hold up the beats commanded after them.
 READ_BUFFER = 8
+#: Rows of a LOAD whose data delays the model follows one by one (the later rows share
+#: the last's).
+_ROW_DELAYS = 64
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,22 @@ def _config_arrays(cfg: HwConfig, params: TimingParams
     return hit
 
 
+#: The config, constants and arrays of the last _program_arrays call
+_LAST: tuple = (None, None, None, None)
+
+
+def _program_arrays(cfg: HwConfig, params: TimingParams) -> tuple[np.ndarray, np.ndarray]:
+    """``(_constants(), _integers())`` of ``(cfg, params)``, those of the last call's
+    pair without a look-up (a sweep times many programs of one config)."""
+    global _LAST
+    last = _LAST
+    if last[0] is cfg and last[1] is params:
+        return last[2], last[3]
+    _, _, k, ints, _ = _config_arrays(cfg, params)
+    _LAST = (cfg, params, k, ints)
+    return k, ints
+
+
 def _constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
     """The numbers the compiled code reads (the ``_K_*`` indices)."""
     return _config_arrays(cfg, params)[2]
@@ -340,7 +359,7 @@ def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
         spacing = max(spacing, (read_latency + row_beats) / outstanding)
     if delay <= 0.0 or y <= from_row:
         return 0.0
-    n = row_delay.size  # (its last entry stands for the later rows)
+    n = min(row_delay.size, y)  # (its last entry stands for the later rows)
     if pad_left == 0 and pad_right == 0 and t + row_beats <= read_latency + spacing:
         for r in range(min(from_row, n - 1), n):
             row_delay[r] += delay
@@ -351,7 +370,7 @@ def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
     # after them, a row after the other
     row_bursts[min(from_row, n - 1)] += delay
     queued = max(0.0, row_bursts[min(from_row, n - 1)] - k[_K_READ_BUFFER])
-    new = np.empty(n)
+    last = 0.0  # the last entry's new delay (its old one stands for the later rows)
     arrived = read_latency
     late = t
     got = 0.0
@@ -370,10 +389,12 @@ def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
         else:
             got = max(arrived + so_far + delay, got + row_beats)
         late = max(late + pad_left + row_beats, got) + pad_right
-        if r < n:
-            new[r] = got - arrived
-    for r in range(min(from_row, n - 1), n):
-        row_delay[r] = new[r]
+        if r >= from_row and r < n - 1:
+            row_delay[r] = got - arrived
+        elif r == n - 1:
+            last = got - arrived
+    if from_row <= n - 1:
+        row_delay[n - 1] = last
     return late - t
 
 
@@ -433,6 +454,13 @@ def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING)
 
 
 @compiled
+def _row_commands(row_beats: float, burst: float) -> int:
+    """Read commands of a row of ``row_beats`` beats split at ``burst`` (whole numbers:
+    in integers, as a float floor division calls out of the compiled code)."""
+    return max(1, -(-int(row_beats) // int(burst)))
+
+
+@compiled
 def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: float,
                  window: float, mem_latency: float, prior_begin: float, prior_end: float,
                  grant: np.ndarray, data_end: np.ndarray) -> int:
@@ -446,7 +474,7 @@ def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: fl
     ``grant`` and ``data_end`` (when each command's last beat is delivered) from
     ``skip`` on and returns the number of commands, or -1 when there are more than
     ``grant`` holds."""
-    per_row = max(1, int(-(-row_beats // burst)))
+    per_row = _row_commands(row_beats, burst)
     n = rows * per_row
     if n > grant.size:
         return -1
@@ -509,21 +537,20 @@ class Timing:
         tokens it pops (the RTL's ``stall``; the RTL's ``busy`` is ``busy + stall``).
     """
 
-    def __init__(self, out: np.ndarray) -> None:
-        self._out = out  # _simulate's array
-        self.cycles: float = float(out[0])
+    def __init__(self, out: np.ndarray, n: int) -> None:
+        self._out = out  # _simulate's array, of n instructions (it may be longer)
+        self._n = n
+        self.cycles: float = out.item(0)
 
     @cached_property
     def start(self) -> list[float]:
         """Each instruction's start."""
-        n = (self._out.size - 7) // 2
-        return self._out[7:7 + n].tolist()
+        return self._out[7:7 + self._n].tolist()
 
     @cached_property
     def end(self) -> list[float]:
         """Each instruction's end."""
-        n = (self._out.size - 7) // 2
-        return self._out[7 + n:].tolist()
+        return self._out[7 + self._n:7 + 2 * self._n].tolist()
 
     @cached_property
     def busy(self) -> dict[str, float]:
@@ -536,51 +563,82 @@ class Timing:
         return dict(zip(_ENGINES, self._out[4:7].tolist(), strict=True))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Timing) and np.array_equal(self._out, other._out)
+        return (isinstance(other, Timing) and self._n == other._n
+                and np.array_equal(self._out[:7 + 2 * self._n],
+                                   other._out[:7 + 2 * other._n]))
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return (f"Timing(cycles={self.cycles}, busy={self.busy}, stall={self.stall}, "
-                f"instructions={(self._out.size - 7) // 2})")
+                f"instructions={self._n})")
 
 
 @compiled
 def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarray,
-              fetch: bool, words: int) -> np.ndarray:
-    """The event simulation of :func:`simulate` over ``table``: the cycles (-1 when the
-    tokens deadlock), the busy then the stall cycles of each engine, then each
-    instruction's start, then each one's end."""
+              fetch: bool, words: int, out: np.ndarray) -> None:
+    """The event simulation of :func:`simulate` over ``table``, written to ``out`` (at
+    least ``7 + 2 * n`` long): the cycles (-1 when the tokens deadlock), the busy then
+    the stall cycles of each engine, then each instruction's start, then each one's
+    end."""
     eps = 1e-9
     inf = math.inf
     n = table.shape[0]
-    out = np.zeros(7 + 2 * n)
+    out[:7] = 0.0  # (every start and end is written)
     activity = out[1:7]
     start = out[7:7 + n]
-    end = out[7 + n:]
+    end = out[7 + n:7 + 2 * n]
     n_queues = (lay.size - _L_QUEUES) // 4
     load_fixed = k[_K_LOAD_FIXED]
     read_latency = k[_K_READ_LATENCY]
     compute_fixed = k[_K_COMPUTE_FIXED]
-    eng_of = np.empty(n, np.int64)
-    pops = np.zeros((n, n_queues), np.bool_)
-    pushes = np.zeros((n, n_queues), np.bool_)
-    fixed = np.empty(n)
-    beats = np.empty(n)
-    acc_load = np.zeros(n, np.bool_)
-    row_beats = np.zeros(n)  # per LOAD: the beats of one data row
-    rows = np.zeros(n, np.int64)  # per LOAD and STORE: its rows
+    fetch_words = int(k[_K_FETCH_WORDS])
+    chunk = max(1, fetch_words // 2)
+    # the working arrays are rows of three blocks (an allocation costs more than timing
+    # a short program's instruction), zeroed where read before written
+    width = max(n, words + chunk, 9 + 2 * n_queues)
+    reals = np.empty((8 + n_queues, width))
+    ints = np.empty((10 + 2 * n_queues, width), np.int64)
+    small = np.zeros(137 + 2 * _ROW_DELAYS)
+    eng_of = ints[0]
+    n_pops = ints[1]  # per instruction, the token queues it pops (pushes), in order
+    n_pushes = ints[2]
+    acc_load = ints[3]
+    rows = ints[4]  # per LOAD and STORE: its rows
+    pos = ints[5]  # position of each instruction in its engine's stream
+    streams = ints[6:9]
+    few = ints[9]
+    pop_q = ints[10:10 + n_queues]
+    push_q = ints[10 + n_queues:10 + 2 * n_queues]
+    stream_len = few[0:3]
+    ptr = few[3:6]
+    run = few[6:9]  # instruction each engine runs (-1: idle)
+    n_pushed = few[9:9 + n_queues]
+    popped = few[9 + n_queues:9 + 2 * n_queues]
+    fixed = reals[0]
+    beats = reals[1]
+    row_beats = reals[2]  # per LOAD: the beats of one data row
     # per LOAD into the accumulators, the padding entries of its walk (each needs the
     # port): before its first data (written while the data is on its way), and the
     # others, after its data phase (those between its rows with those after its last)
-    early_pads = np.zeros(n)
-    post_pads = np.zeros(n)
+    early_pads = reals[3]
+    post_pads = reals[7]
     # per compute instruction: the fraction of its micro-op cycles writing the
     # accumulators (the ALU interlock's bubbles write nothing)
-    acc_writes = np.zeros(n)
-    streams = np.empty((3, n), np.int64)
-    stream_len = np.zeros(3, np.int64)
-    pos = np.empty(n, np.int64)  # position of each instruction in its engine's stream
+    acc_writes = reals[4]
+    disp_t = reals[5]  # when fetch dispatched each instruction
+    word_at = reals[6]
+    pushed = reals[8:8 + n_queues]
+    grant = small[0:64]
+    grant_end = small[64:128]
+    run_fixed = small[128:131]
+    run_beats = small[131:134]
+    free_t = small[134:137]  # when each engine last became free
+    reals[2:5, :n] = 0.0
+    post_pads[:n] = 0.0
+    ints[1:3, :n] = 0
+    rows[:n] = 0
+    few[:] = 0
     for i in range(n):
         row = table[i]
         opcode = row[lay[_L_OPCODE]]
@@ -588,9 +646,11 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         for q in range(n_queues):
             base = _L_QUEUES + 4 * q
             if lay[base] == e and row[lay[base + 1]] != 0:
-                pushes[i, q] = True
+                push_q[n_pushes[i], i] = q
+                n_pushes[i] += 1
             if lay[base + 2] == e and row[lay[base + 3]] != 0:
-                pops[i, q] = True
+                pop_q[n_pops[i], i] = q
+                n_pops[i] += 1
         f, b = _insn_work(row, k, lay)
         eng_of[i] = e
         pos[i] = stream_len[e]
@@ -631,13 +691,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     ld_decode_end = -inf
     ld_early = 0.0
     ld_tail = False
-    pushed = np.empty((n_queues, n))
-    n_pushed = np.zeros(n_queues, np.int64)
-    popped = np.zeros(n_queues, np.int64)
-    ptr = np.zeros(3, np.int64)
-    run = np.full(3, -1, np.int64)  # instruction each engine runs (-1: idle)
-    run_fixed = np.zeros(3)
-    run_beats = np.zeros(3)
+    run[:] = -1
     busy_t = activity[:3]
     stall_t = activity[3:]
     dispatched = 0 if fetch else n
@@ -645,19 +699,16 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     st_command = inf
     st_ready = inf  # when the running STORE's data was first ready to write
     behind = -1  # the LOAD whose reads the running STORE's write waits behind
-    disp_t = np.full(n, k[_K_START])  # when fetch dispatched each instruction
-    free_t = np.full(3, k[_K_START])  # when each engine last became free
+    disp_t[:] = k[_K_START]
+    free_t[:] = k[_K_START]
     t = k[_K_START]
     done = 0
     # the fetch unit's reads in the memory's order: words requested, when each reaches
     # the dispatch, when the beats of the bursts so far have moved
     word_beats = k[_K_WORD_BEATS]
-    fetch_words = int(k[_K_FETCH_WORDS])
-    chunk = max(1, fetch_words // 2)
     held_words = int(k[_K_FETCH_HELD])
     slices = k[_K_ARBITER_SLICES]
     mem_latency = read_latency - slices  # command to first beat
-    word_at = np.empty(words + chunk)
     fetch_end = 0.0
     fetch_begin = 0.0  # when the bursts' beats moving back to back until fetch_end began
     requested = 0
@@ -676,13 +727,11 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     # the running LOAD's read commands at the memory and when each one's data ends
     # (ld_grants -1: too many to follow, the LOAD takes bursts while more than
     # `window` of its beats are to come)
-    grant = np.empty(64)
-    grant_end = np.empty(64)
     ld_grants = -1
     # the running LOAD's rows' data delays so far (by bursts before and among its
-    # reads; the last entry for its later rows)
-    row_delay = np.zeros(max(1, min(int(rows.max()) if n else 1, 64)))
-    row_bursts = np.zeros(row_delay.size)
+    # reads; the last entry for its later rows), and the bursts' beats before each row
+    row_delay = small[137:137 + _ROW_DELAYS]
+    row_bursts = small[137 + _ROW_DELAYS:137 + 2 * _ROW_DELAYS]
     last_burst = -inf  # the last burst's command, the last LOAD's last command before it
     last_ld_grant = -inf
     wake = inf
@@ -764,7 +813,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                                 rest += 1
                             # the later commands wait for room beside its beats
                             i_ld = run[ld]
-                            per_row = max(1, int(-(-row_beats[i_ld] // k[_K_LOAD_BURST])))
+                            per_row = _row_commands(row_beats[i_ld], k[_K_LOAD_BURST])
                             late = _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay,
                                                rest // per_row, shift, row_delay,
                                                row_bursts,
@@ -806,9 +855,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     continue
                 ready_at = t
                 ok = True
-                for q in range(n_queues):
-                    if not pops[i, q]:
-                        continue
+                for j in range(n_pops[i]):
+                    q = pop_q[j, i]
                     if popped[q] >= n_pushed[q]:
                         ok = False
                         break
@@ -821,9 +869,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     if ready_at < wake:
                         wake = ready_at
                     continue
-                for q in range(n_queues):
-                    if pops[i, q]:
-                        popped[q] += 1
+                for j in range(n_pops[i]):
+                    popped[pop_q[j, i]] += 1
                 ptr[e] += 1
                 start[i] = t
                 stall_t[e] += t - max(free_t[e], disp_t[i])
@@ -870,7 +917,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         if i_ld < 0 and i_cp < 0 and i_st < 0:
             if wake == inf:
                 out[0] = -1.0  # deadlock
-                return out
+                return
             t = wake
             continue
         held = -1  # a store whose write waits for the load's reads ahead of it
@@ -975,8 +1022,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             if rate <= eps:
                 continue
             f = run_fixed[e]
-            at = t + (f if f > eps else run_beats[e] * (1 if e == ld and ld_served
-                                                           else share)) / rate
+            left = f if f > eps else run_beats[e] * (1 if e == ld and ld_served else share)
+            at = t + (left if rate == 1.0 else left / rate)  # (no division by 1: slow)
             if at < nxt:
                 nxt = at
         dt = nxt - t
@@ -986,11 +1033,12 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             busy_t[e] += dt
             if e == held:
                 continue
-            rate = rate_ld if e == ld else 1.0
+            moved = dt if e != ld or rate_ld == 1.0 else dt * rate_ld
             if run_fixed[e] > eps:
-                run_fixed[e] -= dt * rate
+                run_fixed[e] -= moved
             else:
-                run_beats[e] -= dt * rate / (1 if e == ld and ld_served else share)
+                on_bus = 1 if e == ld and ld_served else share
+                run_beats[e] -= moved if on_bus == 1 else moved / on_bus
         if rate_early < 0.0:
             ld_early = max(0.0, ld_early - max(0.0, nxt - max(t, ld_decode_end)))
         else:
@@ -1004,10 +1052,10 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 run_fixed[e] = post_pads[i]
             if i >= 0 and run_fixed[e] <= eps and run_beats[e] <= eps:
                 end[i] = t
-                for q in range(n_queues):
-                    if pushes[i, q]:
-                        pushed[q, n_pushed[q]] = t
-                        n_pushed[q] += 1
+                for j in range(n_pushes[i]):
+                    q = push_q[j, i]
+                    pushed[q, n_pushed[q]] = t
+                    n_pushed[q] += 1
                 run[e] = -1
                 free_t[e] = t
                 done += 1
@@ -1029,41 +1077,60 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
 def _run(table: np.ndarray, cfg: HwConfig, params: TimingParams, fetch: bool,
          extra: np.ndarray, words: int) -> Timing | None:
     """:func:`_simulate` of ``table``, as a :class:`Timing`."""
-    out = _simulate(table, extra, _constants(cfg, params), _LAYOUT, fetch, words)
-    return None if out[0] < 0 else Timing(out)
+    n = table.shape[0]
+    out = np.empty(7 + 2 * n)
+    _simulate(table, extra, _constants(cfg, params), _LAYOUT, fetch, words, out)
+    return None if out[0] < 0 else Timing(out, n)
 
 
 @compiled(uses=(alu_interlock,))
 def _table_program_simulate(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray,
-                            k: np.ndarray, ints: np.ndarray, uop_base: int) -> np.ndarray:
+                            k: np.ndarray, ints: np.ndarray, uop_base: int,
+                            out: np.ndarray) -> int:
     """:func:`_simulate` of a program's table with its ALU interlock
     (:func:`.alu_interlock.fill_interlock_cycles`, the micro-ops a UOP load copies from
-    DRAM entry ``a`` being ``uop_acc/src[a - uop_base]``); ``ints`` is
-    :func:`_integers`. An empty array when an ALU instruction needs micro-ops from
-    elsewhere in the DRAM image (``uop_base`` -1: the table's are not whole entries
-    there; or a UOP load reads outside it)."""
+    DRAM entry ``a`` being ``uop_acc/src[a - uop_base]``) into ``out``; ``ints`` is
+    :func:`_integers`. Returns the number of instructions, or -1 when an ALU
+    instruction needs micro-ops from elsewhere in the DRAM image (``uop_base`` -1: the
+    table's are not whole entries there; or a UOP load reads outside it)."""
     lay = ints[ints[_I_LAYOUT]:ints[_I_INTERLOCK]]
     n = table.shape[0]
     extra = np.zeros(n)
-    for i in range(n):
+    if _has_alu(table, lay) and (uop_base < 0 or not fill_interlock_cycles(
+            table, uop_acc, uop_src, uop_base, True, ints[_I_UOP_DEPTH], ints[_I_ACC_MASK],
+            ints[ints[_I_INTERLOCK]:ints[_I_WORDS]], extra)):
+        return -1
+    _simulate(table, extra, k, lay, True, n + 1, out)
+    return n
+
+
+@compiled
+def _has_alu(table: np.ndarray, lay: np.ndarray) -> bool:
+    """Whether ``table`` holds an ALU instruction."""
+    for i in range(table.shape[0]):  # noqa: SIM110 (numba compiles no generator)
         if table[i, lay[_L_OPCODE]] == lay[_L_ALU]:
-            if uop_base < 0 or not fill_interlock_cycles(
-                    table, uop_acc, uop_src, uop_base, True, ints[_I_UOP_DEPTH],
-                    ints[_I_ACC_MASK], ints[ints[_I_INTERLOCK]:ints[_I_WORDS]], extra):
-                return np.empty(0)
-            break
-    return _simulate(table, extra, k, lay, True, n + 1)
+            return True
+    return False
 
 
 @compiled(uses=(col, alu_interlock))
 def _words_program_simulate(insns: np.ndarray, uops: np.ndarray, k: np.ndarray,
-                            ints: np.ndarray, uop_base: int) -> np.ndarray:
+                            ints: np.ndarray, uop_offset: int, out: np.ndarray) -> int:
     """:func:`_table_program_simulate` of a program's encoded words
-    (:meth:`Program.encoded`), decoded by :func:`.insn_table.word_table` and
-    :func:`.insn_table.uop_indices`."""
+    (:meth:`Program.encoded`, its micro-ops at byte ``uop_offset``), decoded by
+    :func:`.insn_table.word_table` and :func:`.insn_table.uop_indices` (the micro-ops
+    only for a program with ALU instructions)."""
     wf = ints[ints[_I_WORDS]:]
-    acc, src = uop_indices(uops, wf)
-    return _table_program_simulate(word_table(insns, wf), acc, src, k, ints, uop_base)
+    table = word_table(insns, wf)
+    uop_bytes = uops.shape[1]
+    uop_base = -1
+    if uops.shape[0] and uop_offset % uop_bytes == 0:
+        uop_base = uop_offset // uop_bytes
+    if _has_alu(table, ints[ints[_I_LAYOUT]:ints[_I_INTERLOCK]]):
+        acc, src = uop_indices(uops, wf)
+    else:
+        acc, src = uop_indices(uops[:0], wf)
+    return _table_program_simulate(table, acc, src, k, ints, uop_base, out)
 
 
 def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAULT_TIMING,
@@ -1117,25 +1184,29 @@ def program_timing(program: Program, params: TimingParams = DEFAULT_TIMING) -> T
     ProgramError
         If the program's tokens deadlock.
     """
-    _, _, k, ints, uop_bytes = _config_arrays(program.config, params)
+    k, ints = _program_arrays(program.config, params)
     words = program.kept_encoded()
     if words is not None:
-        base, rem = divmod(words.uop_offset, uop_bytes)
-        out = _words_program_simulate(words.insns, words.uops, k, ints,
-                                      -1 if rem or not words.uops.shape[0] else base)
+        out = np.empty(7 + 2 * words.insns.shape[0])
+        n = _words_program_simulate(words.insns, words.uops, k, ints, words.uop_offset, out)
     else:
         insns = [insn for insn in program.insns if type(insn) is not Finish]
         uops = program.uops if any(type(insn) is Alu for insn in insns) else []
+        uop_bytes = _config_arrays(program.config, params)[4]
         base, rem = divmod(program.uop_offset, uop_bytes) if uops else (-1, 0)
-        out = _table_program_simulate(
+        out = np.empty(7 + 2 * len(insns))
+        n = _table_program_simulate(
             insn_table(insns), np.array([u.acc for u in uops], dtype=np.int64),
-            np.array([u.src for u in uops], dtype=np.int64), k, ints, -1 if rem else base)
-    if not out.size:  # the interlock reads micro-ops of the DRAM image
+            np.array([u.src for u in uops], dtype=np.int64), k, ints, -1 if rem else base,
+            out)
+    if n < 0:  # the interlock reads micro-ops of the DRAM image
         insns = [insn for insn in program.insns if type(insn) is not Finish]
         table = insn_table(insns)
-        out = _simulate(table, table_interlock_cycles(program, table), k, _LAYOUT, True,
-                        len(insns) + 1)
+        n = len(insns)
+        out = np.empty(7 + 2 * n)
+        _simulate(table, table_interlock_cycles(program, table), k, _LAYOUT, True, n + 1,
+                  out)
     if out[0] < 0:
         raise ProgramError("the timing model found the program's dependency tokens "
                            "deadlocked (a pop no instruction's push satisfies)")
-    return Timing(out)
+    return Timing(out, n)

@@ -18,9 +18,10 @@ from tensorfab.hil.errors import BoardConfigMismatch, BoardResetError
 from tensorfab.hil.link import HostLink
 from tensorfab.hil.targets import VirtualBoardDevice
 from tensorfab.hil.transport import RecordingTransport, ReplayTransport
-from tensorfab.hil.virtual import InProcessTransport, SocSpec, VirtualBoard
+from tensorfab.hil.virtual import DirectMemory, InProcessTransport, SocSpec, VirtualBoard
 from tensorfab.isa import PRESETS
 from tensorfab.isa.device import open_device
+from tensorfab.isa.errors import UsageError
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.rtl import ONCHIP_MEMORY, RtlSimulator
 from tensorfab.sim.testing.random_program import random_program
@@ -56,6 +57,16 @@ def test_resident_memory_keeps_weights(board: VirtualBoardDevice) -> None:
         # unaligned partial access: read-modify-write on the board
         mem.write(3, np.array([1, 2, 3], np.uint8))
         assert mem.read(2, 5).tolist() == [got[2], 1, 2, 3, got[6]]
+
+
+def test_direct_memory_refuses_on_chip_memory(board: VirtualBoardDevice) -> None:
+    """On-chip memory is inside the Verilated model, reached over the link only: direct
+    access is refused, naming why."""
+    vb = board.device(CFG).link.transport.board  # type: ignore[attr-defined]
+    with pytest.raises(UsageError, match="needs a virtual board with SDRAM"):
+        DirectMemory(vb)
+    with pytest.raises(UsageError, match="needs a virtual board with SDRAM"):
+        vb.read_memory(0, 8)
 
 
 def test_config_mismatch_names_both() -> None:
