@@ -288,6 +288,16 @@ class SdramController(wiring.Component):
         for s in (wait, col_wait, turn, rrd):
             with m.If(s != 0):
                 m.d.sync += s.eq(s - 1)
+        # Whether the beat's row is the open one, registered: the comparison would
+        # otherwise sit between the address and ``wdata.ready`` (into the core's store
+        # path). It lags the address and the bank state by a cycle, so the cycle after
+        # either changes (``stale``) decides nothing; a column command's ``col_wait``
+        # and an ACTIVE's or PRECHARGE's ``wait`` cover that cycle but after a new
+        # command.
+        hit = Signal()
+        stale = Signal()
+        m.d.sync += [hit.eq(is_open.bit_select(bank, 1) & (open_row[bank] == row)),
+                     stale.eq(0)]
 
         # --- refresh ------------------------------------------------------------
         refresh_count = Signal(range(self.refresh_interval + 1), init=self.refresh_interval)
@@ -338,7 +348,8 @@ class SdramController(wiring.Component):
 
         # --- the command stream ---------------------------------------------------
         def next_beat() -> list:
-            return [word.eq(word + bl), left.eq(left - 1), have.eq(left != 0)]
+            return [word.eq(word + bl), left.eq(left - 1), have.eq(left != 0),
+                    stale.eq(1)]
 
         m.d.comb += self.ready.eq(0)
         init_left = Signal(range(t.init_refreshes + 1))
@@ -369,22 +380,28 @@ class SdramController(wiring.Component):
                         m.d.sync += wait.eq(t_rfc - 1)
                     with m.Elif(Cat(pre_wait[b] == 0 for b in range(g.banks)).all()):
                         m.d.comb += issue("PRECHARGE", 0, 1 << 10)
-                        m.d.sync += [wait.eq(t_rp - 1), is_open.eq(0)]
+                        m.d.sync += [wait.eq(t_rp - 1), is_open.eq(0), stale.eq(1)]
                 with m.Elif(~have):
                     m.d.comb += port.cmd.ready.eq(1)
                     with m.If(port.cmd.valid):
                         m.d.sync += [word.eq(port.cmd.payload.addr >> shift),
                                      left.eq(port.cmd.payload.len),
-                                     writing.eq(port.cmd.payload.write), have.eq(1)]
-                with m.Elif(is_open.bit_select(bank, 1) & (open_row[bank] == row)):
+                                     writing.eq(port.cmd.payload.write), have.eq(1),
+                                     stale.eq(1)]
+                with m.Elif(stale):
+                    pass
+                with m.Elif(hit):
                     with m.If(col_wait != 0):
                         pass
-                    with m.Elif(writing), m.If((turn == 0) & port.wdata.valid):
-                        m.d.comb += [*issue("WRITE", bank, col), issue_write.eq(1),
-                                     port.wdata.ready.eq(1)]
-                        m.d.sync += [*next_beat(), col_wait.eq(bl - 1),
-                                     pre_wait[bank].eq(
-                                         _at_least(pre_wait[bank], bl - 1 + t_wr))]
+                    with m.Elif(writing), m.If(turn == 0):
+                        # ready whether or not a beat is valid: the core's valid would
+                        # otherwise come back to it as this ready in the same cycle
+                        m.d.comb += port.wdata.ready.eq(1)
+                        with m.If(port.wdata.valid):
+                            m.d.comb += [*issue("WRITE", bank, col), issue_write.eq(1)]
+                            m.d.sync += [*next_beat(), col_wait.eq(bl - 1),
+                                         pre_wait[bank].eq(
+                                             _at_least(pre_wait[bank], bl - 1 + t_wr))]
                     with m.Elif(room):
                         m.d.comb += [*issue("READ", bank, col), issue_read.eq(1)]
                         m.d.sync += [*next_beat(), col_wait.eq(bl - 1),
@@ -396,10 +413,10 @@ class SdramController(wiring.Component):
                     m.d.comb += issue("ACTIVE", bank, row)
                     m.d.sync += [wait.eq(t_rcd - 1), rrd.eq(t_rrd - 1),
                                  is_open.bit_select(bank, 1).eq(1), open_row[bank].eq(row),
-                                 pre_wait[bank].eq(t_ras - 1)]
+                                 pre_wait[bank].eq(t_ras - 1), stale.eq(1)]
         with m.If(close):
             m.d.comb += issue("PRECHARGE", bank, 0)
-            m.d.sync += [wait.eq(t_rp - 1), is_open.bit_select(bank, 1).eq(0)]
+            m.d.sync += [wait.eq(t_rp - 1), is_open.bit_select(bank, 1).eq(0), stale.eq(1)]
         with m.If(self.abort):  # after the FSM: these assignments win
             m.d.sync += [have.eq(0), pipe.eq(0), in_flight.eq(0), beat_done.eq(0)]
         return m

@@ -184,7 +184,9 @@ def test_chip_model_catches_a_controller_too_fast() -> None:
     sim.add_clock(1e-8)
     sim.add_testbench(host)
     sim.add_process(chip.process)
-    with pytest.raises(SdramViolation, match=r"READ: tRCD \(bank 0\) is 3 cycles, only 1"):
+    # a tRCD of 1 cycle: the READ comes 2 cycles after the ACTIVE (the cycle after an
+    # ACTIVE decides nothing, its row hit is being registered)
+    with pytest.raises(SdramViolation, match=r"READ: tRCD \(bank 0\) is 3 cycles, only 2"):
         sim.run()
 
 
