@@ -342,7 +342,7 @@ class VirtualBoard:
         """
         buf = ctypes.create_string_buffer(bytes(data), len(data))
         if self._lib.vb_mem_write(self._handle, addr, buf, len(data)) != len(data):
-            raise UsageError(self._direct_refusal(addr, len(data)))
+            raise UsageError(_direct_refusal(self.spec, addr, len(data)))
 
     def read_memory(self, addr: int, nbytes: int) -> bytes:
         """Read the SDRAM chip's contents directly (see :meth:`write_memory`).
@@ -354,15 +354,8 @@ class VirtualBoard:
         """
         buf = ctypes.create_string_buffer(nbytes)
         if self._lib.vb_mem_read(self._handle, addr, buf, nbytes) != nbytes:
-            raise UsageError(self._direct_refusal(addr, nbytes))
+            raise UsageError(_direct_refusal(self.spec, addr, nbytes))
         return buf.raw[:nbytes]
-
-    def _direct_refusal(self, addr: int, nbytes: int) -> str:
-        if not self.spec.sdram:
-            return ("direct memory access needs a virtual board with SDRAM (sdram=1): "
-                    "on-chip memory is reached over the host link only")
-        return (f"direct memory access to bytes {addr:#x}..{addr + nbytes:#x} is past the "
-                "SDRAM chip's end")
 
     def close(self) -> None:
         """Free the simulation."""
@@ -375,6 +368,15 @@ class VirtualBoard:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _direct_refusal(spec: SocSpec, addr: int, nbytes: int) -> str:
+    """Why direct access to ``nbytes`` bytes at ``addr`` of ``spec``'s board fails."""
+    if not spec.sdram:
+        return ("direct memory access needs a virtual board with SDRAM (sdram=1): "
+                "on-chip memory is reached over the host link only")
+    return (f"direct memory access to bytes {addr:#x}..{addr + nbytes:#x} is past the "
+            "SDRAM chip's end")
 
 
 def _load(path: Path) -> ctypes.CDLL:
@@ -429,7 +431,7 @@ class DirectMemory:
 
     def __init__(self, board: VirtualBoard) -> None:
         if not board.spec.sdram:
-            raise UsageError(board._direct_refusal(0, 0))
+            raise UsageError(_direct_refusal(board.spec, 0, 0))
         self.board = board
 
     def write_mem(self, addr: int, data: bytes) -> None:
