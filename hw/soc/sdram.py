@@ -291,9 +291,10 @@ class SdramController(wiring.Component):
         # Whether the beat's row is the open one, registered: the comparison would
         # otherwise sit between the address and ``wdata.ready`` (into the core's store
         # path). It lags the address and the bank state by a cycle, so the cycle after
-        # either changes (``stale``) decides nothing; a column command's ``col_wait``
-        # and an ACTIVE's or PRECHARGE's ``wait`` cover that cycle but after a new
-        # command.
+        # either changes (``stale``) decides nothing. An ACTIVE's or PRECHARGE's
+        # ``wait`` covers that cycle, and so does a column command's ``col_wait`` for
+        # bursts of two words or more; it costs a cycle after each new command (and
+        # after each beat on a 16-bit bus).
         hit = Signal()
         stale = Signal()
         m.d.sync += [hit.eq(is_open.bit_select(bank, 1) & (open_row[bank] == row)),
