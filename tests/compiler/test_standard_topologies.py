@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
+from ort_reference import reference_session
 
 from tensorfab.compiler.frontend import quantize_onnx
 from tensorfab.compiler.frontend.onnx_macs import onnx_macs
@@ -36,9 +36,7 @@ def _data(model: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, {"x": x})[0]
+    return reference_session(model).run(None, {"x": x})[0]
 
 
 def _uint8_qdq(model: onnx.ModelProto, calib: np.ndarray) -> onnx.ModelProto:
