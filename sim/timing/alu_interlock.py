@@ -60,6 +60,22 @@ def _stalls(dst: np.ndarray, src: np.ndarray, reads_src: bool, distance: int,
     return held[n - 1] if n else 0
 
 
+@compiled
+def _port_held(held: np.ndarray, slack: float) -> float:
+    """Cycles the runs of accumulator writes of micro-ops passing S1C ``held`` cycles
+    late (each one's write a fixed number of cycles after it passes) hold a LOAD's
+    data off the write port: of each run of consecutive writes, those beyond the first
+    ``slack`` (which the load engine's registers absorb)."""
+    out = 0.0
+    run = 0
+    for i in range(held.size):
+        if i and held[i] > held[i - 1]:  # a bubble before it: a new run
+            out += max(0.0, run - slack)
+            run = 0
+        run += 1
+    return out + max(0.0, run - slack)
+
+
 def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
     """Cycles the interlock holds a sequence of ALU micro-ops, in issue order.
 
@@ -96,9 +112,11 @@ def _uop_entry(row: np.ndarray, u: int, uop_acc: np.ndarray, uop_src: np.ndarray
 @compiled
 def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.ndarray,
                           base: int, strict: bool, depth: int, acc_mask: int,
-                          lay: np.ndarray, out: np.ndarray) -> bool:
-    """Fill ``out`` with the interlock cycles of each instruction of ``table``
-    (:func:`.insn_table.insn_table`); the micro-ops a UOP load copies from DRAM entry
+                          lay: np.ndarray, slack: float, out: np.ndarray) -> bool:
+    """Fill ``out[0]`` with the interlock cycles of each instruction of ``table``
+    (:func:`.insn_table.insn_table`) and ``out[1]`` with the cycles its runs of
+    accumulator writes hold a LOAD's data off the write port beyond ``slack`` each
+    (:func:`_port_held`); the micro-ops a UOP load copies from DRAM entry
     ``a`` are ``uop_acc/src[a - base]``. False when ``strict`` and a load reads outside
     them (outside them is zero otherwise). ``lay`` is :data:`INTERLOCK_LAYOUT`.
 
@@ -116,7 +134,8 @@ def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.nd
     longest_loop = 0
     for k in range(n_rows):
         row = table[k]
-        out[k] = 0.0
+        out[0, k] = 0.0
+        out[1, k] = 0.0
         opcode = row[lay[_L_OPCODE]]
         if opcode == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_UOP]:
             if strict:
@@ -173,7 +192,8 @@ def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.nd
                     dst[m] = (entry_acc[u] + i * dst_out + j * dst_in) & acc_mask
                     src[m] = (entry_src[u] + i * src_out + j * src_in) & acc_mask
                     m += 1
-        out[k] = float(_stalls(dst[:m], src[:m], reads_src, lay[_L_DISTANCE], loop[2]))
+        out[0, k] = float(_stalls(dst[:m], src[:m], reads_src, lay[_L_DISTANCE], loop[2]))
+        out[1, k] = _port_held(loop[2, :m], slack)
     return True
 
 
@@ -194,14 +214,16 @@ def _decoded_image(program: Program) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-def table_interlock_cycles(program: Program, table: np.ndarray) -> np.ndarray:
-    """:func:`alu_interlock_cycles` of the instructions of ``table``
-    (:func:`.insn_table.insn_table`)."""
+def table_interlock_cycles(program: Program, table: np.ndarray, slack: float = 0.0
+                           ) -> np.ndarray:
+    """:func:`fill_interlock_cycles`' two rows for the instructions of ``table``
+    (:func:`.insn_table.insn_table`): the interlock cycles, and the cycles the runs of
+    accumulator writes hold a LOAD's data beyond ``slack`` each."""
     cfg = program.config
-    out = np.zeros(table.shape[0])
+    out = np.zeros((2, table.shape[0]))
     if not (table[:, col.OPCODE] == Opcode.ALU).any():
         return out
-    args = (cfg.uop_depth, cfg.acc_depth - 1, INTERLOCK_LAYOUT, out)
+    args = (cfg.uop_depth, cfg.acc_depth - 1, INTERLOCK_LAYOUT, slack, out)
     eb = uop_format(cfg).bytes
     base, rem = divmod(program.uop_offset, eb)
     if not rem and program.uops:
@@ -227,4 +249,4 @@ def alu_interlock_cycles(program: Program, insns: Sequence[Insn] | None = None
         The instructions, when not ``program.insns`` (the same micro-op loads).
     """
     insns = program.insns if insns is None else insns
-    return table_interlock_cycles(program, insn_table(insns)).tolist()
+    return table_interlock_cycles(program, insn_table(insns))[0].tolist()

@@ -312,6 +312,14 @@ def _new_constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
 
 
 @compiled
+def _data_slack(k: np.ndarray) -> float:
+    """Cycles of the compute engine's accumulator writes an accumulator LOAD's data
+    absorbs: an entry waits in the load engine's write register, the next one's beats
+    but its last go into its shift register."""
+    return 2.0 * k[_K_ACC_ENTRY_BEATS] - 1.0
+
+
+@compiled
 def _load_walk(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray) -> float:
     """:func:`load_walk` of one table row."""
     pad_left = row[lay[_L_PAD_LEFT]]
@@ -597,7 +605,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     # the working arrays are rows of three blocks (an allocation costs more than timing
     # a short program's instruction), zeroed where read before written
     width = max(n, words + chunk, 9 + 2 * n_queues)
-    reals = np.empty((8 + n_queues, width))
+    reals = np.empty((9 + n_queues, width))
     ints = np.empty((10 + 2 * n_queues, width), np.int64)
     small = np.zeros(137 + 2 * _ROW_DELAYS)
     eng_of = ints[0]
@@ -626,15 +634,19 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     # per compute instruction: the fraction of its micro-op cycles writing the
     # accumulators (the ALU interlock's bubbles write nothing)
     acc_writes = reals[4]
+    # and the share of them in which its runs of writes hold a LOAD's data off the
+    # port beyond the load engine's slack (the interlock's, .alu_interlock._port_held)
+    port_held = reals[8]
     disp_t = reals[5]  # when fetch dispatched each instruction
     word_at = reals[6]
-    pushed = reals[8:8 + n_queues]
+    pushed = reals[9:9 + n_queues]
     grant = small[0:64]
     grant_end = small[64:128]
     run_fixed = small[128:131]
     run_beats = small[131:134]
     free_t = small[134:137]  # when each engine last became free
     reals[2:5, :n] = 0.0
+    port_held[:n] = 0.0
     post_pads[:n] = 0.0
     ints[1:3, :n] = 0
     rows[:n] = 0
@@ -656,7 +668,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         pos[i] = stream_len[e]
         streams[e, stream_len[e]] = i
         stream_len[e] += 1
-        x = extra[i]
+        x = extra[0, i]
         fixed[i] = f + x
         beats[i] = b
         acc_load[i] = opcode == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_ACC]
@@ -678,13 +690,13 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             busy_uops = fixed[i] - compute_fixed
             acc_writes[i] = (min(1.0, max(0.0, (busy_uops - x) / busy_uops))
                              if busy_uops > eps else 0.0)
+            if busy_uops > eps:
+                port_held[i] = min(1.0, extra[1, i] / busy_uops)
     ld, cp, st = 0, 1, 2
     depth = int(k[_K_DEPTH])
     in_order = k[_K_IN_ORDER] != 0.0
     acc_entry_beats = k[_K_ACC_ENTRY_BEATS]
-    # an entry waits in the write register, the next one's beats but its last in the
-    # shift register
-    data_slack = 2.0 * acc_entry_beats - 1.0
+    data_slack = _data_slack(k)
     acc_drain = k[_K_ACC_DRAIN]
     # the running LOAD into the accumulators: the end of its decode, its padding
     # entries before its first data still to write, whether it is in its walk's end
@@ -999,6 +1011,10 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                 # register meanwhile, so the last `data_slack` cycles of the compute
                 # engine's writes cost none
                 rate_ld = min(1.0, free * acc_entry_beats)
+                # an ALU instruction's interlock bubbles free the port between runs of
+                # writes, but each run beyond the slack holds the data: its data at
+                # the share of the instruction's cycles no such run holds
+                rate_ld = min(rate_ld, 1.0 - port_held[i_cp])
                 nxt = min(nxt, t + writes_left - data_slack)
             if free < 1.0:
                 nxt = min(nxt, t + writes_left)
@@ -1095,10 +1111,11 @@ def _table_program_simulate(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.
     table's are not whole entries there; or a UOP load reads outside it)."""
     lay = ints[ints[_I_LAYOUT]:ints[_I_INTERLOCK]]
     n = table.shape[0]
-    extra = np.zeros(n)
+    extra = np.zeros((2, n))
     if _has_alu(table, lay) and (uop_base < 0 or not fill_interlock_cycles(
             table, uop_acc, uop_src, uop_base, True, ints[_I_UOP_DEPTH], ints[_I_ACC_MASK],
-            ints[ints[_I_INTERLOCK]:ints[_I_WORDS]], extra)):
+            ints[ints[_I_INTERLOCK]:ints[_I_WORDS]], _data_slack(k),
+            extra)):
         return -1
     _simulate(table, extra, k, lay, True, n + 1, out)
     return n
@@ -1160,7 +1177,9 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     words = 0
     if fetch:  # FINISH's word too
         words = n if n and isinstance(insns[-1], Finish) else n + 1
-    extra_cycles = np.zeros(n) if extra is None else np.asarray(extra, dtype=np.float64)
+    extra_cycles = np.zeros((2, n))  # (the port's runs of writes unknown)
+    if extra is not None:
+        extra_cycles[0] = extra
     return _run(insn_table(insns), cfg, params, fetch, extra_cycles, words)
 
 
@@ -1204,8 +1223,9 @@ def program_timing(program: Program, params: TimingParams = DEFAULT_TIMING) -> T
         table = insn_table(insns)
         n = len(insns)
         out = np.empty(7 + 2 * n)
-        _simulate(table, table_interlock_cycles(program, table), k, _LAYOUT, True, n + 1,
-                  out)
+        _simulate(table, table_interlock_cycles(program, table,
+                                                _data_slack(k)),
+                  k, _LAYOUT, True, n + 1, out)
     if out[0] < 0:
         raise ProgramError("the timing model found the program's dependency tokens "
                            "deadlocked (a pop no instruction's push satisfies)")
