@@ -31,9 +31,10 @@ cycles. It is an event simulation, not a cycle-accurate one:
 * a STORE's write command goes to the memory a cycle after its data is ready and waits
   for the running LOAD's reads and the bursts commanded before it; a burst among its
   row writes holds the later rows; a LOAD whose first read comes after a write's
-  command waits for the write's beats that outlast its read latency; a LOAD whose
-  reads the memory has all served takes its data from the read buffer (its beats
-  share the bus with none);
+  command waits for the write's beats that outlast its read latency, one whose reads
+  are granted after it has each served after the write's bursts commanded before it
+  (the round robin alternates them); a LOAD whose reads the memory has all served
+  takes its data from the read buffer (its beats share the bus with none);
 * a LOAD into the accumulators shares the accumulator's write port with the compute
   engine's micro-ops, which take it first (a compute instruction's last cycles but
   :data:`ACC_WRITE_DRAIN`, after its pipeline's fill): each padding entry of its walk
@@ -42,7 +43,9 @@ cycles. It is an event simulation, not a cycle-accurate one:
   after its data phase; its data needs one port cycle per entry of ``acc_entry_bytes
   / mem_bus_bytes`` beats, and the last ``2 * acc_entry_beats - 1`` cycles of a run of
   compute writes cost it nothing (an entry waits in its write register, the load
-  engine takes the next entry's beats but its last meanwhile);
+  engine takes the next entry's beats but its last meanwhile); an ALU instruction's
+  interlock bubbles break its writes into runs, each holding the data beyond that
+  slack (:func:`.alu_interlock._port_held`);
 * a LOAD walks its padded block (:func:`load_walk`): padding one entry per cycle, data
   as its beats arrive after the read latency;
 * FINISH: the compute engine takes it after its last instruction and the tokens left
