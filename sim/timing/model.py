@@ -971,13 +971,16 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                     ld_data_end += late
                 elif in_order and i_ld >= 0 and ld_grants > 0:
                     # the LOAD's reads granted after the write's command take turns
-                    # with its bursts (the round robin; the store's bursts are of
-                    # LOAD_BURST beats too): the memory serves each read after the
-                    # write's beats commanded before it
+                    # with its bursts (the round robin; a row split at LOAD_BURST beats
+                    # as the LOAD's): the memory serves each read after the write's
+                    # beats commanded before it, and the read budget grants each
+                    # later by those before the read ahead of it
+                    burst = min(k[_K_LOAD_BURST], beats[i_st] / max(1, rows[i_st]))
                     ahead = 0.0
                     for c in range(ld_grants):
                         if grant[c] > st_command + eps:
-                            ahead = min(run_beats[st], ahead + k[_K_LOAD_BURST])
+                            grant[c] += ahead
+                            ahead = min(run_beats[st], ahead + burst)
                             grant_end[c] += ahead
         # a LOAD into the accumulators shares their write port with the compute
         # engine, whose micro-ops take it first: each padding entry of its walk needs a
