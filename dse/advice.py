@@ -131,7 +131,7 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
         resources; ``resources_source`` says where the resources come from;
         ``batch_one``: the inputs whose symbolic batch was taken as 1.
     """
-    from tensorfab.compiler.frontend.onnx_import import load_onnx, symbolic_inputs
+    from tensorfab.compiler.frontend.onnx_import import load_onnx
     from tensorfab.compiler.model_compile import (
         FloatModelError,
         ModelCompileError,
@@ -145,16 +145,12 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     from tensorfab.runtime.memory_plan import OutOfDeviceMemory, plan_memory
     from tensorfab.runtime.resident import planned_host_traffic
 
+    from .model_workload import batch_one_shapes
     from .resource_model import ResourceModel
 
     board = get_board(board_name)
     prepared = load_onnx(model_path)  # loaded and checked once for every config
-    input_shapes = dict(input_shapes or {})
-    batch_one: list[str] = []
-    for name, shape in symbolic_inputs(prepared, input_shapes):
-        if isinstance(shape[0], str) and not any(isinstance(d, str) for d in shape[1:]):
-            batch_one.append(name)
-            input_shapes[name] = (1, *shape[1:])
+    input_shapes, batch_one = batch_one_shapes(prepared, input_shapes)
     check_fixed_inputs(prepared, input_shapes)
     model = ResourceModel.load() if board.family == "ecp5" else None
     clock = board.clock_mhz or board.clock_in_mhz
