@@ -35,7 +35,7 @@ test: $(STAMP)
 	# summary line closes the run)
 	$(BIN)/pytest -n 1 -m "not slow" tests/hil/test_device_suite.py --device-faults \
 		--device-programs 5 -k "not directed"
-	$(BIN)/pytest -n 2 -m "not slow"
+	$(BIN)/pytest -n 2 -m "not slow" --durations=25
 
 test-all: $(STAMP)
 	$(BIN)/pytest -n 2

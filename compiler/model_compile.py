@@ -32,8 +32,8 @@ from .graph.partitioning import cpu_convolutions
 from .graph.printer import astext
 from .tensor.schedule_source import ScheduleSource
 
-__all__ = ["DEFAULT_QUANTIZER", "QUANTIZERS", "CompiledModel", "ModelCompileError",
-           "calibration_batches", "compile_onnx"]
+__all__ = ["DEFAULT_QUANTIZER", "QUANTIZERS", "CompiledModel", "FloatModelError",
+           "ModelCompileError", "calibration_batches", "compile_onnx"]
 
 #: Post-training quantizers: tensorfab's own, or onnxruntime's ``quantize_static``.
 QUANTIZERS = ("tensorfab", "ort")
@@ -45,6 +45,20 @@ CALIBRATION_BATCH = 64
 
 class ModelCompileError(TensorfabError):
     """A model and options that cannot compile (names the file, the input, the fix)."""
+
+
+class FloatModelError(ModelCompileError):
+    """A float model compiled for the accelerator without calibration data.
+
+    Attributes
+    ----------
+    where : str
+        The model (its file, or a description of the graph).
+    """
+
+    def __init__(self, message: str, where: str) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 @dataclass
@@ -286,10 +300,10 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
         fn = plan_devices(fn)
     else:
         if not quantized:
-            raise ModelCompileError(
+            raise FloatModelError(
                 f"{where} is a float model and the accelerator runs int8 layers: pass "
                 "calibration data (--calib) to quantize it, or no --config to run it on "
-                "the CPU")
+                "the CPU", where)
         name = cfg.name
         say(f"partitioning and planning for the accelerator ({name})")
         plain = im2col_small_channel_convs(plan_devices(annotate_accelerator(

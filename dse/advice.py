@@ -117,8 +117,8 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     ------
     ModelCompileError
         The model cannot be read, an input has symbolic dims other than its batch that
-        ``input_shapes`` does not fix, or every config fails to compile it the same way
-        (a float model without calibration): once, not per config.
+        ``input_shapes`` does not fix, it is a float model and no calibration is given,
+        or every config fails to compile it the same way: once, not per config.
 
     Returns
     -------
@@ -131,8 +131,13 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
         resources; ``resources_source`` says where the resources come from;
         ``batch_one``: the inputs whose symbolic batch was taken as 1.
     """
-    from tensorfab.compiler.frontend.onnx_import import load_onnx, symbolic_inputs
-    from tensorfab.compiler.model_compile import check_fixed_inputs, compile_onnx
+    from tensorfab.compiler.frontend.onnx_import import load_onnx
+    from tensorfab.compiler.model_compile import (
+        FloatModelError,
+        ModelCompileError,
+        check_fixed_inputs,
+        compile_onnx,
+    )
     from tensorfab.fpga_builds.board_configs import board_config
     from tensorfab.fpga_builds.boards import get_board
     from tensorfab.isa import TensorfabError
@@ -140,16 +145,12 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     from tensorfab.runtime.memory_plan import OutOfDeviceMemory, plan_memory
     from tensorfab.runtime.resident import planned_host_traffic
 
+    from .model_workload import batch_one_shapes
     from .resource_model import ResourceModel
 
     board = get_board(board_name)
     prepared = load_onnx(model_path)  # loaded and checked once for every config
-    input_shapes = dict(input_shapes or {})
-    batch_one: list[str] = []
-    for name, shape in symbolic_inputs(prepared, input_shapes):
-        if isinstance(shape[0], str) and not any(isinstance(d, str) for d in shape[1:]):
-            batch_one.append(name)
-            input_shapes[name] = (1, *shape[1:])
+    input_shapes, batch_one = batch_one_shapes(prepared, input_shapes)
     check_fixed_inputs(prepared, input_shapes)
     model = ResourceModel.load() if board.family == "ecp5" else None
     clock = board.clock_mhz or board.clock_in_mhz
@@ -183,6 +184,10 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
         try:
             compiled = compile_onnx(prepared, config=cfg, calibration=calibration,
                                     input_shapes=input_shapes)
+        except FloatModelError as e:  # the model's, the same for every config
+            raise ModelCompileError(
+                f"{e.where} is a float model and every config runs int8 layers: pass "
+                "calibration inputs (--calib calib.npy) to quantize it") from e
         except TensorfabError as e:
             failures.append(e)
             rows.append(ConfigAdvice(name, None, False, estimated_cycles=None,
@@ -206,7 +211,7 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
                                  estimated_latency_ms=cycles / (clock * 1e3),
                                  accel_programs=len(accel), **traffic, **res))
     if failures and len(failures) == len(rows) and len({str(e) for e in failures}) == 1:
-        raise failures[0]  # the model's problem (a float model without --calib), not a config's
+        raise failures[0]  # the model's problem, not a config's
     fitting = sorted((r for r in rows if r.fits_memory and r.estimated_cycles is not None),
                      key=lambda r: r.estimated_cycles or 0)
     build = next((r.config for r in fitting if r.fits_board and r.meets_clock is not False),

@@ -38,7 +38,7 @@ def point_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         cfg = HwConfig.from_json(cfg_json)
         ok = all(r.get("cycles") for r in rs)
         cycles = sum(r["cycles"] for r in rs) if ok else None
-        macs = sum(r["macs"] for r in rs)
+        macs = sum(r["macs"] or 0 for r in rs)  # None: a model that did not compile
         out.append({"name": cfg.name, "config": cfg_json,
                     "macs_per_cycle": cfg.batch * cfg.block_in * cfg.block_out,
                     "clock_mhz": cfg.clock_mhz, "cycles": cycles, "macs": macs,

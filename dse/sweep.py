@@ -1,9 +1,11 @@
 """A design-space sweep: every valid point of a space times every workload, evaluated on
 the timing model on a dask cluster, each result cached on disk.
 
-The cycles come from the timing model (:mod:`tensorfab.sim.timing`), which is measured
-within 1.3 % of the RTL on the ResNet-18 and dense workloads and up to ~10 % on random
-programs; every cycle figure here is that model's estimate.
+A workload is a tensor operator by name (ResNet-18's convolutions, the dense layers) or
+a whole ONNX model (:mod:`.model_workload`: ``digits`` or a file, its accelerator
+programs). The cycles come from the timing model (:mod:`tensorfab.sim.timing`, within
+3 % of the RTL on the programs of ``tensorfab bench timing-model``); every cycle figure
+here is that model's estimate.
 """
 
 from __future__ import annotations
@@ -18,10 +20,22 @@ from typing import Any
 
 from tensorfab.isa import HwConfig, UsageError
 
+from .model_workload import (
+    DIGITS,
+    ModelWorkload,
+    digits_workload,
+    evaluate_model,
+    model_workload,
+    rtl_cycles_of_model,
+)
 from .space import SpacePoint
 
-__all__ = ["SweepResult", "check_on_rtl", "code_version", "evaluate", "known_workloads",
-           "rtl_cycles_of", "run_sweep", "workload_by_name"]
+__all__ = ["SweepResult", "Workload", "check_on_rtl", "code_version", "evaluate",
+           "known_workloads", "rtl_cycles_of", "run_sweep", "workload_by_name",
+           "workload_name"]
+
+#: A sweep's workload: a tensor workload's name, or a whole model.
+Workload = str | ModelWorkload
 
 #: Source folders whose code decides a point's result (the code version hashes them).
 _SOURCE_DIRS = ("isa", "compiler", "sim", "dse")
@@ -37,27 +51,48 @@ def known_workloads() -> dict[str, Any]:
             "dense64": Workload.dense(16, 64, 64, name="dense64")}
 
 
-def workload_by_name(names: Sequence[str]) -> list[str]:
-    """Check workload names; ``resnet18`` expands to its convolutions C2-C11.
+def workload_by_name(names: Sequence[str], calibration: Any = None,
+                     input_shapes: dict[str, tuple[int | str, ...]] | None = None
+                     ) -> list[Workload]:
+    """The workloads of ``--workloads``: ``resnet18`` expands to its convolutions
+    C2-C11, ``digits`` is the digits CNN, a path ending in ``.onnx`` a whole model
+    (quantized with ``calibration``, at ``input_shapes``, a symbolic batch taken as 1).
 
     Raises
     ------
     UsageError
-        A name is not a known workload (the known ones listed).
+        A name that is not a known workload (the known ones listed), an ONNX file that
+        does not exist, or two workloads of one name.
+    ModelCompileError
+        An ONNX file that cannot be read or keeps a symbolic dim other than its batch.
     """
     from tensorfab.compiler.tensor import RESNET18_CONV
 
     known = known_workloads()
-    out: list[str] = []
+    out: list[Workload] = []
     for n in names:
         if n == "resnet18":
             out.extend(RESNET18_CONV)
         elif n in known:
             out.append(n)
+        elif n == DIGITS:
+            out.append(digits_workload())
+        elif n.lower().endswith(".onnx"):
+            out.append(model_workload(n, calibration, input_shapes))
         else:
             raise UsageError(f"--workloads: unknown workload {n!r} (known: resnet18, "
-                             f"{', '.join(known)})")
+                             f"{', '.join(known)}, {DIGITS}, or an ONNX file)")
+    seen = [workload_name(w) for w in out]
+    twice = next((n for n in seen if seen.count(n) > 1), None)
+    if twice is not None:
+        raise UsageError(f"--workloads: {twice!r} is given twice (two ONNX files of one "
+                         "name: rename one)")
     return out
+
+
+def workload_name(workload: Workload) -> str:
+    """The name a workload's rows carry."""
+    return workload if isinstance(workload, str) else workload.name
 
 
 def code_version() -> str:
@@ -73,16 +108,18 @@ def code_version() -> str:
     return h.hexdigest()[:16]
 
 
-def _cache_key(config: HwConfig, workload: str, version: str) -> str:
+def _cache_key(config: HwConfig, workload: Workload, version: str) -> str:
     cfg = config.to_dict()
     cfg.pop("name")
-    blob = json.dumps({"config": cfg, "workload": workload, "code": version},
+    what = workload if isinstance(workload, str) else f"model {workload.digest}"
+    blob = json.dumps({"config": cfg, "workload": what, "code": version},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def evaluate(config_json: str, workload: str) -> dict[str, Any]:
-    """Compile ``workload`` for the config and time it on the timing model.
+def evaluate(config_json: str, workload: Workload) -> dict[str, Any]:
+    """Compile ``workload`` for the config and time it on the timing model (a model:
+    :func:`~.model_workload.evaluate_model`, which adds its own keys).
 
     Returns
     -------
@@ -96,6 +133,8 @@ def evaluate(config_json: str, workload: str) -> dict[str, Any]:
     from tensorfab.isa import TensorfabError
     from tensorfab.sim.timing.model import program_timing
 
+    if isinstance(workload, ModelWorkload):
+        return evaluate_model(config_json, workload)
     cfg = HwConfig.from_json(config_json)
     wl = known_workloads()[workload]
     try:
@@ -132,6 +171,16 @@ class SweepResult:
     cached: int
     seconds: float
 
+    def errors(self) -> dict[str, dict[str, int]]:
+        """Per workload, each error its valid points gave (the workload did not compile
+        for them) and how many points gave it."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self.rows:
+            if r.get("valid") and r.get("error"):
+                per = out.setdefault(r["workload"], {})
+                per[r["error"]] = per.get(r["error"], 0) + 1
+        return out
+
     @property
     def cache_hit_ratio(self) -> float:
         """Fraction of the evaluated rows that came from the cache."""
@@ -139,7 +188,7 @@ class SweepResult:
         return self.cached / total if total else 0.0
 
 
-def run_sweep(points: Sequence[SpacePoint], workloads: Sequence[str], client: Any,
+def run_sweep(points: Sequence[SpacePoint], workloads: Sequence[Workload], client: Any,
               cache_dir: str | Path,
               progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Evaluate every valid point on every workload on ``client`` (dask).
@@ -147,7 +196,8 @@ def run_sweep(points: Sequence[SpacePoint], workloads: Sequence[str], client: An
     Each result is written to ``cache_dir`` under its (config, workload, code version)
     key as soon as it arrives, so an interrupted sweep resumes where it stopped and a
     repeated one computes nothing. Invalid points become rows with their reason.
-    ``progress(done, total)`` is called as results arrive.
+    ``progress(done, total)`` is called as results arrive. A model workload is sent to
+    the cluster once (``scatter``), not with every task.
     """
     from distributed import as_completed
 
@@ -158,10 +208,10 @@ def run_sweep(points: Sequence[SpacePoint], workloads: Sequence[str], client: An
     rows: list[dict[str, Any]] = []
     pending: dict[Any, tuple[Path, dict[str, Any]]] = {}
     cached = 0
-    todo: list[tuple[Path, dict[str, Any], str, str]] = []
+    todo: list[tuple[Path, dict[str, Any], str, Workload]] = []
     for pt in points:
         for wl in workloads:
-            row: dict[str, Any] = {**pt.values, "workload": wl,
+            row: dict[str, Any] = {**pt.values, "workload": workload_name(wl),
                                    "valid": pt.config is not None,
                                    "invalid_reason": pt.invalid_reason}
             rows.append(row)
@@ -177,8 +227,12 @@ def run_sweep(points: Sequence[SpacePoint], workloads: Sequence[str], client: An
     total = len(todo) + cached
     if progress:
         progress(cached, total)
+    sent: dict[str, Any] = {}
     for path, row, cfg_json, wl in todo:
-        pending[client.submit(evaluate, cfg_json, wl, pure=False)] = (path, row)
+        if isinstance(wl, ModelWorkload) and wl.name not in sent:
+            sent[wl.name] = client.scatter(wl)
+        task = sent.get(workload_name(wl), wl)
+        pending[client.submit(evaluate, cfg_json, task, pure=False)] = (path, row)
     done = cached
     for fut in as_completed(list(pending)):
         path, row = pending[fut]
@@ -193,9 +247,10 @@ def run_sweep(points: Sequence[SpacePoint], workloads: Sequence[str], client: An
     return SweepResult(rows, len(todo), cached, time.perf_counter() - t0)
 
 
-def rtl_cycles_of(config_json: str, workload: str) -> dict[str, Any]:
+def rtl_cycles_of(config_json: str, workload: Workload) -> dict[str, Any]:
     """Cycles of ``workload``'s program for the config on the RTL executor (Verilator;
-    a config's model is built once and cached) and on the timing model.
+    a config's model is built once and cached) and on the timing model (a model:
+    :func:`~.model_workload.rtl_cycles_of_model`, its accelerator programs summed).
 
     Returns
     -------
@@ -207,6 +262,8 @@ def rtl_cycles_of(config_json: str, workload: str) -> dict[str, Any]:
     from tensorfab.sim.rtl import RtlSimulator
     from tensorfab.sim.timing.model import program_timing
 
+    if isinstance(workload, ModelWorkload):
+        return rtl_cycles_of_model(config_json, workload)
     cfg = HwConfig.from_json(config_json)
     program = compile_workload(known_workloads()[workload], cfg).program
     model = round(program_timing(program).cycles)
@@ -216,10 +273,11 @@ def rtl_cycles_of(config_json: str, workload: str) -> dict[str, Any]:
             "rtl_seconds": round(time.perf_counter() - t0, 3)}
 
 
-def check_on_rtl(rows: Sequence[dict[str, Any]], n: int, client: Any, seed: int = 0
-                 ) -> dict[str, Any]:
+def check_on_rtl(rows: Sequence[dict[str, Any]], n: int, client: Any, seed: int = 0,
+                 workloads: Sequence[Workload] = ()) -> dict[str, Any]:
     """Run ``n`` sampled (point, workload) rows with cycles on the RTL on ``client``
-    and compare with the timing model's cycles.
+    and compare with the timing model's cycles; ``workloads`` gives the model
+    workloads the rows name (a tensor workload is found by its name).
 
     Returns
     -------
@@ -239,7 +297,9 @@ def check_on_rtl(rows: Sequence[dict[str, Any]], n: int, client: Any, seed: int 
         raise UsageError(f"--check-rtl {n}: give at least one point")
     done = [r for r in rows if r.get("cycles")]
     picked = random.Random(seed).sample(done, min(n, len(done)))
-    futs = [client.submit(rtl_cycles_of, r["config"], r["workload"], pure=False)
+    models = {w.name: w for w in workloads if isinstance(w, ModelWorkload)}
+    futs = [client.submit(rtl_cycles_of, r["config"], models.get(r["workload"], r["workload"]),
+                          pure=False)
             for r in picked]
     checked = []
     for r, fut in zip(picked, futs, strict=True):

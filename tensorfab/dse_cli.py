@@ -82,12 +82,18 @@ def cmd_dse(args: argparse.Namespace) -> int:
         write_parquet,
     )
     from tensorfab.dse.space import load_space, space_points
-    from tensorfab.dse.sweep import check_on_rtl, run_sweep, workload_by_name
+    from tensorfab.dse.sweep import check_on_rtl, run_sweep, workload_by_name, workload_name
+
+    from .model_cli import _calibration, _shapes
 
     if args.check_rtl is not None and args.check_rtl < 1:
         raise UsageError(f"--check-rtl {args.check_rtl}: give at least one point")
     space = load_space(args.space)
-    workloads = workload_by_name([w for w in args.workloads.split(",") if w])
+    workloads = workload_by_name([w for w in args.workloads.split(",") if w],
+                                 _calibration(args.calib), _shapes(args.shape) or None)
+    if (args.calib or args.shape) and all(isinstance(w, str) for w in workloads):
+        raise UsageError("--calib and --shape are for ONNX workloads (--workloads "
+                         "model.onnx); the tensor workloads have their own shapes")
     board_info = ecp5_board(args.board or "ulx3s-85f")
     board = board_info.name
     model = ResourceModel.load()
@@ -104,7 +110,8 @@ def cmd_dse(args: argparse.Namespace) -> int:
             with Progress(transient=True, disable=args.json) as bar:
                 bar.add_task(f"{args.check_rtl} points on the RTL (Verilator builds "
                              "take minutes per config)", total=None)
-                rtl_check = check_on_rtl(result.rows, args.check_rtl, client)
+                rtl_check = check_on_rtl(result.rows, args.check_rtl, client,
+                                         workloads=workloads)
     summary = point_summary(result.rows)
     add_resources(summary, model, board)
     by_config = {s["config"]: s for s in summary}
@@ -120,7 +127,8 @@ def cmd_dse(args: argparse.Namespace) -> int:
     invalid = [{"values": p.values, "reason": p.invalid_reason}
                for p in points if p.config is None]
     report = {"points": len(points), "valid_points": len(points) - len(invalid),
-              "workloads": workloads, "computed": result.computed,
+              "workloads": [workload_name(w) for w in workloads],
+              "computed": result.computed, "errors": result.errors(),
               "cached": result.cached, "cache_hit_ratio": result.cache_hit_ratio,
               "seconds": round(result.seconds, 3), "parquet": str(parquet),
               "invalid": invalid, "board": board, "board_filter": args.board is not None,
@@ -142,6 +150,10 @@ def cmd_dse(args: argparse.Namespace) -> int:
               f"{result.cached} from the cache, {result.seconds:.1f} s")
         for inv in invalid:
             print(f"  invalid {inv['values']}: {inv['reason']}")
+        for wl, errors in report["errors"].items():
+            for error, count in errors.items():
+                print(f"  {wl} does not compile for {count} of {report['valid_points']} "
+                      f"points: {error}")
         print(f"resources on {board} (estimated; the model's held-out error: "
               f"{model.held_out_text()})"
               + (f"; only the {len(shown)} points that fit" if args.board else ""))
@@ -184,6 +196,8 @@ def add_dse_command(command: Callable[..., argparse.ArgumentParser]) -> None:
         "dse", "design-space sweep: HwConfig fields over workloads on the timing model, "
         "on a dask cluster, cached on disk",
         "tensorfab dse --space space.yaml --workloads dense64,fc1000 --workers 2",
+        "tensorfab dse --space space.yaml --workloads resnet18,digits --board ulx3s-85f",
+        "tensorfab dse --space space.yaml --workloads model.onnx --calib calib.npy",
         "tensorfab dse --space space.yaml --board ulx3s-25f",
         "tensorfab dse fit-resources")
     d.add_argument("action", nargs="?", choices=["sweep", "fit-resources"], default="sweep",
@@ -202,7 +216,14 @@ def add_dse_command(command: Callable[..., argparse.ArgumentParser]) -> None:
     d.add_argument("-o", "--output", help="fit-resources: model file (default: the "
                    "package's dse/resource_model.json)")
     d.add_argument("--workloads", default="dense64",
-                   help="comma-separated: resnet18, C2..C11, fc1000, proj, dense64")
+                   help="comma-separated: resnet18, C2..C11, fc1000, proj, dense64 "
+                        "(tensor operators), digits (the samples' CNN) or an ONNX file "
+                        "(a whole model: its accelerator programs)")
+    d.add_argument("--calib", help="sweep: calibration inputs (.npy or .npz) of the "
+                   "ONNX workloads, for int8")
+    d.add_argument("--shape", action="append",
+                   help="sweep: fixed input shape NAME=D,D,... of the ONNX workloads "
+                        "(repeatable; a symbolic batch is taken as 1)")
     d.add_argument("--scheduler", default=None,
                    help="existing dask scheduler (tcp://host:8786); default: a "
                         "LocalCluster here")

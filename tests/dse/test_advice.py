@@ -130,6 +130,8 @@ def test_a_model_problem_is_one_error_not_one_per_config(calib: np.ndarray) -> N
     # (a symbolic dim other than the batch is named once, before any config is
     # compiled: test_a_symbolic_batch_is_advised_at_batch_one_...)
     # a float model with no calibration fails every config the same way: one error
-    with pytest.raises(ModelCompileError, match="is a float model"):
+    with pytest.raises(ModelCompileError, match="is a float model") as info:
         advise(str(model_path()), "ulx3s-85f", None, {"image": (1, 1, 8, 8)},
                ["tiny", "small"])
+    # the fix named is advise's own option, not compile's --config
+    assert "--calib" in str(info.value) and "--config" not in str(info.value)
