@@ -140,3 +140,38 @@ def test_two_hundred_random_programs_match_the_rtl(preset: str) -> None:
     err = _errors(preset, range(200))
     assert err.max() <= MAX_ERROR, (int(err.argmax()), err.max())
     assert err.mean() <= MEAN_ERROR[200], err.mean()
+
+
+def test_programs_the_model_missed_most_before_alu_write_runs() -> None:
+    # before an ALU instruction's runs of accumulator writes held an accumulator LOAD's
+    # data beyond the load engine's slack (the model let it run at the interlock
+    # bubbles' average share): -3.7 % (tiny 2232: runs of 41, 9 and 17 writes stalled a
+    # 16-entry LOAD's data 47 cycles); now -1.4 %
+    (err,) = _errors("tiny", range(2232, 2233))
+    assert err <= 0.02, err
+
+
+def test_loads_reads_take_turns_with_a_writes_bursts() -> None:
+    # ResNet-18's C9 with tile(oc=4, ic=1) and two threads: in the default placement an
+    # INP LOAD beside a 392-beat STORE takes 799 cycles in the RTL (its reads take turns
+    # with the write's bursts), and the model had it served after 613 (-0.77 % over the
+    # program, level with the packed placement); the model ranks the two as the RTL does
+    from tensorfab.compiler import RESNET18_CONV
+    from tensorfab.compiler.tensor.operators import compile_workload
+    from tensorfab.compiler.tensor.schedule import Schedule
+    from tensorfab.compiler.tensor.tile_search import SIM_TOLERANCE
+    from tensorfab.sim.rtl import RtlSimulator
+
+    cfg, wl = PRESETS["default"], RESNET18_CONV["C9"]
+    spread = Schedule(wl, cfg).tile(oc=4, ic=1).virtual_thread(2)
+    packed = Schedule(wl, cfg).tile(oc=4, ic=1).virtual_thread(2).place("inp", 225) \
+        .place("wgt", 36)
+    rtl, model = [], []
+    for schedule in (spread, packed):
+        program = compile_workload(wl, cfg, schedule=schedule).program
+        rtl.append(RtlSimulator().run(program).cycles)
+        model.append(program_timing(program).cycles)
+    assert rtl[1] < rtl[0] * (1 - SIM_TOLERANCE), rtl  # the packed placement is faster
+    assert model[1] < model[0] * (1 - SIM_TOLERANCE), model
+    for m, r in zip(model, rtl, strict=True):
+        assert abs(m - r) / r <= 0.005, (model, rtl)
