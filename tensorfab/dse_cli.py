@@ -257,11 +257,11 @@ def cmd_advise(args: argparse.Namespace) -> int:
     def human() -> None:
         reach = {r["board_memory_bytes"] for r in result["configs"]} - {None}
         within = ("" if reach <= {result["board_memory_bytes"]} else
-                  " (a config reaches " + " or ".join(f"{b:,}" for b in sorted(reach))
-                  + " of them with its addresses)")
+                  "; a config's addresses reach "
+                  + " or ".join(f"{b // 1024:,}" for b in sorted(reach)) + " KiB of it")
         where = "SDRAM" if result["board_memory"] == "sdram" else "on-chip"
         print(f"board {result['board']}: {result['board_memory_bytes']:,} bytes of "
-              f"device memory ({where}){within}, {result['clock_mhz']:g} MHz")
+              f"device memory ({where}{within}), {result['clock_mhz']:g} MHz")
         for name in result["batch_one"]:
             print(f"input {name!r}: its symbolic batch taken as 1, one inference "
                   f"(--shape {name}=N,... for another)")
