@@ -34,7 +34,7 @@ class ConfigAdvice:
     device_memory_bytes : int
         Device memory the compiled model needs (static + activations).
     fits_memory : bool
-        Whether that is within the board's memory.
+        Whether that is within the board's memory (:attr:`board_memory_bytes`).
     resources : str
         ``"built"`` for a configuration a real build on the board is recorded for
         (the board's own; on the 85F also ``small``, which did not route),
@@ -68,6 +68,9 @@ class ConfigAdvice:
         Their sum.
     error : str or None
         Why the model did not compile for this configuration.
+    board_memory_bytes : int or None
+        The board's device memory this configuration reaches: on-chip, or the SDRAM
+        within its address range (a 24-bit config reaches 16 MB of the ULX3S's 32 MB).
     """
 
     config: str
@@ -89,6 +92,7 @@ class ConfigAdvice:
     over: list[str] = field(default_factory=list)
     fmax_mhz: float | None = None
     meets_clock: bool | None = None
+    board_memory_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict."""
@@ -105,9 +109,11 @@ def candidate_configs() -> list[str]:
 
 def advise(model_path: Any, board_name: str, calibration: Any = None,
            input_shapes: dict[str, tuple[int | str, ...]] | None = None,
-           configs: Sequence[str] | None = None) -> dict[str, Any]:
+           configs: Sequence[str] | None = None, memory: str | None = None
+           ) -> dict[str, Any]:
     """Compile the ONNX model at ``model_path`` for every candidate config and rank
-    them for ``board_name``.
+    them for ``board_name``, its device memory ``memory`` (``sdram``, ``on-chip``;
+    None: the board's, SDRAM on a ULX3S).
 
     An input whose only symbolic dim is the first (the batch) and that
     ``input_shapes`` does not fix is advised at batch 1, one inference (``batch_one``
@@ -115,6 +121,8 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
 
     Raises
     ------
+    UsageError
+        ``memory`` ``sdram`` on a board without one.
     ModelCompileError
         The model cannot be read, an input has symbolic dims other than its batch that
         ``input_shapes`` does not fix, it is a float model and no calibration is given,
@@ -123,7 +131,8 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     Returns
     -------
     dict
-        ``board``, ``board_memory_bytes``, ``clock_mhz``, ``configs`` (a
+        ``board``, ``board_memory`` (``sdram`` or ``on-chip``), ``board_memory_bytes``
+        (the board's; each config's reach is its row's), ``clock_mhz``, ``configs`` (a
         :class:`ConfigAdvice` dict each) and ``build``: the fastest config that fits the
         memory and the board's device and is not known to miss its clock (``None`` if
         none does), and
@@ -140,7 +149,8 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     )
     from tensorfab.fpga_builds.board_configs import board_config
     from tensorfab.fpga_builds.boards import get_board
-    from tensorfab.isa import TensorfabError
+    from tensorfab.fpga_builds.errors import FpgaBuildError
+    from tensorfab.isa import TensorfabError, UsageError
     from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
     from tensorfab.runtime.memory_plan import OutOfDeviceMemory, plan_memory
     from tensorfab.runtime.resident import planned_host_traffic
@@ -149,6 +159,11 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     from .resource_model import ResourceModel
 
     board = get_board(board_name)
+    try:
+        in_sdram = board.uses_sdram(memory)
+    except FpgaBuildError as e:
+        raise UsageError(f"--memory: {e}") from None
+    memory = "sdram" if in_sdram else "on-chip"
     prepared = load_onnx(model_path)  # loaded and checked once for every config
     input_shapes, batch_one = batch_one_shapes(prepared, input_shapes)
     check_fixed_inputs(prepared, input_shapes)
@@ -160,7 +175,7 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
         cfg = board_config(name)
         res: dict[str, Any] = {"resources": "unknown"}
         if model is not None:
-            est = model.estimate(cfg, board.name)
+            est = model.estimate(cfg, board.name, sdram=in_sdram)
             fits, over = model.fits(est, board.name)
             res = {"resources": "estimated", "lut": est["LUT"], "ff": est["FF"],
                    "dsp": est["DSP"], "bram": est["BRAM"], "fits_board": fits,
@@ -206,17 +221,20 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
         except OutOfDeviceMemory as e:
             needed = e.needed
         cycles = sum(int(n.attrs.get("estimated_cycles", 0)) for n in accel)
-        rows.append(ConfigAdvice(name, needed, needed <= board.mem_bytes,
+        limit = board.memory_bytes(cfg, memory)
+        rows.append(ConfigAdvice(name, needed, needed <= limit,
                                  estimated_cycles=cycles,
                                  estimated_latency_ms=cycles / (clock * 1e3),
-                                 accel_programs=len(accel), **traffic, **res))
+                                 accel_programs=len(accel), board_memory_bytes=limit,
+                                 **traffic, **res))
     if failures and len(failures) == len(rows) and len({str(e) for e in failures}) == 1:
         raise failures[0]  # the model's problem, not a config's
     fitting = sorted((r for r in rows if r.fits_memory and r.estimated_cycles is not None),
                      key=lambda r: r.estimated_cycles or 0)
     build = next((r.config for r in fitting if r.fits_board and r.meets_clock is not False),
                  None)
-    return {"board": board.name, "board_memory_bytes": board.mem_bytes,
+    return {"board": board.name, "board_memory": memory,
+            "board_memory_bytes": board.sdram_bytes if in_sdram else board.mem_bytes,
             "clock_mhz": clock, "configs": [r.to_json() for r in rows],
             "build": build,
             "fastest_fitting_memory": fitting[0].config if fitting else None,

@@ -138,7 +138,8 @@ def synthesize_configs(configs: Sequence[HwConfig], board: str, out_dir: str | P
             if old.get("config_key") == key and old.get("source_hash") == source:
                 record = old | {"reused": True}
         if record is None:
-            flat = flat_synthesis(board, cfg, folder, console=console)
+            # on-chip memory: the model adds the board's memory BRAMs per estimate
+            flat = flat_synthesis(board, cfg, folder, console=console, sdram=False)
             totals = flat["totals"]
             record = {"name": cfg.name, "config": cfg.to_dict(), "config_key": key,
                       "board": board, "LUT": flat["logic"], "LUT4": totals["LUT"],

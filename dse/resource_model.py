@@ -38,7 +38,8 @@ import numpy as np
 
 from tensorfab.isa import HwConfig, UsageError
 
-__all__ = ["FEATURES", "MODEL_PATH", "REPORTED_BUILDS", "RESOURCES", "ResourceModel",
+__all__ = ["FEATURES", "MODEL_PATH", "REPORTED_BUILDS", "RESOURCES", "SDRAM_CONTROLLER",
+           "ResourceModel",
            "buffer_blocks", "buffer_brams", "config_features", "dp16kd_blocks", "ecp5_board",
            "fit_resource_model",
            "memory_brams"]
@@ -46,6 +47,13 @@ __all__ = ["FEATURES", "MODEL_PATH", "REPORTED_BUILDS", "RESOURCES", "ResourceMo
 #: The resources the model estimates, in :mod:`tensorfab.fpga_builds.breakdown`'s
 #: categories (``LUT``: ECP5 LUT4 slots before packing, as ``fpga breakdown``'s logic).
 RESOURCES = ("LUT", "FF", "DSP", "BRAM")
+
+#: What an SoC with its device memory in SDRAM adds to one with on-chip memory, besides
+#: dropping the memory's BRAMs: the SDRAM controller and its read FIFO. The mean of two
+#: flat Yosys syntheses of each (LUT in :data:`RESOURCES`' unit; ulx3s-85f tiny: LUT
+#: +436, FF +334; ulx3s-25f ecp5-25f: LUT +548, FF +337; DSP and the BRAM beyond the
+#: memory's unchanged).
+SDRAM_CONTROLLER = {"LUT": 492, "FF": 336}
 
 #: The features each resource is linear in (``one`` is the constant term).
 FEATURES: dict[str, tuple[str, ...]] = {
@@ -276,22 +284,31 @@ class ResourceModel:
                 raise UsageError(f"{p}: resource {res!r} is missing or malformed")
         return cls(data)
 
-    def estimate(self, cfg: HwConfig, board: str) -> dict[str, int]:
-        """Estimated LUT, FF, DSP and BRAM of ``cfg``'s SoC on ``board`` (ECP5).
+    def estimate(self, cfg: HwConfig, board: str, sdram: bool | None = None
+                 ) -> dict[str, int]:
+        """Estimated LUT, FF, DSP and BRAM of ``cfg``'s SoC on ``board`` (ECP5), with
+        its device memory in the board's SDRAM (no memory BRAMs; the controller's logic,
+        :data:`SDRAM_CONTROLLER`) or on-chip (``sdram`` False; None: the board's
+        default, :meth:`~tensorfab.fpga_builds.boards.Board.uses_sdram`).
 
         Raises
         ------
         UsageError
             For an unknown board or one that is not ECP5.
+        FpgaBuildError
+            ``sdram`` on a board without SDRAM.
         """
         b = ecp5_board(board)
+        in_sdram = b.uses_sdram(None if sdram is None else "sdram" if sdram else "on-chip")
         feats = config_features(cfg)
         out = {}
         for res in RESOURCES:
             entry = self.data["resources"][res]
             value = sum(c * feats[f] for f, c in zip(entry["features"],
                                                      entry["coefficients"], strict=True))
-            if res == "BRAM":
+            if in_sdram:
+                value += SDRAM_CONTROLLER.get(res, 0)
+            elif res == "BRAM":
                 value += memory_brams(b.mem_bytes, cfg)
             out[res] = max(0, round(value))
         return out

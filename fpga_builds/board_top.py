@@ -73,9 +73,10 @@ class BoardTop(Elaboratable):
     clock_mhz : float, optional
         Clock of the SoC (default: the board's, :func:`board_clock_mhz`). On ECP5 a PLL makes it
         from the board clock; an iCE40 runs at its board clock.
-    sdram : bool
-        Device memory in the board's SDRAM (:attr:`Board.sdram_bytes`) instead of block
-        RAM. The chip's clock is the SoC clock inverted (a DDR output register driving
+    sdram : bool, optional
+        Device memory in the board's SDRAM (:attr:`Board.sdram_bytes`) rather than block
+        RAM; None: the board's default (:meth:`Board.uses_sdram`). The chip's clock is
+        the SoC clock inverted (a DDR output register driving
         0 then 1), so commands reach it half a cycle after they leave their registers
         and read data is sampled one cycle after the CAS latency (``board_delay`` 1).
 
@@ -83,17 +84,15 @@ class BoardTop(Elaboratable):
     ------
     FpgaBuildError
         If the board cannot make ``clock_mhz`` (no PLL on the iCE40 builds, or no ECP5
-        PLL setting gives it exactly).
+        PLL setting gives it exactly), or ``sdram`` on a board without SDRAM.
     """
 
     def __init__(self, board: Board, cfg: HwConfig, clock_mhz: float | None = None, *,
-                 sdram: bool = False) -> None:
-        if sdram and board.sdram_bytes is None:
-            raise FpgaBuildError(f"{board.name}: no SDRAM on this board (boards with one: "
-                                 "ulx3s-85f, ulx3s-25f)")
+                 sdram: bool | None = None) -> None:
         self.board = board
         self.cfg = cfg
-        self.sdram = sdram
+        self.sdram = board.uses_sdram(None if sdram is None else
+                                      "sdram" if sdram else "on-chip")
         self.clock_mhz = board_clock_mhz(board, clock_mhz)
 
     @property

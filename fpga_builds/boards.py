@@ -1,9 +1,10 @@
-"""The boards tensorfab builds for: platform, clock target, on-chip memory, programmer."""
+"""The boards tensorfab builds for: platform, clock target, device memory, programmer."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from amaranth.build import Attrs, PinsN, Platform, Resource
 from amaranth_boards.icebreaker import ICEBreakerPlatform
@@ -16,9 +17,11 @@ from amaranth_boards.ulx3s import ULX3S_25F_Platform, ULX3S_85F_Platform
 
 from .board_configs import CONFIG_DIR, board_config
 
-__all__ = ["BOARDS", "CONFIG_DIR", "DEVICE_CAPACITY", "ORANGECRAB_DFU_IDS",
-           "ORANGECRAB_UART_PINS", "Board",
-           "board_config", "get_board"]
+if TYPE_CHECKING:
+    from tensorfab.isa import HwConfig
+
+__all__ = ["BOARDS", "CONFIG_DIR", "DEVICE_CAPACITY", "MEMORIES", "ORANGECRAB_DFU_IDS",
+           "ORANGECRAB_UART_PINS", "Board", "board_config", "get_board"]
 
 
 def _without_loader(cls: type) -> type:
@@ -81,6 +84,11 @@ DEVICE_CAPACITY: dict[str, dict[str, int]] = {
 }
 
 
+#: Where a board's device memory can be: its SDRAM, or the FPGA's block RAM (SPRAM on
+#: the UP5K).
+MEMORIES = ("sdram", "on-chip")
+
+
 @dataclass(frozen=True)
 class Board:
     """One board.
@@ -97,7 +105,8 @@ class Board:
         The clock the timing work aims at (100 MHz on ECP5, the issue's target): what
         ``tensorfab bench fpga`` builds against and reports ``timing_met`` for.
     mem_bytes : int
-        On-chip memory standing in for DRAM (on iCE40: the UP5K's SPRAM).
+        On-chip memory that serves as device memory where the board has no SDRAM, or
+        when a build asks for it (``--memory on-chip``; on iCE40: the UP5K's SPRAM).
     config : str
         The default configuration: the largest that fits (measured; docs/fpga.md), or,
         on a board where none fits (``fits`` false), the smallest.
@@ -115,8 +124,9 @@ class Board:
         Whether the default config fits the device (measured): False where no config
         fits yet.
     sdram_bytes : int, optional
-        The board's SDR SDRAM (the ULX3S's 32 MB), which ``--sdram`` builds use as
-        device memory (:class:`~tensorfab.hw.soc.sdram.SdramController`); None: none.
+        The board's SDR SDRAM (the ULX3S's 32 MB): its device memory by default
+        (:class:`~tensorfab.hw.soc.sdram.SdramController`, :meth:`uses_sdram`); None:
+        none, the device memory is on-chip.
     timing_closure_mhz : float, optional
         Builds at this clock or above run nextpnr with its timing-closure options
         (:data:`~.flow.TIMING_CLOSURE_OPTIONS`) unless told otherwise: where they were
@@ -147,6 +157,49 @@ class Board:
     def capacity(self) -> dict[str, int]:
         """What the device has (:data:`DEVICE_CAPACITY`)."""
         return DEVICE_CAPACITY[self.device]
+
+    @property
+    def default_memory(self) -> str:
+        """Where the board's device memory is unless a build says otherwise: ``sdram``
+        on a board with SDRAM, else ``on-chip`` (:data:`MEMORIES`)."""
+        return "sdram" if self.sdram_bytes is not None else "on-chip"
+
+    def uses_sdram(self, memory: str | None = None) -> bool:
+        """Whether device memory ``memory`` (one of :data:`MEMORIES`; None: the board's
+        :attr:`default_memory`) is the board's SDRAM.
+
+        Raises
+        ------
+        FpgaBuildError
+            An unknown memory, or ``sdram`` on a board without one (naming the boards
+            that have one).
+        """
+        from .errors import FpgaBuildError
+
+        memory = memory or self.default_memory
+        if memory not in MEMORIES:
+            raise FpgaBuildError(f"memory {memory!r}: not one of {', '.join(MEMORIES)}")
+        if memory == "sdram" and self.sdram_bytes is None:
+            with_sdram = ", ".join(b.name for b in BOARDS.values() if b.sdram_bytes)
+            raise FpgaBuildError(f"{self.name}: no SDRAM on this board (boards with one: "
+                                 f"{with_sdram})")
+        return memory == "sdram"
+
+    def memory_bytes(self, cfg: HwConfig, memory: str | None = None) -> int:
+        """Bytes of device memory a model for ``cfg`` has on this board: the SDRAM
+        within the config's address range, or the on-chip memory (``memory`` as in
+        :meth:`uses_sdram`).
+
+        Raises
+        ------
+        FpgaBuildError
+            As :meth:`uses_sdram`.
+        """
+        if self.uses_sdram(memory):
+            from tensorfab.hw.soc.sdram import sdram_size_bytes
+
+            return sdram_size_bytes(cfg)
+        return self.mem_bytes
 
     @property
     def clock_in_mhz(self) -> float:

@@ -364,17 +364,19 @@ def _yosys_step(line: str) -> str | None:
 
 
 def _elaborate(board_name: str, config: str | HwConfig, out_dir: str | Path, dsp: bool,
-               console: Console) -> tuple[Any, HwConfig, Path, list[str], int, str]:
+               console: Console, sdram: bool | None = None
+               ) -> tuple[Any, HwConfig, Path, list[str], int, str]:
     """Elaborate the build flow's design into ``out_dir``: the board, the config, the
     directory, the flow's Yosys script lines, the index of its ``synth_`` line and the
     progress label."""
     board = get_board(board_name)
     cfg = config if isinstance(config, HwConfig) else board_config(config)
+    top = BoardTop(board, cfg, sdram=sdram)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     label = f"[bold]{board.name}[/] {cfg.name} breakdown"
     with console.status(f"{label}: elaboration"):
-        plan = board_platform(board, dsp).build(BoardTop(board, cfg), name=BUILD_NAME,
+        plan = board_platform(board, dsp).build(top, name=BUILD_NAME,
                                                 build_dir=str(out), do_build=False,
                                                 do_program=False,
                                                 synth_opts=_synth_opts(board, dsp))
@@ -407,7 +409,8 @@ def _flat_synthesis(family: str, out: Path, flow_script: list[str], synth_at: in
 
 
 def flat_synthesis(board_name: str, config: str | HwConfig, out_dir: str | Path, *,
-                   dsp: bool = True, console: Console | None = None) -> dict[str, Any]:
+                   dsp: bool = True, console: Console | None = None,
+                   sdram: bool | None = None) -> dict[str, Any]:
     """Resources of ``config`` on ``board_name``'s device from the build's own
     synthesis (flattened, as ``fpga build`` runs it), without place and route.
 
@@ -426,6 +429,9 @@ def flat_synthesis(board_name: str, config: str | HwConfig, out_dir: str | Path,
         Map multipliers to DSP blocks, as ``build_bitstream``'s ``dsp``.
     console : rich Console, optional
         Where the progress display goes (stderr by default).
+    sdram : bool, optional
+        Device memory in the board's SDRAM, or on-chip (False); None: the board's
+        default, as ``build_bitstream``'s ``sdram``.
 
     Returns
     -------
@@ -440,14 +446,15 @@ def flat_synthesis(board_name: str, config: str | HwConfig, out_dir: str | Path,
     """
     console = console or Console(stderr=True)
     board, cfg, out, flow_script, synth_at, label = _elaborate(board_name, config, out_dir,
-                                                               dsp, console)
+                                                               dsp, console, sdram)
     flat = _flat_synthesis(board.family, out, flow_script, synth_at, label, console)
     return {"board": board.name, "config": cfg.name, "family": board.family} | flat
 
 
 def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Path, *,
                      dsp: bool = True, flat: bool = True,
-                     console: Console | None = None) -> dict[str, Any]:
+                     console: Console | None = None,
+                     sdram: bool | None = None) -> dict[str, Any]:
     """Per-module resources of ``config`` on ``board_name``'s device.
 
     Elaborates the design of the build flow, synthesizes it with the platform's Yosys
@@ -471,6 +478,9 @@ def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Pat
         (``flat``): what keeping the hierarchy costs.
     console : rich Console, optional
         Where the progress display goes (stderr by default).
+    sdram : bool, optional
+        Device memory in the board's SDRAM, or on-chip (False); None: the board's
+        default, as ``build_bitstream``'s ``sdram``.
 
     Returns
     -------
@@ -488,7 +498,7 @@ def module_breakdown(board_name: str, config: str | HwConfig, out_dir: str | Pat
     """
     console = console or Console(stderr=True)
     board, cfg, out, flow_script, synth_at, label = _elaborate(board_name, config, out_dir,
-                                                               dsp, console)
+                                                               dsp, console, sdram)
     script = out / "breakdown.ys"
     script.write_text("\n".join([*flow_script[:synth_at],
                                  *breakdown_script(flow_script[synth_at])]) + "\n")

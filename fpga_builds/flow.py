@@ -173,7 +173,7 @@ def nextpnr_options(*, seed: int, router: str | None, timing_closure: bool) -> s
 def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path, *,
                     dsp: bool = True, allow_timing_failure: bool = False, seed: int = 1,
                     router: str | None = None, clock_mhz: float | None = None,
-                    console: Console | None = None, sdram: bool = False,
+                    console: Console | None = None, sdram: bool | None = None,
                     timing_closure: bool | None = None) -> dict[str, Any]:
     """Build ``config`` for ``board_name`` into ``out_dir``.
 
@@ -202,9 +202,9 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
         PLL makes it, an iCE40 runs at its board clock.
     console : rich Console, optional
         Where the progress display goes (stderr by default).
-    sdram : bool
-        Device memory in the board's SDRAM (:class:`~tensorfab.fpga_builds.board_top.
-        BoardTop`).
+    sdram : bool, optional
+        Device memory in the board's SDRAM, or on-chip (False); None: the board's
+        default (:class:`~tensorfab.fpga_builds.board_top.BoardTop`).
     timing_closure : bool, optional
         Run nextpnr with :data:`TIMING_CLOSURE_OPTIONS`; None: the board's default at
         the build's clock (:func:`timing_closure_default`).
@@ -227,9 +227,9 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     if router is not None and router not in ROUTERS:
         raise FpgaBuildError(f"unknown router {router!r} (known: {', '.join(ROUTERS)})")
     cfg = config if isinstance(config, HwConfig) else board_config(config)
+    top = BoardTop(board, cfg, clock_mhz, sdram=sdram)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    top = BoardTop(board, cfg, clock_mhz, sdram=sdram)
     console = console or Console(stderr=True)
     env = yowasp_env()
     t0 = time.monotonic()

@@ -6,9 +6,10 @@
   board virtual`` (the token in the URL, the ``token=`` option, or ``TENSORFAB_TOKEN``);
 - ``virtual`` or ``virtual://BOARD[?exact=1&mem_bytes=N&sdram=1&direct_memory=1]``: a
   virtual board in this process (fast UART), built for each program's config, or
-  modelled on BOARD (its config, memory, clock); ``mem_bytes`` sets its memory,
-  ``sdram`` puts it in SDRAM, ``direct_memory`` reads and writes the SDRAM's contents
-  without the UART (:class:`~.virtual.DirectMemory`).
+  modelled on BOARD (its config, device memory, clock: a ULX3S's memory is its SDRAM);
+  ``sdram=1`` puts the memory in SDRAM, ``sdram=0`` on-chip, ``mem_bytes`` sets the
+  on-chip memory, ``direct_memory`` reads and writes the SDRAM's contents without the
+  UART (:class:`~.virtual.DirectMemory`).
 """
 
 from __future__ import annotations
@@ -62,31 +63,35 @@ class VirtualBoardDevice(Device):
         (the in-process transport keeps simulated time).
     retries : int
         Retries of a request before the link gives up.
-    sdram : bool
+    sdram : bool, optional
         Device memory in SDRAM (the controller the ULX3S bitstreams hold, the chip
-        modelled in the harness) instead of on-chip memory.
+        modelled in the harness) or on-chip (False); None: the board's (SDRAM on a
+        ULX3S), on-chip without a board (:meth:`~.virtual.SocSpec.for_board`).
     direct_memory : bool
         Device memory reads and writes go straight into the SDRAM chip's contents
         (:class:`~.virtual.DirectMemory`), only commands over the UART: what makes a
-        model of megabytes quick to load. Needs ``sdram``.
+        model of megabytes quick to load. Needs the memory in SDRAM.
 
     Raises
     ------
     UsageError
-        ``direct_memory`` without ``sdram``.
+        ``direct_memory`` without the memory in SDRAM, ``sdram`` on a board without
+        one, ``mem_bytes`` with the memory in SDRAM.
     """
 
     name = "virtual"
 
     def __init__(self, board: str | None = None, *, exact: bool = False,
                  faults: LinkFaults | None = None, mem_bytes: int | None = None,
-                 timeout_bytes: int = 64, retries: int = 12, sdram: bool = False,
+                 timeout_bytes: int = 64, retries: int = 12, sdram: bool | None = None,
                  direct_memory: bool = False) -> None:
-        if direct_memory and not sdram:
+        # a board's memory is checked here, before any SoC is built
+        self.sdram = (SocSpec.for_board(board, mem_bytes=mem_bytes, sdram=sdram).sdram
+                      if board else bool(sdram))
+        if direct_memory and not self.sdram:
             raise UsageError("virtual board: direct_memory needs sdram (the SDRAM chip's "
                              "contents are what it reads and writes)")
         self.board = board
-        self.sdram = sdram
         self.direct_memory = direct_memory
         self.exact = exact
         self.faults = faults
@@ -97,9 +102,8 @@ class VirtualBoardDevice(Device):
 
     def spec(self, config: HwConfig) -> SocSpec:
         """The SoC that runs ``config``'s programs (nothing built)."""
-        spec = SocSpec.for_board(self.board, None if self.board else config,
-                                 exact=self.exact, mem_bytes=self.mem_bytes)
-        return spec.with_sdram() if self.sdram else spec
+        return SocSpec.for_board(self.board, None if self.board else config,
+                                 exact=self.exact, mem_bytes=self.mem_bytes, sdram=self.sdram)
 
     def memory_bytes(self, config: HwConfig) -> int:
         """Bytes of device memory a model for ``config`` can use (known before the SoC

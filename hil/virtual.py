@@ -76,26 +76,51 @@ class SocSpec:
 
     @classmethod
     def for_board(cls, board: str | None, config: HwConfig | None = None, *,
-                  exact: bool = False, mem_bytes: int | None = None) -> SocSpec:
-        """The SoC of ``board`` (its default config, memory and clock), or of no board
-        (``config`` required, :data:`VIRTUAL_MEM_BYTES`, 100 MHz)."""
+                  exact: bool = False, mem_bytes: int | None = None,
+                  sdram: bool | None = None) -> SocSpec:
+        """The SoC of ``board`` (its default config, device memory and clock), or of no
+        board (``config`` required, :data:`VIRTUAL_MEM_BYTES` on-chip, 100 MHz).
+
+        ``sdram``: device memory in SDRAM (True) or on-chip (False); None: the board's
+        (SDRAM on a board that has it,
+        :meth:`~tensorfab.fpga_builds.boards.Board.uses_sdram`), on-chip without a
+        board. ``mem_bytes`` sets the on-chip memory.
+
+        Raises
+        ------
+        UsageError
+            ``mem_bytes`` with the memory in SDRAM, ``sdram`` on a board without one,
+            or a memory that is not a power of two of at least one bus beat.
+        """
+        in_sdram = bool(sdram)
         if board:
             from tensorfab.fpga_builds.board_top import board_clock_mhz
             from tensorfab.fpga_builds.boards import board_config, get_board
+            from tensorfab.fpga_builds.errors import FpgaBuildError
 
             b = get_board(board)
             cfg = config or board_config(b.config)
             clock_hz = round(board_clock_mhz(b, None) * 1e6)
             mem = mem_bytes or b.mem_bytes
+            try:
+                in_sdram = b.uses_sdram(None if sdram is None else
+                                        "sdram" if sdram else "on-chip")
+            except FpgaBuildError as e:
+                raise UsageError(f"virtual board: {e}") from None
         else:
             if config is None:
                 raise UsageError("a virtual board without --board needs a config")
             cfg, clock_hz, mem = config, 100_000_000, mem_bytes or VIRTUAL_MEM_BYTES
+        if in_sdram and mem_bytes is not None:
+            raise UsageError(f"virtual {board or 'board'}: mem_bytes sets on-chip memory, "
+                             "and this board's device memory is SDRAM (sdram=0, --memory "
+                             "on-chip: on-chip memory)")
         if mem & (mem - 1) or mem < cfg.mem_bus_bytes:
             raise UsageError(f"virtual board memory {mem} is not a power of two of at least "
                              "one bus beat")
         divisor = clock_hz // BOARD_BAUD if exact else FAST_DIVISOR
-        return cls(cfg, mem, clock_hz, divisor, board or "")
+        spec = cls(cfg, mem, clock_hz, divisor, board or "")
+        return spec.with_sdram() if in_sdram else spec
 
     @property
     def baud(self) -> int:

@@ -19,7 +19,9 @@ def cmd_board_virtual(args: argparse.Namespace) -> int:
     from .serve_cli import serve_until_interrupted
 
     config = board_config(args.config) if args.config else None
-    spec = SocSpec.for_board(args.board, config, exact=args.exact, mem_bytes=args.mem_bytes)
+    sdram = None if args.memory is None else args.memory == "sdram"
+    spec = SocSpec.for_board(args.board, config, exact=args.exact, mem_bytes=args.mem_bytes,
+                             sdram=sdram)
     faults = LinkFaults(bit_flip=args.bit_flip, drop=args.drop, delay=args.delay,
                         seed=args.seed)
     with build_steps(lambda step: print(f"  {step}", flush=True)):
@@ -28,8 +30,10 @@ def cmd_board_virtual(args: argparse.Namespace) -> int:
                          faults=faults)
     speed = (f"exact UART: {spec.baud} baud" if spec.exact else
              f"fast UART: {spec.divisor} cycles a bit, not the board's {115200} baud")
+    memory = "SDRAM" if spec.sdram else "on-chip"
     print(f"virtual {spec.board or 'board'}: config {spec.config.name}, "
-          f"{spec.mem_bytes // 1024} KiB, {spec.clock_hz / 1e6:g} MHz, {speed}", flush=True)
+          f"{spec.mem_bytes // 1024} KiB {memory}, {spec.clock_hz / 1e6:g} MHz, {speed}",
+          flush=True)
     print(f"listening at {server.address}", flush=True)
     print(f"token: {server.token}", flush=True)
     if server.pty_path:
@@ -53,16 +57,21 @@ def add_board_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "tensorfab board virtual --board ulx3s-25f",
         "tensorfab board virtual --config tiny --mem-bytes 1048576 --port 9100",
         "tensorfab board virtual --board ulx3s-25f --exact --drop 0.01",
+        "tensorfab board virtual --board ulx3s-25f --memory on-chip",
         description="tensorfab board virtual: the SoC gateware of a board's bitstream (host\n"
-        "bridge, core, on-chip memory) in Verilator, its UART on a TCP socket and a pty, as\n"
-        "a real board's USB-serial port. Connect with --target socket://HOST:PORT (token\n"
-        "in TENSORFAB_TOKEN) or serial://PTY. The fast UART (default) takes 4 clock\n"
-        "cycles a bit; --exact runs it at the board builds' 115200 baud. SIGUSR1 presses\n"
-        "the board's reset. Ctrl-C stops it.")
+        "bridge, core, device memory: a ULX3S's SDRAM) in Verilator, its UART on a TCP\n"
+        "socket and a pty, as a real board's USB-serial port. Connect with --target\n"
+        "socket://HOST:PORT (token in TENSORFAB_TOKEN) or serial://PTY. The fast UART\n"
+        "(default) takes 4 clock cycles a bit; --exact runs it at the board builds'\n"
+        "115200 baud. SIGUSR1 presses the board's reset. Ctrl-C stops it.")
     b.add_argument("what", choices=["virtual"], help="virtual: a simulated board")
     b.add_argument("--board", help="model this board: its default config, memory and clock")
     b.add_argument("--config", help="config (preset, board config or JSON file); default: "
                    "the board's")
+    b.add_argument("--memory", choices=("sdram", "on-chip"),
+                   help="device memory in the board's SDRAM (the chip modelled cycle by "
+                   "cycle) or on-chip (default: the board's, SDRAM on a ULX3S; on-chip "
+                   "without --board)")
     b.add_argument("--mem-bytes", type=int, help="on-chip memory (default: the board's, "
                    "else 1 MiB)")
     b.add_argument("--exact", action="store_true",

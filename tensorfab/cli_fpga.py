@@ -48,6 +48,11 @@ def _mhz(value: float | None, option: str) -> float | None:
     return value
 
 
+def _sdram(args: argparse.Namespace) -> bool | None:
+    """``--memory``: SDRAM (True), on-chip (False) or the board's default (None)."""
+    return None if args.memory is None else args.memory == "sdram"
+
+
 def cmd_fpga(args: argparse.Namespace) -> int:
     if args.action == "build":
         return _build(args)
@@ -82,7 +87,7 @@ def _build(args: argparse.Namespace) -> int:
         report = build_bitstream(board.name, config, out, dsp=not args.no_dsp,
                                  allow_timing_failure=args.allow_timing_failure,
                                  seed=args.seed, router=args.router, clock_mhz=clock_mhz,
-                                 sdram=args.sdram, timing_closure=args.timing_closure)
+                                 sdram=_sdram(args), timing_closure=args.timing_closure)
     except TimingFailure as exc:
         Console(stderr=True).print(f"report: {out / 'report.json'}", highlight=False)
         raise exc
@@ -124,7 +129,7 @@ def _build_seeds(args: argparse.Namespace, board: str, config: str, out: Path,
         raise CliError(str(exc)) from None
     summary = build_seeds(build_bitstream, seeds, out, board_name=board, config=config,
                           dsp=not args.no_dsp, router=args.router, clock_mhz=clock_mhz,
-                          sdram=args.sdram, timing_closure=args.timing_closure)
+                          sdram=_sdram(args), timing_closure=args.timing_closure)
 
     def human() -> None:
         for row in summary["seeds"]:
@@ -174,7 +179,7 @@ def _breakdown(args: argparse.Namespace) -> int:
     config = args.config or board.config
     out = _build_dir(args.output or f"build/fpga/{board.name}-{Path(config).stem}-breakdown")
     result = module_breakdown(board.name, config, out, dsp=not args.no_dsp,
-                              flat=not args.no_flat)
+                              flat=not args.no_flat, sdram=_sdram(args))
     console = Console(stderr=args.json)
     if not console.is_terminal:  # a file or a pipe: room for the whole table
         console.width = max(console.width, 110)
@@ -255,13 +260,14 @@ def _board_list() -> str:
     width = max(map(len, BOARDS))
     rows = [f"  {b.name:{width}s}  {b.device}-{b.platform().package}, config {b.config}"
             + (f", {b.clock_mhz or b.target_mhz:g} MHz" if b.fits else " (does not fit)")
+            + (", memory in SDRAM" if b.default_memory == "sdram" else "")
             for b in BOARDS.values()]
     return "boards (--board):\n" + "\n".join(rows)
 
 
 def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``fpga`` subcommand to the ``tensorfab`` parser."""
-    from tensorfab.fpga_builds.boards import BOARDS
+    from tensorfab.fpga_builds.boards import BOARDS, MEMORIES
     from tensorfab.fpga_builds.flow import ROUTERS
 
     boards = _board_list()
@@ -270,6 +276,12 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
                 *lines: str) -> argparse.ArgumentParser:
         return parent.add_parser(name, help=help, description=description,
                                  epilog=examples(*lines), formatter_class=HelpFormatter)
+
+    def memory_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--memory", choices=MEMORIES,
+                       help="where the device memory is: the board's SDR SDRAM (ULX3S: 32 "
+                       "MB) or the FPGA's block RAM (default: the board's, SDRAM where it "
+                       "has one)")
 
     def board_option(p: argparse.ArgumentParser) -> None:
         p.add_argument("--board", required=True, choices=list(BOARDS), metavar="BOARD",
@@ -293,7 +305,8 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
                 "tensorfab fpga build --board ulx3s-25f",
                 "tensorfab fpga build --board ulx3s-85f --config tiny -o build/u85",
                 "tensorfab fpga build --board ulx3s-25f --clock-mhz 60 --json",
-                "tensorfab fpga build --board ulx3s-25f --clock-mhz 100 --seeds 1,2,3")
+                "tensorfab fpga build --board ulx3s-25f --memory on-chip --clock-mhz 100 "
+                "--seeds 1,2,3")
     board_option(b)
     b.add_argument("--config", help="preset, board config or JSON file (default: the "
                    "board's largest fitting config)")
@@ -301,8 +314,7 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--allow-timing-failure", action="store_true",
                    help="write the bitstream and exit 0 even if a clock misses its target")
     b.add_argument("--no-dsp", action="store_true", help="LUT multipliers instead of DSP blocks")
-    b.add_argument("--sdram", action="store_true", help="device memory in the board's SDR "
-                   "SDRAM (ULX3S: 32 MB) instead of block RAM")
+    memory_option(b)
     b.add_argument("--clock-mhz", type=float, metavar="MHZ",
                    help="SoC clock and timing target (default: the board's default clock, "
                    "one its default config meets: docs/fpga.md; the ECP5 PLL makes it, the "
@@ -336,6 +348,7 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
                     help="work directory (default build/fpga/BOARD-CONFIG-breakdown)")
     bd.add_argument("--no-dsp", action="store_true", help="LUT multipliers instead of DSP "
                     "blocks")
+    memory_option(bd)
     bd.add_argument("--no-flat", action="store_true", help="skip the flattened synthesis "
                     "that gives the build's own totals for comparison")
     bd.add_argument("--top", type=int, metavar="N", help="show the N largest modules only")

@@ -247,7 +247,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     with working(f"compiling {Path(args.model).name} per configuration", quiet=args.json):
         result = advise(args.model, args.board, _calibration(args.calib),
                         _shapes(args.shape) or None,
-                        args.configs.split(",") if args.configs else None)
+                        args.configs.split(",") if args.configs else None, args.memory)
 
     def fmax(r: dict[str, Any]) -> str:  # a real build's fmax, "!" below the board's clock
         if r["fmax_mhz"] is None:
@@ -255,8 +255,13 @@ def cmd_advise(args: argparse.Namespace) -> int:
         return f"{r['fmax_mhz']:.1f}" + ("" if r["meets_clock"] else "!")
 
     def human() -> None:
+        reach = {r["board_memory_bytes"] for r in result["configs"]} - {None}
+        within = ("" if reach <= {result["board_memory_bytes"]} else
+                  "; a config's addresses reach "
+                  + " or ".join(f"{b // 1024:,}" for b in sorted(reach)) + " KiB of it")
+        where = "SDRAM" if result["board_memory"] == "sdram" else "on-chip"
         print(f"board {result['board']}: {result['board_memory_bytes']:,} bytes of "
-              f"device memory, {result['clock_mhz']:g} MHz")
+              f"device memory ({where}{within}), {result['clock_mhz']:g} MHz")
         for name in result["batch_one"]:
             print(f"input {name!r}: its symbolic batch taken as 1, one inference "
                   f"(--shape {name}=N,... for another)")
@@ -306,5 +311,8 @@ def add_advise_command(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="fixed input shape NAME=D,D,... (repeatable)")
     a.add_argument("--configs", help="comma-separated configs (default: presets and "
                    "board configs)")
+    a.add_argument("--memory", choices=("sdram", "on-chip"),
+                   help="the board's device memory (default: the board's, SDRAM on a "
+                   "ULX3S)")
     a.add_argument("--json", action="store_true", help="print the result as JSON")
     a.set_defaults(func=cmd_advise)

@@ -40,6 +40,7 @@ from tensorfab.isa import TensorfabError
 
 if TYPE_CHECKING:
     from tensorfab.fpga_builds.boards import Board
+    from tensorfab.isa import HwConfig
     from tensorfab.runtime.interpreter import GraphProgram
 
 #: ``--calib-method`` choices (the observers of tensorfab.compiler.graph.calibration).
@@ -97,14 +98,31 @@ def _config(name: str | None) -> Any:
     return None if name is None else board_config(name)
 
 
+def board_memory(board: Board, memory: str | None) -> str:
+    """``memory`` (``sdram``, ``on-chip``, None: the board's default) on ``board``.
+
+    Raises
+    ------
+    ModelCliError
+        ``sdram`` on a board without SDRAM (naming the boards that have one).
+    """
+    from tensorfab.fpga_builds.errors import FpgaBuildError
+
+    try:
+        return "sdram" if board.uses_sdram(memory) else "on-chip"
+    except FpgaBuildError as e:
+        raise ModelCliError(f"--memory: {e}") from None
+
+
 def check_fits_board(program: GraphProgram, board: Board, what: str,
-                     sdram_bytes: int | None = None, in_sdram: bool = False) -> int:
+                     config: HwConfig | None = None, memory: str | None = None) -> int:
     """The device memory ``program`` needs (static area + activation area of its
     :func:`~tensorfab.runtime.memory_plan.plan_memory`; 0 without accelerator programs).
 
-    ``sdram_bytes``: the device memory of the board's SDRAM build, if it has one;
-    ``in_sdram``: check against it instead of ``board.mem_bytes`` (else a model that
-    does not fit on-chip is told the SDRAM's size).
+    ``memory``: the board's SDRAM or its on-chip memory (``sdram``, ``on-chip``; None:
+    the board's default, :meth:`~tensorfab.fpga_builds.boards.Board.uses_sdram`), whose
+    size for ``config`` (the SDRAM within its address range) is the limit. A model that
+    does not fit on-chip on a board with SDRAM is told the SDRAM's size.
 
     Raises
     ------
@@ -112,10 +130,12 @@ def check_fits_board(program: GraphProgram, board: Board, what: str,
         If that is more than the board's memory; the one-line message names ``what``
         (the model), its bytes, the board's bytes and the excess.
     """
-    if in_sdram and sdram_bytes is not None:
-        return check_fits(program, sdram_bytes, what, f"board {board.name}'s SDRAM")
-    hint = ("" if sdram_bytes is None else
-            f"; its SDRAM gives a model {sdram_bytes} bytes (--sdram)")
+    if board_memory(board, memory) == "sdram":
+        return check_fits(program, board.memory_bytes(config, "sdram"), what,
+                          f"board {board.name}'s SDRAM")
+    hint = ("" if board.sdram_bytes is None or config is None else
+            f"; its SDRAM gives a model {board.memory_bytes(config, 'sdram')} bytes "
+            "(--memory sdram)")
     return check_fits(program, board.mem_bytes, what, f"board {board.name}", hint)
 
 
@@ -175,19 +195,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
         board = get_board(args.board)
     cfg = _config(args.config or (board.config if board is not None else None))
-    sdram_bytes = None
-    if args.sdram and board is None:
-        raise ModelCliError("--sdram checks the fit in a board's SDRAM: give --board")
-    if board is not None and board.sdram_bytes:
-        from tensorfab.hw.soc.sdram import sdram_size_bytes
-
-        sdram_bytes = sdram_size_bytes(cfg)  # the chip within the config's addresses
-    elif args.sdram:
-        from tensorfab.fpga_builds.boards import BOARDS
-
-        with_sdram = ", ".join(b.name for b in BOARDS.values() if b.sdram_bytes)
-        raise ModelCliError(f"--sdram: {board.name} has no SDRAM (boards with one: "
-                            f"{with_sdram})")
+    if args.memory is not None and board is None:
+        raise ModelCliError(f"--memory {args.memory} checks the fit in a board's memory: "
+                            "give --board")
+    memory = None if board is None else board_memory(board, args.memory)  # before compiling
     calibration = _calibration(args.calib)
     with working(f"compiling {Path(args.model).name}") as say:
         compiled = _compile(args.model, args, cfg, calibration, _shapes(args.shape), say)
@@ -195,10 +206,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     fit = {}
     if board is not None:  # before writing the .tfm
         fit = {"board": board.name,
-               "board_memory_bytes": sdram_bytes if args.sdram else board.mem_bytes,
-               "board_memory": "sdram" if args.sdram else "on-chip",
+               "board_memory_bytes": board.memory_bytes(cfg, memory),
+               "board_memory": memory,
                "device_memory_bytes": check_fits_board(
-                   program, board, Path(args.model).name, sdram_bytes, args.sdram)}
+                   program, board, Path(args.model).name, cfg, memory)}
     save_model(program, args.output, compiled.graph_text)
     ops = Counter(n.op for n in program.nodes)
     result = {"output": str(args.output), "nodes": len(program.nodes),
@@ -646,10 +657,10 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--board", metavar="BOARD",
                    help="check that the model fits this FPGA board's device memory "
                         "(ulx3s-85f, ...); without --config, compile for its default config")
-    c.add_argument("--sdram", action="store_true",
-                   help="with --board: check the fit in the board's SDRAM (the device "
-                        "memory of `fpga build --sdram` and `virtual://?sdram=1`) instead "
-                        "of its on-chip memory")
+    c.add_argument("--memory", choices=("sdram", "on-chip"),
+                   help="with --board: check the fit in the board's SDRAM or its on-chip "
+                        "memory (default: the board's device memory, SDRAM where it has "
+                        "one: what `fpga build` and `virtual://BOARD` use)")
     c.add_argument("--accel", dest="config", help=argparse.SUPPRESS)
     _quantization_options(c)
     c.add_argument("--tuning-log", metavar="LOG.jsonl",

@@ -95,32 +95,40 @@ def test_compile_for_a_board_that_is_too_small_is_refused(files, capsys, board: 
         needed, split = e.needed, ""
     assert needed > b.mem_bytes and (split == "") == (batch == 24)
     out = files["dir"] / f"digits-{board}-{batch}.tfm"
-    assert main(compile_args(files, out, batch, "--board", board)) == 2
+    on_chip = ["--memory", "on-chip"] if BOARDS[board].sdram_bytes else []
+    assert main(compile_args(files, out, batch, "--board", board, *on_chip)) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert f"needs {needed} bytes of device memory{split}" in err and board in err
     assert f"has {b.mem_bytes}" in err
     assert f"{needed - b.mem_bytes} bytes too many" in err
     # the ULX3S's SDRAM is named with its size (16 MB within tiny's 24-bit addresses)
-    assert err.endswith("; its SDRAM gives a model 16777216 bytes (--sdram)") == (
+    assert err.endswith("; its SDRAM gives a model 16777216 bytes (--memory sdram)") == (
         board == "ulx3s-85f"), err
     assert not out.exists()
 
 
 def test_compile_for_a_board_with_sdram_checks_the_sdram(files, capsys) -> None:
-    """What does not fit the ULX3S-85F's 64 KiB fits its SDRAM (``--sdram``: the device
-    memory of ``fpga build --sdram``); the SDRAM of a board without one is refused."""
-    out = files["dir"] / "digits-ulx3s-85f-sdram.tfm"
-    assert main(compile_args(files, out, 40, "--board", "ulx3s-85f", "--sdram")) == 0
-    summary = last_json(capsys)
-    plan = plan_memory(load_model(out))
-    assert plan is not None and plan.size > BOARDS["ulx3s-85f"].mem_bytes
-    assert (summary["board_memory"], summary["board_memory_bytes"]) == ("sdram", 1 << 24)
-    assert summary["device_memory_bytes"] == plan.size
-    for more, says in ((["--board", "icebreaker", "--sdram"],
-                        "icebreaker has no SDRAM (boards with one: ulx3s-85f, ulx3s-25f)"),
-                       (["--config", "tiny", "--sdram"], "--sdram checks the fit in a "
-                                                         "board's SDRAM: give --board")):
+    """What does not fit the ULX3S-85F's 64 KiB fits its SDRAM, the board's device
+    memory by default (``--memory sdram`` says so); the SDRAM of a board without one is
+    refused, and so is ``--memory`` without a board."""
+    for more in ([], ["--memory", "sdram"]):
+        out = files["dir"] / f"digits-ulx3s-85f-sdram{len(more)}.tfm"
+        assert main(compile_args(files, out, 40, "--board", "ulx3s-85f", *more)) == 0
+        summary = last_json(capsys)
+        plan = plan_memory(load_model(out))
+        assert plan is not None and plan.size > BOARDS["ulx3s-85f"].mem_bytes
+        # 16 MB of the 32 MB chip: what tiny's 24-bit addresses reach
+        assert (summary["board_memory"], summary["board_memory_bytes"]) == ("sdram", 1 << 24)
+        assert summary["device_memory_bytes"] == plan.size
+    out = files["dir"] / "digits-icebreaker.tfm"
+    assert main(compile_args(files, out, 1, "--board", "icebreaker")) == 0
+    assert last_json(capsys)["board_memory"] == "on-chip"  # no SDRAM: on-chip by default
+    for more, says in ((["--board", "icebreaker", "--memory", "sdram"],
+                        "icebreaker: no SDRAM on this board (boards with one: ulx3s-85f, "
+                        "ulx3s-25f)"),
+                       (["--config", "tiny", "--memory", "sdram"],
+                        "--memory sdram checks the fit in a board's memory: give --board")):
         bad = files["dir"] / "digits-no-sdram.tfm"
         assert main(compile_args(files, bad, 1, *more)) == 2
         err = capsys.readouterr().err.strip()
@@ -130,6 +138,8 @@ def test_compile_for_a_board_with_sdram_checks_the_sdram(files, capsys) -> None:
 
 @pytest.mark.parametrize(("board", "config"), [("ulx3s-25f", None), ("ulx3s-85f", "up5k")])
 def test_compile_for_a_board_that_fits(files, capsys, board: str, config: str | None) -> None:
+    """On-chip too (``--memory on-chip``); up5k's 16-bit addresses reach 64 KiB of the
+    85F's SDRAM."""
     out = files["dir"] / f"digits-{board}.tfm"
     more = ["--board", board] + (["--config", config] if config else [])
     assert main(compile_args(files, out, 1, *more)) == 0
@@ -138,7 +148,13 @@ def test_compile_for_a_board_that_fits(files, capsys, board: str, config: str | 
     assert plan is not None
     assert summary["config"] == (config or BOARDS[board].config)
     assert summary["board"] == board
-    assert summary["board_memory_bytes"] == BOARDS[board].mem_bytes
+    reach = 1 << (16 if config == "up5k" else 24)
+    assert (summary["board_memory"], summary["board_memory_bytes"]) == ("sdram", reach)
+    assert summary["device_memory_bytes"] == plan.size
+    assert main(compile_args(files, out, 1, *more, "--memory", "on-chip", "--force")) == 0
+    summary = last_json(capsys)
+    assert (summary["board_memory"], summary["board_memory_bytes"]) == (
+        "on-chip", BOARDS[board].mem_bytes)
     assert summary["device_memory_bytes"] == plan.size <= BOARDS[board].mem_bytes
 
 

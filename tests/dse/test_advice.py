@@ -25,8 +25,13 @@ def calib() -> np.ndarray:
 def test_digits_one_image_fits_and_tiny_is_the_config_to_build(calib: np.ndarray) -> None:
     out = advise(str(model_path()), "ulx3s-85f", calib, {"image": (1, 1, 8, 8)},
                  ["tiny", "small", "default"])
-    assert out["board_memory_bytes"] == 64 * 1024 and out["clock_mhz"] == 60.0
+    # the 85F's device memory is its SDRAM: 32 MB, of which tiny's 24-bit addresses reach
+    # 16 MB
+    assert (out["board_memory"], out["board_memory_bytes"]) == ("sdram", 32 << 20)
+    assert out["clock_mhz"] == 60.0
     rows = {r["config"]: r for r in out["configs"]}
+    assert [rows[n]["board_memory_bytes"] for n in ("tiny", "small", "default")] == [
+        16 << 20, 32 << 20, 32 << 20]
     for name in ("tiny", "default"):
         ref = compile_onnx(str(model_path()), config=PRESETS[name], calibration=calib,
                            input_shapes={"image": (1, 1, 8, 8)})
@@ -41,6 +46,11 @@ def test_digits_one_image_fits_and_tiny_is_the_config_to_build(calib: np.ndarray
     assert rows["default"]["fits_board"] is False and rows["default"]["dsp"] > 256
     assert any(o.startswith("DSP ") for o in rows["default"]["over"])
     assert rows["tiny"]["dsp"] == 36  # the real build's count (docs/fpga.md)
+    # on-chip: the same figures against the 85F's 64 KiB of block RAM
+    on_chip = advise(str(model_path()), "ulx3s-85f", calib, {"image": (1, 1, 8, 8)},
+                     ["tiny"], memory="on-chip")
+    assert (on_chip["board_memory"], on_chip["board_memory_bytes"]) == ("on-chip", 64 << 10)
+    assert on_chip["configs"][0]["device_memory_bytes"] == rows["tiny"]["device_memory_bytes"]
     # the bigger core takes fewer cycles but does not fit: tiny is the one to build
     assert rows["default"]["estimated_cycles"] < rows["tiny"]["estimated_cycles"]
     assert out["build"] == "tiny" and out["fastest_fitting_memory"] == "default"
@@ -111,17 +121,26 @@ def test_host_traffic_per_config_is_what_a_resident_run_counts(calib: np.ndarray
 
 def test_digits_batch_64_exceeds_the_85f_memory_and_is_flagged(tmp_path: Path,
                                                                 calib: np.ndarray) -> None:
+    """64 images need more than the 85F's 64 KiB of block RAM (``--memory on-chip``) and
+    fit its SDRAM, the board's device memory."""
     np.save(tmp_path / "calib.npy", calib)
-    run = subprocess.run(
-        [str(Path(sys.executable).parent / "tensorfab"), "advise", str(model_path()), "--board",
-         "ulx3s-85f", "--calib", str(tmp_path / "calib.npy"), "--shape",
-         "image=64,1,8,8", "--configs", "tiny", "--json"],
-        capture_output=True, text=True, timeout=300, check=True)
-    out = json.loads(run.stdout)
+    args = [str(Path(sys.executable).parent / "tensorfab"), "advise", str(model_path()),
+            "--board", "ulx3s-85f", "--calib", str(tmp_path / "calib.npy"), "--shape",
+            "image=64,1,8,8", "--configs", "tiny", "--json"]
+    out = json.loads(subprocess.run([*args, "--memory", "on-chip"], capture_output=True,
+                                    text=True, timeout=300, check=True).stdout)
     (tiny,) = out["configs"]
     assert tiny["device_memory_bytes"] > 64 * 1024
     assert tiny["fits_memory"] is False
     assert out["build"] is None and out["fastest_fitting_memory"] is None
+    out = json.loads(subprocess.run(args, capture_output=True, text=True, timeout=300,
+                                    check=True).stdout)
+    (in_sdram,) = out["configs"]
+    assert in_sdram["device_memory_bytes"] == tiny["device_memory_bytes"]
+    assert in_sdram["fits_memory"] is True and out["build"] == "tiny"
+    bad = subprocess.run([*args[:3], "--board", "icebreaker", "--memory", "sdram"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "icebreaker: no SDRAM on this board" in bad.stderr
 
 
 def test_a_model_problem_is_one_error_not_one_per_config(calib: np.ndarray) -> None:

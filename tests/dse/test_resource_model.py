@@ -19,6 +19,7 @@ from tensorfab.dse.resource_model import (
     FEATURES,
     MODEL_PATH,
     RESOURCES,
+    SDRAM_CONTROLLER,
     ResourceModel,
     buffer_blocks,
     buffer_brams,
@@ -30,6 +31,7 @@ from tensorfab.dse.resource_model import (
 from tensorfab.dse.results import add_resources, pareto_fronts, write_best_config
 from tensorfab.fpga_builds.board_configs import board_config
 from tensorfab.fpga_builds.boards import BOARDS
+from tensorfab.fpga_builds.errors import FpgaBuildError
 from tensorfab.isa import PRESETS, HwConfig, UsageError
 
 
@@ -91,7 +93,7 @@ def test_fit_recovers_a_linear_law_and_leave_one_out_is_exact_on_it() -> None:
         assert entry["loo"]["max_relative_error"] < 1e-6
     m = ResourceModel(fitted)
     cfg = PRESETS["small"]
-    est = m.estimate(cfg, "ulx3s-85f")
+    est = m.estimate(cfg, "ulx3s-85f", sdram=False)
     assert est["DSP"] == 4 + 64 + 4 * 8
     blocks = buffer_blocks(cfg)
     assert est["BRAM"] == round(2 + 2.5 * blocks["acc"] + blocks["inp"] + blocks["uop"]
@@ -146,7 +148,7 @@ def test_estimates_match_real_builds_on_other_boards(model: ResourceModel, board
     # ecp5-25f (1x4x2, 16-bit bus) is a training build on the 85F's top: on a 16 KiB
     # board the memory (8 blocks instead of 32) comes from its shape; the OrangeCrab
     # 85F is another board with the 85F's memory
-    est = model.estimate(board_config(config), board)
+    est = model.estimate(board_config(config), board, sdram=False)
     assert est["DSP"] == dsp
     assert abs(est["BRAM"] - bram) <= 3
     fits, over = model.fits(est, board)
@@ -161,6 +163,30 @@ def test_reported_builds_match_by_values_not_names(model: ResourceModel) -> None
     assert model.reported_build("ulx3s-25f", PRESETS["small"]) is None
     best = model.reported_fmax("ulx3s-85f")
     assert best is not None and (best["config"], best["fmax_mhz"]) == ("tiny", 63.6)
+
+
+@pytest.mark.parametrize(("board", "config", "measured"), [
+    # flat Yosys syntheses of the SDRAM SoC (``fpga_builds.breakdown.flat_synthesis``:
+    # its ``logic`` and totals)
+    ("ulx3s-85f", "tiny", {"LUT": 15203, "FF": 7975, "DSP": 36, "BRAM": 18}),
+    ("ulx3s-25f", "ecp5-25f", {"LUT": 11390, "FF": 6115, "DSP": 20, "BRAM": 11}),
+])
+def test_an_sdram_soc_has_no_memory_brams_and_the_controllers_logic(
+        model: ResourceModel, board: str, config: str, measured: dict[str, int]) -> None:
+    """The board's default memory (SDRAM on a ULX3S): the on-chip estimate without the
+    memory's block RAMs, with the controller's LUTs and FFs, within the model's
+    held-out error of a real synthesis."""
+    cfg = board_config(config)
+    sdram = model.estimate(cfg, board)
+    assert sdram == model.estimate(cfg, board, sdram=True)
+    on_chip = model.estimate(cfg, board, sdram=False)
+    assert on_chip["BRAM"] - sdram["BRAM"] == memory_brams(BOARDS[board].mem_bytes, cfg)
+    assert sdram["DSP"] == on_chip["DSP"] == measured["DSP"]
+    assert sdram["LUT"] - on_chip["LUT"] == SDRAM_CONTROLLER["LUT"]
+    for res in RESOURCES:
+        assert abs(sdram[res] - measured[res]) <= max(0.15 * measured[res], 3), res
+    with pytest.raises(FpgaBuildError, match="orangecrab-25f: no SDRAM"):
+        model.estimate(cfg, "orangecrab-25f", sdram=True)
 
 
 def test_default_does_not_fit_the_85f_and_says_why(model: ResourceModel) -> None:
@@ -228,6 +254,6 @@ def test_a_fresh_synthesis_of_tiny_agrees_with_the_model(tmp_path: Path,
     packaged = next(b for b in model.data["builds"] if b["name"] == "tiny")
     if fresh["source_hash"] == model.data["source_hash"]:
         assert {r: fresh[r] for r in RESOURCES} == {r: packaged[r] for r in RESOURCES}
-    est = model.estimate(PRESETS["tiny"], "ulx3s-85f")
+    est = model.estimate(PRESETS["tiny"], "ulx3s-85f", sdram=False)
     for res in RESOURCES:
         assert abs(est[res] - fresh[res]) <= 0.15 * fresh[res], res

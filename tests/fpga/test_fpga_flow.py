@@ -211,12 +211,16 @@ CI_CLOCK_MHZ = 60.0
 
 def test_ci_bitstream(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The one real bitstream of CI: the smallest board build that fits, at a clock it
-    meets (the build fails with a timing error otherwise)."""
+    meets (the build fails with a timing error otherwise), its memory on-chip (the
+    board's default, SDRAM, is elaborated in tests/fpga/test_sdram_top.py and built by
+    hand: 15 minutes at load 5)."""
     out = tmp_path / "b"
     assert main(["fpga", "build", "--board", "ulx3s-25f", "--config", "ecp5-25f",
-                 "--clock-mhz", str(CI_CLOCK_MHZ), "-o", str(out), "--json"]) == 0
+                 "--memory", "on-chip", "--clock-mhz", str(CI_CLOCK_MHZ), "-o", str(out),
+                 "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     check_report(report, "ulx3s-25f", "ecp5-25f", out)
+    assert (report["options"]["memory"], report["options"]["mem_bytes"]) == ("bram", 16384)
     assert report["bitstream"].endswith(".bit")
     assert report["timing_met"] and report["target_mhz"] == CI_CLOCK_MHZ
     assert {v["target_mhz"] for v in report["clocks"].values()} == {CI_CLOCK_MHZ}
