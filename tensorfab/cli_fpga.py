@@ -89,7 +89,13 @@ def _build(args: argparse.Namespace) -> int:
                                  seed=args.seed, router=args.router, clock_mhz=clock_mhz,
                                  sdram=_sdram(args), timing_closure=args.timing_closure)
     except TimingFailure as exc:
-        Console(stderr=True).print(f"report: {out / 'report.json'}", highlight=False)
+        console = Console(stderr=True, soft_wrap=True)
+        console.print(f"report: {out / 'report.json'}", highlight=False)
+        if args.memory is None and board.default_memory == "sdram":
+            console.print("note: the device memory is the board's SDRAM (its default); "
+                          "--memory on-chip builds the SoC without the SDRAM controller, "
+                          "in block RAM (docs/fpga.md: the 25F's 100 MHz builds)",
+                          highlight=False)
         raise exc
     except DoesNotFit as exc:
         if not smallest:

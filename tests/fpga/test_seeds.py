@@ -98,3 +98,31 @@ def test_bench_cli_filter_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--board 'de0': unknown board" in capsys.readouterr().err
     assert main(["bench", "fsim-gemm", "--board", "ulx3s-25f"]) == 2
     assert "has no --board option" in capsys.readouterr().err
+
+
+def test_a_missed_clock_with_the_default_sdram_names_the_on_chip_build(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ULX3S build that misses its clock with its default memory (the SDRAM) says that
+    ``--memory on-chip`` builds it without the controller; the memory asked for reaches
+    the build (None: the board's default)."""
+    from tensorfab.fpga_builds import flow
+    from tensorfab.fpga_builds.errors import TimingFailure
+
+    asked: list[bool | None] = []
+
+    def missing(board_name: str, config: str, out_dir: Path, **kw: Any) -> dict:
+        asked.append(kw["sdram"])
+        raise TimingFailure("clock sync reaches 91.54 MHz, target 100.00 MHz", "sync",
+                            91.54, 100.0, -0.92)
+
+    monkeypatch.setattr(flow, "build_bitstream", missing)
+    note = "--memory on-chip builds the SoC without the SDRAM controller"
+    for more, noted in (([], True), (["--memory", "on-chip"], False),
+                        (["--memory", "sdram"], False)):
+        args = ["fpga", "build", "--board", "ulx3s-25f", "--clock-mhz", "100", "-o",
+                str(tmp_path / f"b{len(asked)}"), *more]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "reaches 91.54 MHz" in err and (note in err) == noted, err
+    assert asked == [None, False, True]
