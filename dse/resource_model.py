@@ -299,7 +299,7 @@ class ResourceModel:
             ``sdram`` on a board without SDRAM.
         """
         b = ecp5_board(board)
-        in_sdram = b.uses_sdram(None if sdram is None else "sdram" if sdram else "on-chip")
+        in_sdram = b.uses_sdram(sdram)
         feats = config_features(cfg)
         out = {}
         for res in RESOURCES:

@@ -91,8 +91,7 @@ class BoardTop(Elaboratable):
                  sdram: bool | None = None) -> None:
         self.board = board
         self.cfg = cfg
-        self.sdram = board.uses_sdram(None if sdram is None else
-                                      "sdram" if sdram else "on-chip")
+        self.sdram = board.uses_sdram(sdram)
         self.clock_mhz = board_clock_mhz(board, clock_mhz)
 
     @property

@@ -164,9 +164,10 @@ class Board:
         on a board with SDRAM, else ``on-chip`` (:data:`MEMORIES`)."""
         return "sdram" if self.sdram_bytes is not None else "on-chip"
 
-    def uses_sdram(self, memory: str | None = None) -> bool:
-        """Whether device memory ``memory`` (one of :data:`MEMORIES`; None: the board's
-        :attr:`default_memory`) is the board's SDRAM.
+    def uses_sdram(self, memory: str | bool | None = None) -> bool:
+        """Whether device memory ``memory`` (one of :data:`MEMORIES`, or a flag: True
+        ``sdram``, False ``on-chip``; None: the board's :attr:`default_memory`) is the
+        board's SDRAM.
 
         Raises
         ------
@@ -176,6 +177,8 @@ class Board:
         """
         from .errors import FpgaBuildError
 
+        if isinstance(memory, bool):
+            memory = "sdram" if memory else "on-chip"
         memory = memory or self.default_memory
         if memory not in MEMORIES:
             raise FpgaBuildError(f"memory {memory!r}: not one of {', '.join(MEMORIES)}")

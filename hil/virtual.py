@@ -103,8 +103,7 @@ class SocSpec:
             clock_hz = round(board_clock_mhz(b, None) * 1e6)
             mem = mem_bytes or b.mem_bytes
             try:
-                in_sdram = b.uses_sdram(None if sdram is None else
-                                        "sdram" if sdram else "on-chip")
+                in_sdram = b.uses_sdram(sdram)
             except FpgaBuildError as e:
                 raise UsageError(f"virtual board: {e}") from None
         else:
