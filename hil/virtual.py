@@ -111,9 +111,9 @@ class SocSpec:
                 raise UsageError("a virtual board without --board needs a config")
             cfg, clock_hz, mem = config, 100_000_000, mem_bytes or VIRTUAL_MEM_BYTES
         if in_sdram and mem_bytes is not None:
-            raise UsageError(f"virtual {board or 'board'}: mem_bytes sets on-chip memory, "
-                             "and this board's device memory is SDRAM (sdram=0, --memory "
-                             "on-chip: on-chip memory)")
+            raise UsageError(f"virtual {board or 'board'}: mem_bytes (--mem-bytes) sizes "
+                             "on-chip memory, but this board's device memory is its SDRAM: "
+                             "add --memory on-chip (sdram=0 in a URL)")
         if mem & (mem - 1) or mem < cfg.mem_bus_bytes:
             raise UsageError(f"virtual board memory {mem} is not a power of two of at least "
                              "one bus beat")

@@ -36,7 +36,7 @@ def test_ulx3s_memory_choices_and_refusals() -> None:
     direct = open_device("virtual://ulx3s-25f?direct_memory=1")  # SDRAM by default
     assert direct.sdram and direct.direct_memory
     for target, says in (
-            ("virtual://ulx3s-25f?mem_bytes=4096", "mem_bytes sets on-chip memory"),
+            ("virtual://ulx3s-25f?mem_bytes=4096", r"\(--mem-bytes\) sizes on-chip memory"),
             ("virtual://orangecrab-25f?sdram=1", "orangecrab-25f: no SDRAM on this board"),
             ("virtual://ulx3s-25f?sdram=0&direct_memory=1", "direct_memory needs sdram")):
         with pytest.raises(UsageError, match=says):
