@@ -114,8 +114,8 @@ def board_memory(board: Board, memory: str | None) -> str:
         raise ModelCliError(f"--memory: {e}") from None
 
 
-def check_fits_board(program: GraphProgram, board: Board, what: str,
-                     config: HwConfig | None = None, memory: str | None = None) -> int:
+def check_fits_board(program: GraphProgram, board: Board, what: str, config: HwConfig,
+                     memory: str | None = None) -> int:
     """The device memory ``program`` needs (static area + activation area of its
     :func:`~tensorfab.runtime.memory_plan.plan_memory`; 0 without accelerator programs).
 
@@ -133,7 +133,7 @@ def check_fits_board(program: GraphProgram, board: Board, what: str,
     if board_memory(board, memory) == "sdram":
         return check_fits(program, board.memory_bytes(config, "sdram"), what,
                           f"board {board.name}'s SDRAM")
-    hint = ("" if board.sdram_bytes is None or config is None else
+    hint = ("" if board.sdram_bytes is None else
             f"; its SDRAM gives a model {board.memory_bytes(config, 'sdram')} bytes "
             "(--memory sdram)")
     return check_fits(program, board.mem_bytes, what, f"board {board.name}", hint)
