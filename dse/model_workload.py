@@ -11,6 +11,7 @@ they run, and the device memory the resident model needs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import time
@@ -51,9 +52,10 @@ class ModelWorkload:
     calibration: Any = field(default=None, repr=False)
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
-        """A hash of the model, its calibration and its shapes (the sweep's cache key)."""
+        """A hash of the model, its calibration and its shapes (the sweep's cache key;
+        made once, not at every point)."""
         h = hashlib.sha256(self.onnx_bytes)
         cal = self.calibration
         arrays = cal.items() if isinstance(cal, dict) else [("", cal)] if cal is not None \
@@ -64,6 +66,16 @@ class ModelWorkload:
             h.update(a.tobytes())
         h.update(repr(sorted(self.input_shapes.items())).encode())
         return h.hexdigest()[:16]
+
+    @functools.cached_property
+    def model_macs(self) -> int:
+        """The model's own multiply-accumulates at its shapes
+        (:func:`~tensorfab.compiler.frontend.onnx_macs.onnx_macs`; made once)."""
+        import onnx
+
+        from tensorfab.compiler.frontend.onnx_macs import onnx_macs
+
+        return onnx_macs(onnx.load_from_string(self.onnx_bytes), dict(self.input_shapes))
 
 
 def batch_one_shapes(prepared: Any, input_shapes: Mapping[str, tuple[int | str, ...]] | None
@@ -148,9 +160,6 @@ def evaluate_model(config_json: str, wl: ModelWorkload) -> dict[str, Any]:
         ``accel_programs``, ``accel_mac_fraction`` (the model's MACs the accelerator
         runs) and ``device_memory_bytes`` (the resident model's device memory).
     """
-    import onnx
-
-    from tensorfab.compiler.frontend.onnx_macs import onnx_macs
     from tensorfab.compiler.model_compile import FloatModelError
     from tensorfab.isa import TensorfabError
     from tensorfab.runtime.memory_plan import OutOfDeviceMemory, plan_memory
@@ -169,7 +178,6 @@ def evaluate_model(config_json: str, wl: ModelWorkload) -> dict[str, Any]:
     accel = _accel_nodes(compiled)
     cycles = sum(int(n.attrs["estimated_cycles"]) for _, n in accel)
     macs = sum(max(int(n.attrs.get("macs", -1)), 0) for _, n in accel)
-    model_macs = onnx_macs(onnx.load_from_string(wl.onnx_bytes), dict(wl.input_shapes))
     try:
         plan = plan_memory(compiled.program)
         memory = plan.size if plan is not None else 0
@@ -180,7 +188,7 @@ def evaluate_model(config_json: str, wl: ModelWorkload) -> dict[str, Any]:
             "utilization": macs / (cycles * peak) if cycles else None,
             "gops": 2 * macs * cfg.clock_mhz / cycles / 1e3 if cycles else None,
             "accel_programs": len(accel),
-            "accel_mac_fraction": macs / model_macs if model_macs else None,
+            "accel_mac_fraction": macs / wl.model_macs if wl.model_macs else None,
             "device_memory_bytes": int(memory),
             "error": None if accel else "no operator of the model runs on the accelerator"}
 
