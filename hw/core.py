@@ -217,13 +217,16 @@ class Core(wiring.Component):
         # the shared port's multiplexers (a transparent read port of the flag memory put
         # the load's write enable, the port's choice, its address compare and the
         # bypass in a row: an FPGA critical path).
-        lane_bits = [Const(k, max(1, lb)) for k in range(lanes)]
-
-        def writes_entry(wr: wiring.PureInterface, en: Value, row: Value) -> list[Value]:
-            """Per lane: ``wr`` writes that lane's entry of ``row`` this cycle."""
+        # Each term is one word of `lanes` bits (a one-hot lane shifted in, a bit
+        # replicated), not a bit per lane: Verilator evaluates a word in a few machine
+        # operations and the same logic bit by bit in about ten per lane, on every
+        # cycle a reader is enabled; synthesis sees the same decoder either way.
+        def writes_entry(wr: wiring.PureInterface, en: Value, row: Value) -> Value:
+            """The lanes of ``row`` whose entry ``wr`` writes this cycle (one bit at
+            most)."""
             hit = en & ((wr.addr >> lb) == row)
-            return [hit & (wr.addr[:lb] == lane_bits[k]) if lb else hit
-                    for k in range(lanes)]
+            return (hit << wr.addr[:lb])[:lanes] if lb else hit
+
         compute_writes = compute.acc_wr.en & ~compute.acc_zero.en
         load_writes = load.acc_wr.en & ~compute.acc_wr.en & ~compute.acc_zero.en
         acc_readers = (compute.acc_rd_dst, compute.acc_rd_src, store.acc_rd)
@@ -244,9 +247,9 @@ class Core(wiring.Component):
             flags = Signal(lanes)
             lane = Signal(max(1, lb))
             with m.If(rd.en):
-                m.d.sync += [lane.eq(rd.addr[:lb]), flags.eq(Cat(*(
-                    (zeroed & compute.acc_zero.mask[k])
-                    | (stored[k] & ~by_compute[k] & ~by_load[k]) for k in range(lanes))))]
+                m.d.sync += [lane.eq(rd.addr[:lb]), flags.eq(
+                    (zeroed.replicate(lanes) & compute.acc_zero.mask)
+                    | (stored & ~by_compute & ~by_load))]
             m.d.comb += [rp.addr.eq(rd.addr), rp.en.eq(rd.en), zp.addr.eq(row),
                          rd.data.eq(Mux(flags.bit_select(lane, 1), 0, rp.data))]
 

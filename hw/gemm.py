@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Signal, Value, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,6 +20,16 @@ OFFSET = WGT_OFFSET
 #: Masks of the packed words: bytes into 16-bit lanes, 16-bit lanes into 32-bit lanes.
 BYTE_LANES = 0x00FF_00FF_00FF_00FF
 HALF_LANES = 0x0000_FFFF_0000_FFFF
+
+
+def sign_extended(value: Value, width: int) -> Value:
+    """``value`` (signed) sign-extended to ``width`` bits as a multiplexer of two words
+    (its top bit chooses ones or zeros above it), which Verilator evaluates as one
+    choice per word; an implicit extension it evaluates bit by bit."""
+    extra = width - len(value)
+    if extra <= 0:
+        return value[:width]
+    return Mux(value[-1], Cat(value, Const((1 << extra) - 1, extra)), value.as_unsigned())
 
 
 class GemmCore(wiring.Component):
@@ -265,9 +275,12 @@ class GemmCore(wiring.Component):
                     o = 8 * h + j
                     s = total[32 * t:][:32]  # Σ a'w' of channel o
                     w = w_sum[g][16 * js.index(j):][:16]  # Σ w' of channel o
-                    # exact signed value, wrapped to 32 bits by the assignment
+                    # exact signed value, sign-extended to 32 bits by a choice of
+                    # two words rather than by the assignment, which Verilator
+                    # copies bit by bit on every cycle (synthesis sees the same wires)
                     dot = Signal(cfg.acc_width, name=f"dot{b}_{o}")
-                    m.d.comb += dot.eq(s - ((a_sum[b] + w) << 7) + bias)
+                    exact = s - ((a_sum[b] + w) << 7) + bias
+                    m.d.comb += dot.eq(sign_extended(exact, cfg.acc_width))
                     m.d.sync += [
                         self.acc_out[b][o].eq((acc[b][o] + dot)[:cfg.acc_width]),
                         self.result[b * n_out + o].eq(dot),
