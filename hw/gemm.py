@@ -26,6 +26,8 @@ def sign_extended(value: Value, width: int) -> Value:
     """``value`` (signed) sign-extended to ``width`` bits as a multiplexer of two words
     (its top bit chooses ones or zeros above it), which Verilator evaluates as one
     choice per word; an implicit extension it evaluates bit by bit."""
+    if not value.shape().signed:
+        raise TypeError(f"sign_extended: {value!r} is unsigned")
     extra = width - len(value)
     if extra <= 0:
         return value[:width]
@@ -275,9 +277,7 @@ class GemmCore(wiring.Component):
                     o = 8 * h + j
                     s = total[32 * t:][:32]  # Σ a'w' of channel o
                     w = w_sum[g][16 * js.index(j):][:16]  # Σ w' of channel o
-                    # exact signed value, sign-extended to 32 bits by a choice of
-                    # two words rather than by the assignment, which Verilator
-                    # copies bit by bit on every cycle (synthesis sees the same wires)
+                    # exact signed value, wrapped or extended to 32 bits
                     dot = Signal(cfg.acc_width, name=f"dot{b}_{o}")
                     exact = s - ((a_sum[b] + w) << 7) + bias
                     m.d.comb += dot.eq(sign_extended(exact, cfg.acc_width))
