@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 __all__ = ["ConfigAdvice", "advise", "candidate_configs"]
@@ -30,7 +31,8 @@ class ConfigAdvice:
     Attributes
     ----------
     config : str
-        Preset or board configuration name.
+        Preset or board configuration name; for a JSON file, the config's own ``name``
+        (its file's stem when it has none).
     device_memory_bytes : int
         Device memory the compiled model needs (static + activations).
     fits_memory : bool
@@ -71,6 +73,9 @@ class ConfigAdvice:
     board_memory_bytes : int or None
         The board's device memory this configuration reaches: on-chip, or the SDRAM
         within its address range (a 24-bit config reaches 16 MB of the ULX3S's 32 MB).
+    config_file : str or None
+        The JSON file the configuration came from (what ``compile --config`` and
+        ``fpga build --config`` take), None for a preset or board configuration.
     """
 
     config: str
@@ -93,6 +98,7 @@ class ConfigAdvice:
     fmax_mhz: float | None = None
     meets_clock: bool | None = None
     board_memory_bytes: int | None = None
+    config_file: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict."""
@@ -135,7 +141,9 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
         (the board's; each config's reach is its row's), ``clock_mhz``, ``configs`` (a
         :class:`ConfigAdvice` dict each) and ``build``: the fastest config that fits the
         memory and the board's device and is not known to miss its clock (``None`` if
-        none does), and
+        none does), ``build_config`` what ``fpga build --config`` takes for it (its
+        name or JSON file), ``build_resources`` whether its fit is from a real build
+        (``built``) or the resource model (``estimated``), and
         ``fastest_fitting_memory``: the fastest that fits the memory whatever its
         resources; ``resources_source`` says where the resources come from;
         ``batch_one``: the inputs whose symbolic batch was taken as 1.
@@ -171,8 +179,17 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     clock = board.clock_mhz or board.clock_in_mhz
     rows: list[ConfigAdvice] = []
     failures: list[TensorfabError] = []
+    labels: set[str] = set()
     for name in configs or candidate_configs():
         cfg = board_config(name)
+        config_file, label = None, str(name)
+        if label.endswith(".json"):
+            config_file = label
+            label = cfg.name if cfg.name != "custom" else Path(label).stem
+            if label in labels:  # two files of one name: told apart by their paths
+                label = config_file
+        labels.add(label)
+        name = label
         res: dict[str, Any] = {"resources": "unknown"}
         if model is not None:
             est = model.estimate(cfg, board.name, sdram=in_sdram)
@@ -207,7 +224,7 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
             failures.append(e)
             rows.append(ConfigAdvice(name, None, False, estimated_cycles=None,
                                      estimated_latency_ms=None, accel_programs=0,
-                                     error=str(e), **res))
+                                     error=str(e), config_file=config_file, **res))
             continue
         accel = [n for n in compiled.program.nodes if n.op == ACCEL_PROGRAM]
         traffic: dict[str, int | None] = {}
@@ -226,17 +243,18 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
                                  estimated_cycles=cycles,
                                  estimated_latency_ms=cycles / (clock * 1e3),
                                  accel_programs=len(accel), board_memory_bytes=limit,
-                                 **traffic, **res))
+                                 config_file=config_file, **traffic, **res))
     if failures and len(failures) == len(rows) and len({str(e) for e in failures}) == 1:
         raise failures[0]  # the model's problem, not a config's
     fitting = sorted((r for r in rows if r.fits_memory and r.estimated_cycles is not None),
                      key=lambda r: r.estimated_cycles or 0)
-    build = next((r.config for r in fitting if r.fits_board and r.meets_clock is not False),
-                 None)
+    chosen = next((r for r in fitting if r.fits_board and r.meets_clock is not False), None)
     return {"board": board.name, "board_memory": memory,
             "board_memory_bytes": board.sdram_bytes if in_sdram else board.mem_bytes,
             "clock_mhz": clock, "configs": [r.to_json() for r in rows],
-            "build": build,
+            "build": chosen.config if chosen else None,
+            "build_config": (chosen.config_file or chosen.config) if chosen else None,
+            "build_resources": chosen.resources if chosen else None,
             "fastest_fitting_memory": fitting[0].config if fitting else None,
             "cycles_source": "timing model (estimated)", "batch_one": batch_one,
             "resources_source": (f"resource model fitted to Yosys builds (estimated; "

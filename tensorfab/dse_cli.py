@@ -288,10 +288,18 @@ def cmd_advise(args: argparse.Namespace) -> int:
         for r in result["configs"]:
             for reason in r["over"]:
                 print(f"  {r['config']}: {reason}")
-        print(f"build: {result['build'] or 'no configuration fits the memory and the board'}"
-              + (f" (fastest within memory, whatever its resources: "
-                 f"{result['fastest_fitting_memory']})"
-                 if result["fastest_fitting_memory"] not in (None, result["build"]) else ""))
+        build = result["build"]
+        line = build or "no configuration fits the memory and the board"
+        if build and result["build_config"] != build:
+            line += f" ({result['build_config']})"
+        if result["build_resources"] == "estimated":
+            line += (f"; its fit is the resource model's estimate: `tensorfab fpga build "
+                     f"--board {result['board']} --config {result['build_config']}` "
+                     "confirms it")
+        if result["fastest_fitting_memory"] not in (None, build):
+            line += (f" (fastest within memory, whatever its resources: "
+                     f"{result['fastest_fitting_memory']})")
+        print(f"build: {line}")
 
     print_result(result, args.json, human)
     return 0

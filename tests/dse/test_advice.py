@@ -154,3 +154,33 @@ def test_a_model_problem_is_one_error_not_one_per_config(calib: np.ndarray) -> N
                ["tiny", "small"])
     # the fix named is advise's own option, not compile's --config
     assert "--calib" in str(info.value) and "--config" not in str(info.value)
+
+
+def test_a_json_config_is_named_by_its_name_and_an_estimated_pick_says_so(
+        tmp_path: Path, calib: np.ndarray) -> None:
+    """A config given as a JSON file is a row under its own name; the build line gives
+    the file ``fpga build --config`` takes and says when the pick's fit is only the
+    resource model's estimate."""
+    from tensorfab.fpga_builds.board_configs import board_config
+
+    mine = board_config("ecp5-85f").replace(name="e85-lite", inp_depth=256)
+    path = tmp_path / "lite.json"
+    path.write_text(mine.to_json())
+    np.save(tmp_path / "calib.npy", calib)
+    out = advise(str(model_path()), "ulx3s-85f", calib, {"image": (1, 1, 8, 8)},
+                 ["tiny", str(path)])
+    rows = {r["config"]: r for r in out["configs"]}
+    assert set(rows) == {"tiny", "e85-lite"}
+    assert rows["e85-lite"]["config_file"] == str(path) and rows["tiny"]["config_file"] is None
+    assert rows["e85-lite"]["resources"] == "estimated" and rows["e85-lite"]["fits_board"]
+    assert rows["e85-lite"]["estimated_cycles"] < rows["tiny"]["estimated_cycles"]
+    assert (out["build"], out["build_config"], out["build_resources"]) == (
+        "e85-lite", str(path), "estimated")
+    text = subprocess.run(
+        [str(Path(sys.executable).parent / "tensorfab"), "advise", str(model_path()),
+         "--board", "ulx3s-85f", "--calib", str(tmp_path / "calib.npy"), "--shape",
+         "image=1,1,8,8", "--configs", f"tiny,{path}"],
+        capture_output=True, text=True, timeout=300, check=True).stdout
+    assert str(path) not in text.split("build:")[0]  # the table names it e85-lite
+    assert (f"build: e85-lite ({path}); its fit is the resource model's estimate: "
+            f"`tensorfab fpga build --board ulx3s-85f --config {path}` confirms it") in text
