@@ -91,8 +91,12 @@ class BoardTop(Elaboratable):
                  sdram: bool | None = None) -> None:
         self.board = board
         self.cfg = cfg
-        self.sdram = board.uses_sdram(sdram)
-        self.clock_mhz = board_clock_mhz(board, clock_mhz)
+        try:
+            self.sdram = board.uses_sdram(sdram)
+            self.clock_mhz = board_clock_mhz(board, clock_mhz)
+        except FpgaBuildError:
+            self._MustUse__silence = True  # refused, never elaborated: no unused warning
+            raise
 
     @property
     def memory(self) -> str:
