@@ -12,6 +12,7 @@ keeps a model's weights on the board across runs (:meth:`BoardDevice.open_memory
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -129,6 +130,15 @@ class BoardDevice(Device):
         self.poll_interval = poll_interval
         self.name = name
         self.info = link.info()
+
+    @property
+    def transfer_progress(self) -> Callable[[str, int, int], None] | None:
+        """Called as memory moves over the link (:attr:`HostLink.transfer_progress`)."""
+        return self.link.transfer_progress
+
+    @transfer_progress.setter
+    def transfer_progress(self, report: Callable[[str, int, int], None] | None) -> None:
+        self.link.transfer_progress = report
 
     # ------------------------------------------------------------------ checks
     def check_config(self, cfg: HwConfig) -> None:

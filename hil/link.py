@@ -12,6 +12,7 @@ board's TCP socket or pty, and a recorded fixture (:mod:`tensorfab.hil.transport
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tensorfab.isa import hostlink as hl
@@ -88,6 +89,13 @@ class HostLink:
     block : int
         Largest memory block of one WRITE_MEM or READ_MEM (at most
         :data:`~tensorfab.isa.hostlink.MAX_DATA`).
+
+    Attributes
+    ----------
+    transfer_progress : callable or None
+        Called after each block of :meth:`write_mem` and :meth:`read_mem` with
+        ``("write" or "read", bytes done, bytes of the whole transfer)``: a model
+        loaded over a UART takes minutes, and a command line shows how far it is.
     """
 
     def __init__(self, transport: Transport, *, timeout: float = 1.0, retries: int = 8,
@@ -103,6 +111,7 @@ class HostLink:
         self._reader = hl.FrameReader()
         self._beat = 1
         self._block = block
+        self.transfer_progress: Callable[[str, int, int], None] | None = None
 
     # ------------------------------------------------------------------ one request
     def call(self, cmd: hl.Command, *args: int, data: bytes = b"") -> bytes:
@@ -214,6 +223,8 @@ class HostLink:
             n = self._transfer(hl.Command.WRITE_MEM, addr + off, len(data) - off, data, off)
             self.stats.payload_out += n
             off += n
+            if self.transfer_progress is not None:
+                self.transfer_progress("write", off, len(data))
 
     def read_mem(self, addr: int, nbytes: int) -> bytes:
         """Read ``nbytes`` (whole beats) from ``addr``, in blocks."""
@@ -222,6 +233,8 @@ class HostLink:
             n = self._transfer(hl.Command.READ_MEM, addr + len(out), nbytes - len(out), out,
                                len(out))
             self.stats.payload_in += n
+            if self.transfer_progress is not None:
+                self.transfer_progress("read", len(out), nbytes)
         return bytes(out)
 
     def _transfer(self, cmd: hl.Command, addr: int, left: int, buf: bytes | bytearray,

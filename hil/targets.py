@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
@@ -99,6 +100,19 @@ class VirtualBoardDevice(Device):
         self.timeout_bytes = timeout_bytes
         self.retries = retries
         self._devices: dict[HwConfig, BoardDevice] = {}
+        self._transfer_progress: Callable[[str, int, int], None] | None = None
+
+    @property
+    def transfer_progress(self) -> Callable[[str, int, int], None] | None:
+        """Called as memory moves over each board's link
+        (:attr:`~.link.HostLink.transfer_progress`)."""
+        return self._transfer_progress
+
+    @transfer_progress.setter
+    def transfer_progress(self, report: Callable[[str, int, int], None] | None) -> None:
+        self._transfer_progress = report
+        for device in self._devices.values():
+            device.transfer_progress = report
 
     def spec(self, config: HwConfig) -> SocSpec:
         """The SoC that runs ``config``'s programs (nothing built)."""
@@ -131,6 +145,7 @@ class VirtualBoardDevice(Device):
             transport = InProcessTransport(vb, self.faults)
             link = HostLink(transport, timeout=self.timeout_bytes * transport.byte_seconds,
                             retries=self.retries)
+            link.transfer_progress = self._transfer_progress
             self._devices[config] = BoardDevice(
                 link, name="virtual", memory=DirectMemory(vb) if self.direct_memory else None)
         return self._devices[config]

@@ -383,6 +383,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             if hasattr(device, "progress"):
                 device.progress = lambda cycles, _done: say(f"{now[0]}, cycle {cycles:,}")
+            if hasattr(device, "transfer_progress"):  # a board's memory over its link
+
+                def moved(kind: str, done: int, total: int) -> None:
+                    say(f"{now[0] or f'running {title}'}: {kind} {done:,} of {total:,} "
+                        f"bytes ({100 * done // total}%) over the link")
+
+                device.transfer_progress = moved
             profile = profile_program(program, feeds, device, progress=layer)
     except (TensorfabError, KeyboardInterrupt) as exc:
         # a failed run's timeline is the one most worth looking at

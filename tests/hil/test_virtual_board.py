@@ -118,6 +118,36 @@ def test_replay_fixture_runs_the_host_side() -> None:
     assert replay.finished
 
 
+def test_memory_transfers_report_their_progress_block_by_block() -> None:
+    """What ``tensorfab run`` shows while a model's memory moves over the link: after
+    each block, the bytes done of the whole transfer, up to all of them."""
+    prog = directed_programs(CFG)["gemm_vt2"]
+    link = HostLink(ReplayTransport(FIXTURE))
+    seen: list[tuple[str, int, int]] = []
+    link.transfer_progress = lambda kind, done, total: seen.append((kind, done, total))
+    BoardDevice(link).run(prog)
+    for kind in ("write", "read"):
+        steps = [(done, total) for k, done, total in seen if k == kind]
+        (total,) = {t for _, t in steps}
+        done = [d for d, _ in steps]
+        assert done == sorted(set(done)) and done[-1] == total, kind
+        assert len(done) == -(-total // link.max_block), kind
+    assert [k for k, _, _ in seen] == sorted(k for k, _, _ in seen)[::-1]  # writes first
+
+
+def test_a_virtual_board_passes_its_transfer_progress_to_each_link(
+        board: VirtualBoardDevice) -> None:
+    seen: list[tuple[str, int, int]] = []
+    board.transfer_progress = lambda kind, done, total: seen.append((kind, done, total))
+    try:
+        board.run(directed_programs(CFG)["gemm_vt2"])
+    finally:
+        board.transfer_progress = None
+    assert {k for k, _, _ in seen} == {"write", "read"}
+    assert all(0 < done <= total for _, done, total in seen)
+    assert board.device(CFG).link.transfer_progress is None
+
+
 def test_board_cycles_equal_the_rtl_executor_with_the_socs_memory(board) -> None:
     """The virtual board's CYCLES (its own counter, read over the link) equal the RTL
     executor's with the on-chip memory model, program for program."""
