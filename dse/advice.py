@@ -43,7 +43,14 @@ class ConfigAdvice:
         ``"estimated"`` for the others on an ECP5 board (the resource model), else
         ``"unknown"``.
     lut, ff, dsp, bram : int or None
-        The resource model's estimates on the board (``None`` without a model).
+        What the recorded real build used when it was built with the advised device
+        memory, else the resource model's estimates on the board (``None`` without a
+        model).
+    resource_counts : str or None
+        Where ``lut`` .. ``bram`` come from: ``"built"`` or ``"estimated"``.
+    built_memory : str or None
+        The device memory of the recorded real build (``on-chip``, ``sdram``): its fmax
+        and whether it routed are that SoC's.
     fits_board : bool or None
         Whether the config fits the board's device: a recorded real build (it
         routed), else the estimates against its capacity; ``None`` when unknown.
@@ -99,6 +106,8 @@ class ConfigAdvice:
     meets_clock: bool | None = None
     board_memory_bytes: int | None = None
     config_file: str | None = None
+    resource_counts: str | None = None
+    built_memory: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict."""
@@ -196,10 +205,15 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
             fits, over = model.fits(est, board.name)
             res = {"resources": "estimated", "lut": est["LUT"], "ff": est["FF"],
                    "dsp": est["DSP"], "bram": est["BRAM"], "fits_board": fits,
-                   "over": over}
+                   "over": over, "resource_counts": "estimated"}
         known = model.reported_build(board.name, cfg) if model is not None else None
         if known is not None:  # a real build outweighs the estimate
-            res |= {"resources": "built", "fits_board": known["routed"]}
+            res |= {"resources": "built", "fits_board": known["routed"],
+                    "built_memory": known["memory"]}
+            if known["memory"] == memory:  # its counts are this SoC's
+                used = known["used"]
+                res |= {"lut": used["LUT"], "ff": used["FF"], "dsp": used["DSP"],
+                        "bram": used["BRAM"], "resource_counts": "built"}
             if not known["routed"]:
                 res["over"] = [*res.get("over", []),
                                f"a real build did not route: {known.get('note', '')}"]
@@ -259,6 +273,7 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
             "cycles_source": "timing model (estimated)", "batch_one": batch_one,
             "resources_source": (f"resource model fitted to Yosys builds (estimated; "
                                  f"held-out error {model.held_out_text()}); configs with "
-                                 "a real build recorded: that build" if model is not None
+                                 "a real build recorded: its fit and fmax, and its counts "
+                                 "where it had this device memory" if model is not None
                                  else "the board's own config from a real build; no "
                                  f"resource model for {board.family}")}

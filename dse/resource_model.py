@@ -68,28 +68,36 @@ FEATURES: dict[str, tuple[str, ...]] = {
 MODEL_PATH = Path(__file__).with_name("resource_model.json")
 
 #: Real place-and-route builds (nextpnr-ecp5) recorded in docs/fpga.md's table: whether
-#: the design routed and the fmax it reached against its clock constraint (seed 1). Not
-#: modelled: reported beside the estimates; a build that did not route outweighs an
-#: estimate that fits, and one that reached less than a board's clock flags the config
-#: there (``advise``). The first entry of a board and config is the one reported.
+#: the design routed, the fmax it reached against its clock constraint (seed 1), the
+#: device memory it was built with and what it used (nextpnr's counts; the placed but
+#: unrouted build's from its placement). Not modelled: reported beside the estimates; a
+#: build that did not route outweighs an estimate that fits, and one that reached less
+#: than a board's clock flags the config there (``advise``). The first entry of a board
+#: and config is the one reported.
 REPORTED_BUILDS: tuple[dict[str, Any], ...] = (
     {"board": "ulx3s-85f", "config": "ecp5-85f", "routed": True, "fmax_mhz": 55.26,
-     "constraint_mhz": 100.0,
+     "constraint_mhz": 100.0, "memory": "on-chip",
+     "used": {"LUT": 25127, "FF": 12431, "DSP": 100, "BRAM": 98},
      "note": "router2; 9,722 of 39,367 register inputs late at 100 MHz"},
     {"board": "ulx3s-85f", "config": "tiny", "routed": True, "fmax_mhz": 63.6,
-     "constraint_mhz": 60.0},
+     "constraint_mhz": 60.0, "memory": "on-chip",
+     "used": {"LUT": 16872, "FF": 6655, "DSP": 36, "BRAM": 50}},
     {"board": "ulx3s-85f", "config": "small", "routed": False, "fmax_mhz": None,
-     "constraint_mhz": 60.0,
+     "constraint_mhz": 60.0, "memory": "on-chip",
+     "used": {"LUT": 29037, "FF": 8709, "DSP": 100, "BRAM": 98},
      "note": "placed (29,037 LUT, 100 DSP) but router1 does not converge and router2 "
              "did not finish"},
     {"board": "ulx3s-25f", "config": "ecp5-25f", "routed": True, "fmax_mhz": 100.89,
-     "constraint_mhz": 100.0,
+     "constraint_mhz": 100.0, "memory": "on-chip",
+     "used": {"LUT": 11735, "FF": 5779, "DSP": 20, "BRAM": 19},
      "note": "fpga build --timing-closure (the default there); seeds 2 and 3: 100.31 and "
              "101.12 MHz"},
     {"board": "orangecrab-25f", "config": "ecp5-25f", "routed": True, "fmax_mhz": 83.4,
-     "constraint_mhz": 80.0},
+     "constraint_mhz": 80.0, "memory": "on-chip",
+     "used": {"LUT": 12881, "FF": 5263, "DSP": 20, "BRAM": 19}},
     {"board": "orangecrab-85f", "config": "tiny", "routed": True, "fmax_mhz": 79.9,
-     "constraint_mhz": 72.0},
+     "constraint_mhz": 72.0, "memory": "on-chip",
+     "used": {"LUT": 17526, "FF": 6656, "DSP": 36, "BRAM": 50}},
 )
 
 #: DP16KD shapes (depth, width): 18 Kbit, 16 Kbit of them in the narrow modes.

@@ -269,12 +269,15 @@ def cmd_advise(args: argparse.Namespace) -> int:
               f"{'LUT':>7} {'DSP':>4} {'BRAM':>4} {'fits board':>10} {'fmax':>6} "
               f"{'cycles (est.)':>14} {'ms (est.)':>10} {'host B/inf':>10}")
         for r in result["configs"]:
-            def num(v: int | None) -> str:
-                return "-" if v is None else str(v)
+            def num(v: int | None, estimated: bool = False) -> str:
+                return "-" if v is None else ("~" if estimated else "") + str(v)
+
+            est = r["resource_counts"] == "estimated"
             fits_board = {True: "yes", False: "NO", None: "unknown"}[r["fits_board"]]
             head = (f"{r['config']:12} {num(r['device_memory_bytes']):>11} "
                     f"{'yes' if r['fits_memory'] else 'NO':>5} {r['resources']:>9} "
-                    f"{num(r['lut']):>7} {num(r['dsp']):>4} {num(r['bram']):>4} "
+                    f"{num(r['lut'], est):>7} {num(r['dsp'], est):>4} "
+                    f"{num(r['bram'], est):>4} "
                     f"{fits_board:>10} {fmax(r):>6}")
             if r["error"]:
                 print(f"{head} does not compile: {r['error']}")
@@ -283,7 +286,11 @@ def cmd_advise(args: argparse.Namespace) -> int:
                   f"{num(r['host_bytes']):>10}")
         print("host B/inf: bytes over the host link per inference, resident "
               "(activations in and out; weights written once at load)")
-        print(f"resources: {result['resources_source']}")
+        print(f"resources: {result['resources_source']} ('~': the model's estimate)")
+        for r in result["configs"]:
+            if r["built_memory"] not in (None, result["board_memory"]):
+                print(f"  {r['config']}: its real build had {r['built_memory']} memory: "
+                      "its fmax and fit are that build's, its counts estimated")
         print("fmax: MHz a real build on the board reached ('!': below the board's clock)")
         for r in result["configs"]:
             for reason in r["over"]:

@@ -45,12 +45,19 @@ def test_digits_one_image_fits_and_tiny_is_the_config_to_build(calib: np.ndarray
     assert rows["default"]["resources"] == "estimated"
     assert rows["default"]["fits_board"] is False and rows["default"]["dsp"] > 256
     assert any(o.startswith("DSP ") for o in rows["default"]["over"])
-    assert rows["tiny"]["dsp"] == 36  # the real build's count (docs/fpga.md)
-    # on-chip: the same figures against the 85F's 64 KiB of block RAM
+    # tiny's real build had on-chip memory: in SDRAM its counts are the model's
+    assert (rows["tiny"]["built_memory"], rows["tiny"]["resource_counts"]) == (
+        "on-chip", "estimated")
+    assert rows["tiny"]["dsp"] == 36  # (the real build's count too: docs/fpga.md)
+    # on-chip: the same figures against the 85F's 64 KiB of block RAM, and the real
+    # build's counts (docs/fpga.md's table)
     on_chip = advise(str(model_path()), "ulx3s-85f", calib, {"image": (1, 1, 8, 8)},
                      ["tiny"], memory="on-chip")
     assert (on_chip["board_memory"], on_chip["board_memory_bytes"]) == ("on-chip", 64 << 10)
-    assert on_chip["configs"][0]["device_memory_bytes"] == rows["tiny"]["device_memory_bytes"]
+    (tiny_on_chip,) = on_chip["configs"]
+    assert tiny_on_chip["device_memory_bytes"] == rows["tiny"]["device_memory_bytes"]
+    assert tiny_on_chip["resource_counts"] == "built"
+    assert [tiny_on_chip[k] for k in ("lut", "ff", "dsp", "bram")] == [16872, 6655, 36, 50]
     # the bigger core takes fewer cycles but does not fit: tiny is the one to build
     assert rows["default"]["estimated_cycles"] < rows["tiny"]["estimated_cycles"]
     assert out["build"] == "tiny" and out["fastest_fitting_memory"] == "default"

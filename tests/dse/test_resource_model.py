@@ -257,3 +257,27 @@ def test_a_fresh_synthesis_of_tiny_agrees_with_the_model(tmp_path: Path,
     est = model.estimate(PRESETS["tiny"], "ulx3s-85f", sdram=False)
     for res in RESOURCES:
         assert abs(est[res] - fresh[res]) <= 0.15 * fresh[res], res
+
+
+def test_reported_builds_are_docs_fpga_md_results_table() -> None:
+    """Each recorded build's counts and fmax are its row in docs/fpga.md's results
+    table (one row per board, config and fmax)."""
+    import re
+    from pathlib import Path
+
+    from tensorfab.dse.resource_model import REPORTED_BUILDS
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "fpga.md").read_text()
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| ulx3s") or line.startswith("| orangecrab")]
+
+    def first(cell: str) -> int:
+        return int(re.match(r"[*\s]*([\d ]+?)\s*(/|$|\*)", cell).group(1).replace(" ", ""))
+
+    for build in REPORTED_BUILDS:
+        fmax = "—" if build["fmax_mhz"] is None else f"{build['fmax_mhz']:g}"
+        (row,) = [r for r in rows if r[0] == build["board"]
+                  and r[1].split()[0].strip(",") == build["config"]
+                  and r[7].strip("*").startswith(fmax) and r[3]]
+        assert [first(row[k]) for k in (3, 4, 5, 6)] == [
+            build["used"][k] for k in ("LUT", "FF", "DSP", "BRAM")], row
