@@ -66,6 +66,16 @@ def _no_config_fits(board: Board) -> str:
             f"build, {cfg.name} ({cfg.batch}×{cfg.block_in}×{cfg.block_out})")
 
 
+def _sdram_timing_note(args: argparse.Namespace, board: Board, console: Console) -> None:
+    """After a missed clock: where the device memory was the board's SDRAM by default,
+    that the on-chip build drops the SDRAM controller."""
+    if args.memory is None and board.default_memory == "sdram":
+        console.print("note: the device memory is the board's SDRAM (its default); "
+                      "--memory on-chip builds the SoC without the SDRAM controller, "
+                      "in block RAM (docs/fpga.md: the 25F's 100 MHz builds)",
+                      highlight=False)
+
+
 def _build(args: argparse.Namespace) -> int:
     from tensorfab.fpga_builds.boards import get_board
     from tensorfab.fpga_builds.errors import DoesNotFit, TimingFailure
@@ -82,7 +92,7 @@ def _build(args: argparse.Namespace) -> int:
             "(docs/fpga.md); building " + ("it to show what it needs" if smallest
                                            else config), highlight=False)
     if args.seeds is not None:
-        return _build_seeds(args, board.name, config, out, clock_mhz)
+        return _build_seeds(args, board, config, out, clock_mhz)
     try:
         report = build_bitstream(board.name, config, out, dsp=not args.no_dsp,
                                  allow_timing_failure=args.allow_timing_failure,
@@ -91,11 +101,7 @@ def _build(args: argparse.Namespace) -> int:
     except TimingFailure as exc:
         console = Console(stderr=True, soft_wrap=True)
         console.print(f"report: {out / 'report.json'}", highlight=False)
-        if args.memory is None and board.default_memory == "sdram":
-            console.print("note: the device memory is the board's SDRAM (its default); "
-                          "--memory on-chip builds the SoC without the SDRAM controller, "
-                          "in block RAM (docs/fpga.md: the 25F's 100 MHz builds)",
-                          highlight=False)
+        _sdram_timing_note(args, board, console)
         raise exc
     except DoesNotFit as exc:
         if not smallest:
@@ -113,7 +119,7 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build_seeds(args: argparse.Namespace, board: str, config: str, out: Path,
+def _build_seeds(args: argparse.Namespace, board: Board, config: str, out: Path,
                  clock_mhz: float | None) -> int:
     """``fpga build --seeds``: one build per seed, a line each, the summary as JSON.
 
@@ -133,7 +139,7 @@ def _build_seeds(args: argparse.Namespace, board: str, config: str, out: Path,
         seeds = parse_seeds(args.seeds)
     except FpgaBuildError as exc:
         raise CliError(str(exc)) from None
-    summary = build_seeds(build_bitstream, seeds, out, board_name=board, config=config,
+    summary = build_seeds(build_bitstream, seeds, out, board_name=board.name, config=config,
                           dsp=not args.no_dsp, router=args.router, clock_mhz=clock_mhz,
                           sdram=_sdram(args), timing_closure=args.timing_closure)
 
@@ -147,8 +153,10 @@ def _build_seeds(args: argparse.Namespace, board: str, config: str, out: Path,
 
     print_result(summary, args.json, human)
     missed = [row["seed"] for row in summary["seeds"] if not row["timing_met"]]
+    if missed:
+        _sdram_timing_note(args, board, Console(stderr=True, soft_wrap=True))
     if missed and not args.allow_timing_failure:
-        raise FpgaBuildError(f"{board} {config}: timing missed at seed(s) "
+        raise FpgaBuildError(f"{board.name} {config}: timing missed at seed(s) "
                              f"{', '.join(map(str, missed))} of {args.seeds} "
                              f"({summary['target_mhz']:g} MHz); see {out / 'seeds.json'}")
     return 0

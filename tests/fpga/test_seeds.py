@@ -72,9 +72,16 @@ def test_build_seeds_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     captured = capsys.readouterr()
     assert "timing met at 2 of 3 seeds" in captured.out
     assert "seed 2: 98.1 MHz / 100 MHz" in captured.out
+    # the ULX3S's default memory is its SDRAM: the on-chip build is named as for one seed
     assert captured.err.strip().splitlines() == [
+        "note: the device memory is the board's SDRAM (its default); --memory on-chip "
+        "builds the SoC without the SDRAM controller, in block RAM (docs/fpga.md: the "
+        "25F's 100 MHz builds)",
         f"error: ulx3s-25f ecp5-25f: timing missed at seed(s) 2 of 1,2,3 (100 MHz); "
         f"see {out / 'seeds.json'}"]
+    out.rename(tmp_path / "older")
+    assert main([*args, "--memory", "on-chip"]) == 2  # (chosen: no note)
+    assert capsys.readouterr().err.strip().splitlines()[0].startswith("error: ulx3s-25f")
 
 
 def test_bench_filters() -> None:
