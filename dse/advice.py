@@ -188,16 +188,17 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
     clock = board.clock_mhz or board.clock_in_mhz
     rows: list[ConfigAdvice] = []
     failures: list[TensorfabError] = []
-    labels: set[str] = set()
-    for name in configs or candidate_configs():
+    names = [str(n) for n in configs or candidate_configs()]
+    labels = {n for n in names if not n.endswith(".json")}
+    for name in names:
         cfg = board_config(name)
-        config_file, label = None, str(name)
+        config_file, label = None, name
         if label.endswith(".json"):
             config_file = label
             label = cfg.name if cfg.name != "custom" else Path(label).stem
-            if label in labels:  # two files of one name: told apart by their paths
+            if label in labels:  # a name taken: told apart by its path
                 label = config_file
-        labels.add(label)
+            labels.add(label)
         name = label
         res: dict[str, Any] = {"resources": "unknown"}
         if model is not None:
@@ -225,7 +226,7 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
                                    f"a real build reached {known['fmax_mhz']:g} MHz "
                                    f"(constraint {known['constraint_mhz']:g} MHz), below "
                                    f"the board's {clock:g} MHz"]
-        elif name == board.config:
+        elif config_file is None and name == board.config:
             res |= {"resources": "built", "fits_board": board.fits}
         try:
             compiled = compile_onnx(prepared, config=cfg, calibration=calibration,

@@ -188,6 +188,13 @@ def test_a_json_config_is_named_by_its_name_and_an_estimated_pick_says_so(
          "--board", "ulx3s-85f", "--calib", str(tmp_path / "calib.npy"), "--shape",
          "image=1,1,8,8", "--configs", f"tiny,{path}"],
         capture_output=True, text=True, timeout=300, check=True).stdout
+    # a file whose name is taken by a preset in the list is told apart by its path
+    taken = tmp_path / "taken.json"
+    taken.write_text(mine.replace(name="tiny").to_json())
+    out = advise(str(model_path()), "ulx3s-85f", calib, {"image": (1, 1, 8, 8)},
+                 ["tiny", str(taken)])
+    assert [r["config"] for r in out["configs"]] == ["tiny", str(taken)]
+    assert out["configs"][1]["resources"] == "estimated"  # not tiny's real build
     assert str(path) not in text.split("build:")[0]  # the table names it e85-lite
     assert (f"build: e85-lite ({path}); its fit is the resource model's estimate: "
             f"`tensorfab fpga build --board ulx3s-85f --config {path}` confirms it") in text
