@@ -145,11 +145,16 @@ class GemmCore(wiring.Component):
         tree_depth = (cfg.block_in - 1).bit_length()
         return 3 + -(-tree_depth // levels_per_stage)
 
-    def _tree(self, m: Module, terms: list[Value], name: str) -> Value:
-        """Sum ``terms`` pairwise, with registers as the class docstring says."""
+    def _tree(self, m: Module, terms: list[Value], name: str, wrap: int | None = None) -> Value:
+        """Sum ``terms`` pairwise, with registers as the class docstring says; modulo
+        ``2**wrap`` if given (for terms whose lanes never carry that far: a sum as
+        wide as its 64-bit terms is one machine addition in Verilator, a sum one bit
+        wider a wide one or a masked one)."""
         level = 0
         while len(terms) > 1:
             pairs = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
+            if wrap is not None:
+                pairs = [value[:wrap] for value in pairs]
             if len(terms) % 2:
                 pairs.append(terms[-1])
             level += 1
@@ -246,9 +251,11 @@ class GemmCore(wiring.Component):
                         terms.append(self._products(m, act[b][k], spread[k][g], sel,
                                                     f"p{b}_{n}_{k}"))
                         continue
+                    # whole 64-bit words (their top lanes zero), which Verilator
+                    # neither masks nor truncates
                     p = act[b][k] * spread[k][g]
-                    lanes = (p >> (16 * sub)) & mask(HALF_LANES, len(p) - 16 * sub)
-                    terms.append(self._delayed(m, lanes[:width], f"p{b}_{n}_{k}"))
+                    lanes = (p >> (16 * sub)) & mask(HALF_LANES, max(64, width))
+                    terms.append(self._delayed(m, lanes, f"p{b}_{n}_{k}"))
                 per_b.append(terms)
             prods.append(per_b)
         # A and W trees start one stage early and wait a cycle for the product trees
@@ -270,9 +277,10 @@ class GemmCore(wiring.Component):
 
         bias = (OFFSET * OFFSET * n_in) % (1 << cfg.acc_width)
         for b in range(cfg.batch):
-            for n, (g, _sub, _width, sel) in enumerate(split):
+            for n, (g, _sub, width, sel) in enumerate(split):
                 h, par, js = groups[g]
-                total = self._tree(m, prods[b][n], f"s{b}_{n}")
+                total = self._tree(m, prods[b][n], f"s{b}_{n}",
+                                   wrap=None if per_product else max(64, width))
                 for t, j in enumerate(sel):
                     o = 8 * h + j
                     s = total[32 * t:][:32]  # Σ a'w' of channel o
