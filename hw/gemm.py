@@ -259,10 +259,19 @@ class GemmCore(wiring.Component):
                 per_b.append(terms)
             prods.append(per_b)
         # A and W trees start one stage early and wait a cycle for the product trees
-        a_sum = [self._delayed(m, self._tree(m, act[b], f"asum{b}"), f"asum{b}_d")
+        # (packed, as machine words: terms zero-extended, sums taken modulo the word)
+        def side_sum(terms: list[Value], name: str) -> Value:
+            if per_product:
+                return self._tree(m, terms, name)
+            word = 32 if len(terms[0]) <= 32 else 64
+            total = self._tree(m, [Cat(t, Const(0, word - len(t))) for t in terms], name,
+                               wrap=word)
+            return total[:len(terms[0]) + self.tree_depth]
+
+        a_sum = [self._delayed(m, side_sum(act[b], f"asum{b}"), f"asum{b}_d")
                  for b in range(cfg.batch)]
-        w_sum = [self._delayed(m, self._tree(m, [spread[k][g] for k in range(n_in)],
-                                             f"wsum{g}"), f"wsum{g}_d")
+        w_sum = [self._delayed(m, side_sum([spread[k][g] for k in range(n_in)], f"wsum{g}"),
+                               f"wsum{g}_d")
                  for g in range(len(groups))]
 
         # accumulator and valid travel alongside the products and the tree
