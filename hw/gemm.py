@@ -242,6 +242,7 @@ class GemmCore(wiring.Component):
                 split.append((g, sub, 32 * (len(sel) - 1) + 16, sel))
         per_product = per_product_multipliers(self.per_product, platform)
         prods = []  # [b][split][k]
+        packed: dict[tuple[int, int, int], Signal] = {}  # (b, group, k) -> product word
         for b in range(cfg.batch):
             per_b = []
             for n, (g, sub, width, sel) in enumerate(split):
@@ -251,11 +252,16 @@ class GemmCore(wiring.Component):
                         terms.append(self._products(m, act[b][k], spread[k][g], sel,
                                                     f"p{b}_{n}_{k}"))
                         continue
-                    # whole 64-bit words (their top lanes zero), which Verilator
-                    # neither masks nor truncates
-                    p = act[b][k] * spread[k][g]
-                    lanes = (p >> (16 * sub)) & mask(HALF_LANES, max(64, width))
-                    terms.append(self._delayed(m, lanes, f"p{b}_{n}_{k}"))
+                    # the packed product is registered, then split into the two words
+                    # of 32-bit lanes (one register where two split words would take
+                    # a store and a load each in Verilator); the split words are whole
+                    # 64-bit words (top lanes zero), which Verilator neither masks nor
+                    # truncates
+                    if (b, g, k) not in packed:
+                        packed[b, g, k] = self._delayed(m, act[b][k] * spread[k][g],
+                                                        f"p{b}_{g}_{k}")
+                    p = packed[b, g, k]
+                    terms.append((p >> (16 * sub)) & mask(HALF_LANES, max(64, width)))
                 per_b.append(terms)
             prods.append(per_b)
         # A and W trees start one stage early and wait a cycle for the product trees
