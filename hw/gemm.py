@@ -300,11 +300,15 @@ class GemmCore(wiring.Component):
                     o = 8 * h + j
                     s = total[32 * t:][:32]  # Σ a'w' of channel o
                     w = w_sum[g][16 * js.index(j):][:16]  # Σ w' of channel o
-                    # exact signed value, wrapped or extended to 32 bits (the bias
-                    # first: a sum of unsigned values then needs no sign extension,
-                    # and Verilator computes its wrapped value in 32-bit words)
+                    # exact signed value, wrapped or extended to 32 bits. Packed, the
+                    # bias first: a sum of unsigned values then needs no sign
+                    # extension, and Verilator computes its wrapped value in 32-bit
+                    # words (synthesis for the DSP blocks needs more carry logic so)
                     dot = Signal(cfg.acc_width, name=f"dot{b}_{o}")
-                    exact = (s + bias) - ((a_sum[b] + w) << 7)
+                    if per_product:
+                        exact = s - ((a_sum[b] + w) << 7) + bias
+                    else:
+                        exact = (s + bias) - ((a_sum[b] + w) << 7)
                     m.d.comb += dot.eq(sign_extended(exact, cfg.acc_width))
                     m.d.sync += [
                         self.acc_out[b][o].eq((acc[b][o] + dot)[:cfg.acc_width]),
