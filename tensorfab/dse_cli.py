@@ -301,8 +301,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
             line += f" ({result['build_config']})"
         if result["build_resources"] == "estimated":
             line += (f"; its fit is the resource model's estimate: `tensorfab fpga build "
-                     f"--board {result['board']} --config {result['build_config']}` "
-                     "confirms it")
+                     f"--board {result['board']} --config {result['build_config']} "
+                     f"--memory {result['board_memory']}` confirms it")
         if result["fastest_fitting_memory"] not in (None, build):
             line += (f" (fastest within memory, whatever its resources: "
                      f"{result['fastest_fitting_memory']})")

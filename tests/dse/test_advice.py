@@ -197,4 +197,5 @@ def test_a_json_config_is_named_by_its_name_and_an_estimated_pick_says_so(
     assert out["configs"][1]["resources"] == "estimated"  # not tiny's real build
     assert str(path) not in text.split("build:")[0]  # the table names it e85-lite
     assert (f"build: e85-lite ({path}); its fit is the resource model's estimate: "
-            f"`tensorfab fpga build --board ulx3s-85f --config {path}` confirms it") in text
+            f"`tensorfab fpga build --board ulx3s-85f --config {path} --memory sdram` "
+            "confirms it") in text
