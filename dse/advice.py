@@ -207,7 +207,8 @@ def advise(model_path: Any, board_name: str, calibration: Any = None,
             res = {"resources": "estimated", "lut": est["LUT"], "ff": est["FF"],
                    "dsp": est["DSP"], "bram": est["BRAM"], "fits_board": fits,
                    "over": over, "resource_counts": "estimated"}
-        known = model.reported_build(board.name, cfg) if model is not None else None
+        known = (model.reported_build(board.name, cfg, memory) if model is not None
+                 else None)
         if known is not None:  # a real build outweighs the estimate
             res |= {"resources": "built", "fits_board": known["routed"],
                     "built_memory": known["memory"]}

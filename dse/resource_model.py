@@ -72,13 +72,21 @@ MODEL_PATH = Path(__file__).with_name("resource_model.json")
 #: device memory it was built with and what it used (nextpnr's counts; the placed but
 #: unrouted build's from its placement). Not modelled: reported beside the estimates; a
 #: build that did not route outweighs an estimate that fits, and one that reached less
-#: than a board's clock flags the config there (``advise``). The first entry of a board
-#: and config is the one reported.
+#: than a board's clock flags the config there (``advise``). Of a board and config's
+#: entries, the first with the device memory asked about is the one reported, else the
+#: first.
 REPORTED_BUILDS: tuple[dict[str, Any], ...] = (
+    {"board": "ulx3s-85f", "config": "ecp5-85f", "routed": True, "fmax_mhz": 73.7,
+     "constraint_mhz": 70.0, "memory": "sdram",
+     "used": {"LUT": 25427, "FF": 12858, "DSP": 100, "BRAM": 66},
+     "note": "the board's default build (fpga build --board ulx3s-85f)"},
     {"board": "ulx3s-85f", "config": "ecp5-85f", "routed": True, "fmax_mhz": 55.26,
      "constraint_mhz": 100.0, "memory": "on-chip",
      "used": {"LUT": 25127, "FF": 12431, "DSP": 100, "BRAM": 98},
      "note": "router2; 9,722 of 39,367 register inputs late at 100 MHz"},
+    {"board": "ulx3s-85f", "config": "tiny", "routed": True, "fmax_mhz": 76.1,
+     "constraint_mhz": 60.0, "memory": "sdram",
+     "used": {"LUT": 16304, "FF": 8076, "DSP": 36, "BRAM": 18}},
     {"board": "ulx3s-85f", "config": "tiny", "routed": True, "fmax_mhz": 63.6,
      "constraint_mhz": 60.0, "memory": "on-chip",
      "used": {"LUT": 16872, "FF": 6655, "DSP": 36, "BRAM": 50}},
@@ -344,14 +352,18 @@ class ResourceModel:
         routed = [b for b in REPORTED_BUILDS if b["board"] == board and b["routed"]]
         return max(routed, key=lambda b: b["fmax_mhz"], default=None)
 
-    def reported_build(self, board: str, cfg: HwConfig) -> dict[str, Any] | None:
+    def reported_build(self, board: str, cfg: HwConfig, memory: str | None = None
+                       ) -> dict[str, Any] | None:
         """The real build of ``cfg`` (the same values, whatever its name and clock) on
-        ``board`` (:data:`REPORTED_BUILDS`), if any."""
+        ``board`` (:data:`REPORTED_BUILDS`), if any: the first with device memory
+        ``memory`` (``sdram``, ``on-chip``) when there is one, else the first."""
         from tensorfab.fpga_builds.board_configs import board_config
 
         def same(c: HwConfig) -> bool:
             a, b = c.to_dict(), cfg.to_dict()
             return all(a[k] == b[k] for k in a if k not in ("name", "clock_mhz"))
 
-        return next((b for b in REPORTED_BUILDS
-                     if b["board"] == board and same(board_config(b["config"]))), None)
+        builds = [b for b in REPORTED_BUILDS
+                  if b["board"] == board and same(board_config(b["config"]))]
+        return next((b for b in builds if b["memory"] == memory),
+                    builds[0] if builds else None)

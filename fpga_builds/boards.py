@@ -213,7 +213,7 @@ class Board:
 BOARDS: dict[str, Board] = {
     b.name: b for b in (
         Board("ulx3s-85f", "ecp5", _without_loader(ULX3S_85F_Platform), 100.0, 64 * 1024,
-              "tiny", "ulx3s", "MULT18X18D", clock_mhz=60.0,
+              "ecp5-85f", "ulx3s", "MULT18X18D", clock_mhz=70.0,
               sdram_bytes=32 << 20),
         Board("ulx3s-25f", "ecp5", _without_loader(ULX3S_25F_Platform), 100.0, 16 * 1024,
               "ecp5-25f", "ulx3s", "MULT18X18D", clock_mhz=80.0,

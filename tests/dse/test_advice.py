@@ -28,7 +28,7 @@ def test_digits_one_image_fits_and_tiny_is_the_config_to_build(calib: np.ndarray
     # the 85F's device memory is its SDRAM: 32 MB, of which tiny's 24-bit addresses reach
     # 16 MB
     assert (out["board_memory"], out["board_memory_bytes"]) == ("sdram", 32 << 20)
-    assert out["clock_mhz"] == 60.0
+    assert out["clock_mhz"] == 70.0
     rows = {r["config"]: r for r in out["configs"]}
     assert [rows[n]["board_memory_bytes"] for n in ("tiny", "small", "default")] == [
         16 << 20, 32 << 20, 32 << 20]
@@ -38,18 +38,19 @@ def test_digits_one_image_fits_and_tiny_is_the_config_to_build(calib: np.ndarray
         assert rows[name]["device_memory_bytes"] == plan_memory(ref.program).size
         assert rows[name]["fits_memory"]
         r = rows[name]
-        assert r["estimated_latency_ms"] == pytest.approx(r["estimated_cycles"] / 60e3)
-    # tiny: the board's own config, a real build; default: the resource model's estimate,
-    # over the 85F's 156 DSPs (256 GEMM multipliers alone)
+        assert r["estimated_latency_ms"] == pytest.approx(r["estimated_cycles"] / 70e3)
+    # tiny: a real build; default: the resource model's estimate, over the 85F's 156 DSPs
+    # (256 GEMM multipliers alone)
     assert rows["tiny"]["resources"] == "built" and rows["tiny"]["fits_board"] is True
     assert rows["default"]["resources"] == "estimated"
     assert rows["default"]["fits_board"] is False and rows["default"]["dsp"] > 256
     assert any(o.startswith("DSP ") for o in rows["default"]["over"])
-    # tiny's real build had on-chip memory: in SDRAM its counts are the model's
+    # tiny's SDRAM build (76.1 MHz), whose counts are docs/fpga.md's
     assert (rows["tiny"]["built_memory"], rows["tiny"]["resource_counts"]) == (
-        "on-chip", "estimated")
-    assert rows["tiny"]["dsp"] == 36  # (the real build's count too: docs/fpga.md)
-    # on-chip: the same figures against the 85F's 64 KiB of block RAM, and the real
+        "sdram", "built")
+    assert [rows["tiny"][k] for k in ("lut", "ff", "dsp", "bram")] == [16304, 8076, 36, 18]
+    assert (rows["tiny"]["fmax_mhz"], rows["tiny"]["meets_clock"]) == (76.1, True)
+    # on-chip: the same figures against the 85F's 64 KiB of block RAM, and the on-chip
     # build's counts (docs/fpga.md's table)
     on_chip = advise(str(model_path()), "ulx3s-85f", calib, {"image": (1, 1, 8, 8)},
                      ["tiny"], memory="on-chip")
@@ -71,23 +72,33 @@ def test_digits_one_image_fits_and_tiny_is_the_config_to_build(calib: np.ndarray
     assert small["estimated_cycles"] < rows["tiny"]["estimated_cycles"]
 
 
-def test_a_config_whose_real_build_misses_the_board_clock_is_not_the_one_to_build(
+def test_the_85f_builds_its_1x8x8_with_sdram_and_flags_builds_below_its_clock(
         calib: np.ndarray) -> None:
     from tensorfab.dse.resource_model import REPORTED_BUILDS
 
     out = advise(str(model_path()), "ulx3s-85f", calib, {"image": (1, 1, 8, 8)},
                  ["tiny", "ecp5-85f"])
     rows = {r["config"]: r for r in out["configs"]}
-    # the 1x8x8 build on the 85F routed at 55.26 MHz: below the board's 60 MHz
-    build = next(b for b in REPORTED_BUILDS
-                 if (b["board"], b["config"]) == ("ulx3s-85f", "ecp5-85f"))
+    # the board's default: the 1x8x8 built with its SDRAM at 70 MHz (73.7 reached)
     fast = rows["ecp5-85f"]
-    assert fast["fmax_mhz"] == build["fmax_mhz"] < out["clock_mhz"]
-    assert fast["meets_clock"] is False and fast["fits_board"] is True
-    assert any("below the board's 60 MHz" in o for o in fast["over"])
-    assert rows["tiny"]["fmax_mhz"] == 63.6 and rows["tiny"]["meets_clock"] is True
+    assert (fast["fmax_mhz"], fast["meets_clock"], fast["built_memory"]) == (
+        73.7, True, "sdram")
     assert fast["estimated_cycles"] < rows["tiny"]["estimated_cycles"]
-    assert out["build"] == "tiny" and out["fastest_fitting_memory"] == "ecp5-85f"
+    assert out["build"] == "ecp5-85f" and out["build_resources"] == "built"
+    # with on-chip memory both recorded builds are below the board's 70 MHz: the 1x8x8
+    # at 55.26 MHz (a 100 MHz constraint), tiny at 63.6; neither is the one to build
+    on_chip = advise(str(model_path()), "ulx3s-85f", calib, {"image": (1, 1, 8, 8)},
+                     ["tiny", "ecp5-85f"], memory="on-chip")
+    rows = {r["config"]: r for r in on_chip["configs"]}
+    build = next(b for b in REPORTED_BUILDS if (b["board"], b["config"], b["memory"])
+                 == ("ulx3s-85f", "ecp5-85f", "on-chip"))
+    slow = rows["ecp5-85f"]
+    assert slow["fmax_mhz"] == build["fmax_mhz"] < on_chip["clock_mhz"] == 70.0
+    assert slow["meets_clock"] is False and slow["fits_board"] is True
+    assert any("below the board's 70 MHz" in o for o in slow["over"])
+    assert (rows["tiny"]["fmax_mhz"], rows["tiny"]["meets_clock"]) == (63.6, False)
+    assert on_chip["build"] is None
+    assert on_chip["fastest_fitting_memory"] == "ecp5-85f"
 
 
 def test_a_symbolic_batch_is_advised_at_batch_one_other_symbolic_dims_are_refused(
