@@ -92,18 +92,18 @@ def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
                        INTERLOCK_DISTANCE, np.empty(dst.size, np.int64)))
 
 
-@compiled
-def _uop_entry(row: np.ndarray, u: int, uop_acc: np.ndarray, uop_src: np.ndarray,
+@compiled(inline=True)
+def _uop_entry(table: np.ndarray, i: int, u: int, uop_acc: np.ndarray, uop_src: np.ndarray,
                base: int, lay: np.ndarray) -> tuple[int, int]:
-    """The ``(acc, src)`` the UOP load ``row`` writes to the micro-op entry ``u`` it
-    writes (0 for padding and for DRAM entries outside ``uop_acc/src``)."""
-    y = row[lay[_L_Y]]
-    x = row[lay[_L_X]]
-    cols = row[lay[_L_PAD_LEFT]] + x + row[lay[_L_PAD_RIGHT]]
-    r = (u - row[lay[_L_SRAM]]) // cols - row[lay[_L_PAD_TOP]]
-    c = (u - row[lay[_L_SRAM]]) % cols - row[lay[_L_PAD_LEFT]]
+    """The ``(acc, src)`` the UOP load in row ``i`` of ``table`` writes to the micro-op
+    entry ``u`` it writes (0 for padding and for DRAM entries outside ``uop_acc/src``)."""
+    y = table[i, lay[_L_Y]]
+    x = table[i, lay[_L_X]]
+    cols = table[i, lay[_L_PAD_LEFT]] + x + table[i, lay[_L_PAD_RIGHT]]
+    r = (u - table[i, lay[_L_SRAM]]) // cols - table[i, lay[_L_PAD_TOP]]
+    c = (u - table[i, lay[_L_SRAM]]) % cols - table[i, lay[_L_PAD_LEFT]]
     if 0 <= r < y and 0 <= c < x:
-        a = row[lay[_L_DRAM]] - base + r * row[lay[_L_STRIDE]] + c
+        a = table[i, lay[_L_DRAM]] - base + r * table[i, lay[_L_STRIDE]] + c
         if 0 <= a < uop_acc.size:
             return uop_acc[a], uop_src[a]
     return 0, 0
@@ -133,27 +133,26 @@ def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.nd
     longest = 0  # micro-ops of the longest ALU instruction, and its loop
     longest_loop = 0
     for k in range(n_rows):
-        row = table[k]
         out[0, k] = 0.0
         out[1, k] = 0.0
-        opcode = row[lay[_L_OPCODE]]
-        if opcode == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_UOP]:
+        opcode = table[k, lay[_L_OPCODE]]
+        if opcode == lay[_L_LOAD] and table[k, lay[_L_BUFFER]] == lay[_L_UOP]:
             if strict:
-                for r in range(row[lay[_L_Y]]):
-                    a = row[lay[_L_DRAM]] - base + r * row[lay[_L_STRIDE]]
-                    if a < 0 or a + row[lay[_L_X]] > uop_acc.size:
+                for r in range(table[k, lay[_L_Y]]):
+                    a = table[k, lay[_L_DRAM]] - base + r * table[k, lay[_L_STRIDE]]
+                    if a < 0 or a + table[k, lay[_L_X]] > uop_acc.size:
                         return False
             loads[n_loads] = k
-            first_entry[n_loads] = row[lay[_L_SRAM]]
-            end_entry[n_loads] = min(depth, row[lay[_L_SRAM]] + (
-                row[lay[_L_PAD_TOP]] + row[lay[_L_Y]] + row[lay[_L_PAD_BOTTOM]]) * (
-                row[lay[_L_PAD_LEFT]] + row[lay[_L_X]] + row[lay[_L_PAD_RIGHT]]))
+            first_entry[n_loads] = table[k, lay[_L_SRAM]]
+            end_entry[n_loads] = min(depth, table[k, lay[_L_SRAM]] + (
+                table[k, lay[_L_PAD_TOP]] + table[k, lay[_L_Y]] + table[k, lay[_L_PAD_BOTTOM]]) * (
+                table[k, lay[_L_PAD_LEFT]] + table[k, lay[_L_X]] + table[k, lay[_L_PAD_RIGHT]]))
             n_loads += 1
         elif opcode == lay[_L_ALU]:
-            n_uops = max(0, min(row[lay[_L_UOP_END]], depth) - row[lay[_L_UOP_BEGIN]])
+            n_uops = max(0, min(table[k, lay[_L_UOP_END]], depth) - table[k, lay[_L_UOP_BEGIN]])
             longest = max(longest, n_uops)
             longest_loop = max(longest_loop,
-                               n_uops * row[lay[_L_ITER_OUT]] * row[lay[_L_ITER_IN]])
+                               n_uops * table[k, lay[_L_ITER_OUT]] * table[k, lay[_L_ITER_IN]])
     entries = np.empty((2, longest), np.int64)
     entry_acc = entries[0]
     entry_src = entries[1]
@@ -165,26 +164,25 @@ def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.nd
         if seen < n_loads and loads[seen] == k:
             seen += 1
             continue
-        row = table[k]
-        if row[lay[_L_OPCODE]] != lay[_L_ALU]:
+        if table[k, lay[_L_OPCODE]] != lay[_L_ALU]:
             continue
-        lo = row[lay[_L_UOP_BEGIN]]
-        n_uops = max(0, min(row[lay[_L_UOP_END]], depth) - lo)
+        lo = table[k, lay[_L_UOP_BEGIN]]
+        n_uops = max(0, min(table[k, lay[_L_UOP_END]], depth) - lo)
         for u in range(n_uops):
             entry_acc[u] = 0
             entry_src[u] = 0
             for j in range(seen - 1, -1, -1):
                 if first_entry[j] <= lo + u < end_entry[j]:
-                    entry_acc[u], entry_src[u] = _uop_entry(table[loads[j]], lo + u, uop_acc,
+                    entry_acc[u], entry_src[u] = _uop_entry(table, loads[j], lo + u, uop_acc,
                                                             uop_src, base, lay)
                     break
-        iter_out = row[lay[_L_ITER_OUT]]
-        iter_in = row[lay[_L_ITER_IN]]
-        reads_src = row[lay[_L_USE_IMM]] == 0 and row[lay[_L_OP]] != lay[_L_REQUANT]
-        dst_out = row[lay[_L_DST_OUT]]
-        dst_in = row[lay[_L_DST_IN]]
-        src_out = row[lay[_L_SRC_OUT]]
-        src_in = row[lay[_L_SRC_IN]]
+        iter_out = table[k, lay[_L_ITER_OUT]]
+        iter_in = table[k, lay[_L_ITER_IN]]
+        reads_src = table[k, lay[_L_USE_IMM]] == 0 and table[k, lay[_L_OP]] != lay[_L_REQUANT]
+        dst_out = table[k, lay[_L_DST_OUT]]
+        dst_in = table[k, lay[_L_DST_IN]]
+        src_out = table[k, lay[_L_SRC_OUT]]
+        src_in = table[k, lay[_L_SRC_IN]]
         m = 0
         for i in range(iter_out):
             for j in range(iter_in):

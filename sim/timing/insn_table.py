@@ -241,33 +241,25 @@ def word_table(words: np.ndarray, wf: np.ndarray) -> np.ndarray:
         if limbs[i, 0] & opcode_mask != finish:
             n += 1
     table = np.zeros((n, COLUMNS), np.int64)
-    last = limbs.shape[1] - 1
     r = 0
     for i in range(limbs.shape[0]):
-        word = limbs[i]
-        opcode = word[0] & opcode_mask
+        # (fields read by index: a view of a word's row would count references)
+        opcode = limbs[i, 0] & opcode_mask
         if opcode == finish:
             continue
         first = wf[_W_OPCODES + 2 * opcode]
         for q in range(first, first + 3 * wf[_W_OPCODES + 2 * opcode + 1], 3):
-            table[r, wf[q]] = _limb_field(word, last, wf[q + 1], wf[q + 2])
+            table[r, wf[q]] = word_field(limbs, i, wf[q + 1], wf[q + 2])
         if opcode == wf[_W_GEMM]:
             fast = 1
             for q in range(wf[_W_TERMS], wf[_W_TERMS] + 7 * wf[_W_N_TERMS], 7):
-                a = _limb_field(word, last, wf[q + 1], wf[q + 2]) + wf[q + 3]
-                b = _limb_field(word, last, wf[q + 4], wf[q + 5]) + wf[q + 6]
+                a = word_field(limbs, i, wf[q + 1], wf[q + 2]) + wf[q + 3]
+                b = word_field(limbs, i, wf[q + 4], wf[q + 5]) + wf[q + 6]
                 if (a != b) if wf[q] == _EQUAL else (a == 0):
                     fast = 0
             table[r, FAST_RESET] = fast
         r += 1
     return table
-
-
-@compiled
-def _limb_field(word: np.ndarray, last: int, offset: int, width: int) -> int:
-    """:func:`word_field` of one word's limbs (``last`` its last limb's index)."""
-    limb = offset >> 6
-    return limb_bits(word[limb], word[min(limb + 1, last)], offset & 63, width)
 
 
 @compiled
