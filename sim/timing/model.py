@@ -322,33 +322,30 @@ def _data_slack(k: np.ndarray) -> float:
     return 2.0 * k[_K_ACC_ENTRY_BEATS] - 1.0
 
 
-@compiled(inline=True)
-def _load_walk(table: np.ndarray, i: int, row_beats: int, k: np.ndarray, lay: np.ndarray) -> float:
-    """:func:`load_walk` of row ``i`` of ``table``."""
-    pad_left = table[i, lay[_L_PAD_LEFT]]
-    pad_right = table[i, lay[_L_PAD_RIGHT]]
-    y = table[i, lay[_L_Y]]
-    cols = pad_left + table[i, lay[_L_X]] + pad_right
-    t = float(table[i, lay[_L_PAD_TOP]] * cols)
-    read_latency = k[_K_READ_LATENCY]
+@compiled
+def _load_walk(top: int, bottom: int, left: int, right: int, x: int, y: int,
+               row_beats: int, read_latency: float, outstanding: int) -> float:
+    """:func:`load_walk` of a LOAD of these padding, ``x`` and ``y`` (scalars: a helper's
+    array arguments would count references)."""
+    cols = left + x + right
+    t = float(top * cols)
     arrived = read_latency
     # one read command per row a cycle: the first `outstanding` rows' beats back to
     # back after the latency; with `outstanding` in flight, a row's command waits for
     # the one `outstanding` rows before it to complete
-    outstanding = int(k[_K_OUTSTANDING])
     spacing = float(row_beats)
     if y > outstanding:
         spacing = max(spacing, (read_latency + row_beats) / outstanding)
-    if pad_left == 0 and pad_right == 0 and t + row_beats <= arrived + spacing:
+    if left == 0 and right == 0 and t + row_beats <= arrived + spacing:
         # every row waits for its data (rows arrive no faster than they are written)
-        return arrived + y * spacing + table[i, lay[_L_PAD_BOTTOM]] * cols
+        return arrived + y * spacing + bottom * cols
     for _ in range(y):
         arrived += spacing
-        t = max(t + pad_left + row_beats, arrived) + pad_right
-    return t + table[i, lay[_L_PAD_BOTTOM]] * cols
+        t = max(t + left + row_beats, arrived) + right
+    return t + bottom * cols
 
 
-@compiled
+@compiled(inline=True)
 def _walk_delay(table: np.ndarray, i: int, row_beats: int, k: np.ndarray, lay: np.ndarray,
                 from_row: int, delay: float, row_delay: np.ndarray,
                 row_bursts: np.ndarray, in_row: float) -> float:
@@ -409,38 +406,50 @@ def _walk_delay(table: np.ndarray, i: int, row_beats: int, k: np.ndarray, lay: n
     return late - t
 
 
-@compiled(inline=True)
-def _insn_work(table: np.ndarray, i: int, k: np.ndarray, lay: np.ndarray) -> tuple[float, float]:
-    """:func:`insn_work` of row ``i`` of ``table``."""
+@compiled
+def _insn_works(table: np.ndarray, k: np.ndarray, lay: np.ndarray, fixed: np.ndarray,
+                beats: np.ndarray) -> None:
+    """:func:`insn_work` of each row of ``table`` into ``fixed`` and ``beats``."""
     bus = int(k[_K_BUS_BYTES])
-    opcode = table[i, lay[_L_OPCODE]]
-    if opcode == lay[_L_LOAD]:
-        entry = int(k[_K_ENTRY_BYTES + table[i, lay[_L_BUFFER]]])
-        beats = -(-table[i, lay[_L_X]] * entry // bus)
-        walk = _load_walk(table, i, beats, k, lay)
-        y = table[i, lay[_L_Y]]
-        return k[_K_LOAD_FIXED] + walk - y * beats, float(y * beats)
-    if opcode == lay[_L_STORE]:
-        return k[_K_STORE_FIXED], float(table[i, lay[_L_Y]] * table[i, lay[_L_X]]
-                                        * int(k[_K_OUT_ENTRY_BYTES]) // bus)
-    # (a config without the fast reset has 0 lanes: such a GEMM runs as any other)
-    if table[i, lay[_L_FAST_RESET]] and k[_K_LANES] > 0:
-        lines = table[i, lay[_L_ITER_OUT]] * (
-            math.ceil(table[i, lay[_L_ITER_IN]] / int(k[_K_LANES])) + 1)
-        return k[_K_COMPUTE_FIXED] + lines, 0.0
-    if opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
-        # an ALU instruction's pipeline drains before it retires
-        n = ((table[i, lay[_L_UOP_END]] - table[i, lay[_L_UOP_BEGIN]]) * table[i, lay[_L_ITER_OUT]]
-             * table[i, lay[_L_ITER_IN]])
-        return k[_K_COMPUTE_FIXED] + k[_K_INDEX_STAGES] + n, 0.0
-    return 1.0, 0.0
+    lanes = int(k[_K_LANES])
+    for i in range(table.shape[0]):
+        opcode = table[i, lay[_L_OPCODE]]
+        beats[i] = 0.0
+        if opcode == lay[_L_LOAD]:
+            entry = int(k[_K_ENTRY_BYTES + table[i, lay[_L_BUFFER]]])
+            b = -(-table[i, lay[_L_X]] * entry // bus)
+            walk = _load_walk(table[i, lay[_L_PAD_TOP]], table[i, lay[_L_PAD_BOTTOM]],
+                              table[i, lay[_L_PAD_LEFT]], table[i, lay[_L_PAD_RIGHT]],
+                              table[i, lay[_L_X]], table[i, lay[_L_Y]], b,
+                              k[_K_READ_LATENCY], int(k[_K_OUTSTANDING]))
+            y = table[i, lay[_L_Y]]
+            fixed[i] = k[_K_LOAD_FIXED] + walk - y * b
+            beats[i] = float(y * b)
+        elif opcode == lay[_L_STORE]:
+            fixed[i] = k[_K_STORE_FIXED]
+            beats[i] = float(table[i, lay[_L_Y]] * table[i, lay[_L_X]]
+                             * int(k[_K_OUT_ENTRY_BYTES]) // bus)
+        # (a config without the fast reset has 0 lanes: such a GEMM runs as any other)
+        elif table[i, lay[_L_FAST_RESET]] and k[_K_LANES] > 0:
+            lines = table[i, lay[_L_ITER_OUT]] * (
+                math.ceil(table[i, lay[_L_ITER_IN]] / lanes) + 1)
+            fixed[i] = k[_K_COMPUTE_FIXED] + lines
+        elif opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
+            # an ALU instruction's pipeline drains before it retires
+            n = ((table[i, lay[_L_UOP_END]] - table[i, lay[_L_UOP_BEGIN]])
+                 * table[i, lay[_L_ITER_OUT]] * table[i, lay[_L_ITER_IN]])
+            fixed[i] = k[_K_COMPUTE_FIXED] + k[_K_INDEX_STAGES] + n
+        else:
+            fixed[i] = 1.0
 
 
 def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
               ) -> tuple[float, float]:
     """``(fixed cycles, bus beats)`` of one instruction: how long it holds its engine
     (its tokens are pushed at its end)."""
-    return _insn_work(insn_table([insn]), 0, _constants(cfg, params), _LAYOUT)
+    fixed, beats = np.empty(1), np.empty(1)
+    _insn_works(insn_table([insn]), _constants(cfg, params), _LAYOUT, fixed, beats)
+    return fixed.item(), beats.item()
 
 
 def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING) -> float:
@@ -460,8 +469,9 @@ def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING)
     params : TimingParams
         Constants.
     """
-    k = np.array([*map(float, astuple(params))], dtype=np.float64)
-    return _load_walk(insn_table([insn]), 0, row_beats, k, _LAYOUT)
+    return _load_walk(insn.pad_top, insn.pad_bottom, insn.pad_left, insn.pad_right, insn.x,
+                      insn.y, row_beats, float(params.read_latency),
+                      int(float(params.outstanding)))
 
 
 @compiled(inline=True)
@@ -480,7 +490,7 @@ def _command_beats(c: int, per_row: int, row_beats: float, burst: float) -> floa
     return min(burst, row_beats - (c % per_row) * burst)
 
 
-@compiled
+@compiled(inline=True)
 def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: float,
                  window: float, mem_latency: float, prior_begin: float, prior_end: float,
                  grant: np.ndarray, data_end: np.ndarray) -> int:
@@ -662,6 +672,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     ints[1:3, :n] = 0
     rows[:n] = 0
     few[:] = 0
+    _insn_works(table, k, lay, fixed, beats)
     for i in range(n):
         opcode = table[i, lay[_L_OPCODE]]
         e = lay[_L_ENGINE_OF + opcode]
@@ -673,7 +684,8 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
             if lay[base + 2] == e and table[i, lay[base + 3]] != 0:
                 pop_q[n_pops[i], i] = q
                 n_pops[i] += 1
-        f, b = _insn_work(table, i, k, lay)
+        f = fixed[i]
+        b = beats[i]
         eng_of[i] = e
         pos[i] = stream_len[e]
         streams[e, stream_len[e]] = i
