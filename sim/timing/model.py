@@ -934,8 +934,9 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         if started_ld and fetch:
             # its data after the beats of the bursts whose commands came first
             i_ld = run[ld]
-            row_delay[:] = 0.0
-            row_bursts[:] = 0.0
+            used = max(0, min(_ROW_DELAYS, rows[i_ld]))  # (the entries _walk_delay reads)
+            row_delay[:used] = 0.0
+            row_bursts[:used] = 0.0
             run_fixed[ld] += _walk_delay(table, i_ld, int(row_beats[i_ld]), k, lay, 0,
                                          fetch_end - (ld_command + mem_latency), row_delay,
                                          row_bursts, 0.0)
@@ -1241,7 +1242,7 @@ def program_timing(program: Program, params: TimingParams = DEFAULT_TIMING) -> T
     k, ints = _program_arrays(program.config, params)
     words = program.kept_encoded()
     if words is not None:
-        out = np.empty(7 + 2 * words.insns.shape[0])
+        out = np.empty(7 + 2 * len(words.insns))  # (len: no shape tuple)
         n = _words_program_simulate(words.insns, words.uops, k, ints, words.uop_offset, out)
     else:
         insns = [insn for insn in program.insns if type(insn) is not Finish]
@@ -1261,7 +1262,8 @@ def program_timing(program: Program, params: TimingParams = DEFAULT_TIMING) -> T
         _simulate(table, table_interlock_cycles(program, table,
                                                 _data_slack(k)),
                   k, _LAYOUT, True, n + 1, out)
-    if out[0] < 0:
+    timing = Timing(out, n)
+    if timing.cycles < 0:  # (a float's compare: quicker than reading out[0])
         raise ProgramError("the timing model found the program's dependency tokens "
                            "deadlocked (a pop no instruction's push satisfies)")
-    return Timing(out, n)
+    return timing
