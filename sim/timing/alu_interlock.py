@@ -138,10 +138,11 @@ def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.nd
             longest = max(longest, n_uops)
             longest_loop = max(longest_loop,
                                n_uops * table[k, lay[_L_ITER_OUT]] * table[k, lay[_L_ITER_IN]])
-    entries = np.empty((2, longest), np.int64)
-    entry_acc = entries[0]
-    entry_src = entries[1]
-    loop = np.empty((3, longest_loop), np.int64)  # destinations, sources, cycles held
+    work = np.empty(2 * longest + 3 * longest_loop, np.int64)  # (one allocation)
+    entry_acc = work[:longest]
+    entry_src = work[longest:2 * longest]
+    # destinations, sources, cycles held
+    loop = work[2 * longest:].reshape((3, longest_loop))
     seen = 0  # UOP loads before row k
     for k in range(n_rows):
         if seen < n_loads and loads[seen] == k:

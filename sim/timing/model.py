@@ -482,12 +482,10 @@ def _row_commands(row_beats: float, burst: float) -> int:
 
 
 @compiled(inline=True)
-def _command_beats(c: int, per_row: int, row_beats: float, burst: float) -> float:
-    """The beats of read command ``c`` of a LOAD whose rows of ``row_beats`` beats are
-    read in ``per_row`` commands of up to ``burst`` (no division for one a row)."""
-    if per_row == 1:
-        return min(burst, row_beats - 0.0 * burst)
-    return min(burst, row_beats - (c % per_row) * burst)
+def _command_beats(col: int, row_beats: float, burst: float) -> float:
+    """The beats of a LOAD's read command ``col`` of its row (of ``row_beats`` beats,
+    read in commands of up to ``burst``)."""
+    return min(burst, row_beats - col * burst)
 
 
 @compiled(inline=True)
@@ -514,19 +512,23 @@ def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: fl
     t = first
     head = skip  # the first command not wholly delivered by the cycle before t
     done = 0.0  # the beats of the commands before it
+    # the command of its row each of c and head is (followed: no division a command)
+    c_col = skip % per_row
+    head_col = c_col
     for c in range(skip, n):
-        b = _command_beats(c, per_row, row_beats, burst)
+        b = _command_beats(c_col, row_beats, burst)
         if c > skip:
             t += 1.0
         # beats delivered by the cycle before t: the prior reads, then the commands
         # (each one's beats end at its data_end, back to back from its start)
         x = t - 1.0
         while head < c and data_end[head] <= x:
-            done += _command_beats(head, per_row, row_beats, burst)
+            done += _command_beats(head_col, row_beats, burst)
             head += 1
+            head_col = head_col + 1 if head_col + 1 < per_row else 0
         delivered = min(prior, max(0.0, x - prior_begin)) + done
         if head < c:
-            b_h = _command_beats(head, per_row, row_beats, burst)
+            b_h = _command_beats(head_col, row_beats, burst)
             delivered += min(b_h, max(0.0, x - (data_end[head] - b_h)))
         if granted - delivered > window:
             # the cycle after the one in which `granted - window` beats are delivered
@@ -534,17 +536,20 @@ def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: fl
             cum = prior + done
             at = prior_begin + need
             if need > prior:
+                j_col = head_col
                 for j in range(head, c):
-                    b_j = _command_beats(j, per_row, row_beats, burst)
+                    b_j = _command_beats(j_col, row_beats, burst)
                     if cum + b_j >= need:
                         at = data_end[j] - b_j + (need - cum)
                         break
                     cum += b_j
+                    j_col = j_col + 1 if j_col + 1 < per_row else 0
             t = max(t, at + 1.0)
         grant[c] = t
         last_end = max(t + mem_latency, last_end) + b
         data_end[c] = last_end
         granted += b
+        c_col = c_col + 1 if c_col + 1 < per_row else 0
     return n
 
 
@@ -626,9 +631,13 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     # the working arrays are rows of three blocks (an allocation costs more than timing
     # a short program's instruction), zeroed where read before written
     width = max(n, words + chunk, 9 + 2 * n_queues)
-    reals = np.empty((9 + n_queues, width))
+    # (one allocation of the floats: `small` after the rows)
+    n_reals = (9 + n_queues) * width
+    floats = np.empty(n_reals + 137 + 2 * _ROW_DELAYS)
+    reals = floats[:n_reals].reshape((9 + n_queues, width))
     ints = np.empty((10 + 2 * n_queues, width), np.int64)
-    small = np.zeros(137 + 2 * _ROW_DELAYS)
+    small = floats[n_reals:]
+    small[:] = 0.0
     eng_of = ints[0]
     n_pops = ints[1]  # per instruction, the token queues it pops (pushes), in order
     n_pushes = ints[2]
