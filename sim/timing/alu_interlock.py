@@ -45,31 +45,31 @@ INTERLOCK_LAYOUT = np.array(
  _L_REQUANT, _L_DISTANCE) = range(26)
 
 
-@compiled
-def _stalls(dst: np.ndarray, src: np.ndarray, reads_src: bool, distance: int,
-            held: np.ndarray) -> int:
-    """:func:`interlock_stalls` (``src`` ignored unless ``reads_src``; ``held``, at
-    least as long as ``dst``, is working space)."""
-    n = dst.size
+@compiled(inline=True)
+def _stalls(loop: np.ndarray, n: int, reads_src: bool, distance: int) -> int:
+    """:func:`interlock_stalls` of the ``n`` micro-ops whose destinations and sources
+    are ``loop[0, :n]`` and ``loop[1, :n]`` (the sources ignored unless ``reads_src``),
+    each one's cycles held in ``loop[2]`` (read by index: a view would count
+    references)."""
     for i in range(n):
-        h = held[i - 1] if i else 0
+        h = loop[2, i - 1] if i else 0
         for d in range(1, min(distance, i + 1)):
-            if dst[i] == dst[i - d] or (reads_src and src[i] == dst[i - d]):
-                h = max(h, held[i - d] + distance - d)
-        held[i] = h
-    return held[n - 1] if n else 0
+            if loop[0, i] == loop[0, i - d] or (reads_src and loop[1, i] == loop[0, i - d]):
+                h = max(h, loop[2, i - d] + distance - d)
+        loop[2, i] = h
+    return loop[2, n - 1] if n else 0
 
 
-@compiled
-def _port_held(held: np.ndarray, slack: float) -> float:
-    """Cycles the runs of accumulator writes of micro-ops passing S1C ``held`` cycles
-    late (each one's write a fixed number of cycles after it passes) hold a LOAD's
-    data off the write port: of each run of consecutive writes, those beyond the first
-    ``slack`` (which the load engine's registers absorb)."""
+@compiled(inline=True)
+def _port_held(loop: np.ndarray, n: int, slack: float) -> float:
+    """Cycles the runs of accumulator writes of the ``n`` micro-ops passing S1C
+    ``loop[2, :n]`` cycles late (each one's write a fixed number of cycles after it
+    passes) hold a LOAD's data off the write port: of each run of consecutive writes,
+    those beyond the first ``slack`` (which the load engine's registers absorb)."""
     out = 0.0
     run = 0
-    for i in range(held.size):
-        if i and held[i] > held[i - 1]:  # a bubble before it: a new run
+    for i in range(n):
+        if i and loop[2, i] > loop[2, i - 1]:  # a bubble before it: a new run
             out += max(0.0, run - slack)
             run = 0
         run += 1
@@ -88,25 +88,10 @@ def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
     """
     dst = np.asarray(dst, dtype=np.int64)
     reads = src is not None
-    return int(_stalls(dst, np.asarray(src if reads else dst, dtype=np.int64), reads,
-                       INTERLOCK_DISTANCE, np.empty(dst.size, np.int64)))
-
-
-@compiled
-def _uop_entry(row: np.ndarray, u: int, uop_acc: np.ndarray, uop_src: np.ndarray,
-               base: int, lay: np.ndarray) -> tuple[int, int]:
-    """The ``(acc, src)`` the UOP load ``row`` writes to the micro-op entry ``u`` it
-    writes (0 for padding and for DRAM entries outside ``uop_acc/src``)."""
-    y = row[lay[_L_Y]]
-    x = row[lay[_L_X]]
-    cols = row[lay[_L_PAD_LEFT]] + x + row[lay[_L_PAD_RIGHT]]
-    r = (u - row[lay[_L_SRAM]]) // cols - row[lay[_L_PAD_TOP]]
-    c = (u - row[lay[_L_SRAM]]) % cols - row[lay[_L_PAD_LEFT]]
-    if 0 <= r < y and 0 <= c < x:
-        a = row[lay[_L_DRAM]] - base + r * row[lay[_L_STRIDE]] + c
-        if 0 <= a < uop_acc.size:
-            return uop_acc[a], uop_src[a]
-    return 0, 0
+    loop = np.empty((3, dst.size), np.int64)
+    loop[0] = dst
+    loop[1] = np.asarray(src if reads else dst, dtype=np.int64)
+    return int(_stalls(loop, dst.size, reads, INTERLOCK_DISTANCE))
 
 
 @compiled
@@ -133,67 +118,76 @@ def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.nd
     longest = 0  # micro-ops of the longest ALU instruction, and its loop
     longest_loop = 0
     for k in range(n_rows):
-        row = table[k]
         out[0, k] = 0.0
         out[1, k] = 0.0
-        opcode = row[lay[_L_OPCODE]]
-        if opcode == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_UOP]:
+        opcode = table[k, lay[_L_OPCODE]]
+        if opcode == lay[_L_LOAD] and table[k, lay[_L_BUFFER]] == lay[_L_UOP]:
             if strict:
-                for r in range(row[lay[_L_Y]]):
-                    a = row[lay[_L_DRAM]] - base + r * row[lay[_L_STRIDE]]
-                    if a < 0 or a + row[lay[_L_X]] > uop_acc.size:
+                for r in range(table[k, lay[_L_Y]]):
+                    a = table[k, lay[_L_DRAM]] - base + r * table[k, lay[_L_STRIDE]]
+                    if a < 0 or a + table[k, lay[_L_X]] > uop_acc.size:
                         return False
             loads[n_loads] = k
-            first_entry[n_loads] = row[lay[_L_SRAM]]
-            end_entry[n_loads] = min(depth, row[lay[_L_SRAM]] + (
-                row[lay[_L_PAD_TOP]] + row[lay[_L_Y]] + row[lay[_L_PAD_BOTTOM]]) * (
-                row[lay[_L_PAD_LEFT]] + row[lay[_L_X]] + row[lay[_L_PAD_RIGHT]]))
+            first_entry[n_loads] = table[k, lay[_L_SRAM]]
+            end_entry[n_loads] = min(depth, table[k, lay[_L_SRAM]] + (
+                table[k, lay[_L_PAD_TOP]] + table[k, lay[_L_Y]] + table[k, lay[_L_PAD_BOTTOM]]) * (
+                table[k, lay[_L_PAD_LEFT]] + table[k, lay[_L_X]] + table[k, lay[_L_PAD_RIGHT]]))
             n_loads += 1
         elif opcode == lay[_L_ALU]:
-            n_uops = max(0, min(row[lay[_L_UOP_END]], depth) - row[lay[_L_UOP_BEGIN]])
+            n_uops = max(0, min(table[k, lay[_L_UOP_END]], depth) - table[k, lay[_L_UOP_BEGIN]])
             longest = max(longest, n_uops)
             longest_loop = max(longest_loop,
-                               n_uops * row[lay[_L_ITER_OUT]] * row[lay[_L_ITER_IN]])
-    entries = np.empty((2, longest), np.int64)
-    entry_acc = entries[0]
-    entry_src = entries[1]
-    loop = np.empty((3, longest_loop), np.int64)
-    dst = loop[0]
-    src = loop[1]
+                               n_uops * table[k, lay[_L_ITER_OUT]] * table[k, lay[_L_ITER_IN]])
+    work = np.empty(2 * longest + 3 * longest_loop, np.int64)  # (one allocation)
+    entry_acc = work[:longest]
+    entry_src = work[longest:2 * longest]
+    # destinations, sources, cycles held
+    loop = work[2 * longest:].reshape((3, longest_loop))
     seen = 0  # UOP loads before row k
     for k in range(n_rows):
         if seen < n_loads and loads[seen] == k:
             seen += 1
             continue
-        row = table[k]
-        if row[lay[_L_OPCODE]] != lay[_L_ALU]:
+        if table[k, lay[_L_OPCODE]] != lay[_L_ALU]:
             continue
-        lo = row[lay[_L_UOP_BEGIN]]
-        n_uops = max(0, min(row[lay[_L_UOP_END]], depth) - lo)
+        lo = table[k, lay[_L_UOP_BEGIN]]
+        n_uops = max(0, min(table[k, lay[_L_UOP_END]], depth) - lo)
         for u in range(n_uops):
             entry_acc[u] = 0
             entry_src[u] = 0
             for j in range(seen - 1, -1, -1):
                 if first_entry[j] <= lo + u < end_entry[j]:
-                    entry_acc[u], entry_src[u] = _uop_entry(table[loads[j]], lo + u, uop_acc,
-                                                            uop_src, base, lay)
+                    # what load j writes to the entry (0 for padding and for DRAM
+                    # entries outside uop_acc/src); read in place, as a helper's
+                    # array arguments would count references
+                    ld = loads[j]
+                    cols = (table[ld, lay[_L_PAD_LEFT]] + table[ld, lay[_L_X]]
+                            + table[ld, lay[_L_PAD_RIGHT]])
+                    r = (lo + u - table[ld, lay[_L_SRAM]]) // cols - table[ld, lay[_L_PAD_TOP]]
+                    c = (lo + u - table[ld, lay[_L_SRAM]]) % cols - table[ld, lay[_L_PAD_LEFT]]
+                    if 0 <= r < table[ld, lay[_L_Y]] and 0 <= c < table[ld, lay[_L_X]]:
+                        a = (table[ld, lay[_L_DRAM]] - base + r * table[ld, lay[_L_STRIDE]]
+                             + c)
+                        if 0 <= a < uop_acc.size:
+                            entry_acc[u] = uop_acc[a]
+                            entry_src[u] = uop_src[a]
                     break
-        iter_out = row[lay[_L_ITER_OUT]]
-        iter_in = row[lay[_L_ITER_IN]]
-        reads_src = row[lay[_L_USE_IMM]] == 0 and row[lay[_L_OP]] != lay[_L_REQUANT]
-        dst_out = row[lay[_L_DST_OUT]]
-        dst_in = row[lay[_L_DST_IN]]
-        src_out = row[lay[_L_SRC_OUT]]
-        src_in = row[lay[_L_SRC_IN]]
+        iter_out = table[k, lay[_L_ITER_OUT]]
+        iter_in = table[k, lay[_L_ITER_IN]]
+        reads_src = table[k, lay[_L_USE_IMM]] == 0 and table[k, lay[_L_OP]] != lay[_L_REQUANT]
+        dst_out = table[k, lay[_L_DST_OUT]]
+        dst_in = table[k, lay[_L_DST_IN]]
+        src_out = table[k, lay[_L_SRC_OUT]]
+        src_in = table[k, lay[_L_SRC_IN]]
         m = 0
         for i in range(iter_out):
             for j in range(iter_in):
                 for u in range(n_uops):
-                    dst[m] = (entry_acc[u] + i * dst_out + j * dst_in) & acc_mask
-                    src[m] = (entry_src[u] + i * src_out + j * src_in) & acc_mask
+                    loop[0, m] = (entry_acc[u] + i * dst_out + j * dst_in) & acc_mask
+                    loop[1, m] = (entry_src[u] + i * src_out + j * src_in) & acc_mask
                     m += 1
-        out[0, k] = float(_stalls(dst[:m], src[:m], reads_src, lay[_L_DISTANCE], loop[2]))
-        out[1, k] = _port_held(loop[2, :m], slack)
+        out[0, k] = float(_stalls(loop, m, reads_src, lay[_L_DISTANCE]))
+        out[1, k] = _port_held(loop, m, slack)
     return True
 
 

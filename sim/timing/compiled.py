@@ -29,15 +29,17 @@ def source_stamp(module: ModuleType) -> tuple[float, int]:
     return st.st_mtime, st.st_size
 
 
-def _stamped(fn: Callable, uses: Sequence[ModuleType]) -> Callable:
+def _stamped(fn: Callable, uses: Sequence[ModuleType], inline: bool) -> Callable:
     """``njit(cache=True)(fn)`` whose cache is also keyed by the files of ``uses``
-    (uncached where numba's cache object is not as expected)."""
-    dispatcher = njit(cache=True)(fn)
+    (uncached where numba's cache object is not as expected); ``inline``: inlined into
+    its compiled callers (numba's ``inline="always"``)."""
+    opts = {"inline": "always"} if inline else {}
+    dispatcher = njit(cache=True, **opts)(fn)
     cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
     if not uses or not hasattr(dispatcher, "py_func"):  # NUMBA_DISABLE_JIT: fn itself
         return dispatcher
     if cache_file is None or not hasattr(cache_file, "_source_stamp"):
-        return njit(fn)  # another numba: never a stale cache
+        return njit(**opts)(fn)  # another numba: never a stale cache
     cache_file._source_stamp = (cache_file._source_stamp, *map(source_stamp, uses))
     return dispatcher
 
@@ -45,10 +47,11 @@ def _stamped(fn: Callable, uses: Sequence[ModuleType]) -> Callable:
 @overload
 def compiled(fn: F) -> F: ...
 @overload
-def compiled(*, uses: Sequence[ModuleType]) -> Callable[[F], F]: ...
+def compiled(*, uses: Sequence[ModuleType] = (), inline: bool = False
+             ) -> Callable[[F], F]: ...
 
 
-def compiled(fn: F | None = None, *, uses: Sequence[ModuleType] = ()
+def compiled(fn: F | None = None, *, uses: Sequence[ModuleType] = (), inline: bool = False
              ) -> F | Callable[[F], F]:
     """``fn`` compiled by numba in nopython mode, cached on disk when it can be
     (``NUMBA_DISABLE_JIT=1``: ``fn`` itself).
@@ -59,10 +62,14 @@ def compiled(fn: F | None = None, *, uses: Sequence[ModuleType] = ()
         The function (``@compiled``), or ``None`` for ``@compiled(uses=...)``.
     uses : sequence of module
         Modules whose compiled functions ``fn`` calls: their files key its cache too.
+    inline : bool
+        Inline ``fn`` into the compiled functions that call it (numba's
+        ``inline="always"``): a small helper called in a loop, whose array arguments a
+        call would count references to.
     """
     def wrap(f: F) -> F:
         try:
-            return _stamped(f, uses)  # type: ignore[return-value]
+            return _stamped(f, uses, inline)  # type: ignore[return-value]
         except RuntimeError:  # "cannot cache function ...: no locator available"
-            return njit(f)
+            return njit(inline="always")(f) if inline else njit(f)
     return wrap if fn is None else wrap(fn)

@@ -323,46 +323,43 @@ def _data_slack(k: np.ndarray) -> float:
 
 
 @compiled
-def _load_walk(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray) -> float:
-    """:func:`load_walk` of one table row."""
-    pad_left = row[lay[_L_PAD_LEFT]]
-    pad_right = row[lay[_L_PAD_RIGHT]]
-    y = row[lay[_L_Y]]
-    cols = pad_left + row[lay[_L_X]] + pad_right
-    t = float(row[lay[_L_PAD_TOP]] * cols)
-    read_latency = k[_K_READ_LATENCY]
+def _load_walk(top: int, bottom: int, left: int, right: int, x: int, y: int,
+               row_beats: int, read_latency: float, outstanding: int) -> float:
+    """:func:`load_walk` of a LOAD of these padding, ``x`` and ``y`` (scalars: a helper's
+    array arguments would count references)."""
+    cols = left + x + right
+    t = float(top * cols)
     arrived = read_latency
     # one read command per row a cycle: the first `outstanding` rows' beats back to
     # back after the latency; with `outstanding` in flight, a row's command waits for
     # the one `outstanding` rows before it to complete
-    outstanding = int(k[_K_OUTSTANDING])
     spacing = float(row_beats)
     if y > outstanding:
         spacing = max(spacing, (read_latency + row_beats) / outstanding)
-    if pad_left == 0 and pad_right == 0 and t + row_beats <= arrived + spacing:
+    if left == 0 and right == 0 and t + row_beats <= arrived + spacing:
         # every row waits for its data (rows arrive no faster than they are written)
-        return arrived + y * spacing + row[lay[_L_PAD_BOTTOM]] * cols
+        return arrived + y * spacing + bottom * cols
     for _ in range(y):
         arrived += spacing
-        t = max(t + pad_left + row_beats, arrived) + pad_right
-    return t + row[lay[_L_PAD_BOTTOM]] * cols
+        t = max(t + left + row_beats, arrived) + right
+    return t + bottom * cols
 
 
-@compiled
-def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
+@compiled(inline=True)
+def _walk_delay(table: np.ndarray, i: int, row_beats: int, k: np.ndarray, lay: np.ndarray,
                 from_row: int, delay: float, row_delay: np.ndarray,
                 row_bursts: np.ndarray, in_row: float) -> float:
-    """How much later :func:`load_walk` of one table row ends when the data of its rows
+    """How much later :func:`load_walk` of row ``i`` of ``table`` ends when the data of its rows
     from ``from_row`` on arrives ``delay`` cycles later (less than ``delay`` when the
     walk's padding, not the data, keeps it busy), its rows' data being late by
     ``row_delay`` already (the delays so far, which this one is added to: a walk's
     slack absorbs them once) and ``row_bursts`` the beats of the bursts before each row
     so far; ``in_row`` beats of row ``from_row`` come before the delaying ones (a row
     read in several commands)."""
-    pad_left = row[lay[_L_PAD_LEFT]]
-    pad_right = row[lay[_L_PAD_RIGHT]]
-    y = row[lay[_L_Y]]
-    t = float(row[lay[_L_PAD_TOP]] * (pad_left + row[lay[_L_X]] + pad_right))
+    pad_left = table[i, lay[_L_PAD_LEFT]]
+    pad_right = table[i, lay[_L_PAD_RIGHT]]
+    y = table[i, lay[_L_Y]]
+    t = float(table[i, lay[_L_PAD_TOP]] * (pad_left + table[i, lay[_L_X]] + pad_right))
     read_latency = k[_K_READ_LATENCY]
     outstanding = int(k[_K_OUTSTANDING])
     spacing = float(row_beats)
@@ -410,37 +407,49 @@ def _walk_delay(row: np.ndarray, row_beats: int, k: np.ndarray, lay: np.ndarray,
 
 
 @compiled
-def _insn_work(row: np.ndarray, k: np.ndarray, lay: np.ndarray) -> tuple[float, float]:
-    """:func:`insn_work` of one table row."""
+def _insn_works(table: np.ndarray, k: np.ndarray, lay: np.ndarray, fixed: np.ndarray,
+                beats: np.ndarray) -> None:
+    """:func:`insn_work` of each row of ``table`` into ``fixed`` and ``beats``."""
     bus = int(k[_K_BUS_BYTES])
-    opcode = row[lay[_L_OPCODE]]
-    if opcode == lay[_L_LOAD]:
-        entry = int(k[_K_ENTRY_BYTES + row[lay[_L_BUFFER]]])
-        beats = -(-row[lay[_L_X]] * entry // bus)
-        walk = _load_walk(row, beats, k, lay)
-        y = row[lay[_L_Y]]
-        return k[_K_LOAD_FIXED] + walk - y * beats, float(y * beats)
-    if opcode == lay[_L_STORE]:
-        return k[_K_STORE_FIXED], float(row[lay[_L_Y]] * row[lay[_L_X]]
-                                        * int(k[_K_OUT_ENTRY_BYTES]) // bus)
-    # (a config without the fast reset has 0 lanes: such a GEMM runs as any other)
-    if row[lay[_L_FAST_RESET]] and k[_K_LANES] > 0:
-        lines = row[lay[_L_ITER_OUT]] * (math.ceil(row[lay[_L_ITER_IN]] / int(k[_K_LANES]))
-                                         + 1)
-        return k[_K_COMPUTE_FIXED] + lines, 0.0
-    if opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
-        # an ALU instruction's pipeline drains before it retires
-        n = ((row[lay[_L_UOP_END]] - row[lay[_L_UOP_BEGIN]]) * row[lay[_L_ITER_OUT]]
-             * row[lay[_L_ITER_IN]])
-        return k[_K_COMPUTE_FIXED] + k[_K_INDEX_STAGES] + n, 0.0
-    return 1.0, 0.0
+    lanes = int(k[_K_LANES])
+    for i in range(table.shape[0]):
+        opcode = table[i, lay[_L_OPCODE]]
+        beats[i] = 0.0
+        if opcode == lay[_L_LOAD]:
+            entry = int(k[_K_ENTRY_BYTES + table[i, lay[_L_BUFFER]]])
+            b = -(-table[i, lay[_L_X]] * entry // bus)
+            walk = _load_walk(table[i, lay[_L_PAD_TOP]], table[i, lay[_L_PAD_BOTTOM]],
+                              table[i, lay[_L_PAD_LEFT]], table[i, lay[_L_PAD_RIGHT]],
+                              table[i, lay[_L_X]], table[i, lay[_L_Y]], b,
+                              k[_K_READ_LATENCY], int(k[_K_OUTSTANDING]))
+            y = table[i, lay[_L_Y]]
+            fixed[i] = k[_K_LOAD_FIXED] + walk - y * b
+            beats[i] = float(y * b)
+        elif opcode == lay[_L_STORE]:
+            fixed[i] = k[_K_STORE_FIXED]
+            beats[i] = float(table[i, lay[_L_Y]] * table[i, lay[_L_X]]
+                             * int(k[_K_OUT_ENTRY_BYTES]) // bus)
+        # (a config without the fast reset has 0 lanes: such a GEMM runs as any other)
+        elif table[i, lay[_L_FAST_RESET]] and k[_K_LANES] > 0:
+            lines = table[i, lay[_L_ITER_OUT]] * (
+                math.ceil(table[i, lay[_L_ITER_IN]] / lanes) + 1)
+            fixed[i] = k[_K_COMPUTE_FIXED] + lines
+        elif opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
+            # an ALU instruction's pipeline drains before it retires
+            n = ((table[i, lay[_L_UOP_END]] - table[i, lay[_L_UOP_BEGIN]])
+                 * table[i, lay[_L_ITER_OUT]] * table[i, lay[_L_ITER_IN]])
+            fixed[i] = k[_K_COMPUTE_FIXED] + k[_K_INDEX_STAGES] + n
+        else:
+            fixed[i] = 1.0
 
 
 def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
               ) -> tuple[float, float]:
     """``(fixed cycles, bus beats)`` of one instruction: how long it holds its engine
     (its tokens are pushed at its end)."""
-    return _insn_work(insn_table([insn])[0], _constants(cfg, params), _LAYOUT)
+    fixed, beats = np.empty(1), np.empty(1)
+    _insn_works(insn_table([insn]), _constants(cfg, params), _LAYOUT, fixed, beats)
+    return fixed.item(), beats.item()
 
 
 def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING) -> float:
@@ -460,18 +469,26 @@ def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING)
     params : TimingParams
         Constants.
     """
-    k = np.array([*map(float, astuple(params))], dtype=np.float64)
-    return _load_walk(insn_table([insn])[0], row_beats, k, _LAYOUT)
+    return _load_walk(insn.pad_top, insn.pad_bottom, insn.pad_left, insn.pad_right, insn.x,
+                      insn.y, row_beats, float(params.read_latency),
+                      int(float(params.outstanding)))
 
 
-@compiled
+@compiled(inline=True)
 def _row_commands(row_beats: float, burst: float) -> int:
     """Read commands of a row of ``row_beats`` beats split at ``burst`` (whole numbers:
     in integers, as a float floor division calls out of the compiled code)."""
     return max(1, -(-int(row_beats) // int(burst)))
 
 
-@compiled
+@compiled(inline=True)
+def _command_beats(col: int, row_beats: float, burst: float) -> float:
+    """The beats of a LOAD's read command ``col`` of its row (of ``row_beats`` beats,
+    read in commands of up to ``burst``)."""
+    return min(burst, row_beats - col * burst)
+
+
+@compiled(inline=True)
 def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: float,
                  window: float, mem_latency: float, prior_begin: float, prior_end: float,
                  grant: np.ndarray, data_end: np.ndarray) -> int:
@@ -495,20 +512,23 @@ def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: fl
     t = first
     head = skip  # the first command not wholly delivered by the cycle before t
     done = 0.0  # the beats of the commands before it
+    # the command of its row each of c and head is (followed: no division a command)
+    c_col = skip % per_row
+    head_col = c_col
     for c in range(skip, n):
-        left = row_beats - (c % per_row) * burst
-        b = min(burst, left)
+        b = _command_beats(c_col, row_beats, burst)
         if c > skip:
             t += 1.0
         # beats delivered by the cycle before t: the prior reads, then the commands
         # (each one's beats end at its data_end, back to back from its start)
         x = t - 1.0
         while head < c and data_end[head] <= x:
-            done += min(burst, row_beats - (head % per_row) * burst)
+            done += _command_beats(head_col, row_beats, burst)
             head += 1
+            head_col = head_col + 1 if head_col + 1 < per_row else 0
         delivered = min(prior, max(0.0, x - prior_begin)) + done
         if head < c:
-            b_h = min(burst, row_beats - (head % per_row) * burst)
+            b_h = _command_beats(head_col, row_beats, burst)
             delivered += min(b_h, max(0.0, x - (data_end[head] - b_h)))
         if granted - delivered > window:
             # the cycle after the one in which `granted - window` beats are delivered
@@ -516,17 +536,20 @@ def _read_grants(first: float, skip: int, rows: int, row_beats: float, burst: fl
             cum = prior + done
             at = prior_begin + need
             if need > prior:
+                j_col = head_col
                 for j in range(head, c):
-                    b_j = min(burst, row_beats - (j % per_row) * burst)
+                    b_j = _command_beats(j_col, row_beats, burst)
                     if cum + b_j >= need:
                         at = data_end[j] - b_j + (need - cum)
                         break
                     cum += b_j
+                    j_col = j_col + 1 if j_col + 1 < per_row else 0
             t = max(t, at + 1.0)
         grant[c] = t
         last_end = max(t + mem_latency, last_end) + b
         data_end[c] = last_end
         granted += b
+        c_col = c_col + 1 if c_col + 1 < per_row else 0
     return n
 
 
@@ -608,9 +631,13 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     # the working arrays are rows of three blocks (an allocation costs more than timing
     # a short program's instruction), zeroed where read before written
     width = max(n, words + chunk, 9 + 2 * n_queues)
-    reals = np.empty((9 + n_queues, width))
+    # (one allocation of the floats: `small` after the rows)
+    n_reals = (9 + n_queues) * width
+    floats = np.empty(n_reals + 137 + 2 * _ROW_DELAYS)
+    reals = floats[:n_reals].reshape((9 + n_queues, width))
     ints = np.empty((10 + 2 * n_queues, width), np.int64)
-    small = np.zeros(137 + 2 * _ROW_DELAYS)
+    small = floats[n_reals:]
+    small[:] = 0.0
     eng_of = ints[0]
     n_pops = ints[1]  # per instruction, the token queues it pops (pushes), in order
     n_pushes = ints[2]
@@ -654,19 +681,20 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
     ints[1:3, :n] = 0
     rows[:n] = 0
     few[:] = 0
+    _insn_works(table, k, lay, fixed, beats)
     for i in range(n):
-        row = table[i]
-        opcode = row[lay[_L_OPCODE]]
+        opcode = table[i, lay[_L_OPCODE]]
         e = lay[_L_ENGINE_OF + opcode]
         for q in range(n_queues):
             base = _L_QUEUES + 4 * q
-            if lay[base] == e and row[lay[base + 1]] != 0:
+            if lay[base] == e and table[i, lay[base + 1]] != 0:
                 push_q[n_pushes[i], i] = q
                 n_pushes[i] += 1
-            if lay[base + 2] == e and row[lay[base + 3]] != 0:
+            if lay[base + 2] == e and table[i, lay[base + 3]] != 0:
                 pop_q[n_pops[i], i] = q
                 n_pops[i] += 1
-        f, b = _insn_work(row, k, lay)
+        f = fixed[i]
+        b = beats[i]
         eng_of[i] = e
         pos[i] = stream_len[e]
         streams[e, stream_len[e]] = i
@@ -674,20 +702,20 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         x = extra[0, i]
         fixed[i] = f + x
         beats[i] = b
-        acc_load[i] = opcode == lay[_L_LOAD] and row[lay[_L_BUFFER]] == lay[_L_ACC]
-        if opcode == lay[_L_LOAD] and row[lay[_L_Y]] > 0:
-            row_beats[i] = b / row[lay[_L_Y]]
+        acc_load[i] = opcode == lay[_L_LOAD] and table[i, lay[_L_BUFFER]] == lay[_L_ACC]
+        if opcode == lay[_L_LOAD] and table[i, lay[_L_Y]] > 0:
+            row_beats[i] = b / table[i, lay[_L_Y]]
         if opcode == lay[_L_LOAD] or opcode == lay[_L_STORE]:
-            rows[i] = row[lay[_L_Y]]
+            rows[i] = table[i, lay[_L_Y]]
         if acc_load[i]:
-            y = row[lay[_L_Y]]
-            cols = row[lay[_L_PAD_LEFT]] + row[lay[_L_X]] + row[lay[_L_PAD_RIGHT]]
-            early_pads[i] = row[lay[_L_PAD_TOP]] * cols + row[lay[_L_PAD_LEFT]]
+            y = table[i, lay[_L_Y]]
+            cols = table[i, lay[_L_PAD_LEFT]] + table[i, lay[_L_X]] + table[i, lay[_L_PAD_RIGHT]]
+            early_pads[i] = table[i, lay[_L_PAD_TOP]] * cols + table[i, lay[_L_PAD_LEFT]]
             if y > 0:
-                post_pads[i] = ((y - 1) * (row[lay[_L_PAD_LEFT]] + row[lay[_L_PAD_RIGHT]])
-                                + row[lay[_L_PAD_RIGHT]] + row[lay[_L_PAD_BOTTOM]] * cols)
+                post_pads[i] = ((y - 1) * (table[i, lay[_L_PAD_LEFT]] + table[i, lay[_L_PAD_RIGHT]])
+                                + table[i, lay[_L_PAD_RIGHT]] + table[i, lay[_L_PAD_BOTTOM]] * cols)
             else:
-                early_pads[i] = (row[lay[_L_PAD_TOP]] + row[lay[_L_PAD_BOTTOM]]) * cols
+                early_pads[i] = (table[i, lay[_L_PAD_TOP]] + table[i, lay[_L_PAD_BOTTOM]]) * cols
             fixed[i] -= post_pads[i]
         if opcode == lay[_L_GEMM] or opcode == lay[_L_ALU]:
             busy_uops = fixed[i] - compute_fixed
@@ -829,7 +857,7 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
                             # the later commands wait for room beside its beats
                             i_ld = run[ld]
                             per_row = _row_commands(row_beats[i_ld], k[_K_LOAD_BURST])
-                            late = _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay,
+                            late = _walk_delay(table, i_ld, int(row_beats[i_ld]), k, lay,
                                                rest // per_row, shift, row_delay,
                                                row_bursts,
                                                min(row_beats[i_ld], (rest % per_row)
@@ -915,9 +943,10 @@ def _simulate(table: np.ndarray, extra: np.ndarray, k: np.ndarray, lay: np.ndarr
         if started_ld and fetch:
             # its data after the beats of the bursts whose commands came first
             i_ld = run[ld]
-            row_delay[:] = 0.0
-            row_bursts[:] = 0.0
-            run_fixed[ld] += _walk_delay(table[i_ld], int(row_beats[i_ld]), k, lay, 0,
+            used = max(0, min(_ROW_DELAYS, rows[i_ld]))  # (the entries _walk_delay reads)
+            row_delay[:used] = 0.0
+            row_bursts[:used] = 0.0
+            run_fixed[ld] += _walk_delay(table, i_ld, int(row_beats[i_ld]), k, lay, 0,
                                          fetch_end - (ld_command + mem_latency), row_delay,
                                          row_bursts, 0.0)
             ld_data_end = t + run_fixed[ld] + run_beats[ld]
@@ -1222,7 +1251,7 @@ def program_timing(program: Program, params: TimingParams = DEFAULT_TIMING) -> T
     k, ints = _program_arrays(program.config, params)
     words = program.kept_encoded()
     if words is not None:
-        out = np.empty(7 + 2 * words.insns.shape[0])
+        out = np.empty(7 + 2 * len(words.insns))  # (len: no shape tuple)
         n = _words_program_simulate(words.insns, words.uops, k, ints, words.uop_offset, out)
     else:
         insns = [insn for insn in program.insns if type(insn) is not Finish]
@@ -1242,7 +1271,8 @@ def program_timing(program: Program, params: TimingParams = DEFAULT_TIMING) -> T
         _simulate(table, table_interlock_cycles(program, table,
                                                 _data_slack(k)),
                   k, _LAYOUT, True, n + 1, out)
-    if out[0] < 0:
+    timing = Timing(out, n)
+    if timing.cycles < 0:  # (a float's compare: quicker than reading out[0])
         raise ProgramError("the timing model found the program's dependency tokens "
                            "deadlocked (a pop no instruction's push satisfies)")
-    return Timing(out, n)
+    return timing
