@@ -209,10 +209,12 @@ def word_fields(cfg: HwConfig) -> np.ndarray:
                     dtype=np.int64)
 
 
-@compiled
+@compiled(inline=True)
 def word_field(words: np.ndarray, i: int, offset: int, width: int) -> int:
     """The unsigned field of ``width`` bits at bit ``offset`` of word ``i`` of
-    ``words``, each word little-endian in a row of ``int64`` (the lowest first)."""
+    ``words``, each word little-endian in a row of ``int64`` (the lowest first).
+    Inlined into its compiled callers, so a call in their loops counts no
+    references to ``words``."""
     limb = offset >> 6
     return limb_bits(words[i, limb], words[i, min(limb + 1, words.shape[1] - 1)],
                      offset & 63, width)
@@ -241,28 +243,19 @@ def word_table(words: np.ndarray, wf: np.ndarray) -> np.ndarray:
         if limbs[i, 0] & opcode_mask != finish:
             n += 1
     table = np.zeros((n, COLUMNS), np.int64)
-    last = limbs.shape[1] - 1
     r = 0
     for i in range(limbs.shape[0]):
-        # (fields read by index, no view of a word nor a call with the array: each
-        # would count references)
         opcode = limbs[i, 0] & opcode_mask
         if opcode == finish:
             continue
         first = wf[_W_OPCODES + 2 * opcode]
         for q in range(first, first + 3 * wf[_W_OPCODES + 2 * opcode + 1], 3):
-            limb = wf[q + 1] >> 6
-            table[r, wf[q]] = limb_bits(limbs[i, limb], limbs[i, min(limb + 1, last)],
-                                        wf[q + 1] & 63, wf[q + 2])
+            table[r, wf[q]] = word_field(limbs, i, wf[q + 1], wf[q + 2])
         if opcode == wf[_W_GEMM]:
             fast = 1
             for q in range(wf[_W_TERMS], wf[_W_TERMS] + 7 * wf[_W_N_TERMS], 7):
-                limb = wf[q + 1] >> 6
-                a = limb_bits(limbs[i, limb], limbs[i, min(limb + 1, last)], wf[q + 1] & 63,
-                              wf[q + 2]) + wf[q + 3]
-                limb = wf[q + 4] >> 6
-                b = limb_bits(limbs[i, limb], limbs[i, min(limb + 1, last)], wf[q + 4] & 63,
-                              wf[q + 5]) + wf[q + 6]
+                a = word_field(limbs, i, wf[q + 1], wf[q + 2]) + wf[q + 3]
+                b = word_field(limbs, i, wf[q + 4], wf[q + 5]) + wf[q + 6]
                 if (a != b) if wf[q] == _EQUAL else (a == 0):
                     fast = 0
             table[r, FAST_RESET] = fast
@@ -293,11 +286,6 @@ def uop_indices(uops: np.ndarray, wf: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def _uop_fields(limbs: np.ndarray, wf: np.ndarray, acc: np.ndarray, src: np.ndarray
                 ) -> None:
     """Fill ``acc`` and ``src`` from the micro-op words ``limbs`` (``int64`` rows)."""
-    last = limbs.shape[1] - 1
-    for i in range(limbs.shape[0]):  # (as word_table reads its fields)
-        limb = wf[_W_UOP_ACC] >> 6
-        acc[i] = limb_bits(limbs[i, limb], limbs[i, min(limb + 1, last)],
-                           wf[_W_UOP_ACC] & 63, wf[_W_UOP_ACC + 1])
-        limb = wf[_W_UOP_SRC] >> 6
-        src[i] = limb_bits(limbs[i, limb], limbs[i, min(limb + 1, last)],
-                           wf[_W_UOP_SRC] & 63, wf[_W_UOP_SRC + 1])
+    for i in range(limbs.shape[0]):
+        acc[i] = word_field(limbs, i, wf[_W_UOP_ACC], wf[_W_UOP_ACC + 1])
+        src[i] = word_field(limbs, i, wf[_W_UOP_SRC], wf[_W_UOP_SRC + 1])
