@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from support.gemmlowp_reference import quantize_multiplier, requantize
+from support.requant_cases import float_conv, quantized_case
 
 from tensorfab.compiler import (
     RESNET18_CONV,
@@ -54,21 +55,6 @@ def test_epilogue_per_channel_ops_and_errors() -> None:
         Epilogue(zero_point=200)
 
 
-def quantized_case(rng: np.random.Generator, x_shape: tuple[int, ...],
-                   w_shape: tuple[int, ...], reduction: int):
-    """Asymmetric int8 activations (zero point zx), symmetric per-channel int8 weights,
-    int32 bias, per-channel real scales mapping about ±4σ of the sums to int8."""
-    zx = int(rng.integers(-128, -60))
-    x = rng.integers(-128, 128, x_shape).astype(np.int8)
-    w_sigma = rng.uniform(5, 60, w_shape[0]).reshape(-1, *([1] * (len(w_shape) - 1)))
-    w = np.clip(np.round(rng.normal(0, 1, w_shape) * w_sigma), -127, 127).astype(np.int8)
-    sigma = np.sqrt(reduction) * 74 * w_sigma.reshape(-1)
-    bias = np.round(rng.normal(0, 1, w_shape[0]) * sigma / 4).astype(np.int32)
-    scales = 127 / (4 * sigma) * rng.uniform(0.5, 2, w_shape[0])
-    zy = int(rng.integers(-20, 20))
-    return x, w, bias, zx, zy, scales
-
-
 def tflite_conv(x, w, bias, zx, zy, scales, stride, padding, relu):
     """TFLite's integer conv2d: Σ (x - zx)·w + bias (padding is zx, i.e. real zero),
     then MultiplyByQuantizedMultiplier per channel, + zy, clamp (ReLU: at zy)."""
@@ -81,12 +67,6 @@ def tflite_conv(x, w, bias, zx, zy, scales, stride, padding, relu):
     m = np.array([a for a, _ in q]).reshape(1, -1, 1, 1)
     e = np.array([b for _, b in q]).reshape(1, -1, 1, 1)
     return requantize(acc, m, e, zy, lo=zy if relu else -128), acc
-
-
-def float_conv(acc, scales, zy, relu):
-    """The float reference: round(acc · scale) in float64, + zy, clamp."""
-    y = np.floor(acc * scales.reshape(1, -1, 1, 1) + 0.5) + zy
-    return np.clip(y, zy if relu else -128, 127).astype(np.int64)
 
 
 def compile_quantized_conv(cfg, x, w, bias, zx, zy, scales, stride, padding, relu,

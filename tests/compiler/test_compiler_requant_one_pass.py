@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from compiler.test_compiler_requant import float_conv, quantized_case
 from support.gemmlowp_reference import quantize_multiplier
+from support.requant_cases import float_conv, quantized_case
 
 from tensorfab.compiler import (
     RESNET18_CONV,
