@@ -1,13 +1,19 @@
 """``tensorfab bench tune``: the schedule tuner on ResNet-18's convolutions C2-C11 and the
 dense layers (``default`` preset, default epilogue): per layer the RTL cycles of the tile
 search's pick and of the tuned schedule, the MAC-limit bound (blocked MACs at one GEMM
-micro-op per cycle), how close the pick already was to it, the tuning seconds and the
-measurements made. Last line::
+micro-op per cycle) and the floor no schedule beats (:func:`~tensorfab.dse.tuner.cycle_floor`:
+the compute engine's micro-ops, or the bus beats of the weights and the output), how
+close the pick already was to them, the tuning seconds and the measurements made. Last
+line::
 
     {"layers": {name: {"rtl_before", "rtl_after", "model_before", "model_after",
-                       "mac_bound", "before_over_bound", "speedup", "tuning_seconds",
-                       "measured"}},
-     "faster", "slower", "layers_count", "tuning_seconds", "trials"}
+                       "mac_bound", "before_over_bound", "floor", "before_over_floor",
+                       "after_over_floor", "speedup", "tuning_seconds", "measured"}},
+     "faster", "slower", "unchanged_max_over_floor", "layers_count", "tuning_seconds",
+     "trials"}
+
+``unchanged_max_over_floor``: of the layers the tuner did not make faster on RTL, how far
+the tile search's pick is above the floor at most (what any schedule could still gain).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from tensorfab.isa import PRESETS
 __all__ = ["run_tune_bench"]
 
 
-def run_tune_bench(config: str = "default", trials: int = 48, log: Path | None = None,
+def run_tune_bench(config: str = "default", trials: int = 256, log: Path | None = None,
                    layers: list[str] | None = None, progress: bool = False) -> dict[str, Any]:
     """Tune each layer (timing model), then run both schedules on the RTL."""
     from tensorfab.compiler.tensor import DENSE_LAYERS, RESNET18_CONV
@@ -39,20 +45,26 @@ def run_tune_bench(config: str = "default", trials: int = 48, log: Path | None =
                      "model_before": r.baseline_cycles, "model_after": r.best_cycles,
                      "mac_bound": r.mac_bound,
                      "before_over_bound": round(r.rtl_baseline / r.mac_bound, 4),
+                     "floor": r.floor,
+                     "before_over_floor": round(r.rtl_baseline / r.floor, 4),
+                     "after_over_floor": round(r.rtl_best / r.floor, 4),
                      "speedup": round(r.rtl_baseline / r.rtl_best, 4),
                      "tuning_seconds": r.seconds, "measured": r.measured}
         if progress:
             print(f"{name}: {out[name]}", file=sys.stderr)
+    unchanged = [v["before_over_floor"] for v in out.values()
+                 if v["rtl_after"] >= v["rtl_before"]]
     return {"layers": out, "config": config, "trials": trials, "layers_count": len(out),
             "faster": sum(v["rtl_after"] < v["rtl_before"] for v in out.values()),
             "slower": sum(v["rtl_after"] > v["rtl_before"] for v in out.values()),
+            "unchanged_max_over_floor": max(unchanged, default=None),
             "tuning_seconds": round(sum(v["tuning_seconds"] for v in out.values()), 3)}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Command line: ``python -m tensorfab.benches.tune [--trials N] [--layers C2,fc1000]``."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=48)
+    ap.add_argument("--trials", type=int, default=256)
     ap.add_argument("--layers", default="")
     ap.add_argument("--log")
     ap.add_argument("--json", action="store_true", help="no progress lines")

@@ -34,9 +34,10 @@ from tensorfab.compiler.tensor.epilogue import Epilogue
 from tensorfab.compiler.tensor.schedule import Schedule
 from tensorfab.compiler.tensor.tile_plan import AXES, OUTER_AXES, TilePlan
 from tensorfab.compiler.tensor.tile_search import schedule_for, tile_candidates
-from tensorfab.isa import HwConfig, TensorfabError, UsageError
+from tensorfab.isa import HwConfig, Program, TensorfabError, UsageError
 
-__all__ = ["Genome", "TaskRecorder", "TuneResult", "TuningLog", "task_key", "tune_workload"]
+__all__ = ["Genome", "TaskRecorder", "TuneResult", "TuningLog", "cycle_floor", "mac_bound",
+           "task_key", "tune_workload"]
 
 #: Loop orders of the output tile loops (outermost first).
 ORDERS: tuple[tuple[str, ...], ...] = tuple(permutations(OUTER_AXES))
@@ -54,7 +55,9 @@ def task_key(workload: Workload, cfg: HwConfig, epilogue: Epilogue) -> str:
 @dataclass
 class TuneResult:
     """A tuned workload: cycles of the tile search's pick and of the tuned schedule on
-    the timing model (and on RTL when verified), measurements made, seconds."""
+    the timing model (and on RTL when verified), measurements made, seconds, and two
+    bounds no schedule beats: ``mac_bound`` (:func:`mac_bound`) and the tighter
+    ``floor`` (:func:`cycle_floor`)."""
 
     name: str
     key: str
@@ -66,6 +69,7 @@ class TuneResult:
     reused: int
     seconds: float
     mac_bound: int
+    floor: int
     rtl_baseline: int | None = None
     rtl_best: int | None = None
 
@@ -187,7 +191,8 @@ def tune_workload(name: str, workload: Workload, cfg: HwConfig,
     key = task_key(workload, cfg, ep)
     seen = _read_log(log, key)
     reused = len(seen)
-    baseline = space.genome_of(compile_workload(workload, cfg, ep).plan)
+    searched = compile_workload(workload, cfg, ep)  # the tile search's pick
+    baseline = space.genome_of(searched.plan)
     rng = np.random.default_rng(seed)
 
     def run(genomes: list[Genome]) -> None:
@@ -240,7 +245,8 @@ def tune_workload(name: str, workload: Workload, cfg: HwConfig,
     if base_cycles <= best_cycles:
         best, best_cycles = baseline, base_cycles
     result = TuneResult(name, key, baseline, best, base_cycles, best_cycles,
-                        len(seen) - reused, reused, 0.0, mac_bound(workload, cfg))
+                        len(seen) - reused, reused, 0.0, mac_bound(workload, cfg),
+                        cycle_floor(workload, cfg, searched.program))
     if verify_rtl:
         result.rtl_baseline = rtl_cycles(workload, cfg, ep, baseline)
         result.rtl_best = result.rtl_baseline if best == baseline else \
@@ -258,6 +264,23 @@ def mac_bound(workload: Workload, cfg: HwConfig) -> int:
     ext = workload.extents(cfg)
     kh, kw = workload.kernel
     return int(workload.groups * math.prod(ext[a] for a in AXES) * kh * kw)
+
+
+def cycle_floor(workload: Workload, cfg: HwConfig, program: Program) -> int:
+    """Cycles no schedule of ``workload`` beats, from ``program`` (one schedule of it
+    with the epilogue in question): the larger of the compute engine's micro-ops
+    (:func:`~tensorfab.sim.timing.model.compute_micro_ops`: the blocked MACs, the
+    epilogue's ALU passes, the fast reset, the same for every schedule but for the
+    fast reset's lines) and the memory bus's beats for reading every weight and
+    writing every output once (the input is left out: a strided convolution need not
+    read all of it)."""
+    from tensorfab.sim.timing.model import compute_micro_ops
+
+    ext = workload.extents(cfg)
+    kh, kw = workload.kernel
+    wgt = workload.groups * ext["oc"] * ext["ic"] * kh * kw * cfg.wgt_entry_bytes
+    out = workload.groups * ext["b"] * ext["oc"] * ext["oh"] * ext["ow"] * cfg.out_entry_bytes
+    return max(compute_micro_ops(program.insns, cfg), -(-(wgt + out) // cfg.mem_bus_bytes))
 
 
 class _NullFile:

@@ -71,13 +71,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     def human() -> None:
         table = Table(title=f"tuned schedules ({cfg.name}, log {log})")
-        for col in ("layer", "model before", "model after", "MAC bound", "RTL before",
+        for col in ("layer", "model before", "model after", "floor", "RTL before",
                     "RTL after", "measured", "s"):
             table.add_column(col, justify="left" if col == "layer" else "right",
                              no_wrap=col == "layer")
         for r in results:
             table.add_row(r.name, str(r.baseline_cycles), str(r.best_cycles),
-                          str(r.mac_bound), str(r.rtl_baseline or "-"),
+                          str(r.floor), str(r.rtl_baseline or "-"),
                           str(r.rtl_best or "-"), str(r.measured), f"{r.seconds:.1f}")
         Console().print(table)
 

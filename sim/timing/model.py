@@ -78,6 +78,7 @@ from tensorfab.isa import (
     Buffer,
     Engine,
     Finish,
+    Gemm,
     HwConfig,
     Insn,
     Load,
@@ -104,8 +105,8 @@ from .compiled import compiled
 from .insn_table import insn_table, uop_indices, word_fields, word_table
 
 __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
-           "estimated_cycles", "fast_reset", "insn_work", "load_walk", "program_timing",
-           "simulate"]
+           "compute_micro_ops", "estimated_cycles", "fast_reset", "insn_work", "load_walk",
+           "program_timing", "simulate"]
 
 #: Register slices a read command and its data pass in the memory arbiter.
 ARBITER_SLICES = 2
@@ -450,6 +451,27 @@ def insn_work(insn: Insn, cfg: HwConfig, params: TimingParams = DEFAULT_TIMING
     fixed, beats = np.empty(1), np.empty(1)
     _insn_works(insn_table([insn]), _constants(cfg, params), _LAYOUT, fixed, beats)
     return fixed.item(), beats.item()
+
+
+def compute_micro_ops(insns: Sequence[Insn], cfg: HwConfig) -> int:
+    """Cycles the compute engine spends on the micro-ops of ``insns`` at one a cycle:
+    each GEMM's and ALU instruction's micro-ops, and the lines of a fast reset.
+
+    The floor under the program's cycles: :func:`insn_work` without the fixed cycles
+    of each instruction, and none of the waits for loads, stores and tokens. For one
+    workload and epilogue it hardly depends on the schedule (the GEMM micro-ops are
+    the blocked MACs, the epilogue's ALU passes one per output entry each; only the
+    fast reset's line count follows the tile shape)."""
+    compute = [insn for insn in insns if type(insn) in (Gemm, Alu)]
+    if not compute:
+        return 0
+    table = insn_table(compute)
+    k = _constants(cfg, DEFAULT_TIMING)
+    fixed, beats = np.empty(len(compute)), np.empty(len(compute))
+    _insn_works(table, k, _LAYOUT, fixed, beats)
+    fast = (table[:, col.FAST_RESET] != 0) & (k[_K_LANES] > 0)
+    overhead = k[_K_COMPUTE_FIXED] + np.where(fast, 0.0, k[_K_INDEX_STAGES])
+    return round(float((fixed - overhead).sum()))
 
 
 def load_walk(insn: Load, row_beats: int, params: TimingParams = DEFAULT_TIMING) -> float:

@@ -147,3 +147,52 @@ def test_compiler_takes_the_logged_schedule_through_its_hook(tmp_path: Path) -> 
     log.write_text(log.read_text() + "not json\n")
     with pytest.raises(UsageError, match=r"tune\.jsonl:17: not a tuning-log record"):
         TuningLog(log)
+
+
+def test_cycle_floor_bounds_every_schedule_from_below() -> None:
+    """The floor is at least the MAC bound, at most every measured schedule's cycles
+    (timing model) and the tile search's pick on RTL; for a batch-1 dense layer it is
+    the bus beats of its weights and outputs, counted here from the shapes."""
+    from tensorfab.compiler.tensor.operators import compile_workload
+    from tensorfab.dse.tuner import cycle_floor
+    from tensorfab.sim.rtl import RtlSimulator
+    from tensorfab.sim.timing.model import compute_micro_ops, program_timing
+
+    op = compile_workload(WL, CFG)
+    floor = cycle_floor(WL, CFG, op.program)
+    out_entries = 8 * 8 * (16 // CFG.block_out)  # batch 1: one entry per pixel and block
+    assert mac_bound(WL, CFG) < floor <= mac_bound(WL, CFG) + 2 * out_entries
+    assert floor == compute_micro_ops(op.program.insns, CFG)
+    assert RtlSimulator().run(op.program).cycles >= floor
+    space = _Space(WL, CFG, Epilogue())
+    rng = np.random.default_rng(3)
+    legal = 0
+    for _ in range(40):
+        try:
+            prog = compile_workload(WL, CFG, schedule=schedule_for(space.plan(space.random(rng))))
+        except Exception:  # an illegal genome: no schedule to bound
+            continue
+        legal += 1
+        assert program_timing(prog.program).cycles >= cycle_floor(WL, CFG, prog.program)
+    assert legal >= 5
+
+    dense = Workload.dense(1, 256, 512)
+    prog = compile_workload(dense, CFG).program
+    moved = 256 * 512 + 512  # int8 weights and outputs, no channel padding here
+    assert cycle_floor(dense, CFG, prog) == -(-moved // CFG.mem_bus_bytes)
+    assert program_timing(prog).cycles >= cycle_floor(dense, CFG, prog)
+
+
+def test_tune_bench_reports_each_layer_against_its_floor() -> None:
+    """One layer of ``bench tune``: the floor lies between the MAC bound and the RTL
+    cycles, and the ratios are those cycles over it."""
+    from tensorfab.benches.tune import run_tune_bench
+
+    res = run_tune_bench(trials=6, layers=["C4"])
+    row = res["layers"]["C4"]
+    assert row["mac_bound"] < row["floor"] <= row["rtl_after"] <= row["rtl_before"]
+    assert row["before_over_floor"] == round(row["rtl_before"] / row["floor"], 4)
+    assert row["after_over_floor"] == round(row["rtl_after"] / row["floor"], 4)
+    assert res["faster"] + (row["rtl_after"] == row["rtl_before"]) == 1
+    unchanged = row["before_over_floor"] if row["rtl_after"] == row["rtl_before"] else None
+    assert res["unchanged_max_over_floor"] == unchanged
