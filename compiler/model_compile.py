@@ -102,6 +102,28 @@ class CompiledModel:
     cpu_operators: tuple[str, ...] = ()
 
 
+def check_input_shapes(model: PreparedOnnx, input_shapes: Mapping[str, Sequence[int | str]]
+                       | None = None) -> None:
+    """Raise :class:`ModelCompileError` if ``input_shapes`` (``--shape``) names no input
+    of ``model`` or gives an input another number of dims than the model declares."""
+    graph = model.proto.graph
+    inits = {i.name for i in graph.initializer}
+    inputs = {v.name: v for v in graph.input if v.name not in inits}
+    for name, dims in (input_shapes or {}).items():
+        value = inputs.get(name)
+        if value is None:
+            raise ModelCompileError(f"{model.where}: --shape {name}=...: the model has no "
+                                    f"input {name!r}; its inputs: {', '.join(inputs)}")
+        t = value.type.tensor_type
+        if value.type.WhichOneof("value") == "tensor_type" and t.HasField("shape") \
+                and len(t.shape.dim) != len(dims):
+            declared = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param or "?"
+                             for d in t.shape.dim)
+            raise ModelCompileError(
+                f"{model.where}: input {name!r} given the shape {tuple(dims)} of "
+                f"{len(dims)} dims, but the model declares {len(declared)}: {declared}")
+
+
 def check_fixed_inputs(model: PreparedOnnx, input_shapes: Mapping[str, Sequence[int | str]]
                        | None = None) -> None:
     """Raise :class:`ModelCompileError` if an input of ``model`` keeps a symbolic dim
@@ -116,6 +138,12 @@ def check_fixed_inputs(model: PreparedOnnx, input_shapes: Mapping[str, Sequence[
     """
     from .frontend.onnx_import import symbolic_inputs
 
+    check_input_shapes(model, input_shapes)
+    for name, dims in (input_shapes or {}).items():
+        if any(isinstance(d, str) for d in dims):
+            raise ModelCompileError(
+                f"{model.where}: --shape {name}={','.join(map(str, dims))}: the "
+                "accelerator needs fixed shapes: give every dim as a number")
     symbolic = symbolic_inputs(model, dict(input_shapes or {}))
     if symbolic:
         name, shape = symbolic[0]
@@ -261,6 +289,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     say("importing the ONNX model")
     prepared = load_onnx(model)
     where = prepared.where
+    check_input_shapes(prepared, input_shapes)
     if cfg is not None:
         check_fixed_inputs(prepared, input_shapes)
     fn = fold_constants(fold_hard_sigmoid(recognize_hard_swish(

@@ -150,10 +150,13 @@ def _read_log(log: Path | None, key: str) -> dict[Genome, int | None]:
     seen: dict[Genome, int | None] = {}
     if log is None or not log.exists():
         return seen
-    for line in log.read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("key") == key:
-            seen[tuple(rec["genome"])] = rec["cycles"]
+    for n, line in enumerate(log.read_text().splitlines(), 1):
+        try:
+            rec = json.loads(line)
+            if rec.get("key") == key:
+                seen[tuple(rec["genome"])] = rec["cycles"]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise UsageError(f"{log}:{n}: not a tuning-log record") from None
     return seen
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from tensorfab.isa import HwConfig, Program, TensorfabError, UsageError, get_config
+from tensorfab.fpga_builds.board_configs import board_config
+from tensorfab.isa import HwConfig, Program, TensorfabError, UsageError
 
 __all__ = ["CaseResult", "VerifySummary", "check_case", "chunks", "memory_timing_for",
            "replay_case", "run_verify"]
@@ -179,7 +180,7 @@ def run_verify(configs: Sequence[str], programs: int, *, seed: int = 0,
     if not configs or programs < 1 or seed < 0:
         raise UsageError("verify needs at least one config, --programs >= 1 and a "
                          "non-negative --seed")
-    cfgs = [get_config(c) for c in configs]
+    cfgs = [board_config(c) for c in configs]
     seeds = list(range(seed, seed + programs))
     t0 = time.perf_counter()
     results: list[CaseResult] = []

@@ -16,8 +16,26 @@ def cmd_board_virtual(args: argparse.Namespace) -> int:
     from tensorfab.hil.virtual import LinkFaults, SocSpec, VirtualBoard
     from tensorfab.sim.rtl.build import build_steps
 
+    from .cli_output import CliError
     from .serve_cli import serve_until_interrupted
 
+    # before the Verilator build, which takes minutes the first time
+    for option, value in (("--bit-flip", args.bit_flip), ("--drop", args.drop),
+                          ("--delay", args.delay)):
+        if not 0.0 <= value <= 1.0:
+            raise CliError(f"{option} {value}: a probability, between 0 and 1")
+    if not 0 <= args.port <= 65535:
+        raise CliError(f"--port {args.port}: a TCP port is 0 (any free one) to 65535")
+    if args.mem_bytes is not None and args.mem_bytes <= 0:
+        raise CliError(f"--mem-bytes {args.mem_bytes}: give a positive size in bytes")
+    if args.port:
+        import socket
+
+        try:  # as BoardServer binds it (SO_REUSEADDR), then free again
+            socket.create_server((args.host, args.port)).close()
+        except OSError as e:
+            raise CliError(f"virtual board: cannot listen on {args.host}:{args.port}: "
+                           f"{e.strerror or e}") from None
     config = board_config(args.config) if args.config else None
     sdram = None if args.memory is None else args.memory == "sdram"
     spec = SocSpec.for_board(args.board, config, exact=args.exact, mem_bytes=args.mem_bytes,

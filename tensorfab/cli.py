@@ -47,6 +47,8 @@ def load_program(path: str | Path, config: str | None = None, *,
     from tensorfab.isa.asm import assemble_file
 
     path = Path(path)
+    if path.is_dir():
+        raise CliError(f"{path} is a folder; give a program file (.s or .bin)")
     if not path.is_file():
         raise CliError(f"{path}: no such file")
     with path.open("rb") as f:
@@ -178,13 +180,19 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
+    from tensorfab.isa.device import target_scheme
     from tensorfab.sim import get_device
     from tensorfab.sim.png_figure import is_tensorfab_png
     from tensorfab.sim.race import ENGINE_NAMES
     from tensorfab.sim.trace import is_tensorfab_trace
 
+    from .model_cli import TOKEN_SCHEMES
+
     prog = load_program(args.file, args.config)
-    device = get_device(args.target)
+    if args.token is not None and target_scheme(args.target) not in TOKEN_SCHEMES:
+        raise CliError(f"--token applies to {', '.join(s + '://' for s in TOKEN_SCHEMES)} "
+                       f"targets, not {args.target!r}")
+    device = get_device(args.target, **({} if args.token is None else {"token": args.token}))
     if args.trace or args.plot:
         if not hasattr(device, "trace"):
             raise CliError(f"--trace and --plot need an executor that records timelines "
@@ -427,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "virtual (the SoC in Verilator), a board (serial:///dev/ttyUSB0, "
                         "socket://HOST:PORT) or a served device (tcp://HOST:PORT); "
                         "docs/hil.md (default: %(default)s)")
+    s.add_argument("--token", metavar="TOKEN",
+                   help="token of a tcp://, tracker:// or socket:// target (default: "
+                        "$TENSORFAB_TOKEN)")
     s.add_argument("--config",
                    help="preset, board config or JSON file (must match the program's)")
     s.add_argument("--json", action="store_true", help="print the result summary as JSON")

@@ -11,7 +11,7 @@ from typing import Any
 
 from tensorfab.isa import UsageError
 
-from .cli_output import print_result
+from .cli_output import CliError, check_writable, print_result
 
 __all__ = ["add_advise_command", "add_dse_command"]
 
@@ -62,6 +62,49 @@ def cmd_fit_resources(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_json_with(*keys: str) -> Callable[[Path], bool]:
+    def ours(path: Path) -> bool:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            return False
+        return isinstance(doc, dict) and all(k in doc for k in keys)
+    return ours
+
+
+def _is_sweep_parquet(path: Path) -> bool:
+    import pyarrow.parquet as pq
+
+    try:
+        return "workload" in pq.read_schema(path).names
+    except Exception:  # pyarrow raises several kinds for a file that is not Parquet
+        return False
+
+
+def check_out_folder(out: Path, force: bool) -> None:
+    """Check, before the sweep, that ``--out`` is a folder (or can be made) whose files
+    of a sweep's names were written by one, unless ``force``: a :class:`CliError`."""
+    from tensorfab.sim.png_figure import is_tensorfab_png
+
+    if out.exists() and not out.is_dir():
+        raise CliError(f"--out {out} is a file; name a folder (the sweep writes "
+                       "points.parquet, summary.json, pareto.png, best_config.json and "
+                       "cache/ in it)")
+    if not out.is_dir():
+        return
+    if (out / "cache").exists() and not (out / "cache").is_dir():
+        raise CliError(f"--out {out}: {out / 'cache'} is a file; the sweep keeps its "
+                       "cache in that folder")
+    outputs: dict[str, Callable[[Path], bool]] = {
+        "points.parquet": _is_sweep_parquet,
+        "summary.json": _is_json_with("points", "workloads", "cycles_source"),
+        "pareto.png": is_tensorfab_png,
+        "best_config.json": _is_json_with("name", "block_in", "block_out"),
+    }
+    for name, ours in outputs.items():
+        check_writable(out / name, force, ours)
+
+
 def cmd_dse(args: argparse.Namespace) -> int:
     import sys
 
@@ -99,6 +142,7 @@ def cmd_dse(args: argparse.Namespace) -> int:
     model = ResourceModel.load()
     points = space_points(space)
     out = Path(args.out)
+    check_out_folder(out, args.force)
     with dask_client(args.scheduler, args.workers) as client:
         print(f"dashboard: {client.dashboard_link}", file=sys.stderr)
         with Progress(transient=True, disable=args.json) as bar:
@@ -229,7 +273,11 @@ def add_dse_command(command: Callable[..., argparse.ArgumentParser]) -> None:
                         "LocalCluster here")
     d.add_argument("--workers", type=int, default=2, help="LocalCluster workers")
     d.add_argument("--out", default="dse-out",
-                   help="output folder (points.parquet, summary.json, cache/)")
+                   help="output folder (points.parquet, summary.json, pareto.png, "
+                        "best_config.json, cache/)")
+    d.add_argument("--force", action="store_true",
+                   help="sweep: replace files of those names in --out that a sweep did "
+                        "not write")
     d.add_argument("--check-rtl", type=int, metavar="N",
                    help="sweep: run N sampled (point, workload) pairs on the RTL "
                         "(Verilator, a model built per config) and report the timing "

@@ -75,6 +75,12 @@ def _load_array(path: str, what: str) -> Any:
         raise ModelCliError(f"{what} {path}: a folder; give a .npy file")
     if not p.is_file():
         raise ModelCliError(f"{what} {path}: no such file")
+    with p.open("rb") as f:
+        head = f.read(6)
+    if head != b"\x93NUMPY" and not head.startswith(b"PK"):
+        # np.load would call it pickled data and suggest allow_pickle=
+        raise ModelCliError(f"{what} {path}: not a NumPy .npy or .npz file (no .npy "
+                            "header, not a zip archive)")
     try:
         data = np.load(p, allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:

@@ -54,15 +54,21 @@ def _workload_label(index: int, wl: object) -> str:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from tensorfab.compiler.tensor import DENSE_LAYERS, RESNET18_CONV
-    from tensorfab.dse.tuner import tune_workload
+    from tensorfab.dse.tuner import TuningLog, tune_workload
     from tensorfab.fpga_builds.board_configs import board_config
 
     cfg = board_config(args.config)
+    if args.trials < 1:
+        raise CliError(f"--trials {args.trials}: give at least 1 measurement per layer")
+    log = Path(args.log)
+    if log.is_dir():
+        raise CliError(f"--log {log} is a folder; name the JSON-lines log file")
+    if log.exists():  # appended to: refuse a file that is not a log before any work
+        TuningLog(log)
     if args.model == "resnet18":
         tasks = [(name, wl, None) for name, wl in {**RESNET18_CONV, **DENSE_LAYERS}.items()]
     else:
         tasks = _model_tasks(args, cfg)
-    log = Path(args.log)
     log.parent.mkdir(parents=True, exist_ok=True)
     results = [tune_workload(name, wl, cfg, ep, trials=args.trials, log=log,
                              verify_rtl=args.rtl)

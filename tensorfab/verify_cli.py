@@ -75,7 +75,8 @@ def add_verify_command(command: Callable[..., argparse.ArgumentParser]) -> None:
     v.add_argument("--programs", type=int, default=100, help="programs per config "
                    "(default: %(default)s)")
     v.add_argument("--configs", default="tiny,small,default",
-                   help="comma-separated presets or JSON files (default: %(default)s)")
+                   help="comma-separated presets, board configs or JSON files "
+                        "(default: %(default)s)")
     v.add_argument("--scheduler", help="address of a dask scheduler (default: a "
                    "LocalCluster here)")
     v.add_argument("--workers", type=int, default=2,

@@ -73,7 +73,9 @@ def test_input_files(files, capsys) -> None:
     junk = files["dir"] / "junk.npy"
     junk.write_text("not numpy")
     assert main(["run", str(files["tfm"]), "--input", str(junk)]) == 2
-    one_line_error(capsys, "junk.npy: not a NumPy .npy or .npz file")
+    err = one_line_error(capsys, "junk.npy: not a NumPy .npy or .npz file (no .npy header, "
+                         "not a zip archive)")
+    assert "pickle" not in err  # numpy's message for it suggested allow_pickle=
     assert main(["run", str(files["tfm"]), "--input", str(files["dir"])]) == 2
     one_line_error(capsys, f"{files['dir']}: a folder; give a .npy file")
     assert main(["run", str(files["tfm"]), "--input", f"wrong={files['images']}"]) == 2
@@ -152,6 +154,30 @@ def test_symbolic_dims_need_shape(files, capsys) -> None:
                  "--config", "tiny", "--calib", str(files["calib"])]) == 2
     one_line_error(capsys, "input 'image' has symbolic dims ('N', 1, 8, 8)",
                    "pass --shape image=1,1,8,8")
+
+
+def test_shape_of_an_unknown_input_wrong_rank_or_not_numbers(files, capsys) -> None:
+    """--shape foo=... (no such input) was reported as the model's symbolic dims,
+    image=4,1,8 as a convolution of a 1-D input, image=a,b,c,d taken as symbols; each
+    is now one line naming what is wrong with --shape."""
+    out = str(files["dir"] / "s.tfm")
+    base = ["compile", str(model_path()), "-o", out, "--calib", str(files["calib"])]
+    capsys.readouterr()
+    assert main([*base, "--config", "tiny", "--shape", "foo=4,1,8,8"]) == 2
+    one_line_error(capsys, "--shape foo=...: the model has no input 'foo'; its inputs: image")
+    assert main([*base, "--shape", "foo=4,1,8,8"]) == 2  # on the CPU alike
+    one_line_error(capsys, "the model has no input 'foo'")
+    assert main([*base, "--config", "tiny", "--shape", "image=4,1,8"]) == 2
+    one_line_error(capsys, "input 'image' given the shape (4, 1, 8) of 3 dims, but the "
+                   "model declares 4: ('N', 1, 8, 8)")
+    assert main([*base, "--config", "tiny", "--shape", "image=a,b,c,d"]) == 2
+    one_line_error(capsys, "--shape image=a,b,c,d: the accelerator needs fixed shapes: "
+                   "give every dim as a number")
+    wrong = files["dir"] / "rank3.npy"
+    np.save(wrong, np.zeros((4, 8, 8), np.float32))
+    assert main(["run", str(model_path()), "--input", str(wrong), "--calib",
+                 str(files["calib"])]) == 2
+    one_line_error(capsys, "input 'image' given the shape (4, 8, 8) of 3 dims")
 
 
 def test_missing_external_data(files, capsys, tmp_path) -> None:

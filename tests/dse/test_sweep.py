@@ -145,7 +145,8 @@ def test_dse_board_filter_keeps_only_fitting_points(tmp_path: Path) -> None:
     exe = str(Path(sys.executable).parent / "tensorfab")
     out = tmp_path / "out"
     out.mkdir()
-    (out / "best_config.json").write_text("{}")  # a stale one from an earlier sweep
+    # a stale one from an earlier sweep
+    (out / "best_config.json").write_text(HwConfig(name="dse-old").to_json() + "\n")
     run = subprocess.run([exe, "dse", "--space", str(_space(tmp_path, SPACE)),
                           "--workloads", "dense64", "--workers", "1", "--board",
                           "ulx3s-25f", "--out", str(out), "--json"],
@@ -182,3 +183,32 @@ def test_check_rtl_compares_sampled_points_with_the_rtl(tmp_path: Path) -> None:
     assert c["error"] == pytest.approx((c["model_cycles"] - c["rtl_cycles"])
                                        / c["rtl_cycles"])
     assert check["max_abs_error"] == abs(c["error"]) <= 0.03
+
+
+def test_dse_out_refuses_a_file_and_files_a_sweep_did_not_write(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dse --out FILE` was a NotADirectoryError traceback after starting the cluster,
+    and `--out FOLDER` replaced (or, for best_config.json, deleted) the user's files of
+    the sweep's names. Both are now refused before the sweep, one line each."""
+    from tensorfab.cli import main
+
+    space = tmp_path / "space.yaml"
+    space.write_text("block_in: [8]\nblock_out: [8]\n")
+    a_file = tmp_path / "outfile"
+    a_file.write_text("mine\n")
+    assert main(["dse", "--space", str(space), "--workloads", "dense64", "--workers", "1",
+                 "--out", str(a_file)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {a_file} is a file; name a folder" in err and "Traceback" not in err
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for name in ("summary.json", "best_config.json"):
+        (folder / name).write_text('{"my": "notes"}\n')
+        assert main(["dse", "--space", str(space), "--workloads", "dense64",
+                     "--workers", "1", "--out", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert f"{folder / name} exists and was not written by tensorfab" in err
+        assert "--force" in err
+        assert (folder / name).read_text() == '{"my": "notes"}\n'
+        (folder / name).unlink()
+    assert not (folder / "cache").exists()

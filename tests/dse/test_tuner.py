@@ -196,3 +196,24 @@ def test_tune_bench_reports_each_layer_against_its_floor() -> None:
     assert res["faster"] + (row["rtl_after"] == row["rtl_before"]) == 1
     unchanged = row["before_over_floor"] if row["rtl_after"] == row["rtl_before"] else None
     assert res["unchanged_max_over_floor"] == unchanged
+
+
+def test_tune_refuses_a_log_that_is_not_a_tuning_log_before_any_work(
+        tmp_path: Path, capsys) -> None:
+    """`tune --log notes.txt` named a user's file: it was a JSONDecodeError traceback
+    (after compiling), and the file was about to be appended to. Now one line naming
+    the file and the line, and the file is left as it was."""
+    from tensorfab.cli import main
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    assert main(["tune", "resnet18", "--config", "tiny", "--trials", "2",
+                 "--log", str(notes)]) == 2
+    err = capsys.readouterr().err
+    assert f"{notes}:1: not a tuning-log record" in err
+    assert "Traceback" not in err
+    assert notes.read_text() == "my notes\n"
+    assert main(["tune", "resnet18", "--config", "tiny", "--trials", "0",
+                 "--log", str(tmp_path / "log.jsonl")]) == 2
+    assert "--trials 0: give at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "log.jsonl").exists()

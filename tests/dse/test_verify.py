@@ -59,3 +59,14 @@ def test_chunks_cover_every_seed_once() -> None:
 def test_memory_timing_is_a_function_of_the_seed() -> None:
     assert memory_timing_for(3) == memory_timing_for(3)
     assert len({memory_timing_for(s) for s in range(20)}) > 10
+
+
+def test_configs_take_board_configs_as_every_config_option_does(
+        tmp_path: Path, capsys) -> None:
+    """`verify --configs up5k` was refused as 'not a preset ... nor a JSON config file',
+    though every other config option takes the board configs; now it runs them."""
+    code = main(["verify", "--programs", "2", "--configs", "up5k", "--workers", "1",
+                 "--out", str(tmp_path / "fails"), "--json"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0
+    assert result["configs"] == {"up5k": {"programs": 2, "passed": 2, "failed": 0}}

@@ -121,3 +121,30 @@ def test_board_virtual_command(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+
+
+def test_board_virtual_refuses_bad_options_before_building(monkeypatch, capsys) -> None:
+    """A port in use, a probability above 1, a port out of range or a size of 0 were
+    found only after the Verilator build (minutes the first time), or not at all; each
+    is now one line before the build starts."""
+    import socket
+
+    import tensorfab.hil.virtual as virtual
+    from tensorfab.cli import main
+
+    def no_build(*_a: object, **_k: object) -> None:
+        raise AssertionError("the board was built")
+
+    monkeypatch.setattr(virtual, "VirtualBoard", no_build)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        cases = [(["--port", str(port)], f"cannot listen on 127.0.0.1:{port}"),
+                 (["--drop", "2"], "--drop 2.0: a probability, between 0 and 1"),
+                 (["--bit-flip", "-0.1"], "--bit-flip -0.1: a probability"),
+                 (["--port", "99999"], "--port 99999: a TCP port is 0"),
+                 (["--mem-bytes", "0"], "--mem-bytes 0: give a positive size")]
+        for extra, words in cases:
+            capsys.readouterr()
+            assert main(["board", "virtual", "--config", "tiny", *extra]) == 2
+            err = capsys.readouterr().err
+            assert words in err and "Traceback" not in err, err

@@ -248,3 +248,27 @@ def test_an_image_the_wire_cannot_carry_is_refused_before_sending(serve, program
         with pytest.raises(WireError, match="dtype object cannot be sent"):
             dev.run(program, np.array([object()] * 8))
         assert dev.run(program).outputs  # the connection is still open
+
+
+def test_sim_takes_the_token_of_a_served_device(serve, tmp_path, capsys,
+                                                monkeypatch) -> None:
+    """`tensorfab sim prog.s --target tcp://... --token T` was an argparse error (sim
+    had no --token, unlike run); now it runs there, and --token on a local target is
+    refused in one line, as for run."""
+    from tensorfab.cli import main
+    from tensorfab.example import example_path
+
+    monkeypatch.delenv("TENSORFAB_TOKEN", raising=False)
+    prog = example_path()
+    server = serve("fsim")
+    capsys.readouterr()
+    assert main(["sim", str(prog), "--target", server.address, "--token", server.token,
+                 "--json"]) == 0
+    assert '"device": "fsim"' in capsys.readouterr().out
+    assert main(["sim", str(prog), "--target", server.address, "--token", "wrong"]) == 2
+    assert "wrong token" in capsys.readouterr().err
+    assert main(["sim", str(prog), "--token", "x"]) == 2
+    assert "--token applies to tcp://, tracker://, socket:// targets, not 'fsim'" in (
+        capsys.readouterr().err)
+    assert main(["sim", str(tmp_path)]) == 2
+    assert f"{tmp_path} is a folder; give a program file" in capsys.readouterr().err
