@@ -20,7 +20,7 @@ from tensorfab.fpga_builds.errors import DoesNotFit, FpgaBuildError
 from tensorfab.fpga_builds.flow import build_bitstream
 from tensorfab.fpga_builds.report import check_fit, utilization_from_log
 
-__all__ = ["DEFAULT_MATRIX", "ROUTER", "plot_utilization", "run_fpga_bench", "select_builds"]
+__all__ = ["DEFAULT_MATRIX", "plot_utilization", "run_fpga_bench", "select_builds"]
 
 #: (board, config, DSP multipliers) built by default: the presets that fit or show
 #: where a board's limit is, and the LUT-multiplier option where DSPs run out.
@@ -34,15 +34,9 @@ DEFAULT_MATRIX: tuple[tuple[str, str, bool], ...] = (
     ("icebreaker", "up5k", True),
     ("icebreaker", "tiny", True),
     ("orangecrab-25f", "ecp5-25f", True),
+    ("orangecrab-85f", "ecp5-85f", True),
     ("orangecrab-85f", "tiny", True),
 )
-
-
-#: Builds that need nextpnr's router2 (router1 does not converge on them: 85F small
-#: was still ripping up 113 000 of 115 000 arcs after its first 26 000 iterations;
-#: router2 routes ecp5-85f in 109 iterations).
-ROUTER: dict[tuple[str, str], str] = {("ulx3s-85f", "small"): "router2",
-                                      ("ulx3s-85f", "ecp5-85f"): "router2"}
 
 
 def select_builds(matrix: tuple[tuple[str, str, bool], ...] = DEFAULT_MATRIX, *,
@@ -108,7 +102,7 @@ def run_fpga_bench(matrix: tuple[tuple[str, str, bool], ...] = DEFAULT_MATRIX, *
                 report = build_bitstream(board, config, where, dsp=dsp,
                                          allow_timing_failure=True, console=console,
                                          clock_mhz=BOARDS[board].target_mhz,
-                                         router=ROUTER.get((board, config)), sdram=False)
+                                         sdram=False)
             entry = _entry(report) | {"fits": True}
         except DoesNotFit as exc:
             entry = {"board": board, "config": config, "fits": False, "timing_met": False,

@@ -224,8 +224,8 @@ BOARDS: dict[str, Board] = {
               100.0, 16 * 1024, "ecp5-25f", "orangecrab", "MULT18X18D", ORANGECRAB_DFU_IDS,
               clock_mhz=80.0),
         Board("orangecrab-85f", "ecp5", _orangecrab_with_uart(OrangeCrabR0_2_85FPlatform),
-              100.0, 64 * 1024, "tiny", "orangecrab", "MULT18X18D", ORANGECRAB_DFU_IDS,
-              clock_mhz=72.0),
+              100.0, 64 * 1024, "ecp5-85f", "orangecrab", "MULT18X18D", ORANGECRAB_DFU_IDS,
+              clock_mhz=56.0),
     )
 }
 

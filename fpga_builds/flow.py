@@ -34,11 +34,13 @@ from .report import (
 
 __all__ = [
     "BUILD_NAME",
+    "ROUTER2_BUILDS",
     "ROUTERS",
     "TIMING_CLOSURE_OPTIONS",
     "build_bitstream",
     "error_lines",
     "nextpnr_options",
+    "router_default",
     "run_logged",
     "timing_closure_default",
     "yowasp_env",
@@ -48,6 +50,17 @@ BUILD_NAME = "top"
 
 #: nextpnr's routers (``--router``).
 ROUTERS = ("router1", "router2")
+
+#: Builds routed with nextpnr's router2 by default, by board, config and device memory:
+#: congested ones where router1 does not converge or takes far longer (the 85F's
+#: ``small`` was still ripping up 113 000 of 115 000 arcs after its first 26 000
+#: iterations; the OrangeCrab 85F's ``ecp5-85f`` at 56 MHz took router1 1 059 s, its
+#: last 400 arcs 6 minutes, and router2 398–410 s) (docs/fpga.md).
+ROUTER2_BUILDS: frozenset[tuple[str, str, str]] = frozenset({
+    ("ulx3s-85f", "small", "on-chip"),
+    ("ulx3s-85f", "ecp5-85f", "on-chip"),
+    ("orangecrab-85f", "ecp5-85f", "on-chip"),
+})
 
 #: nextpnr's options for a build that pushes its clock (``--timing-closure``): the
 #: router rips up and reroutes arcs that miss the clock, not only congested ones, and
@@ -154,6 +167,13 @@ def timing_closure_default(board: Board, clock_mhz: float) -> bool:
     return board.timing_closure_mhz is not None and clock_mhz >= board.timing_closure_mhz
 
 
+def router_default(board: Board, config: str, sdram: bool) -> str | None:
+    """The router a build of ``config`` on ``board`` uses when not told: router2 for
+    :data:`ROUTER2_BUILDS`, else nextpnr's default (None)."""
+    memory = "sdram" if sdram else "on-chip"
+    return "router2" if (board.name, config, memory) in ROUTER2_BUILDS else None
+
+
 def nextpnr_options(*, seed: int, router: str | None, timing_closure: bool) -> str:
     """nextpnr's command-line options of a build (Amaranth's ``nextpnr_opts``).
 
@@ -196,7 +216,7 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     seed : int
         nextpnr's placement seed.
     router : str, optional
-        nextpnr's router, one of :data:`ROUTERS` (None: nextpnr's default).
+        nextpnr's router, one of :data:`ROUTERS` (None: :func:`router_default`).
     clock_mhz : float, optional
         SoC clock and timing target (default: the board's ``clock_mhz``); on ECP5 the
         PLL makes it, an iCE40 runs at its board clock.
@@ -236,6 +256,8 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     platform = board_platform(board, dsp)
     if timing_closure is None:
         timing_closure = timing_closure_default(board, top.clock_mhz)
+    if router is None:
+        router = router_default(board, cfg.name, top.sdram)
     # verbose: the tools' whole output goes to build.log (and drives the progress line)
     plan = platform.build(top, name=BUILD_NAME, build_dir=str(out),
                           do_build=False, do_program=False, verbose=True,

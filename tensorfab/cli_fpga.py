@@ -339,8 +339,9 @@ def add_fpga_parser(sub: argparse._SubParsersAction) -> None:
                       help="build once per placement seed (into -o/seed-N) and report each "
                       "seed's fmax and whether it met timing (-o/seeds.json)")
     b.add_argument("--router", choices=ROUTERS,
-                   help="nextpnr's router (default: nextpnr's, router1; router2 finishes "
-                   "congested large designs such as ulx3s-85f small)")
+                   help="nextpnr's router (default: router2 for the congested builds "
+                   "that need it, ecp5-85f and small with on-chip memory on an 85F; "
+                   "nextpnr's router1 otherwise)")
     b.add_argument("--timing-closure", action=argparse.BooleanOptionalAction, default=None,
                    help="nextpnr's timing-closure options: timing-driven ripup in the "
                    "router, placer timing weight 20 (default: on for ulx3s-25f builds at "

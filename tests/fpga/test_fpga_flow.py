@@ -317,3 +317,18 @@ def test_nextpnr_options_and_the_timing_closure_default() -> None:
     assert not timing_closure_default(u25, 80.0) and not timing_closure_default(u25, 60.0)
     assert not any(timing_closure_default(b, b.target_mhz) for b in BOARDS.values()
                    if b.name != "ulx3s-25f")
+
+
+def test_router2_is_the_default_only_where_router1_does_not_converge() -> None:
+    from tensorfab.fpga_builds.boards import BOARDS
+    from tensorfab.fpga_builds.flow import router_default
+
+    # the OrangeCrab 85F's default build (ecp5-85f, on-chip memory) and the 85F's
+    # on-chip 1x8x8 builds need router2; the ULX3S 85F's default build with its SDRAM,
+    # tiny, and the 25F boards take nextpnr's default
+    assert router_default(BOARDS["orangecrab-85f"], "ecp5-85f", sdram=False) == "router2"
+    assert router_default(BOARDS["ulx3s-85f"], "ecp5-85f", sdram=False) == "router2"
+    assert router_default(BOARDS["ulx3s-85f"], "small", sdram=False) == "router2"
+    assert router_default(BOARDS["ulx3s-85f"], "ecp5-85f", sdram=True) is None
+    assert router_default(BOARDS["orangecrab-85f"], "tiny", sdram=False) is None
+    assert router_default(BOARDS["ulx3s-25f"], "ecp5-25f", sdram=False) is None

@@ -76,15 +76,16 @@ def test_up5k_does_not_fit_for_real(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_bench_matrix_names_known_boards_and_configs() -> None:
     """Every build of ``tensorfab bench fpga`` (the module imports, its boards and
     configurations exist; the iCEBreaker's default config is among them)."""
-    from tensorfab.benches.fpga import DEFAULT_MATRIX, ROUTER
-    from tensorfab.fpga_builds.flow import ROUTERS
+    from tensorfab.benches.fpga import DEFAULT_MATRIX
+    from tensorfab.fpga_builds.flow import ROUTER2_BUILDS
 
     for board, config, _dsp in DEFAULT_MATRIX:
         assert board in BOARDS, board
         board_config(config)
     assert {(b, BOARDS[b].config) for b in BOARDS} <= {(b, c) for b, c, _ in DEFAULT_MATRIX}
-    assert set(ROUTER) <= {(b, c) for b, c, _ in DEFAULT_MATRIX}
-    assert set(ROUTER.values()) <= set(ROUTERS)
+    for board, config, memory in ROUTER2_BUILDS:  # names that exist
+        assert board in BOARDS and memory in ("sdram", "on-chip"), (board, memory)
+        board_config(config)
 
 
 def test_build_says_no_config_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str],
