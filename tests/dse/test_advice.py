@@ -210,3 +210,18 @@ def test_a_json_config_is_named_by_its_name_and_an_estimated_pick_says_so(
     assert (f"build: e85-lite ({path}); its fit is the resource model's estimate: "
             f"`tensorfab fpga build --board ulx3s-85f --config {path} --memory sdram` "
             "confirms it") in text
+
+
+def test_the_orangecrab_85f_builds_its_1x8x8_at_56_mhz(calib: np.ndarray) -> None:
+    """The OrangeCrab 85F's default build (ecp5-85f, on-chip memory, 56 MHz) is the one
+    advised: fewer cycles than tiny, in its 64 KiB, its recorded build above its clock."""
+    out = advise(str(model_path()), "orangecrab-85f", calib, {"image": (1, 1, 8, 8)},
+                 ["tiny", "ecp5-85f"])
+    assert (out["board_memory"], out["board_memory_bytes"], out["clock_mhz"]) == (
+        "on-chip", 64 << 10, 56.0)
+    rows = {r["config"]: r for r in out["configs"]}
+    big = rows["ecp5-85f"]
+    assert big["fits_memory"] and big["fits_board"] and big["resources"] == "built"
+    assert (big["fmax_mhz"], big["meets_clock"]) == (79.18, True)
+    assert big["estimated_cycles"] < rows["tiny"]["estimated_cycles"]
+    assert out["build"] == "ecp5-85f"
