@@ -180,19 +180,14 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from tensorfab.isa.device import target_scheme
-    from tensorfab.sim import get_device
     from tensorfab.sim.png_figure import is_tensorfab_png
     from tensorfab.sim.race import ENGINE_NAMES
     from tensorfab.sim.trace import is_tensorfab_trace
 
-    from .model_cli import TOKEN_SCHEMES
+    from .model_cli import open_target
 
     prog = load_program(args.file, args.config)
-    if args.token is not None and target_scheme(args.target) not in TOKEN_SCHEMES:
-        raise CliError(f"--token applies to {', '.join(s + '://' for s in TOKEN_SCHEMES)} "
-                       f"targets, not {args.target!r}")
-    device = get_device(args.target, **({} if args.token is None else {"token": args.token}))
+    device = open_target(args.target, trace=False, token=args.token)
     if args.trace or args.plot:
         if not hasattr(device, "trace"):
             raise CliError(f"--trace and --plot need an executor that records timelines "

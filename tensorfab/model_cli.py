@@ -294,7 +294,7 @@ def _program_configs(program: Any) -> set:
 TOKEN_SCHEMES = ("tcp", "tracker", "socket")
 
 
-def _device(target: str, trace: bool, token: str | None = None) -> Any:
+def open_target(target: str, trace: bool, token: str | None = None) -> Any:
     """The device of ``--target``: engine intervals recorded with ``trace`` where the
     device records them (rtl), ``token`` passed to a networked one."""
     from tensorfab.isa.device import device_schemes, open_device, target_scheme
@@ -375,7 +375,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ModelCliError(f"{model} was compiled for HwConfig {have}, but the device "
                                 f"is {want.name!r}: recompile it with --config "
                                 f"{args.config}")
-    device = _device(args.target, bool(args.trace), args.token)
+    device = open_target(args.target, bool(args.trace), args.token)
     _check_fits_device(program, device, model.name, args.target)
     n_accel = sum(1 for _ in accel_nodes(program))
     title = f"{model.name} on {args.target}"
