@@ -21,7 +21,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import permutations
 from pathlib import Path
@@ -146,18 +146,26 @@ def rtl_cycles(workload: Workload, cfg: HwConfig, epilogue: Epilogue, g: Genome)
     return RtlSimulator().run(op.program).cycles
 
 
-def _read_log(log: Path | None, key: str) -> dict[Genome, int | None]:
-    seen: dict[Genome, int | None] = {}
-    if log is None or not log.exists():
-        return seen
+def _log_records(log: Path) -> Iterator[tuple[str, Genome, int | None]]:
+    """``(key, genome, cycles)`` of each line of the JSON-lines tuning log ``log``.
+
+    Raises
+    ------
+    UsageError
+        A line that is not a record :func:`tune_workload` writes (``FILE:LINE``).
+    """
     for n, line in enumerate(log.read_text().splitlines(), 1):
         try:
             rec = json.loads(line)
-            if rec.get("key") == key:
-                seen[tuple(rec["genome"])] = rec["cycles"]
-        except (ValueError, KeyError, TypeError, AttributeError):
+            yield rec["key"], tuple(rec["genome"]), rec["cycles"]
+        except (ValueError, KeyError, TypeError):
             raise UsageError(f"{log}:{n}: not a tuning-log record") from None
-    return seen
+
+
+def _read_log(log: Path | None, key: str) -> dict[Genome, int | None]:
+    if log is None or not log.exists():
+        return {}
+    return {genome: cycles for k, genome, cycles in _log_records(log) if k == key}
 
 
 def tune_workload(name: str, workload: Workload, cfg: HwConfig,
@@ -319,12 +327,7 @@ class TuningLog:
         if not self.path.is_file():
             raise UsageError(f"--tuning-log {self.path}: no such file")
         self.best: dict[str, tuple[int, Genome]] = {}
-        for n, line in enumerate(self.path.read_text().splitlines(), 1):
-            try:
-                rec = json.loads(line)
-                key, cycles, genome = rec["key"], rec["cycles"], tuple(rec["genome"])
-            except (ValueError, KeyError, TypeError):
-                raise UsageError(f"{self.path}:{n}: not a tuning-log record") from None
+        for key, genome, cycles in _log_records(self.path):
             if cycles is not None and (key not in self.best or cycles < self.best[key][0]):
                 self.best[key] = (int(cycles), genome)
         self.used: list[str] = []
