@@ -289,9 +289,10 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     say("importing the ONNX model")
     prepared = load_onnx(model)
     where = prepared.where
-    check_input_shapes(prepared, input_shapes)
-    if cfg is not None:
+    if cfg is not None:  # (it checks the --shape names and ranks first)
         check_fixed_inputs(prepared, input_shapes)
+    else:
+        check_input_shapes(prepared, input_shapes)
     fn = fold_constants(fold_hard_sigmoid(recognize_hard_swish(
         fold_batch_norm(from_onnx(prepared, input_shapes)))))
     if calibration is not None:
