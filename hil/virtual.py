@@ -101,7 +101,7 @@ class SocSpec:
             b = get_board(board)
             cfg = config or board_config(b.config)
             clock_hz = round(board_clock_mhz(b, None) * 1e6)
-            mem = mem_bytes or b.mem_bytes
+            mem = mem_bytes if mem_bytes is not None else b.mem_bytes
             try:
                 in_sdram = b.uses_sdram(sdram)
             except FpgaBuildError as e:
@@ -109,7 +109,8 @@ class SocSpec:
         else:
             if config is None:
                 raise UsageError("a virtual board without --board needs a config")
-            cfg, clock_hz, mem = config, 100_000_000, mem_bytes or VIRTUAL_MEM_BYTES
+            cfg, clock_hz = config, 100_000_000
+            mem = mem_bytes if mem_bytes is not None else VIRTUAL_MEM_BYTES
         if in_sdram and mem_bytes is not None:
             raise UsageError(f"virtual {board or 'board'}: mem_bytes (--mem-bytes) sizes "
                              "on-chip memory, but this board's device memory is its SDRAM: "

@@ -38,7 +38,10 @@ def test_ulx3s_memory_choices_and_refusals() -> None:
     for target, says in (
             ("virtual://ulx3s-25f?mem_bytes=4096", r"\(--mem-bytes\) sizes on-chip memory"),
             ("virtual://orangecrab-25f?sdram=1", "orangecrab-25f: no SDRAM on this board"),
-            ("virtual://ulx3s-25f?sdram=0&direct_memory=1", "direct_memory needs sdram")):
+            ("virtual://ulx3s-25f?sdram=0&direct_memory=1", "direct_memory needs sdram"),
+            # a size of 0 is refused, not taken for the board's own
+            ("virtual://ulx3s-25f?sdram=0&mem_bytes=0",
+             "virtual board memory 0 is not a power of two")):
         with pytest.raises(UsageError, match=says):
             open_device(target)
     # no board: on-chip unless asked
