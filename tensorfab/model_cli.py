@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.lib.format import MAGIC_PREFIX
 
 from tensorfab.cli_output import check_writable, print_result, working
 from tensorfab.isa import TensorfabError
@@ -65,7 +66,7 @@ def _shapes(items: list[str] | None) -> dict[str, tuple[int | str, ...]]:
 
 def _is_npy(path: Path) -> bool:
     with path.open("rb") as f:
-        return f.read(6) == b"\x93NUMPY"
+        return f.read(len(MAGIC_PREFIX)) == MAGIC_PREFIX
 
 
 def _load_array(path: str, what: str) -> Any:
@@ -76,8 +77,8 @@ def _load_array(path: str, what: str) -> Any:
     if not p.is_file():
         raise ModelCliError(f"{what} {path}: no such file")
     with p.open("rb") as f:
-        head = f.read(6)
-    if head != b"\x93NUMPY" and not head.startswith(b"PK"):
+        head = f.read(len(MAGIC_PREFIX))
+    if head != MAGIC_PREFIX and not head.startswith(b"PK"):
         # np.load would call it pickled data and suggest allow_pickle=
         raise ModelCliError(f"{what} {path}: not a NumPy .npy or .npz file (no .npy "
                             "header, not a zip archive)")
