@@ -23,6 +23,7 @@ import tty
 
 from .errors import HilError
 from .service import is_loopback
+from .transport import BAD_TOKEN, REFUSED, TOKEN_LINE
 from .virtual import CHUNK_CYCLES, LinkFaults, VirtualBoard
 
 __all__ = ["BoardServer"]
@@ -182,19 +183,21 @@ class BoardServer:
         except OSError:
             chunk = b""
         got += chunk
-        if b"\n" not in got and chunk and len(got) < MAX_TOKEN_LINE:
+        # a client that sends something else first (a host-link frame: it has no
+        # token) is refused at once, not after hello_timeout
+        may_be_token = got[:len(TOKEN_LINE)] == TOKEN_LINE[:len(got)]
+        if b"\n" not in got and chunk and len(got) < MAX_TOKEN_LINE and may_be_token:
             self._pending[conn] = (deadline, got)
             return
         del self._pending[conn]
         line, _, rest = got.partition(b"\n")
-        word, _, token = line.decode("latin-1").partition(" ")
-        ok = word == "TOKEN" and hmac.compare_digest(token.strip().encode(),
-                                                     self.token.encode())
+        ok = line.startswith(TOKEN_LINE) and hmac.compare_digest(
+            line[len(TOKEN_LINE):].strip(), self.token.encode())
         if not ok or self._client is not None:
             self.refused += 1
             with contextlib.suppress(OSError):
-                conn.sendall(b"REFUSED: " + (b"the board is in use\n" if ok else
-                                             b"wrong or missing token\n"))
+                conn.sendall(REFUSED + (b"the board is in use" if ok else
+                                        BAD_TOKEN.encode()) + b"\n")
             conn.close()
             return
         self._client = conn

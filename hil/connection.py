@@ -11,13 +11,10 @@ import time
 from typing import Any, Self
 from urllib.parse import urlsplit
 
-from .errors import ConnectionClosed, HilError, RemoteError, WireError
+from .errors import TOKEN_ENV, ConnectionClosed, HilError, RemoteError, TokenError, WireError
 from .wire import MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Msg, encode_message, recv_message
 
 __all__ = ["TOKEN_ENV", "Connection", "parse_address", "resolve_token"]
-
-#: Environment variable read for the token when none is passed.
-TOKEN_ENV = "TENSORFAB_TOKEN"
 
 
 def parse_address(target: str, scheme: str = "tcp") -> tuple[str, int, str]:
@@ -45,13 +42,12 @@ def resolve_token(token: str | None, address: str) -> str:
 
     Raises
     ------
-    HilError
+    TokenError
         Neither is set.
     """
     token = token if token is not None else os.environ.get(TOKEN_ENV)
     if not token:
-        raise HilError(f"{address}: no token: pass token=... or set {TOKEN_ENV} (the "
-                       "server prints its token when it starts)")
+        raise TokenError(address, "no token")
     return token
 
 

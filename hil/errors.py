@@ -6,9 +6,12 @@ from __future__ import annotations
 from tensorfab.isa import TensorfabError
 from tensorfab.isa.hostlink import HostLinkError
 
-__all__ = ["AuthenticationError", "BoardConfigMismatch", "BoardError", "BoardResetError",
-           "BoardTimeout", "ConnectionClosed", "HilError", "LinkError", "LinkTimeout",
-           "RemoteError", "ReplayMismatch", "WireError"]
+__all__ = ["TOKEN_ENV", "AuthenticationError", "BoardConfigMismatch", "BoardError",
+           "BoardResetError", "BoardTimeout", "ConnectionClosed", "HilError", "LinkError",
+           "LinkTimeout", "RemoteError", "ReplayMismatch", "TokenError", "WireError"]
+
+#: Environment variable read for a server's or a board's token when none is passed.
+TOKEN_ENV = "TENSORFAB_TOKEN"
 
 
 class HilError(TensorfabError):
@@ -29,6 +32,30 @@ class ConnectionClosed(HilError):
 class AuthenticationError(HilError):
     """A connection that did not open with a HELLO carrying the right token and
     protocol version in time."""
+
+
+class TokenError(AuthenticationError):
+    """The client's side: no token for a server or board that needs one, or one it
+    refused. The message ends with how to give one.
+
+    Attributes
+    ----------
+    address : str
+        The server or board (``tcp://host:port``, ``socket://host:port``...).
+    problem : str
+        What is wrong (``no token``, ``the board refused the connection: ...``).
+    """
+
+    def __init__(self, address: str, problem: str, option: str = "token=...") -> None:
+        self.address = address
+        self.problem = problem
+        super().__init__(f"{address}: {problem}: pass {option} or set {TOKEN_ENV} (the "
+                         "server prints its token when it starts)")
+
+    def given_with(self, option: str) -> TokenError:
+        """The same error naming ``option`` (a command line's ``--token``) as the way to
+        pass the token."""
+        return TokenError(self.address, self.problem, option)
 
 
 class RemoteError(HilError):

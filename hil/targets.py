@@ -25,7 +25,7 @@ from tensorfab.isa.device import Device
 from tensorfab.isa.errors import UsageError
 
 from .board import BoardDevice, BoardMemory, BoardRunResult
-from .errors import BoardConfigMismatch
+from .errors import TOKEN_ENV, BoardConfigMismatch
 from .link import HostLink
 from .transport import SerialTransport, parse_link_url
 from .virtual import DirectMemory, InProcessTransport, LinkFaults, SocSpec, VirtualBoard
@@ -40,7 +40,7 @@ def open_link_board(target: str, *, baud: int | None = None, token: str | None =
     url, rate = parse_link_url(target, baud)
     if url.startswith("socket://") and token is None:
         token = (parse_qs(urlsplit(target).query).get("token", [None])[0]
-                 or os.environ.get("TENSORFAB_TOKEN"))
+                 or os.environ.get(TOKEN_ENV))
     link = HostLink(SerialTransport(url, rate, token=token), timeout=timeout, retries=retries)
     return BoardDevice(link, name=target.split("?")[0], **options)  # type: ignore[arg-type]
 

@@ -13,10 +13,21 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from .errors import LinkError, ReplayMismatch
+from .errors import LinkError, ReplayMismatch, TokenError
 
-__all__ = ["RecordingTransport", "ReplayTransport", "SerialTransport", "Transport",
-           "parse_link_url"]
+__all__ = ["BAD_TOKEN", "REFUSED", "TOKEN_LINE", "RecordingTransport", "ReplayTransport",
+           "SerialTransport", "Transport", "parse_link_url"]
+
+#: What a client of a board server (:mod:`tensorfab.hil.board_server`) sends first:
+#: this, its token and a newline.
+TOKEN_LINE = b"TOKEN "
+#: What a board server sends before it closes a connection it refuses: this, the
+#: reason and a newline.
+REFUSED = b"REFUSED: "
+#: The reason it gives for a token line that is wrong or missing.
+BAD_TOKEN = "wrong or missing token"
+#: Longest refusal line read (bytes).
+MAX_REFUSAL = 256
 
 
 class Transport(Protocol):
@@ -84,6 +95,15 @@ class SerialTransport:
     token : str, optional
         Sent first, as the line ``TOKEN <token>``, to a virtual board's socket
         (:mod:`tensorfab.hil.board_server`), which refuses a connection without it.
+
+    Raises
+    ------
+    LinkError
+        The port cannot be opened, or fails (each read and write).
+    TokenError
+        A socket's first bytes are a board server's refusal of the token
+        (:data:`REFUSED`, :data:`BAD_TOKEN`); another refusal (the board in use) is a
+        :class:`LinkError` naming the server's reason.
     """
 
     def __init__(self, url: str, baud: int = 115200, token: str | None = None) -> None:
@@ -97,8 +117,11 @@ class SerialTransport:
                                                write_timeout=30)
         except (serial.SerialException, OSError, ValueError) as exc:
             raise LinkError(f"cannot open {url}: {exc}") from None
+        # a socket's first bytes may be a board server's refusal
+        self._opening = url.startswith("socket://")
+        self._pending = b""
         if token is not None:
-            self.write(f"TOKEN {token}\n".encode())
+            self.write(TOKEN_LINE + token.encode() + b"\n")
 
     def write(self, data: bytes) -> None:
         import serial
@@ -112,18 +135,64 @@ class SerialTransport:
     def read(self, size: int, timeout: float) -> bytes:
         import serial
 
+        if self._pending:
+            out, self._pending = self._pending[:size], self._pending[size:]
+            return out
         self._port.timeout = max(0.0, timeout)
         try:
             first = self._port.read(1)
             if not first:
                 return b""
+            if self._opening:
+                first = self._first_bytes(first)
+                if len(first) > size:
+                    first, self._pending = first[:size], first[size:]
             self._port.timeout = 0
-            return first + self._port.read(max(0, size - 1))
+            return first + self._port.read(max(0, size - len(first)))
         except (serial.SerialException, OSError) as exc:
             raise LinkError(f"{self.url}: read failed: {exc}") from None
 
+    def _first_bytes(self, head: bytes) -> bytes:
+        """The first bytes received on a socket, ``head`` and more while they may be
+        :data:`REFUSED`: a refusal line is read whole and raised, anything else returned.
+
+        A byte at a time: pyserial's socket read drops what it received when it meets
+        the closed socket in the same call, and the server closes right after the line.
+        """
+        import serial
+
+        self._opening = False
+        self._port.timeout = max(self._port.timeout or 0.0, 1.0)
+        try:
+            while (REFUSED.startswith(head)  # what came may be the start of a refusal
+                   or (head.startswith(REFUSED) and not head.endswith(b"\n")
+                       and len(head) < MAX_REFUSAL)):
+                more = self._port.read(1)
+                if not more:
+                    break
+                head += more
+        except (serial.SerialException, OSError):
+            if not head.startswith(REFUSED):
+                raise
+        if not head.startswith(REFUSED):
+            return head
+        self.close()
+        reason = head[len(REFUSED):].decode("latin-1").strip()
+        if reason == BAD_TOKEN:
+            raise TokenError(self.url, f"the board refused the connection: {reason}")
+        raise LinkError(f"{self.url}: the board refused the connection: {reason}")
+
     def discard_input(self) -> None:
-        self._port.reset_input_buffer()
+        import serial
+
+        self._pending = b""
+        if self._opening:  # a refusal is raised, not dropped
+            self.read(MAX_REFUSAL, 0.0)
+            self._pending = b""
+        try:
+            self._port.reset_input_buffer()
+        except (serial.SerialException, OSError) as exc:
+            raise LinkError(f"{self.url}: read failed: {exc}") from None
 
     def close(self) -> None:
         self._port.close()

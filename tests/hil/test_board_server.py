@@ -17,7 +17,7 @@ from support.isa_programs import directed_programs
 
 from tensorfab.hil.board import BoardDevice
 from tensorfab.hil.board_server import BoardServer
-from tensorfab.hil.errors import HilError, LinkError
+from tensorfab.hil.errors import TOKEN_ENV, HilError, LinkError, TokenError
 from tensorfab.hil.virtual import LinkFaults, SocSpec, VirtualBoard
 from tensorfab.isa import PRESETS
 from tensorfab.isa.device import open_device
@@ -68,12 +68,36 @@ def test_faults_on_the_socket_are_recovered(board: VirtualBoard) -> None:
 
 def test_wrong_token_is_refused(board: VirtualBoard) -> None:
     with BoardServer(board, pty=False, token="right") as server:
-        with pytest.raises(LinkError):
+        with pytest.raises(TokenError):
             open_device(server.address, token="wrong", timeout=0.2, retries=1)
         assert server.refused == 1
         with socket.create_connection(("127.0.0.1", server.port)) as s:
             s.sendall(b"TOKEN wrong\n")
             assert s.recv(100).startswith(b"REFUSED: wrong or missing token")
+
+
+def test_a_refusal_names_its_reason(board: VirtualBoard, monkeypatch) -> None:
+    """The server's REFUSED line, lost by pyserial when the socket closes ("read failed:
+    read failed: socket disconnected"), is what the client reports: a wrong token, a
+    missing one (refused at once, not after the hello timeout, and even with a
+    timeout shorter than the server's answer), a board in use."""
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    with BoardServer(board, pty=False, token="right", hello_timeout=30) as server:
+        refused = (f"{server.address}: the board refused the connection: wrong or missing "
+                   f"token: pass token=... or set {TOKEN_ENV}")
+        for token, timeout in (("wrong", 2.0), (None, 2.0), ("wrong", 0.001)):
+            start = time.monotonic()
+            with pytest.raises(TokenError) as info:
+                open_device(server.address, token=token, timeout=timeout, retries=3)
+            assert str(info.value).startswith(refused), info.value
+            assert time.monotonic() - start < 10
+        dev = open_device(f"{server.address}?token=right", timeout=2.0)
+        with pytest.raises(LinkError, match=f"{server.address}: the board refused the "
+                                            "connection: the board is in use$"):
+            open_device(server.address, token="right", timeout=2.0)
+        _check(dev)
+        dev.close()
+        assert server.refused == 4
 
 
 def test_silent_client_is_dropped_and_a_second_client_refused(board: VirtualBoard) -> None:
