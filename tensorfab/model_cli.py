@@ -297,7 +297,9 @@ TOKEN_SCHEMES = ("tcp", "tracker", "socket")
 
 def open_target(target: str, trace: bool, token: str | None = None) -> Any:
     """The device of ``--target``: engine intervals recorded with ``trace`` where the
-    device records them (rtl), ``token`` passed to a networked one."""
+    device records them (rtl), ``token`` passed to a networked one (a missing or
+    refused token names ``--token``, not the Python API's ``token=``)."""
+    from tensorfab.hil.errors import TokenError
     from tensorfab.isa.device import device_schemes, open_device, target_scheme
 
     scheme = target_scheme(target)
@@ -307,7 +309,10 @@ def open_target(target: str, trace: bool, token: str | None = None) -> Any:
     if token is not None and scheme not in TOKEN_SCHEMES:
         raise ModelCliError(f"--token applies to {', '.join(s + '://' for s in TOKEN_SCHEMES)}"
                             f" targets, not {target!r}")
-    device = open_device(target, **({} if token is None else {"token": token}))
+    try:
+        device = open_device(target, **({} if token is None else {"token": token}))
+    except TokenError as exc:
+        raise exc.given_with("--token") from None
     if trace and hasattr(device, "trace"):
         device.trace = True
     return device

@@ -100,6 +100,25 @@ def test_a_refusal_names_its_reason(board: VirtualBoard, monkeypatch) -> None:
         assert server.refused == 4
 
 
+def test_the_command_line_names_its_token_option(board: VirtualBoard, monkeypatch,
+                                                capsys) -> None:
+    """`tensorfab sim --target socket://...` with a wrong or no token: one line saying
+    the board refused it and naming --token."""
+    from tensorfab.cli import main
+    from tensorfab.example import example_path
+
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    with BoardServer(board, pty=False, token="right") as server:
+        for token in (["--token", "wrong"], []):
+            capsys.readouterr()
+            assert main(["sim", str(example_path()), "--target", server.address,
+                         *token]) == 2
+            assert capsys.readouterr().err == (
+                f"error: {server.address}: the board refused the connection: wrong or "
+                "missing token: pass --token or set TENSORFAB_TOKEN (the server prints "
+                "its token when it starts)\n")
+
+
 def test_silent_client_is_dropped_and_a_second_client_refused(board: VirtualBoard) -> None:
     with BoardServer(board, pty=False, token="t", hello_timeout=0.3) as server:
         silent = socket.create_connection(("127.0.0.1", server.port))

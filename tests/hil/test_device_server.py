@@ -254,7 +254,8 @@ def test_sim_takes_the_token_of_a_served_device(serve, tmp_path, capsys,
                                                 monkeypatch) -> None:
     """`tensorfab sim prog.s --target tcp://... --token T` was an argparse error (sim
     had no --token, unlike run); now it runs there, and --token on a local target is
-    refused in one line, as for run."""
+    refused in one line, as for run. No token named the Python API's `token=...`; it
+    names --token."""
     from tensorfab.cli import main
     from tensorfab.example import example_path
 
@@ -267,6 +268,11 @@ def test_sim_takes_the_token_of_a_served_device(serve, tmp_path, capsys,
     assert '"device": "fsim"' in capsys.readouterr().out
     assert main(["sim", str(prog), "--target", server.address, "--token", "wrong"]) == 2
     assert "wrong token" in capsys.readouterr().err
+    # no token: the command line names its option, the Python API token= (above)
+    assert main(["sim", str(prog), "--target", server.address]) == 2
+    assert capsys.readouterr().err == (f"error: {server.address}: no token: pass --token or "
+                                       "set TENSORFAB_TOKEN (the server prints its token "
+                                       "when it starts)\n")
     assert main(["sim", str(prog), "--token", "x"]) == 2
     assert "--token applies to tcp://, tracker://, socket:// targets, not 'fsim'" in (
         capsys.readouterr().err)
