@@ -27,7 +27,7 @@ import numpy as np
 from tensorfab.isa import TensorfabError
 
 from .accel_contract import ACCEL_PROGRAM, accel_nodes, decode_program
-from .graph_program import GraphProgram, InputSpec, Node
+from .graph_program import GraphProgram, InputSpec, Node, ProgramFormatError
 from .overlap_order import overlap_order
 from .static_plan import plan_host_arena
 from .vm_build import build_executable
@@ -41,6 +41,46 @@ READABLE_VERSIONS = (1, 2)
 
 class ModelFileError(TensorfabError):
     """A ``.tfm`` file that cannot be read (names the file and what is wrong)."""
+
+
+#: The keys graph.json must have, with their JSON types: at its top level, in each input
+#: and in each node (a node's ``name`` may be left out).
+GRAPH_KEYS = {"inputs": list, "constants": list, "nodes": list, "output": int}
+INPUT_KEYS = {"name": str, "slot": int, "shape": list, "dtype": str}
+NODE_KEYS = {"op": str, "inputs": list, "attrs": dict, "output": int}
+
+
+def _check_keys(obj: Any, keys: dict[str, type], where: str) -> None:
+    """Refuse a graph.json object without one of ``keys`` or with one of another type,
+    naming ``where`` (``node 3 (conv2d)``) and the key.
+
+    Raises
+    ------
+    ProgramFormatError
+    """
+    at = f"{where}: " if where else ""
+    if not isinstance(obj, dict):
+        raise ProgramFormatError(f"{at}not a JSON object")
+    for key, kind in keys.items():
+        if key not in obj:
+            raise ProgramFormatError(f"{at}missing key {key!r}")
+        if not isinstance(obj[key], kind) or (kind is int and isinstance(obj[key], bool)):
+            raise ProgramFormatError(f"{at}{key} = {obj[key]!r} is not a {kind.__name__}")
+
+
+def _check_graph(graph: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """Every key :func:`load_model` reads from ``graph.json``, of its type, each input's
+    and node's named by its index (and the node's name or op); every constant slot in
+    ``arrays`` (constants.npz)."""
+    _check_keys(graph, GRAPH_KEYS, "")
+    for k, i in enumerate(graph["inputs"]):
+        _check_keys(i, INPUT_KEYS, f"input {k}")
+    for k, n in enumerate(graph["nodes"]):
+        label = (n.get("name") or n.get("op")) if isinstance(n, dict) else None
+        _check_keys(n, NODE_KEYS, f"node {k}{f' ({label})' if label else ''}")
+    for slot in graph["constants"]:
+        if f"c{slot}" not in arrays:
+            raise ProgramFormatError(f"constant slot {slot!r} is not in constants.npz")
 
 
 def _tuples(v: Any) -> Any:
@@ -111,6 +151,8 @@ def load_model(path: str | os.PathLike) -> GraphProgram:
     try:
         with zipfile.ZipFile(path) as z:
             graph = json.loads(z.read("graph.json"))
+            if not isinstance(graph, dict):
+                raise ModelFileError(f"{where}: graph.json is not a JSON object")
             if graph.get("format") != FORMAT or graph.get("version") not in \
                     READABLE_VERSIONS:
                 raise ModelFileError(f"{where}: format {graph.get('format')!r} version "
@@ -124,6 +166,7 @@ def load_model(path: str | os.PathLike) -> GraphProgram:
     except (zipfile.BadZipFile, KeyError, ValueError, EOFError, OSError) as e:
         raise ModelFileError(f"{where}: not a tensorfab model file: {e}") from None
     try:
+        _check_graph(graph, arrays)
         program = GraphProgram(
             inputs=[InputSpec(i["name"], i["slot"], tuple(i["shape"]), i["dtype"])
                     for i in graph["inputs"]],

@@ -4,6 +4,7 @@ exit status 2, naming what is wrong and where."""
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -138,6 +139,46 @@ def test_corrupt_or_truncated_model_files(files, capsys, name, edit, words) -> N
     capsys.readouterr()
     assert _run(files, path) == 2
     one_line_error(capsys, name, words)
+
+
+def test_graph_keys_missing_or_of_another_type_are_named(files, capsys) -> None:
+    """A node without "op" was `malformed graph: 'op'` (a bare KeyError's text), attrs
+    that are not an object or a graph.json that is not one a traceback; each names the
+    node (index, op) or input and the key now."""
+    with zipfile.ZipFile(files["tfm"]) as z:
+        graph = json.loads(z.read("graph.json"))
+    k = next(i for i, n in enumerate(graph["nodes"]) if n["op"] == "flatten")
+    graph["nodes"][k]["name"] = ""  # the node named by its op where it has no name
+    cases = [
+        (lambda g: g["nodes"][k].pop("op"), f"malformed graph: node {k}: missing key 'op'"),
+        (lambda g: g["nodes"][k].update(name="flat") or g["nodes"][k].pop("op"),
+         f"malformed graph: node {k} (flat): missing key 'op'"),
+        (lambda g: g["nodes"][k].pop("output"),
+         f"malformed graph: node {k} (flatten): missing key 'output'"),
+        (lambda g: g["nodes"][k].update(attrs=[]),
+         f"malformed graph: node {k} (flatten): attrs = [] is not a dict"),
+        (lambda g: g["nodes"].__setitem__(k, "x"),
+         f"malformed graph: node {k}: not a JSON object"),
+        (lambda g: g["inputs"][0].pop("shape"), "malformed graph: input 0: missing key "
+                                                "'shape'"),
+        (lambda g: g.pop("nodes"), "malformed graph: missing key 'nodes'"),
+        (lambda g: g["constants"].append(9999),
+         "malformed graph: constant slot 9999 is not in constants.npz"),
+    ]
+    for n, (edit, words) in enumerate(cases):
+        g = json.loads(json.dumps(graph))
+        edit(g)
+        path = _damaged(files, f"keys{n}.tfm",
+                        lambda m, g=g: {**m, "graph.json": json.dumps(g).encode()})
+        with pytest.raises(ModelFileError, match=re.escape(f"keys{n}.tfm: {words}")):
+            load_model(path)
+        capsys.readouterr()
+        assert _run(files, path) == 2
+        one_line_error(capsys, f"keys{n}.tfm: {words}")
+    path = _damaged(files, "list.tfm", lambda m: {**m, "graph.json": b"[]"})
+    capsys.readouterr()
+    assert _run(files, path) == 2
+    one_line_error(capsys, "list.tfm: graph.json is not a JSON object")
 
 
 def test_model_compiled_for_another_config(files, capsys) -> None:
