@@ -12,7 +12,7 @@ from typing import Any
 from tensorfab.isa import HwConfig, UsageError
 from tensorfab.isa.config import ConfigError
 
-__all__ = ["SWEEPABLE_FIELDS", "SpacePoint", "load_space", "space_points"]
+__all__ = ["FIELD_TYPES", "SWEEPABLE_FIELDS", "SpacePoint", "load_space", "space_points"]
 
 #: HwConfig fields a space file may name.
 SWEEPABLE_FIELDS = ("batch", "block_in", "block_out", "inp_depth", "wgt_depth",
@@ -38,12 +38,28 @@ class SpacePoint:
     invalid_reason: str | None
 
 
-def _yaml_line(node: Any, key: str) -> int | None:
-    """1-based line of ``key`` in a composed YAML mapping node."""
-    for k, _ in getattr(node, "value", []):
+#: The type of each sweepable field's values (``float`` takes integers too).
+FIELD_TYPES: dict[str, type] = {name: type(getattr(HwConfig(), name))
+                                for name in SWEEPABLE_FIELDS}
+
+
+def _yaml_lines(node: Any, key: str) -> tuple[int | None, list[int]]:
+    """1-based lines of ``key`` in a composed YAML mapping node and of each item of its
+    list of values (the key's line for a single value)."""
+    import yaml
+
+    for k, v in getattr(node, "value", []):
         if getattr(k, "value", None) == key:
-            return k.start_mark.line + 1
-    return None
+            items = v.value if isinstance(v, yaml.SequenceNode) else [v]
+            return k.start_mark.line + 1, [item.start_mark.line + 1 for item in items]
+    return None, []
+
+
+def _is_value(value: Any, kind: type) -> bool:
+    """Whether ``value`` is of a field's ``kind`` (an integer, or for ``float`` any
+    number; YAML's ``true`` is neither)."""
+    return (isinstance(value, int | float if kind is float else int)
+            and not isinstance(value, bool))
 
 
 def load_space(path: str | Path) -> dict[str, list[Any]]:
@@ -63,7 +79,9 @@ def load_space(path: str | Path) -> dict[str, list[Any]]:
     ------
     UsageError
         The file is missing, not YAML (file and line named), or names an unknown
-        field or a field without a non-empty list of values (file, line, field named).
+        field, a field without a non-empty list of values, or a value that is not a
+        number of the field's type (an integer but for ``clock_mhz``; file, line, field
+        and value named).
     """
     import yaml
 
@@ -84,14 +102,23 @@ def load_space(path: str | Path) -> dict[str, list[Any]]:
         raise UsageError(f"{p}: expected a mapping of HwConfig field to a list of values")
     space: dict[str, list[Any]] = {}
     for key, values in data.items():
-        where = f"{p}:{_yaml_line(node, str(key)) or '?'}"
+        line, lines = _yaml_lines(node, str(key))
+        where = f"{p}:{line or '?'}"
         if key not in SWEEPABLE_FIELDS:
             raise UsageError(f"{where}: field {key!r} is not a sweepable HwConfig field "
                              f"(one of {', '.join(SWEEPABLE_FIELDS)})")
+        kind = FIELD_TYPES[key]
+        numbers = "integers" if kind is int else "numbers"
         if not isinstance(values, list):
             values = [values]
-        if not values or any(isinstance(v, (dict, list)) or v is None for v in values):
-            raise UsageError(f"{where}: field {key!r} needs a non-empty list of numbers")
+        if not values:
+            raise UsageError(f"{where}: field {key!r} needs a non-empty list of {numbers}")
+        for k, v in enumerate(values):
+            if not _is_value(v, kind):
+                at = f"{p}:{lines[k]}" if k < len(lines) else where
+                raise UsageError(f"{at}: field {key!r}: {v!r} is not "
+                                 f"{'an integer' if kind is int else 'a number'} (it needs "
+                                 f"a non-empty list of {numbers})")
         space[str(key)] = values
     return space
 

@@ -43,7 +43,7 @@ def test_space_points_span_the_product_and_keep_invalid_reasons(tmp_path: Path) 
         (8, 8, 50), (8, 16, 50), (16, 8, 50), (16, 16, 50)}
 
 
-def test_bad_space_files_name_file_line_and_field(tmp_path: Path) -> None:
+def test_bad_space_files_name_file_line_and_field(tmp_path: Path, capsys) -> None:
     p = _space(tmp_path, "block_in: [8, 16]\nblock_width: [4]\n")
     with pytest.raises(UsageError, match=r"space.yaml:2: field 'block_width'"):
         load_space(p)
@@ -53,6 +53,32 @@ def test_bad_space_files_name_file_line_and_field(tmp_path: Path) -> None:
     p = _space(tmp_path, "block_in: []\n")
     with pytest.raises(UsageError, match=r"space.yaml:1: field 'block_in' needs"):
         load_space(p)
+    # a value that is not a number of the field's type was an invalid point of the sweep
+    # ("HwConfig.block_in = 'abc': must be an integer"); it is refused with its line
+    for text, message in [
+            ("block_in: [abc]\n", "space.yaml:1: field 'block_in': 'abc' is not an integer "
+                                  "(it needs a non-empty list of integers)"),
+            ("block_out: [8]\nblock_in:\n  - 8\n  - abc\n",
+             "space.yaml:4: field 'block_in': 'abc' is not an integer"),
+            ("batch: [1, 2.5]\n", "space.yaml:1: field 'batch': 2.5 is not an integer"),
+            ("batch: [true]\n", "space.yaml:1: field 'batch': True is not an integer"),
+            ("clock_mhz: [25, fast]\n", "space.yaml:1: field 'clock_mhz': 'fast' is not a "
+                                        "number (it needs a non-empty list of numbers)"),
+            ("block_in: {a: 1}\n", "space.yaml:1: field 'block_in': {'a': 1} is not an "
+                                   "integer")]:
+        with pytest.raises(UsageError) as info:
+            load_space(_space(tmp_path, text))
+        assert str(info.value).startswith(f"{tmp_path / message}"), info.value
+    assert load_space(_space(tmp_path, "clock_mhz: [25, 62.5]\nbatch: 1\n")) == {
+        "clock_mhz": [25, 62.5], "batch": [1]}
+    from tensorfab.cli import main
+
+    capsys.readouterr()
+    assert main(["dse", "--space", str(_space(tmp_path, "block_in: [abc]\n")),
+                 "--workloads", "dense64", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path / 'space.yaml'}:1: field "
+                                       "'block_in': 'abc' is not an integer (it needs a "
+                                       "non-empty list of integers)\n")
     with pytest.raises(UsageError, match="unknown workload 'nope'"):
         workload_by_name(["dense64", "nope"])
 
