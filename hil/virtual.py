@@ -18,6 +18,7 @@ a TCP socket and a pty.
 from __future__ import annotations
 
 import ctypes
+import numbers
 import os
 import random
 from dataclasses import dataclass, replace
@@ -31,8 +32,8 @@ from tensorfab.isa.errors import UsageError
 from tensorfab.sim.rtl.build import TopClocking, VerilatedLibrary, build_verilated
 from tensorfab.sim.rtl.clock_gates import CLOCK_GATES, gates_within
 
-__all__ = ["FAST_DIVISOR", "VIRTUAL_MEM_BYTES", "DirectMemory", "InProcessTransport",
-           "LinkFaults", "SocSpec", "VirtualBoard"]
+__all__ = ["FAST_DIVISOR", "PROBABILITIES", "VIRTUAL_MEM_BYTES", "DirectMemory",
+           "InProcessTransport", "LinkFaults", "SocSpec", "VirtualBoard", "check_probability"]
 
 #: Version of the C API of ``sim/harness/soc_harness.cpp`` (``vb_abi``).
 SOC_HARNESS_ABI = 2
@@ -212,6 +213,23 @@ def sdram_defines(clock_hz: int) -> dict[str, str | int]:
             "SDRAM_INIT_REFRESHES": t.init_refreshes}
 
 
+#: The fields of :class:`LinkFaults` that are probabilities.
+PROBABILITIES = ("bit_flip", "drop", "delay")
+
+
+def check_probability(value: object, name: str) -> None:
+    """Refuse a ``value`` that is not a probability (a number from 0 to 1, not a bool),
+    naming it ``name`` (``LinkFaults.drop``; a command line's ``--drop``).
+
+    Raises
+    ------
+    UsageError
+    """
+    if (not isinstance(value, numbers.Real) or isinstance(value, bool)
+            or not 0.0 <= value <= 1.0):
+        raise UsageError(f"{name}: {value!r} is not a probability (a number from 0 to 1)")
+
+
 @dataclass(frozen=True)
 class LinkFaults:
     """Faults injected into the bytes crossing the virtual board's UART.
@@ -230,6 +248,11 @@ class LinkFaults:
         Press the board's reset once its clock passes this cycle (a reset in the middle
         of a run).
     seed : int
+
+    Raises
+    ------
+    UsageError
+        A probability that is not a number from 0 to 1 (:func:`check_probability`).
     """
 
     bit_flip: float = 0.0
@@ -238,6 +261,10 @@ class LinkFaults:
     delay_seconds: float = 0.002
     reset_at_cycle: int | None = None
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in PROBABILITIES:
+            check_probability(getattr(self, name), f"LinkFaults.{name}")
 
     def injectors(self) -> tuple[FaultInjector, FaultInjector]:
         """Injectors for the bytes to the board and those from it (seeded apart)."""

@@ -13,17 +13,21 @@ __all__ = ["add_board_commands"]
 def cmd_board_virtual(args: argparse.Namespace) -> int:
     from tensorfab.fpga_builds.board_configs import board_config
     from tensorfab.hil.board_server import BoardServer
-    from tensorfab.hil.virtual import LinkFaults, SocSpec, VirtualBoard
+    from tensorfab.hil.virtual import (
+        PROBABILITIES,
+        LinkFaults,
+        SocSpec,
+        VirtualBoard,
+        check_probability,
+    )
     from tensorfab.sim.rtl.build import build_steps
 
     from .cli_output import CliError
     from .serve_cli import serve_until_interrupted
 
     # before the Verilator build, which takes minutes the first time
-    for option, value in (("--bit-flip", args.bit_flip), ("--drop", args.drop),
-                          ("--delay", args.delay)):
-        if not 0.0 <= value <= 1.0:
-            raise CliError(f"{option} {value}: a probability, between 0 and 1")
+    for name in PROBABILITIES:
+        check_probability(getattr(args, name), f"--{name.replace('_', '-')}")
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port {args.port}: a TCP port is 0 (any free one) to 65535")
     if args.mem_bytes is not None and args.mem_bytes <= 0:

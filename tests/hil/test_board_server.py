@@ -19,7 +19,7 @@ from tensorfab.hil.board import BoardDevice
 from tensorfab.hil.board_server import BoardServer
 from tensorfab.hil.errors import TOKEN_ENV, HilError, LinkError, TokenError
 from tensorfab.hil.virtual import LinkFaults, SocSpec, VirtualBoard
-from tensorfab.isa import PRESETS
+from tensorfab.isa import PRESETS, UsageError
 from tensorfab.isa.device import open_device
 from tensorfab.sim import FunctionalSimulator
 
@@ -182,8 +182,10 @@ def test_board_virtual_refuses_bad_options_before_building(monkeypatch, capsys) 
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         cases = [(["--port", str(port)], f"cannot listen on 127.0.0.1:{port}"),
-                 (["--drop", "2"], "--drop 2.0: a probability, between 0 and 1"),
-                 (["--bit-flip", "-0.1"], "--bit-flip -0.1: a probability"),
+                 (["--drop", "2"], "--drop: 2.0 is not a probability (a number from 0 "
+                                   "to 1)"),
+                 (["--bit-flip", "-0.1"], "--bit-flip: -0.1 is not a probability"),
+                 (["--delay", "nan"], "--delay: nan is not a probability"),
                  (["--port", "99999"], "--port 99999: a TCP port is 0"),
                  (["--mem-bytes", "0"], "--mem-bytes 0: give a positive size")]
         for extra, words in cases:
@@ -191,3 +193,18 @@ def test_board_virtual_refuses_bad_options_before_building(monkeypatch, capsys) 
             assert main(["board", "virtual", "--config", "tiny", *extra]) == 2
             err = capsys.readouterr().err
             assert words in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(("field", "value"), [("drop", 2), ("bit_flip", -0.1),
+                                              ("delay", "0.1"), ("drop", True),
+                                              ("bit_flip", float("nan")), ("delay", None)])
+def test_link_faults_refuse_what_is_not_a_probability(field: str, value: object) -> None:
+    """LinkFaults took any value from the Python API (only `board virtual` checked its
+    options): a drop of 2 dropped every byte, a delay of '0.1' failed inside the fault
+    injector. It refuses them now with the check the command line uses."""
+    with pytest.raises(UsageError) as info:
+        LinkFaults(**{field: value})
+    assert str(info.value) == (f"LinkFaults.{field}: {value!r} is not a probability (a "
+                               "number from 0 to 1)")
+    assert isinstance(info.value, ValueError)
+    assert LinkFaults(**{field: 1}).injectors()  # the bounds are probabilities
