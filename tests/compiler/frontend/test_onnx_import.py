@@ -209,6 +209,15 @@ def test_type_error_in_a_node_names_the_node() -> None:
         from_onnx(conv3d)
 
 
+def test_attribute_out_of_range_that_onnx_lets_through_names_the_node() -> None:
+    """ONNX's checker and shape inference accept LRN size=0; the import refuses it by
+    node instead of a numpy error in the kernel at run time."""
+    lrn = single_op_model("LRN", [("x", np.zeros((1, 3, 4, 4), np.float32))], {"size": 0})
+    with pytest.raises(OnnxImportError, match=r"node 'the_LRN' \(op_type LRN, opset 17\)"
+                                              r".*attribute size=0 must be at least 1"):
+        from_onnx(lrn)
+
+
 @pytest.mark.parametrize("opset", range(11, MAX_OPSET + 1))
 def test_every_native_opset(opset: int) -> None:
     model = small_cnn(opset=opset)
