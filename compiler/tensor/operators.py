@@ -72,7 +72,9 @@ class CompiledOp:
         from tensorfab.sim import Device, get_device
 
         dev = get_device(device) if isinstance(device, str) else device
-        assert isinstance(dev, Device)
+        if not isinstance(dev, Device):
+            raise CompileError(f"device {device!r} is neither an executor name ('fsim', "
+                               "'rtl', ...) nor a Device")
         return self.unpack(dev.run(self.program).outputs["out"])
 
 
@@ -88,6 +90,9 @@ def _epilogue(epilogue: Epilogue | None, bias: np.ndarray | None) -> Epilogue:
 def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedule | None,
               vthreads: int | Sequence[int],
               schedules: ScheduleSource | None = None) -> Schedule:
+    if not isinstance(cfg, HwConfig):
+        raise CompileError(f"cfg {cfg!r} is not an HwConfig (e.g. "
+                           "tensorfab.isa.PRESETS['default'])")
     ep.check_config(cfg)
     records = ep.record_entries(cfg, workload.out_channels, workload.groups)
     if schedule is None and schedules is not None:

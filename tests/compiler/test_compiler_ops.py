@@ -255,3 +255,17 @@ def test_fractional_float_bias_is_refused_not_truncated(bad: float) -> None:
     with pytest.raises(CompileError, match="bias has values outside the int32 range"):
         dense(cfg, x, w, np.full(16, 1 << 31))
     assert (dense(cfg, x, w, np.full(16, 2.0)).run("fsim") == 18).all()
+
+
+def test_config_and_device_of_the_wrong_type_are_named() -> None:
+    """A preset's name for the config was an AttributeError from the tile search, and
+    ``run(None)`` a bare AssertionError."""
+    from tensorfab.compiler import CompileError
+
+    x, w = np.ones((1, 16), np.int8), np.ones((16, 16), np.int8)
+    with pytest.raises(CompileError, match=r"cfg 'default' is not an HwConfig \(e\.g\. "
+                                           r"tensorfab\.isa\.PRESETS\['default'\]\)"):
+        dense("default", x, w)
+    op = dense(PRESETS["tiny"], x, w)
+    with pytest.raises(CompileError, match="device None is neither an executor name"):
+        op.run(None)
