@@ -329,7 +329,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     if cfg is None:
         fn = plan_devices(fn)
     else:
-        if not quantized:
+        if not quantized and calibration is None:
             raise FloatModelError(
                 f"{where} is a float model and the accelerator runs int8 layers: pass "
                 "calibration data (--calib) to quantize it, or no --config to run it on "

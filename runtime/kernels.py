@@ -501,7 +501,13 @@ def strided_slice(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.nda
 def take(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     """Gather along ``axis`` (negative indices count from the end)."""
     x, idx = inputs
-    return np.take(x, idx.astype(np.int64), axis=attrs["axis"])
+    axis, idx = attrs["axis"], idx.astype(np.int64)
+    size = x.shape[axis]
+    outside = (idx < -size) | (idx >= size)
+    if outside.any():
+        raise KernelError(f"take: index {idx[outside].flat[0]} is out of range for axis "
+                          f"{axis} of size {size} (indices run {-size}..{size - 1})")
+    return np.take(x, idx, axis=axis)
 
 
 @kernel("shape_of")

@@ -42,7 +42,8 @@ def load_program(path: str | Path, config: str | None = None, *,
     """Read a program from assembly (``.s``/``.asm``) or a binary (``.bin``); ``config``
     (a ``--config`` value, :func:`board_config`) must be the program's.
 
-    With ``binary_only``, anything but a program binary is a :class:`BinaryFormatError`.
+    With ``binary_only``, or for a ``.bin`` file, anything but a program binary is a
+    :class:`BinaryFormatError`.
     """
     from tensorfab.isa.asm import assemble_file
 
@@ -53,7 +54,7 @@ def load_program(path: str | Path, config: str | None = None, *,
         raise CliError(f"{path}: no such file")
     with path.open("rb") as f:
         head = f.read(len(MAGIC))
-    if head != MAGIC and binary_only:
+    if head != MAGIC and (binary_only or path.suffix.lower() == ".bin"):
         raise BinaryFormatError(f"{path}: not a tensorfab program (no {MAGIC.decode()} "
                                 "header; assemble .s files with tensorfab asm)")
     cfg = board_config(config) if config is not None else None

@@ -77,6 +77,11 @@ def test_disasm_of_a_non_program(tmp_path, capsys):
         f.write_bytes(blob)
         err = one_line_error(capsys, "disasm", f, name=f)
         assert "not a tensorfab program" in err
+        # sim and asm take .s and .bin: a .bin is not read as assembly ("not UTF-8
+        # text" at line 1, column 2, before)
+        for argv in (["sim", f], ["asm", f, "-o", tmp_path / "out.bin"]):
+            err = one_line_error(capsys, *argv, name=f)
+            assert "not a tensorfab program (no TFABPROG header" in err
 
 
 def _blob() -> bytes:

@@ -73,6 +73,28 @@ def test_inspect_onnx_shows_the_weights_shapes_not_their_values(files, capsys) -
     assert not re.search(r'"[A-Za-z0-9+/=]{40,}"', text), "no base64 blobs"
 
 
+def test_run_onnx_with_nothing_to_quantize_runs_on_the_cpu(tmp_path, capsys) -> None:
+    """``tensorfab run`` calibrates an .onnx on its input; a model with no layer to
+    make int8 (one LeakyRelu) then runs on the CPU, where it said it was a float
+    model and asked for the calibration data it had just been given."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    node = helper.make_node("LeakyRelu", ["x"], ["y"], name="leaky", alpha=0.5)
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]),
+                              opset_imports=[helper.make_operatorsetid("", 17)])
+    onnx.save(model, tmp_path / "leaky.onnx")
+    data = np.array([[-2, -1, 0], [1, 2, 3]], np.float32)
+    np.save(tmp_path / "x.npy", data)
+    out = tmp_path / "y.npy"
+    assert main(["run", str(tmp_path / "leaky.onnx"), "--input", str(tmp_path / "x.npy"),
+                 "-o", str(out), "--json"]) == 0
+    summary = last_json(capsys)
+    assert summary["accel_layers"] == 0
+    np.testing.assert_array_equal(np.load(out), np.where(data < 0, 0.5 * data, data))
+
+
 def test_errors_are_reported(files, capsys) -> None:
     assert main(["compile", str(files["onnx"]), "-o", str(files["dir"] / "x.tfm"),
                  "--accel", "tiny", "--shape", "image=2,1,8,8"]) == 2

@@ -250,10 +250,20 @@ def _window_out(size: Dim, k: int, stride: int, pad: int, dilation: int, ceil: b
     return out
 
 
+# the least value of each window attribute: extents and steps 1, padding 0
+_WINDOW_ATTR_MINIMUM = {"kernel_size": 1, "pool_size": 1, "strides": 1, "dilation": 1,
+                        "padding": 0}
+
+
 def _pair(attrs: Mapping[str, Any], key: str, n: int = 2) -> tuple[int, ...]:
+    """A window attribute's ``n`` values, each at least its ``_WINDOW_ATTR_MINIMUM``."""
     v = tuple(attrs[key])
     if len(v) != n:
         raise _fail(f"attribute {key}={v} must have {n} values")
+    least = _WINDOW_ATTR_MINIMUM[key]
+    if min(v) < least:
+        raise _fail(f"attribute {key}={v} must be "
+                    f"{'at least 1' if least else 'non-negative'}")
     return v
 
 
@@ -326,9 +336,6 @@ def _im2col(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     kh, kw = _pair(attrs, "kernel_size")
     sh, sw = _pair(attrs, "strides")
     pt, pl, pb, pr = _pair(attrs, "padding", 4)
-    if min(kh, kw, sh, sw) < 1 or min(pt, pl, pb, pr) < 0:
-        raise _fail(f"kernel_size {(kh, kw)} and strides {(sh, sw)} must be positive, "
-                    f"padding {(pt, pl, pb, pr)} not negative")
     n, c, h, wd = x.shape
     oh = _window_out(h, kh, sh, pt + pb, 1, False, "height")
     ow = _window_out(wd, kw, sw, pl + pr, 1, False, "width")
@@ -476,6 +483,8 @@ def _lrn(types: list[Type], attrs: Mapping[str, Any]) -> Type:
     _want_dtype(x, FLOAT_DTYPES, "the input")
     if x.ndim < 3:
         raise _fail(f"input has shape {x.shape}; expected (N, C, spatial...)")
+    if attrs["size"] < 1:
+        raise _fail(f"attribute size={attrs['size']} must be at least 1")
     return x
 
 

@@ -388,6 +388,12 @@ def _one_image(shape: tuple[int, ...], groups: int) -> tuple[int, ...]:
     return (1, groups * shape[1], *shape[2:])
 
 
+def _channel_count_error(name: str, count: int, channels: int) -> CompileError:
+    """An epilogue's per-channel ``name`` of ``count`` values for ``channels`` outputs."""
+    return CompileError(f"the epilogue has {count} per-channel {name} values, the "
+                        f"operator {channels} output channels")
+
+
 def _group_epilogue(ep: Epilogue, i: int, n: int, groups: int) -> Epilogue:
     """Group ``i``'s epilogue: its ``n`` channels' multipliers, shifts and residual
     factors when ``ep`` has them for all ``groups · n`` channels (a grouped
@@ -475,6 +481,9 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
                 raise CompileError(f"{name} has shape {arr.shape}, the layout needs {shape}")
         bld.add_segment(Segment(name, dtype, shape, arr))
     if ep.one_pass:
+        assert ep.multiplier is not None
+        if len(ep.multiplier) not in (wl.out_channels, g * wl.out_channels):
+            raise _channel_count_error("multiplier", len(ep.multiplier), wl.out_channels)
         b = None if bias is None else np.asarray(bias).reshape(
             g, ext["oc"], cfg.batch, cfg.block_out)[:, :, 0, :].reshape(g, -1)
         recs = [_group_epilogue(ep, i, wl.out_channels, g).records(
@@ -492,8 +501,7 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
         elif vec.shape == (n,):
             packed = np.concatenate([pack_bias_for(cfg, vec)] * g)
         else:
-            raise CompileError(f"the epilogue has {vec.size} per-channel {name} values, the "
-                               f"operator {n} output channels")
+            raise _channel_count_error(name, vec.size, n)
         bld.add_segment(Segment(name, "int32", shapes["bias"][1], packed))
     out_shape = (g * ext["b"], ext["oc"], wl.out_height, wl.out_width, cfg.batch,
                  cfg.block_out)

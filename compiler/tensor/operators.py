@@ -72,7 +72,9 @@ class CompiledOp:
         from tensorfab.sim import Device, get_device
 
         dev = get_device(device) if isinstance(device, str) else device
-        assert isinstance(dev, Device)
+        if not isinstance(dev, Device):
+            raise CompileError(f"device {device!r} is neither an executor name ('fsim', "
+                               "'rtl', ...) nor a Device")
         return self.unpack(dev.run(self.program).outputs["out"])
 
 
@@ -88,6 +90,9 @@ def _epilogue(epilogue: Epilogue | None, bias: np.ndarray | None) -> Epilogue:
 def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedule | None,
               vthreads: int | Sequence[int],
               schedules: ScheduleSource | None = None) -> Schedule:
+    if not isinstance(cfg, HwConfig):
+        raise CompileError(f"cfg {cfg!r} is not an HwConfig (e.g. "
+                           "tensorfab.isa.PRESETS['default'])")
     ep.check_config(cfg)
     records = ep.record_entries(cfg, workload.out_channels, workload.groups)
     if schedule is None and schedules is not None:
@@ -110,35 +115,41 @@ def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedul
 
 
 def _int8(name: str, a: np.ndarray) -> np.ndarray:
-    """``a`` as int8: integer values in -128..127 of an integer, boolean-free or float
-    array (a float with a fraction, NaN or infinity is an error, not truncated)."""
+    """``a`` as int8 (:func:`_integers`)."""
+    return _integers(name, a, np.int8)
+
+
+def _integers(name: str, a: np.ndarray, dtype: type[np.integer]) -> np.ndarray:
+    """``a`` as ``dtype``: integer values in its range of an integer, boolean-free or
+    float array (a float with a fraction, NaN or infinity is an error, not truncated)."""
     a = np.asarray(a)
+    kind = np.dtype(dtype).name
     if a.dtype.kind not in "iuf":
-        raise CompileError(f"{name} has dtype {a.dtype}; int8 operands need integer values")
+        raise CompileError(f"{name} has dtype {a.dtype}; {kind} operands need integer "
+                           "values")
     if a.dtype.kind == "f" and a.size:
         bad = np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))
         if bad.size:
             at = np.unravel_index(bad[0], a.shape)
             raise CompileError(f"{name}[{', '.join(map(str, at))}] = {a[at]!r} is not an "
                                f"integer ({bad.size} such values); quantize floats first")
-    if a.size and (a.min() < -128 or a.max() > 127):
-        raise CompileError(f"{name} has values outside the int8 range")
-    return a.astype(np.int8)
+    info = np.iinfo(dtype)
+    if a.size and (a.min() < info.min or a.max() > info.max):
+        raise CompileError(f"{name} has values outside the {kind} range")
+    return a.astype(dtype)
 
 
 def _bias(bias: np.ndarray | None, out_channels: int, groups: int, cfg: HwConfig
           ) -> np.ndarray | None:
     if bias is None:
         return None
-    b = np.asarray(bias)
+    b = _integers("bias", bias, np.int32)
     if b.shape == (out_channels,):
         b = np.broadcast_to(b, (groups, out_channels))
     if b.shape != (groups, out_channels):
         raise CompileError(f"bias has shape {np.shape(bias)}, expected ({out_channels},)"
                          + (f" or ({groups}, {out_channels})" if groups > 1 else ""))
-    if b.size and (b.min() < -(1 << 31) or b.max() >= 1 << 31):
-        raise CompileError("bias has values outside the int32 range")
-    return np.concatenate([pack_bias_for(cfg, b[i].astype(np.int32)) for i in range(groups)])
+    return np.concatenate([pack_bias_for(cfg, b[i]) for i in range(groups)])
 
 
 def conv2d(cfg: HwConfig, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None, *,

@@ -236,3 +236,36 @@ def test_fractional_float_operands_are_refused_not_truncated(bad: float) -> None
     # whole floats are accepted (and mean the same as the integers)
     ok = conv2d(cfg, np.full((1, 4, 4, 4), 3.0), w).run("fsim")
     assert (ok == 12).all()
+
+
+@pytest.mark.parametrize("bad", [0.9, np.nan])
+def test_fractional_float_bias_is_refused_not_truncated(bad: float) -> None:
+    """A float bias was cast to int32 (0.9 became 0, the result one less than asked);
+    it is checked like the int8 operands."""
+    from tensorfab.compiler import CompileError
+
+    cfg = PRESETS["tiny"]
+    x, w = np.ones((1, 16), np.int8), np.ones((16, 16), np.int8)
+    bias = np.ones(16)
+    bias[5] = bad
+    with pytest.raises(CompileError, match=r"bias\[5\] = .* is not an integer"):
+        dense(cfg, x, w, bias)
+    with pytest.raises(CompileError, match="bias has dtype <U1; int32 operands need"):
+        dense(cfg, x, w, np.array(["a"] * 16))
+    with pytest.raises(CompileError, match="bias has values outside the int32 range"):
+        dense(cfg, x, w, np.full(16, 1 << 31))
+    assert (dense(cfg, x, w, np.full(16, 2.0)).run("fsim") == 18).all()
+
+
+def test_config_and_device_of_the_wrong_type_are_named() -> None:
+    """A preset's name for the config was an AttributeError from the tile search, and
+    ``run(None)`` a bare AssertionError."""
+    from tensorfab.compiler import CompileError
+
+    x, w = np.ones((1, 16), np.int8), np.ones((16, 16), np.int8)
+    with pytest.raises(CompileError, match=r"cfg 'default' is not an HwConfig \(e\.g\. "
+                                           r"tensorfab\.isa\.PRESETS\['default'\]\)"):
+        dense("default", x, w)
+    op = dense(PRESETS["tiny"], x, w)
+    with pytest.raises(CompileError, match="device None is neither an executor name"):
+        op.run(None)

@@ -60,6 +60,18 @@ def test_config_without_requant_is_a_named_compile_error() -> None:
         conv2d(PRESETS["small"], x, w, bias, epilogue=ep)
 
 
+@pytest.mark.parametrize("rounding", ["single", "double"])
+def test_scales_for_another_channel_count_name_the_multipliers(rounding: str) -> None:
+    """Eight scales for sixteen output channels: the one-pass path blamed the bias
+    ('16 bias values for 8 channels'); both paths now name the multipliers."""
+    rng = np.random.default_rng(0)
+    x, w, bias, _, zy, scales = quantized_case(rng, (1, 16, 5, 5), (16, 16, 3, 3), 144)
+    ep = Epilogue.from_scales(scales[:8], zero_point=zy, rounding=rounding)
+    with pytest.raises(CompileError, match="the epilogue has 8 per-channel multiplier "
+                                           "values, the operator 16 output channels"):
+        conv2d(PRESETS["default"], x, w, bias, epilogue=ep)
+
+
 @pytest.mark.parametrize("relu", [False, True])
 def test_conv2d_one_pass_bit_exact_fsim(relu: bool) -> None:
     rng = np.random.default_rng(20 + relu)

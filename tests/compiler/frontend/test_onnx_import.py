@@ -25,6 +25,7 @@ from tensorfab.compiler.graph import (
 )
 from tensorfab.compiler.graph.lower_runtime import evaluate
 from tensorfab.compiler.graph.planning import plan_devices
+from tensorfab.runtime.kernels import KernelError
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict, optimize: bool = True) -> list[np.ndarray]:
@@ -207,6 +208,27 @@ def test_type_error_in_a_node_names_the_node() -> None:
     with pytest.raises(OnnxImportError, match=r"node 'the_Conv' \(op_type Conv, opset 17\)"
                                               r": input has shape .*only 2-D"):
         from_onnx(conv3d)
+
+
+def test_attribute_out_of_range_that_onnx_lets_through_names_the_node() -> None:
+    """ONNX's checker and shape inference accept LRN size=0; the import refuses it by
+    node instead of a numpy error in the kernel at run time."""
+    lrn = single_op_model("LRN", [("x", np.zeros((1, 3, 4, 4), np.float32))], {"size": 0})
+    with pytest.raises(OnnxImportError, match=r"node 'the_LRN' \(op_type LRN, opset 17\)"
+                                              r".*attribute size=0 must be at least 1"):
+        from_onnx(lrn)
+
+
+def test_gather_index_out_of_range_is_a_kernel_error() -> None:
+    """ONNX lets a constant Gather index past the axis through; running it is a one-line
+    KernelError naming the index and the axis, not numpy's IndexError."""
+    gather = single_op_model("Gather", [("x", np.zeros((2, 3), np.float32)),
+                                        ("i", np.array([1, 7], np.int64))],
+                             constant=("i",))
+    f = from_onnx(gather)
+    with pytest.raises(KernelError, match=r"take: index 7 is out of range for axis 0 of "
+                                          r"size 2 \(indices run -2\.\.1\)"):
+        evaluate(f, [np.ones((2, 3), np.float32)])
 
 
 @pytest.mark.parametrize("opset", range(11, MAX_OPSET + 1))

@@ -120,6 +120,28 @@ def test_type_errors(make, match: str) -> None:
         gb.function([x], make(x))
 
 
+@pytest.mark.parametrize("make,match", [
+    (lambda x: gb.conv2d(x, np.ones((4, 3, 3, 3), np.float32), strides=(0, 0)),
+     r"strides=\(0, 0\) must be at least 1"),
+    (lambda x: gb.conv2d(x, np.ones((4, 3, 3, 3), np.float32), dilation=(1, 0)),
+     r"dilation=\(1, 0\) must be at least 1"),
+    (lambda x: gb.conv2d(x, np.ones((4, 3, 1, 1), np.float32), padding=(-1, 0, 0, 0)),
+     r"padding=\(-1, 0, 0, 0\) must be non-negative"),
+    (lambda x: gb.max_pool2d(x, pool_size=(2, 2), strides=(0, 1)),
+     r"strides=\(0, 1\) must be at least 1"),
+    (lambda x: gb.avg_pool2d(x, pool_size=(0, 2)), r"pool_size=\(0, 2\) must be at least 1"),
+    (lambda x: gb.im2col(x, kernel_size=(3, 3), padding=(0, 0, -2, 0)),
+     r"padding=\(0, 0, -2, 0\) must be non-negative"),
+    (lambda x: gb.lrn(x, size=0), "size=0 must be at least 1"),
+])
+def test_window_attributes_out_of_range_are_type_errors(make, match: str) -> None:
+    """A zero stride or a negative padding is refused when typed, not a division by
+    zero there or a numpy error in the kernel at run time."""
+    x = gb.var("x", (1, 3, 8, 8))
+    with pytest.raises(TypeInferenceError, match=match):
+        gb.function([x], make(x))
+
+
 def test_construction_errors() -> None:
     x = gb.var("x", (2,))
     with pytest.raises(GraphError, match=r"unknown operator 'nn\.bogus'; known: .*add"):
