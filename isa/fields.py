@@ -90,7 +90,7 @@ class Format:
         """Bytes one word occupies in memory."""
         return self.width // 8
 
-    @property
+    @cached_property
     def reserved_mask(self) -> int:
         """Mask of the reserved bits (must be zero in a legal word)."""
         return ((1 << self.width) - 1) & ~((1 << self.used_bits) - 1)
@@ -133,6 +133,10 @@ class Format:
             word |= (v & mask) << pos
         return word
 
+    def pack_mask(self, name: str) -> int:
+        """The bits of field ``name`` in a word."""
+        return ((1 << self.field(name).width) - 1) << self.offsets()[name]
+
     @cached_property
     def _packing(self) -> tuple[frozenset[str], tuple[tuple[str, int, int, int, int], ...]]:
         """The field names, and per field its name, range, mask and bit offset."""
@@ -143,11 +147,9 @@ class Format:
     def unpack(self, word: int) -> dict[str, int]:
         """Field values of a word (reserved bits are ignored; see :attr:`reserved_mask`)."""
         out: dict[str, int] = {}
-        pos = 0
-        for f in self.fields:
-            v = (word >> pos) & ((1 << f.width) - 1)
-            if f.signed and v >> (f.width - 1):
-                v -= 1 << f.width
-            out[f.name] = v
-            pos += f.width
+        for name, _lo, hi, mask, pos in self._packing[1]:
+            v = (word >> pos) & mask
+            if v > hi:  # a signed field's negative value
+                v -= mask + 1
+            out[name] = v
         return out

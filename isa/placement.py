@@ -12,11 +12,22 @@ instruction.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from .errors import ProgramError
-from .insn import Insn, Load, Store, dram_unit
-from .program import UOP_SEGMENT, Program, Region, check_placement, placement_alignment
+from .fields import FieldRangeError
+from .formats import insn_formats
+from .insn import Insn, Load, Store, dram_unit, encode_insn
+from .program import (
+    UOP_SEGMENT,
+    EncodedWords,
+    Program,
+    Region,
+    check_placement,
+    placement_alignment,
+)
 
 __all__ = ["check_placement", "place_program", "placement_alignment", "transfer_bytes"]
 
@@ -63,6 +74,7 @@ def place_program(program: Program, addresses: Mapping[str, int]) -> Program:
     old = program.layout()
     regions = [old[n] for n in names if old[n].nbytes]
     moved: list[Insn] = []
+    shifted: list[int] = []  # the instructions whose dram field changed
     for i, insn in enumerate(program.insns):
         if isinstance(insn, Load | Store):
             start, end = transfer_bytes(program, insn)
@@ -76,9 +88,37 @@ def place_program(program: Program, addresses: Mapping[str, int]) -> Program:
             if shift % unit:
                 raise ProgramError(f"region {r.name!r} moves by {shift} bytes, not a whole "
                                    f"number of {unit}-byte entries", index=i, field="dram")
-            insn = dataclasses.replace(insn, dram=insn.dram + shift // unit)
+            if shift:
+                insn = dataclasses.replace(insn, dram=insn.dram + shift // unit)
+                shifted.append(i)
         moved.append(insn)
     placed = Program(program.config, moved, list(program.uops), list(program.segments),
                      {n: int(addresses[n]) for n in names})
     check_placement(placed)
+    kept = program.kept_encoded()
+    if kept is not None:
+        placed.keep_encoded(_shifted_words(placed, kept, shifted))
     return placed
+
+
+def _shifted_words(placed: Program, kept: EncodedWords, shifted: Sequence[int]
+                   ) -> EncodedWords:
+    """``placed``'s words from its unplaced program's (``kept``): the same but the
+    ``dram`` field of the instructions ``shifted``, packed again (an instruction whose
+    new address does not fit the field is encoded whole, which names it)."""
+    words = kept.insns.copy()
+    formats = insn_formats(placed.config)
+    nb = words.shape[1]
+    for i in shifted:
+        insn = placed.insns[i]
+        fmt = formats[insn.opcode]
+        try:
+            bits = fmt.pack({"dram": insn.dram})
+        except FieldRangeError:
+            encode_insn(insn, placed.config, i)  # raises IllegalInstruction
+            raise
+        old = int.from_bytes(words[i].tobytes(), "little")
+        words[i] = np.frombuffer(((old & ~fmt.pack_mask("dram")) | bits).to_bytes(nb, "little"),
+                                 np.uint8)
+    words.flags.writeable = False
+    return EncodedWords(words, kept.uops, placed.uop_offset)

@@ -275,9 +275,16 @@ class Program:
         if kept is not None:
             return kept
         words = EncodedWords(self._insn_words(), self._uop_words(), self.uop_offset)
+        self.keep_encoded(words)
+        return words
+
+    def keep_encoded(self, words: EncodedWords) -> None:
+        """Keep ``words`` as this program's encoding (:meth:`kept_encoded`) for a caller
+        that has them without encoding: words just read from a file, or another
+        program's with the fields a change touched re-encoded
+        (:func:`~.placement.place_program`). They must equal :meth:`encoded`'s."""
         placement = None if self.placement is None else dict(self.placement)
         self._encoded = (self.config, list(self.insns), list(self.uops), placement, words)
-        return words
 
     def _insn_words(self) -> np.ndarray:
         """The instruction words, one ``uint8`` row each (read-only)."""
@@ -405,11 +412,18 @@ class Program:
             return chunk
 
         last = [pos]
+        insn_at = pos
+        uop_reserved = uop_format(cfg).reserved_mask
+        canonical = True  # every micro-op word as encode_uop writes it (no reserved bit)
         try:
             insns = [decode_insn(int.from_bytes(take(nb, f"instruction {i}"), "little"),
                                  cfg, i) for i in range(n_insns)]
-            uops = [decode_uop(int.from_bytes(take(ub, f"micro-op {i}"), "little"), cfg)
-                    for i in range(n_uops)]
+            uop_at = pos
+            uops = []
+            for i in range(n_uops):
+                word = int.from_bytes(take(ub, f"micro-op {i}"), "little")
+                canonical = canonical and not word & uop_reserved
+                uops.append(decode_uop(word, cfg))
         except ProgramError as exc:
             raise type(exc)(f"{source}: byte {last[0]}: {exc.detail}", code=exc.code,
                             index=exc.index, engine=exc.engine, field=exc.field) from exc
@@ -428,9 +442,15 @@ class Program:
         try:
             program = cls(cfg, insns, uops, segs, placement)
             check_placement(program)
-            return program
         except ProgramError as exc:
             raise BinaryFormatError(f"{source}: header: {exc}") from exc
+        if canonical:  # a decoded instruction encodes to its word again, bit for bit
+            program.keep_encoded(EncodedWords(
+                np.frombuffer(bytes(blob[insn_at: uop_at]), np.uint8).reshape(-1, nb),
+                np.frombuffer(bytes(blob[uop_at: uop_at + n_uops * ub]),
+                              np.uint8).reshape(-1, ub),
+                program.uop_offset))
+        return program
 
     # ----------------------------------------------------------------- statistics
     def count_by_opcode(self) -> dict[str, int]:
