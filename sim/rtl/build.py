@@ -13,13 +13,13 @@ model, as one shared library per configuration, cached.
    :func:`~tensorfab.hw.mem_port.MemCmdLayout`, the CSR offsets of
    :data:`~tensorfab.isa.CSRS`, the activity bits of :data:`~tensorfab.hw.core.ACTIVITY`
    and the Verilated port names, all computed here (:func:`config_header`);
-3. verilates (``--cc -O3 --x-assign fast --x-initial fast --noassert -fno-table``, the
-   simulation waivers of :mod:`.verilator_tools`) and writes ``tf_model.h``: one
-   evaluation per clock cycle when no output the harness samples before an edge
-   depends on an input (checked in the generated code), else two;
+3. verilates (``--cc -O3 --x-assign fast --x-initial fast --noassert -fno-table
+   --output-split 0``, the simulation waivers of :mod:`.verilator_tools`) and writes
+   ``tf_model.h``: one evaluation per clock cycle when no output the harness samples
+   before an edge depends on an input (checked in the generated code), else two;
 4. compiles the model's hot code, the harness (``sim/harness/*.cpp``) and Verilator's
-   runtime with ``-O3 -march=native -fPIC`` (the model's one-time code with
-   ``-O0``), by default profile-guided: an instrumented library runs
+   runtime with ``-O3 -march=native -fno-semantic-interposition -fPIC`` (the model's
+   one-time code with ``-O0``), by default profile-guided: an instrumented library runs
    :func:`training_program` in a child process, then the hot code is compiled again
    with the profile;
 5. links ``libtfharness.so``, which :mod:`tensorfab.sim.rtl` loads with :mod:`ctypes`.
@@ -142,11 +142,16 @@ RTL_PACKAGES: tuple[str, ...] = ("tensorfab.hw", "tensorfab.isa")
 #: Verilator arguments of every harness build, before the waivers. ``-fno-table``:
 #: Verilator's lookup tables for combinational logic cost more to index on every
 #: cycle than the logic they replace (8 976 -> 8 367 instructions per cycle on the
-#: default preset's 512³ GEMM, docs/architecture.md).
+#: default preset's 512³ GEMM, docs/architecture.md). ``--output-split 0``: the
+#: model's hot code in one C++ file, so that the compiler can inline the evaluation's
+#: functions into each other (with ``-fno-semantic-interposition`` below).
 VERILATOR_ARGS: tuple[str, ...] = ("-O3", "--x-assign", "fast", "--x-initial", "fast",
-                                   "--noassert", "-fno-table")
+                                   "--noassert", "-fno-table", "--output-split", "0")
 #: C++ flags of the model's hot code, the harness and Verilator's runtime.
-CXX_FAST: tuple[str, ...] = ("-O3", "-march=native")
+#: ``-fno-semantic-interposition``: ``-fPIC`` code may otherwise not inline a function
+#: with external linkage (another library could replace it), and every function of
+#: the Verilated model has one.
+CXX_FAST: tuple[str, ...] = ("-O3", "-march=native", "-fno-semantic-interposition")
 #: C++ flags of the model's code that runs once (construction, initial settle).
 CXX_SLOW: tuple[str, ...] = ("-O0",)
 CXX_COMMON: tuple[str, ...] = ("-std=gnu++17", "-fPIC", "-w")
