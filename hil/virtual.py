@@ -18,6 +18,7 @@ a TCP socket and a pty.
 from __future__ import annotations
 
 import ctypes
+import math
 import numbers
 import os
 import random
@@ -217,6 +218,14 @@ def sdram_defines(clock_hz: int) -> dict[str, str | int]:
 PROBABILITIES = ("bit_flip", "drop", "delay")
 
 
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_integer(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def check_probability(value: object, name: str) -> None:
     """Refuse a ``value`` that is not a probability (a number from 0 to 1, not a bool),
     naming it ``name`` (``LinkFaults.drop``; a command line's ``--drop``).
@@ -225,8 +234,7 @@ def check_probability(value: object, name: str) -> None:
     ------
     UsageError
     """
-    if (not isinstance(value, numbers.Real) or isinstance(value, bool)
-            or not 0.0 <= value <= 1.0):
+    if not _is_real(value) or not 0.0 <= value <= 1.0:
         raise UsageError(f"{name}: {value!r} is not a probability (a number from 0 to 1)")
 
 
@@ -252,7 +260,9 @@ class LinkFaults:
     Raises
     ------
     UsageError
-        A probability that is not a number from 0 to 1 (:func:`check_probability`).
+        A probability that is not a number from 0 to 1 (:func:`check_probability`), a
+        ``delay_seconds`` that is not a finite number ≥ 0, a ``reset_at_cycle`` that is
+        not ``None`` or an integer ≥ 0, a ``seed`` that is not an integer.
     """
 
     bit_flip: float = 0.0
@@ -265,6 +275,16 @@ class LinkFaults:
     def __post_init__(self) -> None:
         for name in PROBABILITIES:
             check_probability(getattr(self, name), f"LinkFaults.{name}")
+        d = self.delay_seconds
+        if not _is_real(d) or not 0.0 <= d < math.inf:
+            raise UsageError(f"LinkFaults.delay_seconds: {d!r} is not a number of seconds "
+                             "(finite, 0 or more)")
+        r = self.reset_at_cycle
+        if r is not None and (not _is_integer(r) or r < 0):
+            raise UsageError(f"LinkFaults.reset_at_cycle: {r!r} is not a cycle (an integer, "
+                             "0 or more, or None for no reset)")
+        if not _is_integer(self.seed):
+            raise UsageError(f"LinkFaults.seed: {self.seed!r} is not an integer")
 
     def injectors(self) -> tuple[FaultInjector, FaultInjector]:
         """Injectors for the bytes to the board and those from it (seeded apart)."""

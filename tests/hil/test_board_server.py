@@ -208,3 +208,22 @@ def test_link_faults_refuse_what_is_not_a_probability(field: str, value: object)
                                "number from 0 to 1)")
     assert isinstance(info.value, ValueError)
     assert LinkFaults(**{field: 1}).injectors()  # the bounds are probabilities
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("delay_seconds", -1.0, "is not a number of seconds"),
+    ("delay_seconds", float("inf"), "is not a number of seconds"),
+    ("delay_seconds", "0.1", "is not a number of seconds"),
+    ("reset_at_cycle", -5, "is not a cycle"),
+    ("reset_at_cycle", 2.5, "is not a cycle"),
+    ("reset_at_cycle", True, "is not a cycle"),
+    ("seed", "3", "is not an integer"),
+    ("seed", 1.5, "is not an integer")])
+def test_link_faults_refuse_bad_delays_resets_and_seeds(field: str, value: object,
+                                                        words: str) -> None:
+    """The other fields of LinkFaults were not checked either: a negative delay or a
+    reset at cycle 2.5 reached the virtual board, a seed of '3' the random generator."""
+    with pytest.raises(UsageError) as info:
+        LinkFaults(**{field: value})
+    assert str(info.value).startswith(f"LinkFaults.{field}: {value!r} {words}")
+    assert LinkFaults(delay_seconds=0, reset_at_cycle=0, seed=7).injectors()
