@@ -181,7 +181,6 @@ INSN_CLASSES: dict[Opcode, type[Insn]] = {
 
 
 @functools.cache
-@functools.cache
 def _bool_fields(cls: type[Insn]) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if isinstance(f.default, bool))
 
