@@ -118,8 +118,14 @@ _DMA_ENABLE = ("/rst", "/start", "seq.insn__valid & seq.insn__ready", "seq.busy 
 #: and a tick with all three low changes nothing. So the gate also ticks when an ALU
 #: micro-op is at the compute engine's S2 (``s2_valid & s2_alu``), the only cycles on
 #: which the ALU's operand registers there (``a3_a``, ``a3_b`` and the record ``rec``,
-#: without reset) load: they join the ALU's clock, and the ALU's first-cycle logic
-#: reads registers of its own clock.
+#: without reset) load, and when the compute engine takes an instruction
+#: (``seq.exec__start``) or resets (``/rst``, ``/start``), the only cycles on which its
+#: operation register (``op``, the ALU's ``op`` input) loads: they join the ALU's
+#: clock, and the ALU's first-cycle logic reads registers of its own clock. So do the
+#: result registers the ALU's third cycle feeds (``a6_data``, ``a6_addr``, loaded with
+#: ``out_valid``): the third cycle's logic (each lane's MUL, MULHI, SHR_RND and
+#: REQUANT finish) is then evaluated on the ALU's ticks only, not on every cycle after
+#: the last ALU operation left ``op3`` set.
 #:
 #: GemmCore (``hw/gemm.py``): a pipeline whose datapath registers load on every cycle
 #: and whose valid chain (``valid_d*``, ``out_valid``) says which stages hold a
@@ -152,8 +158,10 @@ _DMA_ENABLE = ("/rst", "/start", "seq.insn__valid & seq.insn__ready", "seq.busy 
 #: which hold.
 CLOCK_GATES: tuple[ClockGate, ...] = (
     ClockGate("alu", "compute.alu", "core.compute.alu",
-              ("in_valid", "en2", "out_valid", "/compute.s2_valid & /compute.s2_alu"),
-              joined=("compute.a3_a", "compute.a3_b", "compute.rec")),
+              ("in_valid", "en2", "out_valid", "/compute.s2_valid & /compute.s2_alu",
+               "/compute.seq.exec__start", "/rst", "/start"),
+              joined=("compute.a3_a", "compute.a3_b", "compute.rec", "compute.op",
+                      "compute.a6_data", "compute.a6_addr")),
     ClockGate("gemm", "compute.gemm", "core.compute.gemm", ("in_valid", "valid_d*",
                                                              "out_valid")),
     ClockGate("store", "store", "core.store", (*_DMA_ENABLE, "rd_pending"),

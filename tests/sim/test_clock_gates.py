@@ -171,10 +171,11 @@ def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
         assert sorted(kept) == sorted(gate.ungated)
         assert body.count("posedge clk)") == len(gate.ungated)
         assert f"always @(posedge {TOP}.{gate.clock})" in body
-    # the ALU's operand registers in the compute engine are on its clock
+    # the ALU's operand, operation and result registers in the compute engine are on
+    # its clock
     start = gated.index(f"module \\{CORE}.compute (")
     body = gated[start:gated.index("endmodule", start)]
-    for reg in ("a3_a", "a3_b", "rec"):
+    for reg in ("a3_a", "a3_b", "rec", "op", "a6_data", "a6_addr"):
         assert re.search(rf"always @\(posedge {TOP}\.clk_alu\)\s*{reg} <=", body)
     # the engines' sequencers and burst issuers share their engine's clock
     for sub in ("store.seq", "store.bursts", "store.fifo", "fetch.fifo"):
@@ -255,15 +256,19 @@ def test_gated_model_equals_ungated() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("unit", "term"), [("store", "seq.insn__valid & seq.insn__ready"),
-                                            ("fetch", "busy & ~dispatching")])
+                                            ("fetch", "busy & ~dispatching"),
+                                            ("alu", "/compute.seq.exec__start")])
 def test_a_shortened_enable_changes_the_run(monkeypatch, unit: str, term: str) -> None:
-    """The store engine's and fetch's gates are no narrower than the run needs:
-    without one term of its enable, a unit misses cycles it has work in, and the run
-    that the full gates finish as the functional simulator does hangs or goes wrong."""
+    """The store engine's, fetch's and the ALU's gates are no narrower than the run
+    needs: without one term of its enable, a unit misses cycles it has work in (the
+    ALU's operation register, on its clock, misses the instruction that sets it: the
+    epilogue's CLIP runs as its SHR), and the run that the full gates finish as the
+    functional simulator does hangs or goes wrong."""
     from tensorfab.isa import ProgramError
     from tensorfab.sim.rtl import build as rtl_build
 
-    prog = build_blocked_gemm(TINY, 16, 32, 32, vthreads=2, rng=np.random.default_rng(3))
+    prog = build_blocked_gemm(TINY, 16, 32, 32, vthreads=2, rng=np.random.default_rng(3),
+                              epilogue=[(AluOp.SHR, 3), (AluOp.CLIP, 5)])
     full = RtlSimulator().run(prog)
     assert np.array_equal(full.dram, FunctionalSimulator().run(prog).dram)
     short = tuple(dataclasses.replace(g, enable=tuple(t for t in g.enable if t != term))
