@@ -286,3 +286,30 @@ def test_interrupted_run_writes_its_trace(files, capsys, monkeypatch) -> None:
     assert sum(e["cat"] == "accel" for e in layers) == 2
     engines = [e for e in events if e["ph"] == "X" and e["pid"] != events[0]["pid"]]
     assert {e["args"]["layer"] for e in engines} == {calls[1]}
+
+
+def _save(model: onnx.ModelProto, path: Path) -> Path:
+    onnx.save(model, str(path))
+    return path
+
+
+def test_run_time_kernel_error_names_the_onnx_node(tmp_path, capsys) -> None:
+    """A kernel's error at run time named only the kernel ('take: index 7 is out of
+    range ...'); the .tfm keeps the source node names and the VM puts the node first."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node("Gather", ["x", "idx"], ["y"], name="ga_idx", axis=0)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        initializer=[numpy_helper.from_array(np.array([7], np.int64), "idx")])
+    path = _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
+                 tmp_path / "gather_idx.onnx")
+    np.save(tmp_path / "x.npy", np.zeros((2, 3), np.float32))
+    tfm = tmp_path / "g.tfm"
+    assert main(["compile", str(path), "-o", str(tfm)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(tfm), "--input", str(tmp_path / "x.npy")]) == 2
+    err = one_line_error(capsys, "node 'ga_idx' (take): index 7 is out of range for axis 0 "
+                         "of size 2 (indices run -2..1)")
+    assert err.count("ga_idx") == 1 and err.count("take") == 1

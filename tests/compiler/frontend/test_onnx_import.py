@@ -221,13 +221,15 @@ def test_attribute_out_of_range_that_onnx_lets_through_names_the_node() -> None:
 
 def test_gather_index_out_of_range_is_a_kernel_error() -> None:
     """ONNX lets a constant Gather index past the axis through; running it is a one-line
-    KernelError naming the index and the axis, not numpy's IndexError."""
+    KernelError naming the ONNX node, the index and the axis, not numpy's IndexError
+    (the node was not named: 'take: index 7 ...')."""
     gather = single_op_model("Gather", [("x", np.zeros((2, 3), np.float32)),
                                         ("i", np.array([1, 7], np.int64))],
                              constant=("i",))
     f = from_onnx(gather)
-    with pytest.raises(KernelError, match=r"take: index 7 is out of range for axis 0 of "
-                                          r"size 2 \(indices run -2\.\.1\)"):
+    with pytest.raises(KernelError, match=r"^node 'the_Gather' \(take\): index 7 is out of "
+                                          r"range for axis 0 of size 2 \(indices run "
+                                          r"-2\.\.1\)$"):
         evaluate(f, [np.ones((2, 3), np.float32)])
 
 
