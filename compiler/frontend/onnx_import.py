@@ -168,7 +168,9 @@ def symbolic_inputs(model: PreparedOnnx, input_shapes: dict[str, Sequence[int | 
                     | None = None) -> list[tuple[str, tuple[int | str, ...]]]:
     """``(name, shape)`` of each graph input of ``model`` with a symbolic dim that
     ``input_shapes`` does not fix (a ``dim_param``, no dim, or a negative ``dim_value``);
-    inputs that are not tensors are left to :func:`from_onnx` to name."""
+    inputs that are not tensors, or of an element type the importer refuses, are left to
+    :func:`from_onnx` to name (with the model's file and the node reading them), so this
+    raises no error of its own."""
     fixed = input_shapes or {}
     graph = model.proto.graph
     inits = {i.name for i in graph.initializer}
@@ -177,7 +179,10 @@ def symbolic_inputs(model: PreparedOnnx, input_shapes: dict[str, Sequence[int | 
         if value.name in inits or value.name in fixed or \
                 value.type.WhichOneof("value") != "tensor_type":
             continue
-        shape = _input_type(value, None).shape
+        try:
+            shape = _input_type(value, None).shape
+        except GraphError:  # e.g. element type BFLOAT16: from_onnx's error, with the file
+            continue
         if any(isinstance(d, str) for d in shape):
             out.append((value.name, tuple(shape)))
     return out
