@@ -55,6 +55,28 @@ def test_epilogue_per_channel_ops_and_errors() -> None:
         Epilogue(zero_point=200)
 
 
+def test_fold_input_zero_point_refuses_what_is_not_an_integer() -> None:
+    """A float zero point was truncated (2.5 folded as 2: a silently wrong bias), and so
+    were float weights and biases; each is refused now, as the operators refuse them
+    (one check), and a whole float still means its integer."""
+    from tensorfab.compiler import CompileError
+
+    w, bias = np.ones((2, 3), np.int8), np.array([10, 20], np.int32)
+    with pytest.raises(CompileError, match=r"^input zero point = 2\.5 is not an integer"):
+        fold_input_zero_point(bias, w, 2.5)
+    with pytest.raises(CompileError, match=r"input zero point = nan is not an integer"):
+        fold_input_zero_point(bias, w, float("nan"))
+    with pytest.raises(CompileError, match=r"input zero point = 300 is outside the int8 "
+                                           r"range -128\.\.127"):
+        fold_input_zero_point(bias, w, 300)
+    with pytest.raises(CompileError, match=r"bias\[1\] = 0\.9 is not an integer"):
+        fold_input_zero_point(np.array([1.0, 0.9]), w, 2)
+    with pytest.raises(CompileError, match=r"weights\[0, 1\] = 0\.5 is not an integer"):
+        fold_input_zero_point(bias, np.array([[1, 0.5, 1], [1, 1, 1]]), 2)
+    np.testing.assert_array_equal(fold_input_zero_point(bias, w, 2.0), [4, 14])
+    np.testing.assert_array_equal(fold_input_zero_point(bias, w, np.int8(-2)), [16, 26])
+
+
 def tflite_conv(x, w, bias, zx, zy, scales, stride, padding, relu):
     """TFLite's integer conv2d: Σ (x - zx)·w + bias (padding is zx, i.e. real zero),
     then MultiplyByQuantizedMultiplier per channel, + zy, clamp (ReLU: at zy)."""
