@@ -93,6 +93,9 @@ def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.Mode
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
         raise OnnxImportError(f"{where}: the onnx checker rejects the model: {e}") from None
+    if not proto.graph.output:  # the checker lets it through; nothing would be computed
+        raise OnnxImportError(f"{where}: the graph has no outputs; a model computes at "
+                              "least one (list it in graph.output)")
     opset = default_opset(proto, where)
     if opset < MIN_OPSET:
         try:

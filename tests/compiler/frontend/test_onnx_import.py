@@ -3,6 +3,7 @@ opsets, the text form and planning of imported graphs, and the errors."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -187,6 +188,28 @@ def test_malformed_model_gives_checker_message_and_file(tmp_path: Path) -> None:
     (tmp_path / "junk.onnx").write_bytes(b"\x00not a protobuf\xff" * 3)
     with pytest.raises(OnnxImportError, match=r"junk\.onnx"):
         from_onnx(tmp_path / "junk.onnx")
+
+
+def test_model_without_outputs_is_refused_naming_the_file(tmp_path: Path, capsys) -> None:
+    """A graph with no outputs passed the checker and imported as `%0 = ();` (and
+    compiled to a model computing nothing); it is refused at import now."""
+    from tensorfab.cli import main
+
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], []),
+        opset_imports=[helper.make_opsetid("", 13)])
+    path = tmp_path / "noout.onnx"
+    onnx.save(model, path)
+    onnx.checker.check_model(onnx.load(path))  # the checker accepts it
+    with pytest.raises(OnnxImportError, match=rf"^{re.escape(str(path))}: the graph has "
+                                              r"no outputs"):
+        from_onnx(path)
+    capsys.readouterr()
+    assert main(["compile", str(path), "-o", str(tmp_path / "noout.tfm")]) == 2
+    assert capsys.readouterr().err == (f"error: {path}: the graph has no outputs; a model "
+                                       "computes at least one (list it in graph.output)\n")
+    assert not (tmp_path / "noout.tfm").exists()
 
 
 def test_too_new_opset_is_refused() -> None:
