@@ -41,7 +41,12 @@ def _load(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, 
     except FileNotFoundError:
         raise OnnxImportError(f"{where}: no such file") from None
     except Exception as e:  # onnx raises protobuf DecodeError and others
-        raise OnnxImportError(f"{where}: not a readable ONNX model: {e}") from None
+        raise OnnxImportError(f"{where}: not an ONNX model, or a damaged one (it does not "
+                              f"parse: {e})") from None
+    if not proto.ir_version and not proto.HasField("graph"):  # parsed from nothing
+        what = ("the file is empty (0 bytes)" if os.path.getsize(where) == 0
+                else "it holds no ir_version and no graph")
+        raise OnnxImportError(f"{where}: not an ONNX model: {what}")
     _load_external_data(proto, where)
     return proto, where
 

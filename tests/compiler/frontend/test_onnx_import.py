@@ -212,6 +212,29 @@ def test_model_without_outputs_is_refused_naming_the_file(tmp_path: Path, capsys
     assert not (tmp_path / "noout.tfm").exists()
 
 
+def test_empty_or_non_protobuf_file_is_not_an_onnx_model(tmp_path: Path, capsys) -> None:
+    """A 0-byte .onnx said 'the onnx checker rejects the model: The model does not have
+    an ir_version set properly.', a text file 'not a readable ONNX model: Error parsing
+    message ...'; each now says what the file is."""
+    from tensorfab.cli import main
+
+    cases = {"empty.onnx": (b"", "not an ONNX model: the file is empty (0 bytes)"),
+             "text.onnx": (b"hello, this is not protobuf\n",
+                           "not an ONNX model, or a damaged one (it does not parse: "),
+             # bytes that parse as a protobuf message of unknown fields only
+             "other.onnx": (b"\x50\x01", "not an ONNX model: it holds no ir_version and "
+                                         "no graph")}
+    for name, (data, words) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(OnnxImportError, match=re.escape(f"{path}: {words}")):
+            from_onnx(path)
+        capsys.readouterr()
+        assert main(["inspect", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {path}: {words}") and "checker" not in err, err
+
+
 def test_too_new_opset_is_refused() -> None:
     model = single_op_model("Relu", [("x", np.zeros(2, np.float32))])
     model.opset_import[0].version = MAX_OPSET + 1
