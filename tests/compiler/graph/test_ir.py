@@ -146,8 +146,18 @@ def test_construction_errors() -> None:
     x = gb.var("x", (2,))
     with pytest.raises(GraphError, match=r"unknown operator 'nn\.bogus'; known: .*add"):
         Call("nn.bogus", [x])
-    with pytest.raises(GraphError, match="relu takes 1 arguments, got 2"):
+    with pytest.raises(GraphError, match=r"^relu takes 1 argument, got 2$"):
         Call("relu", [x, x])
+    # an attribute given by position: the message names the op's attributes (it said
+    # only 'reshape takes 1 arguments, got 2')
+    with pytest.raises(GraphError, match=r"^reshape takes 1 argument, got 2; attributes go "
+                                         r"by keyword: newshape=$"):
+        gb.reshape(gb.var("y", (1, 49)), (7, 7))
+    with pytest.raises(GraphError, match=r"^nn\.conv2d takes 2 arguments, got 3; attributes "
+                                         r"go by keyword: strides=, padding=, dilation="):
+        gb.conv2d(x, x, (1, 1))
+    with pytest.raises(GraphError, match=r"^add takes 2 arguments, got 1$"):
+        gb.add(x)
     with pytest.raises(GraphError, match=r"unknown attributes \['alpha'\]"):
         gb.relu(x, alpha=1.0)
     with pytest.raises(GraphError, match="'pool_size' is required"):
