@@ -30,7 +30,7 @@ __all__ = ["call", "const", "function", "let", "tuple_", "tuple_item", "var"]
 def var(name: str, shape: Sequence[Dim] | Type, dtype: str = "float32",
         device: VirtualDevice | None = None) -> Var:
     """A variable of ``TensorType(shape, dtype)`` (or of the type given as ``shape``)."""
-    t = shape if isinstance(shape, Type) else TensorType(tuple(shape), dtype)
+    t = shape if isinstance(shape, Type) else TensorType(shape, dtype)  # checked there
     return Var(name, t, device)
 
 

@@ -171,6 +171,20 @@ def test_construction_errors() -> None:
     assert issubclass(GraphError, TensorfabError)
 
 
+def test_a_str_shape_is_refused() -> None:
+    """gb.var("x", "abc") made a tensor of the symbolic dims (a, b, c), one per letter;
+    a shape that is a str (or no sequence at all) is refused."""
+    with pytest.raises(GraphError, match=r"^shape 'abc' is not a sequence of dims; give a "
+                                         r"tuple of ints and symbol names, e\.g\. \('abc',\) "
+                                         r"for one dim$"):
+        gb.var("x", "abc")
+    with pytest.raises(GraphError, match=r"^shape 'n' is not a sequence of dims"):
+        TensorType("n", "float32")
+    with pytest.raises(GraphError, match=r"^shape 5 is not a sequence of dims"):
+        gb.var("x", 5)
+    assert gb.var("x", ["n", 3]).type_annotation == TensorType(("n", 3), "float32")
+
+
 def test_let_annotation_checked() -> None:
     x = gb.var("x", (2,))
     v = Var("v", TensorType((3,), "float32"))
