@@ -20,7 +20,7 @@ import numpy as np
 
 from .device import VirtualDevice
 from .infer import infer_types
-from .ir import Call, Constant, Expr, Function, Let, Tuple, TupleGetItem, Var
+from .ir import Call, Constant, Expr, Function, Let, Tuple, TupleGetItem, Var, check_closed
 from .ops import OPS
 from .types import Dim, TensorType, Type
 
@@ -73,9 +73,10 @@ def let(v: Var, value: Any, body: Callable[[Var], Expr] | Expr) -> Let:
 def function(params: Sequence[Var], body: Any, *,
              result_device: VirtualDevice | None = None, check: bool = True) -> Function:
     """A function of ``params`` returning ``body``; with ``check`` its types are inferred
-    (and errors raised) at once."""
+    and every variable it uses checked to be bound (errors raised) at once."""
     f = Function(tuple(params), as_expr(body), None, result_device)
     if check:
+        check_closed(f)
         infer_types(f)
     return f
 

@@ -185,6 +185,31 @@ def test_a_str_shape_is_refused() -> None:
     assert gb.var("x", ["n", 3]).type_annotation == TensorType(("n", 3), "float32")
 
 
+def test_a_free_variable_is_refused_when_the_function_is_built() -> None:
+    """gb.function([], gb.relu(x)) was accepted; 'variable %x is free in the function'
+    came only when it ran (evaluate). It comes when the function is built now (with
+    check=False, where it runs or is planned: the same message)."""
+    from tensorfab.compiler.graph.lower_runtime import evaluate
+    from tensorfab.compiler.graph.planning import DevicePlanningError, plan_devices
+
+    x = gb.var("x", (2,))
+    message = (r"^variable %x is free in the function; list it in the function's "
+               r"parameters or bind it with a let$")
+    with pytest.raises(GraphError, match=message):
+        gb.function([], gb.relu(x))
+    with pytest.raises(GraphError, match=message):
+        gb.function([y := gb.var("y", (2,))], gb.add(y, x))
+    unchecked = gb.function([], gb.relu(x), check=False)
+    with pytest.raises(GraphError, match=message):
+        evaluate(unchecked, [])
+    with pytest.raises(DevicePlanningError, match=message):
+        plan_devices(unchecked)
+    v = gb.var("v", (2,))  # bound by a let: not free
+    f = gb.function([x], gb.let(v, gb.relu(x), lambda v: gb.negative(v)))
+    np.testing.assert_array_equal(evaluate(f, [np.array([-1.0, 2.0], np.float32)]),
+                                  [0.0, -2.0])
+
+
 def test_let_annotation_checked() -> None:
     x = gb.var("x", (2,))
     v = Var("v", TensorType((3,), "float32"))
