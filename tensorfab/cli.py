@@ -433,9 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "virtual (the SoC in Verilator), a board (serial:///dev/ttyUSB0, "
                         "socket://HOST:PORT) or a served device (tcp://HOST:PORT); "
                         "docs/hil.md (default: %(default)s)")
-    s.add_argument("--token", metavar="TOKEN",
-                   help="token of a tcp://, tracker:// or socket:// target (default: "
-                        "$TENSORFAB_TOKEN)")
+    from .model_cli import add_token_argument
+    add_token_argument(s)
     s.add_argument("--config",
                    help="preset, board config or JSON file (must match the program's)")
     s.add_argument("--json", action="store_true", help="print the result summary as JSON")
