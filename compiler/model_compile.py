@@ -14,7 +14,8 @@ convolution chain with the tensor compiler. The result is the runtime's
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,7 @@ from .graph.cpu_operators import cpu_operators
 from .graph.ir import Call, Function, post_order
 from .graph.partitioning import cpu_convolutions
 from .graph.printer import astext
+from .graph.types import GraphError
 from .tensor.schedule_source import ScheduleSource
 
 __all__ = ["DEFAULT_QUANTIZER", "QUANTIZERS", "CompiledModel", "FloatModelError",
@@ -147,14 +149,40 @@ def check_fixed_inputs(model: PreparedOnnx, input_shapes: Mapping[str, Sequence[
     symbolic = symbolic_inputs(model, dict(input_shapes or {}))
     if symbolic:
         name, shape = symbolic[0]
-        # the batch as 1; other symbolic dims as placeholders to fill in
-        example = ",".join(str(d) if isinstance(d, int) else "1" if i == 0 else f"D{i}"
-                           for i, d in enumerate(shape))
-        sizes = ("any fixed sizes" if "D" not in example
-                 else "D2, D3, ... the sizes to run it at")
         raise ModelCompileError(
             f"{model.where}: input {name!r} has symbolic dims {shape}; the accelerator "
-            f"needs fixed shapes: pass --shape {name}={example} ({sizes})")
+            f"needs fixed shapes: {shape_hint(name, shape)}")
+
+
+def shape_hint(name: str, shape: Sequence[int | str]) -> str:
+    """The ``--shape`` that fixes input ``name``'s symbolic dims: ``pass --shape
+    x=1,3,D2,8 (D2, D3, ... the sizes to run it at)`` (the batch as 1)."""
+    example = ",".join(str(d) if isinstance(d, int) else "1" if i == 0 else f"D{i}"
+                       for i, d in enumerate(shape))
+    sizes = ("any fixed sizes" if "D" not in example
+             else "D2, D3, ... the sizes to run it at")
+    return f"pass --shape {name}={example} ({sizes})"
+
+
+@contextmanager
+def hint_shape_on_symbol(model: PreparedOnnx,
+                         input_shapes: Mapping[str, Sequence[int | str]] | None) -> Iterator[None]:
+    """Add the ``--shape`` hint (:func:`shape_hint`) to a :class:`GraphError` raised
+    inside that names a symbolic dim of an input of ``model`` (``height is the symbol
+    'x_d2'; it must be static``): on the CPU, where symbolic inputs are allowed up to
+    an operator that needs the dim fixed. Any other error passes through unchanged
+    (with the model's file it names)."""
+    from .frontend.onnx_import import symbolic_inputs
+
+    try:
+        yield
+    except GraphError as exc:
+        message = str(exc)
+        for name, shape in symbolic_inputs(model, dict(input_shapes or {})):
+            if any(f"symbol {d!r}" in message for d in shape if isinstance(d, str)):
+                exc.args = (f"{message}: {shape_hint(name, shape)}", *exc.args[1:])
+                break
+        raise
 
 
 def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndarray
@@ -293,8 +321,9 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
         check_fixed_inputs(prepared, input_shapes)
     else:
         check_input_shapes(prepared, input_shapes)
-    fn = fold_constants(fold_hard_sigmoid(recognize_hard_swish(
-        fold_batch_norm(from_onnx(prepared, input_shapes)))))
+    with hint_shape_on_symbol(prepared, input_shapes):
+        fn = fold_constants(fold_hard_sigmoid(recognize_hard_swish(
+            fold_batch_norm(from_onnx(prepared, input_shapes)))))
     if calibration is not None:
         batches = calibration_batches(fn, calibration)
         if quantizer == "ort":

@@ -11,7 +11,15 @@ import time
 from typing import Any, Self
 from urllib.parse import urlsplit
 
-from .errors import TOKEN_ENV, ConnectionClosed, HilError, RemoteError, TokenError, WireError
+from .errors import (
+    TOKEN_ENV,
+    WRONG_TOKEN,
+    ConnectionClosed,
+    HilError,
+    RemoteError,
+    TokenError,
+    WireError,
+)
 from .wire import MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Msg, encode_message, recv_message
 
 __all__ = ["TOKEN_ENV", "Connection", "parse_address", "resolve_token"]
@@ -78,8 +86,10 @@ class Connection:
     ------
     HilError
         The server cannot be reached or does not answer the HELLO in time.
+    TokenError
+        The server refused the token (a wrong one).
     RemoteError
-        The server refused the HELLO (a wrong token, another protocol version).
+        The server refused the HELLO otherwise (another protocol version).
     """
 
     def __init__(self, host: str, port: int, token: str, *, connect_timeout: float = 10.0,
@@ -98,6 +108,12 @@ class Connection:
         try:
             self.hello = self.request(Msg.HELLO, timeout=connect_timeout, token=token,
                                       protocol=PROTOCOL_VERSION, client="tensorfab")
+        except RemoteError as exc:
+            self.close()
+            if (exc.remote_class, exc.detail) == ("AuthenticationError", WRONG_TOKEN):
+                raise TokenError(self.address, "the server refused the connection: "
+                                 f"{WRONG_TOKEN}") from None
+            raise
         except Exception:
             self.close()
             raise

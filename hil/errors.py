@@ -6,12 +6,29 @@ from __future__ import annotations
 from tensorfab.isa import TensorfabError
 from tensorfab.isa.hostlink import HostLinkError
 
-__all__ = ["TOKEN_ENV", "AuthenticationError", "BoardConfigMismatch", "BoardError",
-           "BoardResetError", "BoardTimeout", "ConnectionClosed", "HilError", "LinkError",
-           "LinkTimeout", "RemoteError", "ReplayMismatch", "TokenError", "WireError"]
+__all__ = [
+    "TOKEN_ENV",
+    "WRONG_TOKEN",
+    "AuthenticationError",
+    "BoardConfigMismatch",
+    "BoardError",
+    "BoardResetError",
+    "BoardTimeout",
+    "ConnectionClosed",
+    "HilError",
+    "LinkError",
+    "LinkTimeout",
+    "RemoteError",
+    "ReplayMismatch",
+    "TokenError",
+    "WireError",
+]
 
 #: Environment variable read for a server's or a board's token when none is passed.
 TOKEN_ENV = "TENSORFAB_TOKEN"
+#: The message of the :class:`AuthenticationError` a server refuses a HELLO with when its
+#: token is not the server's; its client makes the reply a :class:`TokenError`.
+WRONG_TOKEN = "wrong token"
 
 
 class HilError(TensorfabError):

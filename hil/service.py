@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any, Self
 
-from .errors import AuthenticationError, ConnectionClosed, HilError, WireError
+from .errors import WRONG_TOKEN, AuthenticationError, ConnectionClosed, HilError, WireError
 from .wire import (
     MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
@@ -250,7 +250,7 @@ class TokenService:
                                       f"not {hello.get('type')!r}")
         _, fields = check_request(hello)
         if not hmac.compare_digest(fields["token"].encode(), self.token.encode()):
-            raise AuthenticationError("wrong token")
+            raise AuthenticationError(WRONG_TOKEN)
         if fields["protocol"] != PROTOCOL_VERSION:
             raise AuthenticationError(f"protocol version {fields['protocol']}, this "
                                       f"{self.service_name} speaks {PROTOCOL_VERSION}")

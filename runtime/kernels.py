@@ -29,7 +29,30 @@ KERNELS: dict[str, Kernel] = {}
 
 
 class KernelError(TensorfabError):
-    """A kernel given inputs it cannot compute (names the op and what is wrong)."""
+    """A kernel given inputs it cannot compute (names the op and what is wrong; run by
+    the VM, the graph node too: :meth:`name_node`).
+
+    Attributes
+    ----------
+    node : str or None
+        The graph node the kernel ran for (its source name, else ``node <index>``), once
+        :meth:`name_node` named it.
+    """
+
+    node: str | None = None
+
+    def name_node(self, name: str, op: str, index: int) -> None:
+        """Put the graph node the kernel ran for (node ``index``, ``name`` as the source
+        model named it, running ``op``) first in the message, once: ``node 'ga_idx'
+        (take): index 7 is out of range ...``. The VM calls this where it runs a kernel;
+        a kernel it runs without a graph node (``index`` -1) keeps its message."""
+        if self.node is not None or index < 0:
+            return
+        self.node = repr(name) if name else str(index)
+        message = str(self)
+        if message.startswith(f"{op}: "):
+            message = message[len(op) + 2:]
+        self.args = (f"node {self.node} ({op}): {message}", *self.args[1:])
 
 
 def kernel(name: str) -> Callable[[Kernel], Kernel]:

@@ -29,7 +29,7 @@ from .blas_threads import limited_blas
 from .device_tensor import DeviceTensor, host_value
 from .graph_program import GraphProgram, Node, _check_inputs, input_values
 from .inline_rule import InlineRule, Site
-from .kernels import KERNELS
+from .kernels import KERNELS, KernelError
 from .shape_functions import SHAPE_FUNCTIONS
 from .vm_decode import VMError, decode_function, kernel_nodes
 from .vm_executable import Executable, Op
@@ -222,93 +222,104 @@ class VirtualMachine:
         hook = self.model.instrument
         clock = time.perf_counter
         pc = 0
-        while True:
-            ins = code[pc]
-            op = ins[0]
-            pc += 1
-            if op in (_INVOKE, _INVOKE_INTO):
-                # (op, dst, kernel, attrs, arg registers, kernel function, resolve,
-                #  symbolic reshape, node)
-                args_ = [regs[r] for r in ins[4]]
-                if ins[6]:  # an argument may be a future or in device memory
-                    args_ = [self._host(self._resolve(a)) for a in args_]
-                attrs = ins[3]
-                if ins[7] and self._symbols:
-                    attrs = {**attrs, "newshape": tuple(self._symbols.get(d, d)
-                                                        for d in attrs["newshape"])}
-                if hook is None:
-                    start = clock()
-                    value = ins[5](args_, attrs)
-                else:  # the slice without the hooks' time
-                    node, value, start = self._instrumented(hook, ins, args_, attrs)
-                # the slice holds the kernel and the write of its result to its place
-                if op == _INVOKE:
-                    regs[ins[1]] = value
-                else:
-                    out = regs[ins[1]]
-                    if value.shape != out.shape or value.dtype != out.dtype:
-                        raise VMError(f"function {fn.name!r} pc {pc - 1}: {ins[2]} made "
-                                      f"{value.dtype}{value.shape}, its planned place "
-                                      f"holds {out.dtype}{out.shape}")
-                    np.copyto(out, value)
-                record(("cpu", ins[2], start, clock()))
-                if hook is not None:
-                    hook.after(ins[8], node, args_, attrs, value, None)
-            elif op == _KILL:
-                regs[ins[1]] = None
-            elif op == _INVOKE_ACCEL:
-                # (op, dst, node, arg registers, read back to the host, inline)
-                regs[ins[1]] = self._invoke_accel(
-                    ins[2], [regs[r] for r in ins[3]], ins[4],
-                    ins[5] or (index, pc - 1) in self.inline_sites, (index, pc - 1))
-            elif op == _CONST:
-                regs[ins[1]] = self.model.program.constants[ins[2]]
-            elif op == _MOVE:
-                regs[ins[1]] = regs[ins[2]]
-            elif op == _GET_ITEM:
-                regs[ins[1]] = self._resolve(regs[ins[2]])[ins[3]]
-            elif op == _TUPLE:
-                regs[ins[1]] = tuple(regs[r] for r in ins[2:])
-            elif op == _SHAPE_FUNC:
-                fn_shape = self.shape_functions.get(ins[2])
-                if fn_shape is None:
-                    raise VMError(f"function {fn.name!r} pc {pc - 1}: no shape function for "
-                                  f"{ins[2]!r}")
-                regs[ins[1]] = fn_shape([_shape_of(self._resolve(regs[r])) for r in ins[4:]],
-                                        self.executable.attrs[ins[3]])
-            elif op == _ALLOC_STORAGE:
-                arena = self.arenas.get(ins[3])
-                if arena is None or arena.nbytes < ins[2]:  # not planned: allocated now
-                    self.storage_allocations += 1
-                    arena = np.zeros(ins[2], np.uint8)
-                regs[ins[1]] = arena
-            elif op == _ALLOC_TENSOR:
-                storage = regs[ins[2]]
-                view = views.get(pc)
-                if view is not None and view[0] is storage:
-                    regs[ins[1]] = view[1]
-                    continue
-                literal = not isinstance(ins[5], int)
-                shape = ins[5] if literal else regs[ins[5]]
-                dtype = np.dtype(ins[4])
-                n = math.prod(shape) * dtype.itemsize
-                regs[ins[1]] = storage[ins[3]: ins[3] + n].view(dtype).reshape(shape)
-                if literal and id(storage) in self._arena_ids:
-                    views[pc] = (storage, regs[ins[1]])
-            elif op == _IF:
-                cond = np.asarray(self._resolve(regs[ins[1]]))
-                if cond.size != 1:
-                    raise VMError(f"function {fn.name!r} pc {pc - 1}: IF on a value of "
-                                  f"shape {cond.shape}; it takes a scalar")
-                pc = ins[2] if bool(cond.reshape(())) else ins[3]
-            elif op == _GOTO:
-                pc = ins[1]
-            elif op == _CALL:
-                regs[ins[1]] = self._call(ins[2], [regs[r] for r in ins[3:]])
-            elif op == _RET:
-                return regs[ins[1]]
-            else:  # validate() refused it already
-                raise VMError(f"function {fn.name!r} pc {pc - 1}: opcode {op}")
+        try:
+            while True:
+                ins = code[pc]
+                op = ins[0]
+                pc += 1
+                if op in (_INVOKE, _INVOKE_INTO):
+                    # (op, dst, kernel, attrs, arg registers, kernel function, resolve,
+                    #  symbolic reshape, node)
+                    args_ = [regs[r] for r in ins[4]]
+                    if ins[6]:  # an argument may be a future or in device memory
+                        args_ = [self._host(self._resolve(a)) for a in args_]
+                    attrs = ins[3]
+                    if ins[7] and self._symbols:
+                        attrs = {**attrs, "newshape": tuple(self._symbols.get(d, d)
+                                                            for d in attrs["newshape"])}
+                    if hook is None:
+                        start = clock()
+                        value = ins[5](args_, attrs)
+                    else:  # the slice without the hooks' time
+                        node, value, start = self._instrumented(hook, ins, args_, attrs)
+                    # the slice holds the kernel and the write of its result to its place
+                    if op == _INVOKE:
+                        regs[ins[1]] = value
+                    else:
+                        out = regs[ins[1]]
+                        if value.shape != out.shape or value.dtype != out.dtype:
+                            raise VMError(f"function {fn.name!r} pc {pc - 1}: {ins[2]} made "
+                                          f"{value.dtype}{value.shape}, its planned place "
+                                          f"holds {out.dtype}{out.shape}")
+                        np.copyto(out, value)
+                    record(("cpu", ins[2], start, clock()))
+                    if hook is not None:
+                        hook.after(ins[8], node, args_, attrs, value, None)
+                elif op == _KILL:
+                    regs[ins[1]] = None
+                elif op == _INVOKE_ACCEL:
+                    # (op, dst, node, arg registers, read back to the host, inline)
+                    regs[ins[1]] = self._invoke_accel(
+                        ins[2], [regs[r] for r in ins[3]], ins[4],
+                        ins[5] or (index, pc - 1) in self.inline_sites, (index, pc - 1))
+                elif op == _CONST:
+                    regs[ins[1]] = self.model.program.constants[ins[2]]
+                elif op == _MOVE:
+                    regs[ins[1]] = regs[ins[2]]
+                elif op == _GET_ITEM:
+                    regs[ins[1]] = self._resolve(regs[ins[2]])[ins[3]]
+                elif op == _TUPLE:
+                    regs[ins[1]] = tuple(regs[r] for r in ins[2:])
+                elif op == _SHAPE_FUNC:
+                    fn_shape = self.shape_functions.get(ins[2])
+                    if fn_shape is None:
+                        raise VMError(f"function {fn.name!r} pc {pc - 1}: no shape function for "
+                                      f"{ins[2]!r}")
+                    regs[ins[1]] = fn_shape([_shape_of(self._resolve(regs[r])) for r in ins[4:]],
+                                            self.executable.attrs[ins[3]])
+                elif op == _ALLOC_STORAGE:
+                    arena = self.arenas.get(ins[3])
+                    if arena is None or arena.nbytes < ins[2]:  # not planned: allocated now
+                        self.storage_allocations += 1
+                        arena = np.zeros(ins[2], np.uint8)
+                    regs[ins[1]] = arena
+                elif op == _ALLOC_TENSOR:
+                    storage = regs[ins[2]]
+                    view = views.get(pc)
+                    if view is not None and view[0] is storage:
+                        regs[ins[1]] = view[1]
+                        continue
+                    literal = not isinstance(ins[5], int)
+                    shape = ins[5] if literal else regs[ins[5]]
+                    dtype = np.dtype(ins[4])
+                    n = math.prod(shape) * dtype.itemsize
+                    regs[ins[1]] = storage[ins[3]: ins[3] + n].view(dtype).reshape(shape)
+                    if literal and id(storage) in self._arena_ids:
+                        views[pc] = (storage, regs[ins[1]])
+                elif op == _IF:
+                    cond = np.asarray(self._resolve(regs[ins[1]]))
+                    if cond.size != 1:
+                        raise VMError(f"function {fn.name!r} pc {pc - 1}: IF on a value of "
+                                      f"shape {cond.shape}; it takes a scalar")
+                    pc = ins[2] if bool(cond.reshape(())) else ins[3]
+                elif op == _GOTO:
+                    pc = ins[1]
+                elif op == _CALL:
+                    regs[ins[1]] = self._call(ins[2], [regs[r] for r in ins[3:]])
+                elif op == _RET:
+                    return regs[ins[1]]
+                else:  # validate() refused it already
+                    raise VMError(f"function {fn.name!r} pc {pc - 1}: opcode {op}")
+        except KernelError as exc:  # no cost until raised: named here, not per kernel
+            ins = code[pc - 1]
+            if ins[0] in (_INVOKE, _INVOKE_INTO):
+                self._name_node(exc, ins[8], ins[2])
+            raise
+
+    def _name_node(self, exc: KernelError, index: int, op: str) -> None:
+        """Name node ``index`` (running ``op``) in ``exc``, raised by its kernel."""
+        name = self.model.program.nodes[index].name if index >= 0 else ""
+        exc.name_node(name, op, index)
 
     def _instrumented(self, hook: Instrument, ins: tuple[Any, ...], args: list[Any],
                       attrs: Mapping[str, Any]) -> tuple[Node, Any, float]:
@@ -343,7 +354,11 @@ class VirtualMachine:
         def run() -> Any:
             values = [self._resolve(a, host=False) for a in args]
             start = time.perf_counter()
-            out = model.call(index, node, values, node.attrs)
+            try:
+                out = model.call(index, node, values, node.attrs)
+            except KernelError as exc:
+                self._name_node(exc, index, node.op)
+                raise
             if read_back:
                 host_value(out)  # a DeviceTensor keeps what it read
             self._record("accelerator", str(node.attrs.get("layer") or index), start)

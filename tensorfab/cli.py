@@ -150,7 +150,7 @@ def _print_config(summary: dict) -> None:
 
 def cmd_asm(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path(args.file).with_suffix(".bin")
-    check_writable(out, args.force, _is_program_binary)
+    check_writable(out, args.force, _is_program_binary, inputs=[Path(args.file)])
     prog = load_program(args.file, args.config)
     out.write_bytes(prog.to_bytes())
     counts = {k: v for k, v in prog.count_by_opcode().items() if v}
@@ -168,7 +168,8 @@ def cmd_disasm(args: argparse.Namespace) -> int:
     from tensorfab.isa.disasm import disassemble
 
     if args.output:  # the folder before reading; ownership once the text is known
-        check_writable(Path(args.output), args.force, lambda p: True)
+        check_writable(Path(args.output), args.force, lambda p: True,
+                       inputs=[Path(args.file)])
     prog = load_program(args.file, binary_only=True)
     text = disassemble(prog)
     if args.output:
@@ -403,7 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     a = command("asm", "assemble FILE.s into a program binary",
                 "tensorfab asm prog.s", "tensorfab asm prog.s -o prog.bin --config default")
     a.add_argument("file", help="assembly source (.s)")
-    a.add_argument("-o", "--output", help="output .bin (default: FILE with .bin)")
+    a.add_argument("-o", "--output", help="output .bin (default: FILE with .bin; never "
+                   "the input itself: a .bin input needs -o)")
     a.add_argument("--config", help="preset, board config or JSON file (must match .config)")
     a.add_argument("--force", action="store_true",
                    help="overwrite an existing output that is not a program binary")
@@ -431,9 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "virtual (the SoC in Verilator), a board (serial:///dev/ttyUSB0, "
                         "socket://HOST:PORT) or a served device (tcp://HOST:PORT); "
                         "docs/hil.md (default: %(default)s)")
-    s.add_argument("--token", metavar="TOKEN",
-                   help="token of a tcp://, tracker:// or socket:// target (default: "
-                        "$TENSORFAB_TOKEN)")
+    from .model_cli import add_token_argument
+    add_token_argument(s)
     s.add_argument("--config",
                    help="preset, board config or JSON file (must match the program's)")
     s.add_argument("--json", action="store_true", help="print the result summary as JSON")

@@ -38,15 +38,21 @@ def examples(*lines: str) -> str:
 
 
 def check_writable(out: Path, force: bool, ours: Callable[[Path], bool], *,
-                    suffixes: Sequence[str] = ()) -> Path:
+                    suffixes: Sequence[str] = (), inputs: Sequence[Path] = ()) -> Path:
     """Check, before any work, that ``out`` can be written: its folder exists and is
-    writable, it is not a folder, its suffix is one of ``suffixes`` (when given), and
-    it is not a file tensorfab did not write (``ours``) unless ``force``.
+    writable, it is not a folder, its suffix is one of ``suffixes`` (when given), it is
+    none of the command's ``inputs`` (even with ``force``), and it is not a file
+    tensorfab did not write (``ours``) unless ``force``.
 
     One policy for every output of the command line; a :class:`CliError` otherwise.
     """
     if out.is_dir():
         raise CliError(f"{out} is a folder; name a file to write")
+    for given in inputs:
+        if out.exists() and given.exists() and os.path.samefile(out, given):
+            alias = "" if out == given else f" (the input {given})"
+            raise CliError(f"{out}{alias}: the output would overwrite the input; name "
+                           "another output with -o")
     if suffixes and out.suffix.lower() not in suffixes:
         kind = f"a {out.suffix} file" if out.suffix else "a file without a suffix"
         raise CliError(f"{out}: cannot write {kind} here; name it {' or '.join(suffixes)}")

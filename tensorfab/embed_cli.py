@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .cli_output import print_result, working
+from .model_cli import add_token_argument, open_target
 
 __all__ = ["add_embed_command"]
 
@@ -16,7 +17,9 @@ __all__ = ["add_embed_command"]
 def cmd_embed(args: argparse.Namespace) -> int:
     from tensorfab.models.minilm_embed import MiniLmEmbedder, cosine_matrix
 
-    embedder = MiniLmEmbedder(args.target, args.config or "default")
+    # opened as run and sim open it, before any bucket compiles
+    device = open_target(args.target, trace=False, token=args.token)
+    embedder = MiniLmEmbedder(args.target, args.config or "default", device=device)
     try:
         with working("embedding (a new bucket compiles once, then comes from the cache)",
                      quiet=args.json):
@@ -68,6 +71,7 @@ def add_embed_command(command: Callable[..., argparse.ArgumentParser]) -> None:
     e.add_argument("sentences", nargs="+", metavar="SENTENCE", help="text to embed")
     e.add_argument("--target", default="fsim",
                    help="executor: fsim, rtl or a device URL (default: %(default)s)")
+    add_token_argument(e)
     e.add_argument("--config", help="accelerator preset or JSON file (default: default)")
     e.add_argument("--json", action="store_true", help="print the result as one JSON object")
     e.add_argument("--embeddings", action="store_true",

@@ -295,6 +295,14 @@ def _program_configs(program: Any) -> set:
 TOKEN_SCHEMES = ("tcp", "tracker", "socket")
 
 
+def add_token_argument(parser: argparse.ArgumentParser) -> None:
+    """``--token`` of a command with a ``--target`` (``run``, ``sim``, ``embed``), passed
+    to :func:`open_target`."""
+    parser.add_argument("--token", metavar="TOKEN",
+                        help="token of a tcp://, tracker:// or socket:// target (default: "
+                             "$TENSORFAB_TOKEN)")
+
+
 def open_target(target: str, trace: bool, token: str | None = None) -> Any:
     """The device of ``--target``: engine intervals recorded with ``trace`` where the
     device records them (rtl), ``token`` passed to a networked one (a missing or
@@ -715,9 +723,7 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
                         "rtl (Verilator, cycle-accurate), virtual or virtual://BOARD (a "
                         "virtual board), serial://PORT or socket://HOST:PORT (a board), "
                         "tcp://HOST:PORT (a device server) (default: %(default)s)")
-    r.add_argument("--token", metavar="TOKEN",
-                   help="token of a tcp://, tracker:// or socket:// target (default: "
-                        "$TENSORFAB_TOKEN)")
+    add_token_argument(r)
     r.add_argument("--config", metavar="CONFIG",
                    help="the device's HwConfig (a preset, a board config or a JSON file): "
                         "a .tfm must be compiled for it; an .onnx is compiled for it "

@@ -54,6 +54,33 @@ def test_asm_refuses_to_overwrite_a_foreign_file(tmp_path, capsys):
     assert main(["asm", str(src), "-o", str(precious)]) == 0
 
 
+def test_asm_and_disasm_never_overwrite_their_input(tmp_path, capsys):
+    """`asm prog.bin` (its default output FILE.bin is the input) wrote onto its input,
+    and `asm p.s -o p.s --force` replaced the source with a binary; an output is never
+    the input now, --force or not."""
+    src = tmp_path / "p.s"
+    shutil.copy(example_path(), src)
+    binary = tmp_path / "prog.bin"
+    assert main(["asm", str(src), "-o", str(binary)]) == 0
+    before = binary.stat().st_mtime_ns, binary.read_bytes()
+    text = src.read_text()
+    capsys.readouterr()
+    for argv in (["asm", str(binary)], ["asm", str(binary), "--force"],
+                 ["asm", str(binary), "-o", str(binary)],
+                 ["disasm", str(binary), "-o", str(binary), "--force"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == (f"error: {binary}: the output would overwrite "
+                                           "the input; name another output with -o\n")
+    os.symlink(src, tmp_path / "link.s")
+    assert main(["asm", str(src), "-o", str(tmp_path / "link.s"), "--force"]) == 2
+    assert "(the input " in capsys.readouterr().err
+    assert main(["asm", str(src), "-o", str(src), "--force"]) == 2
+    assert (binary.stat().st_mtime_ns, binary.read_bytes()) == before
+    assert src.read_text() == text
+    assert main(["asm", str(binary), "-o", str(tmp_path / "copy.bin")]) == 0
+    assert (tmp_path / "copy.bin").read_bytes() == before[1]
+
+
 def test_asm_error_names_file_line_column(tmp_path, capsys):
     src = tmp_path / "bad.s"
     src.write_text(".config tiny\nfinish\ngemm uop=0:1 iter=1,1 wgt=1,0\n")

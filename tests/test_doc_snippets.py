@@ -141,6 +141,37 @@ def test_shell_session_runs_as_written(where: str, lines: list[str], tmp_path: P
         assert code == 0, f"{where}: `{line}` exit {code}: {capsys.readouterr().err}"
 
 
+#: Python blocks that start with this comment run as written on the files `tensorfab
+#: samples` writes.
+ON_SAMPLES = "# in a folder where `tensorfab samples` wrote"
+SAMPLE_SCRIPTS = [(where, body) for where, body in _snippets({"python"})
+                  if body.startswith(ON_SAMPLES)]
+
+
+def test_the_docs_have_sample_scripts() -> None:
+    assert "docs/graph.md" in {w.split(":")[0] for w, _ in SAMPLE_SCRIPTS}
+
+
+@pytest.mark.parametrize(("where", "text"), SAMPLE_SCRIPTS, ids=[w for w, _ in SAMPLE_SCRIPTS])
+def test_python_snippet_runs_on_the_samples(where: str, text: str, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block runs in a folder of `tensorfab samples`' files, and uses every name it
+    imports (docs/graph.md's first block imported accel and CPU for nothing and fed
+    {"x": x}, an input the samples' model does not have, from a variable never set)."""
+    import ast
+
+    from tensorfab.cli import main
+
+    tree = ast.parse(text, where)
+    imported = {(a.asname or a.name).split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import | ast.ImportFrom) for a in node.names}
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    assert not imported - used, f"{where}: imported and not used: {imported - used}"
+    monkeypatch.chdir(tmp_path)
+    assert main(["samples"]) == 0
+    exec(compile(tree, where, "exec"), {"__name__": "__doc_snippet__"})
+
+
 #: Pages that describe what is, for users: how figures were reached belongs to the
 #: commit messages.
 CURRENT_PAGES = ["docs/fpga.md", "docs/architecture.md", "docs/graph.md",

@@ -54,3 +54,27 @@ def test_embed_prints_norms_and_the_cosine_matrix(capsys) -> None:
     assert main(["embed", *texts]) == 0
     human = capsys.readouterr().out
     assert "norm 1.0000" in human and "cosine:" in human
+
+
+def test_embed_takes_the_token_of_a_served_device(capsys, monkeypatch) -> None:
+    """`embed --target tcp://... --token T` was an argparse error (embed had no --token)
+    and a missing token named the Python API's `token=...`; embed now opens its target
+    as run and sim do (model_cli.open_target), before any bucket compiles."""
+    from tensorfab.hil.server import DeviceServer
+
+    monkeypatch.delenv("TENSORFAB_TOKEN", raising=False)
+    how = "pass --token or set TENSORFAB_TOKEN (the server prints its token when it starts)"
+    with DeviceServer("fsim", token="right") as server:
+        capsys.readouterr()
+        assert main(["embed", "hi", "--target", server.address]) == 2
+        assert capsys.readouterr().err == f"error: {server.address}: no token: {how}\n"
+        assert main(["embed", "hi", "--target", server.address, "--token", "wrong"]) == 2
+        assert capsys.readouterr().err == (f"error: {server.address}: the server refused "
+                                           f"the connection: wrong token: {how}\n")
+        # the right token connects; the sentence is then refused (no bucket compiles)
+        assert main(["embed", "word " * 300, "--target", server.address, "--token",
+                     "right"]) == 2
+        assert "302 tokens" in capsys.readouterr().err
+    assert main(["embed", "hi", "--token", "x"]) == 2
+    assert "--token applies to tcp://, tracker://, socket:// targets, not 'fsim'" in (
+        capsys.readouterr().err)

@@ -286,3 +286,76 @@ def test_interrupted_run_writes_its_trace(files, capsys, monkeypatch) -> None:
     assert sum(e["cat"] == "accel" for e in layers) == 2
     engines = [e for e in events if e["ph"] == "X" and e["pid"] != events[0]["pid"]]
     assert {e["args"]["layer"] for e in engines} == {calls[1]}
+
+
+def _save(model: onnx.ModelProto, path: Path) -> Path:
+    onnx.save(model, str(path))
+    return path
+
+
+def test_run_time_kernel_error_names_the_onnx_node(tmp_path, capsys) -> None:
+    """A kernel's error at run time named only the kernel ('take: index 7 is out of
+    range ...'); the .tfm keeps the source node names and the VM puts the node first."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node("Gather", ["x", "idx"], ["y"], name="ga_idx", axis=0)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        initializer=[numpy_helper.from_array(np.array([7], np.int64), "idx")])
+    path = _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
+                 tmp_path / "gather_idx.onnx")
+    np.save(tmp_path / "x.npy", np.zeros((2, 3), np.float32))
+    tfm = tmp_path / "g.tfm"
+    assert main(["compile", str(path), "-o", str(tfm)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(tfm), "--input", str(tmp_path / "x.npy")]) == 2
+    err = one_line_error(capsys, "node 'ga_idx' (take): index 7 is out of range for axis 0 "
+                         "of size 2 (indices run -2..1)")
+    assert err.count("ga_idx") == 1 and err.count("take") == 1
+
+
+def test_symbolic_dim_on_the_cpu_suggests_shape(tmp_path, capsys) -> None:
+    """A Conv over an input declared [None, 3, None, 8] compiled for the CPU said only
+    'height is the symbol 'x_d2'; it must be static'; it now suggests --shape as the
+    --config path does (one hint)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, None, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4, None, 6])],
+        initializer=[numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")])
+    path = _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
+                 tmp_path / "m.onnx")
+    out = str(tmp_path / "m.tfm")
+    hint = "pass --shape x=1,3,D2,8 (D2, D3, ... the sizes to run it at)"
+    capsys.readouterr()
+    assert main(["compile", str(path), "-o", out]) == 2
+    one_line_error(capsys, "m.onnx: node 'conv'", "height is the symbol 'x_d2'; it must be "
+                   f"static: {hint}")
+    assert main(["compile", str(path), "-o", out, "--config", "tiny"]) == 2
+    one_line_error(capsys, f"the accelerator needs fixed shapes: {hint}")
+    assert main(["compile", str(path), "-o", out, "--shape", "x=1,3,5,8"]) == 0
+
+
+def test_unsupported_input_type_names_the_file_on_both_paths(tmp_path, capsys) -> None:
+    """A BFLOAT16 input of symbolic dims: looking for symbolic inputs (for the --shape
+    hint on the CPU, the fixed-shape check with --config) raised the importer's type
+    error without the model's file or node; the error is from_onnx's, naming both."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="act")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [None, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [None, 4])])
+    path = _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]),
+                 tmp_path / "m.onnx")
+    out = str(tmp_path / "m.tfm")
+    words = (f"{path}: input 'x': element type BFLOAT16 is not supported",
+             "an input of node 'act'")
+    capsys.readouterr()
+    assert main(["compile", str(path), "-o", out]) == 2
+    one_line_error(capsys, *words)
+    assert main(["compile", str(path), "-o", out, "--config", "tiny"]) == 2
+    one_line_error(capsys, *words)

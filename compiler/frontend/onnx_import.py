@@ -41,7 +41,12 @@ def _load(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, 
     except FileNotFoundError:
         raise OnnxImportError(f"{where}: no such file") from None
     except Exception as e:  # onnx raises protobuf DecodeError and others
-        raise OnnxImportError(f"{where}: not a readable ONNX model: {e}") from None
+        raise OnnxImportError(f"{where}: not an ONNX model, or a damaged one (it does not "
+                              f"parse: {e})") from None
+    if not proto.ir_version and not proto.HasField("graph"):  # parsed from nothing
+        what = ("the file is empty (0 bytes)" if os.path.getsize(where) == 0
+                else "it holds no ir_version and no graph")
+        raise OnnxImportError(f"{where}: not an ONNX model: {what}")
     _load_external_data(proto, where)
     return proto, where
 
@@ -93,6 +98,9 @@ def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.Mode
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
         raise OnnxImportError(f"{where}: the onnx checker rejects the model: {e}") from None
+    if not proto.graph.output:  # the checker lets it through; nothing would be computed
+        raise OnnxImportError(f"{where}: the graph has no outputs; a model computes at "
+                              "least one (list it in graph.output)")
     opset = default_opset(proto, where)
     if opset < MIN_OPSET:
         try:
@@ -168,7 +176,9 @@ def symbolic_inputs(model: PreparedOnnx, input_shapes: dict[str, Sequence[int | 
                     | None = None) -> list[tuple[str, tuple[int | str, ...]]]:
     """``(name, shape)`` of each graph input of ``model`` with a symbolic dim that
     ``input_shapes`` does not fix (a ``dim_param``, no dim, or a negative ``dim_value``);
-    inputs that are not tensors are left to :func:`from_onnx` to name."""
+    inputs that are not tensors, or of an element type the importer refuses, are left to
+    :func:`from_onnx` to name (with the model's file and the node reading them), so this
+    raises no error of its own."""
     fixed = input_shapes or {}
     graph = model.proto.graph
     inits = {i.name for i in graph.initializer}
@@ -177,7 +187,10 @@ def symbolic_inputs(model: PreparedOnnx, input_shapes: dict[str, Sequence[int | 
         if value.name in inits or value.name in fixed or \
                 value.type.WhichOneof("value") != "tensor_type":
             continue
-        shape = _input_type(value, None).shape
+        try:
+            shape = _input_type(value, None).shape
+        except GraphError:  # e.g. element type BFLOAT16: from_onnx's error, with the file
+            continue
         if any(isinstance(d, str) for d in shape):
             out.append((value.name, tuple(shape)))
     return out

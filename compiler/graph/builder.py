@@ -20,7 +20,7 @@ import numpy as np
 
 from .device import VirtualDevice
 from .infer import infer_types
-from .ir import Call, Constant, Expr, Function, Let, Tuple, TupleGetItem, Var
+from .ir import Call, Constant, Expr, Function, Let, Tuple, TupleGetItem, Var, check_closed
 from .ops import OPS
 from .types import Dim, TensorType, Type
 
@@ -30,7 +30,7 @@ __all__ = ["call", "const", "function", "let", "tuple_", "tuple_item", "var"]
 def var(name: str, shape: Sequence[Dim] | Type, dtype: str = "float32",
         device: VirtualDevice | None = None) -> Var:
     """A variable of ``TensorType(shape, dtype)`` (or of the type given as ``shape``)."""
-    t = shape if isinstance(shape, Type) else TensorType(tuple(shape), dtype)
+    t = shape if isinstance(shape, Type) else TensorType(shape, dtype)  # checked there
     return Var(name, t, device)
 
 
@@ -73,9 +73,10 @@ def let(v: Var, value: Any, body: Callable[[Var], Expr] | Expr) -> Let:
 def function(params: Sequence[Var], body: Any, *,
              result_device: VirtualDevice | None = None, check: bool = True) -> Function:
     """A function of ``params`` returning ``body``; with ``check`` its types are inferred
-    (and errors raised) at once."""
+    and every variable it uses checked to be bound (errors raised) at once."""
     f = Function(tuple(params), as_expr(body), None, result_device)
     if check:
+        check_closed(f)
         infer_types(f)
     return f
 

@@ -239,6 +239,29 @@ def post_order(expr: Expr) -> Iterator[Expr]:
                 stack.append((child, False))
 
 
+def free_vars(expr: Expr) -> list[Var]:
+    """The variables ``expr`` uses without binding them (as a function's parameter or a
+    let's variable), in post order."""
+    nodes = list(post_order(expr))
+    bound = {id(p) for n in nodes if isinstance(n, Function) for p in n.params}
+    bound |= {id(n.var) for n in nodes if isinstance(n, Let)}
+    return [n for n in nodes if isinstance(n, Var) and id(n) not in bound]
+
+
+def free_variable_error(var: Var, error: type[GraphError] = GraphError) -> GraphError:
+    """The error for ``var`` used in a function that does not bind it."""
+    return error(f"variable %{var.name} is free in the function; list it in the "
+                 "function's parameters or bind it with a let")
+
+
+def check_closed(fn: Function) -> None:
+    """Raise :func:`free_variable_error` for the first variable ``fn`` uses without
+    binding it."""
+    free = free_vars(fn)
+    if free:
+        raise free_variable_error(free[0])
+
+
 def structural_equal(a: Expr, b: Expr, *, compare_devices: bool = True) -> bool:
     """True when ``a`` and ``b`` are the same program up to renaming of bound variables.
 

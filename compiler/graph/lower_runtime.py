@@ -12,7 +12,17 @@ from tensorfab.runtime.interpreter import GraphProgram, InputSpec, Node, run_pro
 
 from .device import VirtualDevice
 from .infer import infer_types
-from .ir import Call, Constant, Function, Let, Tuple, TupleGetItem, Var, post_order
+from .ir import (
+    Call,
+    Constant,
+    Function,
+    Let,
+    Tuple,
+    TupleGetItem,
+    Var,
+    free_variable_error,
+    post_order,
+)
 from .types import GraphError, TensorType
 
 
@@ -72,7 +82,7 @@ def lower_to_runtime(fn: Function, constant_slots: dict[int, int] | None = None
             slot_of[id(e)] = slot_of[id(e.body)]
         elif isinstance(e, Var):
             if id(e) not in let_value:
-                raise GraphError(f"variable %{e.name} is free in the function")
+                raise free_variable_error(e)
             slot_of[id(e)] = slot_of[id(let_value[id(e)])]
         elif isinstance(e, Function):
             raise GraphError("a nested function cannot be lowered to the interpreter")

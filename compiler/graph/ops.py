@@ -94,16 +94,20 @@ def normalize_attrs(op: OpDef, attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_arity(op: OpDef, n: int) -> None:
-    """Raise unless ``n`` arguments suit ``op``."""
+    """Raise unless ``n`` arguments suit ``op``; too many for an op with attributes,
+    the message names them: they go by keyword (``reshape(x, newshape=(7, 7))``)."""
     want = op.num_args
     if want is None:
-        ok, text = n >= 1, "at least 1"
+        ok, most, text = n >= 1, None, "at least 1"
     elif isinstance(want, tuple):
-        ok, text = want[0] <= n <= want[1], f"{want[0]} to {want[1]}"
+        ok, most, text = want[0] <= n <= want[1], want[1], f"{want[0]} to {want[1]}"
     else:
-        ok, text = n == want, str(want)
+        ok, most, text = n == want, want, str(want)
     if not ok:
-        raise GraphError(f"{op.name} takes {text} arguments, got {n}")
+        attrs = (f"; attributes go by keyword: {', '.join(f'{k}=' for k in op.attrs)}"
+                 if op.attrs and most is not None and n > most else "")
+        plural = "" if text in ("1", "at least 1") else "s"
+        raise GraphError(f"{op.name} takes {text} argument{plural}, got {n}{attrs}")
 
 
 # ----------------------------------------------------------------------------- helpers

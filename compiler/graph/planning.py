@@ -31,7 +31,18 @@ from dataclasses import dataclass
 
 from .device import CPU, VirtualDevice
 from .infer import infer_types
-from .ir import Call, Constant, Expr, Function, Let, Tuple, TupleGetItem, Var, post_order
+from .ir import (
+    Call,
+    Constant,
+    Expr,
+    Function,
+    Let,
+    Tuple,
+    TupleGetItem,
+    Var,
+    free_variable_error,
+    post_order,
+)
 from .types import GraphError
 
 
@@ -283,7 +294,7 @@ class _Planner:
             if isinstance(e, Var):
                 let = self.let_of_var.get(k)
                 if let is None:
-                    raise DevicePlanningError(f"variable %{e.name} is free in the function")
+                    raise free_variable_error(e, DevicePlanningError)
                 if _is_source(let.value):
                     dev = e.virtual_device or self.source_device(let.value, new) \
                         or dev_of(id(let))

@@ -7,6 +7,7 @@ the name appears), and a dtype name from :data:`DTYPES`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,6 +77,10 @@ class TensorType(Type):
     dtype: str
 
     def __post_init__(self) -> None:
+        if isinstance(self.shape, str) or not isinstance(self.shape, Iterable):
+            # a str would be one symbolic dim per character
+            raise GraphError(f"shape {self.shape!r} is not a sequence of dims; give a tuple "
+                             f"of ints and symbol names, e.g. ({self.shape!r},) for one dim")
         object.__setattr__(self, "shape", tuple(self.shape))
         for d in self.shape:
             if isinstance(d, bool) or not isinstance(d, int | str):

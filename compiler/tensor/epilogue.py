@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,6 +81,11 @@ class Epilogue:
         Per output channel int32 factors of a fused residual (see above; needs
         ``rounding="single"``); the program gets an int8 input segment ``res`` of the
         output's shape.
+
+    Every integer field (the scalars, the pairs' and the tuples' elements) takes an
+    integer or a whole float (``3.0`` is 3) and is stored as an ``int``; a fraction, a
+    NaN, a bool or a string is a :class:`CompileError` naming the field
+    (``zero_point 2.5 is not an integer``), never truncated.
     """
 
     bias: bool = False
@@ -94,11 +100,13 @@ class Epilogue:
     residual: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("multiplier", "shift", "residual"):
+        for name in ("zero_point", "headroom"):
+            object.__setattr__(self, name, _whole(name, getattr(self, name)))
+        for name in ("requant", "clip", "multiplier", "shift", "residual"):
             v = getattr(self, name)
             if v is not None:
-                object.__setattr__(self, name,
-                                   tuple(int(x) for x in np.asarray(v).reshape(-1)))
+                object.__setattr__(self, name, tuple(
+                    _whole(f"{name}[{i}]", x) for i, x in enumerate(np.asarray(v).reshape(-1))))
         self._check_per_channel()
         if self.requant is not None:
             mult, shift = self.requant
@@ -329,6 +337,18 @@ class Epilogue:
         if self.residual is not None:
             parts.append("residual")
         return "+".join(parts) or "none"
+
+
+def _whole(name: str, value: object) -> int:
+    """``value`` as an ``int``: an integer (Python or numpy, not a bool) or a float with
+    no fraction; anything else raises :class:`CompileError` naming field ``name``."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float | np.floating) and math.isfinite(value) \
+            and float(value).is_integer():
+        return int(value)
+    shown = value.item() if isinstance(value, np.generic) else value  # 2.5, not np.float64(2.5)
+    raise CompileError(f"{name} {shown!r} is not an integer")
 
 
 __all__ = ["Epilogue"]

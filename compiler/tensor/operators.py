@@ -18,7 +18,7 @@ from tensorfab.isa import HwConfig, Program
 from tensorfab.isa.layout import pack_activation, pack_bias_for, pack_weight, unpack_output
 
 from .epilogue import Epilogue
-from .errors import CompileError
+from .errors import CompileError, integers
 from .lower import lower
 from .schedule import Schedule
 from .schedule_source import ScheduleSource
@@ -115,35 +115,15 @@ def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedul
 
 
 def _int8(name: str, a: np.ndarray) -> np.ndarray:
-    """``a`` as int8 (:func:`_integers`)."""
-    return _integers(name, a, np.int8)
-
-
-def _integers(name: str, a: np.ndarray, dtype: type[np.integer]) -> np.ndarray:
-    """``a`` as ``dtype``: integer values in its range of an integer, boolean-free or
-    float array (a float with a fraction, NaN or infinity is an error, not truncated)."""
-    a = np.asarray(a)
-    kind = np.dtype(dtype).name
-    if a.dtype.kind not in "iuf":
-        raise CompileError(f"{name} has dtype {a.dtype}; {kind} operands need integer "
-                           "values")
-    if a.dtype.kind == "f" and a.size:
-        bad = np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))
-        if bad.size:
-            at = np.unravel_index(bad[0], a.shape)
-            raise CompileError(f"{name}[{', '.join(map(str, at))}] = {a[at]!r} is not an "
-                               f"integer ({bad.size} such values); quantize floats first")
-    info = np.iinfo(dtype)
-    if a.size and (a.min() < info.min or a.max() > info.max):
-        raise CompileError(f"{name} has values outside the {kind} range")
-    return a.astype(dtype)
+    """``a`` as int8 (:func:`~.errors.integers`)."""
+    return integers(name, a, np.int8)
 
 
 def _bias(bias: np.ndarray | None, out_channels: int, groups: int, cfg: HwConfig
           ) -> np.ndarray | None:
     if bias is None:
         return None
-    b = _integers("bias", bias, np.int32)
+    b = integers("bias", bias, np.int32)
     if b.shape == (out_channels,):
         b = np.broadcast_to(b, (groups, out_channels))
     if b.shape != (groups, out_channels):

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from .errors import CompileError
+from .errors import CompileError, integers
 
 #: Requantization arithmetics: ``"double"`` (TFLite: MULHI rounds, then the rounding
 #: shift) and ``"single"`` (REQUANT: the exact product rounded once).
@@ -97,17 +97,19 @@ def fold_input_zero_point(bias: np.ndarray | None, weights: np.ndarray,
 
     Raises
     ------
-    ValueError
-        A zero point outside -128..127, or a bias of the wrong shape.
+    CompileError
+        A zero point that is not an integer in -128..127, weights or a bias that are
+        not integers of their type (floats are not truncated: :func:`~.errors.integers`),
+        a bias of the wrong shape.
     """
-    if not -128 <= int(input_zero_point) <= 127:
-        raise CompileError(f"input zero point {input_zero_point} outside -128..127")
-    w = np.asarray(weights, dtype=np.int64)
+    zx = int(integers("input zero point", input_zero_point, np.int8))
+    w = integers("weights", weights, np.int8).astype(np.int64)
     o = w.shape[0]
-    b = np.zeros(o, dtype=np.int64) if bias is None else np.asarray(bias, dtype=np.int64)
+    b = (np.zeros(o, dtype=np.int64) if bias is None
+         else integers("bias", bias, np.int32).astype(np.int64))
     if b.shape != (o,):
         raise CompileError(f"bias has shape {b.shape}, expected ({o},)")
-    return b - int(input_zero_point) * w.reshape(o, -1).sum(axis=1)
+    return b - zx * w.reshape(o, -1).sum(axis=1)
 
 
 __all__ = ["MAX_EXPONENT", "MIN_EXPONENT", "ROUNDINGS", "fold_input_zero_point",

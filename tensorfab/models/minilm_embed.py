@@ -281,6 +281,10 @@ class MiniLmEmbedder:
         The bucket cache (default :func:`cache_dir`).
     layers : int
         Encoder layers (6; fewer for tests).
+    device : Device, optional
+        The device, already open (the command line's
+        :func:`~tensorfab.model_cli.open_target`, with its token); None: ``target``
+        opened (:func:`~tensorfab.sim.get_device`) when the first sentence runs.
     """
 
     target: str = "fsim"
@@ -290,7 +294,7 @@ class MiniLmEmbedder:
     layers: int = LAYERS
     buckets: dict[int, Bucket] = field(default_factory=dict)
     _loaded: dict[int, Any] = field(default_factory=dict)
-    _device: Any = None
+    device: Any = None
 
     def bucket(self, seq: int) -> Bucket:
         """The compiled bucket of ``seq`` tokens (compiled or loaded once)."""
@@ -303,10 +307,10 @@ class MiniLmEmbedder:
         from tensorfab.runtime.resident import ResidentModel
         from tensorfab.sim import get_device
 
-        if self._device is None:
-            self._device = get_device(self.target)
+        if self.device is None:
+            self.device = get_device(self.target)
         if seq not in self._loaded:  # the stored executable, futures on
-            self._loaded[seq] = ResidentModel(self.bucket(seq).program, self._device,
+            self._loaded[seq] = ResidentModel(self.bucket(seq).program, self.device,
                                               futures=True)
         return self._loaded[seq]
 
@@ -330,7 +334,7 @@ class MiniLmEmbedder:
         from tensorfab.runtime.profiling import profile_program
 
         tokens, seq, model, feeds = self._sentence(text, bucket)
-        profile = profile_program(model.program, feeds, self._device, resident=model)
+        profile = profile_program(model.program, feeds, self.device, resident=model)
         accel = [r for r in profile.layers if r.device == "accel"]
         cpu_macs = sum(_matmul_macs(r.in_shapes) for r in profile.layers
                        if r.device == "cpu" and r.op == "matmul")

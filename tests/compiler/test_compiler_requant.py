@@ -55,6 +55,52 @@ def test_epilogue_per_channel_ops_and_errors() -> None:
         Epilogue(zero_point=200)
 
 
+def test_epilogue_refuses_what_is_not_an_integer() -> None:
+    """Epilogue(zero_point=2.5) was accepted and truncated (an ADD of 2.5 that the
+    encoder made 2; a multiplier of 2.5 became 2); every integer field now refuses a
+    fraction, naming the field, and a whole float still means its integer."""
+    from tensorfab.compiler import CompileError
+
+    for kw, message in [
+            (dict(zero_point=2.5), r"^zero_point 2\.5 is not an integer$"),
+            (dict(zero_point=float("nan")), r"^zero_point nan is not an integer$"),
+            (dict(zero_point=True), r"^zero_point True is not an integer$"),
+            (dict(headroom=np.float32(1.5)), r"^headroom 1\.5 is not an integer$"),
+            (dict(requant=(93.5, 14)), r"^requant\[0\] 93\.5 is not an integer$"),
+            (dict(clip=(0, 99.5)), r"^clip\[1\] 99\.5 is not an integer$"),
+            (dict(multiplier=(1 << 30, 2.5), shift=(-1, -1)),
+             r"^multiplier\[1\] 2\.5 is not an integer$")]:
+        with pytest.raises(CompileError, match=message):
+            Epilogue(**kw)
+    ep = Epilogue(requant=(np.int64(93), 14.0), zero_point=3.0)
+    assert ep.requant == (93, 14) and ep.zero_point == 3
+    assert all(type(v) is int for v in (*ep.requant, ep.zero_point))
+    assert ep.alu_ops() == [(AluOp.MUL, 93), (AluOp.SHR_RND, 14), (AluOp.ADD, 3),
+                            (AluOp.CLIP, 127)]
+
+
+def test_fold_input_zero_point_refuses_what_is_not_an_integer() -> None:
+    """A float zero point was truncated (2.5 folded as 2: a silently wrong bias), and so
+    were float weights and biases; each is refused now, as the operators refuse them
+    (one check), and a whole float still means its integer."""
+    from tensorfab.compiler import CompileError
+
+    w, bias = np.ones((2, 3), np.int8), np.array([10, 20], np.int32)
+    with pytest.raises(CompileError, match=r"^input zero point = 2\.5 is not an integer"):
+        fold_input_zero_point(bias, w, 2.5)
+    with pytest.raises(CompileError, match=r"input zero point = nan is not an integer"):
+        fold_input_zero_point(bias, w, float("nan"))
+    with pytest.raises(CompileError, match=r"input zero point = 300 is outside the int8 "
+                                           r"range -128\.\.127"):
+        fold_input_zero_point(bias, w, 300)
+    with pytest.raises(CompileError, match=r"bias\[1\] = 0\.9 is not an integer"):
+        fold_input_zero_point(np.array([1.0, 0.9]), w, 2)
+    with pytest.raises(CompileError, match=r"weights\[0, 1\] = 0\.5 is not an integer"):
+        fold_input_zero_point(bias, np.array([[1, 0.5, 1], [1, 1, 1]]), 2)
+    np.testing.assert_array_equal(fold_input_zero_point(bias, w, 2.0), [4, 14])
+    np.testing.assert_array_equal(fold_input_zero_point(bias, w, np.int8(-2)), [16, 26])
+
+
 def tflite_conv(x, w, bias, zx, zy, scales, stride, padding, relu):
     """TFLite's integer conv2d: Σ (x - zx)·w + bias (padding is zx, i.e. real zero),
     then MultiplyByQuantizedMultiplier per channel, + zy, clamp (ReLU: at zy)."""

@@ -267,7 +267,12 @@ def test_sim_takes_the_token_of_a_served_device(serve, tmp_path, capsys,
                  "--json"]) == 0
     assert '"device": "fsim"' in capsys.readouterr().out
     assert main(["sim", str(prog), "--target", server.address, "--token", "wrong"]) == 2
-    assert "wrong token" in capsys.readouterr().err
+    # a refused token names --token too (it was 'tcp://...: AuthenticationError: wrong
+    # token', a RemoteError)
+    assert capsys.readouterr().err == (f"error: {server.address}: the server refused the "
+                                       "connection: wrong token: pass --token or set "
+                                       "TENSORFAB_TOKEN (the server prints its token when "
+                                       "it starts)\n")
     # no token: the command line names its option, the Python API token= (above)
     assert main(["sim", str(prog), "--target", server.address]) == 2
     assert capsys.readouterr().err == (f"error: {server.address}: no token: pass --token or "

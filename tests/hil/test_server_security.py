@@ -9,7 +9,7 @@ import time
 import pytest
 from conftest import TEST_HELLO_TIMEOUT, TEST_MAX_MESSAGE
 
-from tensorfab.hil.errors import HilError, RemoteError
+from tensorfab.hil.errors import HilError, RemoteError, TokenError
 from tensorfab.hil.remote import RemoteDevice
 from tensorfab.hil.server import DeviceServer
 from tensorfab.hil.tracker import Tracker
@@ -24,10 +24,17 @@ def still_serves(server, program) -> None:
 
 def test_a_wrong_token_gets_an_error_and_the_connection_closed(serve, program,
                                                                raw_client) -> None:
+    """The client reported the refusal as a RemoteError ('tcp://...: AuthenticationError:
+    wrong token'), which said nothing of how to give the token; it is a TokenError now,
+    as a board's refusal on socket:// is."""
     server = serve("fsim")
-    with pytest.raises(RemoteError, match=f"{server.address}: AuthenticationError: wrong "
-                                          "token"):
+    with pytest.raises(TokenError) as refused:
         RemoteDevice(server.address, token=server.token + "x")
+    assert str(refused.value) == (f"{server.address}: the server refused the connection: "
+                                  "wrong token: pass token=... or set TENSORFAB_TOKEN (the "
+                                  "server prints its token when it starts)")
+    assert refused.value.address == server.address
+    assert not isinstance(refused.value, RemoteError)
     raw = raw_client(server.port)
     reply = raw.hello("")
     assert reply == {"type": "error", "error": "AuthenticationError", "message": "wrong token"}

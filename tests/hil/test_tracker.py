@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tensorfab.hil.errors import RemoteError
+from tensorfab.hil.errors import RemoteError, TokenError
 from tensorfab.hil.remote import RemoteDevice
 from tensorfab.hil.tracker import Tracker, TrackerRegistration
 from tensorfab.isa.device import open_device
@@ -71,7 +71,7 @@ def test_a_kind_nobody_serves_and_a_wrong_token_are_errors(tracker, two_servers)
                                           r"\(0 registered\)"):
         RemoteDevice(f"tracker://127.0.0.1:{tracker.port}/ulx3s", token=TOKEN,
                      acquire_timeout=0.1)
-    with pytest.raises(RemoteError, match="AuthenticationError: wrong token"):
+    with pytest.raises(TokenError, match="the server refused the connection: wrong token"):
         RemoteDevice(f"tracker://127.0.0.1:{tracker.port}/fsim", token="nope")
     with pytest.raises(Exception, match="name the kind of device"):
         RemoteDevice(f"tracker://127.0.0.1:{tracker.port}", token=TOKEN)

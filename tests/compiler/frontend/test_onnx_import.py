@@ -3,6 +3,7 @@ opsets, the text form and planning of imported graphs, and the errors."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -189,6 +190,51 @@ def test_malformed_model_gives_checker_message_and_file(tmp_path: Path) -> None:
         from_onnx(tmp_path / "junk.onnx")
 
 
+def test_model_without_outputs_is_refused_naming_the_file(tmp_path: Path, capsys) -> None:
+    """A graph with no outputs passed the checker and imported as `%0 = ();` (and
+    compiled to a model computing nothing); it is refused at import now."""
+    from tensorfab.cli import main
+
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], []),
+        opset_imports=[helper.make_opsetid("", 13)])
+    path = tmp_path / "noout.onnx"
+    onnx.save(model, path)
+    onnx.checker.check_model(onnx.load(path))  # the checker accepts it
+    with pytest.raises(OnnxImportError, match=rf"^{re.escape(str(path))}: the graph has "
+                                              r"no outputs"):
+        from_onnx(path)
+    capsys.readouterr()
+    assert main(["compile", str(path), "-o", str(tmp_path / "noout.tfm")]) == 2
+    assert capsys.readouterr().err == (f"error: {path}: the graph has no outputs; a model "
+                                       "computes at least one (list it in graph.output)\n")
+    assert not (tmp_path / "noout.tfm").exists()
+
+
+def test_empty_or_non_protobuf_file_is_not_an_onnx_model(tmp_path: Path, capsys) -> None:
+    """A 0-byte .onnx said 'the onnx checker rejects the model: The model does not have
+    an ir_version set properly.', a text file 'not a readable ONNX model: Error parsing
+    message ...'; each now says what the file is."""
+    from tensorfab.cli import main
+
+    cases = {"empty.onnx": (b"", "not an ONNX model: the file is empty (0 bytes)"),
+             "text.onnx": (b"hello, this is not protobuf\n",
+                           "not an ONNX model, or a damaged one (it does not parse: "),
+             # bytes that parse as a protobuf message of unknown fields only
+             "other.onnx": (b"\x50\x01", "not an ONNX model: it holds no ir_version and "
+                                         "no graph")}
+    for name, (data, words) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(OnnxImportError, match=re.escape(f"{path}: {words}")):
+            from_onnx(path)
+        capsys.readouterr()
+        assert main(["inspect", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {path}: {words}") and "checker" not in err, err
+
+
 def test_too_new_opset_is_refused() -> None:
     model = single_op_model("Relu", [("x", np.zeros(2, np.float32))])
     model.opset_import[0].version = MAX_OPSET + 1
@@ -221,13 +267,15 @@ def test_attribute_out_of_range_that_onnx_lets_through_names_the_node() -> None:
 
 def test_gather_index_out_of_range_is_a_kernel_error() -> None:
     """ONNX lets a constant Gather index past the axis through; running it is a one-line
-    KernelError naming the index and the axis, not numpy's IndexError."""
+    KernelError naming the ONNX node, the index and the axis, not numpy's IndexError
+    (the node was not named: 'take: index 7 ...')."""
     gather = single_op_model("Gather", [("x", np.zeros((2, 3), np.float32)),
                                         ("i", np.array([1, 7], np.int64))],
                              constant=("i",))
     f = from_onnx(gather)
-    with pytest.raises(KernelError, match=r"take: index 7 is out of range for axis 0 of "
-                                          r"size 2 \(indices run -2\.\.1\)"):
+    with pytest.raises(KernelError, match=r"^node 'the_Gather' \(take\): index 7 is out of "
+                                          r"range for axis 0 of size 2 \(indices run "
+                                          r"-2\.\.1\)$"):
         evaluate(f, [np.ones((2, 3), np.float32)])
 
 

@@ -146,8 +146,18 @@ def test_construction_errors() -> None:
     x = gb.var("x", (2,))
     with pytest.raises(GraphError, match=r"unknown operator 'nn\.bogus'; known: .*add"):
         Call("nn.bogus", [x])
-    with pytest.raises(GraphError, match="relu takes 1 arguments, got 2"):
+    with pytest.raises(GraphError, match=r"^relu takes 1 argument, got 2$"):
         Call("relu", [x, x])
+    # an attribute given by position: the message names the op's attributes (it said
+    # only 'reshape takes 1 arguments, got 2')
+    with pytest.raises(GraphError, match=r"^reshape takes 1 argument, got 2; attributes go "
+                                         r"by keyword: newshape=$"):
+        gb.reshape(gb.var("y", (1, 49)), (7, 7))
+    with pytest.raises(GraphError, match=r"^nn\.conv2d takes 2 arguments, got 3; attributes "
+                                         r"go by keyword: strides=, padding=, dilation="):
+        gb.conv2d(x, x, (1, 1))
+    with pytest.raises(GraphError, match=r"^add takes 2 arguments, got 1$"):
+        gb.add(x)
     with pytest.raises(GraphError, match=r"unknown attributes \['alpha'\]"):
         gb.relu(x, alpha=1.0)
     with pytest.raises(GraphError, match="'pool_size' is required"):
@@ -159,6 +169,45 @@ def test_construction_errors() -> None:
     with pytest.raises(GraphError, match="an accel device needs its HwConfig name"):
         accel("")
     assert issubclass(GraphError, TensorfabError)
+
+
+def test_a_str_shape_is_refused() -> None:
+    """gb.var("x", "abc") made a tensor of the symbolic dims (a, b, c), one per letter;
+    a shape that is a str (or no sequence at all) is refused."""
+    with pytest.raises(GraphError, match=r"^shape 'abc' is not a sequence of dims; give a "
+                                         r"tuple of ints and symbol names, e\.g\. \('abc',\) "
+                                         r"for one dim$"):
+        gb.var("x", "abc")
+    with pytest.raises(GraphError, match=r"^shape 'n' is not a sequence of dims"):
+        TensorType("n", "float32")
+    with pytest.raises(GraphError, match=r"^shape 5 is not a sequence of dims"):
+        gb.var("x", 5)
+    assert gb.var("x", ["n", 3]).type_annotation == TensorType(("n", 3), "float32")
+
+
+def test_a_free_variable_is_refused_when_the_function_is_built() -> None:
+    """gb.function([], gb.relu(x)) was accepted; 'variable %x is free in the function'
+    came only when it ran (evaluate). It comes when the function is built now (with
+    check=False, where it runs or is planned: the same message)."""
+    from tensorfab.compiler.graph.lower_runtime import evaluate
+    from tensorfab.compiler.graph.planning import DevicePlanningError, plan_devices
+
+    x = gb.var("x", (2,))
+    message = (r"^variable %x is free in the function; list it in the function's "
+               r"parameters or bind it with a let$")
+    with pytest.raises(GraphError, match=message):
+        gb.function([], gb.relu(x))
+    with pytest.raises(GraphError, match=message):
+        gb.function([y := gb.var("y", (2,))], gb.add(y, x))
+    unchecked = gb.function([], gb.relu(x), check=False)
+    with pytest.raises(GraphError, match=message):
+        evaluate(unchecked, [])
+    with pytest.raises(DevicePlanningError, match=message):
+        plan_devices(unchecked)
+    v = gb.var("v", (2,))  # bound by a let: not free
+    f = gb.function([x], gb.let(v, gb.relu(x), lambda v: gb.negative(v)))
+    np.testing.assert_array_equal(evaluate(f, [np.array([-1.0, 2.0], np.float32)]),
+                                  [0.0, -2.0])
 
 
 def test_let_annotation_checked() -> None:
