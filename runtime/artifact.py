@@ -81,6 +81,29 @@ def _check_graph(graph: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     for slot in graph["constants"]:
         if f"c{slot}" not in arrays:
             raise ProgramFormatError(f"constant slot {slot!r} is not in constants.npz")
+    _check_value_types(graph.get("value_types", {}))
+
+
+def _check_value_types(types: Any) -> None:
+    """Refuse a ``value_types`` that is not ``{"slot": [shape, dtype]}``, naming the
+    entry.
+
+    Raises
+    ------
+    ProgramFormatError
+    """
+    if not isinstance(types, dict):
+        raise ProgramFormatError(f"value_types = {types!r} is not a JSON object")
+    for key, entry in types.items():
+        at = f"value_types[{key!r}]"
+        if not key.lstrip("-").isdigit():
+            raise ProgramFormatError(f"{at}: the key is not a slot number")
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)
+                and isinstance(entry[1], str)):
+            raise ProgramFormatError(f"{at} = {entry!r} is not [shape, dtype] (a list of "
+                                     "dims and a dtype name)")
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in entry[0]):
+            raise ProgramFormatError(f"{at}: shape {entry[0]!r} is not a list of integers")
 
 
 def _tuples(v: Any) -> Any:

@@ -164,6 +164,15 @@ def test_graph_keys_missing_or_of_another_type_are_named(files, capsys) -> None:
         (lambda g: g.pop("nodes"), "malformed graph: missing key 'nodes'"),
         (lambda g: g["constants"].append(9999),
          "malformed graph: constant slot 9999 is not in constants.npz"),
+        # value_types was read by unpacking: a bare TypeError's text before
+        (lambda g: g.update(value_types={"3": 5}),
+         "malformed graph: value_types['3'] = 5 is not [shape, dtype]"),
+        (lambda g: g.update(value_types={"x": [[1], "int8"]}),
+         "malformed graph: value_types['x']: the key is not a slot number"),
+        (lambda g: g.update(value_types={"3": [["a"], "int8"]}),
+         "malformed graph: value_types['3']: shape ['a'] is not a list of integers"),
+        (lambda g: g.update(value_types=[]), "malformed graph: value_types = [] is not a "
+                                             "JSON object"),
     ]
     for n, (edit, words) in enumerate(cases):
         g = json.loads(json.dumps(graph))
