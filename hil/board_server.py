@@ -50,7 +50,8 @@ class BoardServer:
     faults : LinkFaults, optional
         Faults injected into both directions.
     hello_timeout : float
-        Seconds a TCP client has to send its token line.
+        Seconds a TCP client has to send its token line; one that sends none is told
+        so (a ``REFUSED`` line) and disconnected.
 
     Raises
     ------
@@ -210,6 +211,9 @@ class BoardServer:
             if now > deadline:
                 del self._pending[conn]
                 self.refused += 1
+                with contextlib.suppress(OSError):
+                    conn.sendall(REFUSED + f"no token line within {self.hello_timeout:g} s "
+                                 "(send 'TOKEN <token>' and a newline first)\n".encode())
                 conn.close()
 
     def _to_uart(self, data: bytes) -> None:

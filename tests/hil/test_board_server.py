@@ -123,7 +123,11 @@ def test_silent_client_is_dropped_and_a_second_client_refused(board: VirtualBoar
     with BoardServer(board, pty=False, token="t", hello_timeout=0.3) as server:
         silent = socket.create_connection(("127.0.0.1", server.port))
         time.sleep(0.8)
-        assert silent.recv(10) == b""  # closed by the server
+        # told why, then closed by the server (it was closed without a word)
+        assert silent.recv(200) == (b"REFUSED: no token line within 0.3 s (send 'TOKEN "
+                                    b"<token>' and a newline first)\n")
+        assert silent.recv(10) == b""
+        silent.close()
         dev = open_device(server.address, token="t", timeout=2.0)
         with socket.create_connection(("127.0.0.1", server.port)) as s:
             s.sendall(b"TOKEN t\n")
