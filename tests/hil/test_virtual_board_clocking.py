@@ -118,13 +118,14 @@ def test_soc_gates_tick_at_every_reset_of_the_core() -> None:
         assert inner.instance == f"soc.{gate.instance}" and inner.core_instance == "soc.core"
         assert ("/core_reset" in inner.enable) == ("/rst" in gate.enable)
         assert set(gate.enable) <= set(inner.enable)
-    assert {n for n, g in gates.items() if "/core_reset" in g.enable} == {"store", "fetch"}
+    assert {n for n, g in gates.items() if "/core_reset" in g.enable} == {"alu", "store",
+                                                                          "fetch"}
 
 
 def test_a_gate_enable_reading_an_input_is_refused(monkeypatch) -> None:
-    """With the reset not registered, the store engine's and fetch's enables read an
-    input of the SoC (``rst``): the harness would need them before the edge, so the
-    build refuses (after Verilator, before any compile)."""
+    """With the reset not registered, the ALU's, the store engine's and fetch's enables
+    read an input of the SoC (``rst``): the harness would need them before the edge, so
+    the build refuses (after Verilator, before any compile)."""
     from tensorfab.hil import virtual
 
     clocking = soc_clocking(SPEC)
@@ -132,6 +133,6 @@ def test_a_gate_enable_reading_an_input_is_refused(monkeypatch) -> None:
     unregistered = TopClocking(clocking.instance, (), clocking.sampled, SOC_CORE,
                                clocking.gates)
     monkeypatch.setattr(virtual, "soc_clocking", lambda spec, **_: unregistered)
-    with pytest.raises(HarnessBuildError, match=r"clock gate enable\(s\) en_fetch, en_store "
-                       "depend on an input"):
+    with pytest.raises(HarnessBuildError, match=r"clock gate enable\(s\) en_alu, en_fetch, "
+                       "en_store depend on an input"):
         virtual.build_soc(SPEC)
