@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -296,6 +297,14 @@ def test_build_key_is_the_elaborated_verilog() -> None:
     assert changed != text
     assert rtl_build.harness_key(TINY, changed) != key
     assert rtl_build.harness_key(TINY, text, pgo=False) != key
+    # the same design elaborated from another checkout, or after an edit that only
+    # moves lines (its source-location attributes differ): the same build
+    assert '(* src = "' in text
+    moved = re.sub(r'\(\* src = "([^"]*):(\d+)" \*\)',
+                   lambda m: f'(* src = "/elsewhere/{m.group(1)}:{int(m.group(2)) + 3}" *)',
+                   text)
+    assert moved != text
+    assert rtl_build.harness_key(TINY, moved) == key
 
 
 def test_config_header_is_derived_from_the_declarations() -> None:
