@@ -24,8 +24,21 @@ from typing import Any
 
 from tensorfab.hw.verilog import LINT_WAIVERS, verilator_binary, verilator_env
 
-__all__ = ["VERILATOR_WAIVERS", "cached_build", "file_lock", "relevant_log", "verilator_cache",
-           "verilator_env", "verilator_root", "verilator_version"]
+__all__ = ["SOURCE_LOCATION", "VERILATOR_WAIVERS", "cached_build", "design_key_text",
+           "file_lock", "relevant_log", "verilator_cache", "verilator_env", "verilator_root",
+           "verilator_version"]
+
+#: Amaranth's source-location attributes in the Verilog (the file and line each signal
+#: was made at), which Verilator ignores.
+SOURCE_LOCATION = re.compile(r'\(\* src = "[^"]*" \*\)')
+
+
+def design_key_text(verilog: str) -> str:
+    """``verilog`` as a build's cache key sees it: without its source-location
+    attributes (:data:`SOURCE_LOCATION`), so that an edit that only moves lines of
+    ``hw/`` (a docstring, a comment) or another checkout of the same code makes the same
+    model and reuses its build."""
+    return SOURCE_LOCATION.sub("", verilog)
 
 #: Waivers of every simulation build: the lint waivers of :mod:`tensorfab.hw.verilog`
 #: plus warnings enabled by default that Amaranth output may also trip in larger

@@ -74,6 +74,7 @@ from tensorfab.isa.errors import UsageError
 from ..verilator_tools import (
     VERILATOR_WAIVERS,
     cached_build,
+    design_key_text,
     file_lock,
     relevant_log,
     verilator_cache,
@@ -384,21 +385,15 @@ def _gated(verilog: str, gates: tuple[ClockGate, ...], core: str = CORE,
 
 
 # ------------------------------------------------------------------------ the key
-#: Amaranth's source-location attributes in the Verilog (the file and line each signal
-#: was made at), which Verilator ignores.
-SOURCE_LOCATION = re.compile(r'\(\* src = "[^"]*" \*\)')
-
-
 def _hash_design(h: hashlib._Hash, verilog: str) -> None:
     """Add the Verilog as elaborated and the code that gates and wraps it for Verilator
     (``clock_gates.py``; ``build.py`` is hashed with the build steps): the gated text
     and its wrapper are functions of these and of the gates (in the key's JSON), so a
     key needs no gating, which parses the whole Verilog.
 
-    The source-location attributes (:data:`SOURCE_LOCATION`) are left out: an edit
-    that only moves lines of ``hw/`` (a docstring, a comment) or another checkout of the
-    same code makes the same model, and reuses its build."""
-    h.update(hashlib.sha256(SOURCE_LOCATION.sub("", verilog).encode()).digest())
+    The Verilog is hashed as :func:`~tensorfab.sim.verilator_tools.design_key_text`
+    gives it (without source locations)."""
+    h.update(hashlib.sha256(design_key_text(verilog).encode()).digest())
     _hash_tree(h, Path(__file__).parent, "clock_gates.py")
 
 

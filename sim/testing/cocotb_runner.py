@@ -40,6 +40,7 @@ from tensorfab.isa import TensorfabError
 from tensorfab.sim.verilator_tools import (
     VERILATOR_WAIVERS,
     cached_build,
+    design_key_text,
     file_lock,
     verilator_cache,
     verilator_env,
@@ -199,7 +200,8 @@ def build(component: Any, name: str, params: Mapping[str, Any] | None = None, *,
     if waves and os.environ.get("TENSORFAB_WAVES", "").lower() == "fst":
         args += ["--trace-fst"]  # needs the lz4 headers (liblz4-dev) to compile
     digest = hashlib.sha256(
-        json.dumps([text, args, waves, sorted(params.items())], default=str).encode()
+        json.dumps([design_key_text(text), args, waves, sorted(params.items())],
+                   default=str).encode()
     ).hexdigest()
     key = f"cocotb-{name}-{_slug(params)}-{digest[:16]}"
 
