@@ -20,7 +20,7 @@ from tensorfab.fpga_builds.errors import DoesNotFit, FpgaBuildError
 from tensorfab.fpga_builds.flow import build_bitstream
 from tensorfab.fpga_builds.report import check_fit, utilization_from_log
 
-__all__ = ["DEFAULT_MATRIX", "plot_utilization", "run_fpga_bench", "select_builds"]
+__all__ = ["DEFAULT_MATRIX", "ENTRY_ROUTERS", "plot_utilization", "run_fpga_bench", "select_builds"]
 
 #: (board, config, DSP multipliers) built by default: the presets that fit or show
 #: where a board's limit is, and the LUT-multiplier option where DSPs run out.
@@ -37,6 +37,13 @@ DEFAULT_MATRIX: tuple[tuple[str, str, bool], ...] = (
     ("orangecrab-85f", "ecp5-85f", True),
     ("orangecrab-85f", "tiny", True),
 )
+
+
+#: The router of an entry whose build differs from ``fpga build``'s default one (each
+#: entry builds at the board's ``target_mhz`` with on-chip memory): the 85F's
+#: ``ecp5-85f`` at 100 MHz routes with router2 (docs/fpga.md), its 70 MHz default with
+#: router1.
+ENTRY_ROUTERS: dict[tuple[str, str], str] = {("ulx3s-85f", "ecp5-85f"): "router2"}
 
 
 def select_builds(matrix: tuple[tuple[str, str, bool], ...] = DEFAULT_MATRIX, *,
@@ -102,7 +109,7 @@ def run_fpga_bench(matrix: tuple[tuple[str, str, bool], ...] = DEFAULT_MATRIX, *
                 report = build_bitstream(board, config, where, dsp=dsp,
                                          allow_timing_failure=True, console=console,
                                          clock_mhz=BOARDS[board].target_mhz,
-                                         sdram=False)
+                                         sdram=False, router=ENTRY_ROUTERS.get((board, config)))
             entry = _entry(report) | {"fits": True}
         except DoesNotFit as exc:
             entry = {"board": board, "config": config, "fits": False, "timing_met": False,

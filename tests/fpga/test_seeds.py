@@ -133,3 +133,23 @@ def test_a_missed_clock_with_the_default_sdram_names_the_on_chip_build(
         err = capsys.readouterr().err
         assert "reaches 91.54 MHz" in err and (note in err) == noted, err
     assert asked == [None, False, True]
+
+
+def test_bench_entries_route_as_measured(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench fpga`` builds the 85F's ``ecp5-85f`` at 100 MHz with router2 (its default
+    build at 70 MHz takes router1) and leaves every other entry to ``fpga build``'s
+    default router."""
+    from tensorfab.benches import fpga as bench
+
+    routers: dict[tuple[str, str], str | None] = {}
+
+    def built(board_name: str, config: str, out_dir: Path, **kw: Any) -> dict:
+        routers[board_name, config] = kw["router"]
+        return {"board": board_name, "config": config, "target_mhz": kw["clock_mhz"],
+                "fmax_mhz": 50.0, "timing_met": False, "peak_gops": 6.4}
+
+    monkeypatch.setattr(bench, "build_bitstream", built)
+    bench.run_fpga_bench(bench.select_builds(board="ulx3s-85f"), out_dir=tmp_path)
+    assert routers == {("ulx3s-85f", "ecp5-85f"): "router2", ("ulx3s-85f", "small"): None,
+                       ("ulx3s-85f", "tiny"): None}
