@@ -79,9 +79,9 @@ def load_space(path: str | Path) -> dict[str, list[Any]]:
     ------
     UsageError
         The file is missing, not YAML (file and line named), or names an unknown
-        field, a field without a non-empty list of values, or a value that is not a
-        number of the field's type (an integer but for ``clock_mhz``; file, line, field
-        and value named).
+        field, a field without a non-empty list of values, a value that is not a
+        number of the field's type (an integer but for ``clock_mhz``) or one listed
+        twice for a field (file, line, field and value named).
     """
     import yaml
 
@@ -119,6 +119,10 @@ def load_space(path: str | Path) -> dict[str, list[Any]]:
                 raise UsageError(f"{at}: field {key!r}: {v!r} is not "
                                  f"{'an integer' if kind is int else 'a number'} (it needs "
                                  f"a non-empty list of {numbers})")
+            if v in values[:k]:
+                at = f"{p}:{lines[k]}" if k < len(lines) else where
+                raise UsageError(f"{at}: field {key!r}: {v!r} is listed twice (list each "
+                                 "value once; a repeated point is summed twice)")
         space[str(key)] = values
     return space
 

@@ -65,7 +65,13 @@ def test_bad_space_files_name_file_line_and_field(tmp_path: Path, capsys) -> Non
             ("clock_mhz: [25, fast]\n", "space.yaml:1: field 'clock_mhz': 'fast' is not a "
                                         "number (it needs a non-empty list of numbers)"),
             ("block_in: {a: 1}\n", "space.yaml:1: field 'block_in': {'a': 1} is not an "
-                                   "integer")]:
+                                   "integer"),
+            # a repeated value was swept as two points of one config, whose rows the
+            # summary then summed: twice the cycles and MACs of that point
+            ("block_in: [8, 8]\n", "space.yaml:1: field 'block_in': 8 is listed twice "
+                                   "(list each value once"),
+            ("clock_mhz:\n  - 50\n  - 25\n  - 50.0\n",
+             "space.yaml:4: field 'clock_mhz': 50.0 is listed twice")]:
         with pytest.raises(UsageError) as info:
             load_space(_space(tmp_path, text))
         assert str(info.value).startswith(f"{tmp_path / message}"), info.value
