@@ -87,6 +87,17 @@ def test_bad_space_files_name_file_line_and_field(tmp_path: Path, capsys) -> Non
                                        "non-empty list of integers)\n")
     with pytest.raises(UsageError, match="unknown workload 'nope'"):
         workload_by_name(["dense64", "nope"])
+    # --workloads '' (or ',') swept nothing and wrote a points.parquet without columns,
+    # which the next sweep into that folder refused as 'not written by tensorfab'
+    with pytest.raises(UsageError, match=r"^--workloads names no workload; give one or "
+                                         r"more of resnet18, C2, .*dense64, digits or an "
+                                         r"ONNX file, comma-separated$"):
+        workload_by_name([])
+    capsys.readouterr()
+    assert main(["dse", "--space", str(_space(tmp_path, "block_in: [8]\n")),
+                 "--workloads", ",", "--out", str(tmp_path / "empty")]) == 2
+    assert capsys.readouterr().err.startswith("error: --workloads names no workload")
+    assert not (tmp_path / "empty").exists()
 
 
 def test_evaluate_matches_the_timing_model_and_mac_count() -> None:
