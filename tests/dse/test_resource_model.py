@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tensorfab.dse.resource_builds import TRAINING_CONFIGS
+from tensorfab.dse.resource_builds import TRAINING_CONFIGS, synthesize_configs
 from tensorfab.dse.resource_model import (
     FEATURES,
     MODEL_PATH,
@@ -255,6 +255,16 @@ def test_fit_resources_command_refuses_an_unknown_config(tmp_path: Path) -> None
     assert run.returncode != 0
     assert "--configs: unknown training config 'huge'" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_fit_resources_refuses_a_board_that_is_not_ecp5(tmp_path: Path) -> None:
+    # --board icebreaker ran minutes of iCE40 syntheses and fitted their logic cells and
+    # SB_MAC16s into the ECP5 model (LUT4 slots, MULT18X18D, DP16KD) as if they were those
+    with pytest.raises(UsageError) as info:
+        synthesize_configs(TRAINING_CONFIGS[:1], "icebreaker", tmp_path)
+    assert str(info.value) == ("--board icebreaker: the resource model is fitted to ECP5 "
+                               "builds; icebreaker is ice40")
+    assert not any(tmp_path.iterdir())  # nothing synthesized
 
 
 @pytest.mark.slow
