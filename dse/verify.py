@@ -173,13 +173,17 @@ def run_verify(configs: Sequence[str], programs: int, *, seed: int = 0,
     Raises
     ------
     UsageError
-        No configs, fewer than one program, a negative seed; a bad scheduler.
+        No configs, fewer than one program, a negative seed; an ``out`` that is a
+        file; a bad scheduler.
     """
     from .cluster import dask_client
 
     if not configs or programs < 1 or seed < 0:
         raise UsageError("verify needs at least one config, --programs >= 1 and a "
                          "non-negative --seed")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; name a folder (failures are saved in it "
+                         "as CONFIG-SEED.bin and CONFIG-SEED.json)")
     cfgs = [board_config(c) for c in configs]
     seeds = list(range(seed, seed + programs))
     t0 = time.perf_counter()

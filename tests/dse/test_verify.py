@@ -70,3 +70,18 @@ def test_configs_take_board_configs_as_every_config_option_does(
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0
     assert result["configs"] == {"up5k": {"programs": 2, "passed": 2, "failed": 0}}
+
+
+def test_out_that_is_a_file_is_refused_before_any_program_runs(
+        tmp_path: Path, capsys) -> None:
+    """`verify --out FILE` ran the programs, then a failure's save raised
+    FileExistsError from a worker (a traceback); now refused first, the file kept."""
+    out = tmp_path / "notes.txt"
+    out.write_text("mine\n")
+    code = main(["verify", "--programs", "1", "--configs", "tiny", "--workers", "1",
+                 "--out", str(out), "--inject-mismatch", "0"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"error: --out {out} is a file; name a folder (failures are saved in it as "
+        "CONFIG-SEED.bin and CONFIG-SEED.json)\n")
+    assert out.read_text() == "mine\n"
