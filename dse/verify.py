@@ -178,9 +178,13 @@ def run_verify(configs: Sequence[str], programs: int, *, seed: int = 0,
     """
     from .cluster import dask_client
 
-    if not configs or programs < 1 or seed < 0:
-        raise UsageError("verify needs at least one config, --programs >= 1 and a "
-                         "non-negative --seed")
+    if not configs:
+        raise UsageError("--configs names no config; give presets, board configs or JSON "
+                         "config files, comma-separated")
+    if programs < 1:
+        raise UsageError(f"--programs {programs}: give at least 1 program per config")
+    if seed < 0:
+        raise UsageError(f"--seed {seed}: seeds are 0 or more")
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; name a folder (failures are saved in it "
                          "as CONFIG-SEED.bin and CONFIG-SEED.json)")

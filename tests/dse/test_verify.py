@@ -85,3 +85,17 @@ def test_out_that_is_a_file_is_refused_before_any_program_runs(
         f"error: --out {out} is a file; name a folder (failures are saved in it as "
         "CONFIG-SEED.bin and CONFIG-SEED.json)\n")
     assert out.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--programs", "0"], "--programs 0: give at least 1 program per config"),
+    (["--programs", "-3"], "--programs -3: give at least 1 program per config"),
+    (["--seed", "-1"], "--seed -1: seeds are 0 or more"),
+    (["--configs", ","], "--configs names no config; give presets, board configs or JSON "
+                         "config files, comma-separated")])
+def test_bad_programs_seed_or_configs_name_the_option(args: list[str], message: str,
+                                                      capsys) -> None:
+    """The three were one message that named all three rules ('verify needs at least one
+    config, --programs >= 1 and a non-negative --seed'), not the option that broke one."""
+    assert main(["verify", "--configs", "tiny", "--programs", "1", *args]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
