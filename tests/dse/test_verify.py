@@ -99,3 +99,20 @@ def test_bad_programs_seed_or_configs_name_the_option(args: list[str], message: 
     config, --programs >= 1 and a non-negative --seed'), not the option that broke one."""
     assert main(["verify", "--configs", "tiny", "--programs", "1", *args]) == 2
     assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_two_configs_of_one_name_are_refused(tmp_path: Path, capsys) -> None:
+    """A JSON config named like a preset ('tiny', 1x8x8) ran beside the preset as one
+    row, 'tiny': 2 programs of 1, and the two configs' failures overwrote each other's
+    tiny-SEED.json; the same config given twice checked every seed twice."""
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"name": "tiny", "block_in": 8, "block_out": 8}))
+    for configs, message in [
+            (f"tiny,{mine}", f"tiny and {mine} are both named 'tiny'"),
+            ("tiny,small,tiny", "'tiny' is given twice")]:
+        assert main(["verify", "--configs", configs, "--programs", "1",
+                     "--out", str(tmp_path / "fails")]) == 2
+        assert capsys.readouterr().err == (
+            f"error: --configs: {message}; their results and saved failures "
+            "(tiny-SEED.json) would mix: list a config once, and give a JSON config "
+            "another \"name\"\n")
