@@ -328,7 +328,7 @@ def timing_paths(raw: dict[str, Any], target_mhz: float, netlist: Netlist | None
         The build's netlist, for each endpoint's path; without it the groups have no
         ``from`` (None) and no ``through``.
     top : int, optional
-        Keep only the ``top`` worst groups (all by default).
+        Keep only the ``top`` worst groups (all by default); 1 or more.
 
     Returns
     -------
@@ -343,6 +343,8 @@ def timing_paths(raw: dict[str, Any], target_mhz: float, netlist: Netlist | None
     """
     if target_mhz <= 0:
         raise FpgaBuildError(f"target_mhz must be positive, not {target_mhz}")
+    if top is not None and top < 1:
+        raise FpgaBuildError(f"top must be 1 or more, not {top}")
     period = 1000.0 / target_mhz
     pins: dict[tuple[str, str], tuple[float, str]] = {}
     for net in raw["detailed_net_timings"]:

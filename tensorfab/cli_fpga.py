@@ -48,6 +48,19 @@ def _mhz(value: float | None, option: str) -> float | None:
     return value
 
 
+def _top(value: int | None) -> int | None:
+    """``--top``'s value, None or 1 or more.
+
+    Raises
+    ------
+    CliError
+        For zero or a negative count (a negative one would drop rows from the end).
+    """
+    if value is not None and value < 1:
+        raise CliError(f"--top {value}: give 1 or more (how many rows to show)")
+    return value
+
+
 def _sdram(args: argparse.Namespace) -> bool | None:
     """``--memory``: SDRAM (True), on-chip (False) or the board's default (None)."""
     return None if args.memory is None else args.memory == "sdram"
@@ -189,6 +202,7 @@ def _breakdown(args: argparse.Namespace) -> int:
     from tensorfab.fpga_builds.boards import get_board
     from tensorfab.fpga_builds.breakdown import breakdown_table, module_breakdown
 
+    _top(args.top)
     board = get_board(args.board)
     config = args.config or board.config
     out = _build_dir(args.output or f"build/fpga/{board.name}-{Path(config).stem}-breakdown")
@@ -219,6 +233,7 @@ def _paths(args: argparse.Namespace) -> int:
         raise CliError(f"{build}: no such build folder (give the -o folder of "
                        "`tensorfab fpga build`)")
     target = _mhz(args.target_mhz, "--target-mhz")
+    _top(args.top)
     if target is None:
         report = build / "report.json"
         if not report.exists():

@@ -159,6 +159,13 @@ def test_report_errors(tmp_path: Path) -> None:
     assert load_netlist(tmp_path).bit_of("top.u.b[1]") == 5
 
 
+def test_top_below_one_is_refused() -> None:
+    assert len(timing_paths(REPORT, 100.0, NETLIST, top=1)["groups"]) == 1
+    for top in (0, -1):  # -1 kept all groups but the last
+        with pytest.raises(FpgaBuildError, match=f"^top must be 1 or more, not {top}$"):
+            timing_paths(REPORT, 100.0, NETLIST, top=top)
+
+
 def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "nextpnr-report.json").write_text(json.dumps(REPORT))
     assert main(["fpga", "paths", str(tmp_path)]) == 2  # no report.json: needs a target
