@@ -147,6 +147,28 @@ def test_report_errors(tmp_path: Path) -> None:
     (tmp_path / "nextpnr-report.json").write_text("{")
     with pytest.raises(FpgaBuildError, match=r"nextpnr-report\.json: not a JSON nextpnr report"):
         load_timing_report(tmp_path)
+    # a report whose nets are not nextpnr's form was a KeyError or TypeError traceback
+    # from timing_paths ('delay'); now the report's file, net and endpoint are named
+    report = tmp_path / "nextpnr-report.json"
+    no_delay = _net("n1", "l1", "F", (FF_B, "M", 1.0))
+    del no_delay["endpoints"][0]["delay"]
+    for nets, problem in [
+            ({}, "detailed_net_timings is not a list of nets"),
+            ([{"net": "n0", "event": "posedge clk"}], "detailed_net_timings[0] has no "
+                                                      "'endpoints'"),
+            ([REPORT["detailed_net_timings"][1], no_delay],
+             "detailed_net_timings[1] (net 'n1') endpoint 0 has no 'delay'"),
+            ([_net("n2", "l1", "F", (FF_B, "M", "late"))],
+             "detailed_net_timings[0] (net 'n2') endpoint 0: delay [0.1, 'late'] is not a "
+             "list of numbers (min, max)")]:
+        report.write_text(json.dumps({"detailed_net_timings": nets}))
+        with pytest.raises(FpgaBuildError) as info:
+            load_timing_report(tmp_path)
+        assert str(info.value) == (f"{report}: {problem}; not what nextpnr writes (a "
+                                   "damaged or edited report?): rebuild it with `tensorfab "
+                                   "fpga build`")
+    report.write_text(json.dumps(REPORT))
+    assert load_timing_report(tmp_path) == REPORT
     with pytest.raises(FpgaBuildError, match=r"top\.json: no Yosys netlist"):
         load_netlist(tmp_path)
     (tmp_path / "top.json").write_text("[")
