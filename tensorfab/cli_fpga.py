@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -278,7 +279,7 @@ def _program(args: argparse.Namespace) -> int:
 
     cmd = program_board(args.board, args.bitstream, flash=args.flash, dry_run=args.dry_run)
     if args.dry_run:
-        print(" ".join(cmd))
+        print(shlex.join(cmd))  # a command to paste into a shell: paths quoted
     return 0
 
 
