@@ -71,7 +71,12 @@ def test_bad_space_files_name_file_line_and_field(tmp_path: Path, capsys) -> Non
             ("block_in: [8, 8]\n", "space.yaml:1: field 'block_in': 8 is listed twice "
                                    "(list each value once"),
             ("clock_mhz:\n  - 50\n  - 25\n  - 50.0\n",
-             "space.yaml:4: field 'clock_mhz': 50.0 is listed twice")]:
+             "space.yaml:4: field 'clock_mhz': 50.0 is listed twice"),
+            # a field given twice kept its last list (YAML's rule) and silently dropped
+            # the first: block_in [8] and [16] swept block_in 16 alone
+            ("block_in: [8]\nbatch: [1]\nblock_in: [16]\n",
+             "space.yaml:3: field 'block_in' is given twice (first on line 1); give it "
+             "once, with all its values in one list")]:
         with pytest.raises(UsageError) as info:
             load_space(_space(tmp_path, text))
         assert str(info.value).startswith(f"{tmp_path / message}"), info.value
