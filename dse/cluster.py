@@ -6,15 +6,32 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from tensorfab.isa import UsageError
 
-__all__ = ["dask_client"]
+__all__ = ["WORKER_TIMEOUT", "dask_client"]
+
+#: Seconds an existing scheduler is given to have a worker before the job is refused
+#: (without one its tasks would wait forever).
+WORKER_TIMEOUT = 30.0
+
+
+def _wait_for_a_worker(client: Any, scheduler: str, timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for the scheduler to have a worker; a
+    :class:`UsageError` naming the scheduler if none comes."""
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        raise UsageError(f"--scheduler {scheduler}: the scheduler has no workers (none "
+                         f"joined in {timeout:g} s), so nothing would run; start one "
+                         f"with `dask worker {scheduler}`") from None
 
 
 @contextmanager
 def dask_client(scheduler: str | None = None, workers: int = 2,
-                threads_per_worker: int = 1) -> Iterator[object]:
+                threads_per_worker: int = 1,
+                worker_timeout: float = WORKER_TIMEOUT) -> Iterator[object]:
     """A ``distributed.Client``, closed (and its LocalCluster shut down) on exit.
 
     Parameters
@@ -24,11 +41,14 @@ def dask_client(scheduler: str | None = None, workers: int = 2,
         LocalCluster of processes on this machine, its dashboard bound to localhost.
     workers, threads_per_worker
         Size of the LocalCluster (ignored with ``scheduler``).
+    worker_timeout
+        Seconds to wait for the ``scheduler`` to have at least one worker.
 
     Raises
     ------
     UsageError
-        The scheduler address is malformed or nothing answers there.
+        The scheduler address is malformed, nothing answers there, or the scheduler
+        has no worker within ``worker_timeout`` seconds.
     """
     from distributed import Client, LocalCluster
 
@@ -42,6 +62,7 @@ def dask_client(scheduler: str | None = None, workers: int = 2,
             raise UsageError(f"--scheduler {scheduler}: no dask scheduler answers "
                              f"({e})") from None
         try:
+            _wait_for_a_worker(client, scheduler, worker_timeout)
             yield client
         finally:
             client.close()

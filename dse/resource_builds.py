@@ -121,9 +121,18 @@ def synthesize_configs(configs: Sequence[HwConfig], board: str, out_dir: str | P
         Per config: ``config`` (its dict), ``board``, ``LUT`` (LUT4 slots as
         ``fpga breakdown``'s ``logic``), ``LUT4``, ``FF``, ``DSP``, ``BRAM``,
         ``seconds``, ``source_hash``, ``yosys``, ``reused``.
+
+    Raises
+    ------
+    UsageError
+        ``board`` is unknown or not an ECP5 board (the model counts ECP5 LUT4 slots,
+        DP16KD and MULT18X18D blocks), before anything is synthesized.
     """
     from tensorfab.fpga_builds.breakdown import flat_synthesis
 
+    from .resource_model import ecp5_board
+
+    ecp5_board(board)
     source = design_source_hash()
     yosys = yosys_version()
     out = Path(out_dir)

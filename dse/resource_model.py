@@ -38,7 +38,8 @@ import numpy as np
 
 from tensorfab.isa import HwConfig, UsageError
 
-__all__ = ["FEATURES", "MODEL_PATH", "REPORTED_BUILDS", "RESOURCES", "SDRAM_CONTROLLER",
+__all__ = ["FEATURES", "MIN_BUILDS", "MODEL_PATH", "REPORTED_BUILDS", "RESOURCES",
+           "SDRAM_CONTROLLER",
            "ResourceModel",
            "buffer_blocks", "buffer_brams", "config_features", "dp16kd_blocks", "ecp5_board",
            "fit_resource_model",
@@ -63,6 +64,10 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "DSP": ("one", "macs", "lanes"),
     "BRAM": ("one", "acc_brams", "other_brams"),
 }
+
+#: The fewest builds a fit takes: the most features of a resource plus one, so that
+#: each build can be held out.
+MIN_BUILDS = max(len(f) for f in FEATURES.values()) + 1
 
 #: The package's fitted model (``tensorfab dse fit-resources`` writes it).
 MODEL_PATH = Path(__file__).with_name("resource_model.json")
@@ -236,9 +241,8 @@ def fit_resource_model(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     UsageError
         With fewer builds than a resource has features plus one (no held-out check).
     """
-    need = max(len(f) for f in FEATURES.values()) + 1
-    if len(records) < need:
-        raise UsageError(f"the resource model needs at least {need} builds "
+    if len(records) < MIN_BUILDS:
+        raise UsageError(f"the resource model needs at least {MIN_BUILDS} builds "
                          f"(got {len(records)})")
     resources: dict[str, Any] = {}
     for res in RESOURCES:

@@ -55,6 +55,19 @@ def _yaml_lines(node: Any, key: str) -> tuple[int | None, list[int]]:
     return None, []
 
 
+def _refuse_repeated_fields(node: Any, path: Path) -> None:
+    """A :class:`UsageError` naming the line of a field the mapping ``node`` gives a
+    second time (YAML loaders keep the last and drop the first silently)."""
+    first: dict[Any, int] = {}
+    for k, _ in getattr(node, "value", []):
+        key, line = getattr(k, "value", None), k.start_mark.line + 1
+        if key in first:
+            raise UsageError(f"{path}:{line}: field {key!r} is given twice (first on line "
+                             f"{first[key]}); give it once, with all its values in one "
+                             "list")
+        first[key] = line
+
+
 def _is_value(value: Any, kind: type) -> bool:
     """Whether ``value`` is of a field's ``kind`` (an integer, or for ``float`` any
     number; YAML's ``true`` is neither)."""
@@ -79,9 +92,9 @@ def load_space(path: str | Path) -> dict[str, list[Any]]:
     ------
     UsageError
         The file is missing, not YAML (file and line named), or names an unknown
-        field, a field without a non-empty list of values, or a value that is not a
-        number of the field's type (an integer but for ``clock_mhz``; file, line, field
-        and value named).
+        field or one twice, a field without a non-empty list of values, a value that is not a
+        number of the field's type (an integer but for ``clock_mhz``) or one listed
+        twice for a field (file, line, field and value named).
     """
     import yaml
 
@@ -100,6 +113,7 @@ def load_space(path: str | Path) -> dict[str, list[Any]]:
         raise UsageError(f"{where}: not valid YAML ({problem})") from None
     if not isinstance(data, dict) or not data:
         raise UsageError(f"{p}: expected a mapping of HwConfig field to a list of values")
+    _refuse_repeated_fields(node, p)
     space: dict[str, list[Any]] = {}
     for key, values in data.items():
         line, lines = _yaml_lines(node, str(key))
@@ -119,6 +133,10 @@ def load_space(path: str | Path) -> dict[str, list[Any]]:
                 raise UsageError(f"{at}: field {key!r}: {v!r} is not "
                                  f"{'an integer' if kind is int else 'a number'} (it needs "
                                  f"a non-empty list of {numbers})")
+            if v in values[:k]:
+                at = f"{p}:{lines[k]}" if k < len(lines) else where
+                raise UsageError(f"{at}: field {key!r}: {v!r} is listed twice (list each "
+                                 "value once; a repeated point is summed twice)")
         space[str(key)] = values
     return space
 

@@ -61,14 +61,17 @@ def workload_by_name(names: Sequence[str], calibration: Any = None,
     Raises
     ------
     UsageError
-        A name that is not a known workload (the known ones listed), an ONNX file that
-        does not exist, or two workloads of one name.
+        No name at all, a name that is not a known workload (the known ones listed), an
+        ONNX file that does not exist, or two workloads of one name.
     ModelCompileError
         An ONNX file that cannot be read or keeps a symbolic dim other than its batch.
     """
     from tensorfab.compiler.tensor import RESNET18_CONV
 
     known = known_workloads()
+    if not names:
+        raise UsageError(f"--workloads names no workload; give one or more of resnet18, "
+                         f"{', '.join(known)}, {DIGITS} or an ONNX file, comma-separated")
     out: list[Workload] = []
     for n in names:
         if n == "resnet18":

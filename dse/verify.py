@@ -147,6 +147,23 @@ def chunks(seeds: Sequence[int], parts: int) -> list[list[int]]:
     return [list(seeds[i:i + size]) for i in range(0, len(seeds), size)]
 
 
+def _distinct_configs(configs: Sequence[str]) -> list[HwConfig]:
+    """The configs of ``--configs``, refusing two of one name: their rows would be one
+    and their failures would be saved under one stem (``NAME-SEED``)."""
+    cfgs = [board_config(c) for c in configs]
+    given: dict[str, str] = {}
+    for spec, cfg in zip(configs, cfgs, strict=True):
+        if cfg.name in given:
+            first = given[cfg.name]
+            both = (f"{first!r} is given twice" if first == spec else
+                    f"{first} and {spec} are both named {cfg.name!r}")
+            raise UsageError(f"--configs: {both}; their results and saved failures "
+                             f"({cfg.name}-SEED.json) would mix: list a config once, "
+                             "and give a JSON config another \"name\"")
+        given[cfg.name] = spec
+    return cfgs
+
+
 def run_verify(configs: Sequence[str], programs: int, *, seed: int = 0,
                scheduler: str | None = None, workers: int = 2, out: Path = Path("verify"),
                chunks_per_worker: int = 4, inject: Sequence[int] = (),
@@ -173,14 +190,22 @@ def run_verify(configs: Sequence[str], programs: int, *, seed: int = 0,
     Raises
     ------
     UsageError
-        No configs, fewer than one program, a negative seed; a bad scheduler.
+        No configs, two configs of one name, fewer than one program, a negative seed;
+        an ``out`` that is a file; a bad scheduler.
     """
     from .cluster import dask_client
 
-    if not configs or programs < 1 or seed < 0:
-        raise UsageError("verify needs at least one config, --programs >= 1 and a "
-                         "non-negative --seed")
-    cfgs = [board_config(c) for c in configs]
+    if not configs:
+        raise UsageError("--configs names no config; give presets, board configs or JSON "
+                         "config files, comma-separated")
+    if programs < 1:
+        raise UsageError(f"--programs {programs}: give at least 1 program per config")
+    if seed < 0:
+        raise UsageError(f"--seed {seed}: seeds are 0 or more")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; name a folder (failures are saved in it "
+                         "as CONFIG-SEED.bin and CONFIG-SEED.json)")
+    cfgs = _distinct_configs(configs)
     seeds = list(range(seed, seed + programs))
     t0 = time.perf_counter()
     results: list[CaseResult] = []

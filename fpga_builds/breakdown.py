@@ -548,9 +548,16 @@ def breakdown_table(result: Mapping[str, Any], top: int | None = None) -> Table:
     result : mapping
         :func:`module_breakdown`'s result.
     top : int, optional
-        Show only the ``top`` largest rows (the whole design's row is always first;
-        modules without cells of any category are left out).
+        Show only the ``top`` largest rows, 1 or more (the whole design's row is always
+        first; modules without cells of any category are left out).
+
+    Raises
+    ------
+    FpgaBuildError
+        For a ``top`` below 1.
     """
+    if top is not None and top < 1:
+        raise FpgaBuildError(f"top must be 1 or more, not {top}")
     family = result["family"]
     first, *rest = result["rows"]
     rows = sorted((r for r in rest if r["logic"] or any(r["total"].values())),

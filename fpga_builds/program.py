@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -100,5 +101,5 @@ def program_board(board_name: str, bitstream: str | Path, *, flash: bool = False
                           "`tensorfab fpga program --dry-run` prints the command")
     done = subprocess.run(cmd, check=False)
     if done.returncode:
-        raise FpgaBuildError(f"{' '.join(cmd)} exited with {done.returncode}")
+        raise FpgaBuildError(f"{shlex.join(cmd)} exited with {done.returncode}")
     return cmd

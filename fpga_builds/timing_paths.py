@@ -126,11 +126,44 @@ def load_timing_report(path: str | Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / "nextpnr-report.json"
     raw = _read_json(path, "nextpnr report")
-    if "detailed_net_timings" not in raw:
+    if not isinstance(raw, dict) or "detailed_net_timings" not in raw:
         raise FpgaBuildError(f"{path}: the report has no detailed_net_timings (nextpnr ran "
                              "without --detailed-timing-report); rebuild it with "
                              "`tensorfab fpga build`")
+    problem = _net_timings_problem(raw["detailed_net_timings"])
+    if problem is not None:
+        raise FpgaBuildError(f"{path}: {problem}; not what nextpnr writes (a damaged or "
+                             "edited report?): rebuild it with `tensorfab fpga build`")
     return raw
+
+
+def _net_timings_problem(nets: Any) -> str | None:
+    """What in a report's ``detailed_net_timings`` is not nextpnr's form (a list of
+    nets, each with ``net``, ``event`` and ``endpoints`` of ``cell``, ``port`` and a
+    ``delay`` of min and max), or None."""
+    if not isinstance(nets, list):
+        return "detailed_net_timings is not a list of nets"
+    for i, net in enumerate(nets):
+        where = f"detailed_net_timings[{i}]"
+        if not isinstance(net, dict):
+            return f"{where} is not an object"
+        missing = [k for k in ("net", "event", "endpoints") if k not in net]
+        if missing:
+            return f"{where} has no {missing[0]!r}"
+        if not isinstance(net["endpoints"], list):
+            return f"{where} (net {net['net']!r}): endpoints is not a list"
+        for j, ep in enumerate(net["endpoints"]):
+            at = f"{where} (net {net['net']!r}) endpoint {j}"
+            if not isinstance(ep, dict):
+                return f"{at} is not an object"
+            missing = [k for k in ("cell", "port", "delay") if k not in ep]
+            if missing:
+                return f"{at} has no {missing[0]!r}"
+            delay = ep["delay"]
+            if not (isinstance(delay, list) and len(delay) >= 2 and all(
+                    isinstance(d, int | float) and not isinstance(d, bool) for d in delay)):
+                return f"{at}: delay {delay!r} is not a list of numbers (min, max)"
+    return None
 
 
 def load_netlist(path: str | Path, delays: CellDelays | None = None) -> Netlist:
@@ -328,7 +361,7 @@ def timing_paths(raw: dict[str, Any], target_mhz: float, netlist: Netlist | None
         The build's netlist, for each endpoint's path; without it the groups have no
         ``from`` (None) and no ``through``.
     top : int, optional
-        Keep only the ``top`` worst groups (all by default).
+        Keep only the ``top`` worst groups (all by default); 1 or more.
 
     Returns
     -------
@@ -343,6 +376,8 @@ def timing_paths(raw: dict[str, Any], target_mhz: float, netlist: Netlist | None
     """
     if target_mhz <= 0:
         raise FpgaBuildError(f"target_mhz must be positive, not {target_mhz}")
+    if top is not None and top < 1:
+        raise FpgaBuildError(f"top must be 1 or more, not {top}")
     period = 1000.0 / target_mhz
     pins: dict[tuple[str, str], tuple[float, str]] = {}
     for net in raw["detailed_net_timings"]:

@@ -32,6 +32,18 @@ def log2(n: int) -> int:
     return n.bit_length() - 1
 
 
+def _object_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's members as a dict, refusing a key given twice (a
+    :class:`ConfigError` naming it and both values)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(key, value, f"given twice (first as {out[key]!r}); give "
+                              "each field once")
+        out[key] = value
+    return out
+
+
 @dataclass(frozen=True)
 class HwConfig:
     """Parameters of one accelerator instance.
@@ -256,9 +268,17 @@ class HwConfig:
 
     @classmethod
     def from_json(cls, text: str) -> HwConfig:
-        """Parse JSON text produced by :meth:`to_json`."""
+        """Parse JSON text produced by :meth:`to_json`.
+
+        Raises
+        ------
+        ConfigError
+            Text that is not JSON, a field given twice in one object (JSON parsers keep
+            the last value and drop the first silently), or what :meth:`from_dict`
+            refuses.
+        """
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_object_once)
         except json.JSONDecodeError as exc:
             raise ConfigError("<json>", text[:40], f"not valid JSON: {exc}") from exc
         return cls.from_dict(data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,19 @@ def _mhz(value: float | None, option: str) -> float | None:
     """
     if value is not None and not value > 0:
         raise CliError(f"{option} {value:g}: a clock in MHz must be positive")
+    return value
+
+
+def _top(value: int | None) -> int | None:
+    """``--top``'s value, None or 1 or more.
+
+    Raises
+    ------
+    CliError
+        For zero or a negative count (a negative one would drop rows from the end).
+    """
+    if value is not None and value < 1:
+        raise CliError(f"--top {value}: give 1 or more (how many rows to show)")
     return value
 
 
@@ -189,6 +203,7 @@ def _breakdown(args: argparse.Namespace) -> int:
     from tensorfab.fpga_builds.boards import get_board
     from tensorfab.fpga_builds.breakdown import breakdown_table, module_breakdown
 
+    _top(args.top)
     board = get_board(args.board)
     config = args.config or board.config
     out = _build_dir(args.output or f"build/fpga/{board.name}-{Path(config).stem}-breakdown")
@@ -219,6 +234,7 @@ def _paths(args: argparse.Namespace) -> int:
         raise CliError(f"{build}: no such build folder (give the -o folder of "
                        "`tensorfab fpga build`)")
     target = _mhz(args.target_mhz, "--target-mhz")
+    _top(args.top)
     if target is None:
         report = build / "report.json"
         if not report.exists():
@@ -263,7 +279,7 @@ def _program(args: argparse.Namespace) -> int:
 
     cmd = program_board(args.board, args.bitstream, flash=args.flash, dry_run=args.dry_run)
     if args.dry_run:
-        print(" ".join(cmd))
+        print(shlex.join(cmd))  # a command to paste into a shell: paths quoted
     return 0
 
 

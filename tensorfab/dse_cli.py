@@ -21,7 +21,12 @@ def cmd_fit_resources(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from tensorfab.dse.resource_builds import TRAINING_CONFIGS, synthesize_configs
-    from tensorfab.dse.resource_model import MODEL_PATH, RESOURCES, fit_resource_model
+    from tensorfab.dse.resource_model import (
+        MIN_BUILDS,
+        MODEL_PATH,
+        RESOURCES,
+        fit_resource_model,
+    )
 
     console = Console(stderr=True)
     configs = TRAINING_CONFIGS
@@ -32,6 +37,14 @@ def cmd_fit_resources(args: argparse.Namespace) -> int:
             raise UsageError(f"--configs: unknown training config {unknown[0]!r} (known: "
                              f"{', '.join(c.name for c in TRAINING_CONFIGS)})")
         configs = tuple(c for c in TRAINING_CONFIGS if c.name in names)
+        if len(configs) < MIN_BUILDS:
+            raise UsageError(f"--configs {args.configs}: {len(configs)} training "
+                             f"config(s), but the fit needs at least {MIN_BUILDS} builds "
+                             f"(leave --configs out for all {len(TRAINING_CONFIGS)})")
+    out = Path(args.output) if args.output else MODEL_PATH
+    if args.output:
+        check_writable(out, args.force, _is_json_with("resources", "builds", "source_hash"),
+                       suffixes=(".json",))
 
     def done(r: dict) -> None:
         if not args.json:
@@ -42,7 +55,6 @@ def cmd_fit_resources(args: argparse.Namespace) -> int:
     board = args.board or "ulx3s-85f"
     records = synthesize_configs(configs, board, args.work, console=console, done=done)
     model = fit_resource_model(records)
-    out = Path(args.output) if args.output else MODEL_PATH
     out.write_text(json.dumps(model, indent=1) + "\n")
     report = {"model": str(out), "builds": len(records), "board": board,
               "source_hash": model["source_hash"], "yosys": model["yosys"],
@@ -277,7 +289,8 @@ def add_dse_command(command: Callable[..., argparse.ArgumentParser]) -> None:
                         "best_config.json, cache/)")
     d.add_argument("--force", action="store_true",
                    help="sweep: replace files of those names in --out that a sweep did "
-                        "not write")
+                        "not write; fit-resources: replace an -o file that is not a "
+                        "resource model")
     d.add_argument("--check-rtl", type=int, metavar="N",
                    help="sweep: run N sampled (point, workload) pairs on the RTL "
                         "(Verilator, a model built per config) and report the timing "

@@ -57,7 +57,13 @@ class TimingSimulator(Device):
         only the timing is computed.
     read_latency : int, optional
         The memory's read latency in cycles, as the RTL harness's
-        :class:`~tensorfab.sim.rtl.MemoryTiming` (default: its default, 20).
+        :class:`~tensorfab.sim.rtl.MemoryTiming` (default: its default, 20; 1 or
+        more).
+
+    Raises
+    ------
+    UsageError
+        ``read_latency`` is not an integer of 1 or more.
     """
 
     name = "timing"

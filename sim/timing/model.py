@@ -85,6 +85,7 @@ from tensorfab.isa import (
     Opcode,
     Program,
     ProgramError,
+    UsageError,
     buffer_entry_bytes,
     insn_width,
     uop_format,
@@ -200,7 +201,18 @@ class TimingParams:
     @classmethod
     def for_memory(cls, read_latency: int) -> TimingParams:
         """The constants for a memory of ``read_latency`` cycles (the RTL harness's
-        :attr:`~tensorfab.sim.rtl.MemoryTiming.read_latency`; one beat per cycle)."""
+        :attr:`~tensorfab.sim.rtl.MemoryTiming.read_latency`; one beat per cycle).
+
+        Raises
+        ------
+        UsageError
+            ``read_latency`` is not an integer of 1 or more, as the RTL harness's.
+        """
+        if (not isinstance(read_latency, int) or isinstance(read_latency, bool)
+                or not 1 <= read_latency < 1 << 32):
+            raise UsageError(f"read_latency = {read_latency!r}: the memory's read latency "
+                             "is a number of cycles, an integer from 1 to 2**32 - 1 (as "
+                             "MemoryTiming.read_latency)")
         return cls(read_latency=read_latency + ARBITER_SLICES)
 
 

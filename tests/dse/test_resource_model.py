@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tensorfab.dse.resource_builds import TRAINING_CONFIGS
+from tensorfab.dse.resource_builds import TRAINING_CONFIGS, synthesize_configs
 from tensorfab.dse.resource_model import (
     FEATURES,
     MODEL_PATH,
@@ -255,6 +255,46 @@ def test_fit_resources_command_refuses_an_unknown_config(tmp_path: Path) -> None
     assert run.returncode != 0
     assert "--configs: unknown training config 'huge'" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_fit_resources_refuses_a_board_that_is_not_ecp5(tmp_path: Path) -> None:
+    # --board icebreaker ran minutes of iCE40 syntheses and fitted their logic cells and
+    # SB_MAC16s into the ECP5 model (LUT4 slots, MULT18X18D, DP16KD) as if they were those
+    with pytest.raises(UsageError) as info:
+        synthesize_configs(TRAINING_CONFIGS[:1], "icebreaker", tmp_path)
+    assert str(info.value) == ("--board icebreaker: the resource model is fitted to ECP5 "
+                               "builds; icebreaker is ice40")
+    assert not any(tmp_path.iterdir())  # nothing synthesized
+
+
+def test_fit_resources_checks_its_output_and_config_count_before_synthesizing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import tensorfab.dse.resource_builds as builds
+    from tensorfab.cli import main
+
+    def synthesize(*args, **kwargs):
+        raise AssertionError("synthesized")
+
+    monkeypatch.setattr(builds, "synthesize_configs", synthesize)
+    # -o of a user's file was replaced by the model after the syntheses (25 to 80
+    # minutes); a folder that did not exist failed only then, with a traceback
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": 1}\n')
+    for output, message in [
+            (notes, f"{notes} exists and was not written by tensorfab; pass --force to "
+                    "overwrite it"),
+            (tmp_path / "no" / "m.json", f"cannot write {tmp_path / 'no' / 'm.json'}: "
+                                         f"folder {tmp_path / 'no'} does not exist")]:
+        assert main(["dse", "fit-resources", "--work", str(tmp_path / "w"),
+                     "-o", str(output)]) == 2
+        assert capsys.readouterr().err == f"error: {message}\n"
+    assert notes.read_text() == '{"mine": 1}\n'
+    # two configs were synthesized (minutes each) before the fit said it needs seven
+    assert main(["dse", "fit-resources", "--configs", "tiny,small", "--work",
+                 str(tmp_path / "w"), "-o", str(tmp_path / "m.json")]) == 2
+    assert capsys.readouterr().err == (
+        "error: --configs tiny,small: 2 training config(s), but the fit needs at least 7 "
+        f"builds (leave --configs out for all {len(TRAINING_CONFIGS)})\n")
 
 
 @pytest.mark.slow

@@ -65,7 +65,18 @@ def test_bad_space_files_name_file_line_and_field(tmp_path: Path, capsys) -> Non
             ("clock_mhz: [25, fast]\n", "space.yaml:1: field 'clock_mhz': 'fast' is not a "
                                         "number (it needs a non-empty list of numbers)"),
             ("block_in: {a: 1}\n", "space.yaml:1: field 'block_in': {'a': 1} is not an "
-                                   "integer")]:
+                                   "integer"),
+            # a repeated value was swept as two points of one config, whose rows the
+            # summary then summed: twice the cycles and MACs of that point
+            ("block_in: [8, 8]\n", "space.yaml:1: field 'block_in': 8 is listed twice "
+                                   "(list each value once"),
+            ("clock_mhz:\n  - 50\n  - 25\n  - 50.0\n",
+             "space.yaml:4: field 'clock_mhz': 50.0 is listed twice"),
+            # a field given twice kept its last list (YAML's rule) and silently dropped
+            # the first: block_in [8] and [16] swept block_in 16 alone
+            ("block_in: [8]\nbatch: [1]\nblock_in: [16]\n",
+             "space.yaml:3: field 'block_in' is given twice (first on line 1); give it "
+             "once, with all its values in one list")]:
         with pytest.raises(UsageError) as info:
             load_space(_space(tmp_path, text))
         assert str(info.value).startswith(f"{tmp_path / message}"), info.value
@@ -81,6 +92,17 @@ def test_bad_space_files_name_file_line_and_field(tmp_path: Path, capsys) -> Non
                                        "non-empty list of integers)\n")
     with pytest.raises(UsageError, match="unknown workload 'nope'"):
         workload_by_name(["dense64", "nope"])
+    # --workloads '' (or ',') swept nothing and wrote a points.parquet without columns,
+    # which the next sweep into that folder refused as 'not written by tensorfab'
+    with pytest.raises(UsageError, match=r"^--workloads names no workload; give one or "
+                                         r"more of resnet18, C2, .*dense64, digits or an "
+                                         r"ONNX file, comma-separated$"):
+        workload_by_name([])
+    capsys.readouterr()
+    assert main(["dse", "--space", str(_space(tmp_path, "block_in: [8]\n")),
+                 "--workloads", ",", "--out", str(tmp_path / "empty")]) == 2
+    assert capsys.readouterr().err.startswith("error: --workloads names no workload")
+    assert not (tmp_path / "empty").exists()
 
 
 def test_evaluate_matches_the_timing_model_and_mac_count() -> None:

@@ -70,3 +70,49 @@ def test_configs_take_board_configs_as_every_config_option_does(
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0
     assert result["configs"] == {"up5k": {"programs": 2, "passed": 2, "failed": 0}}
+
+
+def test_out_that_is_a_file_is_refused_before_any_program_runs(
+        tmp_path: Path, capsys) -> None:
+    """`verify --out FILE` ran the programs, then a failure's save raised
+    FileExistsError from a worker (a traceback); now refused first, the file kept."""
+    out = tmp_path / "notes.txt"
+    out.write_text("mine\n")
+    code = main(["verify", "--programs", "1", "--configs", "tiny", "--workers", "1",
+                 "--out", str(out), "--inject-mismatch", "0"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"error: --out {out} is a file; name a folder (failures are saved in it as "
+        "CONFIG-SEED.bin and CONFIG-SEED.json)\n")
+    assert out.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--programs", "0"], "--programs 0: give at least 1 program per config"),
+    (["--programs", "-3"], "--programs -3: give at least 1 program per config"),
+    (["--seed", "-1"], "--seed -1: seeds are 0 or more"),
+    (["--configs", ","], "--configs names no config; give presets, board configs or JSON "
+                         "config files, comma-separated")])
+def test_bad_programs_seed_or_configs_name_the_option(args: list[str], message: str,
+                                                      capsys) -> None:
+    """The three were one message that named all three rules ('verify needs at least one
+    config, --programs >= 1 and a non-negative --seed'), not the option that broke one."""
+    assert main(["verify", "--configs", "tiny", "--programs", "1", *args]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_two_configs_of_one_name_are_refused(tmp_path: Path, capsys) -> None:
+    """A JSON config named like a preset ('tiny', 1x8x8) ran beside the preset as one
+    row, 'tiny': 2 programs of 1, and the two configs' failures overwrote each other's
+    tiny-SEED.json; the same config given twice checked every seed twice."""
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"name": "tiny", "block_in": 8, "block_out": 8}))
+    for configs, message in [
+            (f"tiny,{mine}", f"tiny and {mine} are both named 'tiny'"),
+            ("tiny,small,tiny", "'tiny' is given twice")]:
+        assert main(["verify", "--configs", configs, "--programs", "1",
+                     "--out", str(tmp_path / "fails")]) == 2
+        assert capsys.readouterr().err == (
+            f"error: --configs: {message}; their results and saved failures "
+            "(tiny-SEED.json) would mix: list a config once, and give a JSON config "
+            "another \"name\"\n")

@@ -211,6 +211,8 @@ def test_table_shows_instances_and_flat_totals(ice40_stats: dict[str, Path]) -> 
     assert table_rows[1][1:4] == [str(rows[1]["logic"]), str(rows[1]["logic_own"]),
                                   str(rows[1]["total"]["LUT"])]
     assert "flattened synthesis: 1 LC, 2 LUT4, 3 FF, 4 DSP" in " ".join(text.split())
+    with pytest.raises(FpgaBuildError, match=r"^top must be 1 or more, not -1$"):
+        breakdown_table(result, top=-1)  # was every module but the smallest
 
 
 def test_categories_and_bad_input() -> None:

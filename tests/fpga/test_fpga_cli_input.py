@@ -42,6 +42,19 @@ def test_clocks_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize("value", ["-1", "0"])
+def test_top_must_be_one_or_more(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 value: str) -> None:
+    # `fpga paths --top -1` listed all failing groups but the last (a slice [:-1]) and
+    # `--top 0` none; `fpga breakdown --top -1` the same, after minutes of synthesis
+    one_line_error(capsys, "fpga", "paths", str(tmp_path), "--target-mhz", "100",
+                   "--top", value, words=(f"--top {value}: give 1 or more",))
+    one_line_error(capsys, "fpga", "breakdown", "--board", "ulx3s-25f", "-o",
+                   str(tmp_path / "b"), "--top", value,
+                   words=(f"--top {value}: give 1 or more (how many rows to show)",))
+    assert not (tmp_path / "b").exists()
+
+
 def test_paths_of_a_missing_build_folder(tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     one_line_error(capsys, "fpga", "paths", str(tmp_path / "nope"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,15 @@ def test_program_dry_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert program_command("icebreaker", bit, flash=True)[-2:] == ["-f", str(bit)]
     assert main(["fpga", "program", "--board", "ulx3s-85f", str(tmp_path / "x.bit")]) == 2
     assert "no such bitstream" in capsys.readouterr().err
+    # a path with a space was printed bare ('... -m my build/top.bit'): pasted into a
+    # shell, openFPGALoader got two files, 'my' and 'build/top.bit'
+    spaced = tmp_path / "my build" / "top.bit"
+    spaced.parent.mkdir()
+    spaced.write_bytes(ecp5_bitstream(LFE5U_85F))
+    assert main(["fpga", "program", "--board", "ulx3s-85f", str(spaced), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert printed == f"openFPGALoader -b ulx3s -m '{spaced}'\n"
+    assert shlex.split(printed) == ["openFPGALoader", "-b", "ulx3s", "-m", str(spaced)]
 
 
 def test_program_without_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

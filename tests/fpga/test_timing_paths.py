@@ -147,6 +147,28 @@ def test_report_errors(tmp_path: Path) -> None:
     (tmp_path / "nextpnr-report.json").write_text("{")
     with pytest.raises(FpgaBuildError, match=r"nextpnr-report\.json: not a JSON nextpnr report"):
         load_timing_report(tmp_path)
+    # a report whose nets are not nextpnr's form was a KeyError or TypeError traceback
+    # from timing_paths ('delay'); now the report's file, net and endpoint are named
+    report = tmp_path / "nextpnr-report.json"
+    no_delay = _net("n1", "l1", "F", (FF_B, "M", 1.0))
+    del no_delay["endpoints"][0]["delay"]
+    for nets, problem in [
+            ({}, "detailed_net_timings is not a list of nets"),
+            ([{"net": "n0", "event": "posedge clk"}], "detailed_net_timings[0] has no "
+                                                      "'endpoints'"),
+            ([REPORT["detailed_net_timings"][1], no_delay],
+             "detailed_net_timings[1] (net 'n1') endpoint 0 has no 'delay'"),
+            ([_net("n2", "l1", "F", (FF_B, "M", "late"))],
+             "detailed_net_timings[0] (net 'n2') endpoint 0: delay [0.1, 'late'] is not a "
+             "list of numbers (min, max)")]:
+        report.write_text(json.dumps({"detailed_net_timings": nets}))
+        with pytest.raises(FpgaBuildError) as info:
+            load_timing_report(tmp_path)
+        assert str(info.value) == (f"{report}: {problem}; not what nextpnr writes (a "
+                                   "damaged or edited report?): rebuild it with `tensorfab "
+                                   "fpga build`")
+    report.write_text(json.dumps(REPORT))
+    assert load_timing_report(tmp_path) == REPORT
     with pytest.raises(FpgaBuildError, match=r"top\.json: no Yosys netlist"):
         load_netlist(tmp_path)
     (tmp_path / "top.json").write_text("[")
@@ -157,6 +179,13 @@ def test_report_errors(tmp_path: Path) -> None:
         load_netlist(tmp_path)
     (tmp_path / "top.json").write_text(json.dumps(NETLIST_JSON))
     assert load_netlist(tmp_path).bit_of("top.u.b[1]") == 5
+
+
+def test_top_below_one_is_refused() -> None:
+    assert len(timing_paths(REPORT, 100.0, NETLIST, top=1)["groups"]) == 1
+    for top in (0, -1):  # -1 kept all groups but the last
+        with pytest.raises(FpgaBuildError, match=f"^top must be 1 or more, not {top}$"):
+            timing_paths(REPORT, 100.0, NETLIST, top=top)
 
 
 def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

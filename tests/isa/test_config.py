@@ -51,6 +51,22 @@ def test_unknown_json_key_is_named():
         HwConfig.from_json(json.dumps({"blok_in": 16}))
 
 
+def test_a_field_given_twice_in_json_is_named(tmp_path):
+    # {"block_in": 4, ..., "block_in": 16} was read as block_in 16, the 4 dropped
+    # silently (JSON parsers keep the last); fpga build --config built the other core
+    text = '{"name": "mine", "block_in": 4, "block_out": 4, "block_in": 16}'
+    with pytest.raises(ConfigError) as exc:
+        HwConfig.from_json(text)
+    assert str(exc.value) == ("HwConfig.block_in = 16: given twice (first as 4); give "
+                              "each field once")
+    path = tmp_path / "mine.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        get_config(str(path))
+    assert str(exc.value) == ("HwConfig.block_in = 16: given twice (first as 4); give "
+                              f"each field once (in {path})")
+
+
 def test_get_config_from_file(tmp_path):
     path = tmp_path / "mine.json"
     path.write_text(PRESETS["small"].replace(name="mine", acc_depth=512).to_json())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorfab.isa import PRESETS, Alu, Buffer, Gemm, Load, Store
+from tensorfab.isa import PRESETS, Alu, Buffer, Gemm, Load, Store, UsageError
 from tensorfab.isa.device import open_device
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.testing.random_program import random_program
@@ -79,6 +79,18 @@ def test_timing_device_is_registered_and_computes_the_outputs() -> None:
     for engine in ("load", "compute", "store"):
         assert 0 <= got.stall[engine] <= got.busy[engine] <= got.cycles
     assert set(got.to_json()) >= {"cycles", "busy", "stall"}
+
+
+@pytest.mark.parametrize("latency", [0, -5, 2.5, "20", True])
+def test_timing_device_refuses_a_read_latency_the_rtl_memory_would(latency: object) -> None:
+    # open_device("timing", read_latency=-5) estimated 946 cycles for a program of 1,414
+    # (0 and 2.5 likewise gave figures; "20" was a TypeError from inside the model)
+    with pytest.raises(UsageError) as info:
+        open_device("timing", read_latency=latency)
+    assert str(info.value) == (f"read_latency = {latency!r}: the memory's read latency is "
+                               "a number of cycles, an integer from 1 to 2**32 - 1 (as "
+                               "MemoryTiming.read_latency)")
+    assert open_device("timing", read_latency=1).params.read_latency == 3
 
 
 def _errors(preset: str, seeds: range) -> np.ndarray:
