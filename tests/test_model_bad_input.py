@@ -230,6 +230,27 @@ def test_shape_of_an_unknown_input_wrong_rank_or_not_numbers(files, capsys) -> N
     one_line_error(capsys, "input 'image' given the shape (4, 8, 8) of 3 dims")
 
 
+def test_shape_with_a_zero_or_negative_dim(files, capsys) -> None:
+    """--shape image=0,1,8,8 with --config was a ZeroDivisionError traceback from the
+    calibration batches (image=-1,... an error about conv1's input); each is now one
+    line naming the input and the dim, on the accelerator and the CPU alike, and so is
+    an empty input file given to run MODEL.onnx."""
+    out = str(files["dir"] / "z.tfm")
+    base = ["compile", str(model_path()), "-o", out, "--calib", str(files["calib"])]
+    capsys.readouterr()
+    assert main([*base, "--config", "tiny", "--shape", "image=0,1,8,8"]) == 2
+    one_line_error(capsys, "input 'image' given the shape (0, 1, 8, 8): dim 0 is 0; "
+                   "every dim is at least 1")
+    assert main([*base, "--shape", "image=4,1,-8,8"]) == 2
+    one_line_error(capsys, "input 'image' given the shape (4, 1, -8, 8): dim 2 is -8")
+    empty = files["dir"] / "empty.npy"
+    np.save(empty, np.zeros((0, 1, 8, 8), np.float32))
+    assert main(["run", str(model_path()), "--input", str(empty), "--calib",
+                 str(files["calib"])]) == 2
+    one_line_error(capsys, "input 'image' given the shape (0, 1, 8, 8): dim 0 is 0")
+    assert not Path(out).exists()
+
+
 def test_missing_external_data(files, capsys, tmp_path) -> None:
     model = onnx.load(str(model_path()))
     path = tmp_path / "ext.onnx"
