@@ -273,6 +273,13 @@ def _feeds(items: list[str] | None, names: list[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
+def _input_paths(items: list[str] | None) -> list[Path]:
+    """The files of ``--input`` values (``NAME=FILE.npy`` or a bare ``FILE.npy``, which
+    may contain ``=``), for the output checks."""
+    return [Path(item) if Path(item).exists() else Path(item.partition("=")[2] or item)
+            for item in items or []]
+
+
 def _onnx_inputs(prepared: Any) -> dict[str, np.dtype]:
     """The ONNX model's inputs (initializers left out) with their dtypes."""
     from onnx.helper import tensor_dtype_to_np_dtype
@@ -346,8 +353,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tensorfab.sim.trace import is_tensorfab_trace
 
     # every output is checked before the (possibly long) compilation and run
-    if args.output:  # a NumPy array file may be replaced by another
-        check_writable(Path(args.output), args.force, _is_npy, suffixes=(".npy",))
+    if args.output:  # a NumPy array file may be replaced by another, never an input
+        inputs = [Path(args.model), *_input_paths(args.input),
+                  *([Path(args.calib)] if args.calib else [])]
+        check_writable(Path(args.output), args.force, _is_npy, suffixes=(".npy",),
+                       inputs=inputs)
     if args.trace:
         check_writable(Path(args.trace), args.force, is_tensorfab_trace, suffixes=(".json",))
     model = Path(args.model)

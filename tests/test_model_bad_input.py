@@ -251,6 +251,30 @@ def test_shape_with_a_zero_or_negative_dim(files, capsys) -> None:
     assert not Path(out).exists()
 
 
+def test_run_output_never_overwrites_an_input(files, capsys, tmp_path) -> None:
+    """run -o x.npy with --input x.npy replaced the input images by the logits (any .npy
+    may be replaced, and --force did not matter); an input of the run (--input, by
+    name or bare, --calib) is now refused as the output, as asm refuses its own."""
+    images = tmp_path / "x.npy"
+    np.save(images, np.load(files["images"]))
+    before = images.read_bytes()
+    capsys.readouterr()
+    for given in (str(images), f"image={images}"):
+        for force in ([], ["--force"]):
+            assert main(["run", str(files["tfm"]), "--input", given, "-o", str(images),
+                         *force]) == 2
+            one_line_error(capsys, f"{images}: the output would overwrite the input; "
+                                   "name another output with -o")
+    calib = tmp_path / "calib.npy"
+    np.save(calib, np.load(files["calib"]))
+    assert main(["run", str(model_path()), "--input", str(images), "--calib", str(calib),
+                 "-o", str(calib)]) == 2
+    one_line_error(capsys, f"{calib}: the output would overwrite the input")
+    assert images.read_bytes() == before
+    assert main(["run", str(files["tfm"]), "--input", str(images), "-o",
+                 str(tmp_path / "out.npy"), "--json"]) == 0
+
+
 def test_missing_external_data(files, capsys, tmp_path) -> None:
     model = onnx.load(str(model_path()))
     path = tmp_path / "ext.onnx"
