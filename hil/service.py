@@ -83,8 +83,8 @@ class TokenService:
     Raises
     ------
     HilError
-        A non-loopback ``host`` without a token, an empty token, or an address that
-        cannot be bound.
+        A non-loopback ``host`` without a token, an empty token, a port out of range,
+        or an address that cannot be bound.
     """
 
     #: What the service is called in logs and errors.
@@ -100,6 +100,9 @@ class TokenService:
             token = secrets.token_urlsafe(24)
         if not token:
             raise HilError(f"{self.service_name}: the token must not be empty")
+        if not 0 <= port <= 65535:
+            raise HilError(f"{self.service_name}: port {port} is out of range: a TCP port "
+                           "is 0 (any free one) to 65535")
         self.token = token
         self.hello_timeout = hello_timeout
         self.frame_timeout = frame_timeout
