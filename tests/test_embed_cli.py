@@ -78,3 +78,26 @@ def test_embed_takes_the_token_of_a_served_device(capsys, monkeypatch) -> None:
     assert main(["embed", "hi", "--token", "x"]) == 2
     assert "--token applies to tcp://, tracker://, socket:// targets, not 'fsim'" in (
         capsys.readouterr().err)
+
+
+def test_embed_takes_a_board_config(capsys, monkeypatch) -> None:
+    """`embed --config ecp5-25f` was refused as 'not a preset ... nor a JSON config file'
+    (embed looked its --config up with get_config), though every other --config takes
+    the board configs; it is now the board's HwConfig, and an unknown name lists the
+    board configs too."""
+    import tensorfab.models.minilm_embed as minilm_embed
+
+    seen = []
+
+    def no_compile(seq: int, config: object, *args: object) -> None:
+        seen.append(config)
+        raise minilm_embed.MiniLmError("not compiled in this test")
+
+    monkeypatch.setattr(minilm_embed, "compile_bucket", no_compile)
+    capsys.readouterr()
+    assert main(["embed", "hi", "--config", "ecp5-25f"]) == 2
+    assert "not compiled in this test" in capsys.readouterr().err
+    assert [(c.name, c.block_in, c.block_out) for c in seen] == [("ecp5-25f", 4, 2)]
+    assert main(["embed", "hi", "--config", "ecp5-52f"]) == 2
+    err = capsys.readouterr().err
+    assert "a board config (ecp5-25f, ecp5-85f, up5k)" in err and len(err.splitlines()) == 1
