@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tensorfab.hil.errors import RemoteError, TokenError
+from tensorfab.hil.errors import HilError, RemoteError, TokenError
 from tensorfab.hil.remote import RemoteDevice
 from tensorfab.hil.tracker import Tracker, TrackerRegistration
 from tensorfab.isa.device import open_device
@@ -111,3 +111,16 @@ def test_a_registration_without_heartbeats_expires(serve) -> None:
             reg.close()
     finally:
         t.close()
+
+
+def test_a_tracker_given_as_a_device_server_says_so(tracker, program) -> None:
+    """`run --target tcp://TRACKER` connected (the tracker takes the same token) and
+    then failed on the first request with 'WireError: tracker does not serve
+    open_memory'; the address is now refused at connect, naming tracker://."""
+    where = f"127.0.0.1:{tracker.port}"
+    with pytest.raises(HilError, match=f"tcp://{where} is a tracker, not a device server: "
+                                       f"ask it for a device of a kind with "
+                                       f"tracker://{where}/KIND"):
+        RemoteDevice(f"tcp://{where}", token=TOKEN)
+    with pytest.raises(HilError, match="is a tracker"):
+        open_device(f"tcp://{where}", token=TOKEN)
