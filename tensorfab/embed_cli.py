@@ -36,6 +36,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
         "sentences": [{"text": r.text, "tokens": r.tokens, "bucket": r.bucket,
                        "norm": round(float(n), 6), "seconds": round(r.seconds, 3),
                        "accelerator_cycles": r.cycles,
+                       "cycles_estimated": r.cycles_estimated,
                        "accel_mac_fraction": (None if r.accel_fraction is None
                                               else round(r.accel_fraction, 4))}
                       for r, n in zip(runs, norms, strict=True)],
@@ -46,7 +47,9 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
     def human() -> None:
         for k, (r, n) in enumerate(zip(runs, norms, strict=True)):
-            cycles = "" if r.cycles is None else f", {r.cycles} cycles"
+            cycles = ("" if r.cycles is None else
+                      f", ~{r.cycles} cycles estimated" if r.cycles_estimated
+                      else f", {r.cycles} cycles")
             print(f"[{k}] norm {n:.4f}  ({r.tokens} tokens, bucket {r.bucket}, "
                   f"{r.seconds:.2f} s{cycles}) {r.text}")
         print("cosine:")
