@@ -55,12 +55,32 @@ class ModelCliError(TensorfabError):
 
 
 def _shapes(items: list[str] | None) -> dict[str, tuple[int | str, ...]]:
-    out = {}
+    """``--shape NAME=D,D,...`` values by input name: each dim a size or a symbol name.
+
+    Raises
+    ------
+    ModelCliError
+        A value not of that form, a dim that is neither (empty, ``4.5``), or an input
+        given twice.
+    """
+    out: dict[str, tuple[int | str, ...]] = {}
     for item in items or []:
         name, _, dims = item.partition("=")
         if not name or not dims:
             raise ModelCliError(f"--shape {item!r}: expected NAME=D,D,... (e.g. x=1,3,224,224)")
-        out[name] = tuple(int(d) if d.lstrip("-").isdigit() else d for d in dims.split(","))
+        if name in out:
+            raise ModelCliError(f"--shape {item}: input {name!r} is given twice")
+        shape: list[int | str] = []
+        for k, d in enumerate(dims.split(",")):
+            d = d.strip()
+            if d.lstrip("-").isdigit():
+                shape.append(int(d))
+            elif d.isidentifier():
+                shape.append(d)
+            else:
+                raise ModelCliError(f"--shape {item}: dim {k} is {d!r}, neither a size nor "
+                                    "a symbol name (e.g. N)")
+        out[name] = tuple(shape)
     return out
 
 

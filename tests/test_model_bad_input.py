@@ -230,6 +230,25 @@ def test_shape_of_an_unknown_input_wrong_rank_or_not_numbers(files, capsys) -> N
     one_line_error(capsys, "input 'image' given the shape (4, 8, 8) of 3 dims")
 
 
+def test_shape_with_an_empty_dim_or_given_twice(files, capsys) -> None:
+    """On the CPU --shape image=4,,8,8 compiled a model whose input channel count was
+    'the symbol \'\'' (an error about conv1), image=4.5,1,8,8 made '4.5' a symbol, and
+    a second --shape of the same input silently replaced the first; each is now one
+    line naming the --shape value, as --input given twice is."""
+    out = files["dir"] / "e.tfm"
+    base = ["compile", str(model_path()), "-o", str(out)]
+    capsys.readouterr()
+    assert main([*base, "--shape", "image=4,,8,8"]) == 2
+    one_line_error(capsys, "--shape image=4,,8,8: dim 1 is '', neither a size nor a "
+                           "symbol name (e.g. N)")
+    assert main([*base, "--shape", "image=4.5,1,8,8"]) == 2
+    one_line_error(capsys, "--shape image=4.5,1,8,8: dim 0 is '4.5'")
+    assert main([*base, "--shape", "image=4,1,8,8", "--shape", "image=2,1,8,8"]) == 2
+    one_line_error(capsys, "--shape image=2,1,8,8: input 'image' is given twice")
+    assert not out.exists()
+    assert main([*base, "--shape", "image=N,1,8,8", "--json"]) == 0  # a symbol is kept
+
+
 def test_shape_with_a_zero_or_negative_dim(files, capsys) -> None:
     """--shape image=0,1,8,8 with --config was a ZeroDivisionError traceback from the
     calibration batches (image=-1,... an error about conv1's input); each is now one
