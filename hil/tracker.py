@@ -74,6 +74,10 @@ class Tracker(TokenService):
         self._leases: dict[int, _Entry] = {}
         self._lease_ids = itertools.count(1)
 
+    def connect_hint(self) -> str:
+        """``tracker://HOST:PORT/KIND``: clients ask a tracker for a device of a kind."""
+        return f"{self.address.replace('tcp://', 'tracker://', 1)}/KIND"
+
     def devices(self) -> list[dict[str, Any]]:
         """The registered servers: kind, address, whether leased."""
         with self._cond:
