@@ -107,7 +107,8 @@ class CompiledModel:
 def check_input_shapes(model: PreparedOnnx, input_shapes: Mapping[str, Sequence[int | str]]
                        | None = None) -> None:
     """Raise :class:`ModelCompileError` if ``input_shapes`` (``--shape``) names no input
-    of ``model`` or gives an input another number of dims than the model declares."""
+    of ``model``, gives an input another number of dims than the model declares, or a
+    dim of zero or less."""
     graph = model.proto.graph
     inits = {i.name for i in graph.initializer}
     inputs = {v.name: v for v in graph.input if v.name not in inits}
@@ -116,6 +117,12 @@ def check_input_shapes(model: PreparedOnnx, input_shapes: Mapping[str, Sequence[
         if value is None:
             raise ModelCompileError(f"{model.where}: --shape {name}=...: the model has no "
                                     f"input {name!r}; its inputs: {', '.join(inputs)}")
+        bad = [(k, d) for k, d in enumerate(dims) if isinstance(d, int) and d < 1]
+        if bad:
+            k, d = bad[0]
+            raise ModelCompileError(f"{model.where}: input {name!r} given the shape "
+                                    f"{tuple(dims)}: dim {k} is {d}; every dim is at "
+                                    "least 1")
         t = value.type.tensor_type
         if value.type.WhichOneof("value") == "tensor_type" and t.HasField("shape") \
                 and len(t.shape.dim) != len(dims):

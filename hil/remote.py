@@ -48,8 +48,8 @@ class RemoteDevice(Device):
     Raises
     ------
     HilError
-        Server unreachable, no token, or no free device in time (each naming the
-        address).
+        Server unreachable, no token, a tracker's address given as ``tcp://``, or no
+        free device in time (each naming the address).
     RemoteError
         The server refused the token or the protocol version.
 
@@ -85,6 +85,13 @@ class RemoteDevice(Device):
             self._release()
             raise
         self.address = self.connection.address
+        service = self.connection.hello.get("service")
+        if service == "tracker":  # it runs nothing: every request would be refused
+            self.connection.close()
+            self._release()
+            where = self.address.removeprefix("tcp://")
+            raise HilError(f"{self.address} is a tracker, not a device server: ask it "
+                           f"for a device of a kind with tracker://{where}/KIND")
         #: The server's executor (``fsim``, ``rtl``...).
         self.remote_name = str(self.connection.hello.get("device", "?"))
         self.name = f"{self.remote_name}@{self.address.removeprefix('tcp://')}"

@@ -31,6 +31,7 @@ import time
 from typing import Any, Self
 
 from .errors import WRONG_TOKEN, AuthenticationError, ConnectionClosed, HilError, WireError
+from .transport import REFUSED, TOKEN_LINE
 from .wire import (
     MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
@@ -83,8 +84,8 @@ class TokenService:
     Raises
     ------
     HilError
-        A non-loopback ``host`` without a token, an empty token, or an address that
-        cannot be bound.
+        A non-loopback ``host`` without a token, an empty token, a port out of range,
+        or an address that cannot be bound.
     """
 
     #: What the service is called in logs and errors.
@@ -100,6 +101,9 @@ class TokenService:
             token = secrets.token_urlsafe(24)
         if not token:
             raise HilError(f"{self.service_name}: the token must not be empty")
+        if not 0 <= port <= 65535:
+            raise HilError(f"{self.service_name}: port {port} is out of range: a TCP port "
+                           "is 0 (any free one) to 65535")
         self.token = token
         self.hello_timeout = hello_timeout
         self.frame_timeout = frame_timeout
@@ -236,8 +240,38 @@ class TokenService:
                 self._threads.discard(threading.current_thread())
             conn.close()
 
+    def connect_hint(self) -> str:
+        """The target a client names this service by (``tcp://HOST:PORT``)."""
+        return self.address
+
+    def _refuse_a_board_client(self, conn: socket.socket, deadline: float) -> None:
+        """A board's host link (``socket://``) opens with a ``TOKEN ...`` line where the
+        HELLO frame belongs: answer it as a board server would, with a ``REFUSED`` line
+        (which the host reports) naming the target to use, and drop it."""
+        conn.settimeout(max(0.001, deadline - time.monotonic()))
+        try:
+            head = conn.recv(len(TOKEN_LINE), socket.MSG_PEEK)
+        except (TimeoutError, OSError):
+            return  # the HELLO's read reports it
+        if head != TOKEN_LINE:
+            return
+        with contextlib.suppress(OSError):
+            conn.sendall(REFUSED + f"this is a tensorfab {self.service_name}, not a board: "
+                         f"connect with {self.connect_hint()}, not socket://\n".encode())
+            conn.shutdown(socket.SHUT_WR)
+            # read what it sends until it hangs up (up to 1 s): closing with bytes unread
+            # would reset the connection, and the client would see that, not the line
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end:
+                conn.settimeout(max(0.001, end - time.monotonic()))
+                if not conn.recv(4096):
+                    break
+        raise AuthenticationError("a board's token line (a socket:// client) instead of a "
+                                  "HELLO")
+
     def _handshake(self, conn: socket.socket, who: str) -> None:
         deadline = time.monotonic() + self.hello_timeout
+        self._refuse_a_board_client(conn, deadline)
         try:
             hello = recv_message(conn, max_bytes=min(self.max_message, 1 << 16),
                                  deadline=deadline)

@@ -4,7 +4,8 @@ next free device of a kind.
 A server registers over a connection of its own and heartbeats on it
 (:class:`TrackerRegistration`); its registration ends with that connection or when
 heartbeats stop for ``heartbeat_ttl`` seconds. A client's ACQUIRE waits until a device
-of the kind is free and returns its address and a lease (:class:`Lease`); the device is
+of the kind is free (a kind none of whose servers is registered is an error at once)
+and returns its address and a lease (:class:`Lease`); the device is
 the client's until RELEASE or until the client's tracker connection closes. The same
 wire format and token rules as the device server apply
 (:mod:`tensorfab.hil.service`).
@@ -72,6 +73,10 @@ class Tracker(TokenService):
         self._entries: list[_Entry] = []
         self._leases: dict[int, _Entry] = {}
         self._lease_ids = itertools.count(1)
+
+    def connect_hint(self) -> str:
+        """``tracker://HOST:PORT/KIND``: clients ask a tracker for a device of a kind."""
+        return f"{self.address.replace('tcp://', 'tracker://', 1)}/KIND"
 
     def devices(self) -> list[dict[str, Any]]:
         """The registered servers: kind, address, whether leased."""
@@ -148,6 +153,12 @@ class Tracker(TokenService):
             return min(ready, key=lambda e: e.released_at) if ready else None
 
         with self._cond:
+            if not any(e.kind == kind for e in self._entries):  # none to wait for
+                kinds = sorted({e.kind for e in self._entries})
+                raise HilError(f"no device of kind {kind!r} is registered with this "
+                               f"tracker (registered: {', '.join(kinds) or 'none'}); a "
+                               f"server registers with `tensorfab serve --tracker "
+                               f"HOST:PORT --kind {kind}`")
             entry = self._cond.wait_for(lambda: self._stopping.is_set() or free(), wait)
             entry = free() if entry and not self._stopping.is_set() else None
             if entry is None:
@@ -179,12 +190,13 @@ class Lease:
     def acquire(cls, host: str, port: int, token: str, kind: str, *, timeout: float = 300.0,
                 connect_timeout: float = 10.0) -> Lease:
         """The next free device of ``kind`` at the tracker ``host:port``, waiting up to
-        ``timeout`` seconds.
+        ``timeout`` seconds while every one registered is taken.
 
         Raises
         ------
         RemoteError
-            None free in time, or the tracker refused the token.
+            No device of ``kind`` registered, none free in time, or the tracker
+            refused the token.
         HilError
             The tracker cannot be reached.
         """

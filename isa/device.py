@@ -184,7 +184,9 @@ class DeviceMemory(ABC):
     """
 
     def __init__(self, config: HwConfig, size: int) -> None:
-        if not 0 < size <= config.dram_bytes:
+        if size <= 0:
+            raise UsageError(f"a device memory of {size} bytes: give a positive size")
+        if size > config.dram_bytes:
             raise UsageError(f"a device memory of {size} bytes does not fit the "
                              f"{config.dram_addr_width}-bit address space of {config.name}")
         self.config = config

@@ -20,6 +20,7 @@ import io
 import json
 import os
 import zipfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,7 +118,8 @@ def save_model(program: GraphProgram, path: str | os.PathLike,
     when given, and its VM ``executable`` (when not given, the program's own, else built
     from ``program`` in :func:`~.overlap_order.overlap_order`, so that a loaded model's
     futures overlap independent host work, with its static host memory plan over that
-    order when the inputs' shapes are fixed)."""
+    order when the inputs' shapes are fixed). The file is replaced only once it is
+    complete: an error or Ctrl-C while writing leaves the one that was there."""
     program.validate()
     if executable is None:
         executable = program.executable
@@ -142,13 +144,21 @@ def save_model(program: GraphProgram, path: str | os.PathLike,
     }
     arrays = io.BytesIO()
     np.savez(arrays, **{f"c{slot}": np.asarray(v) for slot, v in program.constants.items()})
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("graph.json", json.dumps(graph, indent=1))
-        z.writestr("constants.npz", arrays.getvalue())
-        z.writestr("vm.json", json.dumps(executable.to_json(), indent=None,
-                                         default=_json_default))
-        if graph_text is not None:
-            z.writestr("graph.txt", graph_text)
+    # written beside it and moved into place: an error or Ctrl-C while writing leaves
+    # the file that was there (a model compiled before) as it was
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp{os.getpid()}")
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("graph.json", json.dumps(graph, indent=1))
+            z.writestr("constants.npz", arrays.getvalue())
+            z.writestr("vm.json", json.dumps(executable.to_json(), indent=None,
+                                             default=_json_default))
+            if graph_text is not None:
+                z.writestr("graph.txt", graph_text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def is_model_file(path: str | os.PathLike) -> bool:

@@ -33,7 +33,8 @@ __all__ = ["BucketLimitError", "Buckets", "bucketed_executable", "bucketed_vm"]
 
 
 class BucketLimitError(TensorfabError):
-    """A length past the largest bucket (names the length and the limit)."""
+    """A length past the largest bucket, or an empty one (names the length and the
+    limit)."""
 
 
 @dataclass
@@ -70,8 +71,12 @@ class Buckets:
         Raises
         ------
         BucketLimitError
-            ``n`` past :attr:`limit`.
+            ``n`` past :attr:`limit`, or 0 (padded, an empty sequence would run as
+            padding alone: a model that averages over its real tokens gives NaN).
         """
+        if n < 1:
+            raise BucketLimitError(f"a length of {n}: the buckets take lengths 1 to "
+                                   f"{self.limit} (an empty sequence has nothing to run)")
         if n > self.limit:
             raise BucketLimitError(f"a length of {n} is past the largest bucket, "
                                    f"{self.limit}")

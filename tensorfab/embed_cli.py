@@ -15,11 +15,14 @@ __all__ = ["add_embed_command"]
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
+    from tensorfab.fpga_builds.board_configs import board_config
     from tensorfab.models.minilm_embed import MiniLmEmbedder, cosine_matrix
 
+    # a preset, a board config or a JSON file, as every --config
+    config = board_config(args.config or "default")
     # opened as run and sim open it, before any bucket compiles
     device = open_target(args.target, trace=False, token=args.token)
-    embedder = MiniLmEmbedder(args.target, args.config or "default", device=device)
+    embedder = MiniLmEmbedder(args.target, config, device=device)
     try:
         with working("embedding (a new bucket compiles once, then comes from the cache)",
                      quiet=args.json):
@@ -29,10 +32,11 @@ def cmd_embed(args: argparse.Namespace) -> int:
     norms = np.linalg.norm(emb, axis=1)
     cos = cosine_matrix(emb)
     result = {
-        "target": args.target, "config": args.config or "default",
+        "target": args.target, "config": config.name,
         "sentences": [{"text": r.text, "tokens": r.tokens, "bucket": r.bucket,
                        "norm": round(float(n), 6), "seconds": round(r.seconds, 3),
                        "accelerator_cycles": r.cycles,
+                       "cycles_estimated": r.cycles_estimated,
                        "accel_mac_fraction": (None if r.accel_fraction is None
                                               else round(r.accel_fraction, 4))}
                       for r, n in zip(runs, norms, strict=True)],
@@ -43,7 +47,9 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
     def human() -> None:
         for k, (r, n) in enumerate(zip(runs, norms, strict=True)):
-            cycles = "" if r.cycles is None else f", {r.cycles} cycles"
+            cycles = ("" if r.cycles is None else
+                      f", ~{r.cycles} cycles estimated" if r.cycles_estimated
+                      else f", {r.cycles} cycles")
             print(f"[{k}] norm {n:.4f}  ({r.tokens} tokens, bucket {r.bucket}, "
                   f"{r.seconds:.2f} s{cycles}) {r.text}")
         print("cosine:")
@@ -72,7 +78,8 @@ def add_embed_command(command: Callable[..., argparse.ArgumentParser]) -> None:
     e.add_argument("--target", default="fsim",
                    help="executor: fsim, rtl or a device URL (default: %(default)s)")
     add_token_argument(e)
-    e.add_argument("--config", help="accelerator preset or JSON file (default: default)")
+    e.add_argument("--config", help="accelerator: a preset, a board config (ecp5-25f...) or "
+                   "a JSON config file (default: default)")
     e.add_argument("--json", action="store_true", help="print the result as one JSON object")
     e.add_argument("--embeddings", action="store_true",
                    help="with --json: include the 384 values of each embedding")

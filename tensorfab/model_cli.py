@@ -55,12 +55,32 @@ class ModelCliError(TensorfabError):
 
 
 def _shapes(items: list[str] | None) -> dict[str, tuple[int | str, ...]]:
-    out = {}
+    """``--shape NAME=D,D,...`` values by input name: each dim a size or a symbol name.
+
+    Raises
+    ------
+    ModelCliError
+        A value not of that form, a dim that is neither (empty, ``4.5``), or an input
+        given twice.
+    """
+    out: dict[str, tuple[int | str, ...]] = {}
     for item in items or []:
         name, _, dims = item.partition("=")
         if not name or not dims:
             raise ModelCliError(f"--shape {item!r}: expected NAME=D,D,... (e.g. x=1,3,224,224)")
-        out[name] = tuple(int(d) if d.lstrip("-").isdigit() else d for d in dims.split(","))
+        if name in out:
+            raise ModelCliError(f"--shape {item}: input {name!r} is given twice")
+        shape: list[int | str] = []
+        for k, d in enumerate(dims.split(",")):
+            d = d.strip()
+            if d.lstrip("-").isdigit():
+                shape.append(int(d))
+            elif d.isidentifier():
+                shape.append(d)
+            else:
+                raise ModelCliError(f"--shape {item}: dim {k} is {d!r}, neither a size nor "
+                                    "a symbol name (e.g. N)")
+        out[name] = tuple(shape)
     return out
 
 
@@ -273,6 +293,13 @@ def _feeds(items: list[str] | None, names: list[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
+def _input_paths(items: list[str] | None) -> list[Path]:
+    """The files of ``--input`` values (``NAME=FILE.npy`` or a bare ``FILE.npy``, which
+    may contain ``=``), for the output checks."""
+    return [Path(item) if Path(item).exists() else Path(item.partition("=")[2] or item)
+            for item in items or []]
+
+
 def _onnx_inputs(prepared: Any) -> dict[str, np.dtype]:
     """The ONNX model's inputs (initializers left out) with their dtypes."""
     from onnx.helper import tensor_dtype_to_np_dtype
@@ -346,8 +373,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tensorfab.sim.trace import is_tensorfab_trace
 
     # every output is checked before the (possibly long) compilation and run
-    if args.output:  # a NumPy array file may be replaced by another
-        check_writable(Path(args.output), args.force, _is_npy, suffixes=(".npy",))
+    if args.output:  # a NumPy array file may be replaced by another, never an input
+        inputs = [Path(args.model), *_input_paths(args.input),
+                  *([Path(args.calib)] if args.calib else [])]
+        check_writable(Path(args.output), args.force, _is_npy, suffixes=(".npy",),
+                       inputs=inputs)
     if args.trace:
         check_writable(Path(args.trace), args.force, is_tensorfab_trace, suffixes=(".json",))
     model = Path(args.model)

@@ -78,3 +78,59 @@ def test_embed_takes_the_token_of_a_served_device(capsys, monkeypatch) -> None:
     assert main(["embed", "hi", "--token", "x"]) == 2
     assert "--token applies to tcp://, tracker://, socket:// targets, not 'fsim'" in (
         capsys.readouterr().err)
+
+
+def test_embed_takes_a_board_config(capsys, monkeypatch) -> None:
+    """`embed --config ecp5-25f` was refused as 'not a preset ... nor a JSON config file'
+    (embed looked its --config up with get_config), though every other --config takes
+    the board configs; it is now the board's HwConfig, and an unknown name lists the
+    board configs too."""
+    import tensorfab.models.minilm_embed as minilm_embed
+
+    seen = []
+
+    def no_compile(seq: int, config: object, *args: object) -> None:
+        seen.append(config)
+        raise minilm_embed.MiniLmError("not compiled in this test")
+
+    monkeypatch.setattr(minilm_embed, "compile_bucket", no_compile)
+    capsys.readouterr()
+    assert main(["embed", "hi", "--config", "ecp5-25f"]) == 2
+    assert "not compiled in this test" in capsys.readouterr().err
+    assert [(c.name, c.block_in, c.block_out) for c in seen] == [("ecp5-25f", 4, 2)]
+    assert main(["embed", "hi", "--config", "ecp5-52f"]) == 2
+    err = capsys.readouterr().err
+    assert "a board config (ecp5-25f, ecp5-85f, up5k)" in err and len(err.splitlines()) == 1
+
+
+def test_estimated_cycles_are_marked(capsys, monkeypatch) -> None:
+    """On fsim `embed` printed '1569870 cycles' for every sentence of a bucket, the
+    compiler's estimate shown as if counted (`run` marks it '~' and
+    cycles_estimated); embed now says so too: '~1569870 cycles estimated' and
+    "cycles_estimated": true, a measured count as before."""
+    import tensorfab.models.minilm_embed as minilm_embed
+    from tensorfab.models.minilm_embed import SentenceRun
+
+    class Embedder:
+        def __init__(self, target: str, config: object, device: object = None) -> None:
+            self.estimated = target == "fsim"
+
+        def embed(self, texts: list[str]) -> tuple[np.ndarray, list[SentenceRun]]:
+            runs = [SentenceRun(t, 4, 16, 0.5, 1569870, None, None, 1,
+                                cycles_estimated=self.estimated) for t in texts]
+            return np.eye(len(texts), 384, dtype=np.float32), runs
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(minilm_embed, "MiniLmEmbedder", Embedder)
+    capsys.readouterr()
+    assert main(["embed", "hi"]) == 0
+    assert "(4 tokens, bucket 16, 0.50 s, ~1569870 cycles estimated) hi" in (
+        capsys.readouterr().out)
+    assert main(["embed", "hi", "--json"]) == 0
+    sentence = json.loads(capsys.readouterr().out)["sentences"][0]
+    assert sentence["accelerator_cycles"] == 1569870 and sentence["cycles_estimated"]
+    monkeypatch.setattr("tensorfab.embed_cli.open_target", lambda *a, **k: None)
+    assert main(["embed", "hi", "--target", "rtl"]) == 0
+    assert "(4 tokens, bucket 16, 0.50 s, 1569870 cycles) hi" in capsys.readouterr().out

@@ -230,6 +230,70 @@ def test_shape_of_an_unknown_input_wrong_rank_or_not_numbers(files, capsys) -> N
     one_line_error(capsys, "input 'image' given the shape (4, 8, 8) of 3 dims")
 
 
+def test_shape_with_an_empty_dim_or_given_twice(files, capsys) -> None:
+    """On the CPU --shape image=4,,8,8 compiled a model whose input channel count was
+    'the symbol \'\'' (an error about conv1), image=4.5,1,8,8 made '4.5' a symbol, and
+    a second --shape of the same input silently replaced the first; each is now one
+    line naming the --shape value, as --input given twice is."""
+    out = files["dir"] / "e.tfm"
+    base = ["compile", str(model_path()), "-o", str(out)]
+    capsys.readouterr()
+    assert main([*base, "--shape", "image=4,,8,8"]) == 2
+    one_line_error(capsys, "--shape image=4,,8,8: dim 1 is '', neither a size nor a "
+                           "symbol name (e.g. N)")
+    assert main([*base, "--shape", "image=4.5,1,8,8"]) == 2
+    one_line_error(capsys, "--shape image=4.5,1,8,8: dim 0 is '4.5'")
+    assert main([*base, "--shape", "image=4,1,8,8", "--shape", "image=2,1,8,8"]) == 2
+    one_line_error(capsys, "--shape image=2,1,8,8: input 'image' is given twice")
+    assert not out.exists()
+    assert main([*base, "--shape", "image=N,1,8,8", "--json"]) == 0  # a symbol is kept
+
+
+def test_shape_with_a_zero_or_negative_dim(files, capsys) -> None:
+    """--shape image=0,1,8,8 with --config was a ZeroDivisionError traceback from the
+    calibration batches (image=-1,... an error about conv1's input); each is now one
+    line naming the input and the dim, on the accelerator and the CPU alike, and so is
+    an empty input file given to run MODEL.onnx."""
+    out = str(files["dir"] / "z.tfm")
+    base = ["compile", str(model_path()), "-o", out, "--calib", str(files["calib"])]
+    capsys.readouterr()
+    assert main([*base, "--config", "tiny", "--shape", "image=0,1,8,8"]) == 2
+    one_line_error(capsys, "input 'image' given the shape (0, 1, 8, 8): dim 0 is 0; "
+                   "every dim is at least 1")
+    assert main([*base, "--shape", "image=4,1,-8,8"]) == 2
+    one_line_error(capsys, "input 'image' given the shape (4, 1, -8, 8): dim 2 is -8")
+    empty = files["dir"] / "empty.npy"
+    np.save(empty, np.zeros((0, 1, 8, 8), np.float32))
+    assert main(["run", str(model_path()), "--input", str(empty), "--calib",
+                 str(files["calib"])]) == 2
+    one_line_error(capsys, "input 'image' given the shape (0, 1, 8, 8): dim 0 is 0")
+    assert not Path(out).exists()
+
+
+def test_run_output_never_overwrites_an_input(files, capsys, tmp_path) -> None:
+    """run -o x.npy with --input x.npy replaced the input images by the logits (any .npy
+    may be replaced, and --force did not matter); an input of the run (--input, by
+    name or bare, --calib) is now refused as the output, as asm refuses its own."""
+    images = tmp_path / "x.npy"
+    np.save(images, np.load(files["images"]))
+    before = images.read_bytes()
+    capsys.readouterr()
+    for given in (str(images), f"image={images}"):
+        for force in ([], ["--force"]):
+            assert main(["run", str(files["tfm"]), "--input", given, "-o", str(images),
+                         *force]) == 2
+            one_line_error(capsys, f"{images}: the output would overwrite the input; "
+                                   "name another output with -o")
+    calib = tmp_path / "calib.npy"
+    np.save(calib, np.load(files["calib"]))
+    assert main(["run", str(model_path()), "--input", str(images), "--calib", str(calib),
+                 "-o", str(calib)]) == 2
+    one_line_error(capsys, f"{calib}: the output would overwrite the input")
+    assert images.read_bytes() == before
+    assert main(["run", str(files["tfm"]), "--input", str(images), "-o",
+                 str(tmp_path / "out.npy"), "--json"]) == 0
+
+
 def test_missing_external_data(files, capsys, tmp_path) -> None:
     model = onnx.load(str(model_path()))
     path = tmp_path / "ext.onnx"

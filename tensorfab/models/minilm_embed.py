@@ -194,6 +194,9 @@ class SentenceRun:
     host_runqueue_seconds : float or None
         Time the host thread spent runnable but waiting for a core during the run (the
         machine's other work; :meth:`MiniLmEmbedder.time_runs` measures it).
+    cycles_estimated : bool
+        ``cycles`` are the compiler's estimates (an untimed executor such as ``fsim``),
+        not a count the device measured.
     """
 
     text: str
@@ -210,6 +213,7 @@ class SentenceRun:
     overlap_seconds: float = 0.0
     trace: dict[str, Any] = field(default_factory=dict, repr=False)
     host_runqueue_seconds: float | None = None
+    cycles_estimated: bool = False
 
     def with_timeline(self, timeline: list[Any], title: str) -> SentenceRun:
         """This run with the figures of its VM ``timeline`` (its
@@ -342,6 +346,7 @@ class MiniLmEmbedder:
         run = SentenceRun(text, len(tokens), seq, profile.seconds, profile.total_cycles,
                           sum(int(r.macs or 0) for r in accel), cpu_macs,
                           bucket_macs(seq, self.layers))
+        run.cycles_estimated = profile.estimated
         return out, run.with_timeline(model.vm.timeline, f"MiniLM bucket {seq} on "
                                                          f"{self.target}")
 

@@ -88,6 +88,11 @@ def test_serve_with_a_tracker(processes, program) -> None:
     (["serve", "--tracker", "127.0.0.1:1", "--kind", "x"], "--tracker needs --token"),
     (["serve", "--device", "nonsense"], "unknown executor 'nonsense'"),
     (["tracker", "--host", "0.0.0.0"], "binding beyond this machine needs an explicit token"),
+    # an OverflowError traceback from socket.bind before
+    (["serve", "--port", "99999"], "device server: port 99999 is out of range: a TCP port "
+                                   "is 0 (any free one) to 65535"),
+    (["serve", "--port", "-1"], "port -1 is out of range"),
+    (["tracker", "--port", "70000"], "tracker: port 70000 is out of range"),
 ])
 def test_bad_options_are_one_line_errors(args, message, capsys) -> None:
     assert main(args) == 2

@@ -203,3 +203,23 @@ def test_connections_past_the_limit_are_turned_away(serve, program, raw_client) 
         except RemoteError as exc:
             assert "busy" in str(exc) and time.monotonic() < deadline
             time.sleep(0.02)
+
+
+def test_a_board_client_is_told_to_connect_with_tcp(serve, program) -> None:
+    """`--target socket://` (a board's link) to a device server or a tracker was 'read
+    failed: read failed: [Errno 104] Connection reset by peer' (its token line read as
+    a frame header); the server now answers it as a board server would, with a
+    REFUSED line naming the target to use, and still serves good clients."""
+    from tensorfab.isa.device import open_device
+
+    server = serve("fsim", token="board-test")
+    with pytest.raises(HilError, match=f"socket://127.0.0.1:{server.port}: the board "
+                                       "refused the connection: this is a tensorfab device "
+                                       "server, not a board: connect with "
+                                       f"tcp://127.0.0.1:{server.port}, not socket://"):
+        open_device(f"socket://127.0.0.1:{server.port}", token="board-test")
+    still_serves(server, program)
+    with Tracker(token="board-test").start() as tracker, pytest.raises(
+            HilError, match=f"this is a tensorfab tracker, not a board: connect with "
+                            f"tracker://127.0.0.1:{tracker.port}/KIND, not socket://"):
+        open_device(f"socket://127.0.0.1:{tracker.port}", token="board-test")

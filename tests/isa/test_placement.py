@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from tensorfab.compiler.tensor.operators import conv2d
-from tensorfab.isa import ErrorCode, Program, ProgramBuilder, ProgramError, get_config
+from tensorfab.isa import (
+    ErrorCode,
+    Program,
+    ProgramBuilder,
+    ProgramError,
+    UsageError,
+    get_config,
+)
 from tensorfab.isa.insn import Load, Store
 from tensorfab.isa.placement import place_program, placement_alignment
 from tensorfab.isa.program import Segment
@@ -126,3 +133,16 @@ def test_placed_program_on_the_rtl_equals_fsim() -> None:
         np.testing.assert_array_equal(got.outputs[k], want[k])
     standalone = RtlSimulator().run(p)
     assert got.cycles == pytest.approx(standalone.cycles, rel=0.02)
+
+
+@pytest.mark.parametrize("size", [0, -5])
+def test_a_device_memory_of_no_bytes_says_so(size: int) -> None:
+    """open_memory(config, 0) said 'a device memory of 0 bytes does not fit the 32-bit
+    address space of default', as if it were too large; it now asks for a positive
+    size (a size past the address space keeps its message)."""
+    cfg = get_config("default")
+    with pytest.raises(UsageError, match=f"a device memory of {size} bytes: give a "
+                                         "positive size"):
+        FunctionalSimulator().open_memory(cfg, size)
+    with pytest.raises(UsageError, match="does not fit the 32-bit address space"):
+        FunctionalSimulator().open_memory(cfg, cfg.dram_bytes + 1)

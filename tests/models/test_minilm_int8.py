@@ -42,6 +42,7 @@ def test_one_layer_int8_on_the_accelerator_match_float(cache) -> None:
     assert _cosines(got, want).min() >= 0.99, _cosines(got, want)
     for r in runs:
         assert r.bucket == 16 and r.tokens == len(tokenize(r.text))
+        assert r.cycles and r.cycles_estimated  # fsim is untimed: the compiler's estimate
         assert r.accel_fraction >= 0.95
         # every matmul is an accelerator program (outlier channels as zeros there), and
         # P·V twice (the probabilities' high and low int8 parts)
@@ -134,7 +135,7 @@ def test_one_executable_over_a_symbolic_length_compiles_one_bucket_per_new_bucke
         tmp_path, monkeypatch) -> None:
     """MiniLM as one VM executable with a symbolic ``seq``: a length in a bucket
     already loaded compiles nothing, a length in a new bucket compiles that one bucket,
-    and a length past the largest names the limit (compiling nothing)."""
+    and a length past the largest, or of 0, names the limit (compiling nothing)."""
     import tensorfab.compiler.model_compile as model_compile
     from tensorfab.runtime.bucketed import BucketLimitError
 
@@ -164,6 +165,11 @@ def test_one_executable_over_a_symbolic_length_compiles_one_bucket_per_new_bucke
                                                    "bucket, 128"):
             vm.run({"input_ids": np.zeros((1, 200), np.int64),
                     "attention_mask": np.ones((1, 200), np.float32)})
+        # an empty sequence ran as a bucket of padding alone, its embedding all NaN
+        with pytest.raises(BucketLimitError, match="a length of 0: the buckets take "
+                                                   "lengths 1 to 128"):
+            vm.run({"input_ids": np.zeros((1, 0), np.int64),
+                    "attention_mask": np.zeros((1, 0), np.float32)})
         assert compiled == [16, 32] and sorted(embedder.buckets) == [16, 32]
         # the same buckets' models give the same embeddings as a sentence run alone
         for text, e in zip(texts, got, strict=True):

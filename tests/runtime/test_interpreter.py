@@ -160,3 +160,28 @@ def test_model_files_round_trip_and_errors(tmp_path) -> None:
         z.writestr("constants.npz", b"")
     with pytest.raises(ModelFileError, match="version 99; this runtime reads"):
         load_model(tmp_path / "old.tfm")
+
+
+def test_a_model_file_is_replaced_only_once_written(tmp_path, monkeypatch) -> None:
+    """Ctrl-C or an error while save_model wrote (``compile -o model.tfm`` over a model
+    compiled before) left a truncated zip in its place, the earlier model lost; the new
+    file is now written beside it and moved into place, and nothing is left behind."""
+    from tensorfab.runtime.artifact import load_model, save_model
+    from tensorfab.runtime.vm_executable import Executable
+
+    path = tmp_path / "m.tfm"
+    save_model(_program(), path)
+    before = path.read_bytes()
+
+    def interrupted(self: Executable) -> dict:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Executable, "to_json", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_model(_program(), path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tfm"]
+    monkeypatch.undo()
+    load_model(path)
+    save_model(_program(), tmp_path / "n.tfm")  # a new file, no leftovers either
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tfm", "n.tfm"]
