@@ -63,6 +63,13 @@ def check_bitstream(board_name: str, bitstream: str | Path) -> None:
     """
     board = get_board(board_name)
     path = Path(bitstream)
+    if path.is_dir():
+        suffix = ".bin" if board.family == "ice40" else ".bit"
+        inside = sorted(p.name for p in path.glob(f"*{suffix}"))
+        hint = (f"give the bitstream in it ({', '.join(str(path / n) for n in inside)})"
+                if inside else f"it holds no {suffix} file (a build's bitstream is "
+                f"top{suffix} in its -o folder)")
+        raise FpgaBuildError(f"{bitstream} is a folder, not a bitstream: {hint}")
     if not path.is_file():
         raise FpgaBuildError(f"{bitstream}: no such bitstream")
     with path.open("rb") as f:

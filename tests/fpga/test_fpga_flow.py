@@ -144,6 +144,14 @@ def test_program_dry_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert program_command("icebreaker", bit, flash=True)[-2:] == ["-f", str(bit)]
     assert main(["fpga", "program", "--board", "ulx3s-85f", str(tmp_path / "x.bit")]) == 2
     assert "no such bitstream" in capsys.readouterr().err
+    # a build's folder (the -o of fpga build) was "no such bitstream" though it exists
+    assert main(["fpga", "program", "--board", "ulx3s-85f", str(tmp_path), "--dry-run"]) == 2
+    assert (f"{tmp_path} is a folder, not a bitstream: give the bitstream in it ({bit})"
+            in capsys.readouterr().err)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["fpga", "program", "--board", "icebreaker", str(empty), "--dry-run"]) == 2
+    assert "it holds no .bin file (a build's bitstream is top.bin" in capsys.readouterr().err
     # a path with a space was printed bare ('... -m my build/top.bit'): pasted into a
     # shell, openFPGALoader got two files, 'my' and 'build/top.bit'
     spaced = tmp_path / "my build" / "top.bit"
