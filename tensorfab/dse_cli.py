@@ -305,10 +305,16 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from .cli_output import working
     from .model_cli import _calibration, _shapes
 
+    configs = None
+    if args.configs is not None:  # (an empty name between commas is left out, as in dse)
+        configs = [c for c in args.configs.split(",") if c]
+        if not configs:
+            raise UsageError(f"--configs {args.configs!r} names no config; give presets, "
+                             "board configs or JSON files, comma-separated (or leave it out "
+                             "for every preset and board config)")
     with working(f"compiling {Path(args.model).name} per configuration", quiet=args.json):
         result = advise(args.model, args.board, _calibration(args.calib),
-                        _shapes(args.shape) or None,
-                        args.configs.split(",") if args.configs else None, args.memory)
+                        _shapes(args.shape) or None, configs, args.memory)
 
     def fmax(r: dict[str, Any]) -> str:  # a real build's fmax, "!" below the board's clock
         if r["fmax_mhz"] is None:

@@ -226,3 +226,19 @@ def test_the_orangecrab_85f_builds_its_1x8x8_at_56_mhz(calib: np.ndarray) -> Non
     assert (big["fmax_mhz"], big["meets_clock"]) == (79.18, True)
     assert big["estimated_cycles"] < rows["tiny"]["estimated_cycles"]
     assert out["build"] == "ecp5-85f"
+
+
+def test_configs_with_empty_names(tmp_path: Path, calib: np.ndarray,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """--configs 'tiny,' was refused as HwConfig.name = ''; an empty name is left out
+    (as dse and verify do), and --configs naming none is refused as such."""
+    from tensorfab.cli import main
+
+    np.save(tmp_path / "calib.npy", calib)
+    base = ["advise", str(model_path()), "--board", "ulx3s-85f", "--calib",
+            str(tmp_path / "calib.npy"), "--shape", "image=1,1,8,8", "--json"]
+    assert main([*base, "--configs", "tiny,"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["config"] for r in out["configs"]] == ["tiny"]
+    assert main([*base, "--configs", ","]) == 2
+    assert "--configs ',' names no config" in capsys.readouterr().err
