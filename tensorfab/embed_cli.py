@@ -16,8 +16,12 @@ __all__ = ["add_embed_command"]
 
 def cmd_embed(args: argparse.Namespace) -> int:
     from tensorfab.fpga_builds.board_configs import board_config
+    from tensorfab.isa import UsageError
     from tensorfab.models.minilm_embed import MiniLmEmbedder, cosine_matrix
 
+    if args.embeddings and not args.json:  # (the vectors go only into the JSON object)
+        raise UsageError("--embeddings needs --json: the 384 values of each embedding are "
+                         "part of the JSON result, not of the printed summary")
     # a preset, a board config or a JSON file, as every --config
     config = board_config(args.config or "default")
     # opened as run and sim open it, before any bucket compiles

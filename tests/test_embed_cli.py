@@ -20,6 +20,13 @@ def test_a_too_long_sentence_is_one_line(capsys) -> None:
     assert "302 tokens" in err and "largest bucket takes 128" in err
 
 
+def test_embeddings_without_json_is_refused_before_any_work(capsys) -> None:
+    # the vectors were silently left out of the printed summary
+    assert main(["embed", "a sentence", "--embeddings"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--embeddings needs --json" in err
+
+
 def test_text_that_is_not_utf8_is_one_line(capsys) -> None:
     # what Python makes of the argument bytes b"caf\xe9 au lait" (Latin-1, not UTF-8)
     arg = b"caf\xe9 au lait".decode("utf-8", "surrogateescape")
