@@ -76,6 +76,7 @@ def _check_graph(graph: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     _check_keys(graph, GRAPH_KEYS, "")
     for k, i in enumerate(graph["inputs"]):
         _check_keys(i, INPUT_KEYS, f"input {k}")
+        _check_dtype(i["dtype"], f"input {k} ({i['name']!r})")
     for k, n in enumerate(graph["nodes"]):
         label = (n.get("name") or n.get("op")) if isinstance(n, dict) else None
         _check_keys(n, NODE_KEYS, f"node {k}{f' ({label})' if label else ''}")
@@ -105,6 +106,21 @@ def _check_value_types(types: Any) -> None:
                                      "dims and a dtype name)")
         if not all(isinstance(d, int) and not isinstance(d, bool) for d in entry[0]):
             raise ProgramFormatError(f"{at}: shape {entry[0]!r} is not a list of integers")
+        _check_dtype(entry[1], at)
+
+
+def _check_dtype(name: str, where: str) -> None:
+    """Refuse a dtype name numpy does not know (``float99``), naming ``where``.
+
+    Raises
+    ------
+    ProgramFormatError
+    """
+    try:
+        np.dtype(name)
+    except TypeError:
+        raise ProgramFormatError(f"{where}: dtype {name!r} is not a dtype name (int8, "
+                                 "float32, ...)") from None
 
 
 def _tuples(v: Any) -> Any:

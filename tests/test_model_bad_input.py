@@ -173,6 +173,13 @@ def test_graph_keys_missing_or_of_another_type_are_named(files, capsys) -> None:
          "malformed graph: value_types['3']: shape ['a'] is not a list of integers"),
         (lambda g: g.update(value_types=[]), "malformed graph: value_types = [] is not a "
                                              "JSON object"),
+        # an unknown dtype was taken as the input's: `input 'image': dtype float32,
+        # expected float99` at run time, as if the user's array were wrong
+        (lambda g: g["inputs"][0].update(dtype="float99"),
+         f"malformed graph: input 0 ({graph['inputs'][0]['name']!r}): dtype 'float99' is "
+         "not a dtype name"),
+        (lambda g: g.update(value_types={"3": [[1], "int99"]}),
+         "malformed graph: value_types['3']: dtype 'int99' is not a dtype name"),
     ]
     for n, (edit, words) in enumerate(cases):
         g = json.loads(json.dumps(graph))
