@@ -4,7 +4,8 @@ next free device of a kind.
 A server registers over a connection of its own and heartbeats on it
 (:class:`TrackerRegistration`); its registration ends with that connection or when
 heartbeats stop for ``heartbeat_ttl`` seconds. A client's ACQUIRE waits until a device
-of the kind is free (a kind none of whose servers is registered is an error at once)
+of the kind is free (a kind no server has registered is an error after
+:data:`UNREGISTERED_KIND_WAIT` seconds)
 and returns its address and a lease (:class:`Lease`); the device is
 the client's until RELEASE or until the client's tracker connection closes. The same
 wire format and token rules as the device server apply
@@ -24,7 +25,11 @@ from .errors import HilError
 from .service import TokenService, log
 from .wire import Msg, ok_reply
 
-__all__ = ["Lease", "Tracker", "TrackerRegistration"]
+__all__ = ["UNREGISTERED_KIND_WAIT", "Lease", "Tracker", "TrackerRegistration"]
+
+#: Seconds an ACQUIRE of a kind no server has registered waits for one to register
+#: before it is refused (the full wait is for a registered kind whose devices are taken).
+UNREGISTERED_KIND_WAIT = 3.0
 
 
 @dataclass
@@ -153,6 +158,12 @@ class Tracker(TokenService):
             return min(ready, key=lambda e: e.released_at) if ready else None
 
         with self._cond:
+            # a kind none of whose servers is registered: a few seconds for one that is
+            # starting (a script that starts the server and the client together), not
+            # the whole wait for a misspelt kind
+            self._cond.wait_for(lambda: self._stopping.is_set()
+                                or any(e.kind == kind for e in self._entries),
+                                min(wait, UNREGISTERED_KIND_WAIT))
             if not any(e.kind == kind for e in self._entries):  # none to wait for
                 kinds = sorted({e.kind for e in self._entries})
                 raise HilError(f"no device of kind {kind!r} is registered with this "

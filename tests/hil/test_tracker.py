@@ -69,7 +69,7 @@ def test_two_clients_get_two_devices_and_a_third_waits_its_turn(tracker, two_ser
 def test_a_kind_nobody_serves_and_a_wrong_token_are_errors(tracker, two_servers) -> None:
     """A kind no server is registered as (a typo, say) waited out the whole
     acquire_timeout (300 s from the command line, silently) before '0 registered'; it
-    is an error at once naming the kinds registered."""
+    is an error after UNREGISTERED_KIND_WAIT seconds naming the kinds registered."""
     start = time.monotonic()
     with pytest.raises(RemoteError, match=r"no device of kind 'ulx3s' is registered with "
                                           r"this tracker \(registered: fsim\); a server "
@@ -82,6 +82,26 @@ def test_a_kind_nobody_serves_and_a_wrong_token_are_errors(tracker, two_servers)
         RemoteDevice(f"tracker://127.0.0.1:{tracker.port}/fsim", token="nope")
     with pytest.raises(Exception, match="name the kind of device"):
         RemoteDevice(f"tracker://127.0.0.1:{tracker.port}", token=TOKEN)
+
+
+def test_a_server_registering_just_after_the_client_asks_is_handed_out(serve, tracker
+                                                                       ) -> None:
+    """A script that starts a server and its client together: the client's ACQUIRE
+    comes before the registration and waits for it (UNREGISTERED_KIND_WAIT)."""
+    server = serve("fsim", token=TOKEN)
+    regs: list[TrackerRegistration] = []
+    later = threading.Timer(0.5, lambda: regs.append(TrackerRegistration(
+        f"127.0.0.1:{tracker.port}", TOKEN, "late", server.address, interval=0.2)))
+    later.start()
+    try:
+        dev = RemoteDevice(f"tracker://127.0.0.1:{tracker.port}/late", token=TOKEN,
+                           acquire_timeout=30)
+        assert dev.address == server.address
+        dev.close()
+    finally:
+        later.join()
+        for r in regs:
+            r.close()
 
 
 def test_a_server_that_leaves_is_not_handed_out(serve, tracker) -> None:
