@@ -286,11 +286,16 @@ def _channel_scales(observer: ChannelMinMaxObserver) -> np.ndarray:
 
 
 def _rectifier(e: Expr) -> bool:
-    """A ``relu``, or a ``clip`` from 0 (ReLU6): observed in its reader's place, its
-    negative side being zero anyway (and its upper bound within the observed range, so
-    the int8 clip it lowers to is exact, :func:`~.qdq_lowering.lower_qdq`)."""
-    return isinstance(e, Call) and (e.op == "relu" or (
-        e.op == "clip" and float(e.attrs["a_min"]) == 0.0 and float(e.attrs["a_max"]) > 0))
+    """A ``relu``, or a ``clip`` from 0 (ReLU6, or no upper bound): observed in its
+    reader's place, its negative side being zero anyway (and its upper bound within the
+    observed range, so the int8 clip it lowers to is exact,
+    :func:`~.qdq_lowering.lower_qdq`)."""
+    if not isinstance(e, Call):
+        return False
+    if e.op == "relu":
+        return True
+    lo, hi = (e.attrs.get("a_min"), e.attrs.get("a_max")) if e.op == "clip" else (None, None)
+    return lo is not None and float(lo) == 0.0 and (hi is None or float(hi) > 0)
 
 
 #: Float activations that get an observed output scale when their input is quantized,

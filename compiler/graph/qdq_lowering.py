@@ -194,9 +194,11 @@ def int8_clip(q: Expr, clip: Call, s: float, z: int) -> Call:
     """The int8 form of float ``clip`` applied before quantizing with ``(s, z)``, on
     ``q``, the int8 quantization of its input: ``clip(q, z + round(lo/s), z +
     round(hi/s))`` within int8 — exact, as ``round(clip(v, lo, hi)/s) + z =
-    clip(round(v/s) + z, ...)`` for rounding that is monotone and exact on integers."""
+    clip(round(v/s) + z, ...)`` for rounding that is monotone and exact on integers. A
+    bound the float clip does not have (ONNX Clip without ``min`` or ``max``) is int8's."""
     lo, hi = (int(np.clip(z + np.rint(np.float32(clip.attrs[k]) / np.float32(s)), -128, 127))
-              for k in ("a_min", "a_max"))
+              if clip.attrs.get(k) is not None else limit
+              for k, limit in (("a_min", -128), ("a_max", 127)))
     return Call("clip", [q], {"a_min": lo, "a_max": hi}, clip.virtual_device, clip.name)
 
 

@@ -1,0 +1,80 @@
+"""Small ONNX models an ML engineer brings, through ``compile_onnx``'s int8 flow on the
+functional simulator, against onnxruntime: the float model (tensorfab's quantizer, within
+int8's error) and onnxruntime's own QDQ model (exactly as onnxruntime executes it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from ort_reference import reference_session
+
+from tensorfab.compiler.frontend import quantize_onnx
+from tensorfab.compiler.model_compile import compile_onnx
+from tensorfab.runtime.interpreter import run_program
+
+RNG = np.random.default_rng(20261128)
+
+
+def f32(*shape: int, scale: float = 1.0) -> np.ndarray:
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def model(nodes: list[onnx.NodeProto], x_shape: tuple[int, ...],
+          initializers: dict[str, np.ndarray], opset: int = 17) -> onnx.ModelProto:
+    """A graph of ``nodes`` from input ``x`` to output ``y``."""
+    graph = helper.make_graph(
+        nodes, "user_model", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT,
+                                                            x_shape)],
+        [onnx.ValueInfoProto(name="y")],
+        [numpy_helper.from_array(v, k) for k, v in initializers.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = min(m.ir_version, 9)
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def run_int8(m: onnx.ModelProto, x: np.ndarray, calibration: np.ndarray | None = None,
+             config: str | None = "default") -> np.ndarray:
+    compiled = compile_onnx(m, config=config, calibration=calibration,
+                            input_shapes={"x": x.shape})
+    return run_program(compiled.program, {"x": x})
+
+
+def check_float_model_in_int8(m: onnx.ModelProto, x: np.ndarray,
+                              calibration: np.ndarray, tolerance: float = 0.1) -> None:
+    """tensorfab's int8 result within ``tolerance`` of the float output's range."""
+    ref = reference_session(m).run(None, {"x": x})[0]
+    ours = run_int8(m, x, calibration)
+    assert ours.shape == ref.shape
+    assert np.abs(ours - ref).max() <= tolerance * np.abs(ref).max()
+
+
+def check_qdq_model(m: onnx.ModelProto, x: np.ndarray, calibration: np.ndarray) -> None:
+    """onnxruntime's QDQ model of ``m``: tensorfab's int8 flow gives onnxruntime's
+    result (the int8 arithmetic differs by at most one output step)."""
+    qdq = quantize_onnx(m, [{"x": calibration[i:i + len(x)]}
+                            for i in range(0, len(calibration), len(x))])
+    ref = reference_session(qdq).run(None, {"x": x})[0]
+    ours = run_int8(qdq, x)
+    step = np.diff(np.unique(ref)).min()
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1.01 * step)
+
+
+def conv_then(nodes: list[onnx.NodeProto], initializers: dict[str, np.ndarray]
+              ) -> onnx.ModelProto:
+    """A 3x3 convolution ``x`` (2, 4, 6, 6) -> ``c`` (2, 8, 6, 6), then ``nodes``."""
+    conv = helper.make_node("Conv", ["x", "W"], ["c"], name="conv0", pads=[1, 1, 1, 1])
+    return model([conv, *nodes], (2, 4, 6, 6), {"W": f32(8, 4, 3, 3, scale=0.3),
+                                                **initializers})
+
+
+def test_clip_with_only_a_max_or_only_a_min_after_a_convolution() -> None:
+    """Clip with its ``min`` input omitted crashed quantization (``float(None)`` in the
+    PTQ, ``cannot convert float NaN to integer`` lowering a QDQ model)."""
+    x, calib = f32(2, 4, 6, 6), f32(8, 4, 6, 6)
+    for inputs, bounds in ((["c", "", "hi"], {"hi": np.array(0.3, np.float32)}),
+                           (["c", "lo"], {"lo": np.array(0.0, np.float32)}),
+                           (["c", "lo"], {"lo": np.array(-0.2, np.float32)})):
+        m = conv_then([helper.make_node("Clip", inputs, ["y"], name="clip0")], bounds)
+        check_float_model_in_int8(m, x, calib)
+        check_qdq_model(m, x, calib)
