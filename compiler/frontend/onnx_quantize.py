@@ -96,8 +96,13 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
             if preprocess:
                 from onnxruntime.quantization.shape_inference import quant_pre_process
 
+                # from a file: given a ModelProto, onnxruntime moves its initializers
+                # into external data in place (the caller's model then points at a
+                # deleted file, and the optimizer cannot read a Reshape's shape)
+                source = Path(tmp) / "float.onnx"
+                onnx.save(model, source)
                 prepared = Path(tmp) / "prepared.onnx"
-                quant_pre_process(model, prepared, skip_symbolic_shape=True)
+                quant_pre_process(str(source), prepared, skip_symbolic_shape=True)
                 model = onnx.load(prepared)
             with contextlib.redirect_stdout(io.StringIO()):  # its percentile calibrator prints
                 quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ,

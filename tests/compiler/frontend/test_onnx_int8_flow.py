@@ -78,3 +78,24 @@ def test_clip_with_only_a_max_or_only_a_min_after_a_convolution() -> None:
         m = conv_then([helper.make_node("Clip", inputs, ["y"], name="clip0")], bounds)
         check_float_model_in_int8(m, x, calib)
         check_qdq_model(m, x, calib)
+
+
+def test_onnxruntime_quantizer_keeps_the_model_and_reads_a_reshape_shape() -> None:
+    """``quantize_onnx`` (``--quantizer ort``) handed onnxruntime's pre-processing the
+    ModelProto, which moved its initializers into external data in place: the caller's
+    model then referred to a deleted ``foo.bin`` (onnxruntime and the checker refused
+    it), and a Reshape's constant shape could not be read (``Data of TensorProto (...)
+    should be stored in /tmp/pre.quant.../foo.bin``)."""
+    m = conv_then([helper.make_node("Reshape", ["c", "shape"], ["t"], name="reshape0"),
+                   helper.make_node("MatMul", ["t", "G"], ["y"], name="dense0")],
+                  {"shape": np.array([2, 8, -1], np.int64), "G": f32(36, 5, scale=0.3)})
+    before = m.SerializeToString()
+    x, calib = f32(2, 4, 6, 6), f32(8, 4, 6, 6)
+    quantize_onnx(m, [{"x": calib[:2]}])
+    assert m.SerializeToString() == before
+    compiled = compile_onnx(m, config="default", calibration=calib, quantizer="ort",
+                            input_shapes={"x": x.shape})
+    ref = reference_session(m).run(None, {"x": x})[0]
+    ours = run_program(compiled.program, {"x": x})
+    assert np.abs(ours - ref).max() <= 0.05 * np.abs(ref).max()
+    check_qdq_model(m, x, calib)
