@@ -49,11 +49,13 @@ def check_float_model_in_int8(m: onnx.ModelProto, x: np.ndarray,
     assert np.abs(ours - ref).max() <= tolerance * np.abs(ref).max()
 
 
-def check_qdq_model(m: onnx.ModelProto, x: np.ndarray, calibration: np.ndarray) -> None:
+def check_qdq_model(m: onnx.ModelProto, x: np.ndarray, calibration: np.ndarray,
+                    **quantizer_options: object) -> None:
     """onnxruntime's QDQ model of ``m``: tensorfab's int8 flow gives onnxruntime's
     result (the int8 arithmetic differs by at most one output step)."""
     qdq = quantize_onnx(m, [{"x": calibration[i:i + len(x)]}
-                            for i in range(0, len(calibration), len(x))])
+                            for i in range(0, len(calibration), len(x))],
+                        **quantizer_options)  # type: ignore[arg-type]
     ref = reference_session(qdq).run(None, {"x": x})[0]
     ours = run_int8(qdq, x)
     step = np.diff(np.unique(ref)).min()
@@ -99,3 +101,20 @@ def test_onnxruntime_quantizer_keeps_the_model_and_reads_a_reshape_shape() -> No
     ours = run_program(compiled.program, {"x": x})
     assert np.abs(ours - ref).max() <= 0.05 * np.abs(ref).max()
     check_qdq_model(m, x, calib)
+
+
+def test_squeeze_excite_scale_written_first_in_asymmetric_uint8() -> None:
+    """``Mul(sigmoid_scale, activation)`` (the scale first) of an asymmetric uint8 QDQ
+    model: the accelerator's channel-scale program took the operands in either order
+    but kept the zero points in the node's order, subtracting the activation's zero
+    point from the scale and the other way round: almost every output was wrong by
+    ~100 steps, silently."""
+    conv = helper.make_node("Conv", ["x", "W"], ["a"], name="conv0", pads=[1, 1, 1, 1])
+    nodes = [conv, helper.make_node("GlobalAveragePool", ["a"], ["g"], name="pool0"),
+             helper.make_node("Conv", ["g", "W1"], ["h"], name="excite0"),
+             helper.make_node("Sigmoid", ["h"], ["s"], name="gate0"),
+             helper.make_node("Mul", ["s", "a"], ["y"], name="scale0")]
+    m = model(nodes, (2, 4, 6, 6), {"W": f32(8, 4, 3, 3, scale=0.3),
+                                    "W1": f32(8, 8, 1, 1, scale=0.3)})
+    check_qdq_model(m, f32(2, 4, 6, 6), f32(8, 4, 6, 6), symmetric=False,
+                    activation_dtype="uint8")
