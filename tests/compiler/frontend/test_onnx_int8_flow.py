@@ -118,3 +118,17 @@ def test_squeeze_excite_scale_written_first_in_asymmetric_uint8() -> None:
                                     "W1": f32(8, 8, 1, 1, scale=0.3)})
     check_qdq_model(m, f32(2, 4, 6, 6), f32(8, 4, 6, 6), symmetric=False,
                     activation_dtype="uint8")
+
+
+def test_one_output_channel_convolution_in_asymmetric_per_channel_qdq() -> None:
+    """A convolution with one output channel (a mask or depth head) in onnxruntime's
+    asymmetric per-channel QDQ form: its requantization (one scale, a zero point) was
+    neither fixed-point form, the partitioner put it on the accelerator all the same,
+    and compiling failed with ``AcceleratorLoweringError: fewer accelerator programs
+    than accelerator convolutions``."""
+    x, calib = f32(2, 4, 6, 6), f32(8, 4, 6, 6)
+    for dtype in ("uint8", "int8"):
+        head = helper.make_node("Conv", ["x", "W"], ["c"], name="head0", pads=[1, 1, 1, 1])
+        m = model([head, helper.make_node("Relu", ["c"], ["y"], name="relu0")],
+                  (2, 4, 6, 6), {"W": f32(1, 4, 3, 3, scale=0.3)})
+        check_qdq_model(m, x, calib, symmetric=False, activation_dtype=dtype)
