@@ -285,6 +285,10 @@ def _clip(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
         return [x]
     lo = _const_value(ctx, _arg(inputs, 1), "Clip's min")
     hi = _const_value(ctx, _arg(inputs, 2), "Clip's max")
+    for name, v in (("min", lo), ("max", hi)):
+        if v is not None and v.size != 1:
+            raise ctx.error(f"Clip's {name} has shape {v.shape}; ONNX takes one value (a "
+                            "scalar)")
     integer = _type(x).dtype not in ("float32", "float64", "float16")
 
     def bound(v: np.ndarray | None) -> float | int | None:

@@ -265,6 +265,17 @@ def test_attribute_out_of_range_that_onnx_lets_through_names_the_node() -> None:
         from_onnx(lrn)
 
 
+def test_clip_bound_of_more_than_one_value_names_the_node() -> None:
+    """ONNX's Clip takes scalar bounds (onnxruntime refuses others); a (3,) min gave
+    numpy's ``cannot reshape array of size 3 into shape ()`` without the node."""
+    clip = single_op_model("Clip", [("x", np.zeros((2, 3), np.float32)),
+                                    ("lo", np.zeros(3, np.float32))], constant=("lo",))
+    with pytest.raises(OnnxImportError, match=r"node 'the_Clip' \(op_type Clip, opset 17\)"
+                                              r": Clip's min has shape \(3,\); ONNX takes "
+                                              r"one value"):
+        from_onnx(clip)
+
+
 def test_gather_index_out_of_range_is_a_kernel_error() -> None:
     """ONNX lets a constant Gather index past the axis through; running it is a one-line
     KernelError naming the ONNX node, the index and the axis, not numpy's IndexError
