@@ -479,7 +479,22 @@ def _static_dim(ctx: NodeContext, d: int | str) -> int:
     return d
 
 
+def _check_pool_pads(ctx: NodeContext) -> None:
+    """Refuse explicit ``pads`` that reach ``kernel_shape``: a window then lies wholly in
+    the padding and has no value (a max of none, a mean of nothing: -inf and NaN);
+    onnxruntime refuses such a pool too."""
+    if ctx.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
+        return
+    kernel, pads = tuple(ctx.attr("kernel_shape")), tuple(ctx.attr("pads", ()))
+    n = len(kernel)
+    if len(pads) == 2 * n and any(max(pads[i], pads[i + n]) >= kernel[i] for i in range(n)):
+        raise ctx.error(f"pads {pads} with kernel_shape {kernel}: each pad must be smaller "
+                        "than the kernel along its axis (a window wholly in the padding "
+                        "has no value)")
+
+
 def _pool(ctx: NodeContext, x: Expr, op: str, **extra: Any) -> Expr:
+    _check_pool_pads(ctx)
     if _type(x).ndim == 5:
         return _pool_3d(ctx, x, op, **extra)
     flat = _as_2d_pool(ctx, x)

@@ -276,6 +276,22 @@ def test_clip_bound_of_more_than_one_value_names_the_node() -> None:
         from_onnx(clip)
 
 
+@pytest.mark.parametrize("op, shape, pads", [
+    ("MaxPool", (1, 2, 3, 3), [2, 0, 0, 0]), ("AveragePool", (1, 2, 3, 3), [0, 0, 0, 2]),
+    ("AveragePool", (1, 2, 5), [0, 3]), ("MaxPool", (1, 2, 3, 3, 3), [0, 0, 2, 0, 0, 0])])
+def test_pool_padded_by_its_kernel_or_more_is_refused_by_node(op: str, shape: tuple,
+                                                              pads: list) -> None:
+    """A pad as large as the kernel makes windows wholly in the padding: the max pool
+    gave -inf there and the average pool NaN, silently (onnxruntime refuses the model)."""
+    kernel = [2] * (len(shape) - 2)
+    pool = single_op_model(op, [("x", np.zeros(shape, np.float32))],
+                           {"kernel_shape": kernel, "pads": pads})
+    with pytest.raises(OnnxImportError, match=rf"node 'the_{op}' \(op_type {op}, opset 17\)"
+                                              r": pads \(.*\) with kernel_shape \(.*\): each"
+                                              r" pad must be smaller than the kernel"):
+        from_onnx(pool)
+
+
 def test_gather_index_out_of_range_is_a_kernel_error() -> None:
     """ONNX lets a constant Gather index past the axis through; running it is a one-line
     KernelError naming the ONNX node, the index and the axis, not numpy's IndexError
