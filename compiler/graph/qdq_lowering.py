@@ -149,7 +149,8 @@ def lower_qdq(fn: Function) -> Function:
             x, bias = x.args
         if isinstance(x, Call) and x.op in ("nn.conv2d", "matmul"):
             return (_lower_linear(e, x, bias, ys, e.args[0].name)
-                    or (_lower_activation_matmul(x, ys) if bias is None else None) or e)
+                    or (_lower_activation_matmul(x, ys)
+                        if bias is None and x.op == "matmul" else None) or e)
         if bias is None and isinstance(x, Call) and x.op == "hard_swish":
             return _lower_hard_swish(x, ys) or e
         if bias is None and isinstance(x, Call) and x.op == "nn.global_avg_pool2d":

@@ -132,3 +132,39 @@ def test_one_output_channel_convolution_in_asymmetric_per_channel_qdq() -> None:
         m = model([head, helper.make_node("Relu", ["c"], ["y"], name="relu0")],
                   (2, 4, 6, 6), {"W": f32(1, 4, 3, 3, scale=0.3)})
         check_qdq_model(m, x, calib, symmetric=False, activation_dtype=dtype)
+
+
+def qat_conv(x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> onnx.ModelProto:
+    """A quantization-aware-trained export: the float weight goes through
+    QuantizeLinear and DequantizeLinear in the model, as the activations do."""
+    w = f32(*w_shape, scale=0.3)
+    q = helper.make_node
+    nodes = [q("QuantizeLinear", ["x", "sx", "z"], ["xq"]),
+             q("DequantizeLinear", ["xq", "sx", "z"], ["xd"]),
+             q("QuantizeLinear", ["W", "sw", "z"], ["wq"], name="weight_q"),
+             q("DequantizeLinear", ["wq", "sw", "z"], ["wd"], name="weight_dq"),
+             q("Conv", ["xd", "wd"], ["c"], name="conv0"),
+             q("QuantizeLinear", ["c", "sy", "z"], ["yq"]),
+             q("DequantizeLinear", ["yq", "sy", "z"], ["y"])]
+    return model(nodes, x_shape, {"W": w, "sx": np.array(0.03, np.float32),
+                                  "sw": np.array(np.abs(w).max() / 127, np.float32),
+                                  "sy": np.array(0.05, np.float32),
+                                  "z": np.array(0, np.int8)}, opset=13)
+
+
+def test_convolution_of_a_weight_quantized_in_the_model() -> None:
+    """A QAT export quantizes its float weight in the graph. The weight's QuantizeLinear
+    was not folded, so the convolution looked like a product of two activations and was
+    lowered as a matmul: an input (1, 4, 6, 3) gave a (8, 4, 6, 3) matmul result instead
+    of the (1, 8, 4, 1) convolution, silently, and other shapes failed with a
+    TypeInferenceError about qnn.matmul_integer. Now the weight folds to int8 and the
+    convolution runs on the accelerator, as onnxruntime computes it."""
+    for x_shape in ((1, 4, 6, 3), (2, 4, 6, 6)):
+        m = qat_conv(x_shape, (8, 4, 3, 3))
+        x = f32(*x_shape)
+        ref = reference_session(m).run(None, {"x": x})[0]
+        compiled = compile_onnx(m, config="default", input_shapes={"x": x_shape})
+        assert compiled.cpu_convolutions == ()
+        ours = run_program(compiled.program, {"x": x})
+        assert ours.shape == ref.shape
+        np.testing.assert_allclose(ours, ref, rtol=0, atol=0.05 * 1.01)  # one step
