@@ -289,6 +289,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     """
     from .frontend import from_onnx, quantize_onnx
     from .frontend.onnx_import import load_onnx
+    from .frontend.onnx_ops import OnnxImportError
     from .graph import accel
     from .graph.accel_lowering import accel_chain_macs, lower_accelerator_chains, with_macs
     from .graph.activation_matmul_lowering import lower_activation_matmuls
@@ -329,8 +330,11 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
         if quantizer == "ort":
             say(f"quantizing with onnxruntime ({method}, {len(batches)} calibration "
                 "batches)")
-            qdq = quantize_onnx(prepared.proto, batches, per_channel=True, method=method,
-                                percentile=percentile)
+            try:
+                qdq = quantize_onnx(prepared.proto, batches, per_channel=True, method=method,
+                                    percentile=percentile)
+            except OnnxImportError as e:
+                raise OnnxImportError(f"{where}: {e}") from e
             fn = fold_constants(from_onnx(qdq, input_shapes))
         else:
             if cfg is not None:  # unfoldable batch norms run on the accelerator
