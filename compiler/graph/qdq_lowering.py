@@ -73,7 +73,10 @@ def _int8_activations(call: Call) -> list[tuple[Expr, np.ndarray]] | None:
 
 
 def _int8_weight(e: Expr, transpose: bool = False) -> tuple[Constant, np.ndarray] | None:
-    """A constant int8 weight behind a symmetric dequantize (optionally transposed)."""
+    """A constant int8 weight behind a symmetric dequantize (optionally transposed),
+    per tensor or per output channel: per channel along another axis (a reduction axis,
+    e.g. a weight shared by a MatMul and a Gemm with transB, quantized for one of them)
+    scales the products inside the sum, which an integer accumulator cannot."""
     if transpose:
         if not (isinstance(e, Call) and e.op == "transpose" and e.attrs["axes"] in
                 (None, (1, 0))):
@@ -83,6 +86,9 @@ def _int8_weight(e: Expr, transpose: bool = False) -> tuple[Constant, np.ndarray
     if dq is None or not isinstance(dq[0], Constant) or dq[0].data.dtype != np.int8:
         return None
     w, scale = dq[0].data, dq[1]
+    out_axis = 0 if transpose or w.ndim == 4 else w.ndim - 1  # OIHW, (K, N), or (N, K)ᵀ
+    if scale.size > 1 and int(e.attrs["axis"]) % w.ndim != out_axis:  # type: ignore[union-attr]
+        return None
     return (Constant(w.T.copy()) if transpose else dq[0]), scale
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 from ort_reference import reference_session
@@ -234,3 +235,76 @@ def test_onnxruntime_quantizer_failure_is_one_error_naming_the_model() -> None:
     ours = run_int8(gemm, x, f32(16, 16))
     ref = reference_session(gemm).run(None, {"x": x})[0]
     assert np.abs(ours - ref).max() <= 0.05 * np.abs(ref).max()
+
+
+def unoptimized_session(m: onnx.ModelProto) -> ort.InferenceSession:
+    """onnxruntime without graph optimizations: QDQ as its definition (dequantize, float
+    operator, quantize). Its fused integer kernels scale a per-channel weight by the
+    output channel whatever the DequantizeLinear's axis, which is wrong here."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(m.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def weight_quantized_along(op: str, w: np.ndarray, axis: int, x_shape: tuple[int, ...],
+                           zero_point: int = 0, **attrs: object) -> onnx.ModelProto:
+    """``op`` of a QDQ activation and a weight quantized per channel along ``axis``."""
+    others = tuple(i for i in range(w.ndim) if i != axis)
+    sw = (np.abs(w).max(axis=others) / 127).astype(np.float32)
+    per_axis = sw.reshape([-1 if i == axis else 1 for i in range(w.ndim)])
+    q = helper.make_node
+    nodes = [q("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             q("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+             q("DequantizeLinear", ["Wq", "sw", "zw"], ["wd"], axis=axis),
+             q(op, ["xd", "wd"], ["c"], name="layer0", **attrs),
+             q("QuantizeLinear", ["c", "sy", "zx"], ["yq"]),
+             q("DequantizeLinear", ["yq", "sy", "zx"], ["y"])]
+    return model(nodes, x_shape, {
+        "Wq": np.clip(np.rint(w / per_axis), -127, 127).astype(np.int8), "sw": sw,
+        "zw": np.zeros(sw.shape, np.int8), "sx": np.array(0.03, np.float32),
+        "zx": np.array(zero_point, np.int8), "sy": np.array(0.1, np.float32)}, opset=13)
+
+
+@pytest.mark.parametrize("op, w_shape, axis, x_shape, zero_point, attrs", [
+    ("MatMul", (16, 16), 0, (4, 16), 0, {}),
+    ("MatMul", (16, 16), 0, (4, 16), 5, {}),
+    ("Gemm", (16, 16), 1, (4, 16), 0, {"transB": 1}),
+    ("Conv", (8, 8, 3, 3), 1, (2, 8, 6, 6), 0, {"pads": [1, 1, 1, 1]}),
+    ("Conv", (8, 8, 3, 3), 1, (2, 8, 6, 6), 5, {"pads": [1, 1, 1, 1]}),
+    ("Conv", (8, 8, 3, 3), 2, (2, 8, 6, 6), 0, {"pads": [1, 1, 1, 1]})])
+def test_weight_quantized_per_channel_along_a_reduction_axis(
+        op: str, w_shape: tuple, axis: int, x_shape: tuple, zero_point: int,
+        attrs: dict) -> None:
+    """A per-channel weight scale along an axis the layer sums over (a MatMul weight
+    quantized per row, a Conv weight per input channel; a weight shared by a MatMul and
+    a Gemm with transB gets one axis for both) was taken for per-output-channel scales:
+    150-250 output steps off, silently (per kernel row: a TypeInferenceError). Such a
+    layer now stays in float between its dequantize and quantize, as QDQ defines it."""
+    w = f32(*w_shape, scale=0.3)
+    w[:3] *= 8  # scales differing along every axis
+    w[:, :3] *= 5
+    m = weight_quantized_along(op, w, axis, x_shape, zero_point, **attrs)
+    x = f32(*x_shape)
+    ref = unoptimized_session(m).run(None, {"x": x})[0]
+    compiled = compile_onnx(m, config="default", input_shapes={"x": x_shape})
+    np.testing.assert_allclose(run_program(compiled.program, {"x": x}), ref, rtol=0,
+                               atol=0.1 * 1.01)
+
+
+def test_weight_shared_by_a_matmul_and_a_transposing_gemm() -> None:
+    """onnxruntime's quantizer gives a weight read by MatMul(x, W) and Gemm(x, W,
+    transB=1) one DequantizeLinear, per channel along MatMul's output axis, which is
+    the Gemm's reduction axis."""
+    w = f32(16, 16, scale=0.3)
+    w[:, :4] *= 10
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["a"], name="mm0"),
+             helper.make_node("Gemm", ["x", "W"], ["b"], name="fc0", transB=1),
+             helper.make_node("Add", ["a", "b"], ["y"], name="add0")]
+    m = model(nodes, (4, 16), {"W": w})
+    x, calib = f32(4, 16), f32(32, 16)
+    qdq = quantize_onnx(m, [{"x": calib[i:i + 4]} for i in range(0, 32, 4)])
+    ref = unoptimized_session(qdq).run(None, {"x": x})[0]
+    ours = run_int8(qdq, x)
+    step = np.diff(np.unique(ref)).min()
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1.01 * step)
