@@ -35,7 +35,7 @@ from .graph.types import GraphError
 from .tensor.schedule_source import ScheduleSource
 
 __all__ = ["DEFAULT_QUANTIZER", "QUANTIZERS", "CompiledModel", "FloatModelError",
-           "ModelCompileError", "calibration_batches", "compile_onnx"]
+           "ModelCompileError", "calibration_batches", "compile_onnx", "is_quantized"]
 
 #: Post-training quantizers: tensorfab's own, or onnxruntime's ``quantize_static``.
 QUANTIZERS = ("tensorfab", "ort")
@@ -228,6 +228,17 @@ def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndar
     return [{n: v[i:i + batch] for n, v in data.items()} for i in range(0, stop, batch)]
 
 
+#: ONNX operators of a model that is quantized already (QDQ or integer operators).
+QUANTIZED_OP_TYPES = frozenset({"QuantizeLinear", "DequantizeLinear", "QLinearConv",
+                                "QLinearMatMul", "ConvInteger", "MatMulInteger"})
+
+
+def is_quantized(model: PreparedOnnx) -> bool:
+    """Whether the ONNX ``model`` is quantized already (QDQ pairs or integer operators):
+    its quantization is the model's, and calibration data has nothing to do."""
+    return any(n.op_type in QUANTIZED_OP_TYPES for n in model.proto.graph.node)
+
+
 def _has_int8(fn: Function) -> bool:
     return any(isinstance(e, Call) and e.op.startswith("qnn.") for e in post_order(fn))
 
@@ -255,7 +266,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     calibration : mapping, optional
         Calibration samples, input name to an array (samples along axis 0), or one array
         for a model with one input; given, the model is quantized to int8 with
-        ``quantizer``.
+        ``quantizer``, unless it is quantized already (:func:`is_quantized`: then the
+        data is not used).
     quantizer : str
         ``"tensorfab"`` (:func:`~tensorfab.compiler.graph.ptq.quantize_graph`) or
         ``"ort"`` (:func:`~tensorfab.compiler.frontend.quantize_onnx`).
@@ -325,7 +337,11 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     with hint_shape_on_symbol(prepared, input_shapes):
         fn = fold_constants(fold_hard_sigmoid(recognize_hard_swish(
             fold_batch_norm(from_onnx(prepared, input_shapes)))))
-    if calibration is not None:
+    if calibration is not None and is_quantized(prepared):
+        # (onnxruntime's quantizer would quantize the QDQ pairs again into an invalid
+        # model; tensorfab's would change the model's own choice of float layers)
+        say("the model is quantized already: the calibration data is not used")
+    elif calibration is not None:
         batches = calibration_batches(fn, calibration)
         if quantizer == "ort":
             say(f"quantizing with onnxruntime ({method}, {len(batches)} calibration "

@@ -308,3 +308,30 @@ def test_weight_shared_by_a_matmul_and_a_transposing_gemm() -> None:
     ours = run_int8(qdq, x)
     step = np.diff(np.unique(ref)).min()
     np.testing.assert_allclose(ours, ref, rtol=0, atol=1.01 * step)
+
+
+def test_quantized_model_given_calibration_data_is_not_quantized_again(tmp_path,
+                                                                      capsys) -> None:
+    """``tensorfab run qdq.onnx --quantizer ort`` (calibrating on the input, as run does
+    without --calib) and ``compile qdq.onnx --calib ... --quantizer ort`` ran
+    onnxruntime's quantizer on the QDQ model, which failed as '<model>: the onnx
+    checker rejects the model: Graph must be in single static assignment (SSA) form'
+    (and run said it calibrated on the input); an already quantized model is now
+    compiled as it is."""
+    from tensorfab.cli import main
+
+    m = conv_then([helper.make_node("Relu", ["c"], ["y"], name="relu0")], {})
+    x, calib = f32(2, 4, 6, 6), f32(8, 4, 6, 6)
+    qdq = quantize_onnx(m, [{"x": calib[:2]}, {"x": calib[2:4]}])
+    ref = reference_session(qdq).run(None, {"x": x})[0]
+    for quantizer in ("ort", "tensorfab"):
+        compiled = compile_onnx(qdq, config="default", calibration=calib,
+                                quantizer=quantizer, input_shapes={"x": x.shape})
+        np.testing.assert_array_equal(run_program(compiled.program, {"x": x}), ref)
+    path, inputs, out = tmp_path / "qdq.onnx", tmp_path / "x.npy", tmp_path / "y.npy"
+    onnx.save(qdq, path)
+    np.save(inputs, x)
+    assert main(["run", str(path), "--input", str(inputs), "--quantizer", "ort",
+                 "-o", str(out)]) == 0
+    assert "calibrating" not in capsys.readouterr().err
+    np.testing.assert_array_equal(np.load(out), ref)
