@@ -62,7 +62,7 @@ import numpy as np
 
 from .calibration import ChannelMinMaxObserver, observe, symmetric_scale
 from .infer import infer_types
-from .ir import Call, Constant, Expr, Function, Var, post_order
+from .ir import Call, Constant, Expr, Function, Tuple, Var, post_order
 from .outlier_channels import split_outlier_channels
 from .probability_split import split_probabilities
 from .qdq_lowering import SCALE_COMMUTING
@@ -242,12 +242,18 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
         def __missing__(self, key: int) -> Expr:
             return read.get(key, new[key])
 
+    class _Outputs(_Reads):  # a model input returned as an output is returned exact
+        def __missing__(self, key: int) -> Expr:
+            return new[key] if isinstance(new[key], Var) else super().__missing__(key)
+
     for e in nodes:
         if isinstance(e, Function):
-            out: Expr = Function(e.params, read.get(id(e.body), new[id(e.body)]),
-                                 e.ret_type, e.result_device, e.virtual_device)
+            out: Expr = Function(e.params, _Outputs()[id(e.body)], e.ret_type,
+                                 e.result_device, e.virtual_device)
         elif isinstance(e, Var):
             out = e
+        elif isinstance(e, Tuple) and e is fn.body:
+            out = rebuild(e, _Outputs())
         else:
             out = rebuild(e, _Reads())
             if id(e) in linear_ids:
