@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -93,6 +93,28 @@ def default_opset(model: onnx.ModelProto, where: str = "<model>") -> int:
 
 def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, str]:
     """Load, check, convert an old opset and infer shapes; errors name the file."""
+    prepared = _prepare(model)
+    return prepared.proto, prepared.where
+
+
+def _converted_nodes(old: onnx.ModelProto, new: onnx.ModelProto, opset: int) -> dict[str, str]:
+    """For each node of the converted model ``new`` that the version converter made of
+    another op_type or left without the original's name: its first output to the
+    original node (``"Upsample 'up0'"``), found by the outputs they share."""
+    originals = {}
+    for index, node in enumerate(old.graph.node):
+        for out in node.output:
+            originals.setdefault(out, (node, node.name or f"#{index}"))
+    converted = {}
+    for node in new.graph.node:
+        found = next((originals[o] for o in node.output if o in originals), None)
+        if found is not None and (found[0].op_type != node.op_type
+                                  or found[0].name != node.name):
+            converted[node.output[0]] = f"{found[0].op_type} {found[1]!r} of opset {opset}"
+    return converted
+
+
+def _prepare(model: onnx.ModelProto | str | os.PathLike) -> PreparedOnnx:
     proto, where = _load(model)
     try:
         onnx.checker.check_model(proto)
@@ -102,12 +124,14 @@ def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.Mode
         raise OnnxImportError(f"{where}: the graph has no outputs; a model computes at "
                               "least one (list it in graph.output)")
     opset = default_opset(proto, where)
+    converted_from, converted = None, {}
     if opset < MIN_OPSET:
         try:
-            proto = version_converter.convert_version(proto, CONVERT_TO_OPSET)
+            old, proto = proto, version_converter.convert_version(proto, CONVERT_TO_OPSET)
         except Exception as e:
             raise OnnxImportError(f"{where}: opset {opset} could not be converted to "
                                   f"{CONVERT_TO_OPSET}: {e}") from None
+        converted_from, converted = opset, _converted_nodes(old, proto, opset)
     elif opset > MAX_OPSET:
         raise OnnxImportError(f"{where}: opset {opset} is newer than the supported "
                               f"{MIN_OPSET}..{MAX_OPSET}")
@@ -115,7 +139,7 @@ def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.Mode
         proto = shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
     except Exception as e:
         raise OnnxImportError(f"{where}: onnx shape inference fails: {e}") from None
-    return proto, where
+    return PreparedOnnx(proto, where, converted_from, converted)
 
 
 @dataclass(frozen=True)
@@ -130,10 +154,17 @@ class PreparedOnnx:
         The prepared model.
     where : str
         Its file (``<model>`` for an in-memory model), for error messages.
+    converted_from : int or None
+        The model's own opset when it was converted (an opset before ``MIN_OPSET``).
+    converted : mapping
+        For nodes the conversion replaced or renamed, their first output to the model's
+        node (op_type and name), which error messages name too.
     """
 
     proto: onnx.ModelProto
     where: str
+    converted_from: int | None = None
+    converted: Mapping[str, str] = field(default_factory=dict)
 
 
 def load_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx) -> PreparedOnnx:
@@ -146,7 +177,7 @@ def load_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx) -> Prep
     """
     if isinstance(model, PreparedOnnx):
         return model
-    return PreparedOnnx(*prepare_model(model))
+    return _prepare(model)
 
 
 def _input_type(value: onnx.ValueInfoProto, override: Sequence | None) -> TensorType:
@@ -227,16 +258,20 @@ def from_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx,
         node whose types do not check.
     """
     prepared = load_onnx(model)
-    return _Importer(prepared.proto, prepared.where, dict(input_shapes or {})).run()
+    return _Importer(prepared.proto, prepared.where, dict(input_shapes or {}),
+                     prepared).run()
 
 
 class _Importer:
     def __init__(self, proto: onnx.ModelProto, where: str,
-                 input_shapes: dict[str, Sequence[int | str]]) -> None:
+                 input_shapes: dict[str, Sequence[int | str]],
+                 prepared: PreparedOnnx | None = None) -> None:
         self.proto = proto
         self.where = where
         self.input_shapes = input_shapes
         self.opset = default_opset(proto)
+        self.converted_from = prepared.converted_from if prepared is not None else None
+        self.converted = prepared.converted if prepared is not None else {}
         self.folded: dict[int, tuple[Expr, Expr]] = {}
         self.value_infos: dict[str, onnx.ValueInfoProto] | None = None
 
@@ -302,8 +337,13 @@ class _Importer:
 
     def describe(self, index: int, node: onnx.NodeProto) -> str:
         name = node.name or f"#{index}"
-        return (f"{self.where}: node {name!r} (op_type {node.op_type}, opset "
-                f"{self.opset})")
+        opset = f"opset {self.opset}"
+        if self.converted_from is not None:  # the user's model has other opsets and nodes
+            origin = next((self.converted[o] for o in node.output if o in self.converted),
+                          None)
+            opset += (f", converted from the model's {origin}" if origin is not None else
+                      f", converted from the model's opset {self.converted_from}")
+        return f"{self.where}: node {name!r} (op_type {node.op_type}, {opset})"
 
     def convert_node(self, index: int, node: onnx.NodeProto, env: dict[str, Expr]) -> None:
         what = self.describe(index, node)

@@ -157,6 +157,23 @@ ISSUE_OPS = [
 ]
 
 
+def test_unsupported_op_of_a_converted_old_opset_names_the_models_own_node() -> None:
+    """An opset-9 model is converted to opset 13 first. Its Upsample became a Resize
+    without a name: the error said "node '#1' (op_type Resize, opset 13)", an op, a node
+    and an opset the user's model does not have."""
+    node = helper.make_node("Upsample", ["x", "scales"], ["y"], name="up0", mode="nearest")
+    graph = helper.make_graph(
+        [node], "old", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])],
+        [helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 4
+    with pytest.raises(OnnxImportError, match=r"\(op_type Resize, opset 13, converted from "
+                                              r"the model's Upsample 'up0' of opset 9\) is "
+                                              r"not supported"):
+        from_onnx(model)
+
+
 def test_other_domain_is_unsupported() -> None:
     node = helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft", name="g")
     model = helper.make_model(
