@@ -164,22 +164,31 @@ def shape_hint(name: str, shape: Sequence[int | str]) -> str:
     return f"pass --shape {name}={example} ({sizes})"
 
 
+#: What the frontend says of an operator whose run-time parameters leave its rank
+#: unknown (:meth:`~tensorfab.compiler.frontend.onnx_ops.NodeContext.output_shape`).
+RUN_TIME_RANK = "with parameters computed at run time the rank must be known"
+
+
 @contextmanager
 def hint_shape_on_symbol(model: PreparedOnnx,
                          input_shapes: Mapping[str, Sequence[int | str]] | None) -> Iterator[None]:
     """Add the ``--shape`` hint (:func:`shape_hint`) to a :class:`GraphError` raised
     inside that names a symbolic dim of an input of ``model`` (``height is the symbol
-    'x_d2'; it must be static``): on the CPU, where symbolic inputs are allowed up to
-    an operator that needs the dim fixed. Any other error passes through unchanged
-    (with the model's file it names)."""
+    'x_d2'; it must be static``), or that a shape computed at run time from them has
+    no known rank (a PyTorch export's ``x.view(x.size(0), -1)``: ``Shape → Gather →
+    Concat → Reshape``, a constant once the input's shape is fixed): on the CPU, where
+    symbolic inputs are allowed up to an operator that needs the dim fixed. Any other
+    error passes through unchanged (with the model's file it names)."""
     from .frontend.onnx_import import symbolic_inputs
 
     try:
         yield
     except GraphError as exc:
         message = str(exc)
+        run_time_shape = RUN_TIME_RANK in message
         for name, shape in symbolic_inputs(model, dict(input_shapes or {})):
-            if any(f"symbol {d!r}" in message for d in shape if isinstance(d, str)):
+            if run_time_shape or any(f"symbol {d!r}" in message
+                                     for d in shape if isinstance(d, str)):
                 exc.args = (f"{message}: {shape_hint(name, shape)}", *exc.args[1:])
                 break
         raise

@@ -356,3 +356,36 @@ def test_model_input_returned_as_an_output_stays_exact_in_int8() -> None:
     np.testing.assert_array_equal(x_out, x)
     ref = reference_session(m).run(None, {"x": x})[0]
     assert np.abs(y - ref).max() <= 0.05 * np.abs(ref).max()
+
+
+def test_pytorch_style_flatten_of_a_symbolic_batch_says_to_fix_the_shape() -> None:
+    """``x.view(x.size(0), -1)`` exported with a dynamic batch is Shape → Gather →
+    Unsqueeze → Concat → Reshape; ONNX's shape inference leaves the Reshape's rank
+    unknown, and compiling for the CPU failed with '... with parameters computed at
+    run time the rank must be known' and no way out; the error now gives the --shape
+    that makes the shape a constant at import, with which it compiles."""
+    q = helper.make_node
+    nodes = [q("Conv", ["x", "W"], ["c"], name="conv0", pads=[1, 1, 1, 1]),
+             q("Shape", ["c"], ["shape"]), q("Gather", ["shape", "zero"], ["n"], axis=0),
+             q("Unsqueeze", ["n", "axis0"], ["n1"]),
+             q("Constant", [], ["rest"], value_ints=[-1]),
+             q("Concat", ["n1", "rest"], ["flat_shape"], axis=0),
+             q("Reshape", ["c", "flat_shape"], ["flat"], name="view0"),
+             q("Gemm", ["flat", "G"], ["y"], name="fc0", transB=1)]
+    graph = helper.make_graph(
+        nodes, "torch_export",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 3, 6, 6])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 5])],
+        [numpy_helper.from_array(v, k) for k, v in {
+            "W": f32(4, 3, 3, 3, scale=0.3), "G": f32(5, 144, scale=0.1),
+            "zero": np.array(0, np.int64), "axis0": np.array([0], np.int64)}.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    with pytest.raises(OnnxImportError, match=r"node 'view0' \(op_type Reshape, opset 13\)"
+                                              r".*rank must be known: pass --shape "
+                                              r"x=1,3,6,6"):
+        compile_onnx(m)
+    x = f32(2, 3, 6, 6)
+    ours = run_program(compile_onnx(m, input_shapes={"x": x.shape}).program, {"x": x})
+    np.testing.assert_allclose(ours, reference_session(m).run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-5)
