@@ -120,6 +120,24 @@ def test_symbolic_shape_kept_and_runtime_reshape_on_the_cpu() -> None:
     np.testing.assert_array_equal(evaluate(f, [x]), x)
 
 
+def test_reshape_of_a_symbolic_batch_with_minus_one_for_it() -> None:
+    """Reshape (B, 4, 6, 6) to (-1, 144) (a TensorFlow export's flatten) with a symbolic
+    B: the -1 is B, but the import refused it ('symbolic dims do not match')."""
+    n = helper.make_node
+    model = helper.make_model(helper.make_graph(
+        [n("Reshape", ["x", "s"], ["y"], name="flatten0")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 144])],
+        [helper.make_tensor("s", TensorProto.INT64, [2], [-1, 144])]),
+        opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    f = from_onnx(model)
+    assert f.body.checked_type.shape == ("B", 144)  # type: ignore[union-attr]
+    for batch in (1, 3):
+        x = np.arange(batch * 144, dtype=np.float32).reshape(batch, 4, 6, 6)
+        np.testing.assert_array_equal(evaluate(f, [x]), ort_run(model, {"x": x})[0])
+
+
 def test_shape_of_symbolic_input() -> None:
     model = single_op_model("Shape", [("x", np.zeros((2, 3), np.float32))])
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "B"
