@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -274,6 +275,9 @@ class _Importer:
         self.converted = prepared.converted if prepared is not None else {}
         self.folded: dict[int, tuple[Expr, Expr]] = {}
         self.value_infos: dict[str, onnx.ValueInfoProto] | None = None
+        #: integer tensors computed at run time whose values are known at import (symbolic
+        #: dims): value name to (entries, whether it is a scalar)
+        self.known: dict[str, tuple[tuple[int | str, ...], bool]] = {}
 
     def run(self) -> Function:
         graph = self.proto.graph
@@ -361,8 +365,11 @@ class _Importer:
             else:
                 inputs.append(env[name])
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        values = [self.known_value(name, env) for name in node.input]
         ctx = NodeContext(node, self.opset, attrs, what,
-                          [self.inferred_shape(name) for name in node.output])
+                          [self.inferred_shape(name) for name in node.output],
+                          [None if v is None or v[1] else v[0] for v in values])
+        self.track_known(node, attrs, env, values)
         try:
             for i in inputs:
                 if i is not None:
@@ -384,6 +391,59 @@ class _Importer:
             if k >= len(outs) or outs[k] is None:
                 raise OnnxImportError(f"{what}: output {k} ({name!r}) is not supported")
             env[name] = outs[k]
+
+    def known_value(self, name: str, env: dict[str, Expr]
+                    ) -> tuple[tuple[int | str, ...], bool] | None:
+        """(entries, scalar) of integer value ``name`` when known at import: a constant
+        of rank 0 or 1, or a shape computed from symbolic dims (:meth:`track_known`)."""
+        if name in self.known:
+            return self.known[name]
+        e = env.get(name)
+        if isinstance(e, Constant) and e.data.dtype.kind in "iu" and e.data.ndim <= 1:
+            return tuple(int(v) for v in e.data.reshape(-1)), e.data.ndim == 0
+        return None
+
+    def track_known(self, node: onnx.NodeProto, attrs: dict[str, Any], env: dict[str, Expr],
+                    values: list[tuple[tuple[int | str, ...], bool] | None]) -> None:
+        """Record the value of ``node``'s output when it is a shape made of symbolic dims
+        known at import: Shape, and Gather, Unsqueeze, Squeeze, Concat, Slice, Cast or
+        Identity of such values (the ``x.view(x.size(0), -1)`` of PyTorch's exports)."""
+        op, out = node.op_type, node.output[0] if node.output else ""
+        if not out or not values:
+            return
+        found: tuple[tuple[int | str, ...], bool] | None = None
+        if op == "Shape" and node.input[0] in env:
+            t = infer_types(env[node.input[0]])
+            if isinstance(t, TensorType):
+                start, end = attrs.get("start", 0), attrs.get("end")
+                found = tuple(t.shape[slice(start, end)]), False
+        elif values[0] is None:
+            return
+        elif op in ("Identity", "Cast"):
+            found = values[0]
+        elif op == "Gather" and attrs.get("axis", 0) == 0 and len(values) > 1 \
+                and values[1] is not None and not values[0][1]:
+            entries = values[0][0]
+            try:
+                found = tuple(entries[i] for i in values[1][0]), values[1][1]
+            except IndexError:
+                return
+        elif op == "Unsqueeze" and values[0][1]:
+            found = values[0][0], False
+        elif op == "Squeeze" and len(values[0][0]) == 1 and not values[0][1]:
+            found = values[0][0], True
+        elif op == "Concat" and all(v is not None for v in values):
+            found = tuple(d for v in values for d in v[0]), False  # type: ignore[union-attr]
+        elif op == "Slice" and len(values) >= 3 and not values[0][1] \
+                and all(v is not None for v in values[1:]):
+            starts, ends = values[1][0], values[2][0]  # type: ignore[index]
+            axes = values[3][0] if len(values) > 3 else (0,)  # type: ignore[index]
+            steps = values[4][0] if len(values) > 4 else (1,)  # type: ignore[index]
+            if len(starts) == 1 and tuple(axes) in ((0,), (-1,)):
+                entries = values[0][0]
+                found = tuple(entries[slice(starts[0], ends[0], steps[0])]), False
+        if found is not None and any(isinstance(d, str) for d in found[0]):
+            self.known[out] = found
 
     def fold(self, expr: Expr) -> Expr:
         """Evaluate calls whose arguments are all constants (not quantization ops, whose

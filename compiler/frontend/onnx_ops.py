@@ -38,6 +38,14 @@ class NodeContext:
     #: ONNX shape inference's shapes of the node's outputs (None: unknown rank), dims
     #: it could not infer as symbols.
     output_shapes: Sequence[tuple[int | str, ...] | None] = ()
+    #: The values of 1-D integer inputs computed at run time that are known at import
+    #: all the same (None: not known): a shape made of symbolic dims, ``(N, -1)`` of
+    #: ``Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])``.
+    input_values: Sequence[tuple[int | str, ...] | None] = ()
+
+    def input_value(self, k: int) -> tuple[int | str, ...] | None:
+        """The value of input ``k`` known at import (see :attr:`input_values`)."""
+        return self.input_values[k] if k < len(self.input_values) else None
 
     def attr(self, name: str, default: Any = None) -> Any:
         """Attribute ``name`` (bytes decoded to str), or ``default``."""
@@ -635,6 +643,10 @@ def _flatten(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 @converter("Reshape")
 def _reshape(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
+    known = ctx.input_value(1)
+    if _at_run_time(_need(ctx, inputs, 1)) and known is not None \
+            and not (ctx.attr("allowzero", 0) and 0 in known):
+        return [_call("reshape", x, newshape=known)]  # symbols as they are
     if _at_run_time(_need(ctx, inputs, 1)):
         return [_call("dynamic_reshape", x, _need(ctx, inputs, 1),
                       allowzero=bool(ctx.attr("allowzero", 0)), out_shape=ctx.output_shape())]

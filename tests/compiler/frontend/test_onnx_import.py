@@ -114,10 +114,22 @@ def test_symbolic_shape_kept_and_runtime_reshape_on_the_cpu() -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4])]),
         opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8
-    f = from_onnx(model)
-    assert isinstance(f.body, Call) and f.body.op == "dynamic_reshape"
+    f = from_onnx(model)  # the shape (B, 4) is known at import: a static reshape
+    assert isinstance(f.body, Call) and f.body.op == "reshape"
+    assert f.body.attrs["newshape"] == ("B", 4)
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(evaluate(f, [x]), x)
+    given = helper.make_model(helper.make_graph(  # a shape known only at run time
+        [n("Reshape", ["x", "s"], ["y"], name="the_reshape")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["R", "C"])]),
+        opset_imports=[helper.make_opsetid("", 14)])
+    given.ir_version = 8
+    f = from_onnx(given)
+    assert isinstance(f.body, Call) and f.body.op == "dynamic_reshape"
+    np.testing.assert_array_equal(evaluate(f, [x, np.array([2, 6], np.int64)]),
+                                  x.reshape(2, 6))
 
 
 def test_reshape_of_a_symbolic_batch_with_minus_one_for_it() -> None:

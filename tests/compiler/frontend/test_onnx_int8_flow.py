@@ -358,29 +358,43 @@ def test_model_input_returned_as_an_output_stays_exact_in_int8() -> None:
     assert np.abs(y - ref).max() <= 0.05 * np.abs(ref).max()
 
 
-def test_pytorch_style_flatten_of_a_symbolic_batch_says_to_fix_the_shape() -> None:
-    """``x.view(x.size(0), -1)`` exported with a dynamic batch is Shape → Gather →
-    Unsqueeze → Concat → Reshape; ONNX's shape inference leaves the Reshape's rank
-    unknown, and compiling for the CPU failed with '... with parameters computed at
-    run time the rank must be known' and no way out; the error now gives the --shape
-    that makes the shape a constant at import, with which it compiles."""
+def torch_view_model(multiply: bool) -> onnx.ModelProto:
+    """``x.view(x.size(0), -1)`` (or ``x.size(1) * x.size(2) * x.size(3)``: ``multiply``)
+    of a convolution's output, exported with a dynamic batch: Shape → Gather →
+    Unsqueeze → Concat → Reshape, whose rank ONNX's shape inference leaves unknown."""
     q = helper.make_node
     nodes = [q("Conv", ["x", "W"], ["c"], name="conv0", pads=[1, 1, 1, 1]),
              q("Shape", ["c"], ["shape"]), q("Gather", ["shape", "zero"], ["n"], axis=0),
-             q("Unsqueeze", ["n", "axis0"], ["n1"]),
-             q("Constant", [], ["rest"], value_ints=[-1]),
-             q("Concat", ["n1", "rest"], ["flat_shape"], axis=0),
-             q("Reshape", ["c", "flat_shape"], ["flat"], name="view0"),
-             q("Gemm", ["flat", "G"], ["y"], name="fc0", transB=1)]
+             q("Unsqueeze", ["n", "axis0"], ["n1"])]
+    if multiply:
+        nodes += [q("Gather", ["shape", "one"], ["c1"], axis=0),
+                  q("Mul", ["c1", "k36"], ["features"]),
+                  q("Unsqueeze", ["features", "axis0"], ["rest"])]
+    else:
+        nodes.append(q("Constant", [], ["rest"], value_ints=[-1]))
+    nodes += [q("Concat", ["n1", "rest"], ["flat_shape"], axis=0),
+              q("Reshape", ["c", "flat_shape"], ["flat"], name="view0"),
+              q("Gemm", ["flat", "G"], ["y"], name="fc0", transB=1)]
     graph = helper.make_graph(
         nodes, "torch_export",
         [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 3, 6, 6])],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 5])],
         [numpy_helper.from_array(v, k) for k, v in {
             "W": f32(4, 3, 3, 3, scale=0.3), "G": f32(5, 144, scale=0.1),
-            "zero": np.array(0, np.int64), "axis0": np.array([0], np.int64)}.items()])
+            "zero": np.array(0, np.int64), "one": np.array(1, np.int64),
+            "k36": np.array(36, np.int64), "axis0": np.array([0], np.int64)}.items()])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
+    return m
+
+
+def test_run_time_shape_of_unknown_rank_says_to_fix_the_input_shape() -> None:
+    """A Reshape whose shape is computed at run time from a symbolic batch with
+    arithmetic, and whose rank ONNX's shape inference leaves unknown, failed to compile
+    for the CPU with '... with parameters computed at run time the rank must be known'
+    and nothing to do about it; the error now gives the --shape that makes the shape a
+    constant at import, with which it compiles."""
+    m = torch_view_model(multiply=True)
     with pytest.raises(OnnxImportError, match=r"node 'view0' \(op_type Reshape, opset 13\)"
                                               r".*rank must be known: pass --shape "
                                               r"x=1,3,6,6"):
@@ -389,3 +403,16 @@ def test_pytorch_style_flatten_of_a_symbolic_batch_says_to_fix_the_shape() -> No
     ours = run_program(compile_onnx(m, input_shapes={"x": x.shape}).program, {"x": x})
     np.testing.assert_allclose(ours, reference_session(m).run(None, {"x": x})[0],
                                rtol=1e-5, atol=1e-5)
+
+
+def test_pytorch_view_of_a_symbolic_batch_compiles_for_any_batch() -> None:
+    """``x.view(x.size(0), -1)`` with a dynamic batch: the shape (N, -1) is known at
+    import though computed at run time, so the Reshape is a static one over the symbol
+    N (it failed with '... the rank must be known')."""
+    m = torch_view_model(multiply=False)
+    compiled = compile_onnx(m)
+    for batch in (1, 3):
+        x = f32(batch, 3, 6, 6)
+        np.testing.assert_allclose(run_program(compiled.program, {"x": x}),
+                                   reference_session(m).run(None, {"x": x})[0],
+                                   rtol=1e-5, atol=1e-5)
