@@ -35,7 +35,7 @@ from .graph.types import GraphError
 from .tensor.schedule_source import ScheduleSource
 
 __all__ = ["DEFAULT_QUANTIZER", "QUANTIZERS", "CompiledModel", "FloatModelError",
-           "ModelCompileError", "calibration_batches", "compile_onnx"]
+           "ModelCompileError", "calibration_batches", "compile_onnx", "is_quantized"]
 
 #: Post-training quantizers: tensorfab's own, or onnxruntime's ``quantize_static``.
 QUANTIZERS = ("tensorfab", "ort")
@@ -171,22 +171,31 @@ def shape_hint(name: str, shape: Sequence[int | str]) -> str:
     return f"pass --shape {name}={example} ({sizes})"
 
 
+#: What the frontend says of an operator whose run-time parameters leave its rank
+#: unknown (:meth:`~tensorfab.compiler.frontend.onnx_ops.NodeContext.output_shape`).
+RUN_TIME_RANK = "with parameters computed at run time the rank must be known"
+
+
 @contextmanager
 def hint_shape_on_symbol(model: PreparedOnnx,
                          input_shapes: Mapping[str, Sequence[int | str]] | None) -> Iterator[None]:
     """Add the ``--shape`` hint (:func:`shape_hint`) to a :class:`GraphError` raised
     inside that names a symbolic dim of an input of ``model`` (``height is the symbol
-    'x_d2'; it must be static``): on the CPU, where symbolic inputs are allowed up to
-    an operator that needs the dim fixed. Any other error passes through unchanged
-    (with the model's file it names)."""
+    'x_d2'; it must be static``), or that a shape computed at run time from them has
+    no known rank (a PyTorch export's ``x.view(x.size(0), -1)``: ``Shape → Gather →
+    Concat → Reshape``, a constant once the input's shape is fixed): on the CPU, where
+    symbolic inputs are allowed up to an operator that needs the dim fixed. Any other
+    error passes through unchanged (with the model's file it names)."""
     from .frontend.onnx_import import symbolic_inputs
 
     try:
         yield
     except GraphError as exc:
         message = str(exc)
+        run_time_shape = RUN_TIME_RANK in message
         for name, shape in symbolic_inputs(model, dict(input_shapes or {})):
-            if any(f"symbol {d!r}" in message for d in shape if isinstance(d, str)):
+            if run_time_shape or any(f"symbol {d!r}" in message
+                                     for d in shape if isinstance(d, str)):
                 exc.args = (f"{message}: {shape_hint(name, shape)}", *exc.args[1:])
                 break
         raise
@@ -235,6 +244,17 @@ def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndar
     return [{n: v[i:i + batch] for n, v in data.items()} for i in range(0, stop, batch)]
 
 
+#: ONNX operators of a model that is quantized already (QDQ or integer operators).
+QUANTIZED_OP_TYPES = frozenset({"QuantizeLinear", "DequantizeLinear", "QLinearConv",
+                                "QLinearMatMul", "ConvInteger", "MatMulInteger"})
+
+
+def is_quantized(model: PreparedOnnx) -> bool:
+    """Whether the ONNX ``model`` is quantized already (QDQ pairs or integer operators):
+    its quantization is the model's, and calibration data has nothing to do."""
+    return any(n.op_type in QUANTIZED_OP_TYPES for n in model.proto.graph.node)
+
+
 def _has_int8(fn: Function) -> bool:
     return any(isinstance(e, Call) and e.op.startswith("qnn.") for e in post_order(fn))
 
@@ -262,7 +282,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     calibration : mapping, optional
         Calibration samples, input name to an array (samples along axis 0), or one array
         for a model with one input; given, the model is quantized to int8 with
-        ``quantizer``.
+        ``quantizer``, unless it is quantized already (:func:`is_quantized`: then the
+        data is not used).
     quantizer : str
         ``"tensorfab"`` (:func:`~tensorfab.compiler.graph.ptq.quantize_graph`) or
         ``"ort"`` (:func:`~tensorfab.compiler.frontend.quantize_onnx`).
@@ -296,6 +317,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     """
     from .frontend import from_onnx, quantize_onnx
     from .frontend.onnx_import import load_onnx
+    from .frontend.onnx_ops import OnnxImportError
     from .graph import accel
     from .graph.accel_lowering import accel_chain_macs, lower_accelerator_chains, with_macs
     from .graph.activation_matmul_lowering import lower_activation_matmuls
@@ -331,13 +353,20 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     with hint_shape_on_symbol(prepared, input_shapes):
         fn = fold_constants(fold_hard_sigmoid(recognize_hard_swish(
             fold_batch_norm(from_onnx(prepared, input_shapes)))))
-    if calibration is not None:
+    if calibration is not None and is_quantized(prepared):
+        # (onnxruntime's quantizer would quantize the QDQ pairs again into an invalid
+        # model; tensorfab's would change the model's own choice of float layers)
+        say("the model is quantized already: the calibration data is not used")
+    elif calibration is not None:
         batches = calibration_batches(fn, calibration)
         if quantizer == "ort":
             say(f"quantizing with onnxruntime ({method}, {len(batches)} calibration "
                 "batches)")
-            qdq = quantize_onnx(prepared.proto, batches, per_channel=True, method=method,
-                                percentile=percentile)
+            try:
+                qdq = quantize_onnx(prepared.proto, batches, per_channel=True, method=method,
+                                    percentile=percentile)
+            except OnnxImportError as e:
+                raise OnnxImportError(f"{where}: {e}") from e
             fn = fold_constants(from_onnx(qdq, input_shapes))
         else:
             if cfg is not None:  # unfoldable batch norms run on the accelerator

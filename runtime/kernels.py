@@ -416,9 +416,14 @@ def layer_norm(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarra
 
 @kernel("nn.pad")
 def pad(inputs: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    """Pad with ONNX's (begins..., ends...) order; constant, reflect, edge or wrap."""
+    """Pad with ONNX's (begins..., ends...) order; constant, reflect, edge or wrap. A
+    negative pad removes that many values from its side (first, as onnxruntime does)."""
     x = inputs[0]
-    pads = attrs["pads"]
+    pads = [int(p) for p in attrs["pads"]]
+    if min(pads, default=0) < 0:
+        x = x[tuple(slice(max(-b, 0), d - max(-e, 0))
+                    for d, b, e in zip(x.shape, pads[: x.ndim], pads[x.ndim:], strict=True))]
+        pads = [max(p, 0) for p in pads]
     widths = list(zip(pads[: x.ndim], pads[x.ndim:], strict=True))
     if attrs["mode"] == "constant":
         return np.pad(x, widths, constant_values=np.asarray(attrs["value"]).astype(x.dtype))

@@ -385,6 +385,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     quiet = args.json
     if model.suffix.lower() == ".onnx":
         from tensorfab.compiler.frontend import load_onnx
+        from tensorfab.compiler.model_compile import is_quantized
 
         prepared = load_onnx(args.model)  # loaded and checked once, compiled below
         types = _onnx_inputs(prepared)
@@ -395,7 +396,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise ModelCliError(f"input {name!r}: dtype {v.dtype}, expected "
                                     f"{types[name]} (the model's input type)")
         calibration = _calibration(args.calib)
-        if calibration is None:
+        if calibration is None and not is_quantized(prepared):
             calibration = feeds if len(names) > 1 else feeds[names[0]]
             if not quiet:
                 print("note: calibrating the int8 quantization on the input itself; pass "

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -93,6 +94,28 @@ def default_opset(model: onnx.ModelProto, where: str = "<model>") -> int:
 
 def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.ModelProto, str]:
     """Load, check, convert an old opset and infer shapes; errors name the file."""
+    prepared = _prepare(model)
+    return prepared.proto, prepared.where
+
+
+def _converted_nodes(old: onnx.ModelProto, new: onnx.ModelProto, opset: int) -> dict[str, str]:
+    """For each node of the converted model ``new`` that the version converter made of
+    another op_type or left without the original's name: its first output to the
+    original node (``"Upsample 'up0'"``), found by the outputs they share."""
+    originals = {}
+    for index, node in enumerate(old.graph.node):
+        for out in node.output:
+            originals.setdefault(out, (node, node.name or f"#{index}"))
+    converted = {}
+    for node in new.graph.node:
+        found = next((originals[o] for o in node.output if o in originals), None)
+        if found is not None and (found[0].op_type != node.op_type
+                                  or found[0].name != node.name):
+            converted[node.output[0]] = f"{found[0].op_type} {found[1]!r} of opset {opset}"
+    return converted
+
+
+def _prepare(model: onnx.ModelProto | str | os.PathLike) -> PreparedOnnx:
     proto, where = _load(model)
     try:
         onnx.checker.check_model(proto)
@@ -102,12 +125,14 @@ def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.Mode
         raise OnnxImportError(f"{where}: the graph has no outputs; a model computes at "
                               "least one (list it in graph.output)")
     opset = default_opset(proto, where)
+    converted_from, converted = None, {}
     if opset < MIN_OPSET:
         try:
-            proto = version_converter.convert_version(proto, CONVERT_TO_OPSET)
+            old, proto = proto, version_converter.convert_version(proto, CONVERT_TO_OPSET)
         except Exception as e:
             raise OnnxImportError(f"{where}: opset {opset} could not be converted to "
                                   f"{CONVERT_TO_OPSET}: {e}") from None
+        converted_from, converted = opset, _converted_nodes(old, proto, opset)
     elif opset > MAX_OPSET:
         raise OnnxImportError(f"{where}: opset {opset} is newer than the supported "
                               f"{MIN_OPSET}..{MAX_OPSET}")
@@ -115,7 +140,7 @@ def prepare_model(model: onnx.ModelProto | str | os.PathLike) -> tuple[onnx.Mode
         proto = shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
     except Exception as e:
         raise OnnxImportError(f"{where}: onnx shape inference fails: {e}") from None
-    return proto, where
+    return PreparedOnnx(proto, where, converted_from, converted)
 
 
 @dataclass(frozen=True)
@@ -130,10 +155,17 @@ class PreparedOnnx:
         The prepared model.
     where : str
         Its file (``<model>`` for an in-memory model), for error messages.
+    converted_from : int or None
+        The model's own opset when it was converted (an opset before ``MIN_OPSET``).
+    converted : mapping
+        For nodes the conversion replaced or renamed, their first output to the model's
+        node (op_type and name), which error messages name too.
     """
 
     proto: onnx.ModelProto
     where: str
+    converted_from: int | None = None
+    converted: Mapping[str, str] = field(default_factory=dict)
 
 
 def load_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx) -> PreparedOnnx:
@@ -146,7 +178,7 @@ def load_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx) -> Prep
     """
     if isinstance(model, PreparedOnnx):
         return model
-    return PreparedOnnx(*prepare_model(model))
+    return _prepare(model)
 
 
 def _input_type(value: onnx.ValueInfoProto, override: Sequence | None) -> TensorType:
@@ -227,18 +259,25 @@ def from_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx,
         node whose types do not check.
     """
     prepared = load_onnx(model)
-    return _Importer(prepared.proto, prepared.where, dict(input_shapes or {})).run()
+    return _Importer(prepared.proto, prepared.where, dict(input_shapes or {}),
+                     prepared).run()
 
 
 class _Importer:
     def __init__(self, proto: onnx.ModelProto, where: str,
-                 input_shapes: dict[str, Sequence[int | str]]) -> None:
+                 input_shapes: dict[str, Sequence[int | str]],
+                 prepared: PreparedOnnx | None = None) -> None:
         self.proto = proto
         self.where = where
         self.input_shapes = input_shapes
         self.opset = default_opset(proto)
+        self.converted_from = prepared.converted_from if prepared is not None else None
+        self.converted = prepared.converted if prepared is not None else {}
         self.folded: dict[int, tuple[Expr, Expr]] = {}
         self.value_infos: dict[str, onnx.ValueInfoProto] | None = None
+        #: integer tensors computed at run time whose values are known at import (symbolic
+        #: dims): value name to (entries, whether it is a scalar)
+        self.known: dict[str, tuple[tuple[int | str, ...], bool]] = {}
 
     def run(self) -> Function:
         graph = self.proto.graph
@@ -302,8 +341,13 @@ class _Importer:
 
     def describe(self, index: int, node: onnx.NodeProto) -> str:
         name = node.name or f"#{index}"
-        return (f"{self.where}: node {name!r} (op_type {node.op_type}, opset "
-                f"{self.opset})")
+        opset = f"opset {self.opset}"
+        if self.converted_from is not None:  # the user's model has other opsets and nodes
+            origin = next((self.converted[o] for o in node.output if o in self.converted),
+                          None)
+            opset += (f", converted from the model's {origin}" if origin is not None else
+                      f", converted from the model's opset {self.converted_from}")
+        return f"{self.where}: node {name!r} (op_type {node.op_type}, {opset})"
 
     def convert_node(self, index: int, node: onnx.NodeProto, env: dict[str, Expr]) -> None:
         what = self.describe(index, node)
@@ -321,8 +365,11 @@ class _Importer:
             else:
                 inputs.append(env[name])
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        values = [self.known_value(name, env) for name in node.input]
         ctx = NodeContext(node, self.opset, attrs, what,
-                          [self.inferred_shape(name) for name in node.output])
+                          [self.inferred_shape(name) for name in node.output],
+                          [None if v is None or v[1] else v[0] for v in values])
+        self.track_known(node, attrs, env, values)
         try:
             for i in inputs:
                 if i is not None:
@@ -344,6 +391,59 @@ class _Importer:
             if k >= len(outs) or outs[k] is None:
                 raise OnnxImportError(f"{what}: output {k} ({name!r}) is not supported")
             env[name] = outs[k]
+
+    def known_value(self, name: str, env: dict[str, Expr]
+                    ) -> tuple[tuple[int | str, ...], bool] | None:
+        """(entries, scalar) of integer value ``name`` when known at import: a constant
+        of rank 0 or 1, or a shape computed from symbolic dims (:meth:`track_known`)."""
+        if name in self.known:
+            return self.known[name]
+        e = env.get(name)
+        if isinstance(e, Constant) and e.data.dtype.kind in "iu" and e.data.ndim <= 1:
+            return tuple(int(v) for v in e.data.reshape(-1)), e.data.ndim == 0
+        return None
+
+    def track_known(self, node: onnx.NodeProto, attrs: dict[str, Any], env: dict[str, Expr],
+                    values: list[tuple[tuple[int | str, ...], bool] | None]) -> None:
+        """Record the value of ``node``'s output when it is a shape made of symbolic dims
+        known at import: Shape, and Gather, Unsqueeze, Squeeze, Concat, Slice, Cast or
+        Identity of such values (the ``x.view(x.size(0), -1)`` of PyTorch's exports)."""
+        op, out = node.op_type, node.output[0] if node.output else ""
+        if not out or not values:
+            return
+        found: tuple[tuple[int | str, ...], bool] | None = None
+        if op == "Shape" and node.input[0] in env:
+            t = infer_types(env[node.input[0]])
+            if isinstance(t, TensorType):
+                start, end = attrs.get("start", 0), attrs.get("end")
+                found = tuple(t.shape[slice(start, end)]), False
+        elif values[0] is None:
+            return
+        elif op in ("Identity", "Cast"):
+            found = values[0]
+        elif op == "Gather" and attrs.get("axis", 0) == 0 and len(values) > 1 \
+                and values[1] is not None and not values[0][1]:
+            entries = values[0][0]
+            try:
+                found = tuple(entries[i] for i in values[1][0]), values[1][1]
+            except IndexError:
+                return
+        elif op == "Unsqueeze" and values[0][1]:
+            found = values[0][0], False
+        elif op == "Squeeze" and len(values[0][0]) == 1 and not values[0][1]:
+            found = values[0][0], True
+        elif op == "Concat" and all(v is not None for v in values):
+            found = tuple(d for v in values for d in v[0]), False  # type: ignore[union-attr]
+        elif op == "Slice" and len(values) >= 3 and not values[0][1] \
+                and all(v is not None for v in values[1:]):
+            starts, ends = values[1][0], values[2][0]  # type: ignore[index]
+            axes = values[3][0] if len(values) > 3 else (0,)  # type: ignore[index]
+            steps = values[4][0] if len(values) > 4 else (1,)  # type: ignore[index]
+            if len(starts) == 1 and tuple(axes) in ((0,), (-1,)):
+                entries = values[0][0]
+                found = tuple(entries[slice(starts[0], ends[0], steps[0])]), False
+        if found is not None and any(isinstance(d, str) for d in found[0]):
+            self.known[out] = found
 
     def fold(self, expr: Expr) -> Expr:
         """Evaluate calls whose arguments are all constants (not quantization ops, whose

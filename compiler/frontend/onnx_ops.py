@@ -38,6 +38,14 @@ class NodeContext:
     #: ONNX shape inference's shapes of the node's outputs (None: unknown rank), dims
     #: it could not infer as symbols.
     output_shapes: Sequence[tuple[int | str, ...] | None] = ()
+    #: The values of 1-D integer inputs computed at run time that are known at import
+    #: all the same (None: not known): a shape made of symbolic dims, ``(N, -1)`` of
+    #: ``Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])``.
+    input_values: Sequence[tuple[int | str, ...] | None] = ()
+
+    def input_value(self, k: int) -> tuple[int | str, ...] | None:
+        """The value of input ``k`` known at import (see :attr:`input_values`)."""
+        return self.input_values[k] if k < len(self.input_values) else None
 
     def attr(self, name: str, default: Any = None) -> Any:
         """Attribute ``name`` (bytes decoded to str), or ``default``."""
@@ -285,6 +293,10 @@ def _clip(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
         return [x]
     lo = _const_value(ctx, _arg(inputs, 1), "Clip's min")
     hi = _const_value(ctx, _arg(inputs, 2), "Clip's max")
+    for name, v in (("min", lo), ("max", hi)):
+        if v is not None and v.size != 1:
+            raise ctx.error(f"Clip's {name} has shape {v.shape}; ONNX takes one value (a "
+                            "scalar)")
     integer = _type(x).dtype not in ("float32", "float64", "float16")
 
     def bound(v: np.ndarray | None) -> float | int | None:
@@ -475,7 +487,22 @@ def _static_dim(ctx: NodeContext, d: int | str) -> int:
     return d
 
 
+def _check_pool_pads(ctx: NodeContext) -> None:
+    """Refuse explicit ``pads`` that reach ``kernel_shape``: a window then lies wholly in
+    the padding and has no value (a max of none, a mean of nothing: -inf and NaN);
+    onnxruntime refuses such a pool too."""
+    if ctx.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
+        return
+    kernel, pads = tuple(ctx.attr("kernel_shape")), tuple(ctx.attr("pads", ()))
+    n = len(kernel)
+    if len(pads) == 2 * n and any(max(pads[i], pads[i + n]) >= kernel[i] for i in range(n)):
+        raise ctx.error(f"pads {pads} with kernel_shape {kernel}: each pad must be smaller "
+                        "than the kernel along its axis (a window wholly in the padding "
+                        "has no value)")
+
+
 def _pool(ctx: NodeContext, x: Expr, op: str, **extra: Any) -> Expr:
+    _check_pool_pads(ctx)
     if _type(x).ndim == 5:
         return _pool_3d(ctx, x, op, **extra)
     flat = _as_2d_pool(ctx, x)
@@ -616,6 +643,10 @@ def _flatten(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
 @converter("Reshape")
 def _reshape(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
     x = _need(ctx, inputs, 0)
+    known = ctx.input_value(1)
+    if _at_run_time(_need(ctx, inputs, 1)) and known is not None \
+            and not (ctx.attr("allowzero", 0) and 0 in known):
+        return [_call("reshape", x, newshape=known)]  # symbols as they are
     if _at_run_time(_need(ctx, inputs, 1)):
         return [_call("dynamic_reshape", x, _need(ctx, inputs, 1),
                       allowzero=bool(ctx.attr("allowzero", 0)), out_shape=ctx.output_shape())]

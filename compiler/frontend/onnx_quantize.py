@@ -50,6 +50,12 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
         ``"int8"`` or ``"uint8"`` (onnxruntime's default for ``quantize_static``: with
         ``symmetric=False``, asymmetric activations with zero points).
 
+    Raises
+    ------
+    OnnxImportError
+        An unknown method or activation type, empty calibration data, or onnxruntime's
+        quantizer failing on the model (its error and where it was raised).
+
     Notes
     -----
     A model of an older opset is first converted to opset 13 when ``per_channel`` (the
@@ -96,8 +102,13 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
             if preprocess:
                 from onnxruntime.quantization.shape_inference import quant_pre_process
 
+                # from a file: given a ModelProto, onnxruntime moves its initializers
+                # into external data in place (the caller's model then points at a
+                # deleted file, and the optimizer cannot read a Reshape's shape)
+                source = Path(tmp) / "float.onnx"
+                onnx.save(model, source)
                 prepared = Path(tmp) / "prepared.onnx"
-                quant_pre_process(model, prepared, skip_symbolic_shape=True)
+                quant_pre_process(str(source), prepared, skip_symbolic_shape=True)
                 model = onnx.load(prepared)
             with contextlib.redirect_stdout(io.StringIO()):  # its percentile calibrator prints
                 quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ,
@@ -108,8 +119,23 @@ def quantize_onnx(model: onnx.ModelProto, calibration: Iterable[Mapping[str, np.
                                                "WeightSymmetric": symmetric,
                                                "CalibPercentile": percentile})
             return onnx.load(out)
+    except Exception as e:  # onnxruntime's own errors, from deep inside its quantizer
+        raise OnnxImportError(f"quantize_onnx: onnxruntime's quantizer fails on this model: "
+                              f"{type(e).__name__}: {e} ({_innermost(e)}); tensorfab's own "
+                              "quantizer (--quantizer tensorfab) does not use it") from e
     finally:
         root.setLevel(level)
+
+
+def _innermost(e: BaseException) -> str:
+    """Where ``e`` was raised: ``file:line in function`` of its innermost frame."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return "no traceback"
+    code = tb.tb_frame.f_code
+    return f"{Path(code.co_filename).name}:{tb.tb_lineno} in {code.co_name}"
 
 
 def _quantizable_version(model: onnx.ModelProto, per_channel: bool) -> onnx.ModelProto:

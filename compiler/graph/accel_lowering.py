@@ -286,7 +286,11 @@ def _compile_activation(node: Call) -> Call:
             raise AcceleratorLoweringError(f"{node.op}: not a channel-wise scale")
         x, s = operands
         shape = tuple(infer_types(x).shape)  # type: ignore[union-attr]
-        program, layer = channel_scale_program(cfg, shape, node.attrs), "mul_q31"
+        mul = dict(node.attrs)
+        if x is not node.args[0]:  # the scale first: its zero point is a_zero_point
+            mul["a_zero_point"], mul["b_zero_point"] = (node.attrs.get("b_zero_point", 0),
+                                                        node.attrs.get("a_zero_point", 0))
+        program, layer = channel_scale_program(cfg, shape, mul), "mul_q31"
         extra, attrs["extra_input_segment"] = [s], "s"
     blob = np.frombuffer(program.to_bytes(), np.uint8).copy()
     out_shape = tuple(infer_types(node).shape)  # type: ignore[union-attr]

@@ -21,7 +21,10 @@ def fold_constants(fn: Function, *, keep_quantization: bool = True) -> Function:
     ----------
     keep_quantization : bool
         Leave ``qnn.*`` calls on constants alone (a quantized flow reads the int8
-        weights behind a ``qnn.dequantize``).
+        weights behind a ``qnn.dequantize``), but ``qnn.quantize``: a float weight
+        quantized in the model (a quantization-aware-trained export, a float16 model's
+        weight cast to float32 and quantized) folds to the int8 weight that such a
+        ``qnn.dequantize`` reads.
     """
     def rule(e: Expr, _old: Expr) -> Expr:
         if isinstance(e, TupleGetItem):
@@ -41,5 +44,5 @@ def fold_constants(fn: Function, *, keep_quantization: bool = True) -> Function:
 
 def _foldable(e: Expr, keep_quantization: bool) -> bool:
     return (isinstance(e, Call) and e.op not in NEVER_FOLDED and e.op in KERNELS
-            and not (keep_quantization and e.op.startswith("qnn."))
+            and not (keep_quantization and e.op.startswith("qnn.") and e.op != "qnn.quantize")
             and all(isinstance(a, Constant) for a in e.args))

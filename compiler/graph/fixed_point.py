@@ -51,6 +51,13 @@ def _acc_bound(acc: Expr) -> int | None:
     return accumulator_bound(reduction, bias)
 
 
+def _conv_channels(acc: Expr) -> int:
+    """Output channels of the integer convolution of ``acc`` (:func:`_is_conv_acc`)."""
+    if isinstance(acc, Call) and acc.op == "add":
+        acc = acc.args[0]
+    return int(acc.args[1].checked_type.shape[0])  # type: ignore[union-attr]
+
+
 def _is_conv_acc(acc: Expr) -> bool:
     if isinstance(acc, Call) and acc.op == "add" and isinstance(acc.args[1], Constant):
         acc = acc.args[0]
@@ -80,9 +87,13 @@ def fixed_point_requantize(fn: Function, per_channel: bool = False,
             return e
         scale, zp = e.args[1], e.args[2]
         if per_channel and _is_conv_acc(e.args[0]) and isinstance(scale, Constant) \
-                and scale.data.size > 1 and isinstance(zp, Constant) \
-                and np.unique(zp.data).size == 1:
-            mult, exp = quantize_multipliers(scale.data.astype(np.float64).reshape(-1))
+                and isinstance(zp, Constant) and np.unique(zp.data).size == 1 \
+                and (scale.data.size > 1 or np.any(zp.data)):
+            scales = scale.data.astype(np.float64).reshape(-1)
+            if scales.size == 1:  # one scale with a zero point (a one-channel
+                # convolution's per-channel scale): requantize_fixed has no zero point
+                scales = np.full(_conv_channels(e.args[0]), scales[0])
+            mult, exp = quantize_multipliers(scales)
             return Call("qnn.requantize_q31", [e.args[0]],
                         {"multiplier": tuple(int(m) for m in mult),
                          "shift": tuple(int(x) for x in exp),

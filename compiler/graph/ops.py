@@ -569,6 +569,11 @@ def reshape_shape(shape: tuple[Dim, ...], newshape: tuple[Any, ...]) -> tuple[Di
         if isinstance(d, str) and d in left:
             left.remove(d)
             right.remove(d)
+    symbols = [d for d in left if isinstance(d, str)]
+    if infer is not None and len(symbols) == 1 and all(isinstance(d, int) for d in right) \
+            and math.prod(d for d in left if isinstance(d, int)) == math.prod(right):
+        out[infer] = symbols[0]  # (B, 4, 6, 6) to (-1, 144): the -1 is B
+        return tuple(out)
     if any(isinstance(d, str) for d in left + right):
         raise _fail(f"cannot reshape {shape} to {newshape}: symbolic dims do not match")
     total, known = math.prod(left), math.prod(right)

@@ -60,6 +60,22 @@ def dilated_taps_ratio(conv: Call) -> float:
     return ((kh - 1) * dh + 1) * ((kw - 1) * dw + 1) / (kh * kw)
 
 
+def _float_conv_reason(e: Call) -> str:
+    """Why the float convolution ``e`` was not quantized: its weight's zero points
+    (asymmetric weights), its element type (the quantizer's float32), or no QDQ form."""
+    w = e.args[1]
+    if isinstance(w, Call) and w.op == "qnn.dequantize" and isinstance(w.args[2], Constant) \
+            and np.any(w.args[2].data != 0):
+        return ("not quantized to int8 (a float convolution: its weight's QDQ pair has "
+                "zero points, asymmetric uint8 weights or a weight quantized as an "
+                "activation; the int8 path takes symmetric int8 weights, zero point 0)")
+    dtype = infer_types(e).dtype  # type: ignore[union-attr]
+    if dtype != "float32":
+        return (f"not quantized to int8 (a {dtype} convolution: tensorfab's quantizer "
+                "takes float32 ones; --quantizer ort quantizes this model)")
+    return "not quantized to int8 (a float convolution)"
+
+
 def accelerator_conv_refusal(e: Expr, cfg: HwConfig | None = None) -> str | None:
     """Why the accelerator (of ``cfg``, if given: then its LOAD's padding limit counts
     too) does not take the convolution ``e`` (None: it takes it).
@@ -70,7 +86,7 @@ def accelerator_conv_refusal(e: Expr, cfg: HwConfig | None = None) -> str | None
     if not isinstance(e, Call) or e.op not in ("qnn.conv2d_integer", "nn.conv2d"):
         return "not a convolution"
     if e.op == "nn.conv2d":
-        return "not quantized to int8 (a float convolution)"
+        return _float_conv_reason(e)
     a = e.attrs
     if a["groups"] != 1:
         why = _grouped_refusal(e, cfg)

@@ -62,7 +62,7 @@ import numpy as np
 
 from .calibration import ChannelMinMaxObserver, observe, symmetric_scale
 from .infer import infer_types
-from .ir import Call, Constant, Expr, Function, Var, post_order
+from .ir import Call, Constant, Expr, Function, Tuple, Var, post_order
 from .outlier_channels import split_outlier_channels
 from .probability_split import split_probabilities
 from .qdq_lowering import SCALE_COMMUTING
@@ -242,12 +242,18 @@ def quantize_graph(fn: Function, calibration: Iterable[Mapping[str, np.ndarray]]
         def __missing__(self, key: int) -> Expr:
             return read.get(key, new[key])
 
+    class _Outputs(_Reads):  # a model input returned as an output is returned exact
+        def __missing__(self, key: int) -> Expr:
+            return new[key] if isinstance(new[key], Var) else super().__missing__(key)
+
     for e in nodes:
         if isinstance(e, Function):
-            out: Expr = Function(e.params, read.get(id(e.body), new[id(e.body)]),
-                                 e.ret_type, e.result_device, e.virtual_device)
+            out: Expr = Function(e.params, _Outputs()[id(e.body)], e.ret_type,
+                                 e.result_device, e.virtual_device)
         elif isinstance(e, Var):
             out = e
+        elif isinstance(e, Tuple) and e is fn.body:
+            out = rebuild(e, _Outputs())
         else:
             out = rebuild(e, _Reads())
             if id(e) in linear_ids:
@@ -286,11 +292,16 @@ def _channel_scales(observer: ChannelMinMaxObserver) -> np.ndarray:
 
 
 def _rectifier(e: Expr) -> bool:
-    """A ``relu``, or a ``clip`` from 0 (ReLU6): observed in its reader's place, its
-    negative side being zero anyway (and its upper bound within the observed range, so
-    the int8 clip it lowers to is exact, :func:`~.qdq_lowering.lower_qdq`)."""
-    return isinstance(e, Call) and (e.op == "relu" or (
-        e.op == "clip" and float(e.attrs["a_min"]) == 0.0 and float(e.attrs["a_max"]) > 0))
+    """A ``relu``, or a ``clip`` from 0 (ReLU6, or no upper bound): observed in its
+    reader's place, its negative side being zero anyway (and its upper bound within the
+    observed range, so the int8 clip it lowers to is exact,
+    :func:`~.qdq_lowering.lower_qdq`)."""
+    if not isinstance(e, Call):
+        return False
+    if e.op == "relu":
+        return True
+    lo, hi = (e.attrs.get("a_min"), e.attrs.get("a_max")) if e.op == "clip" else (None, None)
+    return lo is not None and float(lo) == 0.0 and (hi is None or float(hi) > 0)
 
 
 #: Float activations that get an observed output scale when their input is quantized,

@@ -73,7 +73,10 @@ def _int8_activations(call: Call) -> list[tuple[Expr, np.ndarray]] | None:
 
 
 def _int8_weight(e: Expr, transpose: bool = False) -> tuple[Constant, np.ndarray] | None:
-    """A constant int8 weight behind a symmetric dequantize (optionally transposed)."""
+    """A constant int8 weight behind a symmetric dequantize (optionally transposed),
+    per tensor or per output channel: per channel along another axis (a reduction axis,
+    e.g. a weight shared by a MatMul and a Gemm with transB, quantized for one of them)
+    scales the products inside the sum, which an integer accumulator cannot."""
     if transpose:
         if not (isinstance(e, Call) and e.op == "transpose" and e.attrs["axes"] in
                 (None, (1, 0))):
@@ -83,6 +86,9 @@ def _int8_weight(e: Expr, transpose: bool = False) -> tuple[Constant, np.ndarray
     if dq is None or not isinstance(dq[0], Constant) or dq[0].data.dtype != np.int8:
         return None
     w, scale = dq[0].data, dq[1]
+    out_axis = 0 if transpose or w.ndim == 4 else w.ndim - 1  # OIHW, (K, N), or (N, K)ᵀ
+    if scale.size > 1 and int(e.attrs["axis"]) % w.ndim != out_axis:  # type: ignore[union-attr]
+        return None
     return (Constant(w.T.copy()) if transpose else dq[0]), scale
 
 
@@ -149,7 +155,8 @@ def lower_qdq(fn: Function) -> Function:
             x, bias = x.args
         if isinstance(x, Call) and x.op in ("nn.conv2d", "matmul"):
             return (_lower_linear(e, x, bias, ys, e.args[0].name)
-                    or (_lower_activation_matmul(x, ys) if bias is None else None) or e)
+                    or (_lower_activation_matmul(x, ys)
+                        if bias is None and x.op == "matmul" else None) or e)
         if bias is None and isinstance(x, Call) and x.op == "hard_swish":
             return _lower_hard_swish(x, ys) or e
         if bias is None and isinstance(x, Call) and x.op == "nn.global_avg_pool2d":
@@ -194,9 +201,11 @@ def int8_clip(q: Expr, clip: Call, s: float, z: int) -> Call:
     """The int8 form of float ``clip`` applied before quantizing with ``(s, z)``, on
     ``q``, the int8 quantization of its input: ``clip(q, z + round(lo/s), z +
     round(hi/s))`` within int8 — exact, as ``round(clip(v, lo, hi)/s) + z =
-    clip(round(v/s) + z, ...)`` for rounding that is monotone and exact on integers."""
+    clip(round(v/s) + z, ...)`` for rounding that is monotone and exact on integers. A
+    bound the float clip does not have (ONNX Clip without ``min`` or ``max``) is int8's."""
     lo, hi = (int(np.clip(z + np.rint(np.float32(clip.attrs[k]) / np.float32(s)), -128, 127))
-              for k in ("a_min", "a_max"))
+              if clip.attrs.get(k) is not None else limit
+              for k, limit in (("a_min", -128), ("a_max", 127)))
     return Call("clip", [q], {"a_min": lo, "a_max": hi}, clip.virtual_device, clip.name)
 
 

@@ -114,10 +114,40 @@ def test_symbolic_shape_kept_and_runtime_reshape_on_the_cpu() -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4])]),
         opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8
-    f = from_onnx(model)
-    assert isinstance(f.body, Call) and f.body.op == "dynamic_reshape"
+    f = from_onnx(model)  # the shape (B, 4) is known at import: a static reshape
+    assert isinstance(f.body, Call) and f.body.op == "reshape"
+    assert f.body.attrs["newshape"] == ("B", 4)
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(evaluate(f, [x]), x)
+    given = helper.make_model(helper.make_graph(  # a shape known only at run time
+        [n("Reshape", ["x", "s"], ["y"], name="the_reshape")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["R", "C"])]),
+        opset_imports=[helper.make_opsetid("", 14)])
+    given.ir_version = 8
+    f = from_onnx(given)
+    assert isinstance(f.body, Call) and f.body.op == "dynamic_reshape"
+    np.testing.assert_array_equal(evaluate(f, [x, np.array([2, 6], np.int64)]),
+                                  x.reshape(2, 6))
+
+
+def test_reshape_of_a_symbolic_batch_with_minus_one_for_it() -> None:
+    """Reshape (B, 4, 6, 6) to (-1, 144) (a TensorFlow export's flatten) with a symbolic
+    B: the -1 is B, but the import refused it ('symbolic dims do not match')."""
+    n = helper.make_node
+    model = helper.make_model(helper.make_graph(
+        [n("Reshape", ["x", "s"], ["y"], name="flatten0")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 144])],
+        [helper.make_tensor("s", TensorProto.INT64, [2], [-1, 144])]),
+        opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    f = from_onnx(model)
+    assert f.body.checked_type.shape == ("B", 144)  # type: ignore[union-attr]
+    for batch in (1, 3):
+        x = np.arange(batch * 144, dtype=np.float32).reshape(batch, 4, 6, 6)
+        np.testing.assert_array_equal(evaluate(f, [x]), ort_run(model, {"x": x})[0])
 
 
 def test_shape_of_symbolic_input() -> None:
@@ -155,6 +185,23 @@ ISSUE_OPS = [
     "ReduceMax",
     "Gelu",
 ]
+
+
+def test_unsupported_op_of_a_converted_old_opset_names_the_models_own_node() -> None:
+    """An opset-9 model is converted to opset 13 first. Its Upsample became a Resize
+    without a name: the error said "node '#1' (op_type Resize, opset 13)", an op, a node
+    and an opset the user's model does not have."""
+    node = helper.make_node("Upsample", ["x", "scales"], ["y"], name="up0", mode="nearest")
+    graph = helper.make_graph(
+        [node], "old", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])],
+        [helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 4
+    with pytest.raises(OnnxImportError, match=r"\(op_type Resize, opset 13, converted from "
+                                              r"the model's Upsample 'up0' of opset 9\) is "
+                                              r"not supported"):
+        from_onnx(model)
 
 
 def test_other_domain_is_unsupported() -> None:
@@ -263,6 +310,33 @@ def test_attribute_out_of_range_that_onnx_lets_through_names_the_node() -> None:
     with pytest.raises(OnnxImportError, match=r"node 'the_LRN' \(op_type LRN, opset 17\)"
                                               r".*attribute size=0 must be at least 1"):
         from_onnx(lrn)
+
+
+def test_clip_bound_of_more_than_one_value_names_the_node() -> None:
+    """ONNX's Clip takes scalar bounds (onnxruntime refuses others); a (3,) min gave
+    numpy's ``cannot reshape array of size 3 into shape ()`` without the node."""
+    clip = single_op_model("Clip", [("x", np.zeros((2, 3), np.float32)),
+                                    ("lo", np.zeros(3, np.float32))], constant=("lo",))
+    with pytest.raises(OnnxImportError, match=r"node 'the_Clip' \(op_type Clip, opset 17\)"
+                                              r": Clip's min has shape \(3,\); ONNX takes "
+                                              r"one value"):
+        from_onnx(clip)
+
+
+@pytest.mark.parametrize("op, shape, pads", [
+    ("MaxPool", (1, 2, 3, 3), [2, 0, 0, 0]), ("AveragePool", (1, 2, 3, 3), [0, 0, 0, 2]),
+    ("AveragePool", (1, 2, 5), [0, 3]), ("MaxPool", (1, 2, 3, 3, 3), [0, 0, 2, 0, 0, 0])])
+def test_pool_padded_by_its_kernel_or_more_is_refused_by_node(op: str, shape: tuple,
+                                                              pads: list) -> None:
+    """A pad as large as the kernel makes windows wholly in the padding: the max pool
+    gave -inf there and the average pool NaN, silently (onnxruntime refuses the model)."""
+    kernel = [2] * (len(shape) - 2)
+    pool = single_op_model(op, [("x", np.zeros(shape, np.float32))],
+                           {"kernel_shape": kernel, "pads": pads})
+    with pytest.raises(OnnxImportError, match=rf"node 'the_{op}' \(op_type {op}, opset 17\)"
+                                              r": pads \(.*\) with kernel_shape \(.*\): each"
+                                              r" pad must be smaller than the kernel"):
+        from_onnx(pool)
 
 
 def test_gather_index_out_of_range_is_a_kernel_error() -> None:

@@ -216,6 +216,16 @@ def test_pad(mode: str) -> None:
     check_op("Pad", inputs, {"mode": mode}, constant=["pads", "value"])
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+@pytest.mark.parametrize("pads_at_run_time", [False, True])
+def test_pad_with_negative_pads_crops(mode: str, pads_at_run_time: bool) -> None:
+    """A negative pad removes values (ONNX allows it); the kernel gave numpy's
+    ``ValueError: index can't contain negative values`` when the model ran."""
+    inputs = [("x", f32(1, 2, 5, 6)), ("pads", i64(0, 0, -1, 2, 0, -1, 2, -2))]
+    check_op("Pad", inputs, {"mode": mode}, constant=[] if pads_at_run_time else ["pads"],
+             opset=19)
+
+
 def test_pad_with_axes() -> None:
     check_op("Pad", [("x", f32(2, 3, 4)), ("pads", i64(1, 2, 3, 0)), ("value", None),
                      ("axes", i64(0, 2))], constant=["pads", "axes"], opset=18)
