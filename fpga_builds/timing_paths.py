@@ -137,6 +137,15 @@ def load_timing_report(path: str | Path) -> dict[str, Any]:
     return raw
 
 
+def _object_problem(obj: Any, keys: tuple[str, ...], where: str) -> str | None:
+    """``where is not an object`` or ``where has no 'key'`` (the first of ``keys``
+    missing), or None."""
+    if not isinstance(obj, dict):
+        return f"{where} is not an object"
+    missing = [k for k in keys if k not in obj]
+    return f"{where} has no {missing[0]!r}" if missing else None
+
+
 def _net_timings_problem(nets: Any) -> str | None:
     """What in a report's ``detailed_net_timings`` is not nextpnr's form (a list of
     nets, each with ``net``, ``event`` and ``endpoints`` of ``cell``, ``port`` and a
@@ -145,20 +154,16 @@ def _net_timings_problem(nets: Any) -> str | None:
         return "detailed_net_timings is not a list of nets"
     for i, net in enumerate(nets):
         where = f"detailed_net_timings[{i}]"
-        if not isinstance(net, dict):
-            return f"{where} is not an object"
-        missing = [k for k in ("net", "event", "endpoints") if k not in net]
-        if missing:
-            return f"{where} has no {missing[0]!r}"
+        problem = _object_problem(net, ("net", "event", "endpoints"), where)
+        if problem is not None:
+            return problem
         if not isinstance(net["endpoints"], list):
             return f"{where} (net {net['net']!r}): endpoints is not a list"
         for j, ep in enumerate(net["endpoints"]):
             at = f"{where} (net {net['net']!r}) endpoint {j}"
-            if not isinstance(ep, dict):
-                return f"{at} is not an object"
-            missing = [k for k in ("cell", "port", "delay") if k not in ep]
-            if missing:
-                return f"{at} has no {missing[0]!r}"
+            problem = _object_problem(ep, ("cell", "port", "delay"), at)
+            if problem is not None:
+                return problem
             delay = ep["delay"]
             if not (isinstance(delay, list) and len(delay) >= 2 and all(
                     isinstance(d, int | float) and not isinstance(d, bool) for d in delay)):
