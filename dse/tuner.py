@@ -146,20 +146,48 @@ def rtl_cycles(workload: Workload, cfg: HwConfig, epilogue: Epilogue, g: Genome)
     return RtlSimulator().run(op.program).cycles
 
 
+def _record(line: str) -> tuple[str, Genome, int | None] | None:
+    """``(key, genome, cycles)`` of a tuning-log line, or None if it is no record."""
+    try:
+        rec = json.loads(line)
+        return rec["key"], tuple(rec["genome"]), rec["cycles"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _log_records(log: Path) -> Iterator[tuple[str, Genome, int | None]]:
     """``(key, genome, cycles)`` of each line of the JSON-lines tuning log ``log``.
+
+    A last line without its newline that is no record is one an interrupted run cut
+    off: it is left out (:func:`_end_log_with_a_newline` drops it before appending).
 
     Raises
     ------
     UsageError
         A line that is not a record :func:`tune_workload` writes (``FILE:LINE``).
     """
-    for n, line in enumerate(log.read_text().splitlines(), 1):
-        try:
-            rec = json.loads(line)
-            yield rec["key"], tuple(rec["genome"]), rec["cycles"]
-        except (ValueError, KeyError, TypeError):
-            raise UsageError(f"{log}:{n}: not a tuning-log record") from None
+    text = log.read_text()
+    lines = text.splitlines()
+    for n, line in enumerate(lines, 1):
+        record = _record(line)
+        if record is None:
+            if n == len(lines) and not text.endswith("\n"):
+                return
+            raise UsageError(f"{log}:{n}: not a tuning-log record")
+        yield record
+
+
+def _end_log_with_a_newline(log: Path | None) -> None:
+    """Make the log end with a whole line before records are appended: a complete last
+    record without its newline gets one, a record an interrupted run cut off is
+    dropped (:func:`_log_records` leaves it out)."""
+    if log is None or not log.exists():
+        return
+    text = log.read_text()
+    if not text or text.endswith("\n"):
+        return
+    whole = text.rfind("\n") + 1
+    log.write_text(text + "\n" if _record(text[whole:]) is not None else text[:whole])
 
 
 def _read_log(log: Path | None, key: str) -> dict[Genome, int | None]:
@@ -201,6 +229,7 @@ def tune_workload(name: str, workload: Workload, cfg: HwConfig,
     space = _Space(workload, cfg, ep)
     key = task_key(workload, cfg, ep)
     seen = _read_log(log, key)
+    _end_log_with_a_newline(log)
     reused = len(seen)
     searched = compile_workload(workload, cfg, ep)  # the tile search's pick
     baseline = space.genome_of(searched.plan)

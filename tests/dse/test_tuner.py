@@ -47,6 +47,31 @@ def test_tuner_never_slower_and_its_log_is_reused(tmp_path: Path) -> None:
     assert len(log.read_text().splitlines()) == 20
 
 
+def test_a_record_cut_off_by_an_interrupted_run_is_dropped(tmp_path: Path) -> None:
+    """A run killed while writing leaves its last record without its newline: the log
+    was refused ('LOG:N: not a tuning-log record') until the line was deleted by hand.
+    Now that record is left out and measured again, the log stays one record a line,
+    and a broken line elsewhere is still refused."""
+    from tensorfab.dse.tuner import TuningLog
+    from tensorfab.isa import UsageError
+
+    log = tmp_path / "tune.jsonl"
+    tune_workload("conv", WL, CFG, trials=6, log=log, seed=1)
+    text = log.read_text()
+    log.write_text(text[:-20])  # the last record cut off
+    assert len(TuningLog(log).best) == 1
+    again = tune_workload("conv", WL, CFG, trials=6, log=log, seed=1)
+    assert again.reused == 5 and again.measured == 1
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == 6 and log.read_text().endswith("\n")
+    log.write_text(log.read_text().rstrip("\n"))  # a whole last record, no newline
+    assert tune_workload("conv", WL, CFG, trials=7, log=log, seed=1).reused == 6
+    assert len(log.read_text().splitlines()) == 7
+    log.write_text("cut off\n" + log.read_text())
+    with pytest.raises(UsageError, match=r"tune\.jsonl:1: not a tuning-log record"):
+        TuningLog(log)
+
+
 def test_tuned_schedule_computes_the_convolution() -> None:
     """The tuned schedule's program on fsim equals a numpy convolution (small values:
     the sums stay in int8)."""
