@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorfab.isa import Program
+from tensorfab.isa import Program, UsageError
 from tensorfab.isa.device import Device, RunResult
 
 from ..fsim import FunctionalSimulator
@@ -63,14 +63,17 @@ class TimingSimulator(Device):
     Raises
     ------
     UsageError
-        ``read_latency`` is not an integer of 1 or more.
+        ``functional`` is not a bool, or ``read_latency`` not an integer of 1 or more.
     """
 
     name = "timing"
 
     def __init__(self, *, functional: bool = True,
                  read_latency: int | None = None) -> None:
-        self.functional = functional
+        if not isinstance(functional, bool | np.bool_):  # ("no" would read as true)
+            raise UsageError(f"functional = {functional!r}: give True (compute the "
+                             "outputs too) or False (the timing only)")
+        self.functional = bool(functional)
         self.params: TimingParams = (DEFAULT_TIMING if read_latency is None
                                      else TimingParams.for_memory(read_latency))
 

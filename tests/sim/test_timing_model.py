@@ -93,6 +93,14 @@ def test_timing_device_refuses_a_read_latency_the_rtl_memory_would(latency: obje
     assert open_device("timing", read_latency=1).params.read_latency == 3
 
 
+@pytest.mark.parametrize("functional", ["no", 0, None])
+def test_timing_device_refuses_a_functional_that_is_no_bool(functional: object) -> None:
+    # open_device("timing", functional="no") computed the outputs ("no" is truthy)
+    with pytest.raises(UsageError, match=rf"functional = {functional!r}: give True"):
+        open_device("timing", functional=functional)
+    assert open_device("timing", functional=np.bool_(False)).functional is False
+
+
 def _errors(preset: str, seeds: range) -> np.ndarray:
     from tensorfab.sim.rtl import RtlSimulator
 
