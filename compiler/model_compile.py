@@ -206,12 +206,14 @@ def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndar
     """Calibration samples (input name to an array of samples along axis 0, or one array
     for a model with one input) cut into batches that fit ``fn``'s inputs: the fixed
     batch size of an input whose dim 0 is fixed (samples repeated when there are
-    fewer), else :data:`CALIBRATION_BATCH`.
+    fewer), else :data:`CALIBRATION_BATCH`. Arrays of one more dim than their inputs
+    (inputs without a batch axis) give one run per sample.
 
     Raises
     ------
     ModelCompileError
-        A missing or unknown input name, or inputs with different sample counts.
+        A missing or unknown input name, inputs with different sample counts, or some
+        inputs given one sample per run and others in batches.
     """
     names = [p.name for p in fn.params]
     if isinstance(arrays, np.ndarray):
@@ -232,10 +234,24 @@ def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndar
     count = counts.pop()
     if count == 0:
         raise ModelCompileError("calibration data: no samples")
+    data = {n: np.asarray(arrays[n]) for n in names}
+    # an array of one more dim than its input holds whole inputs along axis 0 (an input
+    # without a batch axis, (8,), given as (samples, 8)): one run per sample
+    ranks = {p.name: len(p.type_annotation.shape)  # type: ignore[union-attr]
+             for p in fn.params}
+    whole = [n for n in names if data[n].ndim == ranks[n] + 1]
+    if whole and len(whole) == len(names):
+        return [{n: v[i] for n, v in data.items()} for i in range(count)]
+    if whole:
+        batched = [n for n in names if n not in whole]
+        raise ModelCompileError(
+            f"calibration data: {', '.join(map(repr, whole))} has one sample per "
+            f"run (its array {data[whole[0]].shape} for an input of {ranks[whole[0]]} "
+            f"dims) while {', '.join(map(repr, batched))} is cut into batches along its "
+            "dim 0; give every input either way")
     fixed = [d for p in fn.params for d in p.checked_type.shape[:1]  # type: ignore[union-attr]
              if isinstance(d, int)]
     batch = fixed[0] if fixed else CALIBRATION_BATCH
-    data = {n: np.asarray(arrays[n]) for n in names}
     if fixed and count < batch:  # repeat the samples to fill one batch
         data = {n: np.resize(v, (batch, *v.shape[1:])).astype(v.dtype)
                 for n, v in data.items()}
