@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import (
@@ -27,6 +28,7 @@ from .signatures import (
     inp_entry_bits,
     uop_entry_bits,
     wgt_entry_bits,
+    wgt_entry_order,
 )
 
 __all__ = ["LoadEngine"]
@@ -91,55 +93,43 @@ class LoadEngine(wiring.Component):
             members[name] = Out(BufWriteSignature(*bits[buf]))
         super().__init__(members)
 
-    def _weight_columns(self, m: Module, beat: Value, fire: Value, data: Value) -> Value:
-        """Assemble a weight tile in the buffer's format (:func:`wgt_entry_order`:
-        column-major, offset by :data:`WGT_OFFSET`) as it arrives.
+    @staticmethod
+    def _earlier_beats(m: Module, count: int, beat: Value, keep: Value,
+                       data: Value) -> list[Value]:
+        """The beats of the entry being assembled that came before ``data``: word
+        ``beat`` of a small memory is written while ``keep`` (a beat that is not
+        its entry's last is on ``data``), one word a beat, and the words are read in
+        place; ``count`` words (the longest entry's beats but one: at least 3, an
+        accumulator entry being four output entries, each at least a beat)."""
+        m.submodules.beats = kept = Memory(shape=len(data), depth=count, init=[])
+        wp = kept.write_port()
+        m.d.comb += [wp.addr.eq(beat), wp.data.eq(data), wp.en.eq(keep)]
+        words = []
+        for j in range(count):
+            rp = kept.read_port(domain="comb")
+            m.d.comb += rp.addr.eq(j)
+            words.append(rp.data)
+        return words
 
-        Beats bring the tile row-major. Column ``k`` has its own shift register,
-        which takes its bytes from the beats that carry them (one byte per beat
-        when a beat is shorter than a row, else one per row in the beat). The
-        columns the last beat feeds hold one beat's share less and take it from
-        ``data`` directly, as the shift register of the other buffers does.
-
-        Returns
-        -------
-        Value
-            The entry to write with the tile's last beat.
-        """
+    def _weight_entry(self, tile: Value) -> Value:
+        """A weight tile as it arrives (row-major) in the buffer's format
+        (:func:`wgt_entry_order`: column-major, offset by :data:`WGT_OFFSET`), a
+        permutation of wires."""
         cfg = self.cfg
-        n_in, n_out = cfg.block_in, cfg.block_out
-        beat_bytes = cfg.mem_bus_bytes
-        per_beat = max(1, beat_bytes // n_in)  # bytes of one column in a beat
-        phases = max(1, n_in // beat_bytes)  # beats of one tile row
-        phase = beat[:log2(phases)] if phases > 1 else Const(0, 1)
-        columns = []
-        for k in range(n_in):
-            new = Cat(*[(data[8 * (q * n_in + k % beat_bytes):][:8] + WGT_OFFSET)[:8]
-                        for q in range(per_beat)])
-            col_phase = k // beat_bytes if phases > 1 else 0
-            last = col_phase == phases - 1
-            width = 8 * (n_out - per_beat if last else n_out)
-            if width == 0:
-                columns.append(new)
-                continue
-            col = Signal(width, name=f"wcol{k}", reset_less=True)
-            with m.If(fire & (phase == col_phase)):
-                m.d.sync += col.eq(Cat(col[8 * per_beat:], new)[:width])
-            columns.append(Cat(col, new) if last else col)
-        return Cat(*columns)
+        entry = [Const(0, 8)] * (cfg.block_in * cfg.block_out)
+        for src, dst in enumerate(wgt_entry_order(cfg)):
+            entry[dst] = (tile[8 * src:][:8] + WGT_OFFSET)[:8]
+        return Cat(*entry)
 
     def elaborate(self, platform: object) -> Module:
         """Build the sequencer, the range checks, the burst issuer and the writer."""
         cfg = self.cfg
         m = Module()
-        W = cfg.mem_bus_width
         aw = cfg.dram_addr_width
         bus_shift = log2(cfg.mem_bus_bytes)
         bufs = [Buffer(v) for v in range(len(Buffer))]  # index = Buffer value
         entry_shift = [log2(buffer_entry_bytes(cfg, b)) for b in bufs]  # bytes per entry
         beat_shift = [s - bus_shift for s in entry_shift]  # beats per entry
-        # beats per entry of the buffers assembled in the shift register (all but WGT)
-        kmax = max(1 << beat_shift[b] for b in bufs if b != Buffer.WGT)
 
         # ---- the instruction being executed
         m.submodules.seq = seq = InsnSequencer(cfg, Engine.LOAD)
@@ -213,7 +203,6 @@ class LoadEngine(wiring.Component):
         bc = Signal(range(max(kall, 2)))  # beat within the entry
         k_last = Signal(range(max(kall, 2)))
         m.d.comb += k_last.eq((Const(1, range(kall + 1)) << sh_beats) - 1)
-        shreg = Signal(max((kmax - 1) * W, 1))
         # is_data: (r, c) is in the data region, not the padding. Registered, as
         # flags updated with r and c: the comparisons with the instruction's sums would
         # otherwise feed the write enables and, through the accumulator's shared write
@@ -244,22 +233,25 @@ class LoadEngine(wiring.Component):
         take_write = ~held | self.halt  # a halt drops the waiting write
         with m.If(take_write):
             m.d.sync += w_addr.eq(waddr)
-        wgt_entry = self._weight_columns(m, bc, rfire & (buf == Buffer.WGT), rdata.payload.data)
+        # (a beat offered and not yet taken is kept too, to the word it is then kept
+        # to again: the write stays out of the read's ready, an FPGA critical path)
+        earlier = self._earlier_beats(m, kall - 1, bc, rdata.valid & ~last_beat,
+                                      rdata.payload.data)
         for b in bufs:
             port = getattr(self, PORT_OF[b])
             kb = 1 << beat_shift[b]
             pad = 0
+            entry = Cat(*earlier[:kb - 1], rdata.payload.data)
             if b == Buffer.WGT:
-                entry = wgt_entry
+                entry = self._weight_entry(entry)
                 pad = int.from_bytes(bytes([WGT_OFFSET]) * (len(port.data) // 8), "little")
-            elif kb > 1:
-                entry = Cat(shreg[(kmax - kb) * W:], rdata.payload.data)
-            else:
-                entry = rdata.payload.data
             w_data = Signal(len(port.data), name=f"w_data_{b.name.lower()}", reset_less=True)
+            # (the entry's data loads only when it may be written: assembling an
+            # entry, for weights a permutation, is then done once per entry)
+            with m.If(take_write & (buf == b) & (last_beat | ~is_data)):
+                m.d.sync += w_data.eq(Mux(is_data, entry[:len(port.data)], pad))
             with m.If(take_write):
                 m.d.sync += [
-                    w_data.eq(Mux(is_data, entry[:len(port.data)], pad)),
                     port.en.eq(seq_on & (buf == b) & (~is_data | (rdata.valid & last_beat))),
                 ]
             m.d.comb += [port.addr.eq(w_addr), port.data.eq(w_data)]
@@ -283,9 +275,6 @@ class LoadEngine(wiring.Component):
         with m.If(rfire):
             m.d.sync += [bc.eq(Mux(last_beat, 0, bc + 1)),
                          last_beat.eq(Mux(last_beat, k_last == 0, bc + 1 == k_last))]
-        if kmax > 1:
-            with m.If(rfire & (buf != Buffer.WGT)):
-                m.d.sync += shreg.eq(Cat(shreg[W:], rdata.payload.data))
 
         # ---- execution: CHECK, RUN; DRAIN after a halt
         ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad, last)
