@@ -248,9 +248,18 @@ class TokenService:
         """A board's host link (``socket://``) opens with a ``TOKEN ...`` line where the
         HELLO frame belongs: answer it as a board server would, with a ``REFUSED`` line
         (which the host reports) naming the target to use, and drop it."""
-        conn.settimeout(max(0.001, deadline - time.monotonic()))
-        try:
-            head = conn.recv(len(TOKEN_LINE), socket.MSG_PEEK)
+        head = b""
+        try:  # (the line may come in pieces: peek until it is whole or differs)
+            while len(head) < len(TOKEN_LINE) and TOKEN_LINE.startswith(head):
+                if time.monotonic() >= deadline:
+                    return  # the HELLO's read reports it
+                conn.settimeout(max(0.001, deadline - time.monotonic()))
+                more = conn.recv(len(TOKEN_LINE), socket.MSG_PEEK)
+                if not more:
+                    return  # closed: the HELLO's read reports it
+                if len(more) == len(head):  # (a peek returns what is there at once)
+                    time.sleep(0.01)
+                head = more
         except (TimeoutError, OSError):
             return  # the HELLO's read reports it
         if head != TOKEN_LINE:

@@ -223,3 +223,24 @@ def test_a_board_client_is_told_to_connect_with_tcp(serve, program) -> None:
             HilError, match=f"this is a tensorfab tracker, not a board: connect with "
                             f"tracker://127.0.0.1:{tracker.port}/KIND, not socket://"):
         open_device(f"socket://127.0.0.1:{tracker.port}", token="board-test")
+
+
+def test_a_board_clients_token_line_in_pieces_is_told_to_connect_with_tcp(serve) -> None:
+    """A board client's token line split across TCP segments ('TOK', then 'EN ...')
+    got the generic handshake error (one peek saw 'TOK'), not the REFUSED line that
+    names tcp://."""
+    import socket
+
+    server = serve("fsim", token="board-test")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as conn:
+        conn.sendall(b"TOK")
+        time.sleep(0.2)
+        conn.sendall(b"EN board-test\n")
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    assert reply.startswith(b"REFUSED: this is a tensorfab device server, not a board: "
+                            b"connect with tcp://127.0.0.1:%d" % server.port), reply
