@@ -22,6 +22,7 @@ from tensorfab.isa import HwConfig
 
 from .board_top import BoardTop
 from .boards import Board, board_config, get_board
+from .build_files import BUILD_NAME
 from .dfu import add_dfu_suffix
 from .errors import FpgaBuildError
 from .report import (
@@ -46,7 +47,6 @@ __all__ = [
     "yowasp_env",
 ]
 
-BUILD_NAME = "top"
 
 #: nextpnr's routers (``--router``).
 ROUTERS = ("router1", "router2")

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from .boards import get_board
+from .build_files import BUILD_NAME
 from .errors import FpgaBuildError, ToolMissing
 
 __all__ = ["bitstream_device", "check_bitstream", "program_board", "program_command"]
@@ -68,7 +69,7 @@ def check_bitstream(board_name: str, bitstream: str | Path) -> None:
         inside = sorted(p.name for p in path.glob(f"*{suffix}"))
         hint = (f"give the bitstream in it ({', '.join(str(path / n) for n in inside)})"
                 if inside else f"it holds no {suffix} file (a build's bitstream is "
-                f"top{suffix} in its -o folder)")
+                f"{BUILD_NAME}{suffix} in its -o folder)")
         raise FpgaBuildError(f"{bitstream} is a folder, not a bitstream: {hint}")
     if not path.is_file():
         raise FpgaBuildError(f"{bitstream}: no such bitstream")

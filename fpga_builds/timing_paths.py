@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .build_files import BUILD_NAME
 from .errors import FpgaBuildError
 
 __all__ = ["ECP5_DELAYS", "ECP5_SETUP", "Netlist", "load_netlist", "load_timing_report",
@@ -176,7 +177,7 @@ def load_netlist(path: str | Path, delays: CellDelays | None = None) -> Netlist:
     file) into a :class:`Netlist`."""
     path = Path(path)
     if path.is_dir():
-        path = path / "top.json"
+        path = path / f"{BUILD_NAME}.json"
     yosys = _read_json(path, "Yosys netlist")
     try:
         return Netlist(yosys, delays or ECP5_DELAYS)
