@@ -177,9 +177,12 @@ def open_virtual(target: str, **options: object) -> VirtualBoardDevice:
     Raises
     ------
     UsageError
-        A ``mem_bytes`` that is not a number.
+        A ``mem_bytes`` that is not a number, an address that cannot be parsed.
     """
-    parts = urlsplit(target)
+    try:
+        parts = urlsplit(target)
+    except ValueError as exc:  # urllib's 'Invalid IPv6 URL'
+        raise UsageError(f"{target}: not a virtual board target: {exc}") from None
     board = parts.netloc or None
     query = parse_qs(parts.query)
     for flag in ("exact", "sdram", "direct_memory"):

@@ -59,9 +59,14 @@ def parse_link_url(target: str, baud: int | None = None) -> tuple[str, int]:
     Raises
     ------
     LinkError
-        A target of another scheme, or without a port or path.
+        A target of another scheme, without a port or path, or whose address
+        cannot be parsed (a port beyond 65535, an unclosed ``[``).
     """
-    parts = urlsplit(target)
+    try:
+        parts = urlsplit(target)
+        port = parts.port
+    except ValueError as exc:  # urllib's 'Port out of range 0-65535', 'Invalid IPv6 URL'
+        raise LinkError(f"{target}: not a board address: {exc}") from None
     query = parse_qs(parts.query)
     if "baud" in query:
         try:
@@ -77,9 +82,9 @@ def parse_link_url(target: str, baud: int | None = None) -> tuple[str, int]:
             raise LinkError(f"{target}: no serial port (serial:///dev/ttyUSB0)")
         return path, baud
     if parts.scheme in ("socket", "tcp"):
-        if not parts.hostname or not parts.port:
+        if not parts.hostname or not port:
             raise LinkError(f"{target}: give host and port (socket://127.0.0.1:9000)")
-        return f"socket://{parts.hostname}:{parts.port}", baud
+        return f"socket://{parts.hostname}:{port}", baud
     raise LinkError(f"{target}: a board link is serial:// or socket://")
 
 

@@ -257,3 +257,21 @@ def test_closed_stdout_ends_quietly(argv):
     finally:
         os.close(write)
     assert done.stderr == "" and done.returncode == 1, done.stderr
+
+
+@pytest.mark.parametrize("target,words", [
+    ("socket://localhost:99999", "Port out of range"),
+    ("serial://[::1", "Invalid IPv6 URL"),
+    ("virtual://[x", "Invalid IPv6 URL"),
+    ("tcp://[::1:5", "Invalid IPv6 URL"),
+    ("tcp://localhost:99999", "Port out of range"),
+    ("tracker://[::1:5/fsim", "Invalid IPv6 URL"),
+])
+def test_a_target_urllib_cannot_parse_is_one_line(tmp_path, capsys, target, words):
+    """A port beyond 65535 or an unclosed '[' in --target was urllib's ValueError
+    traceback; it is one line naming the target."""
+    src = tmp_path / "p.s"
+    src.write_text(SMALL)
+    token = ["--token", "t"] if target.startswith(("tcp", "tracker")) else []
+    err = one_line_error(capsys, "sim", src, "--target", target, *token, name=target)
+    assert words in err
