@@ -73,7 +73,8 @@ def parse_link_url(target: str, baud: int | None = None) -> tuple[str, int]:
             baud = int(query["baud"][0])
         except ValueError:
             raise LinkError(f"{target}: baud={query['baud'][0]!r} is not a number") from None
-    baud = baud or 115200
+    if baud is None:  # not 'baud or': baud=0 is refused, not taken for the default
+        baud = 115200
     if baud <= 0:
         raise LinkError(f"{target}: baud {baud} must be positive")
     if parts.scheme == "serial":

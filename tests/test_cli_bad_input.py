@@ -275,3 +275,13 @@ def test_a_target_urllib_cannot_parse_is_one_line(tmp_path, capsys, target, word
     token = ["--token", "t"] if target.startswith(("tcp", "tracker")) else []
     err = one_line_error(capsys, "sim", src, "--target", target, *token, name=target)
     assert words in err
+
+
+@pytest.mark.parametrize("target", ["serial:///dev/ttyUSB0?baud=0",
+                                    "socket://127.0.0.1:9?baud=0"])
+def test_a_baud_of_0_is_refused_not_taken_for_115200(tmp_path, capsys, target):
+    """?baud=0 opened the port at 115200 as if no baud were given; it is refused."""
+    src = tmp_path / "p.s"
+    src.write_text(SMALL)
+    err = one_line_error(capsys, "sim", src, "--target", target, name=target)
+    assert "baud 0 must be positive" in err
