@@ -41,8 +41,10 @@ def open_link_board(target: str, *, baud: int | None = None, token: str | None =
     if url.startswith("socket://") and token is None:
         token = (parse_qs(urlsplit(target).query).get("token", [None])[0]
                  or os.environ.get(TOKEN_ENV))
-    link = HostLink(SerialTransport(url, rate, token=token), timeout=timeout, retries=retries)
-    return BoardDevice(link, name=target.split("?")[0], **options)  # type: ignore[arg-type]
+    name = target.split("?")[0]  # not a token given in the URL
+    link = HostLink(SerialTransport(url, rate, token=token), timeout=timeout, retries=retries,
+                    name=name)
+    return BoardDevice(link, name=name, **options)  # type: ignore[arg-type]
 
 
 class VirtualBoardDevice(Device):

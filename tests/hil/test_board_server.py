@@ -231,3 +231,38 @@ def test_link_faults_refuse_bad_delays_resets_and_seeds(field: str, value: objec
         LinkFaults(**{field: value})
     assert str(info.value).startswith(f"LinkFaults.{field}: {value!r} {words}")
     assert LinkFaults(delay_seconds=0, reset_at_cycle=0, seed=7).injectors()
+
+
+@pytest.mark.parametrize("noise", [False, True])
+def test_a_port_without_a_board_is_named_with_what_came(noise: bool) -> None:
+    """A serial port with no board on it (a pty nobody answers, or one sending junk, as
+    a wrong bit rate does) was 'no valid response to INFO (seq 1) after 9 attempts: no
+    response within 1.01 s', naming neither the port nor what to check."""
+    import threading
+    import tty
+
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    path = os.ttyname(slave)
+    stop = threading.Event()
+
+    def junk() -> None:
+        while not stop.wait(0.01):
+            os.write(master, bytes(range(7, 71)))
+
+    sender = threading.Thread(target=junk, daemon=True)
+    if noise:
+        sender.start()
+    try:
+        with pytest.raises(LinkError) as err:
+            open_device(f"serial://{path}?baud=9600", timeout=0.1, retries=1)
+    finally:
+        stop.set()
+        if noise:
+            sender.join()
+        os.close(master)
+        os.close(slave)
+    msg = str(err.value)
+    assert msg.startswith(f"serial://{path}: no valid response to INFO"), msg
+    assert ("bytes received, none a response" if noise else "nothing received") in msg, msg
+    assert "is this the port of a board with a tensorfab bitstream, at 9600 baud" in msg
