@@ -26,10 +26,34 @@ from .service import is_loopback
 from .transport import BAD_TOKEN, REFUSED, TOKEN_LINE
 from .virtual import CHUNK_CYCLES, LinkFaults, VirtualBoard
 
-__all__ = ["BoardServer"]
+__all__ = ["BoardServer", "board_token"]
 
 #: Longest ``TOKEN ...`` line accepted (bytes).
 MAX_TOKEN_LINE = 256
+
+
+def board_token(host: str, token: str | None) -> str:
+    """The token a board server on ``host`` requires: ``token``, or a new one on a
+    loopback address. Checked before a board is built (minutes the first time).
+
+    Raises
+    ------
+    HilError
+        No token on a non-loopback address; an empty token, or one a ``TOKEN`` line
+        cannot carry (spaces at its ends, a line break), which would let in anyone or no
+        one.
+    """
+    if token is None:
+        if not is_loopback(host):
+            raise HilError(f"virtual board on {host}: binding beyond this machine needs "
+                           "an explicit token (--token)")
+        return secrets.token_urlsafe(24)
+    if not token.strip():
+        raise HilError("virtual board: the token must not be empty")
+    if token != token.strip() or "\n" in token or "\r" in token:
+        raise HilError(f"virtual board: token {token!r}: no spaces at its ends and no line "
+                       "breaks (a client sends it as one line, 'TOKEN <token>')")
+    return token
 
 
 class BoardServer:
@@ -56,19 +80,15 @@ class BoardServer:
     Raises
     ------
     HilError
-        A non-loopback bind without a token, or an address that cannot be bound.
+        A non-loopback bind without a token, a token :func:`board_token` refuses, or an
+        address that cannot be bound.
     """
 
     def __init__(self, board: VirtualBoard, host: str = "127.0.0.1", port: int = 0,
                  token: str | None = None, *, pty: bool = True,
                  faults: LinkFaults | None = None, hello_timeout: float = 5.0) -> None:
-        if token is None:
-            if not is_loopback(host):
-                raise HilError(f"virtual board on {host}: binding beyond this machine needs "
-                               "an explicit token (--token)")
-            token = secrets.token_urlsafe(24)
+        self.token = board_token(host, token)
         self.board = board
-        self.token = token
         self.hello_timeout = hello_timeout
         faults = faults or LinkFaults()
         self._faults_in, self._faults_out = faults.injectors()

@@ -141,6 +141,15 @@ def test_non_loopback_bind_needs_a_token(board: VirtualBoard) -> None:
         BoardServer(board, host="0.0.0.0", pty=False)
 
 
+@pytest.mark.parametrize("token", ["", "  ", "t\n"])
+def test_a_token_a_token_line_cannot_carry_is_refused(board: VirtualBoard,
+                                                      token: str) -> None:
+    """BoardServer(token="") served a board that any client sending 'TOKEN ' and a
+    newline could use, on any address."""
+    with pytest.raises(HilError, match=r"virtual board: (the token must not be empty|token)"):
+        BoardServer(board, host="0.0.0.0", token=token, pty=False)
+
+
 def test_board_virtual_command(tmp_path: Path) -> None:
     """`tensorfab board virtual` as a process: prints where it listens; a program runs
     through it; SIGINT ends it quietly."""
@@ -191,7 +200,14 @@ def test_board_virtual_refuses_bad_options_before_building(monkeypatch, capsys) 
                  (["--bit-flip", "-0.1"], "--bit-flip: -0.1 is not a probability"),
                  (["--delay", "nan"], "--delay: nan is not a probability"),
                  (["--port", "99999"], "--port 99999: a TCP port is 0"),
-                 (["--mem-bytes", "0"], "--mem-bytes 0: give a positive size")]
+                 (["--mem-bytes", "0"], "--mem-bytes 0: give a positive size"),
+                 # these three were found after the build; an empty token let anyone in
+                 (["--host", "0.0.0.0"], "binding beyond this machine needs an explicit "
+                                         "token (--token)"),
+                 (["--host", "nonexistent.invalid", "--token", "t"],
+                  "cannot listen on nonexistent.invalid:0"),
+                 (["--token", ""], "virtual board: the token must not be empty"),
+                 (["--token", " t"], "token ' t': no spaces at its ends")]
         for extra, words in cases:
             capsys.readouterr()
             assert main(["board", "virtual", "--config", "tiny", *extra]) == 2
