@@ -136,7 +136,7 @@ class SerialTransport:
             self._port.write(data)
             self._port.flush()
         except (serial.SerialException, OSError) as exc:
-            raise LinkError(f"{self.url}: write failed: {exc}") from None
+            raise self._failed("write", exc) from None
 
     def read(self, size: int, timeout: float) -> bytes:
         import serial
@@ -156,7 +156,7 @@ class SerialTransport:
             self._port.timeout = 0
             return first + self._port.read(max(0, size - len(first)))
         except (serial.SerialException, OSError) as exc:
-            raise LinkError(f"{self.url}: read failed: {exc}") from None
+            raise self._failed("read", exc) from None
 
     def _first_bytes(self, head: bytes) -> bytes:
         """The first bytes received on a socket, ``head`` and more while they may be
@@ -188,6 +188,16 @@ class SerialTransport:
             raise TokenError(self.url, f"the board refused the connection: {reason}")
         raise LinkError(f"{self.url}: the board refused the connection: {reason}")
 
+    def _failed(self, what: str, exc: Exception) -> LinkError:
+        """The error of a failed read or write: pyserial's reason without the
+        ``read failed:`` it often starts with already, and on a socket whose other end
+        closed it, which end that was."""
+        detail = str(exc).removeprefix(f"{what} failed: ")
+        closed = ("socket disconnected", "Broken pipe", "reset by peer")
+        if self.url.startswith("socket://") and any(c in detail for c in closed):
+            detail += " (the board's end closed the connection: is its server still running?)"
+        return LinkError(f"{self.url}: {what} failed: {detail}")
+
     def discard_input(self) -> None:
         import serial
 
@@ -198,7 +208,7 @@ class SerialTransport:
         try:
             self._port.reset_input_buffer()
         except (serial.SerialException, OSError) as exc:
-            raise LinkError(f"{self.url}: read failed: {exc}") from None
+            raise self._failed("read", exc) from None
 
     def close(self) -> None:
         self._port.close()

@@ -282,3 +282,19 @@ def test_a_port_without_a_board_is_named_with_what_came(noise: bool) -> None:
     assert msg.startswith(f"serial://{path}: no valid response to INFO"), msg
     assert ("bytes received, none a response" if noise else "nothing received") in msg, msg
     assert "is this the port of a board with a tensorfab bitstream, at 9600 baud" in msg
+
+
+def test_a_board_server_gone_mid_session_is_named_once(board: VirtualBoard) -> None:
+    """A virtual board stopped under its client was 'socket://...: read failed: read
+    failed: socket disconnected' (pyserial's prefix twice, nothing about which end)."""
+    server = BoardServer(board, pty=False).start()
+    dev = open_device(server.address, token=server.token, timeout=0.5)
+    server.close()
+    with pytest.raises(LinkError) as err:
+        for _ in range(3):  # the first write may still reach the socket's buffer
+            dev.run(directed_programs(CFG)["gemm_vt2"])
+    dev.close()
+    msg = str(err.value)
+    assert msg.startswith(f"{server.address}: "), msg
+    assert msg.count("failed:") == 1, msg
+    assert "the board's end closed the connection: is its server still running?" in msg, msg
