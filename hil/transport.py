@@ -59,15 +59,22 @@ def parse_link_url(target: str, baud: int | None = None) -> tuple[str, int]:
     Raises
     ------
     LinkError
-        A target of another scheme, without a port or path, or whose address
-        cannot be parsed (a port beyond 65535, an unclosed ``[``).
+        A target of another scheme, without a port or path, whose address cannot be
+        parsed (a port beyond 65535, an unclosed ``[``), or with an option it does not
+        take (``?baud=`` on both, ``?token=`` on ``socket://``): a misspelt one would
+        be left out without a word.
     """
     try:
         parts = urlsplit(target)
         port = parts.port
     except ValueError as exc:  # urllib's 'Port out of range 0-65535', 'Invalid IPv6 URL'
         raise LinkError(f"{target}: not a board address: {exc}") from None
-    query = parse_qs(parts.query)
+    query = parse_qs(parts.query, keep_blank_values=True)
+    takes = ("baud",) if parts.scheme == "serial" else ("baud", "token")
+    unknown = sorted(set(query) - set(takes))
+    if unknown:
+        raise LinkError(f"{target}: unknown option {', '.join(unknown)} (a "
+                        f"{parts.scheme}:// target takes {', '.join(takes)})")
     if "baud" in query:
         try:
             baud = int(query["baud"][0])

@@ -285,3 +285,20 @@ def test_a_baud_of_0_is_refused_not_taken_for_115200(tmp_path, capsys, target):
     src.write_text(SMALL)
     err = one_line_error(capsys, "sim", src, "--target", target, name=target)
     assert "baud 0 must be positive" in err
+
+
+@pytest.mark.parametrize("target,words", [
+    ("virtual://?mem_byte=65536", "unknown option mem_byte (a virtual board takes"),
+    ("virtual://?exact=maybe", "exact='maybe': give 1 or 0"),
+    ("serial:///dev/ttyUSB0?buad=9600", "unknown option buad (a serial:// target takes baud)"),
+    ("socket://127.0.0.1:9?tokn=t", "unknown option tokn (a socket:// target takes baud, "
+                                    "token)"),
+])
+def test_a_misspelt_target_option_is_refused_not_left_out(tmp_path, capsys, target, words):
+    """virtual://?mem_byte=65536 ran on a board of the default 1 MiB, ?exact=maybe ran
+    exact, serial://...?buad=9600 at 115200: options were read by name and the rest left
+    out without a word."""
+    src = tmp_path / "p.s"
+    src.write_text(SMALL)
+    err = one_line_error(capsys, "sim", src, "--target", target, name=target)
+    assert words in err
