@@ -112,7 +112,9 @@ class SerialTransport:
     Raises
     ------
     LinkError
-        The port cannot be opened, or fails (each read and write).
+        The port cannot be opened (a serial port is opened exclusively: one in use by
+        another program is refused, as two programs on one board would garble each
+        other's frames), or fails (each read and write).
     TokenError
         A socket's first bytes are a board server's refusal of the token
         (:data:`REFUSED`, :data:`BAD_TOKEN`); another refusal (the board in use) is a
@@ -125,11 +127,15 @@ class SerialTransport:
         self.url = url
         self.baud = int(baud)
         self.byte_seconds = 10.0 / self.baud
+        exclusive = None if url.startswith("socket://") else True
         try:
             self._port = serial.serial_for_url(url, baudrate=self.baud, timeout=0,
-                                               write_timeout=30)
+                                               write_timeout=30, exclusive=exclusive)
         except (serial.SerialException, OSError, ValueError) as exc:
-            raise LinkError(f"cannot open {url}: {exc}") from None
+            busy = "exclusively lock" in str(exc)
+            raise LinkError(f"cannot open {url}: " + (
+                "the port is in use by another program (another tensorfab on this board, a "
+                "terminal, or a virtual board's TCP client)" if busy else str(exc))) from None
         # a socket's first bytes may be a board server's refusal
         self._opening = url.startswith("socket://")
         self._pending = b""

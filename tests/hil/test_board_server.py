@@ -298,3 +298,41 @@ def test_a_board_server_gone_mid_session_is_named_once(board: VirtualBoard) -> N
     assert msg.startswith(f"{server.address}: "), msg
     assert msg.count("failed:") == 1, msg
     assert "the board's end closed the connection: is its server still running?" in msg, msg
+
+
+def _open_when_free(target: str, **options: object) -> BoardDevice:
+    """``target``'s device once the server has seen the last client go."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            return open_device(target, timeout=0.5, **options)
+        except LinkError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_the_pty_and_a_tcp_client_exclude_each_other(board: VirtualBoard) -> None:
+    """A program on the pty and one over TCP used the board at once: their frames
+    interleaved, and a GEMM's run over TCP ended in 'ProgramError: instruction 10, load
+    engine: load.wgt: NO_FINISH' (its image overwritten by the other's), or in a wrong
+    result. Now one at a time, as on a serial port, each refusal naming the other."""
+    with BoardServer(board) as server:
+        pty = f"serial://{server.pty_path}"
+        tcp = open_device(server.address, token=server.token, timeout=0.5)
+        with pytest.raises(LinkError) as err:
+            open_device(pty, timeout=0.5)
+        assert str(err.value).startswith(f"cannot open {server.pty_path}: the port is in "
+                                         "use by another program"), err.value
+        _check(tcp)
+        tcp.close()
+        dev = _open_when_free(pty)
+        with pytest.raises(LinkError) as err:
+            open_device(server.address, token=server.token, timeout=0.5)
+        assert (f"{server.address}: the board refused the connection: the board is in use "
+                f"on its pty {server.pty_path}") in str(err.value), err.value
+        _check(dev)
+        dev.close()
+        tcp = _open_when_free(server.address, token=server.token)
+        _check(tcp)
+        tcp.close()
