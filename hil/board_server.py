@@ -6,12 +6,16 @@ The host reaches it exactly as a real board, through pyserial: ``socket://HOST:P
 serial port (``serial:///dev/pts/N``; the pty is the user's alone, mode 0600). One
 thread owns the simulation: it feeds received bytes into the SoC's UART, clocks the SoC
 while anything is happening, and sends what the board transmits back to whoever spoke
-last. One TCP client at a time (a serial port has one user); a second is refused.
+last. One client at a time (a serial port has one user): a second TCP client is
+refused, and so is one while a program holds the pty (clients open it exclusively, with
+an advisory lock, as :class:`~.transport.SerialTransport` does); while a TCP client is
+connected the server holds that lock, so the pty cannot be opened.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hmac
 import os
 import secrets
@@ -26,10 +30,34 @@ from .service import is_loopback
 from .transport import BAD_TOKEN, REFUSED, TOKEN_LINE
 from .virtual import CHUNK_CYCLES, LinkFaults, VirtualBoard
 
-__all__ = ["BoardServer"]
+__all__ = ["BoardServer", "board_token"]
 
 #: Longest ``TOKEN ...`` line accepted (bytes).
 MAX_TOKEN_LINE = 256
+
+
+def board_token(host: str, token: str | None) -> str:
+    """The token a board server on ``host`` requires: ``token``, or a new one on a
+    loopback address. Checked before a board is built (minutes the first time).
+
+    Raises
+    ------
+    HilError
+        No token on a non-loopback address; an empty token, or one a ``TOKEN`` line
+        cannot carry (spaces at its ends, a line break), which would let in anyone or no
+        one.
+    """
+    if token is None:
+        if not is_loopback(host):
+            raise HilError(f"virtual board on {host}: binding beyond this machine needs "
+                           "an explicit token (--token)")
+        return secrets.token_urlsafe(24)
+    if not token.strip():
+        raise HilError("virtual board: the token must not be empty")
+    if token != token.strip() or "\n" in token or "\r" in token:
+        raise HilError(f"virtual board: token {token!r}: no spaces at its ends and no line "
+                       "breaks (a client sends it as one line, 'TOKEN <token>')")
+    return token
 
 
 class BoardServer:
@@ -56,19 +84,15 @@ class BoardServer:
     Raises
     ------
     HilError
-        A non-loopback bind without a token, or an address that cannot be bound.
+        A non-loopback bind without a token, a token :func:`board_token` refuses, or an
+        address that cannot be bound.
     """
 
     def __init__(self, board: VirtualBoard, host: str = "127.0.0.1", port: int = 0,
                  token: str | None = None, *, pty: bool = True,
                  faults: LinkFaults | None = None, hello_timeout: float = 5.0) -> None:
-        if token is None:
-            if not is_loopback(host):
-                raise HilError(f"virtual board on {host}: binding beyond this machine needs "
-                               "an explicit token (--token)")
-            token = secrets.token_urlsafe(24)
+        self.token = board_token(host, token)
         self.board = board
-        self.token = token
         self.hello_timeout = hello_timeout
         faults = faults or LinkFaults()
         self._faults_in, self._faults_out = faults.injectors()
@@ -164,8 +188,7 @@ class BoardServer:
             except OSError:
                 data = b""
             if not data:
-                self._client.close()
-                self._client = None
+                self._drop_client()
                 return
             self._reply_to = "tcp"
             self._to_uart(data)
@@ -173,6 +196,8 @@ class BoardServer:
             try:
                 data = os.read(self._pty_master, 65536)  # type: ignore[arg-type]
             except OSError:
+                return
+            if self._client is not None:  # a writer that did not take the lock
                 return
             self._reply_to = "pty"
             self._to_uart(data)
@@ -194,16 +219,37 @@ class BoardServer:
         line, _, rest = got.partition(b"\n")
         ok = line.startswith(TOKEN_LINE) and hmac.compare_digest(
             line[len(TOKEN_LINE):].strip(), self.token.encode())
-        if not ok or self._client is not None:
+        reason = (BAD_TOKEN if not ok else "the board is in use" if self._client is not None
+                  else None if self._lock_pty() else
+                  f"the board is in use on its pty {self.pty_path}")
+        if reason is not None:
             self.refused += 1
             with contextlib.suppress(OSError):
-                conn.sendall(REFUSED + (b"the board is in use" if ok else
-                                        BAD_TOKEN.encode()) + b"\n")
+                conn.sendall(REFUSED + reason.encode() + b"\n")
             conn.close()
             return
         self._client = conn
         self._reply_to = "tcp"
         self._to_uart(rest)
+
+    def _lock_pty(self) -> bool:
+        """Take the pty's lock for a TCP client; False while a program holds it."""
+        if self._pty_master is None:
+            return True
+        try:
+            fcntl.flock(self._pty_slave, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        return True
+
+    def _drop_client(self) -> None:
+        """Close the TCP client and let the pty be opened again."""
+        if self._client is not None:
+            with contextlib.suppress(OSError):
+                self._client.close()
+            self._client = None
+        if self._pty_master is not None:
+            fcntl.flock(self._pty_slave, fcntl.LOCK_UN)
 
     def _expire_pending(self) -> None:
         now = time.monotonic()
@@ -243,8 +289,7 @@ class BoardServer:
                 self._client.sendall(data)
                 self._client.setblocking(False)
             except OSError:
-                self._client.close()
-                self._client = None
+                self._drop_client()
 
     def _release_held(self) -> None:
         now = time.monotonic()

@@ -35,11 +35,12 @@ def parse_address(target: str, scheme: str = "tcp") -> tuple[str, int, str]:
         Another scheme, or no host or port.
     """
     text = target if "://" in target else f"{scheme}://{target}"
-    parts = urlsplit(text)
     try:
+        parts = urlsplit(text)
         port = parts.port
-    except ValueError:
-        port = None
+    except ValueError as exc:  # urllib's 'Port out of range 0-65535', 'Invalid IPv6 URL'
+        raise HilError(f"{target!r} is not an address of the form {scheme}://HOST:PORT: "
+                       f"{exc}") from None
     if parts.scheme != scheme or not parts.hostname or port is None:
         raise HilError(f"{target!r} is not an address of the form {scheme}://HOST:PORT")
     return parts.hostname, port, parts.path.strip("/")

@@ -89,6 +89,9 @@ class HostLink:
     block : int
         Largest memory block of one WRITE_MEM or READ_MEM (at most
         :data:`~tensorfab.isa.hostlink.MAX_DATA`).
+    name : str, optional
+        The board's target (``serial:///dev/ttyUSB0``), which the errors name; default:
+        the transport's ``url``, else ``host link``.
 
     Attributes
     ----------
@@ -99,10 +102,11 @@ class HostLink:
     """
 
     def __init__(self, transport: Transport, *, timeout: float = 1.0, retries: int = 8,
-                 block: int = hl.MAX_DATA) -> None:
+                 block: int = hl.MAX_DATA, name: str | None = None) -> None:
         if not 0 < block <= hl.MAX_DATA:
             raise LinkError(f"block {block} must be in 1..{hl.MAX_DATA}")
         self.transport = transport
+        self.name: str = name or getattr(transport, "url", None) or "host link"
         self.timeout = float(timeout)
         self.retries = int(retries)
         self.max_block = block
@@ -139,6 +143,7 @@ class HostLink:
         want = hl.HEADER_BYTES + hl.response_length(cmd, *args) + hl.CRC_BYTES
         wait = self.timeout + 2 * (len(frame) + want) * self.transport.byte_seconds
         last: Exception | None = None
+        received = self.stats.bytes_in
         for attempt in range(retries + 1):
             if attempt:
                 self.stats.retries += 1
@@ -164,8 +169,11 @@ class HostLink:
             return payload
         if isinstance(last, hl.NakError):
             raise last
-        raise LinkTimeout(f"no valid response to {cmd.name} (seq {seq}) after "
-                          f"{retries + 1} attempts: {last}")
+        received = self.stats.bytes_in - received
+        heard = (f"{received} bytes received, none a response" if received else
+                 "nothing received")
+        raise LinkTimeout(f"{self.name}: no valid response to {cmd.name} (seq {seq}) after "
+                          f"{retries + 1} attempts ({heard}): {last}")
 
     def _response(self, seq: int, cmd: hl.Command, args: tuple[int, ...],
                   wait: float) -> bytes:
@@ -202,9 +210,17 @@ class HostLink:
         BoardError
             The board speaks another protocol version (its bitstream is older or newer
             than this host's tensorfab).
+        LinkTimeout
+            No answer (the first request of a session: the port has no board, or the
+            bit rate is not the board's), naming the port.
         """
         try:
             info = hl.LinkInfo.unpack(self.call(hl.Command.INFO))
+        except LinkTimeout as exc:
+            rate = ("" if self.name.startswith("socket://") or not self.transport.byte_seconds
+                    else f", at {10 / self.transport.byte_seconds:.0f} baud (?baud=N)")
+            raise LinkTimeout(f"{exc}: is this the port of a board with a tensorfab "
+                              f"bitstream{rate}?") from None
         except hl.FrameVersionError as exc:
             raise BoardError(f"the board's host-link frames are of another version ({exc}); "
                              "build its bitstream with this tensorfab") from None

@@ -41,8 +41,10 @@ def open_link_board(target: str, *, baud: int | None = None, token: str | None =
     if url.startswith("socket://") and token is None:
         token = (parse_qs(urlsplit(target).query).get("token", [None])[0]
                  or os.environ.get(TOKEN_ENV))
-    link = HostLink(SerialTransport(url, rate, token=token), timeout=timeout, retries=retries)
-    return BoardDevice(link, name=target.split("?")[0], **options)  # type: ignore[arg-type]
+    name = target.split("?")[0]  # not a token given in the URL
+    link = HostLink(SerialTransport(url, rate, token=token), timeout=timeout, retries=retries,
+                    name=name)
+    return BoardDevice(link, name=name, **options)  # type: ignore[arg-type]
 
 
 class VirtualBoardDevice(Device):
@@ -177,14 +179,28 @@ def open_virtual(target: str, **options: object) -> VirtualBoardDevice:
     Raises
     ------
     UsageError
-        A ``mem_bytes`` that is not a number.
+        A ``mem_bytes`` that is not a number, a flag that is not 1/0 (true/false,
+        yes/no), an option it does not take (a misspelt one would be left out without
+        a word), an address that cannot be parsed.
     """
-    parts = urlsplit(target)
+    try:
+        parts = urlsplit(target)
+    except ValueError as exc:  # urllib's 'Invalid IPv6 URL'
+        raise UsageError(f"{target}: not a virtual board target: {exc}") from None
     board = parts.netloc or None
-    query = parse_qs(parts.query)
-    for flag in ("exact", "sdram", "direct_memory"):
+    query = parse_qs(parts.query, keep_blank_values=True)
+    flags = ("exact", "sdram", "direct_memory")
+    unknown = sorted(set(query) - {*flags, "mem_bytes"})
+    if unknown:
+        raise UsageError(f"{target}: unknown option {', '.join(unknown)} (a virtual board "
+                         f"takes {', '.join(flags)}, mem_bytes)")
+    for flag in flags:
         if flag in query:
-            options.setdefault(flag, query[flag][0] not in ("0", "false", "no"))
+            value = query[flag][0].lower()
+            if value not in ("1", "true", "yes", "0", "false", "no"):
+                raise UsageError(f"{target}: {flag}={query[flag][0]!r}: give 1 or 0 (true or "
+                                 "false, yes or no)")
+            options.setdefault(flag, value in ("1", "true", "yes"))
     if "mem_bytes" in query:
         value = query["mem_bytes"][0]
         if not value.isdigit():

@@ -59,16 +59,29 @@ def parse_link_url(target: str, baud: int | None = None) -> tuple[str, int]:
     Raises
     ------
     LinkError
-        A target of another scheme, or without a port or path.
+        A target of another scheme, without a port or path, whose address cannot be
+        parsed (a port beyond 65535, an unclosed ``[``), or with an option it does not
+        take (``?baud=`` on both, ``?token=`` on ``socket://``): a misspelt one would
+        be left out without a word.
     """
-    parts = urlsplit(target)
-    query = parse_qs(parts.query)
+    try:
+        parts = urlsplit(target)
+        port = parts.port
+    except ValueError as exc:  # urllib's 'Port out of range 0-65535', 'Invalid IPv6 URL'
+        raise LinkError(f"{target}: not a board address: {exc}") from None
+    query = parse_qs(parts.query, keep_blank_values=True)
+    takes = ("baud",) if parts.scheme == "serial" else ("baud", "token")
+    unknown = sorted(set(query) - set(takes))
+    if unknown:
+        raise LinkError(f"{target}: unknown option {', '.join(unknown)} (a "
+                        f"{parts.scheme}:// target takes {', '.join(takes)})")
     if "baud" in query:
         try:
             baud = int(query["baud"][0])
         except ValueError:
             raise LinkError(f"{target}: baud={query['baud'][0]!r} is not a number") from None
-    baud = baud or 115200
+    if baud is None:  # not 'baud or': baud=0 is refused, not taken for the default
+        baud = 115200
     if baud <= 0:
         raise LinkError(f"{target}: baud {baud} must be positive")
     if parts.scheme == "serial":
@@ -77,9 +90,9 @@ def parse_link_url(target: str, baud: int | None = None) -> tuple[str, int]:
             raise LinkError(f"{target}: no serial port (serial:///dev/ttyUSB0)")
         return path, baud
     if parts.scheme in ("socket", "tcp"):
-        if not parts.hostname or not parts.port:
+        if not parts.hostname or not port:
             raise LinkError(f"{target}: give host and port (socket://127.0.0.1:9000)")
-        return f"socket://{parts.hostname}:{parts.port}", baud
+        return f"socket://{parts.hostname}:{port}", baud
     raise LinkError(f"{target}: a board link is serial:// or socket://")
 
 
@@ -99,7 +112,9 @@ class SerialTransport:
     Raises
     ------
     LinkError
-        The port cannot be opened, or fails (each read and write).
+        The port cannot be opened (a serial port is opened exclusively: one in use by
+        another program is refused, as two programs on one board would garble each
+        other's frames), or fails (each read and write).
     TokenError
         A socket's first bytes are a board server's refusal of the token
         (:data:`REFUSED`, :data:`BAD_TOKEN`); another refusal (the board in use) is a
@@ -112,11 +127,15 @@ class SerialTransport:
         self.url = url
         self.baud = int(baud)
         self.byte_seconds = 10.0 / self.baud
+        exclusive = None if url.startswith("socket://") else True
         try:
             self._port = serial.serial_for_url(url, baudrate=self.baud, timeout=0,
-                                               write_timeout=30)
+                                               write_timeout=30, exclusive=exclusive)
         except (serial.SerialException, OSError, ValueError) as exc:
-            raise LinkError(f"cannot open {url}: {exc}") from None
+            busy = "exclusively lock" in str(exc)
+            raise LinkError(f"cannot open {url}: " + (
+                "the port is in use by another program (another tensorfab on this board, a "
+                "terminal, or a virtual board's TCP client)" if busy else str(exc))) from None
         # a socket's first bytes may be a board server's refusal
         self._opening = url.startswith("socket://")
         self._pending = b""
@@ -130,7 +149,7 @@ class SerialTransport:
             self._port.write(data)
             self._port.flush()
         except (serial.SerialException, OSError) as exc:
-            raise LinkError(f"{self.url}: write failed: {exc}") from None
+            raise self._failed("write", exc) from None
 
     def read(self, size: int, timeout: float) -> bytes:
         import serial
@@ -150,7 +169,7 @@ class SerialTransport:
             self._port.timeout = 0
             return first + self._port.read(max(0, size - len(first)))
         except (serial.SerialException, OSError) as exc:
-            raise LinkError(f"{self.url}: read failed: {exc}") from None
+            raise self._failed("read", exc) from None
 
     def _first_bytes(self, head: bytes) -> bytes:
         """The first bytes received on a socket, ``head`` and more while they may be
@@ -182,6 +201,16 @@ class SerialTransport:
             raise TokenError(self.url, f"the board refused the connection: {reason}")
         raise LinkError(f"{self.url}: the board refused the connection: {reason}")
 
+    def _failed(self, what: str, exc: Exception) -> LinkError:
+        """The error of a failed read or write: pyserial's reason without the
+        ``read failed:`` it often starts with already, and on a socket whose other end
+        closed it, which end that was."""
+        detail = str(exc).removeprefix(f"{what} failed: ")
+        closed = ("socket disconnected", "Broken pipe", "reset by peer")
+        if self.url.startswith("socket://") and any(c in detail for c in closed):
+            detail += " (the board's end closed the connection: is its server still running?)"
+        return LinkError(f"{self.url}: {what} failed: {detail}")
+
     def discard_input(self) -> None:
         import serial
 
@@ -192,7 +221,7 @@ class SerialTransport:
         try:
             self._port.reset_input_buffer()
         except (serial.SerialException, OSError) as exc:
-            raise LinkError(f"{self.url}: read failed: {exc}") from None
+            raise self._failed("read", exc) from None
 
     def close(self) -> None:
         self._port.close()

@@ -12,7 +12,7 @@ __all__ = ["add_board_commands"]
 
 def cmd_board_virtual(args: argparse.Namespace) -> int:
     from tensorfab.fpga_builds.board_configs import board_config
-    from tensorfab.hil.board_server import BoardServer
+    from tensorfab.hil.board_server import BoardServer, board_token
     from tensorfab.hil.virtual import (
         PROBABILITIES,
         LinkFaults,
@@ -32,14 +32,14 @@ def cmd_board_virtual(args: argparse.Namespace) -> int:
         raise CliError(f"--port {args.port}: a TCP port is 0 (any free one) to 65535")
     if args.mem_bytes is not None and args.mem_bytes <= 0:
         raise CliError(f"--mem-bytes {args.mem_bytes}: give a positive size in bytes")
-    if args.port:
-        import socket
+    token = board_token(args.host, args.token)
+    import socket
 
-        try:  # as BoardServer binds it (SO_REUSEADDR), then free again
-            socket.create_server((args.host, args.port)).close()
-        except OSError as e:
-            raise CliError(f"virtual board: cannot listen on {args.host}:{args.port}: "
-                           f"{e.strerror or e}") from None
+    try:  # as BoardServer binds it (SO_REUSEADDR), then free again: a port in use, a
+        socket.create_server((args.host, args.port)).close()  # host not of this machine
+    except OSError as e:
+        raise CliError(f"virtual board: cannot listen on {args.host}:{args.port}: "
+                       f"{e.strerror or e}") from None
     config = board_config(args.config) if args.config else None
     sdram = None if args.memory is None else args.memory == "sdram"
     spec = SocSpec.for_board(args.board, config, exact=args.exact, mem_bytes=args.mem_bytes,
@@ -48,7 +48,7 @@ def cmd_board_virtual(args: argparse.Namespace) -> int:
                         seed=args.seed)
     with build_steps(lambda step: print(f"  {step}", flush=True)):
         board = VirtualBoard(spec)
-    server = BoardServer(board, args.host, args.port, args.token, pty=not args.no_pty,
+    server = BoardServer(board, args.host, args.port, token, pty=not args.no_pty,
                          faults=faults)
     speed = (f"exact UART: {spec.baud} baud" if spec.exact else
              f"fast UART: {spec.divisor} cycles a bit, not the board's {115200} baud")

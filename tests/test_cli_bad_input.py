@@ -257,3 +257,48 @@ def test_closed_stdout_ends_quietly(argv):
     finally:
         os.close(write)
     assert done.stderr == "" and done.returncode == 1, done.stderr
+
+
+@pytest.mark.parametrize("target,words", [
+    ("socket://localhost:99999", "Port out of range"),
+    ("serial://[::1", "Invalid IPv6 URL"),
+    ("virtual://[x", "Invalid IPv6 URL"),
+    ("tcp://[::1:5", "Invalid IPv6 URL"),
+    ("tcp://localhost:99999", "Port out of range"),
+    ("tracker://[::1:5/fsim", "Invalid IPv6 URL"),
+])
+def test_a_target_urllib_cannot_parse_is_one_line(tmp_path, capsys, target, words):
+    """A port beyond 65535 or an unclosed '[' in --target was urllib's ValueError
+    traceback; it is one line naming the target."""
+    src = tmp_path / "p.s"
+    src.write_text(SMALL)
+    token = ["--token", "t"] if target.startswith(("tcp", "tracker")) else []
+    err = one_line_error(capsys, "sim", src, "--target", target, *token, name=target)
+    assert words in err
+
+
+@pytest.mark.parametrize("target", ["serial:///dev/ttyUSB0?baud=0",
+                                    "socket://127.0.0.1:9?baud=0"])
+def test_a_baud_of_0_is_refused_not_taken_for_115200(tmp_path, capsys, target):
+    """?baud=0 opened the port at 115200 as if no baud were given; it is refused."""
+    src = tmp_path / "p.s"
+    src.write_text(SMALL)
+    err = one_line_error(capsys, "sim", src, "--target", target, name=target)
+    assert "baud 0 must be positive" in err
+
+
+@pytest.mark.parametrize("target,words", [
+    ("virtual://?mem_byte=65536", "unknown option mem_byte (a virtual board takes"),
+    ("virtual://?exact=maybe", "exact='maybe': give 1 or 0"),
+    ("serial:///dev/ttyUSB0?buad=9600", "unknown option buad (a serial:// target takes baud)"),
+    ("socket://127.0.0.1:9?tokn=t", "unknown option tokn (a socket:// target takes baud, "
+                                    "token)"),
+])
+def test_a_misspelt_target_option_is_refused_not_left_out(tmp_path, capsys, target, words):
+    """virtual://?mem_byte=65536 ran on a board of the default 1 MiB, ?exact=maybe ran
+    exact, serial://...?buad=9600 at 115200: options were read by name and the rest left
+    out without a word."""
+    src = tmp_path / "p.s"
+    src.write_text(SMALL)
+    err = one_line_error(capsys, "sim", src, "--target", target, name=target)
+    assert words in err

@@ -141,6 +141,15 @@ def test_non_loopback_bind_needs_a_token(board: VirtualBoard) -> None:
         BoardServer(board, host="0.0.0.0", pty=False)
 
 
+@pytest.mark.parametrize("token", ["", "  ", "t\n"])
+def test_a_token_a_token_line_cannot_carry_is_refused(board: VirtualBoard,
+                                                      token: str) -> None:
+    """BoardServer(token="") served a board that any client sending 'TOKEN ' and a
+    newline could use, on any address."""
+    with pytest.raises(HilError, match=r"virtual board: (the token must not be empty|token)"):
+        BoardServer(board, host="0.0.0.0", token=token, pty=False)
+
+
 def test_board_virtual_command(tmp_path: Path) -> None:
     """`tensorfab board virtual` as a process: prints where it listens; a program runs
     through it; SIGINT ends it quietly."""
@@ -191,7 +200,14 @@ def test_board_virtual_refuses_bad_options_before_building(monkeypatch, capsys) 
                  (["--bit-flip", "-0.1"], "--bit-flip: -0.1 is not a probability"),
                  (["--delay", "nan"], "--delay: nan is not a probability"),
                  (["--port", "99999"], "--port 99999: a TCP port is 0"),
-                 (["--mem-bytes", "0"], "--mem-bytes 0: give a positive size")]
+                 (["--mem-bytes", "0"], "--mem-bytes 0: give a positive size"),
+                 # these three were found after the build; an empty token let anyone in
+                 (["--host", "0.0.0.0"], "binding beyond this machine needs an explicit "
+                                         "token (--token)"),
+                 (["--host", "nonexistent.invalid", "--token", "t"],
+                  "cannot listen on nonexistent.invalid:0"),
+                 (["--token", ""], "virtual board: the token must not be empty"),
+                 (["--token", " t"], "token ' t': no spaces at its ends")]
         for extra, words in cases:
             capsys.readouterr()
             assert main(["board", "virtual", "--config", "tiny", *extra]) == 2
@@ -231,3 +247,92 @@ def test_link_faults_refuse_bad_delays_resets_and_seeds(field: str, value: objec
         LinkFaults(**{field: value})
     assert str(info.value).startswith(f"LinkFaults.{field}: {value!r} {words}")
     assert LinkFaults(delay_seconds=0, reset_at_cycle=0, seed=7).injectors()
+
+
+@pytest.mark.parametrize("noise", [False, True])
+def test_a_port_without_a_board_is_named_with_what_came(noise: bool) -> None:
+    """A serial port with no board on it (a pty nobody answers, or one sending junk, as
+    a wrong bit rate does) was 'no valid response to INFO (seq 1) after 9 attempts: no
+    response within 1.01 s', naming neither the port nor what to check."""
+    import threading
+    import tty
+
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    path = os.ttyname(slave)
+    stop = threading.Event()
+
+    def junk() -> None:
+        while not stop.wait(0.01):
+            os.write(master, bytes(range(7, 71)))
+
+    sender = threading.Thread(target=junk, daemon=True)
+    if noise:
+        sender.start()
+    try:
+        with pytest.raises(LinkError) as err:
+            open_device(f"serial://{path}?baud=9600", timeout=0.1, retries=1)
+    finally:
+        stop.set()
+        if noise:
+            sender.join()
+        os.close(master)
+        os.close(slave)
+    msg = str(err.value)
+    assert msg.startswith(f"serial://{path}: no valid response to INFO"), msg
+    assert ("bytes received, none a response" if noise else "nothing received") in msg, msg
+    assert "is this the port of a board with a tensorfab bitstream, at 9600 baud" in msg
+
+
+def test_a_board_server_gone_mid_session_is_named_once(board: VirtualBoard) -> None:
+    """A virtual board stopped under its client was 'socket://...: read failed: read
+    failed: socket disconnected' (pyserial's prefix twice, nothing about which end)."""
+    server = BoardServer(board, pty=False).start()
+    dev = open_device(server.address, token=server.token, timeout=0.5)
+    server.close()
+    with pytest.raises(LinkError) as err:
+        for _ in range(3):  # the first write may still reach the socket's buffer
+            dev.run(directed_programs(CFG)["gemm_vt2"])
+    dev.close()
+    msg = str(err.value)
+    assert msg.startswith(f"{server.address}: "), msg
+    assert msg.count("failed:") == 1, msg
+    assert "the board's end closed the connection: is its server still running?" in msg, msg
+
+
+def _open_when_free(target: str, **options: object) -> BoardDevice:
+    """``target``'s device once the server has seen the last client go."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            return open_device(target, timeout=0.5, **options)
+        except LinkError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_the_pty_and_a_tcp_client_exclude_each_other(board: VirtualBoard) -> None:
+    """A program on the pty and one over TCP used the board at once: their frames
+    interleaved, and a GEMM's run over TCP ended in 'ProgramError: instruction 10, load
+    engine: load.wgt: NO_FINISH' (its image overwritten by the other's), or in a wrong
+    result. Now one at a time, as on a serial port, each refusal naming the other."""
+    with BoardServer(board) as server:
+        pty = f"serial://{server.pty_path}"
+        tcp = open_device(server.address, token=server.token, timeout=0.5)
+        with pytest.raises(LinkError) as err:
+            open_device(pty, timeout=0.5)
+        assert str(err.value).startswith(f"cannot open {server.pty_path}: the port is in "
+                                         "use by another program"), err.value
+        _check(tcp)
+        tcp.close()
+        dev = _open_when_free(pty)
+        with pytest.raises(LinkError) as err:
+            open_device(server.address, token=server.token, timeout=0.5)
+        assert (f"{server.address}: the board refused the connection: the board is in use "
+                f"on its pty {server.pty_path}") in str(err.value), err.value
+        _check(dev)
+        dev.close()
+        tcp = _open_when_free(server.address, token=server.token)
+        _check(tcp)
+        tcp.close()
