@@ -121,7 +121,8 @@ def _directive(st: _State, line: int, toks: list[_Tok]) -> None:
             raise _err(st, line, toks[0].col, ".config needs a preset name or JSON")
         arg = " ".join(t.text for t in toks[1:])
         try:
-            cfg = (HwConfig.from_json(arg) if arg.startswith("{") else get_config(arg))
+            cfg = (HwConfig.from_json(arg) if arg.startswith("{")
+                   else get_config(_config_path(st, arg)))
         except ConfigError as exc:
             raise _err(st, line, toks[1].col, str(exc)) from exc
         if st.config is not None and st.config != cfg:
@@ -198,6 +199,13 @@ def _directive(st: _State, line: int, toks: list[_Tok]) -> None:
         st.uops.append((line, vals, cols))
     else:
         raise _err(st, line, toks[0].col, f"unknown directive {name!r}")
+
+
+def _config_path(st: _State, arg: str) -> str:
+    """A ``.config`` JSON file path, relative to the source's folder as ``file=`` is."""
+    if st.base_dir is None or not arg.endswith(".json") or Path(arg).is_absolute():
+        return arg
+    return str(st.base_dir / arg)
 
 
 def _load_side_file(st: _State, line: int, tok: _Tok, seg: str, dtype: str,
@@ -343,7 +351,7 @@ def assemble(text: str, config: HwConfig | str | None = None, *, source: str = "
     source : str
         File name used in error messages.
     base_dir : str | Path | None
-        Folder that ``file=`` side files are relative to.
+        Folder that ``file=`` side files and a ``.config`` JSON file are relative to.
 
     Raises
     ------
@@ -410,7 +418,8 @@ def _build(st: _State, cfg: HwConfig) -> Program:
 
 
 def assemble_file(path: str | Path, config: HwConfig | str | None = None) -> Program:
-    """Assemble a ``.s`` file (side files are relative to its folder)."""
+    """Assemble a ``.s`` file (side files and a ``.config`` JSON file are relative to
+    its folder)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
