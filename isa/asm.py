@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,7 @@ class _PendingInsn:
 class _State:
     source: str
     base_dir: Path | None
+    lookup: Callable[[str], HwConfig] = get_config
     config: HwConfig | None = None
     config_line: int = 0
     segments: dict[str, Segment] = field(default_factory=dict)
@@ -122,7 +124,7 @@ def _directive(st: _State, line: int, toks: list[_Tok]) -> None:
         arg = " ".join(t.text for t in toks[1:])
         try:
             cfg = (HwConfig.from_json(arg) if arg.startswith("{")
-                   else get_config(_config_path(st, arg)))
+                   else st.lookup(_config_path(st, arg)))
         except ConfigError as exc:
             raise _err(st, line, toks[1].col, str(exc)) from exc
         if st.config is not None and st.config != cfg:
@@ -338,7 +340,8 @@ def _resolve(st: _State, prog: Program, p: _PendingInsn, index: int) -> Insn:
 
 
 def assemble(text: str, config: HwConfig | str | None = None, *, source: str = "<asm>",
-             base_dir: str | Path | None = None) -> Program:
+             base_dir: str | Path | None = None,
+             lookup: Callable[[str], HwConfig] = get_config) -> Program:
     """Assemble program text.
 
     Parameters
@@ -352,15 +355,19 @@ def assemble(text: str, config: HwConfig | str | None = None, *, source: str = "
         File name used in error messages.
     base_dir : str | Path | None
         Folder that ``file=`` side files and a ``.config`` JSON file are relative to.
+    lookup : callable
+        The config of a name (``config`` given as a string, or ``.config NAME``): by
+        default :func:`~.config.get_config` (presets and JSON files); the command line
+        passes one that knows the board configs too.
 
     Raises
     ------
     AsmError
         Any syntax or semantic error, with line and column.
     """
-    st = _State(source, Path(base_dir) if base_dir is not None else None)
+    st = _State(source, Path(base_dir) if base_dir is not None else None, lookup)
     if config is not None:
-        st.config = get_config(config) if isinstance(config, str) else config
+        st.config = lookup(config) if isinstance(config, str) else config
     lines = text.splitlines()
     # .config must be known before the widths of fields are; take it in a first pass.
     for n, raw in enumerate(lines, 1):
@@ -417,16 +424,17 @@ def _build(st: _State, cfg: HwConfig) -> Program:
     return prog
 
 
-def assemble_file(path: str | Path, config: HwConfig | str | None = None) -> Program:
+def assemble_file(path: str | Path, config: HwConfig | str | None = None, *,
+                  lookup: Callable[[str], HwConfig] = get_config) -> Program:
     """Assemble a ``.s`` file (side files and a ``.config`` JSON file are relative to
-    its folder)."""
+    its folder; ``lookup`` as :func:`assemble`'s)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise TensorfabError(f"cannot read {path}: {exc.strerror}") from exc
     return assemble(decode_text(raw, str(path)), config, source=str(path),
-                    base_dir=path.parent)
+                    base_dir=path.parent, lookup=lookup)
 
 
 def decode_text(raw: bytes, source: str) -> str:

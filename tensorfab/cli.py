@@ -64,7 +64,7 @@ def load_program(path: str | Path, config: str | None = None, *,
             raise CliError(f"{path} was assembled for config {prog.config.name!r}, "
                            f"not {config!r}")
         return prog
-    return assemble_file(path, cfg)
+    return assemble_file(path, cfg, lookup=board_config)
 
 
 def _is_outputs_archive(names: Sequence[str]) -> Callable[[Path], bool]:
