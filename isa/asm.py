@@ -128,8 +128,10 @@ def _directive(st: _State, line: int, toks: list[_Tok]) -> None:
         except ConfigError as exc:
             raise _err(st, line, toks[1].col, str(exc)) from exc
         if st.config is not None and st.config != cfg:
+            same = (f"another config named {cfg.name!r}: {cfg.differences(st.config)}"
+                    if cfg.name == st.config.name else st.config.name)
             raise _err(st, line, toks[1].col,
-                       f".config {cfg.name} conflicts with the config given ({st.config.name})")
+                       f".config {cfg.name} conflicts with the config given ({same})")
         st.config, st.config_line = cfg, line
     elif name == ".segment":
         if len(toks) < 4:

@@ -115,6 +115,22 @@ def test_config_mismatch_between_binary_and_option(tmp_path, capsys):
     assert "not 'tiny'" in capsys.readouterr().err
 
 
+def test_config_mismatch_of_one_name_names_the_fields(tmp_path, capsys):
+    """A JSON config named 'tiny' with another inp_depth said '.config tiny conflicts
+    with the config given (tiny)' (and for a .bin, only the option): now the fields
+    that differ are named."""
+    cfg = tmp_path / "t.json"
+    cfg.write_text(PRESETS["tiny"].replace(inp_depth=128).to_json())
+    src = tmp_path / "p.s"
+    src.write_text(".config tiny\nfinish\n")
+    assert main(["sim", str(src), "--config", str(cfg)]) == 2
+    assert "another config named 'tiny': inp_depth 256 vs 128" in capsys.readouterr().err
+    assert main(["asm", str(src)]) == 0
+    capsys.readouterr()
+    assert main(["sim", str(tmp_path / "p.bin"), "--config", str(cfg)]) == 2
+    assert "(also named 'tiny': inp_depth 256 vs 128)" in capsys.readouterr().err
+
+
 def test_console_script_is_installed():
     exe = Path(sys.executable).parent / "tensorfab"
     res = subprocess.run([str(exe), "config", "list"], capture_output=True, text=True,
