@@ -230,6 +230,46 @@ def run_verify(configs: Sequence[str], programs: int, *, seed: int = 0,
     return VerifySummary(per_config, failures, seconds)
 
 
+def _read_failure(path: Path) -> tuple[HwConfig, int, Path, bool]:
+    """The config, seed, program file and injection flag of a saved failure, or a
+    :class:`UsageError` naming the file and what is wrong with it."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a folder; give a saved failure (CONFIG-SEED.json)")
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not a saved verify failure (not UTF-8 JSON text: "
+                         f"byte {exc.start})") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror})") from None
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{path}: not a saved verify failure (not JSON: {exc})") from None
+    keys = ("config", "seed", "program")
+    if not isinstance(record, dict):
+        raise UsageError(f"{path}: not a saved verify failure (a JSON object with "
+                         f"{', '.join(keys)} expected)")
+    missing = [k for k in keys if k not in record]
+    if missing:
+        raise UsageError(f"{path}: not a saved verify failure (missing key(s) "
+                         f"{', '.join(map(repr, missing))})")
+    try:
+        cfg = HwConfig.from_dict(record["config"])
+    except TensorfabError as exc:
+        raise UsageError(f"{path}: not a saved verify failure (config: {exc})") from None
+    seed, program = record["seed"], record["program"]
+    if type(seed) is not int or seed < 0:
+        raise UsageError(f"{path}: not a saved verify failure (seed = {seed!r}: an "
+                         "integer of 0 or more expected)")
+    if not isinstance(program, str) or not program:
+        raise UsageError(f"{path}: not a saved verify failure (program = {program!r}: "
+                         "the name of its .bin file expected)")
+    return cfg, seed, path.parent / program, bool(record.get("inject"))
+
+
 def replay_case(path: Path) -> CaseResult:
     """Run a saved failure (``CONFIG-SEED.json``) again; its program is checked to be
     the one its seed generates.
@@ -241,15 +281,14 @@ def replay_case(path: Path) -> CaseResult:
     """
     from tensorfab.sim.testing.random_program import random_program
 
+    cfg, seed, bin_path, inject = _read_failure(Path(path))
     try:
-        record = json.loads(Path(path).read_text())
-        cfg = HwConfig.from_dict(record["config"])
-        seed = int(record["seed"])
-        blob = (Path(path).parent / record["program"]).read_bytes()
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{path}: not a saved verify failure ({exc})") from None
-    program = Program.from_bytes(blob, str(path))
+        blob = bin_path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: its program {bin_path} cannot be read "
+                         f"({exc.strerror})") from None
+    program = Program.from_bytes(blob, str(bin_path))
     if random_program(cfg, seed).to_bytes() != blob:
         raise UsageError(f"{path}: the saved program is not what seed {seed} generates "
                          "today (the generator changed)")
-    return check_case(cfg, seed, inject=bool(record.get("inject")), program=program)
+    return check_case(cfg, seed, inject=inject, program=program)

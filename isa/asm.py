@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,7 @@ class _PendingInsn:
 class _State:
     source: str
     base_dir: Path | None
+    lookup: Callable[[str], HwConfig] = get_config
     config: HwConfig | None = None
     config_line: int = 0
     segments: dict[str, Segment] = field(default_factory=dict)
@@ -121,12 +123,15 @@ def _directive(st: _State, line: int, toks: list[_Tok]) -> None:
             raise _err(st, line, toks[0].col, ".config needs a preset name or JSON")
         arg = " ".join(t.text for t in toks[1:])
         try:
-            cfg = (HwConfig.from_json(arg) if arg.startswith("{") else get_config(arg))
+            cfg = (HwConfig.from_json(arg) if arg.startswith("{")
+                   else st.lookup(_config_path(st, arg)))
         except ConfigError as exc:
             raise _err(st, line, toks[1].col, str(exc)) from exc
         if st.config is not None and st.config != cfg:
+            same = (f"another config named {cfg.name!r}: {cfg.differences(st.config)}"
+                    if cfg.name == st.config.name else st.config.name)
             raise _err(st, line, toks[1].col,
-                       f".config {cfg.name} conflicts with the config given ({st.config.name})")
+                       f".config {cfg.name} conflicts with the config given ({same})")
         st.config, st.config_line = cfg, line
     elif name == ".segment":
         if len(toks) < 4:
@@ -198,6 +203,13 @@ def _directive(st: _State, line: int, toks: list[_Tok]) -> None:
         st.uops.append((line, vals, cols))
     else:
         raise _err(st, line, toks[0].col, f"unknown directive {name!r}")
+
+
+def _config_path(st: _State, arg: str) -> str:
+    """A ``.config`` JSON file path, relative to the source's folder as ``file=`` is."""
+    if st.base_dir is None or not arg.endswith(".json") or Path(arg).is_absolute():
+        return arg
+    return str(st.base_dir / arg)
 
 
 def _load_side_file(st: _State, line: int, tok: _Tok, seg: str, dtype: str,
@@ -330,7 +342,8 @@ def _resolve(st: _State, prog: Program, p: _PendingInsn, index: int) -> Insn:
 
 
 def assemble(text: str, config: HwConfig | str | None = None, *, source: str = "<asm>",
-             base_dir: str | Path | None = None) -> Program:
+             base_dir: str | Path | None = None,
+             lookup: Callable[[str], HwConfig] = get_config) -> Program:
     """Assemble program text.
 
     Parameters
@@ -343,16 +356,20 @@ def assemble(text: str, config: HwConfig | str | None = None, *, source: str = "
     source : str
         File name used in error messages.
     base_dir : str | Path | None
-        Folder that ``file=`` side files are relative to.
+        Folder that ``file=`` side files and a ``.config`` JSON file are relative to.
+    lookup : callable
+        The config of a name (``config`` given as a string, or ``.config NAME``): by
+        default :func:`~.config.get_config` (presets and JSON files); the command line
+        passes one that knows the board configs too.
 
     Raises
     ------
     AsmError
         Any syntax or semantic error, with line and column.
     """
-    st = _State(source, Path(base_dir) if base_dir is not None else None)
+    st = _State(source, Path(base_dir) if base_dir is not None else None, lookup)
     if config is not None:
-        st.config = get_config(config) if isinstance(config, str) else config
+        st.config = lookup(config) if isinstance(config, str) else config
     lines = text.splitlines()
     # .config must be known before the widths of fields are; take it in a first pass.
     for n, raw in enumerate(lines, 1):
@@ -409,15 +426,17 @@ def _build(st: _State, cfg: HwConfig) -> Program:
     return prog
 
 
-def assemble_file(path: str | Path, config: HwConfig | str | None = None) -> Program:
-    """Assemble a ``.s`` file (side files are relative to its folder)."""
+def assemble_file(path: str | Path, config: HwConfig | str | None = None, *,
+                  lookup: Callable[[str], HwConfig] = get_config) -> Program:
+    """Assemble a ``.s`` file (side files and a ``.config`` JSON file are relative to
+    its folder; ``lookup`` as :func:`assemble`'s)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise TensorfabError(f"cannot read {path}: {exc.strerror}") from exc
     return assemble(decode_text(raw, str(path)), config, source=str(path),
-                    base_dir=path.parent)
+                    base_dir=path.parent, lookup=lookup)
 
 
 def decode_text(raw: bytes, source: str) -> str:

@@ -287,6 +287,13 @@ class HwConfig:
         """A copy with some parameters changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
+    def differences(self, other: HwConfig) -> str:
+        """The parameters in which ``other`` differs, for a message: ``inp_depth 256
+        vs 128, clock_mhz 24.0 vs 50.0`` (this config's value first); empty when equal."""
+        return ", ".join(f"{f.name} {getattr(self, f.name)!r} vs {getattr(other, f.name)!r}"
+                         for f in dataclasses.fields(self)
+                         if getattr(self, f.name) != getattr(other, f.name))
+
 
 #: Fields a config's JSON names only when they differ from these defaults (the
 #: hardware options added after the first presets; see :meth:`HwConfig.to_dict`).

@@ -61,10 +61,12 @@ def load_program(path: str | Path, config: str | None = None, *,
     if head == MAGIC:
         prog = Program.from_bytes(path.read_bytes(), source=str(path))
         if cfg is not None and cfg != prog.config:
+            same = (f" (also named {cfg.name!r}: {prog.config.differences(cfg)})"
+                    if cfg.name == prog.config.name else "")
             raise CliError(f"{path} was assembled for config {prog.config.name!r}, "
-                           f"not {config!r}")
+                           f"not {config!r}{same}")
         return prog
-    return assemble_file(path, cfg)
+    return assemble_file(path, cfg, lookup=board_config)
 
 
 def _is_outputs_archive(names: Sequence[str]) -> Callable[[Path], bool]:

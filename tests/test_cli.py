@@ -89,6 +89,22 @@ def test_asm_error_names_file_line_column(tmp_path, capsys):
     assert "bad.s:2:1" in err and "FINISH must be the last" in err
 
 
+def test_asm_config_directive_takes_board_configs(tmp_path, capsys):
+    """`.config ecp5-25f` was refused ('not a preset (tiny, ...) nor a JSON config
+    file') though `--config ecp5-25f` works; now it names the board config, and an
+    unknown name's error lists the board configs too."""
+    src = tmp_path / "b.s"
+    src.write_text(".config ecp5-25f\nfinish\n")
+    assert main(["asm", str(src), "--config", "ecp5-25f", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"] == "ecp5-25f"
+    assert main(["sim", str(src), "--json"]) == 0
+    capsys.readouterr()
+    src.write_text(".config ecp5-52f\nfinish\n")
+    assert main(["asm", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert "b.s:1:9: " in err and "'ecp5-52f'" in err and "ecp5-25f, ecp5-85f, up5k" in err
+
+
 def test_config_mismatch_between_binary_and_option(tmp_path, capsys):
     src = tmp_path / "p.s"
     shutil.copy(example_path(), src)
@@ -97,6 +113,22 @@ def test_config_mismatch_between_binary_and_option(tmp_path, capsys):
     capsys.readouterr()
     assert main(["sim", str(tmp_path / "p.bin"), "--config", "tiny"]) == 2
     assert "not 'tiny'" in capsys.readouterr().err
+
+
+def test_config_mismatch_of_one_name_names_the_fields(tmp_path, capsys):
+    """A JSON config named 'tiny' with another inp_depth said '.config tiny conflicts
+    with the config given (tiny)' (and for a .bin, only the option): now the fields
+    that differ are named."""
+    cfg = tmp_path / "t.json"
+    cfg.write_text(PRESETS["tiny"].replace(inp_depth=128).to_json())
+    src = tmp_path / "p.s"
+    src.write_text(".config tiny\nfinish\n")
+    assert main(["sim", str(src), "--config", str(cfg)]) == 2
+    assert "another config named 'tiny': inp_depth 256 vs 128" in capsys.readouterr().err
+    assert main(["asm", str(src)]) == 0
+    capsys.readouterr()
+    assert main(["sim", str(tmp_path / "p.bin"), "--config", str(cfg)]) == 2
+    assert "(also named 'tiny': inp_depth 256 vs 128)" in capsys.readouterr().err
 
 
 def test_console_script_is_installed():

@@ -104,8 +104,11 @@ class RtlSimulator(Device):
                  threads: int = DEFAULT_THREADS, verilator_args: Sequence[str] = (),
                  cxxflags: Sequence[str] = (), pgo: bool = True) -> None:
         self.memory = memory if memory is not None else DEFAULT_MEMORY
-        if max_cycles < 1 or hang_cycles < 0:
-            raise UsageError("max_cycles must be positive and hang_cycles not negative")
+        for name, value, least in (("max_cycles", max_cycles, 1), ("hang_cycles", hang_cycles, 0)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) \
+                    or value < least:
+                raise UsageError(f"{name} = {value!r}: give an integer number of cycles of "
+                                 f"{least} or more")
         self.max_cycles = max_cycles
         self.hang_cycles = hang_cycles
         self.trace = trace

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorfab.isa import Program, UsageError
+from tensorfab.isa import Program, ProgramError, UsageError
 from tensorfab.isa.device import Device, RunResult
 
 from ..fsim import FunctionalSimulator
@@ -84,9 +84,9 @@ class TimingSimulator(Device):
         ------
         ProgramError
             As the functional simulator raises them (with :attr:`functional`), or when
-            the program's tokens deadlock.
+            the program's tokens deadlock (a :class:`~tensorfab.sim.errors.DeadlockError`
+            naming each waiting engine, its instruction and queue).
         """
-        timing = program_timing(program, self.params)
         if self.functional:
             base = FunctionalSimulator().run(program, dram)
             image, outputs, counters = base.dram, base.outputs, base.counters
@@ -94,6 +94,12 @@ class TimingSimulator(Device):
             image = self.initial_image(program, dram)
             outputs = program.outputs(image)
             counters = None
+        try:
+            timing = program_timing(program, self.params)
+        except ProgramError:  # the model knows only that the tokens deadlock: say where
+            if not self.functional:
+                FunctionalSimulator().run(program, dram)
+            raise
         busy = {e: round(timing.busy[e] + timing.stall[e]) for e in timing.busy}
         stall = {e: round(v) for e, v in timing.stall.items()}
         result = TimingRunResult(dram=image, outputs=outputs, cycles=round(timing.cycles),

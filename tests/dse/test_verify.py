@@ -116,3 +116,23 @@ def test_two_configs_of_one_name_are_refused(tmp_path: Path, capsys) -> None:
             f"error: --configs: {message}; their results and saved failures "
             "(tiny-SEED.json) would mix: list a config once, and give a JSON config "
             "another \"name\"\n")
+
+
+@pytest.mark.parametrize("content,match", [
+    (None, r"x\.json: no such file"),
+    ('{"config": {}, "program": "x.bin"}', r"missing key\(s\) 'seed'"),
+    ("[1]", r"a JSON object with config, seed, program expected"),
+    ('{"config": {"batch": 3}, "seed": 1, "program": "x.bin"}',
+     r"config: HwConfig\.batch = 3: must be a power of two"),
+    ('{"config": {}, "seed": "1", "program": "x.bin"}', r"seed = '1'"),
+    ('{"config": {}, "seed": 1, "program": "x.bin"}', r"its program .*x\.bin cannot be read"),
+])
+def test_replay_names_what_is_wrong_with_the_file(tmp_path: Path, content, match) -> None:
+    """`verify --replay` of a record without its seed said 'not a saved verify failure
+    ('seed')', of a JSON list 'list indices must be integers or slices, not str';
+    now the missing key, the bad value or the missing program is named."""
+    bad = tmp_path / "x.json"
+    if content is not None:
+        bad.write_text(content)
+    with pytest.raises(UsageError, match=match):
+        replay_case(bad)

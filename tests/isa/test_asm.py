@@ -128,3 +128,20 @@ def test_binary_errors():
     bad[16 + hdr_len] = 7
     with pytest.raises(IllegalInstruction, match=r"instruction 0.*unknown opcode 7"):
         Program.from_bytes(bytes(bad))
+
+
+def test_config_json_file_is_relative_to_the_source_folder(tmp_path, monkeypatch):
+    """`.config cfg.json` beside prog.s was looked up in the working folder: `asm
+    sub/prog.s` said 'not a preset ... nor a JSON config file' though `cd sub; asm
+    prog.s` worked; now it is relative to the .s file's folder, as `file=` is."""
+    from tensorfab.isa.asm import assemble_file
+
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "cfg.json").write_text(PRESETS["tiny"].replace(name="mine").to_json())
+    (sub / "prog.s").write_text(".config cfg.json\nfinish\n")
+    monkeypatch.chdir(tmp_path)
+    assert assemble_file("sub/prog.s").config.name == "mine"
+    (sub / "other.s").write_text(".config nope.json\nfinish\n")
+    with pytest.raises(AsmError, match=r"other\.s:1:9: .*sub/nope\.json"):
+        assemble_file("sub/other.s")

@@ -85,3 +85,10 @@ def test_block_ram_fifos_is_named_in_json_only_when_set():
     assert HwConfig.from_json(on.to_json()) == on
     with pytest.raises(ConfigError, match=r"HwConfig.block_ram_fifos = 1: must be true or false"):
         cfg.replace(block_ram_fifos=1)
+
+
+def test_differences_name_each_parameter_with_both_values():
+    tiny = PRESETS["tiny"]
+    assert tiny.differences(tiny) == ""
+    other = tiny.replace(inp_depth=128, clock_mhz=50.0)
+    assert tiny.differences(other) == "inp_depth 256 vs 128, clock_mhz 24.0 vs 50.0"

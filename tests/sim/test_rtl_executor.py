@@ -45,6 +45,7 @@ from tensorfab.isa import (
     Segment,
     Store,
     Uop,
+    UsageError,
     insn_formats,
 )
 from tensorfab.isa.formats import Opcode
@@ -462,3 +463,16 @@ def test_concurrent_processes_build_a_key_once(tmp_path: Path) -> None:
     assert all(p.returncode == 0 for p in procs)
     assert sorted(s > 0 for s in seconds) == [False, True]  # one built, one reused
     assert len(list(tmp_path.glob("core-tiny-*/build.ok"))) == 1
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"max_cycles": "10"}, r"max_cycles = '10': give an integer number of cycles of 1"),
+    ({"max_cycles": 0}, r"max_cycles = 0: "),
+    ({"hang_cycles": -1}, r"hang_cycles = -1: give an integer number of cycles of 0"),
+])
+def test_cycle_limits_name_the_bad_argument(kwargs, match) -> None:
+    """open_device('rtl', max_cycles='10') raised TypeError ('<' not supported between
+    'str' and 'int') and max_cycles=0 said 'max_cycles must be positive and
+    hang_cycles not negative'; now the argument and its value are named."""
+    with pytest.raises(UsageError, match=match):
+        RtlSimulator(**kwargs)

@@ -195,3 +195,20 @@ def test_loads_reads_take_turns_with_a_writes_bursts() -> None:
     assert model[1] < model[0] * (1 - SIM_TOLERANCE), model
     for m, r in zip(model, rtl, strict=True):
         assert abs(m - r) / r <= 0.005, (model, rtl)
+
+
+@pytest.mark.parametrize("functional", [True, False])
+def test_deadlock_names_the_waiting_instructions(functional: bool) -> None:
+    """`sim --target timing` of a program whose compute pops a token no load pushes
+    said only 'the timing model found the program's dependency tokens deadlocked';
+    now, as on fsim, which engine waits at which instruction on which queue."""
+    from tensorfab.isa.asm import assemble
+    from tensorfab.sim.errors import DeadlockError
+
+    prog = assemble(".config tiny\n.uop acc=0 src=0 wgt=0\n"
+                    "load.uop sram=0 dram=uops y=1 x=1 stride=1\n"
+                    "alu.add uop=0:1 iter=1,1 imm=1 pop_prev\nfinish\n")
+    with pytest.raises(DeadlockError, match=r"compute engine at instruction 1 \(alu\.add\) "
+                       r"waits to pop from load→compute") as info:
+        TimingSimulator(functional=functional).run(prog)
+    assert info.value.index == 1 and info.value.field == "pop_prev"
