@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from .config import HwConfig
 from .csr import ErrorCode
-from .errors import IllegalInstruction
+from .errors import IllegalInstruction, UsageError
 from .fields import FieldRangeError
 from .formats import (
     ENGINE_OF,
@@ -424,6 +424,16 @@ def encode_uop(uop: Uop, cfg: HwConfig, index: int | None = None) -> int:
 
 
 def decode_uop(word: int, cfg: HwConfig) -> Uop:
-    """Decode a micro-op word (reserved bits ignored, as the hardware does)."""
-    v = uop_format(cfg).unpack(word)
+    """Decode a micro-op word (reserved bits ignored, as the hardware does).
+
+    Raises
+    ------
+    UsageError
+        If ``word`` is negative or wider than the micro-op word.
+    """
+    fmt = uop_format(cfg)
+    if word < 0 or word >> fmt.width:
+        raise UsageError(f"micro-op word {word:#x} does not fit the {fmt.width}-bit "
+                         f"micro-op word of config {cfg.name!r}")
+    v = fmt.unpack(word)
     return Uop(acc=v["acc"], src=v["src"], wgt=v["wgt"])

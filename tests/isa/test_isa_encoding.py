@@ -23,6 +23,7 @@ from tensorfab.isa import (
     insn_formats,
     insn_width,
 )
+from tensorfab.isa.errors import UsageError
 from tensorfab.isa.insn import INSN_CLASSES
 
 DEFAULT = PRESETS["default"]
@@ -148,3 +149,13 @@ def test_encode_refuses_what_decode_would(insn, field, match):
     with pytest.raises(IllegalInstruction, match=match) as info:
         encode_insn(insn, PRESETS["tiny"], 7)
     assert info.value.field == field and info.value.index == 7
+
+
+@pytest.mark.parametrize("word", [-1, 1 << 100])
+def test_decode_uop_refuses_a_word_wider_than_a_micro_op(word: int) -> None:
+    """decode_uop(1 << 100) gave Uop(0, 0, 0) and decode_uop(-1) Uop(255, 255, 127):
+    bits outside the word were dropped silently (decode_insn refuses them)."""
+    cfg = PRESETS["tiny"]
+    with pytest.raises(UsageError, match=r"does not fit the 32-bit micro-op word of "
+                                         r"config 'tiny'"):
+        decode_uop(word, cfg)
