@@ -63,7 +63,7 @@ def check_writable(out: Path, force: bool, ours: Callable[[Path], bool], *,
         raise CliError(f"cannot write {out}: folder {folder} is not writable")
     if out.exists():
         if not force and not ours(out):
-            raise CliError(f"{out} exists and was not written by tensorfab; "
+            raise CliError(f"{out} exists and is not a file this command writes; "
                            "pass --force to overwrite it")
         if not os.access(out, os.W_OK):
             raise CliError(f"cannot write {out}: the file is read-only")

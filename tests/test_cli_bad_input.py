@@ -316,3 +316,16 @@ def test_a_misspelt_target_option_is_refused_not_left_out(tmp_path, capsys, targ
     src.write_text(SMALL)
     err = one_line_error(capsys, "sim", src, "--target", target, name=target)
     assert words in err
+
+
+def test_hw_verilog_over_a_program_names_the_reason_truly(tmp_path, capsys):
+    """`hw verilog -o prog.bin` over the program `asm` wrote said the file 'was not
+    written by tensorfab' (it was); the file is kept and the message says why."""
+    prog = tmp_path / "prog.bin"
+    assert main(["asm", str(example_path()), "-o", str(prog)]) == 0
+    before = prog.read_bytes()
+    capsys.readouterr()
+    assert main(["hw", "verilog", "-o", str(prog)]) == 2
+    assert capsys.readouterr().err == (f"error: {prog} exists and is not a file this command "
+                                       f"writes; pass --force to overwrite it\n")
+    assert prog.read_bytes() == before

@@ -281,7 +281,7 @@ def test_fit_resources_checks_its_output_and_config_count_before_synthesizing(
     notes = tmp_path / "notes.json"
     notes.write_text('{"mine": 1}\n')
     for output, message in [
-            (notes, f"{notes} exists and was not written by tensorfab; pass --force to "
+            (notes, f"{notes} exists and is not a file this command writes; pass --force to "
                     "overwrite it"),
             (tmp_path / "no" / "m.json", f"cannot write {tmp_path / 'no' / 'm.json'}: "
                                          f"folder {tmp_path / 'no'} does not exist")]:

@@ -93,7 +93,7 @@ def test_bad_space_files_name_file_line_and_field(tmp_path: Path, capsys) -> Non
     with pytest.raises(UsageError, match="unknown workload 'nope'"):
         workload_by_name(["dense64", "nope"])
     # --workloads '' (or ',') swept nothing and wrote a points.parquet without columns,
-    # which the next sweep into that folder refused as 'not written by tensorfab'
+    # which the next sweep into that folder refused as not a file the command writes
     with pytest.raises(UsageError, match=r"^--workloads names no workload; give one or "
                                          r"more of resnet18, C2, .*dense64, digits or an "
                                          r"ONNX file, comma-separated$"):
@@ -255,7 +255,7 @@ def test_dse_out_refuses_a_file_and_files_a_sweep_did_not_write(
         assert main(["dse", "--space", str(space), "--workloads", "dense64",
                      "--workers", "1", "--out", str(folder)]) == 2
         err = capsys.readouterr().err
-        assert f"{folder / name} exists and was not written by tensorfab" in err
+        assert f"{folder / name} exists and is not a file this command writes" in err
         assert "--force" in err
         assert (folder / name).read_text() == '{"my": "notes"}\n'
         (folder / name).unlink()
