@@ -162,9 +162,9 @@ class BoardDevice(Device):
         beat = self.info.beat_bytes
         size = -(-image.size // beat) * beat
         if size > self.info.mem_bytes:
-            raise ProgramError(f"the program's DRAM image has {image.size} bytes, the "
-                               f"board's memory {self.info.mem_bytes}",
-                               code=ErrorCode.DRAM_RANGE)
+            raise ProgramError(f"{self.name}: the program's DRAM image has {image.size} "
+                               f"bytes, more than the board's memory of "
+                               f"{self.info.mem_bytes}", code=ErrorCode.DRAM_RANGE)
         padded = np.zeros(size, np.uint8)
         padded[:image.size] = image
         t0 = time.monotonic()

@@ -6,6 +6,7 @@ mid-run, the recorded traffic. The programs themselves run on it in the device s
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -155,3 +156,16 @@ def test_board_cycles_equal_the_rtl_executor_with_the_socs_memory(board) -> None
                                                          for s in range(4)]
     rtl = RtlSimulator(ONCHIP_MEMORY)
     assert [board.run(p).cycles for p in progs] == [rtl.run(p).cycles for p in progs]
+
+
+def test_an_image_larger_than_the_board_names_the_board(board: VirtualBoardDevice) -> None:
+    """`sim big.bin --target socket://...` said 'the program's DRAM image has 95344
+    bytes, the board's memory 8192' without naming the board (`run` does)."""
+    from tensorfab.isa import ProgramError
+
+    dev = board.device(CFG)
+    prog = directed_programs(CFG)["gemm_vt2"]
+    with pytest.raises(ProgramError, match=rf"^{re.escape(dev.name)}: the program's DRAM image has "
+                                           rf"{MEM + 64} bytes, more than the board's memory "
+                                           rf"of {MEM}"):
+        dev.run(prog, np.zeros(MEM + 64, np.uint8))
