@@ -116,12 +116,21 @@ def config_summary(cfg: HwConfig) -> dict:
 # -------------------------------------------------------------------------- commands
 def cmd_config(args: argparse.Namespace) -> int:
     if args.action == "list":
-        named = [(name, "") for name in PRESETS]
-        named += [(name, "  (board config)") for name in board_config_names()]
-        for name, kind in named:
-            cfg = board_config(name)
-            print(f"{name:8s} {cfg.batch}x{cfg.block_in}x{cfg.block_out} "
-                  f"{cfg.peak_macs_per_cycle} MACs/cycle{kind}")
+        if args.name:
+            raise CliError(f"config list takes no name (given {args.name!r}); to see one "
+                           f"config: tensorfab config show {args.name}")
+        rows = [{"name": name, "board_config": name not in PRESETS,
+                 "shape": [cfg.batch, cfg.block_in, cfg.block_out],
+                 "macs_per_cycle": cfg.peak_macs_per_cycle}
+                for name in [*PRESETS, *board_config_names()]
+                for cfg in [board_config(name)]]
+
+        def human() -> None:
+            for r in rows:
+                print(f"{r['name']:8s} {'x'.join(map(str, r['shape']))} "
+                      f"{r['macs_per_cycle']} MACs/cycle"
+                      f"{'  (board config)' if r['board_config'] else ''}")
+        print_result({"configs": rows}, args.json, human)
         return 0
     if not args.name:
         raise CliError("config show needs a preset name, a board config name or a JSON "
@@ -400,7 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="preset, board config (ecp5-25f, ...) or JSON file (for show)")
     c.add_argument("--json", action="store_true",
                    help="show: the config and its derived values as one JSON object (a "
-                        "config file --config reads)")
+                        "config file --config reads); list: the configs' names, shapes and "
+                        "MACs per cycle")
     c.set_defaults(func=cmd_config)
 
     a = command("asm", "assemble FILE.s into a program binary",

@@ -23,6 +23,19 @@ def test_config_show_prints_json_with_derived_values(capsys):
     assert out["derived"]["insn_width"] == 128
 
 
+def test_config_list_lists_presets_and_board_configs_and_takes_no_name(capsys):
+    """`config list tiny` listed every config, the name silently ignored; `--json`
+    printed the text table."""
+    assert main(["config", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["configs"]
+    assert [r["name"] for r in rows if not r["board_config"]] == list(PRESETS)
+    assert {"name": "ecp5-25f", "board_config": True, "shape": [1, 4, 2],
+            "macs_per_cycle": 8} in rows
+    assert main(["config", "list", "tiny"]) == 2
+    assert capsys.readouterr().err == ("error: config list takes no name (given 'tiny'); to "
+                                       "see one config: tensorfab config show tiny\n")
+
+
 def test_config_show_unknown_is_a_clear_error(capsys):
     assert main(["config", "show", "huge"]) == 2
     assert "not a preset" in capsys.readouterr().err

@@ -57,6 +57,7 @@ def _commands(files: dict[str, Path]) -> list[list[str]]:
         ["inspect", str(tfm)],
         ["inspect", str(model_path())],
         ["config", "show", "tiny"],
+        ["config", "list"],
         ["asm", str(example_path()), "-o", str(files["dir"] / "ex.bin")],
         ["hw", "verilog", "--config", "tiny", "-o", str(files["dir"] / "core.v")],
         ["fpga", "build", "--board", "ulx3s-25f", "-o", str(files["dir"] / "b")],
