@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import inspect
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -336,6 +337,24 @@ def _factory(scheme: str) -> DeviceFactory | None:
     return _FACTORIES.get(scheme)
 
 
+def _check_options(target: str, factory: DeviceFactory, options: dict[str, Any]) -> None:
+    """Refuse an option the factory does not take, naming those it does (a factory that
+    takes ``**options`` checks its own)."""
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):  # (a factory without a signature checks its own)
+        return
+    if not isinstance(factory, type) and params:
+        params = params[1:]  # (the target)
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in options:
+        if key not in names:
+            raise UsageError(f"open_device({target!r}): no option {key!r} (its options: "
+                             f"{', '.join(names) or 'none'})")
+
+
 def open_device(target: str, **options: Any) -> Device:
     """A new executor for ``target``: a name (``fsim``, ``rtl``, ``virtual``) or a URL
     (``serial:///dev/ttyUSB0``, ``tcp://127.0.0.1:9000``), with the factory's
@@ -345,17 +364,23 @@ def open_device(target: str, **options: Any) -> Device:
     ------
     TensorfabError
         If no factory serves the target's scheme.
+    UsageError
+        If ``target`` is not a string, or an option is not one the factory takes.
 
     Examples
     --------
     >>> open_device("fsim").name
     'fsim'
     """
+    if not isinstance(target, str):
+        raise UsageError(f"open_device: the target is a name or URL such as 'fsim' or "
+                         f"'tcp://127.0.0.1:9000', not {target!r}")
     scheme = target_scheme(target)
     factory = _factory(scheme)
     if factory is None:
         known = ", ".join(device_schemes()) or "none: is tensorfab installed (pip install -e .)?"
         raise TensorfabError(f"unknown executor {target!r} (known: {known})")
+    _check_options(target, factory, options)
     device = (factory(**options) if isinstance(factory, type) else factory(target, **options))
     if not isinstance(device, Device):
         raise TensorfabError(f"the factory of {scheme!r} made a {type(device).__name__}, "

@@ -63,3 +63,19 @@ def test_factory_must_make_a_device() -> None:
     register_device("not-a-device", lambda target: object(), replace=True)
     with pytest.raises(TensorfabError, match="made a object, not a Device"):
         open_device("not-a-device")
+
+
+@pytest.mark.parametrize(("target", "options", "message"), [
+    ("rtl", {"config": "tiny"}, "open_device('rtl'): no option 'config' (its options: "
+                                "memory, max_cycles, hang_cycles, trace, threads, "
+                                "verilator_args, cxxflags, pgo)"),
+    ("fsim", {"bogus": 1}, "open_device('fsim'): no option 'bogus' (its options: fast)"),
+    (None, {}, "open_device: the target is a name or URL such as 'fsim' or "
+               "'tcp://127.0.0.1:9000', not None"),
+])
+def test_a_wrong_option_or_target_names_what_is_taken(target, options, message) -> None:
+    """open_device('rtl', config='tiny') and open_device('fsim', bogus=1) gave
+    Python's TypeError from the factory, open_device(None) an AttributeError."""
+    with pytest.raises(UsageError) as info:
+        open_device(target, **options)
+    assert str(info.value) == message
