@@ -81,6 +81,28 @@ class _RestrictedUnpickler(pickle.Unpickler):
         return _StorageRef(str(pid[2]), STORAGE_DTYPES[pid[1]], int(pid[4]))
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_geometry(ref: _TensorRef, what: str) -> None:
+    """Refuse an offset, shape or stride that would view memory outside the storage:
+    each must be a non-negative integer (torch writes no negative strides), one stride
+    a dimension."""
+    if not isinstance(ref.storage, _StorageRef):
+        raise CheckpointError(f"{what}: built on a {type(ref.storage).__name__}, not on a "
+                              "storage of the file")
+    if not _is_count(ref.offset):
+        raise CheckpointError(f"{what}: storage offset {ref.offset!r} is not a "
+                              "non-negative integer")
+    if len(ref.shape) != len(ref.stride):
+        raise CheckpointError(f"{what}: shape {ref.shape} and stride {ref.stride} differ "
+                              "in length")
+    for label, values in (("shape", ref.shape), ("stride", ref.stride)):
+        if not all(_is_count(v) for v in values):
+            raise CheckpointError(f"{what}: {label} {values} is not non-negative integers")
+
+
 def _tensors(state: Any, read: Callable[[_StorageRef], np.ndarray],
              where: str) -> dict[str, np.ndarray]:
     if not isinstance(state, dict):
@@ -91,6 +113,7 @@ def _tensors(state: Any, read: Callable[[_StorageRef], np.ndarray],
         if not isinstance(ref, _TensorRef):
             raise CheckpointError(f"{where}: entry {name!r} is a {type(ref).__name__}, "
                                   "not a tensor")
+        _check_geometry(ref, f"{where}: tensor {name!r}")
         flat = read(ref.storage)
         item = flat.itemsize
         need = ref.offset + sum((d - 1) * s for d, s in zip(ref.shape, ref.stride,

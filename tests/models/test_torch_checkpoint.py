@@ -146,3 +146,23 @@ def test_efficientnet_lite0_checkpoint() -> None:
     assert all(v.dtype == np.float32 for k, v in w.items() if "num_batches" not in k)
     assert all((v >= 0).all() for k, v in w.items() if k.endswith("running_var"))
     assert all(np.isfinite(v).all() for v in w.values())
+
+
+@pytest.mark.parametrize(("offset", "size", "stride", "culprit"), [
+    (-1, (24,), (1,), "storage offset -1"),
+    (23, (4,), (-1000,), r"stride \(-1000,\)"),
+    (0, (-2, 4), (4, 1), r"shape \(-2, 4\)"),
+    (0, (2, 4), (4,), r"shape \(2, 4\) and stride \(4,\) differ"),
+    (0, ("2", 4), (4, 1), r"shape \('2', 4\)"),
+])
+def test_tensor_outside_its_storage_is_refused(tmp_path: Path, fake_torch, offset, size,
+                                               stride, culprit) -> None:
+    """A negative offset or stride passed the bounds check and viewed memory before the
+    storage (numpy read past the buffer); now refused naming the tensor."""
+    state = OrderedDict(w=_Tensor("0", fake_torch.FloatStorage, 24, offset, size, stride))
+    path = tmp_path / "model.pth"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", _dump(state))
+        z.writestr("archive/data/0", np.arange(24, dtype=np.float32).tobytes())
+    with pytest.raises(CheckpointError, match=rf"model\.pth: tensor 'w': {culprit}"):
+        load_state_dict(path)
