@@ -212,8 +212,8 @@ def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndar
     Raises
     ------
     ModelCompileError
-        A missing or unknown input name, inputs with different sample counts, or some
-        inputs given one sample per run and others in batches.
+        A missing or unknown input name, a 0-dim array, inputs with different sample
+        counts, or some inputs given one sample per run and others in batches.
     """
     names = [p.name for p in fn.params]
     if isinstance(arrays, np.ndarray):
@@ -227,6 +227,11 @@ def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndar
     if missing or extra:
         raise ModelCompileError(f"calibration data: inputs missing {missing}, unknown "
                                 f"{extra}; the model takes {names}")
+    scalars = [n for n in names if np.ndim(arrays[n]) == 0]
+    if scalars:
+        raise ModelCompileError(f"calibration data: input {scalars[0]!r} is a single value "
+                                "(a 0-dim array), not samples along axis 0: give an array "
+                                "of shape (samples, ...)")
     counts = {len(np.asarray(arrays[n])) for n in names}
     if len(counts) != 1:
         raise ModelCompileError(f"calibration data: the inputs have different sample "

@@ -303,7 +303,10 @@ def _clip(ctx: NodeContext, inputs: list[Expr | None]) -> Converted:
         if v is None:
             return None
         return int(v.reshape(())) if integer else float(v.reshape(()))
-    return [_call("clip", x, a_min=bound(lo), a_max=bound(hi))]
+    a_min, a_max = bound(lo), bound(hi)
+    if a_min is not None and a_max is not None and a_min > a_max:
+        a_min = a_max  # ONNX: min above max sets every value to max
+    return [_call("clip", x, a_min=a_min, a_max=a_max)]
 
 
 @converter("Where")

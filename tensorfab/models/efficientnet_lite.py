@@ -55,7 +55,8 @@ PHOTOS = ("chelsea", "coffee", "rocket", "astronaut", "motorcycle_left", "camera
 
 
 class EfficientNetError(TensorfabError, ValueError):
-    """Missing weights package or image (names what and how to install it)."""
+    """Missing weights package or image (names what and how to install it), or a
+    checkpoint whose keys are not EfficientNet-Lite0's (names the file and the key)."""
 
 
 def _package_dir(package: str, pin: str) -> Path:
@@ -84,8 +85,34 @@ def imagenet_classes() -> tuple[str, ...]:
 
 def efficientnet_lite0_onnx(image_size: int = IMAGE_SIZE) -> onnx.ModelProto:
     """The float network with the package's weights (see the module docstring); input
-    ``image`` ``(N, 3, image_size, image_size)``, output ``logits`` ``(N, 1000)``."""
-    w = load_state_dict(weights_path())
+    ``image`` ``(N, 3, image_size, image_size)``, output ``logits`` ``(N, 1000)``.
+
+    Raises
+    ------
+    EfficientNetError
+        The checkpoint lacks a key the network needs, has one of another shape (each
+        convolution's input channels follow the layer before), or has keys it does not
+        use (``num_batches_tracked`` apart); the message names the file and the key.
+    """
+    path = weights_path()
+    state = load_state_dict(path)
+    used: set[str] = set()
+
+    def w(key: str, shape: tuple[int | None, ...]) -> np.ndarray:
+        """The checkpoint's ``key``, of ``shape`` (None: any size there)."""
+        if key not in state:
+            raise EfficientNetError(f"{path}: key {key!r} missing (not an EfficientNet-Lite0 "
+                                    "state dict)")
+        value = state[key]
+        if len(value.shape) != len(shape) or any(
+                want is not None and got != want
+                for got, want in zip(value.shape, shape, strict=True)):
+            want_text = "×".join("?" if d is None else str(d) for d in shape)
+            raise EfficientNetError(f"{path}: key {key!r} has shape {value.shape}, expected "
+                                    f"{want_text}")
+        used.add(key)
+        return value
+
     inits: list[onnx.TensorProto] = []
     nodes: list[onnx.NodeProto] = []
 
@@ -96,51 +123,54 @@ def efficientnet_lite0_onnx(image_size: int = IMAGE_SIZE) -> onnx.ModelProto:
     six = const("relu6.max", np.array(6.0, np.float32))
     zero = const("relu6.min", np.array(0.0, np.float32))
 
-    def conv_bn(x: str, conv: str, bn: str, stride: int = 1, groups: int = 1,
-                relu6: bool = True) -> str:
-        kernel = w[f"{conv}.weight"]
-        k = kernel.shape[-1]
+    def conv_bn(x: str, channels: int, conv: str, bn: str, k: int = 1, stride: int = 1,
+                depthwise: bool = False, relu6: bool = True) -> tuple[str, int]:
+        kernel = w(f"{conv}.weight", (channels if depthwise else None,
+                                      1 if depthwise else channels, k, k))
+        out = kernel.shape[0]
         y = f"{conv}.y"
         nodes.append(helper.make_node(
             "Conv", [x, const(f"{conv}.weight", kernel)], [y], name=conv,
             kernel_shape=[k, k], strides=[stride, stride], pads=[(k - 1) // 2] * 4,
-            group=groups))
+            group=channels if depthwise else 1))
         z = f"{bn}.y"
         nodes.append(helper.make_node(
             "BatchNormalization",
-            [y, *(const(f"{bn}.{p}", w[f"{bn}.{p}"])
+            [y, *(const(f"{bn}.{p}", w(f"{bn}.{p}", (out,)))
                   for p in ("weight", "bias", "running_mean", "running_var"))],
             [z], name=bn, epsilon=BN_EPS))
         if not relu6:
-            return z
+            return z, out
         r = f"{bn}.relu6"
         nodes.append(helper.make_node("Clip", [z, zero, six], [r], name=f"{bn}.relu6"))
-        return r
+        return r, out
 
-    x = conv_bn("image", "_conv_stem", "_bn0", stride=2)
+    x, channels = conv_bn("image", 3, "_conv_stem", "_bn0", k=3, stride=2)
     for b, (k, stride) in enumerate(BLOCKS):
         p = f"_blocks.{b}"
-        if w[f"{p}._depthwise_conv.weight"].shape[-1] != k:
-            raise EfficientNetError(f"{weights_path()}: block {b}'s depthwise kernel is "
-                                    f"{w[f'{p}._depthwise_conv.weight'].shape}, expected {k}×{k}")
-        h = x
-        if f"{p}._expand_conv.weight" in w:
-            h = conv_bn(h, f"{p}._expand_conv", f"{p}._bn0")
-        channels = w[f"{p}._depthwise_conv.weight"].shape[0]
-        h = conv_bn(h, f"{p}._depthwise_conv", f"{p}._bn1", stride=stride, groups=channels)
-        h = conv_bn(h, f"{p}._project_conv", f"{p}._bn2", relu6=False)
-        in_ch = (w[f"{p}._expand_conv.weight"].shape[1] if f"{p}._expand_conv.weight" in w
-                 else channels)
-        if stride == 1 and in_ch == w[f"{p}._project_conv.weight"].shape[0]:
+        h, inner = x, channels
+        if f"{p}._expand_conv.weight" in state:
+            h, inner = conv_bn(h, channels, f"{p}._expand_conv", f"{p}._bn0")
+        h, _ = conv_bn(h, inner, f"{p}._depthwise_conv", f"{p}._bn1", k=k, stride=stride,
+                       depthwise=True)
+        h, out = conv_bn(h, inner, f"{p}._project_conv", f"{p}._bn2", relu6=False)
+        if stride == 1 and out == channels:
             nodes.append(helper.make_node("Add", [h, x], [f"{p}.add"], name=f"{p}.add"))
             h = f"{p}.add"
-        x = h
-    x = conv_bn(x, "_conv_head", "_bn1")
+        x, channels = h, out
+    x, channels = conv_bn(x, channels, "_conv_head", "_bn1")
     nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool"], name="pool"))
     nodes.append(helper.make_node("Flatten", ["pool"], ["flat"], name="flatten"))
-    nodes.append(helper.make_node("Gemm", ["flat", const("_fc.weight", w["_fc.weight"]),
-                                           const("_fc.bias", w["_fc.bias"])],
+    fc = w("_fc.weight", (1000, channels))
+    nodes.append(helper.make_node("Gemm", ["flat", const("_fc.weight", fc),
+                                           const("_fc.bias", w("_fc.bias", fc.shape[:1]))],
                                   ["logits"], name="fc", transB=1))
+    extra = sorted(k for k in state if k not in used and not k.endswith("num_batches_tracked"))
+    if extra:
+        more = " ..." if len(extra) > 3 else ""
+        raise EfficientNetError(f"{path}: {len(extra)} keys the network does not use: "
+                                f"{', '.join(map(repr, extra[:3]))}{more} (not an "
+                                "EfficientNet-Lite0 state dict)")
     graph = helper.make_graph(
         nodes, "efficientnet_lite0",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT,

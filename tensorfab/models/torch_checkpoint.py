@@ -17,6 +17,7 @@ import io
 import pickle
 import struct
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -78,7 +79,32 @@ class _RestrictedUnpickler(pickle.Unpickler):
         if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"
                 and pid[1] in STORAGE_DTYPES):
             raise CheckpointError(f"{self.where}: unexpected persistent id {pid!r}")
+        if not _is_count(pid[4]):
+            raise CheckpointError(f"{self.where}: storage {pid[2]!r} has {pid[4]!r} "
+                                  "elements, not a non-negative integer")
         return _StorageRef(str(pid[2]), STORAGE_DTYPES[pid[1]], int(pid[4]))
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_geometry(ref: _TensorRef, what: str) -> None:
+    """Refuse an offset, shape or stride that would view memory outside the storage:
+    each must be a non-negative integer (torch writes no negative strides), one stride
+    a dimension."""
+    if not isinstance(ref.storage, _StorageRef):
+        raise CheckpointError(f"{what}: built on a {type(ref.storage).__name__}, not on a "
+                              "storage of the file")
+    if not _is_count(ref.offset):
+        raise CheckpointError(f"{what}: storage offset {ref.offset!r} is not a "
+                              "non-negative integer")
+    if len(ref.shape) != len(ref.stride):
+        raise CheckpointError(f"{what}: shape {ref.shape} and stride {ref.stride} differ "
+                              "in length")
+    for label, values in (("shape", ref.shape), ("stride", ref.stride)):
+        if not all(_is_count(v) for v in values):
+            raise CheckpointError(f"{what}: {label} {values} is not non-negative integers")
 
 
 def _tensors(state: Any, read: Callable[[_StorageRef], np.ndarray],
@@ -91,6 +117,7 @@ def _tensors(state: Any, read: Callable[[_StorageRef], np.ndarray],
         if not isinstance(ref, _TensorRef):
             raise CheckpointError(f"{where}: entry {name!r} is a {type(ref).__name__}, "
                                   "not a tensor")
+        _check_geometry(ref, f"{where}: tensor {name!r}")
         flat = read(ref.storage)
         item = flat.itemsize
         need = ref.offset + sum((d - 1) * s for d, s in zip(ref.shape, ref.stride,
@@ -104,51 +131,109 @@ def _tensors(state: Any, read: Callable[[_StorageRef], np.ndarray],
     return out
 
 
+#: What a damaged pickle makes the unpickler raise (a wrong opcode argument, a missing
+#: memo entry, bytes that are not UTF-8, a huge length, a call on the wrong object).
+_DAMAGED = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+            KeyError, IndexError, OverflowError, MemoryError, struct.error)
+
+
+def _unpickle(file: BinaryIO, where: str, what: str) -> Any:
+    """One pickle of the checkpoint read by the restricted unpickler; a damaged or
+    truncated one is a :class:`CheckpointError` naming ``what`` it was."""
+    try:
+        return _RestrictedUnpickler(file, where).load()
+    except CheckpointError:
+        raise
+    except _DAMAGED as e:
+        raise CheckpointError(f"{where}: {what} is damaged or truncated "
+                              f"({type(e).__name__}: {e})") from None
+
+
+def _storage_array(raw: bytes, ref: _StorageRef, where: str) -> np.ndarray:
+    """A storage's bytes as its dtype, refused when shorter than the pickle says."""
+    need = ref.count * np.dtype(ref.dtype).itemsize
+    if len(raw) < need:
+        raise CheckpointError(f"{where}: storage {ref.key} holds {len(raw)} bytes, the "
+                              f"pickle says {ref.count} × {np.dtype(ref.dtype).name} "
+                              f"({need} bytes): truncated")
+    return np.frombuffer(raw, ref.dtype, count=ref.count)
+
+
 def _load_zip(path: Path) -> dict[str, np.ndarray]:
-    with zipfile.ZipFile(path) as z:
+    where = str(path)
+
+    def member(z: zipfile.ZipFile, name: str) -> bytes:
+        try:
+            return z.read(name)
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError,
+                OSError) as e:
+            raise CheckpointError(f"{where}: zip member {name} is damaged "
+                                  f"({type(e).__name__}: {e})") from None
+
+    try:
+        z = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise CheckpointError(f"{where}: not a readable zip archive ({e})") from None
+    with z:
         names = z.namelist()
         pkl = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
         if not pkl:
             raise CheckpointError(f"{path}: a zip without data.pkl is not a torch checkpoint")
         root = pkl[0][: -len("data.pkl")]
-        state = _RestrictedUnpickler(io.BytesIO(z.read(pkl[0])), str(path)).load()
+        state = _unpickle(io.BytesIO(member(z, pkl[0])), where, pkl[0])
 
         def read(ref: _StorageRef) -> np.ndarray:
-            member = f"{root}data/{ref.key}"
-            if member not in names:
-                raise CheckpointError(f"{path}: storage {ref.key} missing ({member})")
-            return np.frombuffer(z.read(member), ref.dtype, count=ref.count)
+            name = f"{root}data/{ref.key}"
+            if name not in names:
+                raise CheckpointError(f"{path}: storage {ref.key} missing ({name})")
+            return _storage_array(member(z, name), ref, where)
 
-        return _tensors(state, read, str(path))
+        return _tensors(state, read, where)
 
 
 def _load_legacy(path: Path) -> dict[str, np.ndarray]:
     with path.open("rb") as f:
+        zip_head = f.read(4) == b"PK\x03\x04"
+    if zip_head:
+        raise CheckpointError(f"{path}: a zip archive without its central directory "
+                              "(truncated or damaged) is not a readable torch checkpoint")
+    with path.open("rb") as f:
         where = str(path)
         try:
             magic = _RestrictedUnpickler(f, where).load()
-            if magic != _LEGACY_MAGIC:
-                raise CheckpointError(f"{where}: not a torch checkpoint (magic {magic!r})")
-            _RestrictedUnpickler(f, where).load()  # protocol version
-            info = _RestrictedUnpickler(f, where).load()
-            state = _RestrictedUnpickler(f, where).load()
-            keys = _RestrictedUnpickler(f, where).load()
-        except (pickle.UnpicklingError, EOFError) as e:
-            raise CheckpointError(f"{where}: not a readable torch checkpoint ({e})") from None
+        except CheckpointError:
+            raise
+        except _DAMAGED as e:
+            raise CheckpointError(f"{where}: not a torch checkpoint (neither a zip archive "
+                                  f"nor a legacy stream: {e})") from None
+        if magic != _LEGACY_MAGIC:
+            raise CheckpointError(f"{where}: not a torch checkpoint (magic {magic!r})")
+        _unpickle(f, where, "the protocol version")
+        info = _unpickle(f, where, "the system info")
+        state = _unpickle(f, where, "the state dict")
+        keys = _unpickle(f, where, "the list of storage keys")
         if not isinstance(info, dict) or not info.get("little_endian", True):
             raise CheckpointError(f"{where}: only little-endian checkpoints are read")
+        if not isinstance(keys, list):
+            raise CheckpointError(f"{where}: the list of storage keys is a "
+                                  f"{type(keys).__name__}")
         refs: dict[str, _StorageRef] = {}
         for ref in state.values() if isinstance(state, dict) else ():
-            if isinstance(ref, _TensorRef):
+            if isinstance(ref, _TensorRef) and isinstance(ref.storage, _StorageRef):
                 refs[ref.storage.key] = ref.storage
+        size = path.stat().st_size
         data: dict[str, np.ndarray] = {}
         for key in keys:
-            (count,) = struct.unpack("<q", f.read(8))
+            head = f.read(8)
+            if len(head) != 8:
+                raise CheckpointError(f"{where}: storage {key} truncated (no element count)")
+            (count,) = struct.unpack("<q", head)
             ref = refs.get(str(key))
             dtype = ref.dtype if ref is not None else np.uint8
+            if not 0 <= count * np.dtype(dtype).itemsize <= size - f.tell():
+                raise CheckpointError(f"{where}: storage {key} of {count} elements does not "
+                                      f"fit the {size - f.tell()} bytes left: truncated")
             raw = f.read(count * np.dtype(dtype).itemsize)
-            if len(raw) != count * np.dtype(dtype).itemsize:
-                raise CheckpointError(f"{where}: storage {key} truncated")
             data[str(key)] = np.frombuffer(raw, dtype)
 
         def read(ref: _StorageRef) -> np.ndarray:
@@ -165,8 +250,10 @@ def load_state_dict(path: str | Path) -> dict[str, np.ndarray]:
     Raises
     ------
     CheckpointError
-        The file is missing, not a torch checkpoint, holds anything but a state dict of
-        tensors, or pickles a global other than the few tensor-building ones.
+        The file is missing, not a torch checkpoint, truncated or damaged (naming the
+        pickle, zip member or storage), holds anything but a state dict of tensors, has a
+        tensor reaching outside its storage, or pickles a global other than the few
+        tensor-building ones.
     """
     path = Path(path)
     if not path.is_file():

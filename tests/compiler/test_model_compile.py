@@ -136,6 +136,12 @@ def test_calibration_batches() -> None:
                                                 r"\(150, 3\) for an input of 1 dims\) while "
                                                 r"'a' is cut into batches"):
         calibration_batches(mixed, {"a": samples, "b": samples})
+    # a 0-dim array (np.savez(..., lo=np.float32(0))) was "TypeError: len() of unsized
+    # object"
+    with pytest.raises(ModelCompileError, match=r"input 'b' is a single value \(a 0-dim"):
+        calibration_batches(mixed, {"a": samples, "b": np.float32(0)})
+    with pytest.raises(ModelCompileError, match=r"input 'x' is a single value"):
+        calibration_batches(flat, np.array(1.0))
 
 
 def test_a_model_input_without_a_batch_axis_is_calibrated_per_sample() -> None:

@@ -131,3 +131,32 @@ def test_int8_on_the_accelerator_is_exact_and_agrees_with_float(model, session) 
     assert [op for op in compiled.cpu_operators
             if op.startswith(("clip", "nn.global_avg_pool2d"))] == []
     assert profile.host_traffic.total <= 2 * (x.nbytes + 4000)
+
+
+def test_a_checkpoint_with_missing_extra_or_misshaped_keys_is_named(monkeypatch) -> None:
+    """A missing key was a KeyError traceback, a convolution of other input channels
+    built a network onnxruntime refused later, and keys of a bigger model (a Lite1's
+    extra blocks) were ignored silently; now each is refused naming the key."""
+    import tensorfab.models.efficientnet_lite as lite
+
+    real = load_state_dict(weights_path())
+
+    def refused(change, match: str) -> None:
+        state = dict(real)
+        change(state)
+        monkeypatch.setattr(lite, "load_state_dict", lambda path: state)
+        with pytest.raises(EfficientNetError, match=match):
+            efficientnet_lite0_onnx()
+
+    refused(lambda s: s.pop("_blocks.3._bn1.running_var"),
+            r"\.pth: key '_blocks\.3\._bn1\.running_var' missing")
+    refused(lambda s: s.update({"_blocks.3._project_conv.weight": np.zeros((40, 96, 1, 1),
+                                                                           np.float32)}),
+            r"key '_blocks\.3\._project_conv\.weight' has shape \(40, 96, 1, 1\), expected "
+            r"\?×144×1×1")
+    refused(lambda s: s.update({"_blocks.2._depthwise_conv.weight": np.zeros((144, 1, 5, 5),
+                                                                             np.float32)}),
+            r"key '_blocks\.2\._depthwise_conv\.weight' has shape \(144, 1, 5, 5\), "
+            r"expected 144×1×3×3")
+    refused(lambda s: s.update({"_blocks.16._project_conv.weight": np.zeros(1, np.float32)}),
+            r"1 keys the network does not use: '_blocks\.16\._project_conv\.weight'")

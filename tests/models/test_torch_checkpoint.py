@@ -146,3 +146,77 @@ def test_efficientnet_lite0_checkpoint() -> None:
     assert all(v.dtype == np.float32 for k, v in w.items() if "num_batches" not in k)
     assert all((v >= 0).all() for k, v in w.items() if k.endswith("running_var"))
     assert all(np.isfinite(v).all() for v in w.values())
+
+
+@pytest.mark.parametrize(("offset", "size", "stride", "culprit"), [
+    (-1, (24,), (1,), "storage offset -1"),
+    (23, (4,), (-1000,), r"stride \(-1000,\)"),
+    (0, (-2, 4), (4, 1), r"shape \(-2, 4\)"),
+    (0, (2, 4), (4,), r"shape \(2, 4\) and stride \(4,\) differ"),
+    (0, ("2", 4), (4, 1), r"shape \('2', 4\)"),
+])
+def test_tensor_outside_its_storage_is_refused(tmp_path: Path, fake_torch, offset, size,
+                                               stride, culprit) -> None:
+    """A negative offset or stride passed the bounds check and viewed memory before the
+    storage (numpy read past the buffer); now refused naming the tensor."""
+    state = OrderedDict(w=_Tensor("0", fake_torch.FloatStorage, 24, offset, size, stride))
+    path = tmp_path / "model.pth"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", _dump(state))
+        z.writestr("archive/data/0", np.arange(24, dtype=np.float32).tobytes())
+    with pytest.raises(CheckpointError, match=rf"model\.pth: tensor 'w': {culprit}"):
+        load_state_dict(path)
+
+
+def _legacy_bytes(torch) -> bytes:
+    state, storages, _ = _state(torch)
+    out = [_dump(0x1950A86A20F9469CFC6C), _dump(1001),
+           _dump({"protocol_version": 1001, "little_endian": True}), _dump(state),
+           _dump(list(storages))]
+    out += [struct.pack("<q", d.size) + d.tobytes() for d in storages.values()]
+    return b"".join(out)
+
+
+def test_truncated_or_damaged_files_are_refused_naming_the_part(tmp_path: Path,
+                                                                fake_torch) -> None:
+    """Truncated and damaged files raised UnpicklingError, struct.error, ValueError,
+    zlib.error ... as tracebacks; now one CheckpointError naming the file and the part."""
+    legacy = _legacy_bytes(fake_torch)
+    path = tmp_path / "cut.pth"
+    pickles = len(legacy) - 24 * 4 - 8 - 8 - 8
+    for cut, part in [(18, "the protocol version"), (60, "the system info"),
+                      (200, "the state dict"), (pickles - 3, "the list of storage keys"),
+                      (pickles + 4, "storage 10 truncated"),
+                      (pickles + 20, "storage 10 of 24 elements does not fit")]:
+        path.write_bytes(legacy[:cut])
+        with pytest.raises(CheckpointError, match=rf"cut\.pth: {part}"):
+            load_state_dict(path)
+
+    state, storages, _ = _state(fake_torch)
+    good = tmp_path / "good.pth"
+    with zipfile.ZipFile(good, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("archive/data.pkl", _dump(state))
+        for key, data in storages.items():
+            z.writestr(f"archive/data/{key}", data.tobytes())
+    path.write_bytes(good.read_bytes()[:200])
+    with pytest.raises(CheckpointError, match=r"cut\.pth: a zip archive without its central"):
+        load_state_dict(path)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", _dump(state)[:40])
+    with pytest.raises(CheckpointError,
+                       match=r"cut\.pth: archive/data\.pkl is damaged or truncated"):
+        load_state_dict(path)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", _dump(state))
+        z.writestr("archive/data/10", storages["10"].tobytes()[:40])
+        z.writestr("archive/data/11", storages["11"].tobytes())
+    with pytest.raises(CheckpointError, match=r"storage 10 holds 40 bytes, the pickle says "
+                                              r"24 × float32 \(96 bytes\)"):
+        load_state_dict(path)
+    damaged = bytearray(good.read_bytes())
+    start = damaged.index(b"archive/data.pkl") + len("archive/data.pkl")
+    damaged[start + 10:start + 30] = bytes(20)
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(CheckpointError, match=r"cut\.pth: (zip member )?archive/data\.pkl "
+                                              r"is damaged"):
+        load_state_dict(path)

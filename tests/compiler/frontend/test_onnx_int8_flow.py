@@ -85,6 +85,23 @@ def test_clip_with_only_a_max_or_only_a_min_after_a_convolution() -> None:
         check_qdq_model(m, x, calib)
 
 
+def test_clip_with_min_above_max_gives_max_everywhere() -> None:
+    """Clip(min=6, max=0): ONNX sets every value to max. onnxruntime's QDQ model of it
+    (``--quantizer ort``) failed to compile with "clip bounds (..) must satisfy -32768 <=
+    lo <= hi <= 32767", naming no node."""
+    x, calib = f32(2, 4, 6, 6), f32(8, 4, 6, 6)
+    conv = helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv0", pads=[1, 1, 1, 1])
+    m = model([conv, helper.make_node("Clip", ["c", "lo", "hi"], ["y"], name="clip0")],
+              (2, 4, 6, 6), {"W": f32(8, 4, 3, 3, scale=0.3), "B": f32(8, scale=0.1),
+                             "lo": np.array(6.0, np.float32), "hi": np.array(0.0, np.float32)})
+    np.testing.assert_allclose(reference_session(m).run(None, {"x": x})[0], 0.0)
+    for quantizer in ("tensorfab", "ort"):
+        compiled = compile_onnx(m, config="default", calibration=np.concatenate([x, calib]),
+                                quantizer=quantizer, input_shapes={"x": x.shape})
+        ours = run_program(compiled.program, {"x": x})
+        np.testing.assert_allclose(ours, 0.0, atol=0.01)
+
+
 def test_onnxruntime_quantizer_keeps_the_model_and_reads_a_reshape_shape() -> None:
     """``quantize_onnx`` (``--quantizer ort``) handed onnxruntime's pre-processing the
     ModelProto, which moved its initializers into external data in place: the caller's
