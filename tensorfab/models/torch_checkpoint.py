@@ -149,14 +149,18 @@ def _unpickle(file: BinaryIO, where: str, what: str) -> Any:
                               f"({type(e).__name__}: {e})") from None
 
 
-def _storage_array(raw: bytes, ref: _StorageRef, where: str) -> np.ndarray:
-    """A storage's bytes as its dtype, refused when shorter than the pickle says."""
-    need = ref.count * np.dtype(ref.dtype).itemsize
+def _storage_array(raw: bytes, ref: _StorageRef, where: str,
+                   byteorder: str = "little") -> np.ndarray:
+    """A storage's bytes as its dtype (stored in ``byteorder``, returned in the
+    machine's), refused when shorter than the pickle says."""
+    dtype = np.dtype(ref.dtype)
+    need = ref.count * dtype.itemsize
     if len(raw) < need:
         raise CheckpointError(f"{where}: storage {ref.key} holds {len(raw)} bytes, the "
-                              f"pickle says {ref.count} × {np.dtype(ref.dtype).name} "
+                              f"pickle says {ref.count} × {dtype.name} "
                               f"({need} bytes): truncated")
-    return np.frombuffer(raw, ref.dtype, count=ref.count)
+    stored = dtype.newbyteorder("<" if byteorder == "little" else ">")
+    return np.frombuffer(raw, stored, count=ref.count).astype(dtype, copy=False)
 
 
 def _load_zip(path: Path) -> dict[str, np.ndarray]:
@@ -180,13 +184,19 @@ def _load_zip(path: Path) -> dict[str, np.ndarray]:
         if not pkl:
             raise CheckpointError(f"{path}: a zip without data.pkl is not a torch checkpoint")
         root = pkl[0][: -len("data.pkl")]
+        byteorder = "little"  # (torch writes archive/byteorder since 1.10; before: little)
+        if f"{root}byteorder" in names:
+            byteorder = member(z, f"{root}byteorder").decode("ascii", "replace").strip()
+            if byteorder not in ("little", "big"):
+                raise CheckpointError(f"{where}: {root}byteorder is {byteorder!r}, not "
+                                      "'little' or 'big'")
         state = _unpickle(io.BytesIO(member(z, pkl[0])), where, pkl[0])
 
         def read(ref: _StorageRef) -> np.ndarray:
             name = f"{root}data/{ref.key}"
             if name not in names:
                 raise CheckpointError(f"{path}: storage {ref.key} missing ({name})")
-            return _storage_array(member(z, name), ref, where)
+            return _storage_array(member(z, name), ref, where, byteorder)
 
         return _tensors(state, read, where)
 

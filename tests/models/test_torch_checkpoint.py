@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import re
 import struct
 import sys
 import types
@@ -99,6 +100,31 @@ def test_zip_format(tmp_path: Path, fake_torch) -> None:
     for name, value in want.items():
         np.testing.assert_array_equal(got[name], value)
         assert got[name].dtype == value.dtype
+
+
+def test_zip_byteorder_is_followed(tmp_path: Path, fake_torch) -> None:
+    """A zip checkpoint whose archive/byteorder says 'big' was read as little-endian:
+    wrong values, no error. Its storages are now byte-swapped; an order that is
+    neither is refused, naming the member."""
+    state, storages, want = _state(fake_torch)
+    path = tmp_path / "big.pth"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", _dump(state))
+        z.writestr("archive/byteorder", "big")
+        for key, data in storages.items():
+            z.writestr(f"archive/data/{key}", data.astype(data.dtype.newbyteorder(">"))
+                       .tobytes())
+    got = load_state_dict(path)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value)
+        assert got[name].dtype == value.dtype
+    odd = tmp_path / "odd.pth"
+    with zipfile.ZipFile(odd, "w") as z:
+        z.writestr("archive/data.pkl", _dump(state))
+        z.writestr("archive/byteorder", "middle")
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(odd))}: archive/byteorder "
+                                              r"is 'middle', not 'little' or 'big'$"):
+        load_state_dict(odd)
 
 
 def test_legacy_format(tmp_path: Path, fake_torch) -> None:
