@@ -388,16 +388,10 @@ class Program:
         """
         if blob[:8] != MAGIC:
             raise BinaryFormatError(f"{source}: not a tensorfab program (bad magic)")
-        if len(blob) < 16:
-            raise BinaryFormatError(f"{source}: truncated in the header length (byte "
-                                    f"{len(blob)} of 16)")
-        version, hlen = struct.unpack_from("<II", blob, 8)
-        if 16 + hlen > len(blob):
-            raise BinaryFormatError(f"{source}: truncated in the header ({len(blob) - 16} "
-                                    f"of its {hlen} bytes)")
         try:
+            version, hlen = struct.unpack_from("<II", blob, 8)
             header = json.loads(blob[16: 16 + hlen])
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (struct.error, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BinaryFormatError(f"{source}: unreadable header: {exc}") from exc
         if version != VERSION:
             raise BinaryFormatError(f"{source}: version {version}, this tensorfab reads "
