@@ -6,17 +6,21 @@
 // (all computed from the Python declarations, never typed here).
 //
 // One clock cycle (Harness::step):
-//   1. the memory model drives cmd.ready, wdata.ready, rdata.valid/payload;
-//   2. tf::settle: clk = 0, eval: the core's combinational outputs settle;
-//   3. sample the handshakes the coming edge completes, and the activity bits;
-//   4. tf::rise: clk = 1, eval: the edge;
-//   5. the memory model takes the sampled handshakes into account.
-// With TF_ONE_EVAL (the default when the build finds that no sampled output depends
-// combinationally on an input) step 2 is skipped and step 4 is one evaluation that
-// both settles the inputs and clocks the edge (Verilator's edge detector is told the
-// clock was low), which halves the work of the input-dependent logic. clocking.h,
-// shared with the virtual board's harness, has the details (gated clocks, the root's
-// evaluation).
+//   1. tf::settle: clk = 0, eval: the core's combinational outputs settle;
+//   2. sample the handshakes the coming edge completes, and the activity bits;
+//   3. the memory model takes the sampled handshakes into account (commit) and
+//      drives its outputs of the next cycle: cmd.ready, wdata.ready, rdata.valid and
+//      payload, which the wrapper registers, so the core sees them after the edge;
+//   4. tf::rise: clk = 1, eval: the edge.
+// The memory's outputs of a cycle depend only on its state after the handshakes of
+// the cycle before, so driving them a cycle ahead through the wrapper's registers
+// gives the core exactly what a direct port would, while none of the core's logic
+// depends on an input (Verilator would evaluate that logic before and after each
+// edge). With TF_ONE_EVAL (the default when the build finds that no sampled output
+// depends combinationally on an input) step 1 is skipped and step 4 is one
+// evaluation that clocks the edge (Verilator's edge detector is told the clock was
+// low). clocking.h, shared with the virtual board's harness, has the details (gated
+// clocks, the root's evaluation).
 //
 // The core sits in a wrapper (sim/rtl_build.py, harness_wrapper) that registers its
 // CSR bus and reset, so host accesses take effect a cycle later; the memory port is
@@ -77,14 +81,19 @@ struct Harness {
     }
     ~Harness() { top->final(); }
 
-    // One clock cycle; false on a memory fault.
-    inline bool step() {
+    // The memory's outputs of the next cycle, into the wrapper's registers.
+    inline void drive_memory() {
         auto& t = *top;
         mem.drive();
         t.TF_PORT_CMD_READY = mem.cmd_ready;
         t.TF_PORT_WDATA_READY = mem.wdata_ready;
         t.TF_PORT_RDATA_VALID = mem.rdata_valid;
         if (mem.rdata_valid) tf::put_bytes(t.TF_PORT_RDATA_PAYLOAD, mem.rdata(), TF_BUS_BYTES);
+    }
+
+    // One clock cycle; false on a memory fault.
+    inline bool step() {
+        auto& t = *top;
         tf::settle(t);
         // TF_ONE_EVAL: the sampled outputs depend on registers only (checked when the
         // library was built), so their values after the last edge hold for this cycle
@@ -99,20 +108,23 @@ struct Harness {
         const bool ok = mem.commit<TF_CMD_ADDR_OFFSET, TF_CMD_ADDR_WIDTH, TF_CMD_WRITE_OFFSET,
                                    TF_CMD_LEN_OFFSET, TF_CMD_LEN_WIDTH>(
             cmd_valid, cmd_word, wdata_valid, wbuf, rready);
+        drive_memory();
         tf::rise(t);
         ++total_cycles;
         return ok;
     }
 
     // The wrapper registers rst and the CSR bus: they reach the core a cycle later.
+    // The memory model restarts before the last cycle of the reset, which drives its
+    // outputs of the core's first cycle out of reset.
     void reset(unsigned cycles) {
         auto& t = *top;
         t.TF_PORT_CSR_W_EN = 0;
         t.rst = 1;
         for (unsigned k = 0; k <= cycles; ++k) step();
         t.rst = 0;
-        step();
         mem.reset();
+        step();
         run_cycles = 0;
         activity = 0;
         quiet = 0;

@@ -108,6 +108,7 @@ class MemModel {
         fetch_left_ = insn_hi_ - insn_lo_;
         std::memset(stats, 0, sizeof(stats));
         fault.clear();
+        cmd_ready = wdata_ready = rdata_valid = false;  // until the next drive()
     }
 
     std::vector<uint8_t> data;

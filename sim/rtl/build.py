@@ -4,9 +4,10 @@ model, as one shared library per configuration, cached.
 :func:`build_harness`
 
 1. converts ``Core(cfg)`` to Verilog (:func:`tensorfab.hw.verilog.core_verilog`) and
-   wraps it in :data:`TOP`, which registers the host's CSR bus and the reset
-   (:func:`harness_wrapper`: the core's next-state logic then depends on registers
-   only, which Verilator evaluates once per cycle instead of once per input change),
+   wraps it in :data:`TOP`, which registers the host's CSR bus, the reset and the
+   memory port's inputs (:func:`harness_wrapper`: the core's next-state logic then
+   depends on registers only, which Verilator evaluates once per cycle instead of
+   before and after each edge),
    and clocks the units of :data:`~.clock_gates.CLOCK_GATES` by clocks of their own
    that the harness raises only when they have work (:mod:`.clock_gates`);
 2. writes ``tf_config.h``: the field offsets of
@@ -111,8 +112,12 @@ CORE = "tensorfab_core"
 #: Top-level module of the harness build: the core with its host inputs registered
 #: (:func:`harness_wrapper`).
 TOP = "tf_harness_top"
-#: Core inputs the wrapper registers: the host's CSR bus and the reset.
-REGISTERED_INPUTS: tuple[str, ...] = ("rst", "csr__addr", "csr__w_en", "csr__w_data")
+#: Core inputs the wrapper registers: the host's CSR bus and the reset (which reach
+#: the core a cycle late), and the memory port's inputs (which the harness drives a
+#: cycle ahead, so the core sees each on the cycle it always did).
+REGISTERED_INPUTS: tuple[str, ...] = ("rst", "csr__addr", "csr__w_en", "csr__w_data",
+                                      "mem__cmd__ready", "mem__wdata__ready",
+                                      "mem__rdata__valid", "mem__rdata__payload")
 #: Prefix of the Verilated classes.
 PREFIX = "Vcore"
 #: Version of the harness's C API (``tf_abi``); bump on any change of it.
@@ -276,15 +281,22 @@ def config_header(cfg: HwConfig) -> str:
 
 def harness_wrapper(core_verilog: str, gates: tuple[ClockGate, ...] = ()) -> str:
     """Verilog of :data:`TOP` (:func:`registered_wrapper` of the core): the core with
-    the host's CSR bus and the reset registered once, every other port passed through,
-    and the clock and enable ports of ``gates`` (:func:`~.clock_gates.wrapper_ports`).
+    every input of :data:`REGISTERED_INPUTS` registered once, every output passed
+    through, and the clock and enable ports of ``gates``
+    (:func:`~.clock_gates.wrapper_ports`).
 
     Amaranth computes every register's next value combinationally, including the
     synchronous reset and the start pulse that a CSR write raises; driven straight
     from top-level inputs, that whole next-state logic would be input-dependent and
-    Verilator would evaluate it again on every input change. Registered, it depends
-    on state only. A CSR write or a reset then reaches the core one cycle later; the
-    memory port is untouched, so the core's timing is exactly the same.
+    Verilator would evaluate it in its input-combinational region on every
+    evaluation, and again after the edge from the new register values. Registered,
+    it depends on state only and is evaluated once per cycle. A CSR write or a reset
+    then reaches the core one cycle later. The memory port's inputs (ready, read
+    valid and data) are registered too, and the harness drives them a cycle ahead:
+    the memory model's outputs for the next cycle depend only on the handshakes of
+    this one, which the harness samples from registers before the edge
+    (``sim/harness/harness.cpp``), so the core sees the same memory on every cycle
+    and its timing is exactly the same.
 
     Parameters
     ----------
@@ -872,7 +884,7 @@ def build_harness(cfg: HwConfig, *, threads: int = DEFAULT_THREADS,
     if threads < 1:
         raise UsageError(f"threads = {threads} must be at least 1")
     memo = (cfg.to_json(), threads, tuple(verilator_args), tuple(cxxflags), two_evals, pgo,
-            clock_gates)
+            _gates(clock_gates))
     if memo in _BUILT:
         return _BUILT[memo]
     text = core_source(cfg)
