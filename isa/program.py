@@ -388,14 +388,19 @@ class Program:
         """
         if blob[:8] != MAGIC:
             raise BinaryFormatError(f"{source}: not a tensorfab program (bad magic)")
-        try:
-            version, hlen = struct.unpack_from("<II", blob, 8)
-            header = json.loads(blob[16: 16 + hlen])
-        except (struct.error, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BinaryFormatError(f"{source}: unreadable header: {exc}") from exc
+        if len(blob) < 16:
+            raise BinaryFormatError(f"{source}: truncated at byte {len(blob)}, inside the "
+                                    f"16-byte preamble (magic, version, header length)")
+        version, hlen = struct.unpack_from("<II", blob, 8)
         if version != VERSION:
             raise BinaryFormatError(f"{source}: version {version}, this tensorfab reads "
                                     f"{VERSION}")
+        if 16 + hlen > len(blob):
+            raise BinaryFormatError(_cut_header_message(blob, source))
+        try:
+            header = json.loads(blob[16: 16 + hlen])
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BinaryFormatError(f"{source}: unreadable header: {exc}") from exc
         cfg, n_insns, n_uops, seg_headers, placement = _check_header(header, source)
         pos = 16 + hlen
         nb = insn_width(cfg) // 8
@@ -459,6 +464,24 @@ class Program:
         for insn in self.insns:
             counts[insn.opcode.name.lower()] += 1
         return counts
+
+
+def _cut_header_message(blob: bytes, source: str) -> str:
+    """Why a binary whose header length (bytes 12-15) reaches past its end is refused.
+
+    The header :meth:`Program.to_bytes` writes is printable ASCII JSON, so a file whose
+    bytes after the preamble are all printable ASCII was cut inside its header; any
+    other byte there means the length (or more) is damaged. Neither message repeats
+    the length, which a damaged file does not vouch for.
+    """
+    rest = blob[16:]
+    bad = next((i for i, b in enumerate(rest) if not 0x20 <= b < 0x7F), None)
+    if bad is None:
+        return (f"{source}: header: truncated: the file ends at byte {len(blob)}, inside "
+                f"its JSON header (which starts at byte 16)")
+    return (f"{source}: header: the header length (bytes 12-15) reaches past the end of "
+            f"the file (byte {len(blob)}), and byte {16 + bad} is not header text: "
+            f"damaged")
 
 
 def placement_alignment(program_or_cfg: Program | HwConfig) -> int:
