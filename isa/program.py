@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,34 @@ DTYPES: dict[str, np.dtype] = {
 
 UOP_SEGMENT = "uops"
 """Reserved segment name of the micro-op table."""
+
+SEGMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+"""The segment names assembly reads (``.segment NAME``, ``dram=NAME+N``): the one
+declaration the assembler, :meth:`Program.to_bytes` and :meth:`Program.from_bytes` use."""
+
+RESERVED_SEGMENT_NAMES = ("insns", UOP_SEGMENT, "end")
+"""Names of the layout's own regions, which no segment may take."""
+
+
+def segment_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a segment's name in assembly (``None`` if it can): not a
+    :data:`SEGMENT_NAME`, or one of :data:`RESERVED_SEGMENT_NAMES`."""
+    if not isinstance(name, str) or not SEGMENT_NAME.fullmatch(name):
+        return ("is not a name the assembler reads back (a letter or _, then letters, "
+                "digits, _ or .)")
+    if name in RESERVED_SEGMENT_NAMES:
+        return f"is reserved ({', '.join(RESERVED_SEGMENT_NAMES)} name the layout's regions)"
+    return None
+
+
+def check_segment_names(program: Program) -> None:
+    """Raise :class:`ProgramError` naming the first segment of ``program`` whose name
+    assembly cannot read back (:func:`segment_name_problem`)."""
+    for s in program.segments:
+        problem = segment_name_problem(s.name)
+        if problem is not None:
+            raise ProgramError(f"segment {s.name!r}: the name {problem}")
+
 
 MAGIC = b"TFABPROG"
 VERSION = 1
@@ -357,7 +386,17 @@ class Program:
 
     # -------------------------------------------------------------- binary format
     def to_bytes(self) -> bytes:
-        """Serialize to the ``.bin`` format (header JSON, words, segment data)."""
+        """Serialize to the ``.bin`` format (header JSON, words, segment data).
+
+        Raises
+        ------
+        ProgramError
+            A segment name assembly cannot read back (:func:`segment_name_problem`):
+            ``disasm`` would print a line that does not assemble.
+        IllegalInstruction
+            An instruction or micro-op that does not encode (names its index).
+        """
+        check_segment_names(self)
         header = {
             "config": self.config.to_dict(),
             "n_insns": len(self.insns),
@@ -564,6 +603,9 @@ def _check_header(header: object, source: str
         if not isinstance(s, dict):
             raise bad(f"segment {i} is not a JSON object")
         typed(s, _SEGMENT_KEYS, f"segment {i}: ")
+        problem = segment_name_problem(s["name"])
+        if problem is not None:
+            raise bad(f"segment {i} ({s['name']!r}): the name {problem}")
         if s["dtype"] not in DTYPES:
             raise bad(f"segment {i} ({s['name']!r}): dtype {s['dtype']!r} is not one of "
                       f"{', '.join(DTYPES)}")

@@ -110,6 +110,10 @@ def _with_header(edit) -> bytes:
     (lambda h: h["config"].update(bogus=1), "unknown field"),
     (lambda h: h.update(config=[]), "config"),
     (lambda h: h.update(extra=1), "unknown key"),
+    (lambda h: h["segments"][0].update(name="a b"), r"segment 0 \('a b'\): the name is not a "
+                                                    "name the assembler reads back"),
+    (lambda h: h["segments"][0].update(name="end"), r"segment 0 \('end'\): the name is "
+                                                    "reserved"),
 ])
 def test_binary_header_is_untrusted(edit, match):
     with pytest.raises(BinaryFormatError, match=match) as info:
