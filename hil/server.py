@@ -17,7 +17,7 @@ from typing import Any
 from tensorfab.isa import HwConfig, Program
 from tensorfab.isa.device import Device, DeviceMemory, open_device
 
-from .errors import HilError
+from .errors import HilError, TokenError
 from .service import TokenService, log
 from .wire import Msg, ok_reply, result_to_wire
 
@@ -50,6 +50,19 @@ class _Session:
         return sum(m.size for m in self.memories.values())
 
 
+def _open_served(target: str) -> Device:
+    """``open_device(target)``; a board's socket that wants a token says it goes in the
+    target's query (``token`` is the server's own: ``token=...`` does not reach the
+    board)."""
+    try:
+        return open_device(target)
+    except TokenError as exc:
+        if not target.startswith("socket://"):
+            raise
+        raise exc.given_with(f"the board's token in the target's query "
+                             f"('{exc.address}?token=...')") from None
+
+
 class DeviceServer(TokenService):
     """Serve a device to clients holding the token.
 
@@ -57,7 +70,8 @@ class DeviceServer(TokenService):
     ----------
     device : str or Device
         The device, or a target for :func:`~tensorfab.isa.device.open_device`
-        (``fsim``, ``rtl``, ``serial:///dev/ttyUSB0``...).
+        (``fsim``, ``rtl``, ``serial:///dev/ttyUSB0``...); a board's socket takes its
+        token in the query (``socket://HOST:PORT?token=...``), not ``token``.
     host, port, token
         Where to listen and the shared secret (see
         :class:`~tensorfab.hil.service.TokenService`: 127.0.0.1 by default, a token
@@ -81,7 +95,7 @@ class DeviceServer(TokenService):
     def __init__(self, device: str | Device, host: str = "127.0.0.1", port: int = 0,
                  token: str | None = None, *,
                  max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES, **options: Any) -> None:
-        self.device = open_device(device) if isinstance(device, str) else device
+        self.device = _open_served(device) if isinstance(device, str) else device
         self.max_memory_bytes = max_memory_bytes
         #: Held while the device runs or its memory is touched: clients take turns.
         self.device_lock = threading.Lock()

@@ -32,11 +32,11 @@ from .config import ConfigError, HwConfig, get_config
 from .errors import AsmError, ProgramError, TensorfabError
 from .formats import Buffer, Opcode, uop_format
 from .insn import INSN_CLASSES, Insn, Uop, dram_unit_of, encode_insn
-from .program import DTYPES, UOP_SEGMENT, Program, Segment
+from .program import DTYPES, RESERVED_SEGMENT_NAMES, SEGMENT_NAME, UOP_SEGMENT, Program, Segment
 
 _TOKEN = re.compile(r"\S+")
 _INT = re.compile(r"[+-]?(0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+|[0-9_]+)$")
-_SYMBOL = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(?:([+-])(.+))?$")
+_SYMBOL = re.compile(rf"({SEGMENT_NAME.pattern})(?:([+-])(.+))?$")
 
 
 @dataclass
@@ -137,9 +137,9 @@ def _directive(st: _State, line: int, toks: list[_Tok]) -> None:
         if len(toks) < 4:
             raise _err(st, line, toks[0].col, ".segment needs NAME DTYPE SHAPE")
         seg, dt, shp = toks[1], toks[2], toks[3]
-        if not re.match(r"[A-Za-z_][A-Za-z0-9_.]*$", seg.text):
+        if not SEGMENT_NAME.fullmatch(seg.text):
             raise _err(st, line, seg.col, f"bad segment name {seg.text!r}")
-        if seg.text == UOP_SEGMENT or seg.text in ("insns", "end"):
+        if seg.text in RESERVED_SEGMENT_NAMES:
             raise _err(st, line, seg.col, f"segment name {seg.text!r} is reserved")
         if seg.text in st.segments:
             raise _err(st, line, seg.col, f"segment {seg.text!r} already declared on line "

@@ -14,6 +14,7 @@ placed once and activations stay on the device between programs
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import inspect
 import re
@@ -21,6 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -109,14 +111,54 @@ class RunResult:
         }
 
 
+def require_program(program: object, where: str) -> Program:
+    """``program`` if it is a :class:`Program`; else a :class:`UsageError` saying that
+    ``where`` (``fsim: run``) takes one and how to get one from a file or its bytes."""
+    if isinstance(program, Program):
+        return program
+    text = repr(str(program) if isinstance(program, Path) else program)
+    text = text if len(text) <= 60 else f"{text[:57]}..."
+    got = "None" if program is None else f"a {type(program).__name__} ({text})"
+    suffix = str(program).rsplit(".", 1)[-1].lower() if isinstance(program, str | Path) else ""
+    read_s = "tensorfab.isa.asm.assemble_file(path) for a .s file"
+    read_bin = "Program.from_bytes(Path(path).read_bytes()) for a .bin file"
+    if isinstance(program, bytes | bytearray | memoryview):
+        how = "Program.from_bytes(blob) for a program binary's bytes"
+    elif suffix in ("s", "asm"):
+        how = f"{read_s} (or assemble(text) for its text)"
+    elif suffix == "bin":
+        how = read_bin
+    else:
+        how = f"{read_s}, {read_bin}, or ProgramBuilder / the compiler"
+    raise UsageError(f"{where} takes a Program, not {got}: get one with {how}")
+
+
 class Device(ABC):
     """An executor of programs.
 
-    Subclasses set :attr:`name` and implement :meth:`run`.
+    Subclasses set :attr:`name` and implement :meth:`run`; the :meth:`run` of each
+    subclass first refuses a ``program`` that is not a :class:`Program` (a path to a
+    file, say) with a :class:`UsageError` saying how to get one
+    (:func:`require_program`).
     """
 
     #: Short executor name (``fsim``, ``rtl``...), reported in :attr:`RunResult.device`.
     name: str = "device"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        run = cls.__dict__.get("run")
+        if run is None or getattr(run, "_requires_program", False):
+            return
+
+        @functools.wraps(run)
+        def checked_run(self: Device, *args: Any, **kw: Any) -> Any:
+            if args or "program" in kw:
+                require_program(args[0] if args else kw["program"], f"{self.name}: run")
+            return run(self, *args, **kw)
+
+        checked_run._requires_program = True  # type: ignore[attr-defined]
+        cls.run = checked_run  # type: ignore[method-assign]
 
     @abstractmethod
     def run(self, program: Program, dram: np.ndarray | None = None) -> RunResult:
@@ -227,6 +269,7 @@ class DeviceMemory(ABC):
             As :meth:`Device.run`; also a program for another config, or one that
             reaches past the memory (``DRAM_RANGE``).
         """
+        require_program(program, "DeviceMemory.run")
         if program.config != self.config:
             raise UsageError(f"a program for {program.config.name} cannot run in a memory "
                              f"opened for {self.config.name}")

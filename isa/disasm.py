@@ -11,7 +11,7 @@ import numpy as np
 from .asm_syntax import ALWAYS_PRINTED, IMPLIED, defaults, vocabulary
 from .config import PRESETS
 from .insn import INSN_CLASSES, Insn, dram_unit
-from .program import Program
+from .program import Program, check_segment_names
 
 DATA_PER_LINE = 16
 
@@ -60,7 +60,15 @@ def _config_line(prog: Program) -> str:
 
 def disassemble(prog: Program) -> str:
     """Canonical assembly text of a whole program (config, segments, data, micro-ops,
-    instructions)."""
+    instructions).
+
+    Raises
+    ------
+    ProgramError
+        A segment name assembly cannot read back
+        (:func:`~.program.check_segment_names`).
+    """
+    check_segment_names(prog)
     lines = [_config_line(prog)]
     for s in prog.segments:
         shape = ",".join(str(d) for d in s.shape)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from dataclasses import dataclass
 from typing import ClassVar
+
+import numpy as np
 
 from .config import HwConfig
 from .csr import ErrorCode
@@ -312,18 +315,73 @@ def check_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> None:
                 raise _illegal(insn, "use_imm", "requant takes no immediate", index)
 
 
+@functools.cache
+def _field_kinds(cls: type[Insn]) -> tuple[tuple[str, type | None], ...]:
+    """Per field of an instruction class its name and the enum its value comes from
+    (``None`` for an integer or flag field)."""
+    return tuple((f.name, type(f.default) if isinstance(f.default, Buffer | AluOp) else None)
+                 for f in dataclasses.fields(cls))
+
+
+_INT_TYPES = (int, bool)
+
+
+def _field_value(insn: Insn, name: str, enum: type | None, v: object,
+                 index: int | None) -> int:
+    """The value of a field whose Python type is not the plain one (``int`` or ``bool``;
+    the enum of an enum field): an integer-like object (a NumPy integer or bool) as an ``int``,
+    an enum's value given as an integer as its member. Raises :class:`IllegalInstruction` naming the
+    instruction kind and the field otherwise (a float is never truncated)."""
+    kind = insn.opcode.name.lower()
+    try:
+        value = int(v) if isinstance(v, np.bool_) else operator.index(v)  # type: ignore
+    except TypeError:
+        raise IllegalInstruction(f"{kind}: {name} = {v!r} is not an integer",
+                                 code=ErrorCode.BAD_FIELD, index=index,
+                                 engine=insn.engine.name.lower(), field=name) from None
+    if enum is None:
+        return value
+    try:
+        return enum(value)
+    except ValueError:
+        members = ", ".join(m.name for m in enum)  # type: ignore[attr-defined]
+        raise IllegalInstruction(f"{kind}: {name} = {v!r} is not a valid "
+                                 f"{enum.__name__} ({members})", code=ErrorCode.BAD_FIELD,
+                                 index=index, engine=insn.engine.name.lower(),
+                                 field=name) from None
+
+
 def encode_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> int:
     """Encode a legal instruction into an integer of :func:`insn_width` bits.
+
+    Every field must be an integer (a ``bool``, an enum member or a NumPy integer too;
+    a float is refused, never truncated), and ``buffer`` and ``op`` a value of
+    :class:`Buffer` and :class:`AluOp` (a member, or its value as an integer, which is
+    checked as that member).
 
     Raises
     ------
     IllegalInstruction
-        If the instruction breaks an ISA rule or a value does not fit its field.
+        If a field is not an integer or not a valid enum value (naming the instruction
+        kind and the field), the instruction breaks an ISA rule, or a value does not
+        fit its field.
     """
+    values = {"opcode": int(insn.opcode)}
+    replace = None
+    for name, enum in _field_kinds(type(insn)):
+        v = getattr(insn, name)
+        t = type(v)
+        if t is not enum and (enum is not None or t not in _INT_TYPES):
+            v = _field_value(insn, name, enum, v, index)
+            if enum is not None:
+                replace = {**(replace or {}), name: v}
+        values[name] = v
+    if replace is not None:  # an enum field given as an integer: checked as its member
+        insn = dataclasses.replace(insn, **replace)
     check_insn(insn, cfg, index)
     fmt = insn_formats(cfg)[insn.opcode]
     try:
-        return fmt.pack(insn.values())
+        return fmt.pack(values)
     except FieldRangeError as exc:
         raise _illegal(insn, exc.field, str(exc), index) from exc
 

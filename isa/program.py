@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,34 @@ DTYPES: dict[str, np.dtype] = {
 
 UOP_SEGMENT = "uops"
 """Reserved segment name of the micro-op table."""
+
+SEGMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+"""The segment names assembly reads (``.segment NAME``, ``dram=NAME+N``): the one
+declaration the assembler, :meth:`Program.to_bytes` and :meth:`Program.from_bytes` use."""
+
+RESERVED_SEGMENT_NAMES = ("insns", UOP_SEGMENT, "end")
+"""Names of the layout's own regions, which no segment may take."""
+
+
+def segment_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a segment's name in assembly (``None`` if it can): not a
+    :data:`SEGMENT_NAME`, or one of :data:`RESERVED_SEGMENT_NAMES`."""
+    if not isinstance(name, str) or not SEGMENT_NAME.fullmatch(name):
+        return ("is not a name the assembler reads back (a letter or _, then letters, "
+                "digits, _ or .)")
+    if name in RESERVED_SEGMENT_NAMES:
+        return f"is reserved ({', '.join(RESERVED_SEGMENT_NAMES)} name the layout's regions)"
+    return None
+
+
+def check_segment_names(program: Program) -> None:
+    """Raise :class:`ProgramError` naming the first segment of ``program`` whose name
+    assembly cannot read back (:func:`segment_name_problem`)."""
+    for s in program.segments:
+        problem = segment_name_problem(s.name)
+        if problem is not None:
+            raise ProgramError(f"segment {s.name!r}: the name {problem}")
+
 
 MAGIC = b"TFABPROG"
 VERSION = 1
@@ -357,7 +386,17 @@ class Program:
 
     # -------------------------------------------------------------- binary format
     def to_bytes(self) -> bytes:
-        """Serialize to the ``.bin`` format (header JSON, words, segment data)."""
+        """Serialize to the ``.bin`` format (header JSON, words, segment data).
+
+        Raises
+        ------
+        ProgramError
+            A segment name assembly cannot read back (:func:`segment_name_problem`):
+            ``disasm`` would print a line that does not assemble.
+        IllegalInstruction
+            An instruction or micro-op that does not encode (names its index).
+        """
+        check_segment_names(self)
         header = {
             "config": self.config.to_dict(),
             "n_insns": len(self.insns),
@@ -388,14 +427,19 @@ class Program:
         """
         if blob[:8] != MAGIC:
             raise BinaryFormatError(f"{source}: not a tensorfab program (bad magic)")
-        try:
-            version, hlen = struct.unpack_from("<II", blob, 8)
-            header = json.loads(blob[16: 16 + hlen])
-        except (struct.error, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BinaryFormatError(f"{source}: unreadable header: {exc}") from exc
+        if len(blob) < 16:
+            raise BinaryFormatError(f"{source}: truncated at byte {len(blob)}, inside the "
+                                    f"16-byte preamble (magic, version, header length)")
+        version, hlen = struct.unpack_from("<II", blob, 8)
         if version != VERSION:
             raise BinaryFormatError(f"{source}: version {version}, this tensorfab reads "
                                     f"{VERSION}")
+        if 16 + hlen > len(blob):
+            raise BinaryFormatError(_cut_header_message(blob, source))
+        try:
+            header = json.loads(blob[16: 16 + hlen])
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BinaryFormatError(f"{source}: unreadable header: {exc}") from exc
         cfg, n_insns, n_uops, seg_headers, placement = _check_header(header, source)
         pos = 16 + hlen
         nb = insn_width(cfg) // 8
@@ -459,6 +503,24 @@ class Program:
         for insn in self.insns:
             counts[insn.opcode.name.lower()] += 1
         return counts
+
+
+def _cut_header_message(blob: bytes, source: str) -> str:
+    """Why a binary whose header length (bytes 12-15) reaches past its end is refused.
+
+    The header :meth:`Program.to_bytes` writes is printable ASCII JSON, so a file whose
+    bytes after the preamble are all printable ASCII was cut inside its header; any
+    other byte there means the length (or more) is damaged. Neither message repeats
+    the length, which a damaged file does not vouch for.
+    """
+    rest = blob[16:]
+    bad = next((i for i, b in enumerate(rest) if not 0x20 <= b < 0x7F), None)
+    if bad is None:
+        return (f"{source}: header: truncated: the file ends at byte {len(blob)}, inside "
+                f"its JSON header (which starts at byte 16)")
+    return (f"{source}: header: the header length (bytes 12-15) reaches past the end of "
+            f"the file (byte {len(blob)}), and byte {16 + bad} is not header text: "
+            f"damaged")
 
 
 def placement_alignment(program_or_cfg: Program | HwConfig) -> int:
@@ -541,6 +603,9 @@ def _check_header(header: object, source: str
         if not isinstance(s, dict):
             raise bad(f"segment {i} is not a JSON object")
         typed(s, _SEGMENT_KEYS, f"segment {i}: ")
+        problem = segment_name_problem(s["name"])
+        if problem is not None:
+            raise bad(f"segment {i} ({s['name']!r}): the name {problem}")
         if s["dtype"] not in DTYPES:
             raise bad(f"segment {i} ({s['name']!r}): dtype {s['dtype']!r} is not one of "
                       f"{', '.join(DTYPES)}")

@@ -43,7 +43,7 @@ def serve_until_interrupted(serve: Callable[[], None], close: Callable[[], None]
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from tensorfab.hil.errors import HilError
+    from tensorfab.hil.errors import HilError, TokenError
     from tensorfab.hil.server import DeviceServer
     from tensorfab.hil.tracker import TrackerRegistration
 
@@ -53,7 +53,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.tracker is not None and args.token is None:
         raise HilError("--tracker needs --token: the tracker's token, which clients of "
                        "this device use too")
-    server = DeviceServer(args.device, args.host, args.port, args.token)
+    try:
+        server = DeviceServer(args.device, args.host, args.port, args.token)
+    except TokenError as exc:  # --token is this server's, not the served board's
+        if not args.device.startswith("socket://"):
+            raise
+        raise exc.given_with(f"the board's token in --device "
+                             f"'{exc.address}?token=...' (--token is this server's own)"
+                             ) from None
     registration = None
     try:
         address = _advertised(args.host, server.port, args.advertise)

@@ -1,6 +1,7 @@
 """Every bad input ends in one line naming the file: regression tests of issue 10."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -109,11 +110,40 @@ def _with_header(edit) -> bytes:
     (lambda h: h["config"].update(bogus=1), "unknown field"),
     (lambda h: h.update(config=[]), "config"),
     (lambda h: h.update(extra=1), "unknown key"),
+    (lambda h: h["segments"][0].update(name="a b"), r"segment 0 \('a b'\): the name is not a "
+                                                    "name the assembler reads back"),
+    (lambda h: h["segments"][0].update(name="end"), r"segment 0 \('end'\): the name is "
+                                                    "reserved"),
 ])
 def test_binary_header_is_untrusted(edit, match):
     with pytest.raises(BinaryFormatError, match=match) as info:
         Program.from_bytes(_with_header(edit), source="x.bin")
     assert str(info.value).startswith("x.bin: header: ")
+
+
+def _long_header_length(blob: bytes) -> bytes:
+    return blob[:12] + (3423435367).to_bytes(4, "little") + blob[16:]
+
+
+@pytest.mark.parametrize("cut,match", [
+    (lambda b: b[:12], r": truncated at byte 12, inside the 16-byte preamble"),
+    (lambda b: b[:50], r": header: truncated: the file ends at byte 50, inside its JSON "
+                       r"header \(which starts at byte 16\)$"),
+    (lambda b: b[:16], r": header: truncated: the file ends at byte 16, inside its JSON"),
+    (_long_header_length, r": header: the header length \(bytes 12-15\) reaches past the end "
+                          r"of the file \(byte \d+\), and byte \d+ is not header text"),
+])
+def test_binary_cut_inside_its_header_says_truncated(tmp_path, capsys, cut, match):
+    """A .bin cut inside its JSON header said 'unreadable header: Expecting ','
+    delimiter: line 1 column 35 (char 34)', one cut inside the preamble the message of
+    struct.unpack_from; now each says where the file ends, without repeating the
+    header length the damaged file claims."""
+    f = tmp_path / "cut.bin"
+    f.write_bytes(cut(_blob()))
+    err = one_line_error(capsys, "disasm", f, name=f).strip()
+    assert re.search(match, err), err
+    if len(cut(_blob())) >= 16:
+        assert str(int.from_bytes(cut(_blob())[12:16], "little")) not in err
 
 
 def test_side_files(tmp_path, capsys):

@@ -13,11 +13,14 @@ writes, so no layout changes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from tensorfab.compiler.tensor.epilogue import Epilogue
+from tensorfab.compiler.tensor.errors import CompileError
 from tensorfab.compiler.tensor.operators import conv2d as compile_conv2d
 from tensorfab.compiler.tensor.schedule_source import ScheduleSource
 from tensorfab.compiler.tensor.tile_search import MODEL_VTHREADS
@@ -192,6 +195,31 @@ def _compile(chain: list[Call], schedules: ScheduleSource | None = None) -> Call
     return Call(ACCEL_PROGRAM, [x, Constant(blob, dev), residual.args[1]],
                 {**attrs, "extra_input_segment": "res"}, dev,
                 source_names(chain))
+
+
+def describe_nodes(chain: list[Call]) -> str:
+    """Where a chain comes from, for an error: its source nodes' names (the ONNX nodes'
+    :attr:`~.ir.Call.name`, as :func:`source_names` gives them to its program) and its
+    operators (``nodes 'conv0', 'clip0' (qnn.conv2d_integer+...+clip on the
+    accelerator)``)."""
+    names = list(dict.fromkeys(c.name for c in chain if c.name))
+    ops = f"{'+'.join(c.op for c in chain)} on the accelerator"
+    if not names:
+        return f"the chain {ops}"
+    return (f"node{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))} "
+            f"({ops})")
+
+
+@contextmanager
+def naming_nodes(chain: list[Call]) -> Iterator[None]:
+    """Prefix a :class:`CompileError` (an epilogue's ``clip bounds (6, 0) must satisfy
+    ...``, a tile that does not fit) or :class:`AcceleratorLoweringError` raised inside
+    with the chain's source nodes (:func:`describe_nodes`; the names the frontend gave
+    the calls, :func:`~.ir.name_new_calls`): the tensor compiler knows no node names."""
+    try:
+        yield
+    except (CompileError, AcceleratorLoweringError) as exc:  # (the class kept)
+        raise type(exc)(f"{describe_nodes(chain)}: {exc}") from exc
 
 
 def source_names(chain: list[Call]) -> str:
@@ -376,12 +404,14 @@ def lower_accelerator_chains(fn: Function, schedules: ScheduleSource | None = No
         if (isinstance(node, Call) and node.virtual_device is not None
                 and node.virtual_device.kind == "accel"):
             if node.op in ACCEL_ACTIVATIONS:
-                new[id(node)] = _compile_activation(rebuilt)  # type: ignore[arg-type]
+                with naming_nodes([rebuilt]):  # type: ignore[list-item]
+                    new[id(node)] = _compile_activation(rebuilt)  # type: ignore[arg-type]
                 continue
             adds = _residual_add_from(node, readers)
             if adds is not None:
-                new[id(node)] = _compile_residual_add(
-                    [new[id(c)] for c in adds[:-1]] + [rebuilt])  # type: ignore[list-item]
+                added = [new[id(c)] for c in adds[:-1]] + [rebuilt]
+                with naming_nodes(added):  # type: ignore[arg-type]
+                    new[id(node)] = _compile_residual_add(added)  # type: ignore[arg-type]
                 continue
             chain = _chain_from(node)
             continues = any(r.virtual_device == node.virtual_device and r.args[0] is node
@@ -390,7 +420,8 @@ def lower_accelerator_chains(fn: Function, schedules: ScheduleSource | None = No
             if (chain is not None and not continues
                     and all(len(readers.get(id(c), [])) == 1 for c in chain[:-1])):
                 nodes = [new[id(c)] for c in chain[:-1]] + [rebuilt]
-                rebuilt = _compile(nodes, schedules)  # type: ignore[arg-type]
+                with naming_nodes(nodes):  # type: ignore[arg-type]
+                    rebuilt = _compile(nodes, schedules)  # type: ignore[arg-type]
         new[id(node)] = rebuilt
     out = new[id(fn)]
     assert isinstance(out, Function)

@@ -26,6 +26,7 @@ from tensorfab.compiler.tensor.timing import estimated_cycles
 from tensorfab.isa import HwConfig
 from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 
+from .accel_lowering import naming_nodes
 from .device import CPU, VirtualDevice
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, post_order
@@ -117,8 +118,9 @@ def lower_activation_matmuls(fn: Function, device: VirtualDevice) -> Function:
         rebuilt = rebuild(node, new)
         mm = _requantized_matmul(node)
         if mm is not None and activation_matmul_refusal(mm, cfg) is None:
-            rebuilt = _lowered(node, new[id(mm.args[0])], new[id(mm.args[1])],  # type: ignore[arg-type]
-                               mm, device)
+            with naming_nodes([mm, node]):
+                rebuilt = _lowered(node, new[id(mm.args[0])],  # type: ignore[arg-type]
+                                   new[id(mm.args[1])], mm, device)
         new[id(node)] = rebuilt
     out = new[id(fn)]
     assert isinstance(out, Function)

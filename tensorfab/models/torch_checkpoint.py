@@ -7,7 +7,8 @@ torch ≥ 1.6 (``archive/data.pkl`` and ``archive/data/<key>``) and the legacy s
 storage as an 8-byte element count and its bytes). The unpickler is restricted: it
 resolves only ``collections.OrderedDict``, torch's ``_rebuild_tensor_v2`` and the typed
 storage classes, each to a function that builds a numpy array; any other global (code a
-hostile file would run) is refused with :class:`CheckpointError` naming it.
+hostile file would run) is refused with :class:`CheckpointError` naming it. A bfloat16
+tensor, which numpy has no type for, is read as the float32 values it stands for.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ STORAGE_DTYPES = {
     "FloatStorage": np.float32, "DoubleStorage": np.float64, "HalfStorage": np.float16,
     "LongStorage": np.int64, "IntStorage": np.int32, "ShortStorage": np.int16,
     "CharStorage": np.int8, "ByteStorage": np.uint8, "BoolStorage": np.bool_,
+    "BFloat16Storage": np.uint16,  # read as its 16 bits, widened to float32 (_widened)
 }
+#: Storages of bfloat16: the top 16 bits of a float32, which numpy has no type for.
+BFLOAT16_STORAGES = frozenset({"BFloat16Storage"})
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 
 
@@ -42,10 +46,24 @@ class CheckpointError(TensorfabError, ValueError):
 
 
 class _StorageRef:
-    """A storage the pickle points at: its key, dtype and element count."""
+    """A storage the pickle points at: its key, dtype (as stored: ``uint16`` for
+    bfloat16) and element count, and whether it holds bfloat16."""
 
-    def __init__(self, key: str, dtype: type, count: int) -> None:
-        self.key, self.dtype, self.count = key, dtype, count
+    def __init__(self, key: str, dtype: type, count: int, bfloat16: bool = False) -> None:
+        self.key, self.dtype, self.count, self.bfloat16 = key, dtype, count, bfloat16
+
+    @property
+    def dtype_name(self) -> str:
+        return "bfloat16" if self.bfloat16 else np.dtype(self.dtype).name
+
+
+def _widened(ref: _StorageRef, flat: np.ndarray) -> np.ndarray:
+    """A storage's elements as read: bfloat16's 16 bits shifted into the top of a
+    ``uint32`` and viewed as ``float32`` (exact: bfloat16 is a float32 with its low 16
+    mantissa bits cut); other dtypes unchanged."""
+    if not ref.bfloat16:
+        return flat
+    return (flat.astype(np.uint32) << 16).view(np.float32)
 
 
 class _TensorRef:
@@ -82,7 +100,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
         if not _is_count(pid[4]):
             raise CheckpointError(f"{self.where}: storage {pid[2]!r} has {pid[4]!r} "
                                   "elements, not a non-negative integer")
-        return _StorageRef(str(pid[2]), STORAGE_DTYPES[pid[1]], int(pid[4]))
+        return _StorageRef(str(pid[2]), STORAGE_DTYPES[pid[1]], int(pid[4]),
+                           pid[1] in BFLOAT16_STORAGES)
 
 
 def _is_count(value: Any) -> bool:
@@ -118,7 +137,7 @@ def _tensors(state: Any, read: Callable[[_StorageRef], np.ndarray],
             raise CheckpointError(f"{where}: entry {name!r} is a {type(ref).__name__}, "
                                   "not a tensor")
         _check_geometry(ref, f"{where}: tensor {name!r}")
-        flat = read(ref.storage)
+        flat = _widened(ref.storage, read(ref.storage))
         item = flat.itemsize
         need = ref.offset + sum((d - 1) * s for d, s in zip(ref.shape, ref.stride,
                                                             strict=True)) + 1
@@ -157,7 +176,7 @@ def _storage_array(raw: bytes, ref: _StorageRef, where: str,
     need = ref.count * dtype.itemsize
     if len(raw) < need:
         raise CheckpointError(f"{where}: storage {ref.key} holds {len(raw)} bytes, the "
-                              f"pickle says {ref.count} × {dtype.name} "
+                              f"pickle says {ref.count} × {ref.dtype_name} "
                               f"({need} bytes): truncated")
     stored = dtype.newbyteorder("<" if byteorder == "little" else ">")
     return np.frombuffer(raw, stored, count=ref.count).astype(dtype, copy=False)

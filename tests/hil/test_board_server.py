@@ -119,6 +119,33 @@ def test_the_command_line_names_its_token_option(board: VirtualBoard, monkeypatc
                 "its token when it starts)\n")
 
 
+def test_serving_a_board_names_the_targets_token_query(board: VirtualBoard, monkeypatch,
+                                                      capsys) -> None:
+    """`tensorfab serve --device socket://...` (and DeviceServer('socket://...')) without
+    the board's token said 'pass token=... or set TENSORFAB_TOKEN', but serve's --token
+    and DeviceServer's token= are the server's own: the board's token goes in the
+    target's ?token= query, which the message now says."""
+    from tensorfab.cli import main
+    from tensorfab.hil.server import DeviceServer
+
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    with BoardServer(board, pty=False, token="right") as server:
+        refused = (f"{server.address}: the board refused the connection: wrong or missing "
+                   f"token: pass the board's token in ")
+        for device in (server.address, f"{server.address}?token=wrong"):
+            capsys.readouterr()
+            assert main(["serve", "--device", device, "--token", "mine"]) == 2
+            assert capsys.readouterr().err == (
+                f"error: {refused}--device '{server.address}?token=...' (--token is this "
+                f"server's own) or set {TOKEN_ENV} (the server prints its token when it "
+                "starts)\n")
+            with pytest.raises(TokenError) as info:
+                DeviceServer(device)
+            assert str(info.value).startswith(
+                f"{refused}the target's query ('{server.address}?token=...') or set "), info
+        assert "wrong" not in str(info.value).replace("wrong or missing", "")
+
+
 def test_silent_client_is_dropped_and_a_second_client_refused(board: VirtualBoard) -> None:
     with BoardServer(board, pty=False, token="t", hello_timeout=0.3) as server:
         silent = socket.create_connection(("127.0.0.1", server.port))

@@ -13,6 +13,7 @@ from tensorfab.isa import (
     IllegalInstruction,
     Load,
     Program,
+    ProgramError,
 )
 from tensorfab.isa.asm import assemble
 from tensorfab.isa.disasm import disassemble
@@ -145,3 +146,30 @@ def test_config_json_file_is_relative_to_the_source_folder(tmp_path, monkeypatch
     (sub / "other.s").write_text(".config nope.json\nfinish\n")
     with pytest.raises(AsmError, match=r"other\.s:1:9: .*sub/nope\.json"):
         assemble_file("sub/other.s")
+
+
+@pytest.mark.parametrize("name,why", [
+    ("a b", "is not a name the assembler reads back"),
+    ("9lives", "is not a name the assembler reads back"),
+    ("", "is not a name the assembler reads back"),
+    ("insns", "is reserved"),
+    ("end", "is reserved"),
+])
+def test_segment_names_assembly_cannot_read_back_are_refused(name, why):
+    """Program.to_bytes accepted a segment named 'a b', which disasm printed as
+    '.segment a b int8 4' (a line that does not assemble); now to_bytes and disassemble
+    refuse it naming the segment, with the assembler's own name grammar."""
+    prog = assemble(".config tiny\n.segment A int8 4\nfinish\n")
+    prog.segments[0].name = name
+    for write in (prog.to_bytes, lambda: disassemble(prog)):
+        with pytest.raises(ProgramError, match=f"^segment '{name}': the name {why}"):
+            write()
+    with pytest.raises(AsmError):  # what disassemble would have printed
+        assemble(f".config tiny\n.segment {name} int8 4\nfinish\n")
+
+
+def test_segment_names_the_assembler_reads_are_written():
+    prog = assemble(".config tiny\n.segment _x.1 int8 4\nload.inp sram=0 dram=_x.1+1 y=1 x=1 "
+                    "stride=1\nfinish\n")
+    assert Program.from_bytes(prog.to_bytes()).segments[0].name == "_x.1"
+    assert assemble(disassemble(prog)) == prog

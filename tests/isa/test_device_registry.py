@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from tensorfab.isa import TensorfabError
+from tensorfab.isa import PRESETS, TensorfabError
+from tensorfab.isa.asm import assemble
 from tensorfab.isa.device import (
     Device,
     RunResult,
@@ -23,7 +26,7 @@ class _Echo(Device):
     def __init__(self, target: str = "", **options: object) -> None:
         self.target, self.options = target, options
 
-    def run(self, program, dram=None) -> RunResult:  # pragma: no cover - not run
+    def run(self, program, dram=None) -> RunResult:
         return RunResult(np.zeros(0, np.uint8), {})
 
 
@@ -79,3 +82,33 @@ def test_a_wrong_option_or_target_names_what_is_taken(target, options, message) 
     with pytest.raises(UsageError) as info:
         open_device(target, **options)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("target", ["fsim", "timing"])
+@pytest.mark.parametrize("given,how", [
+    ("prog.s", r"not a str \('prog\.s'\): get one with tensorfab\.isa\.asm\.assemble_file\("),
+    (Path("prog.bin"), r"not a PosixPath \('prog\.bin'\): get one with Program\.from_bytes\("
+                       r"Path\(path\)\.read_bytes\(\)\) for a \.bin file"),
+    (b"TFABPROG", r"not a bytes \(b'TFABPROG'\): get one with Program\.from_bytes\(blob\)"),
+    (None, r"not None: get one with .*assemble_file.*Program\.from_bytes"),
+])
+def test_run_of_something_not_a_program_says_how_to_get_one(target, given, how) -> None:
+    """dev.run('prog.s') (a path, not a Program) raised AttributeError: 'str' object has
+    no attribute 'insns'; now a UsageError naming the device, and how to read a .s or
+    .bin file into a Program."""
+    if isinstance(given, Path) and type(Path()).__name__ != "PosixPath":
+        pytest.skip("the message names the Path class")
+    dev = open_device(target)
+    with pytest.raises(UsageError, match=rf"^{target}: run takes a Program, {how}"):
+        dev.run(given)
+    with pytest.raises(UsageError, match=rf"^{target}: run takes a Program, {how}"):
+        dev.run(program=given)
+    with pytest.raises(UsageError, match=rf"^DeviceMemory\.run takes a Program, {how}"):
+        dev.open_memory(PRESETS["tiny"], 4096).run(given)
+
+
+def test_run_of_a_subclass_still_takes_a_program() -> None:
+    prog = assemble(".config tiny\nfinish\n")
+    assert _Echo().run(prog).dram.size == 0
+    with pytest.raises(UsageError, match=r"^echo: run takes a Program, not a str"):
+        _Echo().run("p.s")

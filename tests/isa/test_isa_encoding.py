@@ -142,3 +142,36 @@ def test_decode_uop_refuses_a_word_wider_than_a_micro_op(word: int) -> None:
     with pytest.raises(UsageError, match=r"does not fit the 32-bit micro-op word of "
                                          r"config 'tiny'"):
         decode_uop(word, cfg)
+
+
+@pytest.mark.parametrize("insn,field,match", [
+    (Load(buffer=Buffer.ACC, sram=1.5), "sram", r"^instruction 7, load engine, field sram: "
+                                                r"load: sram = 1\.5 is not an integer"),
+    (Load(buffer=Buffer.ACC, y="2"), "y", r"load: y = '2' is not an integer"),
+    (Store(dram=None), "dram", r"store: dram = None is not an integer"),
+    (Gemm(iter_in=2.0), "iter_in", r"gemm: iter_in = 2\.0 is not an integer"),
+    (Load(buffer=5), "buffer", r"load: buffer = 5 is not a valid Buffer \(UOP, WGT, INP, ACC\)"),
+    (Alu(op=12), "op", r"alu: op = 12 is not a valid AluOp \(ADD, "),
+    (Alu(op=1.0), "op", r"alu: op = 1\.0 is not an integer"),
+    (Alu(op=10), "op", r"config 'tiny' has no REQUANT"),  # an int op checked as its member
+])
+def test_encode_refuses_fields_that_are_not_valid_integers(insn, field, match):
+    """encode_insn(Load(sram=1.5)) encoded sram 1, Alu(op=12) a word decode_insn refuses,
+    Alu(op=10) (an int, not an AluOp) passed tiny's REQUANT check, Load(buffer=5) raised
+    KeyError; now each is an IllegalInstruction naming the instruction kind and field."""
+    with pytest.raises(IllegalInstruction, match=match) as info:
+        encode_insn(insn, PRESETS["tiny"], 7)
+    assert info.value.field == field and info.value.index == 7
+    assert info.value.code is ErrorCode.BAD_FIELD
+
+
+def test_encode_takes_enum_values_and_numpy_integers_as_integers():
+    """An enum field given as its integer value, and NumPy integers, encode as the
+    members and ints they stand for (the check is on the value, not the type)."""
+    import numpy as np
+    cfg = DEFAULT
+    assert encode_insn(Alu(op=10), cfg) == encode_insn(Alu(op=AluOp.REQUANT), cfg)
+    assert encode_insn(Load(buffer=3, sram=np.int64(2), y=np.uint8(2)), cfg) == \
+        encode_insn(Load(buffer=Buffer.ACC, sram=2, y=2), cfg)
+    assert encode_insn(Load(pop_next=np.bool_(True)), cfg) == encode_insn(Load(pop_next=True),
+                                                                           cfg)

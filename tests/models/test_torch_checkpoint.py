@@ -246,3 +246,55 @@ def test_truncated_or_damaged_files_are_refused_naming_the_part(tmp_path: Path,
     with pytest.raises(CheckpointError, match=r"cut\.pth: (zip member )?archive/data\.pkl "
                                               r"is damaged"):
         load_state_dict(path)
+
+
+def _bfloat16_state(torch) -> tuple[OrderedDict, dict[str, np.ndarray], np.ndarray]:
+    """A bfloat16 tensor (2, 3), stored as the top 16 bits of these float32 values (each
+    exactly a bfloat16), read transposed (stride (1, 2)) from offset 1."""
+    class BFloat16Storage:
+        pass
+    BFloat16Storage.__module__, BFloat16Storage.__qualname__ = "torch", "BFloat16Storage"
+    torch.BFloat16Storage = BFloat16Storage
+    values = np.array([9.0, 1.5, -2.0, 3.140625, 2.0**100, -0.0, np.inf], np.float32)
+    bits = (values.view(np.uint32) >> 16).astype(np.uint16)
+    assert np.array_equal((bits.astype(np.uint32) << 16).view(np.float32), values)
+    state = OrderedDict(emb=_Tensor("3", BFloat16Storage, 7, 1, (2, 3), (1, 2)))
+    want = np.lib.stride_tricks.as_strided(values[1:], (2, 3), (4, 8)).copy()
+    return state, {"3": bits}, want
+
+
+@pytest.mark.parametrize("fmt", ["zip", "legacy", "zip big-endian"])
+def test_bfloat16_tensors_are_read_as_float32(tmp_path: Path, fake_torch, fmt) -> None:
+    """A bfloat16 tensor was refused with 'refuses the pickled global
+    torch.BFloat16Storage (only a state dict of tensors is read)', which it is; now its
+    16-bit elements are widened to the float32 values they stand for."""
+    state, storages, want = _bfloat16_state(fake_torch)
+    path = tmp_path / "bf16.pth"
+    if fmt == "legacy":
+        path.write_bytes(b"".join(
+            [_dump(0x1950A86A20F9469CFC6C), _dump(1001),
+             _dump({"protocol_version": 1001, "little_endian": True}), _dump(state),
+             _dump(list(storages))]
+            + [struct.pack("<q", d.size) + d.tobytes() for d in storages.values()]))
+    else:
+        big = fmt.endswith("big-endian")
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("archive/data.pkl", _dump(state))
+            z.writestr("archive/byteorder", "big" if big else "little")
+            for key, data in storages.items():
+                z.writestr(f"archive/data/{key}", data.astype(">u2" if big else "<u2").tobytes())
+    got = load_state_dict(path)["emb"]
+    assert got.dtype == np.float32 and got.shape == (2, 3)
+    np.testing.assert_array_equal(got, want)
+    assert np.signbit(got).tolist() == np.signbit(want).tolist()
+
+
+def test_a_short_bfloat16_storage_names_its_dtype(tmp_path: Path, fake_torch) -> None:
+    state, storages, _ = _bfloat16_state(fake_torch)
+    path = tmp_path / "bf16.pth"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", _dump(state))
+        z.writestr("archive/data/3", storages["3"].tobytes()[:6])
+    with pytest.raises(CheckpointError, match=r"bf16\.pth: storage 3 holds 6 bytes, the "
+                                              r"pickle says 7 × bfloat16 \(14 bytes\)"):
+        load_state_dict(path)

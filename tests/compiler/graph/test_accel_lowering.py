@@ -139,3 +139,25 @@ def test_padding_past_the_loads_pad_field_stays_on_the_cpu_with_the_reason() -> 
     xv = np.random.default_rng(8).integers(-128, 128, (1, 6, 7, 7)).astype(np.int8)
     np.testing.assert_array_equal(evaluate(compiled, [xv]),
                                   evaluate(fixed_point_requantize(f), [xv]))
+
+
+def test_epilogue_errors_name_the_source_nodes() -> None:
+    """An epilogue the tensor compiler refuses ('clip bounds (50, -50) must satisfy
+    -32768 <= lo <= hi <= 32767') named no node; now the chain's source nodes (the names
+    the ONNX frontend gives its calls) and operators lead the message."""
+    from tensorfab.compiler.graph.ir import name_new_calls
+    from tensorfab.compiler.tensor.errors import CompileError
+
+    r = np.random.default_rng(6)
+    x = gb.var("x", (1, 4, 5, 5), "int8", device=CPU)
+    conv = gb.conv2d_integer(x, r.integers(-128, 128, (4, 4, 3, 3)).astype(np.int8),
+                             np.int8(0), np.int8(0))
+    name_new_calls([conv], "conv0", set())
+    y = gb.clip(gb.requantize(conv, np.float32(0.004), np.int8(0), out_dtype="int8"),
+                a_min=50, a_max=-50)
+    name_new_calls([y], "relu6_0", set())
+    f = gb.function([x], gb.negative(y), result_device=CPU)
+    with pytest.raises(CompileError, match=r"^nodes 'conv0', 'relu6_0' \(qnn\.conv2d_integer\+"
+                                           r"qnn\.requantize_fixed\+clip on the accelerator\): "
+                                           r"clip bounds \(50, -50\) must satisfy"):
+        compile_for(f, "tiny")
