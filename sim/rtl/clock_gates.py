@@ -157,11 +157,11 @@ _DMA_ENABLE = ("/rst", "/start", "seq.insn__valid & seq.insn__ready", "seq.busy 
 #: RUN reads them. The rest of the core reads ``idle``, ``busy`` and ``finished``,
 #: which hold.
 CLOCK_GATES: tuple[ClockGate, ...] = (
-    ClockGate("alu", "compute.alu_pipe.alu", "core.compute.alu_pipe.alu",
+    ClockGate("alu", "compute.alu", "core.compute.alu",
               ("in_valid", "en2", "out_valid", "/compute.s2_valid & /compute.s2_alu",
                "/compute.seq.exec__start", "/rst", "/start"),
-              joined=tuple(f"compute.alu_pipe.{r}" for r in ("a3_a", "a3_b", "rec", "op",
-                                                               "a6_data", "a6_addr"))),
+              joined=("compute.a3_a", "compute.a3_b", "compute.rec", "compute.op",
+                      "compute.a6_data", "compute.a6_addr")),
     ClockGate("gemm", "compute.gemm", "core.compute.gemm", ("in_valid", "valid_d*",
                                                              "out_valid")),
     ClockGate("store", "store", "core.store", (*_DMA_ENABLE, "rd_pending"),

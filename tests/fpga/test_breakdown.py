@@ -257,7 +257,7 @@ def test_icebreaker_soc_breakdown(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert (result["board"], result["config"], result["family"]) == ("icebreaker", "up5k",
                                                                      "ice40")
     rows = {r["module"]: r for r in result["rows"]}
-    assert {"top.soc.core.compute.gemm", "top.soc.core.compute.alu_pipe.alu",
+    assert {"top.soc.core.compute.gemm", "top.soc.core.compute.alu",
             "top.soc.core.fetch", "top.soc.bridge"} <= set(rows)
     total = result["rows"][0]["total"]
     assert total["SPRAM"] == 1 and total["DSP"] >= 4
