@@ -268,7 +268,9 @@ void* tf_create(void) {
 
 void tf_destroy(void* h) { delete H(h); }
 
-// Memory timing (see mem_model.h); returns 0, or -1 for an invalid setting.
+// Memory timing (see mem_model.h); returns 0, or -1 for an invalid setting. It
+// restarts the memory model, whose outputs reach the core through the wrapper's
+// registers: call tf_reset before the next start (as every run does).
 int tf_set_mem(void* h, uint32_t read_latency, uint32_t write_latency, uint32_t bandwidth,
                uint32_t max_outstanding, uint32_t read_buffer, uint32_t onchip) {
     tf::MemConfig c;

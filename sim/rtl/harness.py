@@ -207,7 +207,8 @@ class Harness:
 
     # ------------------------------------------------------------------ set-up
     def set_memory(self, memory: MemoryTiming) -> None:
-        """Set the memory model's timing (also resets its state and statistics)."""
+        """Set the memory model's timing (also resets its state and statistics; the
+        core sees the restarted memory after the next :meth:`reset`)."""
         m = memory
         if self._lib.tf_set_mem(self.handle, m.read_latency, m.write_latency, m.bandwidth,
                                 m.max_outstanding, m.read_buffer, int(m.onchip)):
