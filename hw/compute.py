@@ -53,13 +53,11 @@ class ComputeEngine(wiring.Component):
     read (the ALU's at S1C, else GEMM's) and the accumulator write (the ALU's at S6,
     else GEMM's; never both: the pipeline drains between instructions).
 
-    GEMM: the accumulator write of the cycle between its read and its write-back is
-    forwarded, so back-to-back micro-ops on one entry need no stall. ALU: a micro-op
-    reading the entry one of the three micro-ops ahead of it writes is held at S1C
-    until that one reaches S5; one reading what the micro-op four ahead writes gets
-    S6's result forwarded (read ports are transparent to the write port for anything
-    further ahead). The pipeline drains at the end of each instruction before its
-    tokens are pushed.
+    Back-to-back GEMM micro-ops on one entry need no stall (the GemmWriteBack
+    forwards); an ALU micro-op reading what one of the three ahead of it writes is held
+    at S1C (the UopIssue's interlock), one four ahead gets S6's result forwarded (the
+    AluPipeline). The pipeline drains at the end of each instruction (``DRAIN``) before
+    its tokens are pushed.
 
     **Fast reset.** A GEMM with ``reset`` whose accumulator indices run in contiguous
     lines (one micro-op, ``acc_factor_in = 1``, every input and weight factor 0, as
@@ -67,10 +65,9 @@ class ComputeEngine(wiring.Component):
     :class:`~.fast_reset.FastReset` reads its micro-op and zeroes each line
     ``uop.acc + i·acc_factor_out + [0, iter_in)`` through :attr:`acc_zero`, up to
     :func:`~.signatures.zero_lanes` entries per cycle. Range checks and errors are those
-    of the micro-op loop; :attr:`gemm_uops` counts every entry zeroed. The loops
-    themselves are a :class:`~.uop_loop.UopLoop`. Without ``cfg.fast_reset`` there is
-    no fast reset: such a GEMM goes through the pipeline like any other, and
-    :attr:`acc_zero` stays low.
+    of the micro-op loop; :attr:`gemm_uops` counts every entry zeroed. Without
+    ``cfg.fast_reset`` there is no fast reset: such a GEMM goes through the pipeline
+    like any other, and :attr:`acc_zero` stays low.
 
     Parameters
     ----------
@@ -166,7 +163,7 @@ class ComputeEngine(wiring.Component):
         stepping = Signal()
         issuing = Signal()
         m.submodules.issue = issue = UopIssue(cfg)
-        # hold: the ALU micro-op at S1C reads the entry the one at S2 or S3 writes; it
+        # hold: the ALU micro-op at S1C reads the entry one at S2, S3 or S4 writes; it
         # waits at S1C (and S0, S0R, S1 with it) until it can meet the result registered
         hold = issue.hold
         m.d.comb += [self.uop_rd.addr.eq(loop.uop), loop.step.eq(stepping),
