@@ -171,11 +171,11 @@ def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
         assert sorted(kept) == sorted(gate.ungated)
         assert body.count("posedge clk)") == len(gate.ungated)
         assert f"always @(posedge {TOP}.{gate.clock})" in body
-    # the ALU's operand, operation and result registers in the compute engine are on
-    # its clock
-    start = gated.index(f"module \\{CORE}.compute (")
+    # the ALU's operand, operation and result registers in the ALU pipeline are on its
+    # clock
+    start = gated.index(f"module \\{CORE}.compute.alu (")
     body = gated[start:gated.index("endmodule", start)]
-    for reg in ("a3_a", "a3_b", "rec", "op", "a6_data", "a6_addr"):
+    for reg in ("a3_a", "a3_b", "a3_rec", "alu_op", "a6_data", "a6_addr"):
         assert re.search(rf"always @\(posedge {TOP}\.clk_alu\)\s*{reg} <=", body)
     # the engines' sequencers and burst issuers share their engine's clock
     for sub in ("store.seq", "store.bursts", "store.fifo", "fetch.fifo"):
