@@ -26,7 +26,9 @@ __all__ = [
     "MemPortSignature",
     "MemReadSignature",
     "MemWriteSignature",
+    "ReadRequestSignature",
     "TokenSignature",
+    "WriteRequestSignature",
     "ZeroSignature",
     "acc_entry_bits",
     "clamped_insn_count",
@@ -129,6 +131,40 @@ def BufReadSignature(addr_width: int, data_width: int) -> wiring.Signature:
     amaranth.lib.wiring.Signature
     """
     return wiring.Signature({"addr": Out(addr_width), "en": Out(1), "data": In(data_width)})
+
+
+def ReadRequestSignature(addr_width: int) -> wiring.Signature:
+    """The request half of a :func:`BufReadSignature`: ``addr`` and ``en``, from a
+    component that reads a buffer whose ``data`` goes to another one.
+
+    Parameters
+    ----------
+    addr_width : int
+        Entry index width.
+
+    Returns
+    -------
+    amaranth.lib.wiring.Signature
+    """
+    return wiring.Signature({"addr": Out(addr_width), "en": Out(1)})
+
+
+def WriteRequestSignature(addr_width: int, data_width: int) -> wiring.Signature:
+    """A buffer write request without back-pressure: entry ``addr`` takes ``data`` at
+    the clock edge where ``en`` is high (:func:`BufWriteSignature` without ``ready``:
+    the writer's client arbitrates between requests and owns the port).
+
+    Parameters
+    ----------
+    addr_width, data_width : int
+        Entry index and entry widths.
+
+    Returns
+    -------
+    amaranth.lib.wiring.Signature
+    """
+    return wiring.Signature({"addr": Out(addr_width), "data": Out(data_width),
+                             "en": Out(1)})
 
 
 #: Accumulator entries one zero-flag row covers (at most; see :func:`zero_lanes`).

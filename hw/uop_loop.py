@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa.formats import LOOP_ITER_WIDTH
 
-__all__ = ["INDEX_WIDTH", "UopLoop"]
+__all__ = ["INDEX_WIDTH", "OFFSETS", "UopLoop"]
 
 #: Width of the index arithmetic: wide enough for any base + (2^14-1) * factor sum.
 INDEX_WIDTH = 32

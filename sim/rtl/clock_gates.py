@@ -49,10 +49,10 @@ class ClockGate:
         Short name: the wrapper's ports are ``clk_NAME`` and ``en_NAME``.
     module : str
         The unit's module in the core's Verilog, below ``tensorfab_core`` (Amaranth
-        names a submodule by its path: ``compute.alu``). Its submodules
+        names a submodule by its path: ``compute.alu.vector``). Its submodules
         (``store.seq``, ``store.bursts``) are on the same clock.
     instance : str
-        Its instance path from the wrapper (``core.compute.alu``).
+        Its instance path from the wrapper (``core.compute.alu.vector``).
     enable : tuple of str
         Terms whose OR is the enable: while every term is low, the unit has nothing
         to do (see :data:`CLOCK_GATES`). A term is one signal or an AND of signals
@@ -68,7 +68,7 @@ class ClockGate:
         from what the gate does not cover (the store engine's copies of the CSRs).
     joined : tuple of str
         Registers of other modules on the unit's clock, by module path and name
-        (``compute.a3_a``: the ALU's operand registers in the compute engine); the
+        (``compute.alu.a3_a``: the ALU's operand registers in the ALU pipeline); the
         enable must cover every cycle they load on.
     """
 
@@ -116,16 +116,18 @@ _DMA_ENABLE = ("/rst", "/start", "seq.insn__valid & seq.insn__ready", "seq.busy 
 #: ``out_valid`` are (``shift_error`` is high only with ``out_valid``), and a reset or a
 #: start sets them to that same zero. Gated, every register holds exactly what it would,
 #: and a tick with all three low changes nothing. So the gate also ticks when an ALU
-#: micro-op is at the compute engine's S2 (``s2_valid & s2_alu``), the only cycles on
-#: which the ALU's operand registers there (``a3_a``, ``a3_b`` and the record ``rec``,
-#: without reset) load, and when the compute engine takes an instruction
-#: (``seq.exec__start``) or resets (``/rst``, ``/start``), the only cycles on which its
-#: operation register (``op``, the ALU's ``op`` input) loads: they join the ALU's
-#: clock, and the ALU's first-cycle logic reads registers of its own clock. So do the
-#: result registers the ALU's third cycle feeds (``a6_data``, ``a6_addr``, loaded with
-#: ``out_valid``): the third cycle's logic (each lane's MUL, MULHI, SHR_RND and
-#: REQUANT finish) is then evaluated on the ALU's ticks only, not on every cycle after
-#: the last ALU operation left ``op3`` set.
+#: micro-op is at the compute engine's S2 (``s2_valid & s2_alu`` of its
+#: :class:`~tensorfab.hw.uop_issue.UopIssue`), the only cycles on which the operand
+#: registers of the :class:`~tensorfab.hw.alu_pipeline.AluPipeline` around the ALU
+#: (``a3_a``, ``a3_b`` and the record ``a3_rec``, without reset) load, and when the
+#: compute engine takes an instruction (``seq.exec__start``) or resets (``/rst``,
+#: ``/start``), the only cycles on which the pipeline's operation register
+#: (``alu_op``, the ALU's ``op`` input) loads: they join the ALU's clock, and the ALU's
+#: first-cycle logic reads registers of its own clock. So do the result registers the
+#: ALU's third cycle feeds (``a6_data``, ``a6_addr``, loaded with ``out_valid``): the
+#: third cycle's logic (each lane's MUL, MULHI, SHR_RND and REQUANT finish) is then
+#: evaluated on the ALU's ticks only, not on every cycle after the last ALU operation
+#: left ``op3`` set.
 #:
 #: GemmCore (``hw/gemm.py``): a pipeline whose datapath registers load on every cycle
 #: and whose valid chain (``valid_d*``, ``out_valid``) says which stages hold a
@@ -157,11 +159,13 @@ _DMA_ENABLE = ("/rst", "/start", "seq.insn__valid & seq.insn__ready", "seq.busy 
 #: RUN reads them. The rest of the core reads ``idle``, ``busy`` and ``finished``,
 #: which hold.
 CLOCK_GATES: tuple[ClockGate, ...] = (
-    ClockGate("alu", "compute.alu", "core.compute.alu",
-              ("in_valid", "en2", "out_valid", "/compute.s2_valid & /compute.s2_alu",
+    ClockGate("alu", "compute.alu.vector", "core.compute.alu.vector",
+              ("in_valid", "en2", "out_valid",
+               "/compute.issue.s2_valid & /compute.issue.s2_alu",
                "/compute.seq.exec__start", "/rst", "/start"),
-              joined=("compute.a3_a", "compute.a3_b", "compute.rec", "compute.op",
-                      "compute.a6_data", "compute.a6_addr")),
+              joined=("compute.alu.a3_a", "compute.alu.a3_b", "compute.alu.a3_rec",
+                      "compute.alu.alu_op", "compute.alu.a6_data",
+                      "compute.alu.a6_addr")),
     ClockGate("gemm", "compute.gemm", "core.compute.gemm", ("in_valid", "valid_d*",
                                                              "out_valid")),
     ClockGate("store", "store", "core.store", (*_DMA_ENABLE, "rd_pending"),

@@ -1,9 +1,10 @@
 """Cycles the compute engine's ALU interlock adds to each ALU instruction.
 
-The compute pipeline (:class:`tensorfab.hw.compute.ComputeEngine`) holds an ALU
-micro-op at S1C while one of the micro-ops at S2, S3 or S4 writes an accumulator entry
-it reads (its destination always, its source unless the operation takes an immediate or
-is REQUANT). A micro-op that passes S1C at cycle ``t`` lets a dependent one pass at
+The compute pipeline (:class:`tensorfab.hw.compute.ComputeEngine`, whose
+:class:`tensorfab.hw.uop_issue.UopIssue` has the interlock) holds an ALU micro-op at
+S1C while one of the micro-ops at S2, S3 or S4 writes an accumulator entry it reads
+(its destination always, its source unless the operation takes an immediate or is
+REQUANT). A micro-op that passes S1C at cycle ``t`` lets a dependent one pass at
 ``t + 4`` at the earliest, so each micro-op passes at
 ``max(previous + 1, max(dependency + 4))``. The pipeline drains between instructions,
 so only micro-ops of one instruction interact. The indices come from the micro-ops the

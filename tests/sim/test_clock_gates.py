@@ -171,11 +171,11 @@ def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
         assert sorted(kept) == sorted(gate.ungated)
         assert body.count("posedge clk)") == len(gate.ungated)
         assert f"always @(posedge {TOP}.{gate.clock})" in body
-    # the ALU's operand, operation and result registers in the compute engine are on
-    # its clock
-    start = gated.index(f"module \\{CORE}.compute (")
+    # the ALU's operand, operation and result registers in the ALU pipeline are on its
+    # clock
+    start = gated.index(f"module \\{CORE}.compute.alu (")
     body = gated[start:gated.index("endmodule", start)]
-    for reg in ("a3_a", "a3_b", "rec", "op", "a6_data", "a6_addr"):
+    for reg in ("a3_a", "a3_b", "a3_rec", "alu_op", "a6_data", "a6_addr"):
         assert re.search(rf"always @\(posedge {TOP}\.clk_alu\)\s*{reg} <=", body)
     # the engines' sequencers and burst issuers share their engine's clock
     for sub in ("store.seq", "store.bursts", "store.fifo", "fetch.fifo"):
@@ -190,7 +190,8 @@ def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
 @pytest.mark.parametrize(("gate", "message"), [
     (ClockGate("x", "compute.nothing", "core.compute.nothing", ("v",)),
      "no module tensorfab_core.compute.nothing"),
-    (ClockGate("alu", "compute.alu", "core.compute.alu", ("in_valid", "renamed")),
+    (ClockGate("alu", "compute.alu.vector", "core.compute.alu.vector",
+               ("in_valid", "renamed")),
      "has no signal 'renamed'"),
     (ClockGate("store", "store", "core.store", ("seq.busy & ~seq.renamed",)),
      "module tensorfab_core.store.seq has no signal 'renamed'"),
@@ -198,9 +199,9 @@ def test_gate_verilog_clocks_the_unit_by_the_wrappers_input() -> None:
      "module tensorfab_core has no signal 'renamed'"),
     (ClockGate("store", "store", "core.store", ("seq.busy",), ungated=("protect", "renamed")),
      "has no register 'renamed' clocked by clk"),
-    (ClockGate("alu", "compute.alu", "core.compute.alu", ("in_valid",),
-               joined=("compute.renamed",)),
-     "module tensorfab_core.compute has no register 'renamed' clocked by clk"),
+    (ClockGate("alu", "compute.alu.vector", "core.compute.alu.vector", ("in_valid",),
+               joined=("compute.alu.renamed",)),
+     "module tensorfab_core.compute.alu has no register 'renamed' clocked by clk"),
 ])
 def test_gate_naming_what_the_core_lacks_is_an_error(gate: ClockGate, message: str) -> None:
     with pytest.raises(ClockGateError, match=message):
@@ -229,7 +230,8 @@ def test_a_gate_whose_enable_reads_an_input_is_refused(monkeypatch) -> None:
 
     def from_input(verilog, core, gates):
         names, lines = real(verilog, core, gates)
-        return names, [ln.replace("(|core.compute.alu.in_valid)", "(|mem__cmd__ready)")
+        return names, [ln.replace("(|core.compute.alu.vector.in_valid)",
+                                  "(|mem__cmd__ready)")
                        for ln in lines]
     monkeypatch.setattr(rtl_build, "wrapper_ports", from_input)
     with pytest.raises(HarnessBuildError, match="en_alu depend on an input"):

@@ -1,0 +1,153 @@
+"""The compute engine's ALU pipeline: stages S2 to S6 of an ALU micro-op, from its
+operands to the accumulator write."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from tensorfab.isa import AluOp, HwConfig, Opcode
+from tensorfab.isa.formats import ALU_PIPELINE_STAGES, MULHI_IMM_SHIFT
+
+from .alu import VectorAlu
+from .layouts import insn_layout
+from .signatures import WriteRequestSignature, acc_entry_bits, wgt_entry_bits
+
+__all__ = ["AluPipeline"]
+
+
+class AluPipeline(wiring.Component):
+    """``acc[d] = OP(acc[d], acc[s] or imm)`` for one ALU micro-op per cycle::
+
+        S2  operands registered (a result at S6 to the same entry forwarded)
+        S3  first cycle of the VectorAlu
+        S4  second cycle
+        S5  third cycle, OP(a, b) registered
+        S6  write acc[d] (``acc_wr``)
+
+    (``ALU_PIPELINE_STAGES`` = 4 register stages after the read.) A micro-op enters at
+    S2 with the entries its issue read at S1C (``dst_data``, ``src_data``; REQUANT's
+    records in ``rec``); the read ports are transparent to the write port, so they
+    hold everything written before S2 but what the micro-op at S6 writes then, which
+    is forwarded. A micro-op that reads what one of the three micro-ops ahead of it
+    writes must not enter before that one is at S6, four cycles later (the issue's
+    interlock holds it: the result it needs is not registered before it would be at
+    S2, and forwarding it unregistered would put the ALU and the forwarding in one
+    cycle); ``a3_valid``/``a3_dst`` tell the interlock the micro-op at S3.
+
+    ``error`` drops the micro-ops at S2, S3 and S4; S5's result is written unless its
+    shift is out of range (``shift_error``, the engine's ``SHIFT_RANGE``).
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Accelerator configuration.
+
+    Attributes
+    ----------
+    start : In(1)
+        An instruction starts: ``op``, ``use_imm`` and ``imm`` are registered (the
+        pipeline must be empty).
+    op, use_imm, imm : In(...)
+        The ALU instruction's fields (read at ``start``).
+    valid : In(1)
+        A micro-op enters at S2.
+    dst, src : In(acc_bits)
+        The entries it writes and reads (``src``: unless ``use_imm``).
+    dst_data, src_data : In(acc entry)
+        Those entries as read at S1C.
+    rec : In(wgt entry)
+        The weight entry read at S1C (REQUANT's records).
+    error : In(1)
+        Drop the micro-ops at S2, S3 and S4.
+    acc_wr : Out(WriteRequestSignature(acc_bits, acc entry))
+        The write of the micro-op at S6.
+    shift_error : Out(1)
+        The micro-op at S5 has a shift out of range; its result is not written.
+    a3_valid, a3_dst : Out(1), Out(acc_bits)
+        The micro-op at S3 and the entry it writes.
+    busy : Out(1)
+        A micro-op is at S3, S4, S5 or S6.
+    """
+
+    def __init__(self, cfg: HwConfig) -> None:
+        self.cfg = cfg
+        fields = insn_layout(cfg, Opcode.ALU)
+        vec_bits = acc_entry_bits(cfg)
+        super().__init__({
+            "start": In(1),
+            "op": In(fields["op"].shape),
+            "use_imm": In(1),
+            "imm": In(fields["imm"].shape),
+            "valid": In(1),
+            "dst": In(cfg.acc_bits),
+            "src": In(cfg.acc_bits),
+            "dst_data": In(vec_bits),
+            "src_data": In(vec_bits),
+            "rec": In(wgt_entry_bits(cfg)),
+            "error": In(1),
+            "acc_wr": Out(WriteRequestSignature(cfg.acc_bits, vec_bits)),
+            "shift_error": Out(1),
+            "a3_valid": Out(1),
+            "a3_dst": Out(cfg.acc_bits),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        cfg = self.cfg
+        m = Module()
+        lanes = cfg.batch * cfg.block_out
+        error = self.error
+        alu_op = Signal(4)
+        use_imm = Signal()
+        imm = Signal(signed(32))
+        with m.If(self.start):
+            m.d.sync += [alu_op.eq(self.op), use_imm.eq(self.use_imm), imm.eq(self.imm)]
+        assert ALU_PIPELINE_STAGES == 4
+        m.submodules.vector = alu = VectorAlu(cfg)
+        assert alu.LATENCY == 2
+        vec_shape = unsigned(len(self.dst_data))
+        a3_valid, a4_valid, a5_keep, a6_valid = Signal(), Signal(), Signal(), Signal()
+        a3_addr, a4_addr, a5_addr, a6_addr = (Signal(cfg.acc_bits, name=f"a{k}_addr")
+                                              for k in range(3, 7))
+        # wide datapath registers without a reset (the valid bits say what they hold):
+        # with one, Verilator copies every word of them on every cycle
+        a3_a, a3_b, a6_data = (Signal(vec_shape, name=name, reset_less=True)
+                               for name in ("a3_a", "a3_b", "a6_data"))
+        a3_rec = Signal(len(self.rec), reset_less=True)
+        alu_new = Signal(vec_shape)
+        imm_b = Signal(signed(cfg.acc_width))  # the immediate operand (docs/isa.md)
+        m.d.comb += imm_b.eq(Mux(alu_op == AluOp.MULHI, imm << MULHI_IMM_SHIFT, imm))
+        alu_s2 = self.valid
+        shift_bad = alu.out_valid & alu.shift_error
+        a_in, b_in = Signal(vec_shape), Signal(vec_shape)
+        m.d.comb += [
+            a_in.eq(Mux(a6_valid & (a6_addr == self.dst), a6_data, self.dst_data)),
+            b_in.eq(Mux(use_imm, Cat(*[imm_b] * lanes),
+                        Mux(a6_valid & (a6_addr == self.src), a6_data, self.src_data))),
+        ]
+        alu_in = a3_valid & ~error
+        m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(alu_in),
+                     a5_keep.eq(a4_valid & ~error),
+                     a6_valid.eq(alu.out_valid & a5_keep & ~shift_bad)]
+        with m.If(alu_s2):
+            m.d.sync += [a3_addr.eq(self.dst), a3_a.eq(a_in), a3_b.eq(b_in),
+                         a3_rec.eq(self.rec)]
+        with m.If(alu_in):
+            m.d.sync += a4_addr.eq(a3_addr)
+        with m.If(a4_valid):
+            m.d.sync += a5_addr.eq(a4_addr)
+        with m.If(alu.out_valid):
+            m.d.sync += [a6_addr.eq(a5_addr), a6_data.eq(alu_new)]
+        a3_av = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_a)
+        a3_bv = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_b)
+        m.d.comb += [alu.op.eq(alu_op), alu.in_valid.eq(alu_in),
+                     alu.rec.eq(a3_rec), alu_new.eq(alu.result)]
+        for k in range(lanes):
+            m.d.comb += [alu.a[k].eq(a3_av[k]), alu.b[k].eq(a3_bv[k])]
+        m.d.comb += [self.acc_wr.addr.eq(a6_addr), self.acc_wr.data.eq(a6_data),
+                     self.acc_wr.en.eq(a6_valid), self.shift_error.eq(shift_bad),
+                     self.a3_valid.eq(a3_valid), self.a3_dst.eq(a3_addr),
+                     self.busy.eq(a3_valid | a4_valid | alu.out_valid | a6_valid)]
+        return m
