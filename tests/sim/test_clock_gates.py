@@ -19,7 +19,7 @@ from amaranth.sim import Simulator
 
 from tensorfab.hw.alu import AluSignature, VectorAlu
 from tensorfab.hw.gemm import GemmCore
-from tensorfab.isa import PRESETS, AluOp
+from tensorfab.isa import PRESETS, AluOp, Program
 from tensorfab.sim import FunctionalSimulator
 from tensorfab.sim.rtl import RtlSimulator
 from tensorfab.sim.rtl.build import CORE, TOP, HarnessBuildError, build_harness, core_source
@@ -238,12 +238,17 @@ def test_a_gate_whose_enable_reads_an_input_is_refused(monkeypatch) -> None:
         build_harness(TINY, pgo=False)
 
 
+def _gemm_with_epilogue(clip: int = 5) -> Program:
+    """A blocked GEMM of tiny with a shift-and-clip ALU epilogue, two threads."""
+    return build_blocked_gemm(TINY, 16, 32, 32, vthreads=2, rng=np.random.default_rng(3),
+                              epilogue=[(AluOp.SHR, 3), (AluOp.CLIP, clip)])
+
+
 @pytest.mark.slow
 def test_gated_model_equals_ungated() -> None:
     """The same results, cycles, CSRs and timelines with the gates and without, on a
     blocked GEMM with an ALU epilogue and a REQUANT-free shift and clip."""
-    prog = build_blocked_gemm(TINY, 16, 32, 32, vthreads=2, rng=np.random.default_rng(3),
-                              epilogue=[(AluOp.SHR, 3), (AluOp.CLIP, 127)])
+    prog = _gemm_with_epilogue(127)
     gated = RtlSimulator(trace=True).run(prog)
     plain_sim = RtlSimulator(trace=True)
     plain_sim.build = lambda cfg: build_harness(cfg, clock_gates=False)  # type: ignore[method-assign]
@@ -267,8 +272,7 @@ def _one_core_session(build) -> tuple:
 
     from tensorfab.sim.rtl import Harness
 
-    prog = build_blocked_gemm(TINY, 16, 32, 32, vthreads=2, rng=np.random.default_rng(3),
-                              epilogue=[(AluOp.SHR, 3), (AluOp.CLIP, 5)])
+    prog = _gemm_with_epilogue()
     runs = [(prog, prog.dram_image(), False), (prog, patched_opcode(prog, 3), False),
             (prog, prog.dram_image(), False)]
     runs += [(p, p.dram_image(), True) for p in directed_programs(TINY).values()]
@@ -299,8 +303,7 @@ def test_a_shortened_enable_changes_the_run(monkeypatch, unit: str, term: str) -
     from tensorfab.sim.rtl import build as rtl_build
 
     full = _one_core_session(build_harness(TINY, pgo=False))
-    prog = build_blocked_gemm(TINY, 16, 32, 32, vthreads=2, rng=np.random.default_rng(3),
-                              epilogue=[(AluOp.SHR, 3), (AluOp.CLIP, 5)])
+    prog = _gemm_with_epilogue()
     want = FunctionalSimulator().run(prog).dram.tobytes()
     assert [(status, dram[:len(want)] == want) for status, _, dram in full[:3]] == \
         [("DONE", True), ("ERROR", False), ("DONE", True)]
