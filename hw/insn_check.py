@@ -23,7 +23,7 @@ from tensorfab.isa import (
     insn_formats,
     insn_width,
 )
-from tensorfab.isa.formats import MAX_SHIFT, requant_supported
+from tensorfab.isa.formats import MAX_SHIFT, REQUANT_RECORD_WORDS, requant_supported
 from tensorfab.isa.insn import SHIFT_OPS
 
 from .layouts import RESERVED, insn_layout
@@ -93,6 +93,9 @@ class InsnCheck(wiring.Component):
             bad.append((v.buffer == Buffer.UOP) & pads)
         elif op == Opcode.STORE:
             bad += [v.pop_next, v.push_next, v.y == 0, v.x == 0, v.sram >= cfg.acc_depth]
+            if requant_supported(cfg):
+                bad += [v.requant & (v.rec > cfg.acc_depth - REQUANT_RECORD_WORDS),
+                        ~v.requant & (v.rec != 0)]
         elif op in (Opcode.GEMM, Opcode.ALU):
             bad += [v.uop_end > cfg.uop_depth, v.uop_begin >= v.uop_end,
                     v.iter_out == 0, v.iter_in == 0]

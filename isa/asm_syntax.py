@@ -37,7 +37,7 @@ REQUIRED = ALWAYS_PRINTED
 """Keys an instruction must give (no default): transfers' addresses and sizes, kernels'
 micro-op range and loop counts. Padding, loop factors, ``imm`` and flags default to 0."""
 
-IMPLIED = {"use_imm": "imm"}
+IMPLIED = {"use_imm": "imm", "requant": "rec"}
 """Fields set by the presence of another key rather than written themselves."""
 
 

@@ -118,6 +118,9 @@ REQUANT_RECORD: tuple[tuple[str, int, int, bool], ...] = (
 )
 #: Bytes of a REQUANT record (a weight row must hold at least this many).
 REQUANT_RECORD_BYTES = 12
+#: Accumulator entries holding the records of a requantizing STORE: record word ``k``
+#: (bytes ``4k..4k+3``) of channel ``o`` is lane ``o`` of batch row 0 of entry ``rec + k``.
+REQUANT_RECORD_WORDS = REQUANT_RECORD_BYTES // 4
 #: Largest rounding right shift of REQUANT (its product has 63 significant bits).
 REQUANT_MAX_SHIFT = 62
 #: REQUANT's multiplier is the low bits of its field, unsigned (a Q31 multiplier in
@@ -252,7 +255,7 @@ def _raw_formats(cfg: HwConfig) -> dict[Opcode, tuple[Field, ...]]:
         ),
         Opcode.STORE: _header() + (
             Field("sram", cfg.acc_bits, "first accumulator entry to store"),
-        ) + xfer,
+        ) + xfer + (_store_requant_fields(cfg) if requant_supported(cfg) else ()),
         Opcode.GEMM: _header() + (
             Field("reset", 1, "write zeros to the addressed accumulators instead of MACs"),
         ) + _loop_fields(cfg) + (
@@ -277,6 +280,14 @@ def _raw_formats(cfg: HwConfig) -> dict[Opcode, tuple[Field, ...]]:
         ),
         Opcode.FINISH: _header(),
     }
+
+
+def _store_requant_fields(cfg: HwConfig) -> tuple[Field, ...]:
+    """A STORE's requantization (configs with REQUANT only): its records' entries."""
+    return (
+        Field("requant", 1, "narrow through REQUANT with the records at acc[rec..rec+2]"),
+        Field("rec", cfg.acc_bits, "first of the accumulator entries holding the records"),
+    )
 
 
 def _round_word(bits: int) -> int:

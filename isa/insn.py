@@ -23,6 +23,7 @@ from .formats import (
     FAST_RESET_LANES,
     MAX_SHIFT,
     REQUANT_RECORD_BYTES,
+    REQUANT_RECORD_WORDS,
     SHIFT_OPS,
     AluOp,
     Buffer,
@@ -108,7 +109,12 @@ class Load(Insn):
 
 @dataclass(frozen=True)
 class Store(Insn):
-    """2-D DMA of accumulator entries, narrowed to int8 (low byte), into DRAM."""
+    """2-D DMA of accumulator entries, narrowed to int8 (low byte), into DRAM.
+
+    With ``requant`` (configs with REQUANT), each entry is narrowed through REQUANT's
+    arithmetic with the per-channel records held in accumulator entries ``rec`` to
+    ``rec + 2`` (docs/isa.md, "STORE").
+    """
 
     opcode: ClassVar[Opcode] = Opcode.STORE
     sram: int = 0
@@ -116,6 +122,8 @@ class Store(Insn):
     y: int = 1
     x: int = 1
     stride: int = 1
+    requant: bool = False
+    rec: int = 0
 
 
 @dataclass(frozen=True)
@@ -285,6 +293,18 @@ def check_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> None:
         if insn.sram >= depth:
             raise _illegal(insn, "sram", f"sram = {insn.sram} is past the buffer depth {depth}",
                            index)
+    if isinstance(insn, Store):
+        if insn.requant:
+            if not requant_supported(cfg):
+                raise _illegal(insn, "requant", f"config {cfg.name!r} has no REQUANT (a "
+                               f"weight row of {cfg.block_in} bytes cannot hold its "
+                               f"{REQUANT_RECORD_BYTES}-byte record)", index)
+            if insn.rec > cfg.acc_depth - REQUANT_RECORD_WORDS:
+                raise _illegal(insn, "rec", f"rec = {insn.rec}: its {REQUANT_RECORD_WORDS} "
+                               f"record entries run past the acc depth {cfg.acc_depth}",
+                               index)
+        elif insn.rec != 0:
+            raise _illegal(insn, "rec", "rec must be 0 when requant is clear", index)
     if isinstance(insn, Load) and insn.buffer is Buffer.UOP:
         for name in ("pad_top", "pad_bottom", "pad_left", "pad_right"):
             if getattr(insn, name):
@@ -313,6 +333,14 @@ def check_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> None:
                                f"hold its {REQUANT_RECORD_BYTES}-byte record)", index)
             if insn.use_imm:
                 raise _illegal(insn, "use_imm", "requant takes no immediate", index)
+
+
+@functools.cache
+def _absent_fields(cfg: HwConfig, cls: type[Insn]) -> tuple[str, ...]:
+    """Fields of ``cls`` that ``cfg``'s format lacks (a STORE's requantization on a
+    config without REQUANT)."""
+    names = {f.name for f in insn_formats(cfg)[cls.opcode].fields}
+    return tuple(n for n in _field_names(cls) if n not in names)
 
 
 @functools.cache
@@ -380,6 +408,8 @@ def encode_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> int:
         insn = dataclasses.replace(insn, **replace)
     check_insn(insn, cfg, index)
     fmt = insn_formats(cfg)[insn.opcode]
+    for name in _absent_fields(cfg, type(insn)):  # zero: check_insn refuses anything else
+        del values[name]
     try:
         return fmt.pack(values)
     except FieldRangeError as exc:

@@ -16,10 +16,12 @@ from .formats import (
     REQUANT_MULTIPLIER_BITS,
     REQUANT_RECORD,
     REQUANT_RECORD_BYTES,
+    REQUANT_RECORD_WORDS,
     requant_supported,
 )
 
-__all__ = ["pack_requant_records", "unpack_requant_records"]
+__all__ = ["acc_record_rows", "pack_requant_acc_records", "pack_requant_records",
+           "unpack_requant_records"]
 
 #: Legal values per field: the field's width, but the shift up to REQUANT_MAX_SHIFT and
 #: the multiplier within its REQUANT_MULTIPLIER_BITS.
@@ -95,3 +97,41 @@ def unpack_requant_records(rows: np.ndarray) -> dict[str, np.ndarray]:
             v = np.where(v >= 1 << (8 * size - 1), v - (1 << (8 * size)), v)
         out[name] = v
     return out
+
+
+def pack_requant_acc_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.ndarray:
+    """The accumulator entries holding the records of a requantizing STORE.
+
+    Parameters
+    ----------
+    cfg : HwConfig
+        Gives the entry shape (``batch × block_out`` int32).
+    **fields : numpy.ndarray | int
+        As :func:`pack_requant_records`.
+
+    Returns
+    -------
+    numpy.ndarray
+        int32 ``(ceil(O / block_out) × 3, batch, block_out)``: per block of
+        ``block_out`` channels, three entries whose batch row 0 holds the records'
+        little-endian words (:data:`.formats.REQUANT_RECORD_WORDS`); the other rows are 0.
+
+    Raises
+    ------
+    UsageError
+        As :func:`pack_requant_records`.
+    """
+    rows = pack_requant_records(cfg, **fields)  # (blocks, block_out, block_in)
+    words = np.ascontiguousarray(rows[..., :REQUANT_RECORD_BYTES]).view("<i4")
+    out = np.zeros((rows.shape[0], REQUANT_RECORD_WORDS, cfg.batch, cfg.block_out),
+                   dtype=np.int32)
+    out[:, :, 0, :] = words.transpose(0, 2, 1)
+    return out.reshape(-1, cfg.batch, cfg.block_out)
+
+
+def acc_record_rows(entries: np.ndarray) -> np.ndarray:
+    """The records of a requantizing STORE as weight rows: ``entries`` is the int32
+    ``(3, batch, block_out)`` accumulator entries ``rec..rec+2``; returns int8
+    ``(block_out, 12)``, the rows :func:`unpack_requant_records` reads."""
+    words = np.ascontiguousarray(np.asarray(entries, dtype=np.int32)[:, 0, :].T)
+    return words.astype("<i4").view(np.int8).reshape(-1, REQUANT_RECORD_BYTES)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from tensorfab.isa import Buffer, ErrorCode, Load, Store, buffer_depth, buffer_entry_bytes
-from tensorfab.isa.formats import uop_format
+from tensorfab.isa.formats import REQUANT_MAX_SHIFT, REQUANT_RECORD_WORDS, uop_format
+from tensorfab.isa.requant_record import acc_record_rows, unpack_requant_records
 
+from .fsim_alu import requant_values
 from .machine import Machine, range_error
 from .race import Access, Block, Span
 
@@ -96,10 +98,29 @@ def exec_store(m: Machine, acc: Access, insn: Store) -> None:
                           f"{insn.dram}), inside the instruction stream [{m.insn_start:#x}, "
                           f"{m.insn_end:#x})")
     m.trackers["acc"].read(acc, Span(insn.sram, insn.sram + n))
+    values = m.acc[insn.sram: insn.sram + n]
+    if insn.requant:
+        values = _requantized(m, acc, insn, values)
     m.trackers["dram"].write(acc, dst)
-    data = m.acc[insn.sram: insn.sram + n].astype(np.int8).view(np.uint8)
+    data = values.astype(np.int8).view(np.uint8)
     dst.set(m.dram, data.reshape(insn.y, insn.x * eb))
     m.counters.store_bytes += n * eb
+
+
+def _requantized(m: Machine, acc: Access, insn: Store, values: np.ndarray) -> np.ndarray:
+    """``values`` through REQUANT with the records in ``acc[rec..rec+2]``; ``SHIFT_RANGE``
+    (before anything is written) if a record's shift is past REQUANT_MAX_SHIFT."""
+    span = Span(insn.rec, insn.rec + REQUANT_RECORD_WORDS)
+    m.trackers["acc"].read(acc, span)
+    rec = unpack_requant_records(acc_record_rows(m.acc[insn.rec: insn.rec + REQUANT_RECORD_WORDS]))
+    bad = np.flatnonzero(rec["shift"] > REQUANT_MAX_SHIFT)
+    if bad.size:
+        o = int(bad[0])
+        raise range_error(acc, ErrorCode.SHIFT_RANGE, "rec",
+                          f"REQUANT shift {int(rec['shift'][o])} outside "
+                          f"0..{REQUANT_MAX_SHIFT} in the record of channel {o} "
+                          f"(lane {o} of acc[{insn.rec + 2}])")
+    return requant_values(values, **{k: v[None, None, :] for k, v in rec.items()})
 
 
 __all__ = ["exec_load", "exec_store"]

@@ -22,7 +22,7 @@ from tensorfab.isa import (
     insn_formats,
     uop_format,
 )
-from tensorfab.isa.formats import MAX_SHIFT, Opcode, requant_supported
+from tensorfab.isa.formats import MAX_SHIFT, REQUANT_RECORD_WORDS, Opcode, requant_supported
 from tensorfab.isa.insn import SHIFT_OPS
 
 configs = st.sampled_from(list(PRESETS.values()))
@@ -58,9 +58,11 @@ def loads(draw, cfg: HwConfig) -> Load:
 @st.composite
 def stores(draw, cfg: HwConfig) -> Store:
     f = lambda n: draw(_bits(cfg, Opcode.STORE, n))  # noqa: E731
+    requant = requant_supported(cfg) and draw(st.booleans())
+    rec = draw(st.integers(0, cfg.acc_depth - REQUANT_RECORD_WORDS)) if requant else 0
     return Store(sram=draw(st.integers(0, cfg.acc_depth - 1)), dram=f("dram"),
                  y=draw(st.integers(1, (1 << 16) - 1)), x=draw(st.integers(1, (1 << 16) - 1)),
-                 stride=f("stride"), **draw(_deps("store")))
+                 stride=f("stride"), requant=requant, rec=rec, **draw(_deps("store")))
 
 
 @st.composite

@@ -1,0 +1,167 @@
+"""A requantizing STORE (``store ... rec=R``): REQUANT's arithmetic applied on the way
+to DRAM with records held in accumulator entries, against Python integers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorfab.isa import (
+    PRESETS,
+    Alu,
+    AluOp,
+    Buffer,
+    ErrorCode,
+    IllegalInstruction,
+    Load,
+    Program,
+    ProgramBuilder,
+    ProgramError,
+    Segment,
+    Store,
+    Uop,
+    check_insn,
+    decode_insn,
+    encode_insn,
+)
+from tensorfab.isa.asm import assemble
+from tensorfab.isa.disasm import disassemble
+from tensorfab.isa.requant_record import pack_requant_acc_records, pack_requant_records
+from tensorfab.sim import FunctionalSimulator
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def reference(a: int, m: int, b: int, n: int, zp: int, lo: int, hi: int) -> int:
+    """REQUANT's documented semantics with Python's unbounded integers."""
+    t = (a + b + (1 << 31)) % (1 << 32) - (1 << 31)
+    p = t * (m & 0x7FFFFFFF)
+    q, r = divmod(abs(p), 1 << n)
+    if n > 0 and 2 * r >= (1 << n):
+        q += 1
+    return min(max((q if p >= 0 else -q) + zp, lo), hi)
+
+
+def records(rng: np.random.Generator, channels: int) -> dict[str, np.ndarray]:
+    """Random legal records, with the edge multipliers and shifts among them."""
+    n = rng.integers(0, 63, channels)
+    n[:4] = [0, 1, 31, 62]
+    m = rng.integers(0, INT32_MAX, channels, endpoint=True)
+    m[:3] = [INT32_MAX, 1 << 30, 0]
+    lo = rng.integers(-128, 128, channels)
+    hi = np.maximum(lo, rng.integers(-128, 128, channels))
+    return {"multiplier": m, "bias": rng.integers(INT32_MIN, INT32_MAX, channels, endpoint=True),
+            "shift": n, "zero_point": rng.integers(-128, 128, channels), "lo": lo, "hi": hi}
+
+
+def store_program(cfg, x: np.ndarray, rec: np.ndarray, rec_at: int, y: int = 1,
+                  stride: int | None = None) -> Program:
+    """acc[0:k] = x, acc[rec_at:rec_at+3] = rec; STORE the k entries as ``y`` rows
+    through the records (an ALU pass adding 0 hands the tokens from load to store)."""
+    k = x.shape[0]
+    cols = k // y
+    stride = cols if stride is None else stride
+    bld = ProgramBuilder(cfg)
+    bld.add_segment(Segment("X", "int32", x.shape, x))
+    bld.add_segment(Segment("R", "int32", rec.shape, rec))
+    bld.add_segment(Segment("out", "int8", ((y - 1) * stride + cols, cfg.batch, cfg.block_out),
+                            output=True))
+    begin, end = bld.add_uops([Uop(acc=0, src=0, wgt=0)])
+    bld.load_uops()
+    bld.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, x=k), segment="X")
+    bld.emit(Load(buffer=Buffer.ACC, sram=rec_at, dram=0, x=3, push_next=True), segment="R")
+    bld.emit(Alu(op=AluOp.ADD, use_imm=True, imm=0, uop_begin=begin, uop_end=end,
+                 pop_prev=True, push_next=True))
+    bld.emit(Store(sram=0, dram=0, y=y, x=cols, stride=stride, requant=True, rec=rec_at,
+                   pop_prev=True), segment="out")
+    return bld.build()
+
+
+def expected(cfg, x: np.ndarray, f: dict[str, np.ndarray]) -> np.ndarray:
+    """Every lane of ``x`` through its channel's record, as Python integers."""
+    want = np.zeros(x.shape, dtype=np.int64)
+    for idx in np.ndindex(*x.shape):
+        o = idx[-1]
+        want[idx] = reference(int(x[idx]), *(int(f[k][o]) for k in
+                                             ("multiplier", "bias", "shift", "zero_point",
+                                              "lo", "hi")))
+    return want
+
+
+@pytest.mark.parametrize("preset", ["default", "large"])
+def test_requantizing_store_matches_python_integers(preset: str) -> None:
+    cfg = PRESETS[preset]
+    rng = np.random.default_rng(7)
+    f = records(rng, cfg.block_out)
+    x = rng.integers(INT32_MIN, INT32_MAX, (12, cfg.batch, cfg.block_out), endpoint=True)
+    x[0, 0, :4] = [INT32_MIN, INT32_MAX, 0, -1]
+    rec = pack_requant_acc_records(cfg, **f)
+    out = FunctionalSimulator(cfg).run(store_program(cfg, x.astype(np.int32), rec, 20, y=3,
+                                                     stride=5)).outputs["out"]
+    want = expected(cfg, x, f).reshape(3, 4, cfg.batch, cfg.block_out)
+    got = out.reshape(-1, cfg.batch, cfg.block_out)
+    for r in range(3):
+        np.testing.assert_array_equal(got[5 * r: 5 * r + 4], want[r])
+
+
+def test_acc_records_hold_the_weight_rows_bytes() -> None:
+    """Record word k of channel o is bytes 4k..4k+3 of the channel's weight-row record."""
+    cfg = PRESETS["default"]
+    f = records(np.random.default_rng(8), 2 * cfg.block_out)
+    rows = pack_requant_records(cfg, **f).view(np.uint8)  # (2, block_out, block_in)
+    acc = pack_requant_acc_records(cfg, **f)
+    assert acc.shape == (6, cfg.batch, cfg.block_out)
+    for blk in range(2):
+        for k in range(3):
+            word = rows[blk, :, 4 * k: 4 * k + 4].astype(np.uint32)
+            le = word[:, 0] | word[:, 1] << 8 | word[:, 2] << 16 | word[:, 3] << 24
+            np.testing.assert_array_equal(acc[3 * blk + k, 0].view(np.uint32), le)
+            assert not acc[3 * blk + k, 1:].any()
+
+
+def test_shift_past_62_is_shift_range_before_anything_is_written() -> None:
+    cfg = PRESETS["default"]
+    f = records(np.random.default_rng(9), cfg.block_out)
+    rec = pack_requant_acc_records(cfg, **f)
+    rec[2, 0, 5] = (rec[2, 0, 5] & ~0xFF) | 63
+    prog = store_program(cfg, np.ones((4, cfg.batch, cfg.block_out), np.int32), rec, 8)
+    with pytest.raises(ProgramError) as exc:
+        FunctionalSimulator(cfg).run(prog)
+    assert exc.value.code is ErrorCode.SHIFT_RANGE and exc.value.field == "rec"
+    assert exc.value.index == len(prog.insns) - 2
+    assert "channel 5" in str(exc.value) and "acc[10]" in str(exc.value)
+
+
+def test_rules_of_the_requant_fields() -> None:
+    cfg = PRESETS["default"]
+    with pytest.raises(IllegalInstruction, match="no REQUANT") as exc:
+        check_insn(Store(requant=True), PRESETS["tiny"])
+    assert exc.value.field == "requant"
+    with pytest.raises(IllegalInstruction, match="past the acc depth") as exc:
+        check_insn(Store(requant=True, rec=cfg.acc_depth - 2), cfg)
+    assert exc.value.field == "rec"
+    check_insn(Store(requant=True, rec=cfg.acc_depth - 3), cfg)
+    with pytest.raises(IllegalInstruction, match="rec must be 0") as exc:
+        check_insn(Store(rec=4), cfg)
+    assert exc.value.field == "rec"
+    with pytest.raises(IllegalInstruction, match="no REQUANT"):
+        encode_insn(Store(requant=True), PRESETS["tiny"])
+    insn = Store(sram=3, dram=9, y=2, x=5, stride=7, requant=True, rec=100, pop_prev=True)
+    assert decode_insn(encode_insn(insn, cfg), cfg) == insn
+    tiny = PRESETS["tiny"]
+    assert decode_insn(encode_insn(Store(x=2), tiny), tiny) == Store(x=2)
+
+
+def test_assembly_writes_the_records_as_rec() -> None:
+    cfg = PRESETS["default"]
+    f = records(np.random.default_rng(10), cfg.block_out)
+    prog = store_program(cfg, np.ones((4, cfg.batch, cfg.block_out), np.int32),
+                         pack_requant_acc_records(cfg, **f), 8)
+    text = disassemble(prog)
+    line = next(t for t in text.splitlines() if t.startswith("store"))
+    assert "rec=8" in line and "requant" not in line
+    again = assemble(text)
+    assert again.insns == prog.insns
+    with pytest.raises(Exception, match="rec"):
+        assemble(".config tiny\n.segment o int8 1,1,4 output\n"
+                 "store sram=0 dram=o y=1 x=1 stride=1 rec=0\n")
