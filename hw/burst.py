@@ -188,7 +188,9 @@ class TransferPhases:
 
 
 def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, halt: Value,
-                    sram_bad: Value, dram_bad: Value, last: Value) -> TransferPhases:
+                    sram_bad: Value, dram_bad: Value, last: Value, *,
+                    start: Value | None = None,
+                    other_bad: tuple[Value, ErrorCode] | None = None) -> TransferPhases:
     """The execution of one LOAD or STORE behind its :class:`~.sequencer.InsnSequencer`.
 
     ``ex.start`` leads to CHECK, where the range checks ``sram_bad`` and ``dram_bad``
@@ -217,6 +219,12 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
         The range checks, valid in CHECK.
     last : Value
         In RUN: the transfer's last data moves this cycle.
+    start : Value, optional
+        What starts the transfer instead of ``ex.start`` (an engine with work of its
+        own before CHECK).
+    other_bad : (Value, ErrorCode), optional
+        A further check, valid in CHECK, and its error code, reported after the range
+        checks' as they are.
 
     Returns
     -------
@@ -230,27 +238,33 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
     run_ok = Signal(name="run_ok")
     sram_bad_r = Signal(name="sram_bad_r")
     m.d.comb += [phases.run.eq(run_ok), bursts.issue.eq(run_ok & ~halt)]
+    passed = ~sram_bad & ~dram_bad
+    code = Mux(sram_bad_r, ErrorCode.SRAM_RANGE, ErrorCode.DRAM_RANGE)
+    if other_bad is not None:
+        range_bad_r = Signal(name="range_bad_r")
+        passed = passed & ~other_bad[0]
+        code = Mux(range_bad_r, code, other_bad[1])
     with m.FSM(name="transfer"):
         with m.State("WAIT"):
             m.d.comb += ex.idle.eq(1)
-            with m.If(ex.start):
+            with m.If(ex.start if start is None else start):
                 m.next = "CHECK"
         with m.State("CHECK"):
             m.d.comb += [phases.check.eq(1), ex.idle.eq(1), bursts.start.eq(1)]
             m.d.sync += sram_bad_r.eq(sram_bad)
+            if other_bad is not None:
+                m.d.sync += range_bad_r.eq(sram_bad | dram_bad)
             with m.If(halt):
                 m.next = "WAIT"
             with m.Else():
-                m.d.sync += run_ok.eq(~sram_bad & ~dram_bad)
+                m.d.sync += run_ok.eq(passed)
                 m.next = "RUN"
         with m.State("RUN"):
             with m.If(halt):
                 m.d.sync += run_ok.eq(0)
                 m.next = "DRAIN"
             with m.Elif(~run_ok):
-                m.d.comb += [ex.idle.eq(1), ex.fail.eq(1),
-                             ex.code.eq(Mux(sram_bad_r, ErrorCode.SRAM_RANGE,
-                                            ErrorCode.DRAM_RANGE))]
+                m.d.comb += [ex.idle.eq(1), ex.fail.eq(1), ex.code.eq(code)]
                 m.next = "WAIT"
             with m.Elif(last):
                 m.d.comb += ex.done.eq(1)

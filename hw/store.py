@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal, signed
-from amaranth.lib import wiring
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal, Value, signed
+from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from tensorfab.isa import Engine, HwConfig, Opcode, insn_width
+from tensorfab.isa import Engine, ErrorCode, HwConfig, Opcode, insn_width
 from tensorfab.isa.config import log2
+from tensorfab.isa.formats import REQUANT_RECORD_WORDS, requant_supported
 
 from .burst import BurstIssuer, check_max_burst, dram_limit, transfer_phases
 from .layouts import insn_layout
 from .mem_port import MemWriteSignature
 from .sequencer import InsnSequencer, engine_members
 from .signatures import BufReadSignature, acc_entry_bits, clamped_insn_count
+from .store_requant import StoreRequant
 
 __all__ = ["StoreEngine"]
 
@@ -148,18 +150,20 @@ class StoreEngine(wiring.Component):
         # critical path)
         rd_more = Signal()
         queued = Signal(range(self.fifo_depth + 1))
-        m.d.comb += [
-            self.acc_rd.addr.eq(rd_addr),
-            self.acc_rd.en.eq(reading & rd_more & (queued < self.fifo_depth - 1)),
-        ]
-        with m.If(self.acc_rd.en):
+        entry_rd = reading & rd_more & (queued < self.fifo_depth - 1)
+        narrowed = Cat(self.acc_rd.data[32 * i: 32 * i + 8] for i in range(lanes))
+        if requant_supported(cfg):
+            start, entry_rd, shift_bad = self._requant(m, ex, word, entry_rd, rd_addr,
+                                                       rd_pending, flush, narrowed, fifo)
+        else:
+            start, shift_bad = None, None
+            m.d.comb += [self.acc_rd.addr.eq(rd_addr), self.acc_rd.en.eq(entry_rd),
+                         fifo.w_en.eq(rd_pending), fifo.w_data.eq(narrowed)]
+            entry_rd = self.acc_rd.en
+        with m.If(entry_rd):
             m.d.sync += [rd_left.eq(rd_left - 1), rd_addr.eq(rd_addr + 1),
                          rd_more.eq(rd_left != 1)]
-        m.d.sync += rd_pending.eq(self.acc_rd.en & ~flush)
-        m.d.comb += [
-            fifo.w_en.eq(rd_pending),
-            fifo.w_data.eq(Cat(self.acc_rd.data[32 * i: 32 * i + 8] for i in range(lanes))),
-        ]
+        m.d.sync += rd_pending.eq(entry_rd & ~flush)
 
         # ---- serializer: FIFO entries -> write beats
         wdata = self.mem.wdata
@@ -187,7 +191,9 @@ class StoreEngine(wiring.Component):
 
         # ---- execution: CHECK, RUN; DRAIN after a halt
         ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad,
-                             wfire & last_beat & ent_one)
+                             wfire & last_beat & ent_one, start=start,
+                             other_bad=None if shift_bad is None
+                             else (shift_bad, ErrorCode.SHIFT_RANGE))
         with m.If(ph.check):
             m.d.comb += flush.eq(1)
             m.d.sync += [rd_left.eq(n_entries), rd_more.eq(n_entries != 0),
@@ -198,5 +204,45 @@ class StoreEngine(wiring.Component):
         with m.If(ph.drain & bursts.drained):  # the accepted commands' beats are sent
             m.d.comb += flush.eq(1)
             m.d.sync += [rd_left.eq(0), rd_more.eq(0), beat.eq(0)]
-        m.d.sync += queued.eq(Mux(flush, 0, queued + self.acc_rd.en - fifo.r_en))
+        m.d.sync += queued.eq(Mux(flush, 0, queued + entry_rd - fifo.r_en))
         return m
+
+    def _requant(self, m: Module, ex: wiring.PureInterface, word: data.View, entry_rd: Value,
+                 rd_addr: Signal, rd_pending: Signal, flush: Signal, narrowed: Value,
+                 fifo: SyncFIFOBuffered) -> tuple[Value, Value, Value]:
+        """A requantizing STORE's records and datapath (configs with REQUANT).
+
+        At ``ex.start`` of a STORE with ``requant``, the records' three entries are read
+        (one a cycle, while the entry reader is idle) into a :class:`StoreRequant`; the
+        transfer starts the cycle after the last is loaded, and its CHECK registers the
+        records' shift check (``SHIFT_RANGE``, reported after the range checks). Its
+        entries then reach the FIFO through the requantization, STORE_REQUANT_LATENCY
+        cycles later. Returns the transfer's start, the entry reader's read enable and
+        the shift check."""
+        cfg = self.cfg
+        m.submodules.requant = rq = StoreRequant(cfg)
+        requant = word.requant
+        rec_reading = Signal()  # a record's read this cycle
+        rec_addr = Signal(cfg.acc_bits)
+        rec_k = Signal(range(REQUANT_RECORD_WORDS))
+        rec_load = Signal(REQUANT_RECORD_WORDS)  # record word k arrives this cycle
+        rec_done = Signal()  # the last record is loaded: start the transfer
+        with m.If(ex.start & requant):
+            m.d.sync += [rec_reading.eq(1), rec_addr.eq(word.rec), rec_k.eq(0)]
+        with m.Elif(rec_reading):
+            m.d.sync += [rec_addr.eq(rec_addr + 1), rec_k.eq(rec_k + 1)]
+            with m.If(self.halt | (rec_k == REQUANT_RECORD_WORDS - 1)):
+                m.d.sync += rec_reading.eq(0)
+        m.d.sync += [rec_load.eq(Mux(rec_reading & ~self.halt, 1 << rec_k, 0)),
+                     rec_done.eq(rec_load[-1] & ~self.halt)]
+        entry = Signal()
+        m.d.comb += [
+            entry.eq(entry_rd),
+            self.acc_rd.en.eq(entry | rec_reading),
+            self.acc_rd.addr.eq(Mux(rec_reading, rec_addr, rd_addr)),
+            rq.acc.eq(self.acc_rd.data), rq.rec_load.eq(rec_load),
+            rq.in_valid.eq(rd_pending & requant), rq.flush.eq(flush),
+            fifo.w_en.eq(Mux(requant, rq.out_valid, rd_pending)),
+            fifo.w_data.eq(Mux(requant, rq.out, narrowed)),
+        ]
+        return (ex.start & ~requant) | rec_done, entry, rq.shift_bad

@@ -67,6 +67,7 @@ from tensorfab.isa.formats import (
     MAX_SHIFT,
     REQUANT_MAX_SHIFT,
     REQUANT_RECORD,
+    REQUANT_RECORD_WORDS,
     SHIFT_OPS,
     requant_supported,
     token_pops,
@@ -79,7 +80,7 @@ META_SEGMENT = "random_meta"
 #: Byte of a weight row holding a REQUANT record's shift.
 REQUANT_SHIFT_BYTE = next(off for name, off, *_ in REQUANT_RECORD if name == "shift")
 #: Bump when the same (config, seed) starts giving different programs.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 #: Most virtual threads :func:`random_program` picks on its own.
 MAX_VTHREADS = 4
 #: Default cap on the number of steps.
@@ -155,6 +156,8 @@ class _Generator:
         self.rng = np.random.default_rng(np.random.SeedSequence([int(seed),
                                                                  _fingerprint(cfg)]))
         rng = self.rng
+        self.store_rng = np.random.default_rng(np.random.SeedSequence(
+            [int(seed), _fingerprint(cfg), 1]))
         # Slices: the last acc and uop entries are the relays' scratch, outside them.
         usable = {Buffer.INP: cfg.inp_depth, Buffer.WGT: cfg.wgt_depth,
                   Buffer.ACC: cfg.acc_depth - 1, Buffer.UOP: cfg.uop_depth - 1}
@@ -680,7 +683,22 @@ class _Generator:
         if seg == "fb":
             for r in range(y):
                 self.fb_writer[(off + r * stride) * ob:(off + r * stride + x) * ob] = step
-        return _Item(Store(sram=sram, dram=off, y=y, x=x, stride=stride), seg)
+        # (a stream of its own: the programs of configs with REQUANT are otherwise as
+        # the generator made them before it had requantizing STOREs)
+        rec = (self._records_at(lo, hi)
+               if requant_supported(self.cfg) and self.store_rng.random() < 0.4 else None)
+        return _Item(Store(sram=sram, dram=off, y=y, x=x, stride=stride,
+                           requant=rec is not None, rec=rec or 0), seg)
+
+    def _records_at(self, lo: int, hi: int) -> int | None:
+        """The first of three initialized accumulator entries in ``[lo, hi)`` that hold
+        legal records of a requantizing STORE (the last one's every element 0..31, so
+        every shift byte is), or None."""
+        if hi - lo < REQUANT_RECORD_WORDS:
+            return None
+        init = self.init[Buffer.ACC][lo:hi]
+        ok = np.flatnonzero(init[:-2] & init[1:-1] & self.shift_ok[lo + 2:hi])
+        return lo + int(ok[int(self.store_rng.integers(ok.size))]) if ok.size else None
 
     # ------------------------------------------------------------------------ phases
     def _emit(self, item: _Item) -> int:

@@ -39,7 +39,8 @@ __all__ = ["ALU_DST_FACTOR_IN", "ALU_DST_FACTOR_OUT", "ALU_OP", "ALU_SRC_FACTOR_
            "ALU_SRC_FACTOR_OUT", "ALU_USE_IMM", "COLUMNS", "FAST_RESET", "ITER_IN",
            "ITER_OUT", "LOAD_BUFFER", "LOAD_DRAM", "LOAD_PAD_BOTTOM", "LOAD_PAD_LEFT",
            "LOAD_PAD_RIGHT", "LOAD_PAD_TOP", "LOAD_SRAM", "LOAD_STRIDE", "OPCODE",
-           "POP_NEXT", "POP_PREV", "PUSH_NEXT", "PUSH_PREV", "UOP_BEGIN", "UOP_END", "X",
+           "POP_NEXT", "POP_PREV", "PUSH_NEXT", "PUSH_PREV", "STORE_REQUANT", "UOP_BEGIN",
+           "UOP_END", "X",
            "Y", "insn_table", "limb_bits", "uop_indices", "word_field", "word_fields",
            "word_table"]
 
@@ -48,7 +49,7 @@ _HEAD = ("opcode", "pop_prev", "pop_next", "push_prev", "push_next")
 _FIELDS: dict[type[Insn], tuple[str, ...]] = {
     Load: ("x", "y", "buffer", "pad_top", "pad_bottom", "pad_left", "pad_right", "sram",
            "dram", "stride"),
-    Store: ("x", "y"),
+    Store: ("x", "y", "requant"),
     Gemm: ("uop_begin", "uop_end", "iter_out", "iter_in"),
     Alu: ("uop_begin", "uop_end", "iter_out", "iter_in", "op", "use_imm", "dst_factor_out",
           "dst_factor_in", "src_factor_out", "src_factor_in"),
@@ -67,6 +68,7 @@ def _column(name: str, *classes: type[Insn]) -> int:
 
 # LOAD and STORE
 X, Y = _column("x", Load, Store), _column("y", Load, Store)
+STORE_REQUANT = _column("requant", Store)
 LOAD_BUFFER, LOAD_PAD_TOP, LOAD_PAD_BOTTOM, LOAD_PAD_LEFT, LOAD_PAD_RIGHT, LOAD_SRAM, \
     LOAD_DRAM, LOAD_STRIDE = (_column(f, Load) for f in (
         "buffer", "pad_top", "pad_bottom", "pad_left", "pad_right", "sram", "dram", "stride"))
@@ -182,6 +184,9 @@ def word_fields(cfg: HwConfig) -> np.ndarray:
             raise ValueError("insn_table: the decoder reads the opcode at bit 0")
         cols = []
         for c, name in enumerate((*_HEAD, *_FIELDS[classes[opcode]])):
+            if name not in offsets:  # a field this config's format lacks: it reads 0
+                cols += [c, 0, 0]
+                continue
             width = fmt.field(name).width
             if width > _MAX_FIELD_BITS:
                 raise ValueError(f"insn_table: field {opcode.name}.{name} has {width} bits, "

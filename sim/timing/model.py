@@ -125,6 +125,11 @@ ACC_WRITE_DRAIN = 2
 #: (:attr:`tensorfab.sim.rtl.MemoryTiming.read_buffer`): a LOAD's beats not yet
 #: taken by its walk hold up the beats commanded after them.
 READ_BUFFER = 8
+#: Cycles a requantizing STORE spends before its first data beyond a STORE's: its
+#: three records read one a cycle and the last loaded a cycle later, the transfer's
+#: start a cycle after that (:class:`tensorfab.hw.store.StoreEngine`), and its data's
+#: two cycles through the requantization (:class:`tensorfab.hw.store_requant.StoreRequant`).
+STORE_REQUANT = 7
 #: Rows of a LOAD whose data delays the model follows one by one (the later rows share
 #: the last's).
 _ROW_DELAYS = 64
@@ -231,8 +236,8 @@ _ENGINES = [e.name.lower() for e in Engine]
 # queue (producer engine, push column, consumer engine, pop column)
 _L_OPCODE, _L_X, _L_Y, _L_BUFFER, _L_PAD_TOP, _L_PAD_BOTTOM, _L_PAD_LEFT, _L_PAD_RIGHT, \
     _L_UOP_BEGIN, _L_UOP_END, _L_ITER_OUT, _L_ITER_IN, _L_FAST_RESET, _L_LOAD, _L_STORE, \
-    _L_GEMM, _L_ALU, _L_ENGINE_OF, _L_ACC, _L_QUEUES = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                        12, 13, 14, 15, 16, 17, 22, 23)
+    _L_GEMM, _L_ALU, _L_ENGINE_OF, _L_ACC, _L_QUEUES, _L_STORE_REQUANT = (
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 22, 23, 39)
 _LAYOUT = np.array(
     [col.OPCODE, col.X, col.Y, col.LOAD_BUFFER, col.LOAD_PAD_TOP, col.LOAD_PAD_BOTTOM,
      col.LOAD_PAD_LEFT, col.LOAD_PAD_RIGHT, col.UOP_BEGIN, col.UOP_END, col.ITER_OUT,
@@ -240,19 +245,20 @@ _LAYOUT = np.array(
      *[ENGINE_OF[Opcode(k)] for k in range(len(Opcode))], Buffer.ACC,
      *[v for q in TOKEN_QUEUES
        for v in (q.producer, getattr(col, q.push.upper()), q.consumer,
-                 getattr(col, q.pop.upper()))]], dtype=np.int64)
+                 getattr(col, q.pop.upper()))], col.STORE_REQUANT], dtype=np.int64)
 # _constants(): the TimingParams fields in order, then the config's and the ISA's
 (_K_LOAD_FIXED, _K_STORE_FIXED, _K_COMPUTE_FIXED, _K_START, _K_READ_LATENCY,
  _K_OUTSTANDING, _K_IN_ORDER, _K_FETCH_WORDS, _K_FETCH_HELD, _K_FETCH_ISSUE, _K_FETCH_WORD,
  _K_LOAD_COMMAND, _K_READ_WINDOW) = range(13)
 (_K_BUS_BYTES, _K_ENTRY_BYTES, _K_OUT_ENTRY_BYTES, _K_LANES, _K_DEPTH,
  _K_ACC_ENTRY_BEATS, _K_WORD_BEATS, _K_INDEX_STAGES, _K_ARBITER_SLICES, _K_LOAD_BURST,
- _K_FINISH, _K_ACC_DRAIN, _K_READ_BUFFER) = (13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26,
-                                               27, 28)
+ _K_FINISH, _K_ACC_DRAIN, _K_READ_BUFFER, _K_STORE_REQUANT) = (
+    13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29)
 
 # the indices are literals (the compiled code keeps them): check them against the ISA
 if (_L_ENGINE_OF + len(Opcode) != _L_ACC or _L_QUEUES != _L_ACC + 1
-        or _LAYOUT.size != _L_QUEUES + 4 * len(TOKEN_QUEUES)
+        or _L_QUEUES + 4 * len(TOKEN_QUEUES) != _L_STORE_REQUANT
+        or _LAYOUT.size != _L_STORE_REQUANT + 1
         or len(fields(TimingParams)) != _K_READ_WINDOW + 1
         or _K_ENTRY_BYTES + len(Buffer) != _K_OUT_ENTRY_BYTES):
     raise ImportError("sim/timing/model.py: renumber the _L_* and _K_* indices for the "
@@ -323,7 +329,7 @@ def _new_constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
                      cfg.acc_entry_bytes / cfg.mem_bus_bytes,
                      -(-insn_width(cfg) // cfg.mem_bus_width),
                      UOP_INDEX_STAGES, ARBITER_SLICES, LOAD_BURST, FINISH_CYCLES,
-                     ACC_WRITE_DRAIN, READ_BUFFER],
+                     ACC_WRITE_DRAIN, READ_BUFFER, STORE_REQUANT],
                     dtype=np.float64)
 
 
@@ -439,7 +445,7 @@ def _insn_works(table: np.ndarray, k: np.ndarray, lay: np.ndarray, fixed: np.nda
             fixed[i] = k[_K_LOAD_FIXED] + walk - y * b
             beats[i] = float(y * b)
         elif opcode == lay[_L_STORE]:
-            fixed[i] = k[_K_STORE_FIXED]
+            fixed[i] = k[_K_STORE_FIXED] + k[_K_STORE_REQUANT] * table[i, lay[_L_STORE_REQUANT]]
             beats[i] = float(table[i, lay[_L_Y]] * table[i, lay[_L_X]]
                              * int(k[_K_OUT_ENTRY_BYTES]) // bus)
         # (a config without the fast reset has 0 lanes: such a GEMM runs as any other)

@@ -49,7 +49,12 @@ from tensorfab.isa import (
 )
 from tensorfab.isa.formats import BINARY_ALU_OPS
 from tensorfab.sim import DeadlockError, FunctionalSimulator, RaceError, TokenError
-from tensorfab.sim.testing.random_program import describe, program_meta, random_program
+from tensorfab.sim.testing.random_program import (
+    GENERATOR_VERSION,
+    describe,
+    program_meta,
+    random_program,
+)
 
 #: Seeds of the CI subset, per preset (360 programs).
 CI_SEEDS: dict[str, range] = {"tiny": range(0, 160), "small": range(0, 100),
@@ -222,8 +227,8 @@ def test_describe_names_seed_and_threads() -> None:
     assert text.startswith("config small, seed 5, 3 vthread(s)")
     assert f"{len(prog.insns)} instructions" in text
     assert len(text.splitlines()) == 4 + len(prog.insns)
-    assert program_meta(prog) == {"seed": 5, "vthreads": 3,
-                                  "steps": program_meta(prog)["steps"], "version": 3}
+    assert program_meta(prog) == {"seed": 5, "vthreads": 3, "steps": program_meta(prog)["steps"],
+                                  "version": GENERATOR_VERSION}
     assert len(describe(prog, listing=False).splitlines()) == 4
 
 

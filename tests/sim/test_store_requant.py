@@ -165,3 +165,34 @@ def test_assembly_writes_the_records_as_rec() -> None:
     with pytest.raises(Exception, match="rec"):
         assemble(".config tiny\n.segment o int8 1,1,4 output\n"
                  "store sram=0 dram=o y=1 x=1 stride=1 rec=0\n")
+
+
+def test_rtl_equals_fsim_and_reports_the_same_errors() -> None:
+    """The core's requantizing STORE matches fsim (rows, a stride, every edge of the
+    arithmetic), a bad shift stops it with SHIFT_RANGE at the same instruction, and a
+    range error still wins over a bad shift, as fsim orders them."""
+    from tensorfab.sim.rtl import RtlSimulator
+
+    cfg = PRESETS["default"]
+    rng = np.random.default_rng(11)
+    f = records(rng, cfg.block_out)
+    x = rng.integers(INT32_MIN, INT32_MAX, (12, cfg.batch, cfg.block_out), endpoint=True)
+    x[0, 0, :4] = [INT32_MIN, INT32_MAX, 0, -1]
+    rec = pack_requant_acc_records(cfg, **f)
+    prog = store_program(cfg, x.astype(np.int32), rec, 20, y=3, stride=5)
+    rtl = RtlSimulator()
+    np.testing.assert_array_equal(rtl.run(prog).outputs["out"],
+                                  FunctionalSimulator(cfg).run(prog).outputs["out"])
+    rec[2, 0, 7] = (rec[2, 0, 7] & ~0xFF) | 200
+    prog = store_program(cfg, x.astype(np.int32), rec, 20)
+    with pytest.raises(ProgramError) as exc:
+        rtl.run(prog)
+    assert exc.value.code is ErrorCode.SHIFT_RANGE and exc.value.index == len(prog.insns) - 2
+    last = prog.insns[-2]
+    assert isinstance(last, Store)
+    prog.insns[-2] = Store(sram=cfg.acc_depth - 2, dram=last.dram, x=last.x,
+                           requant=True, rec=20, pop_prev=True)
+    for run in (rtl.run, FunctionalSimulator(cfg).run):
+        with pytest.raises(ProgramError) as exc:
+            run(prog)
+        assert exc.value.code is ErrorCode.SRAM_RANGE

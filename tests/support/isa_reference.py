@@ -253,9 +253,17 @@ class _Machine:
         if insn.x < 1 or insn.y < 1:
             raise ReferenceRangeError(f"{what}: empty transfer")
         ob = self.out_bytes
+        records = None
+        if insn.requant:  # record word k of channel o: lane o of acc entry rec + k
+            words = [self._acc_values(insn.rec + k, what) for k in range(3)]
+            records = [b"".join(struct.pack("<i", words[k][o]) for k in range(3))
+                       for o in range(self.bo)]
         for r in range(insn.y):  # in row order: when rows overlap, later rows win
             for c in range(insn.x):
                 values = self._acc_values(insn.sram + r * insn.x + c, what)
+                if records is not None:
+                    values = [self._requant_lane(a, records[lane % self.bo], what)
+                              for lane, a in enumerate(values)]
                 low = bytes(v & 0xFF for v in values)
                 d = insn.dram + r * insn.stride + c
                 self._dram_write(d * ob, low, what)
@@ -323,6 +331,21 @@ class _Machine:
             self.counters["alu_ops"] += n
 
 
+    @staticmethod
+    def _requant_lane(a: int, r: bytes | bytearray, what: str) -> int:
+        """REQUANT of one accumulator ``a`` with the 12-byte record ``r``."""
+        m, bias = struct.unpack("<Ii", r[:8])
+        m &= 0x7FFFFFFF  # the multiplier is the low 31 bits
+        shift, zp, lo, hi = r[8], struct.unpack("b", r[9:10])[0], \
+            struct.unpack("b", r[10:11])[0], struct.unpack("b", r[11:12])[0]
+        if shift > 62:
+            raise ReferenceRangeError(f"{what}: REQUANT shift {shift} past 62")
+        p = wrap32(a + bias) * m
+        q, rem = divmod(abs(p), 1 << shift)
+        if shift and 2 * rem >= 1 << shift:
+            q += 1
+        return min(max((q if p >= 0 else -q) + zp, lo), hi)
+
     def requant(self, insn: Alu, what: str) -> None:
         """docs/isa.md's REQUANT: records in weight rows, one rounding, Python ints."""
         n, bo, bi = self.batch * self.bo, self.bo, self.bi
@@ -331,20 +354,8 @@ class _Machine:
             d = ua + i * insn.dst_factor_out + j * insn.dst_factor_in
             w = uw + i * insn.src_factor_out + j * insn.src_factor_in
             rows = self._entry(Buffer.WGT, w, what)  # row o: bytes o*bi .. o*bi+bi
-            out = []
-            for lane, a in enumerate(self._acc_values(d, what)):
-                r = rows[(lane % bo) * bi:][:12]
-                m, bias = struct.unpack("<Ii", r[:8])
-                m &= 0x7FFFFFFF  # the multiplier is the low 31 bits
-                shift, zp, lo, hi = r[8], struct.unpack("b", r[9:10])[0], \
-                    struct.unpack("b", r[10:11])[0], struct.unpack("b", r[11:12])[0]
-                if shift > 62:
-                    raise ReferenceRangeError(f"{what}: REQUANT shift {shift} past 62")
-                p = wrap32(a + bias) * m
-                q, rem = divmod(abs(p), 1 << shift)
-                if shift and 2 * rem >= 1 << shift:
-                    q += 1
-                out.append(min(max((q if p >= 0 else -q) + zp, lo), hi))
+            out = [self._requant_lane(a, rows[(lane % bo) * bi:][:12], what)
+                   for lane, a in enumerate(self._acc_values(d, what))]
             self._set_acc(d, out, what)
             self.counters["alu_uops"] += 1
             self.counters["alu_ops"] += n
