@@ -37,9 +37,10 @@ from typing import Any
 import numpy as np
 
 from tensorfab.isa import HwConfig, UsageError
+from tensorfab.isa.formats import requant_supported
 
 __all__ = ["FEATURES", "MIN_BUILDS", "MODEL_PATH", "REPORTED_BUILDS", "RESOURCES",
-           "SDRAM_CONTROLLER",
+           "SDRAM_CONTROLLER", "STORE_REQUANT_DSP_PER_LANE",
            "ResourceModel",
            "buffer_blocks", "buffer_brams", "config_features", "dp16kd_blocks", "ecp5_board",
            "fit_resource_model",
@@ -55,6 +56,13 @@ RESOURCES = ("LUT", "FF", "DSP", "BRAM")
 #: +436, FF +334; ulx3s-25f ecp5-25f: LUT +548, FF +337; DSP and the BRAM beyond the
 #: memory's unchanged).
 SDRAM_CONTROLLER = {"LUT": 492, "FF": 336}
+
+#: ``MULT18X18D`` blocks per lane of the requantizing STORE's datapath on a config with
+#: REQUANT (:class:`tensorfab.hw.store_requant.StoreRequant`: a lane's four partial
+#: products, each a :class:`~tensorfab.hw.dsp.RegisteredMultiplier`). No build the model
+#: is fitted to has REQUANT (none fits a board), so they are added to its estimate as
+#: counted.
+STORE_REQUANT_DSP_PER_LANE = 4
 
 #: The features each resource is linear in (``one`` is the constant term).
 FEATURES: dict[str, tuple[str, ...]] = {
@@ -340,6 +348,8 @@ class ResourceModel:
             entry = self.data["resources"][res]
             value = sum(c * feats[f] for f, c in zip(entry["features"],
                                                      entry["coefficients"], strict=True))
+            if res == "DSP" and requant_supported(cfg):
+                value += STORE_REQUANT_DSP_PER_LANE * feats["lanes"]
             if in_sdram:
                 value += SDRAM_CONTROLLER.get(res, 0)
             elif res == "BRAM":

@@ -336,3 +336,18 @@ def test_reported_builds_are_docs_fpga_md_results_table() -> None:
                   and r[7].strip("*").startswith(fmax) and r[3]]
         assert [first(row[k]) for k in (3, 4, 5, 6)] == [
             build["used"][k] for k in ("LUT", "FF", "DSP", "BRAM")], row
+
+
+def test_requant_configs_count_the_store_requantization_dsps(monkeypatch) -> None:
+    """A config with REQUANT gets its store's four multipliers per lane on top of the
+    fitted estimate."""
+    from tensorfab.dse import resource_model
+    from tensorfab.isa import PRESETS
+
+    model = ResourceModel.load()
+    cfg = PRESETS["default"]
+    with_store = model.estimate(cfg, "ulx3s-85f")["DSP"]
+    monkeypatch.setattr(resource_model, "requant_supported", lambda _cfg: False)
+    fitted = model.estimate(cfg, "ulx3s-85f")["DSP"]
+    lanes = cfg.batch * cfg.block_out
+    assert with_store - fitted == resource_model.STORE_REQUANT_DSP_PER_LANE * lanes == 64
