@@ -227,14 +227,15 @@ class StoreEngine(wiring.Component):
         rec_k = Signal(range(REQUANT_RECORD_WORDS))
         rec_load = Signal(REQUANT_RECORD_WORDS)  # record word k arrives this cycle
         rec_done = Signal()  # the last record is loaded: start the transfer
+        # (a halt needs no case here: the transfer it would start leaves CHECK at once,
+        # and the core holds the halt until its next start resets the engine)
         with m.If(ex.start & requant):
             m.d.sync += [rec_reading.eq(1), rec_addr.eq(word.rec), rec_k.eq(0)]
         with m.Elif(rec_reading):
             m.d.sync += [rec_addr.eq(rec_addr + 1), rec_k.eq(rec_k + 1)]
-            with m.If(self.halt | (rec_k == REQUANT_RECORD_WORDS - 1)):
+            with m.If(rec_k == REQUANT_RECORD_WORDS - 1):
                 m.d.sync += rec_reading.eq(0)
-        m.d.sync += [rec_load.eq(Mux(rec_reading & ~self.halt, 1 << rec_k, 0)),
-                     rec_done.eq(rec_load[-1] & ~self.halt)]
+        m.d.sync += [rec_load.eq(Mux(rec_reading, 1 << rec_k, 0)), rec_done.eq(rec_load[-1])]
         entry = Signal()
         m.d.comb += [
             entry.eq(entry_rd),

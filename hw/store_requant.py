@@ -31,7 +31,7 @@ from .signatures import acc_entry_bits
 __all__ = ["StoreRequant"]
 
 #: Cycles from an entry in :attr:`StoreRequant.acc` to its narrowed bytes.
-STORE_REQUANT_LATENCY = 2
+STORE_REQUANT_LATENCY = 4
 
 
 class StoreRequant(wiring.Component):
@@ -97,9 +97,15 @@ class StoreRequant(wiring.Component):
         m.d.comb += self.shift_bad.eq(Cat(*(r["shift"] > REQUANT_MAX_SHIFT
                                             for r in records)).any())
 
+        # ---- the entry registered: the arithmetic then reads registers of the store
+        # engine's own (gated) clock only, so Verilator evaluates it on the store's
+        # cycles, not on every cycle the accumulator read port's data may change
+        en = Signal()
+        m.d.sync += en.eq(self.in_valid & ~self.flush)
+        acc = registered(m, self.in_valid, self.acc, "acc_q")
+
         # ---- first cycle: (a + bias) and the multiplier, into the partial products
-        en = self.in_valid
-        a = [self.acc[width * i:][:width].as_signed() for i in lanes]
+        a = [acc[width * i:][:width].as_signed() for i in lanes]
         rq = [requant_first(m, en, a[i], records[i % cfg.block_out]) for i in lanes]
         products = [partial_products(r["x"], r["y"]) for r in rq]
         if per_product_multipliers(self.per_product, platform):
@@ -128,7 +134,12 @@ class StoreRequant(wiring.Component):
             m.d.comb += product.eq(sum_high_word(lo[i], mid_hi[i], hh[i]))
             finish = {k: v[i] for k, v in rq3.items()} | {"product": product.as_signed()}
             out.append(requant_finish(m, en3, finish)[:8])
-        m.d.comb += [self.out.eq(Cat(*out)), self.out_valid.eq(en3)]
+        # ---- the bytes registered too: the FIFO's write data chooses between them and
+        # the port's data, so the arithmetic feeds registers of this clock only
+        en4 = Signal()
+        m.d.sync += en4.eq(en3 & ~self.flush)
+        m.d.comb += [self.out.eq(registered(m, en3, Cat(*out), "out_q")),
+                     self.out_valid.eq(en4)]
         return m
 
     def _fields(self, words: list[Value], o: int) -> dict[str, Value]:

@@ -128,8 +128,8 @@ READ_BUFFER = 8
 #: Cycles a requantizing STORE spends before its first data beyond a STORE's: its
 #: three records read one a cycle and the last loaded a cycle later, the transfer's
 #: start a cycle after that (:class:`tensorfab.hw.store.StoreEngine`), and its data's
-#: two cycles through the requantization (:class:`tensorfab.hw.store_requant.StoreRequant`).
-STORE_REQUANT = 7
+#: four cycles through the requantization (:class:`tensorfab.hw.store_requant.StoreRequant`).
+STORE_REQUANT = 9
 #: Rows of a LOAD whose data delays the model follows one by one (the later rows share
 #: the last's).
 _ROW_DELAYS = 64
