@@ -109,7 +109,8 @@ def _padded(values: tuple[int, ...], channels: int) -> tuple[int, ...]:
     return tuple(values) + (0,) * (channels - len(values))
 
 
-def _compile(chain: list[Call], schedules: ScheduleSource | None = None) -> Call:
+def _compile(chain: list[Call], schedules: ScheduleSource | None = None,
+             requant_stage: str = "store") -> Call:
     conv = chain[0]
     dev = conv.virtual_device
     cfg = hw_config_of(dev)
@@ -167,6 +168,7 @@ def _compile(chain: list[Call], schedules: ScheduleSource | None = None) -> Call
                             shift=_padded(per_channel["shift"], plain_w.shape[0]),
                             zero_point=per_channel["zero_point"],
                             rounding=per_channel.get("rounding", "double"),
+                            requant_stage=requant_stage,
                             residual=None if residual is None else _padded(
                                 per_channel["residual_factor"], plain_w.shape[0]))
     dummy = np.zeros((n_pad, c_pad, h, wd), np.int8)
@@ -387,11 +389,13 @@ def with_macs(fn: Function, macs: list[int]) -> Function:
     return out
 
 
-def lower_accelerator_chains(fn: Function, schedules: ScheduleSource | None = None
-                             ) -> Function:
+def lower_accelerator_chains(fn: Function, schedules: ScheduleSource | None = None,
+                             requant_stage: str = "store") -> Function:
     """``fn`` with each complete accelerator chain replaced by an ``accel.program`` call
     running its compiled program (see the module docstring); ``schedules`` (e.g. a
-    tuning log) is asked for each convolution's schedule before the tile search."""
+    tuning log) is asked for each convolution's schedule before the tile search;
+    ``requant_stage`` is the convolutions' :attr:`.Epilogue.requant_stage` (where a
+    one-pass REQUANT runs: ``"store"`` or ``"alu"``)."""
     infer_types(fn)
     readers: dict[int, list[Call]] = {}
     for e in post_order(fn):
@@ -421,7 +425,8 @@ def lower_accelerator_chains(fn: Function, schedules: ScheduleSource | None = No
                     and all(len(readers.get(id(c), [])) == 1 for c in chain[:-1])):
                 nodes = [new[id(c)] for c in chain[:-1]] + [rebuilt]
                 with naming_nodes(nodes):  # type: ignore[arg-type]
-                    rebuilt = _compile(nodes, schedules)  # type: ignore[arg-type]
+                    rebuilt = _compile(nodes, schedules,  # type: ignore[arg-type]
+                                       requant_stage)
         new[id(node)] = rebuilt
     out = new[id(fn)]
     assert isinstance(out, Function)
