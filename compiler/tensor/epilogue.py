@@ -178,7 +178,7 @@ class Epilogue:
     @classmethod
     def from_scales(cls, real_scales: np.ndarray, *, zero_point: int = 0, relu: bool = False,
                     bias: bool = False, acc_bound: int | None = None,
-                    rounding: str = "double") -> Epilogue:
+                    rounding: str = "double", requant_stage: str = "store") -> Epilogue:
         """Exact per-channel requantization from real scales (TFLite's
         ``QuantizeMultiplier`` per channel, :func:`.requant.quantize_multipliers`).
 
@@ -194,15 +194,15 @@ class Epilogue:
             The largest accumulator magnitude (:func:`.quantize.accumulator_bound`):
             sets :attr:`headroom` to the bits it leaves free. ``None``: no headroom,
             TFLite's arithmetic exactly. Ignored with ``rounding="single"``.
-        rounding : str
-            As the attribute.
+        rounding, requant_stage : str
+            As the attributes.
         """
         mult, exp = quantize_multipliers(np.asarray(real_scales).reshape(-1))
         headroom = 0 if acc_bound is None or rounding == "single" \
             else max(0, 31 - int(acc_bound).bit_length())
         return cls(bias=bias, relu=relu, multiplier=tuple(int(m) for m in mult),
                    shift=tuple(int(e) for e in exp), zero_point=zero_point,
-                   headroom=headroom, rounding=rounding)
+                   headroom=headroom, rounding=rounding, requant_stage=requant_stage)
 
     @property
     def per_channel(self) -> bool:
