@@ -198,22 +198,27 @@ class _Lowering:
                      ) -> tuple[list[Emitted], list[tuple[str, int]]]:
         """The LOADs of a step that bring REQUANT's records (and a residual's identity
         entry, the last of them) to the top of the weight buffer, once, and the resources
-        they write; ``loaded`` (updated) holds what earlier steps brought. With
-        requantizing STOREs the records go to the top of the accumulator buffer
-        instead, and the identity entry alone to the top of the weight buffer.
+        they write; ``loaded`` (updated) holds what earlier steps brought.
 
-        The records come with the loads of the first step that ends a tile (its REQUANT
-        or its STOREs read them), not with the first step's: the first GEMM then waits
-        only for its operands, and the records load while earlier steps compute. A
-        residual's first step needs only the identity entry, which loads alone when it
-        comes first."""
+        The records of an ALU REQUANT come with the loads of the first step that ends a
+        tile (its REQUANT reads them), not with the first step's: the first GEMM then
+        waits only for its operands, and the records load while earlier steps compute.
+        A residual's first step needs only the identity entry, which loads alone when
+        it comes first.
+
+        The records of requantizing STOREs go to the top of the accumulator buffer
+        with the first step's loads, ahead of its operands (the identity entry alone to
+        the top of the weight buffer): a LOAD into the accumulators shares their write
+        port with the GEMMs, which take it first, so while the GEMMs run it would hold
+        the load engine, and the later steps' operands, for many times its own
+        length."""
         plan = self.plan
         n = plan.records
         ident = n - 1 if self.ep.residual is not None else None
         loads: list[Emitted] = []
         written: list[tuple[str, int]] = []
         if self.ep.store_requant:
-            if "records" not in loaded and last:
+            if "records" not in loaded:
                 m = plan.acc_records
                 loads.append((Load(buffer=Buffer.ACC, sram=plan.acc_records_base, dram=0,
                                    y=1, x=m, stride=m), "records"))
