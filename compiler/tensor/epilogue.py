@@ -51,7 +51,8 @@ class Epilogue:
     once (a residual add fused into the convolution's program).
 
     The STORE then keeps the low byte of ``a``: without requantization or ``clip``
-    int32 values wrap.
+    int32 values wrap. A one-pass epilogue in the STOREs (:attr:`requant_stage`
+    ``"store"``) does steps 1 to 5 in the STOREs themselves.
 
     Attributes
     ----------
@@ -79,9 +80,9 @@ class Epilogue:
         ``round(a · scale)``; 0 (the default) is TFLite's arithmetic bit for bit.
     rounding : str
         ``"double"`` (TFLite: MULHI rounds, then the right shift rounds again) or
-        ``"single"`` (REQUANT: one rounding of the exact product, closer to float
-        and one ALU pass instead of four to six; needs a config whose weight rows hold
-        a record, :func:`~tensorfab.isa.formats.requant_supported`).
+        ``"single"`` (REQUANT: one rounding of the exact product, closer to float,
+        in the STOREs or one ALU pass instead of four to six ALU passes; needs a config
+        whose weight rows hold a record, :func:`~tensorfab.isa.formats.requant_supported`).
     requant_stage : str
         Where the one-pass REQUANT runs (``rounding="single"`` only): ``"store"`` (the
         default: the tile's STOREs requantize, one STORE per block of output channels,
