@@ -68,20 +68,22 @@ def test_conv2d_store_requant_equals_alu_and_reference(relu: bool) -> None:
                                                        lo=zy if relu else -128))
 
 
-@pytest.mark.parametrize(("tiles", "vthreads"), [
-    ({"oc": 3}, 2),                # whole image: one STORE per channel block
-    ({"oc": 2, "oh": 3}, 2),       # full-width rows
-    ({"oc": 2, "oh": 2, "ow": 3}, 4),  # partial rows, four threads
+@pytest.mark.parametrize(("tiles", "vthreads", "n"), [
+    ({"oc": 3}, 2, 1),                 # whole image: one STORE per channel block
+    ({"oc": 2, "oh": 3}, 2, 1),        # full-width rows
+    ({"oc": 2, "oh": 2, "ow": 3}, 4, 1),  # partial rows, four threads
+    ({"oc": 3, "b": 2}, 2, 2),         # whole images of two batch blocks
 ])
-def test_several_channel_blocks_per_tile(tiles: dict[str, int], vthreads: int) -> None:
+def test_several_channel_blocks_per_tile(tiles: dict[str, int], vthreads: int, n: int
+                                         ) -> None:
     """Tiles of two or three output-channel blocks: each STORE of the "store" program
     covers one block (its own records); clipped to (-20, 30)."""
     rng = np.random.default_rng(sum(tiles.values()))
-    x, w, bias, _, zy, scales = quantized_case(rng, (1, 16, 7, 7), (44, 16, 3, 3), 16 * 9)
+    x, w, bias, _, zy, scales = quantized_case(rng, (n, 16, 7, 7), (44, 16, 3, 3), 16 * 9)
     acc = conv2d_acc(x.astype(np.int64), w, (1, 1), (1, 1, 1, 1)) + bias.reshape(1, -1, 1, 1)
     ep = dataclasses.replace(Epilogue.from_scales(scales, zero_point=zy, bias=True,
                                                   rounding="single"), clip=(-20, 30))
-    wl = Workload.conv2d(1, 16, 7, 7, 44, 3, 1, 1)
+    wl = Workload.conv2d(n, 16, 7, 7, 44, 3, 1, 1)
 
     def compile_op(e: Epilogue) -> CompiledOp:
         sched = Schedule(wl, DEFAULT, records=e.record_entries(DEFAULT, 44),
