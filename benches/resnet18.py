@@ -64,9 +64,11 @@ TARGETS = {"run_seconds": 6.0, "compile_seconds": 30.0, "accel_mac_fraction": 0.
 
 def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str = "default",
                        plot: str | None = "build/bench/resnet18-layers.png", seed: int = 0,
-                       fuse: bool = True) -> dict[str, Any]:
+                       fuse: bool = True, requant_stage: str = "store") -> dict[str, Any]:
     """Run the benchmark (see the module docstring); ``plot`` is the PNG path (None:
-    no chart)."""
+    no chart); ``requant_stage`` is where the convolutions' REQUANT runs (``"store"``:
+    requantizing STOREs, ``"alu"``: an ALU pass, :attr:`~tensorfab.compiler.Epilogue.
+    requant_stage`)."""
     from tensorfab.compiler.graph import Call, accel, post_order
     from tensorfab.compiler.graph.accel_lowering import (
         accel_chain_macs,
@@ -95,7 +97,8 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
         plain = im2col_small_channel_convs(plan_devices(
             annotate_accelerator(g, accel(config), residual_adds=residual_adds)))
         planned = pack_accel_layouts(plain)
-        lowered = with_macs(lower_accelerator_chains(planned), accel_chain_macs(plain))
+        lowered = with_macs(lower_accelerator_chains(planned, requant_stage=requant_stage),
+                            accel_chain_macs(plain))
         return planned, lower_to_runtime(lowered)
 
     # the partitioner's choice (residual adds by its cost model), then the alternative
@@ -154,7 +157,8 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
         if conv_cycles else None
     result: dict[str, Any] = {
         "target": target, "config": config, "image_size": image_size,
-        "accel_programs": len(runs), "requant_rounding": rounding, "layers": per_layer,
+        "accel_programs": len(runs), "requant_rounding": rounding,
+        "requant_stage": requant_stage, "layers": per_layer,
         "peak_macs_per_cycle": peak,
         "total_cycles": total_cycles,
         "macs": total_macs,
@@ -354,13 +358,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--agreement", type=int, default=0, metavar="N",
                     help="only measure the int8 graph against the float model on N "
                          "seeded images (top-1 agreement, cosine of the logits)")
+    ap.add_argument("--requant-stage", choices=("store", "alu"), default="store",
+                    help="where the convolutions' REQUANT runs: requantizing STOREs "
+                         "(default) or an ALU pass before them")
     args = ap.parse_args(argv)
     if args.agreement:
         print(json.dumps(float_agreement(args.agreement, args.image_size, args.config,
                                          fuse=not args.separate_adds)))
         return 0
     print(json.dumps(run_resnet18_bench(args.target, args.image_size, args.config,
-                                        args.plot or None, fuse=not args.separate_adds)))
+                                        args.plot or None, fuse=not args.separate_adds,
+                                        requant_stage=args.requant_stage)))
     return 0
 
 

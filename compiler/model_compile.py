@@ -289,7 +289,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
                  progress: Callable[[str], None] | None = None,
                  residual_adds: str = "auto",
                  quantize_options: Mapping[str, bool | int] | None = None,
-                 schedules: ScheduleSource | None = None) -> CompiledModel:
+                 schedules: ScheduleSource | None = None,
+                 requant_stage: str = "store") -> CompiledModel:
     """Compile an ONNX model for the runtime (see the module docstring).
 
     Parameters
@@ -327,6 +328,10 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     schedules : ScheduleSource, optional
         Asked for each accelerator convolution's schedule (e.g. a tuning log) before
         the tile search.
+    requant_stage : str
+        Where the accelerator convolutions' one-pass REQUANT runs
+        (:attr:`~tensorfab.compiler.Epilogue.requant_stage`): ``"store"`` (the STOREs
+        requantize) or ``"alu"`` (an ALU pass before them).
 
     Raises
     ------
@@ -426,7 +431,8 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
             fn, accel(cfg), residual_adds=residual_adds)))
         planned = pack_accel_layouts(plain)
         say(f"compiling the accelerator layers ({name})")
-        fn = with_macs(lower_accelerator_chains(planned, schedules), accel_chain_macs(plain))
+        fn = with_macs(lower_accelerator_chains(planned, schedules, requant_stage),
+                       accel_chain_macs(plain))
         fn = lower_activation_matmuls(fn, accel(cfg))
     say("lowering to the runtime")
     slots: dict[int, int] = {}

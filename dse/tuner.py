@@ -84,20 +84,22 @@ class _Space:
         self.cands = [tile_candidates(ext[a]) for a in AXES]
         self.sizes = [len(c) for c in self.cands] + [len(ORDERS), cfg.dep_queue_depth, 2]
         self.records = epilogue.record_entries(cfg, workload.out_channels, workload.groups)
+        self.acc_records = epilogue.acc_record_entries(cfg, workload.out_channels,
+                                                       workload.groups)
 
     def plan(self, g: Genome) -> TilePlan:
         cfg, v = self.cfg, g[6] + 1
         tiles = tuple((a, self.cands[i][g[i]]) for i, a in enumerate(AXES))
         inp_cap = cfg.inp_depth
         pitches = (("inp", inp_cap // v), ("wgt", (cfg.wgt_depth - self.records) // v),
-                   ("acc", cfg.acc_depth // v))
+                   ("acc", (cfg.acc_depth - self.acc_records) // v))
         plan = TilePlan(self.workload, cfg, tiles, ORDERS[g[5]], v, pitches,
                         self.epilogue.channel_tiles, self.records,
-                        self.epilogue.residual is not None)
+                        self.epilogue.residual is not None, self.acc_records)
         if g[7]:
             packed = (("inp", plan.inp_entries()), ("wgt", plan.wgt_entries()), pitches[2])
             plan = TilePlan(self.workload, cfg, tiles, plan.order, v, packed, plan.bias,
-                            self.records, plan.residual)
+                            self.records, plan.residual, self.acc_records)
         return plan
 
     def genome_of(self, plan: TilePlan) -> Genome:

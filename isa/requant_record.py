@@ -21,7 +21,7 @@ from .formats import (
 )
 
 __all__ = ["acc_record_rows", "pack_requant_acc_records", "pack_requant_records",
-           "unpack_requant_records"]
+           "requant_rows_acc_records", "unpack_requant_records"]
 
 #: Legal values per field: the field's width, but the shift up to REQUANT_MAX_SHIFT and
 #: the multiplier within its REQUANT_MULTIPLIER_BITS.
@@ -121,7 +121,15 @@ def pack_requant_acc_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.nd
     UsageError
         As :func:`pack_requant_records`.
     """
-    rows = pack_requant_records(cfg, **fields)  # (blocks, block_out, block_in)
+    return requant_rows_acc_records(cfg, pack_requant_records(cfg, **fields))
+
+
+def requant_rows_acc_records(cfg: HwConfig, rows: np.ndarray) -> np.ndarray:
+    """The accumulator entries of :func:`pack_requant_acc_records` holding the records
+    in weight rows ``rows`` (int8 ``(blocks, block_out, block_in)``, as
+    :func:`pack_requant_records` returns them): int32 ``(blocks × 3, batch,
+    block_out)``."""
+    rows = np.asarray(rows, dtype=np.int8)  # (blocks, block_out, block_in)
     words = np.ascontiguousarray(rows[..., :REQUANT_RECORD_BYTES]).view("<i4")
     out = np.zeros((rows.shape[0], REQUANT_RECORD_WORDS, cfg.batch, cfg.block_out),
                    dtype=np.int32)

@@ -109,7 +109,8 @@ def _padded(values: tuple[int, ...], channels: int) -> tuple[int, ...]:
     return tuple(values) + (0,) * (channels - len(values))
 
 
-def _compile(chain: list[Call], schedules: ScheduleSource | None = None) -> Call:
+def _compile(chain: list[Call], schedules: ScheduleSource | None = None,
+             requant_stage: str = "store") -> Call:
     conv = chain[0]
     dev = conv.virtual_device
     cfg = hw_config_of(dev)
@@ -167,6 +168,7 @@ def _compile(chain: list[Call], schedules: ScheduleSource | None = None) -> Call
                             shift=_padded(per_channel["shift"], plain_w.shape[0]),
                             zero_point=per_channel["zero_point"],
                             rounding=per_channel.get("rounding", "double"),
+                            requant_stage=requant_stage,
                             residual=None if residual is None else _padded(
                                 per_channel["residual_factor"], plain_w.shape[0]))
     dummy = np.zeros((n_pad, c_pad, h, wd), np.int8)
@@ -263,7 +265,7 @@ def _compile_residual_add(nodes: list[Call]) -> Call:
                 source_names(nodes))
 
 
-def _compile_activation(node: Call) -> Call:
+def _compile_activation(node: Call, requant_stage: str = "store") -> Call:
     """One ``accel.program`` for an integer operator with a vector program
     (:data:`~.partitioning.ACCEL_ACTIVATIONS`): ``qnn.hard_swish_q31``
     (:func:`~tensorfab.compiler.tensor.hard_swish.hard_swish_program`),
@@ -274,7 +276,8 @@ def _compile_activation(node: Call) -> Call:
     (:func:`~tensorfab.compiler.tensor.concat.concat_program`, segments ``a`` and
     ``b``), an int8 ``nn.pad`` (:func:`~tensorfab.compiler.tensor.pad.pad_program`) or
     ``qnn.channel_permute`` (:func:`~tensorfab.compiler.tensor.channel_permute.
-    channel_permute_program`); input segment ``x`` otherwise."""
+    channel_permute_program`); input segment ``x`` otherwise. ``requant_stage`` is
+    where a concatenation's REQUANT runs (``"store"`` or ``"alu"``)."""
     from tensorfab.compiler.tensor.channel_permute import channel_permute_program
     from tensorfab.compiler.tensor.channel_scale import channel_scale_program
     from tensorfab.compiler.tensor.concat import concat_program
@@ -304,7 +307,9 @@ def _compile_activation(node: Call) -> Call:
     elif node.op == "qnn.concat_q31":
         b = node.args[1]
         b_shape = tuple(infer_types(b).shape)  # type: ignore[union-attr]
-        program, layer = concat_program(cfg, shape, b_shape, node.attrs), "concat"
+        program = concat_program(cfg, shape, b_shape, node.attrs,
+                                 requant_stage=requant_stage)
+        layer = "concat"
         extra, attrs = [b], {"input_segment": "a", "extra_input_segment": "b"}
     elif node.op == "qnn.global_avg_pool_q31":
         program, layer = global_avg_pool_program(cfg, shape, node.attrs), "global_avg_pool"
@@ -387,11 +392,13 @@ def with_macs(fn: Function, macs: list[int]) -> Function:
     return out
 
 
-def lower_accelerator_chains(fn: Function, schedules: ScheduleSource | None = None
-                             ) -> Function:
+def lower_accelerator_chains(fn: Function, schedules: ScheduleSource | None = None,
+                             requant_stage: str = "store") -> Function:
     """``fn`` with each complete accelerator chain replaced by an ``accel.program`` call
     running its compiled program (see the module docstring); ``schedules`` (e.g. a
-    tuning log) is asked for each convolution's schedule before the tile search."""
+    tuning log) is asked for each convolution's schedule before the tile search;
+    ``requant_stage`` is where a one-pass REQUANT runs (``"store"`` or ``"alu"``): the
+    convolutions' :attr:`.Epilogue.requant_stage` and the concatenations'."""
     infer_types(fn)
     readers: dict[int, list[Call]] = {}
     for e in post_order(fn):
@@ -405,7 +412,8 @@ def lower_accelerator_chains(fn: Function, schedules: ScheduleSource | None = No
                 and node.virtual_device.kind == "accel"):
             if node.op in ACCEL_ACTIVATIONS:
                 with naming_nodes([rebuilt]):  # type: ignore[list-item]
-                    new[id(node)] = _compile_activation(rebuilt)  # type: ignore[arg-type]
+                    new[id(node)] = _compile_activation(rebuilt,  # type: ignore[arg-type]
+                                                        requant_stage)
                 continue
             adds = _residual_add_from(node, readers)
             if adds is not None:
@@ -421,7 +429,8 @@ def lower_accelerator_chains(fn: Function, schedules: ScheduleSource | None = No
                     and all(len(readers.get(id(c), [])) == 1 for c in chain[:-1])):
                 nodes = [new[id(c)] for c in chain[:-1]] + [rebuilt]
                 with naming_nodes(nodes):  # type: ignore[arg-type]
-                    rebuilt = _compile(nodes, schedules)  # type: ignore[arg-type]
+                    rebuilt = _compile(nodes, schedules,  # type: ignore[arg-type]
+                                       requant_stage)
         new[id(node)] = rebuilt
     out = new[id(fn)]
     assert isinstance(out, Function)

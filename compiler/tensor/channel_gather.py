@@ -8,11 +8,14 @@ width everywhere) output channel block ``J`` is ``Σ P_JXK · x_XK`` over the bl
 of the inputs ``X`` it takes channels from, ``P_JXK`` the ``block × block`` 0/1 matrix
 of those channels: one weight entry each. For every output block and tile of pixels the
 accumulators are reset, each source block's tile is loaded and multiplied in by its
-``P`` (exact: one input value times 1 per output lane), then optionally one REQUANT
-with that block's records (a record per lane: each output channel scaled as its input
-needs), and the tile is stored. Cost per output entry: one GEMM micro-op per source
-block plus the reset, and the REQUANT. Needs ``block_in == block_out``, 8-bit inputs
-and 32-bit accumulators.
+``P`` (exact: one input value times 1 per output lane), and the tile is stored,
+optionally requantized with that block's records (a record per lane: each output
+channel scaled as its input needs): by default the STORE requantizes, the records in
+three accumulator entries per output block at the top of the accumulators; with
+``requant_stage="alu"`` one ALU REQUANT before the STORE reads them from one weight
+entry per block. Cost per output entry: one GEMM micro-op per source block plus the
+reset (and the ALU's REQUANT). Needs ``block_in == block_out``, 8-bit inputs and 32-bit
+accumulators.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ import numpy as np
 
 from tensorfab.isa import AluOp, HwConfig
 from tensorfab.isa.builder import ProgramBuilder
-from tensorfab.isa.formats import Buffer
+from tensorfab.isa.formats import REQUANT_RECORD_WORDS, Buffer
 from tensorfab.isa.insn import Alu, Gemm, Load, Store, Uop
 from tensorfab.isa.program import Program, Segment
+from tensorfab.isa.requant_record import requant_rows_acc_records
 
 from .errors import CompileError
 from .vector_program import block_entries, uniform_tiles
@@ -62,7 +66,7 @@ def gather_program(cfg: HwConfig, what: str, inputs: Sequence[tuple[str, tuple[i
                    channels: Sequence[tuple[int, int]],
                    records: np.ndarray | None = None,
                    data: Sequence[np.ndarray | None] | None = None, *,
-                   tile: int = 256) -> Program:
+                   tile: int = 256, requant_stage: str = "store") -> Program:
     """A program gathering output channels from ``inputs`` (see the module docstring).
 
     Parameters
@@ -84,12 +88,17 @@ def gather_program(cfg: HwConfig, what: str, inputs: Sequence[tuple[str, tuple[i
         Initial contents of the input segments (int8; None: zeros).
     tile : int
         Pixels per tile.
+    requant_stage : str
+        With ``records``: ``"store"`` (requantizing STOREs, the records in the
+        accumulators) or ``"alu"`` (an ALU REQUANT before each STORE, the records in the
+        weight buffer).
 
     Returns
     -------
     Program
         The input segments, ``out`` (int8 output), ``gather`` and, with ``records``,
-        ``record`` (constants).
+        ``record`` (constants: int8 weight entries, or int32 accumulator entries with
+        ``requant_stage="store"``).
 
     Raises
     ------
@@ -112,18 +121,27 @@ def gather_program(cfg: HwConfig, what: str, inputs: Sequence[tuple[str, tuple[i
     sources = block_sources(channels, block)
     blocks = len(sources)
     entries = [s for srcs in sources for s in srcs]
-    n_rec = 0 if records is None else blocks
-    if len(entries) + n_rec > cfg.wgt_depth or 4 * len(entries) + 4 * n_rec + 2 > cfg.uop_depth:
+    if requant_stage not in ("store", "alu"):
+        raise CompileError(f"{what}: requant_stage {requant_stage!r} is neither 'store' "
+                           "nor 'alu'")
+    in_store = records is not None and requant_stage == "store"
+    n_rec = 0 if records is None or in_store else blocks  # weight entries of records
+    acc_rec = REQUANT_RECORD_WORDS * blocks if in_store else 0  # accumulator entries
+    if (len(entries) + n_rec > cfg.wgt_depth or 4 * len(entries) + 4 * n_rec + 2 > cfg.uop_depth
+            or acc_rec + 2 > cfg.acc_depth):
         raise CompileError(f"{what}: {len(entries)} gather entries exceed config "
-                           f"{cfg.name!r}'s weight or micro-op buffer")
-    t = max(1, min(tile, pixels, cfg.inp_depth // 2, cfg.acc_depth // 2))
+                           f"{cfg.name!r}'s weight, accumulator or micro-op buffer")
+    t = max(1, min(tile, pixels, cfg.inp_depth // 2, (cfg.acc_depth - acc_rec) // 2))
     pb = ProgramBuilder(cfg)
     for (name, shape), d in zip(inputs, data or [None] * len(inputs), strict=True):
         pb.add_segment(Segment(name, "int8", shape, d))
     pb.add_segment(Segment("out", "int8", (1, blocks, *shapes[0][2:]), output=True))
     pb.add_segment(Segment("gather", "int8", (len(entries), block, cfg.block_in),
                            np.stack([s.gather for s in entries])))
-    if records is not None:
+    if in_store:
+        pb.add_segment(Segment("record", "int32", (acc_rec, cfg.batch, block),
+                               requant_rows_acc_records(cfg, records)))
+    elif records is not None:
         pb.add_segment(Segment("record", "int8", (blocks, block, cfg.block_in), records))
     reset = [pb.add_uops([Uop(acc=a * t)]) for a in range(2)]
     gemm = {(a, s, w): pb.add_uops([Uop(acc=a * t, src=s * t, wgt=w)])
@@ -133,7 +151,11 @@ def gather_program(cfg: HwConfig, what: str, inputs: Sequence[tuple[str, tuple[i
     pb.load_uops()
     pb.emit(Load(buffer=Buffer.WGT, sram=0, dram=0, y=1, x=len(entries),
                  stride=len(entries)), segment="gather")
-    if records is not None:
+    rec_base = cfg.acc_depth - acc_rec
+    if in_store:  # read by the STOREs, which follow the first GEMM that these loads precede
+        pb.emit(Load(buffer=Buffer.ACC, sram=rec_base, dram=0, y=1, x=acc_rec,
+                     stride=acc_rec), segment="record")
+    elif records is not None:
         pb.emit(Load(buffer=Buffer.WGT, sram=len(entries), dram=0, y=1, x=blocks,
                      stride=blocks), segment="record")
     weight = {id(s): w for w, s in enumerate(entries)}
@@ -161,15 +183,17 @@ def gather_program(cfg: HwConfig, what: str, inputs: Sequence[tuple[str, tuple[i
         span = gemm[(a, i % 2, weight[id(s)])]
         pb.emit(Gemm(uop_begin=span[0], uop_end=span[1], iter_out=1, iter_in=part.count,
                      acc_factor_in=1, inp_factor_in=1, pop_prev=not first,
-                     push_prev=i + 2 < len(steps), push_next=last and records is None))
-        if last and records is not None:
+                     push_prev=i + 2 < len(steps), push_next=last and n_rec == 0))
+        if last and n_rec:
             span = scale[(a, j)]
             pb.emit(Alu(op=AluOp.REQUANT, uop_begin=span[0], uop_end=span[1], iter_out=1,
                         iter_in=part.count, dst_factor_in=1, push_next=True))
         if last:
+            rec = {"requant": True, "rec": rec_base + REQUANT_RECORD_WORDS * j} \
+                if in_store else {}
             pb.emit(Store(sram=a * t, dram=j * pixels + part.start, y=1, x=part.count,
-                          stride=part.count, pop_prev=True, push_prev=m + 2 < len(tiles)),
-                    segment="out")
+                          stride=part.count, pop_prev=True, push_prev=m + 2 < len(tiles),
+                          **rec), segment="out")
         if i + 2 < len(steps):
             load(i + 2)
     return pb.build()

@@ -5,8 +5,9 @@ Output channel ``c`` is ``a``'s channel ``c`` while ``c < C_a``, else ``b``'s ch
 ``c - C_a``, in the blocked layout ``NCHW{batch}n{block}c`` with one batch block: an
 output block takes one block of an input when ``C_a`` is a whole number of blocks (one
 GEMM micro-op per entry, a copy), two or three blocks of both inputs otherwise. When an
-input's scale or zero point is not the output's, one REQUANT per tile applies a record
-per output channel: its input's ``(x - z_x) · s_x / s_y + z_y``, rounded once. The
+input's scale or zero point is not the output's, each tile's STORE (or, with
+``requant_stage="alu"``, one ALU REQUANT before it) requantizes with a record per output
+channel: its input's ``(x - z_x) · s_x / s_y + z_y``, rounded once. The
 graph's ``qnn.concat_q31`` (see :mod:`tensorfab.compiler.graph.ops`) is computed by the
 CPU kernel with the same REQUANT arithmetic, so both agree bit for bit. Needs
 ``block_in == block_out``, 8-bit inputs and 32-bit accumulators, and REQUANT for an
@@ -83,7 +84,8 @@ def concat_channels(attrs: Mapping[str, Any], a_shape: Sequence[int],
 
 def concat_program(cfg: HwConfig, a_shape: tuple[int, ...], b_shape: tuple[int, ...],
                    attrs: Mapping[str, Any], a: np.ndarray | None = None,
-                   b: np.ndarray | None = None, *, tile: int = 256) -> Program:
+                   b: np.ndarray | None = None, *, tile: int = 256,
+                   requant_stage: str = "store") -> Program:
     """A program computing ``qnn.concat_q31(a, b)`` (see the module docstring).
 
     Parameters
@@ -99,6 +101,9 @@ def concat_program(cfg: HwConfig, a_shape: tuple[int, ...], b_shape: tuple[int, 
         Initial contents of segments ``a`` and ``b`` (int8; None: zeros).
     tile : int
         Pixels per tile.
+    requant_stage : str
+        Where a requantized input's REQUANT runs: ``"store"`` (the STOREs) or ``"alu"``
+        (:func:`~.channel_gather.gather_program`).
 
     Returns
     -------
@@ -129,4 +134,4 @@ def concat_program(cfg: HwConfig, a_shape: tuple[int, ...], b_shape: tuple[int, 
         records = np.zeros((blocks, cfg.block_out, cfg.block_in), np.int8)
         records[:rows.shape[0]] = rows
     return gather_program(cfg, "qnn.concat_q31", [("a", tuple(a_shape)), ("b", tuple(b_shape))],
-                          channels, records, [a, b], tile=tile)
+                          channels, records, [a, b], tile=tile, requant_stage=requant_stage)

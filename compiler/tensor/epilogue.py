@@ -10,12 +10,17 @@ import numpy as np
 from tensorfab.isa import AluOp, HwConfig
 from tensorfab.isa.formats import IMM_MAX as _IMM_MAX
 from tensorfab.isa.formats import IMM_MIN as _IMM_MIN
-from tensorfab.isa.formats import requant_supported
-from tensorfab.isa.requant_record import pack_requant_records
+from tensorfab.isa.formats import REQUANT_RECORD_WORDS, requant_supported
+from tensorfab.isa.requant_record import pack_requant_acc_records, pack_requant_records
 
 from .errors import CompileError
 from .quantize import MAX_MULTIPLIER, MAX_SHIFT
 from .requant import MAX_EXPONENT, MIN_EXPONENT, ROUNDINGS, quantize_multipliers
+
+#: Where a one-pass epilogue's REQUANT runs: ``"store"`` (the tile's STOREs requantize,
+#: records in the accumulator buffer) or ``"alu"`` (an ALU REQUANT before the STOREs,
+#: records in the weight buffer).
+REQUANT_STAGES = ("store", "alu")
 
 
 @dataclass(frozen=True)
@@ -31,9 +36,9 @@ class Epilogue:
          ``MultiplyByQuantizedMultiplier``, see :mod:`.requant`):
          ``a = SHR_RND(MULHI(SHL(a, max(e, 0)), M), max(-e, 0))`` with vector operands
          (``rounding="double"``, TFLite bit for bit), or, with ``rounding="single"``,
-         one REQUANT pass that adds the bias, multiplies by ``M`` and rounds the exact
+         one REQUANT that adds the bias, multiplies by ``M`` and rounds the exact
          product once by ``31 - e`` bits, adds the zero point and clamps (steps 1 to 5
-         in one ALU instruction, its per-channel records in the weight buffer);
+         at once, see :attr:`requant_stage`);
     3. ``zero_point``: ``a = a + zero_point`` (the output's zero point);
     4. ``relu``: ``a = max(a, zero_point)``;
     5. ``clip = (lo, hi)``: ``a = min(max(a, lo), hi)``; with requantization and no
@@ -46,7 +51,8 @@ class Epilogue:
     once (a residual add fused into the convolution's program).
 
     The STORE then keeps the low byte of ``a``: without requantization or ``clip``
-    int32 values wrap.
+    int32 values wrap. A one-pass epilogue in the STOREs (:attr:`requant_stage`
+    ``"store"``) does steps 1 to 5 in the STOREs themselves.
 
     Attributes
     ----------
@@ -74,9 +80,16 @@ class Epilogue:
         ``round(a · scale)``; 0 (the default) is TFLite's arithmetic bit for bit.
     rounding : str
         ``"double"`` (TFLite: MULHI rounds, then the right shift rounds again) or
-        ``"single"`` (REQUANT: one rounding of the exact product, closer to float
-        and one ALU pass instead of four to six; needs a config whose weight rows hold
-        a record, :func:`~tensorfab.isa.formats.requant_supported`).
+        ``"single"`` (REQUANT: one rounding of the exact product, closer to float,
+        in the STOREs or one ALU pass instead of four to six ALU passes; needs a config
+        whose weight rows hold a record, :func:`~tensorfab.isa.formats.requant_supported`).
+    requant_stage : str
+        Where the one-pass REQUANT runs (``rounding="single"`` only): ``"store"`` (the
+        default: the tile's STOREs requantize, one STORE per block of output channels,
+        with the records in three accumulator entries per block at the top of the
+        accumulator buffer, :meth:`acc_record_entries`) or ``"alu"`` (one ALU REQUANT
+        pass over the tile before its STOREs, with the records in one weight entry per
+        block at the top of the weight buffer, :meth:`record_entries`).
     residual : tuple[int, ...] | None
         Per output channel int32 factors of a fused residual (see above; needs
         ``rounding="single"``); the program gets an int8 input segment ``res`` of the
@@ -98,6 +111,7 @@ class Epilogue:
     headroom: int = 0
     rounding: str = "double"
     residual: tuple[int, ...] | None = None
+    requant_stage: str = "store"
 
     def __post_init__(self) -> None:
         for name in ("zero_point", "headroom"):
@@ -130,6 +144,9 @@ class Epilogue:
         if self.rounding not in ROUNDINGS:
             raise CompileError(f"rounding {self.rounding!r} is neither {ROUNDINGS[0]!r} nor "
                                f"{ROUNDINGS[1]!r}")
+        if self.requant_stage not in REQUANT_STAGES:
+            raise CompileError(f"requant_stage {self.requant_stage!r} is neither "
+                               f"{REQUANT_STAGES[0]!r} nor {REQUANT_STAGES[1]!r}")
         if self.rounding == "single":
             if self.multiplier is None:
                 raise CompileError("rounding='single' needs per-channel multiplier and shift")
@@ -162,7 +179,7 @@ class Epilogue:
     @classmethod
     def from_scales(cls, real_scales: np.ndarray, *, zero_point: int = 0, relu: bool = False,
                     bias: bool = False, acc_bound: int | None = None,
-                    rounding: str = "double") -> Epilogue:
+                    rounding: str = "double", requant_stage: str = "store") -> Epilogue:
         """Exact per-channel requantization from real scales (TFLite's
         ``QuantizeMultiplier`` per channel, :func:`.requant.quantize_multipliers`).
 
@@ -178,15 +195,15 @@ class Epilogue:
             The largest accumulator magnitude (:func:`.quantize.accumulator_bound`):
             sets :attr:`headroom` to the bits it leaves free. ``None``: no headroom,
             TFLite's arithmetic exactly. Ignored with ``rounding="single"``.
-        rounding : str
-            As the attribute.
+        rounding, requant_stage : str
+            As the attributes.
         """
         mult, exp = quantize_multipliers(np.asarray(real_scales).reshape(-1))
         headroom = 0 if acc_bound is None or rounding == "single" \
             else max(0, 31 - int(acc_bound).bit_length())
         return cls(bias=bias, relu=relu, multiplier=tuple(int(m) for m in mult),
                    shift=tuple(int(e) for e in exp), zero_point=zero_point,
-                   headroom=headroom, rounding=rounding)
+                   headroom=headroom, rounding=rounding, requant_stage=requant_stage)
 
     @property
     def per_channel(self) -> bool:
@@ -198,6 +215,11 @@ class Epilogue:
         """The whole epilogue is one REQUANT instruction (``rounding="single"``)."""
         return self.rounding == "single" and self.per_channel
 
+    @property
+    def store_requant(self) -> bool:
+        """The one-pass REQUANT runs in the tile's STOREs (:attr:`requant_stage`)."""
+        return self.one_pass and self.requant_stage == "store"
+
     def check_config(self, cfg: HwConfig) -> None:
         """Raise :class:`CompileError` if ``cfg`` cannot run this epilogue."""
         if self.one_pass and not requant_supported(cfg):
@@ -206,20 +228,47 @@ class Epilogue:
                                "rounding='double'")
 
     def record_entries(self, cfg: HwConfig, out_channels: int, groups: int = 1) -> int:
-        """Weight-buffer entries of the REQUANT records (0 unless :attr:`one_pass`)."""
+        """Weight-buffer entries reserved for the one-pass epilogue (0 unless
+        :attr:`one_pass`): one REQUANT record per block of output channels when the ALU
+        requantizes, and a residual's identity entry."""
         if not self.one_pass:
             return 0
-        return groups * -(-out_channels // cfg.block_out) + int(self.residual is not None)
+        blocks = 0 if self.store_requant else groups * -(-out_channels // cfg.block_out)
+        return blocks + int(self.residual is not None)
+
+    def acc_record_entries(self, cfg: HwConfig, out_channels: int, groups: int = 1) -> int:
+        """Accumulator entries of a requantizing STORE's records (0 unless
+        :attr:`store_requant`): three per block of output channels."""
+        if not self.store_requant:
+            return 0
+        return REQUANT_RECORD_WORDS * groups * -(-out_channels // cfg.block_out)
 
     def records(self, cfg: HwConfig, bias: np.ndarray | None) -> np.ndarray:
         """REQUANT's records, one per output channel (:mod:`tensorfab.isa.requant_record`):
-        int8 ``(ceil(O / block_out), block_out, block_in)``.
+        int8 ``(ceil(O / block_out), block_out, block_in)``, the weight entries the ALU's
+        REQUANT reads.
 
         Parameters
         ----------
         bias : numpy.ndarray | None
             ``(O,)`` int32 bias (with :attr:`bias`), else zeros.
         """
+        return pack_requant_records(cfg, **self._record_fields(bias))
+
+    def acc_records(self, cfg: HwConfig, bias: np.ndarray | None) -> np.ndarray:
+        """The records of :meth:`records` as a requantizing STORE reads them: int32
+        ``(3 · ceil(O / block_out), batch, block_out)`` accumulator entries
+        (:func:`~tensorfab.isa.requant_record.pack_requant_acc_records`).
+
+        Parameters
+        ----------
+        bias : numpy.ndarray | None
+            ``(O,)`` int32 bias (with :attr:`bias`), else zeros.
+        """
+        return pack_requant_acc_records(cfg, **self._record_fields(bias))
+
+    def _record_fields(self, bias: np.ndarray | None) -> dict[str, np.ndarray | int]:
+        """The REQUANT record fields of every output channel."""
         assert self.multiplier is not None and self.shift is not None
         n = len(self.multiplier)
         lo, hi = self.clip if self.clip is not None else (-128, 127)
@@ -229,9 +278,9 @@ class Epilogue:
         b = np.zeros(n, np.int64) if bias is None else np.asarray(bias, np.int64).reshape(-1)
         if b.shape != (n,):
             raise CompileError(f"{b.size} bias values for {n} channels")
-        return pack_requant_records(cfg, multiplier=np.array(self.multiplier),
-                                    bias=b, shift=31 - np.array(self.shift),
-                                    zero_point=self.zero_point, lo=lo, hi=hi)
+        return {"multiplier": np.array(self.multiplier), "bias": b,
+                "shift": 31 - np.array(self.shift), "zero_point": self.zero_point,
+                "lo": lo, "hi": hi}
 
     @property
     def requantizes(self) -> bool:
@@ -285,8 +334,8 @@ class Epilogue:
     def alu_ops(self) -> list[tuple[AluOp, int | str]]:
         """The ALU instructions after the GEMM, in order: ``(operation, immediate)``,
         or ``(operation, name)`` with a per-channel vector operand (:meth:`vector_tiles`)."""
-        if self.one_pass:
-            return [(AluOp.REQUANT, "records")]
+        if self.one_pass:  # with store_requant, the STOREs requantize
+            return [] if self.store_requant else [(AluOp.REQUANT, "records")]
         ops: list[tuple[AluOp, int | str]] = []
         if self.requant is not None:
             mult, shift = self.requant
@@ -327,7 +376,8 @@ class Epilogue:
         if self.multiplier is not None:
             parts.append(f"requant_q31({len(self.multiplier)} channels"
                          + (f", headroom {self.headroom}" if self.headroom else "")
-                         + (", one pass)" if self.one_pass else ")"))
+                         + (f", one pass in the {self.requant_stage})" if self.one_pass
+                            else ")"))
         if self.zero_point:
             parts.append(f"zp{self.zero_point}")
         if self.relu:
@@ -351,4 +401,4 @@ def _whole(name: str, value: object) -> int:
     raise CompileError(f"{name} {shown!r} is not an integer")
 
 
-__all__ = ["Epilogue"]
+__all__ = ["REQUANT_STAGES", "Epilogue"]

@@ -29,6 +29,7 @@ import numpy as np
 
 from tensorfab.isa import Alu, AluOp, Buffer, Gemm, HwConfig, Load, Program, Segment, Store
 from tensorfab.isa.builder import ProgramBuilder
+from tensorfab.isa.formats import REQUANT_RECORD_WORDS
 from tensorfab.isa.layout import pack_bias_for
 from tensorfab.isa.program import UOP_SEGMENT
 
@@ -199,15 +200,36 @@ class _Lowering:
         entry, the last of them) to the top of the weight buffer, once, and the resources
         they write; ``loaded`` (updated) holds what earlier steps brought.
 
-        The records come with the loads of the first step that ends a tile (its REQUANT
-        reads them), not with the first step's: the first GEMM then waits only for its
-        operands, and the records load while earlier steps compute. A residual's first
-        step needs only the identity entry, which loads alone when it comes first."""
+        The records of an ALU REQUANT come with the loads of the first step that ends a
+        tile (its REQUANT reads them), not with the first step's: the first GEMM then
+        waits only for its operands, and the records load while earlier steps compute.
+        A residual's first step needs only the identity entry, which loads alone when
+        it comes first.
+
+        The records of requantizing STOREs go to the top of the accumulator buffer
+        with the first step's loads, ahead of its operands (the identity entry alone to
+        the top of the weight buffer): a LOAD into the accumulators shares their write
+        port with the GEMMs, which take it first, so while the GEMMs run it would hold
+        the load engine, and the later steps' operands, for many times its own
+        length."""
         plan = self.plan
         n = plan.records
         ident = n - 1 if self.ep.residual is not None else None
         loads: list[Emitted] = []
         written: list[tuple[str, int]] = []
+        if self.ep.store_requant:
+            if "records" not in loaded:
+                m = plan.acc_records
+                loads.append((Load(buffer=Buffer.ACC, sram=plan.acc_records_base, dram=0,
+                                   y=1, x=m, stride=m), "records"))
+                written.append(("records", 0))
+                loaded.add("records")
+            if residual and ident is not None and "identity" not in loaded:
+                loads.append((Load(buffer=Buffer.WGT, sram=plan.records_base + ident, dram=0,
+                                   y=1, x=1, stride=1), "identity"))
+                written.append(("identity", 0))
+                loaded.add("identity")
+            return loads, written
         if "records" not in loaded and last:
             if "identity" in loaded:  # every record but the identity entry
                 loads.append((Load(buffer=Buffer.WGT, sram=plan.records_base, dram=0,
@@ -246,30 +268,48 @@ class _Lowering:
                 UOP_SEGMENT)
 
     # ----------------------------------------------------------------- stores
-    def stores(self, v: int, t: dict[str, int]) -> list[Emitted]:
+    def stores(self, v: int, t: dict[str, int], *, requant: bool = False) -> list[Emitted]:
+        """The STOREs of output tile ``t`` from ``v``'s slot; with ``requant``,
+        requantizing STOREs, each within one block of output channels and reading that
+        block's records (:meth:`_records`)."""
         plan, geo = self.plan, self.geo
         tn, toc, th, tw = (plan.tile(a) for a in ("b", "oc", "oh", "ow"))
         base = plan.slot_base("acc", v)
-        if ((th, tw) == (geo.oh, geo.ow) and toc * th * tw <= MAX_XFER
+        whole = not requant or toc == 1  # a STORE may span the tile's channel blocks
+        if (whole and (th, tw) == (geo.oh, geo.ow) and toc * th * tw <= MAX_XFER
                 and geo.ob * th * tw <= MAX_XFER):
             return [(Store(sram=base, dram=geo.out(t["g"], t["b"], t["oc"], 0, 0), y=tn,
-                           x=toc * th * tw, stride=geo.ob * th * tw), "out")]
-        if tw == geo.ow and th * tw <= MAX_XFER and geo.oh * geo.ow <= MAX_XFER:
+                           x=toc * th * tw, stride=geo.ob * th * tw,
+                           **self._records(t, 0, requant)), "out")]
+        if whole and tw == geo.ow and th * tw <= MAX_XFER and geo.oh * geo.ow <= MAX_XFER:
             # full-width rows: each channel block's rows are contiguous in DRAM
             return [(Store(sram=base + n * toc * th * tw,
                            dram=geo.out(t["g"], t["b"] + n, t["oc"], t["oh"], 0), y=toc,
-                           x=th * tw, stride=geo.oh * geo.ow), "out") for n in range(tn)]
+                           x=th * tw, stride=geo.oh * geo.ow,
+                           **self._records(t, 0, requant)), "out") for n in range(tn)]
         out: list[Emitted] = []
         for n in range(tn):
             for o in range(toc):
                 sram = base + (n * toc + o) * th * tw
                 dram = geo.out(t["g"], t["b"] + n, t["oc"] + o, t["oh"], t["ow"])
+                rec = self._records(t, o, requant)
                 if tw == geo.ow:
-                    out.append((Store(sram=sram, dram=dram, y=1, x=th * tw, stride=th * tw),
-                                "out"))
+                    out.append((Store(sram=sram, dram=dram, y=1, x=th * tw, stride=th * tw,
+                                      **rec), "out"))
                 else:
-                    out.append((Store(sram=sram, dram=dram, y=th, x=tw, stride=geo.ow), "out"))
+                    out.append((Store(sram=sram, dram=dram, y=th, x=tw, stride=geo.ow,
+                                      **rec), "out"))
         return out
+
+    def _records(self, t: dict[str, int], o: int, requant: bool) -> dict[str, object]:
+        """A STORE's requantization fields for block ``o`` of tile ``t``'s output
+        channels: the first of the block's three record entries at the top of the
+        accumulators (none without ``requant``)."""
+        if not requant:
+            return {}
+        block = t["g"] * self.geo.ob + t["oc"] + o
+        return {"requant": True,
+                "rec": self.plan.acc_records_base + REQUANT_RECORD_WORDS * block}
 
     # ----------------------------------------------------------------- steps
     def steps(self) -> list[Step]:
@@ -279,6 +319,7 @@ class _Lowering:
         steps: list[Step] = []
         alu_ops = self.ep.alu_ops()
         one_pass = self.ep.one_pass
+        store_requant = self.ep.store_requant
         loaded: set[str] = set()  # "records", "identity": what the weights hold already
         for sl in plan_steps(plan):
             v, t, c0, tic = sl.vthread, sl.start, sl.c0, sl.tic
@@ -338,7 +379,11 @@ class _Lowering:
                         step.compute.append(_alu(kv, self.kernels.add(kv), op, None))
                     else:
                         step.compute.append(_alu(k, self.kernels.add(k), op, operand))
-                step.stores = self.stores(v, t)
+                if store_requant and one_pass:
+                    # the STOREs read the records: their compute (which the STOREs wait
+                    # for) waits for the records' LOAD
+                    step.reads = (*step.reads, ("records", 0))  # type: ignore[misc]
+                step.stores = self.stores(v, t, requant=store_requant)
             steps.append(step)
         return steps
 
@@ -354,7 +399,9 @@ class _EpilogueShape:
 
     one_pass = False  # a one-pass epilogue is timed as its one ALU pass
 
-    def __init__(self, channel_tiles: int, n_alu_ops: int, residual: bool = False) -> None:
+    def __init__(self, channel_tiles: int, n_alu_ops: int, residual: bool = False,
+                 store_requant: bool = False) -> None:
+        self.store_requant = store_requant  # STOREs split by channel block
         # a residual's factors take the one per-channel tile of a one-pass epilogue
         self.residual = () if residual else None
         self.bias = bool(channel_tiles) and not residual
@@ -374,7 +421,8 @@ def plan_instructions(plan: TilePlan, n_alu_ops: int = 0) -> list[Emitted]:
     """The instructions :func:`lower` emits for ``plan`` (with an epilogue of
     ``n_alu_ops`` ALU instructions and the plan's bias), in dispatch order, without
     FINISH and DRAM addresses: enough to estimate the program's timing."""
-    low = _Lowering(plan, _EpilogueShape(plan.bias, n_alu_ops, plan.residual))  # type: ignore[arg-type]
+    low = _Lowering(plan, _EpilogueShape(plan.bias, n_alu_ops, plan.residual,  # type: ignore[arg-type]
+                                         bool(plan.acc_records)))
     steps = low.steps()
     uops = low.uop_loads(steps)
     return [uops, *dispatch_order(insert_tokens(steps, lookahead(plan.cfg)), plan.cfg)]
@@ -440,6 +488,11 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
     if plan.records != records:
         raise CompileError(f"the schedule reserves {plan.records} weight entries for "
                            f"REQUANT records, the epilogue needs {records}")
+    acc_records = ep.acc_record_entries(plan.cfg, plan.workload.out_channels,
+                                        plan.workload.groups)
+    if plan.acc_records != acc_records:
+        raise CompileError(f"the schedule reserves {plan.acc_records} accumulator entries "
+                           f"for STORE records, the epilogue needs {acc_records}")
     if ep.residual is not None and plan.cfg.block_in != plan.cfg.block_out:
         raise CompileError(f"config {plan.cfg.name!r}: a residual epilogue needs block_in == "
                            "block_out")
@@ -486,12 +539,22 @@ def lower(plan: TilePlan, epilogue: Epilogue | None = None, *, inp: np.ndarray |
             raise _channel_count_error("multiplier", len(ep.multiplier), wl.out_channels)
         b = None if bias is None else np.asarray(bias).reshape(
             g, ext["oc"], cfg.batch, cfg.block_out)[:, :, 0, :].reshape(g, -1)
-        recs = [_group_epilogue(ep, i, wl.out_channels, g).records(
-                    cfg, None if b is None else b[i, :wl.out_channels]) for i in range(g)]
-        if ep.residual is not None:  # the identity entry of the residual's GEMM
-            recs.append(np.eye(cfg.block_out, cfg.block_in, dtype=np.int8)[None])
-        bld.add_segment(Segment("records", "int8", (plan.records, cfg.block_out,
-                                                    cfg.block_in), np.concatenate(recs)))
+        identity = np.eye(cfg.block_out, cfg.block_in, dtype=np.int8)[None]
+        if ep.store_requant:
+            acc_recs = [_group_epilogue(ep, i, wl.out_channels, g).acc_records(
+                cfg, None if b is None else b[i, :wl.out_channels]) for i in range(g)]
+            bld.add_segment(Segment("records", "int32", (plan.acc_records, cfg.batch,
+                                                         cfg.block_out),
+                                    np.concatenate(acc_recs)))
+            if ep.residual is not None:  # the identity entry of the residual's GEMM
+                bld.add_segment(Segment("identity", "int8", identity.shape, identity))
+        else:
+            recs = [_group_epilogue(ep, i, wl.out_channels, g).records(
+                        cfg, None if b is None else b[i, :wl.out_channels]) for i in range(g)]
+            if ep.residual is not None:  # the identity entry of the residual's GEMM
+                recs.append(identity)
+            bld.add_segment(Segment("records", "int8", (plan.records, cfg.block_out,
+                                                        cfg.block_in), np.concatenate(recs)))
     vectors = ep.channel_vectors()
     for name, vec in vectors.items():
         n = wl.out_channels

@@ -95,12 +95,13 @@ def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedul
                            "tensorfab.isa.PRESETS['default'])")
     ep.check_config(cfg)
     records = ep.record_entries(cfg, workload.out_channels, workload.groups)
+    acc_records = ep.acc_record_entries(cfg, workload.out_channels, workload.groups)
     if schedule is None and schedules is not None:
         schedule = schedules.schedule(workload, cfg, ep)
     if schedule is None:
         return default_schedule(workload, cfg, vthreads, bias=ep.channel_tiles,
                                 n_alu_ops=len(ep.alu_ops()), records=records,
-                                residual=ep.residual is not None)
+                                residual=ep.residual is not None, acc_records=acc_records)
     if schedule.workload != workload or schedule.cfg != cfg:
         raise CompileError("the schedule was made for another workload or config")
     if schedule.bias != ep.channel_tiles:
@@ -111,6 +112,9 @@ def _schedule(workload: Workload, cfg: HwConfig, ep: Epilogue, schedule: Schedul
     if schedule.records != records:
         raise CompileError(f"the schedule reserves {schedule.records} weight entries for "
                            f"REQUANT records, the epilogue needs {records}")
+    if schedule.acc_records != acc_records:
+        raise CompileError(f"the schedule reserves {schedule.acc_records} accumulator "
+                           f"entries for STORE records, the epilogue needs {acc_records}")
     return schedule
 
 

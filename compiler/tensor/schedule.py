@@ -93,6 +93,9 @@ class Schedule:
     residual : bool
         Reserve one output tile per thread at the top of the input buffer for a
         residual epilogue (:attr:`.TilePlan.residual`).
+    acc_records : int
+        Accumulator entries reserved for the records of requantizing STOREs
+        (:meth:`.Epilogue.acc_record_entries`).
 
     Examples
     --------
@@ -104,12 +107,13 @@ class Schedule:
     """
 
     def __init__(self, workload: Workload, cfg: HwConfig, *, bias: int = False,
-                 records: int = 0, residual: bool = False) -> None:
+                 records: int = 0, residual: bool = False, acc_records: int = 0) -> None:
         self.workload = workload
         self.cfg = cfg
         self.bias = bias
         self.records = records
         self.residual = residual
+        self.acc_records = acc_records
         self.trace: list[Primitive] = []
         self._extents = workload.extents(cfg)
         self._tiles = dict(self._extents)
@@ -226,11 +230,11 @@ class Schedule:
 
     @classmethod
     def from_trace(cls, workload: Workload, cfg: HwConfig, trace: Iterable[Primitive], *,
-                   bias: bool = False, records: int = 0, residual: bool = False
-                   ) -> Schedule:
+                   bias: bool = False, records: int = 0, residual: bool = False,
+                   acc_records: int = 0) -> Schedule:
         """A new schedule with ``trace`` replayed."""
-        return cls(workload, cfg, bias=bias, records=records,
-                   residual=residual).replay(trace)
+        return cls(workload, cfg, bias=bias, records=records, residual=residual,
+                   acc_records=acc_records).replay(trace)
 
     def __str__(self) -> str:
         return "\n".join(str(p) for p in self.trace)
@@ -243,8 +247,9 @@ class Schedule:
         if not isinstance(other, Schedule):
             return NotImplemented
         return (self.workload, self.cfg, self.bias, self.records, self.residual,
-                self.trace) == (other.workload, other.cfg, other.bias, other.records,
-                                other.residual, other.trace)
+                self.acc_records, self.trace) == (
+                    other.workload, other.cfg, other.bias, other.records, other.residual,
+                    other.acc_records, other.trace)
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
@@ -272,10 +277,14 @@ class Schedule:
         reserved = math.prod(self._tiles[a] for a in ("b", "oc", "oh", "ow")) * v \
             if self.residual else 0
         depth = {"inp": cfg.inp_depth - reserved, "wgt": cfg.wgt_depth - self.records,
-                 "acc": cfg.acc_depth}
+                 "acc": cfg.acc_depth - self.acc_records}
         if depth["wgt"] < 1:
             raise ScheduleError("epilogue", "wgt_depth", f"{self.records} REQUANT records "
                                 f"fill the {cfg.wgt_depth}-entry weight buffer")
+        if depth["acc"] < 1:
+            raise ScheduleError("epilogue", "acc_depth", f"{self.acc_records} entries of "
+                                f"STORE records fill the {cfg.acc_depth}-entry "
+                                "accumulator buffer")
         pitches = {}
         for b in BUFFERS:
             p = self._pitch[b]
@@ -290,7 +299,8 @@ class Schedule:
                                     f"past {b}_depth {depth[b]}")
             pitches[b] = p
         plan = TilePlan(wl, cfg, tuple((a, self._tiles[a]) for a in AXES), self._order, v,
-                        tuple(pitches.items()), self.bias, self.records, self.residual)
+                        tuple(pitches.items()), self.bias, self.records, self.residual,
+                        self.acc_records)
         pad = max_pad(cfg)
         if max(wl.padding) > pad:
             raise ScheduleError("workload", "pad field",
@@ -316,7 +326,8 @@ class Schedule:
     def _check_slot(self, plan: TilePlan, buffer: str, need: int, what: str,
                     axes: tuple[str, ...]) -> None:
         pitch = plan.pitch(buffer)
-        depth = plan.inp_capacity if buffer == "inp" else getattr(self.cfg, f"{buffer}_depth")
+        depth = {"inp": plan.inp_capacity, "wgt": self.cfg.wgt_depth,
+                 "acc": plan.acc_capacity}[buffer]
         v = plan.vthreads
         if need > pitch:
             share = f"{buffer}_depth {depth} / {v} threads" if self._pitch[buffer] is None \

@@ -74,6 +74,10 @@ class TilePlan:
         The epilogue adds a residual (:attr:`.Epilogue.residual`): each thread keeps
         one output tile of the int8 residual at the top of the input buffer
         (:meth:`residual_base`), below which the operand regions share the rest.
+    acc_records : int
+        Accumulator entries reserved at the top of the buffer for the records of
+        requantizing STOREs (:meth:`.Epilogue.acc_record_entries`); the threads' slots
+        share the rest.
     """
 
     workload: Workload
@@ -85,6 +89,7 @@ class TilePlan:
     bias: int = False
     records: int = 0
     residual: bool = False
+    acc_records: int = 0
 
     # ------------------------------------------------------------------ tile sizes
     @cached_property
@@ -150,6 +155,16 @@ class TilePlan:
     def records_base(self) -> int:
         """First weight entry of the REQUANT records."""
         return self.wgt_capacity
+
+    @property
+    def acc_capacity(self) -> int:
+        """Accumulator entries the threads' slots may use (below the STORE records)."""
+        return self.cfg.acc_depth - self.acc_records
+
+    @property
+    def acc_records_base(self) -> int:
+        """First accumulator entry of the requantizing STOREs' records."""
+        return self.acc_capacity
 
     @property
     def inp_capacity(self) -> int:

@@ -79,7 +79,7 @@ def _fits(plan: TilePlan, n_threads: int) -> bool:
     if plan.inp_entries() > plan.inp_capacity // v or \
             plan.wgt_entries() > plan.wgt_capacity // v:
         return False
-    if plan.acc_entries > cfg.acc_depth // v:
+    if plan.acc_entries > plan.acc_capacity // v:
         return False
     tics = {size for _, size in plan.ic_tiles()}
     gemm = sum(kernel_size(gemm_dims(plan, t), GEMM_LOOPS) for t in tics)
@@ -146,7 +146,8 @@ def thread_counts(vthreads: int | Sequence[int], cfg: HwConfig) -> tuple[int, ..
 
 def search_plan(workload: Workload, cfg: HwConfig, vthreads: int | Sequence[int] = 2, *,
                 bias: int = False, n_alu_ops: int = 0, refine: bool = True,
-                records: int = 0, residual: bool = False) -> TilePlan:
+                records: int = 0, residual: bool = False, acc_records: int = 0
+                ) -> TilePlan:
     """The cheapest tiling of ``workload`` with ``vthreads`` threads (see the module
     docstring); a sequence of thread counts searches each count (its own pruning and
     timed shortlist) and keeps the fastest timed tiling of all.
@@ -163,7 +164,8 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int | Sequence[int]
     per_count: list[list[tuple[CostEstimate, TilePlan]]] = []
     for v in counts:  # each count its own pruning bounds and shortlist
         found: list[tuple[CostEstimate, TilePlan]] = []
-        _enumerate(workload, cfg, v, bias, n_alu_ops, records, residual, found, _Bounds())
+        _enumerate(workload, cfg, v, bias, n_alu_ops, records, residual, acc_records, found,
+                   _Bounds())
         if found:
             per_count.append(found)
     if not per_count:
@@ -182,24 +184,25 @@ def search_plan(workload: Workload, cfg: HwConfig, vthreads: int | Sequence[int]
 
 
 def _enumerate(workload: Workload, cfg: HwConfig, vthreads: int, bias: int, n_alu_ops: int,
-               records: int, residual: bool, found: list[tuple[CostEstimate, TilePlan]],
-               bounds: _Bounds) -> None:
+               records: int, residual: bool, acc_records: int,
+               found: list[tuple[CostEstimate, TilePlan]], bounds: _Bounds) -> None:
     """Append to ``found`` the estimated tilings of ``workload`` with ``vthreads``
     threads that fit and that ``bounds`` does not rule out."""
     ext = workload.extents(cfg)
     cands = {a: tile_candidates(ext[a]) for a in AXES}
     wgt_depth = cfg.wgt_depth - records
+    acc_depth = cfg.acc_depth - acc_records
     pitches = (("inp", cfg.inp_depth // vthreads), ("wgt", wgt_depth // vthreads),
-               ("acc", cfg.acc_depth // vthreads))
+               ("acc", acc_depth // vthreads))
     kh, kw = workload.kernel
     orders = ORDERS if not workload.is_dense else (("b", "oc", "oh", "ow"),
                                                     ("oh", "ow", "b", "oc"))
     for tn, toc in product(cands["b"], cands["oc"]):
-        if tn * toc > cfg.acc_depth // vthreads:
+        if tn * toc > acc_depth // vthreads:
             continue
         for th, tw in product(cands["oh"], cands["ow"]):
             out = tn * toc * th * tw + toc * int(bias)
-            if out > cfg.acc_depth // vthreads or out // tw > MAX_ITER:
+            if out > acc_depth // vthreads or out // tw > MAX_ITER:
                 continue
             inp_cap = cfg.inp_depth - (tn * toc * th * tw * vthreads if residual else 0)
             pitches = (("inp", inp_cap // vthreads), *pitches[1:])
@@ -211,7 +214,7 @@ def _enumerate(workload: Workload, cfg: HwConfig, vthreads: int, bias: int, n_al
                 walks: dict[tuple[str, ...], list[int]] = {}  # walk -> its entries in found
                 for order in orders:
                     plan = TilePlan(workload, cfg, tiles, order, vthreads, pitches, bias,
-                                    records, residual)
+                                    records, residual, acc_records)
                     if plan.inp_entries() > inp_cap // vthreads:
                         break
                     if _cannot_win(plan, n_alu_ops, bounds):
@@ -225,7 +228,7 @@ def _enumerate(workload: Workload, cfg: HwConfig, vthreads: int, bias: int, n_al
                               pitches[2])
                     if packed != pitches:
                         plan = TilePlan(workload, cfg, tiles, order, vthreads, packed, bias,
-                                        records, residual)
+                                        records, residual, acc_records)
                         entries.append((estimate_cost(plan, n_alu_ops), plan))
                     # two orders walking the split axes alike make the same program: it
                     # is kept once, with the lower of the two estimates
@@ -279,7 +282,7 @@ def schedule_for(plan: TilePlan) -> Schedule:
     """A :class:`Schedule` reproducing ``plan`` with primitives (only what differs from
     the defaults is recorded)."""
     s = Schedule(plan.workload, plan.cfg, bias=plan.bias, records=plan.records,
-                 residual=plan.residual)
+                 residual=plan.residual, acc_records=plan.acc_records)
     ext = plan.extents
     split = {a: plan.tile(a) for a in AXES if plan.tile(a) != ext[a]}
     if split:
@@ -289,8 +292,8 @@ def schedule_for(plan: TilePlan) -> Schedule:
     if plan.vthreads != 1:
         s.virtual_thread(plan.vthreads)
     for buffer in ("inp", "wgt", "acc"):
-        depth = {"wgt": plan.wgt_capacity, "inp": plan.inp_capacity}.get(
-            buffer, plan.cfg.acc_depth)
+        depth = {"wgt": plan.wgt_capacity, "inp": plan.inp_capacity,
+                 "acc": plan.acc_capacity}[buffer]
         if plan.pitch(buffer) != depth // plan.vthreads:
             s.place(buffer, plan.pitch(buffer))
     return s
@@ -299,7 +302,7 @@ def schedule_for(plan: TilePlan) -> Schedule:
 def default_schedule(workload: Workload, cfg: HwConfig,
                      vthreads: int | Sequence[int] = 2, *, bias: int = False,
                      n_alu_ops: int = 0, records: int = 0,
-                     residual: bool = False) -> Schedule:
+                     residual: bool = False, acc_records: int = 0) -> Schedule:
     """The searched schedule of ``workload`` (see :func:`search_plan`) with up to
     ``vthreads`` threads: when no tiling fits that many slots (e.g. a large kernel's
     taps overflow a weight slot), fewer threads are used. A sequence of thread counts
@@ -313,7 +316,7 @@ def default_schedule(workload: Workload, cfg: HwConfig,
     """
     counts = thread_counts(vthreads, cfg)
     plan = _searched_plan(dataclasses.replace(workload, name=""), cfg, counts,
-                          bias, n_alu_ops, records, residual)
+                          bias, n_alu_ops, records, residual, acc_records)
     if plan.workload != workload:  # found for another layer of the same shape
         plan = dataclasses.replace(plan, workload=workload)
     return schedule_for(plan)
@@ -321,7 +324,8 @@ def default_schedule(workload: Workload, cfg: HwConfig,
 
 @functools.lru_cache(maxsize=SEARCH_CACHE_SIZE)
 def _searched_plan(workload: Workload, cfg: HwConfig, counts: tuple[int, ...], bias: int,
-                   n_alu_ops: int, records: int = 0, residual: bool = False) -> TilePlan:
+                   n_alu_ops: int, records: int = 0, residual: bool = False,
+                   acc_records: int = 0) -> TilePlan:
     """:func:`search_plan` over the thread counts ``counts`` or, when no tiling fits
     any of them, with one thread fewer than the smallest down to one; memoized: a
     network's layers of one shape (ResNet-18 has 11 shapes in 20 convolutions) are
@@ -331,7 +335,7 @@ def _searched_plan(workload: Workload, cfg: HwConfig, counts: tuple[int, ...], b
     for k, tried in enumerate(attempts):
         try:
             return search_plan(workload, cfg, tried, bias=bias, n_alu_ops=n_alu_ops,
-                               records=records, residual=residual)
+                               records=records, residual=residual, acc_records=acc_records)
         except ScheduleError:
             if k == len(attempts) - 1:
                 raise

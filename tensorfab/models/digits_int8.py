@@ -106,7 +106,7 @@ def mac_layers(plain: Any, planned: Any) -> list[LayerInfo]:
 
 def compile_digits_int8(batch: int = 40, config: str | HwConfig = "default",
                         model: onnx.ModelProto | str | None = None,
-                        per_channel: bool = True) -> DigitsInt8:
+                        per_channel: bool = True, requant_stage: str = "store") -> DigitsInt8:
     """Quantize and compile the digits CNN (the shipped file unless ``model`` is given)
     for a fixed ``batch``, its convolution chains for the accelerator ``config`` (a
     :class:`~tensorfab.isa.HwConfig`, a preset name or a JSON config file).
@@ -117,6 +117,8 @@ def compile_digits_int8(batch: int = 40, config: str | HwConfig = "default",
     output channel and the layers requantize with ``qnn.requantize_q31`` (one REQUANT
     pass where the config has it, else TFLite's exact arithmetic, the accelerator's
     MULHI epilogue); otherwise per tensor with ``qnn.requantize_fixed``.
+    ``requant_stage`` is where a REQUANT pass runs (``"store"``: requantizing STOREs,
+    ``"alu"``: an ALU pass, :attr:`~tensorfab.compiler.Epilogue.requant_stage`).
     """
     from tensorfab.compiler.frontend import from_onnx, quantize_onnx
     from tensorfab.compiler.graph import accel
@@ -145,7 +147,7 @@ def compile_digits_int8(batch: int = 40, config: str | HwConfig = "default",
     g = fixed_point_requantize(dense_as_conv(integer), per_channel=per_channel,
                                rounding=rounding)
     planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(cfg))))
-    compiled = lower_accelerator_chains(planned)
+    compiled = lower_accelerator_chains(planned, requant_stage=requant_stage)
     return DigitsInt8(program=lower_to_runtime(compiled), reference=lower_to_runtime(g),
                       qdq=qdq, layers=mac_layers(integer, planned), batch=batch,
                       config=cfg.name)

@@ -4,10 +4,11 @@ within one LSB of float, on fsim and (a subset) on RTL."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
-from support.gemmlowp_reference import quantize_multiplier
-from support.requant_cases import float_conv, quantized_case
+from support.requant_cases import float_conv, quantized_case, single_rounding
 
 from tensorfab.compiler import (
     RESNET18_CONV,
@@ -24,28 +25,20 @@ from tensorfab.sim.testing.numpy_reference import conv2d_acc, dense_acc
 DEFAULT = PRESETS["default"]
 
 
-def single_rounding(acc: np.ndarray, scales: np.ndarray, zy: int, lo: int = -128,
-                    hi: int = 127, axis: int = 1) -> np.ndarray:
-    """clamp(round_half_away(acc · M · 2^(e - 31)) + zy) with TFLite's (M, e) per channel,
-    in Python integers (one rounding of the exact product)."""
-    q = [quantize_multiplier(float(s)) for s in scales]
-    acc = np.moveaxis(np.asarray(acc, dtype=object), axis, -1)
-    out = np.empty(acc.shape, dtype=np.int64)
-    for idx in np.ndindex(acc.shape):
-        m, e = q[idx[-1]]
-        p, n = int(acc[idx]) * m, 31 - e
-        r, rem = divmod(abs(p), 1 << n)
-        r += 2 * rem >= 1 << n
-        out[idx] = min(max((r if p >= 0 else -r) + zy, lo), hi)
-    return np.moveaxis(out, -1, axis)
-
-
 def test_one_pass_epilogue_is_one_requant() -> None:
     ep = Epilogue.from_scales(np.array([0.01, 0.02, 3.0]), zero_point=-3, relu=True,
                               bias=True, rounding="single")
     assert ep.one_pass and ep.channel_tiles == 0 and ep.vector_tiles() == []
-    assert ep.alu_ops() == [(AluOp.REQUANT, "records")]
-    assert ep.record_entries(DEFAULT, 40, groups=2) == 6
+    # by default the STOREs requantize: no ALU pass, three accumulator entries a block
+    assert ep.store_requant and ep.alu_ops() == []
+    assert ep.record_entries(DEFAULT, 40, groups=2) == 0
+    assert ep.acc_record_entries(DEFAULT, 40, groups=2) == 18
+    alu = dataclasses.replace(ep, requant_stage="alu")
+    assert not alu.store_requant and alu.alu_ops() == [(AluOp.REQUANT, "records")]
+    assert alu.record_entries(DEFAULT, 40, groups=2) == 6
+    assert alu.acc_record_entries(DEFAULT, 40, groups=2) == 0
+    with pytest.raises(CompileError, match="requant_stage 'dma' is neither"):
+        dataclasses.replace(ep, requant_stage="dma")
     with pytest.raises(CompileError, match="needs per-channel"):
         Epilogue(rounding="single")
     with pytest.raises(CompileError, match="neither"):
@@ -150,7 +143,9 @@ def test_conv2d_one_pass_on_rtl() -> None:
     rng = np.random.default_rng(7)
     x, w, bias, _, zy, scales = quantized_case(rng, (1, 16, 8, 8), (48, 16, 3, 3), 16 * 9)
     scales[0] = 1.5
-    ep = Epilogue.from_scales(scales, zero_point=zy, relu=True, rounding="single")
+    # the ALU's REQUANT: the RTL has no requantizing STORE yet
+    ep = Epilogue.from_scales(scales, zero_point=zy, relu=True, rounding="single",
+                              requant_stage="alu")
     op = conv2d(DEFAULT, x, w, bias, padding=1, epilogue=ep, vthreads=2)
     acc = conv2d_acc(x.astype(np.int64), w, (1, 1), (1, 1, 1, 1)) + bias.reshape(1, -1, 1, 1)
     res = RtlSimulator().run(op.program)
@@ -173,7 +168,8 @@ def test_timing_model_covers_one_pass_on_rtl() -> None:
     x, w, bias, _, zy, scales = quantized_case(
         rng, (1, wl.in_channels, wl.height, wl.width), (wl.out_channels, wl.in_channels, 1, 1),
         wl.in_channels)
-    ep = Epilogue.from_scales(scales, zero_point=zy, rounding="single")
+    ep = Epilogue.from_scales(scales, zero_point=zy, rounding="single",
+                              requant_stage="alu")  # the RTL has no requantizing STORE yet
     op = conv2d(DEFAULT, x, w, bias, stride=wl.stride, padding=wl.padding, epilogue=ep)
     res = RtlSimulator().run(op.program)
     np.testing.assert_array_equal(res.dram, FunctionalSimulator().run(op.program).dram)
@@ -187,11 +183,18 @@ def test_one_pass_errors_name_what_is_wrong() -> None:
     ep = Epilogue.from_scales(np.full(20, 0.01), rounding="single")
     wl = Workload.conv2d(1, 16, 6, 6, 20, 1, 1, 0)
     x, w = np.ones((1, 16, 6, 6), np.int8), np.ones((20, 16, 1, 1), np.int8)
+    with pytest.raises(CompileError, match="reserves 0 accumulator entries for STORE "
+                                           "records, the epilogue needs 6"):
+        conv2d(DEFAULT, x, w, epilogue=ep, schedule=Schedule(wl, DEFAULT))
+    alu = dataclasses.replace(ep, requant_stage="alu")
     with pytest.raises(CompileError, match="reserves 0 weight entries for REQUANT records, "
                                            "the epilogue needs 2"):
-        conv2d(DEFAULT, x, w, epilogue=ep, schedule=Schedule(wl, DEFAULT))
+        conv2d(DEFAULT, x, w, epilogue=alu, schedule=Schedule(wl, DEFAULT))
     with pytest.raises(ScheduleError, match="1024 REQUANT records fill the 1024-entry"):
         Schedule(wl, DEFAULT, records=DEFAULT.wgt_depth).plan()
+    with pytest.raises(ScheduleError, match="2048 entries of STORE records fill the "
+                                            "2048-entry accumulator buffer"):
+        Schedule(wl, DEFAULT, acc_records=DEFAULT.acc_depth).plan()
     with pytest.raises(CompileError, match="3 bias values for 20 channels"):
         ep.records(DEFAULT, np.zeros(3))
     with pytest.raises(CompileError, match="headroom only applies to rounding='double'"):

@@ -13,7 +13,7 @@ from tensorfab.compiler import check_program_order
 from tensorfab.compiler.tensor.concat import concat_attrs, concat_program
 from tensorfab.compiler.tensor.errors import CompileError
 from tensorfab.isa import PRESETS, AluOp
-from tensorfab.isa.insn import Alu
+from tensorfab.isa.insn import Alu, Store
 from tensorfab.runtime.kernels import KERNELS
 from tensorfab.sim import FunctionalSimulator
 
@@ -42,19 +42,23 @@ CASES = [  # seed, a blocks, b blocks, H, W, tile, scales equal, zero points
 ]
 
 
+@pytest.mark.parametrize("stage", ["store", "alu"])
 @pytest.mark.parametrize(("seed", "na", "nb", "h", "w", "tile", "equal", "zps"), CASES)
-def test_fsim_equals_reference_and_cpu_kernel(seed, na, nb, h, w, tile, equal, zps) -> None:
+def test_fsim_equals_reference_and_cpu_kernel(seed, na, nb, h, w, tile, equal, zps,
+                                              stage) -> None:
     r = np.random.default_rng(seed)
     a, b = _int8(r, (1, na, h, w, 1, 16)), _int8(r, (1, nb, h, w, 1, 16))
     s_y = float(np.float32(10 ** r.uniform(-2, 0)))
     s_a = s_y if equal else float(np.float32(s_y * r.uniform(0.3, 1.5)))
     s_b = float(np.float32(s_y * r.uniform(0.3, 1.5)))
     attrs = concat_attrs(s_a, zps[0], s_b, zps[1], s_y, zps[2])
-    p = concat_program(CFG, a.shape, b.shape, attrs, a, b, tile=tile)
+    p = concat_program(CFG, a.shape, b.shape, attrs, a, b, tile=tile, requant_stage=stage)
     check_program_order(p.insns, p.config.dep_queue_depth)
     requants = sum(1 for i in p.insns if getattr(i, "op", None) == AluOp.REQUANT)
+    requant_stores = sum(1 for i in p.insns if isinstance(i, Store) and i.requant)
     copies = equal and zps[0] == zps[2]  # input a at the output's scale: copied
-    assert requants == (na + nb) * -(-(h * w) // min(tile, h * w))  # b is scaled
+    tiles = (na + nb) * -(-(h * w) // min(tile, h * w))  # b is scaled: every tile
+    assert (requants, requant_stores) == ((0, tiles) if stage == "store" else (tiles, 0))
     got = FSIM.run(p).outputs["out"]
     want = np.concatenate([reference(a, attrs, "a"), reference(b, attrs, "b")], axis=1)
     np.testing.assert_array_equal(got, want)
@@ -67,12 +71,13 @@ def test_fsim_equals_reference_and_cpu_kernel(seed, na, nb, h, w, tile, equal, z
     assert np.abs(got - real)[inside].max() <= 0.5 + 1e-6
 
 
+@pytest.mark.parametrize("stage", ["store", "alu"])
 @pytest.mark.parametrize(("seed", "ca", "cb", "equal"), [
     (0, 8, 8, True),      # DenseNet's growth of 8: both halves in one block
     (1, 24, 8, False),    # the next layer's 24 + 8
     (2, 20, 30, False),   # neither a whole block
     (3, 16, 5, True)])    # a whole block, then a part
-def test_channels_that_are_no_whole_blocks_are_gathered(seed, ca, cb, equal) -> None:
+def test_channels_that_are_no_whole_blocks_are_gathered(seed, ca, cb, equal, stage) -> None:
     """An input of ``C_a`` channels that is no whole number of blocks: output blocks
     take lanes of both inputs (the blocked layout's padding lanes of ``a`` are
     skipped), equal to numpy's concatenation of the plain tensors."""
@@ -84,7 +89,7 @@ def test_channels_that_are_no_whole_blocks_are_gathered(seed, ca, cb, equal) -> 
     s_y = 0.05
     attrs = concat_attrs(s_y if equal else 0.03, 0, 0.07, -3, s_y, 2) | {
         "a_channels": ca, "b_channels": cb}
-    p = concat_program(CFG, a.shape, b.shape, attrs, a, b, tile=8)
+    p = concat_program(CFG, a.shape, b.shape, attrs, a, b, tile=8, requant_stage=stage)
     check_program_order(p.insns, p.config.dep_queue_depth)
     got = FSIM.run(p).outputs["out"]
     want_plain = np.concatenate([reference(pa, attrs, "a"), reference(pb, attrs, "b")], 1)
@@ -128,5 +133,6 @@ def test_rtl_equals_fsim() -> None:
     rtl = RtlSimulator()
     for attrs in (concat_attrs(0.1, 0, 0.04, 0, 0.1, 0),
                   concat_attrs(0.03, -128, 0.05, 11, 0.07, -20)):
-        p = concat_program(CFG, a.shape, b.shape, attrs, a, b, tile=64)
+        # the ALU's REQUANT: the RTL has no requantizing STORE yet
+        p = concat_program(CFG, a.shape, b.shape, attrs, a, b, tile=64, requant_stage="alu")
         np.testing.assert_array_equal(rtl.run(p).outputs["out"], FSIM.run(p).outputs["out"])

@@ -66,17 +66,18 @@ def mlp_onnx() -> onnx.ModelProto:
 _COMPILED: dict[tuple[str, HwConfig], tuple[CompiledModel, np.ndarray]] = {}
 
 
-def compiled(model: str, cfg: HwConfig) -> tuple[CompiledModel, np.ndarray]:
-    """``model`` (``digits``, ``mlp`` or ``resnet``) compiled for ``cfg``, and an input
-    batch."""
-    key = (model, cfg)
+def compiled(model: str, cfg: HwConfig, requant_stage: str = "store"
+             ) -> tuple[CompiledModel, np.ndarray]:
+    """``model`` (``digits``, ``mlp`` or ``resnet``) compiled for ``cfg`` (REQUANT in
+    ``requant_stage``), and an input batch."""
+    key = (model, cfg, requant_stage)
     if key not in _COMPILED:
         if model in ("digits", "mlp"):
             train, _, test, _ = load_digits_split(0)
             result = compile_onnx(str(model_path()) if model == "digits" else mlp_onnx(),
                                   config=cfg, calibration=train[:256],
                                   input_shapes={"image": (4, 1, 8, 8)} if model == "digits"
-                                  else None)
+                                  else None, requant_stage=requant_stage)
             x = test[:4]
         else:
             r = np.random.default_rng(0)
@@ -85,7 +86,8 @@ def compiled(model: str, cfg: HwConfig) -> tuple[CompiledModel, np.ndarray]:
             result = compile_onnx(onnx_model, config=cfg,
                                   calibration=r.standard_normal((8, 3, 16, 16)
                                                                 ).astype(np.float32),
-                                  input_shapes={"input": (2, 3, 16, 16)})
+                                  input_shapes={"input": (2, 3, 16, 16)},
+                                  requant_stage=requant_stage)
             x = r.standard_normal((2, 3, 16, 16)).astype(np.float32)
         _COMPILED[key] = (result, x)
     return _COMPILED[key]
@@ -123,7 +125,7 @@ def test_runs_bit_exact_resident_on_rtl(name: str, json_config: Path) -> None:
     cfg = config_of(name, json_config)
     device = RtlSimulator()
     for model in ("digits", "mlp", "resnet"):
-        result, x = compiled(model, cfg)
+        result, x = compiled(model, cfg, "alu")  # the RTL has no requantizing STORE yet
         with ResidentModel(result.program, device) as resident:
             np.testing.assert_array_equal(resident.run([x]),
                                           evaluate(result.integer_function, [x]))

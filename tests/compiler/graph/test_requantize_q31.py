@@ -108,18 +108,20 @@ def test_digits_per_channel_on_accelerator_is_bit_exact(rounding: str) -> None:
     assert ops.count("qnn.requantize") == 1  # the dense layer's stays
     assert "qnn.requantize_q31" not in [e.op for e in post_order(fixed_point_requantize(g))
                                         if isinstance(e, Call)]
-    compiled = lower_accelerator_chains(pack_accel_layouts(plan_devices(
-        annotate_accelerator(pc, accel("default")))))
-    names = [e.op for e in post_order(compiled) if isinstance(e, Call)]
-    assert names.count("accel.program") == 2 and "qnn.requantize_q31" not in names
-    programs = [e for e in post_order(compiled) if isinstance(e, Call)
-                and e.op == "accel.program"]
-    mnemonics = {i.mnemonic for p in programs
-                 for i in program_of(p.args[1].data.tobytes()).insns}
-    assert ("alu.requant" in mnemonics) == (rounding == "single")
+    planned = pack_accel_layouts(plan_devices(annotate_accelerator(pc, accel("default"))))
     x = xte[:40]
-    got = evaluate(compiled, [x])
-    np.testing.assert_array_equal(got, evaluate(pc, [x]))
+    for stage in ("alu", "store"):  # the one-pass REQUANT in an ALU pass or the STOREs
+        compiled = lower_accelerator_chains(planned, requant_stage=stage)
+        names = [e.op for e in post_order(compiled) if isinstance(e, Call)]
+        assert names.count("accel.program") == 2 and "qnn.requantize_q31" not in names
+        programs = [e for e in post_order(compiled) if isinstance(e, Call)
+                    and e.op == "accel.program"]
+        insns = [i for p in programs for i in program_of(p.args[1].data.tobytes()).insns]
+        single = rounding == "single"
+        assert ("alu.requant" in {i.mnemonic for i in insns}) == (single and stage == "alu")
+        assert any(getattr(i, "requant", False) for i in insns) == (single and stage == "store")
+        got = evaluate(compiled, [x])
+        np.testing.assert_array_equal(got, evaluate(pc, [x]))
     # exact integer requantization stays close to onnxruntime's float-scale rounding
     assert (got.argmax(axis=1) == evaluate(g, [x]).argmax(axis=1)).mean() >= 0.95
     assert (got.argmax(axis=1) == yte[:40]).mean() >= 0.9
