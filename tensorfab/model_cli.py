@@ -37,6 +37,7 @@ import numpy as np
 from numpy.lib.format import MAGIC_PREFIX
 
 from tensorfab.cli_output import check_writable, print_result, working
+from tensorfab.hil.errors import TOKEN_SCHEMES
 from tensorfab.isa import TensorfabError
 
 if TYPE_CHECKING:
@@ -316,10 +317,6 @@ def _program_configs(program: Any) -> set:
 
     return {decode_program(program.constants[n.inputs[1]]).config
             for _, n in accel_nodes(program) if n.inputs[1] in program.constants}
-
-
-#: Target schemes that take a token (``--token`` or ``TENSORFAB_TOKEN``).
-TOKEN_SCHEMES = ("tcp", "tracker", "socket")
 
 
 def add_token_argument(parser: argparse.ArgumentParser) -> None:
