@@ -5,8 +5,9 @@ Each module prints one JSON object as its last line when run as a script
 
 Each returns a JSON-ready dict (its docstring's line is what ``tensorfab bench --help``
 lists); the command prints it as its last line. A benchmark
-whose function takes ``target`` (or ``plot``) accepts the command's ``--target`` (or
-``--plot``, ``--board``, ``--config``) option.
+whose function takes ``target`` (or ``plot``, ``board``, ``config``, ``profile``)
+accepts the command's ``--target`` (or ``--plot``, ``--board``, ``--config``,
+``--profile``) option; the others refuse it.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ def _fsim_gemm() -> dict[str, Any]:
     return run_fsim_gemm_bench()
 
 
-def _rtl_speed(plot: str | None = None) -> dict[str, Any]:
+def _rtl_speed(plot: str | None = None, profile: bool = False) -> dict[str, Any]:
     """cycles/s of the Verilator harness, cocotb and Amaranth's simulator."""
-    from .rtl_speed import run_rtl_speed_bench
+    from .rtl_speed import PROFILE_CYCLES, run_rtl_speed_bench
 
     kw: dict[str, Any] = {} if plot is None else {"plot": plot or None}
-    return run_rtl_speed_bench(**kw)
+    return run_rtl_speed_bench(**kw, profile_cycles=PROFILE_CYCLES if profile else 0)
 
 
 def _rtl_gemm_busy() -> dict[str, Any]:

@@ -44,13 +44,15 @@ from tensorfab.isa.csr import STATUS_DONE, STATUS_ERROR
 from tensorfab.sim.png_figure import png_figure
 from tensorfab.sim.rtl import MemoryTiming, RtlSimulator
 
-__all__ = ["TARGET_CYCLES_PER_S", "cocotb_speed", "harness_speed", "plot_rtl_speed",
-           "pysim_speed", "run_rtl_speed_bench"]
+__all__ = ["PROFILE_CYCLES", "TARGET_CYCLES_PER_S", "cocotb_speed", "harness_speed",
+           "plot_rtl_speed", "pysim_speed", "run_rtl_speed_bench"]
 
 #: Harness speed the default config should reach on the long GEMM (issue 27).
 TARGET_CYCLES_PER_S = 2_000_000
 #: Memory timing of the benchmark: what the cocotb model can be set to exactly.
 BENCH_LATENCY = 20
+#: Cycles of the long GEMM ``--profile`` profiles per block of the design by default.
+PROFILE_CYCLES = 70_000
 
 
 def bench_memory(latency: int = BENCH_LATENCY) -> MemoryTiming:
@@ -411,7 +413,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-pysim", action="store_true", help="skip the Amaranth simulation")
     ap.add_argument("--profile", action="store_true",
                     help="instructions per cycle per block of the design (needs valgrind)")
-    ap.add_argument("--profile-cycles", type=int, default=70_000,
+    ap.add_argument("--profile-cycles", type=int, default=PROFILE_CYCLES,
                     help="cycles of the long GEMM profiled (with --profile)")
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     args = ap.parse_args(argv)

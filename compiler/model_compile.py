@@ -207,13 +207,16 @@ def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndar
     for a model with one input) cut into batches that fit ``fn``'s inputs: the fixed
     batch size of an input whose dim 0 is fixed (samples repeated when there are
     fewer), else :data:`CALIBRATION_BATCH`. Arrays of one more dim than their inputs
-    (inputs without a batch axis) give one run per sample.
+    (inputs without a batch axis, rank-0 ones included) give one run per sample; the
+    other inputs then give one sample a run (a batch of 1). A rank-0 input given one
+    value (a 0-dim array) takes that value in every run.
 
     Raises
     ------
     ModelCompileError
-        A missing or unknown input name, a 0-dim array, inputs with different sample
-        counts, or some inputs given one sample per run and others in batches.
+        A missing or unknown input name, a 0-dim array for an input of rank 1 or more,
+        inputs with different sample counts, or inputs given one sample per run while
+        another's batch dim is fixed above 1.
     """
     names = [p.name for p in fn.params]
     if isinstance(arrays, np.ndarray):
@@ -227,42 +230,51 @@ def calibration_batches(fn: Function, arrays: Mapping[str, np.ndarray] | np.ndar
     if missing or extra:
         raise ModelCompileError(f"calibration data: inputs missing {missing}, unknown "
                                 f"{extra}; the model takes {names}")
-    scalars = [n for n in names if np.ndim(arrays[n]) == 0]
+    shapes = {p.name: p.type_annotation.shape  # type: ignore[union-attr]
+              for p in fn.params}
+    scalars = [n for n in names if np.ndim(arrays[n]) == 0 and len(shapes[n])]
     if scalars:
         raise ModelCompileError(f"calibration data: input {scalars[0]!r} is a single value "
                                 "(a 0-dim array), not samples along axis 0: give an array "
                                 "of shape (samples, ...)")
-    counts = {len(np.asarray(arrays[n])) for n in names}
+    # a rank-0 input given one value: the same in every run
+    fixed_values = {n: np.asarray(arrays[n]) for n in names if np.ndim(arrays[n]) == 0}
+    sampled = [n for n in names if n not in fixed_values]
+    if not sampled:
+        return [fixed_values]
+    counts = {len(np.asarray(arrays[n])) for n in sampled}
     if len(counts) != 1:
         raise ModelCompileError(f"calibration data: the inputs have different sample "
                                 f"counts {sorted(counts)}")
     count = counts.pop()
     if count == 0:
         raise ModelCompileError("calibration data: no samples")
-    data = {n: np.asarray(arrays[n]) for n in names}
+    data = {n: np.asarray(arrays[n]) for n in sampled}
     # an array of one more dim than its input holds whole inputs along axis 0 (an input
-    # without a batch axis, (8,), given as (samples, 8)): one run per sample
-    ranks = {p.name: len(p.type_annotation.shape)  # type: ignore[union-attr]
-             for p in fn.params}
-    whole = [n for n in names if data[n].ndim == ranks[n] + 1]
-    if whole and len(whole) == len(names):
-        return [{n: v[i] for n, v in data.items()} for i in range(count)]
+    # without a batch axis, (8,) or (), given as (samples, 8) or (samples,)): one run
+    # per sample, the batched inputs one sample (a batch of 1) each
+    whole = [n for n in sampled if data[n].ndim == len(shapes[n]) + 1]
     if whole:
-        batched = [n for n in names if n not in whole]
-        raise ModelCompileError(
-            f"calibration data: {', '.join(map(repr, whole))} has one sample per "
-            f"run (its array {data[whole[0]].shape} for an input of {ranks[whole[0]]} "
-            f"dims) while {', '.join(map(repr, batched))} is cut into batches along its "
-            "dim 0; give every input either way")
-    fixed = [d for p in fn.params for d in p.checked_type.shape[:1]  # type: ignore[union-attr]
-             if isinstance(d, int)]
+        batched = [n for n in sampled if n not in whole]
+        for n in batched:
+            if isinstance(shapes[n][0], int) and shapes[n][0] != 1:
+                w = whole[0]
+                raise ModelCompileError(
+                    f"calibration data: {w!r} has one sample per run (its array "
+                    f"{data[w].shape} for an input of {len(shapes[w])} dims) while {n!r} "
+                    f"takes batches of {shapes[n][0]} (its dim 0 is fixed): give {n!r} "
+                    f"whole inputs too, an array of shape (samples, {shapes[n][0]}, ...)")
+        return [{n: (data[n][i] if n in whole else data[n][i:i + 1]) if n in data
+                 else fixed_values[n] for n in names} for i in range(count)]
+    fixed = [d for n in sampled for d in shapes[n][:1] if isinstance(d, int)]
     batch = fixed[0] if fixed else CALIBRATION_BATCH
     if fixed and count < batch:  # repeat the samples to fill one batch
         data = {n: np.resize(v, (batch, *v.shape[1:])).astype(v.dtype)
                 for n, v in data.items()}
         count = batch
     stop = count - count % batch if fixed else count  # a fixed batch: whole batches
-    return [{n: v[i:i + batch] for n, v in data.items()} for i in range(0, stop, batch)]
+    return [{n: data[n][i:i + batch] if n in data else fixed_values[n] for n in names}
+            for i in range(0, stop, batch)]
 
 
 #: ONNX operators of a model that is quantized already (QDQ or integer operators).

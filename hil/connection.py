@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from typing import Any, Self
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from .errors import (
     TOKEN_ENV,
@@ -22,7 +22,7 @@ from .errors import (
 )
 from .wire import MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Msg, encode_message, recv_message
 
-__all__ = ["TOKEN_ENV", "Connection", "parse_address", "resolve_token"]
+__all__ = ["TOKEN_ENV", "Connection", "parse_address", "resolve_token", "url_token"]
 
 
 def parse_address(target: str, scheme: str = "tcp") -> tuple[str, int, str]:
@@ -44,6 +44,11 @@ def parse_address(target: str, scheme: str = "tcp") -> tuple[str, int, str]:
     if parts.scheme != scheme or not parts.hostname or port is None:
         raise HilError(f"{target!r} is not an address of the form {scheme}://HOST:PORT")
     return parts.hostname, port, parts.path.strip("/")
+
+
+def url_token(target: str) -> str | None:
+    """The token in a target URL's query (``tcp://host:port?token=...``), if any."""
+    return parse_qs(urlsplit(target).query).get("token", [None])[0]
 
 
 def resolve_token(token: str | None, address: str) -> str:

@@ -8,6 +8,7 @@ from tensorfab.isa.hostlink import HostLinkError
 
 __all__ = [
     "TOKEN_ENV",
+    "TOKEN_SCHEMES",
     "WRONG_TOKEN",
     "AuthenticationError",
     "BoardConfigMismatch",
@@ -26,6 +27,9 @@ __all__ = [
 
 #: Environment variable read for a server's or a board's token when none is passed.
 TOKEN_ENV = "TENSORFAB_TOKEN"
+#: Target schemes that take a token: the ``token=`` option, ``?token=`` in the URL, or
+#: :data:`TOKEN_ENV`.
+TOKEN_SCHEMES = ("tcp", "tracker", "socket")
 #: The message of the :class:`AuthenticationError` a server refuses a HELLO with when its
 #: token is not the server's; its client makes the reply a :class:`TokenError`.
 WRONG_TOKEN = "wrong token"

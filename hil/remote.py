@@ -9,13 +9,15 @@ it opens there, :class:`RemoteMemory`.
 from __future__ import annotations
 
 from typing import Any, Self
+from urllib.parse import parse_qs
 
 import numpy as np
 
 from tensorfab.isa import HwConfig, Program
-from tensorfab.isa.device import Device, DeviceMemory, RunResult
+from tensorfab.isa.device import Device, DeviceMemory, RunResult, target_scheme
+from tensorfab.isa.errors import UsageError
 
-from .connection import Connection, parse_address, resolve_token
+from .connection import Connection, parse_address, resolve_token, url_token
 from .errors import HilError
 from .tracker import Lease
 from .wire import MAX_MESSAGE_BYTES, Msg, result_from_wire
@@ -34,8 +36,10 @@ class RemoteDevice(Device):
     target : str
         ``tcp://host:port``: that server; ``tracker://host:port/KIND``: the next free
         device of ``KIND`` registered with that tracker, held until :meth:`close`.
+        Either may carry the token in its query (``tcp://host:port?token=...``).
     token : str | None
-        The server's (and tracker's) token; default ``$TENSORFAB_TOKEN``.
+        The server's (and tracker's) token; default the target's ``?token=``, else
+        ``$TENSORFAB_TOKEN``.
     connect_timeout : float
         Seconds to connect and authenticate.
     reply_timeout : float
@@ -52,6 +56,8 @@ class RemoteDevice(Device):
         free device in time (each naming the address).
     RemoteError
         The server refused the token or the protocol version.
+    UsageError
+        An option in the target's query other than ``token``.
 
     Examples
     --------
@@ -64,6 +70,13 @@ class RemoteDevice(Device):
                  acquire_timeout: float = 300.0,
                  max_message: int = MAX_MESSAGE_BYTES) -> None:
         self.lease: Lease | None = None
+        target, query = target.partition("?")[::2]  # (the token is no part of its name)
+        unknown = sorted(set(parse_qs(query, keep_blank_values=True)) - {"token"})
+        if unknown:
+            raise UsageError(f"{target}: unknown option {', '.join(unknown)} (a "
+                             f"{target_scheme(target)}:// target takes token)")
+        if token is None:
+            token = url_token(f"?{query}")
         if target.startswith("tracker://"):
             host, port, kind = parse_address(target, "tracker")
             if not kind:

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensorfab.isa import HwConfig, Program
-from tensorfab.isa.device import Device, DeviceMemory, open_device
+from tensorfab.isa.device import Device, DeviceMemory, open_device, target_scheme
 
 from .errors import HilError, TokenError
 from .service import TokenService, log
 from .wire import Msg, ok_reply, result_to_wire
 
-__all__ = ["DEFAULT_MAX_MEMORY_BYTES", "DeviceServer", "server_version"]
+__all__ = ["DEFAULT_MAX_MEMORY_BYTES", "DeviceServer", "served_token_hint", "server_version"]
 
 #: Default limit on the device memory one connection may hold (and on a program's DRAM).
 DEFAULT_MAX_MEMORY_BYTES = 1 << 30
@@ -50,17 +50,31 @@ class _Session:
         return sum(m.size for m in self.memories.values())
 
 
+#: Whose token a served target of each scheme of :data:`~.errors.TOKEN_SCHEMES` takes.
+_TOKEN_OWNERS = {"socket": "the board's", "tcp": "the device server's",
+                 "tracker": "the tracker's"}
+
+
+def served_token_hint(target: str) -> tuple[str, str] | None:
+    """How a server that opens ``target`` is given the token of the board, server or
+    tracker behind it: ``(whose token, the target with ?token=...)``, as ``("the
+    board's", "socket://host:port?token=...")`` (in its URL's query: the server's own
+    ``token`` does not reach it); None for a target that takes no token."""
+    owner = _TOKEN_OWNERS.get(target_scheme(target))
+    return None if owner is None else (owner, f"{target.partition('?')[0]}?token=...")
+
+
 def _open_served(target: str) -> Device:
-    """``open_device(target)``; a board's socket that wants a token says it goes in the
-    target's query (``token`` is the server's own: ``token=...`` does not reach the
-    board)."""
+    """``open_device(target)``; a target that wants a token says it goes in the
+    target's query (:func:`served_token_hint`)."""
     try:
         return open_device(target)
     except TokenError as exc:
-        if not target.startswith("socket://"):
+        hint = served_token_hint(target)
+        if hint is None:
             raise
-        raise exc.given_with(f"the board's token in the target's query "
-                             f"('{exc.address}?token=...')") from None
+        raise exc.given_with(f"{hint[0]} token in the target's query ('{hint[1]}')"
+                             ) from None
 
 
 class DeviceServer(TokenService):

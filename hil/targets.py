@@ -25,6 +25,7 @@ from tensorfab.isa.device import Device
 from tensorfab.isa.errors import UsageError
 
 from .board import BoardDevice, BoardMemory, BoardRunResult
+from .connection import url_token
 from .errors import TOKEN_ENV, BoardConfigMismatch
 from .link import HostLink
 from .transport import SerialTransport, parse_link_url
@@ -39,8 +40,7 @@ def open_link_board(target: str, *, baud: int | None = None, token: str | None =
     """A :class:`BoardDevice` on a serial port or a virtual board's socket."""
     url, rate = parse_link_url(target, baud)
     if url.startswith("socket://") and token is None:
-        token = (parse_qs(urlsplit(target).query).get("token", [None])[0]
-                 or os.environ.get(TOKEN_ENV))
+        token = url_token(target) or os.environ.get(TOKEN_ENV)
     name = target.split("?")[0]  # not a token given in the URL
     link = HostLink(SerialTransport(url, rate, token=token), timeout=timeout, retries=retries,
                     name=name)

@@ -57,6 +57,8 @@ declaration the assembler, :meth:`Program.to_bytes` and :meth:`Program.from_byte
 RESERVED_SEGMENT_NAMES = ("insns", UOP_SEGMENT, "end")
 """Names of the layout's own regions, which no segment may take."""
 
+_RESERVED = f"is reserved ({', '.join(RESERVED_SEGMENT_NAMES)} name the layout's regions)"
+
 
 def segment_name_problem(name: object) -> str | None:
     """Why ``name`` cannot be a segment's name in assembly (``None`` if it can): not a
@@ -65,8 +67,16 @@ def segment_name_problem(name: object) -> str | None:
         return ("is not a name the assembler reads back (a letter or _, then letters, "
                 "digits, _ or .)")
     if name in RESERVED_SEGMENT_NAMES:
-        return f"is reserved ({', '.join(RESERVED_SEGMENT_NAMES)} name the layout's regions)"
+        return _RESERVED
     return None
+
+
+def _check_not_reserved(segments: Sequence[Segment]) -> None:
+    """Refuse a segment named as a region of the layout (:data:`RESERVED_SEGMENT_NAMES`):
+    that region would stand for the segment in :meth:`Program.layout`."""
+    for s in segments:
+        if s.name in RESERVED_SEGMENT_NAMES:
+            raise ProgramError(f"segment {s.name!r}: the name {_RESERVED}")
 
 
 def check_segment_names(program: Program) -> None:
@@ -205,10 +215,8 @@ class Program:
     _encoded: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        _check_not_reserved(self.segments)
         names = [s.name for s in self.segments]
-        for n in names:
-            if n == UOP_SEGMENT:
-                raise ProgramError(f"segment name {UOP_SEGMENT!r} is reserved for micro-ops")
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
             raise ProgramError(f"segment {dup!r} is declared twice")
@@ -230,6 +238,7 @@ class Program:
     def layout(self) -> dict[str, Region]:
         """Placement of instructions (``insns``), micro-ops and segments in DRAM; ``end``
         is the first byte past the last region."""
+        _check_not_reserved(self.segments)  # (a segment renamed after construction)
         align = dram_alignment(self.config)
         if self.placement is not None:
             sizes = {"insns": len(self.insns) * self.insn_bytes,

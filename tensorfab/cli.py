@@ -272,6 +272,10 @@ def _write_timelines(args: argparse.Namespace, intervals: list, cycles: int | No
         print(f"wrote {args.plot}", file=sys.stderr)
 
 
+#: The options of ``bench`` passed to a benchmark whose function takes them (by name).
+BENCH_OPTIONS = ("target", "plot", "board", "config", "profile")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from tensorfab.benches import BENCHES
 
@@ -284,7 +288,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         check_writable(Path(args.plot), args.force, is_tensorfab_png, suffixes=(".png",))
     params = inspect.signature(fn).parameters
     kwargs = {}
-    for opt in ("target", "plot", "board", "config"):
+    for opt in BENCH_OPTIONS:
         value = getattr(args, opt)
         if value is not None:
             if opt not in params:
@@ -473,6 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--board", help="only this board's builds (fpga)")
     b.add_argument("--config", help="only this config's builds (fpga; with --board, any "
                    "config)")
+    b.add_argument("--profile", action="store_true", default=None,
+                   help="machine instructions per simulated cycle per block of the design, "
+                   "under Valgrind (rtl-speed)")
     b.set_defaults(func=cmd_bench)
 
     h = command("hw", "generate or lint the core's Verilog",

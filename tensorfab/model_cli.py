@@ -37,6 +37,7 @@ import numpy as np
 from numpy.lib.format import MAGIC_PREFIX
 
 from tensorfab.cli_output import check_writable, print_result, working
+from tensorfab.hil.errors import TOKEN_SCHEMES
 from tensorfab.isa import TensorfabError
 
 if TYPE_CHECKING:
@@ -82,11 +83,6 @@ def _shapes(items: list[str] | None) -> dict[str, tuple[int | str, ...]]:
                                     "a symbol name (e.g. N)")
         out[name] = tuple(shape)
     return out
-
-
-def _is_npy(path: Path) -> bool:
-    with path.open("rb") as f:
-        return f.read(len(MAGIC_PREFIX)) == MAGIC_PREFIX
 
 
 def _load_array(path: str, what: str) -> Any:
@@ -318,10 +314,6 @@ def _program_configs(program: Any) -> set:
             for _, n in accel_nodes(program) if n.inputs[1] in program.constants}
 
 
-#: Target schemes that take a token (``--token`` or ``TENSORFAB_TOKEN``).
-TOKEN_SCHEMES = ("tcp", "tracker", "socket")
-
-
 def add_token_argument(parser: argparse.ArgumentParser) -> None:
     """``--token`` of a command with a ``--target`` (``run``, ``sim``, ``embed``), passed
     to :func:`open_target`."""
@@ -373,10 +365,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tensorfab.sim.trace import is_tensorfab_trace
 
     # every output is checked before the (possibly long) compilation and run
-    if args.output:  # a NumPy array file may be replaced by another, never an input
+    if args.output:  # any existing file only with --force (a .npy tells not who wrote
+        # it: it may be the user's data), never an input
         inputs = [Path(args.model), *_input_paths(args.input),
                   *([Path(args.calib)] if args.calib else [])]
-        check_writable(Path(args.output), args.force, _is_npy, suffixes=(".npy",),
+        check_writable(Path(args.output), args.force, lambda p: False, suffixes=(".npy",),
                        inputs=inputs)
     if args.trace:
         check_writable(Path(args.trace), args.force, is_tensorfab_trace, suffixes=(".json",))
@@ -761,12 +754,14 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
                         "(default: default)")
     r.add_argument("--trace", metavar="OUT.json",
                    help="write one Perfetto/Chrome timeline of the whole network")
-    r.add_argument("-o", "--output", help="save the (first) output as .npy")
+    r.add_argument("-o", "--output", help="save the (first) output as .npy (an existing "
+                   "file only with --force)")
     r.add_argument("--json", action="store_true",
                    help="print the result as one JSON object instead of the tables")
     _quantization_options(r)
     r.add_argument("--force", action="store_true",
-                   help="overwrite existing outputs tensorfab did not write")
+                   help="overwrite an existing -o file, or a --trace file tensorfab did not "
+                   "write (never an input)")
     r.set_defaults(func=cmd_run)
     i = sub.add_parser("inspect", help="show an ONNX model's IR or a .tfm file's planned "
                        "graph, device-memory map and summary")

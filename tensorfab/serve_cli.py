@@ -44,7 +44,7 @@ def serve_until_interrupted(serve: Callable[[], None], close: Callable[[], None]
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from tensorfab.hil.errors import HilError, TokenError
-    from tensorfab.hil.server import DeviceServer
+    from tensorfab.hil.server import DeviceServer, served_token_hint
     from tensorfab.hil.tracker import TrackerRegistration
 
     if (args.tracker is None) != (args.kind is None):
@@ -55,12 +55,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
                        "this device use too")
     try:
         server = DeviceServer(args.device, args.host, args.port, args.token)
-    except TokenError as exc:  # --token is this server's, not the served board's
-        if not args.device.startswith("socket://"):
+    except TokenError as exc:  # --token is this server's, not the served device's
+        hint = served_token_hint(args.device)
+        if hint is None:
             raise
-        raise exc.given_with(f"the board's token in --device "
-                             f"'{exc.address}?token=...' (--token is this server's own)"
-                             ) from None
+        raise exc.given_with(f"{hint[0]} token in --device '{hint[1]}' (--token is this "
+                             "server's own)") from None
     registration = None
     try:
         address = _advertised(args.host, server.port, args.advertise)

@@ -195,6 +195,30 @@ def test_bench_conv2d_passes_target_and_plot(monkeypatch, capsys, tmp_path):
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["target"] == "fsim"
 
 
+def test_bench_rtl_speed_profile_is_the_module_option(monkeypatch, capsys):
+    """``tensorfab bench rtl-speed --profile`` was 'unrecognized arguments: --profile'
+    (only ``python -m tensorfab.benches.rtl_speed --profile`` profiled); the command
+    now asks the benchmark for what the module's own --profile asks, and leaves it out
+    as the module does; a benchmark without the option refuses it."""
+    import tensorfab.benches.rtl_speed as bench
+
+    calls = []
+
+    def fake(*args, **kw):
+        calls.append(kw["profile_cycles"])
+        return {"bench": "rtl-speed"}
+
+    monkeypatch.setattr(bench, "run_rtl_speed_bench", fake)
+    for flag in (["--profile"], []):
+        bench.main([*flag, "--json"])
+        assert main(["bench", "rtl-speed", *flag, "--plot", "", "--json"]) == 0
+        assert calls[-1] == calls[-2]
+    assert calls[0] > 0 and calls[2] == 0
+    capsys.readouterr()
+    assert main(["bench", "fsim-gemm", "--profile"]) == 2
+    assert "benchmark 'fsim-gemm' has no --profile option" in capsys.readouterr().err
+
+
 def test_conv2d_bench_on_rtl(tmp_path):
     """One layer, two thread counts: the record, the best count and the PNG."""
     from tensorfab.benches.conv2d import run_conv2d_bench

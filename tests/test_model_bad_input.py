@@ -301,6 +301,26 @@ def test_run_output_never_overwrites_an_input(files, capsys, tmp_path) -> None:
                  str(tmp_path / "out.npy"), "--json"]) == 0
 
 
+def test_run_output_replaces_an_existing_file_only_with_force(files, capsys,
+                                                              tmp_path) -> None:
+    """run -o mine.npy replaced any existing .npy array without a word (the user's own
+    data, not an input of the run), though --force says it overwrites 'outputs
+    tensorfab did not write'; an existing -o file is now refused unless --force, which
+    writes what a run into a new file writes."""
+    mine = tmp_path / "mine.npy"
+    np.save(mine, np.arange(5))
+    before = mine.read_bytes()
+    run = ["run", str(files["tfm"]), "--input", str(files["images"]), "--json", "-o"]
+    capsys.readouterr()
+    assert main([*run, str(mine)]) == 2
+    one_line_error(capsys, f"{mine} exists and is not a file this command writes; pass "
+                           "--force to overwrite it")
+    assert mine.read_bytes() == before
+    assert main([*run, str(mine), "--force"]) == 0
+    assert main([*run, str(tmp_path / "fresh.npy")]) == 0
+    assert mine.read_bytes() == (tmp_path / "fresh.npy").read_bytes()
+
+
 def test_missing_external_data(files, capsys, tmp_path) -> None:
     model = onnx.load(str(model_path()))
     path = tmp_path / "ext.onnx"

@@ -41,7 +41,7 @@ def test_compile_run_inspect(files, capsys, accel: str | None) -> None:
     assert main([*args, "--json"]) == 0
     compiled = last_json(capsys)
     assert compiled["accel_programs"] == (3 if accel else 0)  # 2 convolutions, the dense
-    result = files["dir"] / "out.npy"
+    result = files["dir"] / f"out_{accel}.npy"  # (run -o replaces no file without --force)
     assert main(["run", str(out), "--input", f"image={files['images']}", "-o",
                  str(result), "--json"]) == 0
     summary = last_json(capsys)

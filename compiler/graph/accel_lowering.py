@@ -32,7 +32,7 @@ from .channel_affine_as_conv import is_channel_affine
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, post_order
 from .layout_planning import conv_output_layout, hw_config_of
-from .partitioning import ACCEL_ACTIVATIONS
+from .partitioning import ACCEL_ACTIVATIONS, chain_in_order
 from .rewrite import call_readers, rebuild, rewrite
 from .types import GraphError
 
@@ -63,12 +63,7 @@ def _chain_from(end: Call) -> list[Call] | None:
             "qnn.requantize_fixed", "qnn.requantize_q31",
             "qnn.requantize_residual_q31"} & set(ops):
         return None
-    order = ["qnn.conv2d_integer", "add", "qnn.requantize", "relu", "clip"]
-    ops = ["qnn.requantize" if o.startswith("qnn.requantize") else o for o in ops]
-    if [order.index(o) for o in ops] != sorted(order.index(o) for o in ops) or \
-            len(set(ops)) != len(ops):
-        return None
-    return chain
+    return chain if chain_in_order(ops) else None
 
 
 def chain_end(conv: Call, readers: dict[int, list[Call]]) -> Call:
@@ -153,8 +148,10 @@ def _compile(chain: list[Call], schedules: ScheduleSource | None = None,
             residual = node
         elif node.op == "relu":
             relu = True
-        elif node.op == "clip":
-            clip = (int(node.attrs["a_min"]), int(node.attrs["a_max"]))
+        elif node.op == "clip":  # a bound ONNX's Clip leaves out: its int8's
+            limits = np.iinfo(infer_types(node).dtype)  # type: ignore[union-attr]
+            clip = (limits.min if node.attrs["a_min"] is None else int(node.attrs["a_min"]),
+                    limits.max if node.attrs["a_max"] is None else int(node.attrs["a_max"]))
     if per_channel is None:
         epilogue = Epilogue(bias=bias is not None, requant=requant, relu=bool(relu),
                             clip=clip)

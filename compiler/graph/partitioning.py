@@ -30,7 +30,7 @@ kernel's cost model fitted to its measured times, plus the host-link transfers a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -45,6 +45,21 @@ from .types import GraphError
 
 EPILOGUE = frozenset({"add", "qnn.requantize", "qnn.requantize_fixed", "qnn.requantize_q31",
                       "qnn.requantize_residual_q31", "relu", "clip"})
+
+#: The operators of an accelerator chain in their order, each at most once (a
+#: requantization of any kind counts as ``qnn.requantize``).
+CHAIN_ORDER = ("qnn.conv2d_integer", "add", "qnn.requantize", "relu", "clip")
+
+
+def chain_in_order(ops: Sequence[str]) -> bool:
+    """Whether a chain's operators ``ops`` (convolution first) are a chain the
+    accelerator runs: in :data:`CHAIN_ORDER`, each at most once, with a requantization
+    (its STORE writes int8: a convolution's int32 sums without one stay on the CPU)."""
+    kinds = ["qnn.requantize" if o.startswith("qnn.requantize") else o for o in ops]
+    if "qnn.requantize" not in kinds or not set(kinds) <= set(CHAIN_ORDER):
+        return False
+    index = [CHAIN_ORDER.index(k) for k in kinds]
+    return index == sorted(set(index))
 
 
 #: A dilated convolution runs on the accelerator as the same convolution with zeros
@@ -183,7 +198,11 @@ def accelerator_chains(fn: Function, cfg: HwConfig | None = None) -> list[list[C
         follow = single_reader_chain(e, fn, readers,  # type: ignore[arg-type]
                                      lambda nxt, prev: True if _epilogue_step(nxt, prev)
                                      else None)
-        chains.append([e, *(c for c, _ in follow)])  # type: ignore[list-item]
+        chain: list[Call] = [e, *(c for c, _ in follow)]  # type: ignore[list-item]
+        while chain and not chain_in_order([c.op for c in chain]):
+            chain.pop()  # the longest start that is a chain; none: the CPU runs it
+        if chain:
+            chains.append(chain)
     return chains
 
 

@@ -46,6 +46,9 @@ BUCKET_BLOCK = 16
 MAX_TOKENS = 128
 #: Added to the attention scores of padding tokens (exp underflows to 0 in float32).
 MASKED_SCORE = -10000.0
+#: The least sum of the attention mask the mean pooling divides by (sentence-transformers'
+#: ``torch.clamp(sum_mask, min=1e-9)``): an all-zero mask gives the zero embedding.
+MASK_SUM_FLOOR = 1e-9
 #: The ONNX opset of the model (``Gelu`` is an opset-20 operator).
 OPSET = 20
 
@@ -226,7 +229,9 @@ def minilm_onnx(seq: int, layers: int = LAYERS) -> onnx.ModelProto:
 
     Inputs ``input_ids`` (int64, ``(1, seq)``) and ``attention_mask`` (float32,
     ``(1, seq)``, 1 on tokens and 0 on padding); output ``embedding`` (float32,
-    ``(1, 384)``, unit L2 norm). ``layers`` < 6 keeps the first layers only (for tests).
+    ``(1, 384)``, unit L2 norm; all zeros for an all-zero ``attention_mask``, as
+    sentence-transformers gives: the pooling divides by the mask's sum floored at
+    :data:`MASK_SUM_FLOOR`). ``layers`` < 6 keeps the first layers only (for tests).
 
     Raises
     ------
@@ -265,6 +270,11 @@ def minilm_onnx(seq: int, layers: int = LAYERS) -> onnx.ModelProto:
                                    g.const("seq_axis", np.array([1], np.int64))],
                     "pool.mean", keepdims=0)
     count = g.node("ReduceMean", ["attention_mask", "seq_axis"], "pool.count", keepdims=1)
+    # the mask's sum floored at MASK_SUM_FLOOR, as sentence-transformers' Pooling does: an
+    # all-zero mask pools to the zero vector (0/0 was NaN), which stays zero below
+    count = g.node("Max", [count, g.const("count_floor", np.array(MASK_SUM_FLOOR / seq,
+                                                                  np.float32))],
+                   "pool.count_floored")
     pooled = g.node("Div", [summed, count], "pool.out")
     sq = g.node("Mul", [pooled, pooled], "norm.sq")
     mean_sq = g.node("ReduceMean", [sq, g.const("hidden_axis", np.array([1], np.int64))],
@@ -287,5 +297,5 @@ def minilm_onnx(seq: int, layers: int = LAYERS) -> onnx.ModelProto:
     return model
 
 
-__all__ = ["BUCKET_BLOCK", "MAX_TOKENS", "MiniLmError", "Tokens", "bucket_length",
+__all__ = ["BUCKET_BLOCK", "MASK_SUM_FLOOR", "MAX_TOKENS", "MiniLmError", "Tokens", "bucket_length",
            "load_weights", "minilm_onnx", "tokenize", "weights_dir"]

@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pytest
 
+from tensorfab.compiler.frontend import from_onnx
 from tensorfab.compiler.graph import builder as gb
 from tensorfab.compiler.model_compile import (
     CALIBRATION_BATCH,
@@ -134,7 +135,8 @@ def test_calibration_batches() -> None:
                         check=False)
     with pytest.raises(ModelCompileError, match=r"'b' has one sample per run \(its array "
                                                 r"\(150, 3\) for an input of 1 dims\) while "
-                                                r"'a' is cut into batches"):
+                                                r"'a' takes batches of 2 \(its dim 0 is "
+                                                r"fixed\): give 'a' whole inputs too"):
         calibration_batches(mixed, {"a": samples, "b": samples})
     # a 0-dim array (np.savez(..., lo=np.float32(0))) was "TypeError: len() of unsized
     # object"
@@ -168,6 +170,53 @@ def test_a_model_input_without_a_batch_axis_is_calibrated_per_sample() -> None:
     for x, w_x in zip(calib[:8], want, strict=False):
         got = np.asarray(run_program(compiled.program, [x]))
         assert got.shape == (4,) and np.abs(got - w_x).max() <= 2 * step
+
+
+def _batched_and_scalar_model() -> onnx.ModelProto:
+    """``y = (x @ W) * s``: ``x`` batched (``N`` x 8), ``s`` a rank-0 input."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(1).standard_normal((8, 16)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]),
+         helper.make_node("Mul", ["h", "s"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+        [numpy_helper.from_array(w, "W")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_batched_input_with_a_rank0_input_is_calibrated() -> None:
+    """x (N, 8) with s (rank 0): samples x (32, 8) and s (32,) were refused ("'s' has
+    one sample per run ... while 'x' is cut into batches"), one s for all (a 0-dim
+    array, what `run` calibrates on when given its inputs) too ("is a single value").
+    Now each sample is one run (x[i:i+1], s[i]), a single s goes with every batch, and
+    the int8 model is within int8 error of onnxruntime."""
+    import onnxruntime as ort
+
+    model = _batched_and_scalar_model()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 8)).astype(np.float32)
+    s = rng.uniform(0.5, 2.0, 32).astype(np.float32)
+    fn = from_onnx(model)
+    runs = calibration_batches(fn, {"x": x, "s": s})
+    assert len(runs) == 32
+    for i, run in enumerate(runs):
+        np.testing.assert_array_equal(run["x"], x[i:i + 1])
+        assert run["s"].shape == () and run["s"] == s[i]
+    one = calibration_batches(fn, {"x": x, "s": np.float32(1.5)})
+    np.testing.assert_array_equal(np.concatenate([b["x"] for b in one]), x)
+    assert all(b["s"].shape == () and b["s"] == np.float32(1.5) for b in one)
+    session = ort.InferenceSession(model.SerializeToString())
+    for calibration in ({"x": x, "s": s}, {"x": x, "s": np.float32(1.5)}):
+        compiled = compile_onnx(model, calibration=calibration)
+        assert compiled.quantized
+        for scale in (np.array(0.7, np.float32), np.array(1.5, np.float32)):
+            want = session.run(None, {"x": x[:4], "s": scale})[0]
+            got = np.asarray(run_program(compiled.program, [x[:4], scale]))
+            step = np.abs(want).max() / 127  # about one int8 step of the output
+            assert got.shape == want.shape and np.abs(got - want).max() <= 2 * step
 
 
 def test_unknown_quantizer() -> None:

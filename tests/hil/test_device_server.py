@@ -16,6 +16,7 @@ from tensorfab.hil.remote import RemoteDevice, RemoteMemory
 from tensorfab.hil.wire import Msg
 from tensorfab.isa import Program
 from tensorfab.isa.device import open_device
+from tensorfab.isa.errors import UsageError
 from tensorfab.isa.placement import place_program, placement_alignment
 from tensorfab.sim import FunctionalSimulator
 
@@ -56,6 +57,43 @@ def test_the_token_comes_from_the_environment(serve, program, monkeypatch) -> No
     with pytest.raises(HilError, match=f"{server.address}: no token: pass token=... or "
                                        "set TENSORFAB_TOKEN"):
         RemoteDevice(server.address)
+
+
+def test_serving_a_served_device_takes_its_token_in_the_url(serve, program, monkeypatch,
+                                                            capsys) -> None:
+    """`tensorfab serve --device tcp://...` (and DeviceServer('tcp://...')) without the
+    served server's token said 'pass token=... or set TENSORFAB_TOKEN', but serve's
+    --token and DeviceServer's token= are the server's own, and a tcp:// URL's ?token=
+    was ignored ('no token' with one in the URL). The URL's ?token= is now the token,
+    the message says to put it there, and the device served that way runs as fsim."""
+    from tensorfab.cli import main
+    from tensorfab.hil.errors import TOKEN_ENV, TokenError
+    from tensorfab.hil.server import DeviceServer
+
+    server = serve("fsim")
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    for device, problem in ((server.address, "no token"), (
+            f"{server.address}?token=wrong", "the server refused the connection: wrong token")):
+        capsys.readouterr()
+        assert main(["serve", "--device", device, "--token", "mine"]) == 2
+        assert capsys.readouterr().err == (
+            f"error: {server.address}: {problem}: pass the device server's token in "
+            f"--device '{server.address}?token=...' (--token is this server's own) or set "
+            f"{TOKEN_ENV} (the server prints its token when it starts)\n")
+        with pytest.raises(TokenError) as info:
+            DeviceServer(device)
+        assert str(info.value).startswith(
+            f"{server.address}: {problem}: pass the device server's token in the target's "
+            f"query ('{server.address}?token=...') or set {TOKEN_ENV}"), info
+    outer = serve(f"{server.address}?token={server.token}")
+    with open_device(outer.address, token=outer.token) as dev:
+        got, want = dev.run(program), FunctionalSimulator().run(program)
+        np.testing.assert_array_equal(got.outputs["out"], want.outputs["out"])
+    with open_device(f"{server.address}?token={server.token}") as dev:
+        assert dev.name == f"fsim@{server.address.removeprefix('tcp://')}"
+    with pytest.raises(UsageError, match=r"tcp://[^?]*: unknown option tokn \(a tcp:// "
+                                         r"target takes token\)"):
+        open_device(f"{server.address}?tokn={server.token}")
 
 
 def _scattered(program: Program, start: int = 1 << 12) -> dict[str, int]:

@@ -65,7 +65,8 @@ def test_run_on_the_virtual_board_matches_fsim_in_hardware_time(files, capsys) -
     assert main([*args, "--trace", str(trace)]) == 0
     printed = capsys.readouterr().out
     np.testing.assert_array_equal(np.load(out), _fsim(files))
-    assert main([*args, "--json"]) == 0  # the same run: the board's cycles are the same
+    # the same run (-o written by the first: --force): the board's cycles are the same
+    assert main([*args, "--json", "--force"]) == 0
     summary = _last_json(capsys.readouterr().out)
     assert summary["target"] == "virtual" and not summary["cycles_estimated"]
     _check_timing(summary, VIRTUAL_HZ)
@@ -127,7 +128,7 @@ def test_fsim_is_untimed_its_hardware_time_unknown(files, serve, capsys, monkeyp
     assert main(args) == 0
     assert "hardware: accelerator — (" in capsys.readouterr().out
     np.testing.assert_array_equal(np.load(out), _fsim(files))
-    assert main([*args, "--json"]) == 0
+    assert main([*args, "--json", "--force"]) == 0  # (-o written by the first run)
     summary = _last_json(capsys.readouterr().out)
     assert summary["cycles_estimated"] and summary["hardware_seconds"] is None
     assert all(t["hardware_seconds"] is None for t in summary["accel_timing"])

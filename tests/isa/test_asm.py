@@ -168,6 +168,39 @@ def test_segment_names_assembly_cannot_read_back_are_refused(name, why):
         assemble(f".config tiny\n.segment {name} int8 4\nfinish\n")
 
 
+@pytest.mark.parametrize("name", ["insns", "uops", "end"])
+def test_a_program_refuses_a_segment_named_as_a_layout_region(name):
+    """Program(...) took a segment named 'insns' or 'end' (only 'uops' was refused): its
+    region in layout() was then the instructions' or the end marker's, so fsim ran the
+    wrong bytes ('instruction 0 ... transfers must be at least 1', a numpy reshape
+    error). Program now refuses the name, as does a run of one renamed afterwards; the
+    same rename to a free name runs as the original."""
+    import dataclasses
+
+    from tensorfab.example import example_path
+    from tensorfab.isa.asm import assemble_file
+    from tensorfab.sim import FunctionalSimulator
+
+    prog = assemble_file(example_path())
+    out = next(seg for seg in prog.segments if seg.output)
+    want = FunctionalSimulator().run(prog).outputs[out.name]
+    why = (f"^segment '{name}': the name is reserved \\(insns, uops, end name the "
+           "layout's regions\\)$")
+    for new in (name, "renamed"):
+        segments = [dataclasses.replace(seg, name=new) if seg is out else seg
+                    for seg in prog.segments]
+        if new == name:
+            with pytest.raises(ProgramError, match=why):
+                Program(prog.config, prog.insns, prog.uops, segments)
+        else:
+            renamed = Program(prog.config, prog.insns, prog.uops, segments)
+            got = FunctionalSimulator().run(renamed).outputs["renamed"]
+            np.testing.assert_array_equal(got, want)
+            next(seg for seg in renamed.segments if seg.name == "renamed").name = name
+            with pytest.raises(ProgramError, match=why):
+                FunctionalSimulator().run(renamed)
+
+
 def test_segment_names_the_assembler_reads_are_written():
     prog = assemble(".config tiny\n.segment _x.1 int8 4\nload.inp sram=0 dram=_x.1+1 y=1 x=1 "
                     "stride=1\nfinish\n")

@@ -31,11 +31,14 @@ def _layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (x - mu) / np.sqrt(var + 1e-12) * g + b
 
 
-def numpy_minilm(ids: np.ndarray) -> np.ndarray:
-    """sentence-transformers' all-MiniLM-L6-v2 on one unpadded sentence, in float64:
-    BertModel (post-norm, exact GELU), mean pooling, L2 normalization."""
+def numpy_minilm(ids: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """sentence-transformers' all-MiniLM-L6-v2 on one sentence, in float64: BertModel
+    (post-norm, exact GELU; -10000 added to the scores of tokens the attention ``mask``
+    zeroes, default all ones), Pooling's masked mean (the mask's sum clamped at 1e-9),
+    Normalize (F.normalize: the norm clamped at 1e-12)."""
     p = {k: v.astype(np.float64) for k, v in load_weights().items() if v.dtype != np.int64}
     n = ids.size
+    m = np.ones(n) if mask is None else mask.astype(np.float64).reshape(n)
     x = (p["embeddings.word_embeddings.weight"][ids]
          + p["embeddings.position_embeddings.weight"][:n]
          + p["embeddings.token_type_embeddings.weight"][0])
@@ -49,7 +52,7 @@ def numpy_minilm(ids: np.ndarray) -> np.ndarray:
 
         q, k, v = (lin(x, a + "self." + t).reshape(n, 12, 32).transpose(1, 0, 2)
                    for t in ("query", "key", "value"))
-        s = q @ k.transpose(0, 2, 1) / math.sqrt(32)
+        s = q @ k.transpose(0, 2, 1) / math.sqrt(32) + (m - 1) * 10000
         s = np.exp(s - s.max(-1, keepdims=True))
         ctx = (s / s.sum(-1, keepdims=True)) @ v
         h = lin(ctx.transpose(1, 0, 2).reshape(n, 384), a + "output.dense") + x
@@ -58,8 +61,8 @@ def numpy_minilm(ids: np.ndarray) -> np.ndarray:
         f = lin(0.5 * f * (1 + erf(f / math.sqrt(2))), f"encoder.layer.{i}.output.dense")
         o = f"encoder.layer.{i}.output.LayerNorm"
         x = _layer_norm(f + x, p[o + ".weight"], p[o + ".bias"])
-    e = x.mean(0)
-    return e / np.linalg.norm(e)
+    e = (x * m[:, None]).sum(0) / max(m.sum(), 1e-9)
+    return e / max(np.linalg.norm(e), 1e-12)
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +112,23 @@ def test_onnx_encoder_equals_the_numpy_bert(session32: ort.InferenceSession) -> 
         want = numpy_minilm(tokenize(text).ids)
         assert float(got @ want) >= 1 - 1e-4, text
         assert abs(np.linalg.norm(got) - 1) < 1e-5
+
+
+def test_an_all_zero_attention_mask_gives_sentence_transformers_zero_embedding(
+        session32: ort.InferenceSession) -> None:
+    """An all-zero attention mask made the mean pooling 0/0: a NaN embedding. The
+    pooling now floors the mask's sum as sentence-transformers does, so the embedding
+    is the numpy reference's (the zero vector); a mask that drops real tokens still
+    equals the reference's masked embedding."""
+    ids, mask = tokenize(SENTENCES[1]).padded(32)
+    n = len(tokenize(SENTENCES[1]))
+    partial = mask.copy()
+    partial[0, n // 2: n] = 0.0
+    for m in (np.zeros_like(mask), partial):
+        got = session32.run(None, {"input_ids": ids, "attention_mask": m})[0][0]
+        want = numpy_minilm(ids[0], m[0])
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, want, atol=1e-4)
 
 
 def test_padding_to_a_bucket_does_not_change_the_embedding(

@@ -433,3 +433,75 @@ def test_pytorch_view_of_a_symbolic_batch_compiles_for_any_batch() -> None:
         np.testing.assert_allclose(run_program(compiled.program, {"x": x}),
                                    reference_session(m).run(None, {"x": x})[0],
                                    rtol=1e-5, atol=1e-5)
+
+
+def _integer_conv_then_clip(kind: str, bounds: tuple[str, str]) -> onnx.ModelProto:
+    """``xf`` (float) → QuantizeLinear → ``kind`` (ConvInteger: int32 sums; QLinearConv:
+    int8) → Clip with each bound a constant (``const``), left out (``none``) or a graph
+    input (``input``: ``b0``, ``b1``) → Cast to float ``y``."""
+    from onnx import TensorProto
+
+    out_type = TensorProto.INT32 if kind == "ConvInteger" else TensorProto.INT8
+    dtype = np.int32 if kind == "ConvInteger" else np.int8
+    w = RNG.integers(-20, 21, (8, 4, 3, 3)).astype(np.int8)
+    inits = {"W": w, "qs": np.array(0.02, np.float32), "qz": np.array(0, np.int8)}
+    nodes = [helper.make_node("QuantizeLinear", ["xf", "qs", "qz"], ["x"], name="q0")]
+    if kind == "ConvInteger":
+        nodes.append(helper.make_node("ConvInteger", ["x", "W"], ["c"], name="conv0",
+                                      pads=[1, 1, 1, 1]))
+    else:
+        inits.update(ws=np.array(0.01, np.float32), wz=np.array(0, np.int8),
+                     ys=np.array(0.05, np.float32), yz=np.array(0, np.int8))
+        nodes.append(helper.make_node("QLinearConv", ["x", "qs", "qz", "W", "ws", "wz", "ys",
+                                                      "yz"], ["c"], name="conv0",
+                                      pads=[1, 1, 1, 1]))
+    inputs = [helper.make_tensor_value_info("xf", TensorProto.FLOAT, [2, 4, 6, 6])]
+    names = []
+    for i, (how, value) in enumerate(zip(bounds, (-5, 50), strict=True)):
+        names.append("" if how == "none" else f"b{i}")
+        if how == "const":
+            inits[f"b{i}"] = np.array(value, dtype)
+        elif how == "input":
+            inputs.append(helper.make_tensor_value_info(f"b{i}", out_type, []))
+    while names and not names[-1]:
+        names.pop()
+    nodes += [helper.make_node("Clip", ["c", *names], ["k"], name="clip0"),
+              helper.make_node("Cast", ["k"], ["y"], name="cast0", to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, [2, 8, 6, 6])], [numpy_helper.from_array(v, k)
+                                                 for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("kind", ["ConvInteger", "QLinearConv"])
+@pytest.mark.parametrize("bounds", [("const", "const"), ("const", "none"), ("none", "const"),
+                                    ("none", "none"), ("input", "input")])
+def test_integer_convolution_then_clip_with_any_bounds(kind: str,
+                                                       bounds: tuple[str, str]) -> None:
+    """An integer convolution followed by Clip, compiled for the accelerator, failed
+    inside the compiler: ConvInteger (int32 sums, no requantization) with 'fewer
+    accelerator programs than accelerator convolutions' (its chain placed on the
+    accelerator, which stores int8, then never lowered), QLinearConv's with a bound left
+    out with "int() argument must be ... not 'NoneType'". Now ConvInteger stays on the
+    CPU (and says why) and a missing bound is int8's: the accelerator's result equals
+    the CPU kernels' exactly and onnxruntime's within its rounding (one int8 step)."""
+    from tensorfab.runtime.accel_contract import accel_nodes
+
+    m = _integer_conv_then_clip(kind, bounds)
+    feeds = {"xf": f32(2, 4, 6, 6, scale=2.0)}
+    if bounds[0] == "input":
+        dtype = np.int32 if kind == "ConvInteger" else np.int8
+        feeds.update(b0=np.array(-5, dtype), b1=np.array(50, dtype))
+    want = reference_session(m).run(None, feeds)[0]
+    compiled = compile_onnx(m, config="default")
+    got = run_program(compiled.program, feeds)
+    cpu = run_program(compile_onnx(m).program, feeds)
+    np.testing.assert_array_equal(got, cpu)
+    np.testing.assert_allclose(got, want, rtol=0, atol=0 if kind == "ConvInteger" else 1)
+    on_accel = len(list(accel_nodes(compiled.program)))
+    if kind == "ConvInteger":
+        assert on_accel == 0
+        assert any("no requantization to int8 follows it" in line
+                   for line in compiled.cpu_convolutions)
+    elif bounds[0] != "input":  # (bounds computed at run time: max/min on the CPU)
+        assert on_accel == 1

@@ -134,19 +134,28 @@ def test_convolutions_the_accelerator_cannot_take_stay_on_the_cpu() -> None:
     r = np.random.default_rng(4)
     x = gb.var("x", (1, 4, 5, 5), "int8")
     w = r.integers(-128, 128, (4, 4, 3, 3)).astype(np.int8)
-    ok = gb.relu(gb.conv2d_integer(x, w, np.int8(0), np.int8(0)))
-    grouped = gb.conv2d_integer(x, w[:, :2], np.int8(0), np.int8(0), groups=2)
-    offset = gb.conv2d_integer(x, w, np.int8(3), np.int8(0))
-    shared = gb.conv2d_integer(x, w, np.int8(0), np.int8(0), padding=(1, 1, 1, 1))
-    f = gb.function([x], gb.tuple_(ok, grouped, offset, gb.relu(shared), gb.negative(shared)))
+
+    def int8(acc):  # (the accelerator stores int8: a chain requantizes its sums)
+        return gb.requantize(acc, np.float32(0.01), np.int8(0), out_dtype="int8")
+
+    ok = gb.relu(int8(gb.conv2d_integer(x, w, np.int8(0), np.int8(0))))
+    grouped = int8(gb.conv2d_integer(x, w[:, :2], np.int8(0), np.int8(0), groups=2))
+    offset = int8(gb.conv2d_integer(x, w, np.int8(3), np.int8(0)))
+    shared = int8(gb.conv2d_integer(x, w, np.int8(0), np.int8(0), padding=(1, 1, 1, 1)))
+    # int32 sums no requantization follows: no chain (relu before one: only up to it)
+    sums = gb.conv2d_integer(x, w, np.int8(0), np.int8(0))
+    early = gb.conv2d_integer(x, w, np.int8(0), np.int8(0))
+    f = gb.function([x], gb.tuple_(ok, grouped, offset, gb.relu(shared), gb.negative(shared),
+                                   gb.relu(sums), int8(gb.relu(early))))
     chains = accelerator_chains(f)
-    assert [[e.op for e in c] for c in chains] == [["qnn.conv2d_integer", "relu"],
-                                                   ["qnn.conv2d_integer"]]
+    assert [[e.op for e in c] for c in chains] == [
+        ["qnn.conv2d_integer", "qnn.requantize", "relu"],
+        ["qnn.conv2d_integer", "qnn.requantize"]]
     p = plan_devices(annotate_accelerator(f, accel("tiny")))
     placed = {e.op + str(e.attrs.get("groups", "")) for e in post_order(p)
               if isinstance(e, Call) and e.virtual_device == accel("tiny")
               and e.op != "device_copy"}
-    assert placed == {"qnn.conv2d_integer1", "relu"}
+    assert placed == {"qnn.conv2d_integer1", "qnn.requantize", "relu"}
     xv = r.integers(-128, 128, (1, 4, 5, 5)).astype(np.int8)
     for a, b in zip(evaluate(p, [xv]), evaluate(f, [xv]), strict=True):
         np.testing.assert_array_equal(a, b)
