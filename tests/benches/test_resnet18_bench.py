@@ -48,9 +48,7 @@ def _common(r: dict, tmp_path) -> None:
 
 
 def test_resnet18_bench_on_rtl_at_32px_fused(tmp_path) -> None:
-    # the ALU's REQUANT: the RTL has no requantizing STORE yet
-    r = run_resnet18_bench("rtl", image_size=32, plot=str(tmp_path / "r.png"),
-                           requant_stage="alu")
+    r = run_resnet18_bench("rtl", image_size=32, plot=str(tmp_path / "r.png"))
     _common(r, tmp_path)
     # the eight residual adds fused into the convolutions before them: 20 convolutions,
     # the global average pooling and the classifier, no add program
@@ -64,7 +62,7 @@ def test_resnet18_bench_on_rtl_at_32px_fused(tmp_path) -> None:
 @pytest.mark.slow
 def test_resnet18_bench_on_rtl_at_32px_separate_adds(tmp_path) -> None:
     r = run_resnet18_bench("rtl", image_size=32, plot=str(tmp_path / "r.png"), fuse=False,
-                           requant_stage="alu")  # the RTL has no requantizing STORE yet
+                           requant_stage="alu")  # the other stage: the ALU's REQUANT pass
     _common(r, tmp_path)
     # 20 convolutions and the classifier, plus the residual adds where the partitioner
     # put them on the accelerator (its cost model at 100 MHz: all eight)

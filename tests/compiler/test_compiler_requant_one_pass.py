@@ -143,7 +143,8 @@ def test_conv2d_one_pass_on_rtl() -> None:
     rng = np.random.default_rng(7)
     x, w, bias, _, zy, scales = quantized_case(rng, (1, 16, 8, 8), (48, 16, 3, 3), 16 * 9)
     scales[0] = 1.5
-    # the ALU's REQUANT: the RTL has no requantizing STORE yet
+    # the ALU's REQUANT pass (the other stage, the requantizing STOREs, is the default
+    # the other RTL tests compile)
     ep = Epilogue.from_scales(scales, zero_point=zy, relu=True, rounding="single",
                               requant_stage="alu")
     op = conv2d(DEFAULT, x, w, bias, padding=1, epilogue=ep, vthreads=2)
@@ -168,8 +169,7 @@ def test_timing_model_covers_one_pass_on_rtl() -> None:
     x, w, bias, _, zy, scales = quantized_case(
         rng, (1, wl.in_channels, wl.height, wl.width), (wl.out_channels, wl.in_channels, 1, 1),
         wl.in_channels)
-    ep = Epilogue.from_scales(scales, zero_point=zy, rounding="single",
-                              requant_stage="alu")  # the RTL has no requantizing STORE yet
+    ep = Epilogue.from_scales(scales, zero_point=zy, rounding="single")
     op = conv2d(DEFAULT, x, w, bias, stride=wl.stride, padding=wl.padding, epilogue=ep)
     res = RtlSimulator().run(op.program)
     np.testing.assert_array_equal(res.dram, FunctionalSimulator().run(op.program).dram)

@@ -133,6 +133,8 @@ def test_rtl_equals_fsim() -> None:
     rtl = RtlSimulator()
     for attrs in (concat_attrs(0.1, 0, 0.04, 0, 0.1, 0),
                   concat_attrs(0.03, -128, 0.05, 11, 0.07, -20)):
-        # the ALU's REQUANT: the RTL has no requantizing STORE yet
-        p = concat_program(CFG, a.shape, b.shape, attrs, a, b, tile=64, requant_stage="alu")
-        np.testing.assert_array_equal(rtl.run(p).outputs["out"], FSIM.run(p).outputs["out"])
+        for stage in ("store", "alu"):
+            p = concat_program(CFG, a.shape, b.shape, attrs, a, b, tile=64,
+                               requant_stage=stage)
+            np.testing.assert_array_equal(rtl.run(p).outputs["out"],
+                                          FSIM.run(p).outputs["out"])

@@ -88,8 +88,7 @@ def test_rtl_equals_fsim() -> None:
     w = rng.integers(-128, 128, (32, 1, 3, 3)).astype(np.int8)
     mult, exp = quantize_multipliers(rng.uniform(1e-3, 4e-3, 32))
     op = grouped_conv2d(DEFAULT, x, w, np.zeros(32, np.int32), groups=32, padding=1,
-                        epilogue=Epilogue(multiplier=mult, shift=exp, rounding="single",
-                                          requant_stage="alu"))  # no RTL requantizing STORE yet
+                        epilogue=Epilogue(multiplier=mult, shift=exp, rounding="single"))
     res, ref = RtlSimulator().run(op.program), FunctionalSimulator().run(op.program)
     np.testing.assert_array_equal(res.dram, ref.dram)
     assert res.counters == ref.counters

@@ -96,8 +96,7 @@ def test_rtl_equals_fsim_image_and_counters() -> None:
 
     x, wt, b, r, factor, mult, exp, pad = _case(5, (1, 32, 10, 10), 32, 3, 1, True)
     ep = Epilogue(bias=True, multiplier=mult, shift=exp, zero_point=-3, rounding="single",
-                  residual=tuple(factor), clip=(0, 127),
-                  requant_stage="alu")  # the RTL has no requantizing STORE yet
+                  residual=tuple(factor), clip=(0, 127))
     op = conv2d(DEFAULT, x, wt, b, padding=pad, epilogue=ep, residual=r)
     res = RtlSimulator().run(op.program)
     ref = FunctionalSimulator().run(op.program)

@@ -260,11 +260,8 @@ def test_new_vector_programs_run_bit_exact_on_rtl() -> None:
     for name, qdq in (("densenet_block", False), ("shufflenet_unit", True)):
         model = TOPOLOGIES[name]()
         calib, x = _data(model)
-        # the ALU's REQUANT: the RTL has no requantizing STORE yet
-        compiled = (compile_onnx(_uint8_qdq(model, calib), config="default",
-                                 requant_stage="alu") if qdq
-                    else compile_onnx(model, config="default", calibration=calib,
-                                      requant_stage="alu"))
+        compiled = (compile_onnx(_uint8_qdq(model, calib), config="default") if qdq
+                    else compile_onnx(model, config="default", calibration=calib))
         rtl = profile_program(compiled.program, {"x": x}, get_device("rtl"))
         fsim, _ = _run_on_fsim(compiled, x)
         np.testing.assert_array_equal(rtl.output, fsim.output)

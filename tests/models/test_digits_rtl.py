@@ -13,8 +13,7 @@ BATCH = 4
 
 
 def test_digits_cnn_on_rtl_equals_functional_simulator() -> None:
-    # the ALU's REQUANT: the RTL has no requantizing STORE yet
-    model = compile_digits_int8(batch=BATCH, config="default", requant_stage="alu")
+    model = compile_digits_int8(batch=BATCH, config="default")
     _, _, x, y = load_digits_split(0)
     images = x[:2 * BATCH]
     fsim = predict_in_batches(on_executor(model.program, "fsim"), images, BATCH)

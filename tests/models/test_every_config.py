@@ -125,7 +125,7 @@ def test_runs_bit_exact_resident_on_rtl(name: str, json_config: Path) -> None:
     cfg = config_of(name, json_config)
     device = RtlSimulator()
     for model in ("digits", "mlp", "resnet"):
-        result, x = compiled(model, cfg, "alu")  # the RTL has no requantizing STORE yet
+        result, x = compiled(model, cfg)
         with ResidentModel(result.program, device) as resident:
             np.testing.assert_array_equal(resident.run([x]),
                                           evaluate(result.integer_function, [x]))

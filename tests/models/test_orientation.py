@@ -127,8 +127,7 @@ def test_int8_line_on_rtl_equals_functional_simulator() -> None:
 
     line, calib = orientation_set(2, seed=0), orientation_set(16, seed=1)
     compiled = compile_onnx(str(classifier_path()), config="default",
-                            calibration=calib.images, input_shapes={"x": (1, *INPUT_SHAPE)},
-                            requant_stage="alu")  # the RTL has no requantizing STORE yet
+                            calibration=calib.images, input_shapes={"x": (1, *INPUT_SHAPE)})
     x = {"x": line.images[:1]}
     fsim = profile_program(compiled.program, x, get_device("fsim"))
     rtl = profile_program(compiled.program, x, get_device("rtl"))

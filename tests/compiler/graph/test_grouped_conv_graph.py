@@ -66,11 +66,8 @@ def test_grouped_convolutions_run_on_the_accelerator_bit_exact() -> None:
     profile = profile_program(compiled.program, [x], FunctionalSimulator())
     np.testing.assert_array_equal(profile.output, want)
     assert profile.accel_macs == _numpy_macs()
-    # on the RTL the ALU's REQUANT: the RTL has no requantizing STORE yet
-    alu = compile_onnx(mobile_block_onnx(), config="default", calibration=calib,
-                       requant_stage="alu")
-    with ResidentModel(alu.program, RtlSimulator()) as resident:
-        rtl = profile_program(alu.program, [x], resident.device, resident=resident)
+    with ResidentModel(compiled.program, RtlSimulator()) as resident:
+        rtl = profile_program(compiled.program, [x], resident.device, resident=resident)
     np.testing.assert_array_equal(rtl.output, want)
 
 

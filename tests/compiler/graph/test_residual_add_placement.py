@@ -51,8 +51,7 @@ def test_compile_onnx_residual_model_int8_adds_match_onnxruntime_qdq() -> None:
     assert len(_ops(on_cpu.function, "accel.program")) == 4
     # separate adds (not fused into the convolutions) on the accelerator
     auto = compile_onnx(model, config="default", calibration=calib, quantizer="ort",
-                        residual_adds="accel",
-                        requant_stage="alu")  # run on the RTL: no requantizing STORE yet
+                        residual_adds="accel")
     assert not _ops(auto.function, "qnn.add_q31")
     programs = _ops(auto.function, "accel.program")
     assert len(programs) == 6

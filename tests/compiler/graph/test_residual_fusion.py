@@ -49,11 +49,8 @@ def test_fused_programs_equal_the_fused_integer_graph_on_fsim_and_rtl() -> None:
                    ).astype(np.float32)
     reference = run_program(lower_to_runtime(compiled.integer_function), [x])
     np.testing.assert_array_equal(run_program(compiled.program, [x]), reference)
-    # on the RTL the ALU's REQUANT: the RTL has no requantizing STORE yet
-    alu = compile_onnx(residual_block_onnx(), config="default", calibration=_calibration(),
-                       requant_stage="alu")
-    with ResidentModel(alu.program, RtlSimulator()) as resident:
-        profile = profile_program(alu.program, [x], resident.device, resident=resident)
+    with ResidentModel(compiled.program, RtlSimulator()) as resident:
+        profile = profile_program(compiled.program, [x], resident.device, resident=resident)
     np.testing.assert_array_equal(profile.output, reference)
 
 
