@@ -14,21 +14,13 @@ import random
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
+from support.requant_cases import INT32_MAX, INT32_MIN, requant_reference
 
 from tensorfab.hw.store_requant import STORE_REQUANT_LATENCY, StoreRequant
 from tensorfab.isa import PRESETS
 from tensorfab.isa.requant_record import pack_requant_acc_records
 
-INT32 = (-(1 << 31), (1 << 31) - 1)
-
-
-def reference(a: int, m: int, b: int, n: int, zp: int, lo: int, hi: int) -> int:
-    t = (a + b + (1 << 31)) % (1 << 32) - (1 << 31)
-    p = t * (m & 0x7FFFFFFF)
-    q, r = divmod(abs(p), 1 << n)
-    if n > 0 and 2 * r >= (1 << n):
-        q += 1
-    return min(max((q if p >= 0 else -q) + zp, lo), hi)
+INT32 = (INT32_MIN, INT32_MAX)
 
 
 def bits(values: np.ndarray) -> int:
@@ -69,7 +61,7 @@ def test_store_requant_against_python_integers(preset: str, bad_shift: bool) -> 
     for t, e in zip(schedule, entries, strict=True):
         if t + STORE_REQUANT_LATENCY > flush_at and t <= flush_at:
             continue  # in flight at the flush: dropped
-        out = [reference(int(a), *(f[k][i % bo] for k in ("multiplier", "bias", "shift",
+        out = [requant_reference(int(a), *(f[k][i % bo] for k in ("multiplier", "bias", "shift",
                                                           "zero_point", "lo", "hi")))
                for i, a in enumerate(e)]
         want[t + STORE_REQUANT_LATENCY] = bytes(v & 0xFF for v in out)

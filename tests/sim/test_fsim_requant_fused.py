@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.requant_cases import INT32_MAX, INT32_MIN, random_records, requant_reference
 
 from tensorfab.isa import (
     PRESETS,
@@ -25,31 +26,6 @@ from tensorfab.isa import (
 from tensorfab.isa.insn import check_insn
 from tensorfab.isa.requant_record import pack_requant_records, unpack_requant_records
 from tensorfab.sim import FunctionalSimulator
-
-INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-
-
-def reference(a: int, m: int, b: int, n: int, zp: int, lo: int, hi: int) -> int:
-    """The documented semantics with Python's unbounded integers."""
-    t = (a + b + (1 << 31)) % (1 << 32) - (1 << 31)
-    p = t * (m & 0x7FFFFFFF)
-    q, r = divmod(abs(p), 1 << n)  # round |p| / 2^n half away from zero
-    if 2 * r >= (1 << n) and n > 0:
-        q += 1
-    v = (q if p >= 0 else -q) + zp
-    return min(max(v, lo), hi)
-
-
-def _records(rng: np.random.Generator, channels: int) -> dict[str, np.ndarray]:
-    n = rng.integers(0, 63, channels)
-    n[:4] = [0, 1, 31, 62]
-    m = rng.integers(0, INT32_MAX, channels, endpoint=True)
-    m[:3] = [INT32_MAX, 1 << 30, 0]
-    lo = rng.integers(-128, 128, channels)
-    hi = np.maximum(lo, rng.integers(-128, 128, channels))
-    hi[:4], lo[:4] = 127, -128
-    return {"multiplier": m, "bias": rng.integers(INT32_MIN, INT32_MAX, channels, endpoint=True),
-            "shift": n, "zero_point": rng.integers(-128, 128, channels), "lo": lo, "hi": hi}
 
 
 def _program(cfg, x: np.ndarray, rec: np.ndarray, which: list[int], **loops: int
@@ -78,7 +54,7 @@ def _unit_records(cfg, shift: int) -> np.ndarray:
 
 def test_records_round_trip() -> None:
     cfg = PRESETS["default"]
-    f = _records(np.random.default_rng(0), 40)
+    f = random_records(np.random.default_rng(0), 40)
     rec = pack_requant_records(cfg, **f)
     assert rec.shape == (3, cfg.block_out, cfg.block_in)
     back = unpack_requant_records(rec.reshape(-1, cfg.block_in))
@@ -92,7 +68,7 @@ def test_requant_matches_python_integers(preset: str) -> None:
     cfg = PRESETS[preset]
     rng = np.random.default_rng(1)
     blocks = 3
-    f = _records(rng, blocks * cfg.block_out)
+    f = random_records(rng, blocks * cfg.block_out)
     rec = pack_requant_records(cfg, **f)
     k = 24
     x = rng.integers(INT32_MIN, INT32_MAX, (k, cfg.batch, cfg.block_out), endpoint=True)
@@ -105,9 +81,8 @@ def test_requant_matches_python_integers(preset: str) -> None:
         for b in range(cfg.batch):
             for o in range(cfg.block_out):
                 c = which[i] * cfg.block_out + o
-                want = reference(int(x[i, b, o]), int(f["multiplier"][c]), int(f["bias"][c]),
-                                 int(f["shift"][c]), int(f["zero_point"][c]), int(f["lo"][c]),
-                                 int(f["hi"][c]))
+                want = requant_reference(int(x[i, b, o]), *(int(f[k][c]) for k in (
+                    "multiplier", "bias", "shift", "zero_point", "lo", "hi")))
                 assert int(out[i, b, o]) == want, (i, b, o)
 
 
@@ -163,7 +138,7 @@ def test_rtl_equals_fsim_and_reports_the_same_errors() -> None:
 
     cfg = PRESETS["default"]
     rng = np.random.default_rng(3)
-    f = _records(rng, 2 * cfg.block_out)
+    f = random_records(rng, 2 * cfg.block_out)
     rec = pack_requant_records(cfg, **f)
     x = rng.integers(INT32_MIN, INT32_MAX, (6, cfg.batch, cfg.block_out), endpoint=True)
     prog = _program(cfg, x.astype(np.int32), rec, [0, 1, 1], iter_out=2, dst_factor_out=3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.requant_cases import INT32_MAX, INT32_MIN, random_records, requant_reference
 
 from tensorfab.isa import (
     PRESETS,
@@ -28,30 +29,6 @@ from tensorfab.isa.asm import assemble
 from tensorfab.isa.disasm import disassemble
 from tensorfab.isa.requant_record import pack_requant_acc_records, pack_requant_records
 from tensorfab.sim import FunctionalSimulator
-
-INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-
-
-def reference(a: int, m: int, b: int, n: int, zp: int, lo: int, hi: int) -> int:
-    """REQUANT's documented semantics with Python's unbounded integers."""
-    t = (a + b + (1 << 31)) % (1 << 32) - (1 << 31)
-    p = t * (m & 0x7FFFFFFF)
-    q, r = divmod(abs(p), 1 << n)
-    if n > 0 and 2 * r >= (1 << n):
-        q += 1
-    return min(max((q if p >= 0 else -q) + zp, lo), hi)
-
-
-def records(rng: np.random.Generator, channels: int) -> dict[str, np.ndarray]:
-    """Random legal records, with the edge multipliers and shifts among them."""
-    n = rng.integers(0, 63, channels)
-    n[:4] = [0, 1, 31, 62]
-    m = rng.integers(0, INT32_MAX, channels, endpoint=True)
-    m[:3] = [INT32_MAX, 1 << 30, 0]
-    lo = rng.integers(-128, 128, channels)
-    hi = np.maximum(lo, rng.integers(-128, 128, channels))
-    return {"multiplier": m, "bias": rng.integers(INT32_MIN, INT32_MAX, channels, endpoint=True),
-            "shift": n, "zero_point": rng.integers(-128, 128, channels), "lo": lo, "hi": hi}
 
 
 def store_program(cfg, x: np.ndarray, rec: np.ndarray, rec_at: int, y: int = 1,
@@ -82,7 +59,7 @@ def expected(cfg, x: np.ndarray, f: dict[str, np.ndarray]) -> np.ndarray:
     want = np.zeros(x.shape, dtype=np.int64)
     for idx in np.ndindex(*x.shape):
         o = idx[-1]
-        want[idx] = reference(int(x[idx]), *(int(f[k][o]) for k in
+        want[idx] = requant_reference(int(x[idx]), *(int(f[k][o]) for k in
                                              ("multiplier", "bias", "shift", "zero_point",
                                               "lo", "hi")))
     return want
@@ -92,7 +69,7 @@ def expected(cfg, x: np.ndarray, f: dict[str, np.ndarray]) -> np.ndarray:
 def test_requantizing_store_matches_python_integers(preset: str) -> None:
     cfg = PRESETS[preset]
     rng = np.random.default_rng(7)
-    f = records(rng, cfg.block_out)
+    f = random_records(rng, cfg.block_out)
     x = rng.integers(INT32_MIN, INT32_MAX, (12, cfg.batch, cfg.block_out), endpoint=True)
     x[0, 0, :4] = [INT32_MIN, INT32_MAX, 0, -1]
     rec = pack_requant_acc_records(cfg, **f)
@@ -107,7 +84,7 @@ def test_requantizing_store_matches_python_integers(preset: str) -> None:
 def test_acc_records_hold_the_weight_rows_bytes() -> None:
     """Record word k of channel o is bytes 4k..4k+3 of the channel's weight-row record."""
     cfg = PRESETS["default"]
-    f = records(np.random.default_rng(8), 2 * cfg.block_out)
+    f = random_records(np.random.default_rng(8), 2 * cfg.block_out)
     rows = pack_requant_records(cfg, **f).view(np.uint8)  # (2, block_out, block_in)
     acc = pack_requant_acc_records(cfg, **f)
     assert acc.shape == (6, cfg.batch, cfg.block_out)
@@ -121,7 +98,7 @@ def test_acc_records_hold_the_weight_rows_bytes() -> None:
 
 def test_shift_past_62_is_shift_range_before_anything_is_written() -> None:
     cfg = PRESETS["default"]
-    f = records(np.random.default_rng(9), cfg.block_out)
+    f = random_records(np.random.default_rng(9), cfg.block_out)
     rec = pack_requant_acc_records(cfg, **f)
     rec[2, 0, 5] = (rec[2, 0, 5] & ~0xFF) | 63
     prog = store_program(cfg, np.ones((4, cfg.batch, cfg.block_out), np.int32), rec, 8)
@@ -154,7 +131,7 @@ def test_rules_of_the_requant_fields() -> None:
 
 def test_assembly_writes_the_records_as_rec() -> None:
     cfg = PRESETS["default"]
-    f = records(np.random.default_rng(10), cfg.block_out)
+    f = random_records(np.random.default_rng(10), cfg.block_out)
     prog = store_program(cfg, np.ones((4, cfg.batch, cfg.block_out), np.int32),
                          pack_requant_acc_records(cfg, **f), 8)
     text = disassemble(prog)
@@ -175,7 +152,7 @@ def test_rtl_equals_fsim_and_reports_the_same_errors() -> None:
 
     cfg = PRESETS["default"]
     rng = np.random.default_rng(11)
-    f = records(rng, cfg.block_out)
+    f = random_records(rng, cfg.block_out)
     x = rng.integers(INT32_MIN, INT32_MAX, (12, cfg.batch, cfg.block_out), endpoint=True)
     x[0, 0, :4] = [INT32_MIN, INT32_MAX, 0, -1]
     rec = pack_requant_acc_records(cfg, **f)

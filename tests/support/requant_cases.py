@@ -1,6 +1,7 @@
-"""Quantized test cases shared by the requantization tests (tests/compiler): random
-int8 operands with per-channel scales, the float and one-rounding integer references
-they are judged by, and where a compiled program requantizes."""
+"""Quantized test cases shared by the requantization tests (tests/compiler, the REQUANT
+tests of tests/sim and tests/hw): random int8 operands with per-channel scales, random
+REQUANT records, the float, one-rounding and per-lane Python-integer references they
+are judged by, and where a compiled program requantizes."""
 
 from __future__ import annotations
 
@@ -78,3 +79,32 @@ def assert_requant_stage(program: Program, stage: str) -> None:
         blocks = {e // (ob * pixels) // images * ob + e // pixels % ob for e in entries}
         assert len(blocks) == 1, (s, blocks)
         assert s.rec == base + REQUANT_RECORD_WORDS * blocks.pop(), s
+
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def requant_reference(a: int, m: int, b: int, n: int, zp: int, lo: int, hi: int) -> int:
+    """REQUANT of one accumulator as docs/isa.md writes it, with Python's unbounded
+    integers: ``clamp(RDBPOT((a + b) · (m & 0x7fffffff), n) + zp, lo, hi)``."""
+    t = (a + b + (1 << 31)) % (1 << 32) - (1 << 31)
+    p = t * (m & 0x7FFFFFFF)
+    q, r = divmod(abs(p), 1 << n)  # round |p| / 2^n half away from zero
+    if 2 * r >= (1 << n) and n > 0:
+        q += 1
+    v = (q if p >= 0 else -q) + zp
+    return min(max(v, lo), hi)
+
+
+def random_records(rng: np.random.Generator, channels: int) -> dict[str, np.ndarray]:
+    """Random legal REQUANT record fields of ``channels`` channels, the edge
+    multipliers and shifts among them."""
+    n = rng.integers(0, 63, channels)
+    n[:4] = [0, 1, 31, 62]
+    m = rng.integers(0, INT32_MAX, channels, endpoint=True)
+    m[:3] = [INT32_MAX, 1 << 30, 0]
+    lo = rng.integers(-128, 128, channels)
+    hi = np.maximum(lo, rng.integers(-128, 128, channels))
+    hi[:4], lo[:4] = 127, -128
+    return {"multiplier": m, "bias": rng.integers(INT32_MIN, INT32_MAX, channels, endpoint=True),
+            "shift": n, "zero_point": rng.integers(-128, 128, channels), "lo": lo, "hi": hi}
