@@ -347,6 +347,8 @@ def plot_layers(result: dict[str, Any], path: str | Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tensorfab.benches.resnet18 [--target T] [--image-size N] [--plot P]``."""
+    from tensorfab.compiler.tensor.epilogue import REQUANT_STAGES
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="rtl")
     ap.add_argument("--image-size", type=int, default=224)
@@ -358,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--agreement", type=int, default=0, metavar="N",
                     help="only measure the int8 graph against the float model on N "
                          "seeded images (top-1 agreement, cosine of the logits)")
-    ap.add_argument("--requant-stage", choices=("store", "alu"), default="store",
+    ap.add_argument("--requant-stage", choices=REQUANT_STAGES, default=REQUANT_STAGES[0],
                     help="where the convolutions' REQUANT runs: requantizing STOREs "
                          "(default) or an ALU pass before them")
     args = ap.parse_args(argv)
