@@ -8,8 +8,12 @@ constant per-channel bias, ``qnn.requantize`` with constant scales,
 ``qnn.requantize_fixed``, ``relu``, ``clip``.
 :func:`annotate_accelerator` wraps each chain's last
 node in ``on_device(..., accel)`` and each of the chain's computed inputs in
-``on_device(..., cpu)``, so that :func:`~tensorfab.compiler.graph.planning.plan_devices`
-puts exactly the chains on the accelerator and copies data at their borders.
+``on_device(..., cpu)``, and places the function's parameters and result that nothing
+places on the cpu too (a model takes and returns host arrays: an int8 model input that
+a chain reads, or an int8 model output that a chain computes, crosses with a copy and
+a layout transform like any other border), so that
+:func:`~tensorfab.compiler.graph.planning.plan_devices` puts exactly the chains on the
+accelerator and copies data at their borders.
 
 Integer operators with a vector program of their own (``qnn.hard_swish_q31``,
 ``qnn.global_avg_pool_q31``, squeeze-excite's channel-wise ``qnn.mul_q31``, and the
@@ -403,8 +407,8 @@ def annotate_accelerator(fn: Function, device: VirtualDevice,
                          default: VirtualDevice = CPU, *, residual_adds: str = "cpu",
                          link_bytes_per_second: float | None = None) -> Function:
     """``fn`` with its accelerator chains (and residual adds, by ``residual_adds``)
-    annotated for ``device`` and their computed inputs for ``default`` (see the module
-    docstring)."""
+    annotated for ``device``, and their computed inputs, the unplaced parameters and
+    the unplaced result for ``default`` (see the module docstring)."""
     from .layout_planning import hw_config_of
 
     chains = accelerator_chains(fn, hw_config_of(device))
@@ -425,5 +429,23 @@ def annotate_accelerator(fn: Function, device: VirtualDevice,
         new[id(node)] = rebuilt
     out = new[id(fn)]
     assert isinstance(out, Function)
+    out = _boundaries_on(out, default)
     infer_types(out)
     return out
+
+
+def _boundaries_on(fn: Function, default: VirtualDevice) -> Function:
+    """``fn`` with the parameters and the result that no annotation places put on
+    ``default``: a model takes and returns host arrays, so an input an accelerator chain
+    reads directly (an int8 model input) is copied there with its layout transform, and
+    a result an accelerator chain computes (an int8 model output) is copied back."""
+    unplaced = [p for p in fn.params if p.virtual_device is None]
+    if not unplaced and fn.result_device is not None:
+        return fn
+    new: dict[int, Expr] = {id(p): p.with_device(default) for p in unplaced}
+    for node in post_order(fn.body):
+        if id(node) not in new:
+            new[id(node)] = rebuild(node, new)
+    params = [new.get(id(p), p) for p in fn.params]
+    return Function(params, new[id(fn.body)], fn.ret_type, fn.result_device or default,
+                    fn.virtual_device)

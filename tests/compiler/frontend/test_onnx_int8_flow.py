@@ -505,3 +505,70 @@ def test_integer_convolution_then_clip_with_any_bounds(kind: str,
                    for line in compiled.cpu_convolutions)
     elif bounds[0] != "input":  # (bounds computed at run time: max/min on the CPU)
         assert on_accel == 1
+
+
+def _int8_boundary_conv(form: str, int8_input: bool, int8_output: bool) -> onnx.ModelProto:
+    """``x`` (1, 8, 8, 8) → a 3x3 convolution to 16 channels → ``y``, as ``QLinearConv``
+    or in QDQ form (``DequantizeLinear`` → ``Conv`` → ``QuantizeLinear``). ``x`` is the
+    int8 graph input itself (else a float one, quantized first); ``y`` is the int8
+    result itself (else dequantized to float). The scales multiply to 1 (0.5 · 0.25 /
+    0.125), so no result is rounded and any layout error shows as a wrong value."""
+    from onnx import TensorProto
+
+    rng = np.random.default_rng(8)
+    inits = {"W": rng.integers(-3, 4, (16, 8, 3, 3)).astype(np.int8),
+             "xs": np.array(0.5, np.float32), "ws": np.array(0.25, np.float32),
+             "ys": np.array(0.125, np.float32), "z": np.array(0, np.int8)}
+    x = "x" if int8_input else "xq"
+    y = "y" if int8_output else "yq"
+    nodes = [] if int8_input else [helper.make_node("QuantizeLinear", ["x", "xs", "z"],
+                                                    ["xq"], name="quantize_x")]
+    if form == "QLinearConv":
+        nodes.append(helper.make_node("QLinearConv", [x, "xs", "z", "W", "ws", "z", "ys",
+                                                      "z"], [y], name="conv0",
+                                      pads=[1, 1, 1, 1]))
+    else:
+        nodes += [helper.make_node("DequantizeLinear", [x, "xs", "z"], ["xf"], name="dq_x"),
+                  helper.make_node("DequantizeLinear", ["W", "ws", "z"], ["wf"], name="dq_w"),
+                  helper.make_node("Conv", ["xf", "wf"], ["cf"], name="conv0",
+                                   pads=[1, 1, 1, 1]),
+                  helper.make_node("QuantizeLinear", ["cf", "ys", "z"], [y], name="q_y")]
+    if not int8_output:
+        nodes.append(helper.make_node("DequantizeLinear", ["yq", "ys", "z"], ["y"],
+                                      name="dq_y"))
+    types = {True: TensorProto.INT8, False: TensorProto.FLOAT}
+    graph = helper.make_graph(
+        nodes, "int8_boundary",
+        [helper.make_tensor_value_info("x", types[int8_input], [1, 8, 8, 8])],
+        [helper.make_tensor_value_info("y", types[int8_output], [1, 16, 8, 8])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = min(m.ir_version, 9)
+    return m
+
+
+@pytest.mark.parametrize("form", ["QLinearConv", "QDQ"])
+@pytest.mark.parametrize("int8_input, int8_output", [(True, False), (False, True),
+                                                     (True, True)])
+def test_int8_graph_input_and_output_at_an_accelerator_convolution(
+        form: str, int8_input: bool, int8_output: bool) -> None:
+    """An int8 graph input read by an accelerator convolution, and an int8 graph output
+    computed by one, failed to compile with an internal LayoutPlanningError ("its data
+    is a plain tensor already on the accelerator", "the result ... is a blocked tensor
+    on accel(default)"): the partitioner placed the parameter and the result where the
+    chain runs. Now they stay on the CPU, with a copy and a layout transform at the
+    chain's borders: the convolution runs on the accelerator and its result equals
+    onnxruntime's exactly (int8 where the model returns int8)."""
+    from tensorfab.runtime.accel_contract import accel_nodes
+
+    m = _int8_boundary_conv(form, int8_input, int8_output)
+    rng = np.random.default_rng(9)
+    x = (rng.integers(-8, 9, (1, 8, 8, 8)).astype(np.int8) if int8_input
+         else (rng.integers(-8, 9, (1, 8, 8, 8)) * 0.5).astype(np.float32))
+    want = reference_session(m).run(None, {"x": x})[0]
+    assert np.abs(want.astype(np.float32)).max() >= (127 if int8_output else 15.875)
+    compiled = compile_onnx(m, config="default")
+    assert len(list(accel_nodes(compiled.program))) == 1
+    got = run_program(compiled.program, {"x": x})
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
