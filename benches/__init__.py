@@ -84,11 +84,14 @@ def _fpga(plot: str | None = None, board: str | None = None,
                           else plot or None)
 
 
-def _resnet18(target: str = "rtl", plot: str | None = None) -> dict[str, Any]:
+def _resnet18(target: str = "rtl", plot: str | None = None,
+              requant_stage: str | None = None) -> dict[str, Any]:
     """ResNet-18 int8 end to end on the accelerator: cycles, MACs, utilization."""
     from .resnet18 import run_resnet18_bench
 
     kw: dict[str, Any] = {} if plot is None else {"plot": plot or None}
+    if requant_stage is not None:
+        kw["requant_stage"] = requant_stage
     return run_resnet18_bench(target, **kw)
 
 

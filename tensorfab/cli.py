@@ -273,7 +273,18 @@ def _write_timelines(args: argparse.Namespace, intervals: list, cycles: int | No
 
 
 #: The options of ``bench`` passed to a benchmark whose function takes them (by name).
-BENCH_OPTIONS = ("target", "plot", "board", "config", "profile")
+BENCH_OPTIONS = ("target", "plot", "board", "config", "profile", "requant_stage")
+
+
+def _requant_stage(value: str) -> str:
+    """``bench --requant-stage``'s value, one of the compiler's ``REQUANT_STAGES``
+    (imported only when the option is given: the compiler is slow to import)."""
+    from tensorfab.compiler.tensor.epilogue import REQUANT_STAGES
+
+    if value not in REQUANT_STAGES:
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {value!r} (choose from {', '.join(map(repr, REQUANT_STAGES))})")
+    return value
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -292,7 +303,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         value = getattr(args, opt)
         if value is not None:
             if opt not in params:
-                raise CliError(f"benchmark {args.name!r} has no --{opt} option")
+                raise CliError(f"benchmark {args.name!r} has no "
+                               f"--{opt.replace('_', '-')} option")
             kwargs[opt] = value
     with _working(f"bench {args.name}: running", quiet=args.json):
         result = fn(**kwargs)
@@ -480,6 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--profile", action="store_true", default=None,
                    help="machine instructions per simulated cycle per block of the design, "
                    "under Valgrind (rtl-speed)")
+    b.add_argument("--requant-stage", type=_requant_stage, metavar="STAGE",
+                   help="where the convolutions' REQUANT runs: store, requantizing STOREs "
+                   "(the default), or alu, an ALU pass before them (resnet18)")
     b.set_defaults(func=cmd_bench)
 
     h = command("hw", "generate or lint the core's Verilog",

@@ -219,6 +219,38 @@ def test_bench_rtl_speed_profile_is_the_module_option(monkeypatch, capsys):
     assert "benchmark 'fsim-gemm' has no --profile option" in capsys.readouterr().err
 
 
+def test_bench_resnet18_requant_stage_is_the_module_option(monkeypatch, capsys):
+    """``tensorfab bench resnet18 --requant-stage alu`` was 'unrecognized arguments'
+    (only ``python -m tensorfab.benches.resnet18`` took it); the command now gives the
+    benchmark what the module's own option gives, leaves it out when not given (the
+    benchmark's default), checks it against the compiler's ``REQUANT_STAGES`` and
+    refuses it for a benchmark without the option."""
+    import tensorfab.benches.resnet18 as bench
+    from tensorfab.compiler.tensor.epilogue import REQUANT_STAGES
+
+    calls = []
+
+    def fake(*args, **kw):
+        calls.append(kw.get("requant_stage"))
+        return {"bench": "resnet18"}
+
+    monkeypatch.setattr(bench, "run_resnet18_bench", fake)
+    for stage in REQUANT_STAGES:
+        bench.main(["--requant-stage", stage, "--plot", ""])
+        assert main(["bench", "resnet18", "--requant-stage", stage, "--plot", "",
+                     "--json"]) == 0
+        assert calls[-2:] == [stage, stage]
+    assert main(["bench", "resnet18", "--plot", "", "--json"]) == 0
+    assert calls[-1] is None
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["bench", "resnet18", "--requant-stage", "gemm"])
+    assert ("argument --requant-stage: invalid choice: 'gemm' (choose from "
+            f"{', '.join(map(repr, REQUANT_STAGES))})") in capsys.readouterr().err
+    assert main(["bench", "fsim-gemm", "--requant-stage", "alu"]) == 2
+    assert "benchmark 'fsim-gemm' has no --requant-stage option" in capsys.readouterr().err
+
+
 def test_conv2d_bench_on_rtl(tmp_path):
     """One layer, two thread counts: the record, the best count and the PNG."""
     from tensorfab.benches.conv2d import run_conv2d_bench
