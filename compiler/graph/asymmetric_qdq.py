@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from .infer import infer_types
-from .ir import Call, Constant, Expr, Function, post_order
+from .ir import Call, Constant, Expr, Function, Tuple, post_order
 from .qdq_lowering import _bias_int32, _const, _int8_weight, int8_clip, linear_and_bias
 from .rewrite import rebuild, rewrite
 
@@ -64,7 +64,9 @@ def _dtype(e: Expr) -> str:
 def uint8_as_int8(fn: Function) -> Function:
     """``fn`` with every uint8 ``qnn.quantize``/``qnn.dequantize`` as int8 (data and
     zero points shifted by -128; exact). A ``qnn.dequantize`` of another uint8 tensor
-    (a uint8 model input) is left as it is."""
+    (a uint8 model input) is left as it is; a result of ``fn`` that was uint8 (a uint8
+    model output) is shifted back to uint8 (:func:`_as_uint8`)."""
+    infer_types(fn)
     def uint8_constant(e: Expr) -> bool:
         return isinstance(e, Constant) and e.data.dtype == np.uint8
 
@@ -94,7 +96,40 @@ def uint8_as_int8(fn: Function) -> Function:
     out = new[id(fn)]
     assert isinstance(out, Function)
     infer_types(out)
+    return _uint8_results(fn, out)
+
+
+def _uint8_results(old: Function, fn: Function) -> Function:
+    """``fn`` (``old`` rewritten by :func:`uint8_as_int8`) with each result that was
+    uint8 in ``old`` and is int8 now shifted back to uint8: the model returns what it
+    declares."""
+    def restored(was: Expr, now: Expr) -> Expr:
+        return _as_uint8(now) if (_dtype(was), _dtype(now)) == ("uint8", "int8") else now
+
+    if isinstance(old.body, Tuple):
+        assert isinstance(fn.body, Tuple)
+        fields = [restored(a, b) for a, b in zip(old.body.fields, fn.body.fields,
+                                                 strict=True)]
+        if all(a is b for a, b in zip(fields, fn.body.fields, strict=True)):
+            return fn
+        body: Expr = Tuple(fields, fn.body.virtual_device)
+    else:
+        body = restored(old.body, fn.body)
+        if body is fn.body:
+            return fn
+    out = Function(fn.params, body, fn.ret_type, fn.result_device, fn.virtual_device)
+    infer_types(out)
     return out
+
+
+def _as_uint8(x: Expr) -> Expr:
+    """The uint8 tensor that the int8 ``x`` of :func:`uint8_as_int8` stands for
+    (``x + 128``, exact), on the CPU kernels' ``cast`` and ``add``."""
+    dev = x.virtual_device
+    name = x.name if isinstance(x, Call) else None
+    wide = Call("cast", [x], {"dtype": "int16"}, dev, name)
+    shifted = Call("add", [wide, Constant(np.array(128, np.int16))], {}, dev, name)
+    return Call("cast", [shifted], {"dtype": "uint8"}, dev, name)
 
 
 def _dequantized(e: Expr) -> tuple[Expr, float, int] | None:

@@ -507,36 +507,41 @@ def test_integer_convolution_then_clip_with_any_bounds(kind: str,
         assert on_accel == 1
 
 
-def _int8_boundary_conv(form: str, int8_input: bool, int8_output: bool) -> onnx.ModelProto:
+def _int8_boundary_conv(form: str, int8_input: bool, int8_output: bool,
+                        dtype: type = np.int8) -> onnx.ModelProto:
     """``x`` (1, 8, 8, 8) → a 3x3 convolution to 16 channels → ``y``, as ``QLinearConv``
     or in QDQ form (``DequantizeLinear`` → ``Conv`` → ``QuantizeLinear``). ``x`` is the
     int8 graph input itself (else a float one, quantized first); ``y`` is the int8
-    result itself (else dequantized to float). The scales multiply to 1 (0.5 · 0.25 /
-    0.125), so no result is rounded and any layout error shows as a wrong value."""
+    result itself (else dequantized to float); with ``dtype`` uint8 both are uint8 with
+    zero point 128. The scales multiply to 1 (0.5 · 0.25 / 0.125), so no result is
+    rounded and any layout error shows as a wrong value."""
     from onnx import TensorProto
 
     rng = np.random.default_rng(8)
     inits = {"W": rng.integers(-3, 4, (16, 8, 3, 3)).astype(np.int8),
              "xs": np.array(0.5, np.float32), "ws": np.array(0.25, np.float32),
-             "ys": np.array(0.125, np.float32), "z": np.array(0, np.int8)}
+             "ys": np.array(0.125, np.float32), "wz": np.array(0, np.int8),
+             "z": np.array(128 if dtype == np.uint8 else 0, dtype)}
     x = "x" if int8_input else "xq"
     y = "y" if int8_output else "yq"
     nodes = [] if int8_input else [helper.make_node("QuantizeLinear", ["x", "xs", "z"],
                                                     ["xq"], name="quantize_x")]
     if form == "QLinearConv":
-        nodes.append(helper.make_node("QLinearConv", [x, "xs", "z", "W", "ws", "z", "ys",
+        nodes.append(helper.make_node("QLinearConv", [x, "xs", "z", "W", "ws", "wz", "ys",
                                                       "z"], [y], name="conv0",
                                       pads=[1, 1, 1, 1]))
     else:
         nodes += [helper.make_node("DequantizeLinear", [x, "xs", "z"], ["xf"], name="dq_x"),
-                  helper.make_node("DequantizeLinear", ["W", "ws", "z"], ["wf"], name="dq_w"),
+                  helper.make_node("DequantizeLinear", ["W", "ws", "wz"], ["wf"],
+                                   name="dq_w"),
                   helper.make_node("Conv", ["xf", "wf"], ["cf"], name="conv0",
                                    pads=[1, 1, 1, 1]),
                   helper.make_node("QuantizeLinear", ["cf", "ys", "z"], [y], name="q_y")]
     if not int8_output:
         nodes.append(helper.make_node("DequantizeLinear", ["yq", "ys", "z"], ["y"],
                                       name="dq_y"))
-    types = {True: TensorProto.INT8, False: TensorProto.FLOAT}
+    types = {True: helper.np_dtype_to_tensor_dtype(np.dtype(dtype)),
+             False: TensorProto.FLOAT}
     graph = helper.make_graph(
         nodes, "int8_boundary",
         [helper.make_tensor_value_info("x", types[int8_input], [1, 8, 8, 8])],
@@ -572,3 +577,23 @@ def test_int8_graph_input_and_output_at_an_accelerator_convolution(
     got = run_program(compiled.program, {"x": x})
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+def test_uint8_graph_output_of_an_accelerator_convolution() -> None:
+    """A uint8 graph output (onnxruntime's default activation type) computed by a
+    QuantizeLinear came back as int8, every value 128 less: the asymmetric lowering
+    computes uint8 tensors as int8 ones with their zero points shifted, and did not
+    shift the model's result back. Now the result is onnxruntime's, uint8 and exact,
+    with the convolution on the accelerator (QDQ form)."""
+    from tensorfab.runtime.accel_contract import accel_nodes
+
+    m = _int8_boundary_conv("QDQ", False, True, np.uint8)
+    x = (np.random.default_rng(10).integers(-8, 9, (1, 8, 8, 8)) * 0.5).astype(np.float32)
+    want = reference_session(m).run(None, {"x": x})[0]
+    assert want.dtype == np.uint8 and want.min() == 0 and want.max() == 255
+    for config in (None, "default"):
+        compiled = compile_onnx(m, config=config)
+        assert len(list(accel_nodes(compiled.program))) == (config is not None)
+        got = run_program(compiled.program, {"x": x})
+        assert got.dtype == np.uint8
+        np.testing.assert_array_equal(got, want)
