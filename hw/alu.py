@@ -16,6 +16,7 @@ from tensorfab.isa.formats import (
     requant_supported,
 )
 
+from .alu_sequential import sequential_products
 from .dsp import RegisteredMultiplier, per_product_multipliers
 from .signatures import WGT_OFFSET, wgt_entry_order
 
@@ -482,7 +483,10 @@ class VectorAlu(wiring.Component):
             uses_product3 = is_mul3 | is_requant3
         products = [partial_products(x[i], y[i]) for i in lanes]
         per_product = per_product_multipliers(self.per_product, platform)
-        if per_product:
+        last: Value | None = None  # a sequential multiplication's last cycle
+        if cfg.sequential_multiplier:
+            parts, last = sequential_products(m, en & uses_product, x, y, per_product)
+        elif per_product:
             parts = [dsp_products(m, en & uses_product, x[i], y[i], products[i], f"part{i}")
                      for i in lanes]
         else:
@@ -530,7 +534,9 @@ class VectorAlu(wiring.Component):
             shift_bad = shift_bad | rec_bad
         # under the enable, not ANDed with it: the checks then run only for an operation
         shift_bad2 = registered(m, en, shift_bad, "shift_bad2")
-        m.d.sync += [en2.eq(en), self.out_valid.eq(en2),
+        # (a sequential multiplication reaches the second cycle after its last)
+        m.d.sync += [en2.eq(en if last is None else (en & ~uses_product) | last),
+                     self.out_valid.eq(en2),
                      self.shift_error.eq(en2 & shift_bad2)]
         return m
 

@@ -175,6 +175,9 @@ class ComputeEngine(wiring.Component):
         # issue at its start; fields an instruction does not use are ignored
         # (docs/isa.md): a resetting GEMM reads no input or weight, an ALU op with an
         # immediate no source
+        if cfg.sequential_multiplier:
+            m.d.comb += issue.is_mul.eq(is_alu & ((a.op == AluOp.MUL) | (a.op == AluOp.MULHI)
+                                                  | (a.op == AluOp.REQUANT)))
         m.d.comb += [issue.start.eq(ex.start), issue.is_gemm.eq(is_gemm),
                      issue.is_alu.eq(is_alu), issue.is_requant.eq(is_requant),
                      issue.is_reset.eq(g.reset),

@@ -3,12 +3,19 @@ buffer reads, with the index range checks and the ALU interlock."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import HwConfig, uop_format
-from tensorfab.isa.formats import UOP_INDEX_STAGES, UOP_READ_STAGES
+from tensorfab.isa.formats import (
+    SEQUENTIAL_MULTIPLY_CYCLES,
+    SEQUENTIAL_MULTIPLY_DISTANCE,
+    UOP_INDEX_STAGES,
+    UOP_READ_STAGES,
+)
 
 from .layouts import uop_layout
 from .signatures import ReadRequestSignature
@@ -60,6 +67,11 @@ class UopIssue(wiring.Component):
     is_gemm, is_alu, is_requant, is_reset : In(1)
         The instruction is a GEMM, an ALU op, REQUANT; the GEMM resets (read at
         ``start``).
+    is_mul : In(1)
+        With ``cfg.sequential_multiplier`` only: the instruction multiplies (MUL,
+        MULHI, REQUANT; read at ``start``). Its micro-ops then pass S1C
+        ``SEQUENTIAL_MULTIPLY_CYCLES`` cycles apart, one that reads the entry the last
+        one writes ``SEQUENTIAL_MULTIPLY_DISTANCE`` cycles after it.
     src_used, wgt_used : In(1)
         Its micro-ops read a source (input or accumulator) entry, a weight entry (read
         at ``start``).
@@ -93,8 +105,10 @@ class UopIssue(wiring.Component):
 
     def __init__(self, cfg: HwConfig) -> None:
         self.cfg = cfg
+        sequential = {"is_mul": In(1)} if cfg.sequential_multiplier else {}
         super().__init__({
             "start": In(1),
+            **sequential,
             "is_gemm": In(1),
             "is_alu": In(1),
             "is_requant": In(1),
@@ -224,11 +238,40 @@ class UopIssue(wiring.Component):
             m.d.sync += [c_dep2.eq(s1_ok & reads(idx_a[:cfg.acc_bits])),
                          c_dep3.eq(s2_valid & s2_alu & reads(s2_addr)),
                          c_dep4.eq(self.a3_valid & reads(self.a3_dst))]
+        waits = c_dep2 | c_dep3 | c_dep4
+        if cfg.sequential_multiplier:
+            waits = waits | self._multiplier_waits(m, s1_ok & ~hold, idx_a[:cfg.acc_bits],
+                                                   reads)
         # (without s1_ok's halt and error: a held micro-op is dropped by them all the same)
-        m.d.comb += hold.eq(c_valid & ~c_uop_bad & ~c_index_bad & q_alu
-                            & (c_dep2 | c_dep3 | c_dep4))
+        m.d.comb += hold.eq(c_valid & ~c_uop_bad & ~c_index_bad & q_alu & waits)
         m.d.sync += [s2_valid.eq(s1_ok & ~hold), s2_addr.eq(idx_a),
                      self.s2_reset.eq(q_reset & q_gemm), s2_alu.eq(q_alu),
                      self.s2_src.eq(idx_s)]
         m.d.comb += self.busy.eq(r_valid | s1_valid | c_valid | s2_valid)
         return m
+
+    def _multiplier_waits(self, m: Module, passing: Value, dst: Value,
+                          reads: Callable[[Value], Value]) -> Value:
+        """Whether the multiplying micro-op at S1C waits for the sequential multiplier
+        (``passing``: the one at S1C enters S2, writing ``dst``; ``reads(addr)``: the
+        one entering S1C reads ``addr``). Counters from the last multiplying micro-op
+        to pass, and its destination compared a cycle ahead, as the other
+        dependencies are: ``hold`` stays a gate of registers."""
+        q_mul = Signal()
+        gap = Signal(range(SEQUENTIAL_MULTIPLY_CYCLES))
+        dep_left = Signal(range(SEQUENTIAL_MULTIPLY_DISTANCE))
+        last_dst = Signal(self.cfg.acc_bits)
+        c_dep = Signal()  # the micro-op at S1C reads last_dst
+        with m.If(self.start):
+            m.d.sync += [q_mul.eq(self.is_mul), gap.eq(0), dep_left.eq(0)]
+        with m.Elif(passing & q_mul):
+            m.d.sync += [gap.eq(SEQUENTIAL_MULTIPLY_CYCLES - 1),
+                         dep_left.eq(SEQUENTIAL_MULTIPLY_DISTANCE - 1), last_dst.eq(dst)]
+        with m.Else():
+            with m.If(gap != 0):
+                m.d.sync += gap.eq(gap - 1)
+            with m.If(dep_left != 0):
+                m.d.sync += dep_left.eq(dep_left - 1)
+        with m.If(~self.hold):
+            m.d.sync += c_dep.eq(Mux(passing, reads(dst), reads(last_dst)))
+        return q_mul & ((gap != 0) | ((dep_left != 0) & c_dep))

@@ -94,6 +94,15 @@ class HwConfig:
         FPGA's config): every GEMM goes through the micro-op pipeline, one entry per
         cycle; the results are the same, the cycles of such GEMMs more, and the core
         has no zero flags.
+    sequential_multiplier : bool
+        The vector ALU multiplies (MUL, MULHI, REQUANT) with one 16×16 multiplier per
+        lane over :data:`~tensorfab.isa.formats.SEQUENTIAL_MULTIPLY_CYCLES` cycles
+        instead of four multipliers per lane in one (a small FPGA's config: a quarter
+        of the ALU's DSP blocks). The results are the same; a multiplying ALU
+        instruction's micro-ops then pass the issue that many cycles apart (a
+        dependent one :data:`~tensorfab.isa.formats.SEQUENTIAL_MULTIPLY_DISTANCE`
+        after the one it reads) and its pipeline drains that many cycles later, less
+        one. False (the default): a multiplying micro-op a cycle.
     """
 
     name: str = "custom"
@@ -116,6 +125,7 @@ class HwConfig:
     perf_counters: bool = True
     block_ram_fifos: bool = False
     fast_reset: bool = True
+    sequential_multiplier: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch", "block_in", "block_out", "inp_depth", "wgt_depth",
@@ -160,7 +170,7 @@ class HwConfig:
             raise ConfigError("clock_mhz", self.clock_mhz, "must be in (0, 2000]")
         if not isinstance(self.perf_counters, bool):
             raise ConfigError("perf_counters", self.perf_counters, "must be true or false")
-        for name in ("block_ram_fifos", "fast_reset"):
+        for name in ("block_ram_fifos", "fast_reset", "sequential_multiplier"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "must be true or false")
         if not isinstance(self.name, str) or not self.name:
@@ -299,7 +309,7 @@ class HwConfig:
 #: hardware options added after the first presets; see :meth:`HwConfig.to_dict`).
 OPTIONAL_FIELDS: dict[str, Any] = {
     f.name: f.default for f in dataclasses.fields(HwConfig)
-    if f.name in ("perf_counters", "block_ram_fifos", "fast_reset")}
+    if f.name in ("perf_counters", "block_ram_fifos", "fast_reset", "sequential_multiplier")}
 
 PRESETS: dict[str, HwConfig] = {
     # The smallest preset: 9 KiB of buffers, 4x4 MACs, 32-bit bus (an iCE40UP5K needs

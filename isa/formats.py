@@ -47,6 +47,15 @@ MULHI_IMM_SHIFT = 32 - IMM_WIDTH
 #: dependencies are forwarded (docs/isa.md, "ALU pipeline"). The hardware and the
 #: timing model both read it.
 ALU_PIPELINE_STAGES = 4
+#: Cycles a multiplying ALU micro-op (MUL, MULHI, REQUANT) holds the vector ALU's one
+#: multiplier per lane in a config with ``sequential_multiplier``: one 16×16 partial
+#: product a cycle. The issue lets such micro-ops pass this many cycles apart, and the
+#: instruction drains this many cycles later, less one.
+SEQUENTIAL_MULTIPLY_CYCLES = 4
+#: Cycles from a multiplying micro-op passing the issue to a micro-op that reads its
+#: result passing it, with ``sequential_multiplier`` (4 without: the pipeline's three
+#: stages ahead of the write, which is forwarded): the multiplier's extra cycles more.
+SEQUENTIAL_MULTIPLY_DISTANCE = ALU_PIPELINE_STAGES + SEQUENTIAL_MULTIPLY_CYCLES - 1
 
 #: Cycles from a compute instruction's micro-op read to its index arithmetic: the read
 #: and a register after the block RAM (whose clock-to-output is too long for the index

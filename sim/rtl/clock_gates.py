@@ -62,7 +62,8 @@ class ClockGate:
         counts as high when it is not zero. Each signal is a register or is computed
         from registers. A name ending in ``*`` stands for every signal of the module
         that starts with the rest (``valid_d*``: the valid chain, as long as the
-        configuration makes it).
+        configuration makes it). A term starting with ``?`` is left out where its
+        signals are not in the Verilog (a configuration without that hardware).
     ungated : tuple of str
         Registers of the unit's module that stay on ``clk``: they load on every cycle
         from what the gate does not cover (the store engine's copies of the CSRs).
@@ -127,7 +128,9 @@ _DMA_ENABLE = ("/rst", "/start", "seq.insn__valid & seq.insn__ready", "seq.busy 
 #: ALU's third cycle feeds (``a6_data``, ``a6_addr``, loaded with ``out_valid``): the
 #: third cycle's logic (each lane's MUL, MULHI, SHR_RND and REQUANT finish) is then
 #: evaluated on the ALU's ticks only, not on every cycle after the last ALU operation
-#: left ``op3`` set.
+#: left ``op3`` set. With ``sequential_multiplier`` the multiplier's phases after the
+#: first (``seq_running``, :mod:`tensorfab.hw.alu_sequential`) tick it too: its product
+#: and partial registers load then.
 #:
 #: GemmCore (``hw/gemm.py``): a pipeline whose datapath registers load on every cycle
 #: and whose valid chain (``valid_d*``, ``out_valid``) says which stages hold a
@@ -160,7 +163,7 @@ _DMA_ENABLE = ("/rst", "/start", "seq.insn__valid & seq.insn__ready", "seq.busy 
 #: which hold.
 CLOCK_GATES: tuple[ClockGate, ...] = (
     ClockGate("alu", "compute.alu.vector", "core.compute.alu.vector",
-              ("in_valid", "en2", "out_valid",
+              ("in_valid", "en2", "out_valid", "?seq_running",
                "/compute.issue.s2_valid & /compute.issue.s2_alu",
                "/compute.seq.exec__start", "/rst", "/start"),
               joined=("compute.alu.a3_a", "compute.alu.a3_b", "compute.alu.a3_rec",
@@ -293,9 +296,15 @@ def enable_terms(verilog: str, core: str, gate: ClockGate) -> list[list[tuple[bo
     """
     out: list[list[tuple[bool, str]]] = []
     for term in gate.enable:
-        factors = [f.strip() for f in term.split("&")]
-        resolved = [(f.startswith("~"), _resolve(verilog, core, gate, f.lstrip("~")))
-                    for f in factors]
+        optional = term.startswith("?")
+        factors = [f.strip() for f in term.removeprefix("?").split("&")]
+        try:
+            resolved = [(f.startswith("~"), _resolve(verilog, core, gate, f.lstrip("~")))
+                        for f in factors]
+        except ClockGateError:
+            if optional:
+                continue
+            raise
         if len(resolved) == 1 and not resolved[0][0]:
             out += [[(False, name)] for name in resolved[0][1]]
             continue

@@ -6,7 +6,11 @@ S1C while one of the micro-ops at S2, S3 or S4 writes an accumulator entry it re
 (its destination always, its source unless the operation takes an immediate or is
 REQUANT). A micro-op that passes S1C at cycle ``t`` lets a dependent one pass at
 ``t + 4`` at the earliest, so each micro-op passes at
-``max(previous + 1, max(dependency + 4))``. The pipeline drains between instructions,
+``max(previous + 1, max(dependency + 4))``; with a config's ``sequential_multiplier``,
+a multiplying instruction's (MUL, MULHI, REQUANT) at ``max(previous +
+SEQUENTIAL_MULTIPLY_CYCLES, max(dependency + SEQUENTIAL_MULTIPLY_DISTANCE))``, and it
+drains ``SEQUENTIAL_MULTIPLY_CYCLES - 1`` cycles later (:mod:`tensorfab.isa.formats`).
+The pipeline drains between instructions,
 so only micro-ops of one instruction interact. The indices come from the micro-ops the
 program's UOP loads put on chip (followed in program order, as a race-free program
 sees them). Compiled with numba (:mod:`.model` says how).
@@ -18,42 +22,52 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tensorfab.isa import AluOp, Buffer, Insn, Opcode, Program, uop_format
+from tensorfab.isa import AluOp, Buffer, HwConfig, Insn, Opcode, Program, uop_format
+from tensorfab.isa.formats import SEQUENTIAL_MULTIPLY_CYCLES, SEQUENTIAL_MULTIPLY_DISTANCE
 
 from . import insn_table as col
 from .compiled import compiled
 from .insn_table import insn_table
 
 __all__ = ["INTERLOCK_DISTANCE", "INTERLOCK_LAYOUT", "alu_interlock_cycles",
-           "fill_interlock_cycles", "interlock_stalls", "table_interlock_cycles"]
+           "fill_interlock_cycles", "interlock_layout", "interlock_stalls",
+           "table_interlock_cycles"]
 
 #: Cycles from one micro-op passing S1C to a micro-op reading its result passing it.
 INTERLOCK_DISTANCE = 4
 
 #: What the compiled code reads of the table and the ISA (numba's cache is keyed by
 #: this file's source only): columns, then Opcode.LOAD, Opcode.ALU, Buffer.UOP,
-#: AluOp.REQUANT, INTERLOCK_DISTANCE.
+#: AluOp.REQUANT, AluOp.MUL, AluOp.MULHI, INTERLOCK_DISTANCE,
+#: SEQUENTIAL_MULTIPLY_DISTANCE; :func:`interlock_layout` adds the config's spacing.
 INTERLOCK_LAYOUT = np.array(
     [col.OPCODE, col.LOAD_BUFFER, col.LOAD_SRAM, col.LOAD_DRAM, col.Y, col.X,
      col.LOAD_STRIDE, col.LOAD_PAD_TOP, col.LOAD_PAD_LEFT, col.LOAD_PAD_RIGHT,
      col.LOAD_PAD_BOTTOM, col.UOP_BEGIN, col.UOP_END, col.ITER_OUT, col.ITER_IN, col.ALU_OP,
      col.ALU_USE_IMM, col.ALU_DST_FACTOR_OUT, col.ALU_DST_FACTOR_IN, col.ALU_SRC_FACTOR_OUT,
-     col.ALU_SRC_FACTOR_IN, Opcode.LOAD, Opcode.ALU, Buffer.UOP, AluOp.REQUANT,
-     INTERLOCK_DISTANCE], dtype=np.int64)
+     col.ALU_SRC_FACTOR_IN, Opcode.LOAD, Opcode.ALU, Buffer.UOP, AluOp.REQUANT, AluOp.MUL,
+     AluOp.MULHI, INTERLOCK_DISTANCE, SEQUENTIAL_MULTIPLY_DISTANCE], dtype=np.int64)
 (_L_OPCODE, _L_BUFFER, _L_SRAM, _L_DRAM, _L_Y, _L_X, _L_STRIDE, _L_PAD_TOP, _L_PAD_LEFT,
  _L_PAD_RIGHT, _L_PAD_BOTTOM, _L_UOP_BEGIN, _L_UOP_END, _L_ITER_OUT, _L_ITER_IN, _L_OP,
  _L_USE_IMM, _L_DST_OUT, _L_DST_IN, _L_SRC_OUT, _L_SRC_IN, _L_LOAD, _L_ALU, _L_UOP,
- _L_REQUANT, _L_DISTANCE) = range(26)
+ _L_REQUANT, _L_MUL, _L_MULHI, _L_DISTANCE, _L_SEQ_DISTANCE, _L_SPACING) = range(30)
+
+
+def interlock_layout(cfg: HwConfig) -> np.ndarray:
+    """:data:`INTERLOCK_LAYOUT` and the cycles between two multiplying micro-ops of
+    ``cfg`` (``SEQUENTIAL_MULTIPLY_CYCLES`` with its ``sequential_multiplier``, else 1)."""
+    spacing = SEQUENTIAL_MULTIPLY_CYCLES if cfg.sequential_multiplier else 1
+    return np.append(INTERLOCK_LAYOUT, np.int64(spacing))
 
 
 @compiled(inline=True)
-def _stalls(loop: np.ndarray, n: int, reads_src: bool, distance: int) -> int:
+def _stalls(loop: np.ndarray, n: int, reads_src: bool, distance: int, spacing: int) -> int:
     """:func:`interlock_stalls` of the ``n`` micro-ops whose destinations and sources
     are ``loop[0, :n]`` and ``loop[1, :n]`` (the sources ignored unless ``reads_src``),
-    each one's cycles held in ``loop[2]`` (read by index: a view would count
-    references)."""
+    passing at least ``spacing`` cycles apart, each one's cycles held in ``loop[2]``
+    (read by index: a view would count references)."""
     for i in range(n):
-        h = loop[2, i - 1] if i else 0
+        h = loop[2, i - 1] + spacing - 1 if i else 0
         for d in range(1, min(distance, i + 1)):
             if loop[0, i] == loop[0, i - d] or (reads_src and loop[1, i] == loop[0, i - d]):
                 h = max(h, loop[2, i - d] + distance - d)
@@ -92,7 +106,7 @@ def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
     loop = np.empty((3, dst.size), np.int64)
     loop[0] = dst
     loop[1] = np.asarray(src if reads else dst, dtype=np.int64)
-    return int(_stalls(loop, dst.size, reads, INTERLOCK_DISTANCE))
+    return int(_stalls(loop, dst.size, reads, INTERLOCK_DISTANCE, 1))
 
 
 @compiled
@@ -104,7 +118,7 @@ def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.nd
     accumulator writes hold a LOAD's data off the write port beyond ``slack`` each
     (:func:`_port_held`); the micro-ops a UOP load copies from DRAM entry
     ``a`` are ``uop_acc/src[a - base]``. False when ``strict`` and a load reads outside
-    them (outside them is zero otherwise). ``lay`` is :data:`INTERLOCK_LAYOUT`.
+    them (outside them is zero otherwise). ``lay`` is :func:`interlock_layout`.
 
     An ALU instruction's micro-op ``u`` is the one the last UOP load before it wrote
     to entry ``u`` (0 if none did): found by looking back over the loads rather than
@@ -187,7 +201,16 @@ def fill_interlock_cycles(table: np.ndarray, uop_acc: np.ndarray, uop_src: np.nd
                     loop[0, m] = (entry_acc[u] + i * dst_out + j * dst_in) & acc_mask
                     loop[1, m] = (entry_src[u] + i * src_out + j * src_in) & acc_mask
                     m += 1
-        out[0, k] = float(_stalls(loop, m, reads_src, lay[_L_DISTANCE]))
+        op = table[k, lay[_L_OP]]
+        spacing = 1
+        distance = lay[_L_DISTANCE]
+        if lay[_L_SPACING] > 1 and (op == lay[_L_MUL] or op == lay[_L_MULHI]
+                                    or op == lay[_L_REQUANT]):
+            spacing = lay[_L_SPACING]
+            distance = lay[_L_SEQ_DISTANCE]
+        # (the last micro-op's result comes spacing - 1 cycles later too)
+        out[0, k] = float(_stalls(loop, m, reads_src, distance, spacing)
+                          + (spacing - 1 if m else 0))
         out[1, k] = _port_held(loop, m, slack)
     return True
 
@@ -218,7 +241,7 @@ def table_interlock_cycles(program: Program, table: np.ndarray, slack: float = 0
     out = np.zeros((2, table.shape[0]))
     if not (table[:, col.OPCODE] == Opcode.ALU).any():
         return out
-    args = (cfg.uop_depth, cfg.acc_depth - 1, INTERLOCK_LAYOUT, slack, out)
+    args = (cfg.uop_depth, cfg.acc_depth - 1, interlock_layout(cfg), slack, out)
     eb = uop_format(cfg).bytes
     base, rem = divmod(program.uop_offset, eb)
     if not rem and program.uops:

@@ -101,7 +101,7 @@ from tensorfab.isa.insn import fast_reset_lanes, is_fast_reset
 
 from . import alu_interlock
 from . import insn_table as col
-from .alu_interlock import INTERLOCK_LAYOUT, fill_interlock_cycles, table_interlock_cycles
+from .alu_interlock import fill_interlock_cycles, interlock_layout, table_interlock_cycles
 from .compiled import compiled
 from .insn_table import insn_table, uop_indices, word_fields, word_table
 
@@ -315,7 +315,7 @@ _I_LAYOUT, _I_INTERLOCK, _I_WORDS, _I_UOP_DEPTH, _I_ACC_MASK = range(5)
 def _integers(cfg: HwConfig) -> np.ndarray:
     """The integers the compiled program entries read (the ``_I_*`` indices): one
     array, as each array argument costs a compiled call time."""
-    parts = [_LAYOUT, INTERLOCK_LAYOUT, word_fields(cfg)]
+    parts = [_LAYOUT, interlock_layout(cfg), word_fields(cfg)]
     starts = np.cumsum([5] + [a.size for a in parts])
     return np.concatenate([[*starts[:3], cfg.uop_depth, cfg.acc_depth - 1], *parts]
                           ).astype(np.int64)

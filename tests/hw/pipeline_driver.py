@@ -26,26 +26,31 @@ async def reset_pipeline(dut, inputs: Sequence[Any]) -> None:
 
 async def drive_pipeline(dut, items: Sequence[T], apply: Callable[[T], None],
                          capture: Callable[[], Any], *, gaps: random.Random | None = None,
-                         max_idle: int = 30) -> list[Any]:
+                         max_idle: int = 30, spacing: int = 1) -> list[Any]:
     """Feed ``items`` one per cycle (or with random idle cycles when ``gaps`` is given)
     and return ``capture()`` of every cycle with ``out_valid``, in order.
 
-    ``apply(item)`` sets the unit's inputs; ``in_valid`` is driven here. Fails when no
-    result arrives for ``max_idle`` idle cycles, or when more results than inputs come.
+    ``apply(item)`` sets the unit's inputs; ``in_valid`` is driven here. ``spacing``:
+    an item's inputs are held, ``in_valid`` low, for ``spacing - 1`` cycles after it
+    (a unit that takes its operands over several cycles). Fails when no result arrives
+    for ``max_idle`` idle cycles, or when more results than inputs come.
     """
     got: list[Any] = []
     i = 0
     idle = 0
+    held = 0
     while len(got) < len(items):
         await FallingEdge(dut.clk)
         if int(dut.out_valid.value):
             got.append(capture())
-        if i < len(items) and not (gaps and gaps.random() < 0.3):
+        if held == 0 and i < len(items) and not (gaps and gaps.random() < 0.3):
             apply(items[i])
             dut.in_valid.value = 1
             i += 1
             idle = 0
+            held = spacing - 1
         else:
+            held = max(0, held - 1)
             dut.in_valid.value = 0
             idle += 1
             assert idle < max_idle, "results stopped arriving"

@@ -18,11 +18,26 @@ from support.gemmlowp_reference import saturating_rounding_doubling_high_mul
 from hw.pipeline_driver import drive_pipeline, reset_pipeline
 from hw.vectors import pack, unpack
 from tensorfab.isa import PRESETS, AluOp, HwConfig
-from tensorfab.isa.formats import requant_supported
+from tensorfab.isa.formats import SEQUENTIAL_MULTIPLY_CYCLES, requant_supported
 from tensorfab.sim.testing.cocotb_runner import params_from_env
 
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
+
+
+def tb_config() -> HwConfig:
+    """The preset of the build's parameters, with the sequential multiplier when they
+    say ``sequential``."""
+    params = params_from_env()
+    cfg = PRESETS[params["preset"]]
+    return cfg.replace(sequential_multiplier=True) if params.get("sequential") else cfg
+
+
+def spacing(cfg: HwConfig) -> int:
+    """Cycles between two operations: the sequential multiplier holds its operands
+    over its cycles (every operation spaced so, as the issue spaces an instruction's
+    multiplying micro-ops; a new instruction comes after the pipeline drains)."""
+    return SEQUENTIAL_MULTIPLY_CYCLES if cfg.sequential_multiplier else 1
 
 
 def wrap32(x: np.ndarray) -> np.ndarray:
@@ -195,7 +210,8 @@ async def run_requant(dut, cfg: HwConfig, cases: list[tuple[np.ndarray, list[dic
     it gives zeros like an illegal code."""
     lanes = cfg.batch * cfg.block_out
     outputs = await drive_pipeline(dut, cases, lambda case: apply_requant(dut, cfg, *case),
-                                   lambda: capture(dut, lanes), gaps=gaps)
+                                   lambda: capture(dut, lanes), gaps=gaps,
+                                   spacing=spacing(cfg))
     for n, ((a, records), (have, error)) in enumerate(zip(cases, outputs, strict=True)):
         want_error, want = requant_expected(cfg, a, records)
         assert error == want_error, f"requant #{n}: shift_error"
@@ -267,12 +283,15 @@ def requant_cases(cfg: HwConfig, rng: random.Random, count: int
     return out
 
 
-async def run_stream(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], lanes: int,
+async def run_stream(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], cfg: HwConfig,
                      gaps: random.Random | None = None) -> None:
-    """Apply ``ops`` one per cycle (with idle cycles between some of them when ``gaps``
-    is given) and check every result and ``shift_error`` flag."""
+    """Apply ``ops`` one per cycle (:func:`spacing` apart; with idle cycles between
+    some of them when ``gaps`` is given) and check every result and ``shift_error``
+    flag."""
+    lanes = cfg.batch * cfg.block_out
     outputs = await drive_pipeline(dut, ops, lambda item: apply_op(dut, *item),
-                                   lambda: capture(dut, lanes), gaps=gaps)
+                                   lambda: capture(dut, lanes), gaps=gaps,
+                                   spacing=spacing(cfg))
     for n, ((op, a, b), (have, error)) in enumerate(zip(ops, outputs, strict=True)):
         want_error = shift_error_reference(op, b)
         if error != want_error:
@@ -297,28 +316,28 @@ async def reset(dut) -> None:
 @cocotb.test()
 async def alu_edge_cases(dut) -> None:
     """Extreme operands, every shift amount class, rounding ties, illegal codes."""
-    cfg = PRESETS[params_from_env()["preset"]]
+    cfg = tb_config()
     lanes = cfg.batch * cfg.block_out
     await reset(dut)
-    await run_stream(dut, edge_vectors(random.Random(1), lanes), lanes)
+    await run_stream(dut, edge_vectors(random.Random(1), lanes), cfg)
 
 
 @cocotb.test()
 async def alu_random_back_to_back(dut) -> None:
     """Random operations, one after another."""
-    cfg = PRESETS[params_from_env()["preset"]]
+    cfg = tb_config()
     lanes = cfg.batch * cfg.block_out
     await reset(dut)
-    await run_stream(dut, random_vectors(np.random.default_rng(2), lanes, 300), lanes)
+    await run_stream(dut, random_vectors(np.random.default_rng(2), lanes, 300), cfg)
 
 
 @cocotb.test()
 async def alu_random_with_gaps(dut) -> None:
     """Random operations with idle inputs between them."""
-    cfg = PRESETS[params_from_env()["preset"]]
+    cfg = tb_config()
     lanes = cfg.batch * cfg.block_out
     await reset(dut)
-    await run_stream(dut, random_vectors(np.random.default_rng(3), lanes, 100), lanes,
+    await run_stream(dut, random_vectors(np.random.default_rng(3), lanes, 100), cfg,
                      gaps=random.Random(4))
 
 
@@ -326,7 +345,7 @@ async def alu_random_with_gaps(dut) -> None:
 async def alu_requant(dut) -> None:
     """REQUANT: edge and random accumulators and records, ties, shifts past 62; back to
     back, then with idle cycles."""
-    cfg = PRESETS[params_from_env()["preset"]]
+    cfg = tb_config()
     await reset(dut)
     await run_requant(dut, cfg, requant_cases(cfg, random.Random(5), 120))
     await run_requant(dut, cfg, requant_cases(cfg, random.Random(6), 40), gaps=random.Random(7))
@@ -336,7 +355,7 @@ async def alu_requant(dut) -> None:
 async def alu_requant_between_others(dut) -> None:
     """REQUANT interleaved with the other operations, one per cycle: each result is the
     one of its own operation (the two cycles' registers do not mix operations)."""
-    cfg = PRESETS[params_from_env()["preset"]]
+    cfg = tb_config()
     lanes = cfg.batch * cfg.block_out
     await reset(dut)
     rng = random.Random(8)
@@ -352,7 +371,8 @@ async def alu_requant_between_others(dut) -> None:
         else:
             apply_requant(dut, cfg, *case)
 
-    outputs = await drive_pipeline(dut, items, apply, lambda: capture(dut, lanes))
+    outputs = await drive_pipeline(dut, items, apply, lambda: capture(dut, lanes),
+                                   spacing=spacing(cfg))
     for n, ((kind, case), (have, error)) in enumerate(zip(items, outputs, strict=True)):
         if kind == "op":
             op, a, b = case

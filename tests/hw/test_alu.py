@@ -11,12 +11,18 @@ from tensorfab.isa import PRESETS
 from tensorfab.sim.testing.cocotb_runner import build, run
 
 
-@pytest.mark.parametrize(("preset", "per_product"),
-                         [("tiny", False), ("default", False), ("tiny", True)],
-                         ids=["tiny", "default", "tiny-per-product"])
-def test_vector_alu(preset: str, per_product: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("preset", "per_product", "sequential"),
+                         [("tiny", False, False), ("default", False, False),
+                          ("tiny", True, False), ("tiny", False, True),
+                          ("default", True, True)],
+                         ids=["tiny", "default", "tiny-per-product", "tiny-sequential",
+                              "default-sequential-per-product"])
+def test_vector_alu(preset: str, per_product: bool, sequential: bool, tmp_path: Path) -> None:
     """The ALU against the reference; ``per_product`` is the ECP5 build's datapath (a
-    registered multiplier per partial product), simulated through its model."""
-    built = build(VectorAlu(PRESETS[preset], per_product=per_product), "vector_alu",
-                  {"preset": preset, "per_product": per_product})
+    registered multiplier per partial product), simulated through its model;
+    ``sequential`` the config option's one multiplier per lane (``default``: with
+    REQUANT)."""
+    cfg = PRESETS[preset].replace(sequential_multiplier=sequential)
+    built = build(VectorAlu(cfg, per_product=per_product), "vector_alu",
+                  {"preset": preset, "per_product": per_product, "sequential": sequential})
     run(built, "hw.tb_alu", test_dir=tmp_path)
