@@ -40,7 +40,7 @@ from tensorfab.isa import HwConfig, UsageError
 from tensorfab.isa.formats import requant_supported
 
 __all__ = ["FEATURES", "MIN_BUILDS", "MODEL_PATH", "REPORTED_BUILDS", "RESOURCES",
-           "SDRAM_CONTROLLER", "STORE_REQUANT_DSP_PER_LANE",
+           "SDRAM_CONTROLLER", "SEQUENTIAL_ALU_DSP_SAVED_PER_LANE", "STORE_REQUANT_DSP_PER_LANE",
            "ResourceModel",
            "buffer_blocks", "buffer_brams", "config_features", "dp16kd_blocks", "ecp5_board",
            "fit_resource_model",
@@ -63,6 +63,11 @@ SDRAM_CONTROLLER = {"LUT": 492, "FF": 336}
 #: is fitted to has REQUANT (none fits a board), so they are added to its estimate as
 #: counted.
 STORE_REQUANT_DSP_PER_LANE = 4
+
+#: ``MULT18X18D`` blocks per lane a config with ``sequential_multiplier`` saves: the
+#: vector ALU's four partial-product multipliers become one
+#: (:mod:`tensorfab.hw.alu_sequential`; ulx3s-25f ``ecp5-25f``, 2 lanes: 20 → 14 DSP).
+SEQUENTIAL_ALU_DSP_SAVED_PER_LANE = 3
 
 #: The features each resource is linear in (``one`` is the constant term).
 FEATURES: dict[str, tuple[str, ...]] = {
@@ -350,6 +355,8 @@ class ResourceModel:
                                                      entry["coefficients"], strict=True))
             if res == "DSP" and requant_supported(cfg):
                 value += STORE_REQUANT_DSP_PER_LANE * feats["lanes"]
+            if res == "DSP" and cfg.sequential_multiplier:
+                value -= SEQUENTIAL_ALU_DSP_SAVED_PER_LANE * feats["lanes"]
             if in_sdram:
                 value += SDRAM_CONTROLLER.get(res, 0)
             elif res == "BRAM":

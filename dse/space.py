@@ -16,7 +16,8 @@ __all__ = ["FIELD_TYPES", "SWEEPABLE_FIELDS", "SpacePoint", "load_space", "space
 
 #: HwConfig fields a space file may name.
 SWEEPABLE_FIELDS = ("batch", "block_in", "block_out", "inp_depth", "wgt_depth",
-                    "acc_depth", "uop_depth", "mem_bus_width", "clock_mhz")
+                    "acc_depth", "uop_depth", "mem_bus_width", "clock_mhz",
+                    "sequential_multiplier")
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,10 @@ def _refuse_repeated_fields(node: Any, path: Path) -> None:
 
 
 def _is_value(value: Any, kind: type) -> bool:
-    """Whether ``value`` is of a field's ``kind`` (an integer, or for ``float`` any
-    number; YAML's ``true`` is neither)."""
+    """Whether ``value`` is of a field's ``kind`` (an integer, for ``float`` any
+    number, for ``bool`` true or false; YAML's ``true`` is no number)."""
+    if kind is bool:
+        return isinstance(value, bool)
     return (isinstance(value, int | float if kind is float else int)
             and not isinstance(value, bool))
 
@@ -122,7 +125,7 @@ def load_space(path: str | Path) -> dict[str, list[Any]]:
             raise UsageError(f"{where}: field {key!r} is not a sweepable HwConfig field "
                              f"(one of {', '.join(SWEEPABLE_FIELDS)})")
         kind = FIELD_TYPES[key]
-        numbers = "integers" if kind is int else "numbers"
+        numbers = {int: "integers", bool: "true or false"}.get(kind, "numbers")
         if not isinstance(values, list):
             values = [values]
         if not values:
@@ -130,8 +133,8 @@ def load_space(path: str | Path) -> dict[str, list[Any]]:
         for k, v in enumerate(values):
             if not _is_value(v, kind):
                 at = f"{p}:{lines[k]}" if k < len(lines) else where
-                raise UsageError(f"{at}: field {key!r}: {v!r} is not "
-                                 f"{'an integer' if kind is int else 'a number'} (it needs "
+                one = {int: "an integer", bool: "true or false"}.get(kind, "a number")
+                raise UsageError(f"{at}: field {key!r}: {v!r} is not {one} (it needs "
                                  f"a non-empty list of {numbers})")
             if v in values[:k]:
                 at = f"{p}:{lines[k]}" if k < len(lines) else where

@@ -351,3 +351,17 @@ def test_requant_configs_count_the_store_requantization_dsps(monkeypatch) -> Non
     fitted = model.estimate(cfg, "ulx3s-85f")["DSP"]
     lanes = cfg.batch * cfg.block_out
     assert with_store - fitted == resource_model.STORE_REQUANT_DSP_PER_LANE * lanes == 64
+
+
+def test_a_sequential_multiplier_saves_three_dsps_per_lane() -> None:
+    """ulx3s-25f ``ecp5-25f`` measured 20 DSP, 14 with ``sequential_multiplier``
+    (``fpga breakdown``): the estimate drops by three per ALU lane."""
+    from tensorfab.dse import resource_model
+    from tensorfab.fpga_builds.board_configs import board_config
+
+    model = ResourceModel.load()
+    cfg = board_config("ecp5-25f")
+    plain = model.estimate(cfg, "ulx3s-25f")["DSP"]
+    seq = model.estimate(cfg.replace(sequential_multiplier=True), "ulx3s-25f")["DSP"]
+    lanes = cfg.batch * cfg.block_out
+    assert plain - seq == resource_model.SEQUENTIAL_ALU_DSP_SAVED_PER_LANE * lanes == 6

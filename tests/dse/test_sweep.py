@@ -64,6 +64,9 @@ def test_bad_space_files_name_file_line_and_field(tmp_path: Path, capsys) -> Non
             ("batch: [true]\n", "space.yaml:1: field 'batch': True is not an integer"),
             ("clock_mhz: [25, fast]\n", "space.yaml:1: field 'clock_mhz': 'fast' is not a "
                                         "number (it needs a non-empty list of numbers)"),
+            ("sequential_multiplier: [false, 1]\n",
+             "space.yaml:1: field 'sequential_multiplier': 1 is not true or false (it "
+             "needs a non-empty list of true or false)"),
             ("block_in: {a: 1}\n", "space.yaml:1: field 'block_in': {'a': 1} is not an "
                                    "integer"),
             # a repeated value was swept as two points of one config, whose rows the
@@ -82,6 +85,9 @@ def test_bad_space_files_name_file_line_and_field(tmp_path: Path, capsys) -> Non
         assert str(info.value).startswith(f"{tmp_path / message}"), info.value
     assert load_space(_space(tmp_path, "clock_mhz: [25, 62.5]\nbatch: 1\n")) == {
         "clock_mhz": [25, 62.5], "batch": [1]}
+    space = load_space(_space(tmp_path, "sequential_multiplier: [false, true]\n"))
+    assert [p.config.sequential_multiplier for p in space_points(space)  # type: ignore[union-attr]
+            ] == [False, True]
     from tensorfab.cli import main
 
     capsys.readouterr()
