@@ -6,6 +6,7 @@ timing model follows the option (tests/hw/test_alu.py checks the ALU's arithmeti
 from __future__ import annotations
 
 import dataclasses
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -93,7 +94,7 @@ def _s2_cycles(dsts: list[int], multiplies: bool) -> list[int]:
     sim.add_testbench(bench)
     sim.run()
     assert len(seen) == len(dsts)
-    return [b - a for a, b in zip(seen, seen[1:], strict=False)]
+    return [b - a for a, b in pairwise(seen)]
 
 
 def test_issue_spaces_multiplying_micro_ops() -> None:
