@@ -96,3 +96,12 @@ def test_the_smallest_valid_config_lints_clean() -> None:
     assert lint(core_verilog(SMALLEST), CORE_TOP, CORE_LINT_WAIVERS) == []
     with pytest.raises(ValueError, match="acc_depth"):
         SMALLEST.replace(acc_depth=2)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+def test_a_sequential_multiplier_lints_clean(preset: str) -> None:
+    """The core with ``sequential_multiplier`` (default's with REQUANT on the ALU)."""
+    from tensorfab.hw.verilog import CORE_LINT_WAIVERS, CORE_TOP, core_verilog
+
+    cfg = PRESETS[preset].replace(sequential_multiplier=True)
+    assert lint(core_verilog(cfg), CORE_TOP, CORE_LINT_WAIVERS) == []
