@@ -3,8 +3,9 @@
 onnxruntime's ``quantize_static`` quantizes activations to uint8 with a zero point by
 default. A uint8 tensor ``q`` with zero point ``z`` is, exactly, the int8 tensor
 ``q - 128`` with zero point ``z - 128`` (the same real values ``(q - z) · s``), so
-:func:`lower_asymmetric_qdq` first rewrites every uint8 ``qnn.quantize`` and
-``qnn.dequantize`` into int8, then lowers the patterns with nonzero zero points:
+:func:`lower_asymmetric_qdq` first computes every uint8 tensor that a ``qnn.quantize``
+or ``qnn.requantize`` (QLinearConv, QLinearMatMul) makes, or that a model input brings,
+as int8 (:func:`uint8_as_int8`), then lowers the patterns with nonzero zero points:
 
 * ``quantize(conv2d(dq(x, s_x, z_x), dq(W, s_w, 0)) [+ b], s_y, z_y)`` →
   ``requantize(conv2d_integer(x', W) + b', s_x s_w / s_y, z_y)``, where the bias
@@ -46,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from .infer import infer_types
-from .ir import Call, Constant, Expr, Function, Tuple, post_order
+from .ir import Call, Constant, Expr, Function, TupleGetItem, Var, children, post_order
 from .qdq_lowering import _bias_int32, _const, _int8_weight, int8_clip, linear_and_bias
 from .rewrite import rebuild, rewrite
 
@@ -62,71 +63,155 @@ def _dtype(e: Expr) -> str:
 
 
 def uint8_as_int8(fn: Function) -> Function:
-    """``fn`` with every uint8 ``qnn.quantize``/``qnn.dequantize`` as int8 (data and
-    zero points shifted by -128; exact). A ``qnn.dequantize`` of another uint8 tensor
-    (a uint8 model input) is left as it is; a result of ``fn`` that was uint8 (a uint8
-    model output) is shifted back to uint8 (:func:`_as_uint8`)."""
+    """``fn`` with its uint8 quantized tensors computed as int8 ones, 128 less (exact).
+
+    A uint8 ``qnn.quantize`` or ``qnn.requantize`` (QLinearConv's, QLinearMatMul's)
+    with a constant zero point ``z`` quantizes to int8 with ``z - 128``; so does a
+    uint8 constant or model input read by a ``qnn.dequantize``, ``qnn.conv2d_integer``
+    or ``qnn.matmul_integer`` with a constant zero point (an input through a CPU
+    ``x - 128``, :func:`_as_int8`). Each reader of such a tensor gets its zero point
+    shifted, as a copy of the constant for that use: a zero-point initializer shared
+    with a reader that stays uint8 keeps its value there. Max pooling and data
+    movement (:data:`_SHIFT_COMMUTING`) pass the shifted tensor on; any other reader,
+    and the function's result (a uint8 model output), gets it shifted back
+    (:func:`_as_uint8`).
+
+    Parameters
+    ----------
+    fn : Function
+        A program (typed or not).
+
+    Returns
+    -------
+    Function
+        The same computation, its results' types unchanged.
+    """
     infer_types(fn)
-    def uint8_constant(e: Expr) -> bool:
-        return isinstance(e, Constant) and e.data.dtype == np.uint8
-
-    def uint8_quantize(e: Expr) -> bool:
-        return (isinstance(e, Call) and e.op == "qnn.quantize"
-                and e.attrs["out_dtype"] == "uint8" and uint8_constant(e.args[2]))
-
-    shift: set[int] = set()  # the uint8 constants to shift by -128
-    for e in post_order(fn):
-        if uint8_quantize(e):
-            shift.add(id(e.args[2]))  # type: ignore[union-attr]
-        elif (isinstance(e, Call) and e.op == "qnn.dequantize" and uint8_constant(e.args[2])
-              and (uint8_quantize(e.args[0]) or uint8_constant(e.args[0]))):
-            shift.update(id(a) for a in e.args if uint8_constant(a))
+    shifter = _Uint8Shifter()
     new: dict[int, Expr] = {}
-    for node in post_order(fn):  # no type inference until every node is int8
-        if isinstance(node, Constant) and id(node) in shift:
-            rebuilt: Expr = Constant((node.data.astype(np.int16) - 128).astype(np.int8),
-                                     node.virtual_device)
-        elif uint8_quantize(node):
-            assert isinstance(node, Call)
-            rebuilt = Call(node.op, [new[id(a)] for a in node.args],
-                           {**node.attrs, "out_dtype": "int8"}, node.virtual_device, node.name)
-        else:
-            rebuilt = rebuild(node, new)
-        new[id(node)] = rebuilt
+    for node in post_order(fn):  # no type inference until every node is rebuilt
+        new[id(node)] = shifter.rebuild(node, new)
     out = new[id(fn)]
     assert isinstance(out, Function)
     infer_types(out)
-    return _uint8_results(fn, out)
-
-
-def _uint8_results(old: Function, fn: Function) -> Function:
-    """``fn`` (``old`` rewritten by :func:`uint8_as_int8`) with each result that was
-    uint8 in ``old`` and is int8 now shifted back to uint8: the model returns what it
-    declares."""
-    def restored(was: Expr, now: Expr) -> Expr:
-        return _as_uint8(now) if (_dtype(was), _dtype(now)) == ("uint8", "int8") else now
-
-    if isinstance(old.body, Tuple):
-        assert isinstance(fn.body, Tuple)
-        fields = [restored(a, b) for a, b in zip(old.body.fields, fn.body.fields,
-                                                 strict=True)]
-        if all(a is b for a, b in zip(fields, fn.body.fields, strict=True)):
-            return fn
-        body: Expr = Tuple(fields, fn.body.virtual_device)
-    else:
-        body = restored(old.body, fn.body)
-        if body is fn.body:
-            return fn
-    out = Function(fn.params, body, fn.ret_type, fn.result_device, fn.virtual_device)
-    infer_types(out)
     return out
+
+
+#: Operators whose result for a data argument (the first, or all of concatenate's)
+#: 128 less is their result 128 less: data movement, and maxima (the shift keeps order;
+#: max pooling pads with the dtype's minimum, which shifts with it).
+_SHIFT_COMMUTING = frozenset({
+    "nn.max_pool2d", "nn.global_max_pool2d", "reduce_max", "flatten", "reshape",
+    "transpose", "identity", "squeeze", "expand_dims", "strided_slice", "take", "split",
+    "concatenate"})
+
+#: The (data, zero point) argument positions of the operators that read quantized data.
+_ZERO_POINTS: dict[str, tuple[tuple[int, int], ...]] = {
+    "qnn.dequantize": ((0, 2),),
+    "qnn.conv2d_integer": ((0, 2), (1, 3)),
+    "qnn.matmul_integer": ((0, 2), (1, 3)),
+}
+
+
+def _uint8_constant(e: Expr) -> bool:
+    return isinstance(e, Constant) and e.data.dtype == np.uint8
+
+
+class _Uint8Shifter:
+    """The node-by-node rewrite of :func:`uint8_as_int8`: which rebuilt nodes stand for
+    a uint8 tensor 128 less, and the shifted constants, inputs and shifted-back results
+    made so far (one of each per original node, shared by its readers)."""
+
+    def __init__(self) -> None:
+        self.shifted: set[int] = set()  # ids of rebuilt nodes that are (uint8 - 128)
+        self.constants: dict[int, Constant] = {}
+        self.inputs: dict[int, Expr] = {}
+        self.restored: dict[int, Expr] = {}
+
+    def rebuild(self, node: Expr, new: dict[int, Expr]) -> Expr:
+        """``node`` with its children replaced by their rebuilt forms, shifted or not."""
+        if isinstance(node, Call):
+            return self._call(node, [new[id(a)] for a in node.args])
+        if isinstance(node, TupleGetItem) and id(new[id(node.tuple_value)]) in self.shifted:
+            return self._mark(rebuild(node, new))  # a part of a shifted split
+        return rebuild(node, {id(c): self._uint8(new[id(c)]) for c in children(node)})
+
+    def _call(self, node: Call, args: list[Expr]) -> Expr:
+        if node.op in ("qnn.quantize", "qnn.requantize") \
+                and node.attrs["out_dtype"] == "uint8" and _uint8_constant(args[2]):
+            args = [*map(self._uint8, args[:2]), self._constant(args[2])]
+            return self._mark(Call(node.op, args, {**node.attrs, "out_dtype": "int8"},
+                                   node.virtual_device, node.name))
+        kept: set[int] = set()  # the shifted arguments this call reads as such
+        for data, zp in _ZERO_POINTS.get(node.op, ()):
+            if not _uint8_constant(args[zp]):
+                continue
+            if _uint8_constant(args[data]):
+                args[data] = self._constant(args[data])
+            elif isinstance(args[data], Var) and _dtype(args[data]) == "uint8":
+                args[data] = self._input(args[data])
+            elif id(args[data]) not in self.shifted:
+                continue
+            args[zp] = self._constant(args[zp])
+            kept.add(data)
+        commutes = self._commutes(node.op, args)
+        if commutes:
+            kept.update(range(len(args)))
+        args = [a if i in kept else self._uint8(a) for i, a in enumerate(args)]
+        if all(a is b for a, b in zip(args, node.args, strict=True)):
+            return node
+        call = Call(node.op, args, node.attrs, node.virtual_device, node.name)
+        return self._mark(call) if commutes else call
+
+    def _commutes(self, op: str, args: list[Expr]) -> bool:
+        """Whether ``op`` of ``args`` is, shifted, the shift of the result."""
+        if op not in _SHIFT_COMMUTING:
+            return False
+        data = args if op == "concatenate" else args[:1]
+        return all(id(a) in self.shifted for a in data) \
+            and not any(id(a) in self.shifted for a in args[len(data):])
+
+    def _mark(self, e: Expr) -> Expr:
+        self.shifted.add(id(e))
+        return e
+
+    def _constant(self, c: Expr) -> Constant:
+        """The uint8 constant ``c`` less 128, as int8 (one copy per constant)."""
+        assert isinstance(c, Constant)
+        if id(c) not in self.constants:
+            self.constants[id(c)] = Constant(
+                (c.data.astype(np.int16) - 128).astype(np.int8), c.virtual_device)
+        return self.constants[id(c)]
+
+    def _input(self, x: Var) -> Expr:
+        """The uint8 input ``x`` less 128, as int8 (one per input)."""
+        if id(x) not in self.inputs:
+            self.inputs[id(x)] = self._mark(_as_int8(x))
+        return self.inputs[id(x)]
+
+    def _uint8(self, e: Expr) -> Expr:
+        """``e`` as the uint8 tensor it stands for (itself if it is not shifted)."""
+        if id(e) not in self.shifted:
+            return e
+        if id(e) not in self.restored:
+            self.restored[id(e)] = _as_uint8(e)
+        return self.restored[id(e)]
+
+
+def _as_int8(x: Var) -> Expr:
+    """The int8 tensor ``x - 128`` of the uint8 model input ``x`` (exact), on the CPU
+    kernels' ``cast`` and ``add``."""
+    dev = x.virtual_device
+    wide = Call("cast", [x], {"dtype": "int16"}, dev)
+    shifted = Call("add", [wide, Constant(np.array(-128, np.int16))], {}, dev)
+    return Call("cast", [shifted], {"dtype": "int8"}, dev)
 
 
 def _as_uint8(x: Expr) -> Expr:
     """The uint8 tensor that the int8 ``x`` of :func:`uint8_as_int8` stands for
     (``x + 128``, exact), on the CPU kernels' ``cast`` and ``add``."""
     dev = x.virtual_device
-    name = x.name if isinstance(x, Call) else None
+    name = x.name if isinstance(x, Call) else ""
     wide = Call("cast", [x], {"dtype": "int16"}, dev, name)
     shifted = Call("add", [wide, Constant(np.array(128, np.int16))], {}, dev, name)
     return Call("cast", [shifted], {"dtype": "uint8"}, dev, name)

@@ -508,13 +508,16 @@ def test_integer_convolution_then_clip_with_any_bounds(kind: str,
 
 
 def _int8_boundary_conv(form: str, int8_input: bool, int8_output: bool,
-                        dtype: type = np.int8) -> onnx.ModelProto:
+                        dtype: type = np.int8, x_zero_point: int | None = None
+                        ) -> onnx.ModelProto:
     """``x`` (1, 8, 8, 8) → a 3x3 convolution to 16 channels → ``y``, as ``QLinearConv``
     or in QDQ form (``DequantizeLinear`` → ``Conv`` → ``QuantizeLinear``). ``x`` is the
     int8 graph input itself (else a float one, quantized first); ``y`` is the int8
     result itself (else dequantized to float); with ``dtype`` uint8 both are uint8 with
-    zero point 128. The scales multiply to 1 (0.5 · 0.25 / 0.125), so no result is
-    rounded and any layout error shows as a wrong value."""
+    zero point 128. Every node reads the one zero-point initializer ``z``, but with
+    ``x_zero_point`` the input's nodes read their own, ``zx``, of that value. The
+    scales multiply to 1 (0.5 · 0.25 / 0.125), so no result is rounded and any layout
+    error shows as a wrong value."""
     from onnx import TensorProto
 
     rng = np.random.default_rng(8)
@@ -522,16 +525,19 @@ def _int8_boundary_conv(form: str, int8_input: bool, int8_output: bool,
              "xs": np.array(0.5, np.float32), "ws": np.array(0.25, np.float32),
              "ys": np.array(0.125, np.float32), "wz": np.array(0, np.int8),
              "z": np.array(128 if dtype == np.uint8 else 0, dtype)}
+    zx = "z"
+    if x_zero_point is not None:
+        zx, inits["zx"] = "zx", np.array(x_zero_point, dtype)
     x = "x" if int8_input else "xq"
     y = "y" if int8_output else "yq"
-    nodes = [] if int8_input else [helper.make_node("QuantizeLinear", ["x", "xs", "z"],
+    nodes = [] if int8_input else [helper.make_node("QuantizeLinear", ["x", "xs", zx],
                                                     ["xq"], name="quantize_x")]
     if form == "QLinearConv":
-        nodes.append(helper.make_node("QLinearConv", [x, "xs", "z", "W", "ws", "wz", "ys",
+        nodes.append(helper.make_node("QLinearConv", [x, "xs", zx, "W", "ws", "wz", "ys",
                                                       "z"], [y], name="conv0",
                                       pads=[1, 1, 1, 1]))
     else:
-        nodes += [helper.make_node("DequantizeLinear", [x, "xs", "z"], ["xf"], name="dq_x"),
+        nodes += [helper.make_node("DequantizeLinear", [x, "xs", zx], ["xf"], name="dq_x"),
                   helper.make_node("DequantizeLinear", ["W", "ws", "wz"], ["wf"],
                                    name="dq_w"),
                   helper.make_node("Conv", ["xf", "wf"], ["cf"], name="conv0",
@@ -597,3 +603,76 @@ def test_uint8_graph_output_of_an_accelerator_convolution() -> None:
         got = run_program(compiled.program, {"x": x})
         assert got.dtype == np.uint8
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("form", ["QLinearConv", "QDQ"])
+@pytest.mark.parametrize("uint8_input, uint8_output", [(False, False), (False, True),
+                                                       (True, False), (True, True)])
+@pytest.mark.parametrize("x_zero_point", [None, 100])
+def test_uint8_convolution_with_uint8_input_output_and_zero_points(
+        form: str, uint8_input: bool, uint8_output: bool, x_zero_point: int | None) -> None:
+    """uint8 (asymmetric) convolutions, computed as int8 ones 128 less. QLinearConv on a
+    uint8 QuantizeLinear failed to compile (``TypeInferenceError``: a zero point uint8,
+    its tensor int8): its integer convolution and requantization were not shifted. A
+    zero-point initializer shared by several nodes was shifted for all of them, also
+    for one that stays uint8 (a uint8 model input's DequantizeLinear, QLinearConv's
+    requantization): ``TypeInferenceError`` again. And a uint8 model input's
+    DequantizeLinear was left uint8, so the convolution after it ran in float on the
+    CPU. Now each reader gets its own shifted zero point, a uint8 input is shifted on
+    the CPU (``x - 128``) and the convolution runs on the accelerator like the int8
+    one; the result is onnxruntime's exactly (the scales multiply to 1), uint8 where
+    the model returns uint8."""
+    from tensorfab.runtime.accel_contract import accel_nodes
+
+    m = _int8_boundary_conv(form, uint8_input, uint8_output, np.uint8, x_zero_point)
+    ints = np.random.default_rng(11).integers(-8, 9, (1, 8, 8, 8))
+    x = ((ints + (x_zero_point or 128)).astype(np.uint8) if uint8_input
+         else (ints * 0.5).astype(np.float32))
+    want = reference_session(m).run(None, {"x": x})[0]
+    for config in (None, "default"):
+        compiled = compile_onnx(m, config=config)
+        got = run_program(compiled.program, {"x": x})
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        if config is None or (form == "QLinearConv" and x_zero_point is not None):
+            continue  # (an integer convolution's nonzero input zero point: the CPU's)
+        assert len(list(accel_nodes(compiled.program))) == 1
+
+
+def test_uint8_qlinear_matmul_and_a_zero_point_shared_with_a_uint8_reader() -> None:
+    """QLinearMatMul on a uint8 QuantizeLinear failed to compile as QLinearConv did
+    (``TypeInferenceError``). And a uint8 tensor read by an operator that does not
+    commute with the shift by 128 (a Cast to float), whose zero point a
+    DequantizeLinear shares, must be read as uint8 there and as int8 with a shifted
+    zero point in the DequantizeLinear; a MaxPool between passes the shifted tensor on.
+    Exact: the scales multiply to 1."""
+    from onnx import TensorProto
+
+    from tensorfab.runtime.accel_contract import accel_nodes
+
+    q = helper.make_node
+    rng = np.random.default_rng(12)
+    scales = {"xs": np.array(0.5, np.float32), "ws": np.array(0.25, np.float32),
+              "ys": np.array(0.125, np.float32), "wz": np.array(0, np.int8)}
+    dense = model([q("QuantizeLinear", ["x", "xs", "z"], ["xq"], name="quantize_x"),
+                   q("QLinearMatMul", ["xq", "xs", "z", "W", "ws", "wz", "ys", "zy"],
+                     ["yq"], name="dense0"),
+                   q("DequantizeLinear", ["yq", "ys", "zy"], ["y"], name="dq_y")],
+                  (4, 16), {**scales, "W": rng.integers(-3, 4, (16, 12)).astype(np.int8),
+                            "z": np.array(128, np.uint8), "zy": np.array(120, np.uint8)})
+    x = (rng.integers(-8, 9, (4, 16)) * 0.5).astype(np.float32)
+    want = reference_session(dense).run(None, {"x": x})[0]
+    for config in (None, "default"):
+        compiled = compile_onnx(dense, config=config)
+        np.testing.assert_array_equal(run_program(compiled.program, {"x": x}), want)
+    assert len(list(accel_nodes(compiled.program))) == 1
+
+    cast = model([q("QuantizeLinear", ["x", "xs", "z"], ["xq"], name="quantize_x"),
+                  q("MaxPool", ["xq"], ["xp"], name="pool0", kernel_shape=[2, 2]),
+                  q("Cast", ["xp"], ["xc"], name="cast0", to=TensorProto.FLOAT),
+                  q("DequantizeLinear", ["xp", "xs", "z"], ["xd"], name="dq_x"),
+                  q("Add", ["xc", "xd"], ["y"], name="add0")],
+                 (1, 4, 6, 6), {**scales, "z": np.array(120, np.uint8)})
+    x = (rng.integers(-8, 9, (1, 4, 6, 6)) * 0.5).astype(np.float32)
+    got = run_program(compile_onnx(cast).program, {"x": x})
+    np.testing.assert_array_equal(got, reference_session(cast).run(None, {"x": x})[0])
