@@ -5,9 +5,10 @@ Each module prints one JSON object as its last line when run as a script
 
 Each returns a JSON-ready dict (its docstring's line is what ``tensorfab bench --help``
 lists); the command prints it as its last line. A benchmark
-whose function takes ``target`` (or ``plot``, ``board``, ``config``, ``profile``)
-accepts the command's ``--target`` (or ``--plot``, ``--board``, ``--config``,
-``--profile``) option; the others refuse it.
+whose function takes ``target`` (or any other name in ``tensorfab.cli.BENCH_OPTIONS``:
+``plot``, ``board``, ``config``, ``profile``, ``requant_stage``, ``image_size``,
+``separate_adds``, ``agreement``) accepts the command's ``--target`` (or ``--plot``,
+``--image-size`` ...) option; the others refuse it.
 """
 
 from __future__ import annotations
@@ -85,11 +86,21 @@ def _fpga(plot: str | None = None, board: str | None = None,
 
 
 def _resnet18(target: str = "rtl", plot: str | None = None,
-              requant_stage: str | None = None) -> dict[str, Any]:
+              requant_stage: str | None = None, config: str | None = None,
+              image_size: int | None = None, separate_adds: bool = False,
+              agreement: int = 0) -> dict[str, Any]:
     """ResNet-18 int8 end to end on the accelerator: cycles, MACs, utilization."""
-    from .resnet18 import run_resnet18_bench
+    from .resnet18 import float_agreement, run_resnet18_bench
 
-    kw: dict[str, Any] = {} if plot is None else {"plot": plot or None}
+    kw: dict[str, Any] = {"fuse": not separate_adds}
+    if config is not None:
+        kw["config"] = config
+    if image_size is not None:
+        kw["image_size"] = image_size
+    if agreement:  # as the module's --agreement: only the int8 graph against the float
+        return float_agreement(agreement, **kw)
+    if plot is not None:
+        kw["plot"] = plot or None
     if requant_stage is not None:
         kw["requant_stage"] = requant_stage
     return run_resnet18_bench(target, **kw)

@@ -273,7 +273,8 @@ def _write_timelines(args: argparse.Namespace, intervals: list, cycles: int | No
 
 
 #: The options of ``bench`` passed to a benchmark whose function takes them (by name).
-BENCH_OPTIONS = ("target", "plot", "board", "config", "profile", "requant_stage")
+BENCH_OPTIONS = ("target", "plot", "board", "config", "profile", "requant_stage",
+                 "image_size", "separate_adds", "agreement")
 
 
 def _requant_stage(value: str) -> str:
@@ -488,13 +489,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--force", action="store_true", help="overwrite any existing --plot file")
     b.add_argument("--board", help="only this board's builds (fpga)")
     b.add_argument("--config", help="only this config's builds (fpga; with --board, any "
-                   "config)")
+                   "config), or the hardware config to compile for (resnet18, "
+                   "sdram-resnet18, topologies, zoo)")
     b.add_argument("--profile", action="store_true", default=None,
                    help="machine instructions per simulated cycle per block of the design, "
                    "under Valgrind (rtl-speed)")
     b.add_argument("--requant-stage", type=_requant_stage, metavar="STAGE",
                    help="where the convolutions' REQUANT runs: store, requantizing STOREs "
                    "(the default), or alu, an ALU pass before them (resnet18)")
+    b.add_argument("--image-size", type=int, metavar="N",
+                   help="input images of N x N pixels (resnet18; default 224)")
+    b.add_argument("--separate-adds", action="store_true", default=None,
+                   help="keep the residual adds as separate int8 adds, not fused into the "
+                   "convolutions before them (resnet18)")
+    b.add_argument("--agreement", type=int, metavar="N",
+                   help="only measure the int8 graph against the float model on N seeded "
+                   "images: top-1 agreement, cosine of the logits (resnet18)")
     b.set_defaults(func=cmd_bench)
 
     h = command("hw", "generate or lint the core's Verilog",

@@ -251,6 +251,44 @@ def test_bench_resnet18_requant_stage_is_the_module_option(monkeypatch, capsys):
     assert "benchmark 'fsim-gemm' has no --requant-stage option" in capsys.readouterr().err
 
 
+def test_bench_resnet18_takes_every_module_option(monkeypatch, capsys):
+    """``tensorfab bench resnet18`` refused the module's --config, --image-size,
+    --separate-adds and --agreement ('unrecognized arguments' or 'has no --config
+    option'); the command now gives the benchmark (or, under --agreement, the float
+    agreement) the same arguments as ``python -m tensorfab.benches.resnet18`` with the
+    same options, each alone and all together, and other benchmarks refuse them."""
+    import inspect
+
+    import tensorfab.benches.resnet18 as bench
+
+    calls = []
+
+    def recorder(real):
+        def fake(*args, **kw):
+            bound = inspect.signature(real).bind(*args, **kw)
+            bound.apply_defaults()
+            calls.append((real.__name__, dict(bound.arguments)))
+            return {"bench": "resnet18"}
+        return fake
+
+    for name in ("run_resnet18_bench", "float_agreement"):
+        monkeypatch.setattr(bench, name, recorder(getattr(bench, name)))
+    together = ["--config", "tiny", "--image-size", "32", "--separate-adds"]
+    for options in (["--config", "tiny"], ["--image-size", "32"], ["--separate-adds"],
+                    together, [*together, "--target", "fsim", "--requant-stage", "alu"],
+                    ["--agreement", "3"], [*together, "--agreement", "2"]):
+        assert bench.main(options) == 0
+        assert main(["bench", "resnet18", *options, "--json"]) == 0
+        assert calls[-2] == calls[-1], options
+    assert calls[-1] == ("float_agreement", {"images": 2, "image_size": 32, "config": "tiny",
+                                             "seed": 0, "fuse": False})
+    capsys.readouterr()
+    for option in (["--config", "tiny"], ["--image-size", "32"], ["--separate-adds"],
+                   ["--agreement", "3"]):
+        assert main(["bench", "fsim-gemm", *option]) == 2
+        assert f"benchmark 'fsim-gemm' has no {option[0]} option" in capsys.readouterr().err
+
+
 def test_conv2d_bench_on_rtl(tmp_path):
     """One layer, two thread counts: the record, the best count and the PNG."""
     from tensorfab.benches.conv2d import run_conv2d_bench

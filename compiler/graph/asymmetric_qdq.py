@@ -17,6 +17,11 @@ as int8 (:func:`uint8_as_int8`), then lowers the patterns with nonzero zero poin
   epilogue; a ReLU that onnxruntime removed (its output range starts at 0) is the
   saturation at ``z_y = -128``.
 * the same for ``matmul`` with a constant weight (``b' -= z_x · Σ_k W[k, n]``);
+* ``conv2d_integer(x, W, z_x, 0)`` (QLinearConv's, ConvInteger's) of an int8 input
+  with a nonzero constant zero point and a constant int8 weight →
+  ``conv2d_integer(pad(x, z_x), W, 0, 0) - z_x · Σ W[o]`` (the same int32 sums, exact;
+  the correction joins a bias added after it), so that it reaches the accelerator as
+  the QDQ form does;
 * ``quantize(add(dq(a, s_a, z_a), dq(b, s_b, z_b)), s_y, z_y)`` of two activations (a
   residual add) → ``qnn.add_q31(a, b)`` with the three zero points (each operand less
   its own before the scaling, the output's added after it);
@@ -44,8 +49,12 @@ left to :func:`~tensorfab.compiler.graph.qdq_lowering.lower_qdq`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
+from .device import VirtualDevice
 from .infer import infer_types
 from .ir import Call, Constant, Expr, Function, TupleGetItem, Var, children, post_order
 from .qdq_lowering import _bias_int32, _const, _int8_weight, int8_clip, linear_and_bias
@@ -246,6 +255,10 @@ def lower_asymmetric_qdq(fn: Function) -> Function:
         are :func:`~tensorfab.compiler.graph.qdq_lowering.lower_qdq`'s).
     """
     def rule(e: Expr, _old: Expr) -> Expr:
+        if isinstance(e, Call) and e.op == "qnn.conv2d_integer":
+            return _lower_integer_conv(e) or e
+        if isinstance(e, Call) and e.op == "add":
+            return _merged_bias(e) or e
         if not (isinstance(e, Call) and e.op == "qnn.quantize"
                 and e.attrs["out_dtype"] == "int8"):
             return e
@@ -416,12 +429,7 @@ def _lower_linear(q: Call, lin: Call, bias: Expr | None, sy: np.float32, zy: int
             return None
         wq, ws = weight
         w = wq.data.astype(np.int64)
-        attrs = dict(lin.attrs)
-        pt, pl, pb, pr = attrs["padding"]
-        if zx != 0 and any(attrs["padding"]):  # the float model's zeros are z_x here
-            xq = Call("nn.pad", [xq], {"pads": (0, 0, pt, pl, 0, 0, pb, pr),
-                                       "mode": "constant", "value": float(zx)}, dev)
-            attrs["padding"] = (0, 0, 0, 0)
+        xq, attrs = _padded_with_zero_point(xq, zx, lin.attrs, dev)
         acc: Expr = Call("qnn.conv2d_integer", [xq, wq, zero, zero], attrs, dev, lin.name)
         channels, axis, shape = w.shape[0], 1, (-1, 1, 1)
         weight_sums = w.sum(axis=(1, 2, 3))
@@ -451,3 +459,68 @@ def _lower_linear(q: Call, lin: Call, bias: Expr | None, sy: np.float32, zy: int
     return Call("qnn.requantize", [acc, Constant(multiplier),
                                    Constant(np.full(multiplier.shape, zy, np.int8))],
                 {"axis": axis, "out_dtype": "int8"}, dev)
+
+
+def _padded_with_zero_point(x: Expr, zx: int, attrs: Mapping[str, Any],
+                            dev: VirtualDevice | None) -> tuple[Expr, dict[str, Any]]:
+    """``x`` padded with its zero point ``zx`` by an ``nn.pad`` (the quantized form of
+    the float model's zero padding) and the convolution attributes ``attrs`` without
+    their padding; ``(x, attrs)`` as they are when ``zx`` is 0 or nothing is padded."""
+    if zx == 0 or not any(attrs["padding"]):
+        return x, dict(attrs)
+    pt, pl, pb, pr = attrs["padding"]
+    padded = Call("nn.pad", [x], {"pads": (0, 0, pt, pl, 0, 0, pb, pr),
+                                  "mode": "constant", "value": float(zx)}, dev)
+    return padded, {**attrs, "padding": (0, 0, 0, 0)}
+
+
+def _scalar_zero_point(z: Expr) -> int | None:
+    """The value of a constant per-tensor int8 zero point (None: another kind)."""
+    if not (isinstance(z, Constant) and z.data.dtype == np.int8 and z.data.size == 1):
+        return None
+    return int(z.data.reshape(()))
+
+
+def _lower_integer_conv(conv: Call) -> Expr | None:
+    """``conv2d_integer(pad(x, z_x), W, 0, 0) - z_x · Σ W[o]`` for a
+    ``conv2d_integer(x, W, z_x, 0)`` (QLinearConv's, ConvInteger's) of an int8 input
+    with a nonzero constant zero point ``z_x`` and a constant int8 weight with zero
+    points 0: the same int32 sums (exact), as :func:`_lower_linear` lowers the QDQ form
+    (None: not this pattern, or a correction beyond int32)."""
+    from tensorfab.compiler.tensor.requant import fold_input_zero_point
+
+    x, w, xz, wz = conv.args
+    zx = _scalar_zero_point(xz)
+    if not zx or _dtype(x) != "int8" or conv.attrs["data_layout"] != "NCHW" \
+            or conv.attrs["kernel_layout"] != "OIHW" \
+            or not (isinstance(w, Constant) and w.data.dtype == np.int8) \
+            or not (isinstance(wz, Constant) and not np.any(wz.data)):
+        return None
+    correction = fold_input_zero_point(None, w.data, zx)
+    if np.abs(correction).max(initial=0) >= 1 << 31:
+        return None
+    dev = conv.virtual_device
+    x, attrs = _padded_with_zero_point(x, zx, conv.attrs, dev)
+    zero = Constant(np.zeros((), np.int8))
+    acc = Call("qnn.conv2d_integer", [x, w, zero, zero], attrs, dev, conv.name)
+    return Call("add", [acc, Constant(correction.astype(np.int32).reshape(-1, 1, 1))], {},
+                dev, conv.name)
+
+
+def _merged_bias(add: Call) -> Expr | None:
+    """``add(conv, c1 + c2)`` for ``add(add(conv, c1), c2)`` of an integer convolution's
+    sums and two int32 constants (a zero-point correction and the model's bias), so
+    that the chain has the one bias ``add`` an accelerator epilogue takes (None: not
+    this pattern, or a sum beyond int32)."""
+    inner, c2 = add.args
+    if not (isinstance(inner, Call) and inner.op == "add"
+            and isinstance(inner.args[0], Call) and inner.args[0].op == "qnn.conv2d_integer"):
+        return None
+    c1 = inner.args[1]
+    if not all(isinstance(c, Constant) and c.data.dtype == np.int32 for c in (c1, c2)):
+        return None
+    total = c1.data.astype(np.int64) + c2.data.astype(np.int64)  # type: ignore[union-attr]
+    if np.abs(total).max(initial=0) >= 1 << 31:
+        return None
+    return Call("add", [inner.args[0], Constant(total.astype(np.int32))], add.attrs,
+                add.virtual_device, add.name)

@@ -620,8 +620,10 @@ def test_uint8_convolution_with_uint8_input_output_and_zero_points(
     DequantizeLinear was left uint8, so the convolution after it ran in float on the
     CPU. Now each reader gets its own shifted zero point, a uint8 input is shifted on
     the CPU (``x - 128``) and the convolution runs on the accelerator like the int8
-    one; the result is onnxruntime's exactly (the scales multiply to 1), uint8 where
-    the model returns uint8."""
+    one (QLinearConv's with input zero point 100 too: see
+    :func:`test_int8_qlinear_conv_with_an_input_zero_point_on_the_accelerator`); the
+    result is onnxruntime's exactly (the scales multiply to 1), uint8 where the model
+    returns uint8."""
     from tensorfab.runtime.accel_contract import accel_nodes
 
     m = _int8_boundary_conv(form, uint8_input, uint8_output, np.uint8, x_zero_point)
@@ -634,9 +636,91 @@ def test_uint8_convolution_with_uint8_input_output_and_zero_points(
         got = run_program(compiled.program, {"x": x})
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
-        if config is None or (form == "QLinearConv" and x_zero_point is not None):
-            continue  # (an integer convolution's nonzero input zero point: the CPU's)
-        assert len(list(accel_nodes(compiled.program))) == 1
+        assert len(list(accel_nodes(compiled.program))) == (config is not None)
+
+
+@pytest.mark.parametrize("form", ["QLinearConv", "QDQ"])
+@pytest.mark.parametrize("int8_input, int8_output", [(True, True), (False, False)])
+@pytest.mark.parametrize("x_zero_point", [5, -7])
+def test_int8_qlinear_conv_with_an_input_zero_point_on_the_accelerator(
+        form: str, int8_input: bool, int8_output: bool, x_zero_point: int) -> None:
+    """An integer convolution (QLinearConv's ``qnn.conv2d_integer``) whose int8 input
+    has a nonzero zero point ran on the CPU, while its QDQ form went to the accelerator
+    by the asymmetric lowering. Now both take that lowering: the input padded with its
+    zero point (pads 1 around a 3x3 kernel: padding with 0 would change every border
+    output), the zero point's share of the sums taken out by a bias, one accelerator
+    program, onnxruntime's result exactly (the scales multiply to 1)."""
+    from tensorfab.runtime.accel_contract import accel_nodes
+
+    m = _int8_boundary_conv(form, int8_input, int8_output, np.int8, x_zero_point)
+    ints = np.random.default_rng(13).integers(-8, 9, (1, 8, 8, 8))
+    x = ((ints + x_zero_point).astype(np.int8) if int8_input
+         else (ints * 0.5).astype(np.float32))
+    want = reference_session(m).run(None, {"x": x})[0]
+    for config in (None, "default"):
+        compiled = compile_onnx(m, config=config)
+        assert len(list(accel_nodes(compiled.program))) == (config is not None)
+        got = run_program(compiled.program, {"x": x})
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_qlinear_conv_with_a_bias_and_an_input_zero_point_on_the_accelerator() -> None:
+    """QLinearConv with a bias and an int8 input zero point, scales that round: the
+    zero point's correction joins the model's bias (one bias add in the accelerator's
+    epilogue), the accelerator's result is the CPU kernels' exactly and onnxruntime's
+    within one int8 step."""
+    from onnx import TensorProto
+
+    from tensorfab.runtime.accel_contract import accel_nodes
+
+    rng = np.random.default_rng(14)
+    inits = {"W": rng.integers(-20, 21, (8, 4, 3, 3)).astype(np.int8),
+             "B": rng.integers(-300, 301, 8).astype(np.int32),
+             "xs": np.array(0.02, np.float32), "xz": np.array(5, np.int8),
+             "ws": np.array(0.01, np.float32), "wz": np.array(0, np.int8),
+             "ys": np.array(0.05, np.float32), "yz": np.array(-3, np.int8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q_x"),
+             helper.make_node("QLinearConv", ["xq", "xs", "xz", "W", "ws", "wz", "ys", "yz",
+                                              "B"], ["yq"], name="conv0", pads=[1, 1, 1, 1]),
+             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"], name="dq_y")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = min(m.ir_version, 9)
+    x = f32(1, 4, 6, 6)
+    want = reference_session(m).run(None, {"x": x})[0]
+    compiled = compile_onnx(m, config="default")
+    assert len(list(accel_nodes(compiled.program))) == 1
+    got = run_program(compiled.program, {"x": x})
+    np.testing.assert_array_equal(got, run_program(compile_onnx(m).program, {"x": x}))
+    np.testing.assert_allclose(got, want, rtol=0, atol=0.05 * 1.0001)
+
+
+def test_conv_integer_with_an_input_zero_point_is_exact() -> None:
+    """ConvInteger with a nonzero input zero point (its input padded with it, the
+    zero point's share taken out of the int32 sums): onnxruntime's sums exactly, on
+    the CPU (no requantization follows) with and without an accelerator config."""
+    from onnx import TensorProto
+
+    rng = np.random.default_rng(15)
+    inits = {"W": rng.integers(-20, 21, (8, 4, 3, 3)).astype(np.int8),
+             "xz": np.array(-9, np.int8)}
+    graph = helper.make_graph(
+        [helper.make_node("ConvInteger", ["x", "W", "xz"], ["y"], name="conv0",
+                          pads=[1, 1, 1, 1])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 4, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 8, 6, 6])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = min(m.ir_version, 9)
+    x = rng.integers(-128, 128, (1, 4, 6, 6)).astype(np.int8)
+    want = reference_session(m).run(None, {"x": x})[0]
+    for config in (None, "default"):
+        np.testing.assert_array_equal(
+            run_program(compile_onnx(m, config=config).program, {"x": x}), want)
 
 
 def test_uint8_qlinear_matmul_and_a_zero_point_shared_with_a_uint8_reader() -> None:
