@@ -128,9 +128,9 @@ class AluPipeline(wiring.Component):
                         Mux(a6_valid & (a6_addr == self.src), a6_data, self.src_data))),
         ]
         alu_in = a3_valid & ~error
-        m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(alu_in),
-                     a6_valid.eq(alu.out_valid & a5_keep & ~shift_bad)]
         if cfg.sequential_multiplier:
+            m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(alu_in),
+                         a6_valid.eq(alu.out_valid & a5_keep & ~shift_bad)]
             # a multiplication's result comes SEQUENTIAL_MULTIPLY_CYCLES - 1 cycles
             # later: kept from S4 until it comes (the next micro-op's S4 is its cycle
             # at the earliest, the issue spacing them)
@@ -139,7 +139,9 @@ class AluPipeline(wiring.Component):
             with m.Elif(alu.out_valid | error):
                 m.d.sync += a5_keep.eq(0)
         else:
-            m.d.sync += a5_keep.eq(a4_valid & ~error)
+            m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(alu_in),
+                         a5_keep.eq(a4_valid & ~error),
+                         a6_valid.eq(alu.out_valid & a5_keep & ~shift_bad)]
         with m.If(alu_s2):
             m.d.sync += [a3_addr.eq(self.dst), a3_a.eq(a_in), a3_b.eq(b_in),
                          a3_rec.eq(self.rec)]
@@ -159,5 +161,6 @@ class AluPipeline(wiring.Component):
                      self.acc_wr.en.eq(a6_valid), self.shift_error.eq(shift_bad),
                      self.a3_valid.eq(a3_valid), self.a3_dst.eq(a3_addr),
                      self.busy.eq(a3_valid | a4_valid | alu.out_valid | a6_valid
-                                  | (a5_keep if cfg.sequential_multiplier else 0))]
+                                  | a5_keep if cfg.sequential_multiplier
+                                  else a3_valid | a4_valid | alu.out_valid | a6_valid)]
         return m
