@@ -27,6 +27,7 @@ from tensorfab.sim.rtl.clock_gates import (
     CLOCK_GATES,
     ClockGate,
     ClockGateError,
+    enable_terms,
     gate_verilog,
 )
 from tensorfab.sim.testing.blocked_gemm import build_blocked_gemm
@@ -347,3 +348,23 @@ def test_gated_model_equals_ungated_on_random_and_error_programs() -> None:
         assert gated == _outcome(plain_sim, prog)
         seen_error += gated[0] == "error"
     assert seen_error >= 3
+
+
+def test_an_optional_term_counts_where_the_core_has_its_signal() -> None:
+    """The ALU gate's ``?seq_running``: the sequential multiplier's phases tick the ALU
+    in a config with it (without, its later phases never ran: the core hung), and a
+    config without that hardware has no such signal and no such term."""
+    alu = next(g for g in CLOCK_GATES if g.name == "alu")
+    assert "?seq_running" in alu.enable
+
+    def names(cfg) -> set[str]:
+        return {name for term in enable_terms(core_source(cfg), CORE, alu)
+                for _neg, name in term}
+
+    running = "core.compute.alu.vector.seq_running"
+    assert running not in names(TINY)
+    assert running in names(TINY.replace(sequential_multiplier=True))
+    # a term without "?" is still required
+    required = dataclasses.replace(alu, enable=(*alu.enable, "seq_running"))
+    with pytest.raises(ClockGateError, match="has no signal 'seq_running'"):
+        enable_terms(core_source(TINY), CORE, required)
