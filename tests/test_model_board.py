@@ -39,8 +39,9 @@ def compile_args(files: dict[str, Path], out: Path, batch: int, *more: str) -> l
 def test_config_list_and_show_know_the_board_configs(capsys) -> None:
     assert main(["config", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == [*PRESETS, "ecp5-25f", "ecp5-85f", "up5k"]
-    assert [line.endswith("(board config)") for line in lines] == [False] * 4 + [True] * 3
+    assert [line.split()[0] for line in lines] == [*PRESETS, "ecp5-25f", "ecp5-25f-4x4",
+                                                   "ecp5-85f", "up5k"]
+    assert [line.endswith("(board config)") for line in lines] == [False] * 4 + [True] * 4
     assert main(["config", "show", "ecp5-25f", "--json"]) == 0
     cfg = json.loads(capsys.readouterr().out)["config"]
     assert (cfg["name"], cfg["block_in"], cfg["block_out"]) == ("ecp5-25f", 4, 2)
@@ -55,13 +56,13 @@ def test_unknown_config_lists_presets_board_configs_and_json_files(files, capsys
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1, err
         assert "'ecp5-52f'" in err and "tiny, small, default, large" in err
-        assert "ecp5-25f, ecp5-85f, up5k" in err and "JSON config file" in err
+        assert "ecp5-25f, ecp5-25f-4x4, ecp5-85f, up5k" in err and "JSON config file" in err
     assert not (files["dir"] / "x.tfm").exists()
     assert main(["config", "show", str(files["dir"] / "mine.json")]) == 2
     assert "mine.json': no such JSON config file" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["ecp5-25f", "up5k"])
+@pytest.mark.parametrize("name", ["ecp5-25f", "ecp5-25f-4x4", "up5k"])
 def test_compile_and_run_for_a_board_config_by_name(files, capsys, name: str) -> None:
     out = files["dir"] / f"digits-{name}.tfm"
     assert main(compile_args(files, out, 1, "--config", name)) == 0
