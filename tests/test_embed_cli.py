@@ -107,7 +107,8 @@ def test_embed_takes_a_board_config(capsys, monkeypatch) -> None:
     assert [(c.name, c.block_in, c.block_out) for c in seen] == [("ecp5-25f", 4, 2)]
     assert main(["embed", "hi", "--config", "ecp5-52f"]) == 2
     err = capsys.readouterr().err
-    assert "a board config (ecp5-25f, ecp5-25f-4x4, ecp5-85f, up5k)" in err and len(err.splitlines()) == 1
+    assert "a board config (ecp5-25f, ecp5-25f-4x4, ecp5-85f, up5k)" in err
+    assert len(err.splitlines()) == 1
 
 
 def test_estimated_cycles_are_marked(capsys, monkeypatch) -> None:
