@@ -29,6 +29,7 @@ DEFAULT_MATRIX: tuple[tuple[str, str, bool], ...] = (
     ("ulx3s-85f", "small", True),
     ("ulx3s-85f", "tiny", True),
     ("ulx3s-25f", "ecp5-25f", True),
+    ("ulx3s-25f", "ecp5-25f-4x4", True),
     ("ulx3s-25f", "tiny", True),
     ("ulx3s-25f", "tiny", False),
     ("icebreaker", "up5k", True),
