@@ -28,7 +28,7 @@ from tensorfab.runtime.resident import ResidentModel
 from tensorfab.sim import FunctionalSimulator
 
 #: Presets, board configurations, and "json": the JSON file :func:`json_config` writes.
-CONFIGS = ("tiny", "small", "default", "large", "ecp5-25f", "up5k", "json")
+CONFIGS = ("tiny", "small", "default", "large", "ecp5-25f", "ecp5-25f-4x4", "up5k", "json")
 #: Configurations whose RTL runs in the default set: tiny's Verilator build is shared
 #: with many other tests; ecp5-25f is the board config with block_in != block_out.
 RTL_DEFAULT = ("tiny", "ecp5-25f")
