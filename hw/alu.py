@@ -21,8 +21,9 @@ from .dsp import RegisteredMultiplier, per_product_multipliers
 from .signatures import WGT_OFFSET, wgt_entry_order
 
 __all__ = ["AluSignature", "VectorAlu", "dsp_products", "finish_clip", "finish_lane",
-           "first_cycle", "partial_operands", "partial_products", "requant_finish",
-           "requant_first", "sum_high_word", "sum_low_word"]
+           "first_cycle", "partial_operands", "partial_products", "registered_low_words",
+           "registered_partial_products", "requant_finish", "requant_first", "sum_high_word",
+           "sum_low_word"]
 
 
 #: Bits of the low half of each 32-bit multiplication operand: the halves' products
@@ -354,6 +355,32 @@ def dsp_products(m: Module, en: Value, x: Value, y: Value, products: list[Value]
     return out
 
 
+def registered_partial_products(m: Module, en: Value, x: list[Value], y: list[Value],
+                                per_product: bool) -> list[list[Value]]:
+    """Each lane's :func:`partial_products` of ``x[i] · y[i]``, registered when ``en``:
+    each in its own :class:`~.dsp.RegisteredMultiplier` with ``per_product``
+    (:func:`dsp_products`), else one :func:`registered_lanes` register per product kind
+    for all lanes (Verilator's speed)."""
+    lanes = range(len(x))
+    products = [partial_products(x[i], y[i]) for i in lanes]
+    if per_product:
+        return [dsp_products(m, en, x[i], y[i], products[i], f"part{i}") for i in lanes]
+    return [list(p) for p in zip(*(registered_lanes(m, en, [p[k] for p in products],
+                                                    f"part{k}") for k in range(4)),
+                                 strict=True)]
+
+
+def registered_low_words(m: Module, en: Value, parts: list[list[Value]]
+                         ) -> tuple[list[Value], list[Value], list[Value]]:
+    """Each lane's :func:`sum_low_word` of its four ``parts``, registered when ``en``:
+    per lane the low word with its carry, the middle products' high part and ``hi·hi``,
+    for :func:`sum_high_word` a cycle later."""
+    sums = [sum_low_word(list(p)) for p in parts]
+    lo, mid_hi, hh = (registered_lanes(m, en, [s[k] for s in sums], name)
+                      for k, name in enumerate(("sum_lo", "sum_mid_hi", "sum_hh")))
+    return lo, mid_hi, hh
+
+
 def AluSignature(cfg: HwConfig) -> wiring.Signature:
     """The vector ALU's ports, as :class:`VectorAlu` sees them.
 
@@ -481,17 +508,12 @@ class VectorAlu(wiring.Component):
             uses_product = is_mul | is_requant
             uses_product2 = is_mul2 | is_requant2
             uses_product3 = is_mul3 | is_requant3
-        products = [partial_products(x[i], y[i]) for i in lanes]
         per_product = per_product_multipliers(self.per_product, platform)
         last: Value | None = None  # a sequential multiplication's last cycle
         if cfg.sequential_multiplier:
             parts, last = sequential_products(m, en & uses_product, x, y, per_product)
-        elif per_product:
-            parts = [dsp_products(m, en & uses_product, x[i], y[i], products[i], f"part{i}")
-                     for i in lanes]
         else:
-            parts = list(zip(*(registered_lanes(m, en & uses_product, [p[k] for p in products],
-                                                f"part{k}") for k in range(4)), strict=True))
+            parts = registered_partial_products(m, en & uses_product, x, y, per_product)
         rq_fields = [k for k in (rq[0] if rq else {}) if k not in ("x", "y")]
         rq_q = {k: registered_lanes(m, en & is_requant, [r[k] for r in rq], f"rq_{k}")
                 for k in rq_fields}
@@ -500,10 +522,7 @@ class VectorAlu(wiring.Component):
         # the sum in two cycles, once for MUL, MULHI and REQUANT (registered under
         # their enable, and the other arm of the product's multiplexer a signal, so
         # that Verilator adds only for those)
-        go2 = en2 & uses_product2
-        sums = [sum_low_word(list(parts[i])) for i in lanes]
-        lo, mid_hi, hh = (registered_lanes(m, go2, [s_[k] for s_ in sums], name)
-                          for k, name in enumerate(("sum_lo", "sum_mid_hi", "sum_hh")))
+        lo, mid_hi, hh = registered_low_words(m, en2 & uses_product2, parts)
         other3 = registered_lanes(m, en2, [
             arith[i] | Mux(is_clip2, finish_clip(ordered[i], above_lo[i], clip_b[i]), ordered[i])
             for i in lanes], "other3")

@@ -16,14 +16,13 @@ from tensorfab.isa.formats import (
 )
 
 from .alu import (
-    dsp_products,
-    partial_products,
     registered,
     registered_lanes,
+    registered_low_words,
+    registered_partial_products,
     requant_finish,
     requant_first,
     sum_high_word,
-    sum_low_word,
 )
 from .dsp import per_product_multipliers
 from .signatures import acc_entry_bits
@@ -107,22 +106,16 @@ class StoreRequant(wiring.Component):
         # ---- first cycle: (a + bias) and the multiplier, into the partial products
         a = [acc[width * i:][:width].as_signed() for i in lanes]
         rq = [requant_first(m, en, a[i], records[i % cfg.block_out]) for i in lanes]
-        products = [partial_products(r["x"], r["y"]) for r in rq]
-        if per_product_multipliers(self.per_product, platform):
-            parts = [dsp_products(m, en, rq[i]["x"], rq[i]["y"], products[i], f"part{i}")
-                     for i in lanes]
-        else:
-            parts = list(zip(*(registered_lanes(m, en, [p[k] for p in products], f"part{k}")
-                               for k in range(4)), strict=True))
+        parts = registered_partial_products(m, en, [r["x"] for r in rq], [r["y"] for r in rq],
+                                            per_product_multipliers(self.per_product,
+                                                                    platform))
         fields = [k for k in rq[0] if k not in ("x", "y")]
         rq2 = {k: registered_lanes(m, en, [r[k] for r in rq], f"rq_{k}") for k in fields}
 
         # ---- second cycle: the products' low word
         en2 = Signal()
         m.d.sync += en2.eq(en & ~self.flush)
-        sums = [sum_low_word(list(parts[i])) for i in lanes]
-        lo, mid_hi, hh = (registered_lanes(m, en2, [s[k] for s in sums], name)
-                          for k, name in enumerate(("sum_lo", "sum_mid_hi", "sum_hh")))
+        lo, mid_hi, hh = registered_low_words(m, en2, parts)
         rq3 = {k: registered_lanes(m, en2, v, f"rq3_{k}") for k, v in rq2.items()}
 
         # ---- third cycle: the high word, the rounding shift and the clamp
