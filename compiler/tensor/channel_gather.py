@@ -32,7 +32,7 @@ from tensorfab.isa.insn import Alu, Gemm, Load, Store, Uop
 from tensorfab.isa.program import Program, Segment
 from tensorfab.isa.requant_record import requant_rows_acc_records
 
-from .epilogue import REQUANT_STAGES
+from .epilogue import check_requant_stage
 from .errors import CompileError
 from .vector_program import block_entries, uniform_tiles
 
@@ -122,9 +122,7 @@ def gather_program(cfg: HwConfig, what: str, inputs: Sequence[tuple[str, tuple[i
     sources = block_sources(channels, block)
     blocks = len(sources)
     entries = [s for srcs in sources for s in srcs]
-    if requant_stage not in REQUANT_STAGES:
-        raise CompileError(f"{what}: requant_stage {requant_stage!r} is neither "
-                           f"{REQUANT_STAGES[0]!r} nor {REQUANT_STAGES[1]!r}")
+    check_requant_stage(requant_stage, what)
     in_store = records is not None and requant_stage == "store"
     n_rec = 0 if records is None or in_store else blocks  # weight entries of records
     acc_rec = REQUANT_RECORD_WORDS * blocks if in_store else 0  # accumulator entries

@@ -23,6 +23,14 @@ from .requant import MAX_EXPONENT, MIN_EXPONENT, ROUNDINGS, quantize_multipliers
 REQUANT_STAGES = ("store", "alu")
 
 
+def check_requant_stage(stage: str, what: str = "") -> None:
+    """Raise :class:`CompileError` (about ``what``, if given) unless ``stage`` is one of
+    :data:`REQUANT_STAGES`."""
+    if stage not in REQUANT_STAGES:
+        raise CompileError(f"{what}{': ' if what else ''}requant_stage {stage!r} is neither "
+                           f"{REQUANT_STAGES[0]!r} nor {REQUANT_STAGES[1]!r}")
+
+
 @dataclass(frozen=True)
 class Epilogue:
     """A fused epilogue, applied in this order to every int32 accumulator ``a``:
@@ -144,9 +152,7 @@ class Epilogue:
         if self.rounding not in ROUNDINGS:
             raise CompileError(f"rounding {self.rounding!r} is neither {ROUNDINGS[0]!r} nor "
                                f"{ROUNDINGS[1]!r}")
-        if self.requant_stage not in REQUANT_STAGES:
-            raise CompileError(f"requant_stage {self.requant_stage!r} is neither "
-                               f"{REQUANT_STAGES[0]!r} nor {REQUANT_STAGES[1]!r}")
+        check_requant_stage(self.requant_stage)
         if self.rounding == "single":
             if self.multiplier is None:
                 raise CompileError("rounding='single' needs per-channel multiplier and shift")
@@ -401,4 +407,4 @@ def _whole(name: str, value: object) -> int:
     raise CompileError(f"{name} {shown!r} is not an integer")
 
 
-__all__ = ["REQUANT_STAGES", "Epilogue"]
+__all__ = ["REQUANT_STAGES", "Epilogue", "check_requant_stage"]

@@ -122,6 +122,10 @@ def test_shapes_and_configs_the_program_cannot_take_are_refused() -> None:
         concat_program(PRESETS["tiny"], (1, 1, 2, 2, 1, 4), (1, 1, 2, 2, 1, 4), attrs)
     with pytest.raises(CompileError, match="missing attributes"):
         concat_program(CFG, (1, 1, 2, 2, 1, 16), (1, 1, 2, 2, 1, 16), {})
+    with pytest.raises(CompileError, match=r"^qnn\.concat_q31: requant_stage 'dma' is "
+                                           r"neither 'store' nor 'alu'$"):
+        concat_program(CFG, (1, 1, 2, 2, 1, 16), (1, 1, 2, 2, 1, 16), attrs,
+                       requant_stage="dma")
 
 
 @pytest.mark.slow
