@@ -208,22 +208,23 @@ class _Uint8Shifter:
 
 
 def _as_int8(x: Var) -> Expr:
-    """The int8 tensor ``x - 128`` of the uint8 model input ``x`` (exact), on the CPU
-    kernels' ``cast`` and ``add``."""
-    dev = x.virtual_device
-    wide = Call("cast", [x], {"dtype": "int16"}, dev)
-    shifted = Call("add", [wide, Constant(np.array(-128, np.int16))], {}, dev)
-    return Call("cast", [shifted], {"dtype": "int8"}, dev)
+    """The int8 tensor ``x - 128`` of the uint8 model input ``x`` (exact)."""
+    return _offset(x, -128, "int8")
 
 
 def _as_uint8(x: Expr) -> Expr:
     """The uint8 tensor that the int8 ``x`` of :func:`uint8_as_int8` stands for
-    (``x + 128``, exact), on the CPU kernels' ``cast`` and ``add``."""
+    (``x + 128``, exact), named as ``x``."""
+    return _offset(x, 128, "uint8", x.name if isinstance(x, Call) else "")
+
+
+def _offset(x: Expr, delta: int, dtype: str, name: str = "") -> Expr:
+    """``x + delta`` as ``dtype``, through int16 on the CPU kernels' ``cast`` and
+    ``add``."""
     dev = x.virtual_device
-    name = x.name if isinstance(x, Call) else ""
     wide = Call("cast", [x], {"dtype": "int16"}, dev, name)
-    shifted = Call("add", [wide, Constant(np.array(128, np.int16))], {}, dev, name)
-    return Call("cast", [shifted], {"dtype": "uint8"}, dev, name)
+    shifted = Call("add", [wide, Constant(np.array(delta, np.int16))], {}, dev, name)
+    return Call("cast", [shifted], {"dtype": dtype}, dev, name)
 
 
 def _dequantized(e: Expr) -> tuple[Expr, float, int] | None:
