@@ -157,10 +157,9 @@ class AluPipeline(wiring.Component):
                      alu.rec.eq(a3_rec), alu_new.eq(alu.result)]
         for k in range(lanes):
             m.d.comb += [alu.a[k].eq(a3_av[k]), alu.b[k].eq(a3_bv[k])]
+        busy = a3_valid | a4_valid | alu.out_valid | a6_valid
         m.d.comb += [self.acc_wr.addr.eq(a6_addr), self.acc_wr.data.eq(a6_data),
                      self.acc_wr.en.eq(a6_valid), self.shift_error.eq(shift_bad),
                      self.a3_valid.eq(a3_valid), self.a3_dst.eq(a3_addr),
-                     self.busy.eq(a3_valid | a4_valid | alu.out_valid | a6_valid
-                                  | a5_keep if cfg.sequential_multiplier
-                                  else a3_valid | a4_valid | alu.out_valid | a6_valid)]
+                     self.busy.eq(busy | a5_keep if cfg.sequential_multiplier else busy)]
         return m
