@@ -130,6 +130,9 @@ REQUANT_RECORD_BYTES = 12
 #: Accumulator entries holding the records of a requantizing STORE: record word ``k``
 #: (bytes ``4k..4k+3``) of channel ``o`` is lane ``o`` of batch row 0 of entry ``rec + k``.
 REQUANT_RECORD_WORDS = REQUANT_RECORD_BYTES // 4
+#: Byte of a REQUANT record holding its shift (in record word ``REQUANT_SHIFT_BYTE // 4``
+#: of a requantizing STORE's entries).
+REQUANT_SHIFT_BYTE = next(off for name, off, *_ in REQUANT_RECORD if name == "shift")
 #: Largest rounding right shift of REQUANT (its product has 63 significant bits).
 REQUANT_MAX_SHIFT = 62
 #: REQUANT's multiplier is the low bits of its field, unsigned (a Q31 multiplier in

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from tensorfab.isa import Buffer, ErrorCode, Load, Store, buffer_depth, buffer_entry_bytes
-from tensorfab.isa.formats import REQUANT_MAX_SHIFT, REQUANT_RECORD_WORDS, uop_format
+from tensorfab.isa.formats import (
+    REQUANT_MAX_SHIFT,
+    REQUANT_RECORD_WORDS,
+    REQUANT_SHIFT_BYTE,
+    uop_format,
+)
 from tensorfab.isa.requant_record import acc_record_rows, unpack_requant_records
 
 from .fsim_alu import requant_values
@@ -119,7 +124,7 @@ def _requantized(m: Machine, acc: Access, insn: Store, values: np.ndarray) -> np
         raise range_error(acc, ErrorCode.SHIFT_RANGE, "rec",
                           f"REQUANT shift {int(rec['shift'][o])} outside "
                           f"0..{REQUANT_MAX_SHIFT} in the record of channel {o} "
-                          f"(lane {o} of acc[{insn.rec + 2}])")
+                          f"(lane {o} of acc[{insn.rec + REQUANT_SHIFT_BYTE // 4}])")
     return requant_values(values, **{k: v[None, None, :] for k, v in rec.items()})
 
 

@@ -66,8 +66,8 @@ from tensorfab.isa.errors import UsageError
 from tensorfab.isa.formats import (
     MAX_SHIFT,
     REQUANT_MAX_SHIFT,
-    REQUANT_RECORD,
     REQUANT_RECORD_WORDS,
+    REQUANT_SHIFT_BYTE,
     SHIFT_OPS,
     requant_supported,
     token_pops,
@@ -77,8 +77,6 @@ from tensorfab.isa.insn import segment_dram
 
 #: Name of the informational segment recording how a program was generated.
 META_SEGMENT = "random_meta"
-#: Byte of a weight row holding a REQUANT record's shift.
-REQUANT_SHIFT_BYTE = next(off for name, off, *_ in REQUANT_RECORD if name == "shift")
 #: Bump when the same (config, seed) starts giving different programs.
 GENERATOR_VERSION = 4
 #: Most virtual threads :func:`random_program` picks on its own.
