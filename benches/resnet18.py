@@ -27,11 +27,11 @@ The eight residual adds are fused into the convolutions before them
 (:mod:`~tensorfab.compiler.graph.residual_fusion`, ``fused_residual_adds``); with
 ``--separate-adds`` (``fuse=False``) they stay int8 ``qnn.add_q31`` and go where the
 partitioner's cost model puts them, the other placement compiled and run too in the
-same session (``residual_adds_cpu``, ``residual_adds_accel``), each add measured alone
-on both devices (:func:`residual_add_keys`). Per program under ``layers``: the model's
-own ``macs`` as the compiler records them, ``cycles``, ``utilization`` and
-``fused_residual``. :func:`float_agreement` (``--agreement N``) measures the int8 graph
-against the float model.
+same session (``residual_adds_cpu``, ``residual_adds_accel``; None for a placement a
+config cannot run), each add measured alone on both devices (:func:`residual_add_keys`).
+Per program under ``layers``: the model's own ``macs`` as the compiler records them,
+``cycles``, ``utilization`` and ``fused_residual``. :func:`float_agreement`
+(``--agreement N``) measures the int8 graph against the float model.
 A PNG shows cycles and utilization per convolution.
 
 ``targets_met`` (:data:`TARGETS`): ``run_seconds`` ≤ 6 on ``--target rtl`` (None on
@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorfab.isa import PRESETS, HwConfig, UsageError
 from tensorfab.sim import get_device
 
 __all__ = ["TARGETS", "plot_layers", "run_resnet18_bench"]
@@ -62,13 +63,23 @@ TARGETS = {"run_seconds": 6.0, "compile_seconds": 30.0, "accel_mac_fraction": 0.
            "conv_utilization": 0.85, "total_cycles": 7_460_000}
 
 
-def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str = "default",
+def run_resnet18_bench(target: str = "rtl", image_size: int = 224,
+                       config: str | HwConfig = "default",
                        plot: str | None = "build/bench/resnet18-layers.png", seed: int = 0,
                        fuse: bool = True, requant_stage: str = "store") -> dict[str, Any]:
     """Run the benchmark (see the module docstring); ``plot`` is the PNG path (None:
     no chart); ``requant_stage`` is where the convolutions' REQUANT runs (``"store"``:
     requantizing STOREs, ``"alu"``: an ALU pass, :attr:`~tensorfab.compiler.Epilogue.
-    requant_stage`)."""
+    requant_stage`); ``config`` is a preset, a board configuration or a JSON file
+    (:func:`~tensorfab.fpga_builds.board_configs.board_config`), or the config itself.
+
+    Raises
+    ------
+    UsageError
+        ``image_size`` is not a positive integer.
+    ConfigError
+        ``config`` names no configuration.
+    """
     from tensorfab.compiler.graph import Call, accel, post_order
     from tensorfab.compiler.graph.accel_lowering import (
         accel_chain_macs,
@@ -81,33 +92,35 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     from tensorfab.compiler.graph.partitioning import annotate_accelerator, residual_add_chains
     from tensorfab.compiler.graph.planning import plan_devices
     from tensorfab.compiler.graph.stem_im2col import im2col_small_channel_convs
-    from tensorfab.isa import PRESETS
+    from tensorfab.compiler.tensor.vector_program import vector_program_refusal
     from tensorfab.models.digits_int8 import mac_layers
     from tensorfab.runtime.interpreter import run_program
     from tensorfab.runtime.profiling import profile_program
     from tensorfab.runtime.resident import ResidentModel, standalone_host_bytes
 
+    cfg = _config(config)
     rng = np.random.default_rng(seed)
-    shape = (1, 3, image_size, image_size)
+    shape = (1, 3, _image_size(image_size), image_size)
     t0 = time.perf_counter()
-    _, g, integer, rounding = integer_graph(config, image_size, seed, fuse, rng)
+    _, g, integer, rounding = integer_graph(cfg, image_size, seed, fuse, rng)
     x = rng.standard_normal(shape).astype(np.float32)
 
     def compile_with(residual_adds: str) -> tuple[Any, Any]:
         plain = im2col_small_channel_convs(plan_devices(
-            annotate_accelerator(g, accel(config), residual_adds=residual_adds)))
+            annotate_accelerator(g, accel(cfg), residual_adds=residual_adds)))
         planned = pack_accel_layouts(plain)
         lowered = with_macs(lower_accelerator_chains(planned, requant_stage=requant_stage),
                             accel_chain_macs(plain))
         return planned, lower_to_runtime(lowered)
 
     # the partitioner's choice (residual adds by its cost model), then the alternative
-    chosen = "accel" if residual_add_chains(g, accel(config), "auto") else "cpu"
+    chosen = "accel" if residual_add_chains(g, accel(cfg), "auto") else "cpu"
     planned, program = compile_with(chosen)
     t_compile = time.perf_counter() - t0
     layers = mac_layers(integer, planned)
-    other = "cpu" if chosen == "accel" else "accel"
-    _, other_program = compile_with(other)
+    # (a config that runs no vector program has one placement: the CPU)
+    other = None if vector_program_refusal(cfg) else "cpu" if chosen == "accel" else "accel"
+    other_program = compile_with(other)[1] if other is not None else None
 
     device = get_device(target)
     t0 = time.perf_counter()
@@ -117,16 +130,19 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
         t_run = time.perf_counter() - t0
         # the A/B: each placement run twice, alternating, the faster run of each kept
         # (the first run of a session also warms caches)
-        ab = {chosen: [profile], other: []}
-        with ResidentModel(other_program, device) as other_model:
-            for placement, prog, resident in ((other, other_program, other_model),
-                                              (chosen, program, model),
-                                              (other, other_program, other_model)):
-                ab[placement].append(profile_program(prog, [x], device, resident=resident))
+        ab = {chosen: [profile]}
+        if other is not None:
+            ab[other] = []
+            with ResidentModel(other_program, device) as other_model:
+                for placement, prog, resident in ((other, other_program, other_model),
+                                                  (chosen, program, model),
+                                                  (other, other_program, other_model)):
+                    ab[placement].append(profile_program(prog, [x], device,
+                                                         resident=resident))
     got = profile.output
     reference = run_program(lower_to_runtime(g), [x])
     runs = [r for r in profile.layers if r.device == "accel"]
-    peak = PRESETS[config].peak_macs_per_cycle
+    peak = cfg.peak_macs_per_cycle
     total_macs = sum(layer.macs for layer in layers)  # the model's, counted in numpy
     accel_macs = profile.accel_macs  # the compiler's count per program (no padding)
     total_cycles = sum(int(r.cycles or 0) for r in runs)
@@ -156,7 +172,7 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     conv_util = sum(r.macs or 0 for r in conv_runs) / (conv_cycles * peak) \
         if conv_cycles else None
     result: dict[str, Any] = {
-        "target": target, "config": config, "image_size": image_size,
+        "target": target, "config": cfg.name, "image_size": image_size,
         "accel_programs": len(runs), "requant_rounding": rounding,
         "requant_stage": requant_stage, "layers": per_layer,
         "peak_macs_per_cycle": peak,
@@ -179,14 +195,15 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
         "fused_residual_adds": sum(isinstance(e, Call) and e.op == "qnn.requantize_residual_q31"
                                    for e in post_order(g)),
     }
-    for placement, profiles in ab.items():
-        fastest = min(profiles, key=lambda p: p.seconds)
-        result[f"residual_adds_{placement}"] = _placement_keys(fastest, reference)
-    result.update(residual_add_keys(g, PRESETS[config], device, seed))
+    for placement in ("cpu", "accel"):
+        fastest = min(ab.get(placement, ()), key=lambda p: p.seconds, default=None)
+        result[f"residual_adds_{placement}"] = (_placement_keys(fastest, reference)
+                                                if fastest is not None else None)
+    result.update(residual_add_keys(g, cfg, device, seed))
     result["targets_met"] = {
         "run_seconds": t_run <= TARGETS["run_seconds"] if target == "rtl" else None,
         "total_cycles": (total_cycles <= TARGETS["total_cycles"]
-                         if (config, image_size) == ("default", 224) else None),
+                         if (cfg, image_size) == (PRESETS["default"], 224) else None),
         "compile_seconds": t_compile < TARGETS["compile_seconds"],
         "accel_mac_fraction": accel_macs / total_macs >= TARGETS["accel_mac_fraction"],
         "conv_utilization": conv_util is not None
@@ -197,7 +214,22 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224, config: str =
     return result
 
 
-def integer_graph(config: str = "default", image_size: int = 224, seed: int = 0,
+def _config(config: str | HwConfig) -> HwConfig:
+    """``config`` itself, or the configuration it names."""
+    from tensorfab.fpga_builds.board_configs import board_config
+
+    return config if isinstance(config, HwConfig) else board_config(config)
+
+
+def _image_size(size: int) -> int:
+    """``size``, checked: the side of the input images, in pixels."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise UsageError(f"image_size = {size!r}: the side of the input images is a "
+                         "positive number of pixels")
+    return size
+
+
+def integer_graph(config: str | HwConfig = "default", image_size: int = 224, seed: int = 0,
                   fuse: bool = True, rng: np.random.Generator | None = None
                   ) -> tuple[Any, Any, Any, str]:
     """ResNet-18 (seeded weights) quantized by onnxruntime's QDQ quantizer (per-channel
@@ -217,18 +249,18 @@ def integer_graph(config: str = "default", image_size: int = 224, seed: int = 0,
     from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
     from tensorfab.compiler.graph.qdq_lowering import lower_qdq
     from tensorfab.compiler.graph.residual_fusion import fuse_residual_adds
-    from tensorfab.isa import PRESETS
     from tensorfab.isa.formats import requant_supported
     from tensorfab.models import resnet18_onnx
 
+    cfg = _config(config)
     rng = rng if rng is not None else np.random.default_rng(seed)
-    shape = (1, 3, image_size, image_size)
+    shape = (1, 3, _image_size(image_size), image_size)
     calib = [{"input": rng.standard_normal((2, *shape[1:])).astype(np.float32)}
              for _ in range(2)]
     model = resnet18_onnx(seed=seed, image_size=image_size)
     qdq = quantize_onnx(model, calib, per_channel=True)
     integer = lower_qdq(fold_constants(from_onnx(qdq, input_shapes={"input": shape})))
-    rounding = "single" if requant_supported(PRESETS[config]) else "double"
+    rounding = "single" if requant_supported(cfg) else "double"
     g = fixed_point_requantize(dense_as_conv(integer), per_channel=True, rounding=rounding)
     if fuse and rounding == "single":
         g = fuse_residual_adds(g)
@@ -243,6 +275,10 @@ def float_agreement(images: int = 32, image_size: int = 224, config: str = "defa
     import onnxruntime as ort
 
     from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
+
+    if isinstance(images, bool) or not isinstance(images, int) or images < 1:
+        raise UsageError(f"images = {images!r}: the agreement needs a positive number of "
+                         "images")
     from tensorfab.models import resnet18_onnx
     from tensorfab.runtime.interpreter import run_program
 
@@ -296,12 +332,20 @@ def residual_add_keys(g: Any, cfg: Any, device: Any, seed: int) -> dict[str, Any
     kernel: ``residual_adds_accel_exact``), ``residual_adds_accel_seconds`` (at the
     config's clock), ``residual_adds_host_bytes`` (what the CPU placement moves over the
     host link) and ``residual_adds_preferred`` (the placement rule on these measured
-    costs)."""
+    costs). A config that runs no residual add on the accelerator
+    (:func:`~tensorfab.compiler.tensor.vector_program.vector_program_refusal`) gives
+    ``residual_adds_accel_refusal``, why, instead."""
     from tensorfab.compiler.graph.residual_add_placement import (
         measure_residual_adds,
+        residual_add_calls,
         residual_add_device,
     )
+    from tensorfab.compiler.tensor.vector_program import vector_program_refusal
 
+    lacks = vector_program_refusal(cfg)
+    if lacks is not None and residual_add_calls(g):
+        return {"residual_adds_accel_refusal": f"config {cfg.name!r} runs no residual add "
+                                               f"on the accelerator: it needs {lacks}"}
     adds = measure_residual_adds(g, cfg, device, seed=seed)
     if not adds:
         return {}

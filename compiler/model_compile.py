@@ -33,6 +33,7 @@ from .graph.partitioning import cpu_convolutions
 from .graph.printer import astext
 from .graph.types import GraphError
 from .tensor.schedule_source import ScheduleSource
+from .tensor.vector_program import vector_program_refusal
 
 __all__ = ["DEFAULT_QUANTIZER", "QUANTIZERS", "CompiledModel", "FloatModelError",
            "ModelCompileError", "calibration_batches", "compile_onnx", "is_quantized"]
@@ -424,7 +425,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     if cfg is not None:  # one operator the accelerator runs, not three data moves
         fn = channel_shuffles_as_permutes(fn)
     if cfg is not None and rounding == "single" and residual_adds == "auto" \
-            and cfg.block_in == cfg.block_out:
+            and vector_program_refusal(cfg) is None:
         say("fusing residual adds into the convolutions before them")
         fn = fuse_residual_adds(fn)
     quantized = _has_int8(fn)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tensorfab.compiler.tensor.vector_program import vector_program_refusal
 from tensorfab.isa import HwConfig
 from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 
@@ -99,10 +100,9 @@ def cpu_reason(e: Call, cfg: HwConfig | None = None) -> str:
         why = refusal(e, cfg) if refusal is not None and cfg is not None else None
         if why is not None:
             return why
-        if cfg is not None and (cfg.block_in != cfg.block_out or cfg.inp_width != 8
-                                or cfg.acc_width != 32):
-            return (f"int8 on the CPU: its program needs block_in == block_out, 8-bit "
-                    f"inputs and 32-bit accumulators (config {cfg.name!r})")
+        lacks = vector_program_refusal(cfg) if cfg is not None else None
+        if lacks is not None:
+            return f"int8 on the CPU: its program needs {lacks} (config {cfg.name!r})"
         if refusal is not None:
             return ("int8 on the CPU: an input is computed there, or no accelerator "
                     "operator reads the result (it would only travel to the host)")

@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tensorfab.compiler.tensor.schedule import max_pad
+from tensorfab.compiler.tensor.vector_program import vector_program_refusal
 from tensorfab.isa import HwConfig
 
 from .device import CPU, VirtualDevice
@@ -240,7 +241,7 @@ def residual_add_chains(fn: Function, device: VirtualDevice, residual_adds: str 
     from .residual_add_placement import estimate_residual_add, residual_add_device
 
     cfg = hw_config_of(device)
-    if cfg.block_in != cfg.block_out:
+    if vector_program_refusal(cfg) is not None:
         return []
     infer_types(fn)
     readers = call_readers(fn)
@@ -370,7 +371,7 @@ def activation_chains(fn: Function, cfg: HwConfig, on_accel: set[int],
     :data:`MOVING_ACTIVATIONS` that no accelerator operator reads (an element of
     ``accel_members``, the other chains' operators, or another operator taken here): its
     result would only travel to the host, padded to whole channel blocks."""
-    if cfg.block_in != cfg.block_out or cfg.inp_width != 8 or cfg.acc_width != 32:
+    if vector_program_refusal(cfg) is not None:
         return []
     infer_types(fn)
     inputs_of: dict[int, tuple[Expr, ...]] = {}

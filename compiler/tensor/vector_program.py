@@ -31,7 +31,19 @@ from .errors import CompileError
 
 __all__ = ["OutputScale", "Tile", "VectorLoop", "block_entries", "blocked_groups",
            "declare_segments", "group_tiles", "load_constants", "output_scale",
-           "output_scale_ops", "scale_uop", "single", "uniform_tiles"]
+           "output_scale_ops", "scale_uop", "single", "uniform_tiles",
+           "vector_program_refusal"]
+
+
+def vector_program_refusal(cfg: HwConfig) -> str | None:
+    """What ``cfg`` lacks to run vector programs (residual adds, activations, channel
+    scales and permutations, which move int8 entries of ``batch × block_in`` values
+    through accumulator entries of ``batch × block_out``): ``"block_in == block_out
+    (got ...), 8-bit inputs and 32-bit accumulators"``, or ``None`` when it has it."""
+    if cfg.block_in != cfg.block_out or cfg.inp_width != 8 or cfg.acc_width != 32:
+        return (f"block_in == block_out (got {cfg.block_in}, {cfg.block_out}), 8-bit "
+                "inputs and 32-bit accumulators")
+    return None
 
 
 def block_entries(cfg: HwConfig, shape: tuple[int, ...], what: str,
@@ -45,10 +57,9 @@ def block_entries(cfg: HwConfig, shape: tuple[int, ...], what: str,
         A config without ``block_in == block_out``, 8-bit inputs and 32-bit accumulators;
         missing attributes among ``names``; a size that is no whole number of entries.
     """
-    if cfg.block_in != cfg.block_out or cfg.inp_width != 8 or cfg.acc_width != 32:
-        raise CompileError(f"config {cfg.name!r}: {what} needs block_in == block_out "
-                           f"(got {cfg.block_in}, {cfg.block_out}), 8-bit inputs and "
-                           "32-bit accumulators")
+    lacks = vector_program_refusal(cfg)
+    if lacks is not None:
+        raise CompileError(f"config {cfg.name!r}: {what} needs {lacks}")
     missing = [k for k in names if attrs is None or k not in attrs]
     if missing:
         raise CompileError(f"{what}: missing attributes {', '.join(missing)}")

@@ -90,3 +90,35 @@ def test_resnet18_requantizing_stores_on_the_timing_model_at_32px(tmp_path) -> N
     for stage, result in r.items():
         assert result["requant_stage"] == stage and result["matches_reference"] is True
     assert r["store"]["total_cycles"] < r["alu"]["total_cycles"]
+
+
+def test_resnet18_bench_names_bad_arguments(capsys) -> None:
+    """A non-positive image size or image count, or a config no name resolves, is
+    refused by name before any work (they ended in an onnxruntime error, a numpy
+    ``ValueError`` and a ``KeyError``)."""
+    from tensorfab.cli import main
+
+    for options, message in (
+            (["--image-size", "0"], "image_size = 0: the side of the input images is a "
+                                    "positive number of pixels"),
+            (["--agreement", "-1"], "images = -1: the agreement needs a positive number "
+                                    "of images"),
+            (["--config", "nope"], "HwConfig.name = 'nope': not a preset")):
+        assert main(["bench", "resnet18", "--target", "fsim", *options, "--json"]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_resnet18_bench_takes_a_board_config() -> None:
+    """``--config ecp5-25f`` (a board configuration) resolves as on every command (it
+    was a ``KeyError``), and a config that runs no residual add on the accelerator
+    (block_in 4, block_out 2) says so instead of failing in the add's compilation."""
+    from tensorfab.benches.resnet18 import integer_graph, residual_add_keys
+    from tensorfab.fpga_builds.board_configs import board_config
+
+    cfg = board_config("ecp5-25f")
+    _, g, _, rounding = integer_graph("ecp5-25f", 16, fuse=False)
+    assert rounding == "double"  # no REQUANT: a weight row of 4 bytes holds no record
+    keys = residual_add_keys(g, cfg, device=None, seed=0)  # (no device is reached)
+    assert keys == {"residual_adds_accel_refusal": (
+        "config 'ecp5-25f' runs no residual add on the accelerator: it needs "
+        "block_in == block_out (got 4, 2), 8-bit inputs and 32-bit accumulators")}
