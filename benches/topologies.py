@@ -34,9 +34,11 @@ def run_topologies_bench(target: str = "fsim", config: str = "default",
     from tensorfab.compiler.frontend import quantize_onnx
     from tensorfab.compiler.frontend.onnx_macs import onnx_macs
     from tensorfab.compiler.model_compile import compile_onnx
+    from tensorfab.fpga_builds.board_configs import board_config
     from tensorfab.models.cnn_topologies import TOPOLOGIES
     from tensorfab.sim import get_device
 
+    cfg = board_config(config)  # a preset, a board configuration or a JSON file
     device = get_device(target)
     result: dict[str, Any] = {"target": target, "config": config, "models": {}}
     for name in models or sorted(TOPOLOGIES):
@@ -53,11 +55,11 @@ def run_topologies_bench(target: str = "fsim", config: str = "default",
         for quantizer in ("tensorfab", "ort_uint8"):
             t0 = time.perf_counter()
             if quantizer == "tensorfab":
-                compiled = compile_onnx(model, config=config, calibration=calib)
+                compiled = compile_onnx(model, config=cfg, calibration=calib)
             else:
                 qdq = quantize_onnx(model, [{"x": c[None]} for c in calib], symmetric=False,
                                     preprocess=False, activation_dtype="uint8")
-                compiled = compile_onnx(qdq, config=config)
+                compiled = compile_onnx(qdq, config=cfg)
             compile_seconds = round(time.perf_counter() - t0, 3)
             rows[quantizer] = {"macs": macs, **int8_run_figures(compiled, {"x": x}, device,
                                                                 macs, reference),

@@ -47,7 +47,8 @@ def zoo_model_figures(name: str, target: str = "fsim", config: str = "default",
     name : str
         One of :data:`~tensorfab.models.onnx_zoo_light.LIGHT_MODELS`.
     target, config : str
-        The executor and the accelerator preset.
+        The executor and the accelerator (a preset, a board configuration or a JSON
+        file: :func:`~tensorfab.fpga_builds.board_configs.board_config`).
     size : int
         The input's height and width (224 as the zoo's models take).
     seed : int
@@ -61,10 +62,12 @@ def zoo_model_figures(name: str, target: str = "fsim", config: str = "default",
     from tensorfab.compiler.frontend import quantize_onnx
     from tensorfab.compiler.frontend.onnx_macs import onnx_macs
     from tensorfab.compiler.model_compile import compile_onnx
+    from tensorfab.fpga_builds.board_configs import board_config
     from tensorfab.models.onnx_zoo_light import load_light_model
     from tensorfab.runtime.profiling import profile_program
     from tensorfab.sim import get_device
 
+    cfg = board_config(config)
     light = load_light_model(name, seed=seed, size=size)
     rng = np.random.default_rng(seed + 2)
     calib = rng.normal(0, 1, (CALIBRATION_IMAGES, *light.input_shape[1:])
@@ -79,7 +82,7 @@ def zoo_model_figures(name: str, target: str = "fsim", config: str = "default",
 
     def int8_figures(model: onnx.ModelProto, **calibration: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
-        compiled = compile_onnx(model, config=config, **calibration)
+        compiled = compile_onnx(model, config=cfg, **calibration)
         compile_seconds = round(time.perf_counter() - t0, 3)
         return {**int8_run_figures(compiled, feeds, device, macs, reference),
                 "compile_seconds": compile_seconds}
@@ -102,8 +105,10 @@ def run_zoo_bench(target: str = "fsim", config: str = "default",
                   models: Sequence[str] | None = None) -> dict[str, Any]:
     """The figures of the module docstring per model (all of
     :data:`~tensorfab.models.onnx_zoo_light.LIGHT_MODELS` by default)."""
+    from tensorfab.fpga_builds.board_configs import board_config
     from tensorfab.models.onnx_zoo_light import LIGHT_MODELS
 
+    board_config(config)  # a name that resolves, before the first model's work
     result: dict[str, Any] = {"target": target, "config": config, "models": {}}
     for name in models or LIGHT_MODELS:
         result["models"][name] = zoo_model_figures(name, target, config)

@@ -34,3 +34,16 @@ def test_topologies_bench_on_alexnet() -> None:
         assert row["host_bytes"] > row["io_bytes"]
     assert any(op.startswith("nn.pad") for op in r["models"]["alexnet_groups"]["ort_uint8"]
                ["cpu_operators"])
+
+
+def test_topologies_bench_takes_a_board_config() -> None:
+    """``--config ecp5-25f`` names a board configuration as on every command (the
+    compiler was handed the name and took it for a missing preset): the model runs
+    bit-exact against the int8 graph, its grouped convolutions partly on the 1×4×2
+    core."""
+    r = run_topologies_bench(config="ecp5-25f", models=("alexnet_groups",))
+    assert r["config"] == "ecp5-25f"
+    for quantizer in ("tensorfab", "ort_uint8"):
+        row = r["models"]["alexnet_groups"][quantizer]
+        assert row["exact"] and row["cosine"] > 0.99
+        assert 0 < row["accel_macs"] < row["macs"]
