@@ -78,7 +78,11 @@ from tensorfab.isa.insn import segment_dram
 #: Name of the informational segment recording how a program was generated.
 META_SEGMENT = "random_meta"
 #: Bump when the same (config, seed) starts giving different programs.
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
+#: Share of the bias rows (on configs with REQUANT) made to hold a legal REQUANT shift
+#: in batch row 0, so that a requantizing STORE can take its records from the entries
+#: a LOAD puts them in.
+RECORD_BIAS_ROWS = 0.5
 #: Most virtual threads :func:`random_program` picks on its own.
 MAX_VTHREADS = 4
 #: Default cap on the number of steps.
@@ -188,6 +192,10 @@ class _Generator:
         # accumulator entries known to hold shift amounts 0..31 in every element (the
         # only legal vector operands of shift operations; else SHIFT_RANGE)
         self.shift_ok = np.zeros(cfg.acc_depth, dtype=bool)
+        # accumulator entries whose batch row 0 holds a legal REQUANT shift in every
+        # element's shift byte: the record word of a requantizing STORE that holds the
+        # shift (the shift entries above, and bias rows made so)
+        self.record_shift_ok = np.zeros(cfg.acc_depth, dtype=bool)
         # weight entries holding legal REQUANT records (loaded from the "wgt" segment,
         # whose shift bytes are 0..REQUANT_MAX_SHIFT, or padding)
         self.records_ok = np.zeros(cfg.wgt_depth, dtype=bool)
@@ -263,6 +271,8 @@ class _Generator:
             bias = rng.integers(-(1 << 31), 1 << 31, size=(n_bias, b, bo), dtype=np.int64)
         else:  # bias-like: small values
             bias = rng.integers(-(1 << 12), 1 << 12, size=(n_bias, b, bo), dtype=np.int64)
+        if requant_supported(cfg):  # (a stream of its own: the instructions stay)
+            bias = self._record_bias(bias)
         wgt = i8((n_wgt, bo, bi))
         if requant_supported(cfg):  # every row a REQUANT record with a legal shift
             wgt[..., REQUANT_SHIFT_BYTE] = rng.integers(0, REQUANT_MAX_SHIFT + 1, (n_wgt, bo))
@@ -278,6 +288,34 @@ class _Generator:
                                                             meta)]
         self.seg_bytes = {s.name: s.nbytes for s in self.segments}
         self.fb_writer = np.full(self.seg_bytes["fb"], _NEVER, dtype=np.int64)
+
+    def _record_bias(self, bias: np.ndarray) -> np.ndarray:
+        """``bias`` with :data:`RECORD_BIAS_ROWS` of its rows (picked by a random stream
+        of their own) holding a legal REQUANT shift in batch row 0's shift bytes; sets
+        :attr:`bias_record_ok`, whether each row holds one."""
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed,
+                                                            _fingerprint(self.cfg), 2]))
+        at = 8 * (REQUANT_SHIFT_BYTE % 4)  # the shift's bits in its record word
+        words = bias.astype(np.int64) & 0xFFFFFFFF
+        shift = (words[:, 0, :] >> at) & 0xFF
+        rows = rng.random(len(bias)) < RECORD_BIAS_ROWS
+        legal = shift % (REQUANT_MAX_SHIFT + 1)
+        words[rows, 0, :] += (legal[rows] - shift[rows]) << at
+        self.bias_record_ok = ((words[:, 0, :] >> at) & 0xFF <= REQUANT_MAX_SHIFT).all(axis=1)
+        return np.where(words >= 1 << 31, words - (1 << 32), words)
+
+    def _loaded_record_shifts(self, insn: Load, seg: str | None) -> np.ndarray:
+        """Per entry a LOAD of the accumulators writes, whether it holds a legal
+        REQUANT shift where a record's shift goes: its padding (zeros) and the bias
+        rows that do (:meth:`_record_bias`)."""
+        ok = np.ones((insn.rows, insn.cols), dtype=bool)
+        if seg == "bias" and requant_supported(self.cfg):
+            rows = insn.dram + np.arange(insn.y)[:, None] * insn.stride + np.arange(insn.x)
+            data = self.bias_record_ok[rows]
+        else:
+            data = False
+        ok[insn.pad_top:insn.pad_top + insn.y, insn.pad_left:insn.pad_left + insn.x] = data
+        return ok.ravel()
 
     def _source(self, buf: Buffer) -> str:
         """Segment a LOAD of ``buf`` reads (``fb`` sometimes, for read-back)."""
@@ -399,6 +437,7 @@ class _Generator:
             self.init[insn.buffer][lo:hi] = True
             if insn.buffer is Buffer.ACC:
                 self.shift_ok[lo:hi] = False
+                self.record_shift_ok[lo:hi] = self._loaded_record_shifts(insn, item.seg)
             if insn.buffer is Buffer.WGT:
                 self.records_ok[lo:hi] = item.seg == "wgt"
 
@@ -641,6 +680,7 @@ class _Generator:
                     if kind == 0 or op is AluOp.MOV:
                         self.init[Buffer.ACC][uop.acc + off] = True
                     self.shift_ok[uop.acc + off] = shift_value
+                    self.record_shift_ok[uop.acc + off] = shift_value
             return insn
         return None
 
@@ -689,14 +729,19 @@ class _Generator:
                            requant=rec is not None, rec=rec or 0), seg)
 
     def _records_at(self, lo: int, hi: int) -> int | None:
-        """The first of three initialized accumulator entries in ``[lo, hi)`` that hold
-        legal records of a requantizing STORE (the last one's every element 0..31, so
-        every shift byte is), or None."""
-        if hi - lo < REQUANT_RECORD_WORDS:
+        """The first of :data:`REQUANT_RECORD_WORDS` initialized accumulator entries in
+        ``[lo, hi)`` that hold legal records of a requantizing STORE (the one with the
+        shift byte holding a legal shift in every element of batch row 0), or None."""
+        n = hi - lo - REQUANT_RECORD_WORDS + 1
+        if n < 1:
             return None
         init = self.init[Buffer.ACC][lo:hi]
-        ok = np.flatnonzero(init[:-2] & init[1:-1] & self.shift_ok[lo + 2:hi])
-        return lo + int(ok[int(self.store_rng.integers(ok.size))]) if ok.size else None
+        ok = self.record_shift_ok[lo + REQUANT_SHIFT_BYTE // 4:][:n].copy()
+        for word in range(REQUANT_RECORD_WORDS):
+            ok &= init[word:word + n]
+        first = np.flatnonzero(ok)
+        return lo + int(first[int(self.store_rng.integers(first.size))]) if first.size \
+            else None
 
     # ------------------------------------------------------------------------ phases
     def _emit(self, item: _Item) -> int:
@@ -821,7 +866,7 @@ class _Generator:
         self.kernels[v].append((item.insn.sram, item.insn.sram + 1))
         self.init[Buffer.ACC][lo] = True
         imm = self._imm(AluOp.MOV)
-        self.shift_ok[lo] = 0 <= imm <= MAX_SHIFT
+        self.shift_ok[lo] = self.record_shift_ok[lo] = 0 <= imm <= MAX_SHIFT
         return Alu(op=AluOp.MOV, use_imm=True, imm=imm,
                    uop_begin=item.insn.sram, uop_end=item.insn.sram + 1)
 
