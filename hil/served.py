@@ -194,7 +194,6 @@ class ServedDevice:
             "next request (device memories opened before are stale)")
 
     # ----------------------------------------------------------------- internals
-
     def _close(self) -> None:
         close = getattr(self.device, "close", None)
         if close is None:
