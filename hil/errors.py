@@ -16,11 +16,13 @@ __all__ = [
     "BoardResetError",
     "BoardTimeout",
     "ConnectionClosed",
+    "DeviceLostError",
     "HilError",
     "LinkError",
     "LinkTimeout",
     "RemoteError",
     "ReplayMismatch",
+    "StaleMemoryError",
     "TokenError",
     "WireError",
 ]
@@ -127,3 +129,14 @@ class BoardResetError(BoardError):
 
 class BoardTimeout(BoardError):
     """A program did not finish within the time given."""
+
+
+class DeviceLostError(HilError):
+    """A device server's device failed under a request (its link closed or stopped
+    answering, the board was reset mid-run), or could not be reopened since: the server
+    reopens it on the next request."""
+
+
+class StaleMemoryError(HilError):
+    """A device memory opened before its device failed and was reopened: the board was
+    reset or reconnected since, so what the memory held is gone."""

@@ -4,20 +4,25 @@ clients holding its token (:class:`~tensorfab.hil.remote.RemoteDevice` on the ot
 Runs are serialized: one lock guards the device, so clients take it in turn; a client
 that disconnects mid-run leaves the run to finish and the device to the next client,
 and the memories it opened are closed. An error the device raises goes back as an
-error reply naming the exception's class.
+error reply naming the exception's class. A device whose link fails is reopened on the
+next request, and the memories opened before are refused from then on
+(:mod:`tensorfab.hil.served`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from tensorfab.isa import HwConfig, Program
-from tensorfab.isa.device import Device, DeviceMemory, open_device, target_scheme
+from tensorfab.isa.device import Device, DeviceMemory
 
-from .errors import HilError, TokenError
+from .errors import HilError
+from .served import ServedDevice, served_token_hint
 from .service import TokenService, log
 from .wire import Msg, ok_reply, result_to_wire
 
@@ -38,43 +43,26 @@ def server_version() -> str:
 
 
 @dataclass
+class _Held:
+    """An open device memory and the device's generation it was opened in."""
+
+    memory: DeviceMemory
+    generation: int
+
+
+@dataclass
 class _Session:
     """What one connection holds: its open device memories, by handle."""
 
     peer: str
-    memories: dict[int, DeviceMemory] = field(default_factory=dict)
+    memories: dict[int, _Held] = field(default_factory=dict)
     handles: itertools.count = field(default_factory=lambda: itertools.count(1))
 
-    @property
-    def memory_bytes(self) -> int:
-        return sum(m.size for m in self.memories.values())
-
-
-#: Whose token a served target of each scheme of :data:`~.errors.TOKEN_SCHEMES` takes.
-_TOKEN_OWNERS = {"socket": "the board's", "tcp": "the device server's",
-                 "tracker": "the tracker's"}
-
-
-def served_token_hint(target: str) -> tuple[str, str] | None:
-    """How a server that opens ``target`` is given the token of the board, server or
-    tracker behind it: ``(whose token, the target with ?token=...)``, as ``("the
-    board's", "socket://host:port?token=...")`` (in its URL's query: the server's own
-    ``token`` does not reach it); None for a target that takes no token."""
-    owner = _TOKEN_OWNERS.get(target_scheme(target))
-    return None if owner is None else (owner, f"{target.partition('?')[0]}?token=...")
-
-
-def _open_served(target: str) -> Device:
-    """``open_device(target)``; a target that wants a token says it goes in the
-    target's query (:func:`served_token_hint`)."""
-    try:
-        return open_device(target)
-    except TokenError as exc:
-        hint = served_token_hint(target)
-        if hint is None:
-            raise
-        raise exc.given_with(f"{hint[0]} token in the target's query ('{hint[1]}')"
-                             ) from None
+    def memory_bytes(self, generation: int) -> int:
+        """Bytes of the memories held on the device of ``generation`` (stale ones hold
+        none)."""
+        return sum(h.memory.size for h in self.memories.values()
+                   if h.generation == generation)
 
 
 class DeviceServer(TokenService):
@@ -93,6 +81,11 @@ class DeviceServer(TokenService):
     max_memory_bytes : int
         Device memory one connection may hold at once; also the largest DRAM image a
         RUN may use.
+    reopen_attempts, reopen_backoff
+        After the device's link fails, the next request that needs it tries to open
+        ``device`` this many times, waiting ``reopen_backoff`` seconds after the first
+        failure and twice as long after each next one
+        (:class:`~tensorfab.hil.served.ServedDevice`).
     **options
         :class:`~tensorfab.hil.service.TokenService` limits (``hello_timeout``,
         ``frame_timeout``, ``max_message``, ``max_connections``).
@@ -108,8 +101,11 @@ class DeviceServer(TokenService):
 
     def __init__(self, device: str | Device, host: str = "127.0.0.1", port: int = 0,
                  token: str | None = None, *,
-                 max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES, **options: Any) -> None:
-        self.device = _open_served(device) if isinstance(device, str) else device
+                 max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES, reopen_attempts: int = 3,
+                 reopen_backoff: float = 0.5, **options: Any) -> None:
+        #: The device, reopened after a failure of its link.
+        self.served = ServedDevice(device, reopen_attempts=reopen_attempts,
+                                   reopen_backoff=reopen_backoff)
         self.max_memory_bytes = max_memory_bytes
         #: Held while the device runs or its memory is touched: clients take turns.
         self.device_lock = threading.Lock()
@@ -121,6 +117,11 @@ class DeviceServer(TokenService):
             Msg.READ: self._read, Msg.RUN_PLACED: self._run_placed, Msg.CLOSE: self._close,
         }
 
+    @property
+    def device(self) -> Device:
+        """The served device (the one opened last)."""
+        return self.served.device
+
     def hello_fields(self) -> dict[str, Any]:
         return super().hello_fields() | {"device": self.device.name, "server": server_version()}
 
@@ -129,9 +130,9 @@ class DeviceServer(TokenService):
 
     def close_session(self, session: _Session) -> None:
         with self.device_lock:
-            for handle, memory in list(session.memories.items()):
+            for handle, held in list(session.memories.items()):
                 try:
-                    memory.close()
+                    held.memory.close()
                 except Exception as exc:  # the device may be gone already
                     log.warning("%s: closing memory %d: %s", session.peer, handle, exc)
             session.memories.clear()
@@ -163,56 +164,77 @@ class DeviceServer(TokenService):
         if dram is not None and dram.nbytes > self.max_memory_bytes:
             raise HilError(f"a DRAM image of {dram.nbytes} bytes is over this server's "
                            f"{self.max_memory_bytes}-byte limit")
-        with self.device_lock:
-            result = self.device.run(program, dram)
+        with self._device("run") as device:
+            result = device.run(program, dram)
             self.runs += 1
         return ok_reply(**result_to_wire(result))
 
-    def _memory(self, session: _Session, handle: int) -> DeviceMemory:
+    @contextlib.contextmanager
+    def _device(self, request: str) -> Iterator[Device]:
+        """The device, held for ``request`` (reopened first if its link failed)."""
+        with self.device_lock, self.served.using(request) as device:
+            yield device
+
+    def _held(self, session: _Session, handle: int) -> _Held:
         try:
             return session.memories[handle]
         except KeyError:
             raise HilError(f"no device memory with handle {handle} on this connection "
                            f"(open: {sorted(session.memories) or 'none'})") from None
 
+    @contextlib.contextmanager
+    def _memory(self, held: _Held, handle: int, request: str) -> Iterator[DeviceMemory]:
+        """Memory ``handle`` of this connection, held for ``request``; refused if it was
+        opened before the device was lost."""
+        with self.device_lock:
+            self.served.check_memory(held.generation, handle)
+            with self.served.using(request):
+                yield held.memory
+
     def _open_memory(self, fields: dict[str, Any], session: _Session) -> dict[str, Any]:
         config = HwConfig.from_json(fields["config"])
         size = fields["size"]
-        if session.memory_bytes + size > self.max_memory_bytes:
-            raise HilError(f"a device memory of {size} bytes would take this connection "
-                           f"over the server's {self.max_memory_bytes}-byte limit")
-        with self.device_lock:
-            memory = self.device.open_memory(config, size)
+        with self._device("open_memory") as device:
+            if session.memory_bytes(self.served.generation) + size > self.max_memory_bytes:
+                raise HilError(f"a device memory of {size} bytes would take this "
+                               "connection over the server's "
+                               f"{self.max_memory_bytes}-byte limit")
+            memory = device.open_memory(config, size)
+            held = _Held(memory, self.served.generation)
         handle = next(session.handles)
-        session.memories[handle] = memory
+        session.memories[handle] = held
         return ok_reply(handle=handle)
 
     def _write(self, fields: dict[str, Any], session: _Session) -> dict[str, Any]:
-        memory = self._memory(session, fields["handle"])
-        with self.device_lock:
+        held = self._held(session, fields["handle"])
+        with self._memory(held, fields["handle"], "write") as memory:
             memory.write(fields["addr"], fields["data"])
         return ok_reply()
 
     def _read(self, fields: dict[str, Any], session: _Session) -> dict[str, Any]:
-        memory = self._memory(session, fields["handle"])
+        held = self._held(session, fields["handle"])
         if fields["nbytes"] > self.max_message - 1024:
             raise HilError(f"a read of {fields['nbytes']} bytes is over the "
                            f"{self.max_message}-byte message limit; read in parts")
-        with self.device_lock:
+        with self._memory(held, fields["handle"], "read") as memory:
             data = memory.read(fields["addr"], fields["nbytes"])
         return ok_reply(data=data)
 
     def _run_placed(self, fields: dict[str, Any], session: _Session) -> dict[str, Any]:
-        memory = self._memory(session, fields["handle"])
+        held = self._held(session, fields["handle"])
         program = self._program(fields["program"])
-        with self.device_lock:
+        with self._memory(held, fields["handle"], "run_placed") as memory:
             result = memory.run(program)
             self.runs += 1
         return ok_reply(**result_to_wire(result))
 
     def _close(self, fields: dict[str, Any], session: _Session) -> dict[str, Any]:
-        memory = self._memory(session, fields["handle"])
+        """Close a memory; a stale one is only forgotten (its device is gone)."""
+        held = self._held(session, fields["handle"])
         del session.memories[fields["handle"]]
         with self.device_lock:
-            memory.close()
+            if held.generation != self.served.generation:
+                return ok_reply()
+            with self.served.using("close"):
+                held.memory.close()
         return ok_reply()

@@ -96,6 +96,16 @@ def parse_link_url(target: str, baud: int | None = None) -> tuple[str, int]:
     raise LinkError(f"{target}: a board link is serial:// or socket://")
 
 
+def _open_failure(exc: Exception) -> str:
+    """Why pyserial could not open a port: the system's reason (``Connection refused``,
+    ``No such file or directory``) rather than its ``could not open port URL: [Errno
+    N] ...``, which names the port the message already names."""
+    cause = exc.__context__
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror
+    return str(exc)
+
+
 class SerialTransport:
     """A serial port or a TCP byte stream through pyserial.
 
@@ -135,7 +145,8 @@ class SerialTransport:
             busy = "exclusively lock" in str(exc)
             raise LinkError(f"cannot open {url}: " + (
                 "the port is in use by another program (another tensorfab on this board, a "
-                "terminal, or a virtual board's TCP client)" if busy else str(exc))) from None
+                "terminal, or a virtual board's TCP client)" if busy else _open_failure(exc))
+            ) from None
         # a socket's first bytes may be a board server's refusal
         self._opening = url.startswith("socket://")
         self._pending = b""

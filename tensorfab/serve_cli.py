@@ -110,7 +110,8 @@ def add_serve_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         description="Serve a device over TCP (docs/hil.md). Clients connect with\n"
         "open_device('tcp://HOST:PORT', token=...) or RemoteDevice. It listens on\n"
         "127.0.0.1 unless --host says otherwise (which needs --token); without --token\n"
-        "a token is made and printed. Runs are serialized. Ctrl-C stops it.")
+        "a token is made and printed. Runs are serialized. A device whose link fails\n"
+        "is reopened on the next request (logged on stderr). Ctrl-C stops it.")
     s.add_argument("--device", default="fsim",
                    help="target to serve: fsim, rtl or any registered target "
                         "(default: %(default)s)")

@@ -1,10 +1,16 @@
 """Fixtures of the device server tests: a small program, servers that every test shuts
-down, a raw wire client for the protocol's failure cases, and an fsim whose runs can be
-held at a gate and that records how many run at once."""
+down, a raw wire client for the protocol's failure cases, an fsim whose runs can be
+held at a gate and that records how many run at once, a memory session, and
+``tensorfab`` subcommands run as processes."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +25,7 @@ from tensorfab.hil.server import DeviceServer
 from tensorfab.hil.wire import HEADER, PROTOCOL_VERSION, encode_message, recv_message
 from tensorfab.isa import HwConfig, Program, get_config
 from tensorfab.isa.device import DeviceMemory, RunResult
+from tensorfab.isa.placement import place_program, placement_alignment
 from tensorfab.sim import FunctionalSimulator
 
 #: The size limit of the test servers' frames.
@@ -33,6 +40,36 @@ def conv_program(seed: int = 1, config: str = "tiny") -> Program:
     x = rng.integers(-8, 8, (1, 8, 6, 6), dtype=np.int8)
     w = rng.integers(-8, 8, (8, 8, 3, 3), dtype=np.int8)
     return conv2d(get_config(config), x, w, padding=1).program
+
+
+def scattered(program: Program, start: int = 1 << 12) -> dict[str, int]:
+    """Addresses of ``program``'s regions, in reverse order from ``start``, with gaps."""
+    lay = program.layout()
+    a = placement_alignment(program)
+    addresses, pos = {}, start
+    for name in reversed([n for n in lay if n != "end"]):
+        addresses[name] = pos
+        pos += -(-lay[name].nbytes // a) * a + 2 * a
+    return addresses
+
+
+def memory_session(device, program: Program) -> tuple[list[np.ndarray], list]:
+    """Place ``program``'s image once, then run it twice with new inputs written in
+    between; the outputs and results of each run."""
+    placed = place_program(program, scattered(program))
+    image = placed.dram_image()
+    lay = placed.layout()
+    out = lay["out"]
+    got, results = [], []
+    with device.open_memory(program.config, placed.dram_size) as mem:
+        mem.write(0, image)  # program, micro-ops and weights: once
+        for seed in (5, 6):
+            x = conv_program(seed).segment("inp").data
+            mem.write(lay["inp"].offset, x)
+            results.append(mem.run(placed))
+            got.append(mem.read(out.offset, out.nbytes))
+        assert mem.host_bytes_written == image.size + 2 * lay["inp"].nbytes
+    return got, results
 
 
 @pytest.fixture(scope="session")
@@ -150,3 +187,34 @@ def raw_client() -> Iterator[Any]:
     yield connect
     for c in clients:
         c.close()
+
+
+class Process:
+    """A ``tensorfab`` subcommand in a process of its own, read line by line."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tensorfab.cli", *args], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+
+    def expect(self, pattern: str) -> re.Match:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        m = re.match(pattern, line)
+        assert m, (line, self.proc.poll())
+        return m
+
+    def interrupt(self) -> tuple[int, str]:
+        self.proc.send_signal(signal.SIGINT)
+        _, err = self.proc.communicate(timeout=10)
+        return self.proc.returncode, err
+
+
+@pytest.fixture
+def processes() -> Iterator[list[Process]]:
+    procs: list[Process] = []
+    yield procs
+    for p in procs:
+        if p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.communicate()

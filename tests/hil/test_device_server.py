@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import GatedFsim, RawClient, conv_program
+from conftest import GatedFsim, RawClient, conv_program, memory_session
 
 from tensorfab.hil.errors import HilError, RemoteError, WireError
 from tensorfab.hil.remote import RemoteDevice, RemoteMemory
@@ -17,7 +17,6 @@ from tensorfab.hil.wire import Msg
 from tensorfab.isa import Program
 from tensorfab.isa.device import open_device
 from tensorfab.isa.errors import UsageError
-from tensorfab.isa.placement import place_program, placement_alignment
 from tensorfab.sim import FunctionalSimulator
 
 
@@ -96,41 +95,12 @@ def test_serving_a_served_device_takes_its_token_in_the_url(serve, program, monk
         open_device(f"{server.address}?tokn={server.token}")
 
 
-def _scattered(program: Program, start: int = 1 << 12) -> dict[str, int]:
-    lay = program.layout()
-    a = placement_alignment(program)
-    addresses, pos = {}, start
-    for name in reversed([n for n in lay if n != "end"]):
-        addresses[name] = pos
-        pos += -(-lay[name].nbytes // a) * a + 2 * a
-    return addresses
-
-
-def _memory_session(device, program: Program) -> tuple[list[np.ndarray], list]:
-    """Place ``program``'s image once, then run it twice with new inputs written in
-    between; the outputs and results of each run."""
-    placed = place_program(program, _scattered(program))
-    image = placed.dram_image()
-    lay = placed.layout()
-    out = lay["out"]
-    got, results = [], []
-    with device.open_memory(program.config, placed.dram_size) as mem:
-        mem.write(0, image)  # program, micro-ops and weights: once
-        for seed in (5, 6):
-            x = conv_program(seed).segment("inp").data
-            mem.write(lay["inp"].offset, x)
-            results.append(mem.run(placed))
-            got.append(mem.read(out.offset, out.nbytes))
-        assert mem.host_bytes_written == image.size + 2 * lay["inp"].nbytes
-    return got, results
-
-
 def test_a_memory_session_equals_fsim(serve, program) -> None:
     server = serve("fsim")
     with RemoteDevice(server.address, token=server.token) as dev:
         assert isinstance(dev.open_memory(program.config, 4096), RemoteMemory)
-        got, results = _memory_session(dev, program)
-    want, local = _memory_session(FunctionalSimulator(), program)
+        got, results = memory_session(dev, program)
+    want, local = memory_session(FunctionalSimulator(), program)
     for g, w, r, lr in zip(got, want, results, local, strict=True):
         np.testing.assert_array_equal(g, w)
         assert r.counters == lr.counters and r.dram is None and r.outputs == {}

@@ -4,50 +4,15 @@ options are one-line errors."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-from collections.abc import Iterator
 
 import pytest
+from conftest import Process
 
 from tensorfab.cli import main
 from tensorfab.hil.remote import RemoteDevice
 from tensorfab.isa.device import open_device
 from tensorfab.sim import FunctionalSimulator
-
-
-class Process:
-    """A ``tensorfab`` subcommand in a process of its own, read line by line."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tensorfab.cli", *args], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
-
-    def expect(self, pattern: str) -> re.Match:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        m = re.match(pattern, line)
-        assert m, (line, self.proc.poll())
-        return m
-
-    def interrupt(self) -> tuple[int, str]:
-        self.proc.send_signal(signal.SIGINT)
-        _, err = self.proc.communicate(timeout=10)
-        return self.proc.returncode, err
-
-
-@pytest.fixture
-def processes() -> Iterator[list[Process]]:
-    procs: list[Process] = []
-    yield procs
-    for p in procs:
-        if p.proc.poll() is None:
-            p.proc.kill()
-            p.proc.communicate()
 
 
 def test_serve_prints_its_address_and_token_and_ends_quietly_on_ctrl_c(processes,
