@@ -15,6 +15,7 @@ from .errors import (
     TOKEN_ENV,
     WRONG_TOKEN,
     ConnectionClosed,
+    ConnectionLost,
     HilError,
     RemoteError,
     TokenError,
@@ -139,15 +140,17 @@ class Connection:
             The server replied with an error.
         WireError
             A field the wire format does not carry (nothing is sent).
-        HilError
+        ConnectionLost
             The connection failed or no reply came within ``timeout`` seconds (default
             :attr:`reply_timeout`); the connection is closed then.
+        HilError
+            A reply that breaks the wire format (the connection is closed).
         """
         wait = self.reply_timeout if timeout is None else timeout
         frame = encode_message({"type": kind.value, **fields})  # a WireError sends nothing
         with self._lock:
             if self._sock is None:
-                raise HilError(f"{self.address}: the connection is closed")
+                raise ConnectionLost(f"{self.address}: the connection is closed")
             try:
                 self._sock.settimeout(wait)
                 self._sock.sendall(frame)
@@ -155,18 +158,18 @@ class Connection:
                                      deadline=time.monotonic() + wait)
             except TimeoutError:
                 self._drop()
-                raise HilError(f"{self.address}: no reply to {kind.value} within "
+                raise ConnectionLost(f"{self.address}: no reply to {kind.value} within "
                                f"{wait:g} s") from None
             except ConnectionClosed:
                 self._drop()
-                raise HilError(f"{self.address}: the server closed the connection during "
+                raise ConnectionLost(f"{self.address}: the server closed the connection during "
                                f"{kind.value}") from None
             except WireError as exc:
                 self._drop()
                 raise HilError(f"{self.address}: {kind.value}: {exc}") from exc
             except OSError as exc:
                 self._drop()
-                raise HilError(f"{self.address}: {kind.value}: connection lost: "
+                raise ConnectionLost(f"{self.address}: {kind.value}: connection lost: "
                                f"{exc.strerror or exc}") from exc
         fields = {k: v for k, v in reply.items() if k != "type"}
         if reply["type"] == Msg.ERROR.value:

@@ -16,6 +16,7 @@ __all__ = [
     "BoardResetError",
     "BoardTimeout",
     "ConnectionClosed",
+    "ConnectionLost",
     "DeviceLostError",
     "HilError",
     "LinkError",
@@ -50,6 +51,12 @@ class WireError(HilError):
 
 class ConnectionClosed(HilError):
     """The peer closed the connection between two messages."""
+
+
+class ConnectionLost(HilError):
+    """A connection to a device server or tracker failed under a request: closed by
+    the peer, reset, or no reply within the time given (the connection is closed
+    then)."""
 
 
 class AuthenticationError(HilError):

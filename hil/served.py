@@ -24,6 +24,7 @@ from tensorfab.isa.device import Device, open_device, target_scheme
 
 from .errors import (
     BoardResetError,
+    ConnectionLost,
     DeviceLostError,
     HilError,
     LinkError,
@@ -35,9 +36,10 @@ __all__ = ["LOST", "ServedDevice", "open_served", "served_token_hint"]
 
 log = logging.getLogger("tensorfab.hil")
 
-#: Errors after which a served device is closed and reopened: its link failed, or the
-#: board was reset while a program ran.
-LOST = (LinkError, BoardResetError)
+#: Errors after which a served device is closed and reopened: its link failed (a
+#: board's host link, or the connection to the device server behind a ``tcp://``
+#: target), or the board was reset while a program ran.
+LOST = (LinkError, ConnectionLost, BoardResetError)
 
 #: Whose token a served target of each scheme of :data:`~.errors.TOKEN_SCHEMES` takes.
 _TOKEN_OWNERS = {"socket": "the board's", "tcp": "the device server's",

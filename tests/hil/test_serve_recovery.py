@@ -270,3 +270,27 @@ def test_reopen_options_are_checked(attempts: int, backoff: float) -> None:
     with pytest.raises(HilError, match=r"reopen_attempts .* must be at least 1 and "
                                        r"reopen_backoff .* at least 0 seconds"):
         DeviceServer("fsim", reopen_attempts=attempts, reopen_backoff=backoff)
+
+
+def test_a_served_device_server_that_dies_is_reopened(serve, hil_log) -> None:
+    """A ``tcp://`` target (a device server serving another's device): when the inner
+    server goes away, the request that finds it gets a ``DeviceLostError`` naming it
+    (its connection's failure was a plain ``HilError``, which the outer server passed
+    on and then kept failing on, as with a board's link before), and once the inner
+    server is back on its port the outer one reconnects."""
+    inner_token = "the-inner-servers-token"
+    inner = serve("fsim", token=inner_token)
+    port = inner.port
+    outer = serve(f"{inner.address}?token={inner_token}", reopen_backoff=0.05)
+    with RemoteDevice(outer.address, token=outer.token) as dev:
+        check_run(dev)
+        inner.close()
+        err = lost(lambda: dev.run(gemm()))
+        assert err.remote_class == "DeviceLostError", err
+        assert err.detail.startswith(f"{inner.address}: lost during run: "), err
+        assert err.detail.endswith("the server reopens it on the next request (device "
+                                   "memories opened before are stale)"), err
+        assert inner_token not in err.detail
+        serve("fsim", port=port, token=inner_token)  # back on the same port
+        check_run(dev)
+    assert f"{inner.address}: reopened" in hil_log.text
