@@ -205,6 +205,20 @@ class ServedDevice:
         except Exception as exc:  # it is gone: closing what is left may fail too
             log.info("%s: closing the lost device: %s", self.label, exc)
 
+    def recover(self) -> bool:
+        """Whether the device is usable: not lost, or a lost one reopened by one attempt
+        now (no wait; logged only when it succeeds). (A device given as an object is
+        never marked gone: the next request tries it as it is.)"""
+        if not self.gone or self.target is None:
+            return not self.gone
+        try:
+            self.device = open_served(self.target)
+        except Exception:  # (still gone: the next check tries again)
+            return False
+        self.gone = False
+        log.info("%s: reopened", self.label)
+        return True
+
     def _reopen(self) -> None:
         """Open the target again, :attr:`reopen_attempts` times at most.
 

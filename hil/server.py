@@ -122,6 +122,19 @@ class DeviceServer(TokenService):
         """The served device (the one opened last)."""
         return self.served.device
 
+    def device_available(self) -> bool:
+        """Whether the device can take a request: it is running one (its lock is held),
+        it is not lost, or a lost one reopens now at the first attempt
+        (:meth:`~tensorfab.hil.served.ServedDevice.recover`). What a tracker
+        registration asks before each heartbeat, so that a server whose board is gone
+        is not handed out, and comes back once it reopens."""
+        if not self.device_lock.acquire(blocking=False):
+            return True
+        try:
+            return self.served.recover()
+        finally:
+            self.device_lock.release()
+
     def hello_fields(self) -> dict[str, Any]:
         return super().hello_fields() | {"device": self.device.name, "server": server_version()}
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -255,6 +256,11 @@ class TrackerRegistration:
         ``tcp://host:port`` clients reach the server at.
     interval : float
         Seconds between heartbeats.
+    available : callable, optional
+        Asked before each heartbeat: while it says False (the server's board is gone,
+        :meth:`~tensorfab.hil.server.DeviceServer.device_available`) no heartbeat goes
+        out, so the tracker stops handing the server out once its ``heartbeat_ttl``
+        passes, and hands it out again after the next heartbeat.
 
     Raises
     ------
@@ -263,9 +269,12 @@ class TrackerRegistration:
     """
 
     def __init__(self, tracker: str, token: str, kind: str, address: str, *,
-                 interval: float = 5.0) -> None:
+                 interval: float = 5.0, available: Callable[[], bool] | None = None
+                 ) -> None:
         self.host, self.port, _ = parse_address(tracker, "tcp")
         self.token, self.kind, self.address, self.interval = token, kind, address, interval
+        self.available = available
+        self._withheld = False  # the last beat was withheld (logged once per outage)
         self._stop = threading.Event()
         self._conn: Connection | None = self._register()
         self._thread = threading.Thread(target=self._beat, daemon=True,
@@ -284,6 +293,8 @@ class TrackerRegistration:
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
+            if not self._device_available():
+                continue
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = self._register()
@@ -294,6 +305,20 @@ class TrackerRegistration:
                 log.warning("tracker tcp://%s:%d: %s", self.host, self.port, exc)
                 if self._conn is not None:
                     self._conn.close()
+
+    def _device_available(self) -> bool:
+        """:attr:`available`'s answer (True without one), its changes logged."""
+        ok = self.available is None or self.available()
+        if ok == self._withheld:  # a change
+            if ok:
+                log.info("tracker tcp://%s:%d: the device is back: heartbeats resume",
+                         self.host, self.port)
+            else:
+                log.warning("tracker tcp://%s:%d: the device is gone: no heartbeats until "
+                            "it reopens (the tracker stops handing it out)",
+                            self.host, self.port)
+            self._withheld = not ok
+        return ok
 
     def close(self) -> None:
         """Stop heartbeating and leave the tracker."""

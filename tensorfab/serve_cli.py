@@ -66,7 +66,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         address = _advertised(args.host, server.port, args.advertise)
         if args.tracker is not None:
             registration = TrackerRegistration(args.tracker, server.token, args.kind, address,
-                                               interval=HEARTBEAT_SECONDS)
+                                               interval=HEARTBEAT_SECONDS,
+                                               available=server.device_available)
         print(f"serving {server.device.name} at {server.address}", flush=True)
         print(f"token: {server.token}", flush=True)
         if registration is not None:

@@ -22,6 +22,7 @@ from tensorfab.hil.board_server import BoardServer
 from tensorfab.hil.errors import HilError, RemoteError
 from tensorfab.hil.remote import RemoteDevice
 from tensorfab.hil.server import DeviceServer
+from tensorfab.hil.tracker import Tracker, TrackerRegistration
 from tensorfab.hil.virtual import SocSpec, VirtualBoard
 from tensorfab.isa import PRESETS, Program
 from tensorfab.isa import hostlink as hl
@@ -294,3 +295,34 @@ def test_a_served_device_server_that_dies_is_reopened(serve, hil_log) -> None:
         serve("fsim", port=port, token=inner_token)  # back on the same port
         check_run(dev)
     assert f"{inner.address}: reopened" in hil_log.text
+
+
+def test_a_server_whose_board_is_gone_is_not_handed_out(serve, on_tcp, hil_log) -> None:
+    """Registered with a tracker, a server whose board died withholds its heartbeats
+    (each beat tries to reopen the board once), so the tracker stops handing it out
+    after its ``heartbeat_ttl`` (it handed a dead board out to every client); once the
+    board is back the heartbeats resume and a client gets it and runs on it."""
+    token = "a-tracker-token"
+    tracker = Tracker(token=token, heartbeat_ttl=0.5).start()
+    server = serve(on_tcp.target, token=token, reopen_backoff=0.05)
+    reg = TrackerRegistration(f"127.0.0.1:{tracker.port}", token, "board", server.address,
+                              interval=0.1, available=server.device_available)
+    target = f"tracker://127.0.0.1:{tracker.port}/board"
+    try:
+        with RemoteDevice(target, token=token) as dev:
+            check_run(dev)
+            on_tcp.down()
+            assert lost(lambda: dev.run(gemm())).remote_class == "DeviceLostError"
+        time.sleep(1.0)  # the ttl passes without a heartbeat
+        with pytest.raises(RemoteError, match="no free device of kind 'board' within "):
+            RemoteDevice(target, token=token, acquire_timeout=0.2)
+        on_tcp.up(new_board())
+        with RemoteDevice(target, token=token, acquire_timeout=5.0) as dev:
+            check_run(dev)
+    finally:
+        reg.close()
+        tracker.close()
+    for said in ("the device is gone: no heartbeats until it reopens",
+                 f"{on_tcp.address}: reopened",
+                 "the device is back: heartbeats resume"):
+        assert said in hil_log.text, said
