@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import operator
+
 from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import Out
 
 from tensorfab.isa import AluOp, Engine, ErrorCode, HwConfig, Opcode, uop_format
-from tensorfab.isa.formats import header_format
+from tensorfab.isa.formats import MULTIPLYING_ALU_OPS, header_format
 from tensorfab.isa.insn import fast_reset_condition
 
 from .alu_pipeline import AluPipeline
@@ -176,8 +179,8 @@ class ComputeEngine(wiring.Component):
         # (docs/isa.md): a resetting GEMM reads no input or weight, an ALU op with an
         # immediate no source
         if cfg.sequential_multiplier:
-            m.d.comb += issue.is_mul.eq(is_alu & ((a.op == AluOp.MUL) | (a.op == AluOp.MULHI)
-                                                  | (a.op == AluOp.REQUANT)))
+            m.d.comb += issue.is_mul.eq(is_alu & functools.reduce(
+                operator.or_, (a.op == op for op in MULTIPLYING_ALU_OPS)))
         m.d.comb += [issue.start.eq(ex.start), issue.is_gemm.eq(is_gemm),
                      issue.is_alu.eq(is_alu), issue.is_requant.eq(is_requant),
                      issue.is_reset.eq(g.reset),

@@ -109,6 +109,9 @@ class AluOp(IntEnum):
 #: ALU operations of the form ``OP(acc[d], b)``, ``b`` a vector (``acc[s]``) or the
 #: immediate: every operation but REQUANT (whose operand is a weight-buffer record).
 BINARY_ALU_OPS: tuple[AluOp, ...] = tuple(op for op in AluOp if op is not AluOp.REQUANT)
+#: ALU operations that multiply: with ``sequential_multiplier`` each of their micro-ops
+#: holds the lane's multiplier :data:`SEQUENTIAL_MULTIPLY_CYCLES` cycles.
+MULTIPLYING_ALU_OPS: tuple[AluOp, ...] = (AluOp.MUL, AluOp.MULHI, AluOp.REQUANT)
 
 #: ALU operations whose second operand is a shift amount (0..MAX_SHIFT).
 SHIFT_OPS = frozenset({AluOp.SHR, AluOp.SHR_RND, AluOp.SHL})

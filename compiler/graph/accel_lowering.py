@@ -24,7 +24,7 @@ from tensorfab.compiler.tensor.errors import CompileError
 from tensorfab.compiler.tensor.operators import conv2d as compile_conv2d
 from tensorfab.compiler.tensor.schedule_source import ScheduleSource
 from tensorfab.compiler.tensor.tile_search import MODEL_VTHREADS
-from tensorfab.compiler.tensor.timing import estimated_cycles
+from tensorfab.compiler.tensor.timing import estimated_program_cycles
 from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 from tensorfab.runtime.layout_transform import layout_transform
 
@@ -188,7 +188,7 @@ def _compile(chain: list[Call], schedules: ScheduleSource | None = None,
     if dilation != (1, 1):
         layer += f" dilation {dilation[0]}x{dilation[1]}"
     attrs = {"out_shape": out_shape, "layer": layer,
-             "estimated_cycles": estimated_cycles(op.program.insns, cfg)}
+             "estimated_cycles": estimated_program_cycles(op.program)}
     if residual is None:
         return Call(ACCEL_PROGRAM, [x, Constant(blob, dev)], attrs, dev, source_names(chain))
     return Call(ACCEL_PROGRAM, [x, Constant(blob, dev), residual.args[1]],
@@ -258,7 +258,7 @@ def _compile_residual_add(nodes: list[Call]) -> Call:
     return Call(ACCEL_PROGRAM, [add.args[0], Constant(blob, dev), add.args[1]],
                 {"out_shape": shape, "layer": "add_q31+relu" if relu else "add_q31",
                  "input_segment": "a", "extra_input_segment": "b",
-                 "estimated_cycles": estimated_cycles(program.insns, cfg)}, dev,
+                 "estimated_cycles": estimated_program_cycles(program)}, dev,
                 source_names(nodes))
 
 
@@ -326,7 +326,7 @@ def _compile_activation(node: Call, requant_stage: str = "store") -> Call:
     out_shape = tuple(infer_types(node).shape)  # type: ignore[union-attr]
     return Call(ACCEL_PROGRAM, [x, Constant(blob, dev), *extra],
                 {"out_shape": out_shape, "layer": layer, **attrs,
-                 "estimated_cycles": estimated_cycles(program.insns, cfg)}, dev,
+                 "estimated_cycles": estimated_program_cycles(program)}, dev,
                 source_names([node]))
 
 

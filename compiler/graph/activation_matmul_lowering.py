@@ -22,7 +22,7 @@ import numpy as np
 
 from tensorfab.compiler.tensor.epilogue import Epilogue
 from tensorfab.compiler.tensor.operators import batch_matmul
-from tensorfab.compiler.tensor.timing import estimated_cycles
+from tensorfab.compiler.tensor.timing import estimated_program_cycles
 from tensorfab.isa import HwConfig
 from tensorfab.runtime.accel_contract import ACCEL_PROGRAM
 
@@ -102,7 +102,7 @@ def _lowered(requant: Call, a: Expr, b: Expr, mm: Call, device: VirtualDevice) -
     y = Call(ACCEL_PROGRAM, [x, Constant(blob, device), w],
              {"out_shape": out_shape, "layer": f"batch_matmul {g}x{m}x{k}x{n}",
               "extra_input_segment": "wgt", "macs": g * m * k * n,
-              "estimated_cycles": estimated_cycles(op.program.insns, cfg)}, device,
+              "estimated_cycles": estimated_program_cycles(op.program)}, device,
              mm.name)
     plain = Call("layout_transform", [y], {"src_layout": out, "dst_layout": "NCHW"}, CPU)
     return Call("reshape", [plain], {"newshape": (*lead, m, n)}, CPU)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tensorfab.compiler.tensor.residual_add import residual_add_program
-from tensorfab.compiler.tensor.timing import estimated_cycles
+from tensorfab.compiler.tensor.timing import estimated_program_cycles
 from tensorfab.isa import HwConfig
 from tensorfab.runtime.kernels import KERNELS
 from tensorfab.runtime.layout_transform import transformed_shape
@@ -102,7 +102,7 @@ def estimate_residual_add(call: Call, cfg: HwConfig) -> ResidualAddMeasurement:
     cpu = CPU_ADD_FIXED_SECONDS + CPU_ADD_SECONDS_PER_ELEMENT * int(np.prod(shape))
     blocked = transformed_shape(shape, "NCHW", activation_layout(cfg))
     program = residual_add_program(cfg, blocked, call.attrs)
-    return ResidualAddMeasurement(shape, cpu, None, estimated_cycles(program.insns, cfg),
+    return ResidualAddMeasurement(shape, cpu, None, estimated_program_cycles(program),
                                   0.0, None)
 
 
@@ -126,7 +126,7 @@ def measure_residual_adds(fn: Function, cfg: HwConfig, device: Any, *, seed: int
         result = device.run(program)
         wall = time.perf_counter() - t0
         out.append(ResidualAddMeasurement(
-            shape, best, result.cycles, estimated_cycles(program.insns, cfg), wall,
+            shape, best, result.cycles, estimated_program_cycles(program), wall,
             bool(np.array_equal(result.outputs["out"], want))))
     return out
 

@@ -10,10 +10,12 @@ from tensorfab.sim.timing.model import (
     Timing,
     TimingParams,
     estimated_cycles,
+    estimated_program_cycles,
     fast_reset,
     insn_work,
     simulate,
 )
 
 __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
-           "estimated_cycles", "fast_reset", "insn_work", "simulate"]
+           "estimated_cycles", "estimated_program_cycles", "fast_reset", "insn_work",
+           "simulate"]
