@@ -107,16 +107,17 @@ class SocTop(wiring.Component):
 
         # the memory port: the core's while it runs, the bridge's otherwise
         port = memory.port
+        wdata = self._through_slice(m, port.wdata, core_reset, "wdata_slice", into=True)
         for name in ("cmd", "wdata"):
-            ours, theirs, dst = getattr(core.mem, name), getattr(bridge.mem, name), \
-                getattr(port, name)
+            ours, theirs = getattr(core.mem, name), getattr(bridge.mem, name)
+            dst = wdata if name == "wdata" else port.cmd
             with m.If(core.running):
                 m.d.comb += [dst.valid.eq(ours.valid), dst.payload.eq(ours.payload),
                              ours.ready.eq(dst.ready)]
             with m.Else():
                 m.d.comb += [dst.valid.eq(theirs.valid), dst.payload.eq(theirs.payload),
                              theirs.ready.eq(dst.ready)]
-        rdata = self._read_data(m, port, core_reset)
+        rdata = self._through_slice(m, port.rdata, core_reset, "rdata_slice", into=False)
         m.d.comb += [core.mem.rdata.payload.eq(rdata.payload),
                      bridge.mem.rdata.payload.eq(rdata.payload)]
         with m.If(core.running):
@@ -135,23 +136,25 @@ class SocTop(wiring.Component):
         m.d.comb += [self.leds[i].eq(status[n]) for i, n in enumerate(LEDS)]
         return m
 
-    def _read_data(self, m: Module, port: wiring.PureInterface, reset: Signal
-                   ) -> stream.Interface:
-        """The memory's read data stream as the core and the bridge take it: the port's
+    def _through_slice(self, m: Module, stream_: stream.Interface, reset: Signal,
+                       name: str, *, into: bool) -> stream.Interface:
+        """A data stream of the memory port as the core and the bridge see it: the port's
         own for on-chip memory; through a two-entry :class:`~tensorfab.hw.register_slice.
         RegisterSlice` (emptied by the core's reset, as the controller's transfer is
-        aborted) for the SDRAM controller, whose read FIFO's ready then comes from a
-        register instead of the load engine's read-ready logic (on the 85F a path of
-        13.9 ns). One cycle more from a read command to its data, no fewer beats a
-        cycle."""
+        aborted) for the SDRAM controller, so that neither side's ``ready`` reaches the
+        other's logic in one cycle: the controller's read queue and write path against
+        the load and store engines' (on the 85F paths of 13.9 and 13.0 ns). One cycle
+        more from a read command to its data and from a write beat to the chip; beats
+        still flow one a cycle. ``into``: the stream goes into the port (write data),
+        else it comes out of it (read data)."""
         if self.controller is None:
-            return port.rdata
-        data = port.rdata.payload.as_value()
-        slice_ = ResetInserter(reset)(RegisterSlice(len(data), 2))
-        m.submodules.rdata_slice = slice_
-        out = stream.Signature(port.rdata.payload.shape()).create()
-        m.d.comb += [slice_.w_data.eq(data), slice_.w_en.eq(port.rdata.valid),
-                     port.rdata.ready.eq(slice_.w_rdy),
-                     out.payload.eq(slice_.r_data), out.valid.eq(slice_.r_rdy),
-                     slice_.r_en.eq(out.ready)]
-        return out
+            return stream_
+        slice_ = ResetInserter(reset)(RegisterSlice(len(stream_.payload.as_value()), 2))
+        m.submodules[name] = slice_
+        outer = stream.Signature(stream_.payload.shape()).create()
+        src, dst = (outer, stream_) if into else (stream_, outer)
+        m.d.comb += [slice_.w_data.eq(src.payload.as_value()), slice_.w_en.eq(src.valid),
+                     src.ready.eq(slice_.w_rdy),
+                     dst.payload.eq(slice_.r_data), dst.valid.eq(slice_.r_rdy),
+                     slice_.r_en.eq(dst.ready)]
+        return outer
