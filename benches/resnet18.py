@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorfab.fpga_builds.board_configs import board_config
 from tensorfab.isa import PRESETS, HwConfig, UsageError
 from tensorfab.sim import get_device
 
@@ -98,7 +99,7 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224,
     from tensorfab.runtime.profiling import profile_program
     from tensorfab.runtime.resident import ResidentModel, standalone_host_bytes
 
-    cfg = _config(config)
+    cfg = board_config(config)
     rng = np.random.default_rng(seed)
     shape = (1, 3, _image_size(image_size), image_size)
     t0 = time.perf_counter()
@@ -214,13 +215,6 @@ def run_resnet18_bench(target: str = "rtl", image_size: int = 224,
     return result
 
 
-def _config(config: str | HwConfig) -> HwConfig:
-    """``config`` itself, or the configuration it names."""
-    from tensorfab.fpga_builds.board_configs import board_config
-
-    return config if isinstance(config, HwConfig) else board_config(config)
-
-
 def _image_size(size: int) -> int:
     """``size``, checked: the side of the input images, in pixels."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -252,7 +246,7 @@ def integer_graph(config: str | HwConfig = "default", image_size: int = 224, see
     from tensorfab.isa.formats import requant_supported
     from tensorfab.models import resnet18_onnx
 
-    cfg = _config(config)
+    cfg = board_config(config)
     rng = rng if rng is not None else np.random.default_rng(seed)
     shape = (1, 3, _image_size(image_size), image_size)
     calib = [{"input": rng.standard_normal((2, *shape[1:])).astype(np.float32)}

@@ -24,8 +24,9 @@ def board_config_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
 
 
-def board_config(name: str | Path) -> HwConfig:
-    """A preset, a board configuration of :data:`CONFIG_DIR` by name, or a JSON file.
+def board_config(name: str | Path | HwConfig) -> HwConfig:
+    """A preset, a board configuration of :data:`CONFIG_DIR` by name, or a JSON file (a
+    config given itself is returned as it is).
 
     Raises
     ------
@@ -34,6 +35,8 @@ def board_config(name: str | Path) -> HwConfig:
         configurations and says that a JSON file path works too), or a JSON file that
         is not a valid config (names the file and the field).
     """
+    if isinstance(name, HwConfig):
+        return name
     key = str(name)
     path = CONFIG_DIR / f"{key}.json"
     if key in board_config_names():

@@ -370,7 +370,7 @@ def _elaborate(board_name: str, config: str | HwConfig, out_dir: str | Path, dsp
     directory, the flow's Yosys script lines, the index of its ``synth_`` line and the
     progress label."""
     board = get_board(board_name)
-    cfg = config if isinstance(config, HwConfig) else board_config(config)
+    cfg = board_config(config)
     top = BoardTop(board, cfg, sdram=sdram)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -247,7 +247,7 @@ def build_bitstream(board_name: str, config: str | HwConfig, out_dir: str | Path
     board = get_board(board_name)
     if router is not None and router not in ROUTERS:
         raise FpgaBuildError(f"unknown router {router!r} (known: {', '.join(ROUTERS)})")
-    cfg = config if isinstance(config, HwConfig) else board_config(config)
+    cfg = board_config(config)
     top = BoardTop(board, cfg, clock_mhz, sdram=sdram)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -116,6 +116,7 @@ def test_resnet18_bench_takes_a_board_config() -> None:
     from tensorfab.fpga_builds.board_configs import board_config
 
     cfg = board_config("ecp5-25f")
+    assert board_config(cfg) is cfg  # a config given itself (as the bench may be)
     _, g, _, rounding = integer_graph("ecp5-25f", 16, fuse=False)
     assert rounding == "double"  # no REQUANT: a weight row of 4 bytes holds no record
     keys = residual_add_keys(g, cfg, device=None, seed=0)  # (no device is reached)
