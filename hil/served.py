@@ -211,13 +211,19 @@ class ServedDevice:
         never marked gone: the next request tries it as it is.)"""
         if not self.gone or self.target is None:
             return not self.gone
+        return self._open_once() is None
+
+    def _open_once(self) -> str | None:
+        """One attempt to open the target again: None when it opened (logged), else why
+        not."""
+        assert self.target is not None
         try:
-            self.device = open_served(self.target)
-        except Exception:  # (still gone: the next check tries again)
-            return False
-        self.gone = False
+            device = open_served(self.target)
+        except Exception as exc:  # (any failure to open is reported, not raised)
+            return _cause(exc, self.label)
+        self.device, self.gone = device, False
         log.info("%s: reopened", self.label)
-        return True
+        return None
 
     def _reopen(self) -> None:
         """Open the target again, :attr:`reopen_attempts` times at most.
@@ -227,24 +233,18 @@ class ServedDevice:
         DeviceLostError
             Every attempt failed (the last one's error named).
         """
-        assert self.target is not None
         delay, cause = self.reopen_backoff, ""
         for attempt in range(1, self.reopen_attempts + 1):
             log.info("%s: reopening (attempt %d of %d)", self.label, attempt,
                      self.reopen_attempts)
-            try:
-                device = open_served(self.target)
-            except Exception as exc:  # (any failure to open is reported, not raised)
-                cause = _cause(exc, self.label)
-                if attempt < self.reopen_attempts:
-                    log.warning("%s: reopening failed: %s; next attempt in %g s", self.label,
-                                cause, delay)
-                    time.sleep(delay)
-                    delay *= 2
-                continue
-            self.device, self.gone = device, False
-            log.info("%s: reopened", self.label)
-            return
+            cause = self._open_once()
+            if cause is None:
+                return
+            if attempt < self.reopen_attempts:
+                log.warning("%s: reopening failed: %s; next attempt in %g s", self.label,
+                            cause, delay)
+                time.sleep(delay)
+                delay *= 2
         log.error("%s: still gone after %d attempts: %s; the next request tries again",
                   self.label, self.reopen_attempts, cause)
         raise DeviceLostError(
