@@ -9,7 +9,6 @@ from tensorfab.sim.timing.model import (
     FAST_RESET_LANES,
     Timing,
     TimingParams,
-    estimated_cycles,
     estimated_program_cycles,
     fast_reset,
     insn_work,
@@ -17,5 +16,4 @@ from tensorfab.sim.timing.model import (
 )
 
 __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
-           "estimated_cycles", "estimated_program_cycles", "fast_reset", "insn_work",
-           "simulate"]
+           "estimated_program_cycles", "fast_reset", "insn_work", "simulate"]

@@ -3,7 +3,14 @@
 :mod:`.insn_table`), and the ``timing`` device (:mod:`.device`)."""
 
 from .device import TimingRunResult, TimingSimulator
-from .model import DEFAULT_TIMING, Timing, TimingParams, estimated_cycles, program_timing, simulate
+from .model import (
+    DEFAULT_TIMING,
+    Timing,
+    TimingParams,
+    estimated_program_cycles,
+    program_timing,
+    simulate,
+)
 
 __all__ = ["DEFAULT_TIMING", "Timing", "TimingParams", "TimingRunResult", "TimingSimulator",
-           "estimated_cycles", "program_timing", "simulate"]
+           "estimated_program_cycles", "program_timing", "simulate"]

@@ -106,7 +106,7 @@ from .compiled import compiled
 from .insn_table import insn_table, uop_indices, word_fields, word_table
 
 __all__ = ["DEFAULT_TIMING", "FAST_RESET_LANES", "Timing", "TimingParams",
-           "compute_micro_ops", "estimated_cycles", "estimated_program_cycles", "fast_reset",
+           "compute_micro_ops", "estimated_program_cycles", "fast_reset",
            "insn_work", "load_walk", "program_timing", "simulate"]
 
 #: Register slices a read command and its data pass in the memory arbiter.
@@ -1268,17 +1268,10 @@ def simulate(insns: Sequence[Insn], cfg: HwConfig, params: TimingParams = DEFAUL
     return _run(insn_table(insns), cfg, params, fetch, extra_cycles, words)
 
 
-def estimated_cycles(insns: Sequence[Insn], cfg: HwConfig) -> int:
-    """The model's cycles of ``insns`` (:func:`simulate` with the calibrated constants),
-    rounded; 0 when the tokens deadlock."""
-    timing = simulate(insns, cfg)
-    return round(timing.cycles) if timing else 0
-
-
 def estimated_program_cycles(program: Program) -> int:
     """The model's cycles of a whole program (:func:`program_timing` with the
-    calibrated constants: the ALU interlock included, which :func:`estimated_cycles` of
-    its instructions alone leaves out), rounded; 0 when its tokens deadlock."""
+    calibrated constants: the ALU interlock included, which :func:`simulate` of its
+    instructions alone leaves out), rounded; 0 when its tokens deadlock."""
     try:
         return round(program_timing(program).cycles)
     except ProgramError:
