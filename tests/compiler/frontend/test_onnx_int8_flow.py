@@ -585,24 +585,32 @@ def test_int8_graph_input_and_output_at_an_accelerator_convolution(
     np.testing.assert_array_equal(got, want)
 
 
+def _equal_on_cpu_and_accelerator(m: onnx.ModelProto, x: np.ndarray, want: np.ndarray
+                                  ) -> None:
+    """``m`` compiled all on the CPU and for ``default`` (its convolution then one
+    accelerator program) gives ``want`` on ``x`` exactly, of ``want``'s dtype."""
+    from tensorfab.runtime.accel_contract import accel_nodes
+
+    for config in (None, "default"):
+        compiled = compile_onnx(m, config=config)
+        assert len(list(accel_nodes(compiled.program))) == (config is not None)
+        got = run_program(compiled.program, {"x": x})
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
 def test_uint8_graph_output_of_an_accelerator_convolution() -> None:
     """A uint8 graph output (onnxruntime's default activation type) computed by a
     QuantizeLinear came back as int8, every value 128 less: the asymmetric lowering
     computes uint8 tensors as int8 ones with their zero points shifted, and did not
     shift the model's result back. Now the result is onnxruntime's, uint8 and exact,
     with the convolution on the accelerator (QDQ form)."""
-    from tensorfab.runtime.accel_contract import accel_nodes
 
     m = _int8_boundary_conv("QDQ", False, True, np.uint8)
     x = (np.random.default_rng(10).integers(-8, 9, (1, 8, 8, 8)) * 0.5).astype(np.float32)
     want = reference_session(m).run(None, {"x": x})[0]
     assert want.dtype == np.uint8 and want.min() == 0 and want.max() == 255
-    for config in (None, "default"):
-        compiled = compile_onnx(m, config=config)
-        assert len(list(accel_nodes(compiled.program))) == (config is not None)
-        got = run_program(compiled.program, {"x": x})
-        assert got.dtype == np.uint8
-        np.testing.assert_array_equal(got, want)
+    _equal_on_cpu_and_accelerator(m, x, want)
 
 
 @pytest.mark.parametrize("form", ["QLinearConv", "QDQ"])
@@ -624,19 +632,13 @@ def test_uint8_convolution_with_uint8_input_output_and_zero_points(
     :func:`test_int8_qlinear_conv_with_an_input_zero_point_on_the_accelerator`); the
     result is onnxruntime's exactly (the scales multiply to 1), uint8 where the model
     returns uint8."""
-    from tensorfab.runtime.accel_contract import accel_nodes
 
     m = _int8_boundary_conv(form, uint8_input, uint8_output, np.uint8, x_zero_point)
     ints = np.random.default_rng(11).integers(-8, 9, (1, 8, 8, 8))
     x = ((ints + (x_zero_point or 128)).astype(np.uint8) if uint8_input
          else (ints * 0.5).astype(np.float32))
     want = reference_session(m).run(None, {"x": x})[0]
-    for config in (None, "default"):
-        compiled = compile_onnx(m, config=config)
-        got = run_program(compiled.program, {"x": x})
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
-        assert len(list(accel_nodes(compiled.program))) == (config is not None)
+    _equal_on_cpu_and_accelerator(m, x, want)
 
 
 @pytest.mark.parametrize("form", ["QLinearConv", "QDQ"])
@@ -650,19 +652,13 @@ def test_int8_qlinear_conv_with_an_input_zero_point_on_the_accelerator(
     zero point (pads 1 around a 3x3 kernel: padding with 0 would change every border
     output), the zero point's share of the sums taken out by a bias, one accelerator
     program, onnxruntime's result exactly (the scales multiply to 1)."""
-    from tensorfab.runtime.accel_contract import accel_nodes
 
     m = _int8_boundary_conv(form, int8_input, int8_output, np.int8, x_zero_point)
     ints = np.random.default_rng(13).integers(-8, 9, (1, 8, 8, 8))
     x = ((ints + x_zero_point).astype(np.int8) if int8_input
          else (ints * 0.5).astype(np.float32))
     want = reference_session(m).run(None, {"x": x})[0]
-    for config in (None, "default"):
-        compiled = compile_onnx(m, config=config)
-        assert len(list(accel_nodes(compiled.program))) == (config is not None)
-        got = run_program(compiled.program, {"x": x})
-        assert got.dtype == want.dtype
-        np.testing.assert_array_equal(got, want)
+    _equal_on_cpu_and_accelerator(m, x, want)
 
 
 def test_qlinear_conv_with_a_bias_and_an_input_zero_point_on_the_accelerator() -> None:
