@@ -199,11 +199,10 @@ class ComputeEngine(wiring.Component):
         m.submodules.write_back = wb = GemmWriteBack(cfg, gemm.LATENCY)
         gemm_slow = issue.s2_valid & ~issue.s2_alu  # a micro-op enters the GEMM core
         m.d.comb += [gemm.inp.eq(self.inp_rd.data), gemm.wgt.eq(self.wgt_rd.data),
-                     gemm.in_valid.eq(gemm_slow), wb.valid.eq(gemm_slow),
-                     wb.addr.eq(issue.s2_dst), wb.reset.eq(issue.s2_reset),
-                     wb.products.eq(gemm.result), wb.acc_rd.data.eq(self.acc_rd_dst.data),
-                     wb.written.addr.eq(self.acc_wr.addr), wb.written.data.eq(self.acc_wr.data),
-                     wb.written.en.eq(self.acc_wr.en)]
+                     gemm.in_valid.eq(gemm_slow), gemm.in_clear.eq(issue.s2_reset),
+                     wb.valid.eq(gemm_slow), wb.addr.eq(issue.s2_dst),
+                     wb.reset.eq(issue.s2_reset), wb.products.eq(gemm.result),
+                     wb.acc_rd.data.eq(self.acc_rd_dst.data)]
 
         # ------------------------------------------------------------- ALU
         m.submodules.alu = alu = AluPipeline(cfg)

@@ -92,6 +92,11 @@ class GemmCore(wiring.Component):
         Accumulators to add to: ``[b][o]`` at bit ``32 (b block_out + o)``.
     in_valid : In(1)
         The inputs hold a tile this cycle.
+    in_clear : In(1)
+        With ``in_valid``: the tile's product is zero, whatever its operands (a
+        resetting GEMM micro-op, which reads none): its :attr:`result` is 0 and its
+        :attr:`acc_out` ``acc_in``. The result register's synchronous reset, so that a
+        client adding :attr:`result` needs no multiplexer of its own after it.
     acc_out : Out(same layout as acc_in)
         ``acc_in + inp @ wgt.T`` modulo 2^32, :attr:`latency` cycles later.
     result : Out(ArrayLayout(signed(32), batch * block_out))
@@ -129,6 +134,7 @@ class GemmCore(wiring.Component):
             "wgt": In(wgt),
             "acc_in": In(acc),
             "in_valid": In(1),
+            "in_clear": In(1),
             "acc_out": Out(acc),
             "result": Out(data.ArrayLayout(signed(cfg.acc_width), cfg.batch * cfg.block_out)),
             "out_valid": Out(1),
@@ -283,12 +289,15 @@ class GemmCore(wiring.Component):
         # accumulator and valid travel alongside the products and the tree
         acc_delay = [self.acc_in]
         valid_delay = [self.in_valid]
+        clear_delay: list[Value] = [self.in_clear]
         for stage in range(self.latency - 1):
             valid_d = Signal(name=f"valid_d{stage}")  # the valid chain keeps its reset
             m.d.sync += valid_d.eq(valid_delay[-1])
             acc_delay.append(self._delayed(m, acc_delay[-1], f"acc_d{stage}"))
+            clear_delay.append(self._delayed(m, clear_delay[-1], f"clear_d{stage}"))
             valid_delay.append(valid_d)
         acc = acc_delay[-1]
+        clear = clear_delay[-1]
 
         bias = (OFFSET * OFFSET * n_in) % (1 << cfg.acc_width)
         for b in range(cfg.batch):
@@ -310,9 +319,13 @@ class GemmCore(wiring.Component):
                     else:
                         exact = (s + bias) - ((a_sum[b] + w) << 7)
                     m.d.comb += dot.eq(sign_extended(exact, cfg.acc_width))
-                    m.d.sync += [
-                        self.acc_out[b][o].eq((acc[b][o] + dot)[:cfg.acc_width]),
-                        self.result[b * n_out + o].eq(dot),
-                    ]
+                    with m.If(clear):
+                        m.d.sync += [self.acc_out[b][o].eq(acc[b][o]),
+                                     self.result[b * n_out + o].eq(0)]
+                    with m.Else():
+                        m.d.sync += [
+                            self.acc_out[b][o].eq((acc[b][o] + dot)[:cfg.acc_width]),
+                            self.result[b * n_out + o].eq(dot),
+                        ]
         m.d.sync += self.out_valid.eq(valid_delay[-1])
         return m

@@ -19,16 +19,19 @@ class GemmWriteBack(wiring.Component):
 
     A micro-op enters at S2 (``valid``, ``addr``, ``reset``), when its operands enter
     the :class:`~.gemm.GemmCore`; its products come out ``latency`` cycles later, at
-    S2+L. A delay line carries the micro-op along; its destination entry is read two
-    cycles before the write-back (S2+L-2, ``acc_rd``), the read data registered at
-    S2+L-1, and at S2+L the sum (wrapping at ``acc_width`` bits, each lane) or, with
-    ``reset``, zero is written (``acc_wr``). Back-to-back micro-ops on
-    one entry need no stall: the read port is transparent to the write port, so the
-    read sees every write up to its own cycle, and the one accumulator write of the
-    cycle between the read and the write-back (``written``) is forwarded. Whether it
-    was to the entry written back is compared a cycle ahead, with the delay line's
-    address one stage before the write-back, so that a register, not a comparison,
-    selects the data ahead of the adders.
+    S2+L (zero for a resetting micro-op: the core's ``in_clear``). A delay line carries
+    the micro-op along; its destination entry is read two cycles before the write-back
+    (S2+L-2, ``acc_rd``) and the read data registered at S2+L-1, and at S2+L the sum
+    of that register and the products (wrapping at ``acc_width`` bits, each lane) is
+    written (``acc_wr``). Nothing but the adders lies between the two registers and
+    the write port: the register takes zero for a resetting micro-op, and the
+    write-back's own sum of the cycle for a micro-op that accumulates into the entry
+    the one ahead of it writes back then (compared a cycle ahead, from the delay
+    line), the one write the read cannot see. Back-to-back micro-ops on one entry need
+    no stall: the read port is transparent to the write port, so the read sees every
+    write up to its own cycle. Nothing else writes the accumulators while GEMM
+    micro-ops are in flight (the compute engine drains its pipeline between
+    instructions).
 
     Parameters
     ----------
@@ -42,12 +45,10 @@ class GemmWriteBack(wiring.Component):
     valid, addr, reset : In(1), In(acc_bits), In(1)
         A GEMM micro-op enters the GEMM core; the entry it accumulates into; it resets.
     products : In(ArrayLayout(signed(acc_width), batch · block_out))
-        The GEMM core's result for the micro-op at S2+L.
+        The GEMM core's result for the micro-op at S2+L (zero for one that resets).
     acc_rd : Out(BufReadSignature(acc_bits, acc entry))
         The destination read (``data`` the cycle after ``en``, transparent to the
         accumulator write port).
-    written : In(WriteRequestSignature(acc_bits, acc entry))
-        The accumulator write port this cycle, whichever unit drives it.
     acc_wr : Out(WriteRequestSignature(acc_bits, acc entry))
         The write-back of the micro-op at S2+L.
     busy : Out(1)
@@ -66,7 +67,6 @@ class GemmWriteBack(wiring.Component):
             "reset": In(1),
             "products": In(data.ArrayLayout(signed(cfg.acc_width), lanes)),
             "acc_rd": Out(BufReadSignature(cfg.acc_bits, vec_bits)),
-            "written": In(WriteRequestSignature(cfg.acc_bits, vec_bits)),
             "acc_wr": Out(WriteRequestSignature(cfg.acc_bits, vec_bits)),
             "busy": Out(1),
         })
@@ -86,30 +86,23 @@ class GemmWriteBack(wiring.Component):
         for k in range(1, lat + 1):
             m.d.sync += [dl_valid[k].eq(dl_valid[k - 1]), dl_addr[k].eq(dl_addr[k - 1]),
                          dl_reset[k].eq(dl_reset[k - 1])]
-        wb_valid, wb_addr, wb_reset = dl_valid[lat], dl_addr[lat], dl_reset[lat]
+        wb_valid, wb_addr = dl_valid[lat], dl_addr[lat]
         # the destination read two cycles before the write-back
         m.d.comb += [self.acc_rd.addr.eq(dl_addr[lat - 2]), self.acc_rd.en.eq(dl_valid[lat - 2])]
 
-        # wide datapath registers without a reset (the valid bits say what they hold):
-        # with one, Verilator copies every word of them on every cycle
-        acc_reg = Signal(vec_shape, reset_less=True)  # the read data, one cycle later;
-        # last_data: the accumulator write of the previous cycle, and whether it was to
-        # the entry written back now (`forward`)
-        last_data = Signal(vec_shape, reset_less=True)
-        forward = Signal()
-        acc_cur = Signal(vec_shape)
+        # the micro-op at S2+L-1 accumulates into the entry the one at S2+L writes back
+        # (a wide datapath register below has no reset: with one, Verilator copies
+        # every word of it on every cycle; the valid bits say what it holds)
+        follows = Signal()
+        m.d.sync += follows.eq(dl_valid[lat - 1] & (dl_addr[lat - 1] == dl_addr[lat - 2]))
+        acc_reg = Signal(vec_shape, reset_less=True)  # the entry's value, at S2+L
+        acc_old = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), acc_reg)
+        sums = Signal(vec_shape)
+        m.d.comb += sums.eq(Cat(*[(acc_old[k] + self.products[k].as_unsigned())[:cfg.acc_width]
+                                  for k in range(lanes)]))
         with m.If(dl_valid[lat - 1]):
-            m.d.sync += acc_reg.eq(self.acc_rd.data)
-        m.d.sync += forward.eq(self.written.en & (self.written.addr == dl_addr[lat - 1]))
-        with m.If(self.written.en):
-            m.d.sync += last_data.eq(self.written.data)
-        m.d.comb += acc_cur.eq(Mux(forward, last_data, acc_reg))
-        acc_old = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), acc_cur)
-        prod = self.products
-        gemm_new = Signal(vec_shape)
-        m.d.comb += gemm_new.eq(Cat(*[
-            Mux(wb_reset, 0, (acc_old[k] + prod[k].as_unsigned())[:cfg.acc_width])
-            for k in range(lanes)]))
-        m.d.comb += [self.acc_wr.addr.eq(wb_addr), self.acc_wr.data.eq(gemm_new),
+            m.d.sync += acc_reg.eq(Mux(dl_reset[lat - 1], 0,
+                                       Mux(follows, sums, self.acc_rd.data)))
+        m.d.comb += [self.acc_wr.addr.eq(wb_addr), self.acc_wr.data.eq(sums),
                      self.acc_wr.en.eq(wb_valid), self.busy.eq(Cat(*dl_valid).any())]
         return m

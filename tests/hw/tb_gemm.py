@@ -50,36 +50,39 @@ def tiles(cfg: HwConfig, rng: np.random.Generator, count: int) -> list[Tile]:
     return [(i.astype(np.int8), w.astype(np.int8), a.astype(np.int32)) for i, w, a in out]
 
 
-async def run_stream(dut, cfg: HwConfig, work: list[Tile], gaps: random.Random | None = None
-                     ) -> None:
-    """Drive tiles (back to back or with idle cycles) and compare every result."""
-    expected = [gemm_reference(*t) for t in work]
+async def run_stream(dut, cfg: HwConfig, work: list[Tile], gaps: random.Random | None = None,
+                     clears: set[int] = frozenset()) -> None:
+    """Drive tiles (back to back or with idle cycles) and compare every result; the
+    tiles numbered in ``clears`` enter with ``in_clear`` (result 0, ``acc_out`` their
+    accumulators)."""
     shape_a = (cfg.batch, cfg.block_out)
     lanes = shape_a[0] * shape_a[1]
+    items = [(n, tile) for n, tile in enumerate(work)]
 
-    def apply(tile: Tile) -> None:
-        inp, wgt, acc = tile
+    def apply(item: tuple[int, Tile]) -> None:
+        n, (inp, wgt, acc) = item
         dut.inp.value = pack(inp, "<i1")
         dut.wgt.value = pack(wgt_port(wgt), "<u1")
         dut.acc_in.value = pack(acc, "<i4")
+        dut.in_clear.value = int(n in clears)
 
     def capture() -> tuple[np.ndarray, np.ndarray]:
         return (unpack(dut.acc_out.value.to_unsigned(), "<i4", lanes).reshape(shape_a),
                 unpack(dut.result.value.to_unsigned(), "<i4", lanes).reshape(shape_a))
 
-    outputs = await drive_pipeline(dut, work, apply, capture, gaps=gaps, max_idle=30)
-    got = [acc_out for acc_out, _ in outputs]
-    products = [result for _, result in outputs]
-    for n, (want, have) in enumerate(zip(expected, got, strict=True)):
-        assert np.array_equal(want, have), f"tile #{n}: want\n{want}\ngot\n{have}"
-    for n, ((inp, wgt, _), have) in enumerate(zip(work, products, strict=True)):
-        want = gemm_reference(inp, wgt, np.zeros_like(have))
-        assert np.array_equal(want, have), f"tile #{n} result: want\n{want}\ngot\n{have}"
+    outputs = await drive_pipeline(dut, items, apply, capture, gaps=gaps, max_idle=30)
+    for n, ((inp, wgt, acc), (acc_out, result)) in enumerate(zip(work, outputs, strict=True)):
+        if n in clears:
+            inp, wgt = np.zeros_like(inp), np.zeros_like(wgt)
+        want = gemm_reference(inp, wgt, acc)
+        assert np.array_equal(want, acc_out), f"tile #{n}: want\n{want}\ngot\n{acc_out}"
+        want = gemm_reference(inp, wgt, np.zeros_like(result))
+        assert np.array_equal(want, result), f"tile #{n} result: want\n{want}\ngot\n{result}"
 
 
 async def reset(dut) -> None:
     """Start the clock and hold reset for two cycles."""
-    await reset_pipeline(dut, (dut.inp, dut.wgt, dut.acc_in))
+    await reset_pipeline(dut, (dut.inp, dut.wgt, dut.acc_in, dut.in_clear))
 
 
 def _cfg() -> HwConfig:
@@ -125,3 +128,16 @@ async def gemm_with_gaps(dut) -> None:
     cfg = _cfg()
     await reset(dut)
     await run_stream(dut, cfg, tiles(cfg, np.random.default_rng(2), 60), gaps=random.Random(3))
+
+
+@cocotb.test()
+async def gemm_clear(dut) -> None:
+    """Tiles entering with ``in_clear`` among others (runs of them and single ones, with
+    and without idle cycles) give a zero product; their neighbours theirs."""
+    cfg = _cfg()
+    await reset(dut)
+    rng = random.Random(4)
+    work = tiles(cfg, np.random.default_rng(5), 80)
+    clears = {n for n in range(len(work)) if rng.random() < 0.3} | {10, 11, 12}
+    await run_stream(dut, cfg, work, clears=clears)
+    await run_stream(dut, cfg, work, gaps=random.Random(6), clears=clears)

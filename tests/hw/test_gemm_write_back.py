@@ -1,13 +1,14 @@
 """GemmWriteBack in Amaranth's simulator against a numpy accumulator array.
 
-Random GEMM micro-ops (an entry of a few, ``reset`` now and then, random products),
-mostly back to back, so that most accumulate into an entry one, two or three
-micro-ops ahead wrote: the write-back reads the entry two cycles before it writes,
-forwards the write of the cycle in between and relies on the read port's
-transparency for the one before. The accumulator buffer is emulated (a synchronous
-read port transparent to the write port, which takes the block's own writes); each
-write, with its cycle, must be ``0 if reset else acc[a] + products`` (int32 lanes,
-wrapping) of the micro-ops applied in order to a numpy array.
+Random GEMM micro-ops (an entry of a few, ``reset`` now and then, random products;
+zero for a resetting one, as the GEMM core's ``in_clear`` makes them), mostly back to
+back, so that most accumulate into an entry one, two or three micro-ops ahead wrote:
+the write-back reads the entry two cycles before it writes, takes its own sum for the
+write of the cycle in between and relies on the read port's transparency for the one
+before. The accumulator buffer is emulated (a synchronous read port transparent to
+the write port, which takes the block's own writes); each write, with its cycle, must
+be ``0 if reset else acc[a] + products`` (int32 lanes, wrapping) of the micro-ops
+applied in order to a numpy array.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def run(cfg: HwConfig, latency: int, seed: int, count: int = 60) -> int:
         cycle += 0 if rng.random() < 0.7 else rng.randint(1, latency + 1)
         products = np.array([rng.choice([INT32[0], INT32[1], rng.randint(*INT32)])
                              for _ in range(lanes)], dtype=np.int64)
-        uops.append((cycle, rng.randrange(ENTRIES), rng.random() < 0.15, products))
+        reset = rng.random() < 0.15
+        uops.append((cycle, rng.randrange(ENTRIES), reset, products * (not reset)))
         cycle += 1
     last = cycle + latency + 2
     acc = np.array([[rng.randint(*INT32) for _ in range(lanes)] for _ in range(ENTRIES)],
@@ -86,9 +88,6 @@ def run(cfg: HwConfig, latency: int, seed: int, count: int = 60) -> int:
             # GEMM micro-ops are in flight)
             en = ctx.get(dut.acc_wr.en)
             addr, data = ctx.get(dut.acc_wr.addr), ctx.get(dut.acc_wr.data)
-            ctx.set(dut.written.en, en)
-            ctx.set(dut.written.addr, addr)
-            ctx.set(dut.written.data, data)
             if en:
                 got_writes[cycle] = (addr, data)
                 buffer[addr] = entry_values(data, lanes)
