@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -21,7 +21,9 @@ class RegisterSlice(wiring.Component):
     RAM: its read data comes out of the RAM's address decoder. Here ``r_data`` is a
     flip-flop, the head, refilled from the other ``depth - 1`` entries (a register
     for a depth of 2, a ``SyncFIFO`` beyond), so whatever follows a read starts at a
-    register; ``level`` is a register too.
+    register; ``level`` is a register too, and so are ``r_rdy`` and ``w_rdy`` (set from
+    the level and this cycle's push and pop, not compared with the level after it:
+    what a consumer does with a beat and whether it may write then start at flip-flops).
 
     With ``block_ram`` the other entries sit in a :class:`~.block_ram_fifo.BlockRamFifo`
     (block RAM, for an iCE40, which has no LUT RAM), whose read register is the head
@@ -52,6 +54,18 @@ class RegisterSlice(wiring.Component):
             "level": Out(range(depth + 1)),
         })
 
+    def _ready_flags(self, m: Module, push: Value, pop: Value) -> None:
+        """``r_rdy`` and ``w_rdy``, registers of the level after this cycle's ``push``
+        and ``pop`` (the level's comparisons only are chosen between by them), and
+        ``level``."""
+        level, depth = self.level, self.depth
+        nonempty = Signal()
+        not_full = Signal(init=1)
+        m.d.comb += [self.r_rdy.eq(nonempty), self.w_rdy.eq(not_full)]
+        m.d.sync += [level.eq(level + push - pop),
+                     nonempty.eq(push | (level > 1) | ((level == 1) & ~pop)),
+                     not_full.eq(pop | (level < depth - 1) | ((level == depth - 1) & ~push))]
+
     def elaborate(self, platform: object) -> Module:
         m = Module()
         if self.block_ram:
@@ -65,8 +79,8 @@ class RegisterSlice(wiring.Component):
         level = self.level
         push = self.w_en & self.w_rdy
         pop = self.r_en & self.r_rdy
-        m.d.comb += [self.r_data.eq(head), self.r_rdy.eq(level != 0),
-                     self.w_rdy.eq(level != self.depth)]
+        m.d.comb += self.r_data.eq(head)
+        self._ready_flags(m, push, pop)
         # the new entry goes to the head if the head is free after this cycle
         to_head = (level == 0) | ((level == 1) & pop)
         m.d.comb += [tail.w_data.eq(self.w_data), tail.w_en.eq(push & ~to_head),
@@ -75,7 +89,6 @@ class RegisterSlice(wiring.Component):
             m.d.sync += head.eq(tail.r_data)
         with m.If(push & to_head):
             m.d.sync += head.eq(self.w_data)
-        m.d.sync += level.eq(level + push - pop)
         return m
 
     def _elaborate_block_ram(self, m: Module) -> Module:
@@ -88,8 +101,8 @@ class RegisterSlice(wiring.Component):
         level = self.level
         push = self.w_en & self.w_rdy
         pop = self.r_en & self.r_rdy
-        m.d.comb += [self.r_data.eq(Mux(from_tail, tail.r_data, pushed)),
-                     self.r_rdy.eq(level != 0), self.w_rdy.eq(level != self.depth)]
+        m.d.comb += self.r_data.eq(Mux(from_tail, tail.r_data, pushed))
+        self._ready_flags(m, push, pop)
         # the new entry goes to the head if the head is free after this cycle (then
         # the tail is empty: it never refills the head in the same cycle)
         to_head = (level == 0) | ((level == 1) & pop)
@@ -99,5 +112,4 @@ class RegisterSlice(wiring.Component):
             m.d.sync += from_tail.eq(1)
         with m.If(push & to_head):
             m.d.sync += [pushed.eq(self.w_data), from_tail.eq(0)]
-        m.d.sync += level.eq(level + push - pop)
         return m
