@@ -13,7 +13,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from formal.symbiyosys import driven_signals, elaborate_here
 from tensorfab.hw.register_slice import RegisterSlice
 
-__all__ = ["FifoView", "RingView", "buffered_fifo_view", "register_slice_view"]
+__all__ = ["FifoView", "RingView", "buffered_fifo_view", "ready_flags", "register_slice_view"]
 
 
 @dataclass
@@ -85,12 +85,20 @@ def buffered_fifo_view(fifo: SyncFIFOBuffered) -> FifoView:
     return FifoView(fragment, entries, invariants, statements, fifo.level)
 
 
+def ready_flags(dut: RegisterSlice) -> list[Value]:
+    """A RegisterSlice's ready flags (registers of their own) say not empty and not
+    full: the invariants that tie them to its level (at most the depth)."""
+    return [dut.level <= dut.depth, dut.r_rdy == (dut.level != 0),
+            dut.w_rdy == (dut.level != dut.depth)]
+
+
 def register_slice_view(dut: RegisterSlice) -> FifoView:
     """RegisterSlice: the head register while the level is not 0, then the tail (a
-    register for a depth of 2, a ``SyncFIFO`` ring of ``depth - 1`` beyond)."""
+    register for a depth of 2, a ``SyncFIFO`` ring of ``depth - 1`` beyond); its ready
+    flags (registers) say not empty and not full."""
     module = elaborate_here(dut)
     tail = module.submodules.tail
-    invariants = [tail.level == Mux(dut.level == 0, 0, dut.level - 1)]
+    invariants = [tail.level == Mux(dut.level == 0, 0, dut.level - 1), *ready_flags(dut)]
     statements: list = []
     if isinstance(tail, SyncFIFOBuffered):  # depth 1: a register
         stored = [tail.r_data]

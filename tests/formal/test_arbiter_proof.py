@@ -18,7 +18,7 @@ from amaranth.hdl import Assert, Assume, Cat, Cover, Fragment, Module, Mux, Sign
 from amaranth.lib import data
 
 import tensorfab.hw.arbiter as arbiter_module
-from formal.fifo_view import FifoView, register_slice_view
+from formal.fifo_view import FifoView, ready_flags, register_slice_view
 from formal.symbiyosys import (
     assert_proved,
     assert_refuted,
@@ -131,6 +131,8 @@ def arbiter_spec(dut: MemArbiter, group: tuple[str, ...],
     if budget_helpers:
         m.d.comb += budget_invariants(dut, driven_signals(fragment), views, mem_owed,
                                       longest_reads)
+        m.d.comb += [Assert(flag) for name in ("store_cmd_slice", "rd_fifo", "wr_fifo")
+                     for flag in ready_flags(module.submodules[name])]
     m.d.comb += [
         # the budget spent while a write still goes out
         Cover((mem_owed == dut.read_beats) & fired(port.cmd) & port.cmd.payload.write),
@@ -264,6 +266,10 @@ def round_robin_spec(dut: MemArbiter, *, port_ready: bool, helpers: bool = True)
                 m.d.comb += Assert(waited == passed)
     if helpers:
         m.d.comb += Assert(last < 3)
+        m.d.comb += [Assert(flag) for name in ("fetch_cmd_slice", "load_cmd_slice",
+                                               "store_cmd_slice", "port_cmd_slice",
+                                               "rd_fifo", "wr_fifo")
+                     for flag in ready_flags(module.submodules[name])]
         if port_ready:  # the port takes every command, its slice never fills
             m.d.comb += Assert(port_slice.level <= 1)
     return m
