@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 
 import cocotb
 import numpy as np
@@ -51,7 +52,7 @@ def tiles(cfg: HwConfig, rng: np.random.Generator, count: int) -> list[Tile]:
 
 
 async def run_stream(dut, cfg: HwConfig, work: list[Tile], gaps: random.Random | None = None,
-                     clears: set[int] = frozenset()) -> None:
+                     clears: Collection[int] = ()) -> None:
     """Drive tiles (back to back or with idle cycles) and compare every result; the
     tiles numbered in ``clears`` enter with ``in_clear`` (result 0, ``acc_out`` their
     accumulators)."""
