@@ -75,8 +75,9 @@ class GemmCore(wiring.Component):
         Adder-tree levels between pipeline registers.
     per_product : bool, optional
         One :class:`~.dsp.RegisteredMultiplier` per int8 product, from the stage-1
-        operand registers, its product in the multiplier's register, instead of the
-        packed products above (same latency, same results). None (the default): per
+        operand registers, its product in the multiplier's register, and an adder tree
+        per channel as wide as its sums, instead of the packed products and words above
+        (same latency, same results). None (the default): per
         product on an ECP5 build that may use DSP blocks, where the block's own output
         register keeps the path out of the block off the fabric; packed elsewhere, for
         Verilator's speed.
@@ -189,19 +190,19 @@ class GemmCore(wiring.Component):
         return reg
 
     @staticmethod
-    def _products(m: Module, act: Value, spread: Value, sel: list[int], name: str) -> Value:
+    def _products(m: Module, act: Value, spread: Value, sel: list[int], name: str
+                  ) -> list[Value]:
         """The products of activation ``act`` with the weight bytes of ``spread`` (a
         stage-1 word, a byte in each 16-bit lane) that ``sel`` picks, each from its own
-        :class:`~.dsp.RegisteredMultiplier`, in the 32-bit lanes of a packed product's
-        word: lane ``t`` holds byte ``sel[t]``'s product (registered, as the packed
-        products are)."""
+        :class:`~.dsp.RegisteredMultiplier` (registered, as the packed products are):
+        element ``t`` is byte ``sel[t]``'s, 16 bits."""
         lanes = []
         for t, lane in enumerate(sel):
             mul = RegisteredMultiplier(8, 8)
             m.submodules[f"{name}_{t}"] = mul
             m.d.comb += [mul.a.eq(act), mul.b.eq(spread[16 * (lane // 2):][:8])]
-            lanes.append(mul.p[:16] if t == len(sel) - 1 else Cat(mul.p[:16], Const(0, 16)))
-        return Cat(*lanes)
+            lanes.append(mul.p[:16])
+        return lanes
 
     def elaborate(self, platform: object) -> Module:
         """Build the pipeline."""
@@ -247,7 +248,7 @@ class GemmCore(wiring.Component):
                 sel = js[sub::2]
                 split.append((g, sub, 32 * (len(sel) - 1) + 16, sel))
         per_product = per_product_multipliers(self.per_product, platform)
-        prods = []  # [b][split][k]
+        prods = []  # [b][split][k]: a packed word, or (per product) its lanes' products
         packed: dict[tuple[int, int, int], Signal] = {}  # (b, group, k) -> product word
         for b in range(cfg.batch):
             per_b = []
@@ -303,11 +304,18 @@ class GemmCore(wiring.Component):
         for b in range(cfg.batch):
             for n, (g, _sub, width, sel) in enumerate(split):
                 h, par, js = groups[g]
-                total = self._tree(m, prods[b][n], f"s{b}_{n}",
-                                   wrap=None if per_product else max(64, width))
+                if per_product:
+                    # a tree per channel, as wide as its sums (19 bits for 8 terms):
+                    # the packed word's lanes, summed as one, made the carry chains
+                    # as long as the word (an FPGA critical path)
+                    sums = [self._tree(m, [terms[t] for terms in prods[b][n]],
+                                       f"s{b}_{n}_{t}") for t in range(len(sel))]
+                else:
+                    total = self._tree(m, prods[b][n], f"s{b}_{n}", wrap=max(64, width))
+                    sums = [total[32 * t:][:32] for t in range(len(sel))]
                 for t, j in enumerate(sel):
                     o = 8 * h + j
-                    s = total[32 * t:][:32]  # Σ a'w' of channel o
+                    s = sums[t]  # Σ a'w' of channel o
                     w = w_sum[g][16 * js.index(j):][:16]  # Σ w' of channel o
                     # exact signed value, wrapped or extended to 32 bits. Packed, the
                     # bias first: a sum of unsigned values then needs no sign
