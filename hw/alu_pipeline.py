@@ -122,10 +122,14 @@ class AluPipeline(wiring.Component):
         alu_s2 = self.valid
         shift_bad = alu.out_valid & alu.shift_error
         a_in, b_in = Signal(vec_shape), Signal(vec_shape)
+        # b: the read data (late: from the accumulators' block RAM) through one
+        # multiplexer, whose other input (the immediate or the forwarded result) and
+        # select come from registers alone
+        b_other = Mux(use_imm, Cat(*[imm_b] * lanes), a6_data)
+        b_read = ~use_imm & ~(a6_valid & (a6_addr == self.src))
         m.d.comb += [
             a_in.eq(Mux(a6_valid & (a6_addr == self.dst), a6_data, self.dst_data)),
-            b_in.eq(Mux(use_imm, Cat(*[imm_b] * lanes),
-                        Mux(a6_valid & (a6_addr == self.src), a6_data, self.src_data))),
+            b_in.eq(Mux(b_read, self.src_data, b_other)),
         ]
         alu_in = a3_valid & ~error
         if cfg.sequential_multiplier:
