@@ -84,6 +84,10 @@ class BurstIssuer(wiring.Component):
         A data beat of an issued command moved (read beat taken, write beat sent).
     owed : Out(owed_limit_bits(max_burst) + 1)
         Beats of issued commands that have not moved yet.
+    owing : Out(1)
+        ``owed`` is not zero (a register).
+    owing_next : Out(1)
+        What ``owing`` is in the next cycle.
     issued : Out(1)
         Every command of the transfer has been taken.
     drained : Out(1)
@@ -105,6 +109,7 @@ class BurstIssuer(wiring.Component):
             "beat": In(1),
             "owed": Out(owed_limit_bits(self.max_burst) + 1),
             "owing": Out(1),
+            "owing_next": Out(1),
             "issued": Out(1),
             "drained": Out(1),
         })
@@ -152,11 +157,12 @@ class BurstIssuer(wiring.Component):
         # the change of owed, summed on its few bits first: one carry chain over owed
         delta = Signal(signed(len(burst) + 1))
         m.d.comb += delta.eq(Mux(fire, burst, 0) - self.beat)
+        m.d.comb += self.owing_next.eq(owed_many | (owed_one & (f_some | ~self.beat))
+                                       | (owed_none & ~((~f_some & ~self.beat)
+                                                        | (f_one & self.beat))))
         m.d.sync += [stuck.eq(cmd.valid & ~cmd.ready),
                      self.owed.eq(self.owed + delta),
-                     self.owing.eq(owed_many | (owed_one & (f_some | ~self.beat))
-                                   | (owed_none & ~((~f_some & ~self.beat)
-                                                    | (f_one & self.beat))))]
+                     self.owing.eq(self.owing_next)]
         with m.If(self.start):
             m.d.sync += [rows_left.eq(self.rows), row_beats.eq(self.row_beats),
                          beats_left.eq(self.row_beats), cur_addr.eq(self.addr),
@@ -185,6 +191,10 @@ class TransferPhases:
     run: Signal
     #: After a halt: the memory's beats still owed move, then the transfer is forgotten.
     drain: Signal
+    #: Whether, in the next cycle, ``run`` or ``drain`` with beats owed will be high
+    #: (from the FSM's next state and the issuer's ``owing_next``): a register of it
+    #: gates data beats without the FSM's decode.
+    moving_next: Signal
 
 
 def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, halt: Value,
@@ -230,7 +240,8 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
     -------
     TransferPhases
     """
-    phases = TransferPhases(Signal(name="check"), Signal(name="run"), Signal(name="drain"))
+    phases = TransferPhases(Signal(name="check"), Signal(name="run"), Signal(name="drain"),
+                            Signal(name="moving_next"))
     # the checks' verdict, registered in CHECK: run_ok is (RUN and the checks passed),
     # one register for what gates the datapath and the issuer (out of the FSM's
     # decode); in RUN, a failed check means RUN's first cycle (it fails the
@@ -258,10 +269,12 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
                 m.next = "WAIT"
             with m.Else():
                 m.d.sync += run_ok.eq(passed)
+                m.d.comb += phases.moving_next.eq(passed)
                 m.next = "RUN"
         with m.State("RUN"):
             with m.If(halt):
                 m.d.sync += run_ok.eq(0)
+                m.d.comb += phases.moving_next.eq(bursts.owing_next)
                 m.next = "DRAIN"
             with m.Elif(~run_ok):
                 m.d.comb += [ex.idle.eq(1), ex.fail.eq(1), ex.code.eq(code)]
@@ -270,8 +283,12 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
                 m.d.comb += ex.done.eq(1)
                 m.d.sync += run_ok.eq(0)
                 m.next = "WAIT"
+            with m.Else():
+                m.d.comb += phases.moving_next.eq(1)
         with m.State("DRAIN"):
             m.d.comb += [phases.drain.eq(1), ex.idle.eq(bursts.drained)]
             with m.If(bursts.drained):
                 m.next = "WAIT"
+            with m.Else():
+                m.d.comb += phases.moving_next.eq(bursts.owing_next)
     return phases

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal, Value, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import Engine, ErrorCode, HwConfig, Opcode, insn_width
@@ -18,7 +18,67 @@ from .sequencer import InsnSequencer, engine_members
 from .signatures import BufReadSignature, acc_entry_bits, clamped_insn_count
 from .store_requant import StoreRequant
 
-__all__ = ["StoreEngine"]
+__all__ = ["EntryQueue", "StoreEngine"]
+
+
+class EntryQueue(wiring.Component):
+    """``SyncFIFOBuffered(width=width, depth=depth)`` with a ``flush`` (the FIFO reset to
+    empty in the next cycle) and its flags as registers: the ports and the timing are
+    the same (an entry written in one cycle is at ``r_data`` two cycles later), and
+    ``r_rdy_next`` says what ``r_rdy`` is in the next cycle.
+
+    ``r_data`` is the read register of the ``depth - 1`` entries behind it, and whether
+    they hold an entry (``some``) or room (``w_rdy``) are registers set from the
+    level and this cycle's push and pop, so that a read (``r_en``) reaches the read
+    register's and the level's enables through one gate, not through a comparison of
+    the level (the store's write-ready into them was an FPGA critical path).
+
+    Parameters
+    ----------
+    width : int
+        Bits per entry.
+    depth : int
+        Entries (at least 2).
+    """
+
+    def __init__(self, width: int, depth: int) -> None:
+        if depth < 2:
+            raise ValueError(f"EntryQueue: depth = {depth}; at least 2")
+        self.width = width
+        self.depth = depth
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1, init=1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "r_rdy_next": Out(1),
+            "flush": In(1),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        inner = self.depth - 1
+        m.submodules.storage = storage = Memory(shape=self.width, depth=inner, init=[])
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="sync")
+        produce = Signal(range(inner))
+        consume = Signal(range(inner))
+        level = Signal(range(inner + 1))  # entries behind r_data
+        some = Signal()  # level != 0, a register kept beside it
+        write = self.w_en & self.w_rdy
+        read = some & (~self.r_rdy | self.r_en)  # r_data loads the next entry
+        m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(write),
+                     r_port.addr.eq(consume), r_port.en.eq(read), self.r_data.eq(r_port.data),
+                     self.r_rdy_next.eq(~self.flush & (read | (self.r_rdy & ~self.r_en)))]
+        m.d.sync += [level.eq(level + write - read),
+                     some.eq(write | (level > 1) | ((level == 1) & ~read)),
+                     self.w_rdy.eq(read | (level < inner - 1) | ((level == inner - 1) & ~write)),
+                     self.r_rdy.eq(self.r_rdy_next)]
+        with m.If(write):
+            m.d.sync += produce.eq(Mux(produce == inner - 1, 0, produce + 1))
+        with m.If(read):
+            m.d.sync += consume.eq(Mux(consume == inner - 1, 0, consume + 1))
+        with m.If(self.flush):
+            m.d.sync += [level.eq(0), some.eq(0), self.w_rdy.eq(1), produce.eq(0),
+                         consume.eq(0)]
+        return m
 
 
 class StoreEngine(wiring.Component):
@@ -137,8 +197,8 @@ class StoreEngine(wiring.Component):
 
         # ---- accumulator reader -> FIFO of narrowed entries
         flush = Signal()
-        fifo = SyncFIFOBuffered(width=out_bits, depth=self.fifo_depth)
-        m.submodules.fifo = ResetInserter({"sync": flush})(fifo)
+        m.submodules.fifo = fifo = EntryQueue(out_bits, self.fifo_depth)
+        m.d.comb += fifo.flush.eq(flush)
         rd_left = Signal(33)
         rd_addr = Signal(cfg.acc_bits)
         rd_pending = Signal()
@@ -165,22 +225,28 @@ class StoreEngine(wiring.Component):
                          rd_more.eq(rd_left != 1)]
         m.d.sync += rd_pending.eq(entry_rd & ~flush)
 
-        # ---- serializer: FIFO entries -> write beats
+        # ---- serializer: FIFO entries -> write beats. The write-valid is a register
+        # (sending & fifo.r_rdy, set from their next values): the memory's write-ready
+        # then starts at registers on both sides, and so the FIFO's read enable (the
+        # transfer's FSM decode before it began an FPGA critical path)
         wdata = self.mem.wdata
-        beat = Signal(range(max(kout, 2)))
         ent_left = Signal(33)  # entries still to send
         ent_one = Signal()  # ent_left == 1, kept with it (out of the done decision's cycle)
-        sending = Signal()
-        m.d.comb += [wdata.payload.data.eq(fifo.r_data.word_select(beat, W) if kout > 1
-                                           else fifo.r_data),
-                     wdata.valid.eq(sending & fifo.r_rdy)]
-        wfire = wdata.valid & wdata.ready
-        last_beat = beat == kout - 1
-        with m.If(wfire):
-            m.d.sync += beat.eq(Mux(last_beat, 0, beat + 1))
-            with m.If(last_beat):
-                m.d.comb += fifo.r_en.eq(1)
-                m.d.sync += [ent_left.eq(ent_left - 1), ent_one.eq(ent_left == 2)]
+        wvalid = Signal()
+        m.d.comb += wdata.valid.eq(wvalid)
+        wfire = wvalid & wdata.ready
+        if kout > 1:
+            beat = Signal(range(kout))
+            last_beat = beat == kout - 1
+            m.d.comb += wdata.payload.data.eq(fifo.r_data.word_select(beat, W))
+            with m.If(wfire):
+                m.d.sync += beat.eq(Mux(last_beat, 0, beat + 1))
+        else:
+            last_beat = Const(1)
+            m.d.comb += wdata.payload.data.eq(fifo.r_data)
+        with m.If(wfire & last_beat):
+            m.d.comb += fifo.r_en.eq(1)
+            m.d.sync += [ent_left.eq(ent_left - 1), ent_one.eq(ent_left == 2)]
 
         # ---- command issuer
         m.submodules.bursts = bursts = BurstIssuer(cfg, self.max_burst)
@@ -198,18 +264,22 @@ class StoreEngine(wiring.Component):
             m.d.comb += flush.eq(1)
             m.d.sync += [rd_left.eq(n_entries), rd_more.eq(n_entries != 0),
                          rd_addr.eq(word.sram),
-                         ent_left.eq(n_entries), ent_one.eq(n_entries == 1), beat.eq(0)]
-        m.d.comb += [reading.eq(ph.run | ph.drain),
-                     sending.eq(ph.run | (ph.drain & bursts.owing))]
+                         ent_left.eq(n_entries), ent_one.eq(n_entries == 1)]
+        # beats move in RUN, and in DRAIN while the accepted commands owe some
+        m.d.comb += reading.eq(ph.run | ph.drain)
+        m.d.sync += wvalid.eq(ph.moving_next & fifo.r_rdy_next)
         with m.If(ph.drain & bursts.drained):  # the accepted commands' beats are sent
             m.d.comb += flush.eq(1)
-            m.d.sync += [rd_left.eq(0), rd_more.eq(0), beat.eq(0)]
+            m.d.sync += [rd_left.eq(0), rd_more.eq(0)]
+        if kout > 1:
+            with m.If(ph.check | (ph.drain & bursts.drained)):
+                m.d.sync += beat.eq(0)
         m.d.sync += queued.eq(Mux(flush, 0, queued + entry_rd - fifo.r_en))
         return m
 
     def _requant(self, m: Module, ex: wiring.PureInterface, word: data.View, entry_rd: Value,
                  rd_addr: Signal, rd_pending: Signal, flush: Signal, narrowed: Value,
-                 fifo: SyncFIFOBuffered) -> tuple[Value, Value, Value]:
+                 fifo: EntryQueue) -> tuple[Value, Value, Value]:
         """A requantizing STORE's records and datapath (configs with REQUANT).
 
         At ``ex.start`` of a STORE with ``requant``, the records' three entries are read
