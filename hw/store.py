@@ -14,6 +14,7 @@ from tensorfab.isa.formats import REQUANT_RECORD_WORDS, requant_supported
 from .burst import BurstIssuer, check_max_burst, dram_limit, transfer_phases
 from .layouts import insn_layout
 from .mem_port import MemWriteSignature
+from .register_slice import level_flags
 from .sequencer import InsnSequencer, engine_members
 from .signatures import BufReadSignature, acc_entry_bits, clamped_insn_count
 from .store_requant import StoreRequant
@@ -47,7 +48,7 @@ class EntryQueue(wiring.Component):
         self.width = width
         self.depth = depth
         super().__init__({
-            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1, init=1),
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "r_rdy_next": Out(1),
             "flush": In(1),
         })
@@ -61,23 +62,21 @@ class EntryQueue(wiring.Component):
         produce = Signal(range(inner))
         consume = Signal(range(inner))
         level = Signal(range(inner + 1))  # entries behind r_data
-        some = Signal()  # level != 0, a register kept beside it
-        write = self.w_en & self.w_rdy
-        read = some & (~self.r_rdy | self.r_en)  # r_data loads the next entry
+        write = Signal()
+        read = Signal()
+        some, room = level_flags(m, level, inner, write, read)
+        m.d.comb += [self.w_rdy.eq(room), write.eq(self.w_en & room),
+                     read.eq(some & (~self.r_rdy | self.r_en))]  # r_data loads the next
         m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(write),
                      r_port.addr.eq(consume), r_port.en.eq(read), self.r_data.eq(r_port.data),
                      self.r_rdy_next.eq(~self.flush & (read | (self.r_rdy & ~self.r_en)))]
-        m.d.sync += [level.eq(level + write - read),
-                     some.eq(write | (level > 1) | ((level == 1) & ~read)),
-                     self.w_rdy.eq(read | (level < inner - 1) | ((level == inner - 1) & ~write)),
-                     self.r_rdy.eq(self.r_rdy_next)]
+        m.d.sync += self.r_rdy.eq(self.r_rdy_next)
         with m.If(write):
             m.d.sync += produce.eq(Mux(produce == inner - 1, 0, produce + 1))
         with m.If(read):
             m.d.sync += consume.eq(Mux(consume == inner - 1, 0, consume + 1))
         with m.If(self.flush):
-            m.d.sync += [level.eq(0), some.eq(0), self.w_rdy.eq(1), produce.eq(0),
-                         consume.eq(0)]
+            m.d.sync += [level.eq(0), some.eq(0), room.eq(1), produce.eq(0), consume.eq(0)]
         return m
 
 
