@@ -281,13 +281,10 @@ class SdramController(wiring.Component):
         for b in range(g.banks):
             with m.If(pre_wait[b] != 0):
                 m.d.sync += pre_wait[b].eq(pre_wait[b] - 1)
-        wait = Signal(range(max(longest, init_wait) + 1))  # any command
-        col_wait = Signal(range(bl + 1))  # the next column command
-        turn = Signal(range(longest + 1))  # a WRITE after a READ's data
-        rrd = Signal(range(t_rrd + 1))  # an ACTIVE after an ACTIVE
-        for s in (wait, col_wait, turn, rrd):
-            with m.If(s != 0):
-                m.d.sync += s.eq(s - 1)
+        wait = _Countdown(m, "wait", max(longest, init_wait))  # any command
+        col_wait = _Countdown(m, "col_wait", bl)  # the next column command
+        turn = _Countdown(m, "turn", longest)  # a WRITE after a READ's data
+        rrd = _Countdown(m, "rrd", t_rrd)  # an ACTIVE after an ACTIVE
         # Whether the beat's row is the open one, registered: the comparison would
         # otherwise sit between the address and ``wdata.ready`` (into the core's store
         # path). It lags the address and the bank state by a cycle, so the cycle after
@@ -296,18 +293,18 @@ class SdramController(wiring.Component):
         # bursts of two words or more; it costs a cycle after each new command (and
         # after each beat on a 16-bit bus).
         hit = Signal()
+        hit_next = Signal()
         stale = Signal()
-        m.d.sync += [hit.eq(is_open.bit_select(bank, 1) & (open_row[bank] == row)),
-                     stale.eq(0)]
+        m.d.comb += hit_next.eq(is_open.bit_select(bank, 1) & (open_row[bank] == row))
+        m.d.sync += [hit.eq(hit_next), stale.eq(0)]
 
         # --- refresh ------------------------------------------------------------
-        refresh_count = Signal(range(self.refresh_interval + 1), init=self.refresh_interval)
+        refresh_count = _Countdown(m, "refresh_count", self.refresh_interval,
+                                   init=self.refresh_interval)
         refresh_due = Signal()
         refresh_done = Signal()
-        with m.If(refresh_count == 0):
-            m.d.sync += [refresh_count.eq(self.refresh_interval), refresh_due.eq(1)]
-        with m.Else():
-            m.d.sync += refresh_count.eq(refresh_count - 1)
+        with m.If(refresh_count.zero):
+            m.d.sync += [*refresh_count.load(self.refresh_interval), refresh_due.eq(1)]
         with m.If(refresh_done):
             m.d.sync += refresh_due.eq(0)
 
@@ -353,35 +350,46 @@ class SdramController(wiring.Component):
                     stale.eq(1)]
 
         m.d.comb += self.ready.eq(0)
+        serving = Signal()  # in SERVE
+        can_write = Signal()  # SERVE takes a write beat in this cycle (see below)
         init_left = Signal(range(t.init_refreshes + 1))
         close = Signal()  # precharge the beat's bank
         with m.FSM(name="sdram"):
             with m.State("POWER_UP"):
-                m.d.sync += [wait.eq(init_wait), init_left.eq(t.init_refreshes)]
+                m.d.sync += [*wait.load(init_wait), init_left.eq(t.init_refreshes)]
                 m.next = "INIT_WAIT"
-            with m.State("INIT_WAIT"), m.If(wait == 0):
+            with m.State("INIT_WAIT"), m.If(wait.zero):
                 m.d.comb += issue("PRECHARGE", 0, 1 << 10)
-                m.d.sync += wait.eq(t_rp - 1)
+                m.d.sync += wait.load(t_rp - 1)
                 m.next = "INIT_REFRESH"
-            with m.State("INIT_REFRESH"), m.If(wait == 0):
+            with m.State("INIT_REFRESH"), m.If(wait.zero):
                 with m.If(init_left == 0):
                     m.d.comb += issue("LOAD_MODE", 0, mode_register(bl, t.cl))
-                    m.d.sync += wait.eq(t.t_mrd - 1)
+                    m.d.sync += wait.load(t.t_mrd - 1)
                     m.next = "SERVE"
                 with m.Else():
                     m.d.comb += issue("REFRESH")
-                    m.d.sync += [wait.eq(t_rfc - 1), init_left.eq(init_left - 1)]
+                    m.d.sync += [*wait.load(t_rfc - 1), init_left.eq(init_left - 1)]
             with m.State("SERVE"):
-                m.d.comb += self.ready.eq(1)
-                with m.If(wait != 0):
+                m.d.comb += [self.ready.eq(1), serving.eq(1)]
+                with m.If(can_write):
+                    # ready whether or not a beat is valid: the core's valid would
+                    # otherwise come back to it as this ready in the same cycle
+                    m.d.comb += port.wdata.ready.eq(1)
+                    with m.If(port.wdata.valid):
+                        m.d.comb += [*issue("WRITE", bank, col), issue_write.eq(1)]
+                        m.d.sync += [*next_beat(), *col_wait.load(bl - 1),
+                                     pre_wait[bank].eq(
+                                         _at_least(pre_wait[bank], bl - 1 + t_wr))]
+                with m.Elif(~wait.zero):
                     pass
                 with m.Elif(refresh_due):
                     with m.If(is_open == 0):
                         m.d.comb += [*issue("REFRESH"), refresh_done.eq(1)]
-                        m.d.sync += wait.eq(t_rfc - 1)
+                        m.d.sync += wait.load(t_rfc - 1)
                     with m.Elif(Cat(pre_wait[b] == 0 for b in range(g.banks)).all()):
                         m.d.comb += issue("PRECHARGE", 0, 1 << 10)
-                        m.d.sync += [wait.eq(t_rp - 1), is_open.eq(0), stale.eq(1)]
+                        m.d.sync += [*wait.load(t_rp - 1), is_open.eq(0), stale.eq(1)]
                 with m.Elif(~have):
                     m.d.comb += port.cmd.ready.eq(1)
                     with m.If(port.cmd.valid):
@@ -391,36 +399,66 @@ class SdramController(wiring.Component):
                                      stale.eq(1)]
                 with m.Elif(stale):
                     pass
-                with m.Elif(hit):
-                    with m.If(col_wait != 0):
-                        pass
-                    with m.Elif(writing), m.If(turn == 0):
-                        # ready whether or not a beat is valid: the core's valid would
-                        # otherwise come back to it as this ready in the same cycle
-                        m.d.comb += port.wdata.ready.eq(1)
-                        with m.If(port.wdata.valid):
-                            m.d.comb += [*issue("WRITE", bank, col), issue_write.eq(1)]
-                            m.d.sync += [*next_beat(), col_wait.eq(bl - 1),
-                                         pre_wait[bank].eq(
-                                             _at_least(pre_wait[bank], bl - 1 + t_wr))]
-                    with m.Elif(room):
-                        m.d.comb += [*issue("READ", bank, col), issue_read.eq(1)]
-                        m.d.sync += [*next_beat(), col_wait.eq(bl - 1),
-                                     turn.eq(self.read_delay + bl),
-                                     pre_wait[bank].eq(_at_least(pre_wait[bank], bl - 1))]
+                with m.Elif(hit), m.If(col_wait.zero & ~writing & room):  # (a write: can_write)
+                    m.d.comb += [*issue("READ", bank, col), issue_read.eq(1)]
+                    m.d.sync += [*next_beat(), *col_wait.load(bl - 1),
+                                 *turn.load(self.read_delay + bl),
+                                 pre_wait[bank].eq(_at_least(pre_wait[bank], bl - 1))]
                 with m.Elif(is_open.bit_select(bank, 1)):  # another row is open: close it
                     m.d.comb += close.eq(pre_wait[bank] == 0)
-                with m.Elif(rrd == 0):
+                with m.Elif(rrd.zero):
                     m.d.comb += issue("ACTIVE", bank, row)
-                    m.d.sync += [wait.eq(t_rcd - 1), rrd.eq(t_rrd - 1),
+                    m.d.sync += [*wait.load(t_rcd - 1), *rrd.load(t_rrd - 1),
                                  is_open.bit_select(bank, 1).eq(1), open_row[bank].eq(row),
                                  pre_wait[bank].eq(t_ras - 1), stale.eq(1)]
         with m.If(close):
             m.d.comb += issue("PRECHARGE", bank, 0)
-            m.d.sync += [wait.eq(t_rp - 1), is_open.bit_select(bank, 1).eq(0), stale.eq(1)]
+            m.d.sync += [*wait.load(t_rp - 1), is_open.bit_select(bank, 1).eq(0),
+                         stale.eq(1)]
+        # ``can_write``: SERVE takes a write beat (nothing waits, no refresh is due, the
+        # beat is a write to the open row, ``stale`` is clear), registered a cycle ahead
+        # from what the terms become. Anything else SERVE does clears a term here (a
+        # command accepted: ``have``; a READ: ``writing``; a refresh or PRECHARGE ALL:
+        # ``refresh_due``; the beat's PRECHARGE or ACTIVE: ``hit_next``, which is
+        # ``hit`` while ``stale`` is clear), so the counters only count down and
+        # ``stale`` stays clear; a WRITE sets ``stale``.
+        m.d.sync += can_write.eq(
+            serving & have & writing & ~issue_write & ~self.abort & hit_next
+            & wait.zero_next & col_wait.zero_next & turn.zero_next
+            & ~refresh_due & ~refresh_count.zero)
         with m.If(self.abort):  # after the FSM: these assignments win
             m.d.sync += [have.eq(0), pipe.eq(0), in_flight.eq(0), beat_done.eq(0)]
         return m
+
+
+class _Countdown:
+    """A counter that counts down to 0 and stays there, beside a register that says it
+    is 0, so that a decision waits for a flip-flop rather than a comparison.
+
+    Parameters
+    ----------
+    m : Module
+    name : str
+    top : int
+        The largest value loaded.
+    init : int
+    """
+
+    def __init__(self, m: Module, name: str, top: int, *, init: int = 0) -> None:
+        self.count = Signal(range(top + 1), name=name, init=init)
+        self.zero = Signal(name=f"{name}_zero", init=init == 0)
+        with m.If(self.count != 0):
+            m.d.sync += self.count.eq(self.count - 1)
+        m.d.sync += self.zero.eq(self.zero_next)
+
+    @property
+    def zero_next(self) -> Value:
+        """``zero`` of the next cycle, unless the counter is loaded in this one."""
+        return self.count <= 1
+
+    def load(self, cycles: int) -> list:
+        """Statements (``sync``) that set the counter to ``cycles``."""
+        return [self.count.eq(cycles), self.zero.eq(cycles == 0)]
 
 
 def _at_least(value: Signal, const: int) -> Value:
