@@ -372,15 +372,10 @@ class SdramController(wiring.Component):
                     m.d.sync += [*wait.load(t_rfc - 1), init_left.eq(init_left - 1)]
             with m.State("SERVE"):
                 m.d.comb += [self.ready.eq(1), serving.eq(1)]
-                with m.If(can_write):
-                    # ready whether or not a beat is valid: the core's valid would
-                    # otherwise come back to it as this ready in the same cycle
-                    m.d.comb += port.wdata.ready.eq(1)
-                    with m.If(port.wdata.valid):
-                        m.d.comb += [*issue("WRITE", bank, col), issue_write.eq(1)]
-                        m.d.sync += [*next_beat(), *col_wait.load(bl - 1),
-                                     pre_wait[bank].eq(
-                                         _at_least(pre_wait[bank], bl - 1 + t_wr))]
+                with m.If(can_write), m.If(port.wdata.valid):
+                    m.d.comb += issue("WRITE", bank, col)
+                    m.d.sync += [*next_beat(), *col_wait.load(bl - 1),
+                                 pre_wait[bank].eq(_at_least(pre_wait[bank], bl - 1 + t_wr))]
                 with m.Elif(~wait.zero):
                     pass
                 with m.Elif(refresh_due):
@@ -417,15 +412,19 @@ class SdramController(wiring.Component):
                          stale.eq(1)]
         # ``can_write``: SERVE takes a write beat (nothing waits, no refresh is due, the
         # beat is a write to the open row, ``stale`` is clear), registered a cycle ahead
-        # from what the terms become. Anything else SERVE does clears a term here (a
-        # command accepted: ``have``; a READ: ``writing``; a refresh or PRECHARGE ALL:
-        # ``refresh_due``; the beat's PRECHARGE or ACTIVE: ``hit_next``, which is
-        # ``hit`` while ``stale`` is clear), so the counters only count down and
-        # ``stale`` stays clear; a WRITE sets ``stale``.
+        # from what the terms become. Anything else SERVE does needs a term here false
+        # (accepting a command: ``have``; a READ: ``writing``; a refresh or PRECHARGE
+        # ALL: ``refresh_due``; the beat's PRECHARGE or ACTIVE: ``hit_next``, which is
+        # ``hit`` while ``stale`` is clear), so when all hold the counters only count
+        # down and ``stale`` stays clear; a WRITE sets ``stale``.
         m.d.sync += can_write.eq(
             serving & have & writing & ~issue_write & ~self.abort & hit_next
             & wait.zero_next & col_wait.zero_next & turn.zero_next
             & ~refresh_due & ~refresh_count.zero)
+        # ready whether or not a beat is valid (the core's valid would otherwise come
+        # back to it as this ready in the same cycle); can_write is only set in SERVE
+        m.d.comb += [port.wdata.ready.eq(can_write),
+                     issue_write.eq(can_write & port.wdata.valid)]
         with m.If(self.abort):  # after the FSM: these assignments win
             m.d.sync += [have.eq(0), pipe.eq(0), in_flight.eq(0), beat_done.eq(0)]
         return m
