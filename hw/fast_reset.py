@@ -134,6 +134,13 @@ class FastReset(wiring.Component):
         def fail(code: ErrorCode) -> list:
             return [self.fail.eq(1), self.code.eq(code)]
 
+        # in the ZERO state, as a register of its own set and cleared with the state's
+        # transitions: acc_zero.en takes the accumulators' write port from the load
+        # engine, whose ready then starts at a flip-flop, not at the state's decode (an
+        # FPGA critical path into the load engine's transfer state)
+        in_zero = Signal()
+        m.d.comb += self.acc_zero.en.eq(in_zero)
+
         with m.FSM():
             with m.State("IDLE"), m.If(self.start):
                 m.d.sync += [f_out.eq(self.acc_factor_out), line.eq(0),
@@ -161,11 +168,12 @@ class FastReset(wiring.Component):
                 with m.Else():
                     m.d.sync += [z_next_line.eq(self.acc + f_out), z_a.eq(self.acc),
                                  z_left.eq(self.iter_in), z_over.eq(z_iter_over),
-                                 z_mask.eq(lane_mask(self.acc[:lb], z_iter_len))]
+                                 z_mask.eq(lane_mask(self.acc[:lb], z_iter_len)),
+                                 in_zero.eq(1)]
                     m.next = "ZERO"
             with m.State("ZERO"):  # zero up to `lanes` entries per cycle
-                m.d.comb += self.acc_zero.en.eq(1)
                 with m.If(self.stop):
+                    m.d.sync += in_zero.eq(0)
                     m.next = "IDLE"
                 with m.Elif(z_a[cfg.acc_bits:].any()):  # z_a >= acc_depth
                     m.d.comb += fail(ErrorCode.SRAM_RANGE)
@@ -179,6 +187,7 @@ class FastReset(wiring.Component):
                                      line.eq(line + 1)]
                         with m.If(line == line_last):
                             m.d.comb += self.done.eq(1)
+                            m.d.sync += in_zero.eq(0)
                             m.next = "IDLE"
                     with m.Else():  # the rest of the row: on to the next row's start
                         # the new z_left (z_left + z_off - lanes) and its mask from

@@ -45,6 +45,8 @@ def run(acc: int, iter_out: int, iter_in: int, f_out: int, src: int = 0, wgt: in
                 out["fail"] = ctx.get(dut.code)
                 ctx.set(dut.stop, 1)
             if ctx.get(dut.acc_zero.en):
+                # the port is taken in the ZERO state only: zeroing, failing or stopped
+                assert ctx.get(dut.zeroing) or ctx.get(dut.fail) or ctx.get(dut.stop)
                 mask = ctx.get(dut.acc_zero.mask)
                 assert ctx.get(dut.zeroed) == bin(mask).count("1")
                 assert ctx.get(dut.zeroing) == (mask != 0)
