@@ -42,13 +42,13 @@ class ComputeEngine(wiring.Component):
         S4                                     ALU: second cycle
         S5                                     ALU: third cycle, OP(a, b) registered
         S6                                     ALU: write acc[d]
-        S2+L-2  GEMM: read acc[a]  (L = GemmCore.LATENCY; the data registered)
+        S2+L-3  GEMM: read acc[a]  (L = GemmCore.LATENCY; the data registered twice)
         S2+L    GEMM: write acc[a] + products (or 0 with reset)
 
     The loops are a :class:`~.uop_loop.UopLoop`; S0 to S2 (the micro-op read and
     its registers, the index sums, the range checks, the interlock and the buffer
     reads) a :class:`~.uop_issue.UopIssue`; the ALU's S2 to S6 an
-    :class:`~.alu_pipeline.AluPipeline`; GEMM's S2+L-2 to S2+L, behind the
+    :class:`~.alu_pipeline.AluPipeline`; GEMM's S2+L-3 to S2+L, behind the
     :class:`~.gemm.GemmCore`, a :class:`~.gemm_write_back.GemmWriteBack`. Each
     documents its stages and the timing reasons for them. The engine decodes the
     instruction, runs the loops from its state machine (``RUN``, ``DRAIN``,

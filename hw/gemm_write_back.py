@@ -20,16 +20,21 @@ class GemmWriteBack(wiring.Component):
     A micro-op enters at S2 (``valid``, ``addr``, ``reset``), when its operands enter
     the :class:`~.gemm.GemmCore`; its products come out ``latency`` cycles later, at
     S2+L (zero for a resetting micro-op: the core's ``in_clear``). A delay line carries
-    the micro-op along; its destination entry is read two cycles before the write-back
-    (S2+L-2, ``acc_rd``) and the read data registered at S2+L-1, and at S2+L the sum
-    of that register and the products (wrapping at ``acc_width`` bits, each lane) is
-    written (``acc_wr``). Nothing but the adders lies between the two registers and
-    the write port: the register takes zero for a resetting micro-op, and the
-    write-back's own sum of the cycle for a micro-op that accumulates into the entry
-    the one ahead of it writes back then (compared a cycle ahead, from the delay
-    line), the one write the read cannot see. Back-to-back micro-ops on one entry need
-    no stall: the read port is transparent to the write port, so the read sees every
-    write up to its own cycle. Nothing else writes the accumulators while GEMM
+    the micro-op along; its destination entry is read three cycles before the
+    write-back (S2+L-3, ``acc_rd``), the read data registered at S2+L-2 and again at
+    S2+L-1, and at S2+L the sum of that register and the products (wrapping at
+    ``acc_width`` bits, each lane) is written (``acc_wr``). The read data's first
+    register lies right after the block RAM, whose read data arrives late in its cycle
+    (on an ECP5 5.8 ns after the clock): nothing but a multiplexer follows it there.
+
+    Back-to-back micro-ops on one entry need no stall. The read port is transparent to
+    the write port, so the read sees every write up to its own cycle; the two writes
+    after it come from the write-back itself and are taken from its sum instead: the
+    first register takes the sum written in the cycle after the read (from the
+    micro-op two ahead), the second the sum written then (from the micro-op one ahead),
+    each chosen by an address comparison made a cycle ahead from the delay line. The
+    second register takes zero for a resetting micro-op. Nothing but the adders lies
+    between it and the write port. Nothing else writes the accumulators while GEMM
     micro-ops are in flight (the compute engine drains its pipeline between
     instructions).
 
@@ -38,7 +43,7 @@ class GemmWriteBack(wiring.Component):
     cfg : HwConfig
         Accelerator configuration.
     latency : int
-        The GEMM core's latency (``GemmCore.LATENCY``, at least 2).
+        The GEMM core's latency (``GemmCore.LATENCY``, at least 3).
 
     Attributes
     ----------
@@ -56,7 +61,9 @@ class GemmWriteBack(wiring.Component):
     """
 
     def __init__(self, cfg: HwConfig, latency: int) -> None:
-        assert latency >= 2
+        if latency < 3:
+            raise ValueError(f"GemmWriteBack: latency = {latency}; at least 3 (the"
+                             " destination is read three cycles before the write-back)")
         self.cfg = cfg
         self.latency = latency
         vec_bits = acc_entry_bits(cfg)
@@ -87,22 +94,27 @@ class GemmWriteBack(wiring.Component):
             m.d.sync += [dl_valid[k].eq(dl_valid[k - 1]), dl_addr[k].eq(dl_addr[k - 1]),
                          dl_reset[k].eq(dl_reset[k - 1])]
         wb_valid, wb_addr = dl_valid[lat], dl_addr[lat]
-        # the destination read two cycles before the write-back
-        m.d.comb += [self.acc_rd.addr.eq(dl_addr[lat - 2]), self.acc_rd.en.eq(dl_valid[lat - 2])]
+        # the destination read three cycles before the write-back, into `fetched`
+        m.d.comb += [self.acc_rd.addr.eq(dl_addr[lat - 3]), self.acc_rd.en.eq(dl_valid[lat - 3])]
 
-        # the micro-op at S2+L-1 accumulates into the entry the one at S2+L writes back
-        # (a wide datapath register below has no reset: with one, Verilator copies
-        # every word of it on every cycle; the valid bits say what it holds)
+        # wide datapath registers below have no reset: with one, Verilator copies every
+        # word of them on every cycle; the valid bits say what they hold.
+        # the micro-op at S2+L-2 reads the entry the one at S2+L writes back (`ahead2`),
+        # the one at S2+L-1 accumulates into it (`follows`); both compared a cycle ahead
+        ahead2 = Signal()
         follows = Signal()
-        m.d.sync += follows.eq(dl_valid[lat - 1] & (dl_addr[lat - 1] == dl_addr[lat - 2]))
-        acc_reg = Signal(vec_shape, reset_less=True)  # the entry's value, at S2+L
+        m.d.sync += [ahead2.eq(dl_valid[lat - 1] & (dl_addr[lat - 1] == dl_addr[lat - 3])),
+                     follows.eq(dl_valid[lat - 1] & (dl_addr[lat - 1] == dl_addr[lat - 2]))]
+        fetched = Signal(vec_shape, reset_less=True)  # the entry's value, at S2+L-1
+        acc_reg = Signal(vec_shape, reset_less=True)  # and at S2+L
         acc_old = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), acc_reg)
         sums = Signal(vec_shape)
         m.d.comb += sums.eq(Cat(*[(acc_old[k] + self.products[k].as_unsigned())[:cfg.acc_width]
                                   for k in range(lanes)]))
+        with m.If(dl_valid[lat - 2]):
+            m.d.sync += fetched.eq(Mux(ahead2, sums, self.acc_rd.data))
         with m.If(dl_valid[lat - 1]):
-            m.d.sync += acc_reg.eq(Mux(dl_reset[lat - 1], 0,
-                                       Mux(follows, sums, self.acc_rd.data)))
+            m.d.sync += acc_reg.eq(Mux(dl_reset[lat - 1], 0, Mux(follows, sums, fetched)))
         m.d.comb += [self.acc_wr.addr.eq(wb_addr), self.acc_wr.data.eq(sums),
                      self.acc_wr.en.eq(wb_valid), self.busy.eq(Cat(*dl_valid).any())]
         return m

@@ -107,7 +107,7 @@ def run(cfg: HwConfig, latency: int, seed: int, count: int = 60) -> int:
     return len(got_writes)
 
 
-@pytest.mark.parametrize("latency", [2, 3, GemmCore.pipeline_latency(PRESETS["tiny"]), 6])
+@pytest.mark.parametrize("latency", [3, GemmCore.pipeline_latency(PRESETS["tiny"]), 6])
 @pytest.mark.parametrize("seed", range(2))
 def test_accumulates_in_order(latency: int, seed: int) -> None:
     assert run(PRESETS["tiny"], latency, seed) == 60
@@ -116,3 +116,8 @@ def test_accumulates_in_order(latency: int, seed: int) -> None:
 def test_default_config() -> None:
     cfg = PRESETS["default"]
     assert run(cfg, GemmCore.pipeline_latency(cfg), 5, count=40) == 40
+
+
+def test_latency_below_three_refused() -> None:
+    with pytest.raises(ValueError, match="latency = 2; at least 3"):
+        GemmWriteBack(PRESETS["tiny"], 2)
