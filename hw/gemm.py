@@ -62,7 +62,8 @@ class GemmCore(wiring.Component):
 
     The trees for ``A`` (per batch row) and ``W`` (per channel, summed in the
     16-bit lanes of the weight words) run one stage ahead of the product tree and
-    are delayed to meet it. Verilator evaluates about five machine operations per
+    are delayed to meet it (per product, ``A + W`` of each channel is registered
+    instead, so that the last stage adds no third carry chain). Verilator evaluates about five machine operations per
     product this way, against about twenty for separate sign-extended products.
     Synthesis needs as many DSP blocks as before and more carry logic
     (docs/architecture.md, "RTL executor", "Speed").
@@ -281,11 +282,18 @@ class GemmCore(wiring.Component):
                                wrap=word)
             return total[:len(terms[0]) + self.tree_depth]
 
-        a_sum = [self._delayed(m, side_sum(act[b], f"asum{b}"), f"asum{b}_d")
-                 for b in range(cfg.batch)]
-        w_sum = [self._delayed(m, side_sum([spread[k][g] for k in range(n_in)], f"wsum{g}"),
-                               f"wsum{g}_d")
-                 for g in range(len(groups))]
+        a_tree = [side_sum(act[b], f"asum{b}") for b in range(cfg.batch)]
+        w_tree = [side_sum([spread[k][g] for k in range(n_in)], f"wsum{g}")
+                  for g in range(len(groups))]
+
+        def correction(b: int, g: int, j: int) -> Value:
+            """A + W of channel ``j`` of group ``g`` for batch row ``b``, as the stage
+            of the product tree's last level has it."""
+            w = w_tree[g][16 * groups[g][2].index(j):][:16]
+            return self._delayed(m, a_tree[b] + w, f"corr{b}_{g}_{j}")
+        if not per_product:
+            a_sum = [self._delayed(m, a_tree[b], f"asum{b}_d") for b in range(cfg.batch)]
+            w_sum = [self._delayed(m, w_tree[g], f"wsum{g}_d") for g in range(len(groups))]
 
         # accumulator and valid travel alongside the products and the tree
         acc_delay = [self.acc_in]
@@ -316,15 +324,17 @@ class GemmCore(wiring.Component):
                 for t, j in enumerate(sel):
                     o = 8 * h + j
                     s = sums[t]  # Σ a'w' of channel o
-                    w = w_sum[g][16 * js.index(j):][:16]  # Σ w' of channel o
                     # exact signed value, wrapped or extended to 32 bits. Packed, the
                     # bias first: a sum of unsigned values then needs no sign
                     # extension, and Verilator computes its wrapped value in 32-bit
                     # words (synthesis for the DSP blocks needs more carry logic so)
                     dot = Signal(cfg.acc_width, name=f"dot{b}_{o}")
                     if per_product:
-                        exact = s - ((a_sum[b] + w) << 7) + bias
+                        # A + W summed a stage early: one carry chain fewer in this
+                        # stage's three (an FPGA critical path)
+                        exact = s - (correction(b, g, j) << 7) + bias
                     else:
+                        w = w_sum[g][16 * js.index(j):][:16]  # Σ w' of channel o
                         exact = (s + bias) - ((a_sum[b] + w) << 7)
                     m.d.comb += dot.eq(sign_extended(exact, cfg.acc_width))
                     with m.If(clear):
