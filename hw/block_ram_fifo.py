@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, Value, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["BlockRamFifo"]
+__all__ = ["BlockRamFifo", "level_flags"]
+
+
+def level_flags(m: Module, level: Signal, depth: int, push: Value, pop: Value
+                ) -> tuple[Signal, Signal]:
+    """A queue's ``level`` of ``depth`` entries after this cycle's ``push`` and ``pop``,
+    and whether it then holds an entry and has room, as registers set from the level
+    and the push and pop (the level's comparisons only are chosen between by them), so
+    that what follows a queue's readiness starts at flip-flops.
+
+    ``push`` and ``pop`` are the write and the read taken (a push only with room, a pop
+    only with an entry).
+
+    Returns
+    -------
+    (Signal, Signal)
+        The "holds an entry" and "has room" registers (reset: empty, with room).
+    """
+    nonempty = Signal()
+    not_full = Signal(init=1)
+    m.d.sync += [level.eq(level + push - pop),
+                 nonempty.eq(push | (level > 1) | ((level == 1) & ~pop)),
+                 not_full.eq(pop | (level < depth - 1) | ((level == depth - 1) & ~push))]
+    return nonempty, not_full
 
 
 class BlockRamFifo(wiring.Component):
@@ -42,11 +65,11 @@ class BlockRamFifo(wiring.Component):
     w_en : In(1)
         Write ``w_data`` (taken when ``w_rdy``).
     w_rdy : Out(1)
-        Not full.
+        Not full (a register, :func:`level_flags`).
     r_en : In(1)
         Read the head into ``r_data`` (taken when ``r_rdy``).
     r_rdy : Out(1)
-        Not empty.
+        Not empty (a register, :func:`level_flags`).
     r_data : Out(width)
         The entry of the last read.
     level : Out(range(depth + 1))
@@ -90,7 +113,8 @@ class BlockRamFifo(wiring.Component):
         # a read never meets a write of the same entry: an entry is readable the
         # cycle after its write, and a full queue (the one state where the write
         # pointer is the read pointer with an entry there) takes no write
-        m.d.comb += [self.w_rdy.eq(self.level != self.depth), self.r_rdy.eq(self.level != 0),
+        not_empty, not_full = level_flags(m, self.level, self.depth, push, pop)
+        m.d.comb += [self.w_rdy.eq(not_full), self.r_rdy.eq(not_empty),
                      wp.addr.eq(produce), wp.data.eq(self.w_data), wp.en.eq(push),
                      rp.addr.eq(consume)]
         # not reset: a reset of the register would keep it out of the block RAM
@@ -102,5 +126,4 @@ class BlockRamFifo(wiring.Component):
             m.d.sync += produce.eq(after(produce))
         with m.If(pop):
             m.d.sync += consume.eq(after(consume))
-        m.d.sync += self.level.eq(self.level + push - pop)
         return m

@@ -7,29 +7,9 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .block_ram_fifo import BlockRamFifo
+from .block_ram_fifo import BlockRamFifo, level_flags
 
-__all__ = ["RegisterSlice", "level_flags"]
-
-
-def level_flags(m: Module, level: Signal, depth: int, push: Value, pop: Value
-                ) -> tuple[Signal, Signal]:
-    """A queue's ``level`` of ``depth`` entries after this cycle's ``push`` and ``pop``,
-    and whether it then holds an entry and has room, as registers set from the level
-    and the push and pop (the level's comparisons only are chosen between by them), so
-    that what follows a queue's readiness starts at flip-flops.
-
-    Returns
-    -------
-    (Signal, Signal)
-        The "holds an entry" and "has room" registers (reset: empty, with room).
-    """
-    nonempty = Signal()
-    not_full = Signal(init=1)
-    m.d.sync += [level.eq(level + push - pop),
-                 nonempty.eq(push | (level > 1) | ((level == 1) & ~pop)),
-                 not_full.eq(pop | (level < depth - 1) | ((level == depth - 1) & ~push))]
-    return nonempty, not_full
+__all__ = ["RegisterSlice"]
 
 
 class RegisterSlice(wiring.Component):
@@ -75,7 +55,7 @@ class RegisterSlice(wiring.Component):
         })
 
     def _ready_flags(self, m: Module, push: Value, pop: Value) -> None:
-        """``r_rdy``, ``w_rdy`` and ``level`` (:func:`level_flags`)."""
+        """``r_rdy``, ``w_rdy`` and ``level`` (:func:`~.block_ram_fifo.level_flags`)."""
         nonempty, not_full = level_flags(m, self.level, self.depth, push, pop)
         m.d.comb += [self.r_rdy.eq(nonempty), self.w_rdy.eq(not_full)]
 

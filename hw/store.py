@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value, signed
 from amaranth.lib import data, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import Engine, ErrorCode, HwConfig, Opcode, insn_width
 from tensorfab.isa.config import log2
 from tensorfab.isa.formats import REQUANT_RECORD_WORDS, requant_supported
 
+from .block_ram_fifo import BlockRamFifo
 from .burst import BurstIssuer, check_max_burst, dram_limit, transfer_phases
 from .layouts import insn_layout
 from .mem_port import MemWriteSignature
-from .register_slice import level_flags
 from .sequencer import InsnSequencer, engine_members
 from .signatures import BufReadSignature, acc_entry_bits, clamped_insn_count
 from .store_requant import StoreRequant
@@ -28,11 +27,14 @@ class EntryQueue(wiring.Component):
     the same (an entry written in one cycle is at ``r_data`` two cycles later), and
     ``r_rdy_next`` says what ``r_rdy`` is in the next cycle.
 
-    ``r_data`` is the read register of the ``depth - 1`` entries behind it, and whether
-    they hold an entry (``some``) or room (``w_rdy``) are registers set from the
-    level and this cycle's push and pop, so that a read (``r_en``) reaches the read
-    register's and the level's enables through one gate, not through a comparison of
-    the level (the store's write-ready into them was an FPGA critical path).
+    The ``depth - 1`` entries behind ``r_data`` are a
+    :class:`~.block_ram_fifo.BlockRamFifo` reset by ``flush``, whose read register is
+    ``r_data``; it reads whenever ``r_data`` is free or read (``r_rdy`` says whether
+    ``r_data`` holds an entry). Its flags are registers, so a read (``r_en``) reaches
+    the read register's and the level's enables through one gate, not through a
+    comparison of the level, and ``w_rdy`` is a flip-flop. For a depth of 2 the one
+    entry behind ``r_data`` sits in a ``BlockRamFifo`` of 2 that takes a write only
+    while empty.
 
     Parameters
     ----------
@@ -40,6 +42,25 @@ class EntryQueue(wiring.Component):
         Bits per entry.
     depth : int
         Entries (at least 2).
+
+    Attributes
+    ----------
+    w_data : In(width)
+        The entry to write.
+    w_en : In(1)
+        Write ``w_data`` (taken when ``w_rdy``).
+    w_rdy : Out(1)
+        Not full.
+    r_data : Out(width)
+        The head (valid when ``r_rdy``).
+    r_en : In(1)
+        Read the head (taken when ``r_rdy``).
+    r_rdy : Out(1)
+        Not empty.
+    r_rdy_next : Out(1)
+        ``r_rdy`` in the next cycle.
+    flush : In(1)
+        Empty the FIFO: it holds nothing in the next cycle, whatever this cycle writes.
     """
 
     def __init__(self, width: int, depth: int) -> None:
@@ -55,28 +76,16 @@ class EntryQueue(wiring.Component):
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
-        inner = self.depth - 1
-        m.submodules.storage = storage = Memory(shape=self.width, depth=inner, init=[])
-        w_port = storage.write_port()
-        r_port = storage.read_port(domain="sync")
-        produce = Signal(range(inner))
-        consume = Signal(range(inner))
-        level = Signal(range(inner + 1))  # entries behind r_data
-        write = Signal()
-        read = Signal()
-        some, room = level_flags(m, level, inner, write, read)
-        m.d.comb += [self.w_rdy.eq(room), write.eq(self.w_en & room),
-                     read.eq(some & (~self.r_rdy | self.r_en))]  # r_data loads the next
-        m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(write),
-                     r_port.addr.eq(consume), r_port.en.eq(read), self.r_data.eq(r_port.data),
-                     self.r_rdy_next.eq(~self.flush & (read | (self.r_rdy & ~self.r_en)))]
+        behind = BlockRamFifo(self.width, max(self.depth - 1, 2))
+        m.submodules.behind = ResetInserter({"sync": self.flush})(behind)
+        # a depth of 2: one entry behind r_data, so room only while it is empty
+        room = behind.w_rdy if self.depth > 2 else ~behind.r_rdy
+        load = ~self.r_rdy | self.r_en  # r_data is free after this cycle
+        m.d.comb += [behind.w_data.eq(self.w_data), behind.w_en.eq(self.w_en & room),
+                     self.w_rdy.eq(room), behind.r_en.eq(load), self.r_data.eq(behind.r_data),
+                     self.r_rdy_next.eq(~self.flush & ((behind.r_rdy & load)
+                                                       | (self.r_rdy & ~self.r_en)))]
         m.d.sync += self.r_rdy.eq(self.r_rdy_next)
-        with m.If(write):
-            m.d.sync += produce.eq(Mux(produce == inner - 1, 0, produce + 1))
-        with m.If(read):
-            m.d.sync += consume.eq(Mux(consume == inner - 1, 0, consume + 1))
-        with m.If(self.flush):
-            m.d.sync += [level.eq(0), some.eq(0), room.eq(1), produce.eq(0), consume.eq(0)]
         return m
 
 
@@ -103,7 +112,8 @@ class StoreEngine(wiring.Component):
     cfg : HwConfig
         Configuration.
     fifo_depth : int
-        Narrowed entries read ahead of the memory.
+        Entries of the :class:`EntryQueue` that holds the narrowed entries read ahead
+        of the memory (at least 2).
     max_burst : int
         Longest write burst, in beats (longer rows are split, so a long store leaves
         gaps in the memory's command queue for reads).
