@@ -7,7 +7,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["BlockRamFifo", "level_flags"]
+__all__ = ["BlockRamFifo", "holds_next", "level_flags"]
 
 
 def level_flags(m: Module, level: Signal, depth: int, push: Value, pop: Value
@@ -28,9 +28,15 @@ def level_flags(m: Module, level: Signal, depth: int, push: Value, pop: Value
     nonempty = Signal()
     not_full = Signal(init=1)
     m.d.sync += [level.eq(level + push - pop),
-                 nonempty.eq(push | (level > 1) | ((level == 1) & ~pop)),
+                 nonempty.eq(holds_next(level, push, pop)),
                  not_full.eq(pop | (level < depth - 1) | ((level == depth - 1) & ~push))]
     return nonempty, not_full
+
+
+def holds_next(level: Value, push: Value, pop: Value) -> Value:
+    """Whether a queue at ``level`` holds an entry after this cycle's ``push`` and
+    ``pop`` (taken as in :func:`level_flags`, whose "holds an entry" register it sets)."""
+    return push | (level > 1) | ((level == 1) & ~pop)
 
 
 class BlockRamFifo(wiring.Component):

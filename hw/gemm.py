@@ -63,8 +63,9 @@ class GemmCore(wiring.Component):
     The trees for ``A`` (per batch row) and ``W`` (per channel, summed in the
     16-bit lanes of the weight words) run one stage ahead of the product tree and
     are delayed to meet it (per product, ``A + W`` of each channel is registered
-    instead, so that the last stage adds no third carry chain). Verilator evaluates about five machine operations per
-    product this way, against about twenty for separate sign-extended products.
+    instead, so that the last stage adds no third carry chain). Verilator evaluates
+    about five machine operations per product this way, against about twenty for
+    separate sign-extended products.
     Synthesis needs as many DSP blocks as before and more carry logic
     (docs/architecture.md, "RTL executor", "Speed").
 

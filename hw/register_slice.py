@@ -7,7 +7,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .block_ram_fifo import BlockRamFifo, level_flags
+from .block_ram_fifo import BlockRamFifo, holds_next, level_flags
 
 __all__ = ["RegisterSlice"]
 
@@ -39,6 +39,13 @@ class RegisterSlice(wiring.Component):
         Entries (at least 2; at least 3 with ``block_ram``).
     block_ram : bool
         The entries behind the head in block RAM.
+
+    Attributes
+    ----------
+    w_data, w_en, w_rdy, r_data, r_en, r_rdy, level
+        ``SyncFIFO``'s ports.
+    r_rdy_next : Out(1)
+        ``r_rdy`` in the next cycle.
     """
 
     def __init__(self, width: int, depth: int = 2, block_ram: bool = False) -> None:
@@ -50,14 +57,15 @@ class RegisterSlice(wiring.Component):
         self.block_ram = block_ram
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
-            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "r_rdy_next": Out(1),
             "level": Out(range(depth + 1)),
         })
 
     def _ready_flags(self, m: Module, push: Value, pop: Value) -> None:
         """``r_rdy``, ``w_rdy`` and ``level`` (:func:`~.block_ram_fifo.level_flags`)."""
         nonempty, not_full = level_flags(m, self.level, self.depth, push, pop)
-        m.d.comb += [self.r_rdy.eq(nonempty), self.w_rdy.eq(not_full)]
+        m.d.comb += [self.r_rdy.eq(nonempty), self.w_rdy.eq(not_full),
+                     self.r_rdy_next.eq(holds_next(self.level, push, pop))]
 
     def elaborate(self, platform: object) -> Module:
         m = Module()

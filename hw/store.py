@@ -10,10 +10,10 @@ from tensorfab.isa import Engine, ErrorCode, HwConfig, Opcode, insn_width
 from tensorfab.isa.config import log2
 from tensorfab.isa.formats import REQUANT_RECORD_WORDS, requant_supported
 
-from .block_ram_fifo import BlockRamFifo
 from .burst import BurstIssuer, check_max_burst, dram_limit, transfer_phases
 from .layouts import insn_layout
 from .mem_port import MemWriteSignature
+from .register_slice import RegisterSlice
 from .sequencer import InsnSequencer, engine_members
 from .signatures import BufReadSignature, acc_entry_bits, clamped_insn_count
 from .store_requant import StoreRequant
@@ -27,14 +27,15 @@ class EntryQueue(wiring.Component):
     the same (an entry written in one cycle is at ``r_data`` two cycles later), and
     ``r_rdy_next`` says what ``r_rdy`` is in the next cycle.
 
-    The ``depth - 1`` entries behind ``r_data`` are a
-    :class:`~.block_ram_fifo.BlockRamFifo` reset by ``flush``, whose read register is
-    ``r_data``; it reads whenever ``r_data`` is free or read (``r_rdy`` says whether
-    ``r_data`` holds an entry). Its flags are registers, so a read (``r_en``) reaches
-    the read register's and the level's enables through one gate, not through a
-    comparison of the level, and ``w_rdy`` is a flip-flop. For a depth of 2 the one
-    entry behind ``r_data`` sits in a ``BlockRamFifo`` of 2 that takes a write only
-    while empty.
+    A written entry is registered first, with nothing before that register but the
+    writer's own logic (the store's is the accumulator buffer's read data, which comes
+    late in its cycle from block RAM: on an ECP5 5.8 ns after the clock, and the queue's
+    LUT RAM was too far for the rest of the cycle), and from there goes into a
+    :class:`~.register_slice.RegisterSlice` of ``depth`` entries (``SyncFIFO``'s
+    timing, its head a register): one cycle each, the two of ``SyncFIFOBuffered``.
+    ``w_rdy`` counts both (a register: room for an entry besides the head, as
+    ``SyncFIFOBuffered``'s inner queue has), so the slice always takes the registered
+    entry.
 
     Parameters
     ----------
@@ -69,23 +70,34 @@ class EntryQueue(wiring.Component):
         self.width = width
         self.depth = depth
         super().__init__({
-            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1, init=1),
             "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "r_rdy_next": Out(1),
             "flush": In(1),
         })
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
-        behind = BlockRamFifo(self.width, max(self.depth - 1, 2))
-        m.submodules.behind = ResetInserter({"sync": self.flush})(behind)
-        # a depth of 2: one entry behind r_data, so room only while it is empty
-        room = behind.w_rdy if self.depth > 2 else ~behind.r_rdy
-        load = ~self.r_rdy | self.r_en  # r_data is free after this cycle
-        m.d.comb += [behind.w_data.eq(self.w_data), behind.w_en.eq(self.w_en & room),
-                     self.w_rdy.eq(room), behind.r_en.eq(load), self.r_data.eq(behind.r_data),
-                     self.r_rdy_next.eq(~self.flush & ((behind.r_rdy & load)
-                                                       | (self.r_rdy & ~self.r_en)))]
-        m.d.sync += self.r_rdy.eq(self.r_rdy_next)
+        depth = self.depth
+        queue = RegisterSlice(self.width, depth)
+        m.submodules.queue = ResetInserter({"sync": self.flush})(queue)
+        staged = Signal()
+        staged_data = Signal(self.width, reset_less=True)
+        push = self.w_en & self.w_rdy
+        pop = self.r_en & self.r_rdy
+        m.d.sync += [staged_data.eq(self.w_data), staged.eq(push & ~self.flush)]
+        m.d.comb += [queue.w_data.eq(staged_data), queue.w_en.eq(staged),
+                     queue.r_en.eq(self.r_en), self.r_data.eq(queue.r_data),
+                     self.r_rdy.eq(queue.r_rdy),
+                     self.r_rdy_next.eq(queue.r_rdy_next & ~self.flush)]
+        # entries (staged or in the slice) after this cycle, and room for one more
+        # besides the head
+        level = Signal(range(depth + 1))
+        level_next = Signal(range(depth + 1))
+        m.d.comb += level_next.eq(level + push - pop)
+        m.d.sync += [level.eq(level_next),
+                     self.w_rdy.eq(level_next - queue.r_rdy_next < depth - 1)]
+        with m.If(self.flush):
+            m.d.sync += [level.eq(0), self.w_rdy.eq(1)]
         return m
 
 
