@@ -63,6 +63,9 @@ class AluPipeline(wiring.Component):
         Drop the micro-ops at S2, S3 and S4.
     acc_wr : Out(WriteRequestSignature(acc_bits, acc entry))
         The write of the micro-op at S6.
+    acc_wr_next : Out(1)
+        ``acc_wr.en``'s next value (its register's input): a micro-op is written in
+        the next cycle.
     shift_error : Out(1)
         The micro-op at S5 has a shift out of range; its result is not written.
     a3_valid, a3_dst : Out(1), Out(acc_bits)
@@ -88,6 +91,7 @@ class AluPipeline(wiring.Component):
             "rec": In(wgt_entry_bits(cfg)),
             "error": In(1),
             "acc_wr": Out(WriteRequestSignature(cfg.acc_bits, vec_bits)),
+            "acc_wr_next": Out(1),
             "shift_error": Out(1),
             "a3_valid": Out(1),
             "a3_dst": Out(cfg.acc_bits),
@@ -132,9 +136,10 @@ class AluPipeline(wiring.Component):
             b_in.eq(Mux(b_read, self.src_data, b_other)),
         ]
         alu_in = a3_valid & ~error
+        a6_next = Signal()
+        m.d.comb += a6_next.eq(alu.out_valid & a5_keep & ~shift_bad)
         if cfg.sequential_multiplier:
-            m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(alu_in),
-                         a6_valid.eq(alu.out_valid & a5_keep & ~shift_bad)]
+            m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(alu_in), a6_valid.eq(a6_next)]
             # a multiplication's result comes SEQUENTIAL_MULTIPLY_CYCLES - 1 cycles
             # later: kept from S4 until it comes (the next micro-op's S4 is its cycle
             # at the earliest, the issue spacing them)
@@ -144,8 +149,7 @@ class AluPipeline(wiring.Component):
                 m.d.sync += a5_keep.eq(0)
         else:
             m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(alu_in),
-                         a5_keep.eq(a4_valid & ~error),
-                         a6_valid.eq(alu.out_valid & a5_keep & ~shift_bad)]
+                         a5_keep.eq(a4_valid & ~error), a6_valid.eq(a6_next)]
         with m.If(alu_s2):
             m.d.sync += [a3_addr.eq(self.dst), a3_a.eq(a_in), a3_b.eq(b_in),
                          a3_rec.eq(self.rec)]
@@ -163,7 +167,8 @@ class AluPipeline(wiring.Component):
             m.d.comb += [alu.a[k].eq(a3_av[k]), alu.b[k].eq(a3_bv[k])]
         busy = a3_valid | a4_valid | alu.out_valid | a6_valid
         m.d.comb += [self.acc_wr.addr.eq(a6_addr), self.acc_wr.data.eq(a6_data),
-                     self.acc_wr.en.eq(a6_valid), self.shift_error.eq(shift_bad),
+                     self.acc_wr.en.eq(a6_valid), self.acc_wr_next.eq(a6_next),
+                     self.shift_error.eq(shift_bad),
                      self.a3_valid.eq(a3_valid), self.a3_dst.eq(a3_addr),
                      self.busy.eq(busy | a5_keep if cfg.sequential_multiplier else busy)]
         return m

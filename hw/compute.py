@@ -88,6 +88,10 @@ class ComputeEngine(wiring.Component):
         FINISH has retired.
     acc_zero : Out(ZeroSignature(cfg))
         Bulk zeroing of accumulator entries (fast reset).
+    acc_port_next : Out(1)
+        The engine claims the accumulator write port in the next cycle: the next value
+        of ``acc_wr.en | acc_zero.en``, from their registers' inputs (the load engine,
+        which writes when the engine does not, registers it: ``acc_taken_next``).
     gemm_busy, alu_busy : Out(1)
         The GEMM path (a micro-op entering the GEMM core, or a fast-reset cycle) or
         the ALU accepts work this cycle.
@@ -114,6 +118,7 @@ class ComputeEngine(wiring.Component):
             "alu_busy": Out(1),
             "gemm_uops": Out(range(zero_lanes(cfg) + 1)),
             "acc_zero": Out(ZeroSignature(cfg)),
+            "acc_port_next": Out(1),
         })
 
     def elaborate(self, platform: object) -> Module:
@@ -246,13 +251,14 @@ class ComputeEngine(wiring.Component):
                          self.gemm_uops.eq(Mux(fr.zeroing, fr.zeroed, gemm_slow))]
             with m.If(fr.fail & ~error):
                 m.d.sync += [error.eq(1), err_code.eq(fr.code)]
-            fr_start, fr_done = fr.start, fr.done
+            fr_start, fr_done, zero_next = fr.start, fr.done, fr.acc_zero_next
         else:
             # (HwConfig.fast_reset False: every GEMM goes through the pipeline, and
             # acc_zero stays low)
             m.d.comb += [self.uop_rd.en.eq(stepping), self.gemm_busy.eq(gemm_slow),
                          self.alu_busy.eq(alu_s2), self.gemm_uops.eq(gemm_slow)]
-            fr_start, fr_done = Const(0), Const(0)
+            fr_start, fr_done, zero_next = Const(0), Const(0), Const(0)
+        m.d.comb += self.acc_port_next.eq(alu.acc_wr_next | wb.acc_wr_next | zero_next)
         # ------------------------------------------------------------- execution
         with m.If(seq.retire & (opcode == Opcode.FINISH)):
             m.d.sync += finished.eq(1)

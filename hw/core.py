@@ -185,8 +185,9 @@ class Core(wiring.Component):
         with m.Else():
             m.d.comb += [acc_wp.addr.eq(load.acc_wr.addr), acc_wp.data.eq(load.acc_wr.data),
                          acc_wp.en.eq(load.acc_wr.en & ~compute.acc_zero.en)]
-        m.d.comb += [compute.acc_wr.ready.eq(1),
-                     load.acc_wr.ready.eq(~compute.acc_wr.en & ~compute.acc_zero.en)]
+        # (the load's write waits while the compute engine writes or zeroes: the load
+        # engine registers that from the compute engine's next claim of the port)
+        m.d.comb += [compute.acc_wr.ready.eq(1), load.acc_taken_next.eq(compute.acc_port_next)]
         # zero flags (fast reset): one bit per accumulator entry, `lanes` per row; a set
         # flag makes its entry read as zero, every write of the entry clears it
         lanes = zero_lanes(cfg)

@@ -51,6 +51,9 @@ class FastReset(wiring.Component):
     acc_zero : Out(ZeroSignature(cfg))
         The zero flags' write port: ``en`` in every ``ZERO`` cycle, the mask empty
         when nothing is zeroed.
+    acc_zero_next : Out(1)
+        ``acc_zero.en``'s next value (its register's input): the next cycle is a
+        ``ZERO`` cycle.
     zeroing, zeroed : Out(1), Out(range(lanes + 1))
         Entries are zeroed this cycle, and how many.
     fail, code : Out(1), Out(4)
@@ -76,6 +79,7 @@ class FastReset(wiring.Component):
             "wgt": In(uop["wgt"].shape),
             "uop_rd_en": Out(1),
             "acc_zero": Out(ZeroSignature(cfg)),
+            "acc_zero_next": Out(1),
             "zeroing": Out(1),
             "zeroed": Out(range(self.lanes + 1)),
             "fail": Out(1),
@@ -137,9 +141,14 @@ class FastReset(wiring.Component):
         # in the ZERO state, as a register of its own set and cleared with the state's
         # transitions: acc_zero.en takes the accumulators' write port from the load
         # engine, whose ready then starts at a flip-flop, not at the state's decode (an
-        # FPGA critical path into the load engine's transfer state)
+        # FPGA critical path into the load engine's transfer state). Its input is an
+        # output too (``acc_zero_next``): the load engine registers from it whether
+        # the port is taken.
         in_zero = Signal()
-        m.d.comb += self.acc_zero.en.eq(in_zero)
+        in_zero_next = Signal()
+        m.d.comb += [self.acc_zero.en.eq(in_zero), self.acc_zero_next.eq(in_zero_next),
+                     in_zero_next.eq(in_zero)]
+        m.d.sync += in_zero.eq(in_zero_next)
 
         with m.FSM():
             with m.State("IDLE"), m.If(self.start):
@@ -168,12 +177,12 @@ class FastReset(wiring.Component):
                 with m.Else():
                     m.d.sync += [z_next_line.eq(self.acc + f_out), z_a.eq(self.acc),
                                  z_left.eq(self.iter_in), z_over.eq(z_iter_over),
-                                 z_mask.eq(lane_mask(self.acc[:lb], z_iter_len)),
-                                 in_zero.eq(1)]
+                                 z_mask.eq(lane_mask(self.acc[:lb], z_iter_len))]
+                    m.d.comb += in_zero_next.eq(1)
                     m.next = "ZERO"
             with m.State("ZERO"):  # zero up to `lanes` entries per cycle
                 with m.If(self.stop):
-                    m.d.sync += in_zero.eq(0)
+                    m.d.comb += in_zero_next.eq(0)
                     m.next = "IDLE"
                 with m.Elif(z_a[cfg.acc_bits:].any()):  # z_a >= acc_depth
                     m.d.comb += fail(ErrorCode.SRAM_RANGE)
@@ -187,7 +196,7 @@ class FastReset(wiring.Component):
                                      line.eq(line + 1)]
                         with m.If(line == line_last):
                             m.d.comb += self.done.eq(1)
-                            m.d.sync += in_zero.eq(0)
+                            m.d.comb += in_zero_next.eq(0)
                             m.next = "IDLE"
                     with m.Else():  # the rest of the row: on to the next row's start
                         # the new z_left (z_left + z_off - lanes) and its mask from

@@ -56,6 +56,9 @@ class GemmWriteBack(wiring.Component):
         accumulator write port).
     acc_wr : Out(WriteRequestSignature(acc_bits, acc entry))
         The write-back of the micro-op at S2+L.
+    acc_wr_next : Out(1)
+        ``acc_wr.en``'s next value: a micro-op is at S2+L-1, written back in the next
+        cycle.
     busy : Out(1)
         A micro-op is between S2 and S2+L.
     """
@@ -75,6 +78,7 @@ class GemmWriteBack(wiring.Component):
             "products": In(data.ArrayLayout(signed(cfg.acc_width), lanes)),
             "acc_rd": Out(BufReadSignature(cfg.acc_bits, vec_bits)),
             "acc_wr": Out(WriteRequestSignature(cfg.acc_bits, vec_bits)),
+            "acc_wr_next": Out(1),
             "busy": Out(1),
         })
 
@@ -116,5 +120,6 @@ class GemmWriteBack(wiring.Component):
         with m.If(dl_valid[lat - 1]):
             m.d.sync += acc_reg.eq(Mux(dl_reset[lat - 1], 0, Mux(follows, sums, fetched)))
         m.d.comb += [self.acc_wr.addr.eq(wb_addr), self.acc_wr.data.eq(sums),
-                     self.acc_wr.en.eq(wb_valid), self.busy.eq(Cat(*dl_valid).any())]
+                     self.acc_wr.en.eq(wb_valid), self.acc_wr_next.eq(dl_valid[lat - 1]),
+                     self.busy.eq(Cat(*dl_valid).any())]
         return m

@@ -24,6 +24,7 @@ from .sequencer import InsnSequencer, engine_members
 from .signatures import (
     WGT_OFFSET,
     BufWriteSignature,
+    WriteRequestSignature,
     acc_entry_bits,
     inp_entry_bits,
     uop_entry_bits,
@@ -50,9 +51,10 @@ class LoadEngine(wiring.Component):
     order, writing a zero entry per cycle in the padding and, in the data region,
     one beat per cycle, an entry being written with its last beat. Writes leave from
     registers, a cycle after the sequencer makes them, and wait there while their port
-    is not ready. The instruction is done when its last write is registered, an ACC
-    instruction when that write has landed (the accumulator port is shared). The
-    bursts come from a :class:`~.burst.BurstIssuer`.
+    is not ready or, the accumulators', taken (``acc_taken_next`` a cycle before). The
+    instruction is done when its last write is registered, an ACC instruction when
+    that write has landed (the accumulator port is shared). The bursts come from a
+    :class:`~.burst.BurstIssuer`.
 
     On ``halt`` the engine issues no further command and writes nothing more; it
     drains the read beats still owed to it, then goes idle without retiring.
@@ -72,8 +74,15 @@ class LoadEngine(wiring.Component):
         reports ``SRAM_RANGE`` or ``DRAM_RANGE`` (a one-cycle pulse).
     mem : Out(MemReadSignature(cfg))
         Memory reads.
-    inp_wr, wgt_wr, uop_wr, acc_wr : Out(BufWriteSignature(...))
+    inp_wr, wgt_wr, uop_wr : Out(BufWriteSignature(...))
         Buffer write ports.
+    acc_wr : Out(WriteRequestSignature(...))
+        The accumulator write port, shared: a write lands at an edge where ``en`` is
+        high and the port is not taken by another writer (``acc_taken_next`` was high
+        in the cycle before); one that does not land stays.
+    acc_taken_next : In(1)
+        The accumulator write port is taken by another writer in the next cycle
+        (registered here: the port's owner is known a cycle ahead).
     dram_size : In(32)
         Bytes of DRAM that may be read (0: the whole address space).
     """
@@ -88,9 +97,11 @@ class LoadEngine(wiring.Component):
         members = engine_members(cfg, Engine.LOAD) | {
             "mem": Out(MemReadSignature(cfg)),
             "dram_size": In(32),
+            "acc_taken_next": In(1),
         }
         for buf, name in PORT_OF.items():
-            members[name] = Out(BufWriteSignature(*bits[buf]))
+            signature = WriteRequestSignature if buf == Buffer.ACC else BufWriteSignature
+            members[name] = Out(signature(*bits[buf]))
         super().__init__(members)
 
     @staticmethod
@@ -225,10 +236,15 @@ class LoadEngine(wiring.Component):
         # the ports' ``en``), so that the buffers' write pins come from flip-flops (the
         # read beat's ``valid``, through the sequencer, into the accumulator's shared
         # write port and its zero flags was an FPGA critical path). A registered write
-        # whose port is not ready waits there (``held``) and holds the sequencer.
+        # whose port is not ready, or taken, waits there (``held``) and holds the
+        # sequencer. That the accumulators' is taken is a register (``acc_held``) set
+        # from the write's next enable and the port's next owner: the compute engine's
+        # write enable, through ``held`` into the read's ready, was an FPGA critical path.
+        acc_held = Signal()
         held = Signal()
-        m.d.comb += held.eq(Cat(*(getattr(self, PORT_OF[b]).en
-                                  & ~getattr(self, PORT_OF[b]).ready for b in bufs)).any())
+        m.d.comb += held.eq(acc_held | Cat(*(getattr(self, PORT_OF[b]).en
+                                             & ~getattr(self, PORT_OF[b]).ready
+                                             for b in bufs if b != Buffer.ACC)).any())
         w_addr = Signal.like(waddr)
         take_write = ~held | self.halt  # a halt drops the waiting write
         with m.If(take_write):
@@ -250,10 +266,12 @@ class LoadEngine(wiring.Component):
             # entry, for weights a permutation, is then done once per entry)
             with m.If(take_write & (buf == b) & (last_beat | ~is_data)):
                 m.d.sync += w_data.eq(Mux(is_data, entry[:len(port.data)], pad))
-            with m.If(take_write):
-                m.d.sync += [
-                    port.en.eq(seq_on & (buf == b) & (~is_data | (rdata.valid & last_beat))),
-                ]
+            en_next = Signal(name=f"en_next_{b.name.lower()}")
+            m.d.comb += en_next.eq(Mux(take_write, seq_on & (buf == b)
+                                       & (~is_data | (rdata.valid & last_beat)), port.en))
+            m.d.sync += port.en.eq(en_next)
+            if b == Buffer.ACC:
+                m.d.sync += acc_held.eq(en_next & self.acc_taken_next)
             m.d.comb += [port.addr.eq(w_addr), port.data.eq(w_data)]
         # An ACC instruction is done once its last write has landed (``flushing``
         # waits for it): the compute engine, which may hold the shared accumulator port,

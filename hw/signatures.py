@@ -101,7 +101,9 @@ def BufWriteSignature(addr_width: int, data_width: int) -> wiring.Signature:
     """A buffer write port, from the writer's side.
 
     An entry is written at the clock edge where ``en`` and ``ready`` are both high
-    (the core ties ``ready`` to 1 except on the shared accumulator port).
+    (the core ties ``ready`` to 1; the load engine's write to the shared accumulator
+    port is a :func:`WriteRequestSignature` that learns a cycle ahead whether the port
+    is taken, its ``acc_taken_next``).
 
     Parameters
     ----------

@@ -4,8 +4,10 @@
 :class:`~tensorfab.hw.store.StoreEngine`, the accumulator buffer between them and a
 :class:`~tensorfab.hw.arbiter.MemArbiter` (its fetch master idle). The testbench
 drives the two instruction streams and the token queues, serves ``port`` with a
-memory model and watches the four buffer write ports (their ``ready`` comes from
-the testbench, the accumulator's standing in for the compute engine's priority).
+memory model and watches the four buffer write ports (the ``ready`` of three comes
+from the testbench; so does ``acc_taken_next``, standing in for the compute engine's
+priority on the accumulator port, registered here as ``acc_taken``: the accumulator
+write lands where ``acc_wr.en`` is high and ``acc_taken`` low).
 
 :class:`FetchTop` holds a :class:`~tensorfab.hw.fetch.Fetch` behind the arbiter
 (load and store masters idle); the dispatch streams go to the testbench.
@@ -13,7 +15,7 @@ the testbench, the accumulator's standing in for the compute engine's priority).
 
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -27,6 +29,7 @@ from tensorfab.hw.signatures import (
     ErrorSignature,
     InsnStreamLayout,
     TokenSignature,
+    WriteRequestSignature,
     acc_entry_bits,
     inp_entry_bits,
     uop_entry_bits,
@@ -61,7 +64,9 @@ class LoadStoreTop(wiring.Component):
             "inp_wr": Out(BufWriteSignature(cfg.inp_bits, inp_entry_bits(cfg))),
             "wgt_wr": Out(BufWriteSignature(cfg.wgt_bits, wgt_entry_bits(cfg))),
             "uop_wr": Out(BufWriteSignature(cfg.uop_bits, uop_entry_bits(cfg))),
-            "acc_wr": Out(BufWriteSignature(cfg.acc_bits, acc_entry_bits(cfg))),
+            "acc_wr": Out(WriteRequestSignature(cfg.acc_bits, acc_entry_bits(cfg))),
+            "acc_taken_next": In(1),
+            "acc_taken": Out(1),
             "dram_size": In(32),
             "insn_base": In(32),
             "insn_count": In(32),
@@ -94,9 +99,14 @@ class LoadStoreTop(wiring.Component):
         wiring.connect(m, wiring.flipped(self.port), arb.port)
         for name in ("inp_wr", "wgt_wr", "uop_wr", "acc_wr"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(load, name))
+        # the accumulator port is taken (by the compute engine this stands in for) in
+        # the cycles after the testbench's acc_taken_next
+        taken = Signal()
+        m.d.sync += taken.eq(self.acc_taken_next)
         wp = acc.write_port()
-        m.d.comb += [wp.addr.eq(load.acc_wr.addr), wp.data.eq(load.acc_wr.data),
-                     wp.en.eq(load.acc_wr.en & self.acc_wr.ready)]
+        m.d.comb += [load.acc_taken_next.eq(self.acc_taken_next), self.acc_taken.eq(taken),
+                     wp.addr.eq(load.acc_wr.addr), wp.data.eq(load.acc_wr.data),
+                     wp.en.eq(load.acc_wr.en & ~taken)]
         rp = acc.read_port(domain="sync")
         m.d.comb += [rp.addr.eq(store.acc_rd.addr), rp.en.eq(store.acc_rd.en),
                      store.acc_rd.data.eq(rp.data)]

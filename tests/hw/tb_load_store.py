@@ -125,6 +125,7 @@ class TB:
         self.cycle = 0
         self.stall_cycles = {"load": 0, "store": 0}
         self.acc_write_at_retire: list[int] = []  # cycles a LOAD retired with one waiting
+        self.acc_waits = 0  # cycles an accumulator write waited for the port
 
     @classmethod
     def full_speed(cls, dut, *, seed: int, mem_size: int) -> TB:
@@ -141,7 +142,7 @@ class TB:
         cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
         for name in ("load_insn__valid", "store_insn__valid", "load_pop__valid",
                      "load_push__ready", "store_pop__valid", "store_push__ready", "halt",
-                     "inp_wr__ready", "wgt_wr__ready", "uop_wr__ready", "acc_wr__ready"):
+                     "inp_wr__ready", "wgt_wr__ready", "uop_wr__ready", "acc_taken_next"):
             getattr(dut, name).value = 0
         dut.dram_size.value = self.mem.data.size
         dut.insn_base.value = 0
@@ -186,8 +187,13 @@ class TB:
             dut.store_push__ready.value = int(push_s)
             ready = {n: rng.random() < p for n, p in self.ready_p.items()}
             for n, r in ready.items():
-                getattr(dut, f"{n}_wr__ready").value = int(r)
+                if n != "acc":
+                    getattr(dut, f"{n}_wr__ready").value = int(r)
+            # the accumulator port: the draw is for the next cycle (the design registers
+            # it); this cycle's is the one drawn before
+            dut.acc_taken_next.value = int(not ready["acc"])
             await ReadOnly()
+            ready["acc"] = not int(dut.acc_taken.value)
             # sample
             for s in self.streams.values():
                 if s.offered and int(getattr(dut, s.prefix + "ready").value):
@@ -201,6 +207,8 @@ class TB:
                 q["l2c"] += 1
             if push_s and int(dut.store_push__valid.value):
                 q["s2c"] += 1
+            if int(dut.acc_wr__en.value) and not ready["acc"]:
+                self.acc_waits += 1
             for n in BUF_NAMES.values():
                 if ready[n] and int(getattr(dut, f"{n}_wr__en").value):
                     self.writes[n].append((getattr(dut, f"{n}_wr__addr").value.to_unsigned(),
@@ -352,6 +360,7 @@ async def random_program(dut, seed: int, n_loads: int, n_pairs: int, **mem_kwarg
     assert not tb.acc_write_at_retire, (
         f"LOADs retired with an accumulator write still waiting, cycles "
         f"{tb.acc_write_at_retire[:5]}")
+    assert tb.acc_waits, "no accumulator write waited for the port"
     assert sum(len(w) for w in tb.writes.values()) == n_writes, "extra or missing writes"
     compare_buffers(ref.bufs, tb.buffer_state(init))
     bad = np.nonzero(ref.dram != tb.mem.data)[0]

@@ -209,6 +209,7 @@ def run(cfg: HwConfig, seed: int, count: int, error_after: int | None = None) ->
     buffer = acc.copy()
 
     async def bench(ctx) -> None:
+        en_next = 0
         for cycle in range(last + 1):
             insn = starts.get(cycle)
             ctx.set(dut.start, insn is not None)
@@ -229,6 +230,8 @@ def run(cfg: HwConfig, seed: int, count: int, error_after: int | None = None) ->
             ctx.set(dut.dst_data, entry_bits(buffer[dst]))
             ctx.set(dut.src_data, entry_bits(buffer[src]))
             ctx.set(dut.rec, wgt_bits(cfg, wgt[u.wgt if u is not None else 0]))
+            assert ctx.get(dut.acc_wr.en) == en_next, f"cycle {cycle}: acc_wr_next"
+            en_next = ctx.get(dut.acc_wr_next)
             if ctx.get(dut.acc_wr.en):
                 addr, bits = ctx.get(dut.acc_wr.addr), ctx.get(dut.acc_wr.data)
                 got["writes"][cycle] = (addr, bits)

@@ -36,10 +36,12 @@ def run(acc: int, iter_out: int, iter_in: int, f_out: int, src: int = 0, wgt: in
         ctx.set(dut.src, src)
         ctx.set(dut.wgt, wgt)
         ctx.set(dut.start, 1)
+        en_next = ctx.get(dut.acc_zero_next)  # acc_zero.en's value after the edge
         await ctx.tick()
         ctx.set(dut.start, 0)
         for cycle in range(4 * iter_out * (iter_in + LANES) + 10):
             ctx.set(dut.stop, stop_at is not None and cycle >= stop_at)
+            assert ctx.get(dut.acc_zero.en) == en_next, f"cycle {cycle}: acc_zero_next"
             out["uop_reads"] += ctx.get(dut.uop_rd_en)
             if ctx.get(dut.fail):
                 out["fail"] = ctx.get(dut.code)
@@ -55,6 +57,7 @@ def run(acc: int, iter_out: int, iter_in: int, f_out: int, src: int = 0, wgt: in
             else:
                 assert ctx.get(dut.zeroed) == 0 and ctx.get(dut.acc_zero.mask) == 0
             out["done"] += ctx.get(dut.done)
+            en_next = ctx.get(dut.acc_zero_next)
             await ctx.tick()
 
     sim = Simulator(dut)

@@ -74,6 +74,7 @@ def run(cfg: HwConfig, latency: int, seed: int, count: int = 60) -> int:
 
     async def bench(ctx) -> None:
         read_data = 0
+        en_next = 0
         for cycle in range(last):
             entry, reset = entering.get(cycle, (rng.randrange(ENTRIES), rng.random() < 0.5))
             ctx.set(dut.valid, cycle in entering)
@@ -87,6 +88,8 @@ def run(cfg: HwConfig, latency: int, seed: int, count: int = 60) -> int:
             # the engine's write port: this block's write (nothing else writes while
             # GEMM micro-ops are in flight)
             en = ctx.get(dut.acc_wr.en)
+            assert en == en_next, f"cycle {cycle}: acc_wr_next was not the next en"
+            en_next = ctx.get(dut.acc_wr_next)
             addr, data = ctx.get(dut.acc_wr.addr), ctx.get(dut.acc_wr.data)
             if en:
                 got_writes[cycle] = (addr, data)
