@@ -46,18 +46,8 @@ class EntryQueue(wiring.Component):
 
     Attributes
     ----------
-    w_data : In(width)
-        The entry to write.
-    w_en : In(1)
-        Write ``w_data`` (taken when ``w_rdy``).
-    w_rdy : Out(1)
-        Not full.
-    r_data : Out(width)
-        The head (valid when ``r_rdy``).
-    r_en : In(1)
-        Read the head (taken when ``r_rdy``).
-    r_rdy : Out(1)
-        Not empty.
+    w_data, w_en, w_rdy, r_data, r_en, r_rdy
+        ``SyncFIFOBuffered``'s ports (``w_rdy`` and ``r_rdy`` registers).
     r_rdy_next : Out(1)
         ``r_rdy`` in the next cycle.
     flush : In(1)
