@@ -79,13 +79,19 @@ class EntryQueue(wiring.Component):
                      queue.r_en.eq(self.r_en), self.r_data.eq(queue.r_data),
                      self.r_rdy.eq(queue.r_rdy),
                      self.r_rdy_next.eq(queue.r_rdy_next & ~self.flush)]
-        # entries (staged or in the slice) after this cycle, and room for one more
-        # besides the head
+        # the entries (staged or in the slice), and room for one more besides the
+        # head: the level's comparisons chosen between by the push, the pop and the
+        # head's next state (a read, from the memory's write ready, then reaches the
+        # register through multiplexers only)
         level = Signal(range(depth + 1))
-        level_next = Signal(range(depth + 1))
-        m.d.comb += level_next.eq(level + push - pop)
-        m.d.sync += [level.eq(level_next),
-                     self.w_rdy.eq(level_next - queue.r_rdy_next < depth - 1)]
+
+        def at_most(k: int) -> Value:
+            """The level after this cycle is at most ``k``."""
+            return Mux(push & ~pop, (level <= k - 1) if k else Const(0),
+                       Mux(pop & ~push, level <= k + 1, level <= k))
+        m.d.sync += [level.eq(level + push - pop),
+                     self.w_rdy.eq(Mux(queue.r_rdy_next, at_most(depth - 1),
+                                       at_most(depth - 2)))]
         with m.If(self.flush):
             m.d.sync += [level.eq(0), self.w_rdy.eq(1)]
         return m
