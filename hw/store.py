@@ -83,17 +83,15 @@ class EntryQueue(wiring.Component):
         # head: the level's comparisons chosen between by the push, the pop and the
         # head's next state (a read, from the memory's write ready, then reaches the
         # register through multiplexers only)
-        level = Signal(range(depth + 1))
+        level = staged + queue.level
 
         def at_most(k: int) -> Value:
             """The level after this cycle is at most ``k``."""
             return Mux(push & ~pop, (level <= k - 1) if k else Const(0),
                        Mux(pop & ~push, level <= k + 1, level <= k))
-        m.d.sync += [level.eq(level + push - pop),
-                     self.w_rdy.eq(Mux(queue.r_rdy_next, at_most(depth - 1),
-                                       at_most(depth - 2)))]
+        m.d.sync += self.w_rdy.eq(Mux(queue.r_rdy_next, at_most(depth - 1), at_most(depth - 2)))
         with m.If(self.flush):
-            m.d.sync += [level.eq(0), self.w_rdy.eq(1)]
+            m.d.sync += self.w_rdy.eq(1)
         return m
 
 
