@@ -84,9 +84,11 @@ def sum_low_word(parts: list[Value]) -> tuple[Value, Value, Value]:
     return lo, mid >> HALF, hh
 
 
-def sum_high_word(lo: Value, mid_hi: Value, hh: Value) -> Value:
-    """The signed 64-bit product from :func:`sum_low_word`'s three values."""
-    hi = hh + mid_hi + lo[2 * HALF]
+def sum_high_word(lo: Value, mid_hi: Value, hh: Value, carry: Value | None = None) -> Value:
+    """The signed 64-bit product from :func:`sum_low_word`'s three values; with
+    ``carry`` (:func:`registered_low_words`' carries into the high word, the low
+    word's own ``lo[32]`` by default) the high word adds that instead."""
+    hi = hh + mid_hi + (lo[2 * HALF] if carry is None else carry)
     return Cat(lo[:2 * HALF], hi[:2 * HALF]).as_signed()
 
 
@@ -197,29 +199,29 @@ def finish_clip(ordered: Value, above_lo: Value, b: Value) -> Value:
     return Mux(above_lo, ordered, Mux(b[-1], b, ~b))
 
 
-def finish_lane(m: Module, op: Value, prod: Value, saturate: Value,
+def finish_lane(m: Module, kind: dict[str, Value], prod: Value, saturate: Value,
                 other: Value, round_up: Value, width: int) -> Value:
     """Third-cycle logic of one lane: MUL and MULHI from ``prod``, the 64-bit sum of
     the partial products (one 32×32 → 64-bit product serves both: the low
     half for MUL, the rounded high half for MULHI), SHR_RND's rounding increment added
     to its shift, any other operation's registered ``other`` result.
 
+    ``kind`` holds the registered one-hot flags ``"mul"``, ``"mulhi"`` and
+    ``"shr_rnd"`` of the operation. For MULHI ``prod``'s high word already carries
+    gemmlowp's nudge 2^30 (:func:`registered_low_words`' ``nudge``): the result is
+    the nudged product's bits 31 to 61, whose lowest is ``prod[31] ^ prod[30]``.
     ``saturate`` is MULHI's one overflow, ``a = b = -2^31``, flagged in the first cycle.
     """
-    # (a*b + 2^30) >> 31: gemmlowp's nudge and truncation, a word at a time (as in
-    # sum_products: no 65-bit sum)
-    nudged_lo = prod[:width] + (1 << (width - 2))
-    high = Cat(nudged_lo[width - 1], (prod[width:].as_signed() + nudged_lo[width])[:width - 1])
+    high = Cat(prod[width - 1] ^ prod[width - 2], prod[width:][:width - 1])
     out = Signal(signed(width))
-    with m.Switch(op):
-        with m.Case(AluOp.MUL):
-            m.d.comb += out.eq(prod[:width])
-        with m.Case(AluOp.MULHI):
-            m.d.comb += out.eq(Mux(saturate, (1 << (width - 1)) - 1, high))
-        with m.Case(AluOp.SHR_RND):
-            m.d.comb += out.eq(other + round_up)
-        with m.Default():
-            m.d.comb += out.eq(other)
+    with m.If(kind["mul"]):
+        m.d.comb += out.eq(prod[:width])
+    with m.Elif(kind["mulhi"]):
+        m.d.comb += out.eq(Mux(saturate, (1 << (width - 1)) - 1, high))
+    with m.Elif(kind["shr_rnd"]):
+        m.d.comb += out.eq(other + round_up)
+    with m.Else():
+        m.d.comb += out.eq(other)
     return out
 
 
@@ -370,15 +372,25 @@ def registered_partial_products(m: Module, en: Value, x: list[Value], y: list[Va
                                  strict=True)]
 
 
-def registered_low_words(m: Module, en: Value, parts: list[list[Value]]
-                         ) -> tuple[list[Value], list[Value], list[Value]]:
+def registered_low_words(m: Module, en: Value, parts: list[list[Value]],
+                         nudge: Value | None = None
+                         ) -> tuple[list[Value], list[Value], list[Value], list[Value]]:
     """Each lane's :func:`sum_low_word` of its four ``parts``, registered when ``en``:
     per lane the low word with its carry, the middle products' high part and ``hi·hi``,
-    for :func:`sum_high_word` a cycle later."""
+    and the carry into the high word, for :func:`sum_high_word` a cycle later.
+
+    With ``nudge`` high the carry is that of the product plus 2^30 (MULHI's rounding:
+    the sum's carry, plus one when bits 30 and 31 of the low word are both set), so
+    that the rounded high word takes one addition, not two in a row."""
     sums = [sum_low_word(list(p)) for p in parts]
     lo, mid_hi, hh = (registered_lanes(m, en, [s[k] for s in sums], name)
                       for k, name in enumerate(("sum_lo", "sum_mid_hi", "sum_hh")))
-    return lo, mid_hi, hh
+    if nudge is None:
+        return lo, mid_hi, hh, [v[2 * HALF] for v in lo]
+    carry = registered_lanes(m, en, [
+        s[0][2 * HALF] + (nudge & s[0][2 * HALF - 1] & s[0][2 * HALF - 2]) for s in sums],
+        "sum_carry")
+    return lo, mid_hi, hh, carry
 
 
 def AluSignature(cfg: HwConfig) -> wiring.Signature:
@@ -473,7 +485,6 @@ class VectorAlu(wiring.Component):
         en2 = Signal()  # the second cycle holds an operation
         records = self._records() if requant_supported(cfg) else None
         op2 = registered(m, en, self.op, "op2")
-        op3 = registered(m, en2, op2, "op3")
 
         def kinds(op: Value, stage: str) -> tuple[Signal, Signal, Signal]:
             """Whether the operation of a cycle is REQUANT, MUL or MULHI, CLIP."""
@@ -485,7 +496,12 @@ class VectorAlu(wiring.Component):
             return requant, mul, clip
         is_requant, is_mul, is_clip = kinds(self.op, "")
         is_requant2, is_mul2, is_clip2 = kinds(op2, "2")
-        is_requant3, is_mul3, _ = kinds(op3, "3")
+        # the third cycle's operation as registered one-hot flags: its choice of the
+        # result starts at flip-flops, not at a decode of the code
+        kind3 = {name: registered(m, en2, op2 == op, f"is_{name}3")
+                 for name, op in (("mul", AluOp.MUL), ("mulhi", AluOp.MULHI),
+                                  ("shr_rnd", AluOp.SHR_RND))}
+        is_requant3 = registered(m, en2, is_requant2, "is_requant3")
         most_negative = Const(-(1 << (self.width - 1)), signed(self.width))
         lanes = range(self.lanes)
         a = [self.a[i].as_signed() for i in lanes]
@@ -498,7 +514,7 @@ class VectorAlu(wiring.Component):
                                             for i in lanes], "saturate")
         # one multiplier per lane: MUL and MULHI multiply a·b, REQUANT (a + bias)·M
         x, y = a, b
-        uses_product, uses_product2, uses_product3 = is_mul, is_mul2, is_mul3
+        uses_product, uses_product2 = is_mul, is_mul2
         rq: list[dict[str, Value]] = []
         if records is not None:
             rq = [requant_first(m, is_requant, a[i], records[i % cfg.block_out])
@@ -507,7 +523,7 @@ class VectorAlu(wiring.Component):
             y = [Mux(is_requant, rq[i]["y"], b[i]) for i in lanes]
             uses_product = is_mul | is_requant
             uses_product2 = is_mul2 | is_requant2
-            uses_product3 = is_mul3 | is_requant3
+        uses_product3 = registered(m, en2, uses_product2, "uses_product3")
         per_product = per_product_multipliers(self.per_product, platform)
         last: Value | None = None  # a sequential multiplication's last cycle
         if cfg.sequential_multiplier:
@@ -522,7 +538,8 @@ class VectorAlu(wiring.Component):
         # the sum in two cycles, once for MUL, MULHI and REQUANT (registered under
         # their enable, and the other arm of the product's multiplexer a signal, so
         # that Verilator adds only for those)
-        lo, mid_hi, hh = registered_low_words(m, en2 & uses_product2, parts)
+        lo, mid_hi, hh, carry = registered_low_words(m, en2 & uses_product2, parts,
+                                                     nudge=op2 == AluOp.MULHI)
         other3 = registered_lanes(m, en2, [
             arith[i] | Mux(is_clip2, finish_clip(ordered[i], above_lo[i], clip_b[i]), ordered[i])
             for i in lanes], "other3")
@@ -534,9 +551,10 @@ class VectorAlu(wiring.Component):
         bad = []
         for i in lanes:
             product = Signal(signed(2 * self.width), name=f"product{i}")
-            m.d.comb += product.eq(Mux(uses_product3, sum_high_word(lo[i], mid_hi[i], hh[i]),
+            m.d.comb += product.eq(Mux(uses_product3,
+                                       sum_high_word(lo[i], mid_hi[i], hh[i], carry[i]),
                                        lo[i]))
-            lane = finish_lane(m, op3, product, saturate3[i], other3[i], round_up3[i],
+            lane = finish_lane(m, kind3, product, saturate3[i], other3[i], round_up3[i],
                                self.width)
             if records is not None:
                 finish = {k: v[i] for k, v in rq3.items()} | {"product": product}

@@ -115,7 +115,7 @@ class StoreRequant(wiring.Component):
         # ---- second cycle: the products' low word
         en2 = Signal()
         m.d.sync += en2.eq(en & ~self.flush)
-        lo, mid_hi, hh = registered_low_words(m, en2, parts)
+        lo, mid_hi, hh, _ = registered_low_words(m, en2, parts)
         rq3 = {k: registered_lanes(m, en2, v, f"rq3_{k}") for k, v in rq2.items()}
 
         # ---- third cycle: the high word, the rounding shift and the clamp
