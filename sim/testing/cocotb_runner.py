@@ -29,6 +29,7 @@ import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from tensorfab.sim.verilator_tools import (
     file_lock,
     verilator_cache,
     verilator_env,
+    verilator_root,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,8 +111,19 @@ RUNTIME_OBJECTS = ("verilated", "verilated_dpi", "verilated_vpi", "verilated_thr
                    "verilated_fst_c", "verilated_vcd_c")
 
 
+@cache
+def toolchain_identity() -> str:
+    """The Verilator and the cocotb libraries a build compiles against and links, by
+    their installation folders (each environment's own): part of every build's key
+    and of the cached runtime objects' folder, since a build records their paths
+    (its make dependencies, the simulator's library path) and breaks when they go."""
+    import cocotb
+    return f"{verilator_root()}\0{Path(cocotb.__file__).resolve().parent}"
+
+
 def _runtime_cache(waves: bool) -> Path:
-    return cache_root() / f"_cocotb-runtime-waves{int(waves)}"
+    tag = hashlib.sha256(toolchain_identity().encode()).hexdigest()[:12]
+    return cache_root() / f"_cocotb-runtime-waves{int(waves)}-{tag}"
 
 
 def _runtime_files(waves: bool) -> list[Path]:
@@ -200,8 +213,8 @@ def build(component: Any, name: str, params: Mapping[str, Any] | None = None, *,
     if waves and os.environ.get("TENSORFAB_WAVES", "").lower() == "fst":
         args += ["--trace-fst"]  # needs the lz4 headers (liblz4-dev) to compile
     digest = hashlib.sha256(
-        json.dumps([design_key_text(text), args, waves, sorted(params.items())],
-                   default=str).encode()
+        json.dumps([design_key_text(text), args, waves, sorted(params.items()),
+                    toolchain_identity()], default=str).encode()
     ).hexdigest()
     key = f"cocotb-{name}-{_slug(params)}-{digest[:16]}"
 
