@@ -20,8 +20,8 @@ class RegisterSlice(wiring.Component):
     ``SyncFIFO`` keeps its entries in a small memory, which an FPGA build maps to LUT
     RAM: its read data comes out of the RAM's address decoder. Here ``r_data`` is a
     flip-flop, the head, refilled from the other ``depth - 1`` entries (a register
-    for a depth of 2, a ``SyncFIFO`` beyond), so whatever follows a read starts at a
-    register; ``level`` is a register too, and so are ``r_rdy`` and ``w_rdy`` (set from
+    for a depth of 2, a ``SyncFIFO`` beyond; without a reset: ``r_data`` is defined
+    only while ``r_rdy``), so whatever follows a read starts at a register; ``level`` is a register too, and so are ``r_rdy`` and ``w_rdy`` (set from
     the level and this cycle's push and pop, not compared with the level after it:
     what a consumer does with a beat and whether it may write then start at flip-flops).
 
@@ -76,7 +76,9 @@ class RegisterSlice(wiring.Component):
         m.submodules.tail = tail = (SyncFIFOBuffered(width=self.width, depth=1)
                                     if self.depth == 2
                                     else SyncFIFO(width=self.width, depth=self.depth - 1))
-        head = Signal(self.width)
+        # (no reset: ``r_rdy`` says whether it holds an entry, and a reset, or an
+        # EntryQueue's flush through a ResetInserter, would reach every bit)
+        head = Signal(self.width, reset_less=True)
         level = self.level
         push = self.w_en & self.w_rdy
         pop = self.r_en & self.r_rdy
