@@ -21,9 +21,10 @@ class RegisterSlice(wiring.Component):
     RAM: its read data comes out of the RAM's address decoder. Here ``r_data`` is a
     flip-flop, the head, refilled from the other ``depth - 1`` entries (a register
     for a depth of 2, a ``SyncFIFO`` beyond; without a reset: ``r_data`` is defined
-    only while ``r_rdy``), so whatever follows a read starts at a register; ``level`` is a register too, and so are ``r_rdy`` and ``w_rdy`` (set from
-    the level and this cycle's push and pop, not compared with the level after it:
-    what a consumer does with a beat and whether it may write then start at flip-flops).
+    only while ``r_rdy``), so whatever follows a read starts at a register;
+    ``level`` is a register too, and so are ``r_rdy`` and ``w_rdy`` (set from the
+    level and this cycle's push and pop, not compared with the level after it: what a
+    consumer does with a beat and whether it may write then start at flip-flops).
 
     With ``block_ram`` the other entries sit in a :class:`~.block_ram_fifo.BlockRamFifo`
     (block RAM, for an iCE40, which has no LUT RAM), whose read register is the head
