@@ -1,9 +1,9 @@
-"""The compute engine's ALU pipeline: stages S2 to S6 of an ALU micro-op, from its
+"""The compute engine's ALU pipeline: stages S2 to S7 of an ALU micro-op, from its
 operands to the accumulator write."""
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,24 +20,29 @@ __all__ = ["AluPipeline"]
 class AluPipeline(wiring.Component):
     """``acc[d] = OP(acc[d], acc[s] or imm)`` for one ALU micro-op per cycle::
 
-        S2  operands registered (a result at S6 to the same entry forwarded)
-        S3  first cycle of the VectorAlu
-        S4  second cycle
-        S5  third cycle, OP(a, b) registered
-        S6  write acc[d] (``acc_wr``)
+        S2  the entries read, registered as they leave the block RAM
+        S3  operands registered (the results written at S7 now and in the cycle
+            before forwarded)
+        S4  first cycle of the VectorAlu
+        S5  second cycle
+        S6  third cycle, OP(a, b) registered
+        S7  write acc[d] (``acc_wr``)
 
-    (``ALU_PIPELINE_STAGES`` = 4 register stages after the read.) A micro-op enters at
+    (``ALU_PIPELINE_STAGES`` = 5 register stages after the read.) A micro-op enters at
     S2 with the entries its issue read at S1C (``dst_data``, ``src_data``; REQUANT's
-    records in ``rec``); the read ports are transparent to the write port, so they
-    hold everything written before S2 but what the micro-op at S6 writes then, which
-    is forwarded. A micro-op that reads what one of the three micro-ops ahead of it
-    writes must not enter before that one is at S6, four cycles later (the issue's
-    interlock holds it: the result it needs is not registered before it would be at
-    S2, and forwarding it unregistered would put the ALU and the forwarding in one
-    cycle); ``a3_valid``/``a3_dst`` tell the interlock the micro-op at S3.
+    records in ``rec``), which go into registers with no logic before them (an
+    FPGA's block RAM output comes late in its cycle, and the accumulator's blocks are
+    spread over the die). The read ports are transparent to the write port, so the
+    entries hold everything written before S2; what the micro-ops at S7 write in the
+    micro-op's S2 and S3 is forwarded at S3. A micro-op that reads what one of the
+    three micro-ops ahead of it writes must not enter before that one is at S6, four
+    cycles later (``ALU_INTERLOCK_DISTANCE``; the issue's interlock holds it: the
+    result it needs is not registered before it would be at S3, and forwarding it
+    unregistered would put the ALU and the forwarding in one cycle);
+    ``a3_valid``/``a3_dst`` tell the interlock the micro-op at S3.
 
-    ``error`` drops the micro-ops at S2, S3 and S4; S5's result is written unless its
-    shift is out of range (``shift_error``, the engine's ``SHIFT_RANGE``).
+    ``error`` drops the micro-ops at S2, S3, S4 and S5; S6's result is written unless
+    its shift is out of range (``shift_error``, the engine's ``SHIFT_RANGE``).
 
     Parameters
     ----------
@@ -60,18 +65,18 @@ class AluPipeline(wiring.Component):
     rec : In(wgt entry)
         The weight entry read at S1C (REQUANT's records).
     error : In(1)
-        Drop the micro-ops at S2, S3 and S4.
+        Drop the micro-ops at S2, S3, S4 and S5.
     acc_wr : Out(WriteRequestSignature(acc_bits, acc entry))
-        The write of the micro-op at S6.
+        The write of the micro-op at S7.
     acc_wr_next : Out(1)
         ``acc_wr.en``'s next value (its register's input): a micro-op is written in
         the next cycle.
     shift_error : Out(1)
-        The micro-op at S5 has a shift out of range; its result is not written.
+        The micro-op at S6 has a shift out of range; its result is not written.
     a3_valid, a3_dst : Out(1), Out(acc_bits)
         The micro-op at S3 and the entry it writes.
     busy : Out(1)
-        A micro-op is at S3, S4, S5 or S6.
+        A micro-op is at S3, S4, S5, S6 or S7.
     """
 
     def __init__(self, cfg: HwConfig) -> None:
@@ -108,67 +113,77 @@ class AluPipeline(wiring.Component):
         imm = Signal(signed(32))
         with m.If(self.start):
             m.d.sync += [alu_op.eq(self.op), use_imm.eq(self.use_imm), imm.eq(self.imm)]
-        assert ALU_PIPELINE_STAGES == 4
+        assert ALU_PIPELINE_STAGES == 5
         m.submodules.vector = alu = VectorAlu(cfg)
         assert alu.LATENCY == 2
         vec_shape = unsigned(len(self.dst_data))
-        a3_valid, a4_valid, a5_keep, a6_valid = Signal(), Signal(), Signal(), Signal()
-        a3_addr, a4_addr, a5_addr, a6_addr = (Signal(cfg.acc_bits, name=f"a{k}_addr")
-                                              for k in range(3, 7))
+        s3_valid, a3_valid, a4_valid, a5_keep, a6_valid, a7_valid = (
+            Signal(name=name) for name in ("s3_valid", "a3_valid", "a4_valid", "a5_keep",
+                                           "a6_valid", "a7_valid"))
+        s3_dst, s3_src, a3_addr, a4_addr, a5_addr, a6_addr, a7_addr = (
+            Signal(cfg.acc_bits, name=name)
+            for name in ("s3_dst", "s3_src", "a3_addr", "a4_addr", "a5_addr", "a6_addr",
+                         "a7_addr"))
         # wide datapath registers without a reset (the valid bits say what they hold):
         # with one, Verilator copies every word of them on every cycle
-        a3_a, a3_b, a6_data = (Signal(vec_shape, name=name, reset_less=True)
-                               for name in ("a3_a", "a3_b", "a6_data"))
+        s3_a, s3_b, a3_a, a3_b, a6_data, a7_data = (
+            Signal(vec_shape, name=name, reset_less=True)
+            for name in ("s3_a", "s3_b", "a3_a", "a3_b", "a6_data", "a7_data"))
+        s3_rec = Signal(len(self.rec), reset_less=True)
         a3_rec = Signal(len(self.rec), reset_less=True)
         alu_new = Signal(vec_shape)
         imm_b = Signal(signed(cfg.acc_width))  # the immediate operand (docs/isa.md)
         m.d.comb += imm_b.eq(Mux(alu_op == AluOp.MULHI, imm << MULHI_IMM_SHIFT, imm))
         alu_s2 = self.valid
         shift_bad = alu.out_valid & alu.shift_error
+        # S2: the read entries straight into registers
+        m.d.sync += s3_valid.eq(alu_s2 & ~self.error)
+        with m.If(alu_s2):
+            m.d.sync += [s3_dst.eq(self.dst), s3_src.eq(self.src), s3_a.eq(self.dst_data),
+                         s3_b.eq(self.src_data), s3_rec.eq(self.rec)]
+        # S3: the operands, with what S7 writes now (a6) and wrote in the cycle before
+        # (a7) forwarded, the newer first
+        def forwarded(addr: Value, read: Value) -> Value:
+            return Mux(a6_valid & (a6_addr == addr), a6_data,
+                       Mux(a7_valid & (a7_addr == addr), a7_data, read))
         a_in, b_in = Signal(vec_shape), Signal(vec_shape)
-        # b: the read data (late: from the accumulators' block RAM) through one
-        # multiplexer, whose other input (the immediate or the forwarded result) and
-        # select come from registers alone
-        b_other = Mux(use_imm, Cat(*[imm_b] * lanes), a6_data)
-        b_read = ~use_imm & ~(a6_valid & (a6_addr == self.src))
-        m.d.comb += [
-            a_in.eq(Mux(a6_valid & (a6_addr == self.dst), a6_data, self.dst_data)),
-            b_in.eq(Mux(b_read, self.src_data, b_other)),
-        ]
+        m.d.comb += [a_in.eq(forwarded(s3_dst, s3_a)),
+                     b_in.eq(Mux(use_imm, Cat(*[imm_b] * lanes), forwarded(s3_src, s3_b)))]
         alu_in = a3_valid & ~error
         a6_next = Signal()
         m.d.comb += a6_next.eq(alu.out_valid & a5_keep & ~shift_bad)
+        m.d.sync += [a3_valid.eq(s3_valid & ~error), a4_valid.eq(alu_in), a6_valid.eq(a6_next),
+                     a7_valid.eq(a6_valid)]
         if cfg.sequential_multiplier:
-            m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(alu_in), a6_valid.eq(a6_next)]
             # a multiplication's result comes SEQUENTIAL_MULTIPLY_CYCLES - 1 cycles
-            # later: kept from S4 until it comes (the next micro-op's S4 is its cycle
+            # later: kept from S5 until it comes (the next micro-op's S5 is its cycle
             # at the earliest, the issue spacing them)
             with m.If(a4_valid & ~error):
                 m.d.sync += a5_keep.eq(1)
             with m.Elif(alu.out_valid | error):
                 m.d.sync += a5_keep.eq(0)
         else:
-            m.d.sync += [a3_valid.eq(alu_s2 & ~error), a4_valid.eq(alu_in),
-                         a5_keep.eq(a4_valid & ~error), a6_valid.eq(a6_next)]
-        with m.If(alu_s2):
-            m.d.sync += [a3_addr.eq(self.dst), a3_a.eq(a_in), a3_b.eq(b_in),
-                         a3_rec.eq(self.rec)]
+            m.d.sync += a5_keep.eq(a4_valid & ~error)
+        with m.If(s3_valid):
+            m.d.sync += [a3_addr.eq(s3_dst), a3_a.eq(a_in), a3_b.eq(b_in), a3_rec.eq(s3_rec)]
         with m.If(alu_in):
             m.d.sync += a4_addr.eq(a3_addr)
         with m.If(a4_valid):
             m.d.sync += a5_addr.eq(a4_addr)
         with m.If(alu.out_valid):
             m.d.sync += [a6_addr.eq(a5_addr), a6_data.eq(alu_new)]
+        with m.If(a6_valid):
+            m.d.sync += [a7_addr.eq(a6_addr), a7_data.eq(a6_data)]
         a3_av = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_a)
         a3_bv = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_b)
         m.d.comb += [alu.op.eq(alu_op), alu.in_valid.eq(alu_in),
                      alu.rec.eq(a3_rec), alu_new.eq(alu.result)]
         for k in range(lanes):
             m.d.comb += [alu.a[k].eq(a3_av[k]), alu.b[k].eq(a3_bv[k])]
-        busy = a3_valid | a4_valid | alu.out_valid | a6_valid
+        busy = s3_valid | a3_valid | a4_valid | alu.out_valid | a6_valid
         m.d.comb += [self.acc_wr.addr.eq(a6_addr), self.acc_wr.data.eq(a6_data),
                      self.acc_wr.en.eq(a6_valid), self.acc_wr_next.eq(a6_next),
                      self.shift_error.eq(shift_bad),
-                     self.a3_valid.eq(a3_valid), self.a3_dst.eq(a3_addr),
+                     self.a3_valid.eq(s3_valid), self.a3_dst.eq(s3_dst),
                      self.busy.eq(busy | a5_keep if cfg.sequential_multiplier else busy)]
         return m

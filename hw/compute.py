@@ -37,30 +37,31 @@ class ComputeEngine(wiring.Component):
             comparisons with the three micro-ops ahead, all registered
         S1C range errors, the interlock (`hold`);
             GEMM: read inp[x], wgt[w]          ALU: read acc[d], acc[s] (REQUANT: wgt[w])
-        S2  GEMM: products enter the GemmCore  ALU: operands registered
-        S3                                     ALU: first cycle (VectorAlu)
-        S4                                     ALU: second cycle
-        S5                                     ALU: third cycle, OP(a, b) registered
-        S6                                     ALU: write acc[d]
+        S2  GEMM: products enter the GemmCore  ALU: the entries read registered
+        S3                                     ALU: operands registered
+        S4                                     ALU: first cycle (VectorAlu)
+        S5                                     ALU: second cycle
+        S6                                     ALU: third cycle, OP(a, b) registered
+        S7                                     ALU: write acc[d]
         S2+L-3  GEMM: read acc[a]  (L = GemmCore.LATENCY; the data registered twice)
         S2+L    GEMM: write acc[a] + products (or 0 with reset)
 
     The loops are a :class:`~.uop_loop.UopLoop`; S0 to S2 (the micro-op read and
     its registers, the index sums, the range checks, the interlock and the buffer
-    reads) a :class:`~.uop_issue.UopIssue`; the ALU's S2 to S6 an
+    reads) a :class:`~.uop_issue.UopIssue`; the ALU's S2 to S7 an
     :class:`~.alu_pipeline.AluPipeline`; GEMM's S2+L-3 to S2+L, behind the
     :class:`~.gemm.GemmCore`, a :class:`~.gemm_write_back.GemmWriteBack`. Each
     documents its stages and the timing reasons for them. The engine decodes the
     instruction, runs the loops from its state machine (``RUN``, ``DRAIN``,
     ``FAST_RESET``), keeps the error register and shares two ports: the destination
-    read (the ALU's at S1C, else GEMM's) and the accumulator write (the ALU's at S6,
+    read (the ALU's at S1C, else GEMM's) and the accumulator write (the ALU's at S7,
     else GEMM's; never both: the pipeline drains between instructions).
 
     Back-to-back GEMM micro-ops on one entry need no stall (the GemmWriteBack
     forwards); an ALU micro-op reading what one of the three ahead of it writes is held
-    at S1C (the UopIssue's interlock), one four ahead gets S6's result forwarded (the
-    AluPipeline). The pipeline drains at the end of each instruction (``DRAIN``) before
-    its tokens are pushed.
+    at S1C (the UopIssue's interlock), one four or five ahead gets the result S7 writes
+    forwarded (the AluPipeline). The pipeline drains at the end of each instruction
+    (``DRAIN``) before its tokens are pushed.
 
     **Fast reset.** A GEMM with ``reset`` whose accumulator indices run in contiguous
     lines (one micro-op, ``acc_factor_in = 1``, every input and weight factor 0, as
@@ -222,7 +223,7 @@ class ComputeEngine(wiring.Component):
             m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SHIFT_RANGE)]
 
         # the shared ports: the destination read (ALU at S1C, else GEMM two cycles
-        # before its write-back) and the write (ALU at S6, else GEMM at S2+L)
+        # before its write-back) and the write (ALU at S7, else GEMM at S2+L)
         with m.If(issue.dst_rd.en):
             m.d.comb += [self.acc_rd_dst.addr.eq(issue.dst_rd.addr), self.acc_rd_dst.en.eq(1)]
         with m.Else():

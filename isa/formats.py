@@ -40,22 +40,24 @@ FAST_RESET_LANES = 16
 #: from a vector operand).
 MULHI_IMM_SHIFT = 32 - IMM_WIDTH
 #: Register stages of the compute engine's ALU path after the accumulator read: the
-#: operands are registered (cutting the buffer's clock-to-q from the multiplier), the
-#: multiplications' partial products, the products' low word, and the result before
-#: its write-back. Each ALU instruction drains this many more cycles; a micro-op
-#: reading the entry one of the three ahead of it writes waits at its read, further
-#: dependencies are forwarded (docs/isa.md, "ALU pipeline"). The hardware and the
-#: timing model both read it.
-ALU_PIPELINE_STAGES = 4
+#: read entries as they leave the block RAM, the operands (with the results being
+#: written forwarded), the multiplications' partial products, the products' low word,
+#: and the result before its write-back. Each ALU instruction drains this many more
+#: cycles (docs/isa.md, "ALU pipeline"). The hardware and the timing model both read it.
+ALU_PIPELINE_STAGES = 5
+#: Cycles from an ALU micro-op passing the issue's read (S1C) to a micro-op that
+#: reads its result passing it: one reading the entry one of the three ahead of it
+#: writes waits at its read, further dependencies are forwarded.
+ALU_INTERLOCK_DISTANCE = 4
 #: Cycles a multiplying ALU micro-op (MUL, MULHI, REQUANT) holds the vector ALU's one
 #: multiplier per lane in a config with ``sequential_multiplier``: one 16×16 partial
 #: product a cycle. The issue lets such micro-ops pass this many cycles apart, and the
 #: instruction drains this many cycles later, less one.
 SEQUENTIAL_MULTIPLY_CYCLES = 4
 #: Cycles from a multiplying micro-op passing the issue to a micro-op that reads its
-#: result passing it, with ``sequential_multiplier`` (4 without: the pipeline's three
-#: stages ahead of the write, which is forwarded): the multiplier's extra cycles more.
-SEQUENTIAL_MULTIPLY_DISTANCE = ALU_PIPELINE_STAGES + SEQUENTIAL_MULTIPLY_CYCLES - 1
+#: result passing it, with ``sequential_multiplier`` (``ALU_INTERLOCK_DISTANCE``
+#: without): the multiplier's extra cycles more.
+SEQUENTIAL_MULTIPLY_DISTANCE = ALU_INTERLOCK_DISTANCE + SEQUENTIAL_MULTIPLY_CYCLES - 1
 
 #: Cycles from a compute instruction's micro-op read to its index arithmetic: the read
 #: and a register after the block RAM (whose clock-to-output is too long for the index

@@ -117,9 +117,8 @@ _DMA_ENABLE = ("/rst", "/start", "seq.insn__valid & seq.insn__ready", "seq.busy 
 #: ``out_valid`` are (``shift_error`` is high only with ``out_valid``), and a reset or a
 #: start sets them to that same zero. Gated, every register holds exactly what it would,
 #: and a tick with all three low changes nothing. So the gate also ticks when an ALU
-#: micro-op is at the compute engine's S2 (``s2_valid & s2_alu`` of its
-#: :class:`~tensorfab.hw.uop_issue.UopIssue`), the only cycles on which the operand
-#: registers of the :class:`~tensorfab.hw.alu_pipeline.AluPipeline` around the ALU
+#: micro-op is at the :class:`~tensorfab.hw.alu_pipeline.AluPipeline`'s S3
+#: (``s3_valid``), the only cycles on which its operand registers around the ALU
 #: (``a3_a``, ``a3_b`` and the record ``a3_rec``, without reset) load, and when the
 #: compute engine takes an instruction (``seq.exec__start``) or resets (``/rst``,
 #: ``/start``), the only cycles on which the pipeline's operation register
@@ -164,7 +163,7 @@ _DMA_ENABLE = ("/rst", "/start", "seq.insn__valid & seq.insn__ready", "seq.busy 
 CLOCK_GATES: tuple[ClockGate, ...] = (
     ClockGate("alu", "compute.alu.vector", "core.compute.alu.vector",
               ("in_valid", "en2", "out_valid", "?seq_running",
-               "/compute.issue.s2_valid & /compute.issue.s2_alu",
+               "/compute.alu.s3_valid",
                "/compute.seq.exec__start", "/rst", "/start"),
               joined=("compute.alu.a3_a", "compute.alu.a3_b", "compute.alu.a3_rec",
                       "compute.alu.alu_op", "compute.alu.a6_data",

@@ -23,7 +23,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from tensorfab.isa import AluOp, Buffer, HwConfig, Insn, Opcode, Program, uop_format
-from tensorfab.isa.formats import SEQUENTIAL_MULTIPLY_CYCLES, SEQUENTIAL_MULTIPLY_DISTANCE
+from tensorfab.isa.formats import (
+    ALU_INTERLOCK_DISTANCE,
+    SEQUENTIAL_MULTIPLY_CYCLES,
+    SEQUENTIAL_MULTIPLY_DISTANCE,
+)
 
 from . import insn_table as col
 from .compiled import compiled
@@ -34,7 +38,7 @@ __all__ = ["INTERLOCK_DISTANCE", "INTERLOCK_LAYOUT", "alu_interlock_cycles",
            "table_interlock_cycles"]
 
 #: Cycles from one micro-op passing S1C to a micro-op reading its result passing it.
-INTERLOCK_DISTANCE = 4
+INTERLOCK_DISTANCE = ALU_INTERLOCK_DISTANCE
 
 #: What the compiled code reads of the table and the ISA (numba's cache is keyed by
 #: this file's source only): columns, then Opcode.LOAD, Opcode.ALU, Buffer.UOP,

@@ -91,6 +91,7 @@ from tensorfab.isa import (
     uop_format,
 )
 from tensorfab.isa.formats import (
+    ALU_PIPELINE_STAGES,
     ENGINE_OF,
     FAST_RESET_LANES,
     TOKEN_QUEUES,
@@ -118,7 +119,7 @@ LOAD_BURST = 32
 #: tokens FINISH pops) to the core's done: its start, its retire, the done register.
 FINISH_CYCLES = 3
 #: Cycles from a compute instruction's last accumulator write to its end (the GEMM's
-#: write-back at S2+L, the ALU's at S6, then the retire): its writes come last, after
+#: write-back at S2+L, the ALU's at S7, then the retire): its writes come last, after
 #: the pipeline's fill.
 ACC_WRITE_DRAIN = 2
 #: Read beats the memory produces ahead of the core taking them
@@ -130,6 +131,10 @@ READ_BUFFER = 8
 #: start a cycle after that (:class:`tensorfab.hw.store.StoreEngine`), and its data's
 #: four cycles through the requantization (:class:`tensorfab.hw.store_requant.StoreRequant`).
 STORE_REQUANT = 9
+#: Cycles an ALU instruction holds the compute engine beyond a GEMM of as many
+#: micro-ops: its pipeline's register after the accumulator read (its other stages'
+#: fill and drain take as long as the GEMM's, in ``compute_fixed``).
+ALU_EXTRA_CYCLES = ALU_PIPELINE_STAGES - 4
 #: Rows of a LOAD whose data delays the model follows one by one (the later rows share
 #: the last's).
 _ROW_DELAYS = 64
@@ -252,8 +257,8 @@ _LAYOUT = np.array(
  _K_LOAD_COMMAND, _K_READ_WINDOW) = range(13)
 (_K_BUS_BYTES, _K_ENTRY_BYTES, _K_OUT_ENTRY_BYTES, _K_LANES, _K_DEPTH,
  _K_ACC_ENTRY_BEATS, _K_WORD_BEATS, _K_INDEX_STAGES, _K_ARBITER_SLICES, _K_LOAD_BURST,
- _K_FINISH, _K_ACC_DRAIN, _K_READ_BUFFER, _K_STORE_REQUANT) = (
-    13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29)
+ _K_FINISH, _K_ACC_DRAIN, _K_READ_BUFFER, _K_STORE_REQUANT, _K_ALU_EXTRA) = (
+    13, 14, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30)
 
 # the indices are literals (the compiled code keeps them): check them against the ISA
 if (_L_ENGINE_OF + len(Opcode) != _L_ACC or _L_QUEUES != _L_ACC + 1
@@ -329,7 +334,7 @@ def _new_constants(cfg: HwConfig, params: TimingParams) -> np.ndarray:
                      cfg.acc_entry_bytes / cfg.mem_bus_bytes,
                      -(-insn_width(cfg) // cfg.mem_bus_width),
                      UOP_INDEX_STAGES, ARBITER_SLICES, LOAD_BURST, FINISH_CYCLES,
-                     ACC_WRITE_DRAIN, READ_BUFFER, STORE_REQUANT],
+                     ACC_WRITE_DRAIN, READ_BUFFER, STORE_REQUANT, ALU_EXTRA_CYCLES],
                     dtype=np.float64)
 
 
@@ -458,6 +463,8 @@ def _insn_works(table: np.ndarray, k: np.ndarray, lay: np.ndarray, fixed: np.nda
             n = ((table[i, lay[_L_UOP_END]] - table[i, lay[_L_UOP_BEGIN]])
                  * table[i, lay[_L_ITER_OUT]] * table[i, lay[_L_ITER_IN]])
             fixed[i] = k[_K_COMPUTE_FIXED] + k[_K_INDEX_STAGES] + n
+            if opcode == lay[_L_ALU]:
+                fixed[i] += k[_K_ALU_EXTRA]
         else:
             fixed[i] = 1.0
 

@@ -4,13 +4,13 @@ Random ALU instructions (every operation, vector and immediate operands, REQUANT
 a config that has it), each a run of micro-ops on a handful of accumulator entries so
 that most read what one just before them writes. Each micro-op enters at the
 earliest cycle the issue's interlock would let it (four cycles after the last
-micro-op writing an entry it reads: S6's result forwarded), or later. The operands
+micro-op writing an entry it reads: S7's results forwarded), or later. The operands
 come from an accumulator array that the pipeline's own writes update (the buffer's
 read ports are transparent to its write port). Every write, with its cycle, must be
 the one of the micro-ops run in order through ``alu_apply``/``requant_apply``
 (``tensorfab.sim.fsim_alu``, the functional simulator's ALU); a shift out of range
 raises ``shift_error`` and writes nothing. With ``error`` raised at a random cycle,
-the micro-ops at S2, S3 and S4 then are dropped and the one at S5 is written.
+the micro-ops at S2 to S5 then are dropped and the one at S6 is written.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from tensorfab.hw.alu_pipeline import AluPipeline
 from tensorfab.hw.signatures import WGT_OFFSET, wgt_entry_order
 from tensorfab.isa import PRESETS, AluOp, HwConfig
 from tensorfab.isa.formats import (
+    ALU_INTERLOCK_DISTANCE,
+    ALU_PIPELINE_STAGES,
     MAX_SHIFT,
     REQUANT_MAX_SHIFT,
     SHIFT_OPS,
@@ -39,8 +41,8 @@ from tensorfab.sim.fsim_alu import alu_apply, requant_apply
 ENTRIES = 5
 #: Weight entries holding REQUANT records.
 RECORDS = 3
-#: Cycles from a micro-op's entry at S2 to its write at S6.
-WRITE_DELAY = 4
+#: Cycles from a micro-op's entry at S2 to its write at S7.
+WRITE_DELAY = ALU_PIPELINE_STAGES
 INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
@@ -136,7 +138,8 @@ def program(cfg: HwConfig, rng: random.Random, count: int) -> list[Insn]:
         for _ in range(rng.randint(1, 12)):
             u = Uop(rng.randrange(ENTRIES), rng.randrange(ENTRIES), rng.randrange(RECORDS))
             reads = [u.dst] + ([u.src] if not use_imm and op is not AluOp.REQUANT else [])
-            earliest = max([cycle] + [written[e] + WRITE_DELAY for e in reads if e in written])
+            earliest = max([cycle] + [written[e] + ALU_INTERLOCK_DISTANCE
+                                      for e in reads if e in written])
             u.cycle = earliest + (0 if rng.random() < 0.7 else rng.randint(1, 3))
             written[u.dst] = u.cycle
             cycle = u.cycle + 1
@@ -164,18 +167,20 @@ def expected(cfg: HwConfig, insns: list[Insn], acc: np.ndarray, wgt: np.ndarray,
                     else acc[u.src].reshape(shape)
                 result = alu_apply(insn.op, a, b)
             bad = shift_error(insn.op, b, wgt[u.wgt])
-            stages = {t + 1: error_at > t, t + 2: error_at > t + 1, t + 3: error_at > t + 1,
-                      t + 4: error_at > t + 2 and not bad}
+            # S3 (the entries registered), S4 (the operands), the ALU's second and
+            # third cycle, the write: each reached unless the error came before
+            stages = {t + 1: error_at > t, t + 2: error_at > t + 1, t + 3: error_at > t + 2,
+                      t + 4: error_at > t + 2, t + 5: error_at > t + 3 and not bad}
             if error_at > t:
                 out["a3"][t + 1] = u.dst
             for c, busy in stages.items():
                 if busy:
                     out["busy"][c] = 1
-            if bad and error_at > t + 1:
-                out["shift"][t + 3] = 1
-            if stages[t + 4]:
+            if bad and error_at > t + 2:
+                out["shift"][t + 4] = 1
+            if stages[t + 5]:
                 acc[u.dst] = result.reshape(-1)
-                out["writes"][t + 4] = (u.dst, entry_bits(acc[u.dst]))
+                out["writes"][t + 5] = (u.dst, entry_bits(acc[u.dst]))
     return out
 
 
@@ -264,9 +269,9 @@ def test_default_with_requant() -> None:
     assert run(cfg, 7, count=14) > 20
 
 
-@pytest.mark.parametrize("after", range(5))
-def test_error_drops_s2_to_s4(after: int) -> None:
-    """``error`` rising 0..4 cycles after a micro-op enters: it is dropped at S2, S3,
-    S4, or written from S5 and S6."""
+@pytest.mark.parametrize("after", range(6))
+def test_error_drops_s2_to_s5(after: int) -> None:
+    """``error`` rising 0..5 cycles after a micro-op enters: it is dropped at S2, S3,
+    S4, S5, or written from S6 and S7."""
     for seed in range(3):
         run(PRESETS["tiny"], 100 + seed, count=4, error_after=after)

@@ -434,7 +434,8 @@ def directed_programs(cfg: HwConfig, *, large_gemm: bool = False) -> dict[str, P
     progs["requant"] = build_requant(cfg, rng)[0]
     for op in (AluOp.MAX, AluOp.ADD):
         progs[f"alu_reduction_{op.name.lower()}"] = build_alu_reduction(cfg, rng, op)[0]
-    # each hazard distance of the ALU pipeline (held), the one forwarded, one past it
+    # each hazard distance of the ALU pipeline: held (below ALU_INTERLOCK_DISTANCE), the
+    # two forwarded (the write now and the one a cycle before), one past them
     for apart in range(2, ALU_PIPELINE_STAGES + 2):
         progs[f"alu_reduction_add_apart{apart}"] = build_alu_reduction(
             cfg, rng, AluOp.ADD, groups=3 * apart, apart=apart)[0]
