@@ -191,9 +191,13 @@ class TransferPhases:
     run: Signal
     #: After a halt: the memory's beats still owed move, then the transfer is forgotten.
     drain: Signal
+    #: What ``run`` is in the next cycle.
+    run_next: Signal
+    #: What ``drain`` is in the next cycle.
+    drain_next: Signal
     #: Whether, in the next cycle, ``run`` or ``drain`` with beats owed will be high
-    #: (from the FSM's next state and the issuer's ``owing_next``): a register of it
-    #: gates data beats without the FSM's decode.
+    #: (from the phases' next values and the issuer's ``owing_next``): a register of
+    #: it gates data beats without the FSM's decode.
     moving_next: Signal
 
 
@@ -241,6 +245,7 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
     TransferPhases
     """
     phases = TransferPhases(Signal(name="check"), Signal(name="run"), Signal(name="drain"),
+                            Signal(name="run_next"), Signal(name="drain_next"),
                             Signal(name="moving_next"))
     # the checks' verdict, registered in CHECK: run_ok is (RUN and the checks passed),
     # one register for what gates the datapath and the issuer (out of the FSM's
@@ -248,7 +253,11 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
     # instruction at once, unless a halt, which has priority, leaves for DRAIN)
     run_ok = Signal(name="run_ok")
     sram_bad_r = Signal(name="sram_bad_r")
-    m.d.comb += [phases.run.eq(run_ok), bursts.issue.eq(run_ok & ~halt)]
+    m.d.sync += run_ok.eq(phases.run_next)
+    m.d.comb += [phases.run.eq(run_ok), bursts.issue.eq(run_ok & ~halt),
+                 phases.run_next.eq(run_ok),
+                 phases.moving_next.eq(phases.run_next
+                                       | (phases.drain_next & bursts.owing_next))]
     passed = ~sram_bad & ~dram_bad
     code = Mux(sram_bad_r, ErrorCode.SRAM_RANGE, ErrorCode.DRAM_RANGE)
     if other_bad is not None:
@@ -268,27 +277,21 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
             with m.If(halt):
                 m.next = "WAIT"
             with m.Else():
-                m.d.sync += run_ok.eq(passed)
-                m.d.comb += phases.moving_next.eq(passed)
+                m.d.comb += phases.run_next.eq(passed)
                 m.next = "RUN"
         with m.State("RUN"):
             with m.If(halt):
-                m.d.sync += run_ok.eq(0)
-                m.d.comb += phases.moving_next.eq(bursts.owing_next)
+                m.d.comb += [phases.run_next.eq(0), phases.drain_next.eq(1)]
                 m.next = "DRAIN"
             with m.Elif(~run_ok):
                 m.d.comb += [ex.idle.eq(1), ex.fail.eq(1), ex.code.eq(code)]
                 m.next = "WAIT"
             with m.Elif(last):
-                m.d.comb += ex.done.eq(1)
-                m.d.sync += run_ok.eq(0)
+                m.d.comb += [ex.done.eq(1), phases.run_next.eq(0)]
                 m.next = "WAIT"
-            with m.Else():
-                m.d.comb += phases.moving_next.eq(1)
         with m.State("DRAIN"):
-            m.d.comb += [phases.drain.eq(1), ex.idle.eq(bursts.drained)]
+            m.d.comb += [phases.drain.eq(1), ex.idle.eq(bursts.drained),
+                         phases.drain_next.eq(~bursts.drained)]
             with m.If(bursts.drained):
                 m.next = "WAIT"
-            with m.Else():
-                m.d.comb += phases.moving_next.eq(bursts.owing_next)
     return phases

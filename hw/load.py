@@ -222,6 +222,10 @@ class LoadEngine(wiring.Component):
         col_in = Signal()
         is_data = Signal()
         m.d.comb += is_data.eq(row_in & col_in)
+        # (the flags' next values, and last_beat's, also make the read's ready)
+        row_in_next = Signal()
+        col_in_next = Signal()
+        last_beat_next = Signal()
 
         def in_rows(v: Value) -> Value:
             return (v >= word.pad_top) & (v < row_end)
@@ -229,6 +233,10 @@ class LoadEngine(wiring.Component):
         def in_cols(v: Value) -> Value:
             return (v >= word.pad_left) & (v < col_end)
         last_beat = Signal()  # bc == k_last, kept with bc (out of the read's ready)
+        m.d.comb += [row_in_next.eq(row_in), col_in_next.eq(col_in),
+                     last_beat_next.eq(last_beat)]
+        m.d.sync += [row_in.eq(row_in_next), col_in.eq(col_in_next),
+                     last_beat.eq(last_beat_next)]
         seq_on = Signal()  # the sequencer may write this cycle
         advance = Signal()
         seq_end = (r == rows_m1) & (c == cols_m1)
@@ -241,10 +249,14 @@ class LoadEngine(wiring.Component):
         # from the write's next enable and the port's next owner: the compute engine's
         # write enable, through ``held`` into the read's ready, was an FPGA critical path.
         acc_held = Signal()
+        acc_held_next = Signal()
+        m.d.sync += acc_held.eq(acc_held_next)
+        port_held = Signal()  # a write to another buffer waits (never: the core's are ready)
         held = Signal()
-        m.d.comb += held.eq(acc_held | Cat(*(getattr(self, PORT_OF[b]).en
-                                             & ~getattr(self, PORT_OF[b]).ready
-                                             for b in bufs if b != Buffer.ACC)).any())
+        m.d.comb += [port_held.eq(Cat(*(getattr(self, PORT_OF[b]).en
+                                        & ~getattr(self, PORT_OF[b]).ready
+                                        for b in bufs if b != Buffer.ACC)).any()),
+                     held.eq(acc_held | port_held)]
         w_addr = Signal.like(waddr)
         take_write = ~held | self.halt  # a halt drops the waiting write
         with m.If(take_write):
@@ -271,7 +283,7 @@ class LoadEngine(wiring.Component):
                                        & (~is_data | (rdata.valid & last_beat)), port.en))
             m.d.sync += port.en.eq(en_next)
             if b == Buffer.ACC:
-                m.d.sync += acc_held.eq(en_next & self.acc_taken_next)
+                m.d.comb += acc_held_next.eq(en_next & self.acc_taken_next)
             m.d.comb += [port.addr.eq(w_addr), port.data.eq(w_data)]
         # An ACC instruction is done once its last write has landed (``flushing``
         # waits for it): the compute engine, which may hold the shared accumulator port,
@@ -286,26 +298,33 @@ class LoadEngine(wiring.Component):
         with m.If(advance):
             m.d.sync += waddr.eq(waddr + 1)
             with m.If(c == cols_m1):
-                m.d.sync += [c.eq(0), r.eq(r + 1), col_in.eq(in_cols(0)),
-                             row_in.eq(in_rows(r + 1))]
+                m.d.sync += [c.eq(0), r.eq(r + 1)]
+                m.d.comb += [col_in_next.eq(in_cols(0)), row_in_next.eq(in_rows(r + 1))]
             with m.Else():
-                m.d.sync += [c.eq(c + 1), col_in.eq(in_cols(c + 1))]
+                m.d.sync += c.eq(c + 1)
+                m.d.comb += col_in_next.eq(in_cols(c + 1))
         with m.If(rfire):
-            m.d.sync += [bc.eq(Mux(last_beat, 0, bc + 1)),
-                         last_beat.eq(Mux(last_beat, k_last == 0, bc + 1 == k_last))]
+            m.d.sync += bc.eq(Mux(last_beat, 0, bc + 1))
+            m.d.comb += last_beat_next.eq(Mux(last_beat, k_last == 0, bc + 1 == k_last))
 
         # ---- execution: CHECK, RUN; DRAIN after a halt
         ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad, last)
         with m.If(ph.check):
-            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), last_beat.eq(k_last == 0), flushing.eq(0),
-                         waddr.eq(word.sram),
-                         row_in.eq(in_rows(0)), col_in.eq(in_cols(0))]
-        with m.If((ph.run & self.halt) | ph.drain):
-            m.d.comb += rdata.ready.eq(1)  # discard
-        with m.Elif(ph.run):
-            # (flushing, r is past the last row, so is_data is low: the read's ready,
-            # an FPGA critical path into the issuer's counts, needs no more terms)
-            m.d.comb += rdata.ready.eq(is_data & (~last_beat | ~held))
-            with m.If(~flushing):
-                m.d.comb += [seq_on.eq(1), advance.eq(Mux(is_data, rfire & last_beat, ~held))]
+            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), flushing.eq(0), waddr.eq(word.sram)]
+            m.d.comb += [last_beat_next.eq(k_last == 0), row_in_next.eq(in_rows(0)),
+                         col_in_next.eq(in_cols(0))]
+        # The read's ready: 1 in DRAIN and in RUN with halt (the beats are discarded),
+        # else in RUN is_data & (~last_beat | ~held) (flushing, r is past the last row,
+        # so is_data is low). ready_r is that from the next phase and flags, with
+        # acc_held for held; after it come only the halt (a register of the core's) and
+        # the other ports' waiting writes (none in DRAIN, none ever in the core, whose
+        # ports are always ready). (The FSM's state and the flags through the read's
+        # ready, the arbiter and the enables of the SoC's read slice were an FPGA
+        # critical path.)
+        ready_r = Signal()
+        m.d.sync += ready_r.eq(ph.drain_next | (ph.run_next & row_in_next & col_in_next
+                                                & (~last_beat_next | ~acc_held_next)))
+        m.d.comb += rdata.ready.eq((ready_r & ~(port_held & last_beat)) | (ph.run & self.halt))
+        with m.If(ph.run & ~self.halt & ~flushing):
+            m.d.comb += [seq_on.eq(1), advance.eq(Mux(is_data, rfire & last_beat, ~held))]
         return m

@@ -1,5 +1,6 @@
 """BurstIssuer in Amaranth's simulator: the commands of random 2-D transfers against the
-list a Python model splits, under random back-pressure, with halts mid-transfer."""
+list a Python model splits, under random back-pressure, with halts mid-transfer; the
+next-cycle values transfer_phases reports."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import random
 import warnings
 
 import pytest
-from amaranth.hdl import UnusedElaboratable
+from amaranth.hdl import Module, Signal, UnusedElaboratable
+from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from tensorfab.hw.burst import BurstIssuer, owed_limit_bits
+from tensorfab.hw.burst import BurstIssuer, owed_limit_bits, transfer_phases
+from tensorfab.hw.sequencer import ExecSignature
 from tensorfab.isa import PRESETS
 
 CFG = PRESETS["tiny"]
@@ -167,3 +170,68 @@ def test_burst_issuer_holds_back_at_owed_limit(max_burst: int) -> None:
     sim.run()
     assert log["owed_max"] == -(-limit // max_burst) * max_burst  # the first burst at or over it
     assert log["taken"] < rows
+
+
+
+def test_transfer_phases_next_values() -> None:
+    """The phases against a model of their state machine under random starts, checks,
+    halts, ends and memory handshakes: ``run_next`` and ``drain_next`` are the model's
+    next ``run`` and ``drain``, ``moving_next`` is the next ``run``, or ``drain`` with
+    beats owed."""
+    m = Module()
+    m.submodules.bursts = bursts = BurstIssuer(CFG, 3)
+    ex = wiring.PureInterface(ExecSignature(CFG).flip())
+    ins = {n: Signal(name=n) for n in ("start", "halt", "sram_bad", "dram_bad", "last")}
+    m.d.comb += ex.start.eq(ins["start"])
+    ph = transfer_phases(m, ex, bursts, ins["halt"], ins["sram_bad"], ins["dram_bad"],
+                         ins["last"])
+    m.d.comb += [bursts.addr.eq(0), bursts.rows.eq(2), bursts.row_beats.eq(4),
+                 bursts.stride.eq(0)]
+    rng = random.Random(7)
+    seen = {"run": 0, "drain": 0, "moving_drain": 0, "failed": 0}
+
+    async def bench(ctx) -> None:
+        owed = 0
+        state, ok = "WAIT", False  # the model: the state and the checks' verdict
+        moving = None  # moving_next of the cycle before
+        for _ in range(6000):
+            v = {n: rng.random() < {"halt": 0.05, "last": 0.1}.get(n, 0.3) for n in ins}
+            for n, sig in ins.items():
+                ctx.set(sig, v[n])
+            beat = owed > 0 and rng.random() < 0.5
+            ctx.set(bursts.cmd.ready, rng.random() < 0.5)
+            ctx.set(bursts.beat, beat)
+            run, drain = state == "RUN" and ok, state == "DRAIN"
+            assert (ctx.get(ph.check), ctx.get(ph.run), ctx.get(ph.drain)) == (
+                state == "CHECK", run, drain)
+            if moving is not None:
+                assert moving == (run or (drain and ctx.get(bursts.owing)))
+            if state == "WAIT" and v["start"]:
+                state = "CHECK"
+            elif state == "CHECK":
+                state, ok = ("WAIT", ok) if v["halt"] else (
+                    "RUN", not (v["sram_bad"] or v["dram_bad"]))
+            elif state == "RUN":
+                seen["failed"] += not ok and not v["halt"]
+                if v["halt"]:
+                    state, ok = "DRAIN", False
+                elif not ok or v["last"]:
+                    state, ok = "WAIT", False
+            elif state == "DRAIN" and ctx.get(bursts.drained):
+                state = "WAIT"
+            assert (ctx.get(ph.run_next), ctx.get(ph.drain_next)) == (
+                state == "RUN" and ok, state == "DRAIN")
+            moving = ctx.get(ph.moving_next)
+            seen["run"] += run
+            seen["drain"] += drain
+            seen["moving_drain"] += drain and ctx.get(bursts.owing)
+            if ctx.get(bursts.cmd.valid) and ctx.get(bursts.cmd.ready):
+                owed += ctx.get(bursts.cmd.payload.len) + 1
+            owed -= beat
+            await ctx.tick()
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert all(seen.values()), seen
