@@ -136,22 +136,27 @@ class AluPipeline(wiring.Component):
         m.d.comb += imm_b.eq(Mux(alu_op == AluOp.MULHI, imm << MULHI_IMM_SHIFT, imm))
         alu_s2 = self.valid
         shift_bad = alu.out_valid & alu.shift_error
-        # S2: the read entries straight into registers
+        alu_in = a3_valid & ~error
+        a6_next = Signal()
+        m.d.comb += a6_next.eq(alu.out_valid & a5_keep & ~shift_bad)
+        # S2: the read entries straight into registers, and whether S7 will write either
+        # entry in the next cycle (a6: the result now at S6) or wrote it a cycle before
+        # (a7: the write now at S7), compared a cycle ahead
+        hits = {name: Signal(name=f"s3_{name}") for name in ("dst6", "dst7", "src6", "src7")}
         m.d.sync += s3_valid.eq(alu_s2 & ~self.error)
         with m.If(alu_s2):
             m.d.sync += [s3_dst.eq(self.dst), s3_src.eq(self.src), s3_a.eq(self.dst_data),
                          s3_b.eq(self.src_data), s3_rec.eq(self.rec)]
+            for side, addr in (("dst", self.dst), ("src", self.src)):
+                m.d.sync += [hits[f"{side}6"].eq(a6_next & (a5_addr == addr)),
+                             hits[f"{side}7"].eq(a6_valid & (a6_addr == addr))]
         # S3: the operands, with what S7 writes now (a6) and wrote in the cycle before
         # (a7) forwarded, the newer first
-        def forwarded(addr: Value, read: Value) -> Value:
-            return Mux(a6_valid & (a6_addr == addr), a6_data,
-                       Mux(a7_valid & (a7_addr == addr), a7_data, read))
+        def forwarded(side: str, read: Value) -> Value:
+            return Mux(hits[f"{side}6"], a6_data, Mux(hits[f"{side}7"], a7_data, read))
         a_in, b_in = Signal(vec_shape), Signal(vec_shape)
-        m.d.comb += [a_in.eq(forwarded(s3_dst, s3_a)),
-                     b_in.eq(Mux(use_imm, Cat(*[imm_b] * lanes), forwarded(s3_src, s3_b)))]
-        alu_in = a3_valid & ~error
-        a6_next = Signal()
-        m.d.comb += a6_next.eq(alu.out_valid & a5_keep & ~shift_bad)
+        m.d.comb += [a_in.eq(forwarded("dst", s3_a)),
+                     b_in.eq(Mux(use_imm, Cat(*[imm_b] * lanes), forwarded("src", s3_b)))]
         m.d.sync += [a3_valid.eq(s3_valid & ~error), a4_valid.eq(alu_in), a6_valid.eq(a6_next),
                      a7_valid.eq(a6_valid)]
         if cfg.sequential_multiplier:
