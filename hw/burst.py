@@ -92,6 +92,8 @@ class BurstIssuer(wiring.Component):
         Every command of the transfer has been taken.
     drained : Out(1)
         No command is held offered and no beat is owed.
+    drained_next : Out(1)
+        What ``drained`` is in the next cycle.
     """
 
     def __init__(self, cfg: HwConfig, max_burst: int = 32) -> None:
@@ -112,6 +114,7 @@ class BurstIssuer(wiring.Component):
             "owing_next": Out(1),
             "issued": Out(1),
             "drained": Out(1),
+            "drained_next": Out(1),
         })
 
     def elaborate(self, platform: object) -> Module:
@@ -160,6 +163,7 @@ class BurstIssuer(wiring.Component):
         m.d.comb += self.owing_next.eq(owed_many | (owed_one & (f_some | ~self.beat))
                                        | (owed_none & ~((~f_some & ~self.beat)
                                                         | (f_one & self.beat))))
+        m.d.comb += self.drained_next.eq(~(cmd.valid & ~cmd.ready) & ~self.owing_next)
         m.d.sync += [stuck.eq(cmd.valid & ~cmd.ready),
                      self.owed.eq(self.owed + delta),
                      self.owing.eq(self.owing_next)]
@@ -186,6 +190,8 @@ class TransferPhases:
 
     #: The cycle after ``start``: the range checks; the burst issuer loads the transfer.
     check: Signal
+    #: What ``check`` is in the next cycle.
+    check_next: Signal
     #: Moving data (also in the cycle ``halt`` rises; not in the first RUN cycle of an
     #: instruction that fails its range checks).
     run: Signal
@@ -244,7 +250,8 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
     -------
     TransferPhases
     """
-    phases = TransferPhases(Signal(name="check"), Signal(name="run"), Signal(name="drain"),
+    phases = TransferPhases(Signal(name="check"), Signal(name="check_next"), Signal(name="run"),
+                            Signal(name="drain"),
                             Signal(name="run_next"), Signal(name="drain_next"),
                             Signal(name="moving_next"))
     # the checks' verdict, registered in CHECK: run_ok is (RUN and the checks passed),
@@ -268,6 +275,7 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
         with m.State("WAIT"):
             m.d.comb += ex.idle.eq(1)
             with m.If(ex.start if start is None else start):
+                m.d.comb += phases.check_next.eq(1)
                 m.next = "CHECK"
         with m.State("CHECK"):
             m.d.comb += [phases.check.eq(1), ex.idle.eq(1), bursts.start.eq(1)]

@@ -275,8 +275,12 @@ class StoreEngine(wiring.Component):
                              wfire & last_beat & ent_one, start=start,
                              other_bad=None if shift_bad is None
                              else (shift_bad, ErrorCode.SHIFT_RANGE))
+        # flush (CHECK, or DRAIN once drained) is a register, set from the next phase
+        # and the issuer's next state: with the start and the core's reset it makes the
+        # queue's and the counters' reset, and the phase decode and the issuer's count
+        # before that were an FPGA critical path
+        m.d.sync += flush.eq(ph.check_next | (ph.drain_next & bursts.drained_next))
         with m.If(ph.check):
-            m.d.comb += flush.eq(1)
             m.d.sync += [rd_left.eq(n_entries), rd_more.eq(n_entries != 0),
                          rd_addr.eq(word.sram),
                          ent_left.eq(n_entries), ent_one.eq(n_entries == 1)]
@@ -284,7 +288,6 @@ class StoreEngine(wiring.Component):
         m.d.comb += reading.eq(ph.run | ph.drain)
         m.d.sync += wvalid.eq(ph.moving_next & fifo.r_rdy_next)
         with m.If(ph.drain & bursts.drained):  # the accepted commands' beats are sent
-            m.d.comb += flush.eq(1)
             m.d.sync += [rd_left.eq(0), rd_more.eq(0)]
         if kout > 1:
             with m.If(ph.check | (ph.drain & bursts.drained)):

@@ -175,9 +175,10 @@ def test_burst_issuer_holds_back_at_owed_limit(max_burst: int) -> None:
 
 def test_transfer_phases_next_values() -> None:
     """The phases against a model of their state machine under random starts, checks,
-    halts, ends and memory handshakes: ``run_next`` and ``drain_next`` are the model's
-    next ``run`` and ``drain``, ``moving_next`` is the next ``run``, or ``drain`` with
-    beats owed."""
+    halts, ends and memory handshakes: ``check_next``, ``run_next`` and ``drain_next``
+    are the model's next ``check``, ``run`` and ``drain``, ``moving_next`` is the next
+    ``run``, or ``drain`` with beats owed; the issuer's ``drained_next`` is its next
+    ``drained``."""
     m = Module()
     m.submodules.bursts = bursts = BurstIssuer(CFG, 3)
     ex = wiring.PureInterface(ExecSignature(CFG).flip())
@@ -194,6 +195,7 @@ def test_transfer_phases_next_values() -> None:
         owed = 0
         state, ok = "WAIT", False  # the model: the state and the checks' verdict
         moving = None  # moving_next of the cycle before
+        drained = None  # drained_next of the cycle before
         for _ in range(6000):
             v = {n: rng.random() < {"halt": 0.05, "last": 0.1}.get(n, 0.3) for n in ins}
             for n, sig in ins.items():
@@ -206,6 +208,7 @@ def test_transfer_phases_next_values() -> None:
                 state == "CHECK", run, drain)
             if moving is not None:
                 assert moving == (run or (drain and ctx.get(bursts.owing)))
+                assert drained == ctx.get(bursts.drained)
             if state == "WAIT" and v["start"]:
                 state = "CHECK"
             elif state == "CHECK":
@@ -219,9 +222,10 @@ def test_transfer_phases_next_values() -> None:
                     state, ok = "WAIT", False
             elif state == "DRAIN" and ctx.get(bursts.drained):
                 state = "WAIT"
-            assert (ctx.get(ph.run_next), ctx.get(ph.drain_next)) == (
-                state == "RUN" and ok, state == "DRAIN")
+            assert (ctx.get(ph.check_next), ctx.get(ph.run_next), ctx.get(ph.drain_next)) == (
+                state == "CHECK", state == "RUN" and ok, state == "DRAIN")
             moving = ctx.get(ph.moving_next)
+            drained = ctx.get(bursts.drained_next)
             seen["run"] += run
             seen["drain"] += drain
             seen["moving_drain"] += drain and ctx.get(bursts.owing)
