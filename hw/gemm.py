@@ -310,6 +310,12 @@ class GemmCore(wiring.Component):
         clear = clear_delay[-1]
 
         bias = (OFFSET * OFFSET * n_in) % (1 << cfg.acc_width)
+        # the output registers without a reset (out_valid says what they hold): the
+        # engine's start, which resets the core, would otherwise reach every bit of
+        # them beside the clear (an FPGA critical path)
+        acc_out = Signal(self.acc_out.shape(), reset_less=True)
+        result = Signal(self.result.shape(), reset_less=True)
+        m.d.comb += [self.acc_out.eq(acc_out), self.result.eq(result)]
         for b in range(cfg.batch):
             for n, (g, _sub, width, sel) in enumerate(split):
                 h, par, js = groups[g]
@@ -339,12 +345,12 @@ class GemmCore(wiring.Component):
                         exact = (s + bias) - ((a_sum[b] + w) << 7)
                     m.d.comb += dot.eq(sign_extended(exact, cfg.acc_width))
                     with m.If(clear):
-                        m.d.sync += [self.acc_out[b][o].eq(acc[b][o]),
-                                     self.result[b * n_out + o].eq(0)]
+                        m.d.sync += [acc_out[b][o].eq(acc[b][o]),
+                                     result[b * n_out + o].eq(0)]
                     with m.Else():
                         m.d.sync += [
-                            self.acc_out[b][o].eq((acc[b][o] + dot)[:cfg.acc_width]),
-                            self.result[b * n_out + o].eq(dot),
+                            acc_out[b][o].eq((acc[b][o] + dot)[:cfg.acc_width]),
+                            result[b * n_out + o].eq(dot),
                         ]
         m.d.sync += self.out_valid.eq(valid_delay[-1])
         return m
