@@ -311,15 +311,22 @@ class CommandExecutor(wiring.Component):
         beat_reg = Signal(self.cfg.mem_bus_width)
         bpos = Signal(range(beat))
         have, fetched_all = Signal(), Signal()
+        # RD_DATA as a register of its own, set and cleared with the state's transitions:
+        # the read's ready is then a gate of two registers, not a decode of the state
+        # (the state through the SoC's choice of reader into its read slice's enables
+        # was an FPGA critical path)
+        reading = Signal()
         for write in (0, 1):
             with m.State("WR_CMD" if write else "RD_CMD"):
                 m.d.comb += [mem.cmd.valid.eq(1), mem.cmd.payload.addr.eq(addr),
                              mem.cmd.payload.write.eq(write), mem.cmd.payload.len.eq(burst)]
                 m.d.sync += [have.eq(0), bpos.eq(0)]
                 with m.If(mem.cmd.ready):
+                    if not write:
+                        m.d.sync += reading.eq(1)
                     m.next = "WR_FETCH" if write else "RD_DATA"
+        m.d.comb += mem.rdata.ready.eq(reading & ~have)
         with m.State("RD_DATA"):
-            m.d.comb += mem.rdata.ready.eq(~have)
             with m.If(mem.rdata.valid & ~have):
                 m.d.sync += [beat_reg.eq(mem.rdata.payload.data), have.eq(1), bpos.eq(0)]
             with m.If(have):
@@ -328,7 +335,7 @@ class CommandExecutor(wiring.Component):
                 with m.If(bpos == beat - 1):
                     m.d.sync += have.eq(0)
                 with m.If(r.last):
-                    m.d.sync += r.respond(r.n_bytes)
+                    m.d.sync += [r.respond(r.n_bytes), reading.eq(0)]
                     m.next = "RESPOND"
         # a byte per three states: its address, the buffer's read, the registered
         # byte shifted into the beat
