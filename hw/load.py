@@ -169,6 +169,12 @@ class LoadEngine(wiring.Component):
         cols = Signal(18)
         row_end = Signal(17)  # pad_top + y: first padding row below the data
         col_end = Signal(17)  # pad_left + x
+        # the bounds less one, for whether the next row or entry is in the data region
+        # without the increment's carry chain before the comparisons (the column
+        # counter through them into the read's ready was an FPGA critical path)
+        row_lo_m1, row_end_m1, col_lo_m1, col_end_m1 = (
+            Signal(signed(19), name=name)
+            for name in ("row_lo_m1", "row_end_m1", "col_lo_m1", "col_end_m1"))
         y_m1 = Signal(16)
         dram_x = Signal(aw + 1)  # dram + x
         # depth - sram (signed: an engine driven directly may get sram > depth)
@@ -183,6 +189,8 @@ class LoadEngine(wiring.Component):
                 rows_m1.eq(taken.pad_top + taken.y + taken.pad_bottom - 1),
                 cols_m1.eq(taken.pad_left + taken.x + taken.pad_right - 1),
                 row_end.eq(taken.pad_top + taken.y), col_end.eq(taken.pad_left + taken.x),
+                row_lo_m1.eq(taken.pad_top - 1), row_end_m1.eq(taken.pad_top + taken.y - 1),
+                col_lo_m1.eq(taken.pad_left - 1), col_end_m1.eq(taken.pad_left + taken.x - 1),
                 y_m1.eq(taken.y - 1), dram_x.eq(taken.dram + taken.x),
                 room.eq(Array(Const(buffer_depth(cfg, b)) for b in bufs)[t_buf] - taken.sram),
                 lim_entries.eq(limit >> t_sh_entry),
@@ -232,6 +240,12 @@ class LoadEngine(wiring.Component):
 
         def in_cols(v: Value) -> Value:
             return (v >= word.pad_left) & (v < col_end)
+
+        def in_rows_after(v: Value) -> Value:  # in_rows(v + 1)
+            return (v >= row_lo_m1) & (v < row_end_m1)
+
+        def in_cols_after(v: Value) -> Value:  # in_cols(v + 1)
+            return (v >= col_lo_m1) & (v < col_end_m1)
         last_beat = Signal()  # bc == k_last, kept with bc (out of the read's ready)
         m.d.comb += [row_in_next.eq(row_in), col_in_next.eq(col_in),
                      last_beat_next.eq(last_beat)]
@@ -299,10 +313,10 @@ class LoadEngine(wiring.Component):
             m.d.sync += waddr.eq(waddr + 1)
             with m.If(c == cols_m1):
                 m.d.sync += [c.eq(0), r.eq(r + 1)]
-                m.d.comb += [col_in_next.eq(in_cols(0)), row_in_next.eq(in_rows(r + 1))]
+                m.d.comb += [col_in_next.eq(in_cols(0)), row_in_next.eq(in_rows_after(r))]
             with m.Else():
                 m.d.sync += c.eq(c + 1)
-                m.d.comb += col_in_next.eq(in_cols(c + 1))
+                m.d.comb += col_in_next.eq(in_cols_after(c))
         with m.If(rfire):
             m.d.sync += bc.eq(Mux(last_beat, 0, bc + 1))
             m.d.comb += last_beat_next.eq(Mux(last_beat, k_last == 0, bc + 1 == k_last))
