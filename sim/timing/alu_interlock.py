@@ -33,16 +33,13 @@ from . import insn_table as col
 from .compiled import compiled
 from .insn_table import insn_table
 
-__all__ = ["INTERLOCK_DISTANCE", "INTERLOCK_LAYOUT", "alu_interlock_cycles",
+__all__ = ["INTERLOCK_LAYOUT", "alu_interlock_cycles",
            "fill_interlock_cycles", "interlock_layout", "interlock_stalls",
            "table_interlock_cycles"]
 
-#: Cycles from one micro-op passing S1C to a micro-op reading its result passing it.
-INTERLOCK_DISTANCE = ALU_INTERLOCK_DISTANCE
-
 #: What the compiled code reads of the table and the ISA (numba's cache is keyed by
 #: this file's source only): columns, then Opcode.LOAD, Opcode.ALU, Buffer.UOP,
-#: AluOp.REQUANT, AluOp.MUL, AluOp.MULHI, INTERLOCK_DISTANCE,
+#: AluOp.REQUANT, AluOp.MUL, AluOp.MULHI, ALU_INTERLOCK_DISTANCE,
 #: SEQUENTIAL_MULTIPLY_DISTANCE; :func:`interlock_layout` adds the config's spacing.
 INTERLOCK_LAYOUT = np.array(
     [col.OPCODE, col.LOAD_BUFFER, col.LOAD_SRAM, col.LOAD_DRAM, col.Y, col.X,
@@ -50,7 +47,7 @@ INTERLOCK_LAYOUT = np.array(
      col.LOAD_PAD_BOTTOM, col.UOP_BEGIN, col.UOP_END, col.ITER_OUT, col.ITER_IN, col.ALU_OP,
      col.ALU_USE_IMM, col.ALU_DST_FACTOR_OUT, col.ALU_DST_FACTOR_IN, col.ALU_SRC_FACTOR_OUT,
      col.ALU_SRC_FACTOR_IN, Opcode.LOAD, Opcode.ALU, Buffer.UOP, AluOp.REQUANT, AluOp.MUL,
-     AluOp.MULHI, INTERLOCK_DISTANCE, SEQUENTIAL_MULTIPLY_DISTANCE], dtype=np.int64)
+     AluOp.MULHI, ALU_INTERLOCK_DISTANCE, SEQUENTIAL_MULTIPLY_DISTANCE], dtype=np.int64)
 (_L_OPCODE, _L_BUFFER, _L_SRAM, _L_DRAM, _L_Y, _L_X, _L_STRIDE, _L_PAD_TOP, _L_PAD_LEFT,
  _L_PAD_RIGHT, _L_PAD_BOTTOM, _L_UOP_BEGIN, _L_UOP_END, _L_ITER_OUT, _L_ITER_IN, _L_OP,
  _L_USE_IMM, _L_DST_OUT, _L_DST_IN, _L_SRC_OUT, _L_SRC_IN, _L_LOAD, _L_ALU, _L_UOP,
@@ -110,7 +107,7 @@ def interlock_stalls(dst: np.ndarray, src: np.ndarray | None) -> int:
     loop = np.empty((3, dst.size), np.int64)
     loop[0] = dst
     loop[1] = np.asarray(src if reads else dst, dtype=np.int64)
-    return int(_stalls(loop, dst.size, reads, INTERLOCK_DISTANCE, 1))
+    return int(_stalls(loop, dst.size, reads, ALU_INTERLOCK_DISTANCE, 1))
 
 
 @compiled
