@@ -290,7 +290,7 @@ class StoreEngine(wiring.Component):
         with m.If(ph.drain & bursts.drained):  # the accepted commands' beats are sent
             m.d.sync += [rd_left.eq(0), rd_more.eq(0)]
         if kout > 1:
-            with m.If(ph.check | (ph.drain & bursts.drained)):
+            with m.If(flush):
                 m.d.sync += beat.eq(0)
         m.d.sync += queued.eq(Mux(flush, 0, queued + entry_rd - fifo.r_en))
         return m
