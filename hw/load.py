@@ -167,11 +167,11 @@ class LoadEngine(wiring.Component):
         cols_m1 = Signal(18)  # padded entries per row - 1
         rows = Signal(18)
         cols = Signal(18)
-        row_end = Signal(17)  # pad_top + y: first padding row below the data
-        col_end = Signal(17)  # pad_left + x
-        # the bounds less one, for whether the next row or entry is in the data region
-        # without the increment's carry chain before the comparisons (the column
-        # counter through them into the read's ready was an FPGA critical path)
+        # the data region's bounds less one (the first data row or entry, the first
+        # padding row or entry after the data), for whether the next row or entry is
+        # in the data region without the increment's carry chain before the
+        # comparisons (the column counter through them into the read's ready was an
+        # FPGA critical path)
         row_lo_m1, row_end_m1, col_lo_m1, col_end_m1 = (
             Signal(signed(19), name=name)
             for name in ("row_lo_m1", "row_end_m1", "col_lo_m1", "col_end_m1"))
@@ -188,7 +188,6 @@ class LoadEngine(wiring.Component):
                 cols.eq(taken.pad_left + taken.x + taken.pad_right),
                 rows_m1.eq(taken.pad_top + taken.y + taken.pad_bottom - 1),
                 cols_m1.eq(taken.pad_left + taken.x + taken.pad_right - 1),
-                row_end.eq(taken.pad_top + taken.y), col_end.eq(taken.pad_left + taken.x),
                 row_lo_m1.eq(taken.pad_top - 1), row_end_m1.eq(taken.pad_top + taken.y - 1),
                 col_lo_m1.eq(taken.pad_left - 1), col_end_m1.eq(taken.pad_left + taken.x - 1),
                 y_m1.eq(taken.y - 1), dram_x.eq(taken.dram + taken.x),
@@ -235,17 +234,14 @@ class LoadEngine(wiring.Component):
         col_in_next = Signal()
         last_beat_next = Signal()
 
-        def in_rows(v: Value) -> Value:
-            return (v >= word.pad_top) & (v < row_end)
-
-        def in_cols(v: Value) -> Value:
-            return (v >= word.pad_left) & (v < col_end)
-
-        def in_rows_after(v: Value) -> Value:  # in_rows(v + 1)
+        def in_rows_after(v: Value) -> Value:
+            """Row ``v + 1`` is a data row (``v`` -1: the first row)."""
             return (v >= row_lo_m1) & (v < row_end_m1)
 
-        def in_cols_after(v: Value) -> Value:  # in_cols(v + 1)
+        def in_cols_after(v: Value) -> Value:
+            """Entry ``v + 1`` of a row is data (``v`` -1: the first entry)."""
             return (v >= col_lo_m1) & (v < col_end_m1)
+        before_first = Const(-1, signed(1))
         last_beat = Signal()  # bc == k_last, kept with bc (out of the read's ready)
         m.d.comb += [row_in_next.eq(row_in), col_in_next.eq(col_in),
                      last_beat_next.eq(last_beat)]
@@ -313,7 +309,8 @@ class LoadEngine(wiring.Component):
             m.d.sync += waddr.eq(waddr + 1)
             with m.If(c == cols_m1):
                 m.d.sync += [c.eq(0), r.eq(r + 1)]
-                m.d.comb += [col_in_next.eq(in_cols(0)), row_in_next.eq(in_rows_after(r))]
+                m.d.comb += [col_in_next.eq(in_cols_after(before_first)),
+                             row_in_next.eq(in_rows_after(r))]
             with m.Else():
                 m.d.sync += c.eq(c + 1)
                 m.d.comb += col_in_next.eq(in_cols_after(c))
@@ -325,8 +322,9 @@ class LoadEngine(wiring.Component):
         ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad, last)
         with m.If(ph.check):
             m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), flushing.eq(0), waddr.eq(word.sram)]
-            m.d.comb += [last_beat_next.eq(k_last == 0), row_in_next.eq(in_rows(0)),
-                         col_in_next.eq(in_cols(0))]
+            m.d.comb += [last_beat_next.eq(k_last == 0),
+                         row_in_next.eq(in_rows_after(before_first)),
+                         col_in_next.eq(in_cols_after(before_first))]
         # The read's ready: 1 in DRAIN and in RUN with halt (the beats are discarded),
         # else in RUN is_data & (~last_beat | ~held) (flushing, r is past the last row,
         # so is_data is low). ready_r is that from the next phase and flags, with
