@@ -172,7 +172,6 @@ def test_burst_issuer_holds_back_at_owed_limit(max_burst: int) -> None:
     assert log["taken"] < rows
 
 
-
 def test_transfer_phases_next_values() -> None:
     """The phases against a model of their state machine under random starts, checks,
     halts, ends and memory handshakes: ``check_next``, ``run_next`` and ``drain_next``
