@@ -29,10 +29,11 @@ class AluPipeline(wiring.Component):
         S7  write acc[d] (``acc_wr``)
 
     (``ALU_PIPELINE_STAGES`` = 5 register stages after the read.) A micro-op enters at
-    S2 with the entries its issue read at S1C (``dst_data``, ``src_data``; REQUANT's
-    records in ``rec``), which go into registers with no logic before them (an
-    FPGA's block RAM output comes late in its cycle, and the accumulator's blocks are
-    spread over the die). The read ports are transparent to the write port, so the
+    S2 with the entries its issue read at S1C (``src_data``; REQUANT's records in
+    ``rec``), which go into registers with no logic before them (an FPGA's block RAM
+    output comes late in its cycle, and the accumulator's blocks are spread over the
+    die). The destination entry's register is the engine's, shared with the GEMM
+    write-back (``s3_dst_data``, at S3). The read ports are transparent to the write port, so the
     entries hold everything written before S2; what the micro-ops at S7 write in the
     micro-op's S2 and S3 is forwarded at S3. A micro-op that reads what one of the
     three micro-ops ahead of it writes must not enter before that one is at S6, four
@@ -60,8 +61,10 @@ class AluPipeline(wiring.Component):
         A micro-op enters at S2.
     dst, src : In(acc_bits)
         The entries it writes and reads (``src``: unless ``use_imm``).
-    dst_data, src_data : In(acc entry)
-        Those entries as read at S1C.
+    s3_dst_data : In(acc entry)
+        ``dst`` as read at S1C, registered at S2 (valid at S3).
+    src_data : In(acc entry)
+        ``src`` as read at S1C.
     rec : In(wgt entry)
         The weight entry read at S1C (REQUANT's records).
     error : In(1)
@@ -91,7 +94,7 @@ class AluPipeline(wiring.Component):
             "valid": In(1),
             "dst": In(cfg.acc_bits),
             "src": In(cfg.acc_bits),
-            "dst_data": In(vec_bits),
+            "s3_dst_data": In(vec_bits),
             "src_data": In(vec_bits),
             "rec": In(wgt_entry_bits(cfg)),
             "error": In(1),
@@ -116,7 +119,7 @@ class AluPipeline(wiring.Component):
         assert ALU_PIPELINE_STAGES == 5
         m.submodules.vector = alu = VectorAlu(cfg)
         assert alu.LATENCY == 2
-        vec_shape = unsigned(len(self.dst_data))
+        vec_shape = unsigned(len(self.src_data))
         s3_valid, a3_valid, a4_valid, a5_keep, a6_valid, a7_valid = (
             Signal(name=name) for name in ("s3_valid", "a3_valid", "a4_valid", "a5_keep",
                                            "a6_valid", "a7_valid"))
@@ -126,9 +129,9 @@ class AluPipeline(wiring.Component):
                          "a7_addr"))
         # wide datapath registers without a reset (the valid bits say what they hold):
         # with one, Verilator copies every word of them on every cycle
-        s3_a, s3_b, a3_a, a3_b, a6_data, a7_data = (
+        s3_b, a3_a, a3_b, a6_data, a7_data = (
             Signal(vec_shape, name=name, reset_less=True)
-            for name in ("s3_a", "s3_b", "a3_a", "a3_b", "a6_data", "a7_data"))
+            for name in ("s3_b", "a3_a", "a3_b", "a6_data", "a7_data"))
         s3_rec = Signal(len(self.rec), reset_less=True)
         a3_rec = Signal(len(self.rec), reset_less=True)
         alu_new = Signal(vec_shape)
@@ -145,8 +148,8 @@ class AluPipeline(wiring.Component):
         hits = {name: Signal(name=f"s3_{name}") for name in ("dst6", "dst7", "src6", "src7")}
         m.d.sync += s3_valid.eq(alu_s2 & ~self.error)
         with m.If(alu_s2):
-            m.d.sync += [s3_dst.eq(self.dst), s3_src.eq(self.src), s3_a.eq(self.dst_data),
-                         s3_b.eq(self.src_data), s3_rec.eq(self.rec)]
+            m.d.sync += [s3_dst.eq(self.dst), s3_src.eq(self.src), s3_b.eq(self.src_data),
+                         s3_rec.eq(self.rec)]
             for side, addr in (("dst", self.dst), ("src", self.src)):
                 m.d.sync += [hits[f"{side}6"].eq(a6_next & (a5_addr == addr)),
                              hits[f"{side}7"].eq(a6_valid & (a6_addr == addr))]
@@ -155,7 +158,7 @@ class AluPipeline(wiring.Component):
         def forwarded(side: str, read: Value) -> Value:
             return Mux(hits[f"{side}6"], a6_data, Mux(hits[f"{side}7"], a7_data, read))
         a_in, b_in = Signal(vec_shape), Signal(vec_shape)
-        m.d.comb += [a_in.eq(forwarded("dst", s3_a)),
+        m.d.comb += [a_in.eq(forwarded("dst", self.s3_dst_data)),
                      b_in.eq(Mux(use_imm, Cat(*[imm_b] * lanes), forwarded("src", s3_b)))]
         m.d.sync += [a3_valid.eq(s3_valid & ~error), a4_valid.eq(alu_in), a6_valid.eq(a6_next),
                      a7_valid.eq(a6_valid)]

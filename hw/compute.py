@@ -200,6 +200,12 @@ class ComputeEngine(wiring.Component):
                               (issue.src_rd, self.acc_rd_src)):
             m.d.comb += [port.addr.eq(request.addr), port.en.eq(request.en)]
 
+        # the destination read, registered as it leaves the block RAM: one register
+        # for both readers (the ALU's operand at S3, GEMM's entry at S2+L-1), which
+        # the placer can keep by the RAM (no reset: the reads say what it holds)
+        dst_entry = Signal(len(self.acc_rd_dst.data), reset_less=True)
+        m.d.sync += dst_entry.eq(self.acc_rd_dst.data)
+
         # ------------------------------------------------------------- GEMM
         m.submodules.gemm = gemm = GemmCore(cfg)
         m.submodules.write_back = wb = GemmWriteBack(cfg, gemm.LATENCY)
@@ -208,14 +214,14 @@ class ComputeEngine(wiring.Component):
                      gemm.in_valid.eq(gemm_slow), gemm.in_clear.eq(issue.s2_reset),
                      wb.valid.eq(gemm_slow), wb.addr.eq(issue.s2_dst),
                      wb.reset.eq(issue.s2_reset), wb.products.eq(gemm.result),
-                     wb.acc_rd.data.eq(self.acc_rd_dst.data)]
+                     wb.fetched.eq(dst_entry)]
 
         # ------------------------------------------------------------- ALU
         m.submodules.alu = alu = AluPipeline(cfg)
         alu_s2 = issue.s2_valid & issue.s2_alu
         m.d.comb += [alu.start.eq(ex.start), alu.op.eq(a.op), alu.use_imm.eq(a.use_imm),
                      alu.imm.eq(a.imm), alu.valid.eq(alu_s2), alu.dst.eq(issue.s2_dst),
-                     alu.src.eq(issue.s2_src), alu.dst_data.eq(self.acc_rd_dst.data),
+                     alu.src.eq(issue.s2_src), alu.s3_dst_data.eq(dst_entry),
                      alu.src_data.eq(self.acc_rd_src.data), alu.rec.eq(self.wgt_rd.data),
                      alu.error.eq(error), issue.a3_valid.eq(alu.a3_valid),
                      issue.a3_dst.eq(alu.a3_dst)]

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import HwConfig
 
-from .signatures import BufReadSignature, WriteRequestSignature, acc_entry_bits
+from .signatures import ReadRequestSignature, WriteRequestSignature, acc_entry_bits
 
 __all__ = ["GemmWriteBack"]
 
@@ -21,22 +21,22 @@ class GemmWriteBack(wiring.Component):
     the :class:`~.gemm.GemmCore`; its products come out ``latency`` cycles later, at
     S2+L (zero for a resetting micro-op: the core's ``in_clear``). A delay line carries
     the micro-op along; its destination entry is read three cycles before the
-    write-back (S2+L-3, ``acc_rd``), the read data registered at S2+L-2 and again at
-    S2+L-1, and at S2+L the sum of that register and the products (wrapping at
-    ``acc_width`` bits, each lane) is written (``acc_wr``). The read data's first
-    register lies right after the block RAM, whose read data arrives late in its cycle
-    (on an ECP5 5.8 ns after the clock): nothing but a multiplexer follows it there.
+    write-back (S2+L-3, ``acc_rd``). The engine registers the read data as it leaves
+    the block RAM, in a register the ALU reads too (``fetched``, at S2+L-1: an FPGA's
+    block RAM output comes late in its cycle, and the accumulator's blocks are spread
+    over the die, so nothing but one register follows them). This block registers the
+    entry again at S2+L-1 (``acc_reg``) and at S2+L writes the sum of that register and
+    the products (wrapping at ``acc_width`` bits, each lane; ``acc_wr``).
 
     Back-to-back micro-ops on one entry need no stall. The read port is transparent to
     the write port, so the read sees every write up to its own cycle; the two writes
-    after it come from the write-back itself and are taken from its sum instead: the
-    first register takes the sum written in the cycle after the read (from the
-    micro-op two ahead), the second the sum written then (from the micro-op one ahead),
-    each chosen by an address comparison made a cycle ahead from the delay line. The
-    second register takes zero for a resetting micro-op. Nothing but the adders lies
-    between it and the write port. Nothing else writes the accumulators while GEMM
-    micro-ops are in flight (the compute engine drains its pipeline between
-    instructions).
+    after it come from the write-back itself and are taken instead of ``fetched``: the
+    sum written now (from the micro-op one ahead) or, failing that, the one written in
+    the cycle before (from the micro-op two ahead, kept in ``written``), each chosen by
+    an address comparison made a cycle ahead from the delay line. ``acc_reg`` takes zero
+    for a resetting micro-op. Nothing but the adders lies between it and the write
+    port. Nothing else writes the accumulators while GEMM micro-ops are in flight (the
+    compute engine drains its pipeline between instructions).
 
     Parameters
     ----------
@@ -51,9 +51,10 @@ class GemmWriteBack(wiring.Component):
         A GEMM micro-op enters the GEMM core; the entry it accumulates into; it resets.
     products : In(ArrayLayout(signed(acc_width), batch · block_out))
         The GEMM core's result for the micro-op at S2+L (zero for one that resets).
-    acc_rd : Out(BufReadSignature(acc_bits, acc entry))
-        The destination read (``data`` the cycle after ``en``, transparent to the
-        accumulator write port).
+    acc_rd : Out(ReadRequestSignature(acc_bits))
+        The destination read (transparent to the accumulator write port).
+    fetched : In(acc entry)
+        ``acc_rd``'s data registered: two cycles after ``acc_rd.en``, at S2+L-1.
     acc_wr : Out(WriteRequestSignature(acc_bits, acc entry))
         The write-back of the micro-op at S2+L.
     acc_wr_next : Out(1)
@@ -76,7 +77,8 @@ class GemmWriteBack(wiring.Component):
             "addr": In(cfg.acc_bits),
             "reset": In(1),
             "products": In(data.ArrayLayout(signed(cfg.acc_width), lanes)),
-            "acc_rd": Out(BufReadSignature(cfg.acc_bits, vec_bits)),
+            "acc_rd": Out(ReadRequestSignature(cfg.acc_bits)),
+            "fetched": In(vec_bits),
             "acc_wr": Out(WriteRequestSignature(cfg.acc_bits, vec_bits)),
             "acc_wr_next": Out(1),
             "busy": Out(1),
@@ -98,27 +100,31 @@ class GemmWriteBack(wiring.Component):
             m.d.sync += [dl_valid[k].eq(dl_valid[k - 1]), dl_addr[k].eq(dl_addr[k - 1]),
                          dl_reset[k].eq(dl_reset[k - 1])]
         wb_valid, wb_addr = dl_valid[lat], dl_addr[lat]
-        # the destination read three cycles before the write-back, into `fetched`
+        # the destination read three cycles before the write-back; its data comes
+        # registered (`fetched`) at S2+L-1
         m.d.comb += [self.acc_rd.addr.eq(dl_addr[lat - 3]), self.acc_rd.en.eq(dl_valid[lat - 3])]
 
         # wide datapath registers below have no reset: with one, Verilator copies every
         # word of them on every cycle; the valid bits say what they hold.
-        # the micro-op at S2+L-2 reads the entry the one at S2+L writes back (`ahead2`),
-        # the one at S2+L-1 accumulates into it (`follows`); both compared a cycle ahead
+        # for the micro-op at S2+L-1: the one at S2+L accumulates into its entry
+        # (`follows`: the sum now is its value) or, failing that, the one at S2+L in the
+        # cycle before did (`ahead2`: the sum then, `written`); both compared a cycle ahead
+        take_sum = Signal()
         ahead2 = Signal()
-        follows = Signal()
-        m.d.sync += [ahead2.eq(dl_valid[lat - 1] & (dl_addr[lat - 1] == dl_addr[lat - 3])),
-                     follows.eq(dl_valid[lat - 1] & (dl_addr[lat - 1] == dl_addr[lat - 2]))]
-        fetched = Signal(vec_shape, reset_less=True)  # the entry's value, at S2+L-1
-        acc_reg = Signal(vec_shape, reset_less=True)  # and at S2+L
+        m.d.sync += [take_sum.eq(dl_valid[lat - 1] & (dl_addr[lat - 1] == dl_addr[lat - 2])
+                                 & ~dl_reset[lat - 2]),
+                     ahead2.eq(wb_valid & (wb_addr == dl_addr[lat - 2]))]
+        written = Signal(vec_shape, reset_less=True)  # the sum written in the cycle before
+        acc_reg = Signal(vec_shape, reset_less=True)  # the entry's value, at S2+L
         acc_old = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), acc_reg)
         sums = Signal(vec_shape)
         m.d.comb += sums.eq(Cat(*[(acc_old[k] + self.products[k].as_unsigned())[:cfg.acc_width]
                                   for k in range(lanes)]))
-        with m.If(dl_valid[lat - 2]):
-            m.d.sync += fetched.eq(Mux(ahead2, sums, self.acc_rd.data))
+        with m.If(wb_valid):
+            m.d.sync += written.eq(sums)
+        older = Mux(dl_reset[lat - 1], 0, Mux(ahead2, written, self.fetched))
         with m.If(dl_valid[lat - 1]):
-            m.d.sync += acc_reg.eq(Mux(dl_reset[lat - 1], 0, Mux(follows, sums, fetched)))
+            m.d.sync += acc_reg.eq(Mux(take_sum, sums, older))
         m.d.comb += [self.acc_wr.addr.eq(wb_addr), self.acc_wr.data.eq(sums),
                      self.acc_wr.en.eq(wb_valid), self.acc_wr_next.eq(dl_valid[lat - 1]),
                      self.busy.eq(Cat(*dl_valid).any())]

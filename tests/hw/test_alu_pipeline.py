@@ -215,6 +215,7 @@ def run(cfg: HwConfig, seed: int, count: int, error_after: int | None = None) ->
 
     async def bench(ctx) -> None:
         en_next = 0
+        dst_reg = 0
         for cycle in range(last + 1):
             insn = starts.get(cycle)
             ctx.set(dut.start, insn is not None)
@@ -232,7 +233,9 @@ def run(cfg: HwConfig, seed: int, count: int, error_after: int | None = None) ->
             dst, src = (u.dst, u.src) if u is not None else (rng.randrange(ENTRIES),) * 2
             ctx.set(dut.dst, dst)
             ctx.set(dut.src, src)
-            ctx.set(dut.dst_data, entry_bits(buffer[dst]))
+            # the engine's register of the destination read: at S3, the entry at S2
+            ctx.set(dut.s3_dst_data, dst_reg)
+            dst_reg = entry_bits(buffer[dst])
             ctx.set(dut.src_data, entry_bits(buffer[src]))
             ctx.set(dut.rec, wgt_bits(cfg, wgt[u.wgt if u is not None else 0]))
             assert ctx.get(dut.acc_wr.en) == en_next, f"cycle {cycle}: acc_wr_next"

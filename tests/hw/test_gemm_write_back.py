@@ -3,10 +3,11 @@
 Random GEMM micro-ops (an entry of a few, ``reset`` now and then, random products;
 zero for a resetting one, as the GEMM core's ``in_clear`` makes them), mostly back to
 back, so that most accumulate into an entry one, two or three micro-ops ahead wrote:
-the write-back reads the entry two cycles before it writes, takes its own sum for the
-write of the cycle in between and relies on the read port's transparency for the one
+the write-back reads the entry three cycles before it writes, takes its own sums for
+the two writes in between and relies on the read port's transparency for the one
 before. The accumulator buffer is emulated (a synchronous read port transparent to
-the write port, which takes the block's own writes); each write, with its cycle, must
+the write port, which takes the block's own writes, and the engine's register of the
+read data); each write, with its cycle, must
 be ``0 if reset else acc[a] + products`` (int32 lanes, wrapping) of the micro-ops
 applied in order to a numpy array.
 """
@@ -73,7 +74,7 @@ def run(cfg: HwConfig, latency: int, seed: int, count: int = 60) -> int:
     got_busy: set[int] = set()
 
     async def bench(ctx) -> None:
-        read_data = 0
+        read_data = fetched = 0
         en_next = 0
         for cycle in range(last):
             entry, reset = entering.get(cycle, (rng.randrange(ENTRIES), rng.random() < 0.5))
@@ -84,7 +85,8 @@ def run(cfg: HwConfig, latency: int, seed: int, count: int = 60) -> int:
             for k in range(lanes):
                 ctx.set(dut.products[k], int(products[k]) if products is not None
                         else rng.randint(*INT32))
-            ctx.set(dut.acc_rd.data, read_data)
+            ctx.set(dut.fetched, fetched)  # the engine's register of the read data
+            fetched = read_data
             # the engine's write port: this block's write (nothing else writes while
             # GEMM micro-ops are in flight)
             en = ctx.get(dut.acc_wr.en)
