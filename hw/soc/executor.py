@@ -330,8 +330,10 @@ class CommandExecutor(wiring.Component):
             with m.If(mem.rdata.valid & ~have):
                 m.d.sync += [beat_reg.eq(mem.rdata.payload.data), have.eq(1), bpos.eq(0)]
             with m.If(have):
-                m.d.sync += [r.store(beat_reg.word_select(bpos, 8)), bpos.eq(bpos + 1),
-                             r.count_step()]
+                # the beat shifted a byte at a time: the buffer's write data takes a
+                # fixed byte, with no multiplexer by bpos in front of it
+                m.d.sync += [r.store(beat_reg[:8]), beat_reg.eq(beat_reg[8:]),
+                             bpos.eq(bpos + 1), r.count_step()]
                 with m.If(bpos == beat - 1):
                     m.d.sync += have.eq(0)
                 with m.If(r.last):
