@@ -275,9 +275,25 @@ class LoadEngine(wiring.Component):
         # to again: the write stays out of the read's ready, an FPGA critical path)
         earlier = self._earlier_beats(m, kall - 1, bc, rdata.valid & ~last_beat,
                                       rdata.payload.data)
+        # Whether a buffer's write data loads: for the accumulators, when the write
+        # is taken (their port may be held); for the other buffers, a register set
+        # from the next instruction's buffer and the next flags, gated only by the
+        # port's own wait (none in the core), so that the clock enable of the weight
+        # entry's flip-flops comes from one flip-flop (the decode and ``acc_held``
+        # before that fan-out was an FPGA critical path). An accumulator write is never
+        # held during another buffer's instruction: an ACC instruction ends once its
+        # last write has landed.
+        buf_next = Mux(take, t_buf, buf)
+        loads_next = last_beat_next | ~(row_in_next & col_in_next)
         for b in bufs:
             port = getattr(self, PORT_OF[b])
             kb = 1 << beat_shift[b]
+            if b == Buffer.ACC:
+                loads = take_write & (buf == b) & (last_beat | ~is_data)
+            else:
+                loads_r = Signal(name=f"loads_{b.name.lower()}")
+                m.d.sync += loads_r.eq((buf_next == b) & loads_next)
+                loads = loads_r & ~port_held
             pad = 0
             entry = Cat(*earlier[:kb - 1], rdata.payload.data)
             if b == Buffer.WGT:
@@ -286,7 +302,7 @@ class LoadEngine(wiring.Component):
             w_data = Signal(len(port.data), name=f"w_data_{b.name.lower()}", reset_less=True)
             # (the entry's data loads only when it may be written: assembling an
             # entry, for weights a permutation, is then done once per entry)
-            with m.If(take_write & (buf == b) & (last_beat | ~is_data)):
+            with m.If(loads):
                 m.d.sync += w_data.eq(Mux(is_data, entry[:len(port.data)], pad))
             en_next = Signal(name=f"en_next_{b.name.lower()}")
             m.d.comb += en_next.eq(Mux(take_write, seq_on & (buf == b)
