@@ -144,6 +144,9 @@ class AlternatingSlice(wiring.Component):
         ``SyncFIFO``'s ports.
     """
 
+    #: Entries.
+    depth = 2
+
     def __init__(self, width: int) -> None:
         self.width = width
         super().__init__({
@@ -159,7 +162,7 @@ class AlternatingSlice(wiring.Component):
         r_ptr = Signal()
         push = self.w_en & self.w_rdy
         pop = self.r_en & self.r_rdy
-        nonempty, not_full = level_flags(m, self.level, 2, push, pop)
+        nonempty, not_full = level_flags(m, self.level, self.depth, push, pop)
         m.d.comb += [self.r_rdy.eq(nonempty), self.w_rdy.eq(not_full),
                      self.r_data.eq(Mux(r_ptr, entries[1], entries[0]))]
         for i, entry in enumerate(entries):
