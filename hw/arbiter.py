@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from tensorfab.isa import HwConfig
 
 from .mem_port import LEN_WIDTH, MAX_BURST, MemPortSignature, MemReadSignature, MemWriteSignature
-from .register_slice import RegisterSlice
+from .register_slice import AlternatingSlice, RegisterSlice
 
 __all__ = ["MemArbiter"]
 
@@ -36,10 +36,14 @@ class MemArbiter(wiring.Component):
     forwarded only while the port has taken the command at that FIFO's head, so the
     port never sees a beat before its command. A master whose FIFO is full is not
     granted (nor in the cycle after a command leaves a full FIFO). Each master's
-    commands pass a two-entry register slice first, and the granted commands a second
-    one on their way to the port (one cycle of latency each, full throughput), so that
-    the grant logic sees registered commands and room, the masters a registered
-    ``ready`` and the port registered commands.
+    commands pass a two-entry :class:`~.register_slice.AlternatingSlice` first (its
+    entries' enables do not depend on the grant), and the granted commands a two-entry
+    :class:`~.register_slice.RegisterSlice` on their way to the port (one cycle of
+    latency each, full throughput), so that the grant logic sees registered commands
+    and room, the masters a registered ``ready`` and the port registered commands. The
+    grant is one-hot, each master's a few gates of registers (its eligibility, the
+    others' and the last grant), and it chooses the read budget's next count and rooms
+    among values computed beside each other for each outcome.
 
     Parameters
     ----------
@@ -82,6 +86,54 @@ class MemArbiter(wiring.Component):
             "port": Out(MemPortSignature(cfg)),
         })
 
+    @staticmethod
+    def _first_eligible(m: Module, eligible: list[Value], last: Value) -> list[Signal]:
+        """One-hot: the eligible master first in the round robin after ``last`` (the
+        order ``last + 1``, ``last + 2``, ``last``), each its eligibility and no
+        eligible master ahead of it: a few gates of the registers eligibility and
+        ``last`` are made of."""
+        first = [Signal(name=f"first_{name}") for name in ("fetch", "load", "store")]
+        for i, f in enumerate(first):
+            blocked = []
+            for lv in range(3):
+                order = [(lv + 1) % 3, (lv + 2) % 3, lv]
+                ahead = order[:order.index(i)]
+                if ahead:
+                    blocked.append((last == lv) & Cat(*(eligible[j] for j in ahead)).any())
+            m.d.comb += f.eq(eligible[i] & ~Cat(*blocked).any())
+        return first
+
+    def _read_budget(self, m: Module, in_flight: Signal, room: list[Signal],
+                     lens: list[Value], grant: list[Signal], delivered: Signal) -> None:
+        """The count of read beats in flight and each read master's ``room``, from the
+        grants and the beat ``delivered`` in the cycle before.
+
+        The count's next value and the rooms for each read master's grant (``lens``:
+        the length field of each one's command) are computed beside each other and
+        chosen by the grant last (it settles late: eligibility, the round robin, the
+        port's ready), not a multiplexed length added after it; the rooms by an AND-OR
+        of the grants, not a multiplexer, which synthesis would fold into one
+        comparison of a multiplexed count, the grant through its carry chain (an FPGA
+        critical path). A delivered beat leaves the count a cycle late: the masters'
+        read-ready (a halt, a buffer's write port) settles too late in its cycle for
+        the count's carry chain; the room is then one beat short for a cycle, never
+        over."""
+        def rooms_after(count: Value) -> list[Value]:
+            return [(count == 0) | (count <= self.read_beats - longest)
+                    for longest in self.longest_reads]
+        kept_in_flight = Signal.like(in_flight)
+        m.d.comb += kept_in_flight.eq(in_flight - delivered)
+        m.d.sync += in_flight.eq(kept_in_flight)
+        rooms = [(~grant[FETCH] & ~grant[LOAD], rooms_after(kept_in_flight))]
+        for i in (FETCH, LOAD):
+            after = Signal.like(in_flight, name=f"in_flight_after_{('fetch', 'load')[i]}")
+            m.d.comb += after.eq(kept_in_flight + lens[i] + 1)
+            with m.If(grant[i]):
+                m.d.sync += in_flight.eq(after)
+            rooms.append((grant[i], rooms_after(after)))
+        m.d.sync += [r.eq(Cat(*(chosen & values[j] for chosen, values in rooms)).any())
+                     for j, r in enumerate(room)]
+
     def elaborate(self, platform: object) -> Module:
         m = Module()
         # (heads in registers: routing read beats from a LUT RAM's read began FPGA
@@ -92,14 +144,16 @@ class MemArbiter(wiring.Component):
                                                        block_ram=block_ram)
         m.submodules.wr_fifo = wr_fifo = RegisterSlice(LEN_WIDTH, self.outstanding,
                                                        block_ram=block_ram)
-        # ---- each master's commands enter through a two-entry register slice, so
+        # ---- each master's commands enter through a two-entry queue of registers, so
         # that no path runs from one master's command logic through the grant into
-        # another's (the FPGA's critical path): one cycle more per command. Its head
-        # is a flip-flop (a SyncFIFO's LUT RAM read began the budget's critical path)
+        # another's (the FPGA's critical path): one cycle more per command. Its entries
+        # are flip-flops (a SyncFIFO's LUT RAM read began the budget's critical path)
+        # written and read in turn, so that the grant reaches only its read pointer
+        # and flags (a head reloaded by the grant was an FPGA critical path)
         cmds = []
         for name, mst in (("fetch", self.fetch), ("load", self.load), ("store", self.store)):
             layout = mst.cmd.payload.shape()
-            q = RegisterSlice(layout.size)
+            q = AlternatingSlice(layout.size)
             m.submodules[f"{name}_cmd_slice"] = q
             m.d.comb += [q.w_data.eq(mst.cmd.payload), q.w_en.eq(mst.cmd.valid),
                          mst.cmd.ready.eq(q.w_rdy)]
@@ -120,18 +174,9 @@ class MemArbiter(wiring.Component):
                     cmds[LOAD][0] & fifo_room[0] & room[LOAD],
                     cmds[STORE][0] & fifo_room[1]]
         last = Signal(range(3), init=STORE)  # last granted master
+        first = self._first_eligible(m, eligible, last)
         sel = Signal(range(3))
-        # priority order after `last`: (last+1, last+2, last)
-        with m.Switch(last):
-            for lv in range(3):
-                with m.Case(lv):
-                    order = [(lv + 1) % 3, (lv + 2) % 3, lv]
-                    with m.If(eligible[order[0]]):
-                        m.d.comb += sel.eq(order[0])
-                    with m.Elif(eligible[order[1]]):
-                        m.d.comb += sel.eq(order[1])
-                    with m.Else():
-                        m.d.comb += sel.eq(order[2])
+        m.d.comb += sel.eq(Mux(first[FETCH], FETCH, Mux(first[LOAD], LOAD, STORE)))
         # ---- the granted command waits in a two-entry register slice for the port,
         # so that the grant sees the slice's registered room, not the port's ready,
         # and the port registers (the grant through the port's handshake into the
@@ -140,16 +185,15 @@ class MemArbiter(wiring.Component):
         cmd_layout = port_cmd.payload.shape()
         m.submodules.port_cmd_slice = out = RegisterSlice(cmd_layout.size)
         granted = data.View(cmd_layout, out.w_data)
+        grant = [Signal(name=f"grant_{name}") for name in ("fetch", "load", "store")]
+        m.d.comb += [g.eq(out.w_rdy & f) for g, f in zip(grant, first, strict=True)]
+        m.d.comb += out.w_en.eq(Cat(*first).any())
         with m.Switch(sel):
-            for i, (_valid, payload, take) in enumerate(cmds):
+            for i, (_valid, payload, _take) in enumerate(cmds):
                 with m.Case(i):
-                    m.d.comb += [
-                        out.w_en.eq(eligible[i]),
-                        granted.addr.eq(payload.addr),
-                        granted.len.eq(payload.len),
-                        granted.write.eq(i == STORE),
-                        take.eq(out.w_rdy & eligible[i]),
-                    ]
+                    m.d.comb += [granted.addr.eq(payload.addr), granted.len.eq(payload.len),
+                                 granted.write.eq(i == STORE)]
+        m.d.comb += [take.eq(g) for (_valid, _payload, take), g in zip(cmds, grant, strict=True)]
         fire = out.w_en & out.w_rdy  # a command is granted
         with m.If(fire):
             m.d.sync += last.eq(sel)
@@ -157,9 +201,9 @@ class MemArbiter(wiring.Component):
                      out.r_en.eq(port_cmd.ready)]
         m.d.comb += [
             rd_fifo.w_data.eq(((sel == LOAD) << LEN_WIDTH) | granted.len),
-            rd_fifo.w_en.eq(fire & (sel != STORE)),
+            rd_fifo.w_en.eq(grant[FETCH] | grant[LOAD]),
             wr_fifo.w_data.eq(granted.len),
-            wr_fifo.w_en.eq(fire & (sel == STORE)),
+            wr_fifo.w_en.eq(grant[STORE]),
         ]
         for ok, f in zip(fifo_room, (rd_fifo, wr_fifo), strict=True):
             m.d.sync += ok.eq(Mux(f.w_en, f.level < self.outstanding - 1,
@@ -175,27 +219,11 @@ class MemArbiter(wiring.Component):
                          mst.rdata.valid.eq(rdata.valid & rd_fifo.r_rdy & is_head)]
         m.d.comb += rdata.ready.eq(rd_fifo.r_rdy & Mux(head_load, self.load.rdata.ready,
                                                                 self.fetch.rdata.ready))
-        # The counter's next value and room for each read master's grant, chosen by
-        # the grant last (it settles late: eligibility, the round robin, the port's
-        # ready), not a multiplexed length added after it. A delivered beat leaves the
-        # counter a cycle late: the masters' read-ready (a halt, a buffer's write port)
-        # settles too late in its cycle for the counter's carry chain; the room is then
-        # one beat short for a cycle, never over.
+        # (a delivered beat leaves the count a cycle late: see _read_budget)
         delivered = Signal()
         m.d.sync += delivered.eq(rdata.valid & rdata.ready)
-        def rooms_after(count: Value) -> list[Value]:
-            return [(count == 0) | (count <= self.read_beats - longest)
-                    for longest in self.longest_reads]
-        kept_in_flight = Signal.like(in_flight)
-        m.d.comb += kept_in_flight.eq(in_flight - delivered)
-        m.d.sync += in_flight.eq(kept_in_flight)
-        m.d.sync += [r.eq(v) for r, v in zip(room, rooms_after(kept_in_flight), strict=True)]
-        for i in (FETCH, LOAD):
-            after = Signal.like(in_flight, name=f"in_flight_after_{('fetch', 'load')[i]}")
-            m.d.comb += after.eq(kept_in_flight + cmds[i][1].len + 1)
-            with m.If(fire & (sel == i)):
-                m.d.sync += in_flight.eq(after)
-                m.d.sync += [r.eq(v) for r, v in zip(room, rooms_after(after), strict=True)]
+        self._read_budget(m, in_flight, room, [cmds[i][1].len for i in (FETCH, LOAD)],
+                          grant, delivered)
         with m.If(rdata.valid & rdata.ready):
             with m.If(rd_count == head_len):
                 m.d.sync += rd_count.eq(0)

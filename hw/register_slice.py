@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from .block_ram_fifo import BlockRamFifo, holds_next, level_flags
 
-__all__ = ["RegisterSlice"]
+__all__ = ["AlternatingSlice", "RegisterSlice"]
 
 
 class RegisterSlice(wiring.Component):
@@ -116,4 +116,57 @@ class RegisterSlice(wiring.Component):
             m.d.sync += from_tail.eq(1)
         with m.If(push & to_head):
             m.d.sync += [pushed.eq(self.w_data), from_tail.eq(0)]
+        return m
+
+
+class AlternatingSlice(wiring.Component):
+    """Two entries, first in first out, in two registers written in turn and read in
+    turn: the ports and timing of Amaranth's ``SyncFIFO(depth=2)``, like a two-entry
+    :class:`RegisterSlice`, but no register's enable depends on the read.
+
+    A push writes the entry ``w_ptr`` points at, a pop moves ``r_ptr`` on; ``r_data``
+    is the entry at ``r_ptr``, a multiplexer after the two registers. An entry's
+    enable is the push and ``w_ptr`` (flip-flops of the write side): the reader's
+    ``r_en`` reaches only the pointer, ``level`` and the ready flags, a few flip-flops,
+    where a :class:`RegisterSlice`'s head reloads on a pop (``r_en`` fans out to an
+    enable of every bit of the entry). ``r_rdy``, ``w_rdy`` and ``level`` are registers
+    (:func:`~.block_ram_fifo.level_flags`); the entries have no reset (``r_data`` is
+    defined only while ``r_rdy``).
+
+    Parameters
+    ----------
+    width : int
+        Bits per entry.
+
+    Attributes
+    ----------
+    w_data, w_en, w_rdy, r_data, r_en, r_rdy, level
+        ``SyncFIFO``'s ports.
+    """
+
+    #: Entries.
+    depth = 2
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "level": Out(range(3)),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        entries = [Signal(self.width, name=f"entry{i}", reset_less=True) for i in range(2)]
+        w_ptr = Signal()
+        r_ptr = Signal()
+        push = self.w_en & self.w_rdy
+        pop = self.r_en & self.r_rdy
+        nonempty, not_full = level_flags(m, self.level, self.depth, push, pop)
+        m.d.comb += [self.r_rdy.eq(nonempty), self.w_rdy.eq(not_full),
+                     self.r_data.eq(Mux(r_ptr, entries[1], entries[0]))]
+        for i, entry in enumerate(entries):
+            with m.If(push & (w_ptr == i)):
+                m.d.sync += entry.eq(self.w_data)
+        m.d.sync += [w_ptr.eq(w_ptr ^ push), r_ptr.eq(r_ptr ^ pop)]
         return m

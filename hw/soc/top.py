@@ -7,7 +7,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
 from tensorfab.hw.core import Core
-from tensorfab.hw.register_slice import RegisterSlice
+from tensorfab.hw.register_slice import AlternatingSlice, RegisterSlice
 from tensorfab.isa import HwConfig
 from tensorfab.isa import hostlink as hl
 
@@ -139,17 +139,26 @@ class SocTop(wiring.Component):
     def _through_slice(self, m: Module, stream_: stream.Interface, reset: Signal,
                        name: str, *, into: bool) -> stream.Interface:
         """A data stream of the memory port as the core and the bridge see it: the port's
-        own for on-chip memory; through a two-entry :class:`~tensorfab.hw.register_slice.
-        RegisterSlice` (emptied by the core's reset, as the controller's transfer is
-        aborted) for the SDRAM controller, so that neither side's ``ready`` reaches the
-        other's logic in one cycle: the controller's read queue and write path against
-        the load and store engines' (on the 85F paths of 13.9 and 13.0 ns). One cycle
-        more from a read command to its data and from a write beat to the chip; beats
-        still flow one a cycle. ``into``: the stream goes into the port (write data),
-        else it comes out of it (read data)."""
+        own for on-chip memory; through a two-entry queue of registers (emptied by the
+        core's reset, as the controller's transfer is aborted) for the SDRAM controller,
+        so that neither side's ``ready`` reaches the other's logic in one cycle: the
+        controller's read queue and write path against the load and store engines' (on
+        the 85F paths of 13.9 and 13.0 ns). One cycle more from a read command to its
+        data and from a write beat to the chip; beats still flow one a cycle. ``into``:
+        the stream goes into the port (write data), else it comes out of it (read data).
+
+        The write data pass a :class:`~tensorfab.hw.register_slice.RegisterSlice` (the
+        controller sees its head, a register). The read data pass an
+        :class:`~tensorfab.hw.register_slice.AlternatingSlice`, whose entries' enables
+        do not depend on the reader's ``ready``: that ``ready`` comes from the core's
+        arbiter and load engine across the die, and a head reloaded on each read would
+        take it to the enable of every bit (the 85F's critical path at 100 MHz); the
+        core sees a multiplexer after two registers instead."""
         if self.controller is None:
             return stream_
-        slice_ = ResetInserter(reset)(RegisterSlice(len(stream_.payload.as_value()), 2))
+        width = len(stream_.payload.as_value())
+        slice_ = ResetInserter(reset)(RegisterSlice(width, 2) if into
+                                      else AlternatingSlice(width))
         m.submodules[name] = slice_
         outer = stream.Signature(stream_.payload.shape()).create()
         src, dst = (outer, stream_) if into else (stream_, outer)

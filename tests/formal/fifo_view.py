@@ -1,5 +1,6 @@
 """Views of a FIFO's entries for formal specs: where each entry is in an Amaranth
-``SyncFIFO``/``SyncFIFOBuffered`` or a :class:`~tensorfab.hw.register_slice.RegisterSlice`,
+``SyncFIFO``/``SyncFIFOBuffered``, a :class:`~tensorfab.hw.register_slice.RegisterSlice`
+or an :class:`~tensorfab.hw.register_slice.AlternatingSlice`,
 and the invariants that keep its pointers and level consistent, for helper invariants
 that make a FIFO's contract (or a property of a block holding one) inductive."""
 
@@ -11,9 +12,10 @@ from amaranth.hdl import Fragment, Module, Mux, Value
 from amaranth.lib.fifo import SyncFIFOBuffered
 
 from formal.symbiyosys import driven_signals, elaborate_here
-from tensorfab.hw.register_slice import RegisterSlice
+from tensorfab.hw.register_slice import AlternatingSlice, RegisterSlice
 
-__all__ = ["FifoView", "RingView", "buffered_fifo_view", "ready_flags", "register_slice_view"]
+__all__ = ["FifoView", "RingView", "alternating_slice_view", "buffered_fifo_view",
+           "ready_flags", "register_slice_view", "slice_view"]
 
 
 @dataclass
@@ -85,9 +87,9 @@ def buffered_fifo_view(fifo: SyncFIFOBuffered) -> FifoView:
     return FifoView(fragment, entries, invariants, statements, fifo.level)
 
 
-def ready_flags(dut: RegisterSlice) -> list[Value]:
-    """A RegisterSlice's ready flags (registers of their own) say not empty and not
-    full: the invariants that tie them to its level (at most the depth)."""
+def ready_flags(dut: RegisterSlice | AlternatingSlice) -> list[Value]:
+    """A RegisterSlice's (or AlternatingSlice's) ready flags (registers of their own)
+    say not empty and not full: the invariants that tie them to its level (at most the depth)."""
     return [dut.level <= dut.depth, dut.r_rdy == (dut.level != 0),
             dut.w_rdy == (dut.level != dut.depth)]
 
@@ -112,3 +114,24 @@ def register_slice_view(dut: RegisterSlice) -> FifoView:
     fragment = Fragment.get(module, None)
     head = driven_signals(fragment)["head"]
     return FifoView(fragment, [head, *stored], invariants, statements, dut.level)
+
+
+def alternating_slice_view(dut: AlternatingSlice) -> FifoView:
+    """AlternatingSlice: the entry at the read pointer, then the other one; the write
+    pointer is the read pointer moved on by the level; its ready flags (registers) say
+    not empty and not full."""
+    module = elaborate_here(dut)
+    fragment = Fragment.get(module, None)
+    reg = driven_signals(fragment)
+    entries, r_ptr, w_ptr = (reg["entry0"], reg["entry1"]), reg["r_ptr"], reg["w_ptr"]
+    invariants = [w_ptr == (r_ptr ^ (dut.level == 1)), *ready_flags(dut)]
+    return FifoView(fragment, [Mux(r_ptr, entries[1], entries[0]),
+                               Mux(r_ptr, entries[0], entries[1])],
+                    invariants, [], dut.level)
+
+
+def slice_view(dut: RegisterSlice | AlternatingSlice) -> FifoView:
+    """The view of either kind of slice."""
+    if isinstance(dut, AlternatingSlice):
+        return alternating_slice_view(dut)
+    return register_slice_view(dut)

@@ -18,7 +18,7 @@ from amaranth.hdl import Assert, Assume, Cat, Cover, Fragment, Module, Mux, Sign
 from amaranth.lib import data
 
 import tensorfab.hw.arbiter as arbiter_module
-from formal.fifo_view import FifoView, ready_flags, register_slice_view
+from formal.fifo_view import FifoView, ready_flags, slice_view
 from formal.symbiyosys import (
     assert_proved,
     assert_refuted,
@@ -55,7 +55,7 @@ def arbiter_spec(dut: MemArbiter, group: tuple[str, ...],
                   for name in ("fetch", "load", "port")}
         views = {}
         for name, block in slices.items():
-            views[name] = register_slice_view(block)
+            views[name] = slice_view(block)
             block.elaborate = lambda platform, view=views[name]: view.fragment
         fragment = Fragment.get(module, None)
         m.submodules.dut = fragment
@@ -150,7 +150,8 @@ def budget_invariants(dut: MemArbiter, reg: dict[str, Signal], views: dict[str, 
     those of the reads waiting in the port's command slice, plus the beat delivered in
     the cycle before (it leaves the count a cycle late); it never exceeds the budget;
     each read master's room is what its rule says of the count; every read waiting in a
-    master's command slice is within that master's longest read."""
+    master's command slice is within that master's longest read; the last grant is a
+    master's number (the round robin grants one master at most)."""
     in_flight = reg["in_flight"]
     cmd_layout = dut.port.cmd.payload.shape()
     port_slice = views["port"]
@@ -159,7 +160,7 @@ def budget_invariants(dut: MemArbiter, reg: dict[str, Signal], views: dict[str, 
         cmd = data.View(cmd_layout, entry)
         waiting = waiting + Mux((i < port_slice.level) & ~cmd.write, cmd.len + 1, 0)
     out = [Assert(in_flight == mem_owed + waiting + reg["delivered"]),
-           Assert(in_flight <= dut.read_beats)]
+           Assert(in_flight <= dut.read_beats), Assert(reg["last"] < 3)]
     for name, longest in zip(("fetch", "load"), longest_reads, strict=True):
         out.append(Assert(reg[f"room_{name}"]
                           == ((in_flight == 0) | (in_flight <= dut.read_beats - longest))))

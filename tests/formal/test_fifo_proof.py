@@ -1,11 +1,12 @@
-"""RegisterSlice and the core's command FIFOs: the stream protocol on both sides, the
-level, and order (the contract form: two arbitrary entries come out in the order they
-went in), by k-induction (unbounded).
+"""RegisterSlice, AlternatingSlice and the core's command FIFOs: the stream protocol on
+both sides, the level, and order (the contract form: two arbitrary entries come out in
+the order they went in), by k-induction (unbounded).
 
-RegisterSlice at depths 2 (every command slice of the arbiter), 3 (the memory model's
+RegisterSlice at depths 2 (the arbiter's port command slice), 3 (the memory model's
 output), 4 (the smallest with a ``SyncFIFO`` tail) and 16 (the arbiter's outstanding
-FIFOs). The command FIFOs (Amaranth's ``SyncFIFOBuffered``) at every preset's depth:
-4 (tiny), 8 (small), 16 (the larger presets; ``slow``, about a minute). Entries are 4
+FIFOs); AlternatingSlice (the arbiter's master command slices, the SoC's read data).
+The command FIFOs (Amaranth's ``SyncFIFOBuffered``) at every preset's depth: 4
+(tiny), 8 (small), 16 (the larger presets; ``slow``, about a minute). Entries are 4
 bits wide: every bit of an entry takes the same path, and the contract needs only two
 distinguishable values (the solver's time grows steeply with the width).
 
@@ -27,7 +28,12 @@ import pytest
 from amaranth.hdl import Assert, Assume, Cover, Module, Signal
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 
-from formal.fifo_view import FifoView, buffered_fifo_view, register_slice_view
+from formal.fifo_view import (
+    FifoView,
+    alternating_slice_view,
+    buffered_fifo_view,
+    register_slice_view,
+)
 from formal.symbiyosys import (
     assert_proved,
     assert_refuted,
@@ -35,7 +41,7 @@ from formal.symbiyosys import (
     free_const,
     mutant,
 )
-from tensorfab.hw.register_slice import RegisterSlice
+from tensorfab.hw.register_slice import AlternatingSlice, RegisterSlice
 from tensorfab.isa import PRESETS
 
 SLICE_DEPTHS = [2, 3, 4, 16]
@@ -52,7 +58,7 @@ def command_fifo(width: int, depth: int) -> SyncFIFO:
             else SyncFIFO(width=width, depth=depth))
 
 
-def fifo_spec(dut: SyncFIFO | RegisterSlice, depth: int, width: int, *,
+def fifo_spec(dut: SyncFIFO | RegisterSlice | AlternatingSlice, depth: int, width: int, *,
               registered_head: bool, view: FifoView | None = None) -> Module:
     """The FIFO interface (``w_data/w_en/w_rdy``, ``r_data/r_en/r_rdy``, ``level``)
     against its contract.
@@ -62,8 +68,8 @@ def fifo_spec(dut: SyncFIFO | RegisterSlice, depth: int, width: int, *,
     out as the next entry read once every entry written before it has gone. The level
     follows the handshakes; ``w_rdy`` never takes an entry past the depth; an offered
     entry (``r_rdy`` without ``r_en``) stays offered with the same data. With
-    ``registered_head`` (RegisterSlice) ``r_rdy`` and ``w_rdy`` are exactly not empty
-    and not full.
+    ``registered_head`` (RegisterSlice, AlternatingSlice) ``r_rdy`` and ``w_rdy`` are
+    exactly not empty and not full.
 
     With a ``view`` of the FIFO's entries the spec adds the helper invariants that
     make the contract inductive (so that k-induction starts only from states a
@@ -171,6 +177,12 @@ def test_register_slice_proved(depth: int, tmp_path: Path) -> None:
     dut = RegisterSlice(WIDTH, depth)
     spec = fifo_spec(dut, depth, WIDTH, registered_head=True, view=register_slice_view(dut))
     assert_proved(spec, tmp_path, depth=INDUCTION_DEPTH, cover_depth=depth + 4)
+
+
+def test_alternating_slice_proved(tmp_path: Path) -> None:
+    dut = AlternatingSlice(WIDTH)
+    spec = fifo_spec(dut, 2, WIDTH, registered_head=True, view=alternating_slice_view(dut))
+    assert_proved(spec, tmp_path, depth=INDUCTION_DEPTH, cover_depth=6)
 
 
 def test_command_fifo_depths_are_the_presets() -> None:

@@ -1,5 +1,5 @@
-"""RegisterSlice (its tail in flip-flops or in block RAM) against Amaranth's SyncFIFO of the
-same depth and a deque, cycle by cycle."""
+"""RegisterSlice (its tail in flip-flops or in block RAM) and AlternatingSlice against
+Amaranth's SyncFIFO of the same depth and a deque, cycle by cycle."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from amaranth.hdl import Module
 from amaranth.lib.fifo import SyncFIFO
 
-from tensorfab.hw.register_slice import RegisterSlice
+from tensorfab.hw.register_slice import AlternatingSlice, RegisterSlice
 
 from .fifo_stimulus import run_fifo_stimulus
 
@@ -38,3 +38,17 @@ def test_register_slice_needs_two_entries() -> None:
 def test_register_slice_in_block_ram_needs_three_entries() -> None:
     with pytest.raises(ValueError, match="depth = 2; at least 3 in block RAM"):
         RegisterSlice(8, 2, block_ram=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_alternating_slice_is_a_fifo(seed: int) -> None:
+    m = Module()
+    m.submodules.dut = dut = AlternatingSlice(8)
+    m.submodules.ref = ref = SyncFIFO(width=8, depth=2)
+
+    def head(ctx, model, last) -> None:  # the queue's first entry shows while not empty
+        if model:
+            assert ctx.get(dut.r_data) == ctx.get(ref.r_data) == model[0]
+
+    seen = run_fifo_stimulus(m, dut, ref, 2, seed, head)
+    assert all(seen.values()), seen  # every situation occurred
