@@ -146,10 +146,13 @@ def first_cycle(m: Module, en: Value, op: Value, a: list[Value], b: list[Value],
     as_ = list(zip(a, s, strict=True))
     # CLIP = min(max(a, lo), b), lo = ~b = -b - 1: min(a, b) when a > lo, else lo when
     # lo < b (i.e. b >= 0), else b; this cycle gives min(a, b) and whether a > lo,
-    # :func:`finish_clip` the choice in the next
+    # :func:`finish_clip` the choice in the next. a > -b - 1 is a + b >= 0: the sign
+    # of ADD's sum (one carry chain for both, nothing but its last cell before the
+    # register)
+    sums = [ai + bi for ai, bi in ab]  # width + 1 bits, signed
     with m.If(en), m.Switch(op):
         with m.Case(AluOp.ADD):
-            m.d.sync += put(arith, [(ai + bi)[:width] for ai, bi in ab])
+            m.d.sync += put(arith, [si[:width] for si in sums])
             m.d.sync += put(ordered, zero)
         with m.Case(AluOp.MIN):
             m.d.sync += put(arith, zero)
@@ -157,7 +160,7 @@ def first_cycle(m: Module, en: Value, op: Value, a: list[Value], b: list[Value],
         with m.Case(AluOp.CLIP):
             m.d.sync += put(arith, zero)
             m.d.sync += put(ordered, [Mux(ai < bi, ai, bi) for ai, bi in ab])
-            m.d.sync += above_lo.eq(Cat(*(ai > ~bi for ai, bi in ab)))
+            m.d.sync += above_lo.eq(Cat(*(~si[width] for si in sums)))
         with m.Case(AluOp.MAX):
             m.d.sync += put(arith, zero)
             m.d.sync += put(ordered, [Mux(ai > bi, ai, bi) for ai, bi in ab])
