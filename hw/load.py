@@ -175,6 +175,11 @@ class LoadEngine(wiring.Component):
         row_lo_m1, row_end_m1, col_lo_m1, col_end_m1 = (
             Signal(signed(19), name=name)
             for name in ("row_lo_m1", "row_end_m1", "col_lo_m1", "col_end_m1"))
+        # and less two, and the entries per row less two, for the flags of the entry
+        # and row after next
+        row_lo_m2, row_end_m2, col_lo_m2, col_end_m2, cols_m2 = (
+            Signal(signed(19), name=name)
+            for name in ("row_lo_m2", "row_end_m2", "col_lo_m2", "col_end_m2", "cols_m2"))
         y_m1 = Signal(16)
         dram_x = Signal(aw + 1)  # dram + x
         # depth - sram (signed: an engine driven directly may get sram > depth)
@@ -190,6 +195,9 @@ class LoadEngine(wiring.Component):
                 cols_m1.eq(taken.pad_left + taken.x + taken.pad_right - 1),
                 row_lo_m1.eq(taken.pad_top - 1), row_end_m1.eq(taken.pad_top + taken.y - 1),
                 col_lo_m1.eq(taken.pad_left - 1), col_end_m1.eq(taken.pad_left + taken.x - 1),
+                row_lo_m2.eq(taken.pad_top - 2), row_end_m2.eq(taken.pad_top + taken.y - 2),
+                col_lo_m2.eq(taken.pad_left - 2), col_end_m2.eq(taken.pad_left + taken.x - 2),
+                cols_m2.eq(taken.pad_left + taken.x + taken.pad_right - 2),
                 y_m1.eq(taken.y - 1), dram_x.eq(taken.dram + taken.x),
                 room.eq(Array(Const(buffer_depth(cfg, b)) for b in bufs)[t_buf] - taken.sram),
                 lim_entries.eq(limit >> t_sh_entry),
@@ -242,6 +250,24 @@ class LoadEngine(wiring.Component):
             """Entry ``v + 1`` of a row is data (``v`` -1: the first entry)."""
             return (v >= col_lo_m1) & (v < col_end_m1)
         before_first = Const(-1, signed(1))
+        # The flags of the entry after c and the row after r, and whether c is the
+        # row's last entry, are registers kept with c and r: each is compared as c or
+        # r changes (with the bounds less two: the entry or row after the next one),
+        # so that the next flags, which make the read's ready, come from flip-flops
+        # (the counter through the comparisons into ready_r was an FPGA critical
+        # path). Their values at the first entry and row are registers too, from the
+        # bounds (set at the take, two cycles before CHECK at the earliest).
+        col_after = Signal()  # in_cols_after(c)
+        row_after = Signal()  # in_rows_after(r)
+        at_end = Signal()  # c == cols_m1
+        first_col_in, first_col_after, first_row_in, first_row_after, first_at_end = (
+            Signal(name=name) for name in ("first_col_in", "first_col_after", "first_row_in",
+                                           "first_row_after", "first_at_end"))
+        m.d.sync += [first_col_in.eq(in_cols_after(before_first)),
+                     first_col_after.eq(in_cols_after(Const(0))),
+                     first_row_in.eq(in_rows_after(before_first)),
+                     first_row_after.eq(in_rows_after(Const(0))),
+                     first_at_end.eq(cols_m1 == 0)]
         last_beat = Signal()  # bc == k_last, kept with bc (out of the read's ready)
         m.d.comb += [row_in_next.eq(row_in), col_in_next.eq(col_in),
                      last_beat_next.eq(last_beat)]
@@ -249,7 +275,7 @@ class LoadEngine(wiring.Component):
                      last_beat.eq(last_beat_next)]
         seq_on = Signal()  # the sequencer may write this cycle
         advance = Signal()
-        seq_end = (r == rows_m1) & (c == cols_m1)
+        seq_end = (r == rows_m1) & at_end
         # The writes leave from registers, a cycle late (``w_addr``, ``w_data_*`` and
         # the ports' ``en``), so that the buffers' write pins come from flip-flops (the
         # read beat's ``valid``, through the sequencer, into the accumulator's shared
@@ -323,13 +349,15 @@ class LoadEngine(wiring.Component):
         last = Mux(is_acc, flushing & ~held, advance & seq_end)
         with m.If(advance):
             m.d.sync += waddr.eq(waddr + 1)
-            with m.If(c == cols_m1):
-                m.d.sync += [c.eq(0), r.eq(r + 1)]
-                m.d.comb += [col_in_next.eq(in_cols_after(before_first)),
-                             row_in_next.eq(in_rows_after(r))]
+            with m.If(at_end):
+                m.d.sync += [c.eq(0), r.eq(r + 1), col_after.eq(first_col_after),
+                             at_end.eq(first_at_end),
+                             row_after.eq((r >= row_lo_m2) & (r < row_end_m2))]
+                m.d.comb += [col_in_next.eq(first_col_in), row_in_next.eq(row_after)]
             with m.Else():
-                m.d.sync += c.eq(c + 1)
-                m.d.comb += col_in_next.eq(in_cols_after(c))
+                m.d.sync += [c.eq(c + 1), col_after.eq((c >= col_lo_m2) & (c < col_end_m2)),
+                             at_end.eq(c == cols_m2)]
+                m.d.comb += col_in_next.eq(col_after)
         with m.If(rfire):
             m.d.sync += bc.eq(Mux(last_beat, 0, bc + 1))
             m.d.comb += last_beat_next.eq(Mux(last_beat, k_last == 0, bc + 1 == k_last))
@@ -337,10 +365,11 @@ class LoadEngine(wiring.Component):
         # ---- execution: CHECK, RUN; DRAIN after a halt
         ph = transfer_phases(m, ex, bursts, self.halt, sram_bad, dram_bad, last)
         with m.If(ph.check):
-            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), flushing.eq(0), waddr.eq(word.sram)]
-            m.d.comb += [last_beat_next.eq(k_last == 0),
-                         row_in_next.eq(in_rows_after(before_first)),
-                         col_in_next.eq(in_cols_after(before_first))]
+            m.d.sync += [r.eq(0), c.eq(0), bc.eq(0), flushing.eq(0), waddr.eq(word.sram),
+                         col_after.eq(first_col_after), row_after.eq(first_row_after),
+                         at_end.eq(first_at_end)]
+            m.d.comb += [last_beat_next.eq(k_last == 0), row_in_next.eq(first_row_in),
+                         col_in_next.eq(first_col_in)]
         # The read's ready: 1 in DRAIN and in RUN with halt (the beats are discarded),
         # else in RUN is_data & (~last_beat | ~held) (flushing, r is past the last row,
         # so is_data is low). ready_r is that from the next phase and flags, with
