@@ -532,7 +532,12 @@ class VectorAlu(wiring.Component):
         if cfg.sequential_multiplier:
             parts, last = sequential_products(m, en & uses_product, x, y, per_product)
         else:
-            parts = registered_partial_products(m, en & uses_product, x, y, per_product)
+            # in DSP blocks the products load on every cycle (the second cycle reads
+            # them only after an operation that uses them; a clock enable from the
+            # engine's error register and the decode into every block was an FPGA
+            # critical path); elsewhere only then (Verilator multiplies only then)
+            mul_en = Const(1) if per_product else en & uses_product
+            parts = registered_partial_products(m, mul_en, x, y, per_product)
         rq_fields = [k for k in (rq[0] if rq else {}) if k not in ("x", "y")]
         rq_q = {k: registered_lanes(m, en & is_requant, [r[k] for r in rq], f"rq_{k}")
                 for k in rq_fields}
