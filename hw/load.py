@@ -108,9 +108,9 @@ class LoadEngine(wiring.Component):
     def _earlier_beats(m: Module, count: int, beat: Value, keep: Value,
                        data: Value) -> list[Value]:
         """The beats of the entry being assembled that came before ``data``: word
-        ``beat`` of a small memory is written while ``keep`` (a beat that is not
-        its entry's last is on ``data``), one word a beat, and the words are read in
-        place; ``count`` words (the longest entry's beats but one: at least 3, an
+        ``beat`` of a small memory is written while ``keep`` (the beat due is not its
+        entry's last; its word then holds ``data`` once the beat has come), and the
+        words are read in place; ``count`` words (the longest entry's beats but one: at least 3, an
         accumulator entry being four output entries, each at least a beat)."""
         m.submodules.beats = kept = Memory(shape=len(data), depth=count, init=[])
         wp = kept.write_port()
@@ -297,10 +297,11 @@ class LoadEngine(wiring.Component):
         take_write = ~held | self.halt  # a halt drops the waiting write
         with m.If(take_write):
             m.d.sync += w_addr.eq(waddr)
-        # (a beat offered and not yet taken is kept too, to the word it is then kept
-        # to again: the write stays out of the read's ready, an FPGA critical path)
-        earlier = self._earlier_beats(m, kall - 1, bc, rdata.valid & ~last_beat,
-                                      rdata.payload.data)
+        # (word bc takes the read data on every cycle but a last beat's: until beat bc
+        # comes, what it holds is not read, and once it came bc moves on; so the
+        # write enable is a register, with neither the read's valid nor its ready
+        # before the memory's write pins, each an FPGA critical path)
+        earlier = self._earlier_beats(m, kall - 1, bc, ~last_beat, rdata.payload.data)
         # Whether a buffer's write data loads: for the accumulators, when the write
         # is taken (their port may be held); for the other buffers, a register set
         # from the next instruction's buffer and the next flags, gated only by the
