@@ -150,20 +150,23 @@ def first_cycle(m: Module, en: Value, op: Value, a: list[Value], b: list[Value],
     # of ADD's sum (one carry chain for both, nothing but its last cell before the
     # register)
     sums = [ai + bi for ai, bi in ab]  # width + 1 bits, signed
+    # MIN, MAX and CLIP's min(a, b) choose by one comparison (MAX: a > b is not a < b
+    # but where a = b, and then either is the result): one carry chain, then a LUT
+    below = list(zip((ai < bi for ai, bi in ab), a, b, strict=True))
     with m.If(en), m.Switch(op):
         with m.Case(AluOp.ADD):
             m.d.sync += put(arith, [si[:width] for si in sums])
             m.d.sync += put(ordered, zero)
         with m.Case(AluOp.MIN):
             m.d.sync += put(arith, zero)
-            m.d.sync += put(ordered, [Mux(ai < bi, ai, bi) for ai, bi in ab])
+            m.d.sync += put(ordered, [Mux(lt, ai, bi) for lt, ai, bi in below])
         with m.Case(AluOp.CLIP):
             m.d.sync += put(arith, zero)
-            m.d.sync += put(ordered, [Mux(ai < bi, ai, bi) for ai, bi in ab])
+            m.d.sync += put(ordered, [Mux(lt, ai, bi) for lt, ai, bi in below])
             m.d.sync += above_lo.eq(Cat(*(~si[width] for si in sums)))
         with m.Case(AluOp.MAX):
             m.d.sync += put(arith, zero)
-            m.d.sync += put(ordered, [Mux(ai > bi, ai, bi) for ai, bi in ab])
+            m.d.sync += put(ordered, [Mux(lt, bi, ai) for lt, ai, bi in below])
         with m.Case(AluOp.SHR):
             m.d.sync += put(arith, [ai >> si for ai, si in as_])
             m.d.sync += put(ordered, zero)
@@ -569,16 +572,19 @@ class VectorAlu(wiring.Component):
                 lane = Mux(is_requant3, requant_finish(m, is_requant3, finish), lane)
             m.d.comb += self.result[i].eq(lane)
             bad.append(b[i].as_unsigned() > MAX_SHIFT)
-        is_shift = Signal()
-        m.d.comb += is_shift.eq(Cat(*(self.op == op for op in sorted(SHIFT_OPS))).any())
-        shift_bad = is_shift & Cat(*bad).any()
+        # the checks registered per lane (and REQUANT's records' together) under the
+        # enable, not ANDed with it: they then run only for an operation; ORed in the
+        # second cycle (every lane's 27-bit test and their OR in one cycle were an FPGA
+        # critical path)
+        lanes_bad2 = registered(m, en, Cat(*bad), "lanes_bad2")
+        is_shift2 = Signal()
+        m.d.comb += is_shift2.eq(Cat(*(op2 == op for op in sorted(SHIFT_OPS))).any())
+        shift_bad2 = is_shift2 & lanes_bad2.any()
         if records is not None:
             rec_bad = Signal()  # the other arm a signal: checked only for REQUANT
             m.d.comb += rec_bad.eq(Mux(is_requant, Cat(*(r["shift"] > REQUANT_MAX_SHIFT
                                                          for r in records)).any(), is_requant))
-            shift_bad = shift_bad | rec_bad
-        # under the enable, not ANDed with it: the checks then run only for an operation
-        shift_bad2 = registered(m, en, shift_bad, "shift_bad2")
+            shift_bad2 = shift_bad2 | registered(m, en, rec_bad, "rec_bad2")
         # (a sequential multiplication reaches the second cycle after its last)
         m.d.sync += [en2.eq(en if last is None else (en & ~uses_product) | last),
                      self.out_valid.eq(en2),
