@@ -201,20 +201,26 @@ class Fetch(wiring.Component):
         head_word = Signal(iw)
         head_ok = Signal()
         head_code = Signal.like(check.code)
-        head = insn_layout(cfg, Opcode.LOAD)(head_word)
+        staged_op = insn_layout(cfg, Opcode.LOAD)(stage_word).opcode
         m.d.comb += check.word.eq(stage_word)
         targets = {Opcode.LOAD: self.load_insn, Opcode.STORE: self.store_insn,
                    Opcode.GEMM: self.compute_insn, Opcode.ALU: self.compute_insn,
                    Opcode.FINISH: self.compute_insn}
-        for s in (self.load_insn, self.compute_insn, self.store_insn):
+        streams = (self.load_insn, self.compute_insn, self.store_insn)
+        for s in streams:
             m.d.comb += [s.payload.word.eq(head_word), s.payload.index.eq(disp_idx)]
-        is_finish = head.opcode == Opcode.FINISH
+        # the head's queue (one-hot) and whether it is FINISH, decoded as it enters the
+        # head register: the dispatch's valid and ready then start at flip-flops (the
+        # head's opcode decode into the queues' write enables was an FPGA critical path)
+        head_to = Signal(len(streams))
+        is_finish = Signal()
+        to_next = Cat(*(Cat(*(staged_op == op for op, t in targets.items() if t is s)).any()
+                        for s in streams))
         dispatching = Signal()
         ready = Signal()
-        with m.Switch(head.opcode):
-            for op, s in targets.items():
-                with m.Case(op):
-                    m.d.comb += [s.valid.eq(dispatching), ready.eq(s.ready)]
+        m.d.comb += ready.eq(Cat(*(head_to[k] & s.ready for k, s in enumerate(streams))).any())
+        for k, s in enumerate(streams):
+            m.d.comb += s.valid.eq(dispatching & head_to[k])
         disp_fire = dispatching & ready
         advance = Signal()  # the staged word moves into the head register
         m.d.comb += [advance.eq(staged & (~head_valid | disp_fire)),
@@ -231,7 +237,8 @@ class Fetch(wiring.Component):
             m.d.sync += head_valid.eq(0)
         with m.Elif(advance):
             m.d.sync += [head_valid.eq(1), head_word.eq(stage_word), head_ok.eq(check.ok),
-                         head_code.eq(check.code)]
+                         head_code.eq(check.code), head_to.eq(to_next),
+                         is_finish.eq(staged_op == Opcode.FINISH)]
         with m.Elif(disp_fire):
             m.d.sync += head_valid.eq(0)
         finished = Signal()
