@@ -150,8 +150,8 @@ def first_cycle(m: Module, en: Value, op: Value, a: list[Value], b: list[Value],
     # of ADD's sum (one carry chain for both, nothing but its last cell before the
     # register)
     sums = [ai + bi for ai, bi in ab]  # width + 1 bits, signed
-    # MIN, MAX and CLIP's min(a, b) choose by one comparison (MAX: a > b is not a < b
-    # but where a = b, and then either is the result): one carry chain, then a LUT
+    # MIN, MAX and CLIP's min(a, b) choose by one comparison, a < b (MAX takes b where
+    # it holds; where a = b either operand is the result): one carry chain, then a LUT
     below = list(zip((ai < bi for ai, bi in ab), a, b, strict=True))
     with m.If(en), m.Switch(op):
         with m.Case(AluOp.ADD):

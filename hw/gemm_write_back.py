@@ -107,8 +107,9 @@ class GemmWriteBack(wiring.Component):
         # wide datapath registers below have no reset: with one, Verilator copies every
         # word of them on every cycle; the valid bits say what they hold.
         # for the micro-op at S2+L-1: the one at S2+L accumulates into its entry
-        # (`follows`: the sum now is its value) or, failing that, the one at S2+L in the
-        # cycle before did (`ahead2`: the sum then, `written`); both compared a cycle ahead
+        # (`take_sum`, unless it resets: the sum now is its value) or, failing that, the
+        # one at S2+L in the cycle before did (`ahead2`: the sum then, `written`); both
+        # compared a cycle ahead
         take_sum = Signal()
         ahead2 = Signal()
         m.d.sync += [take_sum.eq(dl_valid[lat - 1] & (dl_addr[lat - 1] == dl_addr[lat - 2])

@@ -110,8 +110,9 @@ class LoadEngine(wiring.Component):
         """The beats of the entry being assembled that came before ``data``: word
         ``beat`` of a small memory is written while ``keep`` (the beat due is not its
         entry's last; its word then holds ``data`` once the beat has come), and the
-        words are read in place; ``count`` words (the longest entry's beats but one: at least 3, an
-        accumulator entry being four output entries, each at least a beat)."""
+        words are read in place; ``count`` words (the longest entry's beats but one: at
+        least 3, an accumulator entry being four output entries, each at least a
+        beat)."""
         m.submodules.beats = kept = Memory(shape=len(data), depth=count, init=[])
         wp = kept.write_port()
         m.d.comb += [wp.addr.eq(beat), wp.data.eq(data), wp.en.eq(keep)]
@@ -255,8 +256,9 @@ class LoadEngine(wiring.Component):
         # r changes (with the bounds less two: the entry or row after the next one),
         # so that the next flags, which make the read's ready, come from flip-flops
         # (the counter through the comparisons into ready_r was an FPGA critical
-        # path). Their values at the first entry and row are registers too, from the
-        # bounds (set at the take, two cycles before CHECK at the earliest).
+        # path). Their values at the first entry and row are registers too, loaded
+        # from the bounds a cycle after the take that sets those: by CHECK, two cycles
+        # after the take at the earliest.
         col_after = Signal()  # in_cols_after(c)
         row_after = Signal()  # in_rows_after(r)
         at_end = Signal()  # c == cols_m1
