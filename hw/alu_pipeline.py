@@ -34,10 +34,10 @@ class AluPipeline(wiring.Component):
     output comes late in its cycle, and the accumulator's blocks are spread over the
     die). The destination entry's register is the engine's, shared with the GEMM
     write-back (``s3_dst_data``, at S3). The read ports are transparent to the write
-    port, so the entries hold everything written before S2; what the micro-ops at S7 write in the
-    micro-op's S2 and S3 is forwarded at S3. A micro-op that reads what one of the
-    three micro-ops ahead of it writes must not enter before that one is at S6, four
-    cycles later (``ALU_INTERLOCK_DISTANCE``; the issue's interlock holds it: the
+    port, so the entries hold everything written before S2; what the micro-ops at S7
+    write in the micro-op's S2 and S3 is forwarded at S3. A micro-op that reads what one
+    of the three micro-ops ahead of it writes must not enter before that one is at S6,
+    four cycles later (``ALU_INTERLOCK_DISTANCE``; the issue's interlock holds it: the
     result it needs is not registered before it would be at S3, and forwarding it
     unregistered would put the ALU and the forwarding in one cycle);
     ``a3_valid``/``a3_dst`` tell the interlock the micro-op at S3.
