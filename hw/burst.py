@@ -201,9 +201,14 @@ class TransferPhases:
     run_next: Signal
     #: What ``drain`` is in the next cycle.
     drain_next: Signal
-    #: Whether, in the next cycle, ``run`` or ``drain`` with beats owed will be high
-    #: (from the phases' next values and the issuer's ``owing_next``): a register of
-    #: it gates data beats without the FSM's decode.
+    #: What ``run`` is in the next cycle unless that is RUN's first (where no beat
+    #: moves: no command was issued before it): ``run_next`` without the range checks'
+    #: verdict, whose comparisons in CHECK would otherwise reach the registers that
+    #: gate the engines' beats (an FPGA critical path).
+    beats_next: Signal
+    #: Whether, in the next cycle, ``run`` after its first cycle or ``drain`` with
+    #: beats owed will be high (``beats_next``, ``drain_next`` and the issuer's
+    #: ``owing_next``): a register of it gates data beats without the FSM's decode.
     moving_next: Signal
 
 
@@ -253,7 +258,7 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
     phases = TransferPhases(Signal(name="check"), Signal(name="check_next"), Signal(name="run"),
                             Signal(name="drain"),
                             Signal(name="run_next"), Signal(name="drain_next"),
-                            Signal(name="moving_next"))
+                            Signal(name="beats_next"), Signal(name="moving_next"))
     # the checks' verdict, registered in CHECK: run_ok is (RUN and the checks passed),
     # one register for what gates the datapath and the issuer (out of the FSM's
     # decode); in RUN, a failed check means RUN's first cycle (it fails the
@@ -263,7 +268,8 @@ def transfer_phases(m: Module, ex: wiring.PureInterface, bursts: BurstIssuer, ha
     m.d.sync += run_ok.eq(phases.run_next)
     m.d.comb += [phases.run.eq(run_ok), bursts.issue.eq(run_ok & ~halt),
                  phases.run_next.eq(run_ok),
-                 phases.moving_next.eq(phases.run_next
+                 phases.beats_next.eq(phases.run_next & ~phases.check),
+                 phases.moving_next.eq(phases.beats_next
                                        | (phases.drain_next & bursts.owing_next))]
     passed = ~sram_bad & ~dram_bad
     code = Mux(sram_bad_r, ErrorCode.SRAM_RANGE, ErrorCode.DRAM_RANGE)

@@ -378,11 +378,13 @@ class LoadEngine(wiring.Component):
         # so is_data is low). ready_r is that from the next phase and flags, with
         # acc_held for held; after it come only the halt (a register of the core's) and
         # the other ports' waiting writes (none in DRAIN, none ever in the core, whose
-        # ports are always ready). (The FSM's state and the flags through the read's
-        # ready, the arbiter and the enables of the SoC's read slice were an FPGA
-        # critical path.)
+        # ports are always ready). In RUN's first cycle no beat can come (no command
+        # was issued before it), so ready_r takes ``beats_next``, without the range
+        # checks' verdict. (The FSM's state and the flags through the read's ready,
+        # the arbiter and the enables of the SoC's read slice were an FPGA critical
+        # path.)
         ready_r = Signal()
-        m.d.sync += ready_r.eq(ph.drain_next | (ph.run_next & row_in_next & col_in_next
+        m.d.sync += ready_r.eq(ph.drain_next | (ph.beats_next & row_in_next & col_in_next
                                                 & (~last_beat_next | ~acc_held_next)))
         m.d.comb += rdata.ready.eq((ready_r & ~(port_held & last_beat)) | (ph.run & self.halt))
         with m.If(ph.run & ~self.halt & ~flushing):

@@ -175,9 +175,9 @@ def test_burst_issuer_holds_back_at_owed_limit(max_burst: int) -> None:
 def test_transfer_phases_next_values() -> None:
     """The phases against a model of their state machine under random starts, checks,
     halts, ends and memory handshakes: ``check_next``, ``run_next`` and ``drain_next``
-    are the model's next ``check``, ``run`` and ``drain``, ``moving_next`` is the next
-    ``run``, or ``drain`` with beats owed; the issuer's ``drained_next`` is its next
-    ``drained``."""
+    are the model's next ``check``, ``run`` and ``drain``, ``beats_next`` the next
+    ``run`` but in RUN's first cycle, ``moving_next`` that or the next ``drain`` with
+    beats owed; the issuer's ``drained_next`` is its next ``drained``."""
     m = Module()
     m.submodules.bursts = bursts = BurstIssuer(CFG, 3)
     ex = wiring.PureInterface(ExecSignature(CFG).flip())
@@ -194,6 +194,7 @@ def test_transfer_phases_next_values() -> None:
         owed = 0
         state, ok = "WAIT", False  # the model: the state and the checks' verdict
         moving = None  # moving_next of the cycle before
+        first = False  # this cycle is RUN's first (CHECK was the cycle before)
         drained = None  # drained_next of the cycle before
         for _ in range(6000):
             v = {n: rng.random() < {"halt": 0.05, "last": 0.1}.get(n, 0.3) for n in ins}
@@ -206,8 +207,9 @@ def test_transfer_phases_next_values() -> None:
             assert (ctx.get(ph.check), ctx.get(ph.run), ctx.get(ph.drain)) == (
                 state == "CHECK", run, drain)
             if moving is not None:
-                assert moving == (run or (drain and ctx.get(bursts.owing)))
+                assert moving == ((run and not first) or (drain and ctx.get(bursts.owing)))
                 assert drained == ctx.get(bursts.drained)
+            first = state == "CHECK"
             if state == "WAIT" and v["start"]:
                 state = "CHECK"
             elif state == "CHECK":
@@ -223,6 +225,7 @@ def test_transfer_phases_next_values() -> None:
                 state = "WAIT"
             assert (ctx.get(ph.check_next), ctx.get(ph.run_next), ctx.get(ph.drain_next)) == (
                 state == "CHECK", state == "RUN" and ok, state == "DRAIN")
+            assert ctx.get(ph.beats_next) == (state == "RUN" and ok and not first)
             moving = ctx.get(ph.moving_next)
             drained = ctx.get(bursts.drained_next)
             seen["run"] += run
