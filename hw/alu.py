@@ -20,10 +20,10 @@ from .alu_sequential import sequential_products
 from .dsp import RegisteredMultiplier, per_product_multipliers
 from .signatures import WGT_OFFSET, wgt_entry_order
 
-__all__ = ["AluSignature", "VectorAlu", "dsp_products", "finish_clip", "finish_lane",
-           "first_cycle", "partial_operands", "partial_products", "registered_low_words",
-           "registered_partial_products", "requant_finish", "requant_first", "sum_high_word",
-           "sum_low_word"]
+__all__ = ["FIRST_CYCLE_OPS", "AluSignature", "VectorAlu", "dsp_products", "finish_clip",
+           "finish_lane", "first_cycle", "first_cycle_kind", "partial_operands",
+           "partial_products", "registered_low_words", "registered_partial_products",
+           "requant_finish", "requant_first", "sum_high_word", "sum_low_word"]
 
 
 #: Bits of the low half of each 32-bit multiplication operand: the halves' products
@@ -92,17 +92,31 @@ def sum_high_word(lo: Value, mid_hi: Value, hh: Value, carry: Value | None = Non
     return Cat(lo[:2 * HALF], hi[:2 * HALF]).as_signed()
 
 
-def first_cycle(m: Module, en: Value, op: Value, a: list[Value], b: list[Value],
+#: The operations :func:`first_cycle` computes, in the order of its one-hot ``kind``'s
+#: bits.
+FIRST_CYCLE_OPS = (AluOp.ADD, AluOp.MIN, AluOp.CLIP, AluOp.MAX, AluOp.SHR, AluOp.SHR_RND,
+                   AluOp.SHL, AluOp.MOV)
+
+
+def first_cycle_kind(op: Value) -> Value:
+    """The one-hot ``kind`` of :func:`first_cycle` for the AluOp code ``op`` (bit ``k``:
+    ``op`` is ``FIRST_CYCLE_OPS[k]``; none for the others)."""
+    return Cat(*(op == code for code in FIRST_CYCLE_OPS))
+
+
+def first_cycle(m: Module, en: Value, kind: Value, a: list[Value], b: list[Value],
                 width: int) -> tuple[list[Value], list[Value], list[Value], list[Value]]:
     """First-cycle logic of every lane, registered when ``en``: ``OP(a, b)`` (docs/isa.md)
     for every operation but MUL and MULHI, which :func:`finish_lane` completes from
     :func:`partial_products` in the third cycle (they give 0 here), and SHR_RND, whose
     rounding increment :func:`finish_lane` adds.
 
-    Each operation's arithmetic sits in its own case of a switch on ``op`` inside the
-    enable, so Verilator computes it only for that operation: logic between registers
-    that is not under their load condition runs on every cycle (docs/architecture.md,
-    "Where Verilator's time goes").
+    Each operation's arithmetic sits in its own case of a switch on the operation's
+    one-hot ``kind`` inside the enable, so Verilator computes it only for that
+    operation: logic between registers that is not under their load condition runs on
+    every cycle (docs/architecture.md, "Where Verilator's time goes"). On an FPGA
+    each register's input is then an AND-OR of the flags' bits (from a register,
+    :class:`VectorAlu`'s ``op_held``), not a decode of the code.
 
     Parameters
     ----------
@@ -110,8 +124,9 @@ def first_cycle(m: Module, en: Value, op: Value, a: list[Value], b: list[Value],
         Module the registers are added to.
     en : Value
         Load the registers (an operation enters the ALU).
-    op : Value
-        AluOp code; codes outside :class:`~tensorfab.isa.AluOp` give 0.
+    kind : Value
+        :func:`first_cycle_kind` of the operation; no bit set (MUL, MULHI, REQUANT,
+        codes outside :class:`~tensorfab.isa.AluOp`) gives 0.
     a, b : list of Value
         Each lane's signed operands of ``width`` bits.
     width : int
@@ -153,32 +168,35 @@ def first_cycle(m: Module, en: Value, op: Value, a: list[Value], b: list[Value],
     # MIN, MAX and CLIP's min(a, b) choose by one comparison, a < b (MAX takes b where
     # it holds; where a = b either operand is the result): one carry chain, then a LUT
     below = list(zip((ai < bi for ai, bi in ab), a, b, strict=True))
-    with m.If(en), m.Switch(op):
-        with m.Case(AluOp.ADD):
+
+    def case(code: AluOp) -> str:  # the kind's pattern (most significant bit first)
+        return "".join("1" if c == code else "-" for c in reversed(FIRST_CYCLE_OPS))
+    with m.If(en), m.Switch(kind):
+        with m.Case(case(AluOp.ADD)):
             m.d.sync += put(arith, [si[:width] for si in sums])
             m.d.sync += put(ordered, zero)
-        with m.Case(AluOp.MIN):
+        with m.Case(case(AluOp.MIN)):
             m.d.sync += put(arith, zero)
             m.d.sync += put(ordered, [Mux(lt, ai, bi) for lt, ai, bi in below])
-        with m.Case(AluOp.CLIP):
+        with m.Case(case(AluOp.CLIP)):
             m.d.sync += put(arith, zero)
             m.d.sync += put(ordered, [Mux(lt, ai, bi) for lt, ai, bi in below])
             m.d.sync += above_lo.eq(Cat(*(~si[width] for si in sums)))
-        with m.Case(AluOp.MAX):
+        with m.Case(case(AluOp.MAX)):
             m.d.sync += put(arith, zero)
             m.d.sync += put(ordered, [Mux(lt, bi, ai) for lt, ai, bi in below])
-        with m.Case(AluOp.SHR):
+        with m.Case(case(AluOp.SHR)):
             m.d.sync += put(arith, [ai >> si for ai, si in as_])
             m.d.sync += put(ordered, zero)
-        with m.Case(AluOp.SHR_RND):
+        with m.Case(case(AluOp.SHR_RND)):
             m.d.sync += put(arith, [ai >> si for ai, si in as_])
             m.d.sync += put(ordered, zero)
             m.d.sync += round_up.eq(Cat(*(_round_up(ai, si, width)
                                           for ai, si in as_)))
-        with m.Case(AluOp.SHL):
+        with m.Case(case(AluOp.SHL)):
             m.d.sync += put(arith, [(ai << si)[:width] for ai, si in as_])
             m.d.sync += put(ordered, zero)
-        with m.Case(AluOp.MOV):
+        with m.Case(case(AluOp.MOV)):
             m.d.sync += put(arith, b)
             m.d.sync += put(ordered, zero)
         with m.Default():
@@ -449,6 +467,13 @@ class VectorAlu(wiring.Component):
         (same latency, same results). None (the default): per product on an ECP5 build
         that may use DSP blocks, whose own output registers then hold the products;
         the shared registers elsewhere, for Verilator's speed.
+    op_held : bool, optional
+        ``op`` holds its value from the cycle before each ``in_valid`` on (the compute
+        engine's ALU pipeline loads it as an instruction starts, cycles before its
+        first operation): the first cycle's decode of it is then a register, loaded
+        on every cycle, so the operation's choice of each lane's first-cycle result
+        starts at flip-flops. False (the default): decoded in the cycle of
+        ``in_valid``.
 
     Attributes
     ----------
@@ -476,9 +501,11 @@ class VectorAlu(wiring.Component):
     #: Cycles from an accepted input to its result.
     LATENCY = 2
 
-    def __init__(self, cfg: HwConfig, per_product: bool | None = None) -> None:
+    def __init__(self, cfg: HwConfig, per_product: bool | None = None,
+                 op_held: bool = False) -> None:
         self.cfg = cfg
         self.per_product = per_product
+        self.op_held = op_held
         self.lanes = cfg.batch * cfg.block_out
         self.width = cfg.acc_width
         super().__init__(AluSignature(cfg))
@@ -492,15 +519,26 @@ class VectorAlu(wiring.Component):
         records = self._records() if requant_supported(cfg) else None
         op2 = registered(m, en, self.op, "op2")
 
-        def kinds(op: Value, stage: str) -> tuple[Signal, Signal, Signal]:
-            """Whether the operation of a cycle is REQUANT, MUL or MULHI, CLIP."""
+        def kinds(op: Value, stage: str, held: bool = False
+                  ) -> tuple[Signal, Signal, Signal]:
+            """Whether the operation of a cycle is REQUANT, MUL or MULHI, CLIP (with
+            ``held``, decoded from the cycle before)."""
             requant, mul, clip = (Signal(name=f"is_{k}{stage}")
                                   for k in ("requant", "mul", "clip"))
-            m.d.comb += [requant.eq(op == AluOp.REQUANT),
-                         mul.eq((op == AluOp.MUL) | (op == AluOp.MULHI)),
-                         clip.eq(op == AluOp.CLIP)]
+            decoded = [requant.eq(op == AluOp.REQUANT),
+                       mul.eq((op == AluOp.MUL) | (op == AluOp.MULHI)),
+                       clip.eq(op == AluOp.CLIP)]
+            if held:
+                m.d.sync += decoded
+            else:
+                m.d.comb += decoded
             return requant, mul, clip
-        is_requant, is_mul, is_clip = kinds(self.op, "")
+        is_requant, is_mul, is_clip = kinds(self.op, "", self.op_held)
+        kind1 = Signal(len(FIRST_CYCLE_OPS), name="kind1")
+        if self.op_held:
+            m.d.sync += kind1.eq(first_cycle_kind(self.op))
+        else:
+            m.d.comb += kind1.eq(first_cycle_kind(self.op))
         is_requant2, is_mul2, is_clip2 = kinds(op2, "2")
         # the third cycle's operation as registered one-hot flags: its choice of the
         # result starts at flip-flops, not at a decode of the code
@@ -514,7 +552,7 @@ class VectorAlu(wiring.Component):
         b = [self.b[i].as_signed() for i in lanes]
 
         # ---- first cycle: each lane's logic, registered per stage and kind
-        arith, ordered, above_lo, round_up = first_cycle(m, en, self.op, a, b, self.width)
+        arith, ordered, above_lo, round_up = first_cycle(m, en, kind1, a, b, self.width)
         clip_b = registered_lanes(m, en & is_clip, b, "clip_b")
         saturate = registered_lanes(m, en, [(a[i] == most_negative) & (b[i] == most_negative)
                                             for i in lanes], "saturate")

@@ -117,7 +117,8 @@ class AluPipeline(wiring.Component):
         with m.If(self.start):
             m.d.sync += [alu_op.eq(self.op), use_imm.eq(self.use_imm), imm.eq(self.imm)]
         assert ALU_PIPELINE_STAGES == 5
-        m.submodules.vector = alu = VectorAlu(cfg)
+        # (alu_op loads as an instruction starts, cycles before its first operation)
+        m.submodules.vector = alu = VectorAlu(cfg, op_held=True)
         assert alu.LATENCY == 2
         vec_shape = unsigned(len(self.src_data))
         s3_valid, a3_valid, a4_valid, a5_keep, a6_valid, a7_valid = (

@@ -236,13 +236,12 @@ class MemArbiter(wiring.Component):
         # commands the port took and whose beats have not all gone, is not zero)
         wr_count = Signal(LEN_WIDTH)
         at_port = Signal(range(self.outstanding + 1))
-        # at_port != 0, a register kept beside it: the store's write-ready then starts
-        # at registers (the comparison fed the store's burst count, an FPGA critical
-        # path at 100 MHz)
-        at_port_some = Signal()
-        wdata = self.port.wdata
+        # whether the head may send (wr_fifo.r_rdy & at_port != 0), a register set from
+        # their next values: the store's write-ready then starts at two flip-flops, this
+        # one and the port's (it reaches the store FIFO's head enables, an FPGA
+        # critical path at 100 MHz)
         sending = Signal()
-        m.d.comb += sending.eq(wr_fifo.r_rdy & at_port_some)
+        wdata = self.port.wdata
         m.d.comb += [
             wdata.payload.eq(self.store.wdata.payload),
             wdata.valid.eq(self.store.wdata.valid & sending),
@@ -257,5 +256,6 @@ class MemArbiter(wiring.Component):
             with m.Else():
                 m.d.sync += wr_count.eq(wr_count + 1)
         m.d.sync += [at_port.eq(at_port + took_write - sent_all),
-                     at_port_some.eq(took_write | (at_port > 1) | ((at_port == 1) & ~sent_all))]
+                     sending.eq(wr_fifo.r_rdy_next
+                                & (took_write | (at_port > 1) | ((at_port == 1) & ~sent_all)))]
         return m

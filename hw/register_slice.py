@@ -62,11 +62,21 @@ class RegisterSlice(wiring.Component):
             "level": Out(range(depth + 1)),
         })
 
-    def _ready_flags(self, m: Module, push: Value, pop: Value) -> None:
-        """``r_rdy``, ``w_rdy`` and ``level`` (:func:`~.block_ram_fifo.level_flags`)."""
+    def _ready_flags(self, m: Module, push: Value, pop: Value) -> tuple[Value, Value]:
+        """``r_rdy``, ``w_rdy`` and ``level`` (:func:`~.block_ram_fifo.level_flags`).
+
+        Returns whether the head is free after this cycle (the new entry goes there)
+        and whether a read refills the head from the tail (the level is over 1), from
+        ``r_rdy`` and a register that says the level is 1: a read then reaches the
+        head's enable through a gate or two, not the level's comparisons."""
         nonempty, not_full = level_flags(m, self.level, self.depth, push, pop)
+        one = Signal()  # level == 1
+        level = self.level
+        m.d.sync += one.eq(Mux(push, (level == 0) | ((level == 1) & pop),
+                               (level == 2) & pop | (level == 1) & ~pop))
         m.d.comb += [self.r_rdy.eq(nonempty), self.w_rdy.eq(not_full),
                      self.r_rdy_next.eq(holds_next(self.level, push, pop))]
+        return ~nonempty | (one & pop), ~one
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
@@ -80,16 +90,13 @@ class RegisterSlice(wiring.Component):
         # (no reset: ``r_rdy`` says whether it holds an entry, and a reset, or an
         # EntryQueue's flush through a ResetInserter, would reach every bit)
         head = Signal(self.width, reset_less=True)
-        level = self.level
         push = self.w_en & self.w_rdy
         pop = self.r_en & self.r_rdy
         m.d.comb += self.r_data.eq(head)
-        self._ready_flags(m, push, pop)
-        # the new entry goes to the head if the head is free after this cycle
-        to_head = (level == 0) | ((level == 1) & pop)
+        to_head, refill = self._ready_flags(m, push, pop)
         m.d.comb += [tail.w_data.eq(self.w_data), tail.w_en.eq(push & ~to_head),
                      tail.r_en.eq(pop)]
-        with m.If(pop & tail.r_rdy):
+        with m.If(pop & refill):
             m.d.sync += head.eq(tail.r_data)
         with m.If(push & to_head):
             m.d.sync += head.eq(self.w_data)
@@ -102,14 +109,12 @@ class RegisterSlice(wiring.Component):
         m.submodules.tail = tail = BlockRamFifo(self.width, self.depth - 1, ram_style="block")
         pushed = Signal(self.width, reset_less=True)
         from_tail = Signal()
-        level = self.level
         push = self.w_en & self.w_rdy
         pop = self.r_en & self.r_rdy
         m.d.comb += self.r_data.eq(Mux(from_tail, tail.r_data, pushed))
-        self._ready_flags(m, push, pop)
         # the new entry goes to the head if the head is free after this cycle (then
         # the tail is empty: it never refills the head in the same cycle)
-        to_head = (level == 0) | ((level == 1) & pop)
+        to_head, _ = self._ready_flags(m, push, pop)
         m.d.comb += [tail.w_data.eq(self.w_data), tail.w_en.eq(push & ~to_head),
                      tail.r_en.eq(pop)]
         with m.If(pop & tail.r_rdy):
