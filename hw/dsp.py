@@ -7,7 +7,8 @@ from amaranth.hdl import signed as _signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["NO_DSP", "RegisteredMultiplier", "ecp5_dsp", "per_product_multipliers"]
+__all__ = ["NO_DSP", "RegisteredMultiplier", "ecp5_dsp", "per_product_multipliers",
+           "registered_product"]
 
 #: Attribute a build sets on its platform object (True) when multipliers must stay out
 #: of DSP blocks (``tensorfab fpga build --no-dsp``, Yosys' ``-nodsp``).
@@ -100,3 +101,14 @@ class RegisteredMultiplier(wiring.Component):
         )
         m.d.comb += self.p.eq(product[:len(self.p)])
         return m
+
+
+def registered_product(m: Module, name: str, a: Value, b: Value) -> Value:
+    """``a × b`` (unsigned, each at most 18 bits) registered on every cycle, by a
+    :class:`RegisteredMultiplier` added to ``m`` as submodule ``name``: on an ECP5 the
+    product is the DSP block's output register, so no path runs from the block through
+    the fabric into a register of its own (the engines' range checks' products were
+    FPGA critical paths so)."""
+    m.submodules[name] = mul = RegisteredMultiplier(len(a), len(b))
+    m.d.comb += [mul.a.eq(a), mul.b.eq(b)]
+    return mul.p

@@ -18,6 +18,7 @@ from tensorfab.isa import (
 from tensorfab.isa.config import log2
 
 from .burst import BurstIssuer, check_max_burst, dram_limit, transfer_phases
+from .dsp import registered_product
 from .layouts import insn_layout
 from .mem_port import MemReadSignature
 from .sequencer import InsnSequencer, engine_members
@@ -203,11 +204,10 @@ class LoadEngine(wiring.Component):
                 room.eq(Array(Const(buffer_depth(cfg, b)) for b in bufs)[t_buf] - taken.sram),
                 lim_entries.eq(limit >> t_sh_entry),
             ]
-        n_entries = Signal(36)  # rows * cols
-        span = Signal(32)  # (y - 1) * stride
+        n_entries = registered_product(m, "n_entries", rows, cols)
+        span = registered_product(m, "span", y_m1, word.stride)  # (y - 1) * stride
         slack = Signal(signed(35))  # entries left below the limit after dram + x
-        m.d.sync += [n_entries.eq(rows * cols), span.eq(y_m1 * word.stride),
-                     slack.eq(lim_entries - dram_x)]
+        m.d.sync += slack.eq(lim_entries - dram_x)
         sram_bad = Signal()
         dram_bad = Signal()
         # sram + n_entries > depth; (dram + (y - 1) * stride + x) << sh_entry > limit

@@ -11,6 +11,7 @@ from tensorfab.isa.config import log2
 from tensorfab.isa.formats import REQUANT_RECORD_WORDS, requant_supported
 
 from .burst import BurstIssuer, check_max_burst, dram_limit, transfer_phases
+from .dsp import registered_product
 from .layouts import insn_layout
 from .mem_port import MemWriteSignature
 from .register_slice import RegisterSlice
@@ -193,12 +194,11 @@ class StoreEngine(wiring.Component):
             m.d.sync += [y_m1.eq(taken.y - 1), dram_x.eq(taken.dram + taken.x),
                          room.eq(cfg.acc_depth - taken.sram),
                          start_hit.eq((taken.dram << sh_entry) < insn_end)]
-        n_entries = Signal(33)  # y * x
-        span = Signal(32)  # (y - 1) * stride
+        n_entries = registered_product(m, "n_entries", word.y, word.x)
+        span = registered_product(m, "span", y_m1, word.stride)  # (y - 1) * stride
         slack = Signal(signed(35))  # entries left below the limit after dram + x
         base_slack = Signal(signed(aw + 2))  # insn_base >> sh_entry - (dram + x)
-        m.d.sync += [n_entries.eq(word.y * word.x), span.eq(y_m1 * word.stride),
-                     slack.eq(lim_entries - dram_x), base_slack.eq(base_entries - dram_x)]
+        m.d.sync += [slack.eq(lim_entries - dram_x), base_slack.eq(base_entries - dram_x)]
         start_bytes = word.dram << sh_entry
         sram_bad = Signal()
         dram_bad = Signal()
