@@ -70,25 +70,29 @@ def partial_operands(x: Value, y: Value) -> list[tuple[Value, Value]]:
 
 def sum_low_word(parts: list[Value]) -> tuple[Value, Value, Value]:
     """The first half of the sum of :func:`partial_products`' four parts: the low word
-    of the 64-bit product with its carry (33 bits), and the high word's other two
-    terms (the middle products' high part and ``hi·hi``), for :func:`sum_high_word`
-    a cycle later.
+    of the 64-bit product with its carry into the high word (34 bits: the carry is 0
+    to 2), and the high word's other two terms (the middle products' high parts
+    summed, and ``hi·hi``), for :func:`sum_high_word` a cycle later.
 
-    Summed as two 32-bit halves with a carry between them: no intermediate is wider
-    than 35 bits (a 65-bit sum would make Verilator use multi-word arithmetic, which
-    it computes on every cycle whether the ALU is busy or not).
+    The low word's upper half is one sum of three terms (``lo·lo``'s upper half and
+    the middle products' low halves), which synthesis makes a carry-save layer and one
+    carry chain, and the middle products' high parts are summed beside it: no chain
+    waits for another's carry (the middle products' sum, then the low word's, in a row
+    was an FPGA critical path). No intermediate is wider than 35 bits (a 65-bit sum
+    would make Verilator use multi-word arithmetic, which it computes on every cycle
+    whether the ALU is busy or not).
     """
     ll, lh, hl, hh = parts
-    mid = lh + hl  # the 2^16 terms
-    lo = ll + Cat(Const(0, HALF), mid[:HALF])  # 33 bits: the low word and its carry
-    return lo, mid >> HALF, hh
+    upper = ll[HALF:2 * HALF] + lh[:HALF] + hl[:HALF]  # 18 bits
+    mid_hi = (lh >> HALF) + (hl >> HALF)  # the 2^32 part of the middle products
+    return Cat(ll[:HALF], upper), mid_hi, hh
 
 
 def sum_high_word(lo: Value, mid_hi: Value, hh: Value, carry: Value | None = None) -> Value:
     """The signed 64-bit product from :func:`sum_low_word`'s three values; with
     ``carry`` (:func:`registered_low_words`' carries into the high word, the low
-    word's own ``lo[32]`` by default) the high word adds that instead."""
-    hi = hh + mid_hi + (lo[2 * HALF] if carry is None else carry)
+    word's own ``lo[32:34]`` by default) the high word adds that instead."""
+    hi = hh + mid_hi + (lo[2 * HALF:] if carry is None else carry)
     return Cat(lo[:2 * HALF], hi[:2 * HALF]).as_signed()
 
 
@@ -410,9 +414,9 @@ def registered_low_words(m: Module, en: Value, parts: list[list[Value]],
     lo, mid_hi, hh = (registered_lanes(m, en, [s[k] for s in sums], name)
                       for k, name in enumerate(("sum_lo", "sum_mid_hi", "sum_hh")))
     if nudge is None:
-        return lo, mid_hi, hh, [v[2 * HALF] for v in lo]
+        return lo, mid_hi, hh, [v[2 * HALF:] for v in lo]
     carry = registered_lanes(m, en, [
-        s[0][2 * HALF] + (nudge & s[0][2 * HALF - 1] & s[0][2 * HALF - 2]) for s in sums],
+        s[0][2 * HALF:] + (nudge & s[0][2 * HALF - 1] & s[0][2 * HALF - 2]) for s in sums],
         "sum_carry")
     return lo, mid_hi, hh, carry
 
