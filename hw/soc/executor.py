@@ -153,6 +153,9 @@ class CommandExecutor(wiring.Component):
         r.go = Signal(range(max(_GO.values()) + 1))
         refused, why = Signal(), Signal(8)
         r.n_bytes = n_bytes = Signal(16)
+        # n_bytes == 1, kept with it: a command's first step then counts from it with
+        # no comparison before `last` (an FPGA critical path at 100 MHz)
+        r.n_one = n_one = Signal()
         addr, rd_len = request_args(args, hl.Command.READ_MEM)
         table = hl.STATUS_CSRS + hl.COUNTER_CSRS
         r.dump_pos, r.dump_count = Signal(range(len(table))), Signal(range(len(table) + 1))
@@ -174,7 +177,8 @@ class CommandExecutor(wiring.Component):
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.sync += [retry.eq(remembered & (req.seq == last_seq) & (req.crc == last_crc)),
-                             known.eq(0), len_bad.eq(0), n_bytes.eq(rd_len)]
+                             known.eq(0), len_bad.eq(0), n_bytes.eq(rd_len),
+                             n_one.eq(rd_len[:len(n_bytes)] == 1)]
                 with m.Switch(req.cmd):
                     for c in hl.Command:
                         with m.Case(c):
@@ -185,8 +189,9 @@ class CommandExecutor(wiring.Component):
                                 m.d.sync += len_bad.eq((req.length != _arg_bytes(c))
                                                        | (rd_len > hl.MAX_DATA))
                             elif c is hl.Command.WRITE_MEM:
+                                data_bytes = (req.length - _arg_bytes(c))[:len(n_bytes)]
                                 m.d.sync += [len_bad.eq(req.length < _arg_bytes(c)),
-                                             n_bytes.eq(req.length - _arg_bytes(c))]
+                                             n_bytes.eq(data_bytes), n_one.eq(data_bytes == 1)]
                             else:
                                 m.d.sync += len_bad.eq(req.length != _arg_bytes(c))
                             if c in _DUMPS:
@@ -233,7 +238,7 @@ class CommandExecutor(wiring.Component):
 
     def _dispatch(self, m: Module, r: SimpleNamespace) -> None:
         """DECODE of a command that executes: its first step."""
-        m.d.sync += [r.k.eq(0), r.count_from(r.n_bytes)]
+        m.d.sync += [r.k.eq(0), r.left.eq(r.n_bytes - 1), r.last.eq(r.n_one)]
         with m.Switch(r.go):
             with m.Case(_GO[hl.Command.INFO]):
                 m.next = "FILL_INFO"
