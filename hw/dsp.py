@@ -107,8 +107,8 @@ def registered_product(m: Module, name: str, a: Value, b: Value) -> Value:
     """``a × b`` (unsigned, each at most 18 bits) registered on every cycle, by a
     :class:`RegisteredMultiplier` added to ``m`` as submodule ``name``: on an ECP5 the
     product is the DSP block's output register, so no path runs from the block through
-    the fabric into a register of its own (the engines' range checks' products were
-    FPGA critical paths so)."""
+    the fabric into a register of its own (such paths from the engines' range checks
+    were FPGA critical paths)."""
     m.submodules[name] = mul = RegisteredMultiplier(len(a), len(b))
     m.d.comb += [mul.a.eq(a), mul.b.eq(b)]
     return mul.p
