@@ -114,10 +114,10 @@ class RegisterSlice(wiring.Component):
         m.d.comb += self.r_data.eq(Mux(from_tail, tail.r_data, pushed))
         # the new entry goes to the head if the head is free after this cycle (then
         # the tail is empty: it never refills the head in the same cycle)
-        to_head, _ = self._ready_flags(m, push, pop)
+        to_head, refill = self._ready_flags(m, push, pop)
         m.d.comb += [tail.w_data.eq(self.w_data), tail.w_en.eq(push & ~to_head),
                      tail.r_en.eq(pop)]
-        with m.If(pop & tail.r_rdy):
+        with m.If(pop & refill):
             m.d.sync += from_tail.eq(1)
         with m.If(push & to_head):
             m.d.sync += [pushed.eq(self.w_data), from_tail.eq(0)]
