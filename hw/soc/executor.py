@@ -131,7 +131,9 @@ class CommandExecutor(wiring.Component):
         # items (bytes, words, cycles) after the current one, and whether it is the last
         r.left = left = Signal(range(max(hl.MAX_PAYLOAD, ARG_BYTES + 2) + 1))
         r.last = last = Signal()
-        r.count_from = lambda n: [left.eq(n - 1), last.eq(n == 1)]
+        # (one: a register that says n == 1, where the count has one)
+        r.count_from = lambda n, one=None: [left.eq(n - 1),
+                                            last.eq((n == 1) if one is None else one)]
         r.count_step = lambda: [left.eq(left - 1), last.eq(left == 1)]
 
         # the core's side: registers; a write strobe and the reset pulse last a cycle
@@ -238,7 +240,7 @@ class CommandExecutor(wiring.Component):
 
     def _dispatch(self, m: Module, r: SimpleNamespace) -> None:
         """DECODE of a command that executes: its first step."""
-        m.d.sync += [r.k.eq(0), r.left.eq(r.n_bytes - 1), r.last.eq(r.n_one)]
+        m.d.sync += [r.k.eq(0), r.count_from(r.n_bytes, r.n_one)]
         with m.Switch(r.go):
             with m.Case(_GO[hl.Command.INFO]):
                 m.next = "FILL_INFO"
