@@ -421,12 +421,13 @@ def registered_low_words(m: Module, en: Value, parts: list[list[Value]],
     return lo, mid_hi, hh, carry
 
 
-def AluSignature(cfg: HwConfig) -> wiring.Signature:
+def AluSignature(cfg: HwConfig, in_load: bool = False) -> wiring.Signature:
     """The vector ALU's ports, as :class:`VectorAlu` sees them.
 
-    ``op``, ``a``, ``b``, ``rec`` and ``in_valid`` in; ``result``, ``out_valid`` and
-    ``shift_error`` out. Vectors are ``ArrayLayout(signed(acc_width), batch·block_out)``;
-    ``rec`` is a weight-buffer entry (REQUANT's records, as the buffer stores them).
+    ``op``, ``a``, ``b``, ``rec`` and ``in_valid`` in (and ``in_load`` with
+    ``in_load``); ``result``, ``out_valid`` and ``shift_error`` out. Vectors are
+    ``ArrayLayout(signed(acc_width), batch·block_out)``; ``rec`` is a weight-buffer
+    entry (REQUANT's records, as the buffer stores them).
     """
     vec = data.ArrayLayout(signed(cfg.acc_width), cfg.batch * cfg.block_out)
     op_width = insn_formats(cfg)[Opcode.ALU].field("op").width
@@ -436,6 +437,7 @@ def AluSignature(cfg: HwConfig) -> wiring.Signature:
         "b": In(vec),
         "rec": In(cfg.block_out * cfg.block_in * cfg.wgt_width),
         "in_valid": In(1),
+        **({"in_load": In(1)} if in_load else {}),
         "result": Out(vec),
         "out_valid": Out(1),
         "shift_error": Out(1),
@@ -478,6 +480,14 @@ class VectorAlu(wiring.Component):
         on every cycle, so the operation's choice of each lane's first-cycle result
         starts at flip-flops. False (the default): decoded in the cycle of
         ``in_valid``.
+    load_enable : bool, optional
+        The first cycle's registers load on a port of their own, ``in_load``, which
+        holds in every cycle of ``in_valid`` and may hold in others (the compute
+        engine's: a micro-op at S3, before its error drops it). Their values matter
+        only in the cycle after ``in_valid``, so the results are the same; the
+        registers' clock enable then need not wait for what drops an operation (an
+        FPGA critical path when it did). False (the default): they load on
+        ``in_valid``.
 
     Attributes
     ----------
@@ -490,6 +500,9 @@ class VectorAlu(wiring.Component):
         :func:`~tensorfab.hw.signatures.wgt_entry_order` stores weights).
     in_valid : In(1)
         The inputs hold an operation this cycle.
+    in_load : In(1)
+        With ``load_enable`` only: load the first cycle's registers (at least with
+        ``in_valid``).
     result : Out(ArrayLayout(signed(acc_width), lanes))
         ``OP(a, b)`` per lane (for a shift, by the low five bits of ``b``), of the
         operation accepted :attr:`LATENCY` cycles before.
@@ -506,13 +519,14 @@ class VectorAlu(wiring.Component):
     LATENCY = 2
 
     def __init__(self, cfg: HwConfig, per_product: bool | None = None,
-                 op_held: bool = False) -> None:
+                 op_held: bool = False, load_enable: bool = False) -> None:
         self.cfg = cfg
         self.per_product = per_product
         self.op_held = op_held
+        self.load_enable = load_enable
         self.lanes = cfg.batch * cfg.block_out
         self.width = cfg.acc_width
-        super().__init__(AluSignature(cfg))
+        super().__init__(AluSignature(cfg, in_load=load_enable))
 
     def elaborate(self, platform: object) -> Module:
         """Build the lanes and the registers between the three cycles."""
@@ -520,8 +534,9 @@ class VectorAlu(wiring.Component):
         cfg = self.cfg
         en = self.in_valid
         en2 = Signal()  # the second cycle holds an operation
+        load = self.in_load if self.load_enable else en  # the first cycle's registers'
         records = self._records() if requant_supported(cfg) else None
-        op2 = registered(m, en, self.op, "op2")
+        op2 = registered(m, load, self.op, "op2")
 
         def kinds(op: Value, stage: str, held: bool = False
                   ) -> tuple[Signal, Signal, Signal]:
@@ -556,9 +571,9 @@ class VectorAlu(wiring.Component):
         b = [self.b[i].as_signed() for i in lanes]
 
         # ---- first cycle: each lane's logic, registered per stage and kind
-        arith, ordered, above_lo, round_up = first_cycle(m, en, kind1, a, b, self.width)
-        clip_b = registered_lanes(m, en & is_clip, b, "clip_b")
-        saturate = registered_lanes(m, en, [(a[i] == most_negative) & (b[i] == most_negative)
+        arith, ordered, above_lo, round_up = first_cycle(m, load, kind1, a, b, self.width)
+        clip_b = registered_lanes(m, load & is_clip, b, "clip_b")
+        saturate = registered_lanes(m, load, [(a[i] == most_negative) & (b[i] == most_negative)
                                             for i in lanes], "saturate")
         # one multiplier per lane: MUL and MULHI multiply a·b, REQUANT (a + bias)·M
         x, y = a, b
@@ -581,10 +596,10 @@ class VectorAlu(wiring.Component):
             # them only after an operation that uses them; a clock enable from the
             # engine's error register and the decode into every block was an FPGA
             # critical path); elsewhere only then (Verilator multiplies only then)
-            mul_en = Const(1) if per_product else en & uses_product
+            mul_en = Const(1) if per_product else load & uses_product
             parts = registered_partial_products(m, mul_en, x, y, per_product)
         rq_fields = [k for k in (rq[0] if rq else {}) if k not in ("x", "y")]
-        rq_q = {k: registered_lanes(m, en & is_requant, [r[k] for r in rq], f"rq_{k}")
+        rq_q = {k: registered_lanes(m, load & is_requant, [r[k] for r in rq], f"rq_{k}")
                 for k in rq_fields}
 
         # ---- second cycle: the products' low word, CLIP's choice
@@ -618,7 +633,7 @@ class VectorAlu(wiring.Component):
         # enable, not ANDed with it: they then run only for an operation; ORed in the
         # second cycle (every lane's 27-bit test and their OR in one cycle were an FPGA
         # critical path)
-        lanes_bad2 = registered(m, en, Cat(*bad), "lanes_bad2")
+        lanes_bad2 = registered(m, load, Cat(*bad), "lanes_bad2")
         is_shift2 = Signal()
         m.d.comb += is_shift2.eq(Cat(*(op2 == op for op in sorted(SHIFT_OPS))).any())
         shift_bad2 = is_shift2 & lanes_bad2.any()
@@ -626,7 +641,7 @@ class VectorAlu(wiring.Component):
             rec_bad = Signal()  # the other arm a signal: checked only for REQUANT
             m.d.comb += rec_bad.eq(Mux(is_requant, Cat(*(r["shift"] > REQUANT_MAX_SHIFT
                                                          for r in records)).any(), is_requant))
-            shift_bad2 = shift_bad2 | registered(m, en, rec_bad, "rec_bad2")
+            shift_bad2 = shift_bad2 | registered(m, load, rec_bad, "rec_bad2")
         # (a sequential multiplication reaches the second cycle after its last)
         m.d.sync += [en2.eq(en if last is None else (en & ~uses_product) | last),
                      self.out_valid.eq(en2),

@@ -118,7 +118,8 @@ class AluPipeline(wiring.Component):
             m.d.sync += [alu_op.eq(self.op), use_imm.eq(self.use_imm), imm.eq(self.imm)]
         assert ALU_PIPELINE_STAGES == 5
         # (alu_op loads as an instruction starts, cycles before its first operation)
-        m.submodules.vector = alu = VectorAlu(cfg, op_held=True)
+        # (its first-cycle registers load with a micro-op at S3, error or not)
+        m.submodules.vector = alu = VectorAlu(cfg, op_held=True, load_enable=True)
         assert alu.LATENCY == 2
         vec_shape = unsigned(len(self.src_data))
         s3_valid, a3_valid, a4_valid, a5_keep, a6_valid, a7_valid = (
@@ -175,7 +176,7 @@ class AluPipeline(wiring.Component):
             m.d.sync += a5_keep.eq(a4_valid & ~error)
         with m.If(s3_valid):
             m.d.sync += [a3_addr.eq(s3_dst), a3_a.eq(a_in), a3_b.eq(b_in), a3_rec.eq(s3_rec)]
-        with m.If(alu_in):
+        with m.If(a3_valid):
             m.d.sync += a4_addr.eq(a3_addr)
         with m.If(a4_valid):
             m.d.sync += a5_addr.eq(a4_addr)
@@ -185,7 +186,7 @@ class AluPipeline(wiring.Component):
             m.d.sync += [a7_addr.eq(a6_addr), a7_data.eq(a6_data)]
         a3_av = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_a)
         a3_bv = data.View(data.ArrayLayout(unsigned(cfg.acc_width), lanes), a3_b)
-        m.d.comb += [alu.op.eq(alu_op), alu.in_valid.eq(alu_in),
+        m.d.comb += [alu.op.eq(alu_op), alu.in_valid.eq(alu_in), alu.in_load.eq(a3_valid),
                      alu.rec.eq(a3_rec), alu_new.eq(alu.result)]
         for k in range(lanes):
             m.d.comb += [alu.a[k].eq(a3_av[k]), alu.b[k].eq(a3_bv[k])]
