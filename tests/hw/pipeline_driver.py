@@ -26,14 +26,17 @@ async def reset_pipeline(dut, inputs: Sequence[Any]) -> None:
 
 async def drive_pipeline(dut, items: Sequence[T], apply: Callable[[T], None],
                          capture: Callable[[], Any], *, gaps: random.Random | None = None,
-                         max_idle: int = 30, spacing: int = 1) -> list[Any]:
+                         max_idle: int = 30, spacing: int = 1,
+                         on_idle: Callable[[], None] | None = None) -> list[Any]:
     """Feed ``items`` one per cycle (or with random idle cycles when ``gaps`` is given)
     and return ``capture()`` of every cycle with ``out_valid``, in order.
 
     ``apply(item)`` sets the unit's inputs; ``in_valid`` is driven here. ``spacing``:
     an item's inputs are held, ``in_valid`` low, for ``spacing - 1`` cycles after it
-    (a unit that takes its operands over several cycles). Fails when no result arrives
-    for ``max_idle`` idle cycles, or when more results than inputs come.
+    (a unit that takes its operands over several cycles). ``on_idle()``, if given, is
+    called in each idle cycle whose inputs need not be held (it may set them). Fails
+    when no result arrives for ``max_idle`` idle cycles, or when more results than
+    inputs come.
     """
     got: list[Any] = []
     i = 0
@@ -50,6 +53,8 @@ async def drive_pipeline(dut, items: Sequence[T], apply: Callable[[T], None],
             idle = 0
             held = spacing - 1
         else:
+            if held == 0 and on_idle is not None:
+                on_idle()
             held = max(0, held - 1)
             dut.in_valid.value = 0
             idle += 1

@@ -308,9 +308,38 @@ async def run_stream(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], cfg: Hw
                 f"got={have[bad].tolist()}")
 
 
+async def run_with_dropped(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], cfg: HwConfig,
+                           rng: np.random.Generator) -> None:
+    """:func:`run_stream` of ``ops`` with idle cycles between them, in which ``in_load``
+    loads a random operation that ``in_valid`` does not take (``load_enable``: the
+    compute engine's dropped micro-ops); ``in_load`` is high with every operation too.
+    None of the dropped operations' values may reach a result."""
+    lanes = cfg.batch * cfg.block_out
+    dropped = random_vectors(rng, lanes, 200)
+
+    def drop() -> None:
+        apply_op(dut, *dropped[int(rng.integers(len(dropped)))])
+        dut.in_load.value = 1
+
+    def take(item: tuple[int, np.ndarray, np.ndarray]) -> None:
+        apply_op(dut, *item)
+        dut.in_load.value = 1
+    outputs = await drive_pipeline(dut, ops, take, lambda: capture(dut, lanes),
+                                   gaps=random.Random(7), on_idle=drop)
+    for n, ((op, a, b), (have, error)) in enumerate(zip(ops, outputs, strict=True)):
+        assert error == shift_error_reference(op, b), f"op #{n}: shift_error {int(error)}"
+        if not error:
+            want = alu_reference(op, a, b)
+            assert np.array_equal(want, have), (f"op #{n} {op}: want {want.tolist()}, "
+                                                f"got {have.tolist()}")
+
+
 async def reset(dut) -> None:
-    """Idle inputs, the clock started and the registers reset."""
+    """Idle inputs, the clock started and the registers reset; with ``load_enable``,
+    ``in_load`` high from then on (every cycle loads: it holds with ``in_valid``)."""
     await reset_pipeline(dut, (dut.op, dut.a, dut.b, dut.rec))
+    if params_from_env().get("load_enable"):
+        dut.in_load.value = 1
 
 
 @cocotb.test()
@@ -339,6 +368,16 @@ async def alu_random_with_gaps(dut) -> None:
     await reset(dut)
     await run_stream(dut, random_vectors(np.random.default_rng(3), lanes, 100), cfg,
                      gaps=random.Random(4))
+
+
+@cocotb.test(skip=not params_from_env().get("load_enable"))
+async def alu_loads_between_operations(dut) -> None:
+    """``load_enable``: dropped operations loaded between random ones change no result."""
+    cfg = tb_config()
+    await reset(dut)
+    rng = np.random.default_rng(8)
+    await run_with_dropped(dut, random_vectors(rng, cfg.batch * cfg.block_out, 150), cfg,
+                           rng)
 
 
 @cocotb.test()
