@@ -174,9 +174,10 @@ class GemmCore(wiring.Component):
         return terms[0]
 
     @staticmethod
-    def _delayed(m: Module, value: Value, name: str) -> Signal:
-        """``value`` one cycle later, in a datapath register (no reset)."""
-        reg = Signal(value.shape(), name=name, reset_less=True)
+    def _delayed(m: Module, value: Value, name: str, init: int = 0) -> Signal:
+        """``value`` one cycle later, in a datapath register (no reset; ``init`` its
+        value at configuration only)."""
+        reg = Signal(value.shape(), name=name, reset_less=True, **({"init": init} if init else {}))
         m.d.sync += reg.eq(value)
         return reg
 
@@ -223,8 +224,10 @@ class GemmCore(wiring.Component):
         # datapath registers need no reset (only the valid chain does), which also
         # spares Verilator a reset multiplexer per register and cycle.
         inp_bits = self.inp.as_value()
-        act = [[self._delayed(m, (inp_bits[8 * (b * n_in + k):][:8] + OFFSET)[:8], f"a{b}_{k}")
-                for k in range(n_in)] for b in range(cfg.batch)]
+        offset_act = [[(inp_bits[8 * (b * n_in + k):][:8] + OFFSET)[:8] for k in range(n_in)]
+                      for b in range(cfg.batch)]
+        act = [[self._delayed(m, offset_act[b][k], f"a{b}_{k}") for k in range(n_in)]
+               for b in range(cfg.batch)]
         wgt_bits = self.wgt.as_value()
         order = wgt_entry_order(cfg)  # entry byte of w[o][k]: order[o·block_in + k]
         halves = [min(8, n_out - 8 * h) for h in range(-(-n_out // 8))]  # bytes per half
@@ -250,6 +253,15 @@ class GemmCore(wiring.Component):
                 sel = js[sub::2]
                 split.append((g, sub, 32 * (len(sel) - 1) + 16, sel))
         per_product = per_product_multipliers(self.per_product, platform)
+        # per product, the later half of the multipliers of an activation take it from
+        # a copy of its register: one register drove 2 block_out DSP blocks, which the
+        # placer spreads over the die (an FPGA critical path). The copy's value at
+        # configuration differs in every bit, or synthesis merges it back (its value
+        # before the first tile is never read)
+        act_far = act
+        if per_product and len(split) > 1:
+            act_far = [[self._delayed(m, offset_act[b][k], f"a{b}_{k}_far", init=0xFF)
+                        for k in range(n_in)] for b in range(cfg.batch)]
         prods = []  # [b][split][k]: a packed word, or (per product) its lanes' products
         packed: dict[tuple[int, int, int], Signal] = {}  # (b, group, k) -> product word
         for b in range(cfg.batch):
@@ -258,8 +270,9 @@ class GemmCore(wiring.Component):
                 terms = []
                 for k in range(n_in):
                     if per_product:
-                        terms.append(self._products(m, act[b][k], spread[k][g], sel,
-                                                    f"p{b}_{n}_{k}"))
+                        near = n < (len(split) + 1) // 2
+                        terms.append(self._products(m, (act if near else act_far)[b][k],
+                                                    spread[k][g], sel, f"p{b}_{n}_{k}"))
                         continue
                     # the packed product is registered, then split into the two words
                     # of 32-bit lanes (one register where two split words would take
