@@ -304,25 +304,26 @@ class LoadEngine(wiring.Component):
         # write enable is a register, with neither the read's valid nor its ready
         # before the memory's write pins, each an FPGA critical path)
         earlier = self._earlier_beats(m, kall - 1, bc, ~last_beat, rdata.payload.data)
-        # Whether a buffer's write data loads: for the accumulators, when the write
-        # is taken (their port may be held); for the other buffers, a register set
-        # from the next instruction's buffer and the next flags, gated only by the
-        # port's own wait (none in the core), so that the clock enable of the weight
-        # entry's flip-flops comes from one flip-flop (the decode and ``acc_held``
-        # before that fan-out was an FPGA critical path). An accumulator write is never
-        # held during another buffer's instruction: an ACC instruction ends once its
-        # last write has landed.
+        # Whether a buffer's write data loads: a register set from the next
+        # instruction's buffer and the next flags (for the accumulators, also unless
+        # their port is taken next: the waiting write keeps its data), gated only by the
+        # port's own wait (none in the core), so that the clock enable of the entry's
+        # flip-flops comes from one flip-flop (the decode and ``acc_held`` before that
+        # fan-out were FPGA critical paths). A halt, which drops a waiting write, needs
+        # no load: the dropped write's data is never written. An accumulator write is
+        # never held during another buffer's instruction: an ACC instruction ends once
+        # its last write has landed.
         buf_next = Mux(take, t_buf, buf)
         loads_next = last_beat_next | ~(row_in_next & col_in_next)
         for b in bufs:
             port = getattr(self, PORT_OF[b])
             kb = 1 << beat_shift[b]
+            loads_r = Signal(name=f"loads_{b.name.lower()}")
+            loads_r_next = (buf_next == b) & loads_next
             if b == Buffer.ACC:
-                loads = take_write & (buf == b) & (last_beat | ~is_data)
-            else:
-                loads_r = Signal(name=f"loads_{b.name.lower()}")
-                m.d.sync += loads_r.eq((buf_next == b) & loads_next)
-                loads = loads_r & ~port_held
+                loads_r_next = loads_r_next & ~acc_held_next
+            m.d.sync += loads_r.eq(loads_r_next)
+            loads = loads_r & ~port_held
             pad = 0
             entry = Cat(*earlier[:kb - 1], rdata.payload.data)
             if b == Buffer.WGT:
