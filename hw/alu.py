@@ -424,8 +424,9 @@ def registered_low_words(m: Module, en: Value, parts: list[list[Value]],
 def AluSignature(cfg: HwConfig, in_load: bool = False) -> wiring.Signature:
     """The vector ALU's ports, as :class:`VectorAlu` sees them.
 
-    ``op``, ``a``, ``b``, ``rec`` and ``in_valid`` in (and ``in_load`` with
-    ``in_load``); ``result``, ``out_valid`` and ``shift_error`` out. Vectors are
+    ``op``, ``a``, ``b``, ``rec`` and ``in_valid`` in, and ``in_load`` if asked for
+    (:class:`VectorAlu`'s ``load_enable``); ``result``, ``out_valid`` and
+    ``shift_error`` out. Vectors are
     ``ArrayLayout(signed(acc_width), batch·block_out)``; ``rec`` is a weight-buffer
     entry (REQUANT's records, as the buffer stores them).
     """

@@ -174,10 +174,10 @@ class GemmCore(wiring.Component):
         return terms[0]
 
     @staticmethod
-    def _delayed(m: Module, value: Value, name: str, init: int = 0) -> Signal:
+    def _delayed(m: Module, value: Value, name: str, init: int | None = None) -> Signal:
         """``value`` one cycle later, in a datapath register (no reset; ``init`` its
         value at configuration only)."""
-        reg = Signal(value.shape(), name=name, reset_less=True, **({"init": init} if init else {}))
+        reg = Signal(value.shape(), name=name, reset_less=True, init=init)
         m.d.sync += reg.eq(value)
         return reg
 
@@ -254,7 +254,7 @@ class GemmCore(wiring.Component):
                 split.append((g, sub, 32 * (len(sel) - 1) + 16, sel))
         per_product = per_product_multipliers(self.per_product, platform)
         # per product, the later half of the multipliers of an activation take it from
-        # a copy of its register: one register drove 2 block_out DSP blocks, which the
+        # a copy of its register: one register drove block_out DSP blocks, which the
         # placer spreads over the die (an FPGA critical path). The copy's value at
         # configuration differs in every bit, or synthesis merges it back (its value
         # before the first tile is never read)
