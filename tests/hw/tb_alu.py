@@ -284,14 +284,19 @@ def requant_cases(cfg: HwConfig, rng: random.Random, count: int
 
 
 async def run_stream(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], cfg: HwConfig,
-                     gaps: random.Random | None = None) -> None:
+                     gaps: random.Random | None = None,
+                     dropped: list[tuple[int, np.ndarray, np.ndarray]] | None = None) -> None:
     """Apply ``ops`` one per cycle (:func:`spacing` apart; with idle cycles between
     some of them when ``gaps`` is given) and check every result and ``shift_error``
-    flag."""
+    flag. With ``dropped``, each idle cycle's inputs are one of those, chosen at
+    random, which ``in_valid`` does not take (with ``load_enable`` they load the first
+    cycle's registers: the compute engine's dropped micro-ops)."""
     lanes = cfg.batch * cfg.block_out
-    outputs = await drive_pipeline(dut, ops, lambda item: apply_op(dut, *item),
-                                   lambda: capture(dut, lanes), gaps=gaps,
-                                   spacing=spacing(cfg))
+    pick = random.Random(9)
+    outputs = await drive_pipeline(
+        dut, ops, lambda item: apply_op(dut, *item), lambda: capture(dut, lanes), gaps=gaps,
+        spacing=spacing(cfg),
+        on_idle=None if dropped is None else lambda: apply_op(dut, *pick.choice(dropped)))
     for n, ((op, a, b), (have, error)) in enumerate(zip(ops, outputs, strict=True)):
         want_error = shift_error_reference(op, b)
         if error != want_error:
@@ -306,32 +311,6 @@ async def run_stream(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], cfg: Hw
                 f"op #{n} {AluOp(op).name if op < len(AluOp) else op}: lanes {bad.tolist()} "
                 f"a={a[bad].tolist()} b={b[bad].tolist()} want={want[bad].tolist()} "
                 f"got={have[bad].tolist()}")
-
-
-async def run_with_dropped(dut, ops: list[tuple[int, np.ndarray, np.ndarray]], cfg: HwConfig,
-                           rng: np.random.Generator) -> None:
-    """:func:`run_stream` of ``ops`` with idle cycles between them, in which ``in_load``
-    loads a random operation that ``in_valid`` does not take (``load_enable``: the
-    compute engine's dropped micro-ops); ``in_load`` is high with every operation too.
-    None of the dropped operations' values may reach a result."""
-    lanes = cfg.batch * cfg.block_out
-    dropped = random_vectors(rng, lanes, 200)
-
-    def drop() -> None:
-        apply_op(dut, *dropped[int(rng.integers(len(dropped)))])
-        dut.in_load.value = 1
-
-    def take(item: tuple[int, np.ndarray, np.ndarray]) -> None:
-        apply_op(dut, *item)
-        dut.in_load.value = 1
-    outputs = await drive_pipeline(dut, ops, take, lambda: capture(dut, lanes),
-                                   gaps=random.Random(7), on_idle=drop)
-    for n, ((op, a, b), (have, error)) in enumerate(zip(ops, outputs, strict=True)):
-        assert error == shift_error_reference(op, b), f"op #{n}: shift_error {int(error)}"
-        if not error:
-            want = alu_reference(op, a, b)
-            assert np.array_equal(want, have), (f"op #{n} {op}: want {want.tolist()}, "
-                                                f"got {have.tolist()}")
 
 
 async def reset(dut) -> None:
@@ -374,10 +353,11 @@ async def alu_random_with_gaps(dut) -> None:
 async def alu_loads_between_operations(dut) -> None:
     """``load_enable``: dropped operations loaded between random ones change no result."""
     cfg = tb_config()
-    await reset(dut)
+    lanes = cfg.batch * cfg.block_out
+    await reset(dut)  # (in_load high from then on)
     rng = np.random.default_rng(8)
-    await run_with_dropped(dut, random_vectors(rng, cfg.batch * cfg.block_out, 150), cfg,
-                           rng)
+    await run_stream(dut, random_vectors(rng, lanes, 150), cfg, gaps=random.Random(7),
+                     dropped=random_vectors(rng, lanes, 200))
 
 
 @cocotb.test()
