@@ -31,7 +31,7 @@ from tensorfab.hw.soc.top import LEDS, SocTop
 from tensorfab.isa import HwConfig
 from tensorfab.isa.errors import UsageError
 from tensorfab.sim.rtl.build import TopClocking, VerilatedLibrary, build_verilated
-from tensorfab.sim.rtl.clock_gates import CLOCK_GATES, gates_within
+from tensorfab.sim.rtl.clock_gates import config_gates, gates_within
 
 __all__ = ["FAST_DIVISOR", "PROBABILITIES", "VIRTUAL_MEM_BYTES", "DirectMemory",
            "InProcessTransport", "LinkFaults", "SocSpec", "VirtualBoard", "check_probability"]
@@ -163,14 +163,15 @@ def soc_clocking(spec: SocSpec, *, clock_gates: bool = True, two_evals: bool = F
     """How the virtual board's harness clocks the SoC of ``spec``: the core harness's
     techniques (:class:`~tensorfab.sim.rtl.build.TopClocking`): the reset registered in
     a wrapper, one evaluation per cycle, the core's units of
-    :data:`~tensorfab.sim.rtl.clock_gates.CLOCK_GATES` on gated clocks (only in the
+    :func:`~tensorfab.sim.rtl.clock_gates.config_gates` on gated clocks (only in the
     Verilog given to Verilator; the SoC's and every FPGA build's Verilog has one
     clock), profile-guided (:mod:`tensorfab.hil.virtual_train`). ``None`` with neither
     gates nor one evaluation: the SoC itself, evaluated twice per cycle, not
     profile-guided (the plain build the others are checked against)."""
     if two_evals and not clock_gates:
         return None
-    gates = gates_within(CLOCK_GATES, "soc.core", SOC_CORE_RESETS) if clock_gates else ()
+    gates = (gates_within(config_gates(spec.config), "soc.core", SOC_CORE_RESETS)
+             if clock_gates else ())
     return TopClocking("soc", ("rst",), SDRAM_SAMPLED if spec.sdram else (), SOC_CORE,
                        gates, two_evals, TRAINING if pgo else "")
 

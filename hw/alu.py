@@ -13,7 +13,7 @@ from tensorfab.isa.formats import (
     REQUANT_MULTIPLIER_BITS,
     REQUANT_RECORD,
     SHIFT_OPS,
-    requant_supported,
+    alu_requant_supported,
 )
 
 from .alu_sequential import sequential_products
@@ -460,7 +460,7 @@ class VectorAlu(wiring.Component):
     critical paths when they did). Operations follow the ALU table of docs/isa.md bit
     for bit; an op code outside :class:`~tensorfab.isa.AluOp` (which the decoder
     rejects as ``BAD_FIELD``) yields zeros. REQUANT (where
-    :func:`~tensorfab.isa.formats.requant_supported`) takes each lane's channel record
+    :func:`~tensorfab.isa.formats.alu_requant_supported`) takes each lane's channel record
     from :attr:`rec` instead of ``b``.
 
     Parameters
@@ -536,7 +536,7 @@ class VectorAlu(wiring.Component):
         en = self.in_valid
         en2 = Signal()  # the second cycle holds an operation
         load = self.in_load if self.load_enable else en  # the first cycle's registers'
-        records = self._records() if requant_supported(cfg) else None
+        records = self._records() if alu_requant_supported(cfg) else None
         op2 = registered(m, load, self.op, "op2")
 
         def kinds(op: Value, stage: str, held: bool = False

@@ -138,7 +138,8 @@ class ComputeEngine(wiring.Component):
         g = data.View(insn_layout(cfg, Opcode.GEMM), word)
         a = data.View(insn_layout(cfg, Opcode.ALU), word)
         is_gemm = opcode == Opcode.GEMM
-        is_alu = opcode == Opcode.ALU
+        # (without the vector ALU, the fetch unit refuses ALU words: BAD_OPCODE)
+        is_alu = opcode == Opcode.ALU if cfg.vector_alu else Const(0)
 
         is_requant = is_alu & (a.op == AluOp.REQUANT)
         # REQUANT steps its record (weight) index by the source factors
@@ -217,16 +218,21 @@ class ComputeEngine(wiring.Component):
                      wb.fetched.eq(dst_entry)]
 
         # ------------------------------------------------------------- ALU
-        m.submodules.alu = alu = AluPipeline(cfg)
         alu_s2 = issue.s2_valid & issue.s2_alu
-        m.d.comb += [alu.start.eq(ex.start), alu.op.eq(a.op), alu.use_imm.eq(a.use_imm),
-                     alu.imm.eq(a.imm), alu.valid.eq(alu_s2), alu.dst.eq(issue.s2_dst),
-                     alu.src.eq(issue.s2_src), alu.s3_dst_data.eq(dst_entry),
-                     alu.src_data.eq(self.acc_rd_src.data), alu.rec.eq(self.wgt_rd.data),
-                     alu.error.eq(error), issue.a3_valid.eq(alu.a3_valid),
-                     issue.a3_dst.eq(alu.a3_dst)]
-        with m.If(alu.shift_error & ~error):
-            m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SHIFT_RANGE)]
+        if cfg.vector_alu:
+            m.submodules.alu = alu = AluPipeline(cfg)
+            m.d.comb += [alu.start.eq(ex.start), alu.op.eq(a.op), alu.use_imm.eq(a.use_imm),
+                         alu.imm.eq(a.imm), alu.valid.eq(alu_s2), alu.dst.eq(issue.s2_dst),
+                         alu.src.eq(issue.s2_src), alu.s3_dst_data.eq(dst_entry),
+                         alu.src_data.eq(self.acc_rd_src.data), alu.rec.eq(self.wgt_rd.data),
+                         alu.error.eq(error), issue.a3_valid.eq(alu.a3_valid),
+                         issue.a3_dst.eq(alu.a3_dst)]
+            with m.If(alu.shift_error & ~error):
+                m.d.sync += [error.eq(1), err_code.eq(ErrorCode.SHIFT_RANGE)]
+            alu_wr, alu_wr_next, alu_busy = alu.acc_wr, alu.acc_wr_next, alu.busy
+        else:
+            alu_wr = BufWriteSignature(cfg.acc_bits, len(self.acc_wr.data)).create()
+            alu_wr_next, alu_busy = Const(0), Const(0)
 
         # the shared ports: the destination read (ALU at S1C, else GEMM two cycles
         # before its write-back) and the write (ALU at S7, else GEMM at S2+L)
@@ -235,13 +241,13 @@ class ComputeEngine(wiring.Component):
         with m.Else():
             m.d.comb += [self.acc_rd_dst.addr.eq(wb.acc_rd.addr),
                          self.acc_rd_dst.en.eq(wb.acc_rd.en)]
-        with m.If(alu.acc_wr.en):
-            m.d.comb += [self.acc_wr.addr.eq(alu.acc_wr.addr),
-                         self.acc_wr.data.eq(alu.acc_wr.data), self.acc_wr.en.eq(1)]
+        with m.If(alu_wr.en):
+            m.d.comb += [self.acc_wr.addr.eq(alu_wr.addr),
+                         self.acc_wr.data.eq(alu_wr.data), self.acc_wr.en.eq(1)]
         with m.Elif(wb.acc_wr.en):
             m.d.comb += [self.acc_wr.addr.eq(wb.acc_wr.addr),
                          self.acc_wr.data.eq(wb.acc_wr.data), self.acc_wr.en.eq(1)]
-        in_flight = issue.busy | wb.busy | alu.busy
+        in_flight = issue.busy | wb.busy | alu_busy
 
         # ------------------------------------------------------------ fast reset
         stop = self.halt | error
@@ -265,7 +271,7 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [self.uop_rd.en.eq(stepping), self.gemm_busy.eq(gemm_slow),
                          self.alu_busy.eq(alu_s2), self.gemm_uops.eq(gemm_slow)]
             fr_start, fr_done, zero_next = Const(0), Const(0), Const(0)
-        m.d.comb += self.acc_port_next.eq(alu.acc_wr_next | wb.acc_wr_next | zero_next)
+        m.d.comb += self.acc_port_next.eq(alu_wr_next | wb.acc_wr_next | zero_next)
         # ------------------------------------------------------------- execution
         with m.If(seq.retire & (opcode == Opcode.FINISH)):
             m.d.sync += finished.eq(1)

@@ -1,10 +1,11 @@
 """Static legality check of one instruction word (combinational).
 
 Implements, in hardware, exactly what :func:`tensorfab.isa.decode_insn` rejects:
-``BAD_OPCODE`` (opcodes 5 to 7), ``RESERVED_BITS`` (a bit above the last field of
-the opcode's format), and ``BAD_FIELD`` (an enumerated value out of range, such as
-an ALU op of 9 or more, and every rule of :func:`tensorfab.isa.check_insn`). The
-precedence is the decoder's: opcode, then reserved bits, then fields.
+``BAD_OPCODE`` (opcodes 5 to 7, and ALU in a config without the vector ALU),
+``RESERVED_BITS`` (a bit above the last field of the opcode's format), and
+``BAD_FIELD`` (an enumerated value out of range, such as an ALU op of 9 or more, and
+every rule of :func:`tensorfab.isa.check_insn`). The precedence is the decoder's:
+opcode, then reserved bits, then fields.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ from tensorfab.isa import (
     insn_formats,
     insn_width,
 )
-from tensorfab.isa.formats import MAX_SHIFT, REQUANT_RECORD_WORDS, requant_supported
+from tensorfab.isa.formats import (
+    MAX_SHIFT,
+    REQUANT_RECORD_WORDS,
+    alu_requant_supported,
+    requant_supported,
+)
 from tensorfab.isa.insn import SHIFT_OPS
 
 from .layouts import RESERVED, insn_layout
@@ -64,6 +70,8 @@ class InsnCheck(wiring.Component):
         opcode = views[Opcode.LOAD].opcode
         with m.Switch(opcode):
             for op in Opcode:
+                if op is Opcode.ALU and not cfg.vector_alu:
+                    continue  # not an instruction of the config: BAD_OPCODE
                 with m.Case(op):
                     v = views[op]
                     m.d.comb += known.eq(1)
@@ -107,7 +115,7 @@ class InsnCheck(wiring.Component):
                 bad.append(v.use_imm & shift & ((v.imm < 0) | (v.imm > MAX_SHIFT)))
                 bad.append(~v.use_imm & (v.imm != 0))
                 requant = v.op == AluOp.REQUANT
-                bad.append(requant & (v.use_imm if requant_supported(cfg) else 1))
+                bad.append(requant & (v.use_imm if alu_requant_supported(cfg) else 1))
         out = 0
         for b in bad:
             out = out | b

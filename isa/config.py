@@ -103,6 +103,13 @@ class HwConfig:
         dependent one :data:`~tensorfab.isa.formats.SEQUENTIAL_MULTIPLY_DISTANCE`
         after the one it reads) and its pipeline drains that many cycles later, less
         one. False (the default): a multiplying micro-op a cycle.
+    vector_alu : bool
+        The compute engine has the vector ALU (True, the default). False (a config for
+        an FPGA too small for it, the iCEBreaker's ``up5k``): ALU instructions are not
+        instructions of the config (``BAD_OPCODE``), and the STOREs requantize at any
+        ``block_in`` (:func:`~tensorfab.isa.formats.requant_supported`): a
+        convolution's epilogue is then its STOREs' REQUANT alone, and the compiler
+        keeps every operator that needs the ALU on the CPU.
     """
 
     name: str = "custom"
@@ -126,6 +133,7 @@ class HwConfig:
     block_ram_fifos: bool = False
     fast_reset: bool = True
     sequential_multiplier: bool = False
+    vector_alu: bool = True
 
     def __post_init__(self) -> None:
         for name in ("batch", "block_in", "block_out", "inp_depth", "wgt_depth",
@@ -170,9 +178,12 @@ class HwConfig:
             raise ConfigError("clock_mhz", self.clock_mhz, "must be in (0, 2000]")
         if not isinstance(self.perf_counters, bool):
             raise ConfigError("perf_counters", self.perf_counters, "must be true or false")
-        for name in ("block_ram_fifos", "fast_reset", "sequential_multiplier"):
+        for name in ("block_ram_fifos", "fast_reset", "sequential_multiplier", "vector_alu"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "must be true or false")
+        if self.sequential_multiplier and not self.vector_alu:
+            raise ConfigError("sequential_multiplier", True,
+                              "needs the vector ALU (vector_alu is false)")
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError("name", self.name, "must be a non-empty string")
 
@@ -309,7 +320,8 @@ class HwConfig:
 #: hardware options added after the first presets; see :meth:`HwConfig.to_dict`).
 OPTIONAL_FIELDS: dict[str, Any] = {
     f.name: f.default for f in dataclasses.fields(HwConfig)
-    if f.name in ("perf_counters", "block_ram_fifos", "fast_reset", "sequential_multiplier")}
+    if f.name in ("perf_counters", "block_ram_fifos", "fast_reset", "sequential_multiplier",
+                  "vector_alu")}
 
 PRESETS: dict[str, HwConfig] = {
     # The smallest preset: 9 KiB of buffers, 4x4 MACs, 32-bit bus (an iCE40UP5K needs

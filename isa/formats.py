@@ -145,11 +145,20 @@ REQUANT_MAX_SHIFT = 62
 REQUANT_MULTIPLIER_BITS = 31
 
 
-def requant_supported(cfg: HwConfig) -> bool:
-    """Whether ``cfg`` has REQUANT: a weight row of ``block_in`` int8 weights holds a
-    :data:`REQUANT_RECORD`, and accumulators are 32 bits."""
-    return (cfg.wgt_width == 8 and cfg.block_in >= REQUANT_RECORD_BYTES
+def alu_requant_supported(cfg: HwConfig) -> bool:
+    """Whether ``cfg`` has the ALU's REQUANT: it has the vector ALU, a weight row of
+    ``block_in`` int8 weights holds a :data:`REQUANT_RECORD`, and accumulators are 32
+    bits."""
+    return (cfg.vector_alu and cfg.wgt_width == 8 and cfg.block_in >= REQUANT_RECORD_BYTES
             and cfg.acc_width == 32)
+
+
+def requant_supported(cfg: HwConfig) -> bool:
+    """Whether ``cfg``'s STOREs requantize (the ``requant`` and ``rec`` fields, records
+    in accumulator entries): where the ALU has REQUANT
+    (:func:`alu_requant_supported`), and at any ``block_in`` in a config without the
+    vector ALU, whose only requantization it is. Accumulators are 32 bits."""
+    return cfg.acc_width == 32 and (alu_requant_supported(cfg) or not cfg.vector_alu)
 
 
 def alu_imm_operand(op: AluOp, imm: int) -> int:

@@ -29,6 +29,7 @@ from .formats import (
     Buffer,
     Engine,
     Opcode,
+    alu_requant_supported,
     insn_formats,
     insn_width,
     requant_supported,
@@ -269,14 +270,24 @@ def _illegal(insn: Insn, field: str, message: str, index: int | None,
                               engine=insn.engine.name.lower(), field=field)
 
 
+def _no_vector_alu(cfg: HwConfig, index: int | None) -> IllegalInstruction:
+    """The error of an ALU instruction in a config without the vector ALU: its opcode
+    is not one of the config's (``BAD_OPCODE``, as the hardware's check reports it)."""
+    return IllegalInstruction(f"alu: config {cfg.name!r} has no vector ALU (vector_alu "
+                              "is false)", index=index, code=ErrorCode.BAD_OPCODE,
+                              engine=Engine.COMPUTE.name.lower(), field="opcode")
+
+
 def check_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> None:
     """Raise :class:`IllegalInstruction` if ``insn`` is not legal for ``cfg``.
 
     Checks the rules that do not depend on run-time state: dependency flags that
     name a stage the engine does not have, zero sizes, indices past a buffer's
     depth, empty micro-op ranges, zero loop extents, shift amounts and canonical
-    immediates.
+    immediates; an ALU instruction in a config without the vector ALU.
     """
+    if isinstance(insn, Alu) and not cfg.vector_alu:
+        raise _no_vector_alu(cfg, index)
     if insn.engine is Engine.LOAD:
         for flag in ("pop_prev", "push_prev"):
             if getattr(insn, flag):
@@ -296,9 +307,11 @@ def check_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> None:
     if isinstance(insn, Store):
         if insn.requant:
             if not requant_supported(cfg):
-                raise _illegal(insn, "requant", f"config {cfg.name!r} has no REQUANT (a "
-                               f"weight row of {cfg.block_in} bytes cannot hold its "
-                               f"{REQUANT_RECORD_BYTES}-byte record)", index)
+                raise _illegal(insn, "requant", f"config {cfg.name!r} has no REQUANT in its "
+                               f"STOREs (a weight row of {cfg.block_in} bytes cannot hold "
+                               f"the ALU's {REQUANT_RECORD_BYTES}-byte record, and the "
+                               "STOREs requantize where the ALU does or in a config "
+                               "without the vector ALU)", index)
             if insn.rec > cfg.acc_depth - REQUANT_RECORD_WORDS:
                 raise _illegal(insn, "rec", f"rec = {insn.rec}: its {REQUANT_RECORD_WORDS} "
                                f"record entries run past the acc depth {cfg.acc_depth}",
@@ -327,7 +340,7 @@ def check_insn(insn: Insn, cfg: HwConfig, index: int | None = None) -> None:
         if not insn.use_imm and insn.imm != 0:
             raise _illegal(insn, "imm", "imm must be 0 when use_imm is clear", index)
         if insn.op is AluOp.REQUANT:
-            if not requant_supported(cfg):
+            if not alu_requant_supported(cfg):
                 raise _illegal(insn, "op", f"config {cfg.name!r} has no REQUANT (a weight "
                                f"row of {cfg.block_in} bytes cannot "
                                f"hold its {REQUANT_RECORD_BYTES}-byte record)", index)
@@ -434,6 +447,8 @@ def decode_insn(word: int, cfg: HwConfig, index: int | None = None) -> Insn:
     except ValueError:
         raise IllegalInstruction(f"unknown opcode {opcode_bits}", index=index,
                                  code=ErrorCode.BAD_OPCODE, field="opcode") from None
+    if opcode is Opcode.ALU and not cfg.vector_alu:
+        raise _no_vector_alu(cfg, index)
     fmt = insn_formats(cfg)[opcode]
     cls = INSN_CLASSES[opcode]
     if word & fmt.reserved_mask:

@@ -17,6 +17,7 @@ from .formats import (
     REQUANT_RECORD,
     REQUANT_RECORD_BYTES,
     REQUANT_RECORD_WORDS,
+    alu_requant_supported,
     requant_supported,
 )
 
@@ -52,12 +53,19 @@ def pack_requant_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.ndarra
     Raises
     ------
     UsageError
-        ``cfg`` has no REQUANT, a field is missing or unknown, or a value does not fit
+        ``cfg`` has no REQUANT in its ALU, a field is missing or unknown, or a value does not fit
         its field (the shift must be 0..REQUANT_MAX_SHIFT).
     """
-    if not requant_supported(cfg):
-        raise UsageError(f"config {cfg.name!r} has no REQUANT: a weight row holds "
-                         f"{cfg.block_in} bytes, a record {REQUANT_RECORD_BYTES}")
+    if not alu_requant_supported(cfg):
+        raise UsageError(f"config {cfg.name!r} has no REQUANT in its ALU: a weight row "
+                         f"holds {cfg.block_in} bytes, a record {REQUANT_RECORD_BYTES}"
+                         + ("" if cfg.vector_alu else ", and it has no vector ALU"))
+    return _record_rows(cfg, cfg.block_in, fields)
+
+
+def _record_rows(cfg: HwConfig, width: int, fields: dict[str, np.ndarray | int]
+                 ) -> np.ndarray:
+    """The records of ``fields`` as int8 ``(blocks, block_out, width)`` rows."""
     names = [name for name, *_ in REQUANT_RECORD]
     if sorted(fields) != sorted(names):
         raise UsageError(f"REQUANT records need the fields {names}, got {sorted(fields)}")
@@ -67,7 +75,7 @@ def pack_requant_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.ndarra
         raise UsageError("REQUANT fields have different channel counts: "
                          + ", ".join(f"{k} {v}" for k, v in sizes.items()))
     n = max(a.size for a in arrays.values())
-    rows = np.zeros((-(-n // cfg.block_out) * cfg.block_out, cfg.block_in), dtype=np.uint8)
+    rows = np.zeros((-(-n // cfg.block_out) * cfg.block_out, width), dtype=np.uint8)
     for name, offset, size, _signed in REQUANT_RECORD:
         a = np.broadcast_to(arrays[name], (n,))
         lo, hi = _RANGES[name]
@@ -78,7 +86,7 @@ def pack_requant_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.ndarra
         u = a & ((1 << (8 * size)) - 1)
         for k in range(size):
             rows[:n, offset + k] = (u >> (8 * k)) & 0xFF
-    return rows.view(np.int8).reshape(-1, cfg.block_out, cfg.block_in)
+    return rows.view(np.int8).reshape(-1, cfg.block_out, width)
 
 
 def unpack_requant_records(rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -119,9 +127,13 @@ def pack_requant_acc_records(cfg: HwConfig, **fields: np.ndarray | int) -> np.nd
     Raises
     ------
     UsageError
-        As :func:`pack_requant_records`.
+        ``cfg``'s STOREs do not requantize
+        (:func:`~tensorfab.isa.formats.requant_supported`), or as
+        :func:`pack_requant_records`.
     """
-    return requant_rows_acc_records(cfg, pack_requant_records(cfg, **fields))
+    if not requant_supported(cfg):
+        raise UsageError(f"config {cfg.name!r} has no REQUANT in its STOREs")
+    return requant_rows_acc_records(cfg, _record_rows(cfg, REQUANT_RECORD_BYTES, fields))
 
 
 def requant_rows_acc_records(cfg: HwConfig, rows: np.ndarray) -> np.ndarray:

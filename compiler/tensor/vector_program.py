@@ -22,7 +22,7 @@ import numpy as np
 
 from tensorfab.isa import AluOp, HwConfig
 from tensorfab.isa.builder import ProgramBuilder
-from tensorfab.isa.formats import Buffer, requant_supported
+from tensorfab.isa.formats import Buffer, alu_requant_supported
 from tensorfab.isa.insn import Alu, Gemm, Load, Store, Uop
 from tensorfab.isa.program import Segment
 from tensorfab.isa.requant_record import pack_requant_records
@@ -167,7 +167,7 @@ def declare_segments(pb: ProgramBuilder, inputs: Sequence[tuple[str, tuple[int, 
     pb.add_segment(Segment("identity", "int8", (cfg.block_out, cfg.block_in),
                            np.eye(cfg.block_out, dtype=np.int8)))
     if single(attrs):
-        if not requant_supported(cfg):
+        if not alu_requant_supported(cfg):
             raise CompileError(f"config {cfg.name!r} has no REQUANT: rounding='single' "
                                "needs it")
         record = pack_requant_records(

@@ -83,7 +83,13 @@ from ..verilator_tools import (
     verilator_root,
     verilator_version,
 )
-from .clock_gates import CLOCK_GATES, ClockGate, ClockGateError, gate_verilog, wrapper_ports
+from .clock_gates import (
+    ClockGate,
+    ClockGateError,
+    config_gates,
+    gate_verilog,
+    wrapper_ports,
+)
 
 __all__ = [
     "DEFAULT_THREADS",
@@ -380,8 +386,8 @@ def registered_wrapper(verilog: str, module: str, top: str, instance: str,
     return "\n".join(lines)
 
 
-def _gates(clock_gates: bool) -> tuple[ClockGate, ...]:
-    return CLOCK_GATES if clock_gates else ()
+def _gates(clock_gates: bool, cfg: HwConfig) -> tuple[ClockGate, ...]:
+    return config_gates(cfg) if clock_gates else ()
 
 
 def _gated(verilog: str, gates: tuple[ClockGate, ...], core: str = CORE,
@@ -556,7 +562,7 @@ def harness_key(cfg: HwConfig, verilog: str, threads: int = DEFAULT_THREADS,
     -------
     str
     """
-    gates = _gates(clock_gates)
+    gates = _gates(clock_gates, cfg)
     h = hashlib.sha256()
     h.update(json.dumps({"threads": threads, "abi": HARNESS_ABI, "two_evals": two_evals,
                          "verilator_args": [*VERILATOR_ARGS, *VERILATOR_WAIVERS,
@@ -884,7 +890,7 @@ def build_harness(cfg: HwConfig, *, threads: int = DEFAULT_THREADS,
     if threads < 1:
         raise UsageError(f"threads = {threads} must be at least 1")
     memo = (cfg.to_json(), threads, tuple(verilator_args), tuple(cxxflags), two_evals, pgo,
-            _gates(clock_gates))
+            _gates(clock_gates, cfg))
     if memo in _BUILT:
         return _BUILT[memo]
     text = core_source(cfg)
@@ -895,7 +901,7 @@ def build_harness(cfg: HwConfig, *, threads: int = DEFAULT_THREADS,
         _step(f"building the {cfg.name} RTL model once (cached in {directory})")
         start = time.monotonic()
         scheme = _build(cfg, text, directory, threads, verilator_args, cxxflags, two_evals,
-                        pgo, _gates(clock_gates))
+                        pgo, _gates(clock_gates, cfg))
         (directory / "config.json").write_text(cfg.to_json())
         _step(f"built the {cfg.name} RTL model in {time.monotonic() - start:.0f} s; later "
               f"runs reuse it from {directory}")

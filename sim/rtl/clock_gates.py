@@ -29,10 +29,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from tensorfab.isa import TensorfabError
+from tensorfab.isa import HwConfig, TensorfabError
 
-__all__ = ["CLOCK_GATES", "ClockGate", "ClockGateError", "enable_expression", "enable_signals",
-           "enable_terms", "gate_verilog", "gates_within", "wrapper_ports"]
+__all__ = ["CLOCK_GATES", "ClockGate", "ClockGateError", "config_gates",
+           "enable_expression", "enable_signals", "enable_terms", "gate_verilog",
+           "gates_within", "wrapper_ports"]
 
 
 class ClockGateError(TensorfabError):
@@ -71,6 +72,9 @@ class ClockGate:
         Registers of other modules on the unit's clock, by module path and name
         (``compute.alu.a3_a``: the ALU's operand registers in the ALU pipeline); the
         enable must cover every cycle they load on.
+    unit_flag : str
+        A :class:`~tensorfab.isa.HwConfig` field that says whether the core has the
+        unit (``vector_alu``); empty: every core has it (:func:`config_gates`).
     """
 
     name: str
@@ -79,6 +83,7 @@ class ClockGate:
     enable: tuple[str, ...]
     ungated: tuple[str, ...] = ()
     joined: tuple[str, ...] = ()
+    unit_flag: str = ""
 
     @property
     def core_instance(self) -> str:
@@ -167,7 +172,8 @@ CLOCK_GATES: tuple[ClockGate, ...] = (
                "/compute.seq.exec__start", "/rst", "/start"),
               joined=("compute.alu.a3_a", "compute.alu.a3_b", "compute.alu.a3_rec",
                       "compute.alu.alu_op", "compute.alu.a6_data",
-                      "compute.alu.a6_addr")),
+                      "compute.alu.a6_addr"),
+              unit_flag="vector_alu"),
     ClockGate("gemm", "compute.gemm", "core.compute.gemm", ("in_valid", "valid_d*",
                                                              "out_valid")),
     ClockGate("store", "store", "core.store", (*_DMA_ENABLE, "rd_pending"),
@@ -176,6 +182,12 @@ CLOCK_GATES: tuple[ClockGate, ...] = (
               ("/rst", "start", "busy & ~dispatching", "dispatching & ready", "busy & ~staged",
                "mem__cmd__valid", "cmd_stuck", "outstanding", "fired_beats", "got")),
 )
+
+def config_gates(cfg: HwConfig, gates: tuple[ClockGate, ...] = CLOCK_GATES
+                 ) -> tuple[ClockGate, ...]:
+    """The gates of ``gates`` whose units ``cfg``'s core has (:attr:`ClockGate.unit_flag`)."""
+    return tuple(g for g in gates if not g.unit_flag or getattr(cfg, g.unit_flag))
+
 
 def gates_within(gates: tuple[ClockGate, ...], core_instance: str,
                  resets: tuple[str, ...] = ()) -> tuple[ClockGate, ...]:

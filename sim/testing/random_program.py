@@ -69,6 +69,7 @@ from tensorfab.isa.formats import (
     REQUANT_RECORD_WORDS,
     REQUANT_SHIFT_BYTE,
     SHIFT_OPS,
+    alu_requant_supported,
     requant_supported,
     token_pops,
     token_pushes,
@@ -274,7 +275,7 @@ class _Generator:
         if requant_supported(cfg):  # (a stream of its own: the instructions stay)
             bias = self._record_bias(bias)
         wgt = i8((n_wgt, bo, bi))
-        if requant_supported(cfg):  # every row a REQUANT record with a legal shift
+        if alu_requant_supported(cfg):  # every row a REQUANT record with a legal shift
             wgt[..., REQUANT_SHIFT_BYTE] = rng.integers(0, REQUANT_MAX_SHIFT + 1, (n_wgt, bo))
         segs = [Segment("inp", "int8", (n_inp, b, bi), i8((n_inp, b, bi))),
                 Segment("wgt", "int8", (n_wgt, bo, bi), wgt),
@@ -582,7 +583,8 @@ class _Generator:
         cfg, rng = self.cfg, self.rng
         acc_slice = self._slice_mask(Buffer.ACC, v)
         acc_init = acc_slice & self.init[Buffer.ACC]
-        kind = self._pick([0, 1, 2], [2, 3, 5])  # gemm reset, gemm, alu
+        # gemm reset, gemm, alu (none without the vector ALU)
+        kind = self._pick([0, 1, 2], [2, 3, 5 if cfg.vector_alu else 0])
         op, use_imm = AluOp.ADD, False
         if kind == 1:
             inp_ok = self._slice_mask(Buffer.INP, v) & self.init[Buffer.INP]
@@ -595,7 +597,7 @@ class _Generator:
             records = self._slice_mask(Buffer.WGT, v) & self.records_ok
             if op is AluOp.REQUANT:
                 use_imm = False
-                if not (requant_supported(cfg) and records.any()):
+                if not (alu_requant_supported(cfg) and records.any()):
                     op = AluOp.ADD
             if not acc_init.any():
                 op, use_imm = AluOp.MOV, True
@@ -691,7 +693,7 @@ class _Generator:
                  "iter_in": self._pick([1, 2, 3], [3, 1, 1])}
         scratch_init = bool(self.init[Buffer.ACC][self.scratch_acc])
         self.init[Buffer.ACC][self.scratch_acc] = True
-        if rng.random() < 0.5:
+        if rng.random() < 0.5 or not self.cfg.vector_alu:
             return Gemm(reset=True, uop_begin=self.relay_uop, uop_end=self.relay_uop + 1,
                         **loops)
         op = AluOp(int(rng.integers(AluOp.REQUANT))) if scratch_init else AluOp.MOV
@@ -854,7 +856,8 @@ class _Generator:
                 self.items[stores[-1]].flag(push_prev=True)
 
     def _relay_for(self, v: int, reserved: np.ndarray, loads: list[_Item]) -> Insn:
-        """A compute instruction that always fits: MOV of an immediate into the slice."""
+        """A compute instruction that always fits: MOV of an immediate into the slice (a
+        resetting GEMM without the vector ALU)."""
         lo, _ = self.slices[Buffer.ACC][v]
         uop = Uop(acc=lo, src=lo, wgt=0)
         item = self._kernel_load([uop], v, reserved)
@@ -865,6 +868,9 @@ class _Generator:
         reserved[item.insn.sram] = True
         self.kernels[v].append((item.insn.sram, item.insn.sram + 1))
         self.init[Buffer.ACC][lo] = True
+        if not self.cfg.vector_alu:  # zeros, through a resetting GEMM
+            self.shift_ok[lo] = self.record_shift_ok[lo] = True
+            return Gemm(reset=True, uop_begin=item.insn.sram, uop_end=item.insn.sram + 1)
         imm = self._imm(AluOp.MOV)
         self.shift_ok[lo] = self.record_shift_ok[lo] = 0 <= imm <= MAX_SHIFT
         return Alu(op=AluOp.MOV, use_imm=True, imm=imm,

@@ -18,7 +18,7 @@ from support.gemmlowp_reference import saturating_rounding_doubling_high_mul
 from hw.pipeline_driver import drive_pipeline, reset_pipeline
 from hw.vectors import pack, unpack
 from tensorfab.isa import PRESETS, AluOp, HwConfig
-from tensorfab.isa.formats import SEQUENTIAL_MULTIPLY_CYCLES, requant_supported
+from tensorfab.isa.formats import SEQUENTIAL_MULTIPLY_CYCLES, alu_requant_supported
 from tensorfab.sim.testing.cocotb_runner import params_from_env
 
 INT32_MIN = -(1 << 31)
@@ -243,7 +243,7 @@ def requant_expected(cfg: HwConfig, a: np.ndarray, records: list[dict[str, int]]
                      ) -> tuple[bool, list[int]]:
     """``shift_error`` and the lanes' results of REQUANT, from docs/isa.md (zeros and no
     error where the config has no REQUANT, like an illegal code)."""
-    supported = requant_supported(cfg)
+    supported = alu_requant_supported(cfg)
     want_error = supported and any(r["shift"] > 62 for r in records)
     want = [requant_reference(int(a[k]), records[k % cfg.block_out]) if supported else 0
             for k in range(cfg.batch * cfg.block_out)]

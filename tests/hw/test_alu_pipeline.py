@@ -32,7 +32,7 @@ from tensorfab.isa.formats import (
     REQUANT_MAX_SHIFT,
     SHIFT_OPS,
     alu_imm_operand,
-    requant_supported,
+    alu_requant_supported,
 )
 from tensorfab.isa.requant_record import pack_requant_records, unpack_requant_records
 from tensorfab.sim.fsim_alu import alu_apply, requant_apply
@@ -125,7 +125,7 @@ def program(cfg: HwConfig, rng: random.Random, count: int) -> list[Insn]:
     """Random instructions, scheduled: each micro-op enters S2 no sooner than the
     interlock allows (often exactly then), instructions one after the other with the
     pipeline drained between them."""
-    ops = [op for op in AluOp if op is not AluOp.REQUANT or requant_supported(cfg)]
+    ops = [op for op in AluOp if op is not AluOp.REQUANT or alu_requant_supported(cfg)]
     out = []
     cycle = 1
     for _ in range(count):
@@ -195,7 +195,7 @@ def run(cfg: HwConfig, seed: int, count: int, error_after: int | None = None) ->
     if error_after is not None:
         error_at = rng.choice([u for insn in insns for u in insn.uops]).cycle + error_after
     acc = np.stack([random_values(rng, n, False) for _ in range(ENTRIES)])
-    if requant_supported(cfg):
+    if alu_requant_supported(cfg):
         wgt = np.stack([random_records(cfg, rng) for _ in range(RECORDS)])
     else:
         wgt = np.array([rng.randint(-128, 127) for _ in range(RECORDS * cfg.block_out
@@ -268,7 +268,7 @@ def test_tiny_against_the_functional_alu(seed: int) -> None:
 
 def test_default_with_requant() -> None:
     cfg = PRESETS["default"]
-    assert requant_supported(cfg)
+    assert alu_requant_supported(cfg)
     assert run(cfg, 7, count=14) > 20
 
 

@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.isa_programs import store_requant_program
 from support.requant_cases import INT32_MAX, INT32_MIN, random_records, requant_reference
 
+from tensorfab.fpga_builds.board_configs import board_config
 from tensorfab.isa import (
     PRESETS,
-    Alu,
-    AluOp,
-    Buffer,
     ErrorCode,
+    HwConfig,
     IllegalInstruction,
-    Load,
-    Program,
-    ProgramBuilder,
     ProgramError,
-    Segment,
     Store,
-    Uop,
     check_insn,
     decode_insn,
     encode_insn,
@@ -29,29 +24,6 @@ from tensorfab.isa.asm import assemble
 from tensorfab.isa.disasm import disassemble
 from tensorfab.isa.requant_record import pack_requant_acc_records, pack_requant_records
 from tensorfab.sim import FunctionalSimulator
-
-
-def store_program(cfg, x: np.ndarray, rec: np.ndarray, rec_at: int, y: int = 1,
-                  stride: int | None = None) -> Program:
-    """acc[0:k] = x, acc[rec_at:rec_at+3] = rec; STORE the k entries as ``y`` rows
-    through the records (an ALU pass adding 0 hands the tokens from load to store)."""
-    k = x.shape[0]
-    cols = k // y
-    stride = cols if stride is None else stride
-    bld = ProgramBuilder(cfg)
-    bld.add_segment(Segment("X", "int32", x.shape, x))
-    bld.add_segment(Segment("R", "int32", rec.shape, rec))
-    bld.add_segment(Segment("out", "int8", ((y - 1) * stride + cols, cfg.batch, cfg.block_out),
-                            output=True))
-    begin, end = bld.add_uops([Uop(acc=0, src=0, wgt=0)])
-    bld.load_uops()
-    bld.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, x=k), segment="X")
-    bld.emit(Load(buffer=Buffer.ACC, sram=rec_at, dram=0, x=3, push_next=True), segment="R")
-    bld.emit(Alu(op=AluOp.ADD, use_imm=True, imm=0, uop_begin=begin, uop_end=end,
-                 pop_prev=True, push_next=True))
-    bld.emit(Store(sram=0, dram=0, y=y, x=cols, stride=stride, requant=True, rec=rec_at,
-                   pop_prev=True), segment="out")
-    return bld.build()
 
 
 def expected(cfg, x: np.ndarray, f: dict[str, np.ndarray]) -> np.ndarray:
@@ -65,16 +37,22 @@ def expected(cfg, x: np.ndarray, f: dict[str, np.ndarray]) -> np.ndarray:
     return want
 
 
-@pytest.mark.parametrize("preset", ["default", "large"])
+def _config(name: str) -> HwConfig:
+    """A preset, or the iCEBreaker's ``up5k``: no vector ALU, block_in 2, and the STOREs
+    requantize."""
+    return PRESETS[name] if name in PRESETS else board_config(name)
+
+
+@pytest.mark.parametrize("preset", ["default", "large", "up5k"])
 def test_requantizing_store_matches_python_integers(preset: str) -> None:
-    cfg = PRESETS[preset]
+    cfg = _config(preset)
     rng = np.random.default_rng(7)
     f = random_records(rng, cfg.block_out)
     x = rng.integers(INT32_MIN, INT32_MAX, (12, cfg.batch, cfg.block_out), endpoint=True)
-    x[0, 0, :4] = [INT32_MIN, INT32_MAX, 0, -1]
+    x.reshape(-1)[:4] = [INT32_MIN, INT32_MAX, 0, -1]
     rec = pack_requant_acc_records(cfg, **f)
-    out = FunctionalSimulator(cfg).run(store_program(cfg, x.astype(np.int32), rec, 20, y=3,
-                                                     stride=5)).outputs["out"]
+    out = FunctionalSimulator(cfg).run(store_requant_program(
+        cfg, x.astype(np.int32), rec, 20, y=3, stride=5)).outputs["out"]
     want = expected(cfg, x, f).reshape(3, 4, cfg.batch, cfg.block_out)
     got = out.reshape(-1, cfg.batch, cfg.block_out)
     for r in range(3):
@@ -101,7 +79,7 @@ def test_shift_past_62_is_shift_range_before_anything_is_written() -> None:
     f = random_records(np.random.default_rng(9), cfg.block_out)
     rec = pack_requant_acc_records(cfg, **f)
     rec[2, 0, 5] = (rec[2, 0, 5] & ~0xFF) | 63
-    prog = store_program(cfg, np.ones((4, cfg.batch, cfg.block_out), np.int32), rec, 8)
+    prog = store_requant_program(cfg, np.ones((4, cfg.batch, cfg.block_out), np.int32), rec, 8)
     with pytest.raises(ProgramError) as exc:
         FunctionalSimulator(cfg).run(prog)
     assert exc.value.code is ErrorCode.SHIFT_RANGE and exc.value.field == "rec"
@@ -127,12 +105,18 @@ def test_rules_of_the_requant_fields() -> None:
     assert decode_insn(encode_insn(insn, cfg), cfg) == insn
     tiny = PRESETS["tiny"]
     assert decode_insn(encode_insn(Store(x=2), tiny), tiny) == Store(x=2)
+    # without the vector ALU the STOREs requantize at a block_in of 2
+    up5k = board_config("up5k")
+    assert (up5k.block_in, up5k.vector_alu) == (2, False)
+    assert decode_insn(encode_insn(insn, up5k), up5k) == insn
+    assert tiny.replace(vector_alu=False).block_in == 4
+    check_insn(Store(requant=True), tiny.replace(vector_alu=False))
 
 
 def test_assembly_writes_the_records_as_rec() -> None:
     cfg = PRESETS["default"]
     f = random_records(np.random.default_rng(10), cfg.block_out)
-    prog = store_program(cfg, np.ones((4, cfg.batch, cfg.block_out), np.int32),
+    prog = store_requant_program(cfg, np.ones((4, cfg.batch, cfg.block_out), np.int32),
                          pack_requant_acc_records(cfg, **f), 8)
     text = disassemble(prog)
     line = next(t for t in text.splitlines() if t.startswith("store"))
@@ -144,24 +128,25 @@ def test_assembly_writes_the_records_as_rec() -> None:
                  "store sram=0 dram=o y=1 x=1 stride=1 rec=0\n")
 
 
-def test_rtl_equals_fsim_and_reports_the_same_errors() -> None:
+@pytest.mark.parametrize("preset", ["default", "up5k"])
+def test_rtl_equals_fsim_and_reports_the_same_errors(preset: str) -> None:
     """The core's requantizing STORE matches fsim (rows, a stride, every edge of the
     arithmetic), a bad shift stops it with SHIFT_RANGE at the same instruction, and a
     range error still wins over a bad shift, as fsim orders them."""
     from tensorfab.sim.rtl import RtlSimulator
 
-    cfg = PRESETS["default"]
+    cfg = _config(preset)
     rng = np.random.default_rng(11)
     f = random_records(rng, cfg.block_out)
     x = rng.integers(INT32_MIN, INT32_MAX, (12, cfg.batch, cfg.block_out), endpoint=True)
-    x[0, 0, :4] = [INT32_MIN, INT32_MAX, 0, -1]
+    x.reshape(-1)[:4] = [INT32_MIN, INT32_MAX, 0, -1]
     rec = pack_requant_acc_records(cfg, **f)
-    prog = store_program(cfg, x.astype(np.int32), rec, 20, y=3, stride=5)
+    prog = store_requant_program(cfg, x.astype(np.int32), rec, 20, y=3, stride=5)
     rtl = RtlSimulator()
     np.testing.assert_array_equal(rtl.run(prog).outputs["out"],
                                   FunctionalSimulator(cfg).run(prog).outputs["out"])
-    rec[2, 0, 7] = (rec[2, 0, 7] & ~0xFF) | 200
-    prog = store_program(cfg, x.astype(np.int32), rec, 20)
+    rec[2, 0, cfg.block_out - 1] = (rec[2, 0, cfg.block_out - 1] & ~0xFF) | 200
+    prog = store_requant_program(cfg, x.astype(np.int32), rec, 20)
     with pytest.raises(ProgramError) as exc:
         rtl.run(prog)
     assert exc.value.code is ErrorCode.SHIFT_RANGE and exc.value.index == len(prog.insns) - 2

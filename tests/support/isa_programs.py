@@ -39,8 +39,13 @@ from tensorfab.isa import (
     Store,
     Uop,
 )
-from tensorfab.isa.formats import ALU_PIPELINE_STAGES, BINARY_ALU_OPS, requant_supported
-from tensorfab.isa.requant_record import pack_requant_records
+from tensorfab.isa.formats import (
+    ALU_PIPELINE_STAGES,
+    BINARY_ALU_OPS,
+    alu_requant_supported,
+    requant_supported,
+)
+from tensorfab.isa.requant_record import pack_requant_acc_records, pack_requant_records
 from tensorfab.sim.testing.blocked_gemm import GemmTiling, build_blocked_gemm
 
 Inputs = dict[str, np.ndarray]
@@ -345,6 +350,54 @@ def build_requant_records(cfg: HwConfig, rng: np.random.Generator
     return bld.build(), {"X": x, "R": rec}
 
 
+def store_requant_program(cfg: HwConfig, x: np.ndarray, rec: np.ndarray, rec_at: int,
+                          y: int = 1, stride: int | None = None) -> Program:
+    """acc[0:k] = x, acc[rec_at:rec_at+3] = rec; STORE the k entries as ``y`` rows
+    through the records. A compute instruction hands the tokens from load to store: an
+    ALU pass adding 0, or without the vector ALU a resetting GEMM of the last
+    accumulator entry (which ``x`` and ``rec`` must leave free)."""
+    k = x.shape[0]
+    cols = k // y
+    stride = cols if stride is None else stride
+    bld = ProgramBuilder(cfg)
+    bld.add_segment(Segment("X", "int32", x.shape, x))
+    bld.add_segment(Segment("R", "int32", rec.shape, rec))
+    bld.add_segment(Segment("out", "int8", ((y - 1) * stride + cols, cfg.batch, cfg.block_out),
+                            output=True))
+    scratch = 0 if cfg.vector_alu else cfg.acc_depth - 1
+    begin, end = bld.add_uops([Uop(acc=scratch, src=0, wgt=0)])
+    bld.load_uops()
+    bld.emit(Load(buffer=Buffer.ACC, sram=0, dram=0, x=k), segment="X")
+    bld.emit(Load(buffer=Buffer.ACC, sram=rec_at, dram=0, x=3, push_next=True), segment="R")
+    if cfg.vector_alu:
+        bld.emit(Alu(op=AluOp.ADD, use_imm=True, imm=0, uop_begin=begin, uop_end=end,
+                     pop_prev=True, push_next=True))
+    else:
+        bld.emit(Gemm(reset=True, uop_begin=begin, uop_end=end, pop_prev=True,
+                      push_next=True))
+    bld.emit(Store(sram=0, dram=0, y=y, x=cols, stride=stride, requant=True, rec=rec_at,
+                   pop_prev=True), segment="out")
+    return bld.build()
+
+
+def build_store_requant(cfg: HwConfig, rng: np.random.Generator) -> tuple[Program, Inputs]:
+    """A requantizing STORE of ``ALU_ROWS × ALU_COLS`` entries of full-range ``X`` as
+    two rows with a gap, through records of random legal fields (``R``, three
+    accumulator entries, past ``X``). Output ``out``: the int8 results."""
+    e = (cfg.batch, cfg.block_out)
+    n = ALU_ROWS * ALU_COLS
+    x = _i32(rng, (n, *e))
+    lo = rng.integers(-128, 128, cfg.block_out)
+    rec = pack_requant_acc_records(
+        cfg, multiplier=rng.integers(0, 1 << 31, cfg.block_out),
+        bias=rng.integers(-(1 << 31), 1 << 31, cfg.block_out),
+        shift=rng.integers(0, 63, cfg.block_out),
+        zero_point=rng.integers(-128, 128, cfg.block_out), lo=lo,
+        hi=np.maximum(lo, rng.integers(-128, 128, cfg.block_out)))
+    return (store_requant_program(cfg, x, rec, n + 1, y=2, stride=n // 2 + 3),
+            {"X": x, "R": rec})
+
+
 def build_alu_reduction(cfg: HwConfig, rng: np.random.Generator, op: AluOp = AluOp.MAX,
                         *, groups: int = 4, width: int = 5, apart: int = 1
                         ) -> tuple[Program, Inputs]:
@@ -424,7 +477,13 @@ def directed_programs(cfg: HwConfig, *, large_gemm: bool = False) -> dict[str, P
     m, n, k = DIRECTED_GEMM_DIMS.get(cfg.name, DIRECTED_GEMM_DIMS["small"])
     for v in (1, 2, 4):
         progs[f"gemm_vt{v}"] = build_gemm(cfg, rng, m=m, n=n, k=k, vthreads=v)[0]
-    if requant_supported(cfg):
+    if not cfg.vector_alu:  # the STOREs' REQUANT instead of the ALU's programs
+        if requant_supported(cfg):
+            progs["store_requant"] = build_store_requant(cfg, rng)[0]
+        if large_gemm:
+            progs["gemm_large_vt2"] = build_gemm(cfg, rng, vthreads=2)[0]
+        return progs
+    if alu_requant_supported(cfg):
         progs["alu_requant_records"] = build_requant_records(cfg, rng)[0]
     for op in BINARY_ALU_OPS:
         for use_imm in (True, False):

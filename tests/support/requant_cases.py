@@ -98,11 +98,11 @@ def requant_reference(a: int, m: int, b: int, n: int, zp: int, lo: int, hi: int)
 
 def random_records(rng: np.random.Generator, channels: int) -> dict[str, np.ndarray]:
     """Random legal REQUANT record fields of ``channels`` channels, the edge
-    multipliers and shifts among them."""
+    multipliers and shifts among them (as many as there are channels)."""
     n = rng.integers(0, 63, channels)
-    n[:4] = [0, 1, 31, 62]
+    n[:4] = [0, 1, 31, 62][:channels]
     m = rng.integers(0, INT32_MAX, channels, endpoint=True)
-    m[:3] = [INT32_MAX, 1 << 30, 0]
+    m[:3] = [INT32_MAX, 1 << 30, 0][:channels]
     lo = rng.integers(-128, 128, channels)
     hi = np.maximum(lo, rng.integers(-128, 128, channels))
     hi[:4], lo[:4] = 127, -128

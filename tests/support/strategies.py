@@ -22,7 +22,13 @@ from tensorfab.isa import (
     insn_formats,
     uop_format,
 )
-from tensorfab.isa.formats import MAX_SHIFT, REQUANT_RECORD_WORDS, Opcode, requant_supported
+from tensorfab.isa.formats import (
+    MAX_SHIFT,
+    REQUANT_RECORD_WORDS,
+    Opcode,
+    alu_requant_supported,
+    requant_supported,
+)
 from tensorfab.isa.insn import SHIFT_OPS
 
 configs = st.sampled_from(list(PRESETS.values()))
@@ -88,7 +94,7 @@ def gemms(draw, cfg: HwConfig) -> Gemm:
 
 @st.composite
 def alus(draw, cfg: HwConfig) -> Alu:
-    legal = [op for op in AluOp if op is not AluOp.REQUANT or requant_supported(cfg)]
+    legal = [op for op in AluOp if op is not AluOp.REQUANT or alu_requant_supported(cfg)]
     op = draw(st.sampled_from(legal))
     use_imm = draw(st.booleans()) and op is not AluOp.REQUANT
     imm = 0
