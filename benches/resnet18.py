@@ -240,10 +240,9 @@ def integer_graph(config: str | HwConfig = "default", image_size: int = 224, see
     from tensorfab.compiler.frontend import from_onnx, quantize_onnx
     from tensorfab.compiler.graph.constant_folding import fold_constants
     from tensorfab.compiler.graph.dense_as_conv import dense_as_conv
-    from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
+    from tensorfab.compiler.graph.fixed_point import fixed_point_requantize, rounding_for
     from tensorfab.compiler.graph.qdq_lowering import lower_qdq
     from tensorfab.compiler.graph.residual_fusion import fuse_residual_adds
-    from tensorfab.isa.formats import requant_supported
     from tensorfab.models import resnet18_onnx
 
     cfg = board_config(config)
@@ -254,8 +253,9 @@ def integer_graph(config: str | HwConfig = "default", image_size: int = 224, see
     model = resnet18_onnx(seed=seed, image_size=image_size)
     qdq = quantize_onnx(model, calib, per_channel=True)
     integer = lower_qdq(fold_constants(from_onnx(qdq, input_shapes={"input": shape})))
-    rounding = "single" if requant_supported(cfg) else "double"
-    g = fixed_point_requantize(dense_as_conv(integer), per_channel=True, rounding=rounding)
+    rounding = rounding_for(cfg)
+    g = fixed_point_requantize(dense_as_conv(integer), per_channel=True, rounding=rounding,
+                               every_q31=not cfg.vector_alu)
     if fuse and rounding == "single":
         g = fuse_residual_adds(g)
     return model, g, integer, rounding

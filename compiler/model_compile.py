@@ -22,7 +22,6 @@ import numpy as np
 import onnx
 
 from tensorfab.isa import HwConfig, TensorfabError, get_config
-from tensorfab.isa.formats import requant_supported
 from tensorfab.runtime.artifact import CPU_CONVOLUTION_COMMENT
 from tensorfab.runtime.interpreter import GraphProgram
 
@@ -366,7 +365,7 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
     from .graph.channel_shuffle import channel_shuffles_as_permutes
     from .graph.constant_folding import fold_constants
     from .graph.dense_as_conv import dense_as_conv
-    from .graph.fixed_point import fixed_point_requantize
+    from .graph.fixed_point import fixed_point_requantize, rounding_for
     from .graph.layout_planning import pack_accel_layouts
     from .graph.lower_runtime import lower_to_runtime
     from .graph.mobile_activations import fold_hard_sigmoid, recognize_hard_swish
@@ -415,13 +414,11 @@ def compile_onnx(model: onnx.ModelProto | str | os.PathLike | PreparedOnnx, *,
                                                percentile=percentile,
                                                **(quantize_options or {})))
     say("lowering to integer operators")
-    # dense layers as 1x1 convolutions reach the accelerator; requantization rounds
-    # once (REQUANT's arithmetic: faster and closer to float than TFLite's), except for
-    # a config without REQUANT, which gets TFLite's MULHI epilogue
-    rounding = "double" if cfg is not None and not requant_supported(cfg) else "single"
+    # dense layers as 1x1 convolutions reach the accelerator
+    rounding = rounding_for(cfg)
     fn = fixed_point_requantize(dense_as_conv(lower_qdq(lower_asymmetric_qdq(fn))),
-                                per_channel=True,
-                                rounding=rounding)
+                                per_channel=True, rounding=rounding,
+                                every_q31=cfg is not None and not cfg.vector_alu)
     if cfg is not None:  # one operator the accelerator runs, not three data moves
         fn = channel_shuffles_as_permutes(fn)
     if cfg is not None and rounding == "single" and residual_adds == "auto" \

@@ -16,6 +16,8 @@ import numpy as np
 
 from tensorfab.compiler.tensor.quantize import accumulator_bound, quantize_multiplier
 from tensorfab.compiler.tensor.requant import quantize_multipliers
+from tensorfab.isa import HwConfig
+from tensorfab.isa.formats import requant_supported
 
 from .ir import Call, Constant, Expr, Function
 from .partitioning import OUTPUT_SCALE_ACTIVATIONS
@@ -64,8 +66,17 @@ def _is_conv_acc(acc: Expr) -> bool:
     return isinstance(acc, Call) and acc.op == "qnn.conv2d_integer"
 
 
+def rounding_for(cfg: HwConfig | None) -> str:
+    """The requantization rounding of :func:`fixed_point_requantize` for models compiled
+    for ``cfg``: ``"single"`` (REQUANT's one rounding, faster and closer to float than
+    TFLite's) where its STOREs requantize
+    (:func:`~tensorfab.isa.formats.requant_supported`) or with no config, else
+    ``"double"`` (TFLite's MULHI epilogue on the ALU)."""
+    return "double" if cfg is not None and not requant_supported(cfg) else "single"
+
+
 def fixed_point_requantize(fn: Function, per_channel: bool = False,
-                           rounding: str = "double") -> Function:
+                           rounding: str = "double", every_q31: bool = False) -> Function:
     """``fn`` with per-tensor int8 ``qnn.requantize`` calls after integer convolutions
     or matmuls replaced by the accelerator's ``qnn.requantize_fixed``. With
     ``per_channel``, per-channel ones after integer convolutions become
@@ -76,7 +87,10 @@ def fixed_point_requantize(fn: Function, per_channel: bool = False,
     ``rounding="single"`` the int8 vector operators (:data:`~.partitioning.
     OUTPUT_SCALE_ACTIVATIONS`, each with an output scale of
     :mod:`tensorfab.compiler.tensor.vector_program`'s attributes) scale
-    their output with one REQUANT too (:func:`single_rounding`)."""
+    their output with one REQUANT too (:func:`single_rounding`). With ``every_q31``
+    (and ``per_channel``), per-tensor ones after integer convolutions become
+    ``qnn.requantize_q31`` too, one scale for every channel: a config without the vector
+    ALU has no other epilogue than its STOREs' REQUANT."""
     def rule(e: Expr, _old: Expr) -> Expr:
         if isinstance(e, Call) and e.op in OUTPUT_SCALE_ACTIVATIONS and rounding == "single" \
                 and e.attrs.get("rounding", "double") == "double":
@@ -88,10 +102,10 @@ def fixed_point_requantize(fn: Function, per_channel: bool = False,
         scale, zp = e.args[1], e.args[2]
         if per_channel and _is_conv_acc(e.args[0]) and isinstance(scale, Constant) \
                 and isinstance(zp, Constant) and np.unique(zp.data).size == 1 \
-                and (scale.data.size > 1 or np.any(zp.data)):
+                and (every_q31 or scale.data.size > 1 or np.any(zp.data)):
             scales = scale.data.astype(np.float64).reshape(-1)
-            if scales.size == 1:  # one scale with a zero point (a one-channel
-                # convolution's per-channel scale): requantize_fixed has no zero point
+            if scales.size == 1:  # one scale with a zero point (requantize_fixed has
+                # none) or for every_q31: every channel's
                 scales = np.full(_conv_channels(e.args[0]), scales[0])
             mult, exp = quantize_multipliers(scales)
             return Call("qnn.requantize_q31", [e.args[0]],

@@ -169,7 +169,10 @@ def cpu_convolutions(fn: Function, cfg: HwConfig | None = None) -> list[str]:
     for e in post_order(fn):
         if not (isinstance(e, Call) and e.op in ("qnn.conv2d_integer", "nn.conv2d")):
             continue
-        why = accelerator_conv_refusal(e, cfg) or "no requantization to int8 follows it"
+        why = accelerator_conv_refusal(e, cfg) or (
+            "no requantization to int8 follows it" if cfg is None or cfg.vector_alu else
+            f"no requantization to int8 that config {cfg.name!r}'s STOREs compute follows "
+            "it (it has no vector ALU)")
         x, w = e.args[0].checked_type, e.args[1].checked_type
         kernel = "x".join(str(d) for d in w.shape[2:])  # type: ignore[union-attr]
         stride = "x".join(str(s) for s in e.attrs["strides"])
@@ -206,9 +209,17 @@ def accelerator_chains(fn: Function, cfg: HwConfig | None = None) -> list[list[C
         chain: list[Call] = [e, *(c for c, _ in follow)]  # type: ignore[list-item]
         while chain and not chain_in_order([c.op for c in chain]):
             chain.pop()  # the longest start that is a chain; none: the CPU runs it
-        if chain:
+        if chain and (cfg is None or cfg.vector_alu or store_requant_chain(chain)):
             chains.append(chain)
     return chains
+
+
+def store_requant_chain(chain: Sequence[Call]) -> bool:
+    """Whether the chain's epilogue is its STOREs' REQUANT alone (one rounding,
+    ``qnn.requantize_q31`` or ``qnn.requantize_residual_q31``): the only one a config
+    without the vector ALU runs."""
+    return any(c.op == "qnn.requantize_residual_q31" or (
+        c.op == "qnn.requantize_q31" and c.attrs.get("rounding") == "single") for c in chain)
 
 
 RESIDUAL_ADD_PLACEMENTS = ("cpu", "accel", "auto")
@@ -314,7 +325,7 @@ def concat_refusal(e: Call, cfg: HwConfig) -> str | None:
     apart), or None (:func:`~tensorfab.compiler.tensor.concat.concat_program`)."""
     from tensorfab.compiler.tensor.channel_gather import block_sources
     from tensorfab.compiler.tensor.concat import CONCAT_INPUTS, concat_channels, is_copy
-    from tensorfab.isa.formats import requant_supported
+    from tensorfab.isa.formats import alu_requant_supported
 
     a, b = (tuple(infer_types(x).shape) for x in e.args)  # type: ignore[union-attr]
     if len(a) != 4:
@@ -322,7 +333,7 @@ def concat_refusal(e: Call, cfg: HwConfig) -> str | None:
     if a[0] > cfg.batch:
         return (f"int8 concatenation of a batch of {a[0]}: the program takes one batch "
                 f"block ({cfg.batch} on config {cfg.name!r})")
-    if not requant_supported(cfg) and not all(is_copy(e.attrs, x) for x in CONCAT_INPUTS):
+    if not alu_requant_supported(cfg) and not all(is_copy(e.attrs, x) for x in CONCAT_INPUTS):
         return (f"int8 concatenation of inputs at other scales: config {cfg.name!r} has no "
                 "REQUANT to bring them to the output's")
     channels = concat_channels({"a_channels": a[1], "b_channels": b[1]}, a, b, 1)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from tensorfab.isa import HwConfig
-from tensorfab.isa.formats import requant_supported
+from tensorfab.isa.formats import alu_requant_supported
 from tensorfab.isa.program import Program
 from tensorfab.isa.requant_record import pack_requant_records
 
@@ -121,7 +121,7 @@ def concat_program(cfg: HwConfig, a_shape: tuple[int, ...], b_shape: tuple[int, 
     if missing:
         raise CompileError(f"qnn.concat_q31: missing attributes {', '.join(missing)}")
     scaled = [x for x in CONCAT_INPUTS if not is_copy(attrs, x)]
-    if scaled and not requant_supported(cfg):
+    if scaled and not alu_requant_supported(cfg):
         raise CompileError(f"config {cfg.name!r} has no REQUANT: qnn.concat_q31 can only "
                            f"copy inputs at the output's scale ({', '.join(scaled)} differ)")
     channels = concat_channels(attrs, a_shape, b_shape, cfg.block_out)

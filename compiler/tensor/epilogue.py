@@ -10,7 +10,11 @@ import numpy as np
 from tensorfab.isa import AluOp, HwConfig
 from tensorfab.isa.formats import IMM_MAX as _IMM_MAX
 from tensorfab.isa.formats import IMM_MIN as _IMM_MIN
-from tensorfab.isa.formats import REQUANT_RECORD_WORDS, requant_supported
+from tensorfab.isa.formats import (
+    REQUANT_RECORD_WORDS,
+    alu_requant_supported,
+    requant_supported,
+)
 from tensorfab.isa.requant_record import pack_requant_acc_records, pack_requant_records
 
 from .errors import CompileError
@@ -228,10 +232,18 @@ class Epilogue:
 
     def check_config(self, cfg: HwConfig) -> None:
         """Raise :class:`CompileError` if ``cfg`` cannot run this epilogue."""
-        if self.one_pass and not requant_supported(cfg):
-            raise CompileError(f"config {cfg.name!r} has no REQUANT (a weight row of "
-                               f"{cfg.block_in} bytes cannot hold a record); use "
-                               "rounding='double'")
+        if not self.store_requant and not cfg.vector_alu:
+            raise CompileError(f"config {cfg.name!r} has no vector ALU: its only epilogue "
+                               "is the STOREs' REQUANT (rounding='single', "
+                               "requant_stage='store')")
+        if self.store_requant and not requant_supported(cfg):
+            raise CompileError(f"config {cfg.name!r} has no REQUANT in its STOREs (a "
+                               f"weight row of {cfg.block_in} bytes cannot hold a record); "
+                               "use rounding='double'")
+        if self.one_pass and not self.store_requant and not alu_requant_supported(cfg):
+            raise CompileError(f"config {cfg.name!r} has no REQUANT in its ALU (a weight "
+                               f"row of {cfg.block_in} bytes cannot hold a record); use "
+                               "rounding='double' or requant_stage='store'")
 
     def record_entries(self, cfg: HwConfig, out_channels: int, groups: int = 1) -> int:
         """Weight-buffer entries reserved for the one-pass epilogue (0 unless

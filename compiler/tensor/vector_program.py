@@ -38,8 +38,11 @@ __all__ = ["OutputScale", "Tile", "VectorLoop", "block_entries", "blocked_groups
 def vector_program_refusal(cfg: HwConfig) -> str | None:
     """What ``cfg`` lacks to run vector programs (residual adds, activations, channel
     scales and permutations, which move int8 entries of ``batch × block_in`` values
-    through accumulator entries of ``batch × block_out``): ``"block_in == block_out
-    (got ...), 8-bit inputs and 32-bit accumulators"``, or ``None`` when it has it."""
+    through accumulator entries of ``batch × block_out``, with the vector ALU): ``"the
+    vector ALU ..."`` or ``"block_in == block_out (got ...), 8-bit inputs and 32-bit
+    accumulators"``, or ``None`` when it has it."""
+    if not cfg.vector_alu:
+        return "the vector ALU (vector_alu is false)"
     if cfg.block_in != cfg.block_out or cfg.inp_width != 8 or cfg.acc_width != 32:
         return (f"block_in == block_out (got {cfg.block_in}, {cfg.block_out}), 8-bit "
                 "inputs and 32-bit accumulators")

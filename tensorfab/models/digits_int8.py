@@ -125,13 +125,12 @@ def compile_digits_int8(batch: int = 40, config: str | HwConfig = "default",
     from tensorfab.compiler.graph.accel_lowering import lower_accelerator_chains
     from tensorfab.compiler.graph.constant_folding import fold_constants
     from tensorfab.compiler.graph.dense_as_conv import dense_as_conv
-    from tensorfab.compiler.graph.fixed_point import fixed_point_requantize
+    from tensorfab.compiler.graph.fixed_point import fixed_point_requantize, rounding_for
     from tensorfab.compiler.graph.layout_planning import pack_accel_layouts
     from tensorfab.compiler.graph.lower_runtime import lower_to_runtime
     from tensorfab.compiler.graph.partitioning import annotate_accelerator
     from tensorfab.compiler.graph.planning import plan_devices
     from tensorfab.compiler.graph.qdq_lowering import lower_qdq
-    from tensorfab.isa.formats import requant_supported
 
     float_model = onnx.load(str(model_path())) if model is None else (
         onnx.load(model) if isinstance(model, str) else model)
@@ -143,9 +142,8 @@ def compile_digits_int8(batch: int = 40, config: str | HwConfig = "default",
     integer = lower_qdq(fold_constants(f))
     # the dense layer as a 1x1 convolution: on the accelerator like the convolutions
     cfg = config if isinstance(config, HwConfig) else get_config(config)
-    rounding = "single" if requant_supported(cfg) else "double"
     g = fixed_point_requantize(dense_as_conv(integer), per_channel=per_channel,
-                               rounding=rounding)
+                               rounding=rounding_for(cfg), every_q31=not cfg.vector_alu)
     planned = pack_accel_layouts(plan_devices(annotate_accelerator(g, accel(cfg))))
     compiled = lower_accelerator_chains(planned, requant_stage=requant_stage)
     return DigitsInt8(program=lower_to_runtime(compiled), reference=lower_to_runtime(g),

@@ -27,6 +27,7 @@ from tensorfab.sim.rtl.clock_gates import (
     CLOCK_GATES,
     ClockGate,
     ClockGateError,
+    config_gates,
     enable_terms,
     gate_verilog,
 )
@@ -226,7 +227,7 @@ def test_a_gate_whose_enable_reads_an_input_is_refused(monkeypatch) -> None:
 
     bad = CLOCK_GATES[0]
     # an enable the wrapper computes from a core input: the harness could not know it
-    monkeypatch.setattr(rtl_build, "CLOCK_GATES", (bad,))
+    monkeypatch.setattr(rtl_build, "config_gates", lambda cfg: (bad,))
     real = rtl_build.wrapper_ports
 
     def from_input(verilog, core, gates):
@@ -312,7 +313,7 @@ def test_a_shortened_enable_changes_the_run(monkeypatch, unit: str, term: str) -
     short = tuple(dataclasses.replace(g, enable=tuple(t for t in g.enable if t != term))
                   if g.name == unit else g for g in CLOCK_GATES)
     assert short != CLOCK_GATES
-    monkeypatch.setattr(rtl_build, "CLOCK_GATES", short)
+    monkeypatch.setattr(rtl_build, "config_gates", lambda cfg: short)
     assert _one_core_session(build_harness(TINY, pgo=False)) != full
 
 
@@ -368,3 +369,16 @@ def test_an_optional_term_counts_where_the_core_has_its_signal() -> None:
     required = dataclasses.replace(alu, enable=(*alu.enable, "seq_running"))
     with pytest.raises(ClockGateError, match="has no signal 'seq_running'"):
         enable_terms(core_source(TINY), CORE, required)
+
+
+def test_a_core_without_the_vector_alu_has_no_alu_gate() -> None:
+    """config_gates leaves out the gate of a unit the config does not have: the build of
+    a core without the vector ALU (the iCEBreaker's up5k) would find no module for it."""
+    from tensorfab.fpga_builds.board_configs import board_config
+
+    up5k = board_config("up5k")
+    assert not up5k.vector_alu
+    assert [g.name for g in config_gates(up5k)] == ["gemm", "store", "fetch"]
+    assert config_gates(TINY) == CLOCK_GATES
+    assert "compute.alu" not in core_source(up5k)
+    assert "compute.alu.vector" in core_source(TINY)
