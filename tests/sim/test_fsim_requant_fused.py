@@ -169,5 +169,6 @@ def test_packing_errors_name_the_field_and_channel() -> None:
         pack_requant_records(cfg, **{**fields, "shift": 3, "bias": [0, 0, 0]})
     with pytest.raises(UsageError, match="need the fields"):
         pack_requant_records(cfg, multiplier=1)
-    with pytest.raises(UsageError, match="'small' has no REQUANT: a weight row holds 8 bytes"):
+    with pytest.raises(UsageError,
+                       match="'small' has no REQUANT in its ALU: a weight row holds 8 bytes"):
         pack_requant_records(PRESETS["small"], **fields)
