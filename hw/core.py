@@ -17,6 +17,7 @@ from .csr import CsrBlock, CsrBusSignature
 from .fetch import Fetch
 from .load import LoadEngine
 from .mem_port import MemPortSignature
+from .register_slice import BufferedFifo
 from .signatures import (
     InsnStreamLayout,
     acc_entry_bits,
@@ -125,12 +126,13 @@ class Core(wiring.Component):
         for name, src, dst in (("load", fetch.load_insn, load.insn),
                                ("compute", fetch.compute_insn, compute.insn),
                                ("store", fetch.store_insn, store.insn)):
-            # (a SyncFIFOBuffered of depth 2 holds a one-entry SyncFIFO whose pointers
-            # are zero bits wide; Amaranth 0.5 writes them as `[-1:0]`, which Verilator
-            # reads as two bits: a plain FIFO holds the same two instructions)
+            # (SyncFIFOBuffered's timing with a registered w_rdy; one of depth 2 would
+            # hold a one-entry SyncFIFO whose pointers are zero bits wide, which Amaranth
+            # 0.5 writes as `[-1:0]` and Verilator reads as two bits: a plain FIFO holds
+            # the same two instructions)
             depth = cfg.cmd_queue_depth
             q = cleared(f"{name}_cmds",
-                        fifo.SyncFIFOBuffered(width=isl.size, depth=depth) if depth > 2
+                        BufferedFifo(isl.size, depth) if depth > 2
                         else fifo.SyncFIFO(width=isl.size, depth=depth))
             connect(m, src, q.w_stream)
             connect(m, q.r_stream, dst)

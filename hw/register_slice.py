@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal, Value
-from amaranth.lib import wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .block_ram_fifo import BlockRamFifo, holds_next, level_flags
 
-__all__ = ["AlternatingSlice", "RegisterSlice"]
+__all__ = ["AlternatingSlice", "BufferedFifo", "RegisterSlice"]
 
 
 class RegisterSlice(wiring.Component):
@@ -174,4 +175,85 @@ class AlternatingSlice(wiring.Component):
             with m.If(push & (w_ptr == i)):
                 m.d.sync += entry.eq(self.w_data)
         m.d.sync += [w_ptr.eq(w_ptr ^ push), r_ptr.eq(r_ptr ^ pop)]
+        return m
+
+
+class BufferedFifo(wiring.Component):
+    """Amaranth's ``SyncFIFOBuffered(width, depth)`` cycle for cycle (the same ports,
+    levels, latency and read data), with ``w_rdy`` a register.
+
+    Like ``SyncFIFOBuffered`` it keeps ``depth - 1`` entries in a memory read into the
+    head register ``r_data`` (a synchronous read: LUT RAM and its output register on
+    an ECP5). There ``w_rdy`` is a comparison of the memory's level, whose fan-out
+    through a writer's handshake (the fetch unit's dispatch to the command queues)
+    reached every register the write enables; here it, and whether the memory holds
+    an entry, are registers set from the level and the cycle's push and pop
+    (:func:`~.block_ram_fifo.level_flags`), so whatever follows them starts at
+    flip-flops.
+
+    Parameters
+    ----------
+    width : int
+        Bits per entry.
+    depth : int
+        Entries (at least 3: ``SyncFIFOBuffered`` of depth 2 holds a memory of one).
+
+    Attributes
+    ----------
+    w_data, w_en, w_rdy, r_data, r_en, r_rdy, level
+        ``SyncFIFOBuffered``'s ports.
+    w_stream, r_stream
+        Its streams, as Amaranth's FIFOs give them.
+    """
+
+    def __init__(self, width: int, depth: int) -> None:
+        if depth < 3:
+            raise ValueError(f"BufferedFifo: depth = {depth}; at least 3")
+        self.width = width
+        self.depth = depth
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "level": Out(range(depth + 1)),
+        })
+
+    @property
+    def w_stream(self) -> stream.Interface:
+        """The write side as a stream (``w_data``, ``w_en``, ``w_rdy``)."""
+        w_stream = stream.Signature(self.width).flip().create()
+        w_stream.payload, w_stream.valid, w_stream.ready = self.w_data, self.w_en, self.w_rdy
+        return w_stream
+
+    @property
+    def r_stream(self) -> stream.Interface:
+        """The read side as a stream (``r_data``, ``r_rdy``, ``r_en``)."""
+        r_stream = stream.Signature(self.width).create()
+        r_stream.payload, r_stream.valid, r_stream.ready = self.r_data, self.r_rdy, self.r_en
+        return r_stream
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        inner = self.depth - 1
+        inner_level = Signal(range(inner + 1))
+        push = self.w_en & self.w_rdy
+        inner_rdy = Signal()  # the memory holds an entry
+        pop = inner_rdy & (~self.r_rdy | self.r_en)  # the memory's head to r_data
+        holds, not_full = level_flags(m, inner_level, inner, push, pop)
+        m.d.comb += [inner_rdy.eq(holds), self.w_rdy.eq(not_full)]
+
+        m.submodules.storage = storage = Memory(shape=self.width, depth=inner, init=[])
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="sync")
+        produce = Signal(range(inner))
+        consume = Signal(range(inner))
+        m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(push),
+                     r_port.addr.eq(consume), r_port.en.eq(pop), self.r_data.eq(r_port.data)]
+        with m.If(push):
+            m.d.sync += produce.eq(Mux(produce == inner - 1, 0, produce + 1))
+        with m.If(pop):
+            m.d.sync += [consume.eq(Mux(consume == inner - 1, 0, consume + 1)),
+                         self.r_rdy.eq(1)]
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        m.d.comb += self.level.eq(inner_level + self.r_rdy)
         return m
