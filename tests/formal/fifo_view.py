@@ -1,5 +1,6 @@
 """Views of a FIFO's entries for formal specs: where each entry is in an Amaranth
-``SyncFIFO``/``SyncFIFOBuffered``, a :class:`~tensorfab.hw.register_slice.RegisterSlice`
+``SyncFIFO``/``SyncFIFOBuffered``, a :class:`~tensorfab.hw.register_slice.BufferedFifo`, a
+:class:`~tensorfab.hw.register_slice.RegisterSlice`
 or an :class:`~tensorfab.hw.register_slice.AlternatingSlice`,
 and the invariants that keep its pointers and level consistent, for helper invariants
 that make a FIFO's contract (or a property of a block holding one) inductive."""
@@ -12,7 +13,7 @@ from amaranth.hdl import Fragment, Module, Mux, Value
 from amaranth.lib.fifo import SyncFIFOBuffered
 
 from formal.symbiyosys import driven_signals, elaborate_here
-from tensorfab.hw.register_slice import AlternatingSlice, RegisterSlice
+from tensorfab.hw.register_slice import AlternatingSlice, BufferedFifo, RegisterSlice
 
 __all__ = ["FifoView", "RingView", "alternating_slice_view", "buffered_fifo_view",
            "ready_flags", "register_slice_view", "slice_view"]
@@ -72,15 +73,19 @@ class RingView:
         return [peek.data for peek in self.peeks], invariants, statements
 
 
-def buffered_fifo_view(fifo: SyncFIFOBuffered) -> FifoView:
-    """``SyncFIFOBuffered`` (depth 3 or more): the head in the read port's output
-    register while ``r_rdy``, the others in a ring of ``depth - 1``."""
+def buffered_fifo_view(fifo: BufferedFifo) -> FifoView:
+    """:class:`~tensorfab.hw.register_slice.BufferedFifo`: the head in the read port's
+    output register while ``r_rdy``, the others in a ring of ``depth - 1``; its ready
+    flags (registers) say the ring is not full and not empty."""
     module = elaborate_here(fifo)
     inner = fifo.depth - 1
     ring = RingView(module, inner)
     fragment = Fragment.get(module, None)
-    inner_level = driven_signals(fragment)["inner_level"]
+    reg = driven_signals(fragment)
+    inner_level = reg["inner_level"]
     stored, invariants, statements = ring.entries(fragment, inner_level)
+    invariants += [fifo.w_rdy == (inner_level != inner),
+                   reg["nonempty"] == (inner_level != 0)]
     entries = [Mux(fifo.r_rdy, fifo.r_data if i == 0 else stored[i - 1], stored[min(i, inner - 1)])
                for i in range(fifo.depth)]
     invariants.append(fifo.level == inner_level + fifo.r_rdy)

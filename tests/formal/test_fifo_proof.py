@@ -5,7 +5,8 @@ the order they went in), by k-induction (unbounded).
 RegisterSlice at depths 2 (the arbiter's port command slice), 3 (the memory model's
 output), 4 (the smallest with a ``SyncFIFO`` tail) and 16 (the arbiter's outstanding
 FIFOs); AlternatingSlice (the arbiter's master command slices, the SoC's read data).
-The command FIFOs (Amaranth's ``SyncFIFOBuffered``) at every preset's depth: 4
+The command FIFOs (``BufferedFifo``, Amaranth's ``SyncFIFOBuffered`` with registered
+ready flags) at every preset's depth: 4
 (tiny), 8 (small), 16 (the larger presets; ``slow``, about a minute). Entries are 4
 bits wide: every bit of an entry takes the same path, and the contract needs only two
 distinguishable values (the solver's time grows steeply with the width).
@@ -23,11 +24,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import amaranth.lib.fifo
 import pytest
 from amaranth.hdl import Assert, Assume, Cover, Module, Signal
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 
+import tensorfab.hw.register_slice
 from formal.fifo_view import (
     FifoView,
     alternating_slice_view,
@@ -41,7 +42,7 @@ from formal.symbiyosys import (
     free_const,
     mutant,
 )
-from tensorfab.hw.register_slice import AlternatingSlice, RegisterSlice
+from tensorfab.hw.register_slice import AlternatingSlice, BufferedFifo, RegisterSlice
 from tensorfab.isa import PRESETS
 
 SLICE_DEPTHS = [2, 3, 4, 16]
@@ -52,10 +53,9 @@ WIDTH = 4
 INDUCTION_DEPTH = 3
 
 
-def command_fifo(width: int, depth: int) -> SyncFIFO:
+def command_fifo(width: int, depth: int) -> SyncFIFO | BufferedFifo:
     """The FIFO the core puts between fetch and each engine (hw/core.py)."""
-    return (SyncFIFOBuffered(width=width, depth=depth) if depth > 2
-            else SyncFIFO(width=width, depth=depth))
+    return BufferedFifo(width, depth) if depth > 2 else SyncFIFO(width=width, depth=depth)
 
 
 def fifo_spec(dut: SyncFIFO | RegisterSlice | AlternatingSlice, depth: int, width: int, *,
@@ -205,8 +205,8 @@ def test_register_slice_mutant_refuted(tmp_path: Path) -> None:
 def test_command_fifo_mutant_refuted(tmp_path: Path) -> None:
     # the output register is refilled on a write too, even while it holds an entry
     # not read: the entry is lost
-    broken = mutant(amaranth.lib.fifo, "SyncFIFOBuffered",
-                    "inner_r_rdy & (~self.r_rdy | self.r_en)",
-                    "inner_r_rdy & (~self.r_rdy | self.r_en | self.w_en)")
+    broken = mutant(tensorfab.hw.register_slice, "BufferedFifo",
+                    "inner_rdy & (~self.r_rdy | self.r_en)",
+                    "inner_rdy & (~self.r_rdy | self.r_en | self.w_en)")
     spec = fifo_spec(broken(width=WIDTH, depth=4), 4, WIDTH, registered_head=False)
     assert_refuted(spec, tmp_path, depth=10)
