@@ -39,9 +39,9 @@ import numpy as np
 from tensorfab.isa import HwConfig, UsageError
 from tensorfab.isa.formats import requant_supported
 
-__all__ = ["FEATURES", "MIN_BUILDS", "MODEL_PATH", "REPORTED_BUILDS", "RESOURCES",
-           "SDRAM_CONTROLLER", "SEQUENTIAL_ALU_DSP_SAVED_PER_LANE", "STORE_REQUANT_DSP_PER_LANE",
-           "ResourceModel",
+__all__ = ["ALU_DSP_PER_LANE", "FEATURES", "MIN_BUILDS", "MODEL_PATH", "REPORTED_BUILDS",
+           "RESOURCES", "SDRAM_CONTROLLER", "SEQUENTIAL_ALU_DSP_SAVED_PER_LANE",
+           "STORE_REQUANT_DSP_PER_LANE", "ResourceModel",
            "buffer_blocks", "buffer_brams", "config_features", "dp16kd_blocks", "ecp5_board",
            "fit_resource_model",
            "memory_brams"]
@@ -68,6 +68,12 @@ STORE_REQUANT_DSP_PER_LANE = 4
 #: vector ALU's four partial-product multipliers become one
 #: (:mod:`tensorfab.hw.alu_sequential`; ulx3s-25f ``ecp5-25f``, 2 lanes: 20 → 14 DSP).
 SEQUENTIAL_ALU_DSP_SAVED_PER_LANE = 3
+
+#: ``MULT18X18D`` blocks per lane of the vector ALU (its four partial-product
+#: multipliers), which every build the model is fitted to has: a config without it
+#: (``vector_alu`` false) has that many fewer. Its LUTs are not taken out of the
+#: estimate (no build without the ALU to fit them to).
+ALU_DSP_PER_LANE = 4
 
 #: The features each resource is linear in (``one`` is the constant term).
 FEATURES: dict[str, tuple[str, ...]] = {
@@ -363,6 +369,8 @@ class ResourceModel:
                 value += STORE_REQUANT_DSP_PER_LANE * feats["lanes"]
             if res == "DSP" and cfg.sequential_multiplier:
                 value -= SEQUENTIAL_ALU_DSP_SAVED_PER_LANE * feats["lanes"]
+            if res == "DSP" and not cfg.vector_alu:
+                value -= ALU_DSP_PER_LANE * feats["lanes"]
             if in_sdram:
                 value += SDRAM_CONTROLLER.get(res, 0)
             elif res == "BRAM":
