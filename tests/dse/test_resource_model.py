@@ -365,3 +365,23 @@ def test_a_sequential_multiplier_saves_three_dsps_per_lane() -> None:
     seq = model.estimate(cfg.replace(sequential_multiplier=True), "ulx3s-25f")["DSP"]
     lanes = cfg.batch * cfg.block_out
     assert plain - seq == resource_model.SEQUENTIAL_ALU_DSP_SAVED_PER_LANE * lanes == 6
+
+
+def test_a_config_without_the_vector_alu_has_its_dsps_fewer() -> None:
+    """``ecp5-25f`` without the vector ALU measured 20 DSP (``fpga breakdown``,
+    flattened), as with it: the ALU's four per lane out, the STOREs' REQUANT's four per
+    lane in (block_in 4 has it only without the ALU). Where the STOREs requantize
+    either way (``default``), the estimate drops by the ALU's four per lane."""
+    from tensorfab.dse import resource_model
+    from tensorfab.fpga_builds.board_configs import board_config
+    from tensorfab.isa import PRESETS
+
+    model = ResourceModel.load()
+    cfg = board_config("ecp5-25f")
+    assert model.estimate(cfg.replace(vector_alu=False), "ulx3s-25f")["DSP"] == \
+        model.estimate(cfg, "ulx3s-25f")["DSP"]
+    default = PRESETS["default"]
+    lanes = default.batch * default.block_out
+    assert model.estimate(default, "ulx3s-85f")["DSP"] - model.estimate(
+        default.replace(vector_alu=False), "ulx3s-85f")["DSP"] == \
+        resource_model.ALU_DSP_PER_LANE * lanes == 64
