@@ -1,11 +1,12 @@
 """The instruction decoder's legality check (``InsnCheck``) against the ISA, on every
-preset.
+preset and the iCEBreaker's ``up5k``.
 
 Proved for every word: ``ok`` exactly when the code is NONE; BAD_OPCODE exactly for
 the opcodes the ISA does not declare (and ALU in a config without the vector ALU);
 RESERVED_BITS exactly for a declared opcode with a bit of its format's reserved mask
-set (from the ISA's ``Format``, not the hardware's layouts); BAD_FIELD exactly when the ISA's field rules reject the word, the reference
-being :func:`tensorfab.isa.check_insn` itself run on symbolic fields
+set (from the ISA's ``Format``, not the hardware's layouts); BAD_FIELD exactly when
+the ISA's field rules reject the word, the reference being
+:func:`tensorfab.isa.check_insn` itself run on symbolic fields
 (:mod:`formal.isa_reference`). Cross-checked on tiny as well: covers make the solver
 find, for every opcode, a word of each verdict its random words can have, and words
 with each field at zero and at all ones; :func:`tensorfab.isa.decode_insn` (which
