@@ -31,15 +31,18 @@ demo: $(STAMP)
 # the device suite runs on the virtual board in the first run; the second injects faults
 test: $(STAMP)
 	$(BIN)/ruff check .
-	# the device suite on the virtual board with link faults, then everything (whose
-	# summary line closes the run)
+	# the device suite on the virtual board with link faults, on the iCEBreaker's up5k
+	# (no vector ALU), then everything (whose summary line closes the run)
 	$(BIN)/pytest -n 1 -m "not slow" tests/hil/test_device_suite.py --device-faults \
 		--device-programs 5 -k "not directed"
+	$(BIN)/pytest -n 1 -m "not slow" tests/hil/test_device_suite.py \
+		--device-config fpga_builds/configs/up5k.json --device-programs 5
 	$(BIN)/pytest -n 2 -m "not slow" --durations=25
 
 test-all: $(STAMP)
 	$(BIN)/pytest -n 2
 	$(BIN)/pytest -n 1 tests/hil/test_device_suite.py --device-faults
+	$(BIN)/pytest -n 1 tests/hil/test_device_suite.py --device-config fpga_builds/configs/up5k.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

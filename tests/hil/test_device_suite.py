@@ -151,6 +151,16 @@ def test_random_programs_long(dut: DeviceUnderTest, link_check: None,
                    for s in range(first, first + 10 * count)})
 
 
+def _requantizing(cfg: HwConfig, mult: int, shift: int, channels: int,
+                  relu: bool = False) -> Epilogue:
+    """The scale ``mult / 2^shift``: MUL and SHR_RND on the ALU, or in a config without
+    the vector ALU its STOREs' REQUANT (the same scale in every channel)."""
+    if cfg.vector_alu:
+        return Epilogue(requant=(mult, shift), relu=relu)
+    return Epilogue.from_scales(np.full(channels, mult / 2.0 ** shift), relu=relu,
+                                bias=True, rounding="single")
+
+
 def test_compiled_layers(dut: DeviceUnderTest, link_check: None) -> None:
     """A 3x3 convolution and a dense layer from the tensor compiler, with requantizing
     epilogues."""
@@ -160,11 +170,11 @@ def test_compiled_layers(dut: DeviceUnderTest, link_check: None) -> None:
     w = rng.integers(-128, 128, (16, 12, 3, 3), dtype=np.int8)
     bias = rng.integers(-4096, 4096, 16).astype(np.int32)
     conv = conv2d(cfg, x, w, bias, stride=1, padding=1,
-                  epilogue=Epilogue(requant=(19_000, 12), relu=True))
+                  epilogue=_requantizing(cfg, 19_000, 12, 16, relu=True))
     xd = rng.integers(-128, 128, (5, 40), dtype=np.int8)
     wd = rng.integers(-128, 128, (24, 40), dtype=np.int8)
     fc = dense(cfg, xd, wd, rng.integers(-1000, 1000, 24).astype(np.int32),
-               epilogue=Epilogue(requant=(23_000, 10)))
+               epilogue=_requantizing(cfg, 23_000, 10, 24))
     for name, op in (("conv2d", conv), ("dense", fc)):
         got = dut.device.run(op.program)
         assert_same_as_fsim(op.program, got, name)
