@@ -78,12 +78,12 @@ def test_compile_and_run_for_a_board_config_by_name(files, capsys, name: str) ->
 
 
 @pytest.mark.parametrize(("board", "batch"), [("ulx3s-85f", 40), ("icebreaker", 16),
-                                              ("icebreaker", 24)])
+                                              ("icebreaker", 32)])
 def test_compile_for_a_board_that_is_too_small_is_refused(files, capsys, board: str,
                                                           batch: int) -> None:
     # the digits CNN needs more than ulx3s-85f's 64 KiB with tiny for 40 images, more
     # than the iCEBreaker's 32 KiB with up5k for 16, more than up5k's whole 16-bit address
-    # space for 24
+    # space for 32
     b = BOARDS[board]
     reference = files["dir"] / f"digits-{b.config}-{batch}.tfm"
     assert main(compile_args(files, reference, batch, "--config", b.config)) == 0
@@ -94,7 +94,7 @@ def test_compile_for_a_board_that_is_too_small_is_refused(files, capsys, board: 
         needed, split = plan.size, f" ({plan.static_bytes} static + "
     except OutOfDeviceMemory as e:
         needed, split = e.needed, ""
-    assert needed > b.mem_bytes and (split == "") == (batch == 24)
+    assert needed > b.mem_bytes and (split == "") == (batch == 32)
     out = files["dir"] / f"digits-{board}-{batch}.tfm"
     on_chip = ["--memory", "on-chip"] if BOARDS[board].sdram_bytes else []
     assert main(compile_args(files, out, batch, "--board", board, *on_chip)) == 2
