@@ -27,7 +27,7 @@ from tensorfab.cli_output import (
     working,
 )
 from tensorfab.fpga_builds.board_configs import board_config, board_config_names
-from tensorfab.isa import PRESETS, BinaryFormatError, Program, TensorfabError
+from tensorfab.isa import PRESETS, BinaryFormatError, Opcode, Program, TensorfabError
 from tensorfab.isa.config import HwConfig
 from tensorfab.isa.formats import buffer_bytes, insn_formats, insn_width, uop_format
 from tensorfab.isa.program import MAGIC
@@ -106,8 +106,10 @@ def config_summary(cfg: HwConfig) -> dict:
                             "uop": uop_format(cfg).bytes},
             "insn_width": insn_width(cfg),
             "uop_width": uop_format(cfg).width,
+            # (an ALU word is no instruction of a config without the vector ALU)
             "field_widths": {op.name.lower(): {f.name: f.width for f in fmt.fields}
-                             for op, fmt in formats.items()}
+                             for op, fmt in formats.items()
+                             if op is not Opcode.ALU or cfg.vector_alu}
             | {"uop": {f.name: f.width for f in uop_format(cfg).fields}},
         },
     }

@@ -21,6 +21,13 @@ def test_config_show_prints_json_with_derived_values(capsys):
     assert out["derived"]["peak_macs_per_cycle"] == 256
     assert out["derived"]["field_widths"]["gemm"]["uop_begin"] == 13
     assert out["derived"]["insn_width"] == 128
+    assert "alu" in out["derived"]["field_widths"]
+    # the iCEBreaker's up5k has no vector ALU: no ALU instruction, STOREs with requant
+    assert main(["config", "show", "up5k", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["vector_alu"] is False
+    assert "alu" not in out["derived"]["field_widths"]
+    assert out["derived"]["field_widths"]["store"]["requant"] == 1
 
 
 def test_config_list_lists_presets_and_board_configs_and_takes_no_name(capsys):
