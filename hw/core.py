@@ -276,8 +276,10 @@ class Core(wiring.Component):
                 for r in reversed(reporters):  # the first listed wins a tie
                     with m.If(r.error.valid):
                         m.d.sync += [err_code.eq(r.error.code), err_index.eq(r.error.index)]
-            all_idle = (compute.finished & fetch.idle & load.idle & store.idle
-                        & compute.idle)
+            # (the compute engine is idle once FINISH has retired: it retires only with
+            # the pipeline drained, and halts the engine; its idle, which starts in the
+            # micro-op issue, stays out of `done`'s logic, an FPGA critical path)
+            all_idle = compute.finished & fetch.idle & load.idle & store.idle
             for e in queues_empty:
                 all_idle &= e
             with m.If(error | (all_idle & ~pending)):
