@@ -183,6 +183,7 @@ CLOCK_GATES: tuple[ClockGate, ...] = (
                "mem__cmd__valid", "cmd_stuck", "outstanding", "fired_beats", "got")),
 )
 
+
 def config_gates(cfg: HwConfig, gates: tuple[ClockGate, ...] = CLOCK_GATES
                  ) -> tuple[ClockGate, ...]:
     """The gates of ``gates`` whose units ``cfg``'s core has (:attr:`ClockGate.unit_flag`)."""

@@ -460,7 +460,9 @@ DIRECTED_GEMM_DIMS = {"tiny": (8, 8, 16), "small": (16, 16, 32), "default": (16,
 
 
 def directed_programs(cfg: HwConfig, *, large_gemm: bool = False) -> dict[str, Program]:
-    """Every directed program of the foundation suite, by name, with seeded data.
+    """Every directed program of the foundation suite, by name, with seeded data. A
+    config without the vector ALU gets its loads, stores and GEMMs and a requantizing
+    STORE (``store_requant``) instead of the ALU's programs.
 
     Parameters
     ----------
