@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.error_programs import patchable_program, patched_opcode
 
 from tensorfab.compiler.tensor import Epilogue, conv2d
 from tensorfab.compiler.tensor.errors import CompileError
@@ -15,15 +16,9 @@ from tensorfab.isa import (
     PRESETS,
     Alu,
     AluOp,
-    Buffer,
     ConfigError,
     ErrorCode,
-    Finish,
-    Gemm,
     IllegalInstruction,
-    Load,
-    Program,
-    Uop,
     UsageError,
     encode_insn,
 )
@@ -39,12 +34,8 @@ def test_an_alu_word_is_bad_opcode_at_its_index_in_fsim_and_the_rtl() -> None:
     instruction 2 with BAD_OPCODE, and the message says the config has no vector ALU."""
     from tensorfab.sim.rtl import RtlSimulator
 
-    prog = Program(UP5K, [Load(buffer=Buffer.UOP, sram=0, dram=0, y=1, x=1, push_next=True),
-                          Gemm(pop_prev=True, reset=True), Gemm(reset=True), Finish()],
-                   [Uop()], [])
-    image = prog.dram_image()
-    nb = prog.insn_bytes
-    image[2 * nb] = (image[2 * nb] & 0xF8) | int(Opcode.ALU)
+    prog = patchable_program(UP5K)
+    image = patched_opcode(prog, 2, int(Opcode.ALU))
     errors = []
     for run in (FunctionalSimulator().run, RtlSimulator().run):
         with pytest.raises(IllegalInstruction, match="has no vector ALU") as info:

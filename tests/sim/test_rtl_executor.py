@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.error_programs import patchable_program, patched_opcode, patched_word
 from support.isa_programs import (
     PAD_CASES,
     build_gemm,
@@ -165,17 +166,9 @@ def test_cycle_limit_raises_hang_error_with_limit_reason() -> None:
 
 
 # --------------------------------------------------------------------------- errors
-def _patchable() -> Program:
-    return Program(TINY, [Load(buffer=Buffer.UOP, sram=0, dram=0, y=1, x=1, push_next=True),
-                          Gemm(pop_prev=True, reset=True),
-                          Gemm(reset=True), Finish()], [Uop()], [])
-
-
 def test_illegal_opcode_in_image_is_bad_opcode_like_fsim() -> None:
-    prog = _patchable()
-    image = prog.dram_image()
-    nb = prog.insn_bytes
-    image[2 * nb] = (image[2 * nb] & 0xF8) | 7
+    prog = patchable_program(TINY)
+    image = patched_opcode(prog, 2, 7)
     with pytest.raises(IllegalInstruction) as ref:
         FunctionalSimulator().run(prog, image)
     with pytest.raises(IllegalInstruction, match="unknown opcode 7") as info:
@@ -188,12 +181,9 @@ def test_illegal_opcode_in_image_is_bad_opcode_like_fsim() -> None:
 
 
 def test_reserved_bits_and_range_errors_match_fsim() -> None:
-    prog = _patchable()
+    prog = patchable_program(TINY)
     fmt = insn_formats(TINY)[Opcode.FINISH]
-    image = prog.dram_image()
-    nb = prog.insn_bytes
-    word = int(Opcode.FINISH) | 1 << (fmt.width - 1)
-    image[3 * nb: 4 * nb] = np.frombuffer(word.to_bytes(nb, "little"), dtype=np.uint8)
+    image = patched_word(prog, 3, int(Opcode.FINISH) | 1 << (fmt.width - 1))
     with pytest.raises(IllegalInstruction) as info:
         RtlSimulator().run(prog, image)
     assert (info.value.code, info.value.index, info.value.engine) == (

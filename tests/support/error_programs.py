@@ -13,6 +13,8 @@ from tensorfab.isa import (
     Buffer,
     ErrorCode,
     Finish,
+    Gemm,
+    HwConfig,
     Load,
     Opcode,
     Program,
@@ -31,6 +33,14 @@ def patched_word(program: Program, index: int, word: int) -> np.ndarray:
     image[index * nb:(index + 1) * nb] = np.frombuffer(word.to_bytes(nb, "little"),
                                                        dtype=np.uint8)
     return image
+
+
+def patchable_program(cfg: HwConfig) -> Program:
+    """Four legal instructions to patch an illegal word into (:func:`patched_opcode`,
+    :func:`patched_word`): a micro-op LOAD, two resetting GEMMs, FINISH."""
+    return Program(cfg, [Load(buffer=Buffer.UOP, sram=0, dram=0, y=1, x=1, push_next=True),
+                         Gemm(pop_prev=True, reset=True), Gemm(reset=True), Finish()],
+                   [Uop()], [])
 
 
 def patched_opcode(program: Program, index: int, opcode: int = 7) -> np.ndarray:
